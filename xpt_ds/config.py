@@ -1,0 +1,283 @@
+"""The one typed config tree.
+
+Precedence: dataclass defaults < YAML/JSON file < ``--section.key=value`` overrides.
+Unknown keys and wrong types raise ``ConfigError`` naming the dotted key. Every field's
+docstring-like ``help`` metadata is what ``python -m xpt_ds.train --help`` prints.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+METHODS = ("xpt", "xpt_sp", "xpt_no_itl", "adapters", "scratch", "random_source")
+DECAYS = ("linear", "cosine", "constant")
+
+
+class ConfigError(ValueError):
+    """A bad config value; the message names the key and fits on one line."""
+
+
+def doc(default, help: str):
+    """A dataclass field with a default and a help string."""
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda d=default: type(d)(d), metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass
+class ModelConfig:
+    source: str = doc("", "English *ForMaskedLM checkpoint: hub id or local directory (BERT or RoBERTa family).")
+    tokenizer: str = doc("", "Target-language SentencePiece .model file.")
+    method: str = doc("xpt", f"One of {', '.join(METHODS)}.")
+    embedding_init: str = doc("random", "How the new target word embeddings start (see xpt_ds.model.EMBEDDING_INITS).")
+    itl_init: str = doc("random", "ITL_in/ITL_out start 'random' (paper) or as a 'copy' of the first/last encoder layer.")
+    phase1_trains_position_and_head: bool = doc(
+        False, "xpt phase-1 preset also trains position embeddings and the LM-head transform (000 §2).")
+    adapter_size: int = doc(64, "Bottleneck width of the Houlsby adapters (method=adapters).")
+    mask_token: str = doc("", "Mask piece in the SentencePiece vocab; empty = '<mask>' or '[MASK]', whichever exists.")
+    dropout: float = doc(-1.0, "Hidden and attention dropout; negative keeps the source model's values.")
+    init_seed: int = doc(1234, "Seed for every randomly initialised parameter.")
+
+
+@dataclass
+class PhaseConfig:
+    name: str = doc("", "Phase name, shown in logs, TensorBoard and checkpoints.")
+    steps: int = doc(0, "Optimizer steps in this phase.")
+    lr: float = doc(1e-4, "Peak learning rate.")
+    warmup_steps: int = doc(0, "Linear warmup steps from 0 to the peak.")
+    decay: str = doc("linear", f"Decay after warmup: one of {', '.join(DECAYS)}.")
+    min_lr_ratio: float = doc(0.0, "Learning rate at the end of the phase, as a fraction of the peak.")
+    trainable: list = doc([], "Parameter name regexes or @groups that train; empty = the method's preset.")
+
+
+@dataclass
+class DataConfig:
+    train_shards: list = doc([], "Training WebDataset shards: paths, brace patterns or a manifest.json.")
+    valid_shards: list = doc([], "Validation shards, same forms; empty disables validation.")
+    seq_len: int = doc(512, "Packed sequence length including the two special tokens.")
+    mask_prob: float = doc(0.15, "Fraction of tokens selected for MLM.")
+    mask_replace_prob: float = doc(0.8, "Of the selected tokens, fraction replaced by the mask token.")
+    random_replace_prob: float = doc(0.1, "Of the selected tokens, fraction replaced by a random token.")
+    seed: int = doc(0, "Seed for shard order and masking.")
+
+
+@dataclass
+class OptimConfig:
+    micro_batch_size: int = doc(8, "Sequences per rank per forward pass.")
+    grad_accum: int = doc(1, "Micro-batches accumulated per optimizer step.")
+    weight_decay: float = doc(0.01, "AdamW weight decay (not applied to biases and LayerNorm).")
+    betas: list = doc([0.9, 0.98], "Adam betas (RoBERTa values).")
+    eps: float = doc(1e-6, "Adam epsilon.")
+    grad_clip: float = doc(1.0, "Global gradient-norm clip; 0 disables.")
+    torch_adam: bool = doc(False, "Use torch.optim.AdamW instead of DeepSpeed FusedAdam (bitwise-exact resume on CPU).")
+
+
+@dataclass
+class CheckpointConfig:
+    every_steps: int = doc(1000, "Save every N global steps (and always at the end of each phase); 0 = phase ends only.")
+    resume: str = doc("auto", "'auto' = newest complete checkpoint in the run, 'none' = start fresh, else a tag.")
+
+
+@dataclass
+class LoggingConfig:
+    log_every: int = doc(10, "Steps between host syncs for loss/lr/grad-norm/throughput logging.")
+    eval_every: int = doc(500, "Steps between validation passes; 0 = phase ends only.")
+    eval_batches: int = doc(20, "Validation micro-batches per pass; 0 = the whole validation set.")
+    tensorboard: bool = doc(True, "Write TensorBoard scalars under RUN_DIR/tb.")
+    peak_tflops: float = doc(0.0, "Per-device dense peak TFLOP/s for MFU; 0 = 989 on CUDA (H100 SXM bf16), none on CPU.")
+    progress_bar: bool = doc(True, "Show a tqdm progress bar on rank 0.")
+
+
+@dataclass
+class TrainConfig:
+    run_dir: str = doc("runs/default", "Output directory: config, checkpoints, TensorBoard, logs.")
+    deepspeed: str = doc("ds_configs/zero2_bf16.json", "Engine-only DeepSpeed JSON (see ds_configs/).")
+    seed: int = doc(0, "Seed of each rank's dropout RNG (offset by rank).")
+    model: ModelConfig = doc(None, "Model construction.")
+    phases: list = doc([], "List of phases (PhaseConfig).")
+    data: DataConfig = doc(None, "Shards, packing and masking.")
+    optim: OptimConfig = doc(None, "Optimizer, batch and clipping.")
+    checkpoint: CheckpointConfig = doc(None, "Saving and resuming.")
+    logging: LoggingConfig = doc(None, "Logging, validation and TensorBoard.")
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            if getattr(self, f.name) is None and dataclasses.is_dataclass(_field_type(f)):
+                setattr(self, f.name, _field_type(f)())
+
+
+_ELEMENT_TYPES = {(TrainConfig, "phases"): PhaseConfig, (DataConfig, "train_shards"): str,
+                  (DataConfig, "valid_shards"): str, (PhaseConfig, "trainable"): str, (OptimConfig, "betas"): float}
+
+
+def _field_type(f: dataclasses.Field):
+    t = f.type
+    if isinstance(t, str):
+        t = eval(t, globals())  # annotations are strings under `from __future__ import annotations`
+    return t
+
+
+def _coerce(value, typ, key: str):
+    """Check/convert one leaf value; ints are accepted where floats are expected."""
+    if typ is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"config key '{key}' must be a bool, got {value!r}")
+    if typ is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ConfigError(f"config key '{key}' must be an int, got {value!r}")
+    if typ is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(f"config key '{key}' must be a float, got {value!r}")
+    if typ is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"config key '{key}' must be a string, got {value!r}")
+    raise ConfigError(f"config key '{key}' has unsupported type {typ}")
+
+
+def from_dict(cls, data, prefix: str = ""):
+    """Build dataclass ``cls`` from a nested dict, rejecting unknown keys and wrong types."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"config section '{prefix or '<root>'}' must be a mapping, got {data!r}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for k, v in data.items():
+        key = f"{prefix}{k}"
+        if k not in fields:
+            raise ConfigError(f"unknown config key '{key}' (valid: {', '.join(fields)})")
+        typ = _field_type(fields[k])
+        if dataclasses.is_dataclass(typ):
+            kwargs[k] = from_dict(typ, v, key + ".")
+        elif typ is list:
+            if not isinstance(v, list):
+                raise ConfigError(f"config key '{key}' must be a list, got {v!r}")
+            elem = _ELEMENT_TYPES[(cls, k)]
+            if dataclasses.is_dataclass(elem):
+                kwargs[k] = [from_dict(elem, x, f"{key}[{i}].") for i, x in enumerate(v)]
+            else:
+                kwargs[k] = [_coerce(x, elem, f"{key}[{i}]") for i, x in enumerate(v)]
+        else:
+            kwargs[k] = _coerce(v, typ, key)
+    return cls(**kwargs)
+
+
+def to_dict(cfg) -> dict:
+    return dataclasses.asdict(cfg)
+
+
+def _parse_override(arg: str) -> tuple[list[str], object]:
+    if not arg.startswith("--") or "=" not in arg:
+        raise ConfigError(f"override '{arg}' must look like --section.key=value")
+    key, raw = arg[2:].split("=", 1)
+    value = yaml.safe_load(raw) if raw != "" else ""
+    return key.split("."), value
+
+
+def _set_path(data: dict, path: list[str], value, original: str):
+    node = data
+    for i, part in enumerate(path[:-1]):
+        if part.isdigit() and isinstance(node, list):
+            idx = int(part)
+            if idx >= len(node):
+                raise ConfigError(f"override '{original}': index {idx} out of range")
+            node = node[idx]
+            continue
+        node = node.setdefault(part, {})
+        if not isinstance(node, (dict, list)):
+            raise ConfigError(f"override '{original}': '{'.'.join(path[:i + 1])}' is not a section")
+    last = path[-1]
+    if isinstance(node, list):
+        node[int(last)] = value
+    else:
+        node[last] = value
+
+
+def load_config(path: str | None, overrides: list[str] = ()) -> TrainConfig:
+    """Defaults < file < overrides; then validate."""
+    data: dict = {}
+    if path:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file not found: {path}")
+        text = p.read_text()
+        try:
+            data = json.loads(text) if p.suffix == ".json" else (yaml.safe_load(text) or {})
+        except (json.JSONDecodeError, yaml.YAMLError) as e:
+            raise ConfigError(f"config file {path} does not parse: {str(e).splitlines()[0]}") from None
+    for arg in overrides:
+        keys, value = _parse_override(arg)
+        _set_path(data, keys, value, arg)
+    cfg = from_dict(TrainConfig, data)
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg: TrainConfig) -> None:
+    """Checks that need no files; model/tokenizer/phase-pattern checks live with their builders."""
+    m = cfg.model
+    if m.method not in METHODS:
+        raise ConfigError(f"config key 'model.method' is '{m.method}'; valid: {', '.join(METHODS)}")
+    if m.itl_init not in ("random", "copy"):
+        raise ConfigError(f"config key 'model.itl_init' is '{m.itl_init}'; valid: random, copy")
+    if not m.source:
+        raise ConfigError("config key 'model.source' is required (hub id or local path)")
+    if not m.tokenizer:
+        raise ConfigError("config key 'model.tokenizer' is required (SentencePiece .model file)")
+    if not cfg.phases:
+        raise ConfigError("config key 'phases' is empty; give at least one phase with steps and lr")
+    for i, ph in enumerate(cfg.phases):
+        key = f"phases[{i}]"
+        if not ph.name:
+            raise ConfigError(f"config key '{key}.name' is required")
+        if ph.steps <= 0:
+            raise ConfigError(f"config key '{key}.steps' must be > 0, got {ph.steps}")
+        if ph.lr <= 0:
+            raise ConfigError(f"config key '{key}.lr' must be > 0, got {ph.lr}")
+        if not 0 <= ph.warmup_steps <= ph.steps:
+            raise ConfigError(f"config key '{key}.warmup_steps' must be in [0, steps={ph.steps}], got {ph.warmup_steps}")
+        if ph.decay not in DECAYS:
+            raise ConfigError(f"config key '{key}.decay' is '{ph.decay}'; valid: {', '.join(DECAYS)}")
+        if not 0.0 <= ph.min_lr_ratio <= 1.0:
+            raise ConfigError(f"config key '{key}.min_lr_ratio' must be in [0, 1], got {ph.min_lr_ratio}")
+    names = [ph.name for ph in cfg.phases]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"config key 'phases' has duplicate names: {names}")
+    if not cfg.data.train_shards:
+        raise ConfigError("config key 'data.train_shards' is empty")
+    if cfg.data.seq_len < 8:
+        raise ConfigError(f"config key 'data.seq_len' must be >= 8, got {cfg.data.seq_len}")
+    d = cfg.data
+    if not 0 < d.mask_prob < 1 or d.mask_replace_prob + d.random_replace_prob > 1 or min(
+            d.mask_replace_prob, d.random_replace_prob) < 0:
+        raise ConfigError("config keys 'data.mask_*' must satisfy 0<mask_prob<1 and replace fractions summing to <= 1")
+    o = cfg.optim
+    for k in ("micro_batch_size", "grad_accum"):
+        if getattr(o, k) < 1:
+            raise ConfigError(f"config key 'optim.{k}' must be >= 1, got {getattr(o, k)}")
+    if len(o.betas) != 2:
+        raise ConfigError(f"config key 'optim.betas' must have 2 values, got {o.betas}")
+    if cfg.logging.log_every < 1:
+        raise ConfigError(f"config key 'logging.log_every' must be >= 1, got {cfg.logging.log_every}")
+
+
+def save_config(cfg: TrainConfig, path: Path) -> None:
+    path.write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+
+
+def help_text(cls=TrainConfig, prefix: str = "") -> str:
+    lines = []
+    for f in dataclasses.fields(cls):
+        typ = _field_type(f)
+        if dataclasses.is_dataclass(typ):
+            lines.append(help_text(typ, f"{prefix}{f.name}."))
+        else:
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            lines.append(f"  --{prefix}{f.name}={default!r}\n      {f.metadata.get('help', '')}")
+    return "\n".join(lines)

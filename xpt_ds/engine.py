@@ -1,0 +1,149 @@
+"""DeepSpeed engine per phase: engine-only JSON + injected batch/optimizer settings, exact fp32 hand-over.
+
+DeepSpeed ignores ``requires_grad`` changes made after ``deepspeed.initialize`` under ZeRO 1/2/3
+(DeepSpeed issues #1767, #5639), so every phase gets a freshly built module and engine. Only trainable
+parameters are handed to the optimizer, so frozen ones get no gradient, optimizer state or fp32 master.
+Under bf16 the engine casts the module to bf16 before it creates its fp32 masters, which would round
+the weights; ``restore_fp32`` writes the exact fp32 values back into the masters.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import deepspeed
+import torch
+from deepspeed.utils import safe_get_full_fp32_param, safe_set_full_fp32_param
+from torch import nn
+
+from xpt_ds.config import ConfigError, OptimConfig, PhaseConfig, TrainConfig
+
+# Keys a DeepSpeed JSON may not set, and where the value comes from instead.
+OWNED_KEYS = {
+    "train_batch_size": "optim.micro_batch_size x optim.grad_accum x world size",
+    "train_micro_batch_size_per_gpu": "optim.micro_batch_size",
+    "gradient_accumulation_steps": "optim.grad_accum",
+    "gradient_clipping": "optim.grad_clip",
+    "optimizer": "optim.* (optim.torch_adam picks the implementation)",
+    "scheduler": "phases[*].lr / warmup_steps / decay",
+}
+
+
+def _all_keys(d) -> list[str]:
+    if isinstance(d, dict):
+        return [k for k, v in d.items() for k in [k, *_all_keys(v)]]
+    return [k for v in d for k in _all_keys(v)] if isinstance(d, list) else []
+
+
+def load_ds_config(path: str) -> dict:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config key 'deepspeed': DeepSpeed JSON not found: {path}")
+    try:
+        ds = json.loads(p.read_text())
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"DeepSpeed JSON {path} does not parse: {e}") from None
+    for key, owner in OWNED_KEYS.items():
+        if key in ds:
+            raise ConfigError(f"DeepSpeed JSON {path} sets '{key}'; it comes from the run config ({owner})")
+    for key in _all_keys(ds):
+        if key in ("lr", "learning_rate"):
+            raise ConfigError(f"DeepSpeed JSON {path} sets a learning rate ('{key}'); it comes from phases[*].lr")
+    stage = ds.get("zero_optimization", {}).get("stage", 0)
+    if stage == 0 and ds.get("bf16", {}).get("enabled"):
+        raise ConfigError(f"DeepSpeed JSON {path}: bf16 needs ZeRO stage >= 1 here (stage 0 keeps no exportable "
+                          "fp32 master); use ds_configs/zero1_bf16.json")
+    return ds
+
+
+def build_ds_config(cfg: TrainConfig, world_size: int) -> dict:
+    ds = load_ds_config(cfg.deepspeed)
+    o = cfg.optim
+    ds.update(train_micro_batch_size_per_gpu=o.micro_batch_size, gradient_accumulation_steps=o.grad_accum,
+              train_batch_size=o.micro_batch_size * o.grad_accum * world_size, gradient_clipping=o.grad_clip,
+              steps_per_print=10 ** 9, wall_clock_breakdown=False)
+    if o.torch_adam:  # a client torch optimizer under ZeRO (and ZeRO-Offload) needs these flags
+        ds.update(zero_allow_untested_optimizer=True, zero_force_ds_cpu_optimizer=False)
+    return ds
+
+
+def lr_at(phase: PhaseConfig, step: int) -> float:
+    """Learning rate for optimizer step ``step`` (0-based) of ``phase``: linear warmup, then decay."""
+    if step < phase.warmup_steps:
+        return phase.lr * (step + 1) / phase.warmup_steps
+    if phase.decay == "constant":
+        return phase.lr
+    progress = (step - phase.warmup_steps) / max(1, phase.steps - phase.warmup_steps)
+    frac = 1 - progress if phase.decay == "linear" else 0.5 * (1 + math.cos(math.pi * progress))
+    return phase.lr * (phase.min_lr_ratio + (1 - phase.min_lr_ratio) * frac)
+
+
+def _param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            (no_decay if p.ndim < 2 or "LayerNorm" in name or "layer_norm" in name else decay).append(p)
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return [g for g in groups if g["params"]]
+
+
+def build_optimizer(model: nn.Module, o: OptimConfig, ds: dict) -> torch.optim.Optimizer:
+    groups = _param_groups(model, o.weight_decay)
+    if o.torch_adam:
+        return torch.optim.AdamW(groups, lr=0.0, betas=tuple(o.betas), eps=o.eps, foreach=False)
+    if ds.get("zero_optimization", {}).get("offload_optimizer", {}).get("device") == "cpu":
+        from deepspeed.ops.adam import DeepSpeedCPUAdam  # ZeRO-Offload steps on the host
+        return DeepSpeedCPUAdam(groups, lr=0.0, betas=tuple(o.betas), eps=o.eps, adamw_mode=True)
+    from deepspeed.ops.adam import FusedAdam
+    return FusedAdam(groups, lr=0.0, betas=tuple(o.betas), eps=o.eps, adam_w_mode=True)
+
+
+def full_fp32_state(engine, frozen: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Exact fp32 value of every parameter, on CPU, on every rank (collective under ZeRO-3)."""
+    out = {}
+    for name, p in engine.module.named_parameters():
+        if name in frozen:
+            out[name] = frozen[name]
+            continue
+        value = safe_get_full_fp32_param(p)
+        out[name] = (p.data if value is None else value).detach().float().cpu().clone()
+    return out
+
+
+def restore_fp32(engine, state: dict[str, torch.Tensor]) -> None:
+    """Write exact fp32 values into every trainable parameter's master (and the module copy)."""
+    for name, p in engine.module.named_parameters():
+        if not p.requires_grad:
+            continue
+        value = state[name].to(p.device)
+        if hasattr(p, "ds_id") or hasattr(p, "_hp_mapping"):
+            safe_set_full_fp32_param(p, value)
+        else:
+            p.data.copy_(value)
+
+
+def restore_frozen(engine, frozen: dict[str, torch.Tensor]) -> None:
+    """Put frozen values (kept in fp32 on the host) into the module, in its compute dtype."""
+    for name, p in engine.module.named_parameters():
+        if name not in frozen:
+            continue
+        with deepspeed.zero.GatheredParameters([p], modifier_rank=0, enabled=hasattr(p, "ds_id")):
+            p.data.copy_(frozen[name].to(device=p.device, dtype=p.dtype))
+
+
+def build_engine(model: nn.Module, trainable: set[str], cfg: TrainConfig, fp32: dict[str, torch.Tensor]):
+    """A new engine for one phase. ``fp32``: exact values of all parameters by name (module-relative)."""
+    for name, p in model.named_parameters():
+        p.requires_grad_(name in trainable)
+    ds = build_ds_config(cfg, deepspeed.comm.get_world_size())
+    optimizer = build_optimizer(model, cfg.optim, ds)
+    engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=ds)
+    restore_fp32(engine, fp32)
+    frozen = {n: fp32[n] for n, p in model.named_parameters() if n not in trainable}
+    return engine, optimizer, frozen
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = lr

@@ -1,0 +1,207 @@
+"""Build the ITL-extended target model from an English *ForMaskedLM checkpoint (002 §3, eq. 7-10).
+
+An XPT model is structurally a stock Bert/RobertaForMaskedLM with C+2 layers: layer 0 is ITL_in,
+layers 1..C are the reused source encoder layers, layer C+1 is ITL_out. Export is therefore a plain
+``save_pretrained``. Every parameter carries tags (``@new``, ``@source``, ``@embeddings``, ``@itl``, ...)
+that phase patterns select on.
+"""
+from __future__ import annotations
+
+import copy
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+from transformers import AutoConfig, AutoModelForMaskedLM
+
+from xpt_ds.adapters import add_adapters
+from xpt_ds.config import ConfigError, ModelConfig
+from xpt_ds.tokenizer import TargetTokenizer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Family:
+    base: str  # attribute of the base model
+    head_dense: str
+    head_norm: str
+    head_bias: str
+    offset_positions: bool  # RoBERTa: position id = padding_idx + 1 + i
+
+
+FAMILIES = {
+    "bert": Family("bert", "cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm",
+                   "cls.predictions.bias", offset_positions=False),
+    "roberta": Family("roberta", "lm_head.dense", "lm_head.layer_norm", "lm_head.bias", offset_positions=True),
+}
+FAMILIES["xlm-roberta"] = FAMILIES["camembert"] = FAMILIES["roberta"]
+
+METHOD_HAS_ITL = {"xpt": True, "xpt_sp": True, "xpt_no_itl": False, "adapters": False, "scratch": True,
+                  "random_source": True}
+# Methods whose trainable sets are presets, by phase index.
+PHASE_PRESETS = {
+    "xpt": [["@new"], ["@all"]],
+    "random_source": [["@new"], ["@all"]],
+    "xpt_no_itl": [["@new"], ["@all"]],
+    "xpt_sp": [["@all"]],
+    "adapters": [["@all"]],
+    "scratch": [["@all"]],
+}
+
+
+def _init_embeddings_random(emb: nn.Embedding, tok: TargetTokenizer, std: float) -> None:
+    nn.init.normal_(emb.weight, std=std)
+    with torch.no_grad():
+        emb.weight[tok.pad_id].zero_()
+
+
+# The strategy interface for new word embeddings: name -> fn(embedding, tokenizer, init std).
+EMBEDDING_INITS = {"random": _init_embeddings_random}
+
+
+@dataclass
+class BuiltModel:
+    model: nn.Module  # a stock *ForMaskedLM (plus adapters for method=adapters)
+    family: Family
+    tags: dict[str, set[str]]  # parameter name -> tags
+    num_source_layers: int
+
+
+def load_source(cfg: ModelConfig):
+    """The English model; random weights of the same shape for ``random_source``."""
+    src = cfg.source
+    try:
+        src_cfg = AutoConfig.from_pretrained(src)
+    except (OSError, ValueError) as e:
+        where = "local directory" if Path(src).exists() else "hub id or path"
+        raise ConfigError(f"config key 'model.source': cannot load '{src}' ({where}): "
+                          f"{str(e).strip().splitlines()[0]}") from None
+    if src_cfg.model_type not in FAMILIES:
+        raise ConfigError(f"config key 'model.source': model_type '{src_cfg.model_type}' is not supported "
+                          f"(valid: {', '.join(sorted(FAMILIES))})")
+    if cfg.method == "random_source":
+        torch.manual_seed(cfg.init_seed + 1)
+        return AutoModelForMaskedLM.from_config(src_cfg), set()
+    model, info = AutoModelForMaskedLM.from_pretrained(src, output_loading_info=True)
+    missing = set(info["missing_keys"])
+    if missing:
+        log.warning("source %s lacks %d MLM weights (%s...); they start fresh and count as @new", src,
+                    len(missing), sorted(missing)[0])
+    return model, missing
+
+
+def _target_config(src_cfg, cfg: ModelConfig, tok: TargetTokenizer):
+    tcfg = copy.deepcopy(src_cfg)
+    tcfg.vocab_size = tok.vocab_size
+    tcfg.num_hidden_layers = src_cfg.num_hidden_layers + (2 if METHOD_HAS_ITL[cfg.method] else 0)
+    tcfg.pad_token_id, tcfg.bos_token_id, tcfg.eos_token_id = tok.pad_id, tok.cls_id, tok.sep_id
+    tcfg.tie_word_embeddings = True
+    if cfg.dropout >= 0:
+        tcfg.hidden_dropout_prob = tcfg.attention_probs_dropout_prob = cfg.dropout
+    if cfg.method == "adapters":
+        tcfg.xpt_adapter_size = cfg.adapter_size
+    return tcfg
+
+
+def _copy_position_rows(dst: nn.Embedding, src: nn.Embedding, dst_pad: int, src_pad: int, offset: bool) -> None:
+    """RoBERTa puts token i on row pad+1+i, so a different target pad id shifts every row.
+
+    Copy so that the target's row for position i is the source's row for position i.
+    """
+    shift = (dst_pad - src_pad) if offset else 0  # target row r <- source row r - shift
+    lo, hi = max(0, shift), min(dst.weight.shape[0], src.weight.shape[0] + shift)
+    with torch.no_grad():
+        dst.weight[lo:hi].copy_(src.weight[lo - shift:hi - shift])
+
+
+def build_model(cfg: ModelConfig, tok: TargetTokenizer) -> BuiltModel:
+    """Target model with reused source parameters copied bit-exactly; RNG use does not leak out."""
+    with torch.random.fork_rng(devices=[]):
+        src, missing = load_source(cfg)
+        src_cfg = src.config
+        family = FAMILIES[src_cfg.model_type]
+        tcfg = _target_config(src_cfg, cfg, tok)
+        torch.manual_seed(cfg.init_seed)
+        model = build_skeleton(tcfg)
+        build_embedding_init(cfg.embedding_init)(
+            _base(model, family).embeddings.word_embeddings, tok, src_cfg.initializer_range)
+        copied = set() if cfg.method == "scratch" else _copy_source(src, model, family, cfg, tok)
+    copied -= missing
+    tags = _tag_parameters(model, family, copied, src_cfg.num_hidden_layers, METHOD_HAS_ITL[cfg.method])
+    return BuiltModel(model=model, family=family, tags=tags, num_source_layers=src_cfg.num_hidden_layers)
+
+
+def build_skeleton(tcfg) -> nn.Module:
+    """The target architecture from its HF config (fp32, SDPA); adapters when the config asks for them."""
+    model = AutoModelForMaskedLM.from_config(copy.deepcopy(tcfg), attn_implementation="sdpa").float()
+    if getattr(tcfg, "xpt_adapter_size", None):
+        add_adapters(model, tcfg.xpt_adapter_size)
+    return model
+
+
+def build_embedding_init(name: str):
+    if name not in EMBEDDING_INITS:
+        raise ConfigError(f"config key 'model.embedding_init' is '{name}'; valid: {', '.join(EMBEDDING_INITS)}")
+    return EMBEDDING_INITS[name]
+
+
+def _base(model: nn.Module, family: Family) -> nn.Module:
+    return getattr(model, family.base)
+
+
+def _copy_source(src, model, family: Family, cfg: ModelConfig, tok: TargetTokenizer) -> set[str]:
+    """Copy reused parameters; return the set of target parameter names that came from the source."""
+    sb, tb = _base(src, family), _base(model, family)
+    off = 1 if METHOD_HAS_ITL[cfg.method] else 0
+    C = src.config.num_hidden_layers
+    pairs = [(f"encoder.layer.{i + off}", sb.encoder.layer[i], tb.encoder.layer[i + off]) for i in range(C)]
+    emb = tb.embeddings
+    pairs += [("embeddings.token_type_embeddings", sb.embeddings.token_type_embeddings, emb.token_type_embeddings),
+              ("embeddings.LayerNorm", sb.embeddings.LayerNorm, emb.LayerNorm)]
+    copied = set()
+    with torch.no_grad():
+        for prefix, s, t in pairs:
+            result = t.load_state_dict(s.state_dict(), strict=False)  # strict=False: adapters are extra
+            assert not result.unexpected_keys and all(".adapter." in k for k in result.missing_keys), result
+            copied |= {f"{family.base}.{prefix}.{n}" for n, _ in t.named_parameters()
+                       if ".adapter." not in f".{n}"}
+        _copy_position_rows(emb.position_embeddings, sb.embeddings.position_embeddings, tok.pad_id,
+                            src.config.pad_token_id, family.offset_positions)
+        copied.add(f"{family.base}.embeddings.position_embeddings.weight")
+        for path in (family.head_dense, family.head_norm):
+            model.get_submodule(path).load_state_dict(src.get_submodule(path).state_dict())
+            copied |= {f"{path}.{n}" for n, _ in model.get_submodule(path).named_parameters()}
+        if off and cfg.itl_init == "copy":
+            tb.encoder.layer[0].load_state_dict(sb.encoder.layer[0].state_dict())
+            tb.encoder.layer[C + 1].load_state_dict(sb.encoder.layer[C - 1].state_dict())
+    return copied
+
+
+def _tag_parameters(model, family: Family, copied: set[str], C: int, has_itl: bool) -> dict[str, set[str]]:
+    itl_prefixes = (f"{family.base}.encoder.layer.0.", f"{family.base}.encoder.layer.{C + 1}.") if has_itl else ()
+    tags = {}
+    for name, _ in model.named_parameters():
+        t = {"@all", "@source" if name in copied else "@new"}
+        if name.startswith(itl_prefixes):
+            t.add("@itl")
+        elif ".adapter." in name:
+            t.add("@adapters")
+        elif ".encoder.layer." in name:
+            t.add("@encoder")
+        if ".word_embeddings." in name:
+            t.add("@embeddings")
+        if ".position_embeddings." in name:
+            t.add("@position")
+        if name.startswith((family.head_dense, family.head_norm)):
+            t.add("@lm_head")
+        if name == family.head_bias:
+            t.add("@lm_head_bias")
+        tags[name] = t
+    return tags
+
+
+def count_params(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())

@@ -1,0 +1,28 @@
+"""MLM loss with the LM head computed only on masked positions (~15% of tokens)."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class MaskedLMObjective(nn.Module):
+    """Wraps a stock *ForMaskedLM; parameter names are the HF names prefixed with ``hf.``."""
+
+    def __init__(self, hf: nn.Module):
+        super().__init__()
+        self.hf = hf
+
+    def forward(self, input_ids: torch.Tensor, mlm_positions: torch.Tensor, mlm_targets: torch.Tensor) -> torch.Tensor:
+        # Packed full-length sequences have no padding: no attention mask, so SDPA takes its fastest kernel.
+        base = getattr(self.hf, self.hf.base_model_prefix)
+        hidden = base(input_ids=input_ids).last_hidden_state  # [B, T, d]
+        picked = hidden.flatten(0, 1).index_select(0, mlm_positions)  # [M, d]
+        # BERT's cls / RoBERTa's lm_head: transform (dense, gelu, LayerNorm), then tied decoder + bias.
+        head = self.hf.cls if hasattr(self.hf, "cls") else self.hf.lm_head
+        logits = head(picked)  # [M, V]
+        return F.cross_entropy(logits.float(), mlm_targets, reduction="mean")  # [M, V] -> scalar
+
+
+def strip_prefix(state: dict[str, torch.Tensor], prefix: str = "hf.") -> dict[str, torch.Tensor]:
+    return {k[len(prefix):] if k.startswith(prefix) else k: v for k, v in state.items()}

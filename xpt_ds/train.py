@@ -1,0 +1,64 @@
+"""Entry point: ``python -m xpt_ds.train --config FILE [--section.key=value ...] [--resume TAG]``.
+
+Runs unchanged under ``deepspeed --module xpt_ds.train``, ``torchrun -m xpt_ds.train`` and
+``srun python -m xpt_ds.train`` (a single process without a launcher is a world of one).
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from xpt_ds.config import ConfigError, help_text, load_config
+
+
+def parse_args(argv: list[str]):
+    parser = argparse.ArgumentParser(prog="python -m xpt_ds.train", formatter_class=argparse.RawTextHelpFormatter,
+                                     epilog="overrides (defaults shown):\n" + help_text())
+    parser.add_argument("--config", help="YAML or JSON run config")
+    parser.add_argument("--resume", help="checkpoint tag to resume from (default: newest complete one)")
+    parser.add_argument("--local_rank", "--local-rank", type=int, help=argparse.SUPPRESS)  # set by `deepspeed`
+    args, overrides = parser.parse_known_args(argv)
+    if args.resume:
+        overrides.append(f"--checkpoint.resume={args.resume}")
+    return args, overrides
+
+
+def _single_process_env() -> None:
+    """A plain ``python -m xpt_ds.train`` is a world of one: give torch.distributed what it needs."""
+    if "WORLD_SIZE" not in os.environ and "SLURM_PROCID" not in os.environ:
+        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", "29511")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, overrides = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        cfg = load_config(args.config, overrides)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    _single_process_env()
+    import deepspeed
+
+    from xpt_ds.trainer import Trainer
+
+    deepspeed.init_distributed(dist_init_required=True)
+    level = logging.INFO if deepspeed.comm.get_rank() == 0 else logging.WARNING
+    logging.basicConfig(level=level, format="%(asctime)s %(name)s: %(message)s")
+    try:
+        trainer = Trainer(cfg)
+        trainer.setup()
+        trainer.train()
+    except (ConfigError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    finally:
+        if deepspeed.comm.is_initialized():
+            deepspeed.comm.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

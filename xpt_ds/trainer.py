@@ -1,0 +1,196 @@
+"""The phase-aware MLM post-training loop."""
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import deepspeed
+import torch
+
+from xpt_ds import checkpoint
+from xpt_ds.config import TrainConfig, save_config, to_dict
+from xpt_ds.data import build_streams
+from xpt_ds.engine import build_engine, full_fp32_state, lr_at, restore_frozen, set_lr
+from xpt_ds.metrics import MetricsLogger, flops_per_token, peak_flops
+from xpt_ds.model import build_model, build_skeleton, count_params
+from xpt_ds.objective import MaskedLMObjective
+from xpt_ds.phases import build_phase_trainables
+from xpt_ds.tokenizer import build_tokenizer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainerState:
+    phase_index: int = 0
+    phase_step: int = 0  # optimizer steps done in the current phase
+    global_step: int = 0
+    tokens_seen: int = 0
+
+    def state_dict(self) -> dict:
+        return asdict(self)
+
+    def load_state_dict(self, sd: dict) -> None:
+        for k, v in sd.items():
+            setattr(self, k, v)
+
+
+class Trainer:
+    def __init__(self, cfg: TrainConfig):
+        self.cfg = cfg
+        self.rank, self.world = deepspeed.comm.get_rank(), deepspeed.comm.get_world_size()
+        self.run_dir = Path(cfg.run_dir)
+        self.ckpt_root = self.run_dir / "checkpoints"
+        self.tok = build_tokenizer(cfg.model.tokenizer, cfg.model.mask_token)
+        self.built = build_model(cfg.model, self.tok)
+        self.hf_config = self.built.model.config
+        # Module-relative names: the engine wraps MaskedLMObjective, whose HF model is ``hf``.
+        self.trainables = [{f"hf.{n}" for n in s} for s in build_phase_trainables(cfg, self.built.tags)]
+        self.train_stream, self.valid_stream = build_streams(cfg.data, self.tok, cfg.optim.micro_batch_size,
+                                                             self.rank, self.world)
+        self.state = TrainerState()
+        self.device = torch.device(deepspeed.get_accelerator().current_device_name())
+        self.tokens_per_step = cfg.optim.micro_batch_size * cfg.optim.grad_accum * self.world * cfg.data.seq_len
+        self.flops_per_step = flops_per_token(self.hf_config, cfg.data.seq_len, cfg.data.mask_prob) * self.tokens_per_step
+        self.peak = peak_flops(cfg.logging.peak_tflops)
+        self.engine = self.optimizer = None
+        self.frozen: dict[str, torch.Tensor] = {}
+
+    # ---- setup -------------------------------------------------------------------------------------
+    def setup(self) -> None:
+        tag = checkpoint.resolve_tag(self.ckpt_root, self.cfg.checkpoint.resume)
+        objective = MaskedLMObjective(self.built.model)
+        fp32 = {n: p.detach().clone() for n, p in objective.named_parameters()}
+        if tag is not None:
+            client = checkpoint.read_client_state(self.ckpt_root, tag)
+            self.state.load_state_dict(client["trainer"])
+            self.train_stream.load_state_dict(client["data"])
+        else:
+            torch.manual_seed(self.cfg.seed + self.rank)  # dropout stream of this rank
+        self.engine, self.optimizer, self.frozen = build_engine(
+            objective, self.trainables[self.state.phase_index], self.cfg, fp32)
+        if tag is not None:
+            self.frozen = checkpoint.load(self.engine, self.ckpt_root, tag)
+            restore_frozen(self.engine, self.frozen)
+            self._info(f"resumed from {tag}: phase {self.state.phase_index} step {self.state.phase_step}, "
+                       f"global step {self.state.global_step}")
+        if self.rank == 0:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            save_config(self.cfg, self.run_dir / "config.yaml")
+        total = sum(p.steps for p in self.cfg.phases)
+        self.logger = MetricsLogger(self.run_dir, self.rank == 0, self.cfg.logging.tensorboard,
+                                    self.cfg.logging.progress_bar, total, self.state.global_step)
+        n_train = sum(p.numel() for n, p in objective.named_parameters() if n in self.trainables[self.state.phase_index])
+        self._info(f"model: {count_params(self.built.model):,} parameters; phase '{self.phase.name}' trains {n_train:,}")
+
+    @property
+    def phase(self):
+        return self.cfg.phases[self.state.phase_index]
+
+    def _info(self, msg: str) -> None:
+        if self.rank == 0:
+            log.info(msg)
+
+    # ---- loop --------------------------------------------------------------------------------------
+    def train(self) -> None:
+        loss_sum, t0, steps_in_window = torch.zeros((), device=self.device), time.perf_counter(), 0
+        while True:
+            if self.state.phase_step >= self.phase.steps:
+                if not self.maybe_switch_phase():
+                    break
+                continue
+            loss_sum += self.train_step()
+            steps_in_window += 1
+            self.logger.advance()
+            phase_done = self.state.phase_step == self.phase.steps
+            if self.state.global_step % self.cfg.logging.log_every == 0 or phase_done:
+                self.log(loss_sum / steps_in_window, time.perf_counter() - t0, steps_in_window)
+                loss_sum.zero_()
+                t0, steps_in_window = time.perf_counter(), 0
+            self.maybe_eval(phase_done)
+            self.maybe_save(phase_done)
+        self.logger.close()
+
+    def train_step(self) -> torch.Tensor:
+        """One optimizer step over grad_accum micro-batches; returns the mean loss as a device tensor."""
+        set_lr(self.optimizer, lr_at(self.phase, self.state.phase_step))
+        total = torch.zeros((), device=self.device)
+        for _ in range(self.cfg.optim.grad_accum):
+            batch = {k: v.to(self.device, non_blocking=True) for k, v in next(self.train_stream).items()}
+            loss = self.engine(**batch)
+            self.engine.backward(loss)
+            self.engine.step()
+            total += loss.detach()
+        self.state.phase_step += 1
+        self.state.global_step += 1
+        self.state.tokens_seen += self.tokens_per_step
+        return total / self.cfg.optim.grad_accum
+
+    def maybe_switch_phase(self) -> bool:
+        """At a phase boundary: rebuild module + engine for the next phase with exact fp32 weights."""
+        if self.state.phase_index + 1 >= len(self.cfg.phases):
+            return False
+        fp32 = full_fp32_state(self.engine, self.frozen)
+        self.engine.destroy()
+        self.engine = self.optimizer = None
+        self.state.phase_index += 1
+        self.state.phase_step = 0
+        with torch.random.fork_rng(devices=[]):  # the rebuild must not shift the dropout stream
+            objective = MaskedLMObjective(build_skeleton(self.hf_config))
+            objective.load_state_dict(fp32, strict=False)  # strict=False: tied decoder weight is not in fp32
+            self.engine, self.optimizer, self.frozen = build_engine(
+                objective, self.trainables[self.state.phase_index], self.cfg, fp32)
+        self._info(f"phase '{self.phase.name}' starts at global step {self.state.global_step}")
+        return True
+
+    def log(self, mean_loss: torch.Tensor, seconds: float, steps: int) -> None:
+        deepspeed.comm.all_reduce(mean_loss)
+        loss = mean_loss.item() / self.world  # the one host sync of the logging interval
+        tps = self.tokens_per_step * steps / max(seconds, 1e-9)
+        grad_norm = self.engine.get_global_grad_norm()
+        self.logger.log(self.state.global_step, {
+            "train/loss": loss, "train/lr": lr_at(self.phase, self.state.phase_step - 1),
+            "train/grad_norm": None if grad_norm is None else float(grad_norm),
+            "train/tokens_per_s": tps, "train/mfu": None if self.peak is None else
+            self.flops_per_step * steps / max(seconds, 1e-9) / (self.peak * self.world),
+            "train/phase": float(self.state.phase_index), "train/step": float(self.state.global_step),
+            "train/tokens_seen": float(self.state.tokens_seen)})
+
+    def maybe_eval(self, phase_done: bool) -> None:
+        every = self.cfg.logging.eval_every
+        if self.valid_stream is None or not (phase_done or (every and self.state.global_step % every == 0)):
+            return
+        metrics = self.evaluate()
+        self.logger.log(self.state.global_step, metrics)
+        self._info(f"step {self.state.global_step}: valid loss {metrics['valid/loss']:.4f} "
+                   f"ppl {metrics['valid/ppl']:.2f}")
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        """Token-weighted masked-LM loss over the (seeded, hence fixed) validation masks."""
+        self.valid_stream.load_state_dict({"epoch": 0, "batches": 0})
+        self.engine.eval()
+        sums = torch.zeros(2, device=self.device, dtype=torch.float64)
+        for i, batch in enumerate(self.valid_stream):
+            if self.cfg.logging.eval_batches and i >= self.cfg.logging.eval_batches:
+                break
+            batch = {k: v.to(self.device) for k, v in batch.items()}
+            n = batch["mlm_targets"].numel()
+            sums += torch.stack([self.engine(**batch).double() * n, torch.tensor(float(n), device=self.device)])
+        self.engine.train()
+        deepspeed.comm.all_reduce(sums)
+        mean = (sums[0] / sums[1]).item()
+        return {"valid/loss": mean, "valid/ppl": math.exp(min(mean, 50.0))}
+
+    def maybe_save(self, phase_done: bool) -> None:
+        every = self.cfg.checkpoint.every_steps
+        if not (phase_done or (every and self.state.global_step % every == 0)):
+            return
+        tag = checkpoint.tag_for(self.state.global_step)
+        client = {"trainer": self.state.state_dict(), "data": self.train_stream.state_dict(),
+                  "config": to_dict(self.cfg)}
+        checkpoint.save(self.engine, self.ckpt_root, tag, client, self.frozen, self.hf_config)
+        self._info(f"saved checkpoint {tag}")
