@@ -5,7 +5,7 @@ Layout of ``RUN_DIR/checkpoints/TAG/``:
 - ``rank_state_{rank:05d}.pt`` per rank (RNG states: DeepSpeed saves client state from one rank only);
 - ``frozen_fp32.pt``: exact fp32 values of the parameters frozen in the current phase (the engine holds
   them only in the compute dtype);
-- ``hf_config/``: the target model's HF config (export builds the skeleton from it);
+- ``hf_config/``: the target model's HF config (export builds the skeleton from it) and ``spm.model``;
 - ``COMPLETE``: written by rank 0 after a barrier, last. A tag without it does not count. DeepSpeed's
   ``latest`` file is not written (``save_latest=False``) and never trusted.
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 from pathlib import Path
 
 import deepspeed
@@ -51,7 +52,7 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state(state["cuda"])
 
 
-def save(engine, ckpt_root: Path, tag: str, client_state: dict, frozen: dict, hf_config) -> None:
+def save(engine, ckpt_root: Path, tag: str, client_state: dict, frozen: dict, hf_config, tokenizer: str) -> None:
     rank = deepspeed.comm.get_rank()
     engine.save_checkpoint(str(ckpt_root), tag=tag, client_state=client_state, save_latest=False)
     tag_dir = ckpt_root / tag
@@ -59,6 +60,7 @@ def save(engine, ckpt_root: Path, tag: str, client_state: dict, frozen: dict, hf
     if rank == 0:
         _atomic_torch_save(frozen, tag_dir / "frozen_fp32.pt")
         hf_config.save_pretrained(tag_dir / "hf_config")
+        shutil.copyfile(tokenizer, tag_dir / "spm.model")
     deepspeed.comm.barrier()  # every rank's files are on disk before the marker
     if rank == 0:
         marker = tag_dir / MARKER

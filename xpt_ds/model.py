@@ -99,6 +99,10 @@ def _target_config(src_cfg, cfg: ModelConfig, tok: TargetTokenizer):
     tcfg.num_hidden_layers = src_cfg.num_hidden_layers + (2 if METHOD_HAS_ITL[cfg.method] else 0)
     tcfg.pad_token_id, tcfg.bos_token_id, tcfg.eos_token_id = tok.pad_id, tok.cls_id, tok.sep_id
     tcfg.tie_word_embeddings = True
+    tcfg.xpt_method = cfg.method
+    # Longest input that stays on position rows the source trained (RoBERTa starts at pad + 1).
+    offset = src_cfg.pad_token_id + 1 if FAMILIES[src_cfg.model_type].offset_positions else 0
+    tcfg.xpt_max_length = src_cfg.max_position_embeddings - offset
     if cfg.dropout >= 0:
         tcfg.hidden_dropout_prob = tcfg.attention_probs_dropout_prob = cfg.dropout
     if cfg.method == "adapters":

@@ -11,7 +11,7 @@ import deepspeed
 import torch
 
 from xpt_ds import checkpoint
-from xpt_ds.config import TrainConfig, save_config, to_dict
+from xpt_ds.config import ConfigError, TrainConfig, save_config, to_dict
 from xpt_ds.data import build_streams
 from xpt_ds.engine import build_engine, full_fp32_state, lr_at, restore_frozen, set_lr
 from xpt_ds.metrics import MetricsLogger, flops_per_token, peak_flops
@@ -47,6 +47,9 @@ class Trainer:
         self.tok = build_tokenizer(cfg.model.tokenizer, cfg.model.mask_token)
         self.built = build_model(cfg.model, self.tok)
         self.hf_config = self.built.model.config
+        if cfg.data.seq_len > self.hf_config.xpt_max_length:
+            raise ConfigError(f"config key 'data.seq_len' is {cfg.data.seq_len}; the source model's positions "
+                              f"allow at most {self.hf_config.xpt_max_length}")
         # Module-relative names: the engine wraps MaskedLMObjective, whose HF model is ``hf``.
         self.trainables = [{f"hf.{n}" for n in s} for s in build_phase_trainables(cfg, self.built.tags)]
         self.train_stream, self.valid_stream = build_streams(cfg.data, self.tok, cfg.optim.micro_batch_size,
@@ -192,5 +195,5 @@ class Trainer:
         tag = checkpoint.tag_for(self.state.global_step)
         client = {"trainer": self.state.state_dict(), "data": self.train_stream.state_dict(),
                   "config": to_dict(self.cfg)}
-        checkpoint.save(self.engine, self.ckpt_root, tag, client, self.frozen, self.hf_config)
+        checkpoint.save(self.engine, self.ckpt_root, tag, client, self.frozen, self.hf_config, self.tok.path)
         self._info(f"saved checkpoint {tag}")

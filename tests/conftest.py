@@ -1,0 +1,117 @@
+"""Shared fixtures: tiny source models (2 layers, hidden 64), tiny SentencePiece models, tiny shards."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+os.environ.setdefault("DS_ACCELERATOR", "cpu")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+REPO = Path(__file__).resolve().parents[1]
+
+TINY = dict(vocab_size=120, hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128,
+            max_position_embeddings=80, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
+
+
+def write_synthetic_corpus(path: Path, docs: int = 40, seed: int = 0) -> Path:
+    """Zipf-distributed pseudo-words from Hangul syllables: enough structure for SentencePiece and MLM."""
+    rng = np.random.default_rng(seed)
+    syll = [chr(0xAC00 + i) for i in rng.choice(11172, 200, replace=False)]
+    words = ["".join(rng.choice(syll, rng.integers(1, 4))) for _ in range(400)]
+    p = 1.0 / np.arange(1, len(words) + 1)
+    p /= p.sum()
+    lines = []
+    for _ in range(docs):
+        for _ in range(rng.integers(3, 8)):
+            sent = " ".join(rng.choice(words, rng.integers(4, 14), p=p))
+            lines.append(sent + ".")
+        lines.append("")
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="session")
+def corpus_text(tmp_path_factory) -> Path:
+    return write_synthetic_corpus(tmp_path_factory.mktemp("text") / "corpus.txt")
+
+
+def _prepare(out: Path, text: Path, family: str) -> Path:
+    from data_tools.prepare import prepare
+    return prepare([text], out, vocab_size=200, family=family, valid=0.1, test=0.05, seed=0)
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory, corpus_text) -> Path:
+    """Prepared corpus with a RoBERTa-layout tokenizer (<s>=0 <pad>=1 </s>=2 <unk>=3 <mask>=4)."""
+    return _prepare(tmp_path_factory.mktemp("corpus_roberta"), corpus_text, "roberta").parent
+
+
+@pytest.fixture(scope="session")
+def corpus_bert(tmp_path_factory, corpus_text) -> Path:
+    """Prepared corpus with a BERT-layout tokenizer ([PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4)."""
+    return _prepare(tmp_path_factory.mktemp("corpus_bert"), corpus_text, "bert").parent
+
+
+def _save_tiny(out: Path, family: str) -> Path:
+    import torch
+    from transformers import BertConfig, BertForMaskedLM, RobertaConfig, RobertaForMaskedLM
+
+    torch.manual_seed(7)
+    if family == "roberta":
+        model = RobertaForMaskedLM(RobertaConfig(**TINY, pad_token_id=1, bos_token_id=0, eos_token_id=2, type_vocab_size=1))
+    else:
+        model = BertForMaskedLM(BertConfig(**TINY, pad_token_id=0))
+    model.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_roberta(tmp_path_factory) -> Path:
+    return _save_tiny(tmp_path_factory.mktemp("tiny_roberta"), "roberta")
+
+
+@pytest.fixture(scope="session")
+def tiny_bert(tmp_path_factory) -> Path:
+    return _save_tiny(tmp_path_factory.mktemp("tiny_bert"), "bert")
+
+
+def base_config(run_dir: Path, source: Path, corpus: Path, **sections) -> dict:
+    """A small two-phase xpt run; ``sections`` replace top-level keys."""
+    cfg = {
+        "run_dir": str(run_dir),
+        "deepspeed": str(REPO / "ds_configs/zero2_fp32.json"),
+        "model": {"source": str(source), "tokenizer": str(corpus / "spm.model"), "method": "xpt"},
+        "phases": [{"name": "phase1", "steps": 4, "lr": 1e-3, "warmup_steps": 1},
+                   {"name": "phase2", "steps": 4, "lr": 5e-4, "warmup_steps": 1}],
+        "data": {"train_shards": [f"{corpus}/manifest.json:train"], "valid_shards": [f"{corpus}/manifest.json:valid"],
+                 "seq_len": 32},
+        "optim": {"micro_batch_size": 2, "grad_accum": 2, "torch_adam": True},
+        "checkpoint": {"every_steps": 0},
+        "logging": {"log_every": 1, "eval_every": 0, "eval_batches": 2, "progress_bar": False},
+    }
+    cfg.update(sections)
+    return cfg
+
+
+def write_config(path: Path, cfg: dict) -> Path:
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def launch(args: list[str], nproc: int = 1, timeout: int = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run ``python -m xpt_ds.train ARGS`` as one process, or through the real deepspeed launcher."""
+    full_env = {**os.environ, "DS_ACCELERATOR": "cpu", "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1",
+                **(env or {})}
+    if nproc == 1:
+        cmd = [sys.executable, "-m", "xpt_ds.train", *args]
+    else:
+        port = str(29500 + (os.getpid() % 2000))
+        cmd = [sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", str(nproc), "--master_port", port,
+               "--module", "xpt_ds.train", *args]
+    proc = subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=timeout)
+    return proc

@@ -1,0 +1,78 @@
+"""``python -m xpt_ds.export --run RUN_DIR [--tag TAG] --out DIR``: a checkpoint -> a stock HF model directory.
+
+Works offline on one process from any ZeRO stage and any world size: trainable weights come from the
+fp32 optimizer partitions (DeepSpeed's zero_to_fp32), frozen ones from ``frozen_fp32.pt``. The result is
+a plain ``save_pretrained`` directory (``AutoModelForMaskedLM`` / ``AutoTokenizer`` load it). Models of
+``method: adapters`` also carry ``xpt_adapters.py`` and load with ``trust_remote_code=True``.
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig
+
+from xpt_ds import checkpoint
+from xpt_ds.model import build_skeleton
+from xpt_ds.objective import strip_prefix
+from xpt_ds.tokenizer import build_tokenizer, save_hf_tokenizer
+
+
+def load_fp32_state(ckpt_root: Path, tag: str) -> dict[str, torch.Tensor]:
+    """Full fp32 state dict (HF names) of a checkpoint."""
+    model_states = checkpoint.read_client_state(ckpt_root, tag)
+    stage = model_states["ds_config"].get("zero_optimization", {}).get("stage", 0)
+    if stage == 0:  # fp32 only (engine.load_ds_config rejects bf16 at stage 0): the module is the master
+        state = {k: v.float() for k, v in model_states["module"].items()}
+    else:
+        from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+        state = get_fp32_state_dict_from_zero_checkpoint(str(ckpt_root), tag=tag, exclude_frozen_parameters=True)
+    state.update(torch.load(ckpt_root / tag / "frozen_fp32.pt", map_location="cpu", weights_only=True))
+    return strip_prefix(state)
+
+
+def export(run_dir: Path, out: Path, tag: str | None = None) -> Path:
+    ckpt_root = run_dir / "checkpoints"
+    tag = checkpoint.resolve_tag(ckpt_root, tag or "auto")
+    if tag is None:
+        raise FileNotFoundError(f"no complete checkpoint in {ckpt_root}")
+    tag_dir = ckpt_root / tag
+    hf_config = AutoConfig.from_pretrained(tag_dir / "hf_config")
+    model = build_skeleton(hf_config)
+    state = load_fp32_state(ckpt_root, tag)
+    result = model.load_state_dict(state, strict=False)
+    tied = {k for k in result.missing_keys if k.endswith(("decoder.weight", "decoder.bias"))}
+    if set(result.missing_keys) - tied or result.unexpected_keys:
+        raise RuntimeError(f"checkpoint {tag_dir} does not match its model: missing "
+                           f"{sorted(set(result.missing_keys) - tied)[:5]}, unexpected {result.unexpected_keys[:5]}")
+    model.tie_weights()
+    out.mkdir(parents=True, exist_ok=True)
+    if getattr(hf_config, "xpt_adapter_size", None):
+        shutil.copy(Path(__file__).with_name("adapters.py"), out / "xpt_adapters.py")
+        cls = "XptAdapterBertForMaskedLM" if hf_config.model_type == "bert" else "XptAdapterRobertaForMaskedLM"
+        model.config.auto_map = {"AutoModelForMaskedLM": f"xpt_adapters.{cls}"}
+    model.save_pretrained(out)
+    tok = build_tokenizer(str(tag_dir / "spm.model"))
+    save_hf_tokenizer(tok, out, model_max_length=hf_config.xpt_max_length)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m xpt_ds.export", description=__doc__.splitlines()[0])
+    p.add_argument("--run", required=True, type=Path, help="run directory (the run config's run_dir)")
+    p.add_argument("--tag", help="checkpoint tag (default: newest complete)")
+    p.add_argument("--out", required=True, type=Path, help="output directory")
+    a = p.parse_args(argv)
+    try:
+        print(export(a.run, a.out, a.tag))
+    except (FileNotFoundError, RuntimeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
