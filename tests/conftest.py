@@ -115,3 +115,30 @@ def launch(args: list[str], nproc: int = 1, timeout: int = 600, env: dict | None
                "--module", "xpt_ds.train", *args]
     proc = subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=timeout)
     return proc
+
+
+def read_metrics(run_dir: Path) -> dict[int, dict]:
+    import json
+    rows: dict[int, dict] = {}
+    for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        rows.setdefault(row["step"], {}).update(row)
+    return rows
+
+
+@pytest.fixture(scope="session")
+def straight_runs(tmp_path_factory, tiny_roberta, corpus):
+    """Two-phase xpt runs, 2 ranks, fp32 + torch AdamW, a checkpoint every step; one per ZeRO stage, cached."""
+    cache: dict[int, Path] = {}
+
+    def get(stage: int) -> Path:
+        if stage not in cache:
+            root = tmp_path_factory.mktemp(f"straight_z{stage}")
+            cfg = base_config(root / "run", tiny_roberta, corpus, deepspeed=str(REPO / f"ds_configs/zero{stage}_fp32.json"),
+                              checkpoint={"every_steps": 1})
+            proc = launch(["--config", str(write_config(root / "cfg.yaml", cfg))], nproc=2)
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            cache[stage] = root
+        return cache[stage]
+
+    return get

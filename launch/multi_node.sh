@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# Train on several nodes. Two ways to start the processes:
+#
+# A) hostfile + passwordless ssh (DeepSpeed's pdsh launcher): run ONCE, on the first host of the hostfile.
+#      HOSTFILE=launch/hostfile CONFIG=run.yaml bash launch/multi_node.sh [overrides ...]
+#    = deepspeed --hostfile $HOSTFILE --master_addr $MASTER_ADDR --master_port $MASTER_PORT \
+#        --module xpt_ds.train --config $CONFIG [overrides ...]
+#    Format of the hostfile: launch/hostfile.example (`host slots=N`). The repo and the Python environment
+#    must sit at the same paths on every node. pdsh carries only PYTHON*/NCCL* variables and the KEY=VALUE
+#    lines of `.deepspeed_env` (repo root or $HOME): put e.g. DS_ACCELERATOR=cpu or NCCL_SOCKET_IFNAME there.
+#
+# B) one command per node, no ssh needed (torchrun, static rendezvous): run on EVERY node, same CONFIG.
+#      NNODES=2 NODE_RANK=0 MASTER_ADDR=node0 CONFIG=run.yaml bash launch/multi_node.sh   # on node0
+#      NNODES=2 NODE_RANK=1 MASTER_ADDR=node0 CONFIG=run.yaml bash launch/multi_node.sh   # on node1
+#    = torchrun --nnodes $NNODES --node_rank $NODE_RANK --nproc_per_node $NPROC_PER_NODE \
+#        --master_addr $MASTER_ADDR --master_port $MASTER_PORT -m xpt_ds.train --config $CONFIG [overrides ...]
+#
+# Every value can also be given as a flag: --config, --hostfile, --master_addr, --master_port, --nnodes,
+# --node_rank, --nproc_per_node, --mode (dashes or underscores). All other arguments (or everything after
+# `--`) go to `python -m xpt_ds.train` unchanged: config overrides (--section.key=value) or --resume TAG.
+# Rerunning the same command resumes from the newest complete checkpoint (checkpoint.resume: auto).
+#
+# environment:
+#   CONFIG          run config, required; relative paths inside it are relative to the repo root (the
+#                   working directory of the run on every node); needs a filesystem shared by the nodes
+#   MODE            deepspeed | torchrun; default: deepspeed if HOSTFILE is set, else torchrun
+#   HOSTFILE        (A) DeepSpeed hostfile
+#   MASTER_ADDR     (A) default: the first host in HOSTFILE; (B) required: address of the NODE_RANK=0 node
+#   MASTER_PORT     default 29500; the same on every node
+#   NUM_NODES, NUM_GPUS  (A) optional: use only that many hosts / GPUs per host of the hostfile
+#   NNODES, NODE_RANK    (B) required
+#   NPROC_PER_NODE  (B) processes per node; default: the visible GPUs (CUDA_VISIBLE_DEVICES, else
+#                   nvidia-smi), 1 if none or DS_ACCELERATOR=cpu
+#   DS_ACCELERATOR  `cpu` for CPU-only clusters (gloo/ccl instead of NCCL)
+#   LAUNCHER_ARGS   extra launcher flags, space-separated (e.g. "--ssh_port 2222" or "--launcher openmpi" for A)
+#   PYTHON (default python), DEEPSPEED (default deepspeed), TORCHRUN (default torchrun)
+#   DRY_RUN=1       print the command instead of running it
+set -euo pipefail
+
+usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"; }
+die() { echo "multi_node.sh: $*" >&2; exit 2; }
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PYTHON="${PYTHON:-python}"
+
+overrides=()
+while (($#)); do
+  opt="${1%%=*}"
+  opt="${opt//-/_}"
+  case "$opt" in
+    __config|__hostfile|__master_addr|__master_port|__nnodes|__node_rank|__nproc_per_node|__mode)
+      if [[ "$1" == *=* ]]; then val="${1#*=}"; shift
+      else (($# >= 2)) || die "$1 needs a value"; val="$2"; shift 2; fi
+      case "$opt" in
+        __config) CONFIG="$val" ;;
+        __hostfile) HOSTFILE="$val" ;;
+        __master_addr) MASTER_ADDR="$val" ;;
+        __master_port) MASTER_PORT="$val" ;;
+        __nnodes) NNODES="$val" ;;
+        __node_rank) NODE_RANK="$val" ;;
+        __nproc_per_node) NPROC_PER_NODE="$val" ;;
+        __mode) MODE="$val" ;;
+      esac ;;
+    _h|__help) usage; exit 0 ;;
+    __) shift; overrides+=("$@"); break ;;
+    *) overrides+=("$1"); shift ;;
+  esac
+done
+
+[[ -n "${CONFIG:-}" ]] || { usage >&2; die "CONFIG is required (CONFIG=FILE or --config FILE)"; }
+[[ -f "$CONFIG" ]] || die "config file not found: $CONFIG"
+CONFIG="$(cd "$(dirname "$CONFIG")" && pwd)/$(basename "$CONFIG")"
+MASTER_PORT="${MASTER_PORT:-29500}"
+[[ "$MASTER_PORT" =~ ^[0-9]+$ ]] || die "MASTER_PORT must be a port number, got '$MASTER_PORT'"
+
+if [[ -z "${MODE:-}" ]]; then
+  if [[ -n "${HOSTFILE:-}" ]]; then MODE=deepspeed; else MODE=torchrun; fi
+fi
+
+extra=()
+[[ -z "${LAUNCHER_ARGS:-}" ]] || read -r -a extra <<<"$LAUNCHER_ARGS"
+
+count_devices() {
+  if [[ "${DS_ACCELERATOR:-}" == cpu ]]; then
+    echo 1
+  elif [[ -n "${CUDA_VISIBLE_DEVICES:-}" ]]; then
+    tr ',' '\n' <<<"$CUDA_VISIBLE_DEVICES" | grep -c .
+  elif command -v nvidia-smi >/dev/null 2>&1; then
+    local n
+    n="$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | grep -c . || true)"
+    echo "$(( n > 0 ? n : 1 ))"
+  else
+    echo 1
+  fi
+}
+
+case "$MODE" in
+  deepspeed)
+    [[ -n "${HOSTFILE:-}" ]] || die "MODE=deepspeed needs HOSTFILE (see launch/hostfile.example)"
+    [[ -f "$HOSTFILE" ]] || die "hostfile not found: $HOSTFILE"
+    HOSTFILE="$(cd "$(dirname "$HOSTFILE")" && pwd)/$(basename "$HOSTFILE")"
+    hosts=()
+    while read -r line || [[ -n "$line" ]]; do
+      line="${line%%#*}"
+      [[ -n "${line//[[:space:]]/}" ]] || continue
+      [[ "$line" =~ ^[[:space:]]*([^[:space:]]+)[[:space:]]+slots=([0-9]+)[[:space:]]*$ ]] \
+        || die "bad hostfile line in $HOSTFILE: '$line' (expected 'HOST slots=N')"
+      hosts+=("${BASH_REMATCH[1]}")
+    done <"$HOSTFILE"
+    ((${#hosts[@]} > 0)) || die "hostfile $HOSTFILE lists no hosts"
+    MASTER_ADDR="${MASTER_ADDR:-${hosts[0]}}"
+    if [[ -n "${DEEPSPEED:-}" ]]; then
+      read -r -a launcher <<<"$DEEPSPEED"
+    elif command -v deepspeed >/dev/null 2>&1; then
+      launcher=(deepspeed)
+    else
+      launcher=("$PYTHON" -m deepspeed.launcher.runner)
+    fi
+    sizes=()
+    [[ -z "${NUM_NODES:-}" ]] || sizes+=(--num_nodes "$NUM_NODES")
+    [[ -z "${NUM_GPUS:-}" ]] || sizes+=(--num_gpus "$NUM_GPUS")
+    cmd=("${launcher[@]}" --hostfile "$HOSTFILE" "${sizes[@]}" --master_addr "$MASTER_ADDR"
+         --master_port "$MASTER_PORT" "${extra[@]}" --module xpt_ds.train --config "$CONFIG" "${overrides[@]}")
+    ;;
+  torchrun)
+    [[ -n "${NNODES:-}" && -n "${NODE_RANK:-}" && -n "${MASTER_ADDR:-}" ]] \
+      || die "MODE=torchrun needs NNODES, NODE_RANK and MASTER_ADDR (or set HOSTFILE for the deepspeed launcher)"
+    [[ "$NNODES" =~ ^[1-9][0-9]*$ ]] || die "NNODES must be a positive integer, got '$NNODES'"
+    if ! [[ "$NODE_RANK" =~ ^[0-9]+$ ]] || ((NODE_RANK >= NNODES)); then
+      die "NODE_RANK must be in 0..$((NNODES - 1)), got '$NODE_RANK'"
+    fi
+    NPROC_PER_NODE="${NPROC_PER_NODE:-$(count_devices)}"
+    [[ "$NPROC_PER_NODE" =~ ^[1-9][0-9]*$ ]] || die "NPROC_PER_NODE must be a positive integer, got '$NPROC_PER_NODE'"
+    if [[ -n "${TORCHRUN:-}" ]]; then
+      read -r -a launcher <<<"$TORCHRUN"
+    elif command -v torchrun >/dev/null 2>&1; then
+      launcher=(torchrun)
+    else
+      launcher=("$PYTHON" -m torch.distributed.run)
+    fi
+    cmd=("${launcher[@]}" --nnodes "$NNODES" --node_rank "$NODE_RANK" --nproc_per_node "$NPROC_PER_NODE"
+         --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" "${extra[@]}"
+         -m xpt_ds.train --config "$CONFIG" "${overrides[@]}")
+    ;;
+  *) die "MODE must be deepspeed or torchrun, got '$MODE'" ;;
+esac
+
+cd "$REPO"
+export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
+echo "+ (cd $REPO &&$(printf ' %q' "${cmd[@]}"))" >&2
+[[ "${DRY_RUN:-0}" == 1 ]] && exit 0
+exec "${cmd[@]}"

@@ -1,0 +1,157 @@
+"""Each bad input ends ``python -m xpt_ds.train`` with exit code 2 and one ``error:`` line naming the culprit."""
+import json
+import shutil
+import socket
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import sentencepiece as spm
+
+from conftest import base_config, launch, write_config
+
+
+@dataclass
+class Fixtures:
+    source: Path
+    corpus: Path
+    corpus_text: Path
+
+
+def unknown_key(cfg, d, fx):
+    cfg["model"]["sourc"] = "x"
+    return [], ["'model.sourc'"]
+
+
+def unknown_override_key(cfg, d, fx):
+    return ["--optim.micro_batch=4"], ["'optim.micro_batch'"]
+
+
+def wrong_type(cfg, d, fx):
+    cfg["optim"]["micro_batch_size"] = "8"
+    return [], ["'optim.micro_batch_size'", "int"]
+
+
+def wrong_type_bool_as_int(cfg, d, fx):
+    cfg["optim"]["torch_adam"] = 1
+    return [], ["'optim.torch_adam'", "bool"]
+
+
+def missing_source_model(cfg, d, fx):
+    cfg["model"]["source"] = str(d / "no_such_model")
+    return [], ["'model.source'", str(d / "no_such_model")]
+
+
+def missing_tokenizer_file(cfg, d, fx):
+    cfg["model"]["tokenizer"] = str(d / "missing.model")
+    return [], ["'model.tokenizer'", str(d / "missing.model")]
+
+
+def _train_spm(text: Path, prefix: Path, **special) -> str:
+    spm.SentencePieceTrainer.train(input=str(text), model_prefix=str(prefix), vocab_size=260, hard_vocab_limit=False,
+                                   num_threads=1, minloglevel=2, **special)
+    return str(prefix.with_suffix(".model"))
+
+
+def tokenizer_with_default_special_ids(cfg, d, fx):
+    cfg["model"]["tokenizer"] = _train_spm(fx.corpus_text, d / "spm")
+    return [], [cfg["model"]["tokenizer"], "pad"]
+
+
+def tokenizer_without_mask_piece(cfg, d, fx):
+    cfg["model"]["tokenizer"] = _train_spm(fx.corpus_text, d / "spm", pad_id=3)
+    return [], [cfg["model"]["tokenizer"], "mask"]
+
+
+def trainable_pattern_matching_nothing(cfg, d, fx):
+    cfg["phases"][0]["trainable"] = ["nope\\..*"]
+    return [], ["'phases[0].trainable'", "'nope\\..*'"]
+
+
+def _ds_json(cfg, d, ds: dict) -> str:
+    cfg["deepspeed"] = str(d / "ds.json")
+    (d / "ds.json").write_text(json.dumps(ds))
+    return cfg["deepspeed"]
+
+
+def ds_json_sets_train_batch_size(cfg, d, fx):
+    path = _ds_json(cfg, d, {"zero_optimization": {"stage": 2}, "train_batch_size": 8})
+    return [], [path, "'train_batch_size'"]
+
+
+def ds_json_sets_optimizer_lr(cfg, d, fx):
+    path = _ds_json(cfg, d, {"zero_optimization": {"stage": 2}, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}})
+    return [], [path, "'optimizer'"]
+
+
+def ds_json_sets_nested_lr(cfg, d, fx):
+    path = _ds_json(cfg, d, {"zero_optimization": {"stage": 2}, "custom": {"lr": 1e-3}})
+    return [], [path, "'lr'"]
+
+
+def ds_json_bf16_at_stage0(cfg, d, fx):
+    path = _ds_json(cfg, d, {"zero_optimization": {"stage": 0}, "bf16": {"enabled": True}})
+    return [], [path, "bf16", "stage"]
+
+
+def missing_shard(cfg, d, fx):
+    shutil.copytree(fx.corpus, d / "corpus")
+    manifest = json.loads((d / "corpus/manifest.json").read_text())
+    shard = d / "corpus" / manifest["splits"]["train"]["shards"][0]
+    shard.unlink()
+    cfg["data"]["train_shards"] = [f"{d}/corpus/manifest.json:train"]
+    return [], [str(shard)]
+
+
+CASES = {f.__name__: f for f in [
+    unknown_key, unknown_override_key, wrong_type, wrong_type_bool_as_int, missing_source_model,
+    missing_tokenizer_file, tokenizer_with_default_special_ids, tokenizer_without_mask_piece,
+    trainable_pattern_matching_nothing, ds_json_sets_train_batch_size, ds_json_sets_optimizer_lr,
+    ds_json_sets_nested_lr, ds_json_bf16_at_stage0, missing_shard]}
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory, tiny_roberta, corpus, corpus_text):
+    """name -> (CompletedProcess, culprits); the launches run concurrently to keep the module fast."""
+    fx = Fixtures(tiny_roberta, corpus, corpus_text)
+    jobs = {}
+    for (name, build), port in zip(CASES.items(), _free_ports(len(CASES))):
+        d = tmp_path_factory.mktemp(name)
+        cfg = base_config(d / "run", tiny_roberta, corpus)
+        args, culprits = build(cfg, d, fx)
+        argv = ["--config", str(write_config(d / "run.yaml", cfg)), *args]
+        jobs[name] = (argv, {"MASTER_PORT": str(port)}, culprits)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        futures = {name: pool.submit(launch, argv, 1, 180, env) for name, (argv, env, _) in jobs.items()}
+        return {name: (futures[name].result(), jobs[name][2]) for name in jobs}
+
+
+def error_line(proc: subprocess.CompletedProcess) -> str:
+    tail = proc.stderr[-4000:]
+    assert "Traceback" not in proc.stderr, tail
+    assert proc.returncode == 2, tail
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert lines, proc.stdout[-2000:]
+    assert lines[-1].startswith("error:"), tail
+    return lines[-1]
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_bad_input_is_one_line_error_naming_culprit(outcomes, name):
+    proc, culprits = outcomes[name]
+    line = error_line(proc)
+    for culprit in culprits:
+        assert culprit in line, line

@@ -1,0 +1,65 @@
+"""Export round trip: stock transformers on the exported directory == the trainer's own model."""
+import subprocess
+import sys
+
+import pytest
+import sentencepiece as spm
+import torch
+from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+from conftest import REPO, launch
+from xpt_ds.export import main as export_main
+
+pytestmark = pytest.mark.multiproc
+
+
+def _trainer_logits(run_root, ids, tmp_path):
+    out = tmp_path / "logits.pt"
+    torch.save(ids, str(out) + ".ids.pt")
+    cmd = [sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", "2", "--master_port", "29733",
+           str(REPO / "tests/trainer_logits.py"), str(run_root / "cfg.yaml"), str(out)]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600,
+                          env={**__import__("os").environ, "DS_ACCELERATOR": "cpu", "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return torch.load(out)
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_export_matches_trainer(stage, straight_runs, tmp_path, corpus):
+    run_root = straight_runs(stage)
+    out = tmp_path / "exported"
+    assert export_main(["--run", str(run_root / "run"), "--out", str(out)]) == 0
+
+    model = AutoModelForMaskedLM.from_pretrained(out).eval()
+    tok = AutoTokenizer.from_pretrained(out)
+    text = open(corpus / "spm.vocab", encoding="utf-8").read().split()[40] + " " + \
+        open(corpus / "spm.vocab", encoding="utf-8").read().split()[60]
+    enc = tok(text, return_tensors="pt")
+    sp = spm.SentencePieceProcessor(model_file=str(corpus / "spm.model"))
+    assert enc["input_ids"][0].tolist() == [sp.bos_id(), *sp.encode(text), sp.eos_id()]
+    assert tok.mask_token == "<mask>" and tok.mask_token_id == sp.piece_to_id("<mask>")
+    assert tok.pad_token_id == sp.pad_id() == model.config.pad_token_id
+
+    ids = torch.randint(5, sp.get_piece_size(), (2, 20))
+    ids[:, 0], ids[:, -1] = sp.bos_id(), sp.eos_id()
+    with torch.no_grad():
+        exported = model(input_ids=ids).logits
+    assert torch.equal(exported, _trainer_logits(run_root, ids, tmp_path))
+
+
+def test_export_adapters_loads_with_remote_code(tmp_path, tiny_roberta, corpus):
+    from conftest import base_config, write_config
+    cfg = base_config(tmp_path / "run", tiny_roberta, corpus, deepspeed=str(REPO / "ds_configs/zero1_fp32.json"))
+    cfg["model"].update(method="adapters", adapter_size=8)
+    cfg["phases"] = [{"name": "all", "steps": 2, "lr": 1e-3}]
+    proc = launch(["--config", str(write_config(tmp_path / "cfg.yaml", cfg))])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = tmp_path / "exported"
+    assert export_main(["--run", str(tmp_path / "run"), "--out", str(out)]) == 0
+    model = AutoModelForMaskedLM.from_pretrained(out, trust_remote_code=True).eval()
+    assert type(model).__name__ == "XptAdapterRobertaForMaskedLM"
+    up = model.roberta.encoder.layer[0].output.adapter.up.weight
+    assert up.abs().sum() > 0  # trained adapter weights came through
+    ids = torch.randint(5, 100, (1, 10))
+    plain = AutoModelForMaskedLM.from_pretrained(out).eval()  # stock class: adapters dropped
+    assert not torch.allclose(model(input_ids=ids).logits, plain(input_ids=ids).logits)

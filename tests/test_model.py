@@ -1,0 +1,119 @@
+import pytest
+import torch
+from transformers import AutoModelForMaskedLM
+
+from xpt_ds.config import ModelConfig, TrainConfig, PhaseConfig
+from xpt_ds.model import build_model, count_params
+from xpt_ds.phases import build_phase_trainables
+from xpt_ds.tokenizer import build_tokenizer
+
+
+def _build(source, corpus, **kw):
+    cfg = ModelConfig(source=str(source), tokenizer=str(corpus / "spm.model"), **kw)
+    tok = build_tokenizer(cfg.tokenizer)
+    return build_model(cfg, tok), tok, AutoModelForMaskedLM.from_pretrained(source)
+
+
+def _sd(module):
+    return {k: v for k, v in module.state_dict().items()}
+
+
+def _equal(a, b):
+    sa, sb = _sd(a), _sd(b)
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+@pytest.mark.parametrize("family", ["roberta", "bert"])
+def test_xpt_reuses_source_bit_exactly(family, tiny_roberta, tiny_bert, corpus, corpus_bert):
+    source, corp = (tiny_roberta, corpus) if family == "roberta" else (tiny_bert, corpus_bert)
+    built, tok, src = _build(source, corp)
+    tb, sb = getattr(built.model, family), getattr(src, family)
+    C = src.config.num_hidden_layers
+    assert len(tb.encoder.layer) == C + 2
+    for i in range(C):
+        assert _equal(tb.encoder.layer[i + 1], sb.encoder.layer[i]), f"layer {i}"
+    for name in ("position_embeddings", "token_type_embeddings", "LayerNorm"):
+        assert _equal(getattr(tb.embeddings, name), getattr(sb.embeddings, name)), name
+    head = ("lm_head.dense", "lm_head.layer_norm") if family == "roberta" else (
+        "cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm")
+    for path in head:
+        assert _equal(built.model.get_submodule(path), src.get_submodule(path)), path
+    # New parts: embeddings with the target vocab, ITLs unlike any source layer, decoder tied to embeddings.
+    assert tb.embeddings.word_embeddings.weight.shape == (tok.vocab_size, src.config.hidden_size)
+    for itl in (tb.encoder.layer[0], tb.encoder.layer[C + 1]):
+        assert not any(_equal(itl, sb.encoder.layer[i]) for i in range(C))
+    assert built.model.get_output_embeddings().weight is tb.embeddings.word_embeddings.weight
+
+
+def test_parameter_count(tiny_roberta, corpus):
+    built, tok, src = _build(tiny_roberta, corpus)
+    d = src.config.hidden_size
+    layer = sum(p.numel() for p in src.roberta.encoder.layer[0].parameters())
+    vocab_delta = (tok.vocab_size - src.config.vocab_size) * (d + 1)  # embedding rows + LM-head bias
+    assert count_params(built.model) == count_params(src) + 2 * layer + vocab_delta
+
+
+def test_roberta_positions_follow_source_rows_when_pad_differs(tiny_roberta, corpus_bert):
+    """Target pad id 0 vs source pad id 1: every real token must still use the source's position row."""
+    built, tok, src = _build(tiny_roberta, corpus_bert)
+    assert tok.pad_id != src.config.pad_token_id
+    ids_t = torch.tensor([[tok.cls_id, 10, 11, 12, 13, tok.sep_id, tok.pad_id, tok.pad_id]])
+    ids_s = torch.where(ids_t == tok.pad_id, src.config.pad_token_id, torch.full_like(ids_t, 5))
+    emb_t, emb_s = built.model.roberta.embeddings, src.roberta.embeddings
+    pos_t = emb_t.create_position_ids_from_input_ids(ids_t, emb_t.padding_idx)
+    pos_s = emb_s.create_position_ids_from_input_ids(ids_s, emb_s.padding_idx)
+    real = ids_t != tok.pad_id
+    assert torch.equal(emb_t.position_embeddings(pos_t)[real], emb_s.position_embeddings(pos_s)[real])
+    assert built.model.config.xpt_max_length == src.config.max_position_embeddings - 2
+
+
+def test_methods_shapes_and_tags(tiny_roberta, corpus):
+    no_itl, _, src = _build(tiny_roberta, corpus, method="xpt_no_itl")
+    assert len(no_itl.model.roberta.encoder.layer) == 2
+    assert _equal(no_itl.model.roberta.encoder.layer[0], src.roberta.encoder.layer[0])
+    scratch, _, _ = _build(tiny_roberta, corpus, method="scratch")
+    assert len(scratch.model.roberta.encoder.layer) == 4
+    assert all("@new" in t for t in scratch.tags.values())
+    rand, _, _ = _build(tiny_roberta, corpus, method="random_source")
+    assert not _equal(rand.model.roberta.encoder.layer[1], src.roberta.encoder.layer[0])
+    copy, _, _ = _build(tiny_roberta, corpus, itl_init="copy")
+    assert _equal(copy.model.roberta.encoder.layer[0], src.roberta.encoder.layer[0])
+    assert _equal(copy.model.roberta.encoder.layer[3], src.roberta.encoder.layer[1])
+
+
+def test_adapters_start_as_identity(tiny_roberta, corpus):
+    adapters, _, _ = _build(tiny_roberta, corpus, method="adapters", adapter_size=8)
+    plain, _, _ = _build(tiny_roberta, corpus, method="xpt_no_itl")
+    names = [n for n in adapters.tags if ".adapter." in n]
+    assert len(names) == 2 * 2 * 4  # 2 layers x 2 adapters x (down, up) x (weight, bias)
+    assert all("@adapters" in adapters.tags[n] and "@new" in adapters.tags[n] for n in names)
+    missing = adapters.model.load_state_dict(plain.model.state_dict(), strict=False).missing_keys
+    assert sorted(missing) == sorted(names)
+    ids = torch.randint(5, 100, (2, 12))
+    adapters.model.eval(), plain.model.eval()
+    assert torch.allclose(adapters.model(ids).logits, plain.model(ids).logits, atol=1e-6)
+
+
+def test_phase_presets(tiny_roberta, corpus):
+    built, _, _ = _build(tiny_roberta, corpus)
+    cfg = TrainConfig(model=ModelConfig(source="x", tokenizer="y"),
+                      phases=[PhaseConfig(name="a", steps=1), PhaseConfig(name="b", steps=1)])
+    p1, p2 = build_phase_trainables(cfg, built.tags)
+    assert p2 == set(built.tags)
+    assert p1 == {n for n, t in built.tags.items() if "@new" in t}
+    assert "roberta.embeddings.word_embeddings.weight" in p1 and "lm_head.bias" in p1
+    assert all(n.startswith(("roberta.encoder.layer.0.", "roberta.encoder.layer.3.", "roberta.embeddings.word",
+                             "lm_head.bias")) for n in p1)
+    cfg.model.phase1_trains_position_and_head = True
+    p1_extra, _ = build_phase_trainables(cfg, built.tags)
+    assert p1_extra - p1 == {"roberta.embeddings.position_embeddings.weight", "lm_head.dense.weight",
+                             "lm_head.dense.bias", "lm_head.layer_norm.weight", "lm_head.layer_norm.bias"}
+
+
+def test_source_without_mlm_head_marks_head_new(tmp_path, tiny_bert, corpus_bert):
+    """A BertModel checkpoint (like all-MiniLM-L6-v2) has no MLM head: it starts fresh and trains in phase 1."""
+    from transformers import BertModel
+    BertModel.from_pretrained(tiny_bert).save_pretrained(tmp_path)
+    built, _, _ = _build(tmp_path, corpus_bert)
+    assert "@new" in built.tags["cls.predictions.transform.dense.weight"]
+    assert "@source" in built.tags["bert.encoder.layer.1.attention.self.query.weight"]

@@ -1,0 +1,26 @@
+"""Run under the deepspeed launcher: load a run's newest checkpoint into the trainer's own engine and save
+fp32 logits of the engine's model on fixed input ids (rank 0 writes OUT)."""
+import sys
+
+import deepspeed
+import torch
+
+from xpt_ds.config import load_config
+from xpt_ds.trainer import Trainer
+
+
+def main(config: str, out: str) -> None:
+    deepspeed.init_distributed()
+    trainer = Trainer(load_config(config))
+    trainer.setup()
+    ids = torch.load(out + ".ids.pt")
+    trainer.engine.eval()
+    with torch.no_grad():
+        logits = trainer.engine.module.hf(input_ids=ids.to(trainer.device)).logits.float().cpu()
+    if deepspeed.comm.get_rank() == 0:
+        torch.save(logits, out)
+    deepspeed.comm.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(*[a for a in sys.argv[1:] if not a.startswith("--local_rank")])
