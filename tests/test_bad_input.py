@@ -11,11 +11,11 @@ import pytest
 import sentencepiece as spm
 
 from conftest import base_config, launch, write_config
+from data_tools.spm_train import LAYOUTS
 
 
 @dataclass
 class Fixtures:
-    source: Path
     corpus: Path
     corpus_text: Path
 
@@ -49,9 +49,9 @@ def missing_tokenizer_file(cfg, d, fx):
     return [], ["'model.tokenizer'", str(d / "missing.model")]
 
 
-def _train_spm(text: Path, prefix: Path, **special) -> str:
-    spm.SentencePieceTrainer.train(input=str(text), model_prefix=str(prefix), vocab_size=260, hard_vocab_limit=False,
-                                   num_threads=1, minloglevel=2, **special)
+def _train_spm(text: Path, prefix: Path, vocab_size: int = 260, **special) -> str:
+    spm.SentencePieceTrainer.train(input=str(text), model_prefix=str(prefix), vocab_size=vocab_size,
+                                   hard_vocab_limit=False, num_threads=1, minloglevel=2, **special)
     return str(prefix.with_suffix(".model"))
 
 
@@ -63,6 +63,12 @@ def tokenizer_with_default_special_ids(cfg, d, fx):
 def tokenizer_without_mask_piece(cfg, d, fx):
     cfg["model"]["tokenizer"] = _train_spm(fx.corpus_text, d / "spm", pad_id=3)
     return [], [cfg["model"]["tokenizer"], "mask"]
+
+
+def tokenizer_smaller_than_corpus_vocab(cfg, d, fx):
+    (d / "english.txt").write_text("\n".join(f"the quick brown fox {i} jumps over the lazy dog" for i in range(300)))
+    cfg["model"]["tokenizer"] = _train_spm(d / "english.txt", d / "spm", 60, **LAYOUTS["roberta"])
+    return [], [cfg["model"]["tokenizer"]]
 
 
 def trainable_pattern_matching_nothing(cfg, d, fx):
@@ -86,11 +92,6 @@ def ds_json_sets_optimizer_lr(cfg, d, fx):
     return [], [path, "'optimizer'"]
 
 
-def ds_json_sets_nested_lr(cfg, d, fx):
-    path = _ds_json(cfg, d, {"zero_optimization": {"stage": 2}, "custom": {"lr": 1e-3}})
-    return [], [path, "'lr'"]
-
-
 def ds_json_bf16_at_stage0(cfg, d, fx):
     path = _ds_json(cfg, d, {"zero_optimization": {"stage": 0}, "bf16": {"enabled": True}})
     return [], [path, "bf16", "stage"]
@@ -105,11 +106,24 @@ def missing_shard(cfg, d, fx):
     return [], [str(shard)]
 
 
+def corrupt_shard(cfg, d, fx):
+    shutil.copytree(fx.corpus, d / "corpus")
+    shard = d / "corpus" / json.loads((d / "corpus/manifest.json").read_text())["splits"]["train"]["shards"][0]
+    shard.write_bytes(shard.read_bytes()[:1500])
+    cfg["data"]["train_shards"] = [str(shard)]
+    return [], [str(shard)]
+
+
+def phase_with_zero_steps(cfg, d, fx):
+    return ["--phases.1.steps=0"], ["'phases[1].steps'"]
+
+
 CASES = {f.__name__: f for f in [
+    corrupt_shard, phase_with_zero_steps,
     unknown_key, unknown_override_key, wrong_type, wrong_type_bool_as_int, missing_source_model,
     missing_tokenizer_file, tokenizer_with_default_special_ids, tokenizer_without_mask_piece,
     trainable_pattern_matching_nothing, ds_json_sets_train_batch_size, ds_json_sets_optimizer_lr,
-    ds_json_sets_nested_lr, ds_json_bf16_at_stage0, missing_shard]}
+    ds_json_bf16_at_stage0, missing_shard, tokenizer_smaller_than_corpus_vocab]}
 
 
 def _free_ports(n: int) -> list[int]:
@@ -126,7 +140,7 @@ def _free_ports(n: int) -> list[int]:
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory, tiny_roberta, corpus, corpus_text):
     """name -> (CompletedProcess, culprits); the launches run concurrently to keep the module fast."""
-    fx = Fixtures(tiny_roberta, corpus, corpus_text)
+    fx = Fixtures(corpus, corpus_text)
     jobs = {}
     for (name, build), port in zip(CASES.items(), _free_ports(len(CASES))):
         d = tmp_path_factory.mktemp(name)
@@ -140,8 +154,9 @@ def outcomes(tmp_path_factory, tiny_roberta, corpus, corpus_text):
 
 
 def error_line(proc: subprocess.CompletedProcess) -> str:
-    tail = proc.stderr[-4000:]
-    assert "Traceback" not in proc.stderr, tail
+    tail = "\n".join(proc.stderr.splitlines()[-12:])
+    traceback = "Traceback" in proc.stderr
+    assert not traceback, tail
     assert proc.returncode == 2, tail
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert lines, proc.stdout[-2000:]

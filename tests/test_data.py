@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from xpt_ds.config import ConfigError, DataConfig
-from xpt_ds.data import MLMBatchStream, MLMMasker, expand_shards, packed_sequences, read_documents
+from xpt_ds.data import DataError, MLMBatchStream, MLMMasker, expand_shards, packed_sequences, read_documents
 from xpt_ds.tokenizer import build_tokenizer
 
 
@@ -95,10 +95,10 @@ def test_corrupt_and_missing_shards_are_named(tmp_path):
     bad = tmp_path / "bad.tar"
     good = _write_shard(tmp_path / "good.tar", [list(range(5, 500))])
     bad.write_bytes(open(good, "rb").read()[:700])
-    with pytest.raises(RuntimeError, match="bad.tar"):
+    with pytest.raises(DataError, match="bad.tar"):
         list(read_documents(str(bad)))
     wrong = _write_shard(tmp_path / "wrong.tar", [np.zeros((3, 3))], dtype=np.float32)
-    with pytest.raises(RuntimeError, match="wrong.tar.*dtype"):
+    with pytest.raises(DataError, match="wrong.tar.*dtype"):
         list(read_documents(wrong))
     with pytest.raises(ConfigError, match="missing-000.tar"):
         expand_shards([str(tmp_path / "missing-{000..001}.tar")])

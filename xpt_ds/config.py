@@ -121,8 +121,35 @@ def _field_type(f: dataclasses.Field):
     return t
 
 
+class Override(str):
+    """The raw text of a ``--key=value`` override: converted by the target field's type, not by YAML rules
+    (YAML 1.1 reads ``5e-4`` as a string and ``no`` as False)."""
+
+
+_BOOL_WORDS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
+
+
+def _coerce_override(value: Override, typ, key: str):
+    try:
+        if typ is bool:
+            return _BOOL_WORDS[value.lower()]
+        if typ in (int, float):
+            return typ(value)
+    except (KeyError, ValueError):
+        raise ConfigError(f"config key '{key}' must be {'a bool' if typ is bool else 'an ' + typ.__name__}, "
+                          f"got {str(value)!r}") from None
+    return str(value)
+
+
 def _coerce(value, typ, key: str):
     """Check/convert one leaf value; ints are accepted where floats are expected."""
+    if isinstance(value, Override):
+        return _coerce_override(value, typ, key)
+    if typ is float and isinstance(value, str):  # YAML 1.1 reads 1e-4 (no dot) as a string
+        try:
+            return float(value)
+        except ValueError:
+            pass
     if typ is bool:
         if isinstance(value, bool):
             return value
@@ -145,7 +172,7 @@ def _coerce(value, typ, key: str):
 def from_dict(cls, data, prefix: str = ""):
     """Build dataclass ``cls`` from a nested dict, rejecting unknown keys and wrong types."""
     if not isinstance(data, dict):
-        raise ConfigError(f"config section '{prefix or '<root>'}' must be a mapping, got {data!r}")
+        raise ConfigError(f"config section '{prefix.rstrip('.') or '<root>'}' must be a mapping, got {data!r}")
     fields = {f.name: f for f in dataclasses.fields(cls)}
     kwargs = {}
     for k, v in data.items():
@@ -153,6 +180,8 @@ def from_dict(cls, data, prefix: str = ""):
         if k not in fields:
             raise ConfigError(f"unknown config key '{key}' (valid: {', '.join(fields)})")
         typ = _field_type(fields[k])
+        if isinstance(v, Override) and typ is not str and typ not in (int, float, bool):
+            v = yaml.safe_load(v)  # a whole section or list given on the command line
         if dataclasses.is_dataclass(typ):
             kwargs[k] = from_dict(typ, v, key + ".")
         elif typ is list:
@@ -172,31 +201,31 @@ def to_dict(cfg) -> dict:
     return dataclasses.asdict(cfg)
 
 
-def _parse_override(arg: str) -> tuple[list[str], object]:
+def _parse_override(arg: str) -> tuple[list[str], Override]:
     if not arg.startswith("--") or "=" not in arg:
         raise ConfigError(f"override '{arg}' must look like --section.key=value")
     key, raw = arg[2:].split("=", 1)
-    value = yaml.safe_load(raw) if raw != "" else ""
-    return key.split("."), value
+    return key.split("."), Override(raw)
+
+
+def _child(node, part: str, original: str, create: bool):
+    """``node[part]`` for a dict (created when missing) or a list (by in-range index)."""
+    if isinstance(node, list):
+        if not part.isdigit() or int(part) >= len(node):
+            raise ConfigError(f"override '{original}': '{part}' is not an index of a list of {len(node)}")
+        return int(part)
+    if not isinstance(node, dict):
+        raise ConfigError(f"override '{original}': '{part}' is inside a value, not a section")
+    if create:
+        node.setdefault(part, {})
+    return part
 
 
 def _set_path(data: dict, path: list[str], value, original: str):
     node = data
-    for i, part in enumerate(path[:-1]):
-        if part.isdigit() and isinstance(node, list):
-            idx = int(part)
-            if idx >= len(node):
-                raise ConfigError(f"override '{original}': index {idx} out of range")
-            node = node[idx]
-            continue
-        node = node.setdefault(part, {})
-        if not isinstance(node, (dict, list)):
-            raise ConfigError(f"override '{original}': '{'.'.join(path[:i + 1])}' is not a section")
-    last = path[-1]
-    if isinstance(node, list):
-        node[int(last)] = value
-    else:
-        node[last] = value
+    for part in path[:-1]:
+        node = node[_child(node, part, original, create=True)]
+    node[_child(node, path[-1], original, create=False)] = value
 
 
 def load_config(path: str | None, overrides: list[str] = ()) -> TrainConfig:

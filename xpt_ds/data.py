@@ -7,6 +7,7 @@ that is the same on every rank and survives a resume. Masking is drawn from a ge
 """
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import tarfile
@@ -24,8 +25,24 @@ from xpt_ds.tokenizer import TargetTokenizer
 FORMAT_VERSION = 1
 
 
-def expand_shards(specs: list[str]) -> list[str]:
-    """Paths, brace patterns (``train-{000000..000003}.tar``) or ``manifest.json:split``."""
+class DataError(ValueError):
+    """Unusable training data (corrupt shard, ids outside the vocabulary); the message names the shard."""
+
+
+def _check_manifest_tokenizer(manifest: Path, meta: dict, tok: TargetTokenizer) -> None:
+    if meta.get("vocab_size") != tok.vocab_size:
+        raise ConfigError(f"manifest {manifest} has vocab_size {meta.get('vocab_size')} but model.tokenizer "
+                          f"{tok.path} has {tok.vocab_size}: the shards were made with another tokenizer")
+    sha = hashlib.sha256(Path(tok.path).read_bytes()).hexdigest()
+    if meta.get("tokenizer_sha256") not in (None, sha):
+        raise ConfigError(f"manifest {manifest} was tokenized with a different SentencePiece model than "
+                          f"model.tokenizer {tok.path} (sha256 {meta['tokenizer_sha256'][:12]}… vs {sha[:12]}…)")
+
+
+def expand_shards(specs: list[str], tok: TargetTokenizer | None = None) -> list[str]:
+    """Paths, brace patterns (``train-{000000..000003}.tar``) or ``manifest.json:split``.
+
+    With ``tok``, a manifest must record the same tokenizer (vocab size and sha256)."""
     out = []
     for spec in specs:
         path, _, split = spec.partition(".json:")
@@ -37,6 +54,8 @@ def expand_shards(specs: list[str]) -> list[str]:
             if meta.get("format_version") != FORMAT_VERSION:
                 raise ConfigError(f"manifest {manifest} has format_version {meta.get('format_version')}, "
                                   f"expected {FORMAT_VERSION}")
+            if tok is not None:
+                _check_manifest_tokenizer(manifest, meta, tok)
             if split not in meta["splits"]:
                 raise ConfigError(f"manifest {manifest} has no split '{split}' (has {', '.join(meta['splits'])})")
             out += [str(manifest.parent / s) for s in meta["splits"][split]["shards"]]
@@ -60,7 +79,7 @@ def read_documents(shard: str) -> Iterator[np.ndarray]:
                     raise ValueError(f"{member.name} has dtype {arr.dtype} shape {arr.shape}, expected 1-D uint16/32")
                 yield arr
     except (tarfile.TarError, ValueError, EOFError, OSError) as e:
-        raise RuntimeError(f"corrupt shard {shard}: {e}") from None
+        raise DataError(f"corrupt shard {shard}: {e}") from None
 
 
 def packed_sequences(shards: list[str], seq_len: int, tok: TargetTokenizer, seed: int, epoch: int) -> Iterator[np.ndarray]:
@@ -70,6 +89,9 @@ def packed_sequences(shards: list[str], seq_len: int, tok: TargetTokenizer, seed
     buf = np.empty(0, dtype=np.int64)
     for i in order:
         for doc in read_documents(shards[i]):
+            if len(doc) and doc.max() >= tok.vocab_size:
+                raise DataError(f"shard {shards[i]} holds token id {doc.max()} >= vocab size {tok.vocab_size} of "
+                                f"{tok.path}: it was made with another tokenizer")
             buf = np.concatenate([buf, doc.astype(np.int64), [tok.sep_id]])
             while len(buf) >= body:
                 yield np.concatenate([[tok.cls_id], buf[:body], [tok.sep_id]])
@@ -159,8 +181,8 @@ class MLMBatchStream:
 
 
 def build_streams(cfg: DataConfig, tok: TargetTokenizer, micro_batch: int, rank: int, world: int):
-    train = MLMBatchStream(expand_shards(cfg.train_shards), cfg, tok, micro_batch, rank, world, loop=True)
+    train = MLMBatchStream(expand_shards(cfg.train_shards, tok), cfg, tok, micro_batch, rank, world, loop=True)
     valid = None
     if cfg.valid_shards:
-        valid = MLMBatchStream(expand_shards(cfg.valid_shards), cfg, tok, micro_batch, rank, world, loop=False)
+        valid = MLMBatchStream(expand_shards(cfg.valid_shards, tok), cfg, tok, micro_batch, rank, world, loop=False)
     return train, valid

@@ -44,6 +44,8 @@ def load_ds_config(path: str) -> dict:
         ds = json.loads(p.read_text())
     except json.JSONDecodeError as e:
         raise ConfigError(f"DeepSpeed JSON {path} does not parse: {e}") from None
+    if not isinstance(ds, dict):
+        raise ConfigError(f"DeepSpeed JSON {path} must be an object, got {type(ds).__name__}")
     for key, owner in OWNED_KEYS.items():
         if key in ds:
             raise ConfigError(f"DeepSpeed JSON {path} sets '{key}'; it comes from the run config ({owner})")
@@ -51,7 +53,7 @@ def load_ds_config(path: str) -> dict:
         if key in ("lr", "learning_rate"):
             raise ConfigError(f"DeepSpeed JSON {path} sets a learning rate ('{key}'); it comes from phases[*].lr")
     stage = ds.get("zero_optimization", {}).get("stage", 0)
-    if stage == 0 and ds.get("bf16", {}).get("enabled"):
+    if stage == 0 and (ds.get("bf16") or ds.get("bfloat16") or {}).get("enabled"):  # "bfloat16": legacy name
         raise ConfigError(f"DeepSpeed JSON {path}: bf16 needs ZeRO stage >= 1 here (stage 0 keeps no exportable "
                           "fp32 master); use ds_configs/zero1_bf16.json")
     return ds

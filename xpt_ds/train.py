@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
 import sys
 
 from xpt_ds.config import ConfigError, help_text, load_config
@@ -29,7 +30,10 @@ def _single_process_env() -> None:
     """A plain ``python -m xpt_ds.train`` is a world of one: give torch.distributed what it needs."""
     if "WORLD_SIZE" not in os.environ and "SLURM_PROCID" not in os.environ:
         os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", "29511")
+        if "MASTER_PORT" not in os.environ:
+            with socket.socket() as s:  # a free port, so concurrent single-process runs don't collide
+                s.bind(("127.0.0.1", 0))
+                os.environ["MASTER_PORT"] = str(s.getsockname()[1])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     _single_process_env()
     import deepspeed
 
+    from xpt_ds.data import DataError
     from xpt_ds.trainer import Trainer
 
     deepspeed.init_distributed(dist_init_required=True)
@@ -51,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         trainer = Trainer(cfg)
         trainer.setup()
         trainer.train()
-    except (ConfigError, FileNotFoundError) as e:
+    except (ConfigError, DataError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     finally:
