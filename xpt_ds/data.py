@@ -68,16 +68,24 @@ def expand_shards(specs: list[str], tok: TargetTokenizer | None = None) -> list[
 
 
 def read_documents(shard: str) -> Iterator[np.ndarray]:
-    """Token-id arrays of one shard, in file order; a corrupt shard raises naming the shard."""
+    """Token-id arrays of one shard, in file order; a corrupt or truncated shard raises naming the shard."""
     try:
         with tarfile.open(shard, "r:") as tar:
             for member in tar:
                 if not member.isfile() or not member.name.endswith(".ids.npy"):
                     continue
-                arr = np.load(io.BytesIO(tar.extractfile(member).read()), allow_pickle=False)
+                data = tar.extractfile(member).read()
+                if len(data) != member.size:
+                    raise ValueError(f"{member.name} is truncated ({len(data)} of {member.size} bytes)")
+                arr = np.load(io.BytesIO(data), allow_pickle=False)
                 if arr.ndim != 1 or arr.dtype not in (np.uint16, np.uint32):
                     raise ValueError(f"{member.name} has dtype {arr.dtype} shape {arr.shape}, expected 1-D uint16/32")
                 yield arr
+            # tarfile takes an EOF at a header boundary for the end of the archive: require the real
+            # end-of-archive marker (two zero blocks) so a shard cut short is never read silently.
+            tar.fileobj.seek(tar.offset)
+            if tar.fileobj.read(1024) != bytes(1024):
+                raise ValueError("truncated: no end-of-archive marker")
     except (tarfile.TarError, ValueError, EOFError, OSError) as e:
         raise DataError(f"corrupt shard {shard}: {e}") from None
 
