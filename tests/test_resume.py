@@ -7,7 +7,7 @@ import yaml
 
 from conftest import launch, read_metrics, write_config
 from xpt_ds.checkpoint import complete_tags, tag_for
-from xpt_ds.export import load_fp32_state
+from xpt_ds.export import load_checkpoint_fp32
 
 pytestmark = pytest.mark.multiproc
 
@@ -31,7 +31,7 @@ def test_resume_bit_identical(stage, cut, straight_runs, tmp_path):
 
     final = tag_for(8)
     assert complete_tags(tmp_path / "run/checkpoints")[-1] == final
-    a = load_fp32_state(straight / "run/checkpoints", final)
-    b = load_fp32_state(tmp_path / "run/checkpoints", final)
+    a = load_checkpoint_fp32(straight / "run/checkpoints", final)
+    b = load_checkpoint_fp32(tmp_path / "run/checkpoints", final)
     assert a.keys() == b.keys()
     assert all(torch.equal(a[k], b[k]) for k in a), [k for k in a if not torch.equal(a[k], b[k])][:5]

@@ -75,11 +75,11 @@ def test_phase2_masters_start_from_exact_fp32(run):
     lr * (1 + wd * |w|); starting from bf16(w) would add rounding errors far larger than that."""
     root, cfg, _ = run
     from transformers import AutoModelForMaskedLM
-    from xpt_ds.export import load_fp32_state
+    from xpt_ds.export import load_checkpoint_fp32
     name = "roberta.encoder.layer.1.attention.self.query.weight"
     w = AutoModelForMaskedLM.from_pretrained(cfg["model"]["source"]).state_dict()[name.replace("layer.1", "layer.0")]
-    assert torch.equal(load_fp32_state(root / "run/checkpoints", "global_step000000003")[name], w)
-    after_one_step = load_fp32_state(root / "run/checkpoints", "global_step000000004")[name]
+    assert torch.equal(load_checkpoint_fp32(root / "run/checkpoints", "global_step000000003")[name], w)
+    after_one_step = load_checkpoint_fp32(root / "run/checkpoints", "global_step000000004")[name]
     lr = lr_at(PhaseConfig(**cfg["phases"][1]), 0)
     bound = lr * (1 + 0.01 * w.abs()) + 1e-8
     assert ((after_one_step - w).abs() <= bound).all()

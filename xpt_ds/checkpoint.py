@@ -95,8 +95,7 @@ def resolve_tag(ckpt_root: Path, resume: str) -> str | None:
 def read_client_state(ckpt_root: Path, tag: str) -> dict:
     """Client state without building an engine (it is in the rank-0 model-states file)."""
     files = sorted((ckpt_root / tag).glob("*mp_rank_00_model_states.pt"))
-    sd = torch.load(files[0], map_location="cpu", weights_only=False)
-    return sd
+    return torch.load(files[0], map_location="cpu", weights_only=False, mmap=True)
 
 
 def load(engine, ckpt_root: Path, tag: str) -> dict:

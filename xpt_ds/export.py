@@ -16,12 +16,12 @@ import torch
 from transformers import AutoConfig
 
 from xpt_ds import checkpoint
-from xpt_ds.model import build_skeleton
+from xpt_ds.model import build_skeleton, load_fp32_state
 from xpt_ds.objective import strip_prefix
 from xpt_ds.tokenizer import build_tokenizer, save_hf_tokenizer
 
 
-def load_fp32_state(ckpt_root: Path, tag: str) -> dict[str, torch.Tensor]:
+def load_checkpoint_fp32(ckpt_root: Path, tag: str) -> dict[str, torch.Tensor]:
     """Full fp32 state dict (HF names) of a checkpoint."""
     model_states = checkpoint.read_client_state(ckpt_root, tag)
     stage = model_states["ds_config"].get("zero_optimization", {}).get("stage", 0)
@@ -42,13 +42,7 @@ def export(run_dir: Path, out: Path, tag: str | None = None) -> Path:
     tag_dir = ckpt_root / tag
     hf_config = AutoConfig.from_pretrained(tag_dir / "hf_config")
     model = build_skeleton(hf_config)
-    state = load_fp32_state(ckpt_root, tag)
-    result = model.load_state_dict(state, strict=False)
-    tied = {k for k in result.missing_keys if k.endswith(("decoder.weight", "decoder.bias"))}
-    if set(result.missing_keys) - tied or result.unexpected_keys:
-        raise RuntimeError(f"checkpoint {tag_dir} does not match its model: missing "
-                           f"{sorted(set(result.missing_keys) - tied)[:5]}, unexpected {result.unexpected_keys[:5]}")
-    model.tie_weights()
+    load_fp32_state(model, load_checkpoint_fp32(ckpt_root, tag), f"checkpoint {tag_dir}")
     out.mkdir(parents=True, exist_ok=True)
     if getattr(hf_config, "xpt_adapter_size", None):
         shutil.copy(Path(__file__).with_name("adapters.py"), out / "xpt_adapters.py")

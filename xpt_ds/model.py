@@ -146,6 +146,17 @@ def build_skeleton(tcfg) -> nn.Module:
     return model
 
 
+def load_fp32_state(model: nn.Module, state: dict, where: str) -> None:
+    """Load a full fp32 state dict; only the tied decoder weight/bias may be absent (they alias the
+    embeddings and the head bias). Anything else missing or extra is an error naming ``where``."""
+    result = model.load_state_dict(state, strict=False)
+    missing = [k for k in result.missing_keys if not k.endswith(("decoder.weight", "decoder.bias"))]
+    if missing or result.unexpected_keys:
+        raise RuntimeError(f"{where} does not match its model: missing {missing[:5]}, "
+                           f"unexpected {result.unexpected_keys[:5]}")
+    model.tie_weights()
+
+
 def build_embedding_init(name: str):
     if name not in EMBEDDING_INITS:
         raise ConfigError(f"config key 'model.embedding_init' is '{name}'; valid: {', '.join(EMBEDDING_INITS)}")

@@ -15,8 +15,8 @@ from xpt_ds.config import ConfigError, TrainConfig, save_config, to_dict
 from xpt_ds.data import build_streams
 from xpt_ds.engine import build_engine, full_fp32_state, lr_at, restore_frozen, set_lr
 from xpt_ds.metrics import MetricsLogger, flops_per_token, peak_flops
-from xpt_ds.model import build_model, build_skeleton, count_params
-from xpt_ds.objective import MaskedLMObjective
+from xpt_ds.model import build_model, build_skeleton, count_params, load_fp32_state
+from xpt_ds.objective import MaskedLMObjective, strip_prefix
 from xpt_ds.phases import build_phase_trainables
 from xpt_ds.tokenizer import build_tokenizer
 
@@ -142,8 +142,9 @@ class Trainer:
         self.state.phase_index += 1
         self.state.phase_step = 0
         with torch.random.fork_rng(devices=[]):  # the rebuild must not shift the dropout stream
-            objective = MaskedLMObjective(build_skeleton(self.hf_config))
-            objective.load_state_dict(fp32, strict=False)  # strict=False: tied decoder weight is not in fp32
+            hf = build_skeleton(self.hf_config)
+            load_fp32_state(hf, strip_prefix(fp32), f"phase '{self.phase.name}' hand-over")
+            objective = MaskedLMObjective(hf)
             self.engine, self.optimizer, self.frozen = build_engine(
                 objective, self.trainables[self.state.phase_index], self.cfg, fp32)
         self._info(f"phase '{self.phase.name}' starts at global step {self.state.global_step}")
