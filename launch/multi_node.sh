@@ -36,9 +36,8 @@
 #   PYTHON (default python), DEEPSPEED (default deepspeed), TORCHRUN (default torchrun)
 #   DRY_RUN=1       print the command instead of running it
 set -euo pipefail
-
-usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"; }
-die() { echo "multi_node.sh: $*" >&2; exit 2; }
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PYTHON="${PYTHON:-python}"
@@ -67,9 +66,7 @@ while (($#)); do
   esac
 done
 
-[[ -n "${CONFIG:-}" ]] || { usage >&2; die "CONFIG is required (CONFIG=FILE or --config FILE)"; }
-[[ -f "$CONFIG" ]] || die "config file not found: $CONFIG"
-CONFIG="$(cd "$(dirname "$CONFIG")" && pwd)/$(basename "$CONFIG")"
+require_config --usage
 MASTER_PORT="${MASTER_PORT:-29500}"
 [[ "$MASTER_PORT" =~ ^[0-9]+$ ]] || die "MASTER_PORT must be a port number, got '$MASTER_PORT'"
 
@@ -77,28 +74,13 @@ if [[ -z "${MODE:-}" ]]; then
   if [[ -n "${HOSTFILE:-}" ]]; then MODE=deepspeed; else MODE=torchrun; fi
 fi
 
-extra=()
-[[ -z "${LAUNCHER_ARGS:-}" ]] || read -r -a extra <<<"$LAUNCHER_ARGS"
-
-count_devices() {
-  if [[ "${DS_ACCELERATOR:-}" == cpu ]]; then
-    echo 1
-  elif [[ -n "${CUDA_VISIBLE_DEVICES:-}" ]]; then
-    tr ',' '\n' <<<"$CUDA_VISIBLE_DEVICES" | grep -c .
-  elif command -v nvidia-smi >/dev/null 2>&1; then
-    local n
-    n="$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | grep -c . || true)"
-    echo "$(( n > 0 ? n : 1 ))"
-  else
-    echo 1
-  fi
-}
+read_launcher_args
 
 case "$MODE" in
   deepspeed)
     [[ -n "${HOSTFILE:-}" ]] || die "MODE=deepspeed needs HOSTFILE (see launch/hostfile.example)"
     [[ -f "$HOSTFILE" ]] || die "hostfile not found: $HOSTFILE"
-    HOSTFILE="$(cd "$(dirname "$HOSTFILE")" && pwd)/$(basename "$HOSTFILE")"
+    HOSTFILE="$(abs_path "$HOSTFILE")"
     hosts=()
     while read -r line || [[ -n "$line" ]]; do
       line="${line%%#*}"
@@ -109,13 +91,7 @@ case "$MODE" in
     done <"$HOSTFILE"
     ((${#hosts[@]} > 0)) || die "hostfile $HOSTFILE lists no hosts"
     MASTER_ADDR="${MASTER_ADDR:-${hosts[0]}}"
-    if [[ -n "${DEEPSPEED:-}" ]]; then
-      read -r -a launcher <<<"$DEEPSPEED"
-    elif command -v deepspeed >/dev/null 2>&1; then
-      launcher=(deepspeed)
-    else
-      launcher=("$PYTHON" -m deepspeed.launcher.runner)
-    fi
+    find_launcher "${DEEPSPEED:-}" deepspeed deepspeed.launcher.runner
     sizes=()
     [[ -z "${NUM_NODES:-}" ]] || sizes+=(--num_nodes "$NUM_NODES")
     [[ -z "${NUM_GPUS:-}" ]] || sizes+=(--num_gpus "$NUM_GPUS")
@@ -131,13 +107,7 @@ case "$MODE" in
     fi
     NPROC_PER_NODE="${NPROC_PER_NODE:-$(count_devices)}"
     [[ "$NPROC_PER_NODE" =~ ^[1-9][0-9]*$ ]] || die "NPROC_PER_NODE must be a positive integer, got '$NPROC_PER_NODE'"
-    if [[ -n "${TORCHRUN:-}" ]]; then
-      read -r -a launcher <<<"$TORCHRUN"
-    elif command -v torchrun >/dev/null 2>&1; then
-      launcher=(torchrun)
-    else
-      launcher=("$PYTHON" -m torch.distributed.run)
-    fi
+    find_launcher "${TORCHRUN:-}" torchrun torch.distributed.run
     cmd=("${launcher[@]}" --nnodes "$NNODES" --node_rank "$NODE_RANK" --nproc_per_node "$NPROC_PER_NODE"
          --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" "${extra[@]}"
          -m xpt_ds.train --config "$CONFIG" "${overrides[@]}")
@@ -145,8 +115,4 @@ case "$MODE" in
   *) die "MODE must be deepspeed or torchrun, got '$MODE'" ;;
 esac
 
-cd "$REPO"
-export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
-echo "+ (cd $REPO &&$(printf ' %q' "${cmd[@]}"))" >&2
-[[ "${DRY_RUN:-0}" == 1 ]] && exit 0
-exec "${cmd[@]}"
+exec_in_repo "${cmd[@]}"

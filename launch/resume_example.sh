@@ -33,9 +33,8 @@
 #   DS_ACCELERATOR=cpu NUM_GPUS=2 CONFIG=launch/configs/demo.yaml bash launch/resume_example.sh resume global_step000000040
 #   CONFIG=launch/configs/demo.yaml bash launch/resume_example.sh export demo_out/model
 set -euo pipefail
-
-usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"; }
-die() { echo "resume_example.sh: $*" >&2; exit 2; }
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PYTHON="${PYTHON:-python}"
@@ -57,13 +56,10 @@ case "$cmd_name" in
 esac
 overrides=("$@")
 
-[[ -n "${CONFIG:-}" ]] || die "CONFIG is required (the run config the run was started with)"
-[[ -f "$CONFIG" ]] || die "config file not found: $CONFIG"
-CONFIG="$(cd "$(dirname "$CONFIG")" && pwd)/$(basename "$CONFIG")"
+require_config "CONFIG is required (the run config the run was started with)"
 export CONFIG
 
-cd "$REPO"   # where every launcher runs training, so relative run_dirs resolve the same way
-export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
+enter_repo   # cd to the repo root, where every launcher runs training, so relative run_dirs resolve the same way
 
 if [[ -z "${RUN_DIR:-}" ]]; then
   RUN_DIR="$("$PYTHON" -c 'import sys

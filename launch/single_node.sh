@@ -23,9 +23,8 @@
 #
 # example (CPU): DS_ACCELERATOR=cpu NUM_GPUS=2 CONFIG=launch/configs/demo.yaml bash launch/single_node.sh
 set -euo pipefail
-
-usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"; }
-die() { echo "single_node.sh: $*" >&2; exit 2; }
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PYTHON="${PYTHON:-python}"
@@ -45,29 +44,13 @@ while (($#)); do
   esac
 done
 
-[[ -n "${CONFIG:-}" ]] || { usage >&2; die "CONFIG is required (CONFIG=FILE or --config FILE)"; }
-[[ -f "$CONFIG" ]] || die "config file not found: $CONFIG"
-CONFIG="$(cd "$(dirname "$CONFIG")" && pwd)/$(basename "$CONFIG")"
+require_config --usage
 
 # Comma-separated integer list in CUDA_VISIBLE_DEVICES, if that is what it holds.
 visible=""
 if [[ "${DS_ACCELERATOR:-}" != cpu && "${CUDA_VISIBLE_DEVICES:-}" =~ ^[0-9]+(,[0-9]+)*$ ]]; then
   visible="$CUDA_VISIBLE_DEVICES"
 fi
-
-count_devices() {
-  if [[ "${DS_ACCELERATOR:-}" == cpu ]]; then
-    echo 1
-  elif [[ -n "${CUDA_VISIBLE_DEVICES:-}" ]]; then
-    tr ',' '\n' <<<"$CUDA_VISIBLE_DEVICES" | grep -c .
-  elif command -v nvidia-smi >/dev/null 2>&1; then
-    local n
-    n="$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | grep -c . || true)"
-    echo "$(( n > 0 ? n : 1 ))"
-  else
-    echo 1
-  fi
-}
 
 NUM_GPUS="${NUM_GPUS:-$(count_devices)}"
 [[ "$NUM_GPUS" =~ ^[1-9][0-9]*$ ]] || die "NUM_GPUS must be a positive integer, got '$NUM_GPUS'"
@@ -77,16 +60,8 @@ if [[ -z "${MASTER_PORT:-}" ]]; then
 fi
 [[ "$MASTER_PORT" =~ ^[0-9]+$ ]] || die "MASTER_PORT must be a port number, got '$MASTER_PORT'"
 
-if [[ -n "${DEEPSPEED:-}" ]]; then
-  read -r -a launcher <<<"$DEEPSPEED"
-elif command -v deepspeed >/dev/null 2>&1; then
-  launcher=(deepspeed)
-else
-  launcher=("$PYTHON" -m deepspeed.launcher.runner)
-fi
-
-extra=()
-[[ -z "${LAUNCHER_ARGS:-}" ]] || read -r -a extra <<<"$LAUNCHER_ARGS"
+find_launcher "${DEEPSPEED:-}" deepspeed deepspeed.launcher.runner
+read_launcher_args
 
 # The launcher drops CUDA_VISIBLE_DEVICES and renumbers from 0 when --num_gpus is given; --include keeps
 # the user's selection (the first NUM_GPUS of it).
@@ -99,11 +74,5 @@ else
   devices=(--num_gpus "$NUM_GPUS")
 fi
 
-cd "$REPO"
-export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
-
-cmd=("${launcher[@]}" "${devices[@]}" --master_port "$MASTER_PORT" "${extra[@]}"
-     --module xpt_ds.train --config "$CONFIG" "${overrides[@]}")
-echo "+ (cd $REPO &&$(printf ' %q' "${cmd[@]}"))" >&2
-[[ "${DRY_RUN:-0}" == 1 ]] && exit 0
-exec "${cmd[@]}"
+exec_in_repo "${launcher[@]}" "${devices[@]}" --master_port "$MASTER_PORT" "${extra[@]}" \
+  --module xpt_ds.train --config "$CONFIG" "${overrides[@]}"

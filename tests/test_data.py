@@ -1,14 +1,18 @@
 import io
-import json
 import tarfile
+from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
 
 from xpt_ds.config import ConfigError, DataConfig
-from xpt_ds.data import DataError, MLMBatchStream, MLMMasker, expand_shards, packed_sequences, read_documents
-from xpt_ds.tokenizer import build_tokenizer
+from xpt_ds.data import MLMBatchStream, MLMMasker, TokenStream, build_stream, expand_shards, shuffle_buffer
+from xpt_ds.shards import DataError, scan_shard, scan_shards
+from xpt_ds.tokenizer import TargetTokenizer, build_tokenizer
+
+# A tokenizer stand-in with a large id space, so every test document can be made of ids unique to it.
+BIG = TargetTokenizer(path="<test>", vocab_size=65000, pad_id=1, cls_id=0, sep_id=2, unk_id=3, mask_id=4)
 
 
 def _write_shard(path, docs, dtype=np.uint16):
@@ -17,7 +21,7 @@ def _write_shard(path, docs, dtype=np.uint16):
         for i, doc in enumerate(docs):
             buf = io.BytesIO()
             np.save(buf, np.asarray(doc, dtype=dtype))
-            info = tarfile.TarInfo(f"doc-{i:08d}.ids.npy")
+            info = tarfile.TarInfo(f"{path.stem}-{i:08d}.ids.npy")
             info.size = buf.tell()
             buf.seek(0)
             tar.addfile(info, buf)
@@ -25,15 +29,35 @@ def _write_shard(path, docs, dtype=np.uint16):
 
 
 @pytest.fixture
-def tok(corpus):
-    return build_tokenizer(str(corpus / "spm.model"))
+def unique_shards(tmp_path):
+    """5 shards (an odd number) of documents whose ids are unique to them: doc d = range(base_d, base_d + n_d)."""
+    rng = np.random.default_rng(0)
+    shards, docs, base = [], {}, 10
+    for s in range(5):
+        shard_docs = []
+        for _ in range(rng.integers(3, 9)):
+            n = int(rng.integers(1, 60))
+            shard_docs.append(np.arange(base, base + n))
+            docs[base] = n
+            base += n
+        shards.append(_write_shard(tmp_path / f"train-{s:06d}.tar", shard_docs))
+    return shards, docs
 
 
-def test_masking_statistics(tok):
-    cfg = DataConfig(train_shards=["x"])
+def _cfg(shards, **kw):
+    return DataConfig(train_shards=shards, **{"seq_len": 16, "shuffle_docs": 4, **kw})
+
+
+def _original_ids(batch):
+    return batch["input_ids"].flatten().index_put((batch["mlm_positions"],), batch["mlm_targets"]).view_as(
+        batch["input_ids"])
+
+
+def test_masking_statistics(corpus):
+    tok = build_tokenizer(str(corpus / "spm.model"))
     ids = torch.randint(0, tok.vocab_size, (64, 512))
     ids[:, 0], ids[:, -1], ids[:, 100:110] = tok.cls_id, tok.sep_id, tok.pad_id
-    out = MLMMasker(cfg, tok)(ids, torch.Generator().manual_seed(0))
+    out = MLMMasker(DataConfig(), tok)(ids, list(range(64)))
     special = torch.isin(ids, torch.tensor(tok.special_ids))
     sel = torch.zeros(ids.numel(), dtype=torch.bool)
     sel[out["mlm_positions"]] = True
@@ -42,63 +66,132 @@ def test_masking_statistics(tok):
     assert abs(sel.sum().item() / (~special).sum().item() - 0.15) < 0.005
     assert torch.equal(out["mlm_targets"], ids.flatten()[out["mlm_positions"]])
     picked = out["input_ids"].flatten()[out["mlm_positions"]]
-    masked = (picked == tok.mask_id).float().mean().item()
-    unchanged = (picked == out["mlm_targets"]).float().mean().item()
-    assert abs(masked - 0.8) < 0.01
-    assert abs(unchanged - 0.1) < 0.01 + 1 / tok.vocab_size  # a random draw may hit the original id
+    assert abs((picked == tok.mask_id).float().mean().item() - 0.8) < 0.01
+    assert abs((picked == out["mlm_targets"]).float().mean().item() - 0.1) < 0.01 + 1 / tok.vocab_size
     assert torch.equal(out["input_ids"][~sel], ids[~sel])  # unselected positions, specials included, untouched
     randomised = picked[(picked != tok.mask_id) & (picked != out["mlm_targets"])]
     assert not torch.isin(randomised, torch.tensor(tok.special_ids)).any()
+    again = MLMMasker(DataConfig(), tok)(ids[5:7], [5, 6])  # a sequence's mask depends on its seed only
+    assert torch.equal(again["input_ids"], out["input_ids"][5:7])
 
 
-def test_packing_is_full_length_with_separators(tmp_path, tok):
-    shard = _write_shard(tmp_path / "a.tar", [list(range(10, 40)), list(range(50, 57)), list(range(60, 100))])
-    seqs = list(packed_sequences([shard], 16, tok, seed=0, epoch=0))
-    assert all(len(s) == 16 and s[0] == tok.cls_id and s[-1] == tok.sep_id for s in seqs)
-    body = np.concatenate([s[1:-1] for s in seqs])
-    stream = np.concatenate([list(range(10, 40)), [tok.sep_id], list(range(50, 57)), [tok.sep_id],
-                             list(range(60, 100)), [tok.sep_id]])
-    assert np.array_equal(body, stream[:len(body)]) and len(stream) - len(body) < 14
+def test_shuffle_buffer_is_a_seeded_permutation():
+    ids = np.arange(1000)
+    a = shuffle_buffer(ids, 50, np.random.default_rng(1))
+    assert sorted(a) == list(ids) and not np.array_equal(a, ids)
+    assert np.array_equal(a, shuffle_buffer(ids, 50, np.random.default_rng(1)))
+    assert np.abs(a - ids).max() < 1000  # local shuffle: an item leaves at most ~buffer positions early
+    assert np.array_equal(shuffle_buffer(ids, 1, np.random.default_rng(1)), ids)
 
 
-def test_stream_resume_is_exact(corpus, tok):
-    cfg = DataConfig(train_shards=[f"{corpus}/manifest.json:train"], seq_len=32)
-    shards = expand_shards(cfg.train_shards)
-    straight = MLMBatchStream(shards, cfg, tok, micro_batch=2, rank=1, world=2)
-    batches = [next(straight) for _ in range(40)]  # crosses an epoch boundary on this corpus
-    assert straight.state.epoch >= 1
-    for cut in (1, 17, 33):
-        resumed = MLMBatchStream(shards, cfg, tok, micro_batch=2, rank=1, world=2)
-        probe = MLMBatchStream(shards, cfg, tok, micro_batch=2, rank=1, world=2)
-        for _ in range(cut):
-            next(probe)
-        resumed.load_state_dict(json.loads(json.dumps(probe.state_dict())))
-        for want in batches[cut:cut + 5]:
-            got = next(resumed)
-            assert all(torch.equal(got[k], want[k]) for k in want)
+def test_stream_is_documents_with_separators_in_epoch_order(unique_shards):
+    shards, docs = unique_shards
+    stream = build_stream(shards, _cfg(shards), BIG)
+    for epoch in (0, 1):
+        order, _ = stream.layout(epoch)
+        want = np.concatenate([np.r_[stream.reader.read(int(stream.doc_shard[d]), int(stream.doc_local[d])), 2]
+                               for d in order])
+        got = stream.tokens(epoch * stream.epoch_tokens, (epoch + 1) * stream.epoch_tokens)
+        assert np.array_equal(got, want)
+    assert not np.array_equal(stream.layout(0)[0], stream.layout(1)[0])  # epochs re-shuffle
+    no_sep = build_stream(shards, _cfg(shards, doc_separator=False), BIG)
+    assert no_sep.epoch_tokens == sum(docs.values()) and 2 not in no_sep.tokens(0, no_sep.epoch_tokens)
 
 
-def test_ranks_take_disjoint_slices(corpus, tok):
-    cfg = DataConfig(train_shards=[f"{corpus}/manifest.json:train"], seq_len=32)
-    shards = expand_shards(cfg.train_shards)
-    r0 = MLMBatchStream(shards, cfg, tok, 2, rank=0, world=2)
-    r1 = MLMBatchStream(shards, cfg, tok, 2, rank=1, world=2)
-    one = MLMBatchStream(shards, cfg, tok, 4, rank=0, world=1)
-    for _ in range(5):
-        a, b, both = next(r0), next(r1), next(one)
-        original = lambda x: x["input_ids"].flatten().index_put((x["mlm_positions"],), x["mlm_targets"])  # noqa: E731
-        assert not torch.equal(original(a), original(b))
-        assert torch.equal(torch.cat([original(a), original(b)]), original(both))
+@pytest.mark.parametrize("workers", [0, 2])
+def test_every_document_exactly_once_per_epoch_over_ranks_and_workers(unique_shards, workers):
+    shards, docs = unique_shards
+    cfg = _cfg(shards)
+    world, B = 2, 3
+    streams = [MLMBatchStream(build_stream(shards, cfg, BIG), MLMMasker(cfg, BIG), B, r, world, workers)
+               for r in range(world)]
+    body = cfg.seq_len - 2
+    epoch_tokens = streams[0].stream.epoch_tokens
+    seen, seq_ids = [], []
+    while streams[0].sequences * body < epoch_tokens - world * B * body:  # whole batches inside epoch 0
+        for s in streams:
+            batch = next(s)
+            seq_ids += batch["seq_ids"].tolist()
+            seen.append(_original_ids(batch)[:, 1:-1].flatten())
+    seen = torch.cat(seen)
+    assert sorted(seq_ids) == list(range(len(seq_ids)))
+    ids, counts = torch.unique(seen[seen >= 10], return_counts=True)
+    assert counts.max() == 1  # no document token twice
+    covered = set(ids.tolist())
+    complete = [d for d, n in docs.items() if all(t in covered for t in range(d, d + n))]
+    assert len(complete) >= len(docs) - 2 * world * B  # only the unfinished tail of the epoch is missing
+    for s in streams:
+        s.stream.reader.close()
 
 
-def test_corrupt_and_missing_shards_are_named(tmp_path):
-    bad = tmp_path / "bad.tar"
-    good = _write_shard(tmp_path / "good.tar", [list(range(5, 500))])
-    bad.write_bytes(open(good, "rb").read()[:700])
-    with pytest.raises(DataError, match="bad.tar"):
-        list(read_documents(str(bad)))
+@pytest.mark.parametrize("workers", [0, 1, 2])
+@pytest.mark.parametrize("cut", [1, 5, 9])
+def test_resume_gives_identical_batches(unique_shards, workers, cut):
+    shards, _ = unique_shards
+    cfg = _cfg(shards)
+
+    def make(w):
+        return MLMBatchStream(build_stream(shards, cfg, BIG), MLMMasker(cfg, BIG), 2, 1, 2, w)
+
+    straight = make(0)
+    want = [next(straight) for _ in range(cut + 6)]  # crosses shard and epoch boundaries on this corpus
+    first = make(workers)
+    for _ in range(cut):
+        next(first)
+    resumed = make(workers)
+    resumed.load_state_dict(first.state_dict())
+    for w in want[cut:]:
+        got = next(resumed)
+        assert all(torch.equal(got[k], w[k]) for k in w)
+
+
+def test_rescaled_world_continues_without_gaps(unique_shards):
+    shards, _ = unique_shards
+    cfg = _cfg(shards)
+    two = [MLMBatchStream(build_stream(shards, cfg, BIG), MLMMasker(cfg, BIG), 2, r, 2, 0) for r in range(2)]
+    used = [i for _ in range(3) for s in two for i in next(s)["seq_ids"].tolist()]
+    one = MLMBatchStream(build_stream(shards, cfg, BIG), MLMMasker(cfg, BIG), 2, 0, 1, 0)
+    one.load_state_dict(two[0].state_dict())
+    used += [i for _ in range(3) for i in next(one)["seq_ids"].tolist()]
+    assert sorted(used) == list(range(18))
+
+
+def test_single_pass_covers_every_token_once(unique_shards):
+    shards, docs = unique_shards
+    cfg = _cfg(shards)
+    world = 2
+    streams = [MLMBatchStream(build_stream(shards, cfg, BIG), MLMMasker(cfg, BIG), 3, r, world, 0, single_pass=True)
+               for r in range(world)]
+    batches = [list(s) for s in streams]
+    assert len(batches[0]) == len(batches[1])  # every rank takes the same number of steps (ZeRO-3 safe)
+    seen = torch.cat([_original_ids(b).flatten() for bs in batches for b in bs])
+    assert sorted(seen[seen >= 10].tolist()) == [t for d, n in docs.items() for t in range(d, d + n)]
+    last = batches[1][-1]
+    assert "attention_mask" in last and torch.equal(last["attention_mask"], (last["input_ids"] != BIG.pad_id).long())
+
+
+def test_corrupt_shards_are_named_or_skipped(tmp_path, unique_shards):
+    shards, _ = unique_shards
+    data = open(shards[1], "rb").read()
+    cut = tmp_path / "cut.tar"
+    for n in (700, 1024, 1500, len(data) - 10240):
+        cut.write_bytes(data[:n])
+        with pytest.raises(DataError, match="cut.tar"):
+            scan_shard(str(cut))
     wrong = _write_shard(tmp_path / "wrong.tar", [np.zeros((3, 3))], dtype=np.float32)
     with pytest.raises(DataError, match="wrong.tar.*dtype"):
-        list(read_documents(wrong))
-    with pytest.raises(ConfigError, match="missing-000.tar"):
-        expand_shards([str(tmp_path / "missing-{000..001}.tar")])
+        scan_shard(wrong)
+    good, skipped = scan_shards([shards[0], str(cut), wrong], "skip")
+    assert [g.path for g in good] == [shards[0]] and skipped == [str(cut), wrong]
+    with pytest.raises(DataError, match="cut.tar"):
+        scan_shards([shards[0], str(cut)], "fail")
+    with pytest.raises(ConfigError, match="missing-000000.tar"):
+        expand_shards([str(tmp_path / "missing-{000000..000001}.tar")])
+
+
+def test_ids_outside_the_vocabulary_are_named(unique_shards):
+    shards, _ = unique_shards
+    small = replace(BIG, vocab_size=100)
+    stream = build_stream(shards, _cfg(shards), small)
+    with pytest.raises(DataError, match="vocab size 100"):
+        stream.tokens(0, stream.epoch_tokens)

@@ -62,7 +62,11 @@ class DataConfig:
     mask_prob: float = doc(0.15, "Fraction of tokens selected for MLM.")
     mask_replace_prob: float = doc(0.8, "Of the selected tokens, fraction replaced by the mask token.")
     random_replace_prob: float = doc(0.1, "Of the selected tokens, fraction replaced by a random token.")
-    seed: int = doc(0, "Seed for shard order and masking.")
+    seed: int = doc(0, "Seed for shard order, document shuffling and masking.")
+    shuffle_docs: int = doc(10000, "Shuffle-buffer size in documents (after shuffling the shard order); <= 1 disables.")
+    doc_separator: bool = doc(True, "Put the sep token between packed documents (RoBERTa full-sentences).")
+    num_workers: int = doc(2, "DataLoader worker processes per rank (0 = read in the training process).")
+    on_corrupt_shard: str = doc("fail", "A corrupt shard is 'fail' (stop, naming it) or 'skip' (logged and counted).")
 
 
 @dataclass
@@ -286,6 +290,10 @@ def validate(cfg: TrainConfig) -> None:
     if not 0 < d.mask_prob < 1 or d.mask_replace_prob + d.random_replace_prob > 1 or min(
             d.mask_replace_prob, d.random_replace_prob) < 0:
         raise ConfigError("config keys 'data.mask_*' must satisfy 0<mask_prob<1 and replace fractions summing to <= 1")
+    if d.on_corrupt_shard not in ("fail", "skip"):
+        raise ConfigError(f"config key 'data.on_corrupt_shard' is '{d.on_corrupt_shard}'; valid: fail, skip")
+    if d.num_workers < 0:
+        raise ConfigError(f"config key 'data.num_workers' must be >= 0, got {d.num_workers}")
     o = cfg.optim
     for k in ("micro_batch_size", "grad_accum"):
         if getattr(o, k) < 1:

@@ -1,32 +1,35 @@
-"""Stream WebDataset shards of token ids (docs/shard_format.md) into packed, dynamically masked MLM batches.
+"""Packed, dynamically masked MLM batches from WebDataset token shards (docs/shard_format.md).
 
-Every rank reads the same deterministic stream of packed sequences and keeps its own slice of each
-global micro-batch, so the position in the data is a single integer (global micro-batches consumed)
-that is the same on every rank and survives a resume. Masking is drawn from a generator seeded by
-(seed, micro-batch index, rank): no RNG state to save.
+The data is one infinite token stream: epoch e's documents (shards permuted, then a seeded shuffle buffer
+over documents), each followed by ``sep``; epochs back to back. Training sequence i is
+``cls + stream[i*(L-2):(i+1)*(L-2)] + sep`` (RoBERTa full-sentences packing: no padding). Rank r's
+micro-batch b holds sequences ``S0 + (b*R + r)*B + j``, so every sequence, hence every document, is used
+exactly once per epoch across ranks, and the loader's whole position is one integer: the global number
+of sequences consumed. It survives a restart with any number of DataLoader workers (worker w builds
+batches b = w mod W, which the in-order DataLoader returns in order) and with any number of ranks.
+Masks are drawn per sequence from a generator seeded by (seed, sequence index): no RNG state to save.
 """
 from __future__ import annotations
 
 import hashlib
-import io
 import json
-import tarfile
-from dataclasses import dataclass
+import logging
+from functools import lru_cache
+from itertools import count
 from pathlib import Path
-from typing import Iterator
 
 import braceexpand
 import numpy as np
 import torch
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from xpt_ds.config import ConfigError, DataConfig
+from xpt_ds.shards import DataError, DocReader, ShardIndex, scan_shards
 from xpt_ds.tokenizer import TargetTokenizer
 
 FORMAT_VERSION = 1
-
-
-class DataError(ValueError):
-    """Unusable training data (corrupt shard, ids outside the vocabulary); the message names the shard."""
+log = logging.getLogger(__name__)
+__all__ = ["DataError", "MLMMasker", "MLMBatchStream", "TokenStream", "build_streams", "expand_shards"]
 
 
 def _check_manifest_tokenizer(manifest: Path, meta: dict, tok: TargetTokenizer) -> None:
@@ -67,130 +70,202 @@ def expand_shards(specs: list[str], tok: TargetTokenizer | None = None) -> list[
     return out
 
 
-def read_documents(shard: str) -> Iterator[np.ndarray]:
-    """Token-id arrays of one shard, in file order; a corrupt or truncated shard raises naming the shard."""
-    try:
-        with tarfile.open(shard, "r:") as tar:
-            for member in tar:
-                if not member.isfile() or not member.name.endswith(".ids.npy"):
-                    continue
-                data = tar.extractfile(member).read()
-                if len(data) != member.size:
-                    raise ValueError(f"{member.name} is truncated ({len(data)} of {member.size} bytes)")
-                arr = np.load(io.BytesIO(data), allow_pickle=False)
-                if arr.ndim != 1 or arr.dtype not in (np.uint16, np.uint32):
-                    raise ValueError(f"{member.name} has dtype {arr.dtype} shape {arr.shape}, expected 1-D uint16/32")
-                yield arr
-            # tarfile takes an EOF at a header boundary for the end of the archive: require the real
-            # end-of-archive marker (two zero blocks) so a shard cut short is never read silently.
-            tar.fileobj.seek(tar.offset)
-            if tar.fileobj.read(1024) != bytes(1024):
-                raise ValueError("truncated: no end-of-archive marker")
-    except (tarfile.TarError, ValueError, EOFError, OSError) as e:
-        raise DataError(f"corrupt shard {shard}: {e}") from None
+def shuffle_buffer(ids: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
+    """Streaming shuffle: hold ``size`` items, emit a random one, put the next in its place."""
+    if size <= 1 or len(ids) <= 1:
+        return ids
+    out = np.empty_like(ids)
+    buf = ids[:size].copy()
+    draws = rng.random(max(0, len(ids) - size))
+    for j, x in enumerate(ids[size:]):
+        i = int(draws[j] * len(buf))
+        out[j], buf[i] = buf[i], x
+    out[len(ids) - len(buf):] = rng.permutation(buf)
+    return out
 
 
-def packed_sequences(shards: list[str], seq_len: int, tok: TargetTokenizer, seed: int, epoch: int) -> Iterator[np.ndarray]:
-    """RoBERTa full-sentences packing: cls + (doc sep doc sep ...)[: seq_len-2] + sep, remainder carried over."""
-    order = np.random.default_rng([seed, epoch]).permutation(len(shards))
-    body = seq_len - 2
-    buf = np.empty(0, dtype=np.int64)
-    for i in order:
-        for doc in read_documents(shards[i]):
-            if len(doc) and doc.max() >= tok.vocab_size:
-                raise DataError(f"shard {shards[i]} holds token id {doc.max()} >= vocab size {tok.vocab_size} of "
-                                f"{tok.path}: it was made with another tokenizer")
-            buf = np.concatenate([buf, doc.astype(np.int64), [tok.sep_id]])
-            while len(buf) >= body:
-                yield np.concatenate([[tok.cls_id], buf[:body], [tok.sep_id]])
-                buf = buf[body:]
+class TokenStream:
+    """The epoch-concatenated token stream over indexed shards; reads only the tokens asked for."""
+
+    def __init__(self, indexes: list[ShardIndex], tok: TargetTokenizer, cfg: DataConfig, skipped: list[str] = ()):
+        self.skipped = list(skipped)  # corrupt shards left out (data.on_corrupt_shard: skip)
+        if not indexes or sum(len(i.lengths) for i in indexes) == 0:
+            raise ConfigError(f"no documents in shards {[i.path for i in indexes][:3]}")
+        self.indexes, self.tok, self.cfg = indexes, tok, cfg
+        self.doc_shard = np.concatenate([np.full(len(ix.lengths), s, np.int64) for s, ix in enumerate(indexes)])
+        self.doc_local = np.concatenate([np.arange(len(ix.lengths), dtype=np.int64) for ix in indexes])
+        self.sep = 1 if cfg.doc_separator else 0
+        self.doc_tokens = np.concatenate([ix.lengths for ix in indexes]) + self.sep
+        self.epoch_tokens = int(self.doc_tokens.sum())
+        self.reader = DocReader(indexes)
+
+    @lru_cache(maxsize=2)
+    def layout(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+        """(global doc ids in epoch order, token offset of each doc in the epoch with a final total)."""
+        rng = np.random.default_rng([self.cfg.seed, epoch])
+        shard_order = rng.permutation(len(self.indexes))
+        starts = np.concatenate([[0], np.cumsum([len(ix.lengths) for ix in self.indexes])])
+        docs = np.concatenate([np.arange(starts[s], starts[s + 1]) for s in shard_order])
+        docs = shuffle_buffer(docs, self.cfg.shuffle_docs, rng)
+        return docs, np.concatenate([[0], np.cumsum(self.doc_tokens[docs])])
+
+    def tokens(self, start: int, stop: int) -> np.ndarray:
+        """Stream positions ``[start, stop)``."""
+        out, pos = [], start
+        while pos < stop:
+            epoch, off = divmod(pos, self.epoch_tokens)
+            docs, cum = self.layout(epoch)
+            k = int(np.searchsorted(cum, off, side="right")) - 1
+            doc, a = int(docs[k]), off - int(cum[k])
+            b = min(int(self.doc_tokens[doc]), a + stop - pos)
+            body_end = min(b, int(self.doc_tokens[doc]) - self.sep)
+            if a < body_end:
+                ids = self.reader.read(int(self.doc_shard[doc]), int(self.doc_local[doc]), a, body_end)
+                out.append(ids.astype(np.int64))
+            if b > body_end:
+                out.append(np.array([self.tok.sep_id], np.int64))
+            pos += b - a
+        ids = np.concatenate(out)
+        if ids.size and ids.max() >= self.tok.vocab_size:
+            raise DataError(f"shards {self.indexes[0].path}... hold token id {ids.max()} >= vocab size "
+                            f"{self.tok.vocab_size} of {self.tok.path}: they were made with another tokenizer")
+        return ids
 
 
 class MLMMasker:
-    """Vectorised 80/10/10 masking that never masks or produces special tokens."""
+    """Vectorised 80/10/10 masking that never masks or produces special tokens, seeded per sequence."""
 
     def __init__(self, cfg: DataConfig, tok: TargetTokenizer):
         self.cfg, self.tok = cfg, tok
-        special = torch.tensor(tok.special_ids)
-        self.special = special
+        self.special = torch.tensor(tok.special_ids)
         keep = torch.ones(tok.vocab_size, dtype=torch.bool)
-        keep[special] = False
+        keep[self.special] = False
         self.normal_ids = keep.nonzero().squeeze(1)  # random replacements are drawn from these
 
-    def __call__(self, ids: torch.Tensor, gen: torch.Generator) -> dict[str, torch.Tensor]:
-        c = self.cfg
-        selectable = ~torch.isin(ids, self.special)
-        selected = (torch.rand(ids.shape, generator=gen) < c.mask_prob) & selectable
-        action = torch.rand(ids.shape, generator=gen)
-        to_mask = selected & (action < c.mask_replace_prob)
-        to_random = selected & (action >= c.mask_replace_prob) & (action < c.mask_replace_prob + c.random_replace_prob)
-        random_ids = self.normal_ids[torch.randint(len(self.normal_ids), ids.shape, generator=gen)]
-        inputs = torch.where(to_mask, self.tok.mask_id, torch.where(to_random, random_ids, ids))
+    def __call__(self, ids: torch.Tensor, seeds: list[int]) -> dict[str, torch.Tensor]:
+        c, T = self.cfg, ids.shape[1]
+        draws = []
+        for seed in seeds:  # [B] generators: masks depend on the sequence, not on batch or world size
+            g = torch.Generator().manual_seed(seed)
+            draws.append((torch.rand(T, generator=g), torch.rand(T, generator=g),
+                          torch.randint(len(self.normal_ids), (T,), generator=g)))
+        select_u, action_u, random_i = (torch.stack(x) for x in zip(*draws))  # each [B, T]
+        selected = (select_u < c.mask_prob) & ~torch.isin(ids, self.special)
+        to_mask = selected & (action_u < c.mask_replace_prob)
+        to_random = selected & ~to_mask & (action_u < c.mask_replace_prob + c.random_replace_prob)
+        inputs = torch.where(to_mask, self.tok.mask_id, torch.where(to_random, self.normal_ids[random_i], ids))
         positions = selected.flatten().nonzero().squeeze(1)  # [M] flat indices into B*T
         return {"input_ids": inputs, "mlm_positions": positions, "mlm_targets": ids.flatten()[positions]}
 
 
-@dataclass
-class StreamState:
-    epoch: int = 0
-    batches: int = 0  # global micro-batches consumed in this epoch
+def _sequence_seed(seed: int, salt: int, i: int) -> int:
+    return int.from_bytes(hashlib.blake2b(f"{seed}/{salt}/{i}".encode(), digest_size=8).digest(), "little") >> 1
+
+
+class _BatchPlan:
+    """Which sequences make up rank r's micro-batch b, and how to build it."""
+
+    def __init__(self, stream: TokenStream, masker: MLMMasker, micro_batch: int, rank: int, world: int,
+                 first_sequence: int, single_pass: bool, salt: int):
+        self.stream, self.masker = stream, masker
+        self.B, self.rank, self.world, self.first = micro_batch, rank, world, first_sequence
+        self.body = stream.cfg.seq_len - 2
+        self.salt = salt
+        # single pass (validation): epoch 0 only; the last sequence is padded, missing rows are all padding.
+        self.n_sequences = -(-stream.epoch_tokens // self.body) if single_pass else None
+        self.n_batches = -(-self.n_sequences // (micro_batch * world)) if single_pass else None
+
+    def batch(self, b: int) -> dict[str, torch.Tensor]:
+        tok, L = self.stream.tok, self.stream.cfg.seq_len
+        seq_ids = [self.first + (b * self.world + self.rank) * self.B + j for j in range(self.B)]
+        rows = np.full((self.B, L), tok.pad_id, np.int64)
+        for j, i in enumerate(seq_ids):
+            if self.n_sequences is not None and i >= self.n_sequences:
+                continue
+            stop = (i + 1) * self.body
+            if self.n_sequences is not None:
+                stop = min(stop, self.stream.epoch_tokens)
+            body = self.stream.tokens(i * self.body, stop)
+            rows[j, 0], rows[j, 1:1 + len(body)], rows[j, 1 + len(body)] = tok.cls_id, body, tok.sep_id
+        ids = torch.from_numpy(rows)
+        out = self.masker(ids, [_sequence_seed(self.stream.cfg.seed, self.salt, i) for i in seq_ids])
+        out["seq_ids"] = torch.tensor(seq_ids)
+        if (ids == tok.pad_id).any():
+            out["attention_mask"] = (ids != tok.pad_id).long()
+        return out
+
+
+class _BatchDataset(IterableDataset):
+    def __init__(self, plan: _BatchPlan, start: int):
+        self.plan, self.start = plan, start
+
+    def __iter__(self):
+        info = get_worker_info()
+        w, W = (info.id, info.num_workers) if info else (0, 1)
+        stop = self.plan.n_batches
+        for b in count(self.start + w, W):
+            if stop is not None and b >= stop:
+                return
+            yield self.plan.batch(b)
 
 
 class MLMBatchStream:
-    """Infinite (train) or single-pass (valid) iterator of this rank's micro-batches."""
+    """This rank's micro-batches: infinite for training, one pass over epoch 0 for validation."""
 
-    def __init__(self, shards: list[str], cfg: DataConfig, tok: TargetTokenizer, micro_batch: int,
-                 rank: int, world: int, loop: bool = True):
-        self.shards, self.cfg, self.tok = shards, cfg, tok
-        self.micro_batch, self.rank, self.world, self.loop = micro_batch, rank, world, loop
-        self.masker = MLMMasker(cfg, tok)
-        self.state = StreamState()
+    def __init__(self, stream: TokenStream, masker: MLMMasker, micro_batch: int, rank: int, world: int,
+                 num_workers: int, single_pass: bool = False):
+        self.stream, self.masker = stream, masker
+        self.micro_batch, self.rank, self.world = micro_batch, rank, world
+        self.num_workers, self.single_pass = num_workers, single_pass
+        self.sequences = 0  # global sequences consumed, the loader's whole state
         self._it = None
 
     def state_dict(self) -> dict:
-        return {"epoch": self.state.epoch, "batches": self.state.batches}
+        return {"sequences": self.sequences, "epoch": self.epoch}
 
     def load_state_dict(self, sd: dict) -> None:
-        self.state = StreamState(**sd)
+        self.sequences = int(sd["sequences"])
         self._it = None
 
-    def _global_batches(self) -> Iterator[np.ndarray]:
-        """[world * micro_batch, seq_len] arrays of this epoch, skipping the ones already consumed."""
-        n = self.world * self.micro_batch
-        rows, done = [], 0
-        for seq in packed_sequences(self.shards, self.cfg.seq_len, self.tok, self.cfg.seed, self.state.epoch):
-            rows.append(seq)
-            if len(rows) == n:
-                if done >= self.state.batches:
-                    yield np.stack(rows)
-                done, rows = done + 1, []
+    @property
+    def epoch(self) -> int:
+        return self.sequences * (self.stream.cfg.seq_len - 2) // self.stream.epoch_tokens
+
+    def _loader(self):
+        plan = _BatchPlan(self.stream, self.masker, self.micro_batch, self.rank, self.world,
+                          first_sequence=0 if self.single_pass else self.sequences,
+                          single_pass=self.single_pass, salt=1 if self.single_pass else 0)
+        start = self.sequences // (self.micro_batch * self.world) if self.single_pass else 0
+        ds = _BatchDataset(plan, start)
+        # Own generator: a DataLoader iterator otherwise draws its base seed from the global RNG, which
+        # would shift the dropout stream whenever the iterator is (re)created, e.g. after a resume.
+        return iter(DataLoader(ds, batch_size=None, num_workers=self.num_workers, generator=torch.Generator(),
+                               prefetch_factor=4 if self.num_workers else None))
 
     def __iter__(self):
         return self
 
     def __next__(self) -> dict[str, torch.Tensor]:
-        while True:
-            if self._it is None:
-                self._it = self._global_batches()
-            block = next(self._it, None)
-            if block is not None:
-                break
-            if not self.loop or self.state.batches == 0:
-                if self.state.batches == 0:
-                    raise ConfigError(f"shards {self.shards[:3]}... hold fewer than one global batch "
-                                      f"({self.world}x{self.micro_batch}x{self.cfg.seq_len} tokens)")
-                raise StopIteration
-            self.state, self._it = StreamState(epoch=self.state.epoch + 1), None
-        mine = torch.from_numpy(block[self.rank * self.micro_batch:(self.rank + 1) * self.micro_batch])
-        gen = torch.Generator().manual_seed(hash((self.cfg.seed, self.state.epoch, self.state.batches, self.rank))
-                                            & 0x7FFF_FFFF_FFFF_FFFF)
-        self.state.batches += 1
-        return self.masker(mine, gen)
+        if self._it is None:
+            self._it = self._loader()
+        batch = next(self._it)
+        self.sequences += self.micro_batch * self.world
+        return batch
+
+
+def build_stream(shards: list[str], cfg: DataConfig, tok: TargetTokenizer) -> TokenStream:
+    indexes, skipped = scan_shards(shards, cfg.on_corrupt_shard)
+    if skipped:
+        log.warning("skipped %d corrupt shard(s) of %d: %s", len(skipped), len(shards), ", ".join(skipped))
+    return TokenStream(indexes, tok, cfg, skipped)
 
 
 def build_streams(cfg: DataConfig, tok: TargetTokenizer, micro_batch: int, rank: int, world: int):
-    train = MLMBatchStream(expand_shards(cfg.train_shards, tok), cfg, tok, micro_batch, rank, world, loop=True)
+    masker = MLMMasker(cfg, tok)
+    train = MLMBatchStream(build_stream(expand_shards(cfg.train_shards, tok), cfg, tok), masker, micro_batch,
+                           rank, world, cfg.num_workers)
     valid = None
     if cfg.valid_shards:
-        valid = MLMBatchStream(expand_shards(cfg.valid_shards, tok), cfg, tok, micro_batch, rank, world, loop=False)
+        valid = MLMBatchStream(build_stream(expand_shards(cfg.valid_shards, tok), cfg, tok), masker, micro_batch,
+                               rank, world, cfg.num_workers, single_pass=True)
     return train, valid

@@ -13,15 +13,19 @@ class MaskedLMObjective(nn.Module):
         super().__init__()
         self.hf = hf
 
-    def forward(self, input_ids: torch.Tensor, mlm_positions: torch.Tensor, mlm_targets: torch.Tensor) -> torch.Tensor:
-        # Packed full-length sequences have no padding: no attention mask, so SDPA takes its fastest kernel.
+    def forward(self, input_ids: torch.Tensor, mlm_positions: torch.Tensor, mlm_targets: torch.Tensor,
+                attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        # Packed training sequences have no padding: no attention mask, so SDPA takes its fastest kernel.
+        # Only the last validation batch is padded and carries a mask.
         base = getattr(self.hf, self.hf.base_model_prefix)
-        hidden = base(input_ids=input_ids).last_hidden_state  # [B, T, d]
+        hidden = base(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # [B, T, d]
         picked = hidden.flatten(0, 1).index_select(0, mlm_positions)  # [M, d]
         # BERT's cls / RoBERTa's lm_head: transform (dense, gelu, LayerNorm), then tied decoder + bias.
         head = self.hf.cls if hasattr(self.hf, "cls") else self.hf.lm_head
         logits = head(picked)  # [M, V]
-        return F.cross_entropy(logits.float(), mlm_targets, reduction="mean")  # [M, V] -> scalar
+        # Sum / max(M, 1): a batch with nothing masked (M = 0) still runs the head, as ZeRO-3 needs every rank
+        # to take the same forward path, and gives 0 instead of NaN. M is a host-side shape: no sync.
+        return F.cross_entropy(logits.float(), mlm_targets, reduction="sum") / max(mlm_targets.numel(), 1)
 
 
 def strip_prefix(state: dict[str, torch.Tensor], prefix: str = "hf.") -> dict[str, torch.Tensor]:

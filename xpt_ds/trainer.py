@@ -122,7 +122,7 @@ class Trainer:
         set_lr(self.optimizer, lr_at(self.phase, self.state.phase_step))
         total = torch.zeros((), device=self.device)
         for _ in range(self.cfg.optim.grad_accum):
-            batch = {k: v.to(self.device, non_blocking=True) for k, v in next(self.train_stream).items()}
+            batch = self._to_device(next(self.train_stream))
             loss = self.engine(**batch)
             self.engine.backward(loss)
             self.engine.step()
@@ -131,6 +131,9 @@ class Trainer:
         self.state.global_step += 1
         self.state.tokens_seen += self.tokens_per_step
         return total / self.cfg.optim.grad_accum
+
+    def _to_device(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {k: v.to(self.device, non_blocking=True) for k, v in batch.items() if k != "seq_ids"}
 
     def maybe_switch_phase(self) -> bool:
         """At a phase boundary: rebuild module + engine for the next phase with exact fp32 weights."""
@@ -161,6 +164,8 @@ class Trainer:
             "train/tokens_per_s": tps, "train/mfu": None if self.peak is None else
             self.flops_per_step * steps / max(seconds, 1e-9) / (self.peak * self.world),
             "train/phase": float(self.state.phase_index), "train/step": float(self.state.global_step),
+            "train/epoch": float(self.train_stream.epoch),
+            "data/skipped_shards": float(len(self.train_stream.stream.skipped)),
             "train/tokens_seen": float(self.state.tokens_seen)})
 
     def maybe_eval(self, phase_done: bool) -> None:
@@ -175,13 +180,13 @@ class Trainer:
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
         """Token-weighted masked-LM loss over the (seeded, hence fixed) validation masks."""
-        self.valid_stream.load_state_dict({"epoch": 0, "batches": 0})
+        self.valid_stream.load_state_dict({"sequences": 0})
         self.engine.eval()
         sums = torch.zeros(2, device=self.device, dtype=torch.float64)
         for i, batch in enumerate(self.valid_stream):
             if self.cfg.logging.eval_batches and i >= self.cfg.logging.eval_batches:
                 break
-            batch = {k: v.to(self.device) for k, v in batch.items()}
+            batch = self._to_device(batch)
             n = batch["mlm_targets"].numel()
             sums += torch.stack([self.engine(**batch).double() * n, torch.tensor(float(n), device=self.device)])
         self.engine.train()

@@ -1,0 +1,121 @@
+"""Random access to WebDataset token-id shards (docs/shard_format.md) through a per-shard document index.
+
+The index (byte offset and token count of every document) is read from the tar and .npy headers only,
+so every rank can lay out the whole epoch's token stream without decoding it, then read just the
+documents it needs. A shard that is truncated or holds a bad member fails the scan, naming the shard.
+"""
+from __future__ import annotations
+
+import io
+import logging
+import os
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+_BLOCK = 512
+
+
+class DataError(ValueError):
+    """Unusable training data (corrupt shard, ids outside the vocabulary); the message names the shard."""
+
+
+@dataclass(frozen=True)
+class ShardIndex:
+    path: str
+    offsets: np.ndarray  # int64 [n_docs]: byte offset of each document's array data
+    lengths: np.ndarray  # int64 [n_docs]: tokens per document
+    dtype: np.dtype
+
+    @property
+    def tokens(self) -> int:
+        return int(self.lengths.sum())
+
+
+def _npy_header(raw: bytes, name: str) -> tuple[np.dtype, tuple, int]:
+    f = io.BytesIO(raw)
+    version = np.lib.format.read_magic(f)
+    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    shape, fortran, dtype = read(f)
+    if len(shape) != 1 or dtype not in (np.uint16, np.uint32) or fortran:
+        raise ValueError(f"{name} has dtype {dtype} shape {shape}, expected 1-D uint16/uint32")
+    return np.dtype(dtype), shape, f.tell()
+
+
+def scan_shard(path: str) -> ShardIndex:
+    """Index one shard from its headers; raises DataError naming the shard if it is corrupt or truncated."""
+    offsets, lengths, dtypes = [], [], set()
+    try:
+        size = Path(path).stat().st_size
+        with open(path, "rb") as fh, tarfile.open(fileobj=fh, mode="r:") as tar:
+            for member in tar:
+                if not member.isfile() or not member.name.endswith(".ids.npy"):
+                    continue
+                if member.offset_data + member.size > size:
+                    raise ValueError(f"{member.name} is truncated")
+                fh.seek(member.offset_data)
+                dtype, shape, header = _npy_header(fh.read(min(member.size, 4096)), member.name)
+                if header + shape[0] * dtype.itemsize != member.size:
+                    raise ValueError(f"{member.name}: {shape[0]} x {dtype} does not fill its {member.size} bytes")
+                offsets.append(member.offset_data + header)
+                lengths.append(shape[0])
+                dtypes.add(dtype)
+            # tarfile takes an EOF at a header boundary for the end of the archive: require the real
+            # end-of-archive marker (two zero blocks) so a shard cut short is never read silently.
+            fh.seek(tar.offset)
+            if fh.read(2 * _BLOCK) != bytes(2 * _BLOCK):
+                raise ValueError("truncated: no end-of-archive marker")
+    except (tarfile.TarError, ValueError, EOFError, OSError) as e:
+        raise DataError(f"corrupt shard {path}: {e}") from None
+    if len(dtypes) > 1:
+        raise DataError(f"corrupt shard {path}: mixed dtypes {sorted(map(str, dtypes))}")
+    return ShardIndex(path, np.asarray(offsets, np.int64), np.asarray(lengths, np.int64),
+                      dtypes.pop() if dtypes else np.dtype(np.uint16))
+
+
+def scan_shards(paths: list[str], on_corrupt: str) -> tuple[list[ShardIndex], list[str]]:
+    """Indexes of the readable shards, and the names of the skipped ones (``on_corrupt='skip'``)."""
+    good, skipped = [], []
+    for path in paths:
+        try:
+            good.append(scan_shard(path))
+        except DataError as e:
+            if on_corrupt != "skip":
+                raise
+            log.warning("skipping %s", e)
+            skipped.append(path)
+    return good, skipped
+
+
+class DocReader:
+    """Reads documents by (shard, doc) with one open file per shard (opened lazily, per process)."""
+
+    def __init__(self, indexes: list[ShardIndex]):
+        self.indexes = indexes
+        self._files: dict[int, object] = {}
+        self._pid = os.getpid()
+
+    def read(self, shard: int, doc: int, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """Tokens ``[start, stop)`` of one document (only those bytes are read)."""
+        idx = self.indexes[shard]
+        if self._pid != os.getpid():  # a forked DataLoader worker: never share the parent's file offsets
+            self._files, self._pid = {}, os.getpid()
+        fh = self._files.get(shard)
+        if fh is None:
+            fh = self._files[shard] = open(idx.path, "rb")
+        stop = int(idx.lengths[doc]) if stop is None else stop
+        size = idx.dtype.itemsize
+        fh.seek(int(idx.offsets[doc]) + start * size)
+        raw = fh.read((stop - start) * size)
+        if len(raw) != (stop - start) * size:
+            raise DataError(f"corrupt shard {idx.path}: document {doc} is truncated")
+        return np.frombuffer(raw, dtype=idx.dtype)
+
+    def close(self) -> None:
+        for fh in self._files.values():
+            fh.close()
+        self._files.clear()
