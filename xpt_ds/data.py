@@ -180,12 +180,10 @@ class _BatchPlan:
         seq_ids = [self.first + (b * self.world + self.rank) * self.B + j for j in range(self.B)]
         rows = np.full((self.B, L), tok.pad_id, np.int64)
         for j, i in enumerate(seq_ids):
-            if self.n_sequences is not None and i >= self.n_sequences:
-                continue
             stop = (i + 1) * self.body
-            if self.n_sequences is not None:
+            if self.n_sequences is not None:  # past the end: an empty cls+sep row keeps the attention row valid
                 stop = min(stop, self.stream.epoch_tokens)
-            body = self.stream.tokens(i * self.body, stop)
+            body = self.stream.tokens(i * self.body, stop) if i * self.body < stop else np.empty(0, np.int64)
             rows[j, 0], rows[j, 1:1 + len(body)], rows[j, 1 + len(body)] = tok.cls_id, body, tok.sep_id
         ids = torch.from_numpy(rows)
         out = self.masker(ids, [_sequence_seed(self.stream.cfg.seed, self.salt, i) for i in seq_ids])
