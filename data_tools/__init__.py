@@ -1,4 +1,12 @@
 """Corpus preparation: raw text -> sentences -> splits -> SentencePiece -> WebDataset shards.
 
 Standalone: ``xpt_ds`` never imports this package. The contract is docs/shard_format.md.
+
+* ``prepare``: the pipeline and its CLI (``python -m data_tools.prepare [all|clean|split|spm|tokenize]``).
+* ``readers``: input files (text, WikiExtractor, JSON lines; gzip/bzip2/xz) -> documents of paragraphs.
+* ``text``: normalisation, cleaning and the (pluggable) sentence splitter.
+* ``spm_train``: SentencePiece training with the source family's special-token layout.
+* ``shards``: shard planning, the (parallel, resumable) shard writer and manifest.json.
+* ``uagec``: the UA-GEC corpus -> plain text, its train/test partition and sentence labels.
+* ``bench_prepare``: throughput with 1 and 2 workers.
 """

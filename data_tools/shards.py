@@ -1,23 +1,79 @@
-"""Write WebDataset tar shards of per-document token-id arrays plus manifest.json (docs/shard_format.md)."""
+"""Write WebDataset tar shards of per-document token-id arrays plus manifest.json (docs/shard_format.md).
+
+Tokenization is planned first and executed second, so the output does not depend on the number of workers:
+
+1. ``plan_split`` reads a split's ``sentences/{split}.jsonl`` (one JSON list of sentences per line) once, as
+   bytes, and cuts it into shards: ``shard_docs`` documents each, or about ``shard_tokens`` tokens each (sizes
+   estimated from the UTF-8 length of each line and a bytes-per-token ratio measured on the first
+   ``SAMPLE_BYTES`` of that file, so a shard holds a whole number of documents and roughly that many tokens).
+2. ``write_shard_task`` (one call per shard, in any process) tokenizes its byte range of the file and writes
+   ``{name}.tmpPID``, fsyncs it, renames it to ``{name}`` and only then records completion in
+   ``.prepare/shards/{name}.json`` with a key over everything the shard depends on (tokenizer sha256, split
+   file sha256, byte range, first document, dtype). A shard counts as complete only when that record exists
+   with the current key and the shard's size matches it, so a leftover temp file or a shard whose record was
+   never written is redone.
+"""
 from __future__ import annotations
 
 import hashlib
 import io
+import itertools
 import json
+import os
 import tarfile
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Iterable
 
 import numpy as np
 
 FORMAT_VERSION = 1
+WRITER_VERSION = 1  # bump when the bytes written for the same inputs change
+SAMPLE_BYTES = 1 << 20
+RECORDS = Path(".prepare") / "shards"
 
 
 def id_dtype(vocab_size: int):
     return np.uint16 if vocab_size <= 65536 else np.uint32
 
 
+def shard_name(split: str, index: int) -> str:
+    return f"{split}-{index:06d}.tar"
+
+
+def doc_key(split: str, shard: int, doc: int) -> str:
+    """Unique across the corpus; ``doc`` counts documents across the whole split."""
+    return f"{split}-{shard:06d}-{doc:08d}"
+
+
+def add_document(tar: tarfile.TarFile, key: str, ids: np.ndarray) -> None:
+    """One sample: ``{key}.ids.npy``. TarInfo defaults (mtime 0, uid 0, mode 0644) keep shards byte-identical."""
+    buf = io.BytesIO()
+    np.save(buf, ids, allow_pickle=False)
+    info = tarfile.TarInfo(f"{key}.ids.npy")
+    info.size = buf.tell()
+    buf.seek(0)
+    tar.addfile(info, buf)
+
+
+def write_shard(path: Path, split: str, index: int, docs: Iterable[Iterable[Iterable[int]]], vocab_size: int,
+                first_doc: int = 0) -> dict:
+    """Write one shard of documents (each a list of sentences' token ids) directly to ``path``; for callers
+    and tests that hold ids already. Returns documents/sentences/tokens counts."""
+    dtype = id_dtype(vocab_size)
+    n_docs = n_sent = n_tok = 0
+    with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:
+        for i, sentences in enumerate(docs):
+            sentences = [list(s) for s in sentences]
+            ids = np.fromiter(itertools.chain.from_iterable(sentences), dtype=dtype)
+            add_document(tar, doc_key(split, index, first_doc + i), ids)
+            n_docs, n_sent, n_tok = n_docs + 1, n_sent + len(sentences), n_tok + len(ids)
+    return {"documents": n_docs, "sentences": n_sent, "tokens": n_tok}
+
+
 class ShardWriter:
-    """Rolls over to a new ``{split}-{index:06d}.tar`` once a shard holds ``max_tokens`` tokens."""
+    """Streaming writer (the pre-pipeline API): rolls over to a new ``{split}-{index:06d}.tar`` once a shard
+    holds ``max_tokens`` tokens. Not atomic; the pipeline uses ``write_shard_task``."""
 
     def __init__(self, out_dir: Path, split: str, vocab_size: int, max_tokens: int = 50_000_000):
         self.out_dir, self.split, self.dtype, self.max_tokens = out_dir, split, id_dtype(vocab_size), max_tokens
@@ -28,7 +84,7 @@ class ShardWriter:
 
     def _roll(self) -> None:
         self.close()
-        name = f"{self.split}-{len(self.shards):06d}.tar"
+        name = shard_name(self.split, len(self.shards))
         self.shards.append(name)
         self._tar = tarfile.open(self.out_dir / name, "w", format=tarfile.USTAR_FORMAT)
         self._shard_tokens = 0
@@ -38,12 +94,7 @@ class ShardWriter:
         if self._tar is None or self._shard_tokens >= self.max_tokens:
             self._roll()
         ids = np.fromiter((t for s in sentences for t in s), dtype=self.dtype)
-        buf = io.BytesIO()
-        np.save(buf, ids, allow_pickle=False)
-        info = tarfile.TarInfo(f"{self.split}-{len(self.shards) - 1:06d}-{self.docs:08d}.ids.npy")
-        info.size = buf.tell()
-        buf.seek(0)
-        self._tar.addfile(info, buf)
+        add_document(self._tar, doc_key(self.split, len(self.shards) - 1, self.docs), ids)
         self.docs += 1
         self.sentences += len(sentences)
         self.tokens += len(ids)
@@ -58,9 +109,147 @@ class ShardWriter:
         return {"shards": self.shards, "documents": self.docs, "sentences": self.sentences, "tokens": self.tokens}
 
 
-def write_manifest(out_dir: Path, tokenizer: Path, vocab_size: int, splits: dict[str, dict]) -> Path:
+@dataclass(frozen=True)
+class ShardTask:
+    """One shard to write: documents ``first_doc .. first_doc + n_docs - 1`` of ``source`` at bytes
+    ``[start, end)``."""
+    out_dir: str
+    split: str
+    index: int
+    source: str
+    start: int
+    end: int
+    first_doc: int
+    n_docs: int
+    tokenizer: str
+    dtype: str
+    key: str
+
+    @property
+    def name(self) -> str:
+        return shard_name(self.split, self.index)
+
+
+def _key(**fields) -> str:
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
+
+
+def _bytes_per_token(source: Path, sp) -> float:
+    """UTF-8 bytes of the split file per token, from its first SAMPLE_BYTES (whole lines)."""
+    with open(source, "rb") as f:
+        lines = f.read(SAMPLE_BYTES).split(b"\n")
+    if len(lines) > 1:
+        lines = lines[:-1]  # the last one may be cut
+    lines = [ln for ln in lines if ln.strip()]
+    if not lines:
+        return 4.0
+    tokens = sum(len(ids) for ln in lines for ids in sp.encode(json.loads(ln), num_threads=1))
+    return sum(len(ln) + 1 for ln in lines) / max(1, tokens)
+
+
+def plan_split(out_dir: Path, split: str, source: Path, tokenizer: Path, tokenizer_sha256: str, vocab_size: int,
+               sp, shard_tokens: int | None = 50_000_000, shard_docs: int | None = None) -> tuple[list[ShardTask], str]:
+    """Cut ``source`` into shards (see module docstring); returns the tasks and the file's sha256."""
+    if shard_docs is not None and shard_docs < 1 or shard_docs is None and (shard_tokens or 0) < 1:
+        raise ValueError("shard_docs or shard_tokens must be >= 1")
+    target_bytes = None if shard_docs else max(1.0, shard_tokens * _bytes_per_token(source, sp))
+    dtype = np.dtype(id_dtype(vocab_size)).name
+    bounds: list[tuple[int, int, int, int]] = []  # (start, end, first_doc, n_docs)
+    sha = hashlib.sha256()
+    start = pos = doc = first = 0
+    with open(source, "rb") as f:
+        for line in f:
+            sha.update(line)
+            if not line.strip():
+                raise ValueError(f"{source}: blank line at byte {pos}")
+            if doc > first and (doc - first >= shard_docs if shard_docs else pos - start >= target_bytes):
+                bounds.append((start, pos, first, doc - first))
+                start, first = pos, doc
+            pos += len(line)
+            doc += 1
+    if doc > first:
+        bounds.append((start, pos, first, doc - first))
+    file_sha = sha.hexdigest()
+    tasks = []
+    for index, (s, e, fd, n) in enumerate(bounds):
+        key = _key(format_version=FORMAT_VERSION, writer=WRITER_VERSION, tokenizer=tokenizer_sha256,
+                   source=file_sha, start=s, end=e, first_doc=fd, n_docs=n, dtype=dtype, name=shard_name(split, index))
+        tasks.append(ShardTask(str(out_dir), split, index, str(source), s, e, fd, n, str(tokenizer), dtype, key))
+    return tasks, file_sha
+
+
+def _record_path(task: ShardTask) -> Path:
+    return Path(task.out_dir) / RECORDS / f"{task.name}.json"
+
+
+def completed(task: ShardTask) -> dict | None:
+    """The shard's completion record if it is complete for exactly this task, else None."""
+    try:
+        rec = json.loads(_record_path(task).read_text())
+        size = (Path(task.out_dir) / task.name).stat().st_size
+    except (OSError, ValueError):
+        return None
+    return rec if rec.get("key") == task.key and rec.get("bytes") == size else None
+
+
+def forget(task: ShardTask) -> None:
+    _record_path(task).unlink(missing_ok=True)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+_PROCESSORS: dict[str, object] = {}
+
+
+def _processor(path: str):
+    if path not in _PROCESSORS:
+        import sentencepiece as spm
+        _PROCESSORS[path] = spm.SentencePieceProcessor(model_file=path)
+    return _PROCESSORS[path]
+
+
+def write_shard_task(task: ShardTask) -> dict:
+    """Tokenize and write one planned shard atomically, then record its completion. Returns the record."""
+    sp = _processor(task.tokenizer)
+    dtype = np.dtype(task.dtype)
+    final = Path(task.out_dir) / task.name
+    tmp = final.with_name(f"{final.name}.tmp{os.getpid()}")  # per process: an orphan of a killed run may linger
+    forget(task)
+    n_sent = n_tok = 0
+    with open(task.source, "rb") as src, open(tmp, "wb") as fh:
+        src.seek(task.start)
+        with tarfile.open(fileobj=fh, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+            for i in range(task.n_docs):
+                sentences = json.loads(src.readline())
+                pieces = sp.encode(sentences, num_threads=1)
+                count = sum(map(len, pieces))
+                ids = np.fromiter(itertools.chain.from_iterable(pieces), dtype=dtype, count=count)
+                add_document(tar, doc_key(task.split, task.index, task.first_doc + i), ids)
+                n_sent += len(sentences)
+                n_tok += count
+        if src.tell() != task.end:
+            raise RuntimeError(f"{task.source} changed while tokenizing (shard {task.name}); re-run")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, final)
+    record = {"key": task.key, "shard": task.name, "documents": task.n_docs, "sentences": n_sent, "tokens": n_tok,
+              "bytes": final.stat().st_size, "task": {k: v for k, v in asdict(task).items() if k != "out_dir"}}
+    atomic_write_text(_record_path(task), json.dumps(record, indent=1))
+    return record
+
+
+def write_manifest(out_dir: Path, tokenizer: Path, vocab_size: int, splits: dict[str, dict], **extra) -> Path:
+    """manifest.json (format_version 1), written atomically; ``extra`` keys are informational."""
     manifest = {"format_version": FORMAT_VERSION, "vocab_size": vocab_size, "tokenizer": tokenizer.name,
-                "tokenizer_sha256": hashlib.sha256(tokenizer.read_bytes()).hexdigest(), "splits": splits}
+                "tokenizer_sha256": hashlib.sha256(tokenizer.read_bytes()).hexdigest(), "splits": splits, **extra}
     path = out_dir / "manifest.json"
-    path.write_text(json.dumps(manifest, indent=2))
+    atomic_write_text(path, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
     return path

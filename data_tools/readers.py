@@ -1,0 +1,181 @@
+"""Input discovery and format readers: raw files -> documents as lists of paragraphs (strings).
+
+Formats (auto-detected per file from its first non-blank line, or forced with ``fmt``):
+
+* ``text``: one paragraph per line; a blank line ends a document (``doc_boundary='blank'``), or each file is
+  one document (``doc_boundary='file'``).
+* ``wikiextractor``: WikiExtractor's default output, ``<doc id=.. url=.. title=..>`` ... ``</doc>`` blocks; the
+  title line WikiExtractor repeats under the header is dropped.
+* ``jsonl``: one JSON object per line with a ``"text"`` field (WikiExtractor ``--json``); paragraphs are the
+  text's lines; a leading line equal to ``"title"`` is dropped.
+
+Any of them may be gzip-, bzip2- or xz-compressed (detected from the magic bytes, whatever the suffix).
+Lines are decoded strictly: an undecodable line raises ``PrepareError('FILE:LINE: invalid UTF-8 (...)')``
+with the line number in the decompressed stream.
+"""
+from __future__ import annotations
+
+import bz2
+import gzip
+import json
+import lzma
+import re
+import zlib
+from pathlib import Path
+from typing import BinaryIO, Iterator
+
+from data_tools.errors import PrepareError
+
+FORMATS = ("auto", "text", "wikiextractor", "jsonl")
+DOC_BOUNDARIES = ("blank", "file")
+
+_MAGIC = {b"\x1f\x8b": gzip.open, b"BZh": bz2.open, b"\xfd7zXZ\x00": lzma.open}
+_DOC_OPEN = re.compile(r"<doc(?:\s[^>]*)?>\s*$")
+_TITLE = re.compile(r"""\btitle=(?:"([^"]*)"|'([^']*)')""")
+_BOM = "\ufeff"
+
+
+def expand_inputs(paths: list[Path | str]) -> list[Path]:
+    """Files as given; a directory stands for every non-hidden file below it (sorted, recursive)."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            out += sorted(f for f in p.rglob("*")
+                          if f.is_file() and not any(part.startswith(".") for part in f.relative_to(p).parts))
+        elif p.is_file():
+            out.append(p)
+        else:
+            raise PrepareError(f"input not found: {p}")
+    if not out:
+        raise PrepareError(f"no input files in {', '.join(map(str, paths)) or '(nothing given)'}")
+    return out
+
+
+def open_binary(path: Path) -> BinaryIO:
+    """The file's bytes, decompressed when it is gzip/bzip2/xz."""
+    with open(path, "rb") as f:
+        head = f.read(6)
+    for magic, opener in _MAGIC.items():
+        if head.startswith(magic):
+            return opener(path, "rb")
+    return open(path, "rb")
+
+
+def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, decoded line without the newline); strict UTF-8, errors name the file and line."""
+    try:
+        with open_binary(path) as f:
+            for lineno, raw in enumerate(f, 1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise PrepareError(f"{path}:{lineno}: invalid UTF-8 (byte 0x{raw[e.start]:02x} at column "
+                                       f"{e.start + 1})") from None
+                if lineno == 1 and line.startswith(_BOM):
+                    line = line[1:]
+                yield lineno, line.rstrip("\r\n")
+    except (EOFError, zlib.error, gzip.BadGzipFile, lzma.LZMAError) as e:
+        raise PrepareError(f"{path}: corrupt or truncated compressed file ({e})") from None
+    except OSError as e:  # bz2 reports bad data as OSError
+        raise PrepareError(f"{path}: cannot read ({e})") from None
+
+
+def detect_format(path: Path) -> str:
+    """'wikiextractor', 'jsonl' or 'text' from the first non-blank line (decoded leniently: errors are
+    reported by the real read, with their line number)."""
+    try:
+        with open_binary(path) as f:
+            for raw in f:
+                line = raw.decode("utf-8", errors="replace").lstrip(_BOM).strip()
+                if not line:
+                    continue
+                if _DOC_OPEN.match(line):
+                    return "wikiextractor"
+                if line.startswith("{"):
+                    try:
+                        obj = json.loads(line)
+                    except ValueError:
+                        return "text"
+                    return "jsonl" if isinstance(obj, dict) and "text" in obj else "text"
+                return "text"
+    except (EOFError, zlib.error, gzip.BadGzipFile, lzma.LZMAError, OSError) as e:
+        raise PrepareError(f"{path}: corrupt or truncated compressed file ({e})") from None
+    return "text"
+
+
+def _paragraphs(lines: list[str], title: str | None) -> list[str]:
+    paras = [p for p in (line.strip() for line in lines) if p]
+    if paras and title is not None and paras[0] == title.strip():
+        paras = paras[1:]
+    return paras
+
+
+def _read_text(path: Path, doc_boundary: str) -> Iterator[list[str]]:
+    current: list[str] = []
+    for _, line in iter_lines(path):
+        line = line.strip()
+        if line:
+            current.append(line)
+        elif doc_boundary == "blank" and current:
+            yield current
+            current = []
+    if current:
+        yield current
+
+
+def _read_wikiextractor(path: Path) -> Iterator[list[str]]:
+    body: list[str] | None = None
+    title = None
+    for lineno, line in iter_lines(path):
+        stripped = line.strip()
+        if body is None:
+            if _DOC_OPEN.match(stripped):
+                body, m = [], _TITLE.search(stripped)
+                title = (m.group(1) if m.group(1) is not None else m.group(2)) if m else None
+            elif stripped:
+                raise PrepareError(f"{path}:{lineno}: text outside a <doc> block (is this WikiExtractor output? "
+                                   "use --format text otherwise)")
+        elif stripped == "</doc>":
+            paras = _paragraphs(body, title)
+            if paras:
+                yield paras
+            body = None
+        elif _DOC_OPEN.match(stripped):
+            raise PrepareError(f"{path}:{lineno}: <doc> inside another <doc> (missing </doc>)")
+        else:
+            body.append(line)
+    if body is not None:  # a last block without </doc> (a cut-off file): keep what it has
+        paras = _paragraphs(body, title)
+        if paras:
+            yield paras
+
+
+def _read_jsonl(path: Path, field: str = "text") -> Iterator[list[str]]:
+    for lineno, line in iter_lines(path):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError as e:
+            raise PrepareError(f"{path}:{lineno}: invalid JSON ({e.args[0] if e.args else e})") from None
+        if not isinstance(obj, dict) or not isinstance(obj.get(field), str):
+            raise PrepareError(f'{path}:{lineno}: expected a JSON object with a string "{field}" field')
+        title = obj.get("title")
+        paras = _paragraphs(obj[field].split("\n"), title if isinstance(title, str) else None)
+        if paras:
+            yield paras
+
+
+def read_documents(path: Path, fmt: str = "auto", doc_boundary: str = "blank") -> Iterator[list[str]]:
+    """Documents of one file, each a list of non-empty paragraphs (stripped, not yet normalised)."""
+    if fmt not in FORMATS:
+        raise PrepareError(f"unknown format '{fmt}' (valid: {', '.join(FORMATS)})")
+    if doc_boundary not in DOC_BOUNDARIES:
+        raise PrepareError(f"unknown doc boundary '{doc_boundary}' (valid: {', '.join(DOC_BOUNDARIES)})")
+    if fmt == "auto":
+        fmt = detect_format(path)
+    if fmt == "text":
+        return _read_text(path, doc_boundary)
+    if fmt == "wikiextractor":
+        return _read_wikiextractor(path)
+    return _read_jsonl(path)
