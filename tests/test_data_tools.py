@@ -16,10 +16,13 @@ import pytest
 import sentencepiece as spm
 
 from conftest import REPO, write_synthetic_corpus
-from data_tools import prepare as P
+from data_tools.clean import clean
 from data_tools.errors import PrepareError
+from data_tools.prepare import run_pipeline
 from data_tools.readers import detect_format, read_documents
 from data_tools.shards import id_dtype, write_shard
+from data_tools.split import split
+from data_tools.state import SPLITS
 from data_tools.text import clean_text, split_sentences
 from xpt_ds.shards import DocReader, scan_shard
 
@@ -138,49 +141,49 @@ def test_pluggable_splitter(tmp_path, monkeypatch):
     (tmp_path / "my_splitter.py").write_text("def by_comma(text):\n    return text.split(',')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     src = _write(tmp_path / "in.txt", "하나요, 둘이다. 셋이요, 넷이요\n", None)
-    P.clean([src], tmp_path / "a", splitter="my_splitter:by_comma")
+    clean([src], tmp_path / "a", splitter="my_splitter:by_comma")
     assert _corpus_docs(tmp_path / "a") == [["하나요", "둘이다. 셋이요", "넷이요"]]
-    P.clean([src], tmp_path / "b", splitter="none")
+    clean([src], tmp_path / "b", splitter="none")
     assert _corpus_docs(tmp_path / "b") == [["하나요, 둘이다. 셋이요, 넷이요"]]
-    P.clean([src], tmp_path / "c", splitter="my_splitter:by_comma", workers=2)  # resolved in the workers too
+    clean([src], tmp_path / "c", splitter="my_splitter:by_comma", workers=2)  # resolved in the workers too
     assert _corpus_docs(tmp_path / "c") == [["하나요", "둘이다. 셋이요", "넷이요"]]
     with pytest.raises(PrepareError, match="cannot import"):
-        P.clean([src], tmp_path / "d", splitter="no_such_module:f")
+        clean([src], tmp_path / "d", splitter="no_such_module:f")
 
 
 def test_dedupe_and_length_filters(tmp_path):
     src = _write(tmp_path / "in.txt", "\n".join([
         "첫 문서의 첫 문장이다. 반복되는 문장이다. 가", "", "반복되는 문장이다. 둘째 문서다.", "",
         "반복되는 문장이다.", "", "x" * 50 + ". 짧지 않은 문장이다."]) + "\n", None)
-    stats = P.clean([src], tmp_path / "out", min_chars=2, max_chars=40)
+    stats = clean([src], tmp_path / "out", min_chars=2, max_chars=40)
     assert _corpus_docs(tmp_path / "out") == [["첫 문서의 첫 문장이다.", "반복되는 문장이다."], ["둘째 문서다."],
                                               ["짧지 않은 문장이다."]]
     assert (stats["duplicates"], stats["too_short"], stats["too_long"], stats["empty_documents"]) == (2, 1, 1, 1)
-    stats = P.clean([src], tmp_path / "keep", min_chars=0, max_chars=0, dedupe=False)
+    stats = clean([src], tmp_path / "keep", min_chars=0, max_chars=0, dedupe=False)
     assert stats["duplicates"] == 0 and stats["sentences"] == 8
 
 
 # ---------------------------------------------------------------------------------------------- splits
 def test_split_is_deterministic_by_document(tmp_path):
     src = write_synthetic_corpus(tmp_path / "c.txt", docs=60)
-    P.clean([src], tmp_path / "out")
+    clean([src], tmp_path / "out")
     corpus = _corpus_docs(tmp_path / "out")
 
     def run(valid, test, seed):
-        P.split(tmp_path / "out", valid, test, seed)
-        return {s: (tmp_path / f"out/sentences/{s}.jsonl").read_text() for s in P.SPLITS}
+        split(tmp_path / "out", valid, test, seed)
+        return {s: (tmp_path / f"out/sentences/{s}.jsonl").read_text() for s in SPLITS}
 
     a, b = run(0.1, 5, 1), run(0.1, 5, 1)
     assert a == b
-    docs = {s: [json.loads(line) for line in a[s].splitlines()] for s in P.SPLITS}
-    assert [len(docs[s]) for s in P.SPLITS] == [49, 6, 5]  # --valid 0.1 of 60 documents, --test 5
+    docs = {s: [json.loads(line) for line in a[s].splitlines()] for s in SPLITS}
+    assert [len(docs[s]) for s in SPLITS] == [49, 6, 5]  # --valid 0.1 of 60 documents, --test 5
     assert sorted(map(json.dumps, sum(docs.values(), []))) == sorted(map(json.dumps, corpus))  # a partition
-    sents = {s: {x for d in docs[s] for x in d} for s in P.SPLITS}
+    sents = {s: {x for d in docs[s] for x in d} for s in SPLITS}
     assert not sents["train"] & sents["valid"] and not sents["train"] & sents["test"] and \
         not sents["valid"] & sents["test"]
     assert run(0.1, 5, 2) != a
     with pytest.raises(PrepareError, match="too few documents: 60 documents cannot give 30 valid"):
-        P.split(tmp_path / "out", 30, 30, 0)
+        split(tmp_path / "out", 30, 30, 0)
 
 
 # ---------------------------------------------------------------------------------------------- shards
@@ -192,7 +195,7 @@ def synthetic(tmp_path_factory):
 
 def _run(src, out, workers=1, **kw):
     kw = {"vocab_size": 300, "valid": 0.1, "test": 0.1, "shard_docs": 7, "workers": workers, **kw}
-    return P.run_pipeline([src], out, **kw)
+    return run_pipeline([src], out, **kw)
 
 
 def test_manifest_matches_the_reader_and_a_retokenization(tmp_path, synthetic):
@@ -204,9 +207,9 @@ def test_manifest_matches_the_reader_and_a_retokenization(tmp_path, synthetic):
     sp = spm.SentencePieceProcessor(model_file=str(out / manifest["tokenizer"]))
     assert manifest["vocab_size"] == sp.get_piece_size() == 300
     keys = set()
-    for split in P.SPLITS:
-        entry = manifest["splits"][split]
-        docs = [json.loads(line) for line in (out / f"sentences/{split}.jsonl").read_text().splitlines()]
+    for split_name in SPLITS:
+        entry = manifest["splits"][split_name]
+        docs = [json.loads(line) for line in (out / f"sentences/{split_name}.jsonl").read_text().splitlines()]
         assert entry["documents"] == len(docs) > 0
         assert entry["sentences"] == sum(map(len, docs))
         want = [np.array([t for ids in sp.encode(d) for t in ids]) for d in docs]
@@ -223,7 +226,7 @@ def test_manifest_matches_the_reader_and_a_retokenization(tmp_path, synthetic):
         for name in entry["shards"]:
             with tarfile.open(out / name) as tar:
                 keys |= {m.name for m in tar}
-    assert len(keys) == sum(manifest["splits"][s]["documents"] for s in P.SPLITS)
+    assert len(keys) == sum(manifest["splits"][s]["documents"] for s in SPLITS)
     assert all(k.count(".") == 2 and k.endswith(".ids.npy") for k in keys)  # "{key}.ids.npy", keys without dots
 
 
@@ -256,7 +259,7 @@ def test_rerun_skips_complete_shards_and_redoes_interrupted_ones(tmp_path, synth
     out = tmp_path / "out"
     _run(synthetic, out)
     manifest = json.loads((out / "manifest.json").read_text())
-    shards = [out / n for s in P.SPLITS for n in manifest["splits"][s]["shards"]]
+    shards = [out / n for s in SPLITS for n in manifest["splits"][s]["shards"]]
     before = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in shards}
     # A killed run: one shard never renamed (only its temp file, half written), one renamed but its completion
     # never recorded, one half-written over an old complete shard of the same name.

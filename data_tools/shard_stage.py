@@ -1,0 +1,99 @@
+"""Stage (d), tokenize: every split into ``{split}-NNNNNN.tar`` shards (in parallel; complete shards of an
+earlier run are kept) and ``manifest.json``."""
+from __future__ import annotations
+
+import hashlib
+import multiprocessing as mp
+import re
+import time
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from data_tools.errors import PrepareError
+from data_tools.log import log, progress_bar
+from data_tools.shards import RECORDS, ShardTask, completed, forget, plan_split, write_manifest, write_shard_task
+from data_tools.state import SPLITS, load_state, split_path
+
+
+def _run_shards(tasks: list[ShardTask], workers: int, bar) -> Iterator[dict]:
+    if workers <= 1 or len(tasks) <= 1:
+        for t in tasks:
+            rec = write_shard_task(t)
+            bar.update(t.n_docs)
+            yield rec
+        return
+    with mp.get_context("spawn").Pool(min(workers, len(tasks))) as pool:
+        for rec in pool.imap_unordered(write_shard_task, tasks):
+            bar.update(rec["documents"])
+            yield rec
+
+
+def tokenize(out: Path, workers: int = 1, shard_tokens: int | None = 50_000_000, shard_docs: int | None = None,
+             force: bool = False, progress: bool | None = None) -> dict:
+    """Stage (d): tokenize every split into shards (resuming complete ones) and write manifest.json."""
+    t0 = time.perf_counter()
+    out = Path(out)
+    model = out / "spm.model"
+    if not model.is_file():
+        raise PrepareError(f"{model} not found: run the spm stage first")
+    if shard_docs is not None and shard_docs < 1 or shard_docs is None and (shard_tokens is None or shard_tokens < 1):
+        raise PrepareError("--shard-docs / --shard-tokens must be at least 1")
+    import sentencepiece as spm
+    sp = spm.SentencePieceProcessor(model_file=str(model))
+    vocab_size = sp.get_piece_size()
+    tok_sha = hashlib.sha256(model.read_bytes()).hexdigest()
+    plans: dict[str, list[ShardTask]] = {}
+    for s in SPLITS:
+        src = split_path(out, s)
+        if not src.is_file():
+            raise PrepareError(f"{src} not found: run the split stage first")
+        plans[s], _ = plan_split(out, s, src, model, tok_sha, vocab_size, sp, shard_tokens, shard_docs)
+    tasks = [t for s in SPLITS for t in plans[s]]
+    planned = {t.name for t in tasks}
+    # Shards (and temp files) of an earlier plan that this one does not produce would confuse a glob reader.
+    # Temp files are from killed runs (runs through the CLI or run_pipeline hold the directory's lock).
+    for f in sorted(out.iterdir()):
+        m = re.fullmatch(rf"((?:{'|'.join(SPLITS)})-\d{{6}}\.tar)(\.tmp\d*)?", f.name)
+        if m and (m.group(2) or m.group(1) not in planned):
+            f.unlink()
+            if not m.group(2):
+                (out / RECORDS / f"{f.name}.json").unlink(missing_ok=True)
+                log(f"tokenize: removed {f.name} (not part of this plan)")
+    if force:
+        for t in tasks:
+            forget(t)
+    records = {t.name: rec for t in tasks if (rec := completed(t))}
+    todo = [t for t in tasks if t.name not in records]
+    if records:
+        log(f"tokenize: {len(records)} of {len(tasks)} shards already complete, skipped")
+    if todo:
+        (out / "manifest.json").unlink(missing_ok=True)  # never leave a manifest describing other shards
+        log(f"tokenize: writing {len(todo)} shard(s) with {min(workers, len(todo))} worker(s)")
+        t1 = time.perf_counter()
+        bar = progress_bar(progress, desc="tokenize", unit="doc", total=sum(t.n_docs for t in todo))
+        try:
+            for rec in _run_shards(todo, workers, bar):
+                records[rec["shard"]] = rec
+        finally:
+            bar.close()
+        written = sum(records[t.name]["sentences"] for t in todo)
+        dt = time.perf_counter() - t1
+        log(f"tokenize: {written} sentences in {dt:.1f}s ({written / max(dt, 1e-9):,.0f} sentences/s)")
+    summary = {}
+    for s in SPLITS:
+        recs = [records[t.name] for t in plans[s]]
+        summary[s] = {"shards": [t.name for t in plans[s]],
+                      **{k: sum(r[k] for r in recs) for k in ("documents", "sentences", "tokens")}}
+    extra = {"dtype": np.dtype(plans["train"][0].dtype if plans["train"] else
+                               ("uint16" if vocab_size <= 65536 else "uint32")).name}
+    info = {st: s["stats"] for st in ("clean", "split") if (s := load_state(out, st))}
+    if info:
+        extra["prepare"] = info
+    manifest = write_manifest(out, model, vocab_size, summary, **extra)
+    log("tokenize: " + ", ".join(f"{s} {v['documents']} docs / {v['sentences']} sentences / {v['tokens']} tokens "
+                                 f"in {len(v['shards'])} shard(s)" for s, v in summary.items()))
+    return {"manifest": str(manifest), "splits": summary, "written_shards": len(todo),
+            "written_sentences": sum(records[t.name]["sentences"] for t in todo),
+            "seconds": time.perf_counter() - t0}

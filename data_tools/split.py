@@ -1,0 +1,106 @@
+"""Stage (b), split: assign whole documents to train/valid/test -> ``sentences/{train,valid,test}.jsonl``;
+``--valid``/``--test`` sizes are document counts or fractions."""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import re
+import time
+from pathlib import Path
+
+import numpy as np
+
+from data_tools.errors import PrepareError
+from data_tools.log import log
+from data_tools.state import (CORPUS, SPLITS, STAGE_VERSION, HashingWriter, drop_state, file_signature, fingerprint,
+                              load_state, save_state, split_path, up_to_date)
+
+
+def parse_size(text: str) -> int | float:
+    """``--valid``/``--test``: a whole number is a count of documents, a decimal in [0, 1) a fraction."""
+    if re.fullmatch(r"\d+", text.strip()):
+        return int(text)
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is neither a document count nor a fraction") from None
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"'{text}': a fraction must be in [0, 1) (or give a whole number of "
+                                         "documents)")
+    return value
+
+
+def _count(size: int | float, n: int, flag: str) -> int:
+    if isinstance(size, bool) or not isinstance(size, (int, float)) or size < 0:
+        raise PrepareError(f"{flag} {size!r}: expected a document count or a fraction in [0, 1)")
+    if isinstance(size, int):
+        return size
+    if size >= 1:
+        raise PrepareError(f"{flag} {size}: a fraction must be < 1 (or give a whole number of documents)")
+    return max(1, round(size * n)) if size > 0 else 0
+
+
+def split(out: Path, valid: int | float = 0.05, test: int | float = 0.05, seed: int = 0, force: bool = False) -> dict:
+    """Stage (b): assign whole documents to train/valid/test (a seeded permutation; each split keeps corpus
+    order) -> ``sentences/{train,valid,test}.jsonl``."""
+    t0 = time.perf_counter()
+    out = Path(out)
+    corpus = out / CORPUS
+    if not corpus.is_file():
+        raise PrepareError(f"{corpus} not found: run the clean stage first")
+    recorded = load_state(out, "clean")
+    state = up_to_date(out, "clean", recorded["key"]) if recorded else None
+    if state:
+        sig = {**state["outputs"][str(CORPUS)], "documents": state["stats"]["documents"]}
+    else:
+        sig = file_signature(corpus)
+    n = sig["documents"]
+    n_valid, n_test = _count(valid, n, "--valid"), _count(test, n, "--test")
+    if n_valid + n_test >= n:
+        raise PrepareError(f"too few documents: {n} documents cannot give {n_valid} valid + {n_test} test + at "
+                           "least 1 train (lower --valid/--test, or add text)")
+    key = fingerprint({"stage": "split", "v": STAGE_VERSION, "corpus": sig["sha256"], "valid": n_valid,
+                       "test": n_test, "seed": seed})
+    if not force and (state := up_to_date(out, "split", key)):
+        log("split: up to date (" + ", ".join(f"{s} {v['documents']}" for s, v in state["stats"].items()) +
+            " documents), skipped")
+        return {**state["stats"], "seconds": time.perf_counter() - t0, "skipped": True}
+    drop_state(out, "split")
+    order = np.random.default_rng(seed).permutation(n)
+    assign = np.zeros(n, np.int8)
+    assign[order[:n_valid]] = 1
+    assign[order[n_valid:n_valid + n_test]] = 2
+    writers = [HashingWriter(split_path(out, s)) for s in SPLITS]
+    counts = {s: collections.Counter() for s in SPLITS}
+    try:
+        with open(corpus, "rb") as f:
+            for i, line in enumerate(f):
+                if i >= n:
+                    raise PrepareError(f"{corpus} changed since it was recorded; re-run the clean stage")
+                s = int(assign[i])
+                writers[s].write(line)
+                counts[SPLITS[s]]["documents"] += 1
+                counts[SPLITS[s]]["sentences"] += len(json.loads(line))
+    except BaseException:
+        for w in writers:
+            w.abort()
+        raise
+    outputs = {str(split_path(out, s).relative_to(out)): w.commit() for s, w in zip(SPLITS, writers)}
+    stats = {s: {"documents": counts[s]["documents"], "sentences": counts[s]["sentences"]} for s in SPLITS}
+    save_state(out, "split", key, outputs, stats)
+    log("split: " + ", ".join(f"{s} {v['documents']} documents / {v['sentences']} sentences"
+                              for s, v in stats.items()) + f" (seed {seed})")
+    return {**stats, "seconds": time.perf_counter() - t0}
+
+
+def split_signature(out: Path, split_name: str) -> dict:
+    state = load_state(out, "split")
+    rel = str(split_path(out, split_name).relative_to(out))
+    if state and up_to_date(out, "split", state["key"]) and rel in state["outputs"]:
+        return {**state["outputs"][rel], **state["stats"][split_name]}
+    path = split_path(out, split_name)
+    if not path.is_file():
+        raise PrepareError(f"{path} not found: run the split stage first")
+    return file_signature(path)
+

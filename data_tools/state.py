@@ -1,0 +1,113 @@
+"""The output directory's layout and each stage's completion record under ``OUT/.prepare``.
+
+A stage records a fingerprint (``key``) of its inputs and options and the sizes of its outputs; a later run
+with the same key whose outputs still have those sizes skips the stage. Outputs are written through
+``HashingWriter`` (temp file, renamed on commit) so a killed run never leaves a half-written file behind a
+valid record, and ``exclusive`` keeps two runs out of the same directory.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from data_tools.errors import PrepareError
+from data_tools.shards import atomic_write_text
+
+SPLITS = ("train", "valid", "test")
+STATE = Path(".prepare")
+CORPUS = Path("sentences") / "corpus.jsonl"
+STAGE_VERSION = 1  # bump when a stage's output for the same inputs changes
+
+
+def split_path(out: Path, split: str) -> Path:
+    return out / "sentences" / f"{split}.jsonl"
+
+
+def fingerprint(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def load_state(out: Path, stage: str) -> dict | None:
+    try:
+        return json.loads((out / STATE / f"{stage}.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def up_to_date(out: Path, stage: str, key: str) -> dict | None:
+    """The stage's record if it was completed with ``key`` and its outputs still have their recorded sizes."""
+    state = load_state(out, stage)
+    if not state or state.get("key") != key:
+        return None
+    for rel, meta in state.get("outputs", {}).items():
+        try:
+            if (out / rel).stat().st_size != meta["bytes"]:
+                return None
+        except OSError:
+            return None
+    return state
+
+
+def save_state(out: Path, stage: str, key: str, outputs: dict[str, dict], stats: dict) -> dict:
+    state = {"key": key, "outputs": outputs, "stats": stats}
+    atomic_write_text(out / STATE / f"{stage}.json", json.dumps(state, indent=1, ensure_ascii=False) + "\n")
+    return state
+
+
+def drop_state(out: Path, *stages: str) -> None:
+    for stage in stages:
+        (out / STATE / f"{stage}.json").unlink(missing_ok=True)
+
+
+class HashingWriter:
+    """Binary file written to ``path.tmp`` and renamed on ``commit``; tracks sha256 and size."""
+
+    def __init__(self, path: Path):
+        self.path, self.tmp = path, path.with_name(path.name + ".tmp")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.f = open(self.tmp, "wb")
+        self.sha, self.bytes = hashlib.sha256(), 0
+
+    def write(self, data: bytes) -> None:
+        self.f.write(data)
+        self.sha.update(data)
+        self.bytes += len(data)
+
+    def commit(self) -> dict:
+        self.f.flush()
+        os.fsync(self.f.fileno())
+        self.f.close()
+        os.replace(self.tmp, self.path)
+        return {"bytes": self.bytes, "sha256": self.sha.hexdigest()}
+
+    def abort(self) -> None:
+        self.f.close()
+        self.tmp.unlink(missing_ok=True)
+
+
+def file_signature(path: Path) -> dict:
+    """sha256, size, lines and sentences of a jsonl document file (for files this tool did not record)."""
+    sha, size, docs, sents = hashlib.sha256(), 0, 0, 0
+    with open(path, "rb") as f:
+        for line in f:
+            sha.update(line)
+            size += len(line)
+            docs += 1
+            sents += len(json.loads(line))
+    return {"bytes": size, "sha256": sha.hexdigest(), "documents": docs, "sentences": sents}
+
+
+@contextlib.contextmanager
+def exclusive(out: Path):
+    """Hold ``OUT/.prepare/lock`` so two runs never write the same directory at once."""
+    import fcntl
+    (out / STATE).mkdir(parents=True, exist_ok=True)
+    with open(out / STATE / "lock", "w") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise PrepareError(f"another data_tools.prepare is working in {out}") from None
+        yield

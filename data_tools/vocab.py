@@ -1,0 +1,86 @@
+"""Stage (c), spm: train SentencePiece on the train split -> ``spm.model``/``spm.vocab``, or copy a given
+model (``--tokenizer``)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from data_tools.errors import PrepareError
+from data_tools.log import log
+from data_tools.spm_train import DEFAULT_THREADS, LAYOUTS, train_spm_from_sentences, write_vocab
+from data_tools.split import split_signature
+from data_tools.state import STAGE_VERSION, STATE, drop_state, fingerprint, save_state, split_path, up_to_date
+
+
+def train_tokenizer(out: Path, vocab_size: int = 50_000, family: str = "roberta", model_type: str = "unigram",
+                    input_sentences: int = 2_000_000, character_coverage: float = 0.9995, seed: int = 0,
+                    threads: int = DEFAULT_THREADS, tokenizer: Path | str | None = None, force: bool = False) -> dict:
+    """Stage (c): SentencePiece on the train split (a seeded sample of ``input_sentences`` sentences when it
+    has more) -> ``spm.model``/``spm.vocab``; or, with ``tokenizer``, copy an existing model instead."""
+    t0 = time.perf_counter()
+    out = Path(out)
+    if family not in LAYOUTS:
+        raise PrepareError(f"unknown family '{family}' (valid: {', '.join(LAYOUTS)})")
+    model, vocab = out / "spm.model", out / "spm.vocab"
+    if tokenizer is not None:
+        tokenizer = Path(tokenizer)
+        if not tokenizer.is_file():
+            raise PrepareError(f"tokenizer not found: {tokenizer}")
+        key = fingerprint({"stage": "spm", "copy": hashlib.sha256(tokenizer.read_bytes()).hexdigest()})
+    else:
+        if vocab_size < 8:
+            raise PrepareError(f"--vocab-size {vocab_size} is too small")
+        train = split_signature(out, "train")
+        key = fingerprint({"stage": "spm", "v": STAGE_VERSION, "train": train["sha256"], "vocab": vocab_size,
+                           "family": family, "type": model_type, "sample": input_sentences,
+                           "coverage": character_coverage, "seed": seed, "threads": threads})
+    if not force and (state := up_to_date(out, "spm", key)):
+        log(f"spm: up to date (vocab {state['stats']['vocab_size']}), skipped")
+        return {**state["stats"], "seconds": time.perf_counter() - t0, "skipped": True}
+    drop_state(out, "spm")
+    import sentencepiece as spm
+    if tokenizer is not None:
+        shutil.copyfile(tokenizer, model.with_name(model.name + ".tmp"))
+        os.replace(model.with_name(model.name + ".tmp"), model)
+        if tokenizer.with_suffix(".vocab").is_file():
+            shutil.copyfile(tokenizer.with_suffix(".vocab"), vocab)
+        else:
+            write_vocab(model.read_bytes(), vocab)
+        log(f"spm: copied {tokenizer}")
+        sampled = None
+    else:
+        if train["sentences"] == 0:
+            raise PrepareError("the train split has no sentences")
+        picks = None
+        if train["sentences"] > input_sentences > 0:
+            picks = np.sort(np.random.default_rng(seed).choice(train["sentences"], input_sentences, replace=False))
+        sampled = train["sentences"] if picks is None else len(picks)
+
+        def sample() -> Iterator[str]:
+            i = j = 0
+            with open(split_path(out, "train"), "rb") as f:
+                for line in f:
+                    for s in json.loads(line):
+                        if picks is None or (j < len(picks) and picks[j] == i):
+                            yield s
+                            j += 1
+                        i += 1
+
+        log(f"spm: training {model_type} vocab {vocab_size} ({family} layout) on {sampled} of "
+            f"{train['sentences']} train sentences")
+        trained = train_spm_from_sentences(sample(), out / STATE / "spm" / "spm", vocab_size, family, model_type,
+                                           seed=seed, num_threads=threads, character_coverage=character_coverage)
+        os.replace(trained.with_suffix(".vocab"), vocab)
+        os.replace(trained, model)
+    sp = spm.SentencePieceProcessor(model_file=str(model))
+    stats = {"vocab_size": sp.get_piece_size(), "sampled_sentences": sampled,
+             "sha256": hashlib.sha256(model.read_bytes()).hexdigest()}
+    save_state(out, "spm", key, {"spm.model": {"bytes": model.stat().st_size}}, stats)
+    return {**stats, "seconds": time.perf_counter() - t0}
