@@ -15,7 +15,7 @@ from xpt_ds.config import ConfigError, TrainConfig, save_config, to_dict
 from xpt_ds.data import build_streams
 from xpt_ds.engine import build_engine, full_fp32_state, lr_at, restore_frozen, set_lr
 from xpt_ds.metrics import MetricsLogger, flops_per_token, peak_flops
-from xpt_ds.model import build_model, build_skeleton, count_params, load_fp32_state
+from xpt_ds.model import build_model, build_skeleton, load_fp32_state
 from xpt_ds.objective import MaskedLMObjective, strip_prefix
 from xpt_ds.phases import build_phase_trainables
 from xpt_ds.tokenizer import build_tokenizer
@@ -62,7 +62,6 @@ class Trainer:
         self.engine = self.optimizer = None
         self.frozen: dict[str, torch.Tensor] = {}
 
-    # ---- setup -------------------------------------------------------------------------------------
     def setup(self) -> None:
         tag = checkpoint.resolve_tag(self.ckpt_root, self.cfg.checkpoint.resume)
         objective = MaskedLMObjective(self.built.model)
@@ -73,6 +72,7 @@ class Trainer:
             self.train_stream.load_state_dict(client["data"])
         else:
             torch.manual_seed(self.cfg.seed + self.rank)  # dropout stream of this rank
+        n_train = sum(fp32[n].numel() for n in self.trainables[self.state.phase_index])  # before ZeRO-3 partitions
         self.engine, self.optimizer, self.frozen = build_engine(
             objective, self.trainables[self.state.phase_index], self.cfg, fp32)
         if tag is not None:
@@ -86,8 +86,8 @@ class Trainer:
         total = sum(p.steps for p in self.cfg.phases)
         self.logger = MetricsLogger(self.run_dir, self.rank == 0, self.cfg.logging.tensorboard,
                                     self.cfg.logging.progress_bar, total, self.state.global_step)
-        n_train = sum(p.numel() for n, p in objective.named_parameters() if n in self.trainables[self.state.phase_index])
-        self._info(f"model: {count_params(self.built.model):,} parameters; phase '{self.phase.name}' trains {n_train:,}")
+        self._info(f"model: {sum(v.numel() for v in fp32.values()):,} parameters; "
+                   f"phase '{self.phase.name}' trains {n_train:,}")
 
     @property
     def phase(self):
@@ -97,7 +97,6 @@ class Trainer:
         if self.rank == 0:
             log.info(msg)
 
-    # ---- loop --------------------------------------------------------------------------------------
     def train(self) -> None:
         loss_sum, t0, steps_in_window = torch.zeros((), device=self.device), time.perf_counter(), 0
         while True:
