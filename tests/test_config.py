@@ -37,7 +37,6 @@ def config_error(tmp_path, data: dict, overrides=()) -> str:
     return msg
 
 
-# ---- precedence ---------------------------------------------------------------------------------
 
 def test_defaults_fill_what_the_file_omits(tmp_path):
     cfg = load_config(str(write_yaml(tmp_path / "cfg.yaml", minimal())))
@@ -126,7 +125,6 @@ def test_unparsable_config_file(tmp_path):
     assert str(path) in str(info.value) and "\n" not in str(info.value)
 
 
-# ---- unknown keys and wrong types ----------------------------------------------------------------
 
 @pytest.mark.parametrize("data, key", [
     (minimal(modle={}), "modle"),
@@ -174,7 +172,6 @@ def test_int_accepted_for_float(tmp_path):
     assert cfg.optim.grad_clip == 2.0 and isinstance(cfg.optim.grad_clip, float)
 
 
-# ---- validation ---------------------------------------------------------------------------------
 
 def _phases(**changes) -> list[dict]:
     return [{"name": "p1", "steps": 10, "lr": 1e-3, **changes}]
@@ -218,7 +215,6 @@ def test_duplicate_phase_names(tmp_path):
     assert "duplicate" in msg and "p1" in msg
 
 
-# ---- save / reload ------------------------------------------------------------------------------
 
 def test_save_config_roundtrip(tmp_path):
     overrides = ["--phases.0.trainable=['@new', 'roberta\\..*']", "--phases.1.decay=cosine",
@@ -237,7 +233,6 @@ def test_saved_config_roundtrips_as_json(tmp_path):
     assert load_config(str(tmp_path / "saved.json")) == cfg
 
 
-# ---- shipped configs ----------------------------------------------------------------------------
 
 def test_ds_configs_shipped():
     assert len(DS_CONFIGS) >= 6
@@ -263,7 +258,6 @@ def test_run_configs_shipped():
     assert RUN_CONFIGS
 
 
-# ---- DeepSpeed JSON ownership -------------------------------------------------------------------
 
 @pytest.mark.parametrize("key", sorted(OWNED_KEYS))
 def test_ds_json_owned_key_rejected(tmp_path, key):
@@ -310,7 +304,6 @@ def test_ds_json_unparsable(tmp_path):
     assert str(path) in str(info.value) and "\n" not in str(info.value)
 
 
-# ---- build_ds_config ----------------------------------------------------------------------------
 
 def _train_config(**optim) -> TrainConfig:
     return load_config(None, ["--model.source=s", "--model.tokenizer=t", "--data.train_shards=[a.tar]",
@@ -335,7 +328,6 @@ def test_build_ds_config_torch_adam_flags():
     assert "zero_allow_untested_optimizer" not in build_ds_config(_train_config(torch_adam=False), 1)
 
 
-# ---- lr_at --------------------------------------------------------------------------------------
 
 def test_lr_warmup_is_linear_to_peak():
     ph = PhaseConfig(name="p", steps=100, lr=1e-3, warmup_steps=10)

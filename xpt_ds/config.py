@@ -6,6 +6,7 @@ docstring-like ``help`` metadata is what ``python -m xpt_ds.train --help`` print
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from dataclasses import dataclass, field
@@ -150,10 +151,8 @@ def _coerce(value, typ, key: str):
     if isinstance(value, Override):
         return _coerce_override(value, typ, key)
     if typ is float and isinstance(value, str):  # YAML 1.1 reads 1e-4 (no dot) as a string
-        try:
+        with contextlib.suppress(ValueError):
             return float(value)
-        except ValueError:
-            pass
     if typ is bool:
         if isinstance(value, bool):
             return value
