@@ -71,7 +71,6 @@ def _write(path: Path, text: str, compress: str | None) -> Path:
     return path
 
 
-# ---------------------------------------------------------------------------------------------- inputs
 @pytest.mark.parametrize("compress,suffix", [(None, ""), ("gz", ".gz"), ("gz", ""), ("bz2", ".bz2")])
 @pytest.mark.parametrize("fmt", ["text", "wikiextractor", "jsonl"])
 def test_each_input_format_is_detected_and_read(tmp_path, fmt, compress, suffix):
@@ -106,7 +105,6 @@ def test_invalid_utf8_names_file_and_line(tmp_path, compress):
     assert_one_line_error(proc, f"{path}:3: invalid UTF-8")
 
 
-# ---------------------------------------------------------------------------------------------- sentences
 @pytest.mark.parametrize("text,want", [
     ("대한민국은 민주공화국이다. 주권은 국민에게 있다.", ["대한민국은 민주공화국이다.", "주권은 국민에게 있다."]),
     ("원주율은 3.14이다. 다음 문장이다.", ["원주율은 3.14이다.", "다음 문장이다."]),
@@ -163,7 +161,6 @@ def test_dedupe_and_length_filters(tmp_path):
     assert stats["duplicates"] == 0 and stats["sentences"] == 8
 
 
-# ---------------------------------------------------------------------------------------------- splits
 def test_split_is_deterministic_by_document(tmp_path):
     src = write_synthetic_corpus(tmp_path / "c.txt", docs=60)
     clean([src], tmp_path / "out")
@@ -186,7 +183,6 @@ def test_split_is_deterministic_by_document(tmp_path):
         split(tmp_path / "out", 30, 30, 0)
 
 
-# ---------------------------------------------------------------------------------------------- shards
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory):
     d = tmp_path_factory.mktemp("synth")
@@ -311,7 +307,6 @@ def test_uint32_ids_when_the_vocabulary_exceeds_65536(tmp_path):
     assert scan_shard(str(tmp_path / "small.tar")).dtype == np.uint16
 
 
-# ---------------------------------------------------------------------------------------------- errors
 def test_one_line_errors(tmp_path, synthetic):
     out = tmp_path / "out"
     assert_one_line_error(cli("--input", tmp_path / "missing.txt", "--out", out), "input not found", "missing.txt")
