@@ -331,7 +331,6 @@ def test_a_second_run_on_the_same_directory_is_refused(tmp_path, synthetic):
         assert_one_line_error(cli("--input", synthetic, "--out", tmp_path / "out"), "another data_tools.prepare")
 
 
-# ---------------------------------------------------------------------------------------------- UA-GEC
 def _fake_uagec(root: Path) -> Path:
     """The layout of ua-gec 2.1.3's ua_gec/data (gec-fluency layer only)."""
     data = root / "ua_gec" / "data"
