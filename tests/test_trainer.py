@@ -84,3 +84,17 @@ def test_phase2_masters_start_from_exact_fp32(run):
     bound = lr * (1 + 0.01 * w.abs()) + 1e-8
     assert ((after_one_step - w).abs() <= bound).all()
     assert ((w.bfloat16().float() - w).abs() > 2 * bound).any()  # the check can tell the two apart
+
+
+def test_resume_flag_picks_a_tag_and_names_a_bad_one(run, tmp_path):
+    root, cfg, _ = run
+    cfg = {**cfg, "run_dir": str(tmp_path / "run")}
+    import shutil
+    shutil.copytree(root / "run/checkpoints", tmp_path / "run/checkpoints")
+    path = write_config(tmp_path / "cfg.yaml", cfg)
+    proc = launch(["--config", str(path), "--resume", "global_step000000003"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "resumed from global_step000000003" in proc.stderr and "saved checkpoint global_step000000006" in proc.stderr
+    bad = launch(["--config", str(path), "--resume", "global_step000000005"])
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert bad.stderr.strip().splitlines()[-1].startswith("error: checkpoint 'global_step000000005'")

@@ -54,8 +54,11 @@ def set_rng_state(state: dict) -> None:
 
 def save(engine, ckpt_root: Path, tag: str, client_state: dict, frozen: dict, hf_config, tokenizer: str) -> None:
     rank = deepspeed.comm.get_rank()
-    engine.save_checkpoint(str(ckpt_root), tag=tag, client_state=client_state, save_latest=False)
     tag_dir = ckpt_root / tag
+    if rank == 0:  # re-saving a tag (a run resumed from an older one): it is incomplete until rewritten
+        (tag_dir / MARKER).unlink(missing_ok=True)
+    deepspeed.comm.barrier()
+    engine.save_checkpoint(str(ckpt_root), tag=tag, client_state=client_state, save_latest=False)
     _atomic_torch_save({"rng": rng_state()}, tag_dir / f"rank_state_{rank:05d}.pt")
     if rank == 0:
         _atomic_torch_save(frozen, tag_dir / "frozen_fp32.pt")
