@@ -74,6 +74,17 @@ def save(engine, ckpt_root: Path, tag: str, client_state: dict, frozen: dict, hf
     deepspeed.comm.barrier()
 
 
+def prune(ckpt_root: Path, keep_last: int) -> list[str]:
+    """Delete all but the newest ``keep_last`` complete checkpoints (rank 0). The marker goes first, so an
+    interrupted delete leaves an incomplete directory, never a 'complete' one with files missing."""
+    tags = complete_tags(ckpt_root)
+    doomed = tags[:-keep_last] if keep_last > 0 else []
+    for tag in doomed:
+        (ckpt_root / tag / MARKER).unlink()
+        shutil.rmtree(ckpt_root / tag)
+    return doomed
+
+
 def complete_tags(ckpt_root: Path) -> list[str]:
     """Complete checkpoint tags, oldest first."""
     if not ckpt_root.is_dir():

@@ -85,6 +85,7 @@ class OptimConfig:
 class CheckpointConfig:
     every_steps: int = doc(1000, "Save every N global steps (and always at the end of each phase); 0 = phase ends only.")
     resume: str = doc("auto", "'auto' = newest complete checkpoint in the run, 'none' = start fresh, else a tag.")
+    keep_last: int = doc(0, "Keep the newest K complete checkpoints (0 = all); the newest complete one is never deleted.")
 
 
 @dataclass
@@ -299,6 +300,8 @@ def validate(cfg: TrainConfig) -> None:
             raise ConfigError(f"config key 'optim.{k}' must be >= 1, got {getattr(o, k)}")
     if len(o.betas) != 2:
         raise ConfigError(f"config key 'optim.betas' must have 2 values, got {o.betas}")
+    if cfg.checkpoint.keep_last < 0:
+        raise ConfigError(f"config key 'checkpoint.keep_last' must be >= 0, got {cfg.checkpoint.keep_last}")
     if cfg.logging.log_every < 1:
         raise ConfigError(f"config key 'logging.log_every' must be >= 1, got {cfg.logging.log_every}")
 

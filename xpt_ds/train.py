@@ -47,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     import deepspeed
 
     from xpt_ds.data import DataError
+    from xpt_ds.preemption import PREEMPTED_EXIT_CODE, Preempted
     from xpt_ds.trainer import Trainer
 
     deepspeed.init_distributed(dist_init_required=True)
@@ -59,6 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, DataError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except Preempted as e:
+        print(f"preempted: checkpoint {e} is complete; exiting with {PREEMPTED_EXIT_CODE} so the job is requeued",
+              file=sys.stderr)
+        return PREEMPTED_EXIT_CODE
     finally:
         if deepspeed.comm.is_initialized():
             deepspeed.comm.destroy_process_group()

@@ -18,6 +18,8 @@ from xpt_ds.metrics import MetricsLogger, flops_per_token, peak_flops
 from xpt_ds.model import build_model, build_skeleton, load_fp32_state
 from xpt_ds.objective import MaskedLMObjective, strip_prefix
 from xpt_ds.phases import build_phase_trainables
+from xpt_ds.preemption import Preempted, PreemptionWatcher
+from xpt_ds.status import write_status
 from xpt_ds.tokenizer import build_tokenizer
 
 log = logging.getLogger(__name__)
@@ -61,6 +63,9 @@ class Trainer:
         self.peak = peak_flops(cfg.logging.peak_tflops)
         self.engine = self.optimizer = None
         self.frozen: dict[str, torch.Tensor] = {}
+        self.last_saved: str | None = None  # newest complete checkpoint of this run
+        self.last_tokens_per_s: float | None = None
+        self.preemption = PreemptionWatcher()
 
     def setup(self) -> None:
         tag = checkpoint.resolve_tag(self.ckpt_root, self.cfg.checkpoint.resume)
@@ -76,6 +81,7 @@ class Trainer:
         self.engine, self.optimizer, self.frozen = build_engine(
             objective, self.trainables[self.state.phase_index], self.cfg, fp32)
         if tag is not None:
+            self.last_saved = tag
             self.frozen = checkpoint.load(self.engine, self.ckpt_root, tag)
             restore_frozen(self.engine, self.frozen)
             self._info(f"resumed from {tag}: phase {self.state.phase_index} step {self.state.phase_step}, "
@@ -114,7 +120,9 @@ class Trainer:
                 t0, steps_in_window = time.perf_counter(), 0
             self.maybe_eval(phase_done)
             self.maybe_save(phase_done)
+            self.maybe_stop_for_preemption()
         self.logger.close()
+        self.write_status("finished")
 
     def train_step(self) -> torch.Tensor:
         """One optimizer step over grad_accum micro-batches; returns the mean loss as a device tensor."""
@@ -155,7 +163,7 @@ class Trainer:
     def log(self, mean_loss: torch.Tensor, seconds: float, steps: int) -> None:
         deepspeed.comm.all_reduce(mean_loss)
         loss = mean_loss.item() / self.world  # the one host sync of the logging interval
-        tps = self.tokens_per_step * steps / max(seconds, 1e-9)
+        tps = self.last_tokens_per_s = self.tokens_per_step * steps / max(seconds, 1e-9)
         grad_norm = self.engine.get_global_grad_norm()
         self.logger.log(self.state.global_step, {
             "train/loss": loss, "train/lr": lr_at(self.phase, self.state.phase_step - 1),
@@ -166,6 +174,7 @@ class Trainer:
             "train/epoch": float(self.train_stream.epoch),
             "data/skipped_shards": float(len(self.train_stream.stream.skipped)),
             "train/tokens_seen": float(self.state.tokens_seen)})
+        self.write_status("running")
 
     def maybe_eval(self, phase_done: bool) -> None:
         every = self.cfg.logging.eval_every
@@ -195,10 +204,38 @@ class Trainer:
 
     def maybe_save(self, phase_done: bool) -> None:
         every = self.cfg.checkpoint.every_steps
-        if not (phase_done or (every and self.state.global_step % every == 0)):
-            return
+        if phase_done or (every and self.state.global_step % every == 0):
+            self.save()
+
+    def save(self) -> str:
         tag = checkpoint.tag_for(self.state.global_step)
         client = {"trainer": self.state.state_dict(), "data": self.train_stream.state_dict(),
                   "config": to_dict(self.cfg)}
         checkpoint.save(self.engine, self.ckpt_root, tag, client, self.frozen, self.hf_config, self.tok.path)
+        self.last_saved = tag
+        if self.rank == 0:
+            for old in checkpoint.prune(self.ckpt_root, self.cfg.checkpoint.keep_last):
+                log.info("deleted checkpoint %s (keep_last=%d)", old, self.cfg.checkpoint.keep_last)
         self._info(f"saved checkpoint {tag}")
+        self.write_status("running")
+        return tag
+
+    def maybe_stop_for_preemption(self) -> None:
+        """After a step: if any rank got SIGUSR1/SIGTERM, checkpoint (unless this step just did) and stop."""
+        if not self.preemption.should_stop():
+            return
+        if self.last_saved != checkpoint.tag_for(self.state.global_step):
+            self.save()
+        self.write_status("preempted")
+        raise Preempted(self.last_saved)
+
+    def write_status(self, state: str) -> None:
+        if self.rank != 0:
+            return
+        total = sum(p.steps for p in self.cfg.phases)
+        tps = self.last_tokens_per_s
+        eta = (total - self.state.global_step) * self.tokens_per_step / tps if tps else None
+        write_status(self.run_dir, state=state, phase=self.phase.name, phase_index=self.state.phase_index,
+                     phase_step=self.state.phase_step, global_step=self.state.global_step, total_steps=total,
+                     tokens_seen=self.state.tokens_seen, last_complete_checkpoint=self.last_saved,
+                     tokens_per_s=tps, eta_s=eta)
