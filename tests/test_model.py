@@ -3,7 +3,7 @@ import torch
 from transformers import AutoModelForMaskedLM
 
 from xpt_ds.config import ModelConfig, TrainConfig, PhaseConfig
-from xpt_ds.model import build_model, count_params
+from xpt_ds.model import build_model
 from xpt_ds.phases import build_phase_trainables
 from xpt_ds.tokenizer import build_tokenizer
 
@@ -12,6 +12,10 @@ def _build(source, corpus, **kw):
     cfg = ModelConfig(source=str(source), tokenizer=str(corpus / "spm.model"), **kw)
     tok = build_tokenizer(cfg.tokenizer)
     return build_model(cfg, tok), tok, AutoModelForMaskedLM.from_pretrained(source)
+
+
+def count_params(model):
+    return sum(p.numel() for p in model.parameters())
 
 
 def _sd(module):

@@ -29,7 +29,6 @@ from xpt_ds.tokenizer import TargetTokenizer
 
 FORMAT_VERSION = 1
 log = logging.getLogger(__name__)
-__all__ = ["DataError", "MLMMasker", "MLMBatchStream", "TokenStream", "build_streams", "expand_shards"]
 
 
 def _check_manifest_tokenizer(manifest: Path, meta: dict, tok: TargetTokenizer) -> None:
@@ -173,7 +172,7 @@ class _BatchPlan:
         self.salt = salt
         # single pass (validation): epoch 0 only; the last sequence is padded, missing rows are all padding.
         self.n_sequences = -(-stream.epoch_tokens // self.body) if single_pass else None
-        self.n_batches = -(-self.n_sequences // (micro_batch * world)) if single_pass else None
+        self.n_batches = -(-(self.n_sequences - first_sequence) // (micro_batch * world)) if single_pass else None
 
     def batch(self, b: int) -> dict[str, torch.Tensor]:
         tok, L = self.stream.tok, self.stream.cfg.seq_len
@@ -194,14 +193,14 @@ class _BatchPlan:
 
 
 class _BatchDataset(IterableDataset):
-    def __init__(self, plan: _BatchPlan, start: int):
-        self.plan, self.start = plan, start
+    def __init__(self, plan: _BatchPlan):
+        self.plan = plan
 
     def __iter__(self):
         info = get_worker_info()
         w, W = (info.id, info.num_workers) if info else (0, 1)
         stop = self.plan.n_batches
-        for b in count(self.start + w, W):
+        for b in count(w, W):
             if stop is not None and b >= stop:
                 return
             yield self.plan.batch(b)
@@ -219,7 +218,7 @@ class MLMBatchStream:
         self._it = None
 
     def state_dict(self) -> dict:
-        return {"sequences": self.sequences, "epoch": self.epoch}
+        return {"sequences": self.sequences}
 
     def load_state_dict(self, sd: dict) -> None:
         self.sequences = int(sd["sequences"])
@@ -231,10 +230,9 @@ class MLMBatchStream:
 
     def _loader(self):
         plan = _BatchPlan(self.stream, self.masker, self.micro_batch, self.rank, self.world,
-                          first_sequence=0 if self.single_pass else self.sequences,
-                          single_pass=self.single_pass, salt=1 if self.single_pass else 0)
-        start = self.sequences // (self.micro_batch * self.world) if self.single_pass else 0
-        ds = _BatchDataset(plan, start)
+                          first_sequence=self.sequences, single_pass=self.single_pass,
+                          salt=1 if self.single_pass else 0)
+        ds = _BatchDataset(plan)
         # Own generator: a DataLoader iterator otherwise draws its base seed from the global RNG, which
         # would shift the dropout stream whenever the iterator is (re)created, e.g. after a resume.
         return iter(DataLoader(ds, batch_size=None, num_workers=self.num_workers, generator=torch.Generator(),

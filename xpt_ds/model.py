@@ -67,7 +67,6 @@ class BuiltModel:
     model: nn.Module  # a stock *ForMaskedLM (plus adapters for method=adapters)
     family: Family
     tags: dict[str, set[str]]  # parameter name -> tags
-    num_source_layers: int
 
 
 def load_source(cfg: ModelConfig):
@@ -135,7 +134,7 @@ def build_model(cfg: ModelConfig, tok: TargetTokenizer) -> BuiltModel:
         copied = set() if cfg.method == "scratch" else _copy_source(src, model, family, cfg, tok)
     copied -= missing
     tags = _tag_parameters(model, family, copied, src_cfg.num_hidden_layers, METHOD_HAS_ITL[cfg.method])
-    return BuiltModel(model=model, family=family, tags=tags, num_source_layers=src_cfg.num_hidden_layers)
+    return BuiltModel(model=model, family=family, tags=tags)
 
 
 def build_skeleton(tcfg) -> nn.Module:
@@ -217,6 +216,3 @@ def _tag_parameters(model, family: Family, copied: set[str], C: int, has_itl: bo
         tags[name] = t
     return tags
 
-
-def count_params(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())

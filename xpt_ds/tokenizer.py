@@ -30,9 +30,6 @@ class TargetTokenizer:
     def piece(self, i: int) -> str:
         return _load(self.path).id_to_piece(i)
 
-    def encode(self, text: str) -> list[int]:
-        return _load(self.path).encode(text)
-
 
 @functools.lru_cache(maxsize=8)
 def _load(path: str) -> spm.SentencePieceProcessor:

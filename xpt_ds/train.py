@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     _single_process_env()
     import deepspeed
 
-    from xpt_ds.data import DataError
+    from xpt_ds.shards import DataError
     from xpt_ds.preemption import PREEMPTED_EXIT_CODE, Preempted
     from xpt_ds.trainer import Trainer
 
