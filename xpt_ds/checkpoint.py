@@ -6,8 +6,11 @@ Layout of ``RUN_DIR/checkpoints/TAG/``:
 - ``frozen_fp32.pt``: exact fp32 values of the parameters frozen in the current phase (the engine holds
   them only in the compute dtype);
 - ``hf_config/``: the target model's HF config (export builds the skeleton from it) and ``spm.model``;
-- ``COMPLETE``: written by rank 0 after a barrier, last. A tag without it does not count. DeepSpeed's
-  ``latest`` file is not written (``save_latest=False``) and never trusted.
+- ``COMPLETE``: written by rank 0 after a barrier, last; it records the step, world size and ZeRO stage.
+  A tag without it does not count. DeepSpeed's ``latest`` file is not written (``save_latest=False``) and
+  never trusted;
+- ``universal/``: made on demand when a run resumes at another world size or ZeRO stage (DeepSpeed's
+  ``ds_to_universal``, one folder per parameter); rebuilt if a conversion was interrupted.
 """
 from __future__ import annotations
 
@@ -15,6 +18,8 @@ import json
 import os
 import random
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import deepspeed
@@ -22,6 +27,10 @@ import numpy as np
 import torch
 
 MARKER = "COMPLETE"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint could not be written or read; the message names the path and the cause."""
 
 
 def tag_for(global_step: int) -> str:
@@ -69,7 +78,8 @@ def save(engine, ckpt_root: Path, tag: str, client_state: dict, frozen: dict, hf
         marker = tag_dir / MARKER
         tmp = tag_dir / (MARKER + ".tmp")
         tmp.write_text(json.dumps({"global_step": client_state["trainer"]["global_step"],
-                                   "world_size": deepspeed.comm.get_world_size()}))
+                                   "world_size": deepspeed.comm.get_world_size(),
+                                   "zero_stage": engine.zero_optimization_stage()}))
         os.replace(tmp, marker)
     deepspeed.comm.barrier()
 
@@ -106,16 +116,54 @@ def resolve_tag(ckpt_root: Path, resume: str) -> str | None:
     return resume
 
 
+def marker(ckpt_root: Path, tag: str) -> dict:
+    """What the completion marker records: global_step, world_size, zero_stage."""
+    return json.loads((ckpt_root / tag / MARKER).read_text())
+
+
+def make_universal(ckpt_root: Path, tag: str) -> Path:
+    """Convert ``tag`` to DeepSpeed's universal (world-size and stage independent) layout, once (rank 0
+    converts, every rank waits). Returns the folder ``engine.load_checkpoint`` takes as its tag."""
+    out = ckpt_root / tag / "universal"
+    if deepspeed.comm.get_rank() == 0 and not out.is_dir():
+        tmp = out.with_name("universal.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)  # left by an interrupted conversion
+        workers = str(max(1, min(4, (os.cpu_count() or 1) // 2)))
+        cmd = [sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal", "--input_folder", str(out.parent),
+               "--output_folder", str(tmp), "--inject_missing_state",
+               "--num_extract_workers", workers, "--num_merge_workers", workers]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+            raise CheckpointError(f"converting checkpoint {out.parent} to a universal checkpoint failed: {tail[0]}")
+        os.replace(tmp, out)
+    deepspeed.comm.barrier()
+    return out
+
+
 def read_client_state(ckpt_root: Path, tag: str) -> dict:
     """Client state without building an engine (it is in the rank-0 model-states file)."""
     files = sorted((ckpt_root / tag).glob("*mp_rank_00_model_states.pt"))
     return torch.load(files[0], map_location="cpu", weights_only=False, mmap=True)
 
 
-def load(engine, ckpt_root: Path, tag: str) -> dict:
-    """Restore engine + this rank's RNG; returns the frozen fp32 weights saved with the checkpoint."""
-    engine.load_checkpoint(str(ckpt_root), tag=tag, load_module_strict=True)
+def load(engine, ckpt_root: Path, tag: str, universal: bool = False) -> dict:
+    """Restore engine + this rank's RNG; returns the frozen fp32 weights saved with the checkpoint.
+
+    ``universal``: the engine was built with ``checkpoint.load_universal`` and loads ``TAG/universal``.
+    That path restores only the optimizer's (trainable) parameters, not the module state dict; the
+    caller puts the returned frozen weights back (``engine.restore_frozen``)."""
     tag_dir = ckpt_root / tag
+    if universal:
+        engine.load_checkpoint(str(tag_dir), tag="universal")
+        # DeepSpeed's ZeRO-3 universal load gives every param group the same ``step`` tensor, which torch's
+        # Adam then advances once per group per step; each group needs its own counter.
+        base = getattr(engine.optimizer, "optimizer", engine.optimizer)
+        for state in base.state.values():
+            if torch.is_tensor(state.get("step")):
+                state["step"] = state["step"].clone()
+    else:
+        engine.load_checkpoint(str(ckpt_root), tag=tag, load_module_strict=True)
     rank_file = tag_dir / f"rank_state_{deepspeed.comm.get_rank():05d}.pt"
     if rank_file.is_file():
         set_rng_state(torch.load(rank_file, weights_only=False)["rng"])

@@ -70,6 +70,10 @@ def build_ds_config(cfg: TrainConfig, world_size: int) -> dict:
     return ds
 
 
+def zero_stage(cfg: TrainConfig) -> int:
+    return load_ds_config(cfg.deepspeed).get("zero_optimization", {}).get("stage", 0)
+
+
 def lr_at(phase: PhaseConfig, step: int) -> float:
     """Learning rate for optimizer step ``step`` (0-based) of ``phase``: linear warmup, then decay."""
     if step < phase.warmup_steps:
@@ -134,11 +138,15 @@ def restore_frozen(engine, frozen: dict[str, torch.Tensor]) -> None:
             p.data.copy_(frozen[name].to(device=p.device, dtype=p.dtype))
 
 
-def build_engine(model: nn.Module, trainable: set[str], cfg: TrainConfig, fp32: dict[str, torch.Tensor]):
-    """A new engine for one phase. ``fp32``: exact values of all parameters by name (module-relative)."""
+def build_engine(model: nn.Module, trainable: set[str], cfg: TrainConfig, fp32: dict[str, torch.Tensor],
+                 load_universal: bool = False):
+    """A new engine for one phase. ``fp32``: exact values of all parameters by name (module-relative).
+    ``load_universal``: the engine will load a universal checkpoint (resume at another scale)."""
     for name, p in model.named_parameters():
         p.requires_grad_(name in trainable)
     ds = build_ds_config(cfg, deepspeed.comm.get_world_size())
+    if load_universal:
+        ds.setdefault("checkpoint", {})["load_universal"] = True
     optimizer = build_optimizer(model, cfg.optim, ds)
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=ds)
     restore_fp32(engine, fp32)

@@ -46,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     _single_process_env()
     import deepspeed
 
+    from xpt_ds.checkpoint import CheckpointError
     from xpt_ds.shards import DataError
     from xpt_ds.preemption import PREEMPTED_EXIT_CODE, Preempted
     from xpt_ds.trainer import Trainer
@@ -57,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         trainer = Trainer(cfg)
         trainer.setup()
         trainer.train()
-    except (ConfigError, DataError, FileNotFoundError) as e:
+    except (ConfigError, DataError, CheckpointError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except Preempted as e:

@@ -13,7 +13,7 @@ import torch
 from xpt_ds import checkpoint
 from xpt_ds.config import ConfigError, TrainConfig, save_config, to_dict
 from xpt_ds.data import build_streams
-from xpt_ds.engine import build_engine, full_fp32_state, lr_at, restore_frozen, set_lr
+from xpt_ds.engine import build_engine, full_fp32_state, lr_at, restore_frozen, set_lr, zero_stage
 from xpt_ds.metrics import MetricsLogger, flops_per_token, peak_flops
 from xpt_ds.model import build_model, build_skeleton, load_fp32_state
 from xpt_ds.objective import MaskedLMObjective, strip_prefix
@@ -71,18 +71,19 @@ class Trainer:
         tag = checkpoint.resolve_tag(self.ckpt_root, self.cfg.checkpoint.resume)
         objective = MaskedLMObjective(self.built.model)
         fp32 = {n: p.detach().clone() for n, p in objective.named_parameters()}
+        torch.manual_seed(self.cfg.seed + self.rank)  # dropout stream of this rank, unless a checkpoint has it
+        universal = False
         if tag is not None:
             client = checkpoint.read_client_state(self.ckpt_root, tag)
             self.state.load_state_dict(client["trainer"])
             self.train_stream.load_state_dict(client["data"])
-        else:
-            torch.manual_seed(self.cfg.seed + self.rank)  # dropout stream of this rank
+            universal = self._rescaling(tag)
         n_train = sum(fp32[n].numel() for n in self.trainables[self.state.phase_index])  # before ZeRO-3 partitions
         self.engine, self.optimizer, self.frozen = build_engine(
-            objective, self.trainables[self.state.phase_index], self.cfg, fp32)
+            objective, self.trainables[self.state.phase_index], self.cfg, fp32, load_universal=universal)
         if tag is not None:
             self.last_saved = tag
-            self.frozen = checkpoint.load(self.engine, self.ckpt_root, tag)
+            self.frozen = checkpoint.load(self.engine, self.ckpt_root, tag, universal)
             restore_frozen(self.engine, self.frozen)
             self._info(f"resumed from {tag}: phase {self.state.phase_index} step {self.state.phase_step}, "
                        f"global step {self.state.global_step}")
@@ -94,6 +95,20 @@ class Trainer:
                                     self.cfg.logging.progress_bar, total, self.state.global_step)
         self._info(f"model: {sum(v.numel() for v in fp32.values()):,} parameters; "
                    f"phase '{self.phase.name}' trains {n_train:,}")
+
+    def _rescaling(self, tag: str) -> bool:
+        """True when ``tag`` was saved at another world size or ZeRO stage: it is then loaded through a
+        universal checkpoint (made here once). The loader state is world-size independent already."""
+        saved, stage = checkpoint.marker(self.ckpt_root, tag), zero_stage(self.cfg)
+        if saved["zero_stage"] == stage and (saved["world_size"] == self.world or stage == 0):
+            return False  # stage 0 keeps whole optimizer states: any world size loads them
+        if saved["zero_stage"] != stage and {saved["zero_stage"], stage} != {1, 2}:  # what ds_to_universal supports
+            raise ConfigError(f"checkpoint {tag} was saved at ZeRO stage {saved['zero_stage']} and this run uses "
+                              f"stage {stage} ({self.cfg.deepspeed}); a resume can change the stage only between 1 and 2")
+        self._info(f"checkpoint {tag} was saved by {saved['world_size']} ranks at ZeRO stage {saved['zero_stage']}; "
+                   f"resuming on {self.world} ranks at stage {stage} through a universal checkpoint")
+        checkpoint.make_universal(self.ckpt_root, tag)
+        return True
 
     @property
     def phase(self):

@@ -1,0 +1,94 @@
+"""Resume at another scale through the real launchers: save at 2 ranks and resume at 1, and the reverse, also
+across a ZeRO stage change, via DeepSpeed universal checkpoints made on demand.
+
+The global batch is kept (micro-batch x accumulation x ranks), so a rescaled run consumes exactly the same
+sequences with the same (per-sequence seeded) masks; with dropout off, it must then follow the uninterrupted
+run up to floating-point summation order. The cut is in a third phase that trains only the ITLs, after a
+phase that trained everything: the frozen encoder weights are then not the source's, and a universal load,
+which skips the module state dict, must get them from frozen_fp32.pt. Different data, lost Adam moments or
+step counts, or frozen weights not restored would all show up far above the tolerance."""
+import shutil
+
+import pytest
+import torch
+from transformers import AutoConfig, AutoModelForMaskedLM
+
+from conftest import REPO, base_config, launch, read_metrics, write_config
+from xpt_ds.checkpoint import complete_tags, marker, tag_for
+from xpt_ds.export import load_checkpoint_fp32
+
+pytestmark = pytest.mark.multiproc
+
+CUT, STEPS = 5, 8
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory, tiny_roberta):
+    """The tiny source with dropout off, so that runs differ only in reduction order."""
+    cfg = AutoConfig.from_pretrained(tiny_roberta, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    out = tmp_path_factory.mktemp("tiny_nodrop")
+    AutoModelForMaskedLM.from_pretrained(tiny_roberta, config=cfg).save_pretrained(out)
+    return out
+
+
+def _run(tmp_path, name, source, corpus, nproc, ds, precision="fp32", resume_from=None):
+    """Train with global batch 8 (2 x accumulation x ranks); optionally start from a copy of another run's
+    checkpoint at step CUT."""
+    run = tmp_path / name
+    if resume_from is not None:
+        tag = tag_for(CUT)
+        shutil.copytree(resume_from / "checkpoints" / tag, run / "checkpoints" / tag)
+    cfg = base_config(run, source, corpus, deepspeed=str(REPO / f"ds_configs/{ds}_{precision}.json"),
+                      checkpoint={"every_steps": CUT})
+    cfg["phases"] = [{"name": "phase1", "steps": 2, "lr": 1e-3, "warmup_steps": 1},
+                     {"name": "phase2", "steps": 2, "lr": 1e-3, "warmup_steps": 1},
+                     {"name": "itl_only", "steps": STEPS - 4, "lr": 1e-3, "warmup_steps": 1, "trainable": ["@itl"]}]
+    cfg["optim"] = {"micro_batch_size": 2, "grad_accum": 4 // nproc, "torch_adam": precision == "fp32"}
+    proc = launch(["--config", str(write_config(tmp_path / f"{name}.yaml", cfg))], nproc=nproc)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return run, proc
+
+
+def _losses(run):
+    return {step: row["train/loss"] for step, row in read_metrics(run).items() if "train/loss" in row}
+
+
+def _assert_continues(straight, rescaled, proc, saved_by, tol):
+    assert f"saved by {saved_by} ranks" in proc.stderr and "through a universal checkpoint" in proc.stderr
+    assert f"resumed from {tag_for(CUT)}" in proc.stderr
+    ref, got = _losses(straight), _losses(rescaled)
+    assert sorted(got) == list(range(CUT + 1, STEPS + 1))  # continues after the cut, nothing repeated
+    for step in got:
+        assert got[step] == pytest.approx(ref[step], rel=tol), (step, got, ref)
+    a = load_checkpoint_fp32(straight / "checkpoints", tag_for(STEPS))
+    b = load_checkpoint_fp32(rescaled / "checkpoints", tag_for(STEPS))
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], rtol=0, atol=10 * tol, msg=name)
+
+
+def test_two_ranks_to_one_and_zero2_to_zero1(tmp_path, source, corpus):
+    straight, _ = _run(tmp_path, "straight2", source, corpus, nproc=2, ds="zero2")
+    rescaled, proc = _run(tmp_path, "at1", source, corpus, nproc=1, ds="zero1", resume_from=straight)
+    _assert_continues(straight, rescaled, proc, saved_by=2, tol=1e-5)
+    assert marker(rescaled / "checkpoints", tag_for(STEPS)) == {"global_step": STEPS, "world_size": 1, "zero_stage": 1}
+    assert complete_tags(rescaled / "checkpoints") == [tag_for(CUT), tag_for(STEPS)]
+
+
+def test_one_rank_to_two_at_zero3(tmp_path, source, corpus):
+    straight, _ = _run(tmp_path, "straight1", source, corpus, nproc=1, ds="zero3")
+    rescaled, proc = _run(tmp_path, "at2", source, corpus, nproc=2, ds="zero3", resume_from=straight)
+    _assert_continues(straight, rescaled, proc, saved_by=1, tol=1e-5)
+    assert marker(rescaled / "checkpoints", tag_for(STEPS)) == {"global_step": STEPS, "world_size": 2, "zero_stage": 3}
+
+    cfg = tmp_path / "at2.yaml"  # ZeRO-3 -> 2 is not a conversion DeepSpeed's universal checkpoints support
+    proc = launch(["--config", str(cfg), f"--deepspeed={REPO}/ds_configs/zero2_fp32.json"], nproc=1)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith(f"error: checkpoint {tag_for(STEPS)} was saved at ZeRO stage 3")
+
+
+def test_bf16_two_ranks_to_one(tmp_path, source, corpus):
+    """The production path: bf16 with DeepSpeed FusedAdam."""
+    straight, _ = _run(tmp_path, "bf16_straight2", source, corpus, nproc=2, ds="zero1", precision="bf16")
+    rescaled, proc = _run(tmp_path, "bf16_at1", source, corpus, nproc=1, ds="zero1", precision="bf16",
+                          resume_from=straight)
+    _assert_continues(straight, rescaled, proc, saved_by=2, tol=1e-2)
