@@ -1,0 +1,106 @@
+"""launch/slurm.sbatch on a real Slurm cluster (single host, throwaway, tests/slurm/cluster.py): a 2-process
+CPU job gets SIGUSR1 in its batch shell, as `--signal=B:USR1@GRACE` delivers it before the time limit; it
+checkpoints, requeues itself and resumes to the same per-step losses as the same job left alone."""
+import json
+import os
+import re
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, base_config, read_metrics, write_config
+from slurm.cluster import ENDED, ClusterUnavailable, SlurmCluster, free_port
+from xpt_ds.checkpoint import complete_tags
+
+pytestmark = pytest.mark.multiproc
+TOTAL_STEPS = 80
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    cluster = SlurmCluster(tmp_path_factory.mktemp("slurm"))
+    try:
+        cluster.start()
+    except ClusterUnavailable as e:
+        pytest.skip(str(e))
+    yield cluster
+    cluster.stop()
+
+
+class Job:
+    """One submission of launch/slurm.sbatch (submit mode) with its run directory and output file."""
+
+    def __init__(self, slurm: SlurmCluster, root: Path, tiny_roberta, corpus, **env: str):
+        self.slurm, self.run, self.log = slurm, root / "run", root / "job.log"
+        cfg = base_config(self.run, tiny_roberta, corpus, checkpoint={"every_steps": 20})
+        cfg["phases"] = [{"name": "phase1", "steps": TOTAL_STEPS // 2, "lr": 1e-3, "warmup_steps": 1},
+                         {"name": "phase2", "steps": TOTAL_STEPS // 2, "lr": 5e-4, "warmup_steps": 1}]
+        env = {"CONFIG": str(write_config(root / "cfg.yaml", cfg)), "DS_ACCELERATOR": "cpu", "NNODES": "1",
+               "NPROC_PER_NODE": "2", "OMP_NUM_THREADS": "1", "MASTER_PORT": str(free_port()),
+               "PYTHON": sys.executable, "TORCHRUN": os.path.join(sysconfig.get_path("scripts"), "torchrun"),
+               "SBATCH_ARGS": f"--output={self.log}", **env}
+        out = slurm("bash", str(REPO / "launch/slurm.sbatch"), env=env)
+        self.id = re.search(r"Submitted batch job (\d+)", out).group(1)
+
+    def diagnostics(self) -> str:
+        log = self.log.read_text(errors="replace").splitlines()[-60:] if self.log.exists() else ["(no output yet)"]
+        return f"job {self.id} output (last 60 lines):\n" + "\n".join(log) + "\n" + self.slurm.logs()
+
+    def wait_for(self, what: str, ready, timeout: float = 300) -> None:
+        deadline = time.time() + timeout
+        while not ready():
+            assert time.time() < deadline, f"timed out after {timeout} s waiting for {what}\n{self.diagnostics()}"
+            time.sleep(0.2)
+
+    def steps_logged(self) -> int:
+        return max(read_metrics(self.run), default=0) if (self.run / "metrics.jsonl").exists() else 0
+
+    def status(self) -> dict:
+        try:
+            return json.loads((self.run / "status.json").read_text())
+        except FileNotFoundError:
+            return {}
+
+    def finish(self) -> dict[str, str]:
+        """Wait until the job has ended for good (a requeued job is pending in between); its final record."""
+        self.wait_for(f"job {self.id} to end", lambda: self.slurm.job(self.id)["JobState"] in ENDED)
+        return self.slurm.job(self.id)
+
+
+def _losses(run: Path) -> dict[int, dict[str, float]]:
+    return {step: {k: v for k, v in row.items() if k.endswith("/loss")} for step, row in read_metrics(run).items()}
+
+
+@pytest.fixture(scope="module")
+def reference(slurm, tmp_path_factory, tiny_roberta, corpus):
+    """The same job left alone: it runs once and finishes."""
+    job = Job(slurm, tmp_path_factory.mktemp("slurm_reference"), tiny_roberta, corpus)
+    info = job.finish()
+    assert (info["JobState"], info["Restarts"]) == ("COMPLETED", "0"), job.diagnostics()
+    assert job.status()["state"] == "finished", job.diagnostics()
+    return _losses(job.run)
+
+
+@pytest.mark.parametrize("mode", ["torchrun", "srun_per_gpu"])
+def test_usr1_checkpoints_requeues_and_resumes_exactly(slurm, reference, tmp_path, tiny_roberta, corpus, mode):
+    job = Job(slurm, tmp_path, tiny_roberta, corpus, SRUN_PER_GPU=str(int(mode == "srun_per_gpu")))
+    job.wait_for("training to make progress", lambda: job.steps_logged() >= 5)
+    slurm("scancel", "--signal=USR1", "--batch", job.id)
+    job.wait_for("the first run to stop at a checkpoint", lambda: job.status().get("state") == "preempted")
+    stopped = job.status()["global_step"]
+    tag = f"global_step{stopped:09d}"
+    assert stopped < TOTAL_STEPS and job.status()["last_complete_checkpoint"] == tag, job.diagnostics()
+
+    info = job.finish()
+    out = job.log.read_text()
+    assert (info["JobState"], info["Restarts"]) == ("COMPLETED", "1"), job.diagnostics()
+    assert f"requeueing job {job.id}" in out and f"job {job.id} (restart 1)" in out, job.diagnostics()
+    assert f"resumed from {tag}" in out, job.diagnostics()
+    if mode == "srun_per_gpu":  # every rank exits 124 and srun reports it (torchrun itself exits 1)
+        assert "job step exited with status 124" in out, job.diagnostics()
+    assert tag in complete_tags(job.run / "checkpoints")
+    assert job.status()["state"] == "finished", job.diagnostics()
+    assert _losses(job.run) == reference
