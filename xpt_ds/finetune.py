@@ -1,0 +1,411 @@
+"""``python -m xpt_ds.finetune --model DIR_OR_HUB_ID --train FILE --test FILE [--valid FILE] --out DIR``.
+
+Fine-tunes any Hugging Face encoder (an ``xpt_ds.export`` directory or a public baseline) on sentence or
+sentence-pair classification/regression, or on IOB2 token classification, once per seed, and reports the
+test metrics per seed and as mean ± std (002 Table 3). With ``--valid`` the test metrics are those of the
+epoch with the best validation score; without, of the last epoch. Defaults are 002 Table A2's; ``--preset``
+selects its per-task values. Writes ``OUT/results.json`` and prints a table.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import math
+import sys
+import time
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+import torch
+
+from xpt_ds.config import doc
+from xpt_ds.finetune_data import (TASKS, Columns, Encoded, FinetuneError, build_labels, collate, encode, label_ids,
+                                  read_examples)
+from xpt_ds.finetune_metrics import (classification_metrics, entity_metrics, majority_baseline, regression_metrics,
+                                     summarize)
+
+log = logging.getLogger("xpt_ds.finetune")
+
+# 002 Table A2 ("Hyperparameters used for downstream evaluations"): batch size 32 and warmup proportion 0.06
+# for every task; learning rate 1e-5 (PAWS-X, KQP) or 5e-5 (KorSTS, KHS); 15 epochs (PAWS-X) or 10. Metrics
+# as 002 §4.3 scores them. Column names follow each dataset's public release (KHS: kocohub/korean-hate-speech
+# labeled/*.tsv); flags given on the command line override a preset.
+PRESETS = {
+    "paws-x": dict(task="classification", lr=1e-5, epochs=15, batch_size=32, warmup_ratio=0.06,
+                   text_column="sentence1", text_pair_column="sentence2", label_column="label", metric="accuracy"),
+    "korsts": dict(task="regression", lr=5e-5, epochs=10, batch_size=32, warmup_ratio=0.06,
+                   text_column="sentence1", text_pair_column="sentence2", label_column="score", metric="spearman"),
+    "kqp": dict(task="classification", lr=1e-5, epochs=10, batch_size=32, warmup_ratio=0.06,
+                text_column="question1", text_pair_column="question2", label_column="is_duplicate", metric="accuracy"),
+    "khs": dict(task="classification", lr=5e-5, epochs=10, batch_size=32, warmup_ratio=0.06,
+                text_column="comments", label_column="hate", metric="macro_f1"),
+}
+TASK_METRICS = {"classification": ("accuracy", "macro_f1", "binary_f1"), "regression": ("spearman", "pearson"),
+                "token_classification": ("entity_f1", "entity_precision", "entity_recall")}
+# The rest is RoBERTa's GLUE recipe, which 002 §4.4 follows except for Table A2 (Liu et al. 2019, Table 10;
+# fairseq examples/roberta/README.glue.md): AdamW betas (0.9, 0.98), eps 1e-6, weight decay 0.1, linear decay.
+ADAM_BETAS, ADAM_EPS = (0.9, 0.98), 1e-6
+# Model types whose position ids start after the pad id (see xpt_ds.model.FAMILIES).
+OFFSET_POSITIONS = ("roberta", "xlm-roberta", "camembert")
+
+
+@dataclass
+class FinetuneConfig:
+    model: str = doc("", "Hugging Face encoder: local directory (e.g. an xpt_ds.export output) or hub id.")
+    train: str = doc("", "Training examples: .csv, .tsv or .jsonl.")
+    test: str = doc("", "Test examples, same format; scored once per seed.")
+    valid: str = doc("", "Validation examples; if given, test scores come from the best-validation epoch.")
+    out: str = doc("finetune_out", "Output directory for results.json.")
+    preset: str = doc("", f"002 Table A2 task preset: {', '.join(PRESETS)} (empty: the defaults below).")
+    task: str = doc("classification", f"One of {', '.join(TASKS)}.")
+    text_column: str = doc("text", "Column with the (first) sentence.")
+    text_pair_column: str = doc("", "Column with the second sentence of a pair; empty for single sentences.")
+    label_column: str = doc("label", "Column with the class name or the score.")
+    tokens_column: str = doc("tokens", "token_classification: words (JSON list, or space-separated string).")
+    tags_column: str = doc("tags", "token_classification: one IOB2 tag per word, same forms.")
+    seeds: list = doc([1, 2, 3, 4, 5], "One fine-tuning run per seed (002 Table 3 uses 10).")
+    lr: float = doc(5e-5, "Peak learning rate (Table A2: 1e-5 PAWS-X/KQP, 5e-5 KorSTS/KHS).")
+    batch_size: int = doc(32, "Examples per optimizer step (Table A2).")
+    epochs: int = doc(10, "Training epochs (Table A2: 15 PAWS-X, 10 the others).")
+    warmup_ratio: float = doc(0.06, "Linear warmup as a fraction of all steps, then linear decay to 0 (Table A2).")
+    weight_decay: float = doc(0.1, "AdamW weight decay, not on biases and LayerNorm (RoBERTa's GLUE recipe).")
+    grad_clip: float = doc(0.0, "Gradient-norm clip; 0 disables (RoBERTa's GLUE recipe does not clip).")
+    max_length: int = doc(512, "Pieces per example, truncated; capped by the model's positions.")
+    patience: int = doc(0, "With --valid: stop after this many epochs without improvement; 0 runs every epoch.")
+    metric: str = doc("", "Metric for model selection and the headline; empty: accuracy, spearman or entity_f1.")
+    device: str = doc("auto", "auto (CUDA if available), cpu or cuda; CUDA runs under bf16 autocast.")
+
+    def columns(self) -> Columns:
+        return Columns(self.text_column, self.text_pair_column, self.label_column, self.tokens_column,
+                       self.tags_column)
+
+
+_REQUIRED = ("model", "train", "test")
+
+
+def parse_args(argv: list[str]) -> FinetuneConfig:
+    """Defaults < ``--preset`` < flags given; every flag's help is its config field's."""
+    parser = argparse.ArgumentParser(prog="python -m xpt_ds.finetune", description=__doc__.split("\n\n")[1])
+    for f in dataclasses.fields(FinetuneConfig):
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        kw = dict(nargs="+", type=int) if f.type == "list" else dict(type={"int": int, "float": float}.get(f.type, str))
+        note = "required" if f.name in _REQUIRED else f"default: {default!r}"
+        parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=argparse.SUPPRESS,
+                            metavar=f.name.split("_")[-1].upper(), help=f"{f.metadata['help']} ({note})", **kw)
+    given = vars(parser.parse_args(argv))
+    preset = given.get("preset", "")
+    if preset and preset not in PRESETS:
+        raise FinetuneError(f"--preset '{preset}' is unknown; valid: {', '.join(PRESETS)}")
+    return FinetuneConfig(**{**PRESETS.get(preset, {}), **given})
+
+
+def validate(cfg: FinetuneConfig) -> None:
+    """Checks that need no files; fills in the task's default ``metric``."""
+    for name in _REQUIRED:
+        if not getattr(cfg, name):
+            raise FinetuneError(f"--{name} is required")
+    if cfg.task not in TASKS:
+        raise FinetuneError(f"--task '{cfg.task}' is unknown; valid: {', '.join(TASKS)}")
+    cfg.metric = cfg.metric or TASK_METRICS[cfg.task][0]
+    if cfg.metric not in TASK_METRICS[cfg.task]:
+        raise FinetuneError(f"--metric '{cfg.metric}' is not a {cfg.task} metric; "
+                            f"valid: {', '.join(TASK_METRICS[cfg.task])}")
+    checks = {"lr": cfg.lr > 0, "batch_size": cfg.batch_size >= 1, "epochs": cfg.epochs >= 1,
+              "warmup_ratio": 0 <= cfg.warmup_ratio < 1, "weight_decay": cfg.weight_decay >= 0,
+              "grad_clip": cfg.grad_clip >= 0, "max_length": cfg.max_length >= 8, "patience": cfg.patience >= 0,
+              "seeds": len(cfg.seeds) >= 1, "device": cfg.device in ("auto", "cpu", "cuda")}
+    bad = [k for k, ok in checks.items() if not ok]
+    if bad:
+        raise FinetuneError(f"--{bad[0].replace('_', '-')} has a bad value: {getattr(cfg, bad[0])!r}")
+    if cfg.device == "cuda" and not torch.cuda.is_available():
+        raise FinetuneError("--device cuda, but CUDA is not available")
+
+
+@dataclass
+class Split:
+    encoded: Encoded
+    gold: list  # class ids, scores, or per-word tag ids (all words, also those truncated away)
+
+
+@dataclass
+class Prepared:
+    """Everything that is the same for every seed."""
+    labels: list[str]
+    splits: dict[str, Split]
+    tokenizer: object
+    remote_code: bool
+    max_length: int
+
+
+def _config_dict(cfg: FinetuneConfig) -> dict:
+    """The model's config.json as a dict, read without instantiating (and so without running) any code."""
+    from transformers import PretrainedConfig
+    path = Path(cfg.model)
+    if (path.is_absolute() or cfg.model.startswith(".")) and not path.is_dir():
+        raise FinetuneError(f"--model {cfg.model}: no such directory")
+    try:
+        config_dict, _ = PretrainedConfig.get_config_dict(cfg.model)
+    except (OSError, ValueError) as e:
+        raise FinetuneError(f"--model {cfg.model}: cannot load its config ({str(e).splitlines()[0]})") from None
+    return config_dict
+
+
+def _max_length(cfg: FinetuneConfig, config_dict: dict, tokenizer) -> int:
+    limit = cfg.max_length
+    if tokenizer.model_max_length < 1e6:  # "unset" is a huge sentinel in transformers
+        limit = min(limit, tokenizer.model_max_length)
+    if "max_position_embeddings" in config_dict:
+        offset = config_dict.get("pad_token_id", 1) + 1 if config_dict.get("model_type") in OFFSET_POSITIONS else 0
+        limit = min(limit, config_dict["max_position_embeddings"] - offset)
+    return limit
+
+
+def prepare(cfg: FinetuneConfig) -> Prepared:
+    """Read and check every file before loading the model, so bad data fails in a second."""
+    from transformers import AutoTokenizer
+    cols, files = cfg.columns(), {"train": cfg.train, "valid": cfg.valid, "test": cfg.test}
+    examples = {name: read_examples(path, f"--{name}", cfg.task, cols) for name, path in files.items() if path}
+    labels = build_labels(examples["train"], cfg.task, cfg.train)
+    targets = {name: label_ids(exs, labels, cfg.task) for name, exs in examples.items()}
+    config_dict = _config_dict(cfg)
+    remote = "auto_map" in config_dict  # ships its own code: the only case for trust_remote_code
+    tok_kw = {"trust_remote_code": True} if remote else {}
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(cfg.model, **tok_kw)
+    except (OSError, ValueError) as e:
+        raise FinetuneError(f"--model {cfg.model}: cannot load its tokenizer ({str(e).splitlines()[0]})") from None
+    if cfg.task == "token_classification":
+        if not tokenizer.is_fast:
+            raise FinetuneError(f"--model {cfg.model}: token_classification needs a fast tokenizer (word_ids)")
+        if getattr(tokenizer, "add_prefix_space", None) is False:  # byte-level BPE refuses pre-split words
+            tokenizer = AutoTokenizer.from_pretrained(cfg.model, add_prefix_space=True, **tok_kw)
+    max_length = _max_length(cfg, config_dict, tokenizer)
+    token_types = config_dict.get("type_vocab_size", 2) > 1
+    splits = {name: Split(encode(exs, targets[name], tokenizer, cfg.task, max_length, token_types), targets[name])
+              for name, exs in examples.items()}
+    return Prepared(labels, splits, tokenizer, remote, max_length)
+
+
+def _task_class(task: str):
+    from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
+    return AutoModelForTokenClassification if task == "token_classification" else AutoModelForSequenceClassification
+
+
+def _xpt_adapter_class(model_path: str, auto_cls):
+    """An ``xpt_ds.export`` of ``method: adapters`` maps only AutoModelForMaskedLM to its code, so the stock
+    task class would load without the adapters. Give the stock task class the same ``add_adapters``."""
+    from transformers import AutoConfig
+    from transformers.dynamic_module_utils import get_class_from_dynamic_module
+    config = AutoConfig.from_pretrained(model_path, trust_remote_code=True)
+    auto_map = getattr(config, "auto_map", {}) or {}
+    if auto_cls.__name__ in auto_map or not getattr(config, "xpt_adapter_size", None) \
+            or "AutoModelForMaskedLM" not in auto_map:
+        return auto_cls
+    try:
+        stock = auto_cls._model_mapping[type(config)]  # the class the Auto* factory would pick
+    except KeyError:
+        return auto_cls  # from_pretrained then names the unsupported configuration
+    module = sys.modules[get_class_from_dynamic_module(auto_map["AutoModelForMaskedLM"], model_path).__module__]
+
+    def __init__(self, config):
+        stock.__init__(self, config)
+        module.add_adapters(self, config.xpt_adapter_size)
+
+    return type(f"XptAdapter{stock.__name__}", (stock,), {"__init__": __init__})
+
+
+def build_model(cfg: FinetuneConfig, prep: Prepared):
+    auto_cls = _task_class(cfg.task)
+    cls = _xpt_adapter_class(cfg.model, auto_cls) if prep.remote_code else auto_cls
+    kw = {"trust_remote_code": True} if prep.remote_code and cls is auto_cls else {}
+    if cfg.task == "regression":
+        kw.update(num_labels=1, problem_type="regression")
+    else:
+        kw.update(num_labels=len(prep.labels), id2label=dict(enumerate(prep.labels)),
+                  label2id={n: i for i, n in enumerate(prep.labels)})
+        if cfg.task == "classification":
+            kw["problem_type"] = "single_label_classification"
+    try:
+        return cls.from_pretrained(cfg.model, **kw)
+    except (OSError, ValueError) as e:
+        raise FinetuneError(f"--model {cfg.model}: cannot load it as {auto_cls.__name__} "
+                            f"({str(e).splitlines()[0]})") from None
+
+
+def build_optimizer(model, cfg: FinetuneConfig, total_steps: int):
+    """AdamW without decay on biases and LayerNorm; linear warmup to ``lr``, then linear decay to 0."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            (no_decay if p.ndim < 2 or "LayerNorm" in name or "layer_norm" in name else decay).append(p)
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=ADAM_BETAS, eps=ADAM_EPS)
+    warmup = int(cfg.warmup_ratio * total_steps)
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / (warmup + 1)
+        return max(0.0, (total_steps - step) / max(1, total_steps - warmup))
+
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, factor)
+
+
+def _autocast(device: torch.device):
+    return torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
+
+
+def train_epoch(model, loader, opt, sched, cfg: FinetuneConfig, device: torch.device) -> float:
+    model.train()
+    total = 0.0
+    for batch in loader:
+        batch = {k: v.to(device) for k, v in batch.items()}
+        with _autocast(device):
+            loss = model(**batch).loss
+        loss.backward()
+        if cfg.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        total += loss.item()
+    return total / len(loader)
+
+
+@torch.no_grad()
+def predict(model, split: Split, task: str, pad_id: int, batch_size: int, device: torch.device) -> list:
+    """Class ids, scores, or per-word tag ids (a word truncated away is predicted ``O``, id 0)."""
+    model.eval()
+    feats = split.encoded.features
+    out = []
+    for i in range(0, len(feats), batch_size):
+        batch = collate(feats[i:i + batch_size], pad_id)
+        batch.pop("labels")
+        with _autocast(device):
+            logits = model(**{k: v.to(device) for k, v in batch.items()}).logits.float().cpu()
+        if task == "regression":
+            out.extend(logits[:, 0].tolist())
+        elif task == "classification":
+            out.extend(logits.argmax(-1).tolist())
+        else:
+            ids = logits.argmax(-1).tolist()
+            for row, starts in zip(ids, split.encoded.word_starts[i:i + batch_size]):
+                out.append([row[p] if p >= 0 else 0 for p in starts])
+    return out
+
+
+def score(task: str, gold: list, pred: list, labels: list[str]) -> dict[str, float]:
+    if task == "classification":
+        return classification_metrics(gold, pred, len(labels))
+    if task == "regression":
+        return regression_metrics(gold, pred)
+    return entity_metrics([[labels[t] for t in s] for s in gold], [[labels[t] for t in s] for s in pred])
+
+
+def _better(new: float, best: float | None) -> bool:
+    return best is None or (not math.isnan(new) and (math.isnan(best) or new > best))
+
+
+def run_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, device: torch.device) -> dict:
+    """Train one seed; the classifier head, dropout and batch order all follow ``seed``."""
+    torch.manual_seed(seed)
+    model = build_model(cfg, prep).to(device)
+    pad_id = prep.tokenizer.pad_token_id if prep.tokenizer.pad_token_id is not None else 0
+    train = prep.splits["train"]
+    loader = torch.utils.data.DataLoader(train.encoded.features, batch_size=cfg.batch_size, shuffle=True,
+                                         collate_fn=partial(collate, pad_id=pad_id),
+                                         generator=torch.Generator().manual_seed(seed))
+    opt, sched = build_optimizer(model, cfg, cfg.epochs * len(loader))
+    valid = prep.splits.get("valid")
+    evaluate = partial(predict, model, task=cfg.task, pad_id=pad_id, batch_size=2 * cfg.batch_size, device=device)
+    history, best, best_state, best_epoch, stale = [], None, None, cfg.epochs, 0
+    for epoch in range(1, cfg.epochs + 1):
+        row = {"epoch": epoch, "train_loss": train_epoch(model, loader, opt, sched, cfg, device)}
+        if valid is not None:
+            row["valid"] = score(cfg.task, valid.gold, evaluate(valid), prep.labels)
+            current = row["valid"][cfg.metric]
+            if _better(current, best):
+                best, best_epoch, stale = current, epoch, 0
+                best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+            else:
+                stale += 1
+        history.append(row)
+        log.info("seed %d epoch %d/%d: train loss %.4f%s", seed, epoch, cfg.epochs, row["train_loss"],
+                 f", valid {cfg.metric} {row['valid'][cfg.metric]:.4f}" if valid is not None else "")
+        if valid is not None and cfg.patience and stale >= cfg.patience:
+            break
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    if valid is None:
+        best_epoch = len(history)
+    test = prep.splits["test"]
+    result = {"seed": seed, "epoch": best_epoch, "test": score(cfg.task, test.gold, evaluate(test), prep.labels),
+              "history": history}
+    if valid is not None:
+        result["valid"] = history[best_epoch - 1]["valid"]
+    return result
+
+
+def finetune(cfg: FinetuneConfig) -> dict:
+    """Every seed, then the summary; writes ``OUT/results.json`` and returns what it wrote."""
+    validate(cfg)
+    started = time.time()
+    prep = prepare(cfg)
+    device = torch.device("cuda" if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
+                          else "cpu")
+    runs = [run_seed(cfg, prep, seed, device) for seed in cfg.seeds]
+    results = {"config": dataclasses.asdict(cfg), "device": str(device), "max_length": prep.max_length,
+               "labels": prep.labels, "sizes": {n: len(s.gold) for n, s in prep.splits.items()},
+               "selection": "best valid epoch" if "valid" in prep.splits else "last epoch",
+               "seeds": runs, "summary": summarize([r["test"] for r in runs]),
+               "seconds": round(time.time() - started, 1)}
+    if "valid" in prep.splits:  # 002 reports KHS this way: its test labels are not public
+        results["valid_summary"] = summarize([r["valid"] for r in runs])
+    if cfg.task == "classification":
+        label, acc = majority_baseline(prep.splits["test"].gold)
+        results["majority_baseline"] = {"label": prep.labels[label], "accuracy": acc}
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    # NaN (an undefined correlation) is not JSON: write null.
+    clean = json.loads(json.dumps(results), parse_constant=lambda c: None)
+    (out / "results.json").write_text(json.dumps(clean, indent=2, ensure_ascii=False) + "\n")
+    return clean
+
+
+def format_table(results: dict) -> str:
+    """Test metrics ×100, one column per seed, then mean ± std (002 Table 3 style)."""
+    seeds = results["seeds"]
+    head = f"{'test (x100)':<18}" + "".join(f"{'seed ' + str(r['seed']):>11}" for r in seeds) + f"{'mean ± std':>18}"
+    lines = [f"{results['config']['task']} · {results['config']['model']} · {len(seeds)} seed(s) · "
+             f"test at the {results['selection']}", head]
+    fmt = lambda v: "nan" if v is None else f"{100 * v:.2f}"  # noqa: E731
+    for name, s in results["summary"].items():
+        cells = "".join(f"{fmt(r['test'][name]):>11}" for r in seeds)
+        mean = "nan" if s["mean"] is None else f"{fmt(s['mean'])} ± {fmt(s['std'])}"
+        lines.append(f"{name:<18}{cells}{mean:>18}")
+    if "majority_baseline" in results:
+        m = results["majority_baseline"]
+        lines.append(f"majority class '{m['label']}' accuracy on test: {fmt(m['accuracy'])}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    from transformers.utils import logging as hf_logging
+    hf_logging.set_verbosity_error()  # the "newly initialized classifier" notice is expected here
+    hf_logging.disable_progress_bar()
+    try:
+        cfg = parse_args(sys.argv[1:] if argv is None else argv)
+        results = finetune(cfg)
+    except FinetuneError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(format_table(results))
+    print(f"wrote {Path(cfg.out) / 'results.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
