@@ -99,6 +99,17 @@ class LoggingConfig:
 
 
 @dataclass
+class GuardConfig:
+    max_bad_steps: int = doc(5, "More non-finite (NaN/inf loss or gradient) steps in a row than this: checkpoint "
+                                "and halt. Each one is skipped (no update) and counted.")
+    loss_spike_ratio: float = doc(1.5, "Warn when a logged loss exceeds this multiple of the median of the last "
+                                       "20 logged losses; 0 = off.")
+    straggler_ratio: float = doc(3.0, "Log a straggler line when a step takes this multiple of the median of the "
+                                      "last 50 steps; 0 = off.")
+    inject_nan_steps: list = doc([], "Testing: rank 0's loss is made NaN at these global steps (1-based).")
+
+
+@dataclass
 class TrainConfig:
     run_dir: str = doc("runs/default", "Output directory: config, checkpoints, TensorBoard, logs.")
     deepspeed: str = doc("ds_configs/zero2_bf16.json", "Engine-only DeepSpeed JSON (see ds_configs/).")
@@ -109,6 +120,7 @@ class TrainConfig:
     optim: OptimConfig = doc(None, "Optimizer, batch and clipping.")
     checkpoint: CheckpointConfig = doc(None, "Saving and resuming.")
     logging: LoggingConfig = doc(None, "Logging, validation and TensorBoard.")
+    guard: GuardConfig = doc(None, "Non-finite steps, loss spikes and stragglers.")
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -117,7 +129,8 @@ class TrainConfig:
 
 
 _ELEMENT_TYPES = {(TrainConfig, "phases"): PhaseConfig, (DataConfig, "train_shards"): str,
-                  (DataConfig, "valid_shards"): str, (PhaseConfig, "trainable"): str, (OptimConfig, "betas"): float}
+                  (DataConfig, "valid_shards"): str, (PhaseConfig, "trainable"): str, (OptimConfig, "betas"): float,
+                  (GuardConfig, "inject_nan_steps"): int}
 
 
 def _field_type(f: dataclasses.Field):
@@ -304,6 +317,12 @@ def validate(cfg: TrainConfig) -> None:
         raise ConfigError(f"config key 'checkpoint.keep_last' must be >= 0, got {cfg.checkpoint.keep_last}")
     if cfg.logging.log_every < 1:
         raise ConfigError(f"config key 'logging.log_every' must be >= 1, got {cfg.logging.log_every}")
+    g = cfg.guard
+    if g.max_bad_steps < 0:
+        raise ConfigError(f"config key 'guard.max_bad_steps' must be >= 0, got {g.max_bad_steps}")
+    for k in ("loss_spike_ratio", "straggler_ratio"):
+        if getattr(g, k) != 0 and getattr(g, k) <= 1:
+            raise ConfigError(f"config key 'guard.{k}' must be > 1 (or 0 = off), got {getattr(g, k)}")
 
 
 def save_config(cfg: TrainConfig, path: Path) -> None:

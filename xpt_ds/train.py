@@ -47,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     import deepspeed
 
     from xpt_ds.checkpoint import CheckpointError
+    from xpt_ds.guards import HALTED_EXIT_CODE, Halted
     from xpt_ds.shards import DataError
     from xpt_ds.preemption import PREEMPTED_EXIT_CODE, Preempted
     from xpt_ds.trainer import Trainer
@@ -61,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, DataError, CheckpointError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except Halted as e:
+        print(f"error: {e}", file=sys.stderr)
+        return HALTED_EXIT_CODE
     except Preempted as e:
         print(f"preempted: checkpoint {e} is complete; exiting with {PREEMPTED_EXIT_CODE} so the job is requeued",
               file=sys.stderr)

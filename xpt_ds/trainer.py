@@ -14,6 +14,7 @@ from xpt_ds import checkpoint
 from xpt_ds.config import ConfigError, TrainConfig, save_config, to_dict
 from xpt_ds.data import build_streams
 from xpt_ds.engine import build_engine, full_fp32_state, lr_at, restore_frozen, set_lr, zero_stage
+from xpt_ds.guards import BadStepCounter, Halted, RankExchange, SpikeDetector, straggler_line
 from xpt_ds.metrics import MetricsLogger, flops_per_token, peak_flops
 from xpt_ds.model import build_model, build_skeleton, load_fp32_state
 from xpt_ds.objective import MaskedLMObjective, strip_prefix
@@ -66,6 +67,13 @@ class Trainer:
         self.last_saved: str | None = None  # newest complete checkpoint of this run
         self.last_tokens_per_s: float | None = None
         self.preemption = PreemptionWatcher()
+        self.exchange = RankExchange()  # per-step host all_gather: preemption flags, step times, data waits
+        g = cfg.guard
+        self.bad_steps = BadStepCounter(g.max_bad_steps)
+        self.loss_spikes = SpikeDetector(g.loss_spike_ratio, window=20, min_history=5)
+        self.step_times = SpikeDetector(g.straggler_ratio, window=50, min_history=10)
+        self.inject_nan = set(g.inject_nan_steps) if self.rank == 0 else set()
+        self.data_wait = 0.0  # seconds this rank waited for batches in the current step
 
     def setup(self) -> None:
         tag = checkpoint.resolve_tag(self.ckpt_root, self.cfg.checkpoint.resume)
@@ -76,6 +84,7 @@ class Trainer:
         if tag is not None:
             client = checkpoint.read_client_state(self.ckpt_root, tag)
             self.state.load_state_dict(client["trainer"])
+            self.bad_steps.load_state_dict(client["bad_steps"])
             self.train_stream.load_state_dict(client["data"])
             universal = self._rescaling(tag)
         n_train = sum(fp32[n].numel() for n in self.trainables[self.state.phase_index])  # before ZeRO-3 partitions
@@ -119,40 +128,53 @@ class Trainer:
             log.info(msg)
 
     def train(self) -> None:
-        loss_sum, t0, steps_in_window = torch.zeros((), device=self.device), time.perf_counter(), 0
+        loss_sum, t0, steps, good = torch.zeros((), device=self.device), time.perf_counter(), 0, 0
         while True:
             if self.state.phase_step >= self.phase.steps:
                 if not self.maybe_switch_phase():
                     break
                 continue
-            loss_sum += self.train_step()
-            steps_in_window += 1
+            started = time.perf_counter()
+            loss, skipped = self.train_step()
+            step_seconds = time.perf_counter() - started
+            steps += 1
+            if not skipped:  # a skipped step's loss is not finite: keep it out of the logged mean
+                loss_sum += loss
+                good += 1
+            halt = self.count_bad_step(skipped)
             self.logger.advance()
             phase_done = self.state.phase_step == self.phase.steps
             if self.state.global_step % self.cfg.logging.log_every == 0 or phase_done:
-                self.log(loss_sum / steps_in_window, time.perf_counter() - t0, steps_in_window)
+                self.log(loss_sum / max(good, 1), good, time.perf_counter() - t0, steps)
                 loss_sum.zero_()
-                t0, steps_in_window = time.perf_counter(), 0
+                t0, steps, good = time.perf_counter(), 0, 0
             self.maybe_eval(phase_done)
             self.maybe_save(phase_done)
-            self.maybe_stop_for_preemption()
+            self.after_step(halt, step_seconds)
         self.logger.close()
         self.write_status("finished")
 
-    def train_step(self) -> torch.Tensor:
-        """One optimizer step over grad_accum micro-batches; returns the mean loss as a device tensor."""
+    def train_step(self) -> tuple[torch.Tensor, bool]:
+        """One optimizer step over grad_accum micro-batches: (mean loss as a device tensor, whether DeepSpeed
+        skipped the update because the gradient norm was not finite)."""
         set_lr(self.optimizer, lr_at(self.phase, self.state.phase_step))
         total = torch.zeros((), device=self.device)
+        skipped_before, self.data_wait = self.engine.skipped_steps, 0.0
+        poison = self.state.global_step + 1 in self.inject_nan
         for _ in range(self.cfg.optim.grad_accum):
-            batch = self._to_device(next(self.train_stream))
-            loss = self.engine(**batch)
+            waited = time.perf_counter()
+            batch = next(self.train_stream)
+            self.data_wait += time.perf_counter() - waited
+            loss = self.engine(**self._to_device(batch))
+            if poison:
+                loss = loss * float("nan")
             self.engine.backward(loss)
             self.engine.step()
             total += loss.detach()
         self.state.phase_step += 1
         self.state.global_step += 1
         self.state.tokens_seen += self.tokens_per_step
-        return total / self.cfg.optim.grad_accum
+        return total / self.cfg.optim.grad_accum, self.engine.skipped_steps != skipped_before
 
     def _to_device(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return {k: v.to(self.device, non_blocking=True) for k, v in batch.items() if k != "seq_ids"}
@@ -175,19 +197,32 @@ class Trainer:
         self._info(f"phase '{self.phase.name}' starts at global step {self.state.global_step}")
         return True
 
-    def log(self, mean_loss: torch.Tensor, seconds: float, steps: int) -> None:
-        deepspeed.comm.all_reduce(mean_loss)
-        loss = mean_loss.item() / self.world  # the one host sync of the logging interval
+    def log(self, mean_loss: torch.Tensor, good: int, seconds: float, steps: int) -> None:
+        """``good`` of the ``steps`` since the last log were not skipped (the same on every rank)."""
+        loss = None
+        if good:
+            deepspeed.comm.all_reduce(mean_loss)
+            loss = mean_loss.item() / self.world  # the one host sync of the logging interval
+            if not math.isfinite(loss):  # only ZeRO stage 0 lets a non-finite step through
+                self.write_status("halted")
+                raise Halted(f"training loss is {loss} at step {self.state.global_step} and the step was not "
+                             f"skipped (ZeRO stage 0 cannot skip one), so the weights are not usable; not saving. "
+                             f"Newest complete checkpoint: {self.last_saved or 'none'}")
+            median = self.loss_spikes.check(loss)
+            if median is not None and self.rank == 0:
+                log.warning("loss spike at step %d: %.4f is %.1fx the median %.4f of the last %d logged losses",
+                            self.state.global_step, loss, loss / median, median, len(self.loss_spikes.history) - 1)
         tps = self.last_tokens_per_s = self.tokens_per_step * steps / max(seconds, 1e-9)
         grad_norm = self.engine.get_global_grad_norm()
         self.logger.log(self.state.global_step, {
             "train/loss": loss, "train/lr": lr_at(self.phase, self.state.phase_step - 1),
-            "train/grad_norm": None if grad_norm is None else float(grad_norm),
+            "train/grad_norm": None if grad_norm is None or not math.isfinite(grad_norm) else float(grad_norm),
             "train/tokens_per_s": tps, "train/mfu": None if self.peak is None else
             self.flops_per_step * steps / max(seconds, 1e-9) / (self.peak * self.world),
             "train/phase": float(self.state.phase_index), "train/step": float(self.state.global_step),
             "train/epoch": float(self.train_stream.epoch),
             "data/skipped_shards": float(len(self.train_stream.stream.skipped)),
+            "train/skipped_steps": float(self.bad_steps.total),
             "train/tokens_seen": float(self.state.tokens_seen)})
         self.write_status("running")
 
@@ -225,7 +260,7 @@ class Trainer:
     def save(self) -> str:
         tag = checkpoint.tag_for(self.state.global_step)
         client = {"trainer": self.state.state_dict(), "data": self.train_stream.state_dict(),
-                  "config": to_dict(self.cfg)}
+                  "bad_steps": self.bad_steps.state_dict(), "config": to_dict(self.cfg)}
         checkpoint.save(self.engine, self.ckpt_root, tag, client, self.frozen, self.hf_config, self.tok.path)
         self.last_saved = tag
         if self.rank == 0:
@@ -235,14 +270,34 @@ class Trainer:
         self.write_status("running")
         return tag
 
-    def maybe_stop_for_preemption(self) -> None:
-        """After a step: if any rank got SIGUSR1/SIGTERM, checkpoint (unless this step just did) and stop."""
-        if not self.preemption.should_stop():
-            return
+    def count_bad_step(self, skipped: bool) -> bool:
+        """Count a skipped step; True when too many in a row (the same on every rank: the norm is global)."""
+        halt = self.bad_steps.update(skipped)
+        if skipped:
+            self._info(f"step {self.state.global_step}: loss or gradient norm not finite, update skipped "
+                       f"({self.bad_steps.in_a_row} in a row, {self.bad_steps.total} in all)")
+        return halt
+
+    def after_step(self, halt: bool, seconds: float) -> None:
+        """Once per step, on every rank: one host exchange, the straggler check, then halt or preemption."""
+        rows = self.exchange.gather([float(self.preemption.requested), seconds, self.data_wait])
+        median = self.step_times.check(rows[:, 1].max().item())
+        if median is not None and self.rank == 0:
+            log.warning(straggler_line(self.state.global_step, rows[:, 1:], median))
+        if halt:
+            self._save_unless_saved()
+            self.write_status("halted")
+            raise Halted(f"{self.bad_steps.in_a_row} steps in a row had a non-finite loss or gradient norm (more "
+                         f"than guard.max_bad_steps={self.cfg.guard.max_bad_steps}); stopped at step "
+                         f"{self.state.global_step} with checkpoint {self.last_saved}")
+        if rows[:, 0].max() > 0:  # some rank got SIGUSR1/SIGTERM
+            self._save_unless_saved()
+            self.write_status("preempted")
+            raise Preempted(self.last_saved)
+
+    def _save_unless_saved(self) -> None:
         if self.last_saved != checkpoint.tag_for(self.state.global_step):
             self.save()
-        self.write_status("preempted")
-        raise Preempted(self.last_saved)
 
     def write_status(self, state: str) -> None:
         if self.rank != 0:
@@ -252,5 +307,6 @@ class Trainer:
         eta = (total - self.state.global_step) * self.tokens_per_step / tps if tps else None
         write_status(self.run_dir, state=state, phase=self.phase.name, phase_index=self.state.phase_index,
                      phase_step=self.state.phase_step, global_step=self.state.global_step, total_steps=total,
-                     tokens_seen=self.state.tokens_seen, last_complete_checkpoint=self.last_saved,
+                     tokens_seen=self.state.tokens_seen, skipped_steps=self.bad_steps.total,
+                     last_complete_checkpoint=self.last_saved,
                      tokens_per_s=tps, eta_s=eta)

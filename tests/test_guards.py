@@ -1,0 +1,102 @@
+"""Guards through the real launchers: an injected NaN (on rank 0 only) is skipped by every rank and counted;
+repeated ones end in a checkpoint and a clear halt that a resume continues from; at ZeRO stage 0, which cannot
+skip a step, the run halts without saving. Plus the spike and straggler detectors."""
+import json
+
+import pytest
+import torch
+
+from conftest import REPO, base_config, launch, read_metrics, write_config
+from xpt_ds.checkpoint import complete_tags, tag_for
+from xpt_ds.export import load_checkpoint_fp32
+from xpt_ds.guards import HALTED_EXIT_CODE, BadStepCounter, SpikeDetector, straggler_line
+
+
+def _cfg(run, tiny_roberta, corpus, ds, every, **guard):
+    cfg = base_config(run, tiny_roberta, corpus, deepspeed=str(REPO / f"ds_configs/{ds}.json"),
+                      checkpoint={"every_steps": every}, guard=guard)
+    cfg["optim"]["torch_adam"] = "bf16" not in ds
+    return cfg
+
+
+def _status(run):
+    return json.loads((run / "status.json").read_text())
+
+
+def _equal(a, b):
+    return all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.multiproc
+def test_single_nan_is_skipped_by_every_rank_and_counted(tmp_path, tiny_roberta, corpus):
+    run = tmp_path / "run"
+    cfg = _cfg(run, tiny_roberta, corpus, "zero2_fp32", every=1, inject_nan_steps=[3])
+    proc = launch(["--config", str(write_config(tmp_path / "c.yaml", cfg))], nproc=2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "step 3: loss or gradient norm not finite, update skipped (1 in a row, 1 in all)" in proc.stderr
+    status = _status(run)
+    assert (status["state"], status["skipped_steps"], status["global_step"]) == ("finished", 1, 8)
+    metrics = read_metrics(run)
+    assert metrics[3]["train/loss"] is None and metrics[3]["train/skipped_steps"] == 1
+    assert all(isinstance(metrics[s]["train/loss"], float) for s in metrics if s != 3)
+    ckpt = run / "checkpoints"
+    w = {s: load_checkpoint_fp32(ckpt, tag_for(s)) for s in (2, 3, 4)}
+    assert _equal(w[2], w[3])  # no update at the NaN step, on any rank's partition
+    assert not _equal(w[3], w[4])  # and training goes on
+
+
+@pytest.mark.multiproc
+def test_repeated_nans_checkpoint_and_halt_then_resume(tmp_path, tiny_roberta, corpus):
+    """bf16 ZeRO-1 with DeepSpeed FusedAdam, the production path."""
+    run = tmp_path / "run"
+    cfg = _cfg(run, tiny_roberta, corpus, "zero1_bf16", every=3, inject_nan_steps=[4, 5, 6], max_bad_steps=2)
+    path = write_config(tmp_path / "c.yaml", cfg)
+    proc = launch(["--config", str(path)], nproc=2)
+    assert proc.returncode == HALTED_EXIT_CODE, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith(
+        "error: 3 steps in a row had a non-finite loss or gradient norm (more than guard.max_bad_steps=2); "
+        f"stopped at step 6 with checkpoint {tag_for(6)}")
+    assert "Traceback" not in proc.stderr
+    assert _status(run)["state"] == "halted"
+    ckpt = run / "checkpoints"
+    assert complete_tags(ckpt) == [tag_for(3), tag_for(4), tag_for(6)]  # 4: the end of phase 1
+    assert _equal(load_checkpoint_fp32(ckpt, tag_for(3)), load_checkpoint_fp32(ckpt, tag_for(6)))
+
+    proc = launch(["--config", str(path), "--guard.inject_nan_steps=[]"], nproc=2)  # the cause is gone
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"resumed from {tag_for(6)}" in proc.stderr
+    assert (_status(run)["state"], _status(run)["skipped_steps"]) == ("finished", 3)
+
+
+def test_nan_at_zero_stage_0_halts_without_saving(tmp_path, tiny_roberta, corpus):
+    run = tmp_path / "run"
+    cfg = _cfg(run, tiny_roberta, corpus, "zero0_fp32", every=2, inject_nan_steps=[3])
+    proc = launch(["--config", str(write_config(tmp_path / "c.yaml", cfg))])
+    assert proc.returncode == HALTED_EXIT_CODE, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: training loss is nan at step 3") and "ZeRO stage 0" in last
+    assert last.endswith(f"Newest complete checkpoint: {tag_for(2)}")
+    assert complete_tags(run / "checkpoints") == [tag_for(2)]
+
+
+def test_bad_step_counter_halts_only_after_more_than_the_limit_in_a_row():
+    c = BadStepCounter(limit=2)
+    assert [c.update(s) for s in (True, True, False, True, True)] == [False] * 5
+    assert c.update(True) and (c.total, c.in_a_row) == (5, 3)
+    d = BadStepCounter(limit=2)
+    d.load_state_dict(c.state_dict())
+    assert (d.total, d.in_a_row) == (5, 3)
+
+
+def test_spike_detector_compares_with_the_recent_median():
+    d = SpikeDetector(ratio=1.5, window=4, min_history=3)
+    assert [d.check(v) for v in (5.0, 4.0, 100.0)] == [None, None, None]  # too little history yet
+    assert d.check(6.5) is None  # median(5, 4, 100) = 5: 6.5 < 7.5
+    assert d.check(20.0) == 5.75  # median(5, 4, 100, 6.5)
+    assert SpikeDetector(ratio=0, window=4, min_history=1).check(1.0) is None
+
+
+def test_straggler_line_names_the_rank_that_waited_for_data():
+    rows = torch.tensor([[2.0, 0.01], [2.1, 1.9], [2.0, 0.02]], dtype=torch.float64)
+    assert straggler_line(17, rows, 0.5) == ("straggler: step 17 took 2.10 s, 4.2x the median 0.50 s; "
+                                             "longest data wait 1.90 s on rank 1")

@@ -1,0 +1,83 @@
+"""Guards on a running job: non-finite steps are skipped and counted, and too many in a row halt the run after a
+checkpoint; loss spikes get a warning; a step far slower than usual gets a straggler line.
+
+DeepSpeed's ZeRO optimizers (stages 1-3, fp32 and bf16) already skip a step whose global gradient norm is NaN or
+inf, which is also what a NaN loss produces, and count it in ``engine.skipped_steps``. The norm is global, so
+every rank skips the same steps; reading the counter costs nothing. Stage 0 has no such check: there a
+non-finite loss shows at the next log step, and the run halts without saving.
+"""
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+HALTED_EXIT_CODE = 3  # not 124: a halted job must not be requeued
+
+
+class Halted(Exception):
+    """A guard stopped the run; the message says why and which checkpoint to look at."""
+
+
+class RankExchange:
+    """One small all_gather per step over a gloo group on the host: no device synchronisation."""
+
+    def __init__(self):
+        self.world = dist.get_world_size() if dist.is_initialized() else 1
+        self.group = dist.new_group(backend="gloo") if self.world > 1 else None
+
+    def gather(self, values: list[float]) -> torch.Tensor:
+        """Every rank's ``values``, as a [world, len(values)] tensor on every rank (collective)."""
+        row = torch.tensor(values, dtype=torch.float64)
+        if self.group is None:
+            return row[None]
+        rows = [torch.empty_like(row) for _ in range(self.world)]
+        dist.all_gather(rows, row, group=self.group)
+        return torch.stack(rows)
+
+
+@dataclass
+class BadStepCounter:
+    """Skipped (non-finite) steps: in total and in a row. Part of the trainer's checkpointed state."""
+    limit: int
+    total: int = 0
+    in_a_row: int = 0
+
+    def update(self, skipped: bool) -> bool:
+        """Record one step; True when more than ``limit`` steps in a row were skipped."""
+        self.total += skipped
+        self.in_a_row = self.in_a_row + 1 if skipped else 0
+        return self.in_a_row > self.limit
+
+    def state_dict(self) -> dict:
+        return {"total": self.total, "in_a_row": self.in_a_row}
+
+    def load_state_dict(self, sd: dict) -> None:
+        self.total, self.in_a_row = sd["total"], sd["in_a_row"]
+
+
+class SpikeDetector:
+    """``value`` far above the median of a recent window; the window starts over on a resume."""
+
+    def __init__(self, ratio: float, window: int, min_history: int):
+        self.ratio, self.min_history = ratio, min_history
+        self.history: deque[float] = deque(maxlen=window)
+
+    def check(self, value: float) -> float | None:
+        """The median ``value`` exceeds by more than ``ratio`` times, else None; then remembers ``value``."""
+        median = statistics.median(self.history) if len(self.history) >= self.min_history else None
+        self.history.append(value)
+        if self.ratio and median and value > self.ratio * median:
+            return median
+        return None
+
+
+def straggler_line(step: int, rows: torch.Tensor, median: float) -> str:
+    """rows: per rank (step seconds, data-wait seconds)."""
+    took, waits = rows[:, 0].max().item(), rows[:, 1]
+    slow = int(waits.argmax())
+    return (f"straggler: step {step} took {took:.2f} s, {took / median:.1f}x the median {median:.2f} s; "
+            f"longest data wait {waits[slow].item():.2f} s on rank {slow}")
