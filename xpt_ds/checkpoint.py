@@ -61,18 +61,54 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state(state["cuda"])
 
 
+def _preflight(ckpt_root: Path, newest: str | None, rank: int) -> str | None:
+    """Why this rank cannot write a checkpoint (not writable, or less free space than the newest complete
+    checkpoint takes), or None."""
+    try:
+        ckpt_root.mkdir(parents=True, exist_ok=True)
+        probe = ckpt_root / f".write_probe_{rank}"
+        probe.write_bytes(b"x")
+        probe.unlink()
+    except OSError as e:
+        return f"cannot write checkpoints in {ckpt_root}: {e.strerror or e}"
+    if newest is not None:
+        need = sum(f.stat().st_size for f in (ckpt_root / newest).rglob("*")
+                   if f.is_file() and "universal" not in f.relative_to(ckpt_root / newest).parts)
+        free = shutil.disk_usage(ckpt_root).free
+        if free < need:
+            return (f"not enough space for a checkpoint in {ckpt_root}: {free / 2**20:.1f} MiB free, the newest "
+                    f"one ({newest}) takes {need / 2**20:.1f} MiB")
+    return None
+
+
 def save(engine, ckpt_root: Path, tag: str, client_state: dict, frozen: dict, hf_config, tokenizer: str) -> None:
+    """Write checkpoint ``tag`` on every rank; the marker comes last. A rank that cannot write raises
+    CheckpointError naming the path and the cause (before writing anything when every rank can tell: not
+    writable or too little space); the complete checkpoints already there are never touched."""
     rank = deepspeed.comm.get_rank()
     tag_dir = ckpt_root / tag
-    if rank == 0:  # re-saving a tag (a run resumed from an older one): it is incomplete until rewritten
-        (tag_dir / MARKER).unlink(missing_ok=True)
+    newest = ([t for t in complete_tags(ckpt_root) if t != tag] or [None])[-1]  # what survives a failure here
+    problem = _preflight(ckpt_root, newest, rank)
+    failed = torch.tensor([problem is not None], dtype=torch.int32,
+                          device=deepspeed.get_accelerator().current_device_name())
+    deepspeed.comm.all_reduce(failed)
+    if failed.item():
+        raise CheckpointError(problem or f"another rank cannot write checkpoint {tag_dir} (see its error)")
+    if rank == 0 and tag_dir.exists():  # re-saving a tag (a run resumed from an older one): start from nothing,
+        (tag_dir / MARKER).unlink(missing_ok=True)  # so no file of an earlier save at another scale stays
+        shutil.rmtree(tag_dir)
     deepspeed.comm.barrier()
-    engine.save_checkpoint(str(ckpt_root), tag=tag, client_state=client_state, save_latest=False)
-    _atomic_torch_save({"rng": rng_state()}, tag_dir / f"rank_state_{rank:05d}.pt")
-    if rank == 0:
-        _atomic_torch_save(frozen, tag_dir / "frozen_fp32.pt")
-        hf_config.save_pretrained(tag_dir / "hf_config")
-        shutil.copyfile(tokenizer, tag_dir / "spm.model")
+    try:
+        engine.save_checkpoint(str(ckpt_root), tag=tag, client_state=client_state, save_latest=False)
+        _atomic_torch_save({"rng": rng_state()}, tag_dir / f"rank_state_{rank:05d}.pt")
+        if rank == 0:
+            _atomic_torch_save(frozen, tag_dir / "frozen_fp32.pt")
+            hf_config.save_pretrained(tag_dir / "hf_config")
+            shutil.copyfile(tokenizer, tag_dir / "spm.model")
+    except (OSError, RuntimeError) as e:  # torch.save reports a failed write as a RuntimeError
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e).strip().splitlines()[0]
+        raise CheckpointError(f"cannot write checkpoint {tag_dir} on rank {rank}: {why}; the newest complete "
+                              f"checkpoint ({newest or 'none'}) is intact") from None
     deepspeed.comm.barrier()  # every rank's files are on disk before the marker
     if rank == 0:
         marker = tag_dir / MARKER
@@ -92,6 +128,15 @@ def prune(ckpt_root: Path, keep_last: int) -> list[str]:
     for tag in doomed:
         (ckpt_root / tag / MARKER).unlink()
         shutil.rmtree(ckpt_root / tag)
+    return doomed
+
+
+def remove_incomplete(ckpt_root: Path) -> list[str]:
+    """Delete checkpoint directories without a marker (left by a crash or a failed save). Rank 0, only
+    between saves."""
+    doomed = sorted(d.name for d in ckpt_root.glob("global_step*") if d.is_dir() and not (d / MARKER).is_file())
+    for name in doomed:
+        shutil.rmtree(ckpt_root / name, ignore_errors=True)
     return doomed
 
 

@@ -266,6 +266,8 @@ class Trainer:
         if self.rank == 0:
             for old in checkpoint.prune(self.ckpt_root, self.cfg.checkpoint.keep_last):
                 log.info("deleted checkpoint %s (keep_last=%d)", old, self.cfg.checkpoint.keep_last)
+            for old in checkpoint.remove_incomplete(self.ckpt_root):
+                log.info("deleted incomplete checkpoint %s", old)
         self._info(f"saved checkpoint {tag}")
         self.write_status("running")
         return tag

@@ -1,0 +1,105 @@
+"""A checkpoint that cannot be written (disk full, no permission) gives a one-line error naming the directory
+and the cause, leaves the previous complete checkpoint as it was, and the same command resumes from it once
+the cause is gone. Uses a real small filesystem (tmpfs) and a real immutable directory (chattr +i), so it
+needs root; it skips where those are not available."""
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import base_config, launch, write_config
+from xpt_ds.checkpoint import complete_tags, tag_for
+from xpt_ds.export import load_checkpoint_fp32
+
+
+def _run_cfg(tmp_path, run, tiny_roberta, corpus):
+    """Phase 1 ends at step 2; phase 2 runs to step 8 (a first run stops it at step 3)."""
+    cfg = base_config(run, tiny_roberta, corpus, checkpoint={"every_steps": 2})
+    cfg["phases"][0]["steps"], cfg["phases"][1]["steps"] = 2, 6
+    cfg["logging"]["tensorboard"] = False
+    return write_config(tmp_path / "c.yaml", cfg)
+
+
+def _error(proc):
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    return proc.stderr.strip().splitlines()[-1]
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 64 MiB tmpfs (the test fills it to the size it wants)."""
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mnt)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("needs root and `mount -t tmpfs` for a real small filesystem")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], check=True)
+
+
+def _fill(disk, leave: int):
+    """Fill ``disk`` until ``leave`` bytes are free."""
+    free = shutil.disk_usage(disk).free
+    with open(disk / "filler", "wb") as f:
+        f.write(b"\0" * (free - leave))
+    assert abs(shutil.disk_usage(disk).free - leave) < 64 * 1024
+
+
+def _size(tag_dir):
+    return sum(f.stat().st_size for f in tag_dir.rglob("*") if f.is_file())
+
+
+@pytest.mark.parametrize("when", ["before writing", "while writing"])
+def test_disk_full(tmp_path, tiny_roberta, corpus, small_disk, when):
+    """'before writing': less free space than the last checkpoint took, caught before anything is written.
+    'while writing': enough for a phase-1 checkpoint but not for the bigger phase-2 one (whose optimizer
+    state covers every parameter): the kernel's ENOSPC in the middle of the save."""
+    run = small_disk / "run"
+    cfg = _run_cfg(tmp_path, run, tiny_roberta, corpus)
+    proc = launch(["--config", str(cfg), "--phases.1.steps=1"], nproc=2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ckpt = run / "checkpoints"
+    first, second = _size(ckpt / tag_for(2)), _size(ckpt / tag_for(3))
+    assert second > first + 200 * 1024  # phase 2 keeps Adam moments for every parameter
+    shutil.rmtree(ckpt / tag_for(3))
+    before = load_checkpoint_fp32(ckpt, tag_for(2))
+    _fill(small_disk, first // 2 if when == "before writing" else first + 100 * 1024)
+
+    proc = launch(["--config", str(cfg)], nproc=2)  # resumes at step 2; the next save is at step 4, in phase 2
+    last = _error(proc)
+    if when == "before writing":
+        assert last.startswith(f"error: not enough space for a checkpoint in {ckpt}: ") and tag_for(2) in last
+        assert not (ckpt / tag_for(4)).exists()
+    else:
+        assert last.startswith(f"error: cannot write checkpoint {ckpt / tag_for(4)} on rank ")
+        assert last.endswith(f"the newest complete checkpoint ({tag_for(2)}) is intact")
+    assert complete_tags(ckpt) == [tag_for(2)]
+    after = load_checkpoint_fp32(ckpt, tag_for(2))
+    assert all((before[k] == after[k]).all() for k in before)
+
+    (small_disk / "filler").unlink()
+    proc = launch(["--config", str(cfg)], nproc=2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"resumed from {tag_for(2)}" in proc.stderr
+    assert complete_tags(ckpt) == [tag_for(2), tag_for(4), tag_for(6), tag_for(8)]  # the partial one is gone
+
+
+def test_checkpoint_directory_not_writable(tmp_path, tiny_roberta, corpus):
+    run = tmp_path / "run"
+    cfg = _run_cfg(tmp_path, run, tiny_roberta, corpus)
+    proc = launch(["--config", str(cfg), "--phases.1.steps=1"], nproc=2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ckpt = run / "checkpoints"
+    shutil.rmtree(ckpt / tag_for(3))
+    if os.geteuid() != 0 or subprocess.run(["chattr", "+i", str(ckpt)], capture_output=True).returncode != 0:
+        pytest.skip("needs root and `chattr +i` to make a directory unwritable for root")
+    try:
+        last = _error(launch(["--config", str(cfg)], nproc=2))
+    finally:
+        subprocess.run(["chattr", "-i", str(ckpt)], check=True)
+    assert last == f"error: cannot write checkpoints in {ckpt}: Operation not permitted"
+    assert complete_tags(ckpt) == [tag_for(2)]
+    proc = launch(["--config", str(cfg)], nproc=2)
+    assert proc.returncode == 0 and f"resumed from {tag_for(2)}" in proc.stderr, proc.stderr[-3000:]
