@@ -34,15 +34,21 @@ def load_checkpoint_fp32(ckpt_root: Path, tag: str) -> dict[str, torch.Tensor]:
     return strip_prefix(state)
 
 
-def export(run_dir: Path, out: Path, tag: str | None = None) -> Path:
+def load_model(run_dir: Path, tag: str | None = None):
+    """(the checkpoint's HF model in fp32, its tag directory); ``tag`` None = the newest complete one."""
     ckpt_root = run_dir / "checkpoints"
     tag = checkpoint.resolve_tag(ckpt_root, tag or "auto")
     if tag is None:
         raise FileNotFoundError(f"no complete checkpoint in {ckpt_root}")
     tag_dir = ckpt_root / tag
-    hf_config = AutoConfig.from_pretrained(tag_dir / "hf_config")
-    model = build_skeleton(hf_config)
+    model = build_skeleton(AutoConfig.from_pretrained(tag_dir / "hf_config"))
     load_fp32_state(model, load_checkpoint_fp32(ckpt_root, tag), f"checkpoint {tag_dir}")
+    return model, tag_dir
+
+
+def export(run_dir: Path, out: Path, tag: str | None = None) -> Path:
+    model, tag_dir = load_model(run_dir, tag)
+    hf_config = model.config
     out.mkdir(parents=True, exist_ok=True)
     if getattr(hf_config, "xpt_adapter_size", None):
         shutil.copy(Path(__file__).with_name("adapters.py"), out / "xpt_adapters.py")

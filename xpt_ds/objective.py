@@ -14,7 +14,8 @@ class MaskedLMObjective(nn.Module):
         self.hf = hf
 
     def forward(self, input_ids: torch.Tensor, mlm_positions: torch.Tensor, mlm_targets: torch.Tensor,
-                attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+                attention_mask: torch.Tensor | None = None, return_logits: bool = False) -> torch.Tensor:
+        """The mean loss over masked positions, or (``return_logits``) their [M, V] logits."""
         # Packed training sequences have no padding: no attention mask, so SDPA takes its fastest kernel.
         # Only the last validation batch is padded and carries a mask.
         base = getattr(self.hf, self.hf.base_model_prefix)
@@ -23,6 +24,8 @@ class MaskedLMObjective(nn.Module):
         # BERT's cls / RoBERTa's lm_head: transform (dense, gelu, LayerNorm), then tied decoder + bias.
         head = self.hf.cls if hasattr(self.hf, "cls") else self.hf.lm_head
         logits = head(picked)  # [M, V]
+        if return_logits:
+            return logits
         # Sum / max(M, 1): a batch with nothing masked (M = 0) still runs the head, as ZeRO-3 needs every rank
         # to take the same forward path, and gives 0 instead of NaN. M is a host-side shape: no sync.
         return F.cross_entropy(logits.float(), mlm_targets, reduction="sum") / max(mlm_targets.numel(), 1)

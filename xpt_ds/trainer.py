@@ -16,6 +16,7 @@ from xpt_ds.data import build_streams
 from xpt_ds.engine import build_engine, full_fp32_state, lr_at, restore_frozen, set_lr, zero_stage
 from xpt_ds.guards import BadStepCounter, Halted, RankExchange, SpikeDetector, straggler_line
 from xpt_ds.metrics import MetricsLogger, flops_per_token, peak_flops
+from xpt_ds.mlm_metrics import MLMStats
 from xpt_ds.model import build_model, build_skeleton, load_fp32_state
 from xpt_ds.objective import MaskedLMObjective, strip_prefix
 from xpt_ds.phases import build_phase_trainables
@@ -232,25 +233,26 @@ class Trainer:
             return
         metrics = self.evaluate()
         self.logger.log(self.state.global_step, metrics)
-        self._info(f"step {self.state.global_step}: valid loss {metrics['valid/loss']:.4f} "
-                   f"ppl {metrics['valid/ppl']:.2f}")
+        if "valid/loss" in metrics:
+            self._info(f"step {self.state.global_step}: valid loss {metrics['valid/loss']:.4f} "
+                       f"ppl {metrics['valid/ppl']:.2f} hits@1 {metrics['valid/hits@1']:.3f} "
+                       f"mrr {metrics['valid/mrr']:.3f}")
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        """Token-weighted masked-LM loss over the (seeded, hence fixed) validation masks."""
+        """002 Table 2's metrics over the (seeded, hence fixed) validation masks; ``xpt_ds.evaluate`` runs the
+        same computation on a checkpoint or an export."""
         self.valid_stream.load_state_dict({"sequences": 0})
         self.engine.eval()
-        sums = torch.zeros(2, device=self.device, dtype=torch.float64)
+        stats = MLMStats(self.device)
         for i, batch in enumerate(self.valid_stream):
             if self.cfg.logging.eval_batches and i >= self.cfg.logging.eval_batches:
                 break
             batch = self._to_device(batch)
-            n = batch["mlm_targets"].numel()
-            sums += torch.stack([self.engine(**batch).double() * n, torch.tensor(float(n), device=self.device)])
+            stats.update(self.engine(**batch, return_logits=True), batch["mlm_targets"])
         self.engine.train()
-        deepspeed.comm.all_reduce(sums)
-        mean = (sums[0] / sums[1]).item()
-        return {"valid/loss": mean, "valid/ppl": math.exp(min(mean, 50.0))}
+        stats.all_reduce()
+        return {f"valid/{k}": v for k, v in stats.result().items() if k != "tokens"}
 
     def maybe_save(self, phase_done: bool) -> None:
         every = self.cfg.checkpoint.every_steps

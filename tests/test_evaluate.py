@@ -1,0 +1,87 @@
+"""Intrinsic metrics: hand-computed ranks, ties and ignored positions; `python -m xpt_ds.evaluate` on a
+checkpoint and on its export reproduces the trainer's own periodic validation."""
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import REPO, base_config, launch, read_metrics, write_config
+from xpt_ds.mlm_metrics import IGNORE, MLMStats, gold_ranks
+
+LOGITS = torch.tensor([
+    [2.0, 1.0, 3.0, 0.0, 1.0],  # gold 0: one score higher -> rank 2
+    [1.0, 1.0, 1.0, 0.0, 0.0],  # gold 1: none higher, two others equal -> 1 + 0 + 2/2 = 2
+    [9.0, 0.0, 0.0, 0.0, 0.0],  # ignored position
+    [0.0, 0.0, 0.0, 0.0, 5.0],  # gold 4: rank 1
+    [5.0, 4.0, 3.0, 2.0, 1.0],  # gold 4: rank 5
+    [1.0, 1.0, 1.0, 1.0, 1.0],  # gold 0: four others equal -> 1 + 4/2 = 3
+])
+TARGETS = torch.tensor([0, 1, IGNORE, 4, 4, 0])
+
+
+def test_ranks_with_ties():
+    keep = TARGETS != IGNORE
+    assert gold_ranks(LOGITS[keep], TARGETS[keep]).tolist() == [2.0, 2.0, 1.0, 5.0, 3.0]
+
+
+def test_metrics_match_hand_computed_values():
+    stats = MLMStats()
+    stats.update(LOGITS[:3], TARGETS[:3])  # accumulates across batches
+    stats.update(LOGITS[3:], TARGETS[3:])
+    m = stats.result()
+    nll = [math.log(sum(math.exp(x) for x in row)) - row[t]
+           for row, t in zip(LOGITS.tolist(), TARGETS.tolist()) if t != IGNORE]
+    assert m["tokens"] == 5
+    assert m["loss"] == pytest.approx(sum(nll) / 5) and m["ppl"] == pytest.approx(math.exp(sum(nll) / 5))
+    assert (m["hits@1"], m["hits@3"], m["hits@5"], m["hits@10"]) == (1 / 5, 4 / 5, 1.0, 1.0)
+    assert m["mrr"] == pytest.approx((1 / 2 + 1 / 2 + 1 + 1 / 5 + 1 / 3) / 5)
+    assert m["mr"] == pytest.approx(13 / 5)
+
+
+def test_batched_shapes_and_nothing_to_score():
+    stats = MLMStats()
+    stats.update(LOGITS.reshape(2, 3, 5), TARGETS.reshape(2, 3))
+    assert stats.result()["mr"] == pytest.approx(13 / 5)
+    empty = MLMStats()
+    empty.update(LOGITS[2:3], TARGETS[2:3])
+    assert empty.result() == {"tokens": 0}
+
+
+def _evaluate(*args):
+    env = {**os.environ, "DS_ACCELERATOR": "cpu", "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "xpt_ds.evaluate", *args], cwd=REPO, capture_output=True,
+                          text=True, env=env)
+
+
+def test_evaluate_reproduces_the_trainers_validation(tmp_path, tiny_roberta, corpus):
+    run = tmp_path / "run"
+    cfg = base_config(run, tiny_roberta, corpus)
+    cfg["logging"]["eval_batches"] = 0  # the whole validation set, as evaluate does
+    proc = launch(["--config", str(write_config(tmp_path / "c.yaml", cfg))])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    final = read_metrics(run)[8]
+    valid = f"{corpus}/manifest.json:valid"
+
+    out = _evaluate("--run", str(run), "--shards", valid, "--out", str(tmp_path / "ckpt.json"))
+    assert out.returncode == 0, out.stderr[-2000:]
+    from_ckpt = json.loads((tmp_path / "ckpt.json").read_text())
+    assert from_ckpt["tag"] == "global_step000000008" and from_ckpt["tokens"] > 0
+    for k in ("loss", "ppl", "hits@1", "hits@3", "hits@5", "hits@10", "mrr", "mr"):
+        assert from_ckpt[k] == pytest.approx(final[f"valid/{k}"], rel=1e-6), k
+
+    export = tmp_path / "export"
+    subprocess.run([sys.executable, "-m", "xpt_ds.export", "--run", str(run), "--out", str(export)], cwd=REPO,
+                   check=True, capture_output=True)
+    out = _evaluate("--model", str(export), "--shards", valid, "--seq-len", "32")
+    assert out.returncode == 0, out.stderr[-2000:]
+    from_export = json.loads(out.stdout)
+    for k in ("tokens", "loss", "hits@1", "mrr", "mr"):
+        assert from_export[k] == pytest.approx(from_ckpt[k], rel=1e-6), k
+
+    (export / "spm.model").unlink()
+    out = _evaluate("--model", str(export), "--shards", valid)
+    assert out.returncode == 2 and out.stderr.strip().splitlines()[-1].startswith(f"error: --model {export} has no spm.model")

@@ -1,0 +1,97 @@
+"""``python -m xpt_ds.evaluate (--run RUN [--tag TAG] | --model DIR) --shards SPEC [SPEC ...] [--out FILE]``
+
+002 Table 2's intrinsic metrics (PPL, Hits@1/3/5/10, MRR, MR) on the masked tokens of held-out shards, as
+JSON. Masks are seeded per sequence (``data.seed``), so every model evaluated on the same shards with the
+same tokenizer, sequence length and seed is scored on the same tokens. With ``--run`` the data settings come
+from the run's config; the numbers then match the run's own periodic validation on its validation shards,
+which uses the same code (``MLMStats`` over ``MaskedLMObjective`` logits).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from xpt_ds.config import ConfigError, DataConfig, from_dict
+from xpt_ds.data import MLMBatchStream, MLMMasker, build_stream, expand_shards
+from xpt_ds.mlm_metrics import MLMStats
+from xpt_ds.objective import MaskedLMObjective
+from xpt_ds.shards import DataError
+from xpt_ds.tokenizer import TargetTokenizer, build_tokenizer
+
+
+def load_export(model_dir: Path):
+    """(an ``xpt_ds.export`` directory's model, its SentencePiece model path)."""
+    from transformers import AutoConfig, AutoModelForMaskedLM
+    spm = model_dir / "spm.model"
+    if not spm.is_file():
+        raise FileNotFoundError(f"--model {model_dir} has no spm.model (the SentencePiece model that made the "
+                                "shards); xpt_ds.export writes one")
+    remote = bool(getattr(AutoConfig.from_pretrained(model_dir, trust_remote_code=True), "auto_map", None))
+    return AutoModelForMaskedLM.from_pretrained(model_dir, trust_remote_code=remote), spm
+
+
+@torch.no_grad()
+def evaluate(model, tok: TargetTokenizer, data: DataConfig, shards: list[str], batch_size: int = 16,
+             max_batches: int = 0, device: str = "cpu") -> dict:
+    """One pass over ``shards`` (every token once); the metrics and the number of masked tokens scored."""
+    stream = MLMBatchStream(build_stream(expand_shards(shards, tok), data, tok), MLMMasker(data, tok),
+                            batch_size, rank=0, world=1, num_workers=0, single_pass=True)
+    objective = MaskedLMObjective(model).to(device).eval()
+    stats = MLMStats(device)
+    for i, batch in enumerate(stream):
+        if max_batches and i >= max_batches:
+            break
+        batch = {k: v.to(device) for k, v in batch.items() if k != "seq_ids"}
+        stats.update(objective(**batch, return_logits=True), batch["mlm_targets"])
+    return stats.result()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m xpt_ds.evaluate", description=__doc__.split("\n\n")[1])
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--run", type=Path, help="run directory: evaluate a checkpoint")
+    src.add_argument("--model", type=Path, help="an xpt_ds.export directory")
+    p.add_argument("--tag", help="with --run: checkpoint tag (default: newest complete)")
+    p.add_argument("--shards", nargs="+", required=True, help="held-out shards: paths, brace patterns, "
+                   "or MANIFEST.json:SPLIT (e.g. data/ko/manifest.json:test)")
+    p.add_argument("--seq-len", type=int, help="default: the run's data.seq_len (export: 512, capped by the model)")
+    p.add_argument("--seed", type=int, help="mask seed (default: the run's data.seed, else 0)")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--max-batches", type=int, default=0, help="stop after N batches (0 = every token)")
+    p.add_argument("--out", type=Path, help="also write the JSON here")
+    a = p.parse_args(argv)
+    try:
+        if a.run is not None:
+            from xpt_ds.checkpoint import read_client_state
+            from xpt_ds.export import load_model
+            model, tag_dir = load_model(a.run, a.tag)
+            spm = tag_dir / "spm.model"
+            data = from_dict(DataConfig, read_client_state(tag_dir.parent, tag_dir.name)["config"]["data"], "data.")
+            source = {"run": str(a.run), "tag": tag_dir.name}
+        else:
+            model, spm = load_export(a.model)
+            data = DataConfig(seq_len=min(512, getattr(model.config, "xpt_max_length", 512)))
+            source = {"model": str(a.model)}
+        data.seq_len = a.seq_len or data.seq_len
+        data.seed = data.seed if a.seed is None else a.seed
+        if data.seq_len > getattr(model.config, "xpt_max_length", data.seq_len):
+            raise ConfigError(f"--seq-len {data.seq_len} exceeds the model's {model.config.xpt_max_length} positions")
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        metrics = evaluate(model, build_tokenizer(str(spm)), data, a.shards, a.batch_size, a.max_batches, device)
+    except (ConfigError, DataError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    result = {**source, "shards": a.shards, "seq_len": data.seq_len, "seed": data.seed, **metrics}
+    text = json.dumps(result, indent=2)
+    print(text)
+    if a.out:
+        a.out.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
