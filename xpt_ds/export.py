@@ -8,6 +8,7 @@ a plain ``save_pretrained`` directory (``AutoModelForMaskedLM`` / ``AutoTokenize
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shutil
 import sys
 from pathlib import Path
@@ -29,7 +30,8 @@ def load_checkpoint_fp32(ckpt_root: Path, tag: str) -> dict[str, torch.Tensor]:
         state = {k: v.float() for k, v in model_states["module"].items()}
     else:
         from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
-        state = get_fp32_state_dict_from_zero_checkpoint(str(ckpt_root), tag=tag, exclude_frozen_parameters=True)
+        with contextlib.redirect_stdout(sys.stderr):  # its progress lines: keep stdout for results (JSON)
+            state = get_fp32_state_dict_from_zero_checkpoint(str(ckpt_root), tag=tag, exclude_frozen_parameters=True)
     state.update(torch.load(ckpt_root / tag / "frozen_fp32.pt", map_location="cpu", weights_only=True))
     return strip_prefix(state)
 
