@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 import yaml
 
@@ -103,18 +104,40 @@ def write_config(path: Path, cfg: dict) -> Path:
     return path
 
 
+def _command(args: list[str], nproc: int, env: dict | None) -> tuple[list[str], dict]:
+    # TORCHDYNAMO_DISABLE: DeepSpeed imports a torch.compile-decorated optimizer, which would pull in the
+    # compiler at every start (~1 CPU-s per rank); the trainer compiles nothing.
+    full_env = {**os.environ, "DS_ACCELERATOR": "cpu", "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1",
+                "TORCHDYNAMO_DISABLE": "1", **(env or {})}
+    if nproc == 1:
+        return [sys.executable, "-m", "xpt_ds.train", *args], full_env
+    port = str(29500 + (os.getpid() % 2000))
+    return [sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", str(nproc), "--master_port", port,
+            "--module", "xpt_ds.train", *args], full_env
+
+
 def launch(args: list[str], nproc: int = 1, timeout: int = 600, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run ``python -m xpt_ds.train ARGS`` as one process, or through the real deepspeed launcher."""
-    full_env = {**os.environ, "DS_ACCELERATOR": "cpu", "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1",
-                **(env or {})}
-    if nproc == 1:
-        cmd = [sys.executable, "-m", "xpt_ds.train", *args]
-    else:
-        port = str(29500 + (os.getpid() % 2000))
-        cmd = [sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", str(nproc), "--master_port", port,
-               "--module", "xpt_ds.train", *args]
-    proc = subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=timeout)
-    return proc
+    cmd, full_env = _command(args, nproc, env)
+    return subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=timeout)
+
+
+def start(args: list[str], log: Path, nproc: int = 2, env: dict | None = None) -> subprocess.Popen:
+    """``launch`` without waiting for it; stdout and stderr go to ``log``."""
+    cmd, full_env = _command(args, nproc, env)
+    with open(log, "w") as out:
+        return subprocess.Popen(cmd, cwd=REPO, env=full_env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def rank_pids(launcher: subprocess.Popen) -> dict[int, int]:
+    """Local rank -> pid of the training processes under a deepspeed launcher (not their DataLoader workers)."""
+    pids = {}
+    for child in psutil.Process(launcher.pid).children(recursive=True):
+        cmd = " ".join(child.cmdline())
+        parent = " ".join(child.parent().cmdline())
+        if "xpt_ds.train" in cmd and "--local_rank=" in cmd and "deepspeed.launcher.launch" in parent:
+            pids[int(cmd.split("--local_rank=")[1].split()[0])] = child.pid
+    return pids
 
 
 def read_metrics(run_dir: Path) -> dict[int, dict]:

@@ -3,15 +3,12 @@ the same command resumes and ends exactly where an uninterrupted run ends."""
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 
-import psutil
 import pytest
 import torch
 
-from conftest import REPO, base_config, launch, read_metrics, write_config
+from conftest import base_config, launch, rank_pids, read_metrics, start, write_config
 from xpt_ds.checkpoint import complete_tags
 from xpt_ds.export import load_checkpoint_fp32
 
@@ -26,16 +23,6 @@ def _cfg(run_dir, tiny_roberta, corpus):
     return cfg
 
 
-def _rank_pids(launcher: subprocess.Popen) -> dict[int, int]:
-    pids = {}
-    for child in psutil.Process(launcher.pid).children(recursive=True):
-        cmd = " ".join(child.cmdline())
-        parent = " ".join(child.parent().cmdline())
-        if "xpt_ds.train" in cmd and "--local_rank=" in cmd and "deepspeed.launcher.launch" in parent:  # not a DataLoader worker
-            pids[int(cmd.split("--local_rank=")[1].split()[0])] = child.pid
-    return pids
-
-
 def test_sigusr1_checkpoints_exits_124_and_resumes_exactly(tmp_path, tiny_roberta, corpus):
     straight = tmp_path / "straight"
     proc = launch(["--config", str(write_config(tmp_path / "s.yaml", _cfg(straight, tiny_roberta, corpus)))], nproc=2)
@@ -43,16 +30,14 @@ def test_sigusr1_checkpoints_exits_124_and_resumes_exactly(tmp_path, tiny_robert
 
     run = tmp_path / "preempted"
     cfg_path = write_config(tmp_path / "p.yaml", _cfg(run, tiny_roberta, corpus))
-    cmd = [sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", "2", "--master_port", "29751",
-           "--module", "xpt_ds.train", "--config", str(cfg_path)]
-    env = {**os.environ, "DS_ACCELERATOR": "cpu", "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    launcher = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    launcher = start(["--config", str(cfg_path)], tmp_path / "preempted.log")
     deadline = time.time() + 300
     while not (run / "metrics.jsonl").exists() or max(read_metrics(run), default=0) < 6:
         assert launcher.poll() is None and time.time() < deadline, "run ended before it could be preempted"
         time.sleep(0.05)
-    os.kill(_rank_pids(launcher)[1], signal.SIGUSR1)  # one rank only: the ranks must agree by themselves
-    out, _ = launcher.communicate(timeout=300)
+    os.kill(rank_pids(launcher)[1], signal.SIGUSR1)  # one rank only: the ranks must agree by themselves
+    launcher.wait(timeout=300)
+    out = (tmp_path / "preempted.log").read_text()
     assert launcher.returncode == 124, (launcher.returncode, out[-1500:])
     assert "preempted: checkpoint global_step" in out
     status = json.loads((run / "status.json").read_text())

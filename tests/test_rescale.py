@@ -38,6 +38,12 @@ def _run(tmp_path, name, source, corpus, nproc, ds, precision="fp32", resume_fro
     if resume_from is not None:
         tag = tag_for(CUT)
         shutil.copytree(resume_from / "checkpoints" / tag, run / "checkpoints" / tag)
+        # What a save killed at the other scale leaves behind: the final tag, without its marker, with
+        # that scale's files. The re-save must not keep any of them.
+        stale = run / "checkpoints" / tag_for(STEPS)
+        shutil.copytree(resume_from / "checkpoints" / tag_for(STEPS), stale)
+        (stale / "COMPLETE").unlink()
+        (stale / "universal").mkdir()
     cfg = base_config(run, source, corpus, deepspeed=str(REPO / f"ds_configs/{ds}_{precision}.json"),
                       checkpoint={"every_steps": CUT})
     cfg["phases"] = [{"name": "phase1", "steps": 2, "lr": 1e-3, "warmup_steps": 1},
@@ -72,6 +78,8 @@ def test_two_ranks_to_one_and_zero2_to_zero1(tmp_path, source, corpus):
     _assert_continues(straight, rescaled, proc, saved_by=2, tol=1e-5)
     assert marker(rescaled / "checkpoints", tag_for(STEPS)) == {"global_step": STEPS, "world_size": 1, "zero_stage": 1}
     assert complete_tags(rescaled / "checkpoints") == [tag_for(CUT), tag_for(STEPS)]
+    final = {f.name for f in (rescaled / "checkpoints" / tag_for(STEPS)).iterdir()}
+    assert "zero_pp_rank_1_mp_rank_00_optim_states.pt" not in final and "universal" not in final
 
 
 def test_one_rank_to_two_at_zero3(tmp_path, source, corpus):

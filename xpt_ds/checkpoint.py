@@ -109,15 +109,41 @@ def save(engine, ckpt_root: Path, tag: str, client_state: dict, frozen: dict, hf
         why = e.strerror if isinstance(e, OSError) and e.strerror else str(e).strip().splitlines()[0]
         raise CheckpointError(f"cannot write checkpoint {tag_dir} on rank {rank}: {why}; the newest complete "
                               f"checkpoint ({newest or 'none'}) is intact") from None
+    _fsync_own_files(tag_dir, rank)
     deepspeed.comm.barrier()  # every rank's files are on disk before the marker
     if rank == 0:
         marker = tag_dir / MARKER
         tmp = tag_dir / (MARKER + ".tmp")
-        tmp.write_text(json.dumps({"global_step": client_state["trainer"]["global_step"],
-                                   "world_size": deepspeed.comm.get_world_size(),
-                                   "zero_stage": engine.zero_optimization_stage()}))
+        with open(tmp, "w") as f:
+            f.write(json.dumps({"global_step": client_state["trainer"]["global_step"],
+                                "world_size": deepspeed.comm.get_world_size(),
+                                "zero_stage": engine.zero_optimization_stage()}))
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, marker)
+        _fsync_dir(tag_dir)
     deepspeed.comm.barrier()
+
+
+def _fsync_own_files(tag_dir: Path, rank: int) -> None:
+    """Flush to disk the files this rank wrote (DeepSpeed does not fsync): its ZeRO shard and RNG file;
+    rank 0 also everything that is not per rank. Power loss then cannot leave a marker without its files."""
+    for f in tag_dir.rglob("*"):
+        mine = f"zero_pp_rank_{rank}_" in f.name  # also bf16_zero_pp_rank_*; rank_state_* is fsynced already
+        shared = "zero_pp_rank_" not in f.name and not f.name.startswith("rank_state_")
+        if f.is_file() and (mine or (rank == 0 and shared)):
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+    if rank == 0:
+        _fsync_dir(tag_dir)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def prune(ckpt_root: Path, keep_last: int) -> list[str]:

@@ -1,0 +1,109 @@
+"""Crash during save: ``kill -9`` one rank at random moments around 20 checkpoint saves. Every new run resumes
+from the newest complete checkpoint and continues, every complete checkpoint stays loadable (and equal to the
+uninterrupted run's checkpoint of the same step), and the run ends exactly where an uninterrupted one ends."""
+import os
+import random
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import base_config, launch, rank_pids, read_metrics, start, write_config
+from xpt_ds.checkpoint import MARKER, complete_tags, marker, read_client_state, tag_for
+from xpt_ds.export import load_checkpoint_fp32
+
+pytestmark = pytest.mark.multiproc
+
+ROUNDS = 20
+STEPS = 64  # a round advances at most 3 steps, so no round reaches the end before its kill
+# DeepSpeed 0.19 imports its torch.compile-decorated Muon optimizer in initialize(); with dynamo disabled
+# torch.compile does not import inductor (about 1 s of CPU per rank and launch). The trainer compiles nothing.
+ENV = {"TORCHDYNAMO_DISABLE": "1"}
+# Where a kill lands: as soon as one of these is written into the checkpoint being saved (DeepSpeed's ZeRO-2
+# files, then checkpoint.save's own, in the order they are written); after COMPLETE it lands in pruning or
+# in the next step.
+STAGES = ["mp_rank_00_model_states.pt", "zero_pp_rank_1_mp_rank_00_optim_states.pt", "rank_state_00001.pt",
+          "frozen_fp32.pt", "spm.model", MARKER]
+
+
+def _cfg(run_dir, tiny_roberta, corpus):
+    cfg = base_config(run_dir, tiny_roberta, corpus, checkpoint={"every_steps": 1, "keep_last": 3})
+    cfg["phases"][0]["steps"], cfg["phases"][1]["steps"] = 16, STEPS - 16
+    cfg["data"]["num_workers"] = 0
+    cfg["logging"]["tensorboard"] = False
+    return cfg
+
+
+def _wait_for_step(launcher, metrics: Path, offset: int, step: int) -> None:
+    """Until the run logs ``step`` past byte ``offset`` of metrics.jsonl."""
+    deadline = time.time() + 300
+    while f'{{"step": {step}, ' not in (metrics.read_text()[offset:] if metrics.exists() else ""):
+        assert launcher.poll() is None and time.time() < deadline, f"run ended before step {step}"
+        time.sleep(0.01)
+
+
+def _wait_for_write(launcher, path: Path, since: float) -> None:
+    """Until ``path`` is written after time ``since``; polls fast, the kill follows at once."""
+    deadline = time.time() + 300
+    while not (path.exists() and path.stat().st_mtime >= since):
+        assert launcher.poll() is None and time.time() < deadline, f"run ended before writing {path}"
+        time.sleep(0.001)
+
+
+def _assert_same_checkpoint(ckpts: Path, reference: Path, tag: str) -> None:
+    """Loadable, and equal to the reference run's checkpoint: fp32 weights, trainer and data state, every
+    rank's RNG state."""
+    got, want = load_checkpoint_fp32(ckpts, tag), load_checkpoint_fp32(reference, tag)
+    assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want), tag
+    a, b = read_client_state(ckpts, tag), read_client_state(reference, tag)
+    assert (a["trainer"], a["data"]) == (b["trainer"], b["data"]), tag
+    for rank in range(2):
+        rngs = [torch.load(root / tag / f"rank_state_{rank:05d}.pt", weights_only=False)["rng"]["torch"]
+                for root in (ckpts, reference)]
+        assert torch.equal(*rngs), (tag, rank)
+
+
+def test_kill_9_during_saves_leaves_no_unloadable_checkpoint(tmp_path, tiny_roberta, corpus):
+    straight = tmp_path / "straight"
+    cfg = write_config(tmp_path / "s.yaml", _cfg(straight, tiny_roberta, corpus))
+    proc = launch(["--config", str(cfg), "--checkpoint.keep_last=0"], nproc=2, env=ENV)  # a reference for every step
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    run = tmp_path / "crashed"
+    ckpts, metrics = run / "checkpoints", run / "metrics.jsonl"
+    args = ["--config", str(write_config(tmp_path / "c.yaml", _cfg(run, tiny_roberta, corpus)))]
+    rng = random.Random(0)
+    mid_save = 0
+    for i in range(ROUNDS):
+        tags = complete_tags(ckpts)
+        resumed = marker(ckpts, tags[-1])["global_step"] if tags else 0
+        k, stage, victim = rng.randint(1, 3), rng.choice(STAGES), rng.randint(0, 1)
+        offset, t0 = metrics.stat().st_size if metrics.exists() else 0, time.time()
+        log = tmp_path / f"round{i:02d}.log"
+        launcher = start(args, log, env=ENV)
+        _wait_for_step(launcher, metrics, offset, resumed + 1)  # it continues past the checkpoint it resumed
+        pid = rank_pids(launcher)[victim]
+        target = ckpts / tag_for(resumed + k)
+        _wait_for_write(launcher, target / stage, t0)
+        os.kill(pid, signal.SIGKILL)
+        assert launcher.wait(timeout=120) != 0
+        out = log.read_text()
+        assert (f"resumed from {tags[-1]}:" in out) if tags else ("resumed from" not in out), out[-3000:]
+        interrupted = not (target / MARKER).exists()  # its save had begun in this run
+        mid_save += interrupted
+        print(f"round {i}: resumed at step {resumed}, killed rank {victim} once {target.name}/{stage} was written: "
+              f"{'in the save' if interrupted else 'after the save'}")
+        for tag in complete_tags(ckpts):
+            _assert_same_checkpoint(ckpts, straight / "checkpoints", tag)
+    assert mid_save >= 10, f"only {mid_save} of {ROUNDS} kills interrupted a save"
+
+    tags = complete_tags(ckpts)
+    proc = launch(args, nproc=2, env=ENV)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"resumed from {tags[-1]}:" in proc.stderr
+    want, got = read_metrics(straight), read_metrics(run)
+    assert all(got[s]["train/loss"] == want[s]["train/loss"] for s in range(1, STEPS + 1))
+    assert complete_tags(ckpts)[-1] == tag_for(STEPS)
+    _assert_same_checkpoint(ckpts, straight / "checkpoints", tag_for(STEPS))
