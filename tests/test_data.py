@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from xpt_ds.config import ConfigError, DataConfig
-from xpt_ds.data import MLMBatchStream, MLMMasker, TokenStream, build_stream, expand_shards, shuffle_buffer
+from xpt_ds.data import (MLMBatchStream, MLMMasker, build_stream, build_streams, expand_shards,
+                         shuffle_buffer)
 from xpt_ds.shards import DataError, scan_shard, scan_shards
 from xpt_ds.tokenizer import TargetTokenizer, build_tokenizer
 
@@ -196,3 +197,106 @@ def test_ids_outside_the_vocabulary_are_named(unique_shards):
     stream = build_stream(shards, _cfg(shards), small)
     with pytest.raises(DataError, match="vocab size 100"):
         stream.tokens(0, stream.epoch_tokens)
+
+
+# data.train_tokens: every training epoch is the same fixed subset of N tokens, nested across N.
+
+SEP = BIG.sep_id
+
+
+def _epoch(stream, e):
+    return stream.tokens(e * stream.epoch_tokens, (e + 1) * stream.epoch_tokens)
+
+
+def _doc_tokens(ids):
+    """Document tokens only (the test documents use ids >= 10; 2 is the separator)."""
+    return ids[ids >= 10]
+
+
+def test_each_epoch_is_exactly_n_tokens_of_the_same_subset(unique_shards):
+    shards, _ = unique_shards
+    cfg = _cfg(shards)
+    stream = build_stream(shards, cfg, BIG, max_tokens=157)
+    assert stream.epoch_tokens == 157
+    epochs = [_epoch(stream, e) for e in range(4)]
+    assert all(len(ids) == 157 for ids in epochs)
+    first = sorted(epochs[0].tolist())
+    assert all(sorted(ids.tolist()) == first for ids in epochs[1:])  # the same tokens, separators included
+    assert any(not np.array_equal(epochs[0], ids) for ids in epochs[1:])  # in a re-shuffled order
+    assert len(set(_doc_tokens(epochs[0]).tolist())) == len(_doc_tokens(epochs[0]))  # no token twice in an epoch
+
+
+def test_smaller_subsets_are_prefixes_of_larger_ones(unique_shards):
+    shards, docs = unique_shards
+    cfg = _cfg(shards)
+    total = build_stream(shards, cfg, BIG).epoch_tokens
+    sizes = [23, 60, 61, 140, total - 5, total]
+    subsets = [set(_doc_tokens(_epoch(build_stream(shards, cfg, BIG, max_tokens=n), 0)).tolist()) for n in sizes]
+    for small, large in zip(subsets, subsets[1:]):
+        assert small < large
+    assert subsets[-1] == {t for d, n in docs.items() for t in range(d, d + n)}
+    for n, subset in zip(sizes, subsets):  # a cut document keeps its head: within a document, a prefix
+        for d, length in docs.items():
+            held = [t for t in range(d, d + length) if t in subset]
+            assert held == list(range(d, d + len(held))), (n, d)
+    other = build_stream(shards, _cfg(shards, seed=1), BIG, max_tokens=60)
+    assert set(_doc_tokens(_epoch(other, 0)).tolist()) != subsets[1]  # the order belongs to data.seed
+
+
+def test_the_whole_corpus_is_the_uncapped_stream(unique_shards):
+    shards, _ = unique_shards
+    cfg = _cfg(shards)
+    full = build_stream(shards, cfg, BIG)
+    capped = build_stream(shards, cfg, BIG, max_tokens=full.epoch_tokens)
+    for e in range(3):
+        assert np.array_equal(capped.layout(e)[0], full.layout(e)[0])
+        assert np.array_equal(_epoch(capped, e), _epoch(full, e))
+    with pytest.raises(ConfigError, match="data.train_tokens"):
+        build_stream(shards, cfg, BIG, max_tokens=full.epoch_tokens + 1)
+
+
+def test_exactly_once_per_epoch_across_ranks_and_resume(unique_shards):
+    shards, _ = unique_shards
+    cfg = _cfg(shards)
+    n, world, B, body = 98, 2, 3, cfg.seq_len - 2  # 98 = 7 sequences: epochs end mid-sequence and mid-batch
+
+    def make(rank, workers=0):
+        return MLMBatchStream(build_stream(shards, cfg, BIG, max_tokens=n), MLMMasker(cfg, BIG), B, rank, world,
+                              workers)
+
+    streams = [make(r) for r in range(world)]
+    steps = 5  # 5 * 2 * 3 sequences * 14 tokens = 420 tokens > 4 epochs of 98
+    rows = {}
+    for _ in range(steps):
+        for s in streams:
+            batch = next(s)
+            rows.update(zip(batch["seq_ids"].tolist(), _original_ids(batch)[:, 1:-1]))
+    assert sorted(rows) == list(range(steps * world * B))
+    stream = torch.cat([rows[i] for i in sorted(rows)]).numpy()
+    epochs = len(stream) // n
+    ref = sorted(_epoch(streams[0].stream, 0).tolist())
+    for e in range(epochs):
+        assert sorted(stream[e * n:(e + 1) * n].tolist()) == ref
+    assert streams[0].epoch == steps * world * B * body // n
+
+    resumed = make(1, workers=2)
+    resumed.load_state_dict({"sequences": 2 * world * B})
+    again = make(1)
+    for _ in range(2):
+        next(again)
+    for _ in range(3):
+        got, want = next(resumed), next(again)
+        assert all(torch.equal(got[k], want[k]) for k in want)
+
+
+def test_validation_is_untouched(tmp_path, unique_shards):
+    shards, _ = unique_shards
+    valid = [_write_shard(tmp_path / "valid-000000.tar", [np.arange(60000 - 40 * i, 60000 - 40 * i + 30)
+                                                         for i in range(1, 6)])]
+    cfg = _cfg(shards, valid_shards=valid, train_tokens=50, num_workers=0)
+    train, val = build_streams(cfg, BIG, micro_batch=2, rank=0, world=1)
+    assert train.stream.epoch_tokens == 50
+    assert val.stream.epoch_tokens == 5 * 31
+    seen = torch.cat([_original_ids(b).flatten() for b in val])
+    assert sorted(_doc_tokens(seen).tolist()) == sorted(t for i in range(1, 6)
+                                                       for t in range(60000 - 40 * i, 60000 - 40 * i + 30))

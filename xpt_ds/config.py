@@ -68,6 +68,9 @@ class DataConfig:
     doc_separator: bool = doc(True, "Put the sep token between packed documents (RoBERTa full-sentences).")
     num_workers: int = doc(2, "DataLoader worker processes per rank (0 = read in the training process).")
     on_corrupt_shard: str = doc("fail", "A corrupt shard is 'fail' (stop, naming it) or 'skip' (logged and counted).")
+    train_tokens: int = doc(0, "Use only the first N tokens of the training corpus, in the fixed document order of "
+                               "data.seed (pieces plus separators; the last document is cut), the same subset every "
+                               "epoch; a smaller N's subset is a prefix of a larger one's. 0 = all.")
 
 
 @dataclass
@@ -305,6 +308,8 @@ def validate(cfg: TrainConfig) -> None:
         raise ConfigError("config keys 'data.mask_*' must satisfy 0<mask_prob<1 and replace fractions summing to <= 1")
     if d.on_corrupt_shard not in ("fail", "skip"):
         raise ConfigError(f"config key 'data.on_corrupt_shard' is '{d.on_corrupt_shard}'; valid: fail, skip")
+    if d.train_tokens < 0:
+        raise ConfigError(f"config key 'data.train_tokens' must be >= 0 (0 = all), got {d.train_tokens}")
     if d.num_workers < 0:
         raise ConfigError(f"config key 'data.num_workers' must be >= 0, got {d.num_workers}")
     o = cfg.optim

@@ -8,6 +8,11 @@ exactly once per epoch across ranks, and the loader's whole position is one inte
 of sequences consumed. It survives a restart with any number of DataLoader workers (worker w builds
 batches b = w mod W, which the in-order DataLoader returns in order) and with any number of ranks.
 Masks are drawn per sequence from a generator seeded by (seed, sequence index): no RNG state to save.
+
+``data.train_tokens = N`` restricts every training epoch to one fixed subset: the documents of a seeded
+permutation of the whole corpus (independent of N and of the epoch), taken in that order until N stream
+tokens, the last one cut. So every epoch holds exactly N tokens, and a smaller N's subset is a prefix of a
+larger N's (a nested ladder of data sizes). Each epoch still re-shuffles the subset's order.
 """
 from __future__ import annotations
 
@@ -86,25 +91,45 @@ def shuffle_buffer(ids: np.ndarray, size: int, rng: np.random.Generator) -> np.n
 class TokenStream:
     """The epoch-concatenated token stream over indexed shards; reads only the tokens asked for."""
 
-    def __init__(self, indexes: list[ShardIndex], tok: TargetTokenizer, cfg: DataConfig, skipped: list[str] = ()):
+    def __init__(self, indexes: list[ShardIndex], tok: TargetTokenizer, cfg: DataConfig, skipped: list[str] = (),
+                 max_tokens: int = 0):
         self.skipped = list(skipped)  # corrupt shards left out (data.on_corrupt_shard: skip)
         if not indexes or sum(len(i.lengths) for i in indexes) == 0:
             raise ConfigError(f"no documents in shards {[i.path for i in indexes][:3]}")
         self.indexes, self.tok, self.cfg = indexes, tok, cfg
         self.doc_shard = np.concatenate([np.full(len(ix.lengths), s, np.int64) for s, ix in enumerate(indexes)])
         self.doc_local = np.concatenate([np.arange(len(ix.lengths), dtype=np.int64) for ix in indexes])
+        self.shard_starts = np.concatenate([[0], np.cumsum([len(ix.lengths) for ix in indexes])])
         self.sep = 1 if cfg.doc_separator else 0
-        self.doc_tokens = np.concatenate([ix.lengths for ix in indexes]) + self.sep
-        self.epoch_tokens = int(self.doc_tokens.sum())
+        self.doc_tokens = np.concatenate([ix.lengths for ix in indexes]).astype(np.int64) + self.sep
+        self.epoch_docs = np.arange(len(self.doc_tokens))  # sorted global ids of the documents every epoch uses
+        if max_tokens:
+            self._restrict(max_tokens)
+        self.epoch_tokens = int(self.doc_tokens[self.epoch_docs].sum())
         self.reader = DocReader(indexes)
+
+    def _restrict(self, max_tokens: int) -> None:
+        """Keep the first ``max_tokens`` stream tokens of a seeded document order that depends on neither
+        ``max_tokens`` nor the epoch, so subsets of the same seed are nested."""
+        total = int(self.doc_tokens.sum())
+        if max_tokens > total:
+            raise ConfigError(f"config key 'data.train_tokens' is {max_tokens:,} but the training shards hold "
+                              f"only {total:,} tokens ({self.indexes[0].path}, ...)")
+        # spawn_key keeps this stream apart from the per-epoch default_rng([seed, epoch]) streams
+        order = np.random.default_rng(np.random.SeedSequence(self.cfg.seed, spawn_key=(1,))).permutation(
+            len(self.doc_tokens))
+        cum = np.cumsum(self.doc_tokens[order])
+        k = int(np.searchsorted(cum, max_tokens))  # order[k] is the last document, cut to fill up to max_tokens
+        self.doc_tokens[order[k]] -= int(cum[k]) - max_tokens  # a cut document keeps its separator
+        self.epoch_docs = np.sort(order[:k + 1])
 
     @lru_cache(maxsize=2)
     def layout(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
         """(global doc ids in epoch order, token offset of each doc in the epoch with a final total)."""
         rng = np.random.default_rng([self.cfg.seed, epoch])
         shard_order = rng.permutation(len(self.indexes))
-        starts = np.concatenate([[0], np.cumsum([len(ix.lengths) for ix in self.indexes])])
-        docs = np.concatenate([np.arange(starts[s], starts[s + 1]) for s in shard_order])
+        bounds = np.searchsorted(self.epoch_docs, self.shard_starts)  # shard s: epoch_docs[bounds[s]:bounds[s+1]]
+        docs = np.concatenate([self.epoch_docs[bounds[s]:bounds[s + 1]] for s in shard_order])
         docs = shuffle_buffer(docs, self.cfg.shuffle_docs, rng)
         return docs, np.concatenate([[0], np.cumsum(self.doc_tokens[docs])])
 
@@ -249,17 +274,18 @@ class MLMBatchStream:
         return batch
 
 
-def build_stream(shards: list[str], cfg: DataConfig, tok: TargetTokenizer) -> TokenStream:
+def build_stream(shards: list[str], cfg: DataConfig, tok: TargetTokenizer, max_tokens: int = 0) -> TokenStream:
+    """``max_tokens`` > 0: every epoch is the same fixed subset of that many tokens (training only)."""
     indexes, skipped = scan_shards(shards, cfg.on_corrupt_shard)
     if skipped:
         log.warning("skipped %d corrupt shard(s) of %d: %s", len(skipped), len(shards), ", ".join(skipped))
-    return TokenStream(indexes, tok, cfg, skipped)
+    return TokenStream(indexes, tok, cfg, skipped, max_tokens)
 
 
 def build_streams(cfg: DataConfig, tok: TargetTokenizer, micro_batch: int, rank: int, world: int):
     masker = MLMMasker(cfg, tok)
-    train = MLMBatchStream(build_stream(expand_shards(cfg.train_shards, tok), cfg, tok), masker, micro_batch,
-                           rank, world, cfg.num_workers)
+    train = MLMBatchStream(build_stream(expand_shards(cfg.train_shards, tok), cfg, tok, cfg.train_tokens), masker,
+                           micro_batch, rank, world, cfg.num_workers)
     valid = None
     if cfg.valid_shards:
         valid = MLMBatchStream(build_stream(expand_shards(cfg.valid_shards, tok), cfg, tok), masker, micro_batch,

@@ -1,0 +1,380 @@
+"""Training throughput: this trainer vs. Hugging Face ``Trainer`` + DeepSpeed, same model, batch and device.
+
+The model is the 14-layer XPT target of a RoBERTa-base-shaped source (hidden 768, 12 heads, FFN 3072,
+12 source layers + 2 ITLs, 50,000-piece target vocabulary), built from configs (no downloads). For each
+sequence length and phase, each side trains ``--warmup`` + ``--steps`` optimizer steps in its own process
+(a world of one), and the timed window runs from the start of the first step after warm-up to the end of the
+last step, with a device synchronisation at both ends:
+
+- xpt: ``xpt_ds.model.build_model`` -> ``MaskedLMObjective`` -> ``xpt_ds.engine.build_engine`` with
+  ``ds_configs/zero2_bf16.json`` and the phase's trainable set from ``xpt_ds.phases`` (phase 1: ``@new``,
+  phase 2: ``@all``); each step is ``Trainer.train_step``'s body (set_lr, forward, backward, step). The LM
+  head runs on the masked positions only.
+- hf: the same stock ``RobertaForMaskedLM`` (same weights, same frozen set) under ``transformers.Trainer``
+  with ``TrainingArguments(deepspeed=<the same JSON plus the "auto" batch/optimizer keys>)``; labels are -100
+  except on masked positions, so the head computes full-vocabulary logits on every position, as stock HF does.
+
+Both sides get the same synthetic packed batches (cls + random ids + sep, no padding, no attention mask,
+masked by ``xpt_ds.data.MLMMasker``) already in host memory, moved to the device each step: data loading is
+not measured here (``benchmarks/bench_loader.py`` does); what remains in the window is HF's default
+in-process DataLoader stacking the pre-made samples, and a list lookup on the xpt side (whose real loader runs
+in worker processes). MFU counts the same model FLOPs per token for
+both sides (``xpt_ds.metrics.flops_per_token``: the decoder on the 15 % masked positions only); the HF row's
+``mfu_full_head`` also counts its full-vocabulary decoder. Peak memory is ``torch.cuda.max_memory_allocated``
+on GPU and the process's peak RSS on CPU. On CPU (``DS_ACCELERATOR=cpu``) MFU is null and the numbers say
+nothing about speed: ``--tiny`` only keeps the script working in CI.
+
+    python benchmarks/bench_throughput.py [--tiny] [--seq-lens 128 512] [--phases 1 2] [--tokens-per-batch 16384]
+        [--micro-batch N] [--steps 100] [--warmup 10] [--out results.json]
+
+prints a markdown table for BENCHMARKS.md and writes every figure to ``--out``. ``benchmarks/gpu_bench.sh``
+installs the missing packages from carried wheels and runs this at full size on a bare GPU machine.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+# RoBERTa-base shape (a source vocabulary of 50,265 as the real one; only its encoder and head are reused).
+FULL = dict(source_vocab=50265, target_vocab=50000, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+            intermediate_size=3072)
+TINY = dict(source_vocab=100, target_vocab=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+            intermediate_size=128)
+SIDES = ("hf", "xpt")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--tiny", action="store_true", help="2 layers, hidden 64, vocab 1000 (CPU smoke run)")
+    p.add_argument("--seq-lens", type=int, nargs="+", default=None, help="default 128 512 (tiny: 32 64)")
+    p.add_argument("--phases", type=int, nargs="+", default=[1, 2], choices=[1, 2])
+    p.add_argument("--tokens-per-batch", type=int, help="micro batch = this // seq len; default 16384 (tiny: 256)")
+    p.add_argument("--micro-batch", type=int, help="sequences per step at every length (overrides the above)")
+    p.add_argument("--steps", type=int, default=100, help="timed optimizer steps")
+    p.add_argument("--warmup", type=int, default=10, help="untimed steps first (allocator, kernels, JIT)")
+    p.add_argument("--precision", choices=["bf16", "fp32"], default="bf16",
+                   help="ds_configs/zero2_<precision>.json on both sides")
+    p.add_argument("--optimizer", choices=["fused", "torch"],
+                   help="DeepSpeed FusedAdam, or torch AdamW (foreach=False, as optim.torch_adam) on both sides; "
+                        "default: fused on CUDA, torch on CPU")
+    p.add_argument("--peak-tflops", type=float, default=0.0, help="device peak for MFU; 0 = 989 on CUDA (H100 SXM)")
+    p.add_argument("--out", default="bench_throughput.json")
+    p.add_argument("--worker-timeout", type=int, default=300, help="seconds before one side's run counts as failed")
+    p.add_argument("--worker", help=argparse.SUPPRESS)  # internal: run one side from this JSON spec
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
+    if a.worker:
+        spec = json.loads(Path(a.worker).read_text())
+        result = (run_xpt if spec["side"] == "xpt" else run_hf)(spec)
+        Path(spec["result"]).write_text(json.dumps(result))
+        return 0
+    cuda = _on_cuda()
+    size = TINY if a.tiny else FULL
+    seq_lens = a.seq_lens or ([32, 64] if a.tiny else [128, 512])
+    optimizer = a.optimizer or ("fused" if cuda else "torch")
+    rows, failed = [], False
+    with tempfile.TemporaryDirectory() as tmp:
+        source = save_source(Path(tmp) / "source", size, max(seq_lens))
+        for seq_len in seq_lens:
+            micro_batch = a.micro_batch or max(1, (a.tokens_per_batch or (256 if a.tiny else 16384)) // seq_len)
+            for phase in a.phases:
+                for side in SIDES:
+                    spec = dict(side=side, phase=phase, seq_len=seq_len, micro_batch=micro_batch, steps=a.steps,
+                                warmup=a.warmup, precision=a.precision, optimizer=optimizer, source=str(source),
+                                target_vocab=size["target_vocab"], peak_tflops=a.peak_tflops, tmp=tmp,
+                                result=f"{tmp}/{side}-{seq_len}-{phase}.json")
+                    rows.append(run_worker(spec, Path(tmp), a.worker_timeout))
+                    failed |= "error" in rows[-1]
+    add_ratios(rows)
+    report = {"machine": machine(cuda), "args": {k: v for k, v in vars(a).items() if k != "worker"},
+              "seq_lens": seq_lens, "optimizer": optimizer,
+              "peak_tflops": None if not cuda else a.peak_tflops or 989.0, "results": rows}
+    Path(a.out).write_text(json.dumps(report, indent=1))
+    print(markdown(report))
+    return 1 if failed else 0
+
+
+def save_source(out: Path, size: dict, max_len: int) -> Path:
+    """A random RoBERTa-base-shaped English source: build_model copies its encoder and head like a real one."""
+    import torch
+    from transformers import RobertaConfig, RobertaForMaskedLM
+
+    torch.manual_seed(0)
+    config = RobertaConfig(vocab_size=size["source_vocab"], hidden_size=size["hidden_size"],
+                           num_hidden_layers=size["num_hidden_layers"], num_attention_heads=size["num_attention_heads"],
+                           intermediate_size=size["intermediate_size"], max_position_embeddings=max(514, max_len + 2),
+                           type_vocab_size=1, pad_token_id=1, bos_token_id=0, eos_token_id=2, layer_norm_eps=1e-5)
+    RobertaForMaskedLM(config).save_pretrained(out)
+    return out
+
+
+def run_worker(spec: dict, tmp: Path, timeout: int) -> dict:
+    """One side in a fresh process, a world of one on a free port; a failure becomes the row's ``error``."""
+    spec_path = tmp / f"spec-{spec['side']}-{spec['seq_len']}-{spec['phase']}.json"
+    spec_path.write_text(json.dumps(spec))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(port), "TOKENIZERS_PARALLELISM": "false",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", str(spec_path)]
+    try:
+        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc = subprocess.CompletedProcess(cmd, "timeout", "", f"timed out after {timeout} s")
+    row = {k: spec[k] for k in ("side", "phase", "seq_len", "micro_batch")}
+    if proc.returncode != 0 or not Path(spec["result"]).is_file():
+        row["error"] = f"exit {proc.returncode}: {proc.stderr[-3000:]}"
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    else:
+        row.update(json.loads(Path(spec["result"]).read_text()))
+        last = f"{row['tokens_per_s']:,.0f} tokens/s"
+    print(f"{spec['side']} seq_len {spec['seq_len']} phase {spec['phase']}: {last}", file=sys.stderr, flush=True)
+    return row
+
+
+def build_side_model(spec: dict):
+    """The XPT target model, its run config and the HF names that train in ``spec['phase']`` (both sides)."""
+    from xpt_ds.config import DataConfig, LoggingConfig, ModelConfig, OptimConfig, PhaseConfig, TrainConfig
+    from xpt_ds.model import build_model
+    from xpt_ds.phases import build_phase_trainables
+    from xpt_ds.tokenizer import TargetTokenizer
+
+    steps = spec["warmup"] + spec["steps"]
+    phases = [PhaseConfig(name="phase1", steps=steps, lr=1e-4, warmup_steps=spec["warmup"]),
+              PhaseConfig(name="phase2", steps=steps, lr=1e-4, warmup_steps=spec["warmup"])]
+    cfg = TrainConfig(deepspeed=str(REPO / f"ds_configs/zero2_{spec['precision']}.json"),
+                      model=ModelConfig(source=spec["source"], method="xpt"), phases=phases,
+                      data=DataConfig(seq_len=spec["seq_len"]),
+                      optim=OptimConfig(micro_batch_size=spec["micro_batch"], torch_adam=spec["optimizer"] == "torch"),
+                      logging=LoggingConfig(peak_tflops=spec["peak_tflops"]))
+    # build_model needs only the special ids and the size of the target vocabulary (RoBERTa layout), so no
+    # SentencePiece model is trained here; ``path`` is never read.
+    tok = TargetTokenizer(path="", vocab_size=spec["target_vocab"], pad_id=1, cls_id=0, sep_id=2, unk_id=3, mask_id=4)
+    built = build_model(cfg.model, tok)
+    trainable = build_phase_trainables(cfg, built.tags)[spec["phase"] - 1]
+    return cfg, tok, built.model, trainable
+
+
+def synthetic_batches(cfg, tok, n: int = 4) -> list[dict]:
+    """``n`` packed, masked micro-batches in host memory: cls + random ids + sep, as the packer makes them."""
+    import torch
+
+    from xpt_ds.data import MLMMasker
+
+    B, T = cfg.optim.micro_batch_size, cfg.data.seq_len
+    g = torch.Generator().manual_seed(0)
+    out = []
+    for b in range(n):
+        ids = torch.randint(max(tok.special_ids) + 1, tok.vocab_size, (B, T), generator=g)
+        ids[:, 0], ids[:, -1] = tok.cls_id, tok.sep_id
+        out.append(MLMMasker(cfg.data, tok)(ids, seeds=[b * B + j for j in range(B)]))
+    return out
+
+
+def run_xpt(spec: dict) -> dict:
+    import deepspeed
+    import torch
+
+    from xpt_ds.engine import build_engine, lr_at, set_lr
+    from xpt_ds.objective import MaskedLMObjective
+
+    deepspeed.init_distributed(dist_init_required=True)
+    cfg, tok, model, trainable = build_side_model(spec)
+    objective = MaskedLMObjective(model)
+    fp32 = {n: p.detach().clone() for n, p in objective.named_parameters()}
+    engine, optimizer, _ = build_engine(objective, {f"hf.{n}" for n in trainable}, cfg, fp32)
+    device = torch.device(deepspeed.get_accelerator().current_device_name())
+    batches, phase = synthetic_batches(cfg, tok), cfg.phases[spec["phase"] - 1]
+    total, t0 = torch.zeros((), device=device), 0.0  # as train_step: the loss is summed on the device, no sync
+    for step in range(spec["warmup"] + spec["steps"]):
+        if step == spec["warmup"]:
+            t0 = _synchronized_clock()
+        set_lr(optimizer, lr_at(phase, step))
+        batch = {k: v.to(device, non_blocking=True) for k, v in batches[step % len(batches)].items()}
+        loss = engine(**batch)
+        engine.backward(loss)
+        engine.step()
+        total += loss.detach()
+    seconds = _synchronized_clock() - t0
+    result = _measurements(spec, model.config, seconds, n_params=sum(v.numel() for v in fp32.values()),
+                           n_trainable=sum(p.numel() for n, p in model.named_parameters() if n in trainable),
+                           engine=_engine_facts(engine))
+    engine.destroy()
+    deepspeed.comm.destroy_process_group()
+    return result
+
+
+def hf_deepspeed_config(spec: dict) -> dict:
+    """The repo's engine JSON plus what an HF + DeepSpeed user writes: batch, clipping and optimizer on "auto"
+    (filled from TrainingArguments); the scheduler is the Trainer's own (linear, as lr_at)."""
+    from xpt_ds.engine import load_ds_config
+
+    ds = load_ds_config(str(REPO / f"ds_configs/zero2_{spec['precision']}.json"))
+    params = {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}
+    if spec["optimizer"] == "torch":  # the same torch.optim.AdamW(foreach=False) as optim.torch_adam
+        params.update(torch_adam=True, foreach=False)
+    ds.update(train_batch_size="auto", train_micro_batch_size_per_gpu="auto", gradient_accumulation_steps="auto",
+              gradient_clipping="auto", optimizer={"type": "AdamW", "params": params}, steps_per_print=10 ** 9,
+              wall_clock_breakdown=False)
+    return ds
+
+
+def run_hf(spec: dict) -> dict:
+    import torch
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+
+    cfg, tok, model, trainable = build_side_model(spec)
+    for n, p in model.named_parameters():
+        p.requires_grad_(n in trainable)
+    samples = []
+    for batch in synthetic_batches(cfg, tok):
+        labels = torch.full_like(batch["input_ids"], -100)
+        labels.view(-1)[batch["mlm_positions"]] = batch["mlm_targets"]
+        samples += [{"input_ids": i, "labels": y} for i, y in zip(batch["input_ids"], labels)]
+    warmup, steps = spec["warmup"], spec["steps"]
+
+    class Repeated(torch.utils.data.Dataset):
+        """One epoch long enough for every step, so no epoch boundary falls inside the timed window."""
+
+        def __len__(self):
+            return (warmup + steps) * cfg.optim.micro_batch_size
+
+        def __getitem__(self, i):
+            return samples[i % len(samples)]
+
+    class StepClock(TrainerCallback):
+        t0 = seconds = None
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            if state.global_step == warmup:
+                self.t0 = _synchronized_clock()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == warmup + steps:
+                self.seconds = _synchronized_clock() - self.t0
+
+    o, clock = cfg.optim, StepClock()
+    args = TrainingArguments(
+        output_dir=f"{spec['tmp']}/hf-{spec['seq_len']}-{spec['phase']}", max_steps=warmup + steps,
+        per_device_train_batch_size=o.micro_batch_size, gradient_accumulation_steps=o.grad_accum,
+        learning_rate=cfg.phases[0].lr, warmup_steps=warmup, lr_scheduler_type="linear",
+        weight_decay=o.weight_decay, adam_beta1=o.betas[0], adam_beta2=o.betas[1], adam_epsilon=o.eps,
+        max_grad_norm=o.grad_clip, bf16=spec["precision"] == "bf16", deepspeed=hf_deepspeed_config(spec),
+        logging_strategy="no", save_strategy="no", eval_strategy="no", report_to="none", disable_tqdm=True,
+        dataloader_num_workers=0, seed=cfg.seed, use_cpu=not _on_cuda())
+    trainer = Trainer(model=model, args=args, train_dataset=Repeated(), callbacks=[clock])
+    trainer.train()
+    return _measurements(spec, model.config, clock.seconds, n_params=sum(p.numel() for p in model.parameters()),
+                         n_trainable=sum(p.numel() for n, p in model.named_parameters() if n in trainable),
+                         engine=_engine_facts(trainer.model_wrapped))
+
+
+def _engine_facts(engine) -> dict:
+    """What actually ran, so a row cannot silently be something else (say, HF without DeepSpeed)."""
+    return {"class": type(engine).__name__, "zero_stage": engine.zero_optimization_stage(),
+            "module_dtype": str(next(engine.module.parameters()).dtype).replace("torch.", ""),
+            "optimizer": type(engine.optimizer).__name__,
+            "base_optimizer": type(getattr(engine.optimizer, "optimizer", engine.optimizer)).__name__}
+
+
+def _on_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available() and os.environ.get("DS_ACCELERATOR", "cuda") == "cuda"
+
+
+def _synchronized_clock() -> float:
+    import deepspeed
+
+    deepspeed.get_accelerator().synchronize()
+    return time.perf_counter()
+
+
+def _measurements(spec: dict, hf_config, seconds: float, **extra) -> dict:
+    import torch
+
+    from xpt_ds.metrics import flops_per_token, peak_flops
+
+    tokens_per_s = spec["steps"] * spec["micro_batch"] * spec["seq_len"] / seconds
+    cuda = _on_cuda()
+    peak = peak_flops(spec["peak_tflops"]) if cuda else None
+    mask_prob = 0.15  # DataConfig.mask_prob, used by the masker on both sides
+    mfu = None if peak is None else flops_per_token(hf_config, spec["seq_len"], mask_prob) * tokens_per_s / peak
+    full = None if peak is None else flops_per_token(hf_config, spec["seq_len"], 1.0) * tokens_per_s / peak
+    if cuda:
+        memory = {"peak_memory_gib": torch.cuda.max_memory_allocated() / 2 ** 30, "memory_kind": "cuda_allocated",
+                  "peak_reserved_gib": torch.cuda.max_memory_reserved() / 2 ** 30}
+    else:  # ru_maxrss is in KiB on Linux
+        memory = {"peak_memory_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20,
+                  "memory_kind": "host_rss"}
+    return {"tokens_per_s": tokens_per_s, "step_ms": 1000 * seconds / spec["steps"], "mfu": mfu,
+            **({"mfu_full_head": full} if spec["side"] == "hf" else {}), **memory,
+            "flops_per_token": flops_per_token(hf_config, spec["seq_len"], mask_prob),
+            "num_hidden_layers": hf_config.num_hidden_layers, "hidden_size": hf_config.hidden_size,
+            "vocab_size": hf_config.vocab_size, **extra}
+
+
+def add_ratios(rows: list[dict]) -> None:
+    """``vs_hf``: xpt over hf tokens/s at the same (seq_len, phase); ``vs_phase2``: phase 1 over phase 2 tokens/s
+    of the same side and seq_len."""
+    ok = {(r["side"], r["seq_len"], r["phase"]): r for r in rows if "error" not in r}
+    for (side, seq_len, phase), r in ok.items():
+        if side == "xpt" and ("hf", seq_len, phase) in ok:
+            r["vs_hf"] = r["tokens_per_s"] / ok["hf", seq_len, phase]["tokens_per_s"]
+        if phase == 1 and (side, seq_len, 2) in ok:
+            r["vs_phase2"] = r["tokens_per_s"] / ok[side, seq_len, 2]["tokens_per_s"]
+
+
+def machine(cuda: bool) -> dict:
+    import platform
+
+    import deepspeed
+    import torch
+    import transformers
+
+    device = torch.cuda.get_device_name() if cuda else f"CPU ({os.cpu_count()} cores, {platform.machine()})"
+    return {"device": device, "host": platform.node(), "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__,
+            "transformers": transformers.__version__, "deepspeed": deepspeed.__version__,
+            "python": platform.python_version()}
+
+
+def markdown(report: dict) -> str:
+    m, a = report["machine"], report["args"]
+    lines = [f"Machine: {m['device']}, torch {m['torch']}, transformers {m['transformers']}, deepspeed "
+             f"{m['deepspeed']}; {m['date']}. {a['precision']}, ZeRO-2, optimizer {report['optimizer']}, "
+             f"{a['warmup']} warm-up + {a['steps']} timed steps"
+             + (f"; MFU against {report['peak_tflops']:g} TFLOP/s." if report["peak_tflops"] else "."), "",
+             "| seq len | micro batch | phase | trainer | tokens/s | step ms | MFU | peak mem GiB | vs HF | vs phase 2 |",
+             "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
+    name = {"hf": "HF Trainer + DeepSpeed", "xpt": "xpt_ds"}
+    for r in report["results"]:
+        head = f"| {r['seq_len']} | {r['micro_batch']} | {r['phase']} | {name[r['side']]} |"
+        if "error" in r:
+            lines.append(f"{head} failed | | | | | |")
+            continue
+        mfu = "n/a" if r["mfu"] is None else f"{100 * r['mfu']:.1f} %"
+        ratio = f"{r['vs_hf']:.2f}x" if "vs_hf" in r else ("1.0x" if r["side"] == "hf" else "")
+        vs2 = f"{r['vs_phase2']:.2f}x" if "vs_phase2" in r else ""
+        lines.append(f"{head} {r['tokens_per_s']:,.0f} | {r['step_ms']:.1f} | {mfu} | "
+                     f"{r['peak_memory_gib']:.2f} | {ratio} | {vs2} |")
+    if report["results"] and report["results"][0].get("memory_kind") == "host_rss":
+        lines.append("\nOn CPU: peak memory is the process's peak RSS; MFU is not defined.")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

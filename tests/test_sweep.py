@@ -1,0 +1,142 @@
+"""python -m xpt_ds.sweep: real tiny runs through the CLI, resumability, failures, the report and the
+data-efficiency interpolation."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from conftest import REPO, base_config, write_config
+from xpt_ds.sweep_report import Match, efficiency, parse_size, size_label, size_to_match
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+ROW_KEYS = {"method", "size", "steps", "epochs", "train_seconds", "wall_seconds", "ppl", "hits@1", "hits@3", "hits@5",
+            "hits@10", "mrr", "mr", "loss", "eval_tokens", "run_dir", "train_args"}
+
+
+def _sweep(args, timeout=600):
+    env = {**os.environ, "DS_ACCELERATOR": "cpu", "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "xpt_ds.sweep", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.fixture
+def sweep_config(tmp_path, tiny_roberta, corpus):
+    cfg = base_config(tmp_path / "unused", tiny_roberta, corpus,
+                      phases=[{"name": "phase1", "steps": 2, "lr": 1e-3}, {"name": "phase2", "steps": 2, "lr": 5e-4}])
+    cfg["data"].update(valid_shards=[], num_workers=0)
+    return write_config(tmp_path / "base.yaml", cfg), [f"{corpus}/manifest.json:test"]
+
+
+def _rows(out):
+    return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+
+
+def test_sweep_trains_evaluates_reports_and_skips_finished_runs(tmp_path, sweep_config):
+    config, test_shards = sweep_config
+    out = tmp_path / "sweep"
+    # 4 steps x 4 sequences x 30 tokens = 480 tokens: 2.4 epochs of 200 tokens, 0.6 of 800
+    args = ["--config", str(config), "--methods", "xpt", "scratch", "--sizes", "0.8K", "200", "--out", str(out),
+            "--test-shards", *test_shards]
+    proc = _sweep(args)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+
+    rows = _rows(out)
+    assert sorted((r["method"], r["size"]) for r in rows) == [("scratch", 200), ("scratch", 800), ("xpt", 200),
+                                                              ("xpt", 800)]
+    for r in rows:
+        assert ROW_KEYS <= r.keys() and all(r[k] is not None for k in ROW_KEYS)
+        assert r["steps"] == 4 and 1 <= r["ppl"] < 200 and 1 <= r["mr"] <= 200 and 0 <= r["hits@1"] <= r["hits@10"]
+        assert r["epochs"] == pytest.approx(480 / r["size"])
+        run_dir = out / "runs" / r["method"] / size_label(r["size"])
+        assert json.loads((run_dir / "status.json").read_text())["state"] == "finished"
+        assert f"--data.train_tokens={r['size']}" in r["train_args"]
+    # scratch trains one phase of all 4 steps (a one-phase method on the two-phase base config)
+    assert "steps: 4" in (out / "configs" / "scratch.yaml").read_text()
+
+    md = (out / "results.md").read_text()
+    assert "### 200 training tokens" in md and "### 800 training tokens" in md
+    assert "| XPT |" in md and "| Scratch |" in md and "Scratch data needed to match each method's PPL" in md
+    for metric in ("ppl", "hits_at_1", "hits_at_10", "mrr", "mr"):
+        data = (out / f"plot_{metric}.png").read_bytes()
+        assert data[:8] == PNG_SIGNATURE and data[12:16] == b"IHDR" and data[-8:-4] == b"IEND"
+    import matplotlib.image
+    assert matplotlib.image.imread(out / "plot_ppl.png").ndim == 3
+
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["efficiency"]["ppl"]["xpt"]) == {"200", "800"}
+    assert summary["efficiency"]["ppl"]["xpt"]["200"]["bound"] in ("=", "<=", ">")
+    for method in ("xpt", "scratch"):
+        acc = EventAccumulator(str(out / "tb" / method))
+        acc.Reload()
+        assert [e.step for e in acc.Scalars("sweep/ppl")] == [0, 1]  # step = index of the size
+        assert [e.value for e in acc.Scalars("sweep/size_tokens")] == [200, 800]
+
+    logs = {r["run_dir"]: (out / r["run_dir"] / "train.log").stat().st_mtime_ns for r in rows}
+    again = _sweep(args)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout.count("skip ") == 4 and "warning" not in again.stdout
+    assert _rows(out) == rows
+    assert {d: (out / d / "train.log").stat().st_mtime_ns for d in logs} == logs
+
+
+def test_sweep_finetunes_and_reports_a_failed_run(tmp_path, sweep_config, corpus_text):
+    config, test_shards = sweep_config
+    sentences = [s for s in corpus_text.read_text(encoding="utf-8").splitlines() if s][:24]
+    examples = tmp_path / "labels.jsonl"
+    examples.write_text("".join(json.dumps({"text": s, "label": "long" if len(s.split()) > 8 else "short"},
+                                           ensure_ascii=False) + "\n" for s in sentences), encoding="utf-8")
+    out = tmp_path / "sweep"
+    proc = _sweep(["--config", str(config), "--methods", "xpt_sp", "--sizes", "300", "10M", "--out", str(out),
+                   "--test-shards", *test_shards, "--finetune-train", str(examples), "--finetune-test", str(examples),
+                   "--finetune-seeds", "1", "2", "--finetune-epochs", "1", "--finetune-max-length", "32"])
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-3000:]
+    failed_log = out / "runs" / "xpt_sp" / "10M" / "train.log"
+    assert f"failed: xpt_sp 10M (train exited 2); log: {failed_log}" in proc.stderr
+    assert "data.train_tokens" in failed_log.read_text()  # the corpus holds fewer tokens than that
+
+    [row] = _rows(out)
+    assert (row["method"], row["size"], row["downstream_metric"], row["downstream_seeds"]) == ("xpt_sp", 300,
+                                                                                                "accuracy", 2)
+    assert 0 <= row["downstream_mean"] <= 1 and row["downstream_std"] >= 0 and "majority_accuracy" in row
+    md = (out / "results.md").read_text()
+    assert "accuracy (×100)" in md and "Failed runs" in md and str(failed_log) in md
+    assert (out / "plot_downstream.png").read_bytes()[:8] == PNG_SIGNATURE
+    assert json.loads((out / "summary.json").read_text())["failed"][0]["stage"] == "train"
+
+
+def test_size_to_match_interpolates_scratch_in_log_size():
+    ppl = [(1600, 4.0), (100, 10.0), (400, 6.0)]  # lower is better; any order
+    assert size_to_match(ppl, 8.0, False) == Match("=", pytest.approx(200))  # halfway in log2 from 100 to 400
+    assert size_to_match(ppl, 5.0, False) == Match("=", pytest.approx(800))
+    assert size_to_match(ppl, 6.0, False) == Match("=", pytest.approx(400))
+    assert size_to_match(ppl, 12.0, False) == Match("<=", 100)  # Scratch's smallest size already matches
+    assert size_to_match(ppl, 3.0, False) == Match(">", 1600)  # never matches
+    mrr = [(100, 0.2), (200, 0.3), (400, 0.25), (800, 0.5), (1600, None)]
+    assert size_to_match(mrr, 0.28, True) == Match("=", pytest.approx(100 * 2 ** 0.8))  # the first crossing
+    assert size_to_match(mrr, 0.4, True) == Match("=", pytest.approx(400 * 2 ** 0.6))  # after the dip
+    assert size_to_match(mrr, 0.6, True).bound == ">"
+
+
+def test_efficiency_table_from_rows():
+    rows = [{"method": "scratch", "size": s, "ppl": p} for s, p in ((100_000, 10.0), (400_000, 6.0), (1_600_000, 4.0))]
+    rows += [{"method": "xpt", "size": s, "ppl": p} for s, p in ((100_000, 8.0), (400_000, 5.0), (1_600_000, 3.0))]
+    table = efficiency(rows, "ppl", higher_is_better=False)
+    assert set(table) == {"xpt"}
+    assert table["xpt"][100_000].size == pytest.approx(200_000)
+    assert table["xpt"][100_000].text(100_000) == "200K (2×)"
+    assert table["xpt"][400_000].text(400_000) == "800K (2×)"
+    assert table["xpt"][1_600_000].text(1_600_000) == "> 1.6M (> 1×)"
+    assert Match("<=", 100_000).text(400_000) == "≤ 100K (≤ 0.25×)"
+
+
+def test_sizes_parse_and_label():
+    assert [parse_size(s) for s in ("100K", "1.6M", "3.2m", "250000", "2G")] == [100_000, 1_600_000, 3_200_000,
+                                                                               250_000, 2 * 10**9]
+    assert [size_label(n) for n in (100_000, 1_600_000, 999, 1_234_567)] == ["100K", "1.6M", "999", "1234567"]
+    assert size_label(1_234_567, exact=False) == "1.23M"
+    with pytest.raises(ValueError, match="1.6Q"):
+        parse_size("1.6Q")
+    assert parse_size("0.2K") == 200
