@@ -99,7 +99,7 @@ def test_checkpoint_directory_not_writable(tmp_path, tiny_roberta, corpus):
         last = _error(launch(["--config", str(cfg)], nproc=2))
     finally:
         subprocess.run(["chattr", "-i", str(ckpt)], check=True)
-    assert last == f"error: cannot write checkpoints in {ckpt}: Operation not permitted"
+    assert last == f"error: cannot write checkpoints in {ckpt}: Operation not permitted"  # every rank says so
     assert complete_tags(ckpt) == [tag_for(2)]
     proc = launch(["--config", str(cfg)], nproc=2)
     assert proc.returncode == 0 and f"resumed from {tag_for(2)}" in proc.stderr, proc.stderr[-3000:]

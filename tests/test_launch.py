@@ -28,5 +28,5 @@ def test_two_node_torchrun_job_on_loopback(tmp_path, tiny_roberta, corpus):
     outs = [n.communicate(timeout=600)[0] for n in nodes]
     assert [n.returncode for n in nodes] == [0, 0], outs[0][-2000:] + outs[1][-2000:]
     marker = json.loads((tmp_path / "run/checkpoints/global_step000000008/COMPLETE").read_text())
-    assert marker == {"global_step": 8, "world_size": 2}
+    assert marker == {"global_step": 8, "world_size": 2, "zero_stage": 2}
     assert "phase 'phase2' starts at global step 4" in outs[0]

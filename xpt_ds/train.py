@@ -36,12 +36,18 @@ def _single_process_env() -> None:
                 os.environ["MASTER_PORT"] = str(s.getsockname()[1])
 
 
+def _say(line: str) -> None:
+    """One write per line: every rank may report the same error, and two ranks' lines must not interleave."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
 def main(argv: list[str] | None = None) -> int:
     args, overrides = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         cfg = load_config(args.config, overrides)
     except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
+        _say(f"error: {e}")
         return 2
     _single_process_env()
     import deepspeed
@@ -60,14 +66,13 @@ def main(argv: list[str] | None = None) -> int:
         trainer.setup()
         trainer.train()
     except (ConfigError, DataError, CheckpointError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        _say(f"error: {e}")
         return 2
     except Halted as e:
-        print(f"error: {e}", file=sys.stderr)
+        _say(f"error: {e}")
         return HALTED_EXIT_CODE
     except Preempted as e:
-        print(f"preempted: checkpoint {e} is complete; exiting with {PREEMPTED_EXIT_CODE} so the job is requeued",
-              file=sys.stderr)
+        _say(f"preempted: checkpoint {e} is complete; exiting with {PREEMPTED_EXIT_CODE} so the job is requeued")
         return PREEMPTED_EXIT_CODE
     finally:
         if deepspeed.comm.is_initialized():
