@@ -85,12 +85,16 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, DataError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    result = {**source, "shards": a.shards, "seq_len": data.seq_len, "seed": data.seed, **metrics}
+    emit_json({**source, "shards": a.shards, "seq_len": data.seq_len, "seed": data.seed, **metrics}, a.out)
+    return 0
+
+
+def emit_json(result: dict, out: Path | None) -> None:
+    """Print ``result`` as JSON on stdout, and also write it to ``out`` when given."""
     text = json.dumps(result, indent=2)
     print(text)
-    if a.out:
-        a.out.write_text(text + "\n")
-    return 0
+    if out:
+        out.write_text(text + "\n")
 
 
 if __name__ == "__main__":

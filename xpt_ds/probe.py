@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -108,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, help="also write the JSON here")
     a = p.parse_args(argv)
     from xpt_ds.checkpoint import read_client_state
-    from xpt_ds.evaluate import evaluate
+    from xpt_ds.evaluate import emit_json, evaluate
     from xpt_ds.export import load_model
     from xpt_ds.shards import DataError
     from xpt_ds.tokenizer import build_tokenizer
@@ -135,12 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, DataError, FileNotFoundError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    result = {"run": str(a.run), "tag": tag_dir.name, "source": source_id, "source_text": str(a.source_text),
-              "seq_len": seq_len, "rows": rows}
-    text = json.dumps(result, indent=2)
-    print(text)
-    if a.out:
-        a.out.write_text(text + "\n")
+    emit_json({"run": str(a.run), "tag": tag_dir.name, "source": source_id, "source_text": str(a.source_text),
+               "seq_len": seq_len, "rows": rows}, a.out)
     return 0
 
 
