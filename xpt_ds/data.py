@@ -182,7 +182,8 @@ class MLMMasker:
         return {"input_ids": inputs, "mlm_positions": positions, "mlm_targets": ids.flatten()[positions]}
 
 
-def _sequence_seed(seed: int, salt: int, i: int) -> int:
+def sequence_seed(seed: int, salt: int, i: int) -> int:
+    """Mask seed of sequence i (salt 0: training, 1: validation and evaluate, 2: the probe's source text)."""
     return int.from_bytes(hashlib.blake2b(f"{seed}/{salt}/{i}".encode(), digest_size=8).digest(), "little") >> 1
 
 
@@ -210,7 +211,7 @@ class _BatchPlan:
             body = self.stream.tokens(i * self.body, stop) if i * self.body < stop else np.empty(0, np.int64)
             rows[j, 0], rows[j, 1:1 + len(body)], rows[j, 1 + len(body)] = tok.cls_id, body, tok.sep_id
         ids = torch.from_numpy(rows)
-        out = self.masker(ids, [_sequence_seed(self.stream.cfg.seed, self.salt, i) for i in seq_ids])
+        out = self.masker(ids, [sequence_seed(self.stream.cfg.seed, self.salt, i) for i in seq_ids])
         out["seq_ids"] = torch.tensor(seq_ids)
         if (ids == tok.pad_id).any():
             out["attention_mask"] = (ids != tok.pad_id).long()

@@ -19,7 +19,7 @@ from torch import nn
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 from xpt_ds.config import ConfigError, DataConfig, from_dict
-from xpt_ds.data import MLMMasker, _sequence_seed
+from xpt_ds.data import MLMMasker, sequence_seed
 from xpt_ds.mlm_metrics import MLMStats
 from xpt_ds.model import FAMILIES, METHOD_HAS_ITL, build_skeleton
 from xpt_ds.objective import MaskedLMObjective
@@ -81,7 +81,7 @@ def source_batches(text: Path, tokenizer, seq_len: int, batch_size: int, seed: i
                     + [tokenizer.pad_token_id] * (body - len(chunk)))
     for b in range(0, len(rows), batch_size):
         batch = torch.tensor(rows[b:b + batch_size])
-        out = masker(batch, [_sequence_seed(seed, 2, i) for i in range(b, b + len(batch))])
+        out = masker(batch, [sequence_seed(seed, 2, i) for i in range(b, b + len(batch))])
         out["attention_mask"] = (batch != tokenizer.pad_token_id).long()
         yield out
 
