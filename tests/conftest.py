@@ -140,6 +140,12 @@ def rank_pids(launcher: subprocess.Popen) -> dict[int, int]:
     return pids
 
 
+def read_marker(ckpt_root: Path, tag: str) -> dict:
+    """What a checkpoint's COMPLETE marker records: global_step, world_size, zero_stage."""
+    import json
+    return json.loads((Path(ckpt_root) / tag / "COMPLETE").read_text())
+
+
 def read_metrics(run_dir: Path) -> dict[int, dict]:
     import json
     rows: dict[int, dict] = {}

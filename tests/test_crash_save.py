@@ -10,17 +10,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import base_config, launch, rank_pids, read_metrics, start, write_config
-from xpt_ds.checkpoint import MARKER, complete_tags, marker, read_client_state, tag_for
+from conftest import base_config, launch, rank_pids, read_marker, read_metrics, start, write_config
+from xpt_ds.checkpoint import MARKER, complete_tags, read_client_state, tag_for
 from xpt_ds.export import load_checkpoint_fp32
 
 pytestmark = pytest.mark.multiproc
 
 ROUNDS = 20
 STEPS = 64  # a round advances at most 3 steps, so no round reaches the end before its kill
-# DeepSpeed 0.19 imports its torch.compile-decorated Muon optimizer in initialize(); with dynamo disabled
-# torch.compile does not import inductor (about 1 s of CPU per rank and launch). The trainer compiles nothing.
-ENV = {"TORCHDYNAMO_DISABLE": "1"}
 # Where a kill lands: as soon as one of these is written into the checkpoint being saved (DeepSpeed's ZeRO-2
 # files, then checkpoint.save's own, in the order they are written); after COMPLETE it lands in pruning or
 # in the next step.
@@ -68,7 +65,7 @@ def _assert_same_checkpoint(ckpts: Path, reference: Path, tag: str) -> None:
 def test_kill_9_during_saves_leaves_no_unloadable_checkpoint(tmp_path, tiny_roberta, corpus):
     straight = tmp_path / "straight"
     cfg = write_config(tmp_path / "s.yaml", _cfg(straight, tiny_roberta, corpus))
-    proc = launch(["--config", str(cfg), "--checkpoint.keep_last=0"], nproc=2, env=ENV)  # a reference for every step
+    proc = launch(["--config", str(cfg), "--checkpoint.keep_last=0"], nproc=2)  # a reference for every step
     assert proc.returncode == 0, proc.stderr[-3000:]
 
     run = tmp_path / "crashed"
@@ -78,11 +75,11 @@ def test_kill_9_during_saves_leaves_no_unloadable_checkpoint(tmp_path, tiny_robe
     mid_save = 0
     for i in range(ROUNDS):
         tags = complete_tags(ckpts)
-        resumed = marker(ckpts, tags[-1])["global_step"] if tags else 0
+        resumed = read_marker(ckpts, tags[-1])["global_step"] if tags else 0
         k, stage, victim = rng.randint(1, 3), rng.choice(STAGES), rng.randint(0, 1)
         offset, t0 = metrics.stat().st_size if metrics.exists() else 0, time.time()
         log = tmp_path / f"round{i:02d}.log"
-        launcher = start(args, log, env=ENV)
+        launcher = start(args, log)
         _wait_for_step(launcher, metrics, offset, resumed + 1)  # it continues past the checkpoint it resumed
         pid = rank_pids(launcher)[victim]
         target = ckpts / tag_for(resumed + k)
@@ -100,7 +97,7 @@ def test_kill_9_during_saves_leaves_no_unloadable_checkpoint(tmp_path, tiny_robe
     assert mid_save >= 10, f"only {mid_save} of {ROUNDS} kills interrupted a save"
 
     tags = complete_tags(ckpts)
-    proc = launch(args, nproc=2, env=ENV)
+    proc = launch(args, nproc=2)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"resumed from {tags[-1]}:" in proc.stderr
     want, got = read_metrics(straight), read_metrics(run)

@@ -13,8 +13,8 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModelForMaskedLM
 
-from conftest import REPO, base_config, launch, read_metrics, write_config
-from xpt_ds.checkpoint import complete_tags, marker, tag_for
+from conftest import REPO, base_config, launch, read_marker, read_metrics, write_config
+from xpt_ds.checkpoint import complete_tags, tag_for
 from xpt_ds.export import load_checkpoint_fp32
 
 pytestmark = pytest.mark.multiproc
@@ -76,7 +76,7 @@ def test_two_ranks_to_one_and_zero2_to_zero1(tmp_path, source, corpus):
     straight, _ = _run(tmp_path, "straight2", source, corpus, nproc=2, ds="zero2")
     rescaled, proc = _run(tmp_path, "at1", source, corpus, nproc=1, ds="zero1", resume_from=straight)
     _assert_continues(straight, rescaled, proc, saved_by=2, tol=1e-5)
-    assert marker(rescaled / "checkpoints", tag_for(STEPS)) == {"global_step": STEPS, "world_size": 1, "zero_stage": 1}
+    assert read_marker(rescaled / "checkpoints", tag_for(STEPS)) == {"global_step": STEPS, "world_size": 1, "zero_stage": 1}
     assert complete_tags(rescaled / "checkpoints") == [tag_for(CUT), tag_for(STEPS)]
     final = {f.name for f in (rescaled / "checkpoints" / tag_for(STEPS)).iterdir()}
     assert "zero_pp_rank_1_mp_rank_00_optim_states.pt" not in final and "universal" not in final
@@ -86,7 +86,7 @@ def test_one_rank_to_two_at_zero3(tmp_path, source, corpus):
     straight, _ = _run(tmp_path, "straight1", source, corpus, nproc=1, ds="zero3")
     rescaled, proc = _run(tmp_path, "at2", source, corpus, nproc=2, ds="zero3", resume_from=straight)
     _assert_continues(straight, rescaled, proc, saved_by=1, tol=1e-5)
-    assert marker(rescaled / "checkpoints", tag_for(STEPS)) == {"global_step": STEPS, "world_size": 2, "zero_stage": 3}
+    assert read_marker(rescaled / "checkpoints", tag_for(STEPS)) == {"global_step": STEPS, "world_size": 2, "zero_stage": 3}
 
     cfg = tmp_path / "at2.yaml"  # ZeRO-3 -> 2 is not a conversion DeepSpeed's universal checkpoints support
     proc = launch(["--config", str(cfg), f"--deepspeed={REPO}/ds_configs/zero2_fp32.json"], nproc=1)

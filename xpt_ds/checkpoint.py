@@ -187,11 +187,6 @@ def resolve_tag(ckpt_root: Path, resume: str) -> str | None:
     return resume
 
 
-def marker(ckpt_root: Path, tag: str) -> dict:
-    """What the completion marker records: global_step, world_size, zero_stage."""
-    return json.loads((ckpt_root / tag / MARKER).read_text())
-
-
 def make_universal(ckpt_root: Path, tag: str) -> Path:
     """Convert ``tag`` to DeepSpeed's universal (world-size and stage independent) layout, once (rank 0
     converts, every rank waits). Returns the folder ``engine.load_checkpoint`` takes as its tag."""

@@ -87,7 +87,7 @@ class Trainer:
             self.state.load_state_dict(client["trainer"])
             self.bad_steps.load_state_dict(client["bad_steps"])
             self.train_stream.load_state_dict(client["data"])
-            universal = self._rescaling(tag)
+            universal = self._rescaling(tag, client)
         n_train = sum(fp32[n].numel() for n in self.trainables[self.state.phase_index])  # before ZeRO-3 partitions
         self.engine, self.optimizer, self.frozen = build_engine(
             objective, self.trainables[self.state.phase_index], self.cfg, fp32, load_universal=universal)
@@ -106,16 +106,18 @@ class Trainer:
         self._info(f"model: {sum(v.numel() for v in fp32.values()):,} parameters; "
                    f"phase '{self.phase.name}' trains {n_train:,}")
 
-    def _rescaling(self, tag: str) -> bool:
-        """True when ``tag`` was saved at another world size or ZeRO stage: it is then loaded through a
-        universal checkpoint (made here once). The loader state is world-size independent already."""
-        saved, stage = checkpoint.marker(self.ckpt_root, tag), zero_stage(self.cfg)
-        if saved["zero_stage"] == stage and (saved["world_size"] == self.world or stage == 0):
+    def _rescaling(self, tag: str, client: dict) -> bool:
+        """True when ``tag`` was saved at another world size or ZeRO stage (DeepSpeed records both in the
+        model-states file ``client`` comes from): it is then loaded through a universal checkpoint (made here
+        once). The loader state is world-size independent already."""
+        saved_stage = client["ds_config"].get("zero_optimization", {}).get("stage", 0)
+        saved_world, stage = client["dp_world_size"], zero_stage(self.cfg)
+        if saved_stage == stage and (saved_world == self.world or stage == 0):
             return False  # stage 0 keeps whole optimizer states: any world size loads them
-        if saved["zero_stage"] != stage and {saved["zero_stage"], stage} != {1, 2}:  # what ds_to_universal supports
-            raise ConfigError(f"checkpoint {tag} was saved at ZeRO stage {saved['zero_stage']} and this run uses "
+        if saved_stage != stage and {saved_stage, stage} != {1, 2}:  # what ds_to_universal supports
+            raise ConfigError(f"checkpoint {tag} was saved at ZeRO stage {saved_stage} and this run uses "
                               f"stage {stage} ({self.cfg.deepspeed}); a resume can change the stage only between 1 and 2")
-        self._info(f"checkpoint {tag} was saved by {saved['world_size']} ranks at ZeRO stage {saved['zero_stage']}; "
+        self._info(f"checkpoint {tag} was saved by {saved_world} ranks at ZeRO stage {saved_stage}; "
                    f"resuming on {self.world} ranks at stage {stage} through a universal checkpoint")
         checkpoint.make_universal(self.ckpt_root, tag)
         return True
