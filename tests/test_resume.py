@@ -1,4 +1,5 @@
 """Resume is exact: straight through vs. stopped and resumed, 2 ranks via the deepspeed launcher."""
+import json
 import shutil
 
 import pytest
@@ -35,3 +36,22 @@ def test_resume_bit_identical(stage, cut, straight_runs, tmp_path):
     b = load_checkpoint_fp32(tmp_path / "run/checkpoints", final)
     assert a.keys() == b.keys()
     assert all(torch.equal(a[k], b[k]) for k in a), [k for k in a if not torch.equal(a[k], b[k])][:5]
+
+
+def test_checkpoint_from_an_older_version_resumes(straight_runs, tmp_path):
+    """Written before the marker recorded world size and stage and before the guards' state existed."""
+    straight = straight_runs(2)
+    cfg = yaml.safe_load((straight / "cfg.yaml").read_text())
+    cfg["run_dir"] = str(tmp_path / "run")
+    tag_dir = tmp_path / "run/checkpoints" / tag_for(4)
+    shutil.copytree(straight / "run/checkpoints" / tag_for(4), tag_dir)
+    states = tag_dir / "mp_rank_00_model_states.pt"
+    client = torch.load(states, weights_only=False)
+    del client["bad_steps"]
+    torch.save(client, states)
+    (tag_dir / "COMPLETE").write_text(json.dumps({"global_step": 4, "world_size": 2}))
+    proc = launch(["--config", str(write_config(tmp_path / "cfg.yaml", cfg))], nproc=2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"resumed from {tag_for(4)}" in proc.stderr and "universal" not in proc.stderr
+    want, got = read_metrics(straight / "run"), read_metrics(tmp_path / "run")
+    assert [got[s]["train/loss"] for s in range(5, 9)] == [want[s]["train/loss"] for s in range(5, 9)]

@@ -85,7 +85,8 @@ class Trainer:
         if tag is not None:
             client = checkpoint.read_client_state(self.ckpt_root, tag)
             self.state.load_state_dict(client["trainer"])
-            self.bad_steps.load_state_dict(client["bad_steps"])
+            if "bad_steps" in client:  # absent from checkpoints written before the guards existed
+                self.bad_steps.load_state_dict(client["bad_steps"])
             self.train_stream.load_state_dict(client["data"])
             universal = self._rescaling(tag, client)
         n_train = sum(fp32[n].numel() for n in self.trainables[self.state.phase_index])  # before ZeRO-3 partitions
