@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # The small real reproduction (issue 5), offline on CPU: English all-MiniLM-L6-v2 -> Ukrainian UA-GEC.
 #   bash launch/reproduce_uagec.sh [OUT]        OUT defaults to sweeps/uagec; SKIP_INSTALL=1 reuses the environment
-# Post-trains Scratch, Adapters, XPT-SP and XPT at equal steps on two nested sizes of UA-GEC's corrected train
-# text and scores them on the held-out test shards (xpt_ds.evaluate); then fine-tunes Scratch and XPT (larger
-# size) on UA-GEC's sentence label ("did the annotators correct this sentence?"): FT_TRAIN sentences drawn with
-# a fixed seed from the package's train split, scored on its whole test split. Results: OUT/results.md,
-# OUT/summary.json, OUT/plot_*.png, OUT/finetune/METHOD/results.json.
+# Post-trains every method for the same 300 steps (launch/configs/uagec_repro.yaml) on nested subsets of UA-GEC's
+# corrected train text: Scratch and XPT on a ladder of five sizes (25K..400K tokens: 12 epochs down to 0.8), so
+# the data-efficiency ratio interpolates on Scratch's curve; Adapters and XPT-SP on two of them. Every run is
+# scored on the held-out test shards (xpt_ds.evaluate). Then the four methods' largest-size models are exported
+# and fine-tuned on UA-GEC's sentence label ("did the annotators correct this sentence?"): FT_TRAIN sentences
+# drawn with a fixed seed from the package's train split, scored on its whole test split. Results:
+# OUT/results.md, OUT/summary.json, OUT/plot_*.png, OUT/tb, OUT/finetune/METHOD/results.json.
+# Rerunning the command skips what is finished.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -26,12 +29,15 @@ random.Random(0).shuffle(lines)
 out = os.path.join(os.environ["OUT"], "finetune_train.jsonl")
 open(out, "w", encoding="utf-8").write("\n".join(lines[: int(os.environ["FT_TRAIN"])]) + "\n")
 PY
-"$PY" -m xpt_ds.sweep --config launch/configs/uagec_repro.yaml --methods scratch adapters xpt_sp xpt \
-  --sizes 150K 600K --out "$OUT" --test-shards demo_out/uk/manifest.json:test --set "model.source=$SOURCE"
-# Downstream, within the CPU budget: Scratch and XPT at the larger size, two seeds each.
-for method in scratch xpt; do
+SWEEP=("$PY" -m xpt_ds.sweep --config launch/configs/uagec_repro.yaml --out "$OUT"
+       --test-shards demo_out/uk/manifest.json:test --set "model.source=$SOURCE")
+"${SWEEP[@]}" --methods scratch xpt --sizes 25K 50K 100K 200K 400K
+"${SWEEP[@]}" --methods adapters xpt_sp --sizes 100K 400K
+# Downstream: the four methods at the largest size, two seeds each.
+for method in scratch adapters xpt_sp xpt; do
   [ -f "$OUT/finetune/$method/results.json" ] && continue
-  "$PY" -m xpt_ds.export --run "$OUT/runs/$method/600K" --out "$OUT/models/$method"
+  rm -rf "$OUT/models/$method"
+  "$PY" -m xpt_ds.export --run "$OUT/runs/$method/400K" --out "$OUT/models/$method"
   "$PY" -m xpt_ds.finetune --model "$OUT/models/$method" --out "$OUT/finetune/$method" \
     --train "$OUT/finetune_train.jsonl" --test demo_out/uagec/labels/test.jsonl --seeds 1 2 --epochs 2 --max-length 64
 done
