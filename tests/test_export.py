@@ -5,7 +5,8 @@ import sys
 import pytest
 import sentencepiece as spm
 import torch
-from transformers import AutoModelForMaskedLM, AutoTokenizer
+from transformers import (AutoModel, AutoModelForMaskedLM, AutoModelForMultipleChoice, AutoModelForQuestionAnswering,
+                          AutoModelForSequenceClassification, AutoModelForTokenClassification, AutoTokenizer)
 
 from conftest import REPO, launch
 from xpt_ds.export import main as export_main
@@ -63,3 +64,13 @@ def test_export_adapters_loads_with_remote_code(tmp_path, tiny_roberta, corpus):
     ids = torch.randint(5, 100, (1, 10))
     plain = AutoModelForMaskedLM.from_pretrained(out).eval()  # stock class: adapters dropped
     assert not torch.allclose(model(input_ids=ids).logits, plain(input_ids=ids).logits)
+    # Every task head fine-tuning uses loads with the same trained adapters and encoder.
+    for auto in (AutoModel, AutoModelForSequenceClassification, AutoModelForTokenClassification,
+                 AutoModelForQuestionAnswering, AutoModelForMultipleChoice):
+        task = auto.from_pretrained(out, trust_remote_code=True).eval()
+        assert type(task).__name__.startswith("XptAdapterRoberta"), type(task)
+        encoder = getattr(task, "roberta", task)
+        assert torch.equal(encoder.encoder.layer[0].output.adapter.up.weight, up)
+        with torch.no_grad():
+            assert torch.equal(encoder(input_ids=ids).last_hidden_state,
+                               model.roberta(input_ids=ids).last_hidden_state)

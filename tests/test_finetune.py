@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from conftest import REPO, base_config, launch, write_config
-from xpt_ds.finetune import FinetuneConfig, build_model, finetune, main, parse_args, prepare
+from xpt_ds.finetune import FinetuneConfig, FinetuneError, build_model, finetune, main, parse_args, prepare
 from xpt_ds.finetune_data import Columns, build_labels, read_examples
 from xpt_ds.finetune_metrics import (average_ranks, classification_metrics, entity_metrics, entity_spans,
                                      majority_baseline, pearson, spearman, summarize)
@@ -306,25 +306,31 @@ def test_token_labels_sit_on_first_pieces_and_truncated_words_count_as_missed(xp
     assert sum(x != -100 for x in labels) == 3
 
 
-def test_adapters_export_keeps_its_adapters(xpt_model, tmp_path):
-    """An Adapters-baseline export maps only AutoModelForMaskedLM to its code; the task model must still
-    carry the trained adapters (as ``xpt_ds.export`` writes such a directory)."""
+def _adapters_model(xpt_model: Path, out: Path, auto_map: dict):
+    """An Adapters-baseline directory as ``xpt_ds.export`` writes it, with ``auto_map``; its masked LM."""
     from transformers import AutoConfig
 
     from xpt_ds.adapters import XptAdapterRobertaForMaskedLM
     config = AutoConfig.from_pretrained(xpt_model)
     config.xpt_adapter_size = 4
-    config.auto_map = {"AutoModelForMaskedLM": "xpt_adapters.XptAdapterRobertaForMaskedLM"}
+    config.auto_map = auto_map
     torch.manual_seed(0)
     mlm = XptAdapterRobertaForMaskedLM(config)
     with torch.no_grad():
         mlm.roberta.encoder.layer[1].output.adapter.up.weight.normal_()
-    out = tmp_path / "adapters_model"
     mlm.save_pretrained(out)
     shutil.copy(REPO / "xpt_ds/adapters.py", out / "xpt_adapters.py")
     for f in xpt_model.iterdir():
         if "token" in f.name or f.name == "spm.model":
             shutil.copy(f, out / f.name)
+    return mlm
+
+
+def test_adapters_export_keeps_its_adapters(xpt_model, tmp_path):
+    """The task model of an Adapters-baseline export carries the trained adapters, through its auto_map."""
+    from xpt_ds.adapters import auto_map
+    out = tmp_path / "adapters_model"
+    mlm = _adapters_model(xpt_model, out, auto_map("roberta"))
     (tmp_path / "t.jsonl").write_text('{"text": "a", "label": 0}\n{"text": "b", "label": 1}\n')
     cfg = FinetuneConfig(model=str(out), train=str(tmp_path / "t.jsonl"), test=str(tmp_path / "t.jsonl"))
     model = build_model(cfg, prepare(cfg))
@@ -332,6 +338,15 @@ def test_adapters_export_keeps_its_adapters(xpt_model, tmp_path):
     assert torch.equal(model.roberta.encoder.layer[1].output.adapter.up.weight,
                        mlm.roberta.encoder.layer[1].output.adapter.up.weight)
 
+
+def test_adapters_export_without_task_heads_is_refused(xpt_model, tmp_path):
+    """An export whose auto_map has only the masked LM would fine-tune the stock head without adapters."""
+    out = tmp_path / "old_adapters_model"
+    _adapters_model(xpt_model, out, {"AutoModelForMaskedLM": "xpt_adapters.XptAdapterRobertaForMaskedLM"})
+    (tmp_path / "t.jsonl").write_text('{"text": "a", "label": 0}\n{"text": "b", "label": 1}\n')
+    cfg = FinetuneConfig(model=str(out), train=str(tmp_path / "t.jsonl"), test=str(tmp_path / "t.jsonl"))
+    with pytest.raises(FinetuneError, match="auto_map has no AutoModelForSequenceClassification.*export"):
+        build_model(cfg, prepare(cfg))
 
 
 def _bad_cases(tmp: Path, good: Path) -> list[tuple[list[str], list[str]]]:

@@ -3,7 +3,9 @@
 Works offline on one process from any ZeRO stage and any world size: trainable weights come from the
 fp32 optimizer partitions (DeepSpeed's zero_to_fp32), frozen ones from ``frozen_fp32.pt``. The result is
 a plain ``save_pretrained`` directory (``AutoModelForMaskedLM`` / ``AutoTokenizer`` load it). Models of
-``method: adapters`` also carry ``xpt_adapters.py`` and load with ``trust_remote_code=True``.
+``method: adapters`` also carry ``xpt_adapters.py``, mapped for the masked LM, the bare encoder and the
+classification, token-classification, question-answering and multiple-choice heads; they load with
+``trust_remote_code=True``.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig
 
-from xpt_ds import checkpoint
+from xpt_ds import adapters, checkpoint
 from xpt_ds.model import build_skeleton, load_fp32_state
 from xpt_ds.objective import strip_prefix
 from xpt_ds.tokenizer import build_tokenizer, save_hf_tokenizer
@@ -54,8 +56,7 @@ def export(run_dir: Path, out: Path, tag: str | None = None) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     if getattr(hf_config, "xpt_adapter_size", None):
         shutil.copy(Path(__file__).with_name("adapters.py"), out / "xpt_adapters.py")
-        cls = "XptAdapterBertForMaskedLM" if hf_config.model_type == "bert" else "XptAdapterRobertaForMaskedLM"
-        model.config.auto_map = {"AutoModelForMaskedLM": f"xpt_adapters.{cls}"}
+        model.config.auto_map = adapters.auto_map(hf_config.model_type)
     model.save_pretrained(out)
     tok = build_tokenizer(str(tag_dir / "spm.model"))
     save_hf_tokenizer(tok, out, model_max_length=hf_config.xpt_max_length)

@@ -194,33 +194,22 @@ def _task_class(task: str):
     return AutoModelForTokenClassification if task == "token_classification" else AutoModelForSequenceClassification
 
 
-def _xpt_adapter_class(model_path: str, auto_cls):
-    """An ``xpt_ds.export`` of ``method: adapters`` maps only AutoModelForMaskedLM to its code, so the stock
-    task class would load without the adapters. Give the stock task class the same ``add_adapters``."""
+def _check_remote_head(model_path: str, auto_cls) -> None:
+    """An adapters export maps each task head to its own code (xpt_adapters.py). One written before the task
+    heads were mapped would load the stock head without its adapters and fine-tune a different model."""
     from transformers import AutoConfig
-    from transformers.dynamic_module_utils import get_class_from_dynamic_module
     config = AutoConfig.from_pretrained(model_path, trust_remote_code=True)
-    auto_map = getattr(config, "auto_map", {}) or {}
-    if auto_cls.__name__ in auto_map or not getattr(config, "xpt_adapter_size", None) \
-            or "AutoModelForMaskedLM" not in auto_map:
-        return auto_cls
-    try:
-        stock = auto_cls._model_mapping[type(config)]  # the class the Auto* factory would pick
-    except KeyError:
-        return auto_cls  # from_pretrained then names the unsupported configuration
-    module = sys.modules[get_class_from_dynamic_module(auto_map["AutoModelForMaskedLM"], model_path).__module__]
-
-    def __init__(self, config):
-        stock.__init__(self, config)
-        module.add_adapters(self, config.xpt_adapter_size)
-
-    return type(f"XptAdapter{stock.__name__}", (stock,), {"__init__": __init__})
+    if getattr(config, "xpt_adapter_size", None) and auto_cls.__name__ not in (config.auto_map or {}):
+        raise FinetuneError(f"--model {model_path}: its config.auto_map has no {auto_cls.__name__}, so the "
+                            "adapters would be dropped; export the run again with python -m xpt_ds.export")
 
 
 def build_model(cfg: FinetuneConfig, prep: Prepared):
     auto_cls = _task_class(cfg.task)
-    cls = _xpt_adapter_class(cfg.model, auto_cls) if prep.remote_code else auto_cls
-    kw = {"trust_remote_code": True} if prep.remote_code and cls is auto_cls else {}
+    kw = {}
+    if prep.remote_code:
+        _check_remote_head(cfg.model, auto_cls)
+        kw["trust_remote_code"] = True
     if cfg.task == "regression":
         kw.update(num_labels=1, problem_type="regression")
     else:
@@ -229,7 +218,7 @@ def build_model(cfg: FinetuneConfig, prep: Prepared):
         if cfg.task == "classification":
             kw["problem_type"] = "single_label_classification"
     try:
-        return cls.from_pretrained(cfg.model, **kw)
+        return auto_cls.from_pretrained(cfg.model, **kw)
     except (OSError, ValueError) as e:
         raise FinetuneError(f"--model {cfg.model}: cannot load it as {auto_cls.__name__} "
                             f"({str(e).splitlines()[0]})") from None
