@@ -40,12 +40,33 @@ def test_export_matches_trainer(stage, straight_runs, tmp_path, corpus):
     assert enc["input_ids"][0].tolist() == [sp.bos_id(), *sp.encode(text), sp.eos_id()]
     assert tok.mask_token == "<mask>" and tok.mask_token_id == sp.piece_to_id("<mask>")
     assert tok.pad_token_id == sp.pad_id() == model.config.pad_token_id
+    # Pairs in RoBERTa's layout (one token type): <s> A </s></s> B </s>, all segment 0, and the model takes them.
+    a, b = text.split()
+    pair = tok(a, b, return_tensors="pt")
+    assert model.config.type_vocab_size == 1
+    assert pair["input_ids"][0].tolist() == [sp.bos_id(), *sp.encode(a), sp.eos_id(), sp.eos_id(), *sp.encode(b),
+                                             sp.eos_id()]
+    assert "token_type_ids" not in pair  # RoBERTa has one token type: the tokenizer returns none
+    with torch.no_grad():
+        model(**pair)
 
     ids = torch.randint(5, sp.get_piece_size(), (2, 20))
     ids[:, 0], ids[:, -1] = sp.bos_id(), sp.eos_id()
     with torch.no_grad():
         exported = model(input_ids=ids).logits
     assert torch.equal(exported, _trainer_logits(run_root, ids, tmp_path))
+
+
+def test_bert_layout_pairs_use_two_segments(tmp_path, corpus_bert):
+    from xpt_ds.tokenizer import build_tokenizer, save_hf_tokenizer
+    save_hf_tokenizer(build_tokenizer(str(corpus_bert / "spm.model")), tmp_path, model_max_length=64, token_types=2)
+    tok = AutoTokenizer.from_pretrained(tmp_path)
+    sp = spm.SentencePieceProcessor(model_file=str(corpus_bert / "spm.model"))
+    a, b = sp.id_to_piece(40), sp.id_to_piece(60)
+    pair = tok(a, b)
+    la, lb = len(sp.encode(a)), len(sp.encode(b))
+    assert pair["input_ids"] == [sp.bos_id(), *sp.encode(a), sp.eos_id(), *sp.encode(b), sp.eos_id()]
+    assert pair["token_type_ids"] == [0] * (la + 2) + [1] * (lb + 1)
 
 
 def test_export_adapters_loads_with_remote_code(tmp_path, tiny_roberta, corpus):

@@ -227,16 +227,15 @@ def test_learns_a_sentence_pair_task(xpt_model, corpus_text, tmp_path):
 
 
 def test_a_bert_baseline_gets_token_types_and_roberta_none(xpt_model, tmp_path):
-    """BERT has two token types (the pair's second sentence is type 1); RoBERTa has one, so none are passed even
-    though the export's tokenizer emits them."""
+    """BERT has two token types (the pair's second sentence is type 1); RoBERTa has one, so none are passed."""
     from transformers import AutoConfig, BertConfig, BertForMaskedLM
+
+    from xpt_ds.tokenizer import build_tokenizer, save_hf_tokenizer
     rc = AutoConfig.from_pretrained(xpt_model)
     bert = tmp_path / "bert"
     BertForMaskedLM(BertConfig(vocab_size=rc.vocab_size, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
                                intermediate_size=128, pad_token_id=rc.pad_token_id)).save_pretrained(bert)
-    for f in xpt_model.iterdir():
-        if "token" in f.name or f.name == "spm.model":
-            shutil.copy(f, bert / f.name)
+    save_hf_tokenizer(build_tokenizer(str(xpt_model / "spm.model")), bert, model_max_length=64, token_types=2)
     rows = [{"a": "x y", "b": "z", "label": i % 2} for i in range(8)]
     files = {"train": str(_write_jsonl(tmp_path / "t.jsonl", rows)), "test": str(tmp_path / "t.jsonl")}
     pair = dict(text_column="a", text_pair_column="b", seeds=[1], epochs=1)

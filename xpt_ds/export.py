@@ -59,7 +59,7 @@ def export(run_dir: Path, out: Path, tag: str | None = None) -> Path:
         model.config.auto_map = adapters.auto_map(hf_config.model_type)
     model.save_pretrained(out)
     tok = build_tokenizer(str(tag_dir / "spm.model"))
-    save_hf_tokenizer(tok, out, model_max_length=hf_config.xpt_max_length)
+    save_hf_tokenizer(tok, out, model_max_length=hf_config.xpt_max_length, token_types=hf_config.type_vocab_size)
     return out
 
 
