@@ -107,6 +107,33 @@ def test_sweep_finetunes_and_reports_a_failed_run(tmp_path, sweep_config, corpus
     assert json.loads((out / "summary.json").read_text())["failed"][0]["stage"] == "train"
 
 
+def test_overrides_by_method_and_size_range(tmp_path, sweep_config):
+    """002 Table A1 changes batch, lr and steps between data-size brackets: --set [METHOD:][SIZES:]key=value."""
+    from xpt_ds.config import ConfigError
+    from xpt_ds.sweep import build_plan, parse_args
+    config, test_shards = sweep_config
+    base = ["--config", str(config), "--methods", "xpt", "scratch", "--sizes", "100", "400", "1.6K", "--out",
+            str(tmp_path / "sweep"), "--test-shards", *test_shards]
+    plan = build_plan(parse_args([*base, "--set", "optim.micro_batch_size=2", "400..:phases.0.steps=5",
+                                  "xpt:..400:phases.0.lr=1e-4", "scratch:1.6K:optim.grad_accum=3"]))
+    args = {(m, s): plan.train_args(m, s) for m in plan.methods for s in plan.sizes}
+    assert all("--optim.micro_batch_size=2" in a for a in args.values())
+    assert [s for s in plan.sizes if "--phases.0.steps=5" in args["xpt", s]] == [400, 1600]
+    assert [s for s in plan.sizes if "--phases.0.lr=1e-4" in args["xpt", s]] == [100, 400]
+    assert not any("--phases.0.lr=1e-4" in args["scratch", s] for s in plan.sizes)
+    assert [k for k, a in args.items() if "--optim.grad_accum=3" in a] == [("scratch", 1600)]
+    # xpt: 2 + 2 steps, phase 1 set to 5 from 400 tokens on; scratch: one phase of 4, set to 5 likewise
+    assert plan.steps == {("xpt", 100): 4, ("xpt", 400): 7, ("xpt", 1600): 7,
+                          ("scratch", 100): 4, ("scratch", 400): 5, ("scratch", 1600): 5}
+    for bad, message in [("100Q:optim.grad_accum=2", "'100Q' is neither a method"),
+                         ("xpt:100:200:optim.grad_accum=2", "at most one method and one size"),
+                         ("100..:data.train_tokens=5", "the sweep sets"), ("optim.grad_accum", "key=value")]:
+        with pytest.raises(ConfigError, match=message):
+            build_plan(parse_args([*base, "--set", bad]))
+    with pytest.raises(ConfigError, match="optim.no_such_key"):  # checked for every size before any run
+        build_plan(parse_args([*base, "--set", "1.6K:optim.no_such_key=1"]))
+
+
 def test_size_to_match_interpolates_scratch_in_log_size():
     ppl = [(1600, 4.0), (100, 10.0), (400, 6.0)]  # lower is better; any order
     assert size_to_match(ppl, 8.0, False) == Match("=", pytest.approx(200))  # halfway in log2 from 100 to 400

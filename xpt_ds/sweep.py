@@ -77,9 +77,9 @@ class Plan:
     test_shards: list[str]
     evaluate_args: list[str]
     finetune_args: list[str] | None  # None: no downstream evaluation
-    overrides: dict[str, list[str]]  # train overrides (--key=value)
-    steps: dict[str, int]  # total optimizer steps
-    seq_len: dict[str, int]
+    overrides: list[Override]
+    steps: dict[tuple[str, int], int]  # total optimizer steps of (method, size)
+    seq_len: dict[tuple[str, int], int]
     config_sha: dict[str, str]  # the hash of DIR/configs/METHOD.yaml, to notice a changed config on a rerun
 
     def run_dir(self, method: str, size: int) -> Path:
@@ -90,7 +90,8 @@ class Plan:
 
     def train_args(self, method: str, size: int) -> list[str]:
         return ["--config", str(self.config_path(method)), f"--run_dir={self.run_dir(method, size)}",
-                f"--model.method={method}", f"--data.train_tokens={size}", *self.overrides[method]]
+                f"--model.method={method}", f"--data.train_tokens={size}",
+                *(o.arg for o in self.overrides if o.applies(method, size))]
 
     def train_command(self, method: str, size: int) -> list[str]:
         args = self.train_args(method, size)
@@ -113,21 +114,48 @@ def _read_config_file(path: Path) -> dict:
     return (json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)) or {}
 
 
-def _overrides(sets: list[str], methods: list[str]) -> dict[str, list[str]]:
-    """``--set key=value`` for every method, ``--set METHOD:key=value`` for one."""
-    out: dict[str, list[str]] = {m: [] for m in methods}
-    for item in sets:
-        target, _, assignment = item.partition(":") if ":" in item.split("=", 1)[0] else ("", "", item)
-        if "=" not in assignment:
-            raise ConfigError(f"--set '{item}' must look like key=value or METHOD:key=value")
-        if assignment.split("=", 1)[0] in SET_BY_SWEEP:
-            raise ConfigError(f"--set '{item}': the sweep sets {', '.join(SET_BY_SWEEP)} itself")
-        if target and target not in METHODS:
-            raise ConfigError(f"--set '{item}': '{target}' is not a method; valid: {', '.join(METHODS)}")
-        for m in methods:
-            if not target or target == m:
-                out[m].append(f"--{assignment}")
-    return out
+@dataclass(frozen=True)
+class Override:
+    """``--set [METHOD:][SIZE|LO..HI:]key=value``: a train config override for every run, one method's, the runs
+    of one size or of a size range (inclusive; 002 Table A1 changes batch, lr and steps between such brackets)."""
+    arg: str  # --key=value
+    method: str | None = None
+    lo: int = 0
+    hi: int | None = None
+
+    def applies(self, method: str, size: int) -> bool:
+        return self.method in (None, method) and self.lo <= size and (self.hi is None or size <= self.hi)
+
+
+def parse_override(item: str) -> Override:
+    head, eq, value = item.partition("=")
+    *qualifiers, key = head.split(":")
+    if not eq or not key:
+        raise ConfigError(f"--set '{item}' must look like [METHOD:][SIZE|LO..HI:]key=value")
+    if key in SET_BY_SWEEP:
+        raise ConfigError(f"--set '{item}': the sweep sets {', '.join(SET_BY_SWEEP)} itself")
+    method, sizes = None, None
+    for q in qualifiers:
+        if q in METHODS and method is None:
+            method = q
+        elif sizes is None:
+            try:
+                sizes = _size_range(q)
+            except ValueError:
+                raise ConfigError(f"--set '{item}': '{q}' is neither a method ({', '.join(METHODS)}) nor a size or "
+                                  "size range like 100K, 100K..400K or 800K..") from None
+        else:
+            raise ConfigError(f"--set '{item}': give at most one method and one size or size range")
+    lo, hi = sizes or (0, None)
+    return Override(f"--{key}={value}", method, lo, hi)
+
+
+def _size_range(text: str) -> tuple[int, int | None]:
+    """'100K' -> (100000, 100000); '100K..400K' -> (100000, 400000); '800K..' -> (800000, None); '..400K'."""
+    first, dots, last = text.partition("..")
+    if not dots:
+        return parse_size(first), parse_size(first)
+    return (parse_size(first) if first else 0), (parse_size(last) if last else None)
 
 
 def build_plan(a: argparse.Namespace) -> Plan:
@@ -138,7 +166,7 @@ def build_plan(a: argparse.Namespace) -> Plan:
         raise ConfigError(f"--methods: unknown {', '.join(unknown)}; valid: {', '.join(METHODS)}")
     methods = list(dict.fromkeys(a.methods))
     base = _read_config_file(Path(a.config))
-    overrides = _overrides(a.set, methods)
+    overrides = [parse_override(item) for item in a.set]
     finetune_args = _finetune_args(a)
     (a.out / "configs").mkdir(parents=True, exist_ok=True)
     steps, seq_len, sha, test_shards = {}, {}, {}, list(a.test_shards)
@@ -146,10 +174,12 @@ def build_plan(a: argparse.Namespace) -> Plan:
         text = yaml.safe_dump(method_config(base, m), sort_keys=False)
         config_path(a.out, m).write_text(text)
         sha[m] = hashlib.sha256(text.encode()).hexdigest()[:16]
-        cfg = load_config(str(config_path(a.out, m)), [f"--model.method={m}", f"--data.train_tokens={sizes[0]}",
-                                                       *overrides[m]])
-        steps[m], seq_len[m] = sum(p.steps for p in cfg.phases), cfg.data.seq_len
-        test_shards = test_shards or list(cfg.data.valid_shards)
+        for size in sizes:
+            args = [f"--model.method={m}", f"--data.train_tokens={size}",
+                    *(o.arg for o in overrides if o.applies(m, size))]
+            cfg = load_config(str(config_path(a.out, m)), args)
+            steps[m, size], seq_len[m, size] = sum(p.steps for p in cfg.phases), cfg.data.seq_len
+            test_shards = test_shards or list(cfg.data.valid_shards)
     if not test_shards:
         raise ConfigError("no test shards: give --test-shards or set data.valid_shards in the base config")
     return Plan(a.out, methods, sizes, a.nproc, test_shards,
@@ -259,8 +289,8 @@ def run_one(plan: Plan, method: str, size: int) -> dict:
     """Train, evaluate and (optionally) fine-tune one (method, size); its results.jsonl row."""
     run_dir = plan.run_dir(method, size)
     train(plan, method, size)
-    row = {"method": method, "size": size, "size_label": size_label(size), "steps": plan.steps[method]}
-    tokens_seen, seq_len = _status(run_dir).get("tokens_seen", 0), plan.seq_len[method]
+    row = {"method": method, "size": size, "size_label": size_label(size), "steps": plan.steps[method, size]}
+    tokens_seen, seq_len = _status(run_dir).get("tokens_seen", 0), plan.seq_len[method, size]
     row["epochs"] = tokens_seen * (seq_len - 2) / seq_len / size  # a packed sequence is cls + body + sep
     row.update(intrinsic(plan, run_dir))
     if plan.finetune_args is not None:
@@ -297,7 +327,7 @@ def sweep(plan: Plan) -> list[dict]:
                     print(f"warning: {label} in {results} was trained with another config or arguments "
                           f"({old.get('train_args')}); delete its row and run directory to run it again", flush=True)
                 continue
-            print(f"run {label}: {plan.steps[method]} steps on {size:,} tokens -> {plan.run_dir(method, size)}",
+            print(f"run {label}: {plan.steps[method, size]} steps on {size:,} tokens -> {plan.run_dir(method, size)}",
                   flush=True)
             try:
                 row = run_one(plan, method, size)
@@ -325,9 +355,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="held-out shards for xpt_ds.evaluate (default: the base config's data.valid_shards)")
     p.add_argument("--eval-batch-size", type=int, default=16, help="xpt_ds.evaluate --batch-size")
     p.add_argument("--eval-max-batches", type=int, default=0, help="xpt_ds.evaluate --max-batches (0 = all)")
-    p.add_argument("--set", nargs="+", action="extend", default=[], metavar="[METHOD:]KEY=VALUE",
-                   help="train config override for every run (e.g. optim.micro_batch_size=16), or only METHOD's "
-                        "(e.g. scratch:phases.0.lr=5e-4)")
+    p.add_argument("--set", nargs="+", action="extend", default=[], metavar="[METHOD:][SIZES:]KEY=VALUE",
+                   help="train config override for every run (e.g. optim.micro_batch_size=16), only METHOD's "
+                        "(e.g. scratch:phases.0.lr=5e-4), only one size's or a size range's, inclusive (e.g. "
+                        "800K..:optim.grad_accum=8, xpt:100K..400K:phases.0.lr=1e-4)")
     ft = p.add_argument_group("downstream (xpt_ds.finetune on each run's export; needs --finetune-train and "
                               "--finetune-test)")
     for f in dataclasses.fields(FinetuneConfig):
