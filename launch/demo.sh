@@ -27,6 +27,9 @@ case "${DEMO_CORPUS:-ko}" in
   *) echo "DEMO_CORPUS must be ko or uk" >&2; exit 2 ;;
 esac
 RUN=runs/demo_${DEMO_CORPUS:-ko}
+if grep -qs '"state": "finished"' "$RUN/status.json"; then
+  echo "note: $RUN already finished; resuming it only re-exports (delete $RUN for a fresh run)" >&2
+fi
 "$PY" -m xpt_ds.train --config launch/configs/demo.yaml --model.source="$SOURCE" --run_dir="$RUN" \
   --model.tokenizer="$DATA/spm.model" --data.train_shards.0="$DATA/manifest.json:train" \
   --data.valid_shards.0="$DATA/manifest.json:valid" "$@"
