@@ -21,8 +21,8 @@ in-process DataLoader stacking the pre-made samples, and a list lookup on the xp
 in worker processes). MFU counts the same model FLOPs per token for
 both sides (``xpt_ds.metrics.flops_per_token``: the decoder on the 15 % masked positions only); the HF row's
 ``mfu_full_head`` also counts its full-vocabulary decoder. Peak memory is ``torch.cuda.max_memory_allocated``
-on GPU and the process's peak RSS on CPU. On CPU (``DS_ACCELERATOR=cpu``) MFU is null and the numbers say
-nothing about speed: ``--tiny`` only keeps the script working in CI.
+on GPU and the process's peak RSS on CPU. On CPU (``DS_ACCELERATOR=cpu``) MFU is null; ``--tiny`` keeps the
+script working in CI, and a full-size CPU run (BENCHMARKS.md) measures CPU speed only.
 
     python benchmarks/bench_throughput.py [--tiny] [--seq-lens 128 512] [--phases 1 2] [--tokens-per-batch 16384]
         [--micro-batch N] [--steps 100] [--warmup 10] [--out results.json]
