@@ -104,7 +104,7 @@ def main() -> None:
         tmp = Path(tmp)
         spm_path = a.spm or _small_spm(tmp)
         tok = build_tokenizer(spm_path)
-        save_hf_tokenizer(tok, tmp / "hf", model_max_length=a.seq_len)
+        save_hf_tokenizer(tok, tmp / "hf", model_max_length=a.seq_len, token_types=1)  # RoBERTa: ids + mask only
         hf_tok = AutoTokenizer.from_pretrained(tmp / "hf")
         shards = write_shards(tmp, a.tokens, tok.vocab_size)
         torch.set_num_threads(1)

@@ -49,6 +49,16 @@ def test_xpt_reuses_source_bit_exactly(family, tiny_roberta, tiny_bert, corpus, 
     assert built.model.get_output_embeddings().weight is tb.embeddings.word_embeddings.weight
 
 
+def test_every_supported_family_has_adapter_classes():
+    """xpt_ds/adapters.py is copied into exports, so it keeps its own family table; it must cover model.py's."""
+    import xpt_ds.adapters as adapters
+    from xpt_ds.model import FAMILIES
+    assert set(adapters.FAMILIES) == set(FAMILIES)
+    for family in FAMILIES:
+        for cls in adapters.auto_map(family).values():
+            assert hasattr(adapters, cls.split(".")[1]), cls
+
+
 def test_parameter_count(tiny_roberta, corpus):
     built, tok, src = _build(tiny_roberta, corpus)
     d = src.config.hidden_size

@@ -57,7 +57,7 @@ def build_tokenizer(path: str, mask_token: str = "") -> TargetTokenizer:
                            sep_id=sp.eos_id(), unk_id=sp.unk_id(), mask_id=mask_ids[0])
 
 
-def save_hf_tokenizer(tok: TargetTokenizer, out_dir: Path, model_max_length: int, token_types: int = 2) -> None:
+def save_hf_tokenizer(tok: TargetTokenizer, out_dir: Path, model_max_length: int, token_types: int) -> None:
     """Write tokenizer.json etc. that stock ``AutoTokenizer.from_pretrained`` loads, with the same ids as spm.
     Pairs follow the model family: with ``token_types`` > 1 BERT's ``[CLS] A [SEP] B [SEP]`` with B in segment 1;
     otherwise RoBERTa's ``<s> A </s></s> B </s>`` all in segment 0 (its only token type)."""
