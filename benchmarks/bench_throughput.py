@@ -43,6 +43,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from xpt_ds import config
+
 REPO = Path(__file__).resolve().parents[1]
 # RoBERTa-base shape (a source vocabulary of 50,265 as the real one; only its encoder and head are reused).
 FULL = dict(source_vocab=50265, target_vocab=50000, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
@@ -66,7 +68,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--optimizer", choices=["fused", "torch"],
                    help="DeepSpeed FusedAdam, or torch AdamW (foreach=False, as optim.torch_adam) on both sides; "
                         "default: fused on CUDA, torch on CPU")
-    p.add_argument("--peak-tflops", type=float, default=0.0, help="device peak for MFU; 0 = 989 on CUDA (H100 SXM)")
+    p.add_argument("--peak-tflops", type=float, default=0.0, 
+                   help="device peak for MFU; 0 = xpt_ds.config.H100_PEAK_TFLOPS on CUDA")
     p.add_argument("--out", default="bench_throughput.json")
     p.add_argument("--worker-timeout", type=int, default=300, help="seconds before one side's run counts as failed")
     p.add_argument("--worker", help=argparse.SUPPRESS)  # internal: run one side from this JSON spec
@@ -100,7 +103,7 @@ def main(argv=None) -> int:
     add_ratios(rows)
     report = {"machine": machine(cuda), "args": {k: v for k, v in vars(a).items() if k != "worker"},
               "seq_lens": seq_lens, "optimizer": optimizer,
-              "peak_tflops": None if not cuda else a.peak_tflops or 989.0, "results": rows}
+              "peak_tflops": None if not cuda else a.peak_tflops or config.H100_PEAK_TFLOPS, "results": rows}
     Path(a.out).write_text(json.dumps(report, indent=1))
     print(markdown(report))
     return 1 if failed else 0
@@ -128,8 +131,7 @@ def run_worker(spec: dict, tmp: Path, timeout: int) -> dict:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
-           "MASTER_PORT": str(port), "TOKENIZERS_PARALLELISM": "false",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+           "MASTER_PORT": str(port), "TOKENIZERS_PARALLELISM": "false"}
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", str(spec_path)]
     try:
         proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
+from data_tools.options import DEFAULTS, PrepareOptions
 from data_tools.errors import PrepareError
 from data_tools.log import log, progress_bar
 from data_tools.readers import DOC_BOUNDARIES, FORMATS, detect_format, expand_inputs, read_documents
@@ -67,11 +68,13 @@ def _chunks(docs: Iterable[list[str]]) -> Iterator[list[list[str]]]:
 
 
 
-def clean(inputs: list[Path | str], out: Path, *, fmt: str = "auto", doc_boundary: str = "blank",
-          normalize: str = "NFKC", splitter="default", min_chars: int = 2, max_chars: int = 2000,
-          dedupe: bool = True, workers: int = 1, force: bool = False, progress: bool | None = None) -> dict:
+def clean(inputs: list[Path | str], out: Path, opts: PrepareOptions = DEFAULTS, *, workers: int = 1,
+          force: bool = False, progress: bool | None = None) -> dict:
     """Stage (a): read every input, normalise, split into sentences, filter by length and drop exact
-    duplicate sentences (corpus-wide, first occurrence wins) -> ``sentences/corpus.jsonl``."""
+    duplicate sentences (corpus-wide, first occurrence wins) -> ``sentences/corpus.jsonl``. ``opts.splitter``
+    may also be a callable (str -> list[str])."""
+    fmt, doc_boundary, normalize, splitter = opts.fmt, opts.doc_boundary, opts.normalize, opts.splitter
+    min_chars, max_chars, dedupe = opts.min_chars, opts.max_chars, opts.dedupe
     t0 = time.perf_counter()
     out = Path(out)
     if fmt not in FORMATS:

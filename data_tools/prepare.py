@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import sys
 import time
@@ -26,7 +27,8 @@ from data_tools.clean import clean
 from data_tools.errors import PrepareError
 from data_tools.log import set_quiet
 from data_tools.readers import DOC_BOUNDARIES, FORMATS
-from data_tools.spm_train import DEFAULT_THREADS, LAYOUTS, MODEL_TYPES
+from data_tools.options import DEFAULTS, PrepareOptions, help_of
+from data_tools.spm_train import LAYOUTS, MODEL_TYPES
 from data_tools.split import parse_size, split
 from data_tools.state import CORPUS, exclusive
 from data_tools.text import NORMALIZE_FORMS
@@ -36,45 +38,31 @@ from data_tools.vocab import train_tokenizer
 STAGES = ("clean", "split", "spm", "tokenize")
 
 
-def run_pipeline(inputs: list[Path | str], out: Path, vocab_size: int = 50_000, family: str = "roberta",
-                 valid: int | float = 0.05, test: int | float = 0.05, seed: int = 0, min_chars: int = 2,
-                 shard_tokens: int | None = 50_000_000, doc_boundary: str = "blank", *, fmt: str = "auto",
-                 normalize: str = "NFKC", splitter="default", max_chars: int = 2000, dedupe: bool = True,
-                 model_type: str = "unigram", spm_input_sentences: int = 2_000_000,
-                 character_coverage: float = 0.9995, spm_threads: int = DEFAULT_THREADS,
-                 tokenizer: Path | str | None = None, shard_docs: int | None = None, workers: int = 1,
-                 force: bool = False, progress: bool | None = None) -> dict:
-    """Every stage; returns each stage's stats (with ``seconds``) and the manifest path."""
+def run_pipeline(inputs: list[Path | str], out: Path, opts: PrepareOptions = DEFAULTS, *, workers: int = 1,
+                 force: bool = False, progress: bool | None = None, **changes) -> dict:
+    """Every stage; returns each stage's stats (with ``seconds``) and the manifest path. ``changes`` are
+    ``PrepareOptions`` fields that override ``opts`` (``run_pipeline(inputs, out, vocab_size=8000)``)."""
+    opts = opts.replace(**changes) if changes else opts
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     with exclusive(out):
-        return _run_all(inputs, out, vocab_size, family, valid, test, seed, min_chars, shard_tokens, doc_boundary,
-                        fmt, normalize, splitter, max_chars, dedupe, model_type, spm_input_sentences,
-                        character_coverage, spm_threads, tokenizer, shard_docs, workers, force, progress)
+        return _run_all(inputs, out, opts, workers, force, progress)
 
 
-def _run_all(inputs, out, vocab_size, family, valid, test, seed, min_chars, shard_tokens, doc_boundary, fmt,
-             normalize, splitter, max_chars, dedupe, model_type, spm_input_sentences, character_coverage,
-             spm_threads, tokenizer, shard_docs, workers, force, progress) -> dict:
+def _run_all(inputs, out: Path, opts: PrepareOptions, workers: int, force: bool, progress: bool | None) -> dict:
     t0 = time.perf_counter()
-    stats = {"clean": clean(inputs, out, fmt=fmt, doc_boundary=doc_boundary, normalize=normalize, splitter=splitter,
-                            min_chars=min_chars, max_chars=max_chars, dedupe=dedupe, workers=workers, force=force,
-                            progress=progress)}
-    stats["split"] = split(out, valid, test, seed, force=force)
-    stats["spm"] = train_tokenizer(out, vocab_size, family, model_type, spm_input_sentences, character_coverage, seed,
-                                   spm_threads, tokenizer, force=force)
-    stats["tokenize"] = tokenize(out, workers, shard_tokens, shard_docs, force=force, progress=progress)
+    stats = {"clean": clean(inputs, out, opts, workers=workers, force=force, progress=progress)}
+    stats["split"] = split(out, opts, force=force)
+    stats["spm"] = train_tokenizer(out, opts, force=force)
+    stats["tokenize"] = tokenize(out, opts, workers, force=force, progress=progress)
     stats["manifest"] = stats["tokenize"]["manifest"]
     stats["seconds"] = time.perf_counter() - t0
     return stats
 
 
-def prepare(inputs: list[Path | str], out: Path, vocab_size: int = 50_000, family: str = "roberta",
-            valid: int | float = 0.05, test: int | float = 0.05, seed: int = 0, min_chars: int = 2,
-            shard_tokens: int | None = 50_000_000, doc_boundary: str = "blank", **kw) -> Path:
-    """Every stage; returns the manifest path. Keyword options as ``run_pipeline``."""
-    return Path(run_pipeline(inputs, out, vocab_size, family, valid, test, seed, min_chars, shard_tokens,
-                             doc_boundary, **kw)["manifest"])
+def prepare(inputs: list[Path | str], out: Path, opts: PrepareOptions = DEFAULTS, **kw) -> Path:
+    """Every stage; returns the manifest path. Keywords as ``run_pipeline``."""
+    return Path(run_pipeline(inputs, out, opts, **kw)["manifest"])
 
 
 def _positive(text: str) -> int:
@@ -100,50 +88,45 @@ def _add_clean(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("reading and cleaning")
     g.add_argument("--input", nargs="+", required=True, type=Path,
                    help="files (gzip/bzip2/xz allowed) or directories (every file below, sorted)")
-    g.add_argument("--format", dest="fmt", default="auto", choices=FORMATS,
-                   help="input format; auto detects it per file (default)")
-    g.add_argument("--doc-boundary", default="blank", choices=DOC_BOUNDARIES,
-                   help="text format: a blank line ends a document (default), or each file is one document")
-    g.add_argument("--normalize", default="NFKC", choices=NORMALIZE_FORMS, help="Unicode normalisation")
-    g.add_argument("--splitter", default="default",
-                   help="sentence splitter: 'default', 'none' (a line is a sentence) or MODULE:FUNCTION (str -> "
-                        "list[str])")
-    g.add_argument("--min-chars", type=int, default=2, help="drop sentences shorter than this")
-    g.add_argument("--max-chars", type=int, default=2000, help="drop sentences longer than this (0: no limit)")
+    g.add_argument("--format", dest="fmt", default=DEFAULTS.fmt, choices=FORMATS, help=help_of("fmt"))
+    g.add_argument("--doc-boundary", default=DEFAULTS.doc_boundary, choices=DOC_BOUNDARIES,
+                   help=help_of("doc_boundary"))
+    g.add_argument("--normalize", default=DEFAULTS.normalize, choices=NORMALIZE_FORMS, help=help_of("normalize"))
+    g.add_argument("--splitter", default=DEFAULTS.splitter, help=help_of("splitter"))
+    g.add_argument("--min-chars", type=int, default=DEFAULTS.min_chars, help=help_of("min_chars"))
+    g.add_argument("--max-chars", type=int, default=DEFAULTS.max_chars, help=help_of("max_chars"))
     g.add_argument("--no-dedupe", dest="dedupe", action="store_false",
                    help="keep exact duplicate sentences (default: drop all but the first)")
 
 
 def _add_split(p: argparse.ArgumentParser, seed: bool = True) -> None:
     g = p.add_argument_group("splitting by document")
-    g.add_argument("--valid", type=parse_size, default=0.05,
-                   help="validation documents: a fraction (0.05) or a count (1000); default 0.05")
-    g.add_argument("--test", type=parse_size, default=0.05, help="test documents, like --valid; default 0.05")
+    g.add_argument("--valid", type=parse_size, default=DEFAULTS.valid, help=help_of("valid"))
+    g.add_argument("--test", type=parse_size, default=DEFAULTS.test, help=help_of("test"))
     if seed:
-        g.add_argument("--seed", type=int, default=0, help="split (and SentencePiece sampling) seed")
+        g.add_argument("--seed", type=int, default=DEFAULTS.seed, help=help_of("seed"))
 
 
 def _add_spm(p: argparse.ArgumentParser, seed: bool = True) -> None:
     g = p.add_argument_group("SentencePiece")
-    g.add_argument("--vocab-size", type=_positive, default=50_000)
-    g.add_argument("--family", default="roberta", choices=sorted(LAYOUTS), help="special-token layout")
-    g.add_argument("--model-type", default="unigram", choices=MODEL_TYPES)
-    g.add_argument("--spm-input-sentences", type=int, default=2_000_000,
-                   help="train on a seeded sample of this many train sentences (0: all)")
-    g.add_argument("--character-coverage", type=float, default=0.9995)
-    g.add_argument("--spm-threads", type=_positive, default=DEFAULT_THREADS,
-                   help="SentencePiece trainer threads (the model depends on it; fixed default for reproducibility)")
-    g.add_argument("--tokenizer", type=Path, help="use this SentencePiece model instead of training one")
+    g.add_argument("--vocab-size", type=_positive, default=DEFAULTS.vocab_size, help=help_of("vocab_size"))
+    g.add_argument("--family", default=DEFAULTS.family, choices=sorted(LAYOUTS), help=help_of("family"))
+    g.add_argument("--model-type", default=DEFAULTS.model_type, choices=MODEL_TYPES, help=help_of("model_type"))
+    g.add_argument("--spm-input-sentences", type=int, default=DEFAULTS.spm_input_sentences,
+                   help=help_of("spm_input_sentences"))
+    g.add_argument("--character-coverage", type=float, default=DEFAULTS.character_coverage,
+                   help=help_of("character_coverage"))
+    g.add_argument("--spm-threads", type=_positive, default=DEFAULTS.spm_threads, help=help_of("spm_threads"))
+    g.add_argument("--tokenizer", type=Path, default=DEFAULTS.tokenizer, help=help_of("tokenizer"))
     if seed:
-        g.add_argument("--seed", type=int, default=0, help="sampling seed")
+        g.add_argument("--seed", type=int, default=DEFAULTS.seed, help=help_of("seed"))
 
 
 def _add_tokenize(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("shards")
     m = g.add_mutually_exclusive_group()
-    m.add_argument("--shard-tokens", type=_positive, default=50_000_000,
-                   help="target tokens per shard (whole documents; default 50M)")
-    m.add_argument("--shard-docs", type=_positive, help="documents per shard (instead of --shard-tokens)")
+    m.add_argument("--shard-tokens", type=_positive, default=DEFAULTS.shard_tokens, help=help_of("shard_tokens"))
+    m.add_argument("--shard-docs", type=_positive, default=DEFAULTS.shard_docs, help=help_of("shard_docs"))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -165,29 +148,28 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _options(a: argparse.Namespace) -> PrepareOptions:
+    """The stage's flags as options; flags a stage does not take keep their defaults."""
+    names = {f.name for f in dataclasses.fields(PrepareOptions)}
+    return DEFAULTS.replace(**{k: v for k, v in vars(a).items() if k in names})
+
+
 def _run_stage(a: argparse.Namespace, progress: bool | None) -> None:
+    opts = _options(a)
     if a.stage == "all":
-        stats = run_pipeline(a.input, a.out, a.vocab_size, a.family, a.valid, a.test, a.seed, a.min_chars,
-                             a.shard_tokens, a.doc_boundary, fmt=a.fmt, normalize=a.normalize, splitter=a.splitter,
-                             max_chars=a.max_chars, dedupe=a.dedupe, model_type=a.model_type,
-                             spm_input_sentences=a.spm_input_sentences, character_coverage=a.character_coverage,
-                             spm_threads=a.spm_threads, tokenizer=a.tokenizer, shard_docs=a.shard_docs,
-                             workers=a.workers, force=a.force, progress=progress)
+        stats = run_pipeline(a.input, a.out, opts, workers=a.workers, force=a.force, progress=progress)
         print(stats["manifest"])
     elif a.stage == "clean":
-        clean(a.input, a.out, fmt=a.fmt, doc_boundary=a.doc_boundary, normalize=a.normalize, splitter=a.splitter,
-              min_chars=a.min_chars, max_chars=a.max_chars, dedupe=a.dedupe, workers=a.workers, force=a.force,
-              progress=progress)
+        clean(a.input, a.out, opts, workers=a.workers, force=a.force, progress=progress)
         print(a.out / CORPUS)
     elif a.stage == "split":
-        split(a.out, a.valid, a.test, a.seed, force=a.force)
+        split(a.out, opts, force=a.force)
         print(a.out / "sentences")
     elif a.stage == "spm":
-        train_tokenizer(a.out, a.vocab_size, a.family, a.model_type, a.spm_input_sentences, a.character_coverage,
-                        a.seed, a.spm_threads, a.tokenizer, force=a.force)
+        train_tokenizer(a.out, opts, force=a.force)
         print(a.out / "spm.model")
     else:
-        print(tokenize(a.out, a.workers, a.shard_tokens, a.shard_docs, force=a.force, progress=progress)["manifest"])
+        print(tokenize(a.out, opts, a.workers, force=a.force, progress=progress)["manifest"])
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -13,6 +13,7 @@ import numpy as np
 
 from data_tools.errors import PrepareError
 from data_tools.log import log, progress_bar
+from data_tools.options import DEFAULTS, PrepareOptions
 from data_tools.shards import RECORDS, ShardTask, completed, forget, plan_split, write_manifest, write_shard_task
 from data_tools.state import SPLITS, load_state, split_path
 
@@ -30,9 +31,10 @@ def _run_shards(tasks: list[ShardTask], workers: int, bar) -> Iterator[dict]:
             yield rec
 
 
-def tokenize(out: Path, workers: int = 1, shard_tokens: int | None = 50_000_000, shard_docs: int | None = None,
-             force: bool = False, progress: bool | None = None) -> dict:
+def tokenize(out: Path, opts: PrepareOptions = DEFAULTS, workers: int = 1, force: bool = False,
+             progress: bool | None = None) -> dict:
     """Stage (d): tokenize every split into shards (resuming complete ones) and write manifest.json."""
+    shard_tokens, shard_docs = opts.shard_tokens, opts.shard_docs
     t0 = time.perf_counter()
     out = Path(out)
     model = out / "spm.model"

@@ -71,44 +71,6 @@ def write_shard(path: Path, split: str, index: int, docs: Iterable[Iterable[Iter
     return {"documents": n_docs, "sentences": n_sent, "tokens": n_tok}
 
 
-class ShardWriter:
-    """Streaming writer (the pre-pipeline API): rolls over to a new ``{split}-{index:06d}.tar`` once a shard
-    holds ``max_tokens`` tokens. Not atomic; the pipeline uses ``write_shard_task``."""
-
-    def __init__(self, out_dir: Path, split: str, vocab_size: int, max_tokens: int = 50_000_000):
-        self.out_dir, self.split, self.dtype, self.max_tokens = out_dir, split, id_dtype(vocab_size), max_tokens
-        self.shards: list[str] = []
-        self.docs = self.tokens = self.sentences = 0
-        self._tar = None
-        self._shard_tokens = 0
-
-    def _roll(self) -> None:
-        self.close()
-        name = shard_name(self.split, len(self.shards))
-        self.shards.append(name)
-        self._tar = tarfile.open(self.out_dir / name, "w", format=tarfile.USTAR_FORMAT)
-        self._shard_tokens = 0
-
-    def write(self, sentences: list[list[int]]) -> None:
-        """One document = its sentences' ids concatenated."""
-        if self._tar is None or self._shard_tokens >= self.max_tokens:
-            self._roll()
-        ids = np.fromiter((t for s in sentences for t in s), dtype=self.dtype)
-        add_document(self._tar, doc_key(self.split, len(self.shards) - 1, self.docs), ids)
-        self.docs += 1
-        self.sentences += len(sentences)
-        self.tokens += len(ids)
-        self._shard_tokens += len(ids)
-
-    def close(self) -> None:
-        if self._tar is not None:
-            self._tar.close()
-            self._tar = None
-
-    def summary(self) -> dict:
-        return {"shards": self.shards, "documents": self.docs, "sentences": self.sentences, "tokens": self.tokens}
-
-
 @dataclass(frozen=True)
 class ShardTask:
     """One shard to write: documents ``first_doc .. first_doc + n_docs - 1`` of ``source`` at bytes
@@ -148,7 +110,7 @@ def _bytes_per_token(source: Path, sp) -> float:
 
 
 def plan_split(out_dir: Path, split: str, source: Path, tokenizer: Path, tokenizer_sha256: str, vocab_size: int,
-               sp, shard_tokens: int | None = 50_000_000, shard_docs: int | None = None) -> tuple[list[ShardTask], str]:
+               sp, shard_tokens: int | None, shard_docs: int | None) -> tuple[list[ShardTask], str]:
     """Cut ``source`` into shards (see module docstring); returns the tasks and the file's sha256."""
     if shard_docs is not None and shard_docs < 1 or shard_docs is None and (shard_tokens or 0) < 1:
         raise ValueError("shard_docs or shard_tokens must be >= 1")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from data_tools.options import DEFAULTS, PrepareOptions
 from data_tools.errors import PrepareError
 from data_tools.log import log
 from data_tools.state import (CORPUS, SPLITS, STAGE_VERSION, HashingWriter, drop_state, file_signature, fingerprint,
@@ -41,9 +42,10 @@ def _count(size: int | float, n: int, flag: str) -> int:
     return max(1, round(size * n)) if size > 0 else 0
 
 
-def split(out: Path, valid: int | float = 0.05, test: int | float = 0.05, seed: int = 0, force: bool = False) -> dict:
+def split(out: Path, opts: PrepareOptions = DEFAULTS, force: bool = False) -> dict:
     """Stage (b): assign whole documents to train/valid/test (a seeded permutation; each split keeps corpus
     order) -> ``sentences/{train,valid,test}.jsonl``."""
+    valid, test, seed = opts.valid, opts.test, opts.seed
     t0 = time.perf_counter()
     out = Path(out)
     corpus = out / CORPUS

@@ -19,6 +19,7 @@ from typing import Iterable
 import sentencepiece as spm
 
 from data_tools.errors import PrepareError
+from data_tools.options import DEFAULTS
 
 LAYOUTS = {
     "roberta": dict(bos_id=0, pad_id=1, eos_id=2, unk_id=3, bos_piece="<s>", pad_piece="<pad>", eos_piece="</s>",
@@ -27,7 +28,6 @@ LAYOUTS = {
                  eos_piece="[SEP]", user_defined_symbols=["[MASK]"]),
 }
 MODEL_TYPES = ("unigram", "bpe")
-DEFAULT_THREADS = 8
 _TOO_HIGH = re.compile(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)")
 
 
@@ -56,9 +56,10 @@ def _run_trainer(vocab_size: int, model_type: str, **kw) -> None:
         raise PrepareError(f"SentencePiece training failed: {msg.split('] ')[-1]}") from None
 
 
-def train_spm(text_file: Path, out_prefix: Path, vocab_size: int, family: str = "roberta",
-              model_type: str = "unigram", input_sentence_size: int = 2_000_000, seed: int = 0,
-              num_threads: int = DEFAULT_THREADS, character_coverage: float = 0.9995) -> Path:
+def train_spm(text_file: Path, out_prefix: Path, vocab_size: int, family: str = DEFAULTS.family,
+              model_type: str = DEFAULTS.model_type, input_sentence_size: int = DEFAULTS.spm_input_sentences,
+              seed: int = DEFAULTS.seed, num_threads: int = DEFAULTS.spm_threads,
+              character_coverage: float = DEFAULTS.character_coverage) -> Path:
     """Train on ``text_file`` (one sentence per line); writes PREFIX.model and PREFIX.vocab.
 
     ``input_sentence_size``: SentencePiece samples this many lines when the file has more (0: use all).
@@ -77,9 +78,10 @@ def write_vocab(model: bytes, path: Path) -> None:
                     encoding="utf-8")
 
 
-def train_spm_from_sentences(sentences: Iterable[str], out_prefix: Path, vocab_size: int, family: str = "roberta",
-                             model_type: str = "unigram", seed: int = 0, num_threads: int = DEFAULT_THREADS,
-                             character_coverage: float = 0.9995) -> Path:
+def train_spm_from_sentences(sentences: Iterable[str], out_prefix: Path, vocab_size: int,
+                             family: str = DEFAULTS.family, model_type: str = DEFAULTS.model_type,
+                             seed: int = DEFAULTS.seed, num_threads: int = DEFAULTS.spm_threads,
+                             character_coverage: float = DEFAULTS.character_coverage) -> Path:
     """Train on every sentence of an iterable; writes PREFIX.model and PREFIX.vocab. Unlike ``train_spm`` the
     model records no file paths, so the same sentences give a byte-identical model in any directory."""
     opts = _trainer_options(vocab_size, family, model_type, seed, num_threads, character_coverage)
@@ -96,10 +98,10 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--input", required=True, type=Path, help="one sentence per line")
     p.add_argument("--out", required=True, type=Path, help="output prefix (writes PREFIX.model/.vocab)")
-    p.add_argument("--vocab-size", type=int, default=50_000)
-    p.add_argument("--family", default="roberta", choices=sorted(LAYOUTS))
-    p.add_argument("--model-type", default="unigram", choices=MODEL_TYPES)
-    p.add_argument("--threads", type=int, default=DEFAULT_THREADS)
+    p.add_argument("--vocab-size", type=int, default=DEFAULTS.vocab_size)
+    p.add_argument("--family", default=DEFAULTS.family, choices=sorted(LAYOUTS))
+    p.add_argument("--model-type", default=DEFAULTS.model_type, choices=MODEL_TYPES)
+    p.add_argument("--threads", type=int, default=DEFAULTS.spm_threads)
     a = p.parse_args()
     try:
         print(train_spm(a.input, a.out, a.vocab_size, a.family, a.model_type, num_threads=a.threads))

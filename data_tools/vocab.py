@@ -14,16 +14,18 @@ import numpy as np
 
 from data_tools.errors import PrepareError
 from data_tools.log import log
-from data_tools.spm_train import DEFAULT_THREADS, LAYOUTS, train_spm_from_sentences, write_vocab
+from data_tools.options import DEFAULTS, PrepareOptions
+from data_tools.spm_train import LAYOUTS, train_spm_from_sentences, write_vocab
 from data_tools.split import split_signature
 from data_tools.state import STAGE_VERSION, STATE, drop_state, fingerprint, save_state, split_path, up_to_date
 
 
-def train_tokenizer(out: Path, vocab_size: int = 50_000, family: str = "roberta", model_type: str = "unigram",
-                    input_sentences: int = 2_000_000, character_coverage: float = 0.9995, seed: int = 0,
-                    threads: int = DEFAULT_THREADS, tokenizer: Path | str | None = None, force: bool = False) -> dict:
-    """Stage (c): SentencePiece on the train split (a seeded sample of ``input_sentences`` sentences when it
-    has more) -> ``spm.model``/``spm.vocab``; or, with ``tokenizer``, copy an existing model instead."""
+def train_tokenizer(out: Path, opts: PrepareOptions = DEFAULTS, force: bool = False) -> dict:
+    """Stage (c): SentencePiece on the train split (a seeded sample of ``opts.spm_input_sentences`` sentences
+    when it has more) -> ``spm.model``/``spm.vocab``; or, with ``opts.tokenizer``, copy an existing model."""
+    vocab_size, family, model_type, seed = opts.vocab_size, opts.family, opts.model_type, opts.seed
+    input_sentences, character_coverage, threads = opts.spm_input_sentences, opts.character_coverage, opts.spm_threads
+    tokenizer = opts.tokenizer
     t0 = time.perf_counter()
     out = Path(out)
     if family not in LAYOUTS:

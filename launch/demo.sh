@@ -40,5 +40,8 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer, pipeline
 tok = AutoTokenizer.from_pretrained(os.environ["MODEL"])
 fill = pipeline("fill-mask", model=AutoModelForMaskedLM.from_pretrained(os.environ["MODEL"]), tokenizer=tok)
 text = os.environ["PROMPT"].format(mask=tok.mask_token)
-print(text, "->", [(r["token_str"], round(r["score"], 3)) for r in fill(text, top_k=5)])
+# A bare word-boundary piece ("▁") decodes to an empty string: show the five best pieces a reader can see.
+shown = [r for r in fill(text, top_k=50) if r["token_str"].strip()][:5]
+print(text, "->", [(r["token_str"].strip(), round(r["score"], 3)) for r in shown])
+print("best filled sentence:", shown[0]["sequence"])
 PY

@@ -1,5 +1,6 @@
 # shellcheck shell=bash
-# Helpers shared by launch/single_node.sh, launch/multi_node.sh and launch/resume_example.sh.
+# Helpers shared by launch/single_node.sh, launch/multi_node.sh, launch/resume_example.sh and
+# launch/slurm.sbatch.
 # Sourcing this file only defines functions: it sets no variables or shell options and runs nothing.
 #
 # The functions read these variables of the calling script: REPO (repo root, set by the caller),
@@ -64,10 +65,12 @@ read_launcher_args() {
   [[ -z "${LAUNCHER_ARGS:-}" ]] || read -r -a extra <<<"$LAUNCHER_ARGS"
 }
 
-# Make the repo root the working directory and put it on PYTHONPATH, as every launcher runs training.
+# Make the repo root the working directory, where every launcher runs training (relative paths in a config
+# resolve against it), after checking that PYTHON imports the installed xpt_ds package.
 enter_repo() {
+  "$PYTHON" -c "import xpt_ds" 2>/dev/null ||
+    die "$PYTHON cannot import xpt_ds: install it first (bash launch/install.sh, or pip install PATH_TO_CHECKOUT)"
   cd "$REPO" || exit
-  export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 }
 
 # exec_in_repo COMMAND...: enter_repo, print the command to stderr, then exec it (with DRY_RUN=1: exit 0).

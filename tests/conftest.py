@@ -107,7 +107,7 @@ def write_config(path: Path, cfg: dict) -> Path:
 def _command(args: list[str], nproc: int, env: dict | None) -> tuple[list[str], dict]:
     # TORCHDYNAMO_DISABLE: DeepSpeed imports a torch.compile-decorated optimizer, which would pull in the
     # compiler at every start (~1 CPU-s per rank); the trainer compiles nothing.
-    full_env = {**os.environ, "DS_ACCELERATOR": "cpu", "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1",
+    full_env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1",
                 "TORCHDYNAMO_DISABLE": "1", **(env or {})}
     if nproc == 1:
         return [sys.executable, "-m", "xpt_ds.train", *args], full_env

@@ -1,8 +1,12 @@
-"""Each bad input ends ``python -m xpt_ds.train`` with exit code 2 and one ``error:`` line naming the culprit."""
+"""Each bad input ends an entry point (``xpt_ds.train``, ``export``, ``evaluate``, ``probe``, ``finetune``,
+``sweep``, ``data_tools.prepare``) with exit code 2 and one ``error:`` line naming the culprit: no traceback,
+also when the error is raised in a DataLoader worker process."""
 import json
+import os
 import shutil
 import socket
 import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,7 +14,8 @@ from pathlib import Path
 import pytest
 import sentencepiece as spm
 
-from conftest import base_config, launch, write_config
+from conftest import REPO, base_config, launch, write_config
+from data_tools.shards import write_shard
 from data_tools.spm_train import LAYOUTS
 
 
@@ -114,12 +119,28 @@ def corrupt_shard(cfg, d, fx):
     return [], [str(shard)]
 
 
+def out_of_vocabulary_shard_read_by_a_worker(cfg, d, fx):
+    """The bad shard is the second of the set and read with the default two DataLoader workers: the error
+    must name it (not the first shard) and arrive as the worker's own message."""
+    assert "num_workers" not in cfg["data"]  # the default, 2
+    bad = d / "oov-000000.tar"
+    write_shard(bad, "train", 0, [[[5, 6, 7, 60000, 8]]] * 4, vocab_size=65536)
+    cfg["data"]["train_shards"] = [f"{fx.corpus}/manifest.json:train", str(bad)]
+    return [], [str(bad), "60000"]
+
+
+def run_dir_under_a_file(cfg, d, fx):
+    (d / "a_file").write_text("x")
+    cfg["run_dir"] = str(d / "a_file" / "run")
+    return [], ["'run_dir'", str(d / "a_file" / "run"), "Not a directory"]
+
+
 def phase_with_zero_steps(cfg, d, fx):
     return ["--phases.1.steps=0"], ["'phases[1].steps'"]
 
 
 CASES = {f.__name__: f for f in [
-    corrupt_shard, phase_with_zero_steps,
+    corrupt_shard, phase_with_zero_steps, out_of_vocabulary_shard_read_by_a_worker, run_dir_under_a_file,
     unknown_key, unknown_override_key, wrong_type, wrong_type_bool_as_int, missing_source_model,
     missing_tokenizer_file, tokenizer_with_default_special_ids, tokenizer_without_mask_piece,
     trainable_pattern_matching_nothing, ds_json_sets_train_batch_size, ds_json_sets_optimizer_lr,
@@ -167,6 +188,80 @@ def error_line(proc: subprocess.CompletedProcess) -> str:
 @pytest.mark.parametrize("name", CASES)
 def test_bad_input_is_one_line_error_naming_culprit(outcomes, name):
     proc, culprits = outcomes[name]
+    line = error_line(proc)
+    for culprit in culprits:
+        assert culprit in line, line
+
+
+# ---- the other entry points ----
+
+def _module(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "TORCHDYNAMO_DISABLE": "1"}
+    return subprocess.run([sys.executable, "-m", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory, tiny_roberta, corpus) -> Path:
+    d = tmp_path_factory.mktemp("finished")
+    cfg = base_config(d / "run", tiny_roberta, corpus)
+    cfg["phases"] = [{**p, "steps": 1} for p in cfg["phases"]]
+    proc = launch(["--config", str(write_config(d / "run.yaml", cfg))], 1, 300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return d / "run"
+
+
+def _tool_cases(run: Path, corpus: Path, d: Path) -> dict:
+    """name -> (module argv, culprits)."""
+    (d / "a_file").write_text("x")
+    blocked = d / "a_file" / "sub"
+    (d / "broken.yaml").write_text("model: {source: [unclosed\n")
+    (d / "bad.jsonl").write_text('{"text": "a", "label": 0}\nnot json\n')
+    valid = f"{corpus}/manifest.json:valid"
+    return {
+        "export_out_unwritable": (["xpt_ds.export", "--run", str(run), "--out", str(blocked)], [str(blocked)]),
+        "export_missing_run": (["xpt_ds.export", "--run", str(d / "no_run"), "--out", str(d / "x")],
+                               [str(d / "no_run")]),
+        "evaluate_out_unwritable": (["xpt_ds.evaluate", "--run", str(run), "--shards", valid, "--out",
+                                     str(blocked / "m.json")], ["--out", str(blocked / "m.json")]),
+        "evaluate_missing_shards": (["xpt_ds.evaluate", "--run", str(run), "--shards", str(d / "none.tar")],
+                                    [str(d / "none.tar")]),
+        "probe_missing_source_text": (["xpt_ds.probe", "--run", str(run), "--source-text", str(d / "none.txt")],
+                                      [str(d / "none.txt")]),
+        "probe_out_unwritable": (["xpt_ds.probe", "--run", str(run), "--source-text", str(d / "broken.yaml"),
+                                  "--out", str(blocked / "p.json")], ["--out", str(blocked / "p.json")]),
+        "finetune_missing_train_file": (["xpt_ds.finetune", "--model", str(d / "no_model"), "--train",
+                                         str(d / "none.jsonl"), "--test", str(d / "none.jsonl"), "--out",
+                                         str(d / "ft")], [str(d / "none.jsonl")]),
+        "finetune_out_unwritable": (["xpt_ds.finetune", "--model", str(run), "--train", str(d / "bad.jsonl"),
+                                     "--test", str(d / "bad.jsonl"), "--out", str(blocked)], [str(blocked)]),
+        "sweep_broken_yaml": (["xpt_ds.sweep", "--config", str(d / "broken.yaml"), "--methods", "xpt", "--sizes",
+                               "10", "--out", str(d / "sweep")], [str(d / "broken.yaml")]),
+        "prepare_missing_input": (["data_tools.prepare", "--input", str(d / "none.txt"), "--out", str(d / "p")],
+                                  [str(d / "none.txt")]),
+        "prepare_out_unwritable": (["data_tools.prepare", "--input", str(d / "broken.yaml"), "--out", str(blocked)],
+                                   [str(blocked)]),
+    }
+
+
+@pytest.fixture(scope="module")
+def tool_outcomes(tmp_path_factory, finished_run, corpus):
+    d = tmp_path_factory.mktemp("tools")
+    cases = _tool_cases(finished_run, corpus, d)
+    elsewhere = tmp_path_factory.mktemp("cwd")  # not the checkout: the installed package runs
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        futures = {name: pool.submit(_module, argv, elsewhere) for name, (argv, _) in cases.items()}
+        return {name: (futures[name].result(), cases[name][1]) for name in cases}
+
+
+TOOL_CASES = ["export_out_unwritable", "export_missing_run", "evaluate_out_unwritable", "evaluate_missing_shards",
+              "probe_missing_source_text", "probe_out_unwritable", "finetune_missing_train_file",
+              "finetune_out_unwritable", "sweep_broken_yaml", "prepare_missing_input", "prepare_out_unwritable"]
+
+
+@pytest.mark.parametrize("name", TOOL_CASES)
+def test_every_entry_point_gives_one_error_line(tool_outcomes, name):
+    proc, culprits = tool_outcomes[name]
     line = error_line(proc)
     for culprit in culprits:
         assert culprit in line, line

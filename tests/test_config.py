@@ -367,3 +367,33 @@ def test_constant_stays_at_peak():
 def test_no_warmup_starts_at_peak():
     ph = PhaseConfig(name="p", steps=10, lr=1e-3, warmup_steps=0)
     assert lr_at(ph, 0) == pytest.approx(1e-3)
+
+
+def test_renamed_key_names_its_new_name(tmp_path):
+    with pytest.raises(ConfigError, match=r"'guard.straggler_ratio' was renamed 'guard.slow_step_ratio'"):
+        load_config(None, ["--guard.straggler_ratio=2.0"])
+
+
+def test_checkpoint_config_with_an_old_key_still_loads():
+    from xpt_ds.config import read_checkpoint_config, to_dict
+    data = to_dict(TrainConfig())
+    data["guard"].pop("slow_step_ratio")
+    data["guard"]["straggler_ratio"] = 7.0
+    assert read_checkpoint_config(data).guard.slow_step_ratio == 7.0
+
+
+def test_list_fields_declare_their_element_types():
+    import dataclasses
+    import typing
+
+    def lists(cls):
+        for f in dataclasses.fields(cls):
+            typ = typing.get_type_hints(cls)[f.name]
+            if dataclasses.is_dataclass(typ):
+                yield from lists(typ)
+            elif typing.get_origin(typ) is list:
+                yield f.name, typing.get_args(typ)
+    found = dict(lists(TrainConfig))
+    assert found and all(len(args) == 1 for args in found.values()), found
+    with pytest.raises(ConfigError, match="data.train_shards"):
+        load_config(None, ["--data.train_shards=[1, 2]"])

@@ -18,6 +18,7 @@ import sentencepiece as spm
 from conftest import REPO, write_synthetic_corpus
 from data_tools.clean import clean
 from data_tools.errors import PrepareError
+from data_tools.options import DEFAULTS
 from data_tools.prepare import run_pipeline
 from data_tools.readers import detect_format, read_documents
 from data_tools.shards import id_dtype, write_shard
@@ -34,7 +35,7 @@ TITLES = ["대한민국", "서울", "부산"]
 
 def cli(*args, module="data_tools.prepare", env=None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=REPO, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})}, timeout=300)
+                          env={**os.environ, **(env or {})}, timeout=300)
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> str:
@@ -139,25 +140,25 @@ def test_pluggable_splitter(tmp_path, monkeypatch):
     (tmp_path / "my_splitter.py").write_text("def by_comma(text):\n    return text.split(',')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     src = _write(tmp_path / "in.txt", "하나요, 둘이다. 셋이요, 넷이요\n", None)
-    clean([src], tmp_path / "a", splitter="my_splitter:by_comma")
+    clean([src], tmp_path / "a", DEFAULTS.replace(splitter="my_splitter:by_comma"))
     assert _corpus_docs(tmp_path / "a") == [["하나요", "둘이다. 셋이요", "넷이요"]]
-    clean([src], tmp_path / "b", splitter="none")
+    clean([src], tmp_path / "b", DEFAULTS.replace(splitter="none"))
     assert _corpus_docs(tmp_path / "b") == [["하나요, 둘이다. 셋이요, 넷이요"]]
-    clean([src], tmp_path / "c", splitter="my_splitter:by_comma", workers=2)  # resolved in the workers too
+    clean([src], tmp_path / "c", DEFAULTS.replace(splitter="my_splitter:by_comma"), workers=2)  # in workers too
     assert _corpus_docs(tmp_path / "c") == [["하나요", "둘이다. 셋이요", "넷이요"]]
     with pytest.raises(PrepareError, match="cannot import"):
-        clean([src], tmp_path / "d", splitter="no_such_module:f")
+        clean([src], tmp_path / "d", DEFAULTS.replace(splitter="no_such_module:f"))
 
 
 def test_dedupe_and_length_filters(tmp_path):
     src = _write(tmp_path / "in.txt", "\n".join([
         "첫 문서의 첫 문장이다. 반복되는 문장이다. 가", "", "반복되는 문장이다. 둘째 문서다.", "",
         "반복되는 문장이다.", "", "x" * 50 + ". 짧지 않은 문장이다."]) + "\n", None)
-    stats = clean([src], tmp_path / "out", min_chars=2, max_chars=40)
+    stats = clean([src], tmp_path / "out", DEFAULTS.replace(min_chars=2, max_chars=40))
     assert _corpus_docs(tmp_path / "out") == [["첫 문서의 첫 문장이다.", "반복되는 문장이다."], ["둘째 문서다."],
                                               ["짧지 않은 문장이다."]]
     assert (stats["duplicates"], stats["too_short"], stats["too_long"], stats["empty_documents"]) == (2, 1, 1, 1)
-    stats = clean([src], tmp_path / "keep", min_chars=0, max_chars=0, dedupe=False)
+    stats = clean([src], tmp_path / "keep", DEFAULTS.replace(min_chars=0, max_chars=0, dedupe=False))
     assert stats["duplicates"] == 0 and stats["sentences"] == 8
 
 
@@ -167,7 +168,7 @@ def test_split_is_deterministic_by_document(tmp_path):
     corpus = _corpus_docs(tmp_path / "out")
 
     def run(valid, test, seed):
-        split(tmp_path / "out", valid, test, seed)
+        split(tmp_path / "out", DEFAULTS.replace(valid=valid, test=test, seed=seed))
         return {s: (tmp_path / f"out/sentences/{s}.jsonl").read_text() for s in SPLITS}
 
     a, b = run(0.1, 5, 1), run(0.1, 5, 1)
@@ -180,7 +181,7 @@ def test_split_is_deterministic_by_document(tmp_path):
         not sents["valid"] & sents["test"]
     assert run(0.1, 5, 2) != a
     with pytest.raises(PrepareError, match="too few documents: 60 documents cannot give 30 valid"):
-        split(tmp_path / "out", 30, 30, 0)
+        split(tmp_path / "out", DEFAULTS.replace(valid=30, test=30, seed=0))
 
 
 @pytest.fixture(scope="module")

@@ -192,7 +192,7 @@ def test_cli_learns_sentence_classification_of_an_xpt_export(xpt_model, corpus_t
     for k, v in {**files, **FAST, "epochs": 5}.items():
         args += [f"--{k.replace('_', '-')}", str(v)]
     proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"})
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "mean ± std" in proc.stdout and "majority class 'no'" in proc.stdout
     res = json.loads((out / "results.json").read_text())
@@ -400,6 +400,6 @@ def test_cli_bad_input_has_no_traceback(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "xpt_ds.finetune", "--model", str(tmp_path), "--train",
                            str(tmp_path / "nope.jsonl"), "--test", str(tmp_path / "nope.jsonl")],
                           cwd=REPO, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+                          env={**os.environ})
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [f"error: --train file not found: {tmp_path / 'nope.jsonl'}"]

@@ -1,6 +1,6 @@
 """Guards through the real launchers: an injected NaN (on rank 0 only) is skipped by every rank and counted;
 repeated ones end in a checkpoint and a clear halt that a resume continues from; at ZeRO stage 0, which cannot
-skip a step, the run halts without saving. Plus the spike and straggler detectors."""
+skip a step, the run halts without saving. Plus the loss-spike and slow-step detectors."""
 import json
 
 import pytest
@@ -9,7 +9,7 @@ import torch
 from conftest import REPO, base_config, launch, read_metrics, write_config
 from xpt_ds.checkpoint import complete_tags, tag_for
 from xpt_ds.export import load_checkpoint_fp32
-from xpt_ds.guards import HALTED_EXIT_CODE, BadStepCounter, SpikeDetector, straggler_line
+from xpt_ds.guards import HALTED_EXIT_CODE, BadStepCounter, SlowSteps, SpikeDetector, slow_step_line
 
 
 def _cfg(run, tiny_roberta, corpus, ds, every, **guard):
@@ -96,7 +96,27 @@ def test_spike_detector_compares_with_the_recent_median():
     assert SpikeDetector(ratio=0, window=4, min_history=1).check(1.0) is None
 
 
-def test_straggler_line_names_the_rank_that_waited_for_data():
+def test_slow_step_line_names_the_rank_that_waited_for_data():
     rows = torch.tensor([[2.0, 0.01], [2.1, 1.9], [2.0, 0.02]], dtype=torch.float64)
-    assert straggler_line(17, rows, 0.5) == ("straggler: step 17 took 2.10 s, 4.2x the median 0.50 s; "
+    assert slow_step_line(17, rows, 0.5) == ("slow step: step 17 took 2.10 s, 4.2x the median 0.50 s; "
                                              "longest data wait 1.90 s on rank 1")
+
+
+def _rows(seconds: float, world: int = 2) -> torch.Tensor:
+    return torch.tensor([[seconds, 0.0]] * world, dtype=torch.float64)
+
+
+def test_slow_steps_are_off_on_one_rank_and_rate_limited_on_several():
+    one = SlowSteps(ratio=2.0, window=10, world=1)
+    assert [one.check(s, _rows(1.0 if s < 10 else 50.0, 1)) for s in range(20)] == [None] * 20
+    many = SlowSteps(ratio=2.0, window=10, world=2)
+    lines = {s: many.check(s, _rows(1.0 if s < 10 else 50.0)) for s in range(40)}
+    reported = sorted(s for s, line in lines.items() if line)
+    # every step from 10 on is slow until the window's median catches up (step 15: median of five 1.0 and
+    # five 50.0 values is 25.5, and 50 < 2 x 25.5); only the first in each window of 10 steps is reported
+    assert reported == [10]
+    assert lines[10].startswith("slow step: step 10 took 50.00 s, 50.0x the median 1.00 s")
+    again = SlowSteps(ratio=2.0, window=4, world=2)
+    out = [again.check(s, _rows(v)) for s, v in enumerate([1.0] * 4 + [9.0, 1.0, 1.0, 9.0, 1.0, 1.0, 9.0, 1.0])]
+    assert [s for s, line in enumerate(out) if line] == [4, 10]
+    assert "(1 more slow step(s) since the last report)" in out[10]

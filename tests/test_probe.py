@@ -61,7 +61,7 @@ def test_probe_cli_scores_every_row(tmp_path, source, corpus):
     run = tmp_path / "run"
     proc = launch(["--config", str(write_config(tmp_path / "c.yaml", base_config(run, source, corpus)))])
     assert proc.returncode == 0, proc.stderr[-3000:]
-    env = {**os.environ, "DS_ACCELERATOR": "cpu", "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "DS_ACCELERATOR": "cpu"}
     out = subprocess.run([sys.executable, "-m", "xpt_ds.probe", "--run", str(run), "--source-text",
                           str(source / "text.txt"), "--target-shards", f"{corpus}/manifest.json:valid",
                           "--seq-len", "32"], cwd=REPO, env=env, capture_output=True, text=True)

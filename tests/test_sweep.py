@@ -17,7 +17,7 @@ ROW_KEYS = {"method", "size", "steps", "epochs", "train_seconds", "wall_seconds"
 
 
 def _sweep(args, timeout=600):
-    env = {**os.environ, "DS_ACCELERATOR": "cpu", "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, "-m", "xpt_ds.sweep", *args], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=timeout)
 

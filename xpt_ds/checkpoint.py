@@ -15,6 +15,7 @@ Layout of ``RUN_DIR/checkpoints/TAG/``:
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import shutil
@@ -26,7 +27,12 @@ import deepspeed
 import numpy as np
 import torch
 
+from xpt_ds.config import ConfigError, TrainConfig, read_checkpoint_config
+from xpt_ds.engine import zero_stage
+from xpt_ds.files import unwritable
+
 MARKER = "COMPLETE"
+log = logging.getLogger(__name__)
 
 
 class CheckpointError(RuntimeError):
@@ -61,16 +67,21 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state(state["cuda"])
 
 
+def agree(problem: str | None) -> bool:
+    """True when any rank has a problem (one all-reduce), so that every rank stops, not only the one that
+    saw it while the others wait in a collective."""
+    failed = torch.tensor([problem is not None], dtype=torch.int32,
+                          device=deepspeed.get_accelerator().current_device_name())
+    deepspeed.comm.all_reduce(failed)
+    return bool(failed.item())
+
+
 def _preflight(ckpt_root: Path, newest: str | None, rank: int) -> str | None:
     """Why this rank cannot write a checkpoint (not writable, or less free space than the newest complete
     checkpoint takes), or None."""
-    try:
-        ckpt_root.mkdir(parents=True, exist_ok=True)
-        probe = ckpt_root / f".write_probe_{rank}"
-        probe.write_bytes(b"x")
-        probe.unlink()
-    except OSError as e:
-        return f"cannot write checkpoints in {ckpt_root}: {e.strerror or e}"
+    why = unwritable(ckpt_root, rank)
+    if why is not None:
+        return f"cannot write checkpoints in {ckpt_root}: {why}"
     if newest is not None:
         need = sum(f.stat().st_size for f in (ckpt_root / newest).rglob("*")
                    if f.is_file() and "universal" not in f.relative_to(ckpt_root / newest).parts)
@@ -89,10 +100,7 @@ def save(engine, ckpt_root: Path, tag: str, client_state: dict, frozen: dict, hf
     tag_dir = ckpt_root / tag
     newest = ([t for t in complete_tags(ckpt_root) if t != tag] or [None])[-1]  # what survives a failure here
     problem = _preflight(ckpt_root, newest, rank)
-    failed = torch.tensor([problem is not None], dtype=torch.int32,
-                          device=deepspeed.get_accelerator().current_device_name())
-    deepspeed.comm.all_reduce(failed)
-    if failed.item():
+    if agree(problem):
         raise CheckpointError(problem or f"another rank cannot write checkpoint {tag_dir} (see its error)")
     if rank == 0 and tag_dir.exists():  # re-saving a tag (a run resumed from an older one): start from nothing,
         (tag_dir / MARKER).unlink(missing_ok=True)  # so no file of an earlier save at another scale stays
@@ -211,6 +219,29 @@ def read_client_state(ckpt_root: Path, tag: str) -> dict:
     """Client state without building an engine (it is in the rank-0 model-states file)."""
     files = sorted((ckpt_root / tag).glob("*mp_rank_00_model_states.pt"))
     return torch.load(files[0], map_location="cpu", weights_only=False, mmap=True)
+
+
+def read_config(ckpt_root: Path, tag: str) -> TrainConfig:
+    """The resolved run config saved with checkpoint ``tag``."""
+    return read_checkpoint_config(read_client_state(ckpt_root, tag)["config"])
+
+
+def prepare_rescale(ckpt_root: Path, tag: str, client: dict, world: int, stage: int) -> bool:
+    """True when ``tag`` was saved at another world size or ZeRO stage than this run's ``world`` and
+    ``stage`` (DeepSpeed records both in the model-states file ``client`` comes from): it is then loaded
+    through a universal checkpoint, made here once. The loader state is world-size independent already.
+    A stage change other than 1 <-> 2 is refused: DeepSpeed's universal format differs for stage 3 and 0."""
+    saved_stage, saved_world = zero_stage(client["ds_config"]), client["dp_world_size"]
+    if saved_stage == stage and (saved_world == world or stage == 0):
+        return False  # stage 0 keeps whole optimizer states: any world size loads them
+    if saved_stage != stage and {saved_stage, stage} != {1, 2}:
+        raise ConfigError(f"checkpoint {tag} was saved at ZeRO stage {saved_stage} and this run uses stage "
+                          f"{stage} (config key 'deepspeed'); a resume can change the stage only between 1 and 2")
+    if deepspeed.comm.get_rank() == 0:
+        log.info("checkpoint %s was saved by %d ranks at ZeRO stage %d; resuming on %d ranks at stage %d through "
+                 "a universal checkpoint", tag, saved_world, saved_stage, world, stage)
+    make_universal(ckpt_root, tag)
+    return True
 
 
 def load(engine, ckpt_root: Path, tag: str, universal: bool = False) -> dict:

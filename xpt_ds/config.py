@@ -9,13 +9,18 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
-METHODS = ("xpt", "xpt_sp", "xpt_no_itl", "adapters", "scratch", "random_source")
+from xpt_ds.methods import METHODS
+
 DECAYS = ("linear", "cosine", "constant")
+H100_PEAK_TFLOPS = 989.0  # dense bf16, H100 SXM: the MFU denominator on CUDA unless logging.peak_tflops is set
+# Keys renamed since checkpoints started carrying their config: old name -> new name (read_checkpoint_config).
+RENAMED_KEYS = {("guard", "straggler_ratio"): ("guard", "slow_step_ratio")}
 
 
 class ConfigError(ValueError):
@@ -52,13 +57,13 @@ class PhaseConfig:
     warmup_steps: int = doc(0, "Linear warmup steps from 0 to the peak.")
     decay: str = doc("linear", f"Decay after warmup: one of {', '.join(DECAYS)}.")
     min_lr_ratio: float = doc(0.0, "Learning rate at the end of the phase, as a fraction of the peak.")
-    trainable: list = doc([], "Parameter name regexes or @groups that train; empty = the method's preset.")
+    trainable: list[str] = doc([], "Parameter name regexes or @groups that train; empty = the method's preset.")
 
 
 @dataclass
 class DataConfig:
-    train_shards: list = doc([], "Training WebDataset shards: paths, brace patterns or a manifest.json.")
-    valid_shards: list = doc([], "Validation shards, same forms; empty disables validation.")
+    train_shards: list[str] = doc([], "Training WebDataset shards: paths, brace patterns or a manifest.json.")
+    valid_shards: list[str] = doc([], "Validation shards, same forms; empty disables validation.")
     seq_len: int = doc(512, "Packed sequence length including the two special tokens.")
     mask_prob: float = doc(0.15, "Fraction of tokens selected for MLM.")
     mask_replace_prob: float = doc(0.8, "Of the selected tokens, fraction replaced by the mask token.")
@@ -78,7 +83,7 @@ class OptimConfig:
     micro_batch_size: int = doc(8, "Sequences per rank per forward pass.")
     grad_accum: int = doc(1, "Micro-batches accumulated per optimizer step.")
     weight_decay: float = doc(0.01, "AdamW weight decay (not applied to biases and LayerNorm).")
-    betas: list = doc([0.9, 0.98], "Adam betas (RoBERTa values).")
+    betas: list[float] = doc([0.9, 0.98], "Adam betas (RoBERTa values).")
     eps: float = doc(1e-6, "Adam epsilon.")
     grad_clip: float = doc(1.0, "Global gradient-norm clip; 0 disables.")
     torch_adam: bool = doc(False, "Use torch.optim.AdamW instead of DeepSpeed FusedAdam (bitwise-exact resume on CPU).")
@@ -97,7 +102,8 @@ class LoggingConfig:
     eval_every: int = doc(500, "Steps between validation passes; 0 = phase ends only.")
     eval_batches: int = doc(20, "Validation micro-batches per pass; 0 = the whole validation set.")
     tensorboard: bool = doc(True, "Write TensorBoard scalars under RUN_DIR/tb.")
-    peak_tflops: float = doc(0.0, "Per-device dense peak TFLOP/s for MFU; 0 = 989 on CUDA (H100 SXM bf16), none on CPU.")
+    peak_tflops: float = doc(0.0, f"Per-device dense peak TFLOP/s for MFU; 0 = {H100_PEAK_TFLOPS:g} on CUDA (H100 SXM "
+                                      "bf16), none on CPU.")
     progress_bar: bool = doc(True, "Show a tqdm progress bar on rank 0.")
 
 
@@ -106,10 +112,13 @@ class GuardConfig:
     max_bad_steps: int = doc(5, "More non-finite (NaN/inf loss or gradient) steps in a row than this: checkpoint "
                                 "and halt. Each one is skipped (no update) and counted.")
     loss_spike_ratio: float = doc(1.5, "Warn when a logged loss exceeds this multiple of the median of the last "
-                                       "20 logged losses; 0 = off.")
-    straggler_ratio: float = doc(3.0, "Log a straggler line when a step takes this multiple of the median of the "
-                                      "last 50 steps; 0 = off.")
-    inject_nan_steps: list = doc([], "Testing: rank 0's loss is made NaN at these global steps (1-based).")
+                                       "guard.loss_spike_window logged losses; 0 = off.")
+    loss_spike_window: int = doc(20, "Logged losses whose median the spike check compares against.")
+    slow_step_ratio: float = doc(3.0, "Multi-rank runs: log a 'slow step' line (with the rank that waited longest "
+                                      "for data) when a step takes this multiple of the median of the last "
+                                      "guard.slow_step_window steps, at most once per window; 0 = off.")
+    slow_step_window: int = doc(50, "Steps whose median step time the slow-step check compares against.")
+    inject_nan_steps: list[int] = doc([], "Testing: rank 0's loss is made NaN at these global steps (1-based).")
 
 
 @dataclass
@@ -118,12 +127,12 @@ class TrainConfig:
     deepspeed: str = doc("ds_configs/zero2_bf16.json", "Engine-only DeepSpeed JSON (see ds_configs/).")
     seed: int = doc(0, "Seed of each rank's dropout RNG (offset by rank).")
     model: ModelConfig = doc(None, "Model construction.")
-    phases: list = doc([], "List of phases (PhaseConfig).")
+    phases: list[PhaseConfig] = doc([], "List of phases (PhaseConfig).")
     data: DataConfig = doc(None, "Shards, packing and masking.")
     optim: OptimConfig = doc(None, "Optimizer, batch and clipping.")
     checkpoint: CheckpointConfig = doc(None, "Saving and resuming.")
     logging: LoggingConfig = doc(None, "Logging, validation and TensorBoard.")
-    guard: GuardConfig = doc(None, "Non-finite steps, loss spikes and stragglers.")
+    guard: GuardConfig = doc(None, "Non-finite steps, loss spikes and slow steps.")
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -131,16 +140,16 @@ class TrainConfig:
                 setattr(self, f.name, _field_type(f)())
 
 
-_ELEMENT_TYPES = {(TrainConfig, "phases"): PhaseConfig, (DataConfig, "train_shards"): str,
-                  (DataConfig, "valid_shards"): str, (PhaseConfig, "trainable"): str, (OptimConfig, "betas"): float,
-                  (GuardConfig, "inject_nan_steps"): int}
-
-
 def _field_type(f: dataclasses.Field):
     t = f.type
     if isinstance(t, str):
         t = eval(t, globals())  # annotations are strings under `from __future__ import annotations`
     return t
+
+
+def _element_type(typ):
+    """``list[X]`` -> X (every list field declares its element type)."""
+    return typing.get_args(typ)[0]
 
 
 class Override(str):
@@ -204,10 +213,10 @@ def from_dict(cls, data, prefix: str = ""):
             v = yaml.safe_load(v)  # a whole section or list given on the command line
         if dataclasses.is_dataclass(typ):
             kwargs[k] = from_dict(typ, v, key + ".")
-        elif typ is list:
+        elif typing.get_origin(typ) is list:
             if not isinstance(v, list):
                 raise ConfigError(f"config key '{key}' must be a list, got {v!r}")
-            elem = _ELEMENT_TYPES[(cls, k)]
+            elem = _element_type(typ)
             if dataclasses.is_dataclass(elem):
                 kwargs[k] = [from_dict(elem, x, f"{key}[{i}].") for i, x in enumerate(v)]
             else:
@@ -248,21 +257,32 @@ def _set_path(data: dict, path: list[str], value, original: str):
     node[_child(node, path[-1], original, create=False)] = value
 
 
+def read_config_file(path: str | Path) -> dict:
+    """A YAML or JSON config file as a dict; a missing, unreadable or unparsable file is a ConfigError."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        text = p.read_text()
+        data = json.loads(text) if p.suffix == ".json" else (yaml.safe_load(text) or {})
+    except OSError as e:
+        raise ConfigError(f"config file {path} cannot be read: {e.strerror or e}") from None
+    except (json.JSONDecodeError, yaml.YAMLError, UnicodeDecodeError) as e:
+        raise ConfigError(f"config file {path} does not parse: {str(e).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping of sections, got {type(data).__name__}")
+    return data
+
+
 def load_config(path: str | None, overrides: list[str] = ()) -> TrainConfig:
     """Defaults < file < overrides; then validate."""
-    data: dict = {}
-    if path:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"config file not found: {path}")
-        text = p.read_text()
-        try:
-            data = json.loads(text) if p.suffix == ".json" else (yaml.safe_load(text) or {})
-        except (json.JSONDecodeError, yaml.YAMLError) as e:
-            raise ConfigError(f"config file {path} does not parse: {str(e).splitlines()[0]}") from None
+    data: dict = read_config_file(path) if path else {}
     for arg in overrides:
         keys, value = _parse_override(arg)
         _set_path(data, keys, value, arg)
+    for (section, old), (new_section, new) in RENAMED_KEYS.items():
+        if isinstance(data.get(section), dict) and old in data[section]:
+            raise ConfigError(f"config key '{section}.{old}' was renamed '{new_section}.{new}'")
     cfg = from_dict(TrainConfig, data)
     validate(cfg)
     return cfg
@@ -325,9 +345,21 @@ def validate(cfg: TrainConfig) -> None:
     g = cfg.guard
     if g.max_bad_steps < 0:
         raise ConfigError(f"config key 'guard.max_bad_steps' must be >= 0, got {g.max_bad_steps}")
-    for k in ("loss_spike_ratio", "straggler_ratio"):
+    for k in ("loss_spike_ratio", "slow_step_ratio"):
         if getattr(g, k) != 0 and getattr(g, k) <= 1:
             raise ConfigError(f"config key 'guard.{k}' must be > 1 (or 0 = off), got {getattr(g, k)}")
+    for k in ("loss_spike_window", "slow_step_window"):
+        if getattr(g, k) < 2:
+            raise ConfigError(f"config key 'guard.{k}' must be >= 2, got {getattr(g, k)}")
+
+
+def read_checkpoint_config(data: dict) -> TrainConfig:
+    """The config a checkpoint carries, as a TrainConfig (keys renamed since it was written are renamed)."""
+    data = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
+    for (section, old), (new_section, new) in RENAMED_KEYS.items():
+        if old in data.get(section, {}):
+            data.setdefault(new_section, {})[new] = data[section].pop(old)
+    return from_dict(TrainConfig, data)
 
 
 def save_config(cfg: TrainConfig, path: Path) -> None:

@@ -144,15 +144,19 @@ class TokenStream:
             b = min(int(self.doc_tokens[doc]), a + stop - pos)
             body_end = min(b, int(self.doc_tokens[doc]) - self.sep)
             if a < body_end:
-                ids = self.reader.read(int(self.doc_shard[doc]), int(self.doc_local[doc]), a, body_end)
-                out.append(ids.astype(np.int64))
+                out.append(self._read(doc, a, body_end))
             if b > body_end:
                 out.append(np.array([self.tok.sep_id], np.int64))
             pos += b - a
-        ids = np.concatenate(out)
+        return np.concatenate(out)
+
+    def _read(self, doc: int, start: int, stop: int) -> np.ndarray:
+        """Tokens ``[start, stop)`` of global document ``doc``; an id outside the vocabulary names its shard."""
+        shard, local = int(self.doc_shard[doc]), int(self.doc_local[doc])
+        ids = self.reader.read(shard, local, start, stop).astype(np.int64)
         if ids.size and ids.max() >= self.tok.vocab_size:
-            raise DataError(f"shards {self.indexes[0].path}... hold token id {ids.max()} >= vocab size "
-                            f"{self.tok.vocab_size} of {self.tok.path}: they were made with another tokenizer")
+            raise DataError(f"shard {self.indexes[shard].path} (document {local}) holds token id {ids.max()} >= "
+                            f"vocab size {self.tok.vocab_size} of {self.tok.path}: it was made with another tokenizer")
         return ids
 
 
@@ -218,6 +222,15 @@ class _BatchPlan:
         return out
 
 
+class _WorkerFailure:
+    """A DataError in a DataLoader worker, passed on as an item: torch would re-raise it in the main process
+    with the worker's traceback in its message (torch.utils.data._utils.ExceptionWrapper), and the user would
+    see that instead of the one line that names the shard."""
+
+    def __init__(self, message: str):
+        self.message = message
+
+
 class _BatchDataset(IterableDataset):
     def __init__(self, plan: _BatchPlan):
         self.plan = plan
@@ -229,7 +242,14 @@ class _BatchDataset(IterableDataset):
         for b in count(w, W):
             if stop is not None and b >= stop:
                 return
-            yield self.plan.batch(b)
+            try:
+                batch = self.plan.batch(b)
+            except DataError as e:
+                if info is None:
+                    raise
+                yield _WorkerFailure(str(e))
+                return
+            yield batch
 
 
 class MLMBatchStream:
@@ -271,6 +291,8 @@ class MLMBatchStream:
         if self._it is None:
             self._it = self._loader()
         batch = next(self._it)
+        if isinstance(batch, _WorkerFailure):
+            raise DataError(batch.message)
         self.sequences += self.micro_batch * self.world
         return batch
 

@@ -8,8 +8,11 @@ the weights; ``restore_fp32`` writes the exact fp32 values back into the masters
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import math
+from importlib import resources
 from pathlib import Path
 
 import deepspeed
@@ -18,6 +21,8 @@ from deepspeed.utils import safe_get_full_fp32_param, safe_set_full_fp32_param
 from torch import nn
 
 from xpt_ds.config import ConfigError, OptimConfig, PhaseConfig, TrainConfig
+
+log = logging.getLogger(__name__)
 
 # Keys a DeepSpeed JSON may not set, and where the value comes from instead.
 OWNED_KEYS = {
@@ -36,12 +41,34 @@ def _all_keys(d) -> list[str]:
     return [k for v in d for k in _all_keys(v)] if isinstance(d, list) else []
 
 
-def load_ds_config(path: str) -> dict:
+def shipped_ds_configs() -> dict[str, str]:
+    """The engine configs installed with the package (``ds_configs/*.json``): name -> JSON text."""
+    return {f.name: f.read_text() for f in resources.files("ds_configs").iterdir() if f.name.endswith(".json")}
+
+
+def read_ds_config_text(path: str) -> str:
+    """A DeepSpeed JSON's text: the file ``path`` if it exists, else the shipped config of that name
+    (``zero2_bf16``, ``zero2_bf16.json`` or ``ds_configs/zero2_bf16.json``), so configs that name a shipped
+    engine config work from any directory."""
     p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"config key 'deepspeed': DeepSpeed JSON not found: {path}")
+    if p.is_file():
+        return p.read_text()
+    name = p.name if p.suffix == ".json" else p.name + ".json"
+    shipped = shipped_ds_configs()
+    if p.parent in (Path("."), Path("ds_configs")) and name in shipped:
+        return shipped[name]
+    raise ConfigError(f"config key 'deepspeed': DeepSpeed JSON not found: {path} (shipped: "
+                      f"{', '.join(sorted(n[:-5] for n in shipped))})")
+
+
+def zero_stage(ds: dict) -> int:
+    """The ZeRO stage a DeepSpeed config dict asks for (0 when it has no zero_optimization section)."""
+    return int(ds.get("zero_optimization", {}).get("stage", 0))
+
+
+def load_ds_config(path: str) -> dict:
     try:
-        ds = json.loads(p.read_text())
+        ds = json.loads(read_ds_config_text(path))
     except json.JSONDecodeError as e:
         raise ConfigError(f"DeepSpeed JSON {path} does not parse: {e}") from None
     if not isinstance(ds, dict):
@@ -52,8 +79,7 @@ def load_ds_config(path: str) -> dict:
     for key in _all_keys(ds):
         if key in ("lr", "learning_rate"):
             raise ConfigError(f"DeepSpeed JSON {path} sets a learning rate ('{key}'); it comes from phases[*].lr")
-    stage = ds.get("zero_optimization", {}).get("stage", 0)
-    if stage == 0 and (ds.get("bf16") or ds.get("bfloat16") or {}).get("enabled"):  # "bfloat16": legacy name
+    if zero_stage(ds) == 0 and (ds.get("bf16") or ds.get("bfloat16") or {}).get("enabled"):  # "bfloat16": legacy name
         raise ConfigError(f"DeepSpeed JSON {path}: bf16 needs ZeRO stage >= 1 here (stage 0 keeps no exportable "
                           "fp32 master); use ds_configs/zero1_bf16.json")
     return ds
@@ -68,10 +94,6 @@ def build_ds_config(cfg: TrainConfig, world_size: int) -> dict:
     if o.torch_adam:  # a client torch optimizer under ZeRO (and ZeRO-Offload) needs these flags
         ds.update(zero_allow_untested_optimizer=True, zero_force_ds_cpu_optimizer=False)
     return ds
-
-
-def zero_stage(cfg: TrainConfig) -> int:
-    return load_ds_config(cfg.deepspeed).get("zero_optimization", {}).get("stage", 0)
 
 
 def lr_at(phase: PhaseConfig, step: int) -> float:
@@ -152,6 +174,39 @@ def build_engine(model: nn.Module, trainable: set[str], cfg: TrainConfig, fp32: 
     restore_fp32(engine, fp32)
     frozen = {n: fp32[n] for n, p in model.named_parameters() if n not in trainable}
     return engine, optimizer, frozen
+
+
+def state_digest(state: dict[str, torch.Tensor]) -> str:
+    """blake2b over every tensor's name, dtype, shape and bytes, in name order."""
+    h = hashlib.blake2b(digest_size=16)
+    for name in sorted(state):
+        t = state[name].detach().cpu().contiguous()
+        h.update(f"{name}:{t.dtype}:{tuple(t.shape)};".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().data)
+    return h.hexdigest()
+
+
+def agree_on_initial_weights(state: dict[str, torch.Tensor]) -> None:
+    """Make every rank start from rank 0's weights. Each rank builds them from the same seed, so they should
+    agree already; if a rank's differ (another library version on one node, a nondeterministic loader),
+    rank 0's are broadcast and the ranks that differed are named in a warning. One all_gather of a digest."""
+    world = deepspeed.comm.get_world_size()
+    digest = state_digest(state)
+    digests = [None] * world
+    torch.distributed.all_gather_object(digests, digest)
+    differ = [r for r, d in enumerate(digests) if d != digests[0]]
+    if deepspeed.comm.get_rank() == 0:
+        if differ:
+            log.warning("initial weights differ from rank 0's on rank(s) %s; using rank 0's on every rank",
+                        ", ".join(map(str, differ)))
+        else:
+            log.info("initial weights identical on all %d rank(s) (blake2b %s)", world, digest)
+    if differ:
+        device = deepspeed.get_accelerator().current_device_name()
+        for name in sorted(state):
+            t = state[name].to(device)
+            deepspeed.comm.broadcast(t, src=0)
+            state[name].copy_(t.cpu())
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:

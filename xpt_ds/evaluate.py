@@ -15,8 +15,9 @@ from pathlib import Path
 
 import torch
 
-from xpt_ds.config import ConfigError, DataConfig, from_dict
+from xpt_ds.config import ConfigError, DataConfig
 from xpt_ds.data import MLMBatchStream, MLMMasker, build_stream, expand_shards
+from xpt_ds.files import check_output_file, os_error_line
 from xpt_ds.mlm_metrics import MLMStats
 from xpt_ds.objective import MaskedLMObjective
 from xpt_ds.shards import DataError
@@ -65,12 +66,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, help="also write the JSON here")
     a = p.parse_args(argv)
     try:
+        if a.out is not None:
+            check_output_file(a.out, "--out")
         if a.run is not None:
-            from xpt_ds.checkpoint import read_client_state
+            from xpt_ds.checkpoint import read_config
             from xpt_ds.export import load_model
             model, tag_dir = load_model(a.run, a.tag)
             spm = tag_dir / "spm.model"
-            data = from_dict(DataConfig, read_client_state(tag_dir.parent, tag_dir.name)["config"]["data"], "data.")
+            data = read_config(tag_dir.parent, tag_dir.name).data
             source = {"run": str(a.run), "tag": tag_dir.name}
         else:
             model, spm = load_export(a.model)
@@ -82,8 +85,11 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError(f"--seq-len {data.seq_len} exceeds the model's {model.config.xpt_max_length} positions")
         device = "cuda" if torch.cuda.is_available() else "cpu"
         metrics = evaluate(model, build_tokenizer(str(spm)), data, a.shards, a.batch_size, a.max_batches, device)
-    except (ConfigError, DataError, FileNotFoundError) as e:
+    except (ConfigError, DataError) as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"error: {os_error_line(e)}", file=sys.stderr)
         return 2
     emit_json({**source, "shards": a.shards, "seq_len": data.seq_len, "seed": data.seed, **metrics}, a.out)
     return 0

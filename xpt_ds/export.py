@@ -19,6 +19,10 @@ import torch
 from transformers import AutoConfig
 
 from xpt_ds import adapters, checkpoint
+from xpt_ds.config import ConfigError
+from xpt_ds.engine import zero_stage
+from xpt_ds.files import os_error_line, unwritable
+from xpt_ds.methods import method_of
 from xpt_ds.model import build_skeleton, load_fp32_state
 from xpt_ds.objective import strip_prefix
 from xpt_ds.tokenizer import build_tokenizer, save_hf_tokenizer
@@ -27,8 +31,7 @@ from xpt_ds.tokenizer import build_tokenizer, save_hf_tokenizer
 def load_checkpoint_fp32(ckpt_root: Path, tag: str) -> dict[str, torch.Tensor]:
     """Full fp32 state dict (HF names) of a checkpoint."""
     model_states = checkpoint.read_client_state(ckpt_root, tag)
-    stage = model_states["ds_config"].get("zero_optimization", {}).get("stage", 0)
-    if stage == 0:  # fp32 only (engine.load_ds_config rejects bf16 at stage 0): the module is the master
+    if zero_stage(model_states["ds_config"]) == 0:  # fp32 only (engine.load_ds_config rejects bf16 at stage 0): the module is the master
         state = {k: v.float() for k, v in model_states["module"].items()}
     else:
         from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
@@ -51,10 +54,13 @@ def load_model(run_dir: Path, tag: str | None = None):
 
 
 def export(run_dir: Path, out: Path, tag: str | None = None) -> Path:
+    why = unwritable(out)  # before the checkpoint is read (minutes for a large model)
+    if why is not None:
+        raise OSError(f"--out {out}: cannot write there ({why})")
     model, tag_dir = load_model(run_dir, tag)
     hf_config = model.config
-    out.mkdir(parents=True, exist_ok=True)
-    if getattr(hf_config, "xpt_adapter_size", None):
+    method = method_of(hf_config)
+    if method is not None and method.export == "adapters":
         shutil.copy(Path(__file__).with_name("adapters.py"), out / "xpt_adapters.py")
         model.config.auto_map = adapters.auto_map(hf_config.model_type)
     model.save_pretrained(out)
@@ -71,8 +77,11 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     try:
         print(export(a.run, a.out, a.tag))
-    except (FileNotFoundError, RuntimeError) as e:
+    except (ConfigError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"error: {os_error_line(e)}", file=sys.stderr)
         return 2
     return 0
 

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from xpt_ds.config import doc
+from xpt_ds.files import os_error_line, unwritable
 from xpt_ds.finetune_data import (TASKS, Columns, Encoded, FinetuneError, build_labels, collate, encode, label_ids,
                                   read_examples)
 from xpt_ds.finetune_metrics import (classification_metrics, entity_metrics, majority_baseline, regression_metrics,
@@ -66,7 +67,7 @@ class FinetuneConfig:
     label_column: str = doc("label", "Column with the class name or the score.")
     tokens_column: str = doc("tokens", "token_classification: words (JSON list, or space-separated string).")
     tags_column: str = doc("tags", "token_classification: one IOB2 tag per word, same forms.")
-    seeds: list = doc([1, 2, 3, 4, 5], "One fine-tuning run per seed (002 Table 3 uses 10).")
+    seeds: list[int] = doc([1, 2, 3, 4, 5], "One fine-tuning run per seed (002 Table 3 uses 10).")
     lr: float = doc(5e-5, "Peak learning rate (Table A2: 1e-5 PAWS-X/KQP, 5e-5 KorSTS/KHS).")
     batch_size: int = doc(32, "Examples per optimizer step (Table A2).")
     epochs: int = doc(10, "Training epochs (Table A2: 15 PAWS-X, 10 the others).")
@@ -86,12 +87,19 @@ class FinetuneConfig:
 _REQUIRED = ("model", "train", "test")
 
 
+def cli_type(annotation: str) -> dict:
+    """argparse keywords for a FinetuneConfig field's annotation (a string under postponed evaluation)."""
+    if annotation.startswith("list["):
+        return dict(nargs="+", type={"int": int, "float": float, "str": str}[annotation[5:-1]])
+    return dict(type={"int": int, "float": float, "str": str}[annotation])
+
+
 def parse_args(argv: list[str]) -> FinetuneConfig:
     """Defaults < ``--preset`` < flags given; every flag's help is its config field's."""
     parser = argparse.ArgumentParser(prog="python -m xpt_ds.finetune", description=__doc__.split("\n\n")[1])
     for f in dataclasses.fields(FinetuneConfig):
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        kw = dict(nargs="+", type=int) if f.type == "list" else dict(type={"int": int, "float": float}.get(f.type, str))
+        kw = cli_type(f.type)
         note = "required" if f.name in _REQUIRED else f"default: {default!r}"
         parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=argparse.SUPPRESS,
                             metavar=f.name.split("_")[-1].upper(), help=f"{f.metadata['help']} ({note})", **kw)
@@ -340,6 +348,9 @@ def run_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, device: torch.devic
 def finetune(cfg: FinetuneConfig) -> dict:
     """Every seed, then the summary; writes ``OUT/results.json`` and returns what it wrote."""
     validate(cfg)
+    why = unwritable(Path(cfg.out))  # before the seeds' minutes of training, whose results it will hold
+    if why is not None:
+        raise FinetuneError(f"--out {cfg.out}: cannot write there ({why})")
     started = time.time()
     prep = prepare(cfg)
     device = torch.device("cuda" if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
@@ -390,6 +401,9 @@ def main(argv: list[str] | None = None) -> int:
         results = finetune(cfg)
     except FinetuneError as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"error: {os_error_line(e)}", file=sys.stderr)
         return 2
     print(format_table(results))
     print(f"wrote {Path(cfg.out) / 'results.json'}")

@@ -1,5 +1,7 @@
 """Guards on a running job: non-finite steps are skipped and counted, and too many in a row halt the run after a
-checkpoint; loss spikes get a warning; a step far slower than usual gets a straggler line.
+checkpoint; loss spikes get a warning; on a multi-rank run, a step far slower than usual gets a "slow step" line
+naming the rank that waited longest for data (rate-limited: on one rank, or on a busy machine, such lines are
+noise).
 
 DeepSpeed's ZeRO optimizers (stages 1-3, fp32 and bf16) already skip a step whose global gradient norm is NaN or
 inf, which is also what a NaN loss produces, and count it in ``engine.skipped_steps``. The norm is global, so
@@ -60,10 +62,12 @@ class BadStepCounter:
 
 
 class SpikeDetector:
-    """``value`` far above the median of a recent window; the window starts over on a resume."""
+    """``value`` far above the median of a recent window; the window starts over on a resume. Checks start
+    once ``min_history`` values are in (default: a fifth of the window, at least 5)."""
 
-    def __init__(self, ratio: float, window: int, min_history: int):
-        self.ratio, self.min_history = ratio, min_history
+    def __init__(self, ratio: float, window: int, min_history: int | None = None):
+        self.ratio = ratio
+        self.min_history = min(window, max(5, window // 5)) if min_history is None else min_history
         self.history: deque[float] = deque(maxlen=window)
 
     def check(self, value: float) -> float | None:
@@ -75,9 +79,34 @@ class SpikeDetector:
         return None
 
 
-def straggler_line(step: int, rows: torch.Tensor, median: float) -> str:
+class SlowSteps:
+    """Steps that take ``ratio`` x the median of the last ``window`` (the slowest rank's time), reported at most
+    once per ``window`` steps with the number left unreported. Off on one rank (``world`` 1): the line exists
+    to find a rank that holds the others back."""
+
+    def __init__(self, ratio: float, window: int, world: int):
+        self.detector = SpikeDetector(ratio if world > 1 else 0.0, window)
+        self.window = window
+        self.last_reported: int | None = None
+        self.unreported = 0
+
+    def check(self, step: int, rows: torch.Tensor) -> str | None:
+        """rows: per rank (step seconds, data-wait seconds). The line to log for this step, or None."""
+        median = self.detector.check(rows[:, 0].max().item())
+        if median is None:
+            return None
+        if self.last_reported is not None and step - self.last_reported < self.window:
+            self.unreported += 1
+            return None
+        line = slow_step_line(step, rows, median, self.unreported)
+        self.last_reported, self.unreported = step, 0
+        return line
+
+
+def slow_step_line(step: int, rows: torch.Tensor, median: float, unreported: int = 0) -> str:
     """rows: per rank (step seconds, data-wait seconds)."""
     took, waits = rows[:, 0].max().item(), rows[:, 1]
     slow = int(waits.argmax())
-    return (f"straggler: step {step} took {took:.2f} s, {took / median:.1f}x the median {median:.2f} s; "
-            f"longest data wait {waits[slow].item():.2f} s on rank {slow}")
+    more = f" ({unreported} more slow step(s) since the last report)" if unreported else ""
+    return (f"slow step: step {step} took {took:.2f} s, {took / median:.1f}x the median {median:.2f} s; "
+            f"longest data wait {waits[slow].item():.2f} s on rank {slow}{more}")

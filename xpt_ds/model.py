@@ -18,6 +18,7 @@ from transformers import AutoConfig, AutoModelForMaskedLM
 
 from xpt_ds.adapters import add_adapters
 from xpt_ds.config import ConfigError, ModelConfig
+from xpt_ds.methods import METHODS
 from xpt_ds.tokenizer import TargetTokenizer
 
 log = logging.getLogger(__name__)
@@ -39,19 +40,6 @@ FAMILIES = {
 }
 FAMILIES["xlm-roberta"] = FAMILIES["camembert"] = FAMILIES["roberta"]
 
-METHOD_HAS_ITL = {"xpt": True, "xpt_sp": True, "xpt_no_itl": False, "adapters": False, "scratch": True,
-                  "random_source": True}
-# Methods whose trainable sets are presets, by phase index.
-PHASE_PRESETS = {
-    "xpt": [["@new"], ["@all"]],
-    "random_source": [["@new"], ["@all"]],
-    "xpt_no_itl": [["@new"], ["@all"]],
-    "xpt_sp": [["@all"]],
-    "adapters": [["@all"]],
-    "scratch": [["@all"]],
-}
-
-
 def _init_embeddings_random(emb: nn.Embedding, tok: TargetTokenizer, std: float) -> None:
     nn.init.normal_(emb.weight, std=std)
     with torch.no_grad():
@@ -70,7 +58,17 @@ class BuiltModel:
 
 
 def load_source(cfg: ModelConfig):
-    """The English model; random weights of the same shape for ``random_source``."""
+    """(the English model, the names of the MLM weights its checkpoint lacks); random weights of the same
+    shape for a method whose source is 'random'. Random values (missing weights such as the MLM head of an
+    encoder-only checkpoint, which ``from_pretrained`` draws from torch's global generator, or the whole
+    random source) come from ``init_seed + 1``: every rank, every rerun and the probe get the same source. The
+    global RNG state is left as it was."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.init_seed + 1)
+        return _load_source(cfg)
+
+
+def _load_source(cfg: ModelConfig):
     src = cfg.source
     try:
         src_cfg = AutoConfig.from_pretrained(src)
@@ -81,8 +79,7 @@ def load_source(cfg: ModelConfig):
     if src_cfg.model_type not in FAMILIES:
         raise ConfigError(f"config key 'model.source': model_type '{src_cfg.model_type}' is not supported "
                           f"(valid: {', '.join(sorted(FAMILIES))})")
-    if cfg.method == "random_source":
-        torch.manual_seed(cfg.init_seed + 1)
+    if METHODS[cfg.method].source == "random":
         return AutoModelForMaskedLM.from_config(src_cfg), set()
     model, info = AutoModelForMaskedLM.from_pretrained(src, output_loading_info=True)
     missing = set(info["missing_keys"])
@@ -95,7 +92,7 @@ def load_source(cfg: ModelConfig):
 def _target_config(src_cfg, cfg: ModelConfig, tok: TargetTokenizer):
     tcfg = copy.deepcopy(src_cfg)
     tcfg.vocab_size = tok.vocab_size
-    tcfg.num_hidden_layers = src_cfg.num_hidden_layers + (2 if METHOD_HAS_ITL[cfg.method] else 0)
+    tcfg.num_hidden_layers = src_cfg.num_hidden_layers + (2 if METHODS[cfg.method].has_itl else 0)
     tcfg.pad_token_id, tcfg.bos_token_id, tcfg.eos_token_id = tok.pad_id, tok.cls_id, tok.sep_id
     tcfg.tie_word_embeddings = True
     tcfg.xpt_method = cfg.method
@@ -104,7 +101,7 @@ def _target_config(src_cfg, cfg: ModelConfig, tok: TargetTokenizer):
     tcfg.xpt_max_length = src_cfg.max_position_embeddings - offset
     if cfg.dropout >= 0:
         tcfg.hidden_dropout_prob = tcfg.attention_probs_dropout_prob = cfg.dropout
-    if cfg.method == "adapters":
+    if METHODS[cfg.method].adapters:
         tcfg.xpt_adapter_size = cfg.adapter_size
     return tcfg
 
@@ -121,19 +118,22 @@ def _copy_position_rows(dst: nn.Embedding, src: nn.Embedding, dst_pad: int, src_
 
 
 def build_model(cfg: ModelConfig, tok: TargetTokenizer) -> BuiltModel:
-    """Target model with reused source parameters copied bit-exactly; RNG use does not leak out."""
+    """Target model with reused source parameters copied bit-exactly. Every random value comes from
+    ``cfg.init_seed`` (the source's missing or random weights from init_seed + 1, the target's from init_seed),
+    so ranks and reruns build the same weights; the global RNG state is left as it was."""
+    method = METHODS[cfg.method]
+    src, missing = load_source(cfg)
+    src_cfg = src.config
     with torch.random.fork_rng(devices=[]):
-        src, missing = load_source(cfg)
-        src_cfg = src.config
         family = FAMILIES[src_cfg.model_type]
         tcfg = _target_config(src_cfg, cfg, tok)
         torch.manual_seed(cfg.init_seed)
         model = build_skeleton(tcfg)
         build_embedding_init(cfg.embedding_init)(
             _base(model, family).embeddings.word_embeddings, tok, src_cfg.initializer_range)
-        copied = set() if cfg.method == "scratch" else _copy_source(src, model, family, cfg, tok)
+        copied = set() if method.source == "none" else _copy_source(src, model, family, cfg, tok)
     copied -= missing
-    tags = _tag_parameters(model, family, copied, src_cfg.num_hidden_layers, METHOD_HAS_ITL[cfg.method])
+    tags = _tag_parameters(model, family, copied, src_cfg.num_hidden_layers, method.has_itl)
     return BuiltModel(model=model, family=family, tags=tags)
 
 
@@ -169,7 +169,7 @@ def _base(model: nn.Module, family: Family) -> nn.Module:
 def _copy_source(src, model, family: Family, cfg: ModelConfig, tok: TargetTokenizer) -> set[str]:
     """Copy reused parameters; return the set of target parameter names that came from the source."""
     sb, tb = _base(src, family), _base(model, family)
-    off = 1 if METHOD_HAS_ITL[cfg.method] else 0
+    off = 1 if METHODS[cfg.method].has_itl else 0
     C = src.config.num_hidden_layers
     pairs = [(f"encoder.layer.{i + off}", sb.encoder.layer[i], tb.encoder.layer[i + off]) for i in range(C)]
     emb = tb.embeddings

@@ -4,13 +4,13 @@ from __future__ import annotations
 import re
 
 from xpt_ds.config import ConfigError, TrainConfig
-from xpt_ds.model import PHASE_PRESETS
+from xpt_ds.methods import METHODS
 
 XPT_PHASE1_EXTRA = ["@position", "@lm_head"]  # 000 §2: position embeddings and LM head may train in phase 1
 
 
 def preset_patterns(cfg: TrainConfig, index: int) -> list[str]:
-    presets = PHASE_PRESETS[cfg.model.method]
+    presets = METHODS[cfg.model.method].presets
     if index >= len(presets):
         raise ConfigError(f"config key 'phases[{index}].trainable' is empty and method '{cfg.model.method}' has a "
                           f"preset for {len(presets)} phase(s) only; list the patterns")

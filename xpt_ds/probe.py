@@ -10,19 +10,27 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import torch
 from torch import nn
-from transformers import AutoModelForMaskedLM, AutoTokenizer
+from transformers import AutoTokenizer
 
-from xpt_ds.config import ConfigError, DataConfig, from_dict
+from xpt_ds.config import ConfigError, DataConfig
 from xpt_ds.data import MLMMasker, sequence_seed
+from xpt_ds.methods import method_of
 from xpt_ds.mlm_metrics import MLMStats
-from xpt_ds.model import FAMILIES, METHOD_HAS_ITL, build_skeleton
+from xpt_ds.files import check_output_file, os_error_line
+from xpt_ds.model import FAMILIES, build_skeleton, load_source
 from xpt_ds.objective import MaskedLMObjective
+
+
+def _has_itl(model: nn.Module) -> bool:
+    method = method_of(model.config)
+    return method is not None and method.has_itl
 
 
 def swap_in_source_vocabulary(post: nn.Module, source: nn.Module, keep_itl: bool = True) -> nn.Module:
@@ -32,8 +40,7 @@ def swap_in_source_vocabulary(post: nn.Module, source: nn.Module, keep_itl: bool
     cfg = copy.deepcopy(post.config)
     cfg.vocab_size, cfg.pad_token_id = source.config.vocab_size, source.config.pad_token_id
     cfg.bos_token_id, cfg.eos_token_id = source.config.bos_token_id, source.config.eos_token_id
-    has_itl = METHOD_HAS_ITL.get(getattr(post.config, "xpt_method", "xpt_no_itl"), False)
-    drop = has_itl and not keep_itl
+    drop = _has_itl(post) and not keep_itl
     if drop:
         cfg.num_hidden_layers -= 2
     model = build_skeleton(cfg)
@@ -106,33 +113,39 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--out", type=Path, help="also write the JSON here")
     a = p.parse_args(argv)
-    from xpt_ds.checkpoint import read_client_state
+    from xpt_ds.checkpoint import read_config
     from xpt_ds.evaluate import emit_json, evaluate
     from xpt_ds.export import load_model
     from xpt_ds.shards import DataError
     from xpt_ds.tokenizer import build_tokenizer
     try:
-        post, tag_dir = load_model(a.run, a.tag)
-        run_cfg = read_client_state(tag_dir.parent, tag_dir.name)["config"]
-        data = from_dict(DataConfig, run_cfg["data"], "data.")
-        source_id = a.source or run_cfg["model"]["source"]
+        if a.out is not None:
+            check_output_file(a.out, "--out")
         if not a.source_text.is_file():
-            raise FileNotFoundError(f"--source-text {a.source_text} not found")
-        source = AutoModelForMaskedLM.from_pretrained(source_id).float()
+            raise ConfigError(f"--source-text {a.source_text}: no such file")
+        post, tag_dir = load_model(a.run, a.tag)
+        run_cfg = read_config(tag_dir.parent, tag_dir.name)
+        data = run_cfg.data
+        source_id = a.source or run_cfg.model.source
+        # The source as the run built it: the same seed draws the same weights a head-less checkpoint lacks.
+        source = load_source(dataclasses.replace(run_cfg.model, source=source_id))[0].float()
         tokenizer = AutoTokenizer.from_pretrained(source_id)
         seq_len = min(a.seq_len, post.config.xpt_max_length)
         batches = lambda: source_batches(a.source_text, tokenizer, seq_len, a.batch_size, data.seed, data)  # noqa: E731
         rows = {"source model, source vocabulary": score(source, batches()),
                 "post-trained, source vocabulary, with ITLs": score(swap_in_source_vocabulary(post, source), batches())}
-        if METHOD_HAS_ITL.get(getattr(post.config, "xpt_method", ""), False):
+        if _has_itl(post):
             rows["post-trained, source vocabulary, without ITLs"] = score(
                 swap_in_source_vocabulary(post, source, keep_itl=False), batches())
         if a.target_shards:
             data.seq_len = min(data.seq_len, post.config.xpt_max_length)
             rows["post-trained, target vocabulary (target text)"] = evaluate(
                 post, build_tokenizer(str(tag_dir / "spm.model")), data, a.target_shards, a.batch_size)
-    except (ConfigError, DataError, FileNotFoundError, OSError) as e:
+    except (ConfigError, DataError) as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"error: {os_error_line(e)}", file=sys.stderr)
         return 2
     emit_json({"run": str(a.run), "tag": tag_dir.name, "source": source_id, "source_text": str(a.source_text),
                "seq_len": seq_len, "rows": rows}, a.out)

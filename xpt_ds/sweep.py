@@ -19,7 +19,6 @@ import dataclasses
 import hashlib
 import importlib
 import json
-import os
 import shlex
 import shutil
 import socket
@@ -33,11 +32,12 @@ from pathlib import Path
 import torch
 import yaml
 
-from xpt_ds.config import METHODS, ConfigError, load_config
-from xpt_ds.finetune import FinetuneConfig
+from xpt_ds.config import ConfigError, load_config, read_config_file
+from xpt_ds.files import os_error_line
+from xpt_ds.finetune import FinetuneConfig, cli_type
+from xpt_ds.methods import METHODS
 from xpt_ds.sweep_report import parse_size, size_label, write_report
 
-PACKAGE_PARENT = Path(__file__).resolve().parents[1]
 SET_BY_SWEEP = ("run_dir", "model.method", "data.train_tokens")
 FINETUNE_SET_BY_SWEEP = ("model", "out")
 INTRINSIC_KEYS = ("loss", "ppl", "hits@1", "hits@3", "hits@5", "hits@10", "mrr", "mr")
@@ -53,11 +53,9 @@ def method_config(base: dict, method: str) -> dict:
     """The base config for ``method``. A one-phase method (xpt_sp, adapters, scratch) on a multi-phase base
     whose phases use the presets gets one phase: the first phase's schedule with the total steps, as
     launch/configs/roberta_base_xpt.yaml describes, so every method trains the same number of steps."""
-    from xpt_ds.model import PHASE_PRESETS
-
     cfg = copy.deepcopy(base)
     phases = cfg.get("phases") or []
-    if len(PHASE_PRESETS[method]) == 1 < len(phases) and not any(p.get("trainable") for p in phases):
+    if METHODS[method].phases == 1 < len(phases) and not any(p.get("trainable") for p in phases):
         cfg["phases"] = [{**phases[0], "steps": sum(int(p.get("steps", 0)) for p in phases)}]
     cfg.setdefault("model", {})["method"] = method
     return cfg
@@ -105,13 +103,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _read_config_file(path: Path) -> dict:
-    if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
-    text = path.read_text()
-    return (json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)) or {}
 
 
 @dataclass(frozen=True)
@@ -165,7 +156,7 @@ def build_plan(a: argparse.Namespace) -> Plan:
     if unknown:
         raise ConfigError(f"--methods: unknown {', '.join(unknown)}; valid: {', '.join(METHODS)}")
     methods = list(dict.fromkeys(a.methods))
-    base = _read_config_file(Path(a.config))
+    base = read_config_file(a.config)
     overrides = [parse_override(item) for item in a.set]
     finetune_args = _finetune_args(a)
     (a.out / "configs").mkdir(parents=True, exist_ok=True)
@@ -202,13 +193,11 @@ def _finetune_args(a: argparse.Namespace) -> list[str] | None:
 
 def _run(cmd: list[str], log: Path, stage: str) -> float:
     """Run one stage as a process, appending its output to ``log``; its wall seconds, or StepFailed."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PACKAGE_PARENT),
-                                                                      os.environ.get("PYTHONPATH")]))}
     started = time.time()
     with open(log, "a") as f:
         f.write(f"$ {shlex.join(cmd)}\n")
         f.flush()
-        code = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
+        code = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
     if code != 0:
         raise StepFailed(stage, code, log)
     return time.time() - started
@@ -364,7 +353,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     for f in dataclasses.fields(FinetuneConfig):
         if f.name in FINETUNE_SET_BY_SWEEP:
             continue
-        kw = dict(nargs="+", type=int) if f.type == "list" else dict(type={"int": int, "float": float}.get(f.type, str))
+        kw = cli_type(f.type)
         ft.add_argument("--finetune-" + f.name.replace("_", "-"), dest="finetune_" + f.name,
                         default=argparse.SUPPRESS, metavar=f.name.split("_")[-1].upper(), help=f.metadata["help"], **kw)
     a = p.parse_args(argv)
@@ -379,6 +368,9 @@ def main(argv: list[str] | None = None) -> int:
         plan = build_plan(a)
     except (ConfigError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"error: {os_error_line(e)}", file=sys.stderr)
         return 2
     failures = sweep(plan)
     rows = list(read_rows(plan.out / "results.jsonl").values())

@@ -14,14 +14,14 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from xpt_ds.methods import BASELINE, METHODS
+
 # 002 Table 2's columns: (key in the evaluate JSON, header, higher is better, shown ×100).
 INTRINSIC = (("ppl", "PPL", False, False), ("hits@1", "Hits@1", True, True), ("hits@3", "Hits@3", True, True),
              ("hits@5", "Hits@5", True, True), ("hits@10", "Hits@10", True, True), ("mrr", "MRR", True, False),
              ("mr", "MR", False, False))
-# 002's names and its table order, then 000's variants.
-METHOD_NAMES = {"scratch": "Scratch", "adapters": "Adapters", "xpt_sp": "XPT-SP", "xpt": "XPT",
-                "xpt_no_itl": "XPT w/o ITL", "random_source": "XPT w/ random source"}
-BASELINE = "scratch"
+# Display names in the registry's order (002's table order, then 000's variants).
+METHOD_NAMES = {name: m.display for name, m in METHODS.items()}
 DOWNSTREAM = "downstream_mean"  # the row key of the fine-tuned headline metric's mean (higher is better)
 
 

@@ -12,6 +12,7 @@ import socket
 import sys
 
 from xpt_ds.config import ConfigError, help_text, load_config
+from xpt_ds.files import os_error_line
 
 
 def parse_args(argv: list[str]):
@@ -65,8 +66,11 @@ def main(argv: list[str] | None = None) -> int:
         trainer = Trainer(cfg)
         trainer.setup()
         trainer.train()
-    except (ConfigError, DataError, CheckpointError, FileNotFoundError) as e:
+    except (ConfigError, DataError, CheckpointError) as e:
         _say(f"error: {e}")
+        return 2
+    except OSError as e:  # a file the run reads or writes outside the checks above
+        _say(f"error: {os_error_line(e)}")
         return 2
     except Halted as e:
         _say(f"error: {e}")

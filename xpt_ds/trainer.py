@@ -13,9 +13,11 @@ import torch
 from xpt_ds import checkpoint
 from xpt_ds.config import ConfigError, TrainConfig, save_config, to_dict
 from xpt_ds.data import build_streams
-from xpt_ds.engine import build_engine, full_fp32_state, lr_at, restore_frozen, set_lr, zero_stage
-from xpt_ds.guards import BadStepCounter, Halted, RankExchange, SpikeDetector, straggler_line
-from xpt_ds.metrics import MetricsLogger, flops_per_token, peak_flops
+from xpt_ds.engine import (agree_on_initial_weights, build_engine, full_fp32_state, load_ds_config, lr_at,
+                           restore_frozen, set_lr, zero_stage)
+from xpt_ds.files import unwritable
+from xpt_ds.guards import BadStepCounter, Halted, RankExchange, SlowSteps, SpikeDetector
+from xpt_ds.metrics import LogWindow, MetricsLogger, flops_per_token, peak_flops
 from xpt_ds.mlm_metrics import MLMStats
 from xpt_ds.model import build_model, build_skeleton, load_fp32_state
 from xpt_ds.objective import MaskedLMObjective, strip_prefix
@@ -48,6 +50,10 @@ class Trainer:
         self.rank, self.world = deepspeed.comm.get_rank(), deepspeed.comm.get_world_size()
         self.run_dir = Path(cfg.run_dir)
         self.ckpt_root = self.run_dir / "checkpoints"
+        why = unwritable(self.run_dir, self.rank)  # before minutes of model building, on every rank
+        if checkpoint.agree(why):
+            raise ConfigError(f"config key 'run_dir': cannot write {self.run_dir}: "
+                              f"{why or 'another rank cannot (see its error)'}")
         self.tok = build_tokenizer(cfg.model.tokenizer, cfg.model.mask_token)
         self.built = build_model(cfg.model, self.tok)
         self.hf_config = self.built.model.config
@@ -71,10 +77,12 @@ class Trainer:
         self.exchange = RankExchange()  # per-step host all_gather: preemption flags, step times, data waits
         g = cfg.guard
         self.bad_steps = BadStepCounter(g.max_bad_steps)
-        self.loss_spikes = SpikeDetector(g.loss_spike_ratio, window=20, min_history=5)
-        self.step_times = SpikeDetector(g.straggler_ratio, window=50, min_history=10)
+        self.loss_spikes = SpikeDetector(g.loss_spike_ratio, g.loss_spike_window)
+        self.slow_steps = SlowSteps(g.slow_step_ratio, g.slow_step_window, self.world)
         self.inject_nan = set(g.inject_nan_steps) if self.rank == 0 else set()
         self.data_wait = 0.0  # seconds this rank waited for batches in the current step
+        self.logger = MetricsLogger(self.run_dir, self.rank == 0, cfg.logging.tensorboard, cfg.logging.progress_bar,
+                                    sum(p.steps for p in cfg.phases))
 
     def setup(self) -> None:
         tag = checkpoint.resolve_tag(self.ckpt_root, self.cfg.checkpoint.resume)
@@ -82,13 +90,16 @@ class Trainer:
         fp32 = {n: p.detach().clone() for n, p in objective.named_parameters()}
         torch.manual_seed(self.cfg.seed + self.rank)  # dropout stream of this rank, unless a checkpoint has it
         universal = False
-        if tag is not None:
+        if tag is None:
+            agree_on_initial_weights(fp32)
+        else:
             client = checkpoint.read_client_state(self.ckpt_root, tag)
             self.state.load_state_dict(client["trainer"])
             if "bad_steps" in client:  # absent from checkpoints written before the guards existed
                 self.bad_steps.load_state_dict(client["bad_steps"])
             self.train_stream.load_state_dict(client["data"])
-            universal = self._rescaling(tag, client)
+            universal = checkpoint.prepare_rescale(self.ckpt_root, tag, client, self.world,
+                                                   zero_stage(load_ds_config(self.cfg.deepspeed)))
         n_train = sum(fp32[n].numel() for n in self.trainables[self.state.phase_index])  # before ZeRO-3 partitions
         self.engine, self.optimizer, self.frozen = build_engine(
             objective, self.trainables[self.state.phase_index], self.cfg, fp32, load_universal=universal)
@@ -99,29 +110,10 @@ class Trainer:
             self._info(f"resumed from {tag}: phase {self.state.phase_index} step {self.state.phase_step}, "
                        f"global step {self.state.global_step}")
         if self.rank == 0:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
             save_config(self.cfg, self.run_dir / "config.yaml")
-        total = sum(p.steps for p in self.cfg.phases)
-        self.logger = MetricsLogger(self.run_dir, self.rank == 0, self.cfg.logging.tensorboard,
-                                    self.cfg.logging.progress_bar, total, self.state.global_step)
+        self.logger.start(self.state.global_step)
         self._info(f"model: {sum(v.numel() for v in fp32.values()):,} parameters; "
                    f"phase '{self.phase.name}' trains {n_train:,}")
-
-    def _rescaling(self, tag: str, client: dict) -> bool:
-        """True when ``tag`` was saved at another world size or ZeRO stage (DeepSpeed records both in the
-        model-states file ``client`` comes from): it is then loaded through a universal checkpoint (made here
-        once). The loader state is world-size independent already."""
-        saved_stage = client["ds_config"].get("zero_optimization", {}).get("stage", 0)
-        saved_world, stage = client["dp_world_size"], zero_stage(self.cfg)
-        if saved_stage == stage and (saved_world == self.world or stage == 0):
-            return False  # stage 0 keeps whole optimizer states: any world size loads them
-        if saved_stage != stage and {saved_stage, stage} != {1, 2}:  # what ds_to_universal supports
-            raise ConfigError(f"checkpoint {tag} was saved at ZeRO stage {saved_stage} and this run uses "
-                              f"stage {stage} ({self.cfg.deepspeed}); a resume can change the stage only between 1 and 2")
-        self._info(f"checkpoint {tag} was saved by {saved_world} ranks at ZeRO stage {saved_stage}; "
-                   f"resuming on {self.world} ranks at stage {stage} through a universal checkpoint")
-        checkpoint.make_universal(self.ckpt_root, tag)
-        return True
 
     @property
     def phase(self):
@@ -132,7 +124,7 @@ class Trainer:
             log.info(msg)
 
     def train(self) -> None:
-        loss_sum, t0, steps, good = torch.zeros((), device=self.device), time.perf_counter(), 0, 0
+        window = LogWindow(self.device)
         while True:
             if self.state.phase_step >= self.phase.steps:
                 if not self.maybe_switch_phase():
@@ -141,17 +133,13 @@ class Trainer:
             started = time.perf_counter()
             loss, skipped = self.train_step()
             step_seconds = time.perf_counter() - started
-            steps += 1
-            if not skipped:  # a skipped step's loss is not finite: keep it out of the logged mean
-                loss_sum += loss
-                good += 1
+            window.add(loss, skipped)
             halt = self.count_bad_step(skipped)
             self.logger.advance()
             phase_done = self.state.phase_step == self.phase.steps
             if self.state.global_step % self.cfg.logging.log_every == 0 or phase_done:
-                self.log(loss_sum / max(good, 1), good, time.perf_counter() - t0, steps)
-                loss_sum.zero_()
-                t0, steps, good = time.perf_counter(), 0, 0
+                self.log(window)
+                window.reset()
             self.maybe_eval(phase_done)
             self.maybe_save(phase_done)
             self.after_step(halt, step_seconds)
@@ -201,10 +189,11 @@ class Trainer:
         self._info(f"phase '{self.phase.name}' starts at global step {self.state.global_step}")
         return True
 
-    def log(self, mean_loss: torch.Tensor, good: int, seconds: float, steps: int) -> None:
-        """``good`` of the ``steps`` since the last log were not skipped (the same on every rank)."""
-        loss = None
-        if good:
+    def log(self, window: LogWindow) -> None:
+        """The window's steps that were not skipped are the same on every rank (the skip decision is global)."""
+        loss, seconds, steps = None, window.seconds(), window.steps
+        if window.good:
+            mean_loss = window.mean_loss()
             deepspeed.comm.all_reduce(mean_loss)
             loss = mean_loss.item() / self.world  # the one host sync of the logging interval
             if not math.isfinite(loss):  # only ZeRO stage 0 lets a non-finite step through
@@ -286,11 +275,11 @@ class Trainer:
         return halt
 
     def after_step(self, halt: bool, seconds: float) -> None:
-        """Once per step, on every rank: one host exchange, the straggler check, then halt or preemption."""
+        """Once per step, on every rank: one host exchange, the slow-step check, then halt or preemption."""
         rows = self.exchange.gather([float(self.preemption.requested), seconds, self.data_wait])
-        median = self.step_times.check(rows[:, 1].max().item())
-        if median is not None and self.rank == 0:
-            log.warning(straggler_line(self.state.global_step, rows[:, 1:], median))
+        line = self.slow_steps.check(self.state.global_step, rows[:, 1:])
+        if line is not None and self.rank == 0:
+            log.warning(line)
         if halt:
             self._save_unless_saved()
             self.write_status("halted")

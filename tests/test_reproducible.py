@@ -1,0 +1,94 @@
+"""Every random parameter comes from ``model.init_seed``: two fresh runs from a source without an MLM head
+(whose head ``from_pretrained`` fills in) give the same losses and the same exported tensors, bit for bit; and
+every rank of a job starts from rank 0's weights."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from conftest import REPO, TINY, base_config, launch, write_config
+from xpt_ds.export import main as export_main
+
+pytestmark = pytest.mark.multiproc
+
+
+@pytest.fixture(scope="module")
+def headless_bert(tmp_path_factory) -> Path:
+    """A BertModel checkpoint: encoder only, so the MLM head is missing and drawn at load time."""
+    from transformers import BertConfig, BertModel
+    out = tmp_path_factory.mktemp("headless_bert")
+    torch.manual_seed(3)
+    BertModel(BertConfig(**TINY, pad_token_id=0)).save_pretrained(out)
+    return out
+
+
+def _losses(run: Path) -> list[float]:
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [r["train/loss"] for r in rows if "train/loss" in r]
+
+
+def _run(d: Path, source: Path, corpus: Path, nproc: int = 1, seed_offset: int = 0) -> subprocess.CompletedProcess:
+    d.mkdir(parents=True, exist_ok=True)
+    cfg = base_config(d / "run", source, corpus)
+    cfg["phases"] = [{**p, "steps": 2} for p in cfg["phases"]]
+    return launch(["--config", str(write_config(d / "run.yaml", cfg))], nproc, 400,
+                  env={"MASTER_PORT": str(29400 + seed_offset + os.getpid() % 500)})
+
+
+def test_two_fresh_runs_from_a_headless_source_are_bit_identical(tmp_path, headless_bert, corpus_bert):
+    exported = []
+    losses = []
+    for i, name in enumerate(["a", "b"]):
+        proc = _run(tmp_path / name, headless_bert, corpus_bert, seed_offset=i)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        losses.append(_losses(tmp_path / name / "run"))
+        assert export_main(["--run", str(tmp_path / name / "run"), "--out", str(tmp_path / name / "model")]) == 0
+        exported.append(load_file(tmp_path / name / "model" / "model.safetensors"))
+    assert len(losses[0]) == 4 and losses[0] == losses[1]
+    assert exported[0].keys() == exported[1].keys()
+    differ = [k for k in exported[0] if not torch.equal(exported[0][k], exported[1][k])]
+    assert not differ, differ
+
+
+def test_every_rank_starts_from_the_same_weights(tmp_path, headless_bert, corpus_bert):
+    proc = _run(tmp_path, headless_bert, corpus_bert, nproc=2, seed_offset=7)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "initial weights identical on all 2 rank(s)" in proc.stderr + proc.stdout
+
+
+AGREE = r'''
+import sys, torch, deepspeed
+from xpt_ds.engine import agree_on_initial_weights, state_digest
+deepspeed.init_distributed(dist_backend="gloo")
+rank = deepspeed.comm.get_rank()
+torch.manual_seed(0)
+state = {"a": torch.randn(4, 3), "b": torch.arange(5.0)}
+if rank == 1:
+    state["a"][1, 2] += 1.0  # one rank built different weights
+agree_on_initial_weights(state)
+digests = [None, None]
+torch.distributed.all_gather_object(digests, state_digest(state))
+torch.manual_seed(0)
+assert torch.equal(state["a"], torch.randn(4, 3)), rank  # rank 0's values, everywhere
+assert digests[0] == digests[1]
+print(f"rank {rank} agrees")
+torch.distributed.barrier()
+torch.distributed.destroy_process_group()
+'''
+
+
+def test_a_rank_with_different_weights_gets_rank_0s(tmp_path):
+    script = tmp_path / "agree.py"
+    script.write_text(AGREE)
+    env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "TORCHDYNAMO_DISABLE": "1"}
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                           str(29300 + os.getpid() % 500), str(script)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("agrees") == 2
+    assert "initial weights differ from rank 0's on rank(s) 1" in proc.stderr

@@ -1,0 +1,47 @@
+"""The method registry: everything the trainer, the sweep, the probe and the export know about a method.
+
+Adding a method is one entry here (plus whatever new model code it needs). Seeds: 002 is Lee et al. 2021
+(XPT, its baselines Scratch, Adapters and XPT-SP), 000 is Son et al. ("Language Chameleon": XPT without ITLs
+and with a randomly initialised source); see ``../shared/seeds/README.md`` in the project's workspace.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str  # model.method
+    display: str  # in tables and plots (002's names)
+    has_itl: bool  # ITL_in / ITL_out around the encoder: C + 2 layers
+    source: str  # 'pretrained': copy the source's weights; 'random': copy a randomly initialised source of the
+    # same shape (000 Table 3); 'none': nothing copied, every weight starts random (Scratch)
+    presets: tuple[tuple[str, ...], ...]  # @groups that train in each phase when phases[i].trainable is empty
+    adapters: bool = False  # Houlsby adapters in every layer (xpt_ds.adapters)
+    export: str = "stock"  # 'stock': a plain save_pretrained directory; 'adapters': + xpt_adapters.py, auto_map
+
+    @property
+    def phases(self) -> int:
+        """Phases the presets cover."""
+        return len(self.presets)
+
+
+_TWO_PHASES = (("@new",), ("@all",))  # 002 §3.4: phase 1 trains only the new parameters, phase 2 everything
+_ONE_PHASE = (("@all",),)
+
+METHODS: dict[str, Method] = {m.name: m for m in [
+    Method("scratch", "Scratch", has_itl=True, source="none", presets=_ONE_PHASE),
+    Method("adapters", "Adapters", has_itl=False, source="pretrained", presets=_ONE_PHASE, adapters=True,
+           export="adapters"),
+    Method("xpt_sp", "XPT-SP", has_itl=True, source="pretrained", presets=_ONE_PHASE),
+    Method("xpt", "XPT", has_itl=True, source="pretrained", presets=_TWO_PHASES),
+    Method("xpt_no_itl", "XPT w/o ITL", has_itl=False, source="pretrained", presets=_TWO_PHASES),
+    Method("random_source", "XPT w/ random source", has_itl=True, source="random", presets=_TWO_PHASES),
+]}
+BASELINE = "scratch"  # what the data-efficiency ratio compares against (002 §5.1)
+
+
+def method_of(config) -> Method | None:
+    """The method a built or exported model's HF config records (``xpt_method``), or None for a model this
+    project did not build (e.g. the English source)."""
+    return METHODS.get(getattr(config, "xpt_method", None) or "")
