@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.out is not None:
             check_output_file(a.out, "--out")
         if not a.source_text.is_file():
-            raise ConfigError(f"--source-text {a.source_text}: no such file")
+            raise ConfigError(f"--source-text {a.source_text} not found")
         post, tag_dir = load_model(a.run, a.tag)
         run_cfg = read_config(tag_dir.parent, tag_dir.name)
         data = run_cfg.data
