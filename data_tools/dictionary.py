@@ -53,8 +53,8 @@ def write_dictionary(path: Path, counts: tuple[np.ndarray, np.ndarray, np.ndarra
                                   tgt.tolist(), src.tolist()):
         rows.append(f"{_escape(tp)}\t{_escape(sp)}\t{n}\t{p:.6f}\t{t}\t{s}")
     atomic_write_text(path, "\n".join(rows) + "\n")
-    return {"file": path.name, "min_count": min_count, "entries": len(keep), "target_pieces": int(len(set(tgt.tolist()))),
-            "links_kept": int(links.sum())}
+    return {"file": path.name, "min_count": min_count, "entries": len(keep),
+            "target_pieces": len(np.unique(tgt)), "links_kept": int(links.sum())}
 
 
 def read_dictionary(path: Path) -> list[dict]:

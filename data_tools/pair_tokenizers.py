@@ -36,6 +36,8 @@ class SourceTokenizer:
     def __init__(self, name: str):
         from transformers import AutoTokenizer
         self.name = str(name)
+        if self.name.startswith(("/", "./", "../", "~")) and not Path(self.name).expanduser().is_dir():
+            raise PrepareError(f"{self.name}: no such directory (the source tokenizer)")
         try:
             self.tok = AutoTokenizer.from_pretrained(self.name)
         except Exception as e:  # transformers raises OSError, ValueError, KeyError... depending on what is wrong

@@ -63,8 +63,15 @@ class ParallelOptions:
             raise PrepareError("--max-pieces, --shard-pairs and --dictionary-min-count must be at least 1")
         self.align.validate()
         existing = Path(self.out) / "manifest.json"
-        if existing.is_file() and json.loads(existing.read_text(encoding="utf-8")).get("kind") != "parallel":
+        if existing.is_file() and _kind(existing) != "parallel":
             raise PrepareError(f"{existing} is a monolingual manifest; write parallel data to another --out")
+
+
+def _kind(manifest: Path) -> str | None:
+    try:
+        return json.loads(manifest.read_text(encoding="utf-8")).get("kind")
+    except (ValueError, AttributeError):
+        return None
 
 
 @dataclass
@@ -122,13 +129,13 @@ def build_parallel(opts: ParallelOptions) -> dict:
     if opts.aligner == "eflomal":
         from data_tools.align_eflomal import find_eflomal
         find_eflomal()  # fail before the slow steps
-    out = Path(opts.out)
     seconds: dict[str, float] = {}
     t = time.perf_counter()
     text = read_parallel(opts.input)
     source, target = SourceTokenizer(opts.source_tokenizer), TargetTokenizer(opts.target_tokenizer)
     seconds["read"] = time.perf_counter() - t
-    log(f"read {len(text)} pairs ({text.empty_dropped} with an empty side dropped)", "parallel")
+    log(f"read {len(text)} pairs ({text.empty_dropped} with an empty side dropped) and loaded both tokenizers in "
+        f"{seconds['read']:.1f} s", "parallel")
     t = time.perf_counter()
     tok = tokenize_pairs(text, source, target, opts.max_pieces)
     seconds["tokenize"] = time.perf_counter() - t
@@ -140,11 +147,30 @@ def build_parallel(opts: ParallelOptions) -> dict:
         "dropped)", "parallel")
     t2s, s2t, aligner = run_aligner(opts, tok.src, tok.tgt)
     seconds["align_t2s"], seconds["align_s2t"] = t2s.seconds, s2t.seconds
-    log(f"aligned in {t2s.seconds:.1f} s (t2s, {t2s.n_links} links) + {s2t.seconds:.1f} s (s2t, {s2t.n_links} "
-        "links)", "parallel")
+    timing = (f"{t2s.seconds:.1f} s (t2s) + {s2t.seconds:.1f} s (s2t)" if opts.aligner == "fast_align"
+              else f"{t2s.seconds:.1f} s (one {opts.aligner} run)")
+    log(f"aligned in {timing}: {t2s.n_links} t2s links, {s2t.n_links} s2t links", "parallel")
     t = time.perf_counter()
-    out.mkdir(parents=True, exist_ok=True)
     corpus = AlignedCorpus(tok.src, tok.tgt, s2t.links, t2s.links, tok.docs)
+    provenance = {"input": {"lines": text.lines, "empty_dropped": text.empty_dropped,
+                            "no_pieces_dropped": tok.no_pieces, "too_long_dropped": tok.too_long,
+                            "max_pieces": opts.max_pieces, "pairs": len(tok.src), "documents": len(set(tok.docs)),
+                            "split": dataclasses.asdict(opts.shards)},
+                  "aligner": aligner}
+    path, manifest = write_outputs(opts, corpus, source, target, provenance)
+    seconds["write"] = time.perf_counter() - t
+    log(f"wrote {sum(len(s['shards']) for s in manifest['splits'].values())} shards, "
+        f"{manifest['dictionary']['entries']} dictionary entries in {seconds['write']:.1f} s -> {path}", "parallel")
+    return {"manifest": str(path), "seconds": seconds, **manifest}
+
+
+def write_outputs(opts: ParallelOptions, corpus: AlignedCorpus, source: SourceTokenizer, target: TargetTokenizer,
+                  provenance: dict) -> tuple[Path, dict]:
+    """Shards, dictionary.tsv (train links only), the target model and, last, manifest.json."""
+    out = Path(opts.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "manifest.json"
+    path.unlink(missing_ok=True)  # a run cut short leaves no manifest that disagrees with the shards
     dtypes = corpus.dtypes(source.vocab_size, target.vocab_size)
     assignment = corpus.split(opts.shards)
     splits = {name: write_split(out, name, corpus, pairs, dtypes, opts.shards.shard_pairs)
@@ -155,24 +181,12 @@ def build_parallel(opts: ParallelOptions) -> dict:
     dictionary = write_dictionary(out / DICTIONARY, counts, opts.dictionary_min_count, target.pieces, source.pieces)
     model = _copy_target_model(Path(opts.target_tokenizer), out)
     files = [name for s in splits.values() for name in s["shards"]] + [DICTIONARY, model.name]
-    manifest = {
-        "kind": "parallel", "format_version": PARALLEL_FORMAT_VERSION,
-        "source_tokenizer": source.describe(), "target_tokenizer": target.describe(),
-        "dtypes": {k: v.name for k, v in dtypes.items()},
-        "splits": splits,
-        "input": {"lines": text.lines, "empty_dropped": text.empty_dropped, "no_pieces_dropped": tok.no_pieces,
-                  "too_long_dropped": tok.too_long, "max_pieces": opts.max_pieces, "pairs": len(tok.src),
-                  "documents": len(set(tok.docs)), "split": dataclasses.asdict(opts.shards)},
-        "aligner": aligner,
-        "dictionary": dictionary,
-        "files": {name: sha256_file(out / name) for name in files},
-    }
-    path = out / "manifest.json"
+    manifest = {"kind": "parallel", "format_version": PARALLEL_FORMAT_VERSION,
+                "source_tokenizer": source.describe(), "target_tokenizer": target.describe(),
+                "dtypes": {k: v.name for k, v in dtypes.items()}, "splits": splits, **provenance,
+                "dictionary": dictionary, "files": {name: sha256_file(out / name) for name in files}}
     atomic_write_text(path, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
-    seconds["write"] = time.perf_counter() - t
-    log(f"wrote {sum(len(s['shards']) for s in splits.values())} shards, {dictionary['entries']} dictionary entries "
-        f"in {seconds['write']:.1f} s -> {path}", "parallel")
-    return {"manifest": str(path), "seconds": seconds, **manifest}
+    return path, manifest
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -234,7 +234,8 @@ def test_parallel_shards_round_trip(built, toy_files):
                                       "dictionary.tsv", "spm.model"}
     src_tok, tgt_tok = manifest["source_tokenizer"], manifest["target_tokenizer"]
     assert src_tok["vocab_size"] == len(SPECIALS) + 50
-    assert src_tok["files"]["tokenizer.json"] == hashlib.sha256((toy_files["hf"] / "tokenizer.json").read_bytes()).hexdigest()
+    hf_json = (toy_files["hf"] / "tokenizer.json").read_bytes()
+    assert src_tok["files"]["tokenizer.json"] == hashlib.sha256(hf_json).hexdigest()
     assert tgt_tok == {"file": "spm.model", "vocab_size": 75,
                        "sha256": hashlib.sha256(toy_files["spm"].read_bytes()).hexdigest()}
 
@@ -246,6 +247,35 @@ def test_a_second_run_writes_the_same_bytes(built, tmp_path, capsys):
     assert code == 0, err
     for name in [*json.loads((out / "manifest.json").read_text())["files"], "manifest.json"]:
         assert (tmp_path / name).read_bytes() == (out / name).read_bytes(), name
+
+
+def test_long_pairs_dropped_and_uint32_for_a_large_source_vocabulary(tmp_path, toy, toy_files, capsys):
+    """--max-pieces drops (and counts) a pair that is too long on either side; a source vocabulary over 65,536
+    entries gives uint32 source ids."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {w: i for i, w in enumerate(SPECIALS + toy.src_words + [f"filler{i}" for i in range(70_000)])}
+    backend = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
+                            sep_token="[SEP]", mask_token="[MASK]").save_pretrained(tmp_path / "big")
+    en, uk = toy.lines()
+    en, uk = en[:40], uk[:40]
+    en[3] = " ".join([toy.src_words[0]] * 9)
+    (tmp_path / "p.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in zip(en, uk)), encoding="utf-8")
+    code, _, err = run_cli(capsys, "--tsv", tmp_path / "p.tsv", "--source-tokenizer", tmp_path / "big",
+                           "--target-tokenizer", toy_files["spm"], "--out", tmp_path / "o", "--max-pieces", 8)
+    assert code == 0, err
+    manifest = json.loads((tmp_path / "o/manifest.json").read_text())
+    tgt_len = [len(t) for t in spm.SentencePieceProcessor(model_file=str(toy_files["spm"])).encode(uk)]
+    too_long = sum(len(s.split()) > 8 or n > 8 for s, n in zip(en, tgt_len))
+    assert any(n > 8 for n in tgt_len) and manifest["input"]["too_long_dropped"] == too_long
+    assert manifest["input"]["pairs"] == 40 - too_long == sum(e["pairs"] for e in manifest["splits"].values())
+    assert manifest["dtypes"]["src"] == "uint32" and manifest["source_tokenizer"]["vocab_size"] > 65_536
+    rows = _read_shards(tmp_path / "o", manifest)
+    assert all(r["src"].dtype == np.uint32 and len(r["src"]) <= 8 and len(r["tgt"]) <= 8
+               for split in rows.values() for r in split)
 
 
 def test_dictionary_contains_the_known_translations(built, toy, toy_files):
