@@ -77,7 +77,7 @@ def _normalise(text: str) -> str:
 
 def read_bsb(packages: Path) -> Chapters:
     """Verses rebuilt from the token rows: each token, then a space unless ``skip_space_after`` is ``y``."""
-    verses: dict[tuple[int, int, int], list[str]] = defaultdict(list)
+    verses: dict[tuple[int, int, int], list[tuple[int, str]]] = defaultdict(list)
     for rel in BSB_FILES:
         path = _need(packages, rel)
         with open(path, encoding="utf-8", newline="") as f:
@@ -87,13 +87,13 @@ def read_bsb(packages: Path) -> Chapters:
                 raise PrepareError(f"{path}: no column(s) {', '.join(sorted(missing))}; is this bible-alignments 0.4?")
             for number, row in enumerate(rows, 2):
                 ref = row["id"]
-                if not re.fullmatch(r"\d{11}", ref or ""):
-                    raise PrepareError(f"{path}:{number}: id '{ref}' is not BBCCCVVVWWW")
+                if not re.fullmatch(r"\d{11}", ref or "") or not 1 <= int(ref[:2]) <= len(BOOKS):
+                    raise PrepareError(f"{path}:{number}: id '{ref}' is not BBCCCVVVWWW with book 01-66")
                 verses[int(ref[:2]), int(ref[2:5]), int(ref[5:8])].append(
-                    row["text"] + ("" if row["skip_space_after"] == "y" else " "))
+                    (int(ref[8:]), row["text"] + ("" if row["skip_space_after"] == "y" else " ")))
     chapters: Chapters = defaultdict(dict)
     for (book, chapter, verse), parts in verses.items():
-        chapters[book, chapter][verse] = _normalise("".join(parts))
+        chapters[book, chapter][verse] = _normalise("".join(text for _, text in sorted(parts)))
     return chapters
 
 
@@ -134,8 +134,9 @@ def _sources(packages: Path) -> dict:
         import tomllib
         target = tomllib.loads(toml.read_text(encoding="utf-8")).get("target", {})
         info["bible-alignments"]["bsb_text_license"] = target.get("license")
-    if list(packages.glob("bible_alignments-*.dist-info/LICENSE.md")):
-        info["bible-alignments"]["license_file"] = "LICENSE.md: code MIT, alignment data CC BY 4.0"
+    for licence in sorted(packages.glob("bible_alignments-*.dist-info/LICENSE.md"))[-1:]:
+        text = licence.read_text(encoding="utf-8")
+        info["bible-alignments"]["license_file_mentions"] = [x for x in ("MIT License", "CC BY 4.0") if x in text]
     return info
 
 
