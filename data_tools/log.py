@@ -11,9 +11,9 @@ def set_quiet(quiet: bool) -> None:
     _quiet = quiet
 
 
-def log(msg: str) -> None:
+def log(msg: str, prefix: str = "prepare") -> None:
     if not _quiet:
-        print(f"prepare: {msg}", file=sys.stderr, flush=True)
+        print(f"{prefix}: {msg}", file=sys.stderr, flush=True)
 
 
 def progress_bar(enabled: bool | None, **kw):

@@ -42,6 +42,25 @@ def _count(size: int | float, n: int, flag: str) -> int:
     return max(1, round(size * n)) if size > 0 else 0
 
 
+def split_counts(n: int, valid: int | float, test: int | float) -> tuple[int, int]:
+    """Valid and test document counts for ``n`` documents; at least one document must be left for train."""
+    n_valid, n_test = _count(valid, n, "--valid"), _count(test, n, "--test")
+    if n_valid + n_test >= n:
+        raise PrepareError(f"too few documents: {n} documents cannot give {n_valid} valid + {n_test} test + at "
+                           "least 1 train (lower --valid/--test, or add text)")
+    return n_valid, n_test
+
+
+def assign_documents(n: int, n_valid: int, n_test: int, seed: int) -> np.ndarray:
+    """(n,) int8, the split of each document (index into SPLITS): a seeded permutation, the first ``n_valid``
+    documents of it to valid, the next ``n_test`` to test. ``data_tools.parallel`` splits the same way."""
+    order = np.random.default_rng(seed).permutation(n)
+    assign = np.zeros(n, np.int8)
+    assign[order[:n_valid]] = 1
+    assign[order[n_valid:n_valid + n_test]] = 2
+    return assign
+
+
 def split(out: Path, opts: PrepareOptions = DEFAULTS, force: bool = False) -> dict:
     """Stage (b): assign whole documents to train/valid/test (a seeded permutation; each split keeps corpus
     order) -> ``sentences/{train,valid,test}.jsonl``."""
@@ -58,10 +77,7 @@ def split(out: Path, opts: PrepareOptions = DEFAULTS, force: bool = False) -> di
     else:
         sig = file_signature(corpus)
     n = sig["documents"]
-    n_valid, n_test = _count(valid, n, "--valid"), _count(test, n, "--test")
-    if n_valid + n_test >= n:
-        raise PrepareError(f"too few documents: {n} documents cannot give {n_valid} valid + {n_test} test + at "
-                           "least 1 train (lower --valid/--test, or add text)")
+    n_valid, n_test = split_counts(n, valid, test)
     key = fingerprint({"stage": "split", "v": STAGE_VERSION, "corpus": sig["sha256"], "valid": n_valid,
                        "test": n_test, "seed": seed})
     if not force and (state := up_to_date(out, "split", key)):
@@ -69,10 +85,7 @@ def split(out: Path, opts: PrepareOptions = DEFAULTS, force: bool = False) -> di
             " documents), skipped")
         return {**state["stats"], "seconds": time.perf_counter() - t0, "skipped": True}
     drop_state(out, "split")
-    order = np.random.default_rng(seed).permutation(n)
-    assign = np.zeros(n, np.int8)
-    assign[order[:n_valid]] = 1
-    assign[order[n_valid:n_valid + n_test]] = 2
+    assign = assign_documents(n, n_valid, n_test, seed)
     writers = [HashingWriter(split_path(out, s)) for s in SPLITS]
     counts = {s: collections.Counter() for s in SPLITS}
     try:

@@ -1,0 +1,102 @@
+"""The two tokenizers of a parallel corpus: the English source model's Hugging Face tokenizer and the target
+SentencePiece model (the one that made the target MLM shards). Each side is tokenised without special tokens,
+as the monolingual shards are (the reader adds them when it packs)."""
+from __future__ import annotations
+
+import hashlib
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from data_tools.errors import PrepareError
+
+# What AutoTokenizer reads from a model directory; the manifest records the sha256 of those present.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                   "vocab.txt", "vocab.json", "merges.txt", "sentencepiece.bpe.model", "spiece.model",
+                   "spm.model", "tokenizer.model")
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+class SourceTokenizer:
+    """``AutoTokenizer.from_pretrained(name)`` (a local directory or a hub id)."""
+
+    def __init__(self, name: str):
+        from transformers import AutoTokenizer
+        self.name = str(name)
+        if self.name.startswith(("/", "./", "../", "~")) and not Path(self.name).expanduser().is_dir():
+            raise PrepareError(f"{self.name}: no such directory (the source tokenizer)")
+        try:
+            self.tok = AutoTokenizer.from_pretrained(self.name)
+        except Exception as e:  # transformers raises OSError, ValueError, KeyError... depending on what is wrong
+            raise PrepareError(f"cannot load the source tokenizer {self.name}: {_first_line(e)}") from None
+        self.vocab_size = len(self.tok)
+
+    def files(self) -> dict[str, str]:
+        """sha256 of each tokenizer file, from the directory, or for a hub id from the local hub cache."""
+        local = Path(self.name)
+        found = {}
+        for fname in TOKENIZER_FILES:
+            if local.is_dir():
+                path = local / fname
+            else:
+                from huggingface_hub import try_to_load_from_cache
+                cached = try_to_load_from_cache(self.name, fname)
+                path = Path(cached) if isinstance(cached, str) else None
+            if path is not None and path.is_file():
+                found[fname] = sha256_file(path)
+        return found
+
+    def encode(self, texts: list[str]) -> list[np.ndarray]:
+        # Long lines are measured and filtered by the caller; the "longer than model_max_length" warning is noise.
+        log = logging.getLogger("transformers.tokenization_utils_base")
+        level = log.level
+        log.setLevel(logging.ERROR)
+        try:
+            ids = self.tok(texts, add_special_tokens=False)["input_ids"]
+        finally:
+            log.setLevel(level)
+        return [np.asarray(x, dtype=np.int64) for x in ids]
+
+    def pieces(self, ids) -> list[str]:
+        return self.tok.convert_ids_to_tokens([int(i) for i in ids])
+
+    def describe(self) -> dict:
+        return {"name": self.name, "class": type(self.tok).__name__, "vocab_size": self.vocab_size,
+                "files": self.files()}
+
+
+class TargetTokenizer:
+    """A SentencePiece model file."""
+
+    def __init__(self, path: Path):
+        import sentencepiece as spm
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise PrepareError(f"{self.path}: no such file (the target SentencePiece model)")
+        try:
+            self.sp = spm.SentencePieceProcessor(model_file=str(self.path))
+        except Exception as e:  # sentencepiece raises RuntimeError/OSError on a file that is not a model
+            raise PrepareError(f"cannot load the target SentencePiece model {self.path}: {_first_line(e)}") from None
+        self.vocab_size = self.sp.get_piece_size()
+
+    def encode(self, texts: list[str]) -> list[np.ndarray]:
+        return [np.asarray(x, dtype=np.int64) for x in self.sp.encode(texts)]
+
+    def pieces(self, ids) -> list[str]:
+        return [self.sp.id_to_piece(int(i)) for i in ids]
+
+    def describe(self) -> dict:
+        return {"file": self.path.name, "vocab_size": self.vocab_size, "sha256": sha256_file(self.path)}

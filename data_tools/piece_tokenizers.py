@@ -1,0 +1,127 @@
+"""The two kinds of tokenizer whose ids index embedding rows: a SentencePiece model (the target language's,
+from ``prepare``) and a Hugging Face tokenizer (the source model's). Both encode text to id arrays, look up
+pieces, and describe themselves (``identity``: kind, path, sha256) for the sidecar files, so a reader can check
+that a matrix's rows belong to the tokenizer it uses.
+"""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+
+from data_tools.errors import PrepareError
+
+# The files that define a Hugging Face tokenizer; the identity hashes whichever of them the directory holds.
+HF_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                      "vocab.txt", "vocab.json", "merges.txt", "spiece.model", "sentencepiece.bpe.model",
+                      "tokenizer.model")
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+class SpmTokenizer:
+    def __init__(self, path: Path | str):
+        import sentencepiece as spm
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise PrepareError(f"SentencePiece model not found: {self.path}")
+        try:
+            self.sp = spm.SentencePieceProcessor(model_file=str(self.path))
+        except (RuntimeError, OSError) as e:
+            raise PrepareError(f"{self.path}: not a SentencePiece model ({str(e).strip().splitlines()[-1]})") from None
+        self.vocab_size = self.sp.get_piece_size()
+
+    def identity(self) -> dict:
+        return {"kind": "sentencepiece", "path": str(self.path.resolve()), "sha256": sha256_file(self.path),
+                "vocab_size": self.vocab_size}
+
+    def encode(self, lines: list[str]) -> list[np.ndarray]:
+        return [np.asarray(ids, dtype=np.int64) for ids in self.sp.encode(lines)]
+
+    def piece_to_id(self, piece: str) -> int | None:
+        i = self.sp.piece_to_id(piece)
+        return i if self.sp.id_to_piece(i) == piece else None  # unknown pieces map to unk_id
+
+    def id_to_piece(self, i: int) -> str:
+        return self.sp.id_to_piece(int(i))
+
+
+class HfTokenizer:
+    def __init__(self, name_or_dir: Path | str):
+        self.name = str(name_or_dir)
+        self.path = _local_dir(self.name)
+        import transformers
+        transformers.logging.set_verbosity_error()  # "sequence longer than model_max_length": we never run the model
+        try:
+            self.tok = transformers.AutoTokenizer.from_pretrained(str(self.path))
+        except (OSError, ValueError) as e:
+            reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise PrepareError(f"{self.path}: cannot load a Hugging Face tokenizer ({reason})") from None
+        self.vocab = self.tok.get_vocab()
+        self.vocab_size = len(self.tok)  # includes added tokens, as the model's embedding matrix does
+
+    def identity(self) -> dict:
+        files = {p.name: sha256_file(p) for p in sorted(self.path.iterdir()) if p.name in HF_TOKENIZER_FILES}
+        combined = hashlib.sha256("".join(f"{n}:{s}\n" for n, s in files.items()).encode()).hexdigest()
+        return {"kind": "hf", "path": str(self.path.resolve()), "name": self.name, "sha256": combined,
+                "files": files, "vocab_size": self.vocab_size}
+
+    def encode(self, lines: list[str]) -> list[np.ndarray]:
+        ids = self.tok(lines, add_special_tokens=False)["input_ids"]
+        return [np.asarray(x, dtype=np.int64) for x in ids]
+
+    def piece_to_id(self, piece: str) -> int | None:
+        return self.vocab.get(piece)
+
+    def id_to_piece(self, i: int) -> str:
+        return self.tok.convert_ids_to_tokens(int(i))
+
+
+def _local_dir(name_or_dir: str) -> Path:
+    """A local directory as is; otherwise a hub id, resolved to the cached snapshot of its tokenizer files."""
+    path = Path(name_or_dir)
+    if path.is_dir():
+        return path
+    if path.exists() or name_or_dir.startswith((".", "/")) or name_or_dir.count("/") > 1:
+        raise PrepareError(f"Hugging Face tokenizer directory not found: {name_or_dir}")
+    from huggingface_hub import snapshot_download
+    try:
+        return Path(snapshot_download(name_or_dir, allow_patterns=list(HF_TOKENIZER_FILES)))
+    except Exception as e:  # the hub client raises many types (offline, 404, auth); all mean "not available"
+        raise PrepareError(f"Hugging Face tokenizer '{name_or_dir}' not found locally or on the hub "
+                           f"({type(e).__name__})") from None
+
+
+def load_tokenizer(identity: dict) -> SpmTokenizer | HfTokenizer:
+    """The tokenizer a sidecar names, checked against its recorded sha256."""
+    kind, path = identity.get("kind"), identity.get("path")
+    tok = SpmTokenizer(path) if kind == "sentencepiece" else HfTokenizer(path) if kind == "hf" else None
+    if tok is None:
+        raise PrepareError(f"unknown tokenizer kind {kind!r} in a sidecar")
+    if tok.identity()["sha256"] != identity.get("sha256"):
+        raise PrepareError(f"tokenizer {path} changed since the embeddings were written (sha256 differs)")
+    return tok
+
+
+def open_tokenizer(path: Path | str) -> SpmTokenizer | HfTokenizer:
+    """A SentencePiece model file or a Hugging Face tokenizer directory/id, by what ``path`` is."""
+    return SpmTokenizer(path) if Path(path).is_file() else HfTokenizer(path)
+
+
+def batched(lines: Iterable[str], size: int = 1000) -> Iterable[list[str]]:
+    batch: list[str] = []
+    for line in lines:
+        batch.append(line)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
