@@ -87,7 +87,8 @@ def tokenize(out: Path, opts: PrepareOptions = DEFAULTS, workers: int = 1, force
     for s in SPLITS:
         recs = [records[t.name] for t in plans[s]]
         summary[s] = {"shards": [t.name for t in plans[s]],
-                      **{k: sum(r[k] for r in recs) for k in ("documents", "sentences", "tokens")}}
+                      **{k: sum(r[k] for r in recs) for k in ("documents", "sentences", "tokens")},
+                      "shard_documents": [r["documents"] for r in recs], "shard_tokens": [r["tokens"] for r in recs]}
     extra = {"dtype": np.dtype(plans["train"][0].dtype if plans["train"] else
                                ("uint16" if vocab_size <= 65536 else "uint32")).name}
     info = {st: s["stats"] for st in ("clean", "split") if (s := load_state(out, st))}

@@ -79,6 +79,22 @@ def test_nan_at_zero_stage_0_halts_without_saving(tmp_path, tiny_roberta, corpus
     assert complete_tags(run / "checkpoints") == [tag_for(2)]
 
 
+def test_no_checkpoint_is_written_from_non_finite_weights_at_zero_stage_0(tmp_path, tiny_roberta, corpus):
+    """Saving every step and logging every 3rd: the NaN update of step 2 reaches the weights before any log
+    step could see the loss. The save checks the weights first and halts instead of writing them."""
+    run = tmp_path / "run"
+    cfg = _cfg(run, tiny_roberta, corpus, "zero0_fp32", every=1, inject_nan_steps=[2])
+    cfg["logging"]["log_every"] = 3
+    proc = launch(["--config", str(write_config(tmp_path / "c.yaml", cfg))])
+    assert proc.returncode == HALTED_EXIT_CODE, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: weights are not finite at step 2: checkpoint {tag_for(2)} not written"), last
+    assert last.endswith(f"Newest complete checkpoint: {tag_for(1)}")
+    assert complete_tags(run / "checkpoints") == [tag_for(1)]
+    assert all(torch.isfinite(t).all() for t in load_checkpoint_fp32(run / "checkpoints", tag_for(1)).values())
+    assert _status(run)["state"] == "halted"
+
+
 def test_bad_step_counter_halts_only_after_more_than_the_limit_in_a_row():
     c = BadStepCounter(limit=2)
     assert [c.update(s) for s in (True, True, False, True, True)] == [False] * 5

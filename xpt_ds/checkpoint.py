@@ -14,6 +14,7 @@ Layout of ``RUN_DIR/checkpoints/TAG/``:
 """
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -102,35 +103,71 @@ def save(engine, ckpt_root: Path, tag: str, client_state: dict, frozen: dict, hf
     problem = _preflight(ckpt_root, newest, rank)
     if agree(problem):
         raise CheckpointError(problem or f"another rank cannot write checkpoint {tag_dir} (see its error)")
-    if rank == 0 and tag_dir.exists():  # re-saving a tag (a run resumed from an older one): start from nothing,
-        (tag_dir / MARKER).unlink(missing_ok=True)  # so no file of an earlier save at another scale stays
-        shutil.rmtree(tag_dir)
-    deepspeed.comm.barrier()
     try:
+        if rank == 0 and tag_dir.exists():  # re-saving a tag (a run resumed from an older one): start from
+            (tag_dir / MARKER).unlink(missing_ok=True)  # nothing, so no file of an earlier save stays
+            shutil.rmtree(tag_dir)
+        deepspeed.comm.barrier()
         engine.save_checkpoint(str(ckpt_root), tag=tag, client_state=client_state, save_latest=False)
         _atomic_torch_save({"rng": rng_state()}, tag_dir / f"rank_state_{rank:05d}.pt")
         if rank == 0:
             _atomic_torch_save(frozen, tag_dir / "frozen_fp32.pt")
             hf_config.save_pretrained(tag_dir / "hf_config")
             shutil.copyfile(tokenizer, tag_dir / "spm.model")
+        _fsync_own_files(tag_dir, rank)
+        deepspeed.comm.barrier()  # every rank's files are on disk before the marker
+        if rank == 0:
+            _write_marker(tag_dir, {"global_step": client_state["trainer"]["global_step"],
+                                    "world_size": deepspeed.comm.get_world_size(),
+                                    "zero_stage": engine.zero_optimization_stage()})
+        deepspeed.comm.barrier()
     except (OSError, RuntimeError) as e:  # torch.save reports a failed write as a RuntimeError
-        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e).strip().splitlines()[0]
-        raise CheckpointError(f"cannot write checkpoint {tag_dir} on rank {rank}: {why}; the newest complete "
-                              f"checkpoint ({newest or 'none'}) is intact") from None
-    _fsync_own_files(tag_dir, rank)
-    deepspeed.comm.barrier()  # every rank's files are on disk before the marker
-    if rank == 0:
-        marker = tag_dir / MARKER
-        tmp = tag_dir / (MARKER + ".tmp")
-        with open(tmp, "w") as f:
-            f.write(json.dumps({"global_step": client_state["trainer"]["global_step"],
-                                "world_size": deepspeed.comm.get_world_size(),
-                                "zero_stage": engine.zero_optimization_stage()}))
+        intact = f"the newest complete checkpoint ({newest or 'none'}) is intact"
+        if _peer_failed(e):
+            raise CheckpointError(f"stopped writing checkpoint {tag_dir} on rank {rank} because another rank "
+                                  f"failed (its error names the cause); {intact}") from None
+        raise CheckpointError(f"cannot write checkpoint {tag_dir} on rank {rank}: {_write_error(e, tag_dir)}; "
+                              f"{intact}") from None
+
+
+def _write_marker(tag_dir: Path, record: dict) -> None:
+    tmp = tag_dir / (MARKER + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(json.dumps(record))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, tag_dir / MARKER)
+    _fsync_dir(tag_dir)
+
+
+def _peer_failed(e: Exception) -> bool:
+    """A collective inside DeepSpeed's save that broke because another rank left it (gloo: 'Connection closed
+    by peer', NCCL: a communicator error or timeout), not a write of this rank's."""
+    if isinstance(e, torch.distributed.DistError):
+        return True
+    text = str(e).lower()
+    return any(k in text for k in ("connection closed by peer", "connection reset by peer", "gloo", "nccl",
+                                   "broken pipe", "timed out"))
+
+
+def _write_error(e: Exception, tag_dir: Path) -> str:
+    """The cause of a failed write, as the OS said it. torch.save reports ENOSPC as a RuntimeError from its
+    zip writer ('[enforce fail at inline_container.cc] . unexpected pos ...') with no errno; then a probe
+    write into the same directory asks the OS (ENOSPC, EACCES, EROFS, EDQUOT)."""
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror
+    try:
+        with open(tag_dir / f".write_probe_{os.getpid()}", "wb") as f:
+            f.write(b"\0" * (1 << 20))
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, marker)
-        _fsync_dir(tag_dir)
-    deepspeed.comm.barrier()
+    except OSError as probe:
+        return probe.strerror or str(probe)
+    finally:
+        (tag_dir / f".write_probe_{os.getpid()}").unlink(missing_ok=True)
+    if shutil.disk_usage(tag_dir).free == 0:
+        return os.strerror(errno.ENOSPC)
+    return str(e).strip().splitlines()[0]
 
 
 def _fsync_own_files(tag_dir: Path, rank: int) -> None:
@@ -193,6 +230,29 @@ def resolve_tag(ckpt_root: Path, resume: str) -> str | None:
         raise FileNotFoundError(f"checkpoint '{resume}' is not a complete checkpoint in {ckpt_root} "
                                 f"(complete: {', '.join(tags) or 'none'})")
     return resume
+
+
+ABANDONED = "abandoned"
+
+
+def abandon_later(ckpt_root: Path, tag: str | None) -> tuple[list[str], Path | None]:
+    """A run resumed from an older tag (or started over, ``tag`` None) begins a new branch: the complete
+    checkpoints after ``tag`` belong to the branch it leaves. They move to ``abandoned/branch-N/`` (rank 0;
+    moving is a rename, nothing is deleted), where ``resume: auto`` no longer sees them, so a requeued job
+    continues the branch it was on, not the old one. Returns the moved tags and where they went."""
+    step = -1 if tag is None else json.loads((ckpt_root / tag / MARKER).read_text())["global_step"]
+    later = [t for t in complete_tags(ckpt_root)
+             if json.loads((ckpt_root / t / MARKER).read_text())["global_step"] > step]
+    if not later:
+        return [], None
+    n = len(list((ckpt_root / ABANDONED).glob("branch-*"))) if (ckpt_root / ABANDONED).is_dir() else 0
+    dest = ckpt_root / ABANDONED / f"branch-{n + 1:03d}"
+    dest.mkdir(parents=True)
+    (dest / "README").write_text(f"checkpoints of a branch abandoned when a run resumed from {tag or 'scratch'}\n")
+    for t in later:
+        os.replace(ckpt_root / t, dest / t)
+    _fsync_dir(ckpt_root)
+    return later, dest
 
 
 def make_universal(ckpt_root: Path, tag: str) -> Path:

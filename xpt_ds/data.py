@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import signal
 from functools import lru_cache
 from itertools import count
 from pathlib import Path
@@ -72,6 +73,25 @@ def expand_shards(specs: list[str], tok: TargetTokenizer | None = None) -> list[
         if not Path(s).is_file():
             raise ConfigError(f"shard not found: {s}")
     return out
+
+
+def manifest_counts(specs: list[str]) -> dict[str, tuple[int, int]]:
+    """Shard path -> (documents, tokens) the manifests among ``specs`` record: per shard
+    (``shard_documents``/``shard_tokens``), or the split's totals when the split has one shard (manifests
+    written before per-shard counts)."""
+    counts = {}
+    for spec in specs:
+        path, _, split = spec.partition(".json:")
+        if not split:
+            continue
+        manifest = Path(path + ".json")
+        entry = json.loads(manifest.read_text())["splits"][split]
+        shards = [str(manifest.parent / s) for s in entry["shards"]]
+        if "shard_documents" in entry and "shard_tokens" in entry:
+            counts.update(zip(shards, zip(entry["shard_documents"], entry["shard_tokens"])))
+        elif len(shards) == 1 and "documents" in entry and "tokens" in entry:
+            counts[shards[0]] = (entry["documents"], entry["tokens"])
+    return counts
 
 
 def shuffle_buffer(ids: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
@@ -231,6 +251,15 @@ class _WorkerFailure:
         self.message = message
 
 
+def _ignore_stop_signals(worker_id: int) -> None:
+    """DataLoader workers ignore SIGTERM, SIGUSR1 and SIGINT. A scheduler's SIGTERM (a Slurm time limit,
+    preemption, ``scancel``, ``kill -TERM`` of the process group) reaches the workers too; a worker that dies of
+    it makes torch's SIGCHLD handler raise in the rank, in the middle of the preemption checkpoint. The rank
+    alone decides to stop, and then shuts its workers down (``MLMBatchStream.close``)."""
+    for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
+
+
 class _BatchDataset(IterableDataset):
     def __init__(self, plan: _BatchPlan):
         self.plan = plan
@@ -282,7 +311,14 @@ class MLMBatchStream:
         # Own generator: a DataLoader iterator otherwise draws its base seed from the global RNG, which
         # would shift the dropout stream whenever the iterator is (re)created, e.g. after a resume.
         return iter(DataLoader(ds, batch_size=None, num_workers=self.num_workers, generator=torch.Generator(),
-                               prefetch_factor=4 if self.num_workers else None))
+                               prefetch_factor=4 if self.num_workers else None,
+                               worker_init_fn=_ignore_stop_signals if self.num_workers else None))
+
+    def close(self) -> None:
+        """Shut the worker processes down (they ignore stop signals, so they wait to be told)."""
+        it, self._it = self._it, None
+        if it is not None and hasattr(it, "_shutdown_workers"):
+            it._shutdown_workers()
 
     def __iter__(self):
         return self
@@ -297,9 +333,11 @@ class MLMBatchStream:
         return batch
 
 
-def build_stream(shards: list[str], cfg: DataConfig, tok: TargetTokenizer, max_tokens: int = 0) -> TokenStream:
-    """``max_tokens`` > 0: every epoch is the same fixed subset of that many tokens (training only)."""
-    indexes, skipped = scan_shards(shards, cfg.on_corrupt_shard)
+def build_stream(shards: list[str], cfg: DataConfig, tok: TargetTokenizer, max_tokens: int = 0,
+                 expected: dict[str, tuple[int, int]] | None = None) -> TokenStream:
+    """``max_tokens`` > 0: every epoch is the same fixed subset of that many tokens (training only).
+    ``expected``: ``manifest_counts`` of the specs the shards came from."""
+    indexes, skipped = scan_shards(shards, cfg.on_corrupt_shard, expected)
     if skipped:
         log.warning("skipped %d corrupt shard(s) of %d: %s", len(skipped), len(shards), ", ".join(skipped))
     return TokenStream(indexes, tok, cfg, skipped, max_tokens)
@@ -307,10 +345,12 @@ def build_stream(shards: list[str], cfg: DataConfig, tok: TargetTokenizer, max_t
 
 def build_streams(cfg: DataConfig, tok: TargetTokenizer, micro_batch: int, rank: int, world: int):
     masker = MLMMasker(cfg, tok)
-    train = MLMBatchStream(build_stream(expand_shards(cfg.train_shards, tok), cfg, tok, cfg.train_tokens), masker,
-                           micro_batch, rank, world, cfg.num_workers)
+    train = MLMBatchStream(build_stream(expand_shards(cfg.train_shards, tok), cfg, tok, cfg.train_tokens,
+                                        manifest_counts(cfg.train_shards)), masker, micro_batch, rank, world,
+                           cfg.num_workers)
     valid = None
     if cfg.valid_shards:
-        valid = MLMBatchStream(build_stream(expand_shards(cfg.valid_shards, tok), cfg, tok), masker, micro_batch,
-                               rank, world, cfg.num_workers, single_pass=True)
+        valid = MLMBatchStream(build_stream(expand_shards(cfg.valid_shards, tok), cfg, tok, 0,
+                                            manifest_counts(cfg.valid_shards)), masker, micro_batch, rank, world,
+                               cfg.num_workers, single_pass=True)
     return train, valid

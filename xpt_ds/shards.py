@@ -46,8 +46,14 @@ def _npy_header(raw: bytes, name: str) -> tuple[np.dtype, tuple, int]:
     return np.dtype(dtype), shape, f.tell()
 
 
-def scan_shard(path: str) -> ShardIndex:
-    """Index one shard from its headers; raises DataError naming the shard if it is corrupt or truncated."""
+def scan_shard(path: str, expected: tuple[int, int] | None = None) -> ShardIndex:
+    """Index one shard from its headers; raises DataError naming the shard if it is corrupt or truncated.
+
+    A tar reader takes the first zero block for the end of the archive, so a shard whose tail was zero-filled
+    (a torn copy, a file system that lost blocks) would read as a shorter, valid one. Two checks catch it:
+    after the end-of-archive marker only the tar record's padding may follow (tar pads to whole records of
+    ``tarfile.RECORDSIZE`` bytes), and ``expected`` (documents, tokens), the counts the manifest records for
+    this shard, must match what was indexed."""
     offsets, lengths, dtypes = [], [], set()
     try:
         size = Path(path).stat().st_size
@@ -69,6 +75,13 @@ def scan_shard(path: str) -> ShardIndex:
             fh.seek(tar.offset)
             if fh.read(2 * _BLOCK) != bytes(2 * _BLOCK):
                 raise ValueError("truncated: no end-of-archive marker")
+            trailing = size - tar.offset - 2 * _BLOCK
+            if trailing >= tarfile.RECORDSIZE:
+                raise ValueError(f"{trailing} bytes follow the end-of-archive marker at byte {tar.offset}: the "
+                                 "rest of the shard is zero-filled or unreadable")
+        if expected is not None and (len(lengths), int(sum(lengths))) != tuple(expected):
+            raise ValueError(f"holds {len(lengths)} documents / {int(sum(lengths))} tokens, the manifest records "
+                             f"{expected[0]} / {expected[1]} (zero-filled, cut or replaced)")
     except (tarfile.TarError, ValueError, EOFError, OSError) as e:
         raise DataError(f"corrupt shard {path}: {e}") from None
     if len(dtypes) > 1:
@@ -77,12 +90,14 @@ def scan_shard(path: str) -> ShardIndex:
                       dtypes.pop() if dtypes else np.dtype(np.uint16))
 
 
-def scan_shards(paths: list[str], on_corrupt: str) -> tuple[list[ShardIndex], list[str]]:
-    """Indexes of the readable shards, and the names of the skipped ones (``on_corrupt='skip'``)."""
+def scan_shards(paths: list[str], on_corrupt: str, expected: dict[str, tuple[int, int]] | None = None
+                ) -> tuple[list[ShardIndex], list[str]]:
+    """Indexes of the readable shards, and the names of the skipped ones (``on_corrupt='skip'``).
+    ``expected``: path -> (documents, tokens) from the manifest, for the shards it lists."""
     good, skipped = [], []
     for path in paths:
         try:
-            good.append(scan_shard(path))
+            good.append(scan_shard(path, (expected or {}).get(path)))
         except DataError as e:
             if on_corrupt != "skip":
                 raise

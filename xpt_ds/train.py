@@ -62,15 +62,15 @@ def main(argv: list[str] | None = None) -> int:
     deepspeed.init_distributed(dist_init_required=True)
     level = logging.INFO if deepspeed.comm.get_rank() == 0 else logging.WARNING
     logging.basicConfig(level=level, format="%(asctime)s %(name)s: %(message)s")
+    trainer = None
     try:
         trainer = Trainer(cfg)
         trainer.setup()
         trainer.train()
-    except (ConfigError, DataError, CheckpointError) as e:
-        _say(f"error: {e}")
-        return 2
-    except OSError as e:  # a file the run reads or writes outside the checks above
-        _say(f"error: {os_error_line(e)}")
+    except (ConfigError, DataError, CheckpointError, OSError) as e:
+        line = os_error_line(e) if isinstance(e, OSError) else str(e)  # OSError: a file outside the checks
+        _say(f"error: {line}")
+        _failed(trainer, line)
         return 2
     except Halted as e:
         _say(f"error: {e}")
@@ -79,9 +79,20 @@ def main(argv: list[str] | None = None) -> int:
         _say(f"preempted: checkpoint {e} is complete; exiting with {PREEMPTED_EXIT_CODE} so the job is requeued")
         return PREEMPTED_EXIT_CODE
     finally:
+        if trainer is not None:
+            trainer.close()
         if deepspeed.comm.is_initialized():
             deepspeed.comm.destroy_process_group()
     return 0
+
+
+def _failed(trainer, line: str) -> None:
+    """status.json says the run failed (it said 'running' until now), if the trainer got far enough to own it."""
+    if trainer is not None and hasattr(trainer, "state"):
+        try:
+            trainer.write_status("failed", error=line)
+        except OSError:
+            pass  # the run directory itself may be what failed
 
 
 if __name__ == "__main__":

@@ -86,6 +86,8 @@ class Trainer:
 
     def setup(self) -> None:
         tag = checkpoint.resolve_tag(self.ckpt_root, self.cfg.checkpoint.resume)
+        if self.cfg.checkpoint.resume != "auto":
+            self.start_branch(tag)
         objective = MaskedLMObjective(self.built.model)
         fp32 = {n: p.detach().clone() for n, p in objective.named_parameters()}
         torch.manual_seed(self.cfg.seed + self.rank)  # dropout stream of this rank, unless a checkpoint has it
@@ -114,6 +116,16 @@ class Trainer:
         self.logger.start(self.state.global_step)
         self._info(f"model: {sum(v.numel() for v in fp32.values()):,} parameters; "
                    f"phase '{self.phase.name}' trains {n_train:,}")
+
+    def start_branch(self, tag: str | None) -> None:
+        """An explicit resume (or ``none``) leaves the later checkpoints' trajectory: move them aside."""
+        if self.rank == 0:
+            moved, dest = checkpoint.abandon_later(self.ckpt_root, tag)
+            if moved:
+                log.warning("resuming from %s starts a new branch: moved %d later checkpoint(s) of the abandoned "
+                            "branch (%s) to %s; resume: auto now continues this branch", tag or "scratch",
+                            len(moved), ", ".join(moved), dest)
+        deepspeed.comm.barrier()
 
     @property
     def phase(self):
@@ -253,6 +265,11 @@ class Trainer:
 
     def save(self) -> str:
         tag = checkpoint.tag_for(self.state.global_step)
+        if not self.weights_finite():
+            self.write_status("halted")
+            raise Halted(f"weights are not finite at step {self.state.global_step}: checkpoint {tag} not written "
+                         f"(a non-finite update went through; ZeRO stage 0 cannot skip one). Newest complete "
+                         f"checkpoint: {self.last_saved or 'none'}")
         client = {"trainer": self.state.state_dict(), "data": self.train_stream.state_dict(),
                   "bad_steps": self.bad_steps.state_dict(), "config": to_dict(self.cfg)}
         checkpoint.save(self.engine, self.ckpt_root, tag, client, self.frozen, self.hf_config, self.tok.path)
@@ -265,6 +282,27 @@ class Trainer:
         self._info(f"saved checkpoint {tag}")
         self.write_status("running")
         return tag
+
+    @torch.no_grad()
+    def weights_finite(self) -> bool:
+        """Every rank's parameters (its ZeRO-3 partition, else the whole module) and fp32 masters are finite:
+        one pass over the weights and one all-reduce, once per save."""
+        bad = torch.zeros((), dtype=torch.int64, device=self.device)
+        for p in self.engine.module.parameters():
+            t = p.ds_tensor if hasattr(p, "ds_tensor") else p
+            if t.numel():
+                bad += (~torch.isfinite(t)).sum()
+        for group in getattr(self.optimizer, "single_partition_of_fp32_groups", None) or []:  # ZeRO 1/2 masters
+            bad += (~torch.isfinite(group)).sum()
+        deepspeed.comm.all_reduce(bad)
+        return bad.item() == 0
+
+    def close(self) -> None:
+        """Stop the data loaders' worker processes (they ignore stop signals) and the logger."""
+        for stream in (self.train_stream, self.valid_stream):
+            if stream is not None:
+                stream.close()
+        self.logger.close()
 
     def count_bad_step(self, skipped: bool) -> bool:
         """Count a skipped step; True when too many in a row (the same on every rank: the norm is global)."""
@@ -295,7 +333,7 @@ class Trainer:
         if self.last_saved != checkpoint.tag_for(self.state.global_step):
             self.save()
 
-    def write_status(self, state: str) -> None:
+    def write_status(self, state: str, **extra) -> None:
         if self.rank != 0:
             return
         total = sum(p.steps for p in self.cfg.phases)
@@ -305,4 +343,4 @@ class Trainer:
                      phase_step=self.state.phase_step, global_step=self.state.global_step, total_steps=total,
                      tokens_seen=self.state.tokens_seen, skipped_steps=self.bad_steps.total,
                      last_complete_checkpoint=self.last_saved,
-                     tokens_per_s=tps, eta_s=eta)
+                     tokens_per_s=tps, eta_s=eta, **extra)
