@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from xpt_ds.config import ConfigError, DataConfig
-from xpt_ds.data import MLMBatchStream, MLMMasker, build_stream, expand_shards
+from xpt_ds.data import MLMBatchStream, MLMMasker, build_stream, expand_shards, manifest_counts
 from xpt_ds.files import check_output_file, os_error_line
 from xpt_ds.mlm_metrics import MLMStats
 from xpt_ds.objective import MaskedLMObjective
@@ -39,8 +39,8 @@ def load_export(model_dir: Path):
 def evaluate(model, tok: TargetTokenizer, data: DataConfig, shards: list[str], batch_size: int = 16,
              max_batches: int = 0, device: str = "cpu") -> dict:
     """One pass over ``shards`` (every token once); the metrics and the number of masked tokens scored."""
-    stream = MLMBatchStream(build_stream(expand_shards(shards, tok), data, tok), MLMMasker(data, tok),
-                            batch_size, rank=0, world=1, num_workers=0, single_pass=True)
+    stream = MLMBatchStream(build_stream(expand_shards(shards, tok), data, tok, 0, manifest_counts(shards)),
+                            MLMMasker(data, tok), batch_size, rank=0, world=1, num_workers=0, single_pass=True)
     objective = MaskedLMObjective(model).to(device).eval()
     stats = MLMStats(device)
     for i, batch in enumerate(stream):
