@@ -84,11 +84,17 @@ def reference(slurm, tmp_path_factory, tiny_roberta, corpus):
     return _losses(job.run)
 
 
-@pytest.mark.parametrize("mode", ["torchrun", "srun_per_gpu"])
-def test_usr1_checkpoints_requeues_and_resumes_exactly(slurm, reference, tmp_path, tiny_roberta, corpus, mode):
+@pytest.mark.parametrize("mode,signal", [("torchrun", "USR1"), ("srun_per_gpu", "USR1"), ("srun_per_gpu", "TERM")])
+def test_signal_checkpoints_requeues_and_resumes_exactly(slurm, reference, tmp_path, tiny_roberta, corpus, mode,
+                                                         signal):
+    """USR1 to the batch shell (the sbatch --signal notice), or TERM to every process of the job step as
+    `scancel --signal=TERM` sends it: the ranks and their DataLoader workers (2 per rank, the default)."""
     job = Job(slurm, tmp_path, tiny_roberta, corpus, SRUN_PER_GPU=str(int(mode == "srun_per_gpu")))
     job.wait_for("training to make progress", lambda: job.steps_logged() >= 5)
-    slurm("scancel", "--signal=USR1", "--batch", job.id)
+    if signal == "USR1":
+        slurm("scancel", "--signal=USR1", "--batch", job.id)
+    else:
+        slurm("scancel", "--signal=TERM", job.id)
     job.wait_for("the first run to stop at a checkpoint", lambda: job.status().get("state") == "preempted")
     stopped = job.status()["global_step"]
     tag = f"global_step{stopped:09d}"
