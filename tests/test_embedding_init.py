@@ -13,7 +13,7 @@ import pytest
 import torch
 from transformers import AutoModelForMaskedLM
 
-from conftest import REPO, base_config, launch, write_config
+from conftest import base_config, launch, write_config
 from xpt_ds.config import ConfigError, DataConfig, ModelConfig, load_config
 from xpt_ds.embedding_init import InitContext, init_embeddings
 from xpt_ds.model import build_model
@@ -214,6 +214,19 @@ def test_source_mean_rows_have_the_source_mean(bert_source, target_bert, max_dim
     se = src.std(0) / np.sqrt(len(rows))
     assert np.all(np.abs(rows.mean(0) - src.mean(0)) < 5 * se)
     assert np.allclose(rows.std(0), src.std(0), rtol=0.3)  # the spread is the source's, not a fixed std
+
+
+def test_random_draws_what_it_drew_before_strategies(bert_source, target_bert):
+    """``random`` is nn.init.normal_(std) over the whole matrix from the global generator, pad row zeroed: the
+    code it replaced, so runs from before keep their weights."""
+    ctx = _ctx(bert_source, target_bert)
+    torch.manual_seed(5)
+    matrix, report = init_embeddings("random", {}, ctx)
+    torch.manual_seed(5)
+    before = torch.nn.init.normal_(torch.empty(ctx.tok.vocab_size, ctx.hidden), std=ctx.std)
+    before[ctx.tok.pad_id] = 0
+    assert torch.equal(matrix, before)
+    assert report["random"] == ctx.tok.vocab_size - 1 and report["zero"] == 1
 
 
 def test_reruns_and_build_model_are_bitwise_identical(bert_source, target_bert):

@@ -20,7 +20,6 @@ read and checked by ``xpt_ds/embedding_files.py``.
 from __future__ import annotations
 
 import json
-import logging
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -33,8 +32,6 @@ from xpt_ds import embedding_strategies as s
 from xpt_ds.config import ConfigError, coerce
 from xpt_ds.embedding_files import HF_TOKENIZER_FILES
 from xpt_ds.tokenizer import TargetTokenizer
-
-log = logging.getLogger(__name__)
 
 KINDS = ("copied", "special", "combined", "fallback", "random", "zero")
 EXAMPLES = 5  # per kind in the report
@@ -144,7 +141,7 @@ class Rows:
 def summary(report: dict) -> str:
     """One log line."""
     counts = ", ".join(f"{report[k]} {k}" for k in KINDS if report.get(k))
-    eg = next((e for k in ("copied", "combined") for e in report["examples"].get(k, [])[-1:]), None)
+    eg = next((e for k in ("copied", "combined") for e in report["examples"].get(k, [])[:1]), None)
     tail = f"; e.g. {eg['piece']!r} <- {eg['source'][:2]}" if eg else ""
     return f"embedding_init {report['strategy']}: {counts} of {report['rows']} rows{tail}"
 
