@@ -39,7 +39,11 @@ class ModelConfig:
     source: str = doc("", "English *ForMaskedLM checkpoint: hub id or local directory (BERT or RoBERTa family).")
     tokenizer: str = doc("", "Target-language SentencePiece .model file.")
     method: str = doc("xpt", f"One of {', '.join(METHODS)}.")
-    embedding_init: str = doc("random", "How the new target word embeddings start (see xpt_ds.model.EMBEDDING_INITS).")
+    embedding_init: str = doc("random", "How the new target word embeddings start: a name in "
+                                        "xpt_ds.embedding_init.STRATEGIES (random, source_mean, frequency_rank, "
+                                        "overlap_copy, focus, aligned, from_file).")
+    embedding_init_args: dict = doc({}, "Options of model.embedding_init (e.g. {static: emb/uk.npy} for focus); "
+                                        "each strategy names its keys.")
     itl_init: str = doc("random", "ITL_in/ITL_out start 'random' (paper) or as a 'copy' of the first/last encoder layer.")
     phase1_trains_position_and_head: bool = doc(
         False, "xpt phase-1 preset also trains position embeddings and the LM-head transform (000 §2).")
@@ -172,7 +176,7 @@ def _coerce_override(value: Override, typ, key: str):
     return str(value)
 
 
-def _coerce(value, typ, key: str):
+def coerce(value, typ, key: str):
     """Check/convert one leaf value; ints are accepted where floats are expected."""
     if isinstance(value, Override):
         return _coerce_override(value, typ, key)
@@ -213,6 +217,10 @@ def from_dict(cls, data, prefix: str = ""):
             v = yaml.safe_load(v)  # a whole section or list given on the command line
         if dataclasses.is_dataclass(typ):
             kwargs[k] = from_dict(typ, v, key + ".")
+        elif typ is dict:  # free-form options; whoever owns them checks keys and types (embedding_init_args)
+            if not isinstance(v, dict) or not all(isinstance(x, str) for x in v):
+                raise ConfigError(f"config key '{key}' must be a mapping of names to values, got {v!r}")
+            kwargs[k] = dict(v)
         elif typing.get_origin(typ) is list:
             if not isinstance(v, list):
                 raise ConfigError(f"config key '{key}' must be a list, got {v!r}")
@@ -220,9 +228,9 @@ def from_dict(cls, data, prefix: str = ""):
             if dataclasses.is_dataclass(elem):
                 kwargs[k] = [from_dict(elem, x, f"{key}[{i}].") for i, x in enumerate(v)]
             else:
-                kwargs[k] = [_coerce(x, elem, f"{key}[{i}]") for i, x in enumerate(v)]
+                kwargs[k] = [coerce(x, elem, f"{key}[{i}]") for i, x in enumerate(v)]
         else:
-            kwargs[k] = _coerce(v, typ, key)
+            kwargs[k] = coerce(v, typ, key)
     return cls(**kwargs)
 
 
@@ -297,6 +305,8 @@ def validate(cfg: TrainConfig) -> None:
         raise ConfigError(f"config key 'model.itl_init' is '{m.itl_init}'; valid: random, copy")
     if not m.source:
         raise ConfigError("config key 'model.source' is required (hub id or local path)")
+    from xpt_ds.embedding_init import check_args  # imported here: embedding_init imports this module
+    m.embedding_init_args = check_args(m.embedding_init, m.embedding_init_args)
     if not m.tokenizer:
         raise ConfigError("config key 'model.tokenizer' is required (SentencePiece .model file)")
     if not cfg.phases:

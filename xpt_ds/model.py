@@ -17,7 +17,8 @@ from torch import nn
 from transformers import AutoConfig, AutoModelForMaskedLM
 
 from xpt_ds.adapters import add_adapters
-from xpt_ds.config import ConfigError, ModelConfig
+from xpt_ds.config import ConfigError, DataConfig, ModelConfig
+from xpt_ds.embedding_init import InitContext, init_embeddings
 from xpt_ds.methods import METHODS
 from xpt_ds.tokenizer import TargetTokenizer
 
@@ -40,21 +41,13 @@ FAMILIES = {
 }
 FAMILIES["xlm-roberta"] = FAMILIES["camembert"] = FAMILIES["roberta"]
 
-def _init_embeddings_random(emb: nn.Embedding, tok: TargetTokenizer, std: float) -> None:
-    nn.init.normal_(emb.weight, std=std)
-    with torch.no_grad():
-        emb.weight[tok.pad_id].zero_()
-
-
-# The strategy interface for new word embeddings: name -> fn(embedding, tokenizer, init std).
-EMBEDDING_INITS = {"random": _init_embeddings_random}
-
 
 @dataclass
 class BuiltModel:
     model: nn.Module  # a stock *ForMaskedLM (plus adapters for method=adapters)
     family: Family
     tags: dict[str, set[str]]  # parameter name -> tags
+    embedding_init: dict  # the embedding_init report (xpt_ds.embedding_init.Rows.report)
 
 
 def load_source(cfg: ModelConfig):
@@ -117,10 +110,11 @@ def _copy_position_rows(dst: nn.Embedding, src: nn.Embedding, dst_pad: int, src_
         dst.weight[lo:hi].copy_(src.weight[lo - shift:hi - shift])
 
 
-def build_model(cfg: ModelConfig, tok: TargetTokenizer) -> BuiltModel:
+def build_model(cfg: ModelConfig, tok: TargetTokenizer, data: DataConfig | None = None) -> BuiltModel:
     """Target model with reused source parameters copied bit-exactly. Every random value comes from
     ``cfg.init_seed`` (the source's missing or random weights from init_seed + 1, the target's from init_seed),
-    so ranks and reruns build the same weights; the global RNG state is left as it was."""
+    so ranks and reruns build the same weights; the global RNG state is left as it was. ``data`` gives the
+    training shards to the embedding_init strategies that count pieces (frequency_rank)."""
     method = METHODS[cfg.method]
     src, missing = load_source(cfg)
     src_cfg = src.config
@@ -129,12 +123,16 @@ def build_model(cfg: ModelConfig, tok: TargetTokenizer) -> BuiltModel:
         tcfg = _target_config(src_cfg, cfg, tok)
         torch.manual_seed(cfg.init_seed)
         model = build_skeleton(tcfg)
-        build_embedding_init(cfg.embedding_init)(
-            _base(model, family).embeddings.word_embeddings, tok, src_cfg.initializer_range)
+        ctx = InitContext(tok, src.get_input_embeddings().weight.detach().float().clone(), cfg.source,
+                          torch.Generator().manual_seed(cfg.init_seed), src_cfg.initializer_range, {},
+                          list(data.train_shards) if data else [], data.on_corrupt_shard if data else "fail")
+        matrix, report = init_embeddings(cfg.embedding_init, cfg.embedding_init_args, ctx)
+        with torch.no_grad():
+            _base(model, family).embeddings.word_embeddings.weight.copy_(matrix)
         copied = set() if method.source == "none" else _copy_source(src, model, family, cfg, tok)
     copied -= missing
     tags = _tag_parameters(model, family, copied, src_cfg.num_hidden_layers, method.has_itl)
-    return BuiltModel(model=model, family=family, tags=tags)
+    return BuiltModel(model=model, family=family, tags=tags, embedding_init=report)
 
 
 def build_skeleton(tcfg) -> nn.Module:
@@ -154,12 +152,6 @@ def load_fp32_state(model: nn.Module, state: dict, where: str) -> None:
         raise RuntimeError(f"{where} does not match its model: missing {missing[:5]}, "
                            f"unexpected {result.unexpected_keys[:5]}")
     model.tie_weights()
-
-
-def build_embedding_init(name: str):
-    if name not in EMBEDDING_INITS:
-        raise ConfigError(f"config key 'model.embedding_init' is '{name}'; valid: {', '.join(EMBEDDING_INITS)}")
-    return EMBEDDING_INITS[name]
 
 
 def _base(model: nn.Module, family: Family) -> nn.Module:

@@ -13,6 +13,7 @@ import torch
 from xpt_ds import checkpoint
 from xpt_ds.config import ConfigError, TrainConfig, save_config, to_dict
 from xpt_ds.data import build_streams
+from xpt_ds.embedding_init import summary, write_report
 from xpt_ds.engine import (agree_on_initial_weights, build_engine, full_fp32_state, load_ds_config, lr_at,
                            restore_frozen, set_lr, zero_stage)
 from xpt_ds.files import unwritable
@@ -55,7 +56,10 @@ class Trainer:
             raise ConfigError(f"config key 'run_dir': cannot write {self.run_dir}: "
                               f"{why or 'another rank cannot (see its error)'}")
         self.tok = build_tokenizer(cfg.model.tokenizer, cfg.model.mask_token)
-        self.built = build_model(cfg.model, self.tok)
+        self.built = build_model(cfg.model, self.tok, cfg.data)
+        if self.rank == 0:
+            log.info(summary(self.built.embedding_init))
+            write_report(self.built.embedding_init, self.run_dir / "embedding_init.json")
         self.hf_config = self.built.model.config
         if cfg.data.seq_len > self.hf_config.xpt_max_length:
             raise ConfigError(f"config key 'data.seq_len' is {cfg.data.seq_len}; the source model's positions "
@@ -271,7 +275,8 @@ class Trainer:
                          f"(a non-finite update went through; ZeRO stage 0 cannot skip one). Newest complete "
                          f"checkpoint: {self.last_saved or 'none'}")
         client = {"trainer": self.state.state_dict(), "data": self.train_stream.state_dict(),
-                  "bad_steps": self.bad_steps.state_dict(), "config": to_dict(self.cfg)}
+                  "bad_steps": self.bad_steps.state_dict(), "config": to_dict(self.cfg),
+                  "embedding_init": self.built.embedding_init}
         checkpoint.save(self.engine, self.ckpt_root, tag, client, self.frozen, self.hf_config, self.tok.path)
         self.last_saved = tag
         if self.rank == 0:

@@ -1,0 +1,203 @@
+"""Where the new target word embeddings start: the strategy interface, its report and the registry.
+
+A strategy (``model.embedding_init``, options in ``model.embedding_init_args``) is a function
+``fn(ctx: InitContext, rows: Rows) -> None`` that fills ``rows`` (the [target_vocab, hidden] matrix being built,
+and what each row came from). ``InitContext`` offers, loaded only when a strategy asks for them: the target
+SentencePiece pieces and their counts in ``data.train_shards``, the source model's input-embedding matrix and
+its Hugging Face tokenizer (from ``model.source``, offline), and a ``torch.Generator`` seeded with
+``model.init_seed``. Strategies compute on the CPU in float32/float64, walk ids in order and draw only from that
+generator, so every rank and every rerun gets the same matrix bit for bit (``engine.agree_on_initial_weights``
+checks). ``random`` is the exception that keeps its old bits: it draws from the global generator, which
+``build_model`` seeds with ``init_seed`` just before.
+
+Every strategy leaves the pad row zero. The report (``Rows.report``) counts rows by kind (``copied``,
+``special``, ``combined``, ``fallback``, ``random``, ``zero``) with a few examples each; the trainer logs it,
+writes ``RUN_DIR/embedding_init.json`` and puts it into every checkpoint's client state.
+
+The strategies are in ``xpt_ds/embedding_strategies.py``; the files they read (made by ``data_tools``) are
+read and checked by ``xpt_ds/embedding_files.py``.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from xpt_ds import embedding_strategies as s
+from xpt_ds.config import ConfigError, coerce
+from xpt_ds.embedding_files import HF_TOKENIZER_FILES
+from xpt_ds.tokenizer import TargetTokenizer
+
+KINDS = ("copied", "special", "combined", "fallback", "random", "zero")
+EXAMPLES = 5  # per kind in the report
+
+
+@dataclass
+class InitContext:
+    tok: TargetTokenizer
+    source_embeddings: torch.Tensor  # float32 [source rows, hidden]: the source model's input embeddings
+    source: str  # model.source: where the source tokenizer is
+    generator: torch.Generator  # seeded with model.init_seed
+    std: float  # the source config's initializer_range
+    args: dict  # model.embedding_init_args, checked and filled with defaults
+    train_shards: list[str] = field(default_factory=list)
+    on_corrupt_shard: str = "fail"
+
+    @property
+    def hidden(self) -> int:
+        return self.source_embeddings.shape[1]
+
+    @cached_property
+    def pieces(self) -> list[str]:
+        return [self.tok.piece(i) for i in range(self.tok.vocab_size)]
+
+    @cached_property
+    def counts(self) -> np.ndarray:
+        """int64 [target vocab]: occurrences of each id in ``data.train_shards`` (all of them, in shard order)."""
+        if not self.train_shards:
+            raise ConfigError("config key 'data.train_shards' is empty; the embedding_init strategy counts pieces "
+                              "in it")
+        return count_pieces(self.train_shards, self.tok, self.on_corrupt_shard)
+
+    @cached_property
+    def source_tokenizer(self):
+        return load_source_tokenizer(self.source)
+
+
+def count_pieces(shards: list[str], tok: TargetTokenizer, on_corrupt: str = "fail") -> np.ndarray:
+    from xpt_ds.data import expand_shards
+    from xpt_ds.shards import DataError, DocReader, scan_shards
+
+    indexes, _ = scan_shards(expand_shards(shards, tok), on_corrupt)
+    counts = np.zeros(tok.vocab_size, np.int64)
+    reader = DocReader(indexes)
+    try:
+        for s, ix in enumerate(indexes):
+            if len(ix.lengths) == 0:
+                continue
+            ids = np.concatenate([reader.read(s, d) for d in range(len(ix.lengths))]).astype(np.int64)
+            if ids.size and ids.max() >= tok.vocab_size:
+                raise DataError(f"shard {ix.path} holds token id {ids.max()} >= vocab size {tok.vocab_size} of "
+                                f"{tok.path}: it was made with another tokenizer")
+            counts += np.bincount(ids, minlength=tok.vocab_size)
+    finally:
+        reader.close()
+    return counts
+
+
+def load_source_tokenizer(source: str):
+    """The source model's Hugging Face tokenizer; a directory without tokenizer files is a one-line error
+    (transformers 5's AutoTokenizer would build an empty tokenizer of the model's class from no files)."""
+    import transformers
+    if Path(source).is_dir() and not any((Path(source) / f).is_file() for f in HF_TOKENIZER_FILES):
+        raise ConfigError(f"config key 'model.source': {source} has no tokenizer files "
+                          f"({', '.join(HF_TOKENIZER_FILES[:3])}, ...), which model.embedding_init needs")
+    try:
+        return transformers.AutoTokenizer.from_pretrained(source)
+    except (OSError, ValueError, TypeError) as e:
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"config key 'model.source': {source} has no usable tokenizer, which model.embedding_init "
+                          f"needs ({reason[:200]})") from None
+
+
+class Rows:
+    """The target matrix being built (float32 [vocab, hidden], zeros until set) and where each row came from."""
+
+    def __init__(self, ctx: InitContext):
+        self.ctx = ctx
+        self.matrix = torch.zeros(ctx.tok.vocab_size, ctx.hidden, dtype=torch.float32)
+        self.kind = np.full(ctx.tok.vocab_size, "", dtype=object)
+        self.sources: dict[int, list] = {}  # row -> [source token, ...] or [[token, weight], ...]
+        self.kind[ctx.tok.pad_id] = "zero"
+
+    def unset(self) -> list[int]:
+        return [i for i in range(len(self.kind)) if not self.kind[i]]
+
+    def copy(self, i: int, source_id: int, token: str, kind: str = "copied") -> None:
+        self.matrix[i] = self.ctx.source_embeddings[source_id]
+        self.kind[i], self.sources[i] = kind, [token]
+
+    def set(self, i: int, row: torch.Tensor, kind: str, sources: list | None = None) -> None:
+        self.matrix[i] = row
+        self.kind[i] = kind
+        if sources is not None:
+            self.sources[i] = sources
+
+    def report(self, name: str, args: dict, **extra) -> dict:
+        counts = {k: int((self.kind == k).sum()) for k in KINDS}
+        examples = {k: [] for k in KINDS if counts[k] and k not in ("zero", "random")}
+        for i in range(len(self.kind)):
+            k = self.kind[i]
+            if k in examples and len(examples[k]) < EXAMPLES:
+                examples[k].append({"id": i, "piece": self.ctx.tok.piece(i), "source": self.sources.get(i, [])})
+        return {"strategy": name, "args": args, "rows": len(self.kind), **counts, **extra, "examples": examples}
+
+
+def summary(report: dict) -> str:
+    """One log line."""
+    counts = ", ".join(f"{report[k]} {k}" for k in KINDS if report.get(k))
+    eg = next((e for k in ("copied", "combined") for e in report["examples"].get(k, [])[:1]), None)
+    tail = f"; e.g. {eg['piece']!r} <- {eg['source'][:2]}" if eg else ""
+    return f"embedding_init {report['strategy']}: {counts} of {report['rows']} rows{tail}"
+
+
+def write_report(report: dict, path: Path) -> None:
+    path.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class Strategy:
+    fn: Callable[[InitContext, Rows], None]
+    args: dict  # option -> default; a default of "" means required
+    help: str
+
+
+STRATEGIES: dict[str, Strategy] = {
+    "random": Strategy(s.init_random, {}, "N(0, initializer_range) from the global generator (002 eq. 7)"),
+    "source_mean": Strategy(s.init_source_mean, {"full_covariance_max_dim": 2048},
+                            "samples of N(mean, covariance) of the source rows"),
+    "frequency_rank": Strategy(s.init_frequency_rank, {}, "target piece of rank r gets source row of rank r "
+                                                          "(003)"),
+    "overlap_copy": Strategy(s.init_overlap_copy, {}, "pieces equal to a source token copy its row"),
+    "focus": Strategy(s.init_focus, {"static": ""}, "FOCUS: sparsemax over overlapping pieces' rows"),
+    "aligned": Strategy(s.init_aligned, {"target": "", "source": "", "top_k": 10, "temperature": 0.1},
+                        "WECHSEL: softmax over the top-k most similar source tokens"),
+    "from_file": Strategy(s.init_from_file, {"path": ""}, "rows of a .npy + sidecar"),
+}
+
+
+def check_args(name: str, args: dict) -> dict:
+    """``args`` with defaults filled in and values of the defaults' types; unknown name or key, a missing
+    required key or a wrong type is a ConfigError naming ``model.embedding_init_args.KEY``."""
+    if name not in STRATEGIES:
+        raise ConfigError(f"config key 'model.embedding_init' is '{name}'; valid: {', '.join(STRATEGIES)}")
+    spec = STRATEGIES[name].args
+    out = dict(spec)
+    for k, v in args.items():
+        key = f"model.embedding_init_args.{k}"
+        if k not in spec:
+            raise ConfigError(f"unknown config key '{key}' for embedding_init '{name}' "
+                              f"(valid: {', '.join(spec) or 'none'})")
+        out[k] = coerce(v, type(spec[k]), key)
+    missing = [k for k, v in out.items() if v == ""]
+    if missing:
+        raise ConfigError(f"config key 'model.embedding_init_args.{missing[0]}' is required by embedding_init "
+                          f"'{name}'")
+    return out
+
+
+def init_embeddings(name: str, args: dict, ctx: InitContext) -> tuple[torch.Tensor, dict]:
+    """(float32 [target vocab, hidden], report) for strategy ``name``."""
+    args = check_args(name, args)
+    ctx.args = args
+    rows = Rows(ctx)
+    STRATEGIES[name].fn(ctx, rows)
+    rows.matrix[ctx.tok.pad_id] = 0.0
+    left = rows.unset()
+    assert not left, f"embedding_init {name} left rows {left[:5]} unset"
+    return rows.matrix, rows.report(name, args)
