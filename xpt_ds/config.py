@@ -37,7 +37,8 @@ def doc(default, help: str):
 @dataclass
 class ModelConfig:
     source: str = doc("", "English *ForMaskedLM checkpoint: hub id or local directory (BERT or RoBERTa family).")
-    tokenizer: str = doc("", "Target-language SentencePiece .model file.")
+    tokenizer: str = doc("", "Target-language SentencePiece .model file; for a method that keeps the source "
+                             "vocabulary (keep_vocab), the source's Hugging Face tokenizer (empty = model.source's).")
     method: str = doc("xpt", f"One of {', '.join(METHODS)}.")
     embedding_init: str = doc("random", "How the new target word embeddings start (see xpt_ds.model.EMBEDDING_INITS).")
     itl_init: str = doc("random", "ITL_in/ITL_out start 'random' (paper) or as a 'copy' of the first/last encoder layer.")
@@ -297,7 +298,7 @@ def validate(cfg: TrainConfig) -> None:
         raise ConfigError(f"config key 'model.itl_init' is '{m.itl_init}'; valid: random, copy")
     if not m.source:
         raise ConfigError("config key 'model.source' is required (hub id or local path)")
-    if not m.tokenizer:
+    if not m.tokenizer and METHODS[m.method].vocab == "target":
         raise ConfigError("config key 'model.tokenizer' is required (SentencePiece .model file)")
     if not cfg.phases:
         raise ConfigError("config key 'phases' is empty; give at least one phase with steps and lr")

@@ -92,6 +92,11 @@ def _load_source(cfg: ModelConfig):
 def _target_config(src_cfg, cfg: ModelConfig, tok: TargetTokenizer):
     tcfg = copy.deepcopy(src_cfg)
     tcfg.vocab_size = tok.vocab_size
+    if METHODS[cfg.method].vocab == "source":  # the source's rows as they are (some checkpoints pad the matrix)
+        if tok.vocab_size > src_cfg.vocab_size:
+            raise ConfigError(f"tokenizer {tok.path} has {tok.vocab_size} entries but model.source has only "
+                              f"{src_cfg.vocab_size} embedding rows: it is not the source's tokenizer")
+        tcfg.vocab_size = src_cfg.vocab_size
     tcfg.num_hidden_layers = src_cfg.num_hidden_layers + (2 if METHODS[cfg.method].has_itl else 0)
     tcfg.pad_token_id, tcfg.bos_token_id, tcfg.eos_token_id = tok.pad_id, tok.cls_id, tok.sep_id
     tcfg.tie_word_embeddings = True
@@ -188,6 +193,10 @@ def _copy_source(src, model, family: Family, cfg: ModelConfig, tok: TargetTokeni
         for path in (family.head_dense, family.head_norm):
             model.get_submodule(path).load_state_dict(src.get_submodule(path).state_dict())
             copied |= {f"{path}.{n}" for n, _ in model.get_submodule(path).named_parameters()}
+        if METHODS[cfg.method].vocab == "source":  # 003 [lang->en][lang]: source word embeddings and head bias
+            emb.word_embeddings.load_state_dict(sb.embeddings.word_embeddings.state_dict())
+            model.get_parameter(family.head_bias).copy_(src.get_parameter(family.head_bias))
+            copied |= {f"{family.base}.embeddings.word_embeddings.weight", family.head_bias}
         if off and cfg.itl_init == "copy":
             tb.encoder.layer[0].load_state_dict(sb.encoder.layer[0].state_dict())
             tb.encoder.layer[C + 1].load_state_dict(sb.encoder.layer[C - 1].state_dict())
