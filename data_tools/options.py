@@ -36,6 +36,8 @@ class PrepareOptions:
     spm_threads: int = _opt(8, "SentencePiece trainer threads: the model depends on it, so it is a fixed "
                                "option, not the machine's core count")
     tokenizer: Path | None = _opt(None, "use this SentencePiece model instead of training one")
+    hf_tokenizer: str | None = _opt(None, "tokenize with this Hugging Face tokenizer (a directory or hub id, e.g. "
+                                          "the source model's) instead of SentencePiece; the spm stage is skipped")
     # shards (stage tokenize)
     shard_tokens: int | None = _opt(50_000_000, "target tokens per shard (whole documents)")
     shard_docs: int | None = _opt(None, "documents per shard (instead of shard_tokens)")

@@ -5,6 +5,8 @@
     python -m data_tools.prepare split    --out DIR [--valid --test --seed]      split by document
     python -m data_tools.prepare spm      --out DIR [--vocab-size ...]           train SentencePiece on train
     python -m data_tools.prepare tokenize --out DIR [--workers --shard-tokens]   shards + manifest.json
+    python -m data_tools.prepare --input ... --out DIR --hf-tokenizer SOURCE     no spm stage: the source model's
+                                                                                 own Hugging Face tokenizer
 
 Layout of DIR: ``sentences/corpus.jsonl`` (clean) and ``sentences/{train,valid,test}.jsonl`` (split), one
 document per line as a JSON list of sentences; ``spm.model``/``spm.vocab``; ``{split}-NNNNNN.tar`` shards and
@@ -53,7 +55,10 @@ def _run_all(inputs, out: Path, opts: PrepareOptions, workers: int, force: bool,
     t0 = time.perf_counter()
     stats = {"clean": clean(inputs, out, opts, workers=workers, force=force, progress=progress)}
     stats["split"] = split(out, opts, force=force)
-    stats["spm"] = train_tokenizer(out, opts, force=force)
+    if opts.hf_tokenizer is None:
+        stats["spm"] = train_tokenizer(out, opts, force=force)
+    else:  # the source model's own tokenizer (003's [lang->en][lang]): nothing to train
+        stats["spm"] = {"skipped": True, "hf_tokenizer": opts.hf_tokenizer}
     stats["tokenize"] = tokenize(out, opts, workers, force=force, progress=progress)
     stats["manifest"] = stats["tokenize"]["manifest"]
     stats["seconds"] = time.perf_counter() - t0
@@ -127,6 +132,7 @@ def _add_tokenize(p: argparse.ArgumentParser) -> None:
     m = g.add_mutually_exclusive_group()
     m.add_argument("--shard-tokens", type=_positive, default=DEFAULTS.shard_tokens, help=help_of("shard_tokens"))
     m.add_argument("--shard-docs", type=_positive, default=DEFAULTS.shard_docs, help=help_of("shard_docs"))
+    g.add_argument("--hf-tokenizer", default=DEFAULTS.hf_tokenizer, metavar="DIR_OR_ID", help=help_of("hf_tokenizer"))
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -14,7 +14,8 @@ import numpy as np
 from data_tools.errors import PrepareError
 from data_tools.log import log, progress_bar
 from data_tools.options import DEFAULTS, PrepareOptions
-from data_tools.shards import RECORDS, ShardTask, completed, forget, plan_split, write_manifest, write_shard_task
+from data_tools.shards import (RECORDS, HfEncoder, ShardTask, completed, forget, hf_manifest_keys, plan_split,
+                               write_manifest, write_shard_task)
 from data_tools.state import SPLITS, load_state, split_path
 
 
@@ -31,21 +32,35 @@ def _run_shards(tasks: list[ShardTask], workers: int, bar) -> Iterator[dict]:
             yield rec
 
 
+def _open_tokenizer(out: Path, opts: PrepareOptions):
+    """(what the shard tasks open: spm.model or the HF tokenizer's local directory, an encoder, vocab size, the
+    sha256 in every shard's up-to-date key, what the manifest records about the tokenizer)."""
+    if opts.hf_tokenizer is not None:
+        if opts.tokenizer is not None:
+            raise PrepareError("--tokenizer (SentencePiece) and --hf-tokenizer exclude each other")
+        from data_tools.piece_tokenizers import HfTokenizer
+        hf = HfTokenizer(opts.hf_tokenizer)
+        record = hf_manifest_keys(hf)
+        # The kind is part of the key so a SentencePiece shard can never pass for an HF one; SentencePiece keys
+        # stay as they were, so shards of earlier runs remain up to date.
+        return hf.path.resolve(), HfEncoder(str(hf.path)), hf.vocab_size, f"huggingface:{record['tokenizer_sha256']}", record
+    model = out / "spm.model"
+    if not model.is_file():
+        raise PrepareError(f"{model} not found: run the spm stage first")
+    import sentencepiece as spm
+    sp = spm.SentencePieceProcessor(model_file=str(model))
+    return model, sp, sp.get_piece_size(), hashlib.sha256(model.read_bytes()).hexdigest(), model
+
+
 def tokenize(out: Path, opts: PrepareOptions = DEFAULTS, workers: int = 1, force: bool = False,
              progress: bool | None = None) -> dict:
     """Stage (d): tokenize every split into shards (resuming complete ones) and write manifest.json."""
     shard_tokens, shard_docs = opts.shard_tokens, opts.shard_docs
     t0 = time.perf_counter()
     out = Path(out)
-    model = out / "spm.model"
-    if not model.is_file():
-        raise PrepareError(f"{model} not found: run the spm stage first")
     if shard_docs is not None and shard_docs < 1 or shard_docs is None and (shard_tokens is None or shard_tokens < 1):
         raise PrepareError("--shard-docs / --shard-tokens must be at least 1")
-    import sentencepiece as spm
-    sp = spm.SentencePieceProcessor(model_file=str(model))
-    vocab_size = sp.get_piece_size()
-    tok_sha = hashlib.sha256(model.read_bytes()).hexdigest()
+    model, sp, vocab_size, tok_sha, tok_record = _open_tokenizer(out, opts)
     plans: dict[str, list[ShardTask]] = {}
     for s in SPLITS:
         src = split_path(out, s)
@@ -94,7 +109,7 @@ def tokenize(out: Path, opts: PrepareOptions = DEFAULTS, workers: int = 1, force
     info = {st: s["stats"] for st in ("clean", "split") if (s := load_state(out, st))}
     if info:
         extra["prepare"] = info
-    manifest = write_manifest(out, model, vocab_size, summary, **extra)
+    manifest = write_manifest(out, tok_record, vocab_size, summary, **extra)
     log("tokenize: " + ", ".join(f"{s} {v['documents']} docs / {v['sentences']} sentences / {v['tokens']} tokens "
                                  f"in {len(v['shards'])} shard(s)" for s, v in summary.items()))
     return {"manifest": str(manifest), "splits": summary, "written_shards": len(todo),

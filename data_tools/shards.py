@@ -171,10 +171,29 @@ def atomic_write_text(path: Path, text: str) -> None:
 _PROCESSORS: dict[str, object] = {}
 
 
+class HfEncoder:
+    """A Hugging Face tokenizer (a local directory) behind SentencePiece's ``encode(lines, num_threads=)``: ids
+    without special tokens. Text that spells a special token (a literal "[MASK]") is split as plain text, so
+    shards never hold special ids (docs/shard_format.md)."""
+
+    def __init__(self, path: str):
+        from data_tools.piece_tokenizers import HfTokenizer
+        self.tok = HfTokenizer(path).tok
+
+    def encode(self, lines: list[str], num_threads: int = 1) -> list[list[int]]:
+        if not lines:
+            return []
+        return self.tok(list(lines), add_special_tokens=False, split_special_tokens=True)["input_ids"]
+
+
 def _processor(path: str):
+    """A SentencePiece model file, or a Hugging Face tokenizer directory (``--hf-tokenizer``)."""
     if path not in _PROCESSORS:
-        import sentencepiece as spm
-        _PROCESSORS[path] = spm.SentencePieceProcessor(model_file=path)
+        if Path(path).is_dir():
+            _PROCESSORS[path] = HfEncoder(path)
+        else:
+            import sentencepiece as spm
+            _PROCESSORS[path] = spm.SentencePieceProcessor(model_file=path)
     return _PROCESSORS[path]
 
 
@@ -208,10 +227,26 @@ def write_shard_task(task: ShardTask) -> dict:
     return record
 
 
-def write_manifest(out_dir: Path, tokenizer: Path, vocab_size: int, splits: dict[str, dict], **extra) -> Path:
-    """manifest.json (format_version 1), written atomically; ``extra`` keys are informational."""
-    manifest = {"format_version": FORMAT_VERSION, "vocab_size": vocab_size, "tokenizer": tokenizer.name,
-                "tokenizer_sha256": hashlib.sha256(tokenizer.read_bytes()).hexdigest(), "splits": splits, **extra}
+def hf_manifest_keys(tok) -> dict:
+    """The manifest's record of a Hugging Face tokenizer (``piece_tokenizers.HfTokenizer``): its path, a sha256
+    over its tokenizer files, and a sha256 of its serialised backend (``tokenizer.json`` as the ``tokenizers``
+    library writes it: normaliser, pre-tokenizer, vocabulary, added tokens), which survives ``save_pretrained``
+    and is what the trainer compares."""
+    ident = tok.identity()
+    return {"tokenizer": ident["path"], "tokenizer_sha256": ident["sha256"], "tokenizer_kind": "huggingface",
+            "tokenizer_name": ident["name"], "tokenizer_files": ident["files"],
+            "tokenizer_content_sha256": hashlib.sha256(tok.tok.backend_tokenizer.to_str().encode()).hexdigest()}
+
+
+def write_manifest(out_dir: Path, tokenizer: Path | dict, vocab_size: int, splits: dict[str, dict], **extra) -> Path:
+    """manifest.json (format_version 1), written atomically; ``extra`` keys are informational. ``tokenizer``:
+    the SentencePiece model file, or the ``hf_manifest_keys`` of a Hugging Face tokenizer."""
+    if isinstance(tokenizer, dict):
+        tok_keys = tokenizer
+    else:
+        tok_keys = {"tokenizer": tokenizer.name, "tokenizer_sha256": hashlib.sha256(tokenizer.read_bytes()).hexdigest(),
+                    "tokenizer_kind": "sentencepiece"}
+    manifest = {"format_version": FORMAT_VERSION, "vocab_size": vocab_size, **tok_keys, "splits": splits, **extra}
     path = out_dir / "manifest.json"
     atomic_write_text(path, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
     return path

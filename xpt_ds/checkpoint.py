@@ -31,6 +31,7 @@ import torch
 from xpt_ds.config import ConfigError, TrainConfig, read_checkpoint_config
 from xpt_ds.engine import zero_stage
 from xpt_ds.files import unwritable
+from xpt_ds.tokenizer import HF_TOKENIZER_DIR, copy_hf_tokenizer
 
 MARKER = "COMPLETE"
 log = logging.getLogger(__name__)
@@ -113,7 +114,10 @@ def save(engine, ckpt_root: Path, tag: str, client_state: dict, frozen: dict, hf
         if rank == 0:
             _atomic_torch_save(frozen, tag_dir / "frozen_fp32.pt")
             hf_config.save_pretrained(tag_dir / "hf_config")
-            shutil.copyfile(tokenizer, tag_dir / "spm.model")
+            if Path(tokenizer).is_file():
+                shutil.copyfile(tokenizer, tag_dir / "spm.model")
+            else:  # keep_vocab: the source's Hugging Face tokenizer (a directory or hub id)
+                copy_hf_tokenizer(tokenizer, tag_dir / HF_TOKENIZER_DIR)
         _fsync_own_files(tag_dir, rank)
         deepspeed.comm.barrier()  # every rank's files are on disk before the marker
         if rank == 0:

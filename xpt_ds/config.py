@@ -37,7 +37,8 @@ def doc(default, help: str):
 @dataclass
 class ModelConfig:
     source: str = doc("", "English *ForMaskedLM checkpoint: hub id or local directory (BERT or RoBERTa family).")
-    tokenizer: str = doc("", "Target-language SentencePiece .model file.")
+    tokenizer: str = doc("", "Target-language SentencePiece .model file; for a method that keeps the source "
+                             "vocabulary (keep_vocab), the source's Hugging Face tokenizer (empty = model.source's).")
     method: str = doc("xpt", f"One of {', '.join(METHODS)}.")
     embedding_init: str = doc("random", "How the new target word embeddings start: a name in "
                                         "xpt_ds.embedding_init.STRATEGIES (random, source_mean, frequency_rank, "
@@ -307,7 +308,7 @@ def validate(cfg: TrainConfig) -> None:
         raise ConfigError("config key 'model.source' is required (hub id or local path)")
     from xpt_ds.embedding_init import check_args  # imported here: embedding_init imports this module
     m.embedding_init_args = check_args(m.embedding_init, m.embedding_init_args)
-    if not m.tokenizer:
+    if not m.tokenizer and METHODS[m.method].vocab == "target":
         raise ConfigError("config key 'model.tokenizer' is required (SentencePiece .model file)")
     if not cfg.phases:
         raise ConfigError("config key 'phases' is empty; give at least one phase with steps and lr")

@@ -38,9 +38,19 @@ log = logging.getLogger(__name__)
 
 
 def _check_manifest_tokenizer(manifest: Path, meta: dict, tok: TargetTokenizer) -> None:
+    kind = meta.get("tokenizer_kind", "sentencepiece")  # manifests before --hf-tokenizer have no kind
+    if kind != tok.kind:
+        raise ConfigError(f"manifest {manifest} was tokenized with a {kind} tokenizer ({meta.get('tokenizer')}) "
+                          f"but the run's tokenizer {tok.path} is {tok.kind}")
     if meta.get("vocab_size") != tok.vocab_size:
         raise ConfigError(f"manifest {manifest} has vocab_size {meta.get('vocab_size')} but model.tokenizer "
                           f"{tok.path} has {tok.vocab_size}: the shards were made with another tokenizer")
+    if kind == "huggingface":  # the serialised backend: survives save_pretrained, unlike the files' bytes
+        if meta.get("tokenizer_content_sha256") != tok.content_sha256:
+            raise ConfigError(f"manifest {manifest} was tokenized with Hugging Face tokenizer {meta.get('tokenizer')}, "
+                              f"not with {tok.path} (content sha256 {str(meta.get('tokenizer_content_sha256'))[:12]}… "
+                              f"vs {tok.content_sha256[:12]}…)")
+        return
     sha = hashlib.sha256(Path(tok.path).read_bytes()).hexdigest()
     if meta.get("tokenizer_sha256") not in (None, sha):
         raise ConfigError(f"manifest {manifest} was tokenized with a different SentencePiece model than "

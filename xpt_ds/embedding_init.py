@@ -138,6 +138,11 @@ class Rows:
         return {"strategy": name, "args": args, "rows": len(self.kind), **counts, **extra, "examples": examples}
 
 
+def kept_vocabulary_report(rows: int) -> dict:
+    """The report of a method that keeps the source vocabulary (keep_vocab): every row is the source's."""
+    return {"strategy": "source vocabulary kept", "args": {}, "rows": rows, "copied": rows, "examples": {}}
+
+
 def summary(report: dict) -> str:
     """One log line."""
     counts = ", ".join(f"{report[k]} {k}" for k in KINDS if report.get(k))

@@ -5,6 +5,11 @@ JSON. Masks are seeded per sequence (``data.seed``), so every model evaluated on
 same tokenizer, sequence length and seed is scored on the same tokens. With ``--run`` the data settings come
 from the run's config; the numbers then match the run's own periodic validation on its validation shards,
 which uses the same code (``MLMStats`` over ``MaskedLMObjective`` logits).
+
+Which figure compares what: loss, PPL, Hits@k, MRR and MR are per piece and compare only models with the same
+vocabulary (the same tokenizer made the shards). ``bits_per_char`` (the masked pieces' NLL in bits over the
+``chars`` characters of their surface text; ``mlm_metrics.piece_chars``) compares models across vocabularies,
+e.g. a new SentencePiece vocabulary against the source's kept one (003), each on shards of the same text.
 """
 from __future__ import annotations
 
@@ -18,21 +23,33 @@ import torch
 from xpt_ds.config import ConfigError, DataConfig
 from xpt_ds.data import MLMBatchStream, MLMMasker, build_stream, expand_shards, manifest_counts
 from xpt_ds.files import check_output_file, os_error_line
-from xpt_ds.mlm_metrics import MLMStats
+from xpt_ds.methods import method_of
+from xpt_ds.mlm_metrics import MLMStats, piece_chars
 from xpt_ds.objective import MaskedLMObjective
 from xpt_ds.shards import DataError
-from xpt_ds.tokenizer import TargetTokenizer, build_tokenizer
+from xpt_ds.tokenizer import TargetTokenizer, saved_tokenizer
 
 
 def load_export(model_dir: Path):
-    """(an ``xpt_ds.export`` directory's model, its SentencePiece model path)."""
+    """(an ``xpt_ds.export`` directory's model, its tokenizer: spm.model, or the source's HF tokenizer of a
+    model whose method keeps the source vocabulary)."""
     from transformers import AutoConfig, AutoModelForMaskedLM
-    spm = model_dir / "spm.model"
-    if not spm.is_file():
+    config = AutoConfig.from_pretrained(model_dir, trust_remote_code=True)
+    method = method_of(config)
+    if not (model_dir / "spm.model").is_file() and not (method is not None and method.vocab == "source"):
         raise FileNotFoundError(f"--model {model_dir} has no spm.model (the SentencePiece model that made the "
                                 "shards); xpt_ds.export writes one")
-    remote = bool(getattr(AutoConfig.from_pretrained(model_dir, trust_remote_code=True), "auto_map", None))
-    return AutoModelForMaskedLM.from_pretrained(model_dir, trust_remote_code=remote), spm
+    remote = bool(getattr(config, "auto_map", None))
+    return AutoModelForMaskedLM.from_pretrained(model_dir, trust_remote_code=remote), saved_tokenizer(model_dir)
+
+
+def piece_char_lengths(tok: TargetTokenizer) -> torch.Tensor:
+    """[V] characters of surface text per id (``mlm_metrics.piece_chars`` in the tokenizer's marker style).
+    Special ids count 1: of them only ``unk`` can be a target, and it stands for text the tokenizer could not
+    encode, at least one character."""
+    style, special = tok.marker_style, set(tok.special_ids)
+    return torch.tensor([1 if i in special else piece_chars(tok.piece(i), style) for i in range(tok.vocab_size)],
+                        dtype=torch.float64)
 
 
 @torch.no_grad()
@@ -42,7 +59,7 @@ def evaluate(model, tok: TargetTokenizer, data: DataConfig, shards: list[str], b
     stream = MLMBatchStream(build_stream(expand_shards(shards, tok), data, tok, 0, manifest_counts(shards)),
                             MLMMasker(data, tok), batch_size, rank=0, world=1, num_workers=0, single_pass=True)
     objective = MaskedLMObjective(model).to(device).eval()
-    stats = MLMStats(device)
+    stats = MLMStats(device, piece_char_lengths(tok))
     for i, batch in enumerate(stream):
         if max_batches and i >= max_batches:
             break
@@ -52,7 +69,7 @@ def evaluate(model, tok: TargetTokenizer, data: DataConfig, shards: list[str], b
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m xpt_ds.evaluate", description=__doc__.split("\n\n")[1])
+    p = argparse.ArgumentParser(prog="python -m xpt_ds.evaluate", description="\n\n".join(__doc__.split("\n\n")[1:3]))
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--run", type=Path, help="run directory: evaluate a checkpoint")
     src.add_argument("--model", type=Path, help="an xpt_ds.export directory")
@@ -72,11 +89,11 @@ def main(argv: list[str] | None = None) -> int:
             from xpt_ds.checkpoint import read_config
             from xpt_ds.export import load_model
             model, tag_dir = load_model(a.run, a.tag)
-            spm = tag_dir / "spm.model"
+            tok = saved_tokenizer(tag_dir)
             data = read_config(tag_dir.parent, tag_dir.name).data
             source = {"run": str(a.run), "tag": tag_dir.name}
         else:
-            model, spm = load_export(a.model)
+            model, tok = load_export(a.model)
             data = DataConfig(seq_len=min(512, getattr(model.config, "xpt_max_length", 512)))
             source = {"model": str(a.model)}
         data.seq_len = a.seq_len or data.seq_len
@@ -84,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         if data.seq_len > getattr(model.config, "xpt_max_length", data.seq_len):
             raise ConfigError(f"--seq-len {data.seq_len} exceeds the model's {model.config.xpt_max_length} positions")
         device = "cuda" if torch.cuda.is_available() else "cpu"
-        metrics = evaluate(model, build_tokenizer(str(spm)), data, a.shards, a.batch_size, a.max_batches, device)
+        metrics = evaluate(model, tok, data, a.shards, a.batch_size, a.max_batches, device)
     except (ConfigError, DataError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

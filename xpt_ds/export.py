@@ -2,7 +2,8 @@
 
 Works offline on one process from any ZeRO stage and any world size: trainable weights come from the
 fp32 optimizer partitions (DeepSpeed's zero_to_fp32), frozen ones from ``frozen_fp32.pt``. The result is
-a plain ``save_pretrained`` directory (``AutoModelForMaskedLM`` / ``AutoTokenizer`` load it). Models of
+a plain ``save_pretrained`` directory (``AutoModelForMaskedLM`` / ``AutoTokenizer`` load it), with the
+run's SentencePiece model converted to ``tokenizer.json`` (or, for ``keep_vocab``, the source's own tokenizer). Models of
 ``method: adapters`` also carry ``xpt_adapters.py``, mapped for the masked LM, the bare encoder and the
 classification, token-classification, question-answering and multiple-choice heads; they load with
 ``trust_remote_code=True``.
@@ -25,7 +26,7 @@ from xpt_ds.files import os_error_line, unwritable
 from xpt_ds.methods import method_of
 from xpt_ds.model import build_skeleton, load_fp32_state
 from xpt_ds.objective import strip_prefix
-from xpt_ds.tokenizer import build_tokenizer, save_hf_tokenizer
+from xpt_ds.tokenizer import copy_hf_tokenizer, save_hf_tokenizer, saved_tokenizer
 
 
 def load_checkpoint_fp32(ckpt_root: Path, tag: str) -> dict[str, torch.Tensor]:
@@ -64,8 +65,11 @@ def export(run_dir: Path, out: Path, tag: str | None = None) -> Path:
         shutil.copy(Path(__file__).with_name("adapters.py"), out / "xpt_adapters.py")
         model.config.auto_map = adapters.auto_map(hf_config.model_type)
     model.save_pretrained(out)
-    tok = build_tokenizer(str(tag_dir / "spm.model"))
-    save_hf_tokenizer(tok, out, model_max_length=hf_config.xpt_max_length, token_types=hf_config.type_vocab_size)
+    tok = saved_tokenizer(tag_dir)
+    if tok.kind == "huggingface":  # keep_vocab: the source's own tokenizer, as the checkpoint saved it
+        copy_hf_tokenizer(tok.path, out)
+    else:
+        save_hf_tokenizer(tok, out, model_max_length=hf_config.xpt_max_length, token_types=hf_config.type_vocab_size)
     return out
 
 

@@ -1,7 +1,8 @@
 """The method registry: everything the trainer, the sweep, the probe and the export know about a method.
 
 Adding a method is one entry here (plus whatever new model code it needs). Seeds: 002 is Lee et al. 2021
-(XPT, its baselines Scratch, Adapters and XPT-SP), 000 is Son et al. ("Language Chameleon": XPT without ITLs
+(XPT, its baselines Scratch, Adapters and XPT-SP), 003 is Gogoulou et al. (the source vocabulary kept,
+``keep_vocab``), 000 is Son et al. ("Language Chameleon": XPT without ITLs
 and with a randomly initialised source); see ``../shared/seeds/README.md`` in the project's workspace.
 """
 from __future__ import annotations
@@ -19,6 +20,8 @@ class Method:
     presets: tuple[tuple[str, ...], ...]  # @groups that train in each phase when phases[i].trainable is empty
     adapters: bool = False  # Houlsby adapters in every layer (xpt_ds.adapters)
     export: str = "stock"  # 'stock': a plain save_pretrained directory; 'adapters': + xpt_adapters.py, auto_map
+    vocab: str = "target"  # 'target': a new SentencePiece vocabulary with new embeddings (model.tokenizer);
+    # 'source': the source's own Hugging Face tokenizer, word embeddings and LM head, all copied (003)
 
     @property
     def phases(self) -> int:
@@ -37,6 +40,8 @@ METHODS: dict[str, Method] = {m.name: m for m in [
     Method("xpt", "XPT", has_itl=True, source="pretrained", presets=_TWO_PHASES),
     Method("xpt_no_itl", "XPT w/o ITL", has_itl=False, source="pretrained", presets=_TWO_PHASES),
     Method("random_source", "XPT w/ random source", has_itl=True, source="random", presets=_TWO_PHASES),
+    Method("keep_vocab", "[lang→en][lang] (Gogoulou)", has_itl=False, source="pretrained", presets=_ONE_PHASE,
+           vocab="source"),
 ]}
 BASELINE = "scratch"  # what the data-efficiency ratio compares against (002 §5.1)
 

@@ -4,6 +4,10 @@ The gold token's rank is 1 + the number of vocabulary entries scored strictly hi
 other entries scored the same: its expected rank when ties are broken at random, so a tie (common with bf16
 logits) is neither a free hit nor a free miss. Hits@k counts rank <= k; MRR averages 1/rank; MR averages the
 rank. Targets equal to ``IGNORE`` (unmasked or padding positions) do not count.
+
+PPL is per piece, so it compares only models with the same vocabulary. Given each piece's character count
+(``piece_chars``), ``MLMStats`` also reports bits per character: the masked pieces' summed NLL in bits over
+the characters of their surface text, which compares models across vocabularies (003's two transfers).
 """
 from __future__ import annotations
 
@@ -14,7 +18,44 @@ import torch.nn.functional as F
 
 IGNORE = -100
 HITS_AT = (1, 3, 5, 10)
-_FIELDS = ("nll", "tokens", "rr", "rank", *(f"hits@{k}" for k in HITS_AT))
+_FIELDS = ("nll", "tokens", "rr", "rank", *(f"hits@{k}" for k in HITS_AT), "chars")
+MARKER_STYLES = ("sentencepiece", "byte_level", "wordpiece")
+
+
+def _byte_decoder() -> dict[str, int]:
+    """GPT-2's byte-level alphabet: printable stand-in character -> the byte it shows ('Ġ' -> 0x20)."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    shown, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            shown[chr(b)] = b
+        else:
+            shown[chr(256 + extra)] = b
+            extra += 1
+    return shown
+
+
+_BYTES = _byte_decoder()
+
+
+def piece_chars(piece: str, style: str) -> int:
+    """Characters of surface text that one vocabulary piece stands for: the denominator of bits per character.
+
+    - ``sentencepiece`` (SentencePiece, and HF Metaspace tokenizers): the piece's text, with its word-start
+      marker ``▁`` counted as the one space character it replaces, i.e. ``len(piece)``.
+    - ``byte_level`` (GPT-2/RoBERTa byte-level BPE): the piece's characters are stand-ins for bytes (``Ġ`` is the
+      space); it counts the UTF-8 characters that *start* in the piece, so a character whose bytes are split
+      over two pieces counts once, on the piece holding its first byte.
+    - ``wordpiece`` (BERT): a continuation piece ``##xy`` counts ``xy``; a word-initial piece counts its text
+      plus one space (the separator before the word).
+    """
+    if style == "sentencepiece":
+        return len(piece)
+    if style == "byte_level":
+        return sum(1 for c in piece if (_BYTES.get(c, 0x20) & 0xC0) != 0x80)  # not a UTF-8 continuation byte
+    if style == "wordpiece":
+        return len(piece) - 2 if piece.startswith("##") else len(piece) + 1
+    raise ValueError(f"unknown marker style '{style}' (valid: {', '.join(MARKER_STYLES)})")
 
 
 def gold_ranks(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -28,8 +69,11 @@ def gold_ranks(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 class MLMStats:
     """Sums over batches (and ranks: ``all_reduce``) of everything the metrics need, on one device."""
 
-    def __init__(self, device: torch.device | str = "cpu"):
+    def __init__(self, device: torch.device | str = "cpu", char_lengths: torch.Tensor | None = None):
+        """``char_lengths``: [V] characters per vocabulary id (``piece_chars``); with it, ``result`` also has
+        ``bits_per_char`` and ``chars``."""
         self.sums = torch.zeros(len(_FIELDS), dtype=torch.float64, device=device)
+        self.char_lengths = None if char_lengths is None else char_lengths.to(device, torch.float64)
 
     def update(self, logits: torch.Tensor, targets: torch.Tensor) -> None:
         """logits [N, V] (or [B, T, V]) and targets [N] (or [B, T]); targets == IGNORE are skipped."""
@@ -39,8 +83,9 @@ class MLMStats:
         ranks = gold_ranks(logits, targets)
         nll = F.cross_entropy(logits.float(), targets, reduction="sum").double()
         hits = [(ranks <= k).sum(dtype=torch.float64) for k in HITS_AT]
+        chars = self.char_lengths[targets].sum() if self.char_lengths is not None else torch.zeros_like(nll)
         self.sums += torch.stack([nll, torch.tensor(float(len(targets)), dtype=torch.float64, device=nll.device),
-                                  ranks.reciprocal().sum(), ranks.sum(), *hits])
+                                  ranks.reciprocal().sum(), ranks.sum(), *hits, chars])
 
     def all_reduce(self) -> None:
         import deepspeed
@@ -55,4 +100,11 @@ class MLMStats:
         out = {"loss": loss, "ppl": math.exp(min(loss, 50.0))}
         out.update({f"hits@{k}": s[f"hits@{k}"] / n for k in HITS_AT})
         out.update(mrr=s["rr"] / n, mr=s["rank"] / n, tokens=int(n))
+        if self.char_lengths is not None:
+            out.update(bits_per_char=bits_per_char(s["nll"], s["chars"]), chars=int(s["chars"]))
         return out
+
+
+def bits_per_char(nll_nats: float, chars: float) -> float:
+    """Summed NLL (nats) of the masked pieces, in bits, per character of their surface text."""
+    return nll_nats / math.log(2) / chars if chars else float("nan")

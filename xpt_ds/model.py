@@ -18,7 +18,7 @@ from transformers import AutoConfig, AutoModelForMaskedLM
 
 from xpt_ds.adapters import add_adapters
 from xpt_ds.config import ConfigError, DataConfig, ModelConfig
-from xpt_ds.embedding_init import InitContext, init_embeddings
+from xpt_ds.embedding_init import InitContext, init_embeddings, kept_vocabulary_report
 from xpt_ds.methods import METHODS
 from xpt_ds.tokenizer import TargetTokenizer
 
@@ -85,6 +85,11 @@ def _load_source(cfg: ModelConfig):
 def _target_config(src_cfg, cfg: ModelConfig, tok: TargetTokenizer):
     tcfg = copy.deepcopy(src_cfg)
     tcfg.vocab_size = tok.vocab_size
+    if METHODS[cfg.method].vocab == "source":  # the source's rows as they are (some checkpoints pad the matrix)
+        if tok.vocab_size > src_cfg.vocab_size:
+            raise ConfigError(f"tokenizer {tok.path} has {tok.vocab_size} entries but model.source has only "
+                              f"{src_cfg.vocab_size} embedding rows: it is not the source's tokenizer")
+        tcfg.vocab_size = src_cfg.vocab_size
     tcfg.num_hidden_layers = src_cfg.num_hidden_layers + (2 if METHODS[cfg.method].has_itl else 0)
     tcfg.pad_token_id, tcfg.bos_token_id, tcfg.eos_token_id = tok.pad_id, tok.cls_id, tok.sep_id
     tcfg.tie_word_embeddings = True
@@ -123,12 +128,18 @@ def build_model(cfg: ModelConfig, tok: TargetTokenizer, data: DataConfig | None 
         tcfg = _target_config(src_cfg, cfg, tok)
         torch.manual_seed(cfg.init_seed)
         model = build_skeleton(tcfg)
-        ctx = InitContext(tok, src.get_input_embeddings().weight.detach().float().clone(), cfg.source,
-                          torch.Generator().manual_seed(cfg.init_seed), src_cfg.initializer_range, {},
-                          list(data.train_shards) if data else [], data.on_corrupt_shard if data else "fail")
-        matrix, report = init_embeddings(cfg.embedding_init, cfg.embedding_init_args, ctx)
-        with torch.no_grad():
-            _base(model, family).embeddings.word_embeddings.weight.copy_(matrix)
+        if method.vocab == "source":  # the source's rows, all of them, copied by _copy_source
+            if cfg.embedding_init != "random" or cfg.embedding_init_args:
+                raise ConfigError(f"config key 'model.embedding_init': method {cfg.method} keeps the source's "
+                                  "word embeddings; leave embedding_init at its default")
+            report = kept_vocabulary_report(tok.vocab_size)
+        else:
+            ctx = InitContext(tok, src.get_input_embeddings().weight.detach().float().clone(), cfg.source,
+                              torch.Generator().manual_seed(cfg.init_seed), src_cfg.initializer_range, {},
+                              list(data.train_shards) if data else [], data.on_corrupt_shard if data else "fail")
+            matrix, report = init_embeddings(cfg.embedding_init, cfg.embedding_init_args, ctx)
+            with torch.no_grad():
+                _base(model, family).embeddings.word_embeddings.weight.copy_(matrix)
         copied = set() if method.source == "none" else _copy_source(src, model, family, cfg, tok)
     copied -= missing
     tags = _tag_parameters(model, family, copied, src_cfg.num_hidden_layers, method.has_itl)
@@ -180,6 +191,10 @@ def _copy_source(src, model, family: Family, cfg: ModelConfig, tok: TargetTokeni
         for path in (family.head_dense, family.head_norm):
             model.get_submodule(path).load_state_dict(src.get_submodule(path).state_dict())
             copied |= {f"{path}.{n}" for n, _ in model.get_submodule(path).named_parameters()}
+        if METHODS[cfg.method].vocab == "source":  # 003 [lang->en][lang]: source word embeddings and head bias
+            emb.word_embeddings.load_state_dict(sb.embeddings.word_embeddings.state_dict())
+            model.get_parameter(family.head_bias).copy_(src.get_parameter(family.head_bias))
+            copied |= {f"{family.base}.embeddings.word_embeddings.weight", family.head_bias}
         if off and cfg.itl_init == "copy":
             tb.encoder.layer[0].load_state_dict(sb.encoder.layer[0].state_dict())
             tb.encoder.layer[C + 1].load_state_dict(sb.encoder.layer[C - 1].state_dict())

@@ -25,7 +25,7 @@ from xpt_ds.objective import MaskedLMObjective, strip_prefix
 from xpt_ds.phases import build_phase_trainables
 from xpt_ds.preemption import Preempted, PreemptionWatcher
 from xpt_ds.status import write_status
-from xpt_ds.tokenizer import build_tokenizer
+from xpt_ds.tokenizer import tokenizer_for
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ class Trainer:
         if checkpoint.agree(why):
             raise ConfigError(f"config key 'run_dir': cannot write {self.run_dir}: "
                               f"{why or 'another rank cannot (see its error)'}")
-        self.tok = build_tokenizer(cfg.model.tokenizer, cfg.model.mask_token)
+        self.tok = tokenizer_for(cfg.model)
         self.built = build_model(cfg.model, self.tok, cfg.data)
         if self.rank == 0:
             log.info(summary(self.built.embedding_init))
