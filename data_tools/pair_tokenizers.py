@@ -3,27 +3,14 @@ SentencePiece model (the one that made the target MLM shards). Each side is toke
 as the monolingual shards are (the reader adds them when it packs)."""
 from __future__ import annotations
 
-import hashlib
 import logging
 from pathlib import Path
 
 import numpy as np
 
 from data_tools.errors import PrepareError
-
-# What AutoTokenizer reads from a model directory; the manifest records the sha256 of those present.
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
-                   "vocab.txt", "vocab.json", "merges.txt", "sentencepiece.bpe.model", "spiece.model",
-                   "spm.model", "tokenizer.model")
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
+from data_tools.piece_tokenizers import HF_TOKENIZER_FILES as TOKENIZER_FILES
+from data_tools.piece_tokenizers import sha256_file
 
 def _first_line(e: BaseException) -> str:
     text = str(e).strip()

@@ -28,7 +28,7 @@ import numpy as np
 
 from data_tools.align import AlignerConfig, Direction, align_both
 from data_tools.dictionary import count_links, write_dictionary
-from data_tools.errors import PrepareError
+from data_tools.errors import PrepareError, cli_errors
 from data_tools.log import log, set_quiet
 from data_tools.pair_tokenizers import SourceTokenizer, TargetTokenizer, sha256_file
 from data_tools.parallel_shards import PARALLEL_FORMAT_VERSION, AlignedCorpus, ShardOptions, write_split
@@ -237,14 +237,8 @@ def options_from_args(a: argparse.Namespace) -> ParallelOptions:
 def main(argv: list[str] | None = None) -> None:
     a = build_parser().parse_args(argv)
     set_quiet(a.quiet)
-    try:
+    with cli_errors():
         stats = build_parallel(options_from_args(a))
-    except PrepareError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    except OSError as e:
-        print(f"error: {e.strerror or e}{f': {e.filename}' if e.filename else ''}", file=sys.stderr)
-        sys.exit(2)
     print(stats["manifest"])
 
 

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from data_tools.clean import clean
-from data_tools.errors import PrepareError
+from data_tools.errors import cli_errors
 from data_tools.log import set_quiet
 from data_tools.readers import DOC_BOUNDARIES, FORMATS
 from data_tools.options import DEFAULTS, PrepareOptions, help_of
@@ -190,15 +190,10 @@ def main(argv: list[str] | None = None) -> None:
     set_quiet(a.quiet)
     progress = False if a.quiet else None
     try:
-        a.out.mkdir(parents=True, exist_ok=True)
-        with contextlib.nullcontext() if a.stage == "all" else exclusive(a.out):  # run_pipeline locks itself
-            _run_stage(a, progress)
-    except PrepareError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    except OSError as e:
-        print(f"error: {e.strerror or e}{f': {e.filename}' if e.filename else ''}", file=sys.stderr)
-        sys.exit(2)
+        with cli_errors():
+            a.out.mkdir(parents=True, exist_ok=True)
+            with contextlib.nullcontext() if a.stage == "all" else exclusive(a.out):  # run_pipeline locks itself
+                _run_stage(a, progress)
     except KeyboardInterrupt:
         print("interrupted: re-run the same command to resume", file=sys.stderr)
         sys.exit(130)
