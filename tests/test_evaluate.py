@@ -51,6 +51,24 @@ def test_batched_shapes_and_nothing_to_score():
     assert empty.result() == {"tokens": 0}
 
 
+def test_unigram_predictor_scores_smoothed_training_frequencies():
+    from xpt_ds.evaluate import UnigramPredictor
+    from xpt_ds.tokenizer import TargetTokenizer
+    tok = TargetTokenizer("spm.model", vocab_size=7, pad_id=0, cls_id=1, sep_id=2, unk_id=3, mask_id=4)
+    counts = torch.tensor([50, 9, 9, 1, 9, 5, 2])  # specials' counts other than unk's are ignored
+    log_p = UnigramPredictor(counts, tok)(torch.zeros(1, 4, dtype=torch.long), torch.arange(3), torch.zeros(3))
+    assert log_p.shape == (3, 7)
+    # add-one over unk and the two ordinary pieces: (1+1, 5+1, 2+1) / 11
+    expected = torch.tensor([-math.inf] * 3 + [math.log(2 / 11), -math.inf, math.log(6 / 11), math.log(3 / 11)])
+    assert torch.equal(torch.isinf(log_p[0]), torch.isinf(expected))
+    assert torch.allclose(log_p[1][~torch.isinf(expected)], expected[~torch.isinf(expected)].float())
+    stats = MLMStats()
+    stats.update(log_p, torch.tensor([5, 6, 3]))
+    m = stats.result()
+    assert m["hits@1"] == pytest.approx(1 / 3) and m["mr"] == pytest.approx((1 + 2 + 3) / 3)
+    assert m["loss"] == pytest.approx(-(math.log(6 / 11) + math.log(3 / 11) + math.log(2 / 11)) / 3)
+
+
 def _evaluate(*args):
     env = {**os.environ, "DS_ACCELERATOR": "cpu"}
     return subprocess.run([sys.executable, "-m", "xpt_ds.evaluate", *args], cwd=REPO, capture_output=True,
@@ -70,8 +88,15 @@ def test_evaluate_reproduces_the_trainers_validation(tmp_path, tiny_roberta, cor
     assert out.returncode == 0, out.stderr[-2000:]
     from_ckpt = json.loads((tmp_path / "ckpt.json").read_text())
     assert from_ckpt["tag"] == "global_step000000008" and from_ckpt["tokens"] > 0
-    for k in ("loss", "ppl", "hits@1", "hits@3", "hits@5", "hits@10", "mrr", "mr"):
+    for k in ("loss", "ppl", "hits@1", "hits@3", "hits@5", "hits@10", "mrr", "mr", "bits_per_char"):
         assert from_ckpt[k] == pytest.approx(final[f"valid/{k}"], rel=1e-6), k
+
+    out = _evaluate("--run", str(run), "--shards", valid, "--unigram", f"{corpus}/manifest.json:train")
+    assert out.returncode == 0, out.stderr[-2000:]
+    unigram = json.loads(out.stdout)
+    assert unigram["unigram"] == [f"{corpus}/manifest.json:train"] and unigram["tokens"] == from_ckpt["tokens"]
+    assert unigram["loss"] != pytest.approx(from_ckpt["loss"], rel=1e-3)
+    assert unigram["chars"] == from_ckpt["chars"]  # the same masked tokens
 
     export = tmp_path / "export"
     subprocess.run([sys.executable, "-m", "xpt_ds.export", "--run", str(run), "--out", str(export)], cwd=REPO,

@@ -10,11 +10,16 @@ Which figure compares what: loss, PPL, Hits@k, MRR and MR are per piece and comp
 vocabulary (the same tokenizer made the shards). ``bits_per_char`` (the masked pieces' NLL in bits over the
 ``chars`` characters of their surface text; ``mlm_metrics.piece_chars``) compares models across vocabularies,
 e.g. a new SentencePiece vocabulary against the source's kept one (003), each on shards of the same text.
+
+``--unigram TRAIN_SPEC`` scores the unigram predictor instead of the model, on the same masked tokens: every
+masked position gets each piece's add-one-smoothed frequency in the training shards (the run's or export's
+tokenizer made both). A model whose figures equal the unigram predictor's has learned no context yet.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -24,7 +29,8 @@ from xpt_ds.config import ConfigError, DataConfig
 from xpt_ds.data import MLMBatchStream, MLMMasker, build_stream, expand_shards, manifest_counts
 from xpt_ds.files import check_output_file, os_error_line
 from xpt_ds.methods import method_of
-from xpt_ds.mlm_metrics import MLMStats, piece_chars
+from xpt_ds.mlm_metrics import MLMStats, piece_char_lengths
+from xpt_ds.embedding_init import count_pieces
 from xpt_ds.objective import MaskedLMObjective
 from xpt_ds.shards import DataError
 from xpt_ds.tokenizer import TargetTokenizer, saved_tokenizer
@@ -43,22 +49,34 @@ def load_export(model_dir: Path):
     return AutoModelForMaskedLM.from_pretrained(model_dir, trust_remote_code=remote), saved_tokenizer(model_dir)
 
 
-def piece_char_lengths(tok: TargetTokenizer) -> torch.Tensor:
-    """[V] characters of surface text per id (``mlm_metrics.piece_chars`` in the tokenizer's marker style).
-    Special ids count 1: of them only ``unk`` can be a target, and it stands for text the tokenizer could not
-    encode, at least one character."""
-    style, special = tok.marker_style, set(tok.special_ids)
-    return torch.tensor([1 if i in special else piece_chars(tok.piece(i), style) for i in range(tok.vocab_size)],
-                        dtype=torch.float64)
+class UnigramPredictor(torch.nn.Module):
+    """The context-free baseline: the same scores at every masked position, log((count + 1) / total) of each
+    piece in the training shards. Pad, cls, sep and mask are never targets and score -inf; unk keeps its count."""
+
+    def __init__(self, counts: torch.Tensor, tok: TargetTokenizer):
+        super().__init__()
+        log_p = torch.log(counts.double() + 1)
+        never = [i for i in tok.special_ids if i != tok.unk_id]
+        log_p[never] = -math.inf
+        self.register_buffer("log_p", (log_p - torch.logsumexp(log_p, 0)).float())
+
+    @classmethod
+    def from_shards(cls, shards: list[str], tok: TargetTokenizer, on_corrupt: str = "fail") -> "UnigramPredictor":
+        return cls(torch.from_numpy(count_pieces(shards, tok, on_corrupt)), tok)
+
+    def forward(self, input_ids: torch.Tensor, mlm_positions: torch.Tensor, mlm_targets: torch.Tensor,
+                attention_mask: torch.Tensor | None = None, return_logits: bool = True) -> torch.Tensor:
+        return self.log_p.expand(len(mlm_positions), -1)
 
 
 @torch.no_grad()
 def evaluate(model, tok: TargetTokenizer, data: DataConfig, shards: list[str], batch_size: int = 16,
              max_batches: int = 0, device: str = "cpu") -> dict:
-    """One pass over ``shards`` (every token once); the metrics and the number of masked tokens scored."""
+    """One pass over ``shards`` (every token once); the metrics and the number of masked tokens scored.
+    ``model`` is a *ForMaskedLM or a ``UnigramPredictor``."""
     stream = MLMBatchStream(build_stream(expand_shards(shards, tok), data, tok, 0, manifest_counts(shards)),
                             MLMMasker(data, tok), batch_size, rank=0, world=1, num_workers=0, single_pass=True)
-    objective = MaskedLMObjective(model).to(device).eval()
+    objective = (model if isinstance(model, UnigramPredictor) else MaskedLMObjective(model)).to(device).eval()
     stats = MLMStats(device, piece_char_lengths(tok))
     for i, batch in enumerate(stream):
         if max_batches and i >= max_batches:
@@ -80,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, help="mask seed (default: the run's data.seed, else 0)")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--max-batches", type=int, default=0, help="stop after N batches (0 = every token)")
+    p.add_argument("--unigram", nargs="+", metavar="TRAIN_SPEC", help="score the unigram predictor of these "
+                   "training shards (piece frequencies, add-one) instead of the model, on the same masked tokens")
     p.add_argument("--out", type=Path, help="also write the JSON here")
     a = p.parse_args(argv)
     try:
@@ -100,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
         data.seed = data.seed if a.seed is None else a.seed
         if data.seq_len > getattr(model.config, "xpt_max_length", data.seq_len):
             raise ConfigError(f"--seq-len {data.seq_len} exceeds the model's {model.config.xpt_max_length} positions")
+        if a.unigram:
+            model = UnigramPredictor.from_shards(a.unigram, tok, data.on_corrupt_shard)
+            source["unigram"] = a.unigram
         device = "cuda" if torch.cuda.is_available() else "cpu"
         metrics = evaluate(model, tok, data, a.shards, a.batch_size, a.max_batches, device)
     except (ConfigError, DataError) as e:

@@ -58,6 +58,15 @@ def piece_chars(piece: str, style: str) -> int:
     raise ValueError(f"unknown marker style '{style}' (valid: {', '.join(MARKER_STYLES)})")
 
 
+def piece_char_lengths(tok) -> torch.Tensor:
+    """[V] characters of surface text per id (``piece_chars`` in a ``TargetTokenizer``'s marker style).
+    Special ids count 1: of them only ``unk`` can be a target, and it stands for text the tokenizer could not
+    encode, at least one character."""
+    style, special = tok.marker_style, set(tok.special_ids)
+    return torch.tensor([1 if i in special else piece_chars(tok.piece(i), style) for i in range(tok.vocab_size)],
+                        dtype=torch.float64)
+
+
 def gold_ranks(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """[N, V] scores and [N] gold ids -> [N] float64 ranks (1 = best)."""
     gold = logits.gather(1, targets[:, None])
