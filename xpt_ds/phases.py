@@ -20,24 +20,32 @@ def preset_patterns(cfg: TrainConfig, index: int) -> list[str]:
     return patterns
 
 
+def _matches(pat: str, tags: dict[str, set[str]], key: str) -> set[str]:
+    if pat.startswith("@"):
+        hit = {n for n, t in tags.items() if pat in t}
+    else:
+        try:
+            rx = re.compile(pat)
+        except re.error as e:
+            raise ConfigError(f"config key '{key}': bad regex '{pat}': {e}") from None
+        hit = {n for n in tags if rx.fullmatch(n)}
+    if not hit:
+        valid = sorted({t for ts in tags.values() for t in ts})
+        raise ConfigError(f"config key '{key}': pattern '{pat}' matches no parameter "
+                          f"(groups: {', '.join(valid)}; or a regex over HF names)")
+    return hit
+
+
 def select(patterns: list[str], tags: dict[str, set[str]], key: str) -> set[str]:
-    """Names matched by any pattern; a pattern that matches nothing is an error naming it."""
-    chosen = set()
+    """Names matched by any pattern, less those matched by a '!pattern'; a pattern that matches nothing is an
+    error naming it."""
+    chosen, dropped = set(), set()
     for pat in patterns:
-        if pat.startswith("@"):
-            hit = {n for n, t in tags.items() if pat in t}
+        if pat.startswith("!"):
+            dropped |= _matches(pat[1:], tags, key)
         else:
-            try:
-                rx = re.compile(pat)
-            except re.error as e:
-                raise ConfigError(f"config key '{key}': bad regex '{pat}': {e}") from None
-            hit = {n for n in tags if rx.fullmatch(n)}
-        if not hit:
-            valid = sorted({t for ts in tags.values() for t in ts})
-            raise ConfigError(f"config key '{key}': pattern '{pat}' matches no parameter "
-                              f"(groups: {', '.join(valid)}; or a regex over HF names)")
-        chosen |= hit
-    return chosen
+            chosen |= _matches(pat, tags, key)
+    return chosen - dropped
 
 
 def build_phase_trainables(cfg: TrainConfig, tags: dict[str, set[str]]) -> list[set[str]]:
@@ -45,5 +53,8 @@ def build_phase_trainables(cfg: TrainConfig, tags: dict[str, set[str]]) -> list[
     out = []
     for i, phase in enumerate(cfg.phases):
         patterns = phase.trainable or preset_patterns(cfg, i)
-        out.append(select(patterns, tags, f"phases[{i}].trainable"))
+        chosen = select(patterns, tags, f"phases[{i}].trainable")
+        if not chosen:
+            raise ConfigError(f"config key 'phases[{i}].trainable' leaves no parameter to train: {patterns}")
+        out.append(chosen)
     return out
