@@ -18,7 +18,7 @@ from xpt_ds.config import ConfigError, load_config
 from xpt_ds.export import load_checkpoint_fp32
 from xpt_ds.model import FAMILIES, _tag_parameters
 from xpt_ds.objective import strip_prefix
-from xpt_ds.phases import build_phase_starts, build_phase_trainables, start_weights
+from xpt_ds.phases import build_phase_starts, build_phase_trainables, weights_from_ends
 
 MERGE = {"take": {"@lower": "x_to_en", "@upper": "en_to_x"}, "average": ["en_to_x", "x_to_en"]}
 PHASES = [  # 2 steps each: global steps 1-2, 3-4, 5-6, 7-8
@@ -114,7 +114,7 @@ def test_merge_takes_halves_and_averages_the_rest(tmp_path):
     assert sources[0] is None and set(sources[1].values()) == {("common",)}
     gen = torch.Generator().manual_seed(0)
     ends = {p: {n: torch.randn(3, generator=gen) for n in tags} for p in ("en_to_x", "x_to_en")}
-    merged = start_weights(sources[3], ends)
+    merged = weights_from_ends(sources[3], ends)
     assert merged.keys() == tags.keys()
     for n, t in tags.items():
         want = (ends["x_to_en"][n] if "@lower" in t else ends["en_to_x"][n] if "@upper" in t else

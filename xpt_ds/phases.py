@@ -106,7 +106,7 @@ def phases_read_later(cfg: TrainConfig) -> set[str]:
     return {name for phase in cfg.phases for name in phase.reads()}
 
 
-def start_weights(sources: Sources, ends: dict[str, dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+def weights_from_ends(sources: Sources, ends: dict[str, dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     """Each parameter's fp32 start value: a phase end's value as it is, or the mean of several, summed in the
     order merge.average lists them (the same bits on every rank and every rerun)."""
     out = {}

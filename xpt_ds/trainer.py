@@ -22,7 +22,7 @@ from xpt_ds.metrics import LogWindow, MetricsLogger, flops_per_token, peak_flops
 from xpt_ds.mlm_metrics import MLMStats
 from xpt_ds.model import build_model, build_skeleton, load_fp32_state
 from xpt_ds.objective import MaskedLMObjective, strip_prefix
-from xpt_ds.phases import build_phase_starts, build_phase_trainables, phases_read_later, start_weights
+from xpt_ds.phases import build_phase_starts, build_phase_trainables, phases_read_later, weights_from_ends
 from xpt_ds.preemption import Preempted, PreemptionWatcher
 from xpt_ds.status import write_status
 from xpt_ds.tokenizer import tokenizer_for
@@ -226,7 +226,7 @@ class Trainer:
             if name == phase.start_from:
                 self.train_stream.close()  # its workers prefetch from the old position
                 self.train_stream.load_state_dict(data)
-        return start_weights(sources, ends)
+        return weights_from_ends(sources, ends)
 
     def maybe_keep_phase_end(self, phase_done: bool) -> None:
         """A phase that a later one starts from leaves its end on disk before its last checkpoint completes."""
