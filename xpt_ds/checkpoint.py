@@ -11,6 +11,10 @@ Layout of ``RUN_DIR/checkpoints/TAG/``:
   never trusted;
 - ``universal/``: made on demand when a run resumes at another world size or ZeRO stage (DeepSpeed's
   ``ds_to_universal``, one folder per parameter); rebuilt if a conversion was interrupted.
+
+``RUN_DIR/checkpoints/phase_ends/NAME.pt``: the fp32 weights and data position phase NAME ended with, kept
+when a later phase starts from them (``start_from``, ``merge``); outside every tag, so ``keep_last`` never
+deletes one.
 """
 from __future__ import annotations
 
@@ -29,7 +33,7 @@ import numpy as np
 import torch
 
 from xpt_ds.config import ConfigError, TrainConfig, read_checkpoint_config
-from xpt_ds.engine import zero_stage
+from xpt_ds.engine import state_digest, zero_stage
 from xpt_ds.files import unwritable
 from xpt_ds.tokenizer import HF_TOKENIZER_DIR, copy_hf_tokenizer
 
@@ -257,6 +261,47 @@ def abandon_later(ckpt_root: Path, tag: str | None) -> tuple[list[str], Path | N
         os.replace(ckpt_root / t, dest / t)
     _fsync_dir(ckpt_root)
     return later, dest
+
+
+PHASE_ENDS = "phase_ends"
+
+
+def save_phase_end(ckpt_root: Path, name: str, weights: dict[str, torch.Tensor], data: dict) -> str:
+    """Keep what phase ``name`` ended with: exact fp32 weights (every rank passes the same) and the data stream
+    position. Rank 0 writes ``phase_ends/NAME.pt`` atomically; the trainer calls this before the phase's last
+    checkpoint is saved, so a complete checkpoint after the phase's end implies the file. Returns the weights'
+    blake2b, which the trainer state records and ``load_phase_end`` checks."""
+    digest = state_digest(weights)
+    path = ckpt_root / PHASE_ENDS / f"{name}.pt"
+    problem = None
+    if deepspeed.comm.get_rank() == 0:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _atomic_torch_save({"weights": weights, "data": data, "digest": digest}, path)
+            _fsync_dir(path.parent)
+        except (OSError, RuntimeError) as e:  # torch.save reports a failed write as a RuntimeError
+            problem = f"cannot write {path}: {_write_error(e, path.parent)}"
+    if agree(problem):
+        raise CheckpointError(problem or f"rank 0 could not write {path} (see its error)")
+    return digest
+
+
+def load_phase_end(ckpt_root: Path, name: str, digest: str | None) -> tuple[dict[str, torch.Tensor], dict]:
+    """(weights, data position) phase ``name`` ended with in this run: ``digest`` is what the run recorded
+    when the phase ended; a file from another branch of the run (e.g. one resumed from an older tag with
+    another config) does not match it."""
+    path = ckpt_root / PHASE_ENDS / f"{name}.pt"
+    if digest is None:
+        raise CheckpointError(f"this run's state records no end of phase '{name}' (checkpoint older than the phase "
+                              f"graph?); cannot start from {path}")
+    if not path.is_file():
+        raise CheckpointError(f"{path} is missing: a later phase starts from the weights phase '{name}' ended "
+                              f"with, kept there when it ended")
+    blob = torch.load(path, map_location="cpu", weights_only=True)
+    if state_digest(blob["weights"]) != digest:
+        raise CheckpointError(f"{path} is not what phase '{name}' ended with in this run (blake2b differs from "
+                              f"the checkpoint's record {digest}); was it written by another branch of the run?")
+    return blob["weights"], blob["data"]
 
 
 def make_universal(ckpt_root: Path, tag: str) -> Path:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +56,14 @@ class ModelConfig:
 
 
 @dataclass
+class MergeConfig:
+    take: dict = doc({}, "Parameter regex or @group -> name of an earlier phase: those parameters start from that "
+                         "phase's end weights, bit for bit (TreLM: {'@lower': x_to_en, '@upper': en_to_x}).")
+    average: list[str] = doc([], "Earlier phases whose end weights are averaged (element-wise mean, in fp32) for "
+                                 "every parameter no take pattern assigns.")
+
+
+@dataclass
 class PhaseConfig:
     name: str = doc("", "Phase name, shown in logs, TensorBoard and checkpoints.")
     steps: int = doc(0, "Optimizer steps in this phase.")
@@ -62,7 +71,24 @@ class PhaseConfig:
     warmup_steps: int = doc(0, "Linear warmup steps from 0 to the peak.")
     decay: str = doc("linear", f"Decay after warmup: one of {', '.join(DECAYS)}.")
     min_lr_ratio: float = doc(0.0, "Learning rate at the end of the phase, as a fraction of the peak.")
-    trainable: list[str] = doc([], "Parameter name regexes or @groups that train; empty = the method's preset.")
+    trainable: list[str] = doc([], "Parameter name regexes or @groups that train, '!PATTERN' to leave some out "
+                                   "(['@all', '!@lower']); empty = the method's preset.")
+    start_from: str = doc("", "Name of an earlier phase: this phase starts from the weights and the data position "
+                              "that phase ended with (a branch); empty = where the previous phase ended.")
+    merge: MergeConfig = doc(None, "Start from a merge of earlier phases' end weights (take / average); the data "
+                                   "stream continues where the previous phase left it.")
+
+    def __post_init__(self):
+        _fill_sections(self)
+
+    @property
+    def merges(self) -> bool:
+        return bool(self.merge.take or self.merge.average)
+
+    def reads(self) -> list[str]:
+        """The earlier phases whose end weights this phase starts from (none: it continues the previous one)."""
+        names = [self.start_from] if self.start_from else list(self.merge.take.values()) + self.merge.average
+        return list(dict.fromkeys(names))
 
 
 @dataclass
@@ -140,9 +166,14 @@ class TrainConfig:
     guard: GuardConfig = doc(None, "Non-finite steps, loss spikes and slow steps.")
 
     def __post_init__(self):
-        for f in dataclasses.fields(self):
-            if getattr(self, f.name) is None and dataclasses.is_dataclass(_field_type(f)):
-                setattr(self, f.name, _field_type(f)())
+        _fill_sections(self)
+
+
+def _fill_sections(obj) -> None:
+    """Sections left at None get their defaults (a dataclass default must not be a shared instance)."""
+    for f in dataclasses.fields(obj):
+        if getattr(obj, f.name) is None and dataclasses.is_dataclass(_field_type(f)):
+            setattr(obj, f.name, _field_type(f)())
 
 
 def _field_type(f: dataclasses.Field):
@@ -329,6 +360,8 @@ def validate(cfg: TrainConfig) -> None:
     names = [ph.name for ph in cfg.phases]
     if len(set(names)) != len(names):
         raise ConfigError(f"config key 'phases' has duplicate names: {names}")
+    for i, ph in enumerate(cfg.phases):
+        _check_phase_start(i, ph, names)
     if not cfg.data.train_shards:
         raise ConfigError("config key 'data.train_shards' is empty")
     if cfg.data.seq_len < 8:
@@ -362,6 +395,34 @@ def validate(cfg: TrainConfig) -> None:
     for k in ("loss_spike_window", "slow_step_window"):
         if getattr(g, k) < 2:
             raise ConfigError(f"config key 'guard.{k}' must be >= 2, got {getattr(g, k)}")
+
+
+def _earlier_phase(name, key: str, index: int, names: list[str]) -> None:
+    """``name`` (at config key ``key`` of phases[index]) must be a phase that ends before phases[index] starts."""
+    if not isinstance(name, str) or name not in names:
+        raise ConfigError(f"config key '{key}' is {name!r}, which is no phase's name (phases: {', '.join(names)})")
+    if names.index(name) >= index:
+        raise ConfigError(f"config key '{key}' is '{name}', which is not an earlier phase (phases[{names.index(name)}]"
+                          f"); a phase can start only from a phase that has ended")
+    if not re.fullmatch(r"\w[\w.-]*", name):
+        raise ConfigError(f"config key 'phases[{names.index(name)}].name' is {name!r}; a phase that another starts "
+                          f"from names a file: use letters, digits, '_', '-' and '.'")
+
+
+def _check_phase_start(i: int, ph: PhaseConfig, names: list[str]) -> None:
+    """start_from / merge name earlier phases; structural merge checks (patterns vs parameters) are in
+    phases.build_phase_starts, which has the parameter groups."""
+    key = f"phases[{i}]"
+    if ph.start_from and ph.merges:
+        raise ConfigError(f"config key '{key}' sets both start_from and merge; a phase starts from one place")
+    if ph.start_from:
+        _earlier_phase(ph.start_from, f"{key}.start_from", i, names)
+    for pattern, name in ph.merge.take.items():
+        _earlier_phase(name, f"{key}.merge.take.{pattern}", i, names)
+    for k, name in enumerate(ph.merge.average):
+        _earlier_phase(name, f"{key}.merge.average[{k}]", i, names)
+    if len(set(ph.merge.average)) != len(ph.merge.average):
+        raise ConfigError(f"config key '{key}.merge.average' names a phase twice: {ph.merge.average}")
 
 
 def read_checkpoint_config(data: dict) -> TrainConfig:

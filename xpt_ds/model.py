@@ -2,8 +2,8 @@
 
 An XPT model is structurally a stock Bert/RobertaForMaskedLM with C+2 layers: layer 0 is ITL_in,
 layers 1..C are the reused source encoder layers, layer C+1 is ITL_out. Export is therefore a plain
-``save_pretrained``. Every parameter carries tags (``@new``, ``@source``, ``@embeddings``, ``@itl``, ...)
-that phase patterns select on.
+``save_pretrained``. Every parameter carries tags (``@new``, ``@source``, ``@embeddings``, ``@itl``,
+``@lower``/``@upper`` (halves of the source layers), ...) that phase patterns select on.
 """
 from __future__ import annotations
 
@@ -201,11 +201,21 @@ def _copy_source(src, model, family: Family, cfg: ModelConfig, tok: TargetTokeni
     return copied
 
 
+def layer_halves(family: Family, C: int, has_itl: bool) -> dict[str, str]:
+    """Module prefix of each of the C source encoder layers (ITLs excluded) -> '@lower' or '@upper'. The lower
+    half is the first C // 2 layers, so an odd count puts the middle layer in the upper half (004 Alg. 1's
+    L <= N / L > N with N = C / 2)."""
+    off = 1 if has_itl else 0
+    return {f"{family.base}.encoder.layer.{i + off}.": "@lower" if i < C // 2 else "@upper" for i in range(C)}
+
+
 def _tag_parameters(model, family: Family, copied: set[str], C: int, has_itl: bool) -> dict[str, set[str]]:
     itl_prefixes = (f"{family.base}.encoder.layer.0.", f"{family.base}.encoder.layer.{C + 1}.") if has_itl else ()
+    halves = layer_halves(family, C, has_itl)
     tags = {}
     for name, _ in model.named_parameters():
         t = {"@all", "@source" if name in copied else "@new"}
+        t |= {half for prefix, half in halves.items() if name.startswith(prefix)}  # adapters in a layer too
         if name.startswith(itl_prefixes):
             t.add("@itl")
         elif ".adapter." in name:

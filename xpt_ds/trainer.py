@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import deepspeed
@@ -22,7 +22,7 @@ from xpt_ds.metrics import LogWindow, MetricsLogger, flops_per_token, peak_flops
 from xpt_ds.mlm_metrics import MLMStats, piece_char_lengths
 from xpt_ds.model import build_model, build_skeleton, load_fp32_state
 from xpt_ds.objective import MaskedLMObjective, strip_prefix
-from xpt_ds.phases import build_phase_trainables
+from xpt_ds.phases import build_phase_starts, build_phase_trainables, phases_read_later, weights_from_ends
 from xpt_ds.preemption import Preempted, PreemptionWatcher
 from xpt_ds.status import write_status
 from xpt_ds.tokenizer import tokenizer_for
@@ -36,6 +36,7 @@ class TrainerState:
     phase_step: int = 0  # optimizer steps done in the current phase
     global_step: int = 0
     tokens_seen: int = 0
+    phase_ends: dict[str, str] = field(default_factory=dict)  # kept phase end (start_from/merge) -> its blake2b
 
     def state_dict(self) -> dict:
         return asdict(self)
@@ -67,6 +68,9 @@ class Trainer:
                               f"allow at most {self.hf_config.xpt_max_length}")
         # Module-relative names: the engine wraps MaskedLMObjective, whose HF model is ``hf``.
         self.trainables = [{f"hf.{n}" for n in s} for s in build_phase_trainables(cfg, self.built.tags)]
+        self.starts = [None if s is None else {f"hf.{n}": p for n, p in s.items()}
+                       for s in build_phase_starts(cfg, self.built.tags)]
+        self.kept_ends = phases_read_later(cfg)
         self.train_stream, self.valid_stream = build_streams(cfg.data, self.tok, cfg.optim.micro_batch_size,
                                                              self.rank, self.world)
         self.state = TrainerState()
@@ -158,6 +162,7 @@ class Trainer:
                 self.log(window)
                 window.reset()
             self.maybe_eval(phase_done)
+            self.maybe_keep_phase_end(phase_done)
             self.maybe_save(phase_done)
             self.after_step(halt, step_seconds)
         self.logger.close()
@@ -192,7 +197,7 @@ class Trainer:
         """At a phase boundary: rebuild module + engine for the next phase with exact fp32 weights."""
         if self.state.phase_index + 1 >= len(self.cfg.phases):
             return False
-        fp32 = full_fp32_state(self.engine, self.frozen)
+        fp32 = self.start_weights(self.state.phase_index + 1)
         self.engine.destroy()
         self.engine = self.optimizer = None
         self.state.phase_index += 1
@@ -203,8 +208,33 @@ class Trainer:
             objective = MaskedLMObjective(hf)
             self.engine, self.optimizer, self.frozen = build_engine(
                 objective, self.trainables[self.state.phase_index], self.cfg, fp32)
-        self._info(f"phase '{self.phase.name}' starts at global step {self.state.global_step}")
+        origin = (f"from the end of '{self.phase.start_from}'" if self.phase.start_from else
+                  f"from a merge of {', '.join(self.phase.reads())}" if self.phase.merges else "")
+        self._info(f"phase '{self.phase.name}' starts at global step {self.state.global_step} {origin}".rstrip())
         return True
+
+    def start_weights(self, index: int) -> dict[str, torch.Tensor]:
+        """Exact fp32 weights phase ``index`` starts from: where the previous phase ended, or the kept ends of
+        the phases it names. ``start_from`` also rewinds the data stream to where that phase ended, so that
+        branches from one phase see the same batches (as 004 Alg. 1's two models sample the same set P); a
+        merge continues the stream where the previous phase left it."""
+        phase, sources = self.cfg.phases[index], self.starts[index]
+        if sources is None:
+            return full_fp32_state(self.engine, self.frozen)
+        ends = {}
+        for name in phase.reads():
+            ends[name], data = checkpoint.load_phase_end(self.ckpt_root, name, self.state.phase_ends.get(name))
+            if name == phase.start_from:
+                self.train_stream.close()  # its workers prefetch from the old position
+                self.train_stream.load_state_dict(data)
+        return weights_from_ends(sources, ends)
+
+    def maybe_keep_phase_end(self, phase_done: bool) -> None:
+        """A phase that a later one starts from leaves its end on disk before its last checkpoint completes."""
+        if phase_done and self.phase.name in self.kept_ends:
+            weights = full_fp32_state(self.engine, self.frozen)  # collective under ZeRO-3
+            self.state.phase_ends[self.phase.name] = checkpoint.save_phase_end(
+                self.ckpt_root, self.phase.name, weights, self.train_stream.state_dict())
 
     def log(self, window: LogWindow) -> None:
         """The window's steps that were not skipped are the same on every rank (the skip decision is global)."""
