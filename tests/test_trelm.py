@@ -14,6 +14,7 @@ from torch import nn
 from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast, RobertaConfig
 
 from conftest import TINY, base_config, launch, read_metrics, write_config
+from xpt_ds import checkpoint
 from xpt_ds.config import ConfigError, DataConfig, ModelConfig, OptimConfig, TrainConfig, load_config
 from xpt_ds.data import build_streams
 from xpt_ds.model import build_model, build_skeleton
@@ -288,4 +289,18 @@ def test_trelm_trains_through_the_entry_point(tmp_path, source_dir, corpus_bert)
     rows = read_metrics(tmp_path / "run")
     assert all(np.isfinite(rows[s]["train/loss"]) for s in (1, 2, 3))
     assert np.isfinite(rows[3]["valid/loss"])
-    assert (tmp_path / "run/checkpoints").is_dir()
+    assert rows[1]["train/loss"] > rows[3]["valid/loss"] + 3  # the CdLM term (~ln 200 untrained) is in the loss
+    client = checkpoint.read_client_state(tmp_path / "run/checkpoints", checkpoint.tag_for(3))
+    assert client["data"] == {"sequences": 3 * 2 * 2, "pairs": 3 * 2 * 2}  # 3 steps x grad_accum 2 x 2 each
+
+
+def test_evaluate_runs_trelm_through_the_trilayer(source_dir, corpus_bert):
+    from xpt_ds.evaluate import evaluate
+    built = _build(source_dir, corpus_bert)
+    tok = build_tokenizer(str(corpus_bert / "spm.model"))
+    data = DataConfig(seq_len=32)
+    shards = [f"{corpus_bert}/manifest.json:valid"]
+    with_trilayer = evaluate(built.model, tok, data, shards, batch_size=2, max_batches=2)
+    del built.model.trelm  # what a stock model of the same weights scores
+    stock = evaluate(built.model, tok, data, shards, batch_size=2, max_batches=2)
+    assert with_trilayer["tokens"] == stock["tokens"] > 0 and with_trilayer["loss"] != pytest.approx(stock["loss"])

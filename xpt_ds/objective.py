@@ -36,9 +36,10 @@ class MaskedLMObjective(nn.Module):
 
 
 def build_objective(hf: nn.Module) -> nn.Module:
-    """The objective of the method that built ``hf`` (``config.xpt_method``): TreLM's for trelm, else MLM."""
+    """TreLM's objective for a trelm model that carries its ``trelm`` parts (a checkpoint's skeleton), else MLM
+    (every other method, and a stock model loaded from a directory, which has no TRILayer to run)."""
     method = method_of(hf.config)
-    return TreLMObjective(hf) if method is not None and method.trelm else MaskedLMObjective(hf)
+    return TreLMObjective(hf) if method is not None and method.trelm and hasattr(hf, "trelm") else MaskedLMObjective(hf)
 
 
 def strip_prefix(state: dict[str, torch.Tensor], prefix: str = "hf.") -> dict[str, torch.Tensor]:
