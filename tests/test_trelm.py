@@ -131,7 +131,8 @@ def test_build_initialises_and_tags(source_dir, corpus_bert):
     lang = model.trelm.language_embeddings.weight.detach()
     assert torch.allclose(lang @ lang.T, torch.eye(2), atol=1e-5)  # both rows set, orthonormal
     assert torch.equal(lang, _build(source_dir, corpus_bert).model.trelm.language_embeddings.weight.detach())
-    assert not torch.allclose(lang, _build(source_dir, corpus_bert, init_seed=99).model.trelm.language_embeddings.weight)
+    other_seed = _build(source_dir, corpus_bert, init_seed=99).model.trelm.language_embeddings.weight
+    assert not torch.allclose(lang, other_seed)
     for k, v in model.trelm.trilayer.state_dict().items():
         assert torch.equal(v, src.bert.encoder.layer[1].state_dict()[k]), k
     assert torch.equal(model.trelm.source_word_embeddings.weight, src.bert.embeddings.word_embeddings.weight)

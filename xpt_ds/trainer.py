@@ -71,7 +71,8 @@ class Trainer:
                                                              self.rank, self.world)
         if cfg.data.parallel_shards:  # TreLM: CdLM pairs join every training micro-batch
             self.train_stream = build_parallel_stream(self.train_stream, cfg, self.tok,
-                                                      self.hf_config.xpt_trelm_source_vocab_size, self.rank, self.world)
+                                                      self.hf_config.xpt_trelm_source_vocab_size, self.rank,
+                                                      self.world)
         self.state = TrainerState()
         self.device = torch.device(deepspeed.get_accelerator().current_device_name())
         self.tokens_per_step = cfg.optim.micro_batch_size * cfg.optim.grad_accum * self.world * cfg.data.seq_len

@@ -40,7 +40,11 @@ import copy
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers.masking_utils import create_bidirectional_mask
+
+try:  # transformers >= 4.53; older versions build the additive mask themselves (_mask)
+    from transformers.masking_utils import create_bidirectional_mask
+except ImportError:
+    create_bidirectional_mask = None
 
 ENGLISH, TARGET = 0, 1  # rows of trelm.language_embeddings, values of input_lang / output_lang
 
@@ -119,8 +123,16 @@ def _positions(parts: TreLMParts, length: int, device) -> torch.Tensor:
 
 def _mask(model: nn.Module, x: torch.Tensor, mask: torch.Tensor | None):
     """The attention implementation's form of a [B, T] padding mask (None: no padding)."""
-    return None if mask is None else create_bidirectional_mask(config=model.config, inputs_embeds=x,
-                                                               attention_mask=mask)
+    if mask is None:
+        return None
+    if create_bidirectional_mask is None:
+        return model.get_extended_attention_mask(mask, mask.shape, dtype=x.dtype)  # additive [B, 1, 1, T]
+    return create_bidirectional_mask(config=model.config, inputs_embeds=x, attention_mask=mask)
+
+
+def _layer(layer: nn.Module, x: torch.Tensor, mask) -> torch.Tensor:
+    out = layer(x, mask)
+    return out[0] if isinstance(out, tuple) else out  # transformers 4.x layers return a tuple, 5.x a tensor
 
 
 def encode(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
@@ -147,7 +159,7 @@ def encode(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tens
     layers, half = base.encoder.layer, halves(model)
     mask = _mask(model, x, attention_mask)
     for layer in layers[:half]:
-        x = layer(x, mask)
+        x = _layer(layer, x, mask)
     if order is not None:
         x = parts.reorder(x, order)
         mask = _mask(model, x, output_mask)
@@ -155,9 +167,9 @@ def encode(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tens
         mask = _mask(model, x, output_mask)
     positions = _positions(parts, x.shape[1], x.device)
     x = x + parts.language_embeddings(output_lang)[:, None, :] + base.embeddings.position_embeddings(positions)
-    x = parts.trilayer(x, mask)
+    x = _layer(parts.trilayer, x, mask)
     for layer in layers[half:]:
-        x = layer(x, mask)
+        x = _layer(layer, x, mask)
     return x
 
 
