@@ -107,6 +107,12 @@ class DataConfig:
     train_tokens: int = doc(0, "Use only the first N tokens of the training corpus, in the fixed document order of "
                                "data.seed (pieces plus separators; the last document is cut), the same subset every "
                                "epoch; a smaller N's subset is a prefix of a larger one's. 0 = all.")
+    parallel_shards: list[str] = doc([], "model.method trelm: parallel shards for CdLM (docs/shard_format.md, "
+                                         "'Parallel shards'): paths, brace patterns or a parallel manifest.json:split "
+                                         "made with model.tokenizer and model.source's tokenizer. Empty = target MLM "
+                                         "only.")
+    parallel_micro_batch: int = doc(0, "CdLM sentence pairs joined to each micro-batch of target MLM sequences "
+                                       "(data.parallel_shards); 0 = optim.micro_batch_size.")
 
 
 @dataclass
@@ -376,6 +382,11 @@ def validate(cfg: TrainConfig) -> None:
         raise ConfigError(f"config key 'data.train_tokens' must be >= 0 (0 = all), got {d.train_tokens}")
     if d.num_workers < 0:
         raise ConfigError(f"config key 'data.num_workers' must be >= 0, got {d.num_workers}")
+    if d.parallel_shards and not METHODS[m.method].trelm:
+        raise ConfigError(f"config key 'data.parallel_shards' is set but model.method '{m.method}' reads no "
+                          "parallel data (only trelm does)")
+    if d.parallel_micro_batch < 0:
+        raise ConfigError(f"config key 'data.parallel_micro_batch' must be >= 0, got {d.parallel_micro_batch}")
     o = cfg.optim
     for k in ("micro_batch_size", "grad_accum"):
         if getattr(o, k) < 1:

@@ -4,7 +4,8 @@
 JSON. Masks are seeded per sequence (``data.seed``), so every model evaluated on the same shards with the
 same tokenizer, sequence length and seed is scored on the same tokens. With ``--run`` the data settings come
 from the run's config; the numbers then match the run's own periodic validation on its validation shards,
-which uses the same code (``MLMStats`` over ``MaskedLMObjective`` logits).
+which uses the same code (``MLMStats`` over the objective's logits: ``MaskedLMObjective``, or for trelm
+``TreLMObjective``'s MLM path through the TRILayer).
 
 Which figure compares what: loss, PPL, Hits@k, MRR and MR are per piece and compare only models with the same
 vocabulary (the same tokenizer made the shards). ``bits_per_char`` (the masked pieces' NLL in bits over the
@@ -31,7 +32,7 @@ from xpt_ds.files import check_output_file, os_error_line
 from xpt_ds.methods import method_of
 from xpt_ds.mlm_metrics import MLMStats, piece_char_lengths
 from xpt_ds.embedding_init import count_pieces
-from xpt_ds.objective import MaskedLMObjective
+from xpt_ds.objective import build_objective
 from xpt_ds.shards import DataError
 from xpt_ds.tokenizer import TargetTokenizer, saved_tokenizer
 
@@ -76,7 +77,8 @@ def evaluate(model, tok: TargetTokenizer, data: DataConfig, shards: list[str], b
     ``model`` is a *ForMaskedLM or a ``UnigramPredictor``."""
     stream = MLMBatchStream(build_stream(expand_shards(shards, tok), data, tok, 0, manifest_counts(shards)),
                             MLMMasker(data, tok), batch_size, rank=0, world=1, num_workers=0, single_pass=True)
-    objective = (model if isinstance(model, UnigramPredictor) else MaskedLMObjective(model)).to(device).eval()
+    # trelm: through the TRILayer
+    objective = (model if isinstance(model, UnigramPredictor) else build_objective(model)).to(device).eval()
     stats = MLMStats(device, piece_char_lengths(tok))
     for i, batch in enumerate(stream):
         if max_batches and i >= max_batches:

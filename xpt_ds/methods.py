@@ -2,8 +2,8 @@
 
 Adding a method is one entry here (plus whatever new model code it needs). Seeds: 002 is Lee et al. 2021
 (XPT, its baselines Scratch, Adapters and XPT-SP), 003 is Gogoulou et al. (the source vocabulary kept,
-``keep_vocab``), 000 is Son et al. ("Language Chameleon": XPT without ITLs
-and with a randomly initialised source); see ``../shared/seeds/README.md`` in the project's workspace.
+``keep_vocab``), 004 is TreLM (an ICLR 2021 submission, ``trelm``), 000 is Son et al. ("Language Chameleon":
+XPT without ITLs and with a randomly initialised source); see ``../shared/seeds/README.md`` in the project's workspace.
 """
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ class Method:
     export: str = "stock"  # 'stock': a plain save_pretrained directory; 'adapters': + xpt_adapters.py, auto_map
     vocab: str = "target"  # 'target': a new SentencePiece vocabulary with new embeddings (model.tokenizer);
     # 'source': the source's own Hugging Face tokenizer, word embeddings and LM head, all copied (003)
+    trelm: bool = False  # TRILayer, language embeddings and the English vocabulary beside the target's (004,
+    # xpt_ds.trelm); trains on target MLM plus, with data.parallel_shards, CdLM pairs (xpt_ds.trelm_objective)
 
     @property
     def phases(self) -> int:
@@ -42,6 +44,9 @@ METHODS: dict[str, Method] = {m.name: m for m in [
     Method("random_source", "XPT w/ random source", has_itl=True, source="random", presets=_TWO_PHASES),
     Method("keep_vocab", "[lang→en][lang] (Gogoulou)", has_itl=False, source="pretrained", presets=_ONE_PHASE,
            vocab="source"),
+    # One phase for now: 004 §3.2's three (commonality, transfer as two half-models merged, language-specific)
+    # come with the phase graph.
+    Method("trelm", "TreLM", has_itl=False, source="pretrained", presets=_ONE_PHASE, trelm=True),
 ]}
 BASELINE = "scratch"  # what the data-efficiency ratio compares against (002 §5.1)
 

@@ -21,6 +21,7 @@ from xpt_ds.config import ConfigError, DataConfig, ModelConfig
 from xpt_ds.embedding_init import InitContext, init_embeddings, kept_vocabulary_report
 from xpt_ds.methods import METHODS
 from xpt_ds.tokenizer import TargetTokenizer
+from xpt_ds.trelm import add_trelm, init_trelm, trelm_tags
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +102,9 @@ def _target_config(src_cfg, cfg: ModelConfig, tok: TargetTokenizer):
         tcfg.hidden_dropout_prob = tcfg.attention_probs_dropout_prob = cfg.dropout
     if METHODS[cfg.method].adapters:
         tcfg.xpt_adapter_size = cfg.adapter_size
+    if METHODS[cfg.method].trelm:  # the English vocabulary beside the target's (xpt_ds.trelm)
+        tcfg.xpt_trelm_source_vocab_size, tcfg.xpt_trelm_source_pad_id = src_cfg.vocab_size, src_cfg.pad_token_id
+        tcfg.xpt_position_offset = tok.pad_id + 1 if FAMILIES[src_cfg.model_type].offset_positions else 0
     return tcfg
 
 
@@ -141,8 +145,12 @@ def build_model(cfg: ModelConfig, tok: TargetTokenizer, data: DataConfig | None 
             with torch.no_grad():
                 _base(model, family).embeddings.word_embeddings.weight.copy_(matrix)
         copied = set() if method.source == "none" else _copy_source(src, model, family, cfg, tok)
+        if method.trelm:
+            copied |= init_trelm(model, src, cfg.init_seed)
     copied -= missing
     tags = _tag_parameters(model, family, copied, src_cfg.num_hidden_layers, method.has_itl)
+    if method.trelm:
+        tags = {name: t | trelm_tags(name) for name, t in tags.items()}
     return BuiltModel(model=model, family=family, tags=tags, embedding_init=report)
 
 
@@ -151,6 +159,8 @@ def build_skeleton(tcfg) -> nn.Module:
     model = AutoModelForMaskedLM.from_config(copy.deepcopy(tcfg), attn_implementation="sdpa").float()
     if getattr(tcfg, "xpt_adapter_size", None):
         add_adapters(model, tcfg.xpt_adapter_size)
+    if getattr(tcfg, "xpt_trelm_source_vocab_size", None):
+        add_trelm(model)
     return model
 
 

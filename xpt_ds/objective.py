@@ -1,9 +1,13 @@
-"""MLM loss with the LM head computed only on masked positions (~15% of tokens)."""
+"""MLM loss with the LM head computed only on masked positions (~15% of tokens); ``build_objective`` picks it
+or TreLM's (``xpt_ds.trelm_objective``) by the method that built the model."""
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from xpt_ds.methods import method_of
+from xpt_ds.trelm_objective import TreLMObjective
 
 
 class MaskedLMObjective(nn.Module):
@@ -29,6 +33,13 @@ class MaskedLMObjective(nn.Module):
         # Sum / max(M, 1): a batch with nothing masked (M = 0) still runs the head, as ZeRO-3 needs every rank
         # to take the same forward path, and gives 0 instead of NaN. M is a host-side shape: no sync.
         return F.cross_entropy(logits.float(), mlm_targets, reduction="sum") / max(mlm_targets.numel(), 1)
+
+
+def build_objective(hf: nn.Module) -> nn.Module:
+    """TreLM's objective for a trelm model that carries its ``trelm`` parts (a checkpoint's skeleton), else MLM
+    (every other method, and a stock model loaded from a directory, which has no TRILayer to run)."""
+    method = method_of(hf.config)
+    return TreLMObjective(hf) if method is not None and method.trelm and hasattr(hf, "trelm") else MaskedLMObjective(hf)
 
 
 def strip_prefix(state: dict[str, torch.Tensor], prefix: str = "hf.") -> dict[str, torch.Tensor]:

@@ -36,14 +36,41 @@ class ShardIndex:
         return int(self.lengths.sum())
 
 
-def _npy_header(raw: bytes, name: str) -> tuple[np.dtype, tuple, int]:
+def npy_header(raw: bytes, name: str, allowed: tuple = (np.uint16, np.uint32)) -> tuple[np.dtype, tuple, int]:
+    """(dtype, shape, header bytes) of a 1-D ``.npy`` member whose dtype is one of ``allowed``."""
     f = io.BytesIO(raw)
     version = np.lib.format.read_magic(f)
     read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
     shape, fortran, dtype = read(f)
-    if len(shape) != 1 or dtype not in (np.uint16, np.uint32) or fortran:
-        raise ValueError(f"{name} has dtype {dtype} shape {shape}, expected 1-D uint16/uint32")
+    if len(shape) != 1 or dtype not in allowed or fortran:
+        raise ValueError(f"{name} has dtype {dtype} shape {shape}, expected 1-D "
+                         f"{'/'.join(np.dtype(a).name for a in allowed)}")
     return np.dtype(dtype), shape, f.tell()
+
+
+def read_member_header(fh, member: tarfile.TarInfo, size: int, allowed: tuple = (np.uint16, np.uint32)
+                       ) -> tuple[np.dtype, int, int]:
+    """(dtype, length, byte offset of the data) of one ``.npy`` tar member; ValueError if it is cut or malformed."""
+    if member.offset_data + member.size > size:
+        raise ValueError(f"{member.name} is truncated")
+    fh.seek(member.offset_data)
+    dtype, shape, header = npy_header(fh.read(min(member.size, 4096)), member.name, allowed)
+    if header + shape[0] * dtype.itemsize != member.size:
+        raise ValueError(f"{member.name}: {shape[0]} x {dtype} does not fill its {member.size} bytes")
+    return dtype, shape[0], member.offset_data + header
+
+
+def check_archive_end(fh, tar: tarfile.TarFile, size: int) -> None:
+    """After iterating ``tar``: tarfile takes an EOF at a header boundary for the end of the archive, so require
+    the real end-of-archive marker (two zero blocks) and at most a record's padding after it: a shard cut short
+    or zero-filled is never read silently."""
+    fh.seek(tar.offset)
+    if fh.read(2 * _BLOCK) != bytes(2 * _BLOCK):
+        raise ValueError("truncated: no end-of-archive marker")
+    trailing = size - tar.offset - 2 * _BLOCK
+    if trailing >= tarfile.RECORDSIZE:
+        raise ValueError(f"{trailing} bytes follow the end-of-archive marker at byte {tar.offset}: the "
+                         "rest of the shard is zero-filled or unreadable")
 
 
 def scan_shard(path: str, expected: tuple[int, int] | None = None) -> ShardIndex:
@@ -61,24 +88,11 @@ def scan_shard(path: str, expected: tuple[int, int] | None = None) -> ShardIndex
             for member in tar:
                 if not member.isfile() or not member.name.endswith(".ids.npy"):
                     continue
-                if member.offset_data + member.size > size:
-                    raise ValueError(f"{member.name} is truncated")
-                fh.seek(member.offset_data)
-                dtype, shape, header = _npy_header(fh.read(min(member.size, 4096)), member.name)
-                if header + shape[0] * dtype.itemsize != member.size:
-                    raise ValueError(f"{member.name}: {shape[0]} x {dtype} does not fill its {member.size} bytes")
-                offsets.append(member.offset_data + header)
-                lengths.append(shape[0])
+                dtype, length, offset = read_member_header(fh, member, size)
+                offsets.append(offset)
+                lengths.append(length)
                 dtypes.add(dtype)
-            # tarfile takes an EOF at a header boundary for the end of the archive: require the real
-            # end-of-archive marker (two zero blocks) so a shard cut short is never read silently.
-            fh.seek(tar.offset)
-            if fh.read(2 * _BLOCK) != bytes(2 * _BLOCK):
-                raise ValueError("truncated: no end-of-archive marker")
-            trailing = size - tar.offset - 2 * _BLOCK
-            if trailing >= tarfile.RECORDSIZE:
-                raise ValueError(f"{trailing} bytes follow the end-of-archive marker at byte {tar.offset}: the "
-                                 "rest of the shard is zero-filled or unreadable")
+            check_archive_end(fh, tar, size)
         if expected is not None and (len(lengths), int(sum(lengths))) != tuple(expected):
             raise ValueError(f"holds {len(lengths)} documents / {int(sum(lengths))} tokens, the manifest records "
                              f"{expected[0]} / {expected[1]} (zero-filled, cut or replaced)")

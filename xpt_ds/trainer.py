@@ -21,7 +21,8 @@ from xpt_ds.guards import BadStepCounter, Halted, RankExchange, SlowSteps, Spike
 from xpt_ds.metrics import LogWindow, MetricsLogger, flops_per_token, peak_flops
 from xpt_ds.mlm_metrics import MLMStats, piece_char_lengths
 from xpt_ds.model import build_model, build_skeleton, load_fp32_state
-from xpt_ds.objective import MaskedLMObjective, strip_prefix
+from xpt_ds.objective import build_objective, strip_prefix
+from xpt_ds.parallel_data import build_parallel_stream
 from xpt_ds.phases import build_phase_starts, build_phase_trainables, phases_read_later, weights_from_ends
 from xpt_ds.preemption import Preempted, PreemptionWatcher
 from xpt_ds.status import write_status
@@ -66,13 +67,17 @@ class Trainer:
         if cfg.data.seq_len > self.hf_config.xpt_max_length:
             raise ConfigError(f"config key 'data.seq_len' is {cfg.data.seq_len}; the source model's positions "
                               f"allow at most {self.hf_config.xpt_max_length}")
-        # Module-relative names: the engine wraps MaskedLMObjective, whose HF model is ``hf``.
+        # Module-relative names: the engine wraps the objective, whose HF model is ``hf``.
         self.trainables = [{f"hf.{n}" for n in s} for s in build_phase_trainables(cfg, self.built.tags)]
         self.starts = [None if s is None else {f"hf.{n}": p for n, p in s.items()}
                        for s in build_phase_starts(cfg, self.built.tags)]
         self.kept_ends = phases_read_later(cfg)
         self.train_stream, self.valid_stream = build_streams(cfg.data, self.tok, cfg.optim.micro_batch_size,
                                                              self.rank, self.world)
+        if cfg.data.parallel_shards:  # TreLM: CdLM pairs join every training micro-batch
+            self.train_stream = build_parallel_stream(self.train_stream, cfg, self.tok,
+                                                      self.hf_config.xpt_trelm_source_vocab_size, self.rank,
+                                                      self.world)
         self.state = TrainerState()
         self.device = torch.device(deepspeed.get_accelerator().current_device_name())
         self.tokens_per_step = cfg.optim.micro_batch_size * cfg.optim.grad_accum * self.world * cfg.data.seq_len
@@ -97,7 +102,7 @@ class Trainer:
         tag = checkpoint.resolve_tag(self.ckpt_root, self.cfg.checkpoint.resume)
         if self.cfg.checkpoint.resume != "auto":
             self.start_branch(tag)
-        objective = MaskedLMObjective(self.built.model)
+        objective = build_objective(self.built.model)
         fp32 = {n: p.detach().clone() for n, p in objective.named_parameters()}
         torch.manual_seed(self.cfg.seed + self.rank)  # dropout stream of this rank, unless a checkpoint has it
         universal = False
@@ -205,7 +210,7 @@ class Trainer:
         with torch.random.fork_rng(devices=[]):  # the rebuild must not shift the dropout stream
             hf = build_skeleton(self.hf_config)
             load_fp32_state(hf, strip_prefix(fp32), f"phase '{self.phase.name}' hand-over")
-            objective = MaskedLMObjective(hf)
+            objective = build_objective(hf)
             self.engine, self.optimizer, self.frozen = build_engine(
                 objective, self.trainables[self.state.phase_index], self.cfg, fp32)
         origin = (f"from the end of '{self.phase.start_from}'" if self.phase.start_from else
