@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from conftest import REPO, base_config, launch, read_metrics, write_config
-from xpt_ds.mlm_metrics import IGNORE, MLMStats, gold_ranks
+from xpt_ds.mlm_metrics import IGNORE, MLMStats, gold_ranks, piece_word_starts, starts_word
 
 LOGITS = torch.tensor([
     [2.0, 1.0, 3.0, 0.0, 1.0],  # gold 0: one score higher -> rank 2
@@ -69,6 +69,39 @@ def test_unigram_predictor_scores_smoothed_training_frequencies():
     assert m["loss"] == pytest.approx(-(math.log(6 / 11) + math.log(3 / 11) + math.log(2 / 11)) / 3)
 
 
+def test_starts_word_three_marker_styles():
+    # " the city's." in each style: two words, each counted once, on its first piece
+    assert [starts_word(p, "sentencepiece") for p in ["▁the", "▁city", "'", "s", "."]] == [1, 1, 0, 0, 0]
+    assert [starts_word(p, "byte_level") for p in ["Ġthe", "Ġcity", "'s", "."]] == [1, 1, 0, 0]
+    assert [starts_word(p, "wordpiece") for p in ["the", "city", "'", "s", "."]] == [1, 1, 0, 1, 0]  # BERT: 's' a word
+    assert [starts_word(p, "wordpiece") for p in ["##ing", "...", "«", "a1", "київ"]] == [0, 0, 0, 1, 1]
+    with pytest.raises(ValueError, match="unknown marker style"):
+        starts_word("x", "bpe")
+
+
+def test_bits_per_word_hand_computed():
+    """Vocabulary [<pad>, <unk>, ▁the, ▁ci, ty, ▁a]: masked pieces '▁the', 'ty', '▁a', 'ty' (one ignored).
+    Uniform logits: each NLL is ln 6 nats = log2 6 bits; 4 pieces, 2 of them word-initial -> 2 log2 6 bits/word."""
+    from xpt_ds.tokenizer import TargetTokenizer
+
+    class Tok(TargetTokenizer):
+        def piece(self, i):
+            return ["<pad>", "<unk>", "▁the", "▁ci", "ty", "▁a"][i]
+
+    tok = Tok("spm.model", vocab_size=6, pad_id=0, cls_id=0, sep_id=0, unk_id=1, mask_id=0)
+    starts = piece_word_starts(tok)
+    assert starts.tolist() == [0, 0, 1, 1, 0, 1]  # specials (unk too, outside WordPiece) begin no word
+    stats = MLMStats(word_starts=starts)
+    stats.update(torch.zeros(5, 6), torch.tensor([2, 4, IGNORE, 5, 4]))
+    r = stats.result()
+    assert r["tokens"] == 4 and r["words"] == 2 and "bits_per_char" not in r
+    assert r["bits_per_word"] == pytest.approx(4 * math.log2(6) / 2, rel=1e-6)  # fp32 cross-entropy
+    assert r["bits_per_word"] == pytest.approx(r["loss"] * r["tokens"] / math.log(2) / r["words"], rel=1e-12)
+    none = MLMStats(word_starts=starts)  # no masked word-initial piece: undefined, not a division by zero
+    none.update(torch.zeros(1, 6), torch.tensor([4]))
+    assert math.isnan(none.result()["bits_per_word"])
+
+
 def _evaluate(*args):
     env = {**os.environ, "DS_ACCELERATOR": "cpu"}
     return subprocess.run([sys.executable, "-m", "xpt_ds.evaluate", *args], cwd=REPO, capture_output=True,
@@ -88,8 +121,9 @@ def test_evaluate_reproduces_the_trainers_validation(tmp_path, tiny_roberta, cor
     assert out.returncode == 0, out.stderr[-2000:]
     from_ckpt = json.loads((tmp_path / "ckpt.json").read_text())
     assert from_ckpt["tag"] == "global_step000000008" and from_ckpt["tokens"] > 0
-    for k in ("loss", "ppl", "hits@1", "hits@3", "hits@5", "hits@10", "mrr", "mr", "bits_per_char"):
+    for k in ("loss", "ppl", "hits@1", "hits@3", "hits@5", "hits@10", "mrr", "mr", "bits_per_char", "bits_per_word"):
         assert from_ckpt[k] == pytest.approx(final[f"valid/{k}"], rel=1e-6), k
+    assert 0 < from_ckpt["words"] < from_ckpt["tokens"]
 
     out = _evaluate("--run", str(run), "--shards", valid, "--unigram", f"{corpus}/manifest.json:train")
     assert out.returncode == 0, out.stderr[-2000:]

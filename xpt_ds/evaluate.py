@@ -11,6 +11,8 @@ Which figure compares what: loss, PPL, Hits@k, MRR and MR are per piece and comp
 vocabulary (the same tokenizer made the shards). ``bits_per_char`` (the masked pieces' NLL in bits over the
 ``chars`` characters of their surface text; ``mlm_metrics.piece_chars``) compares models across vocabularies,
 e.g. a new SentencePiece vocabulary against the source's kept one (003), each on shards of the same text.
+``bits_per_word`` (004 §3) does the same per word: the same NLL in bits over ``words``, the masked pieces that
+begin a word (``mlm_metrics.bits_per_word`` says why that estimates bits per word of the text).
 
 ``--unigram TRAIN_SPEC`` scores the unigram predictor instead of the model, on the same masked tokens: every
 masked position gets each piece's add-one-smoothed frequency in the training shards (the run's or export's
@@ -30,7 +32,7 @@ from xpt_ds.config import ConfigError, DataConfig
 from xpt_ds.data import MLMBatchStream, MLMMasker, build_stream, expand_shards, manifest_counts
 from xpt_ds.files import check_output_file, os_error_line
 from xpt_ds.methods import method_of
-from xpt_ds.mlm_metrics import MLMStats, piece_char_lengths
+from xpt_ds.mlm_metrics import MLMStats, piece_char_lengths, piece_word_starts
 from xpt_ds.embedding_init import count_pieces
 from xpt_ds.objective import build_objective
 from xpt_ds.shards import DataError
@@ -79,7 +81,7 @@ def evaluate(model, tok: TargetTokenizer, data: DataConfig, shards: list[str], b
                             MLMMasker(data, tok), batch_size, rank=0, world=1, num_workers=0, single_pass=True)
     # trelm: through the TRILayer
     objective = (model if isinstance(model, UnigramPredictor) else build_objective(model)).to(device).eval()
-    stats = MLMStats(device, piece_char_lengths(tok))
+    stats = MLMStats(device, piece_char_lengths(tok), piece_word_starts(tok))
     for i, batch in enumerate(stream):
         if max_batches and i >= max_batches:
             break

@@ -7,18 +7,21 @@ rank. Targets equal to ``IGNORE`` (unmasked or padding positions) do not count.
 
 PPL is per piece, so it compares only models with the same vocabulary. Given each piece's character count
 (``piece_chars``), ``MLMStats`` also reports bits per character: the masked pieces' summed NLL in bits over
-the characters of their surface text, which compares models across vocabularies (003's two transfers).
+the characters of their surface text, which compares models across vocabularies (003's two transfers). Given
+which pieces start a word (``starts_word``) it reports bits per word (004 §3): the same NLL over the number of
+masked word-initial pieces (``bits_per_word``).
 """
 from __future__ import annotations
 
 import math
+import unicodedata
 
 import torch
 import torch.nn.functional as F
 
 IGNORE = -100
 HITS_AT = (1, 3, 5, 10)
-_FIELDS = ("nll", "tokens", "rr", "rank", *(f"hits@{k}" for k in HITS_AT), "chars")
+_FIELDS = ("nll", "tokens", "rr", "rank", *(f"hits@{k}" for k in HITS_AT), "chars", "words")
 MARKER_STYLES = ("sentencepiece", "byte_level", "wordpiece")
 
 
@@ -67,6 +70,41 @@ def piece_char_lengths(tok) -> torch.Tensor:
                         dtype=torch.float64)
 
 
+def _bert_punctuation(c: str) -> bool:
+    """BERT's BasicTokenizer splits these off as pieces of their own (``_is_punctuation``)."""
+    o = ord(c)
+    return 33 <= o <= 47 or 58 <= o <= 64 or 91 <= o <= 96 or 123 <= o <= 126 or unicodedata.category(c)[0] == "P"
+
+
+def starts_word(piece: str, style: str) -> bool:
+    """Whether a vocabulary piece begins a word, a word being a whitespace-delimited run of text: the numerator
+    of bits per word counts each word once, on its first piece.
+
+    - ``sentencepiece``: the piece starts with the marker ``▁`` (the dummy prefix gives a text's first word one).
+    - ``byte_level``: the piece starts with ``Ġ`` (a space byte). A text's first word has no leading space (RoBERTa
+      adds none), so it is not counted: a bias of one word per encoded text.
+    - ``wordpiece``: not a ``##`` continuation and not punctuation only. BERT splits punctuation off before
+      WordPiece, so ``city.`` is ``city`` ``.``; counting the ``.`` would make a word of it where the other
+      styles (``▁city`` ``.``) do not. Punctuation standing between spaces is then missed instead, the rarer case.
+    """
+    if style == "sentencepiece":
+        return piece.startswith("▁")
+    if style == "byte_level":
+        return piece.startswith("Ġ")
+    if style == "wordpiece":
+        return not piece.startswith("##") and not all(_bert_punctuation(c) for c in piece)
+    raise ValueError(f"unknown marker style '{style}' (valid: {', '.join(MARKER_STYLES)})")
+
+
+def piece_word_starts(tok) -> torch.Tensor:
+    """[V] 1.0 where an id begins a word (``starts_word`` in a ``TargetTokenizer``'s marker style), else 0.0.
+    Special ids count 0, except ``unk`` under WordPiece, which stands for a whole word BERT could not split."""
+    style, special = tok.marker_style, set(tok.special_ids)
+    return torch.tensor([float(style == "wordpiece" and i == tok.unk_id) if i in special
+                         else float(starts_word(tok.piece(i), style)) for i in range(tok.vocab_size)],
+                        dtype=torch.float64)
+
+
 def gold_ranks(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """[N, V] scores and [N] gold ids -> [N] float64 ranks (1 = best)."""
     gold = logits.gather(1, targets[:, None])
@@ -78,11 +116,14 @@ def gold_ranks(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 class MLMStats:
     """Sums over batches (and ranks: ``all_reduce``) of everything the metrics need, on one device."""
 
-    def __init__(self, device: torch.device | str = "cpu", char_lengths: torch.Tensor | None = None):
+    def __init__(self, device: torch.device | str = "cpu", char_lengths: torch.Tensor | None = None,
+                 word_starts: torch.Tensor | None = None):
         """``char_lengths``: [V] characters per vocabulary id (``piece_chars``); with it, ``result`` also has
-        ``bits_per_char`` and ``chars``."""
+        ``bits_per_char`` and ``chars``. ``word_starts``: [V] 1 for an id that begins a word
+        (``piece_word_starts``); with it, ``bits_per_word`` and ``words``."""
         self.sums = torch.zeros(len(_FIELDS), dtype=torch.float64, device=device)
         self.char_lengths = None if char_lengths is None else char_lengths.to(device, torch.float64)
+        self.word_starts = None if word_starts is None else word_starts.to(device, torch.float64)
 
     def update(self, logits: torch.Tensor, targets: torch.Tensor) -> None:
         """logits [N, V] (or [B, T, V]) and targets [N] (or [B, T]); targets == IGNORE are skipped."""
@@ -93,8 +134,9 @@ class MLMStats:
         nll = F.cross_entropy(logits.float(), targets, reduction="sum").double()
         hits = [(ranks <= k).sum(dtype=torch.float64) for k in HITS_AT]
         chars = self.char_lengths[targets].sum() if self.char_lengths is not None else torch.zeros_like(nll)
+        words = self.word_starts[targets].sum() if self.word_starts is not None else torch.zeros_like(nll)
         self.sums += torch.stack([nll, torch.tensor(float(len(targets)), dtype=torch.float64, device=nll.device),
-                                  ranks.reciprocal().sum(), ranks.sum(), *hits, chars])
+                                  ranks.reciprocal().sum(), ranks.sum(), *hits, chars, words])
 
     def all_reduce(self) -> None:
         import deepspeed
@@ -111,9 +153,27 @@ class MLMStats:
         out.update(mrr=s["rr"] / n, mr=s["rank"] / n, tokens=int(n))
         if self.char_lengths is not None:
             out.update(bits_per_char=bits_per_char(s["nll"], s["chars"]), chars=int(s["chars"]))
+        if self.word_starts is not None:
+            out.update(bits_per_word=bits_per_word(s["nll"], s["words"]), words=int(s["words"]))
         return out
 
 
 def bits_per_char(nll_nats: float, chars: float) -> float:
     """Summed NLL (nats) of the masked pieces, in bits, per character of their surface text."""
     return nll_nats / math.log(2) / chars if chars else float("nan")
+
+
+def bits_per_word(nll_nats: float, words: float) -> float:
+    """Summed NLL (nats) of the masked pieces, in bits, per masked word-initial piece.
+
+    Why this denominator. Pieces are masked independently (no whole-word masking), so a word is usually only
+    partly masked and "NLL of the masked words" is not defined. Masking is uniform over pieces, so the masked
+    pieces are a uniform sample of all pieces: the masked NLL sum estimates p x (the text's total NLL) and the
+    masked word-initial pieces p x (its word count), each word having exactly one. Their ratio estimates bits
+    per word of the text, each piece predicted from a context with ~15% of the pieces masked, in the same way
+    ``bits_per_char`` estimates bits per character. A word count does not depend on the vocabulary, so, like
+    ``bits_per_char``, it compares models across vocabularies on shards of the same text, and it equals
+    bits_per_char x (characters per word). "Distinct words touched by a mask" would not: a vocabulary that cuts
+    words into more pieces touches more words, each with a smaller share of its NLL.
+    """
+    return nll_nats / math.log(2) / words if words else float("nan")

@@ -19,7 +19,7 @@ from xpt_ds.engine import (agree_on_initial_weights, build_engine, full_fp32_sta
 from xpt_ds.files import unwritable
 from xpt_ds.guards import BadStepCounter, Halted, RankExchange, SlowSteps, SpikeDetector
 from xpt_ds.metrics import LogWindow, MetricsLogger, flops_per_token, peak_flops
-from xpt_ds.mlm_metrics import MLMStats, piece_char_lengths
+from xpt_ds.mlm_metrics import MLMStats, piece_char_lengths, piece_word_starts
 from xpt_ds.model import build_model, build_skeleton, load_fp32_state
 from xpt_ds.objective import build_objective, strip_prefix
 from xpt_ds.parallel_data import build_parallel_stream
@@ -59,6 +59,7 @@ class Trainer:
                               f"{why or 'another rank cannot (see its error)'}")
         self.tok = tokenizer_for(cfg.model)
         self.char_lengths = piece_char_lengths(self.tok)  # valid/bits_per_char: compares across vocabularies
+        self.word_starts = piece_word_starts(self.tok)  # valid/bits_per_word: so does this
         self.built = build_model(cfg.model, self.tok, cfg.data)
         if self.rank == 0:
             log.info(summary(self.built.embedding_init))
@@ -288,7 +289,7 @@ class Trainer:
         same computation on a checkpoint or an export."""
         self.valid_stream.load_state_dict({"sequences": 0})
         self.engine.eval()
-        stats = MLMStats(self.device, self.char_lengths)
+        stats = MLMStats(self.device, self.char_lengths, self.word_starts)
         for i, batch in enumerate(self.valid_stream):
             if self.cfg.logging.eval_batches and i >= self.cfg.logging.eval_batches:
                 break
@@ -296,7 +297,7 @@ class Trainer:
             stats.update(self.engine(**batch, return_logits=True), batch["mlm_targets"])
         self.engine.train()
         stats.all_reduce()
-        return {f"valid/{k}": v for k, v in stats.result().items() if k not in ("tokens", "chars")}
+        return {f"valid/{k}": v for k, v in stats.result().items() if k not in ("tokens", "chars", "words")}
 
     def maybe_save(self, phase_done: bool) -> None:
         every = self.cfg.checkpoint.every_steps
