@@ -61,11 +61,25 @@ def _base(model: nn.Module) -> nn.Module:
     return getattr(model, model.base_model_prefix)
 
 
+class _SourceDecoder(nn.Module):
+    """The English decoder, ``F.linear`` as a module call. Its weight and bias belong to ``TreLMParts``
+    (``source_word_embeddings.weight``, ``source_lm_bias``) and are registered as this module's external
+    parameters: ZeRO-3 gathers a parameter only for the forward of a module that owns or registers it, and
+    leaves it an empty shard anywhere else."""
+
+    def forward(self, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        return F.linear(hidden, weight, bias)
+
+
 class TreLMParts(nn.Module):
-    """The parameters TreLM adds to a stock *ForMaskedLM (attached as its ``trelm`` submodule)."""
+    """The parameters TreLM adds to a stock *ForMaskedLM (attached as its ``trelm`` submodule). Every parameter
+    is read inside the forward of a module that owns or registers it (ZeRO-3: see ``_SourceDecoder``): the
+    placeholder in this module's own forward (``reorder``), the English vocabulary in ``source_decoder``'s and
+    ``source_word_embeddings``' own."""
 
     def __init__(self, model: nn.Module):
         super().__init__()
+        import deepspeed  # register_external_parameter only sets an attribute: no ZeRO needed to call it
         cfg = model.config
         d = cfg.hidden_size
         self.trilayer = copy.deepcopy(_base(model).encoder.layer[halves(model) - 1])
@@ -74,13 +88,20 @@ class TreLMParts(nn.Module):
         self.source_word_embeddings = nn.Embedding(cfg.xpt_trelm_source_vocab_size, d,
                                                    padding_idx=cfg.xpt_trelm_source_pad_id)
         self.source_lm_bias = nn.Parameter(torch.zeros(cfg.xpt_trelm_source_vocab_size))
+        self.source_decoder = _SourceDecoder()  # no parameters of its own: the state dict is unchanged
+        for p in (self.source_word_embeddings.weight, self.source_lm_bias):
+            deepspeed.zero.register_external_parameter(self.source_decoder, p)
         self.position_offset = cfg.xpt_position_offset  # RoBERTa: position i is row pad + 1 + i
 
-    def reorder(self, hidden: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
+    def forward(self, hidden: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
         """[B, T, d] lower-half output, [B, T'] order -> [B, T', d]: position i takes ``hidden[order[i]]``, or the
         placeholder where ``order[i] < 0``."""
         picked = hidden.gather(1, order.clamp(min=0)[..., None].expand(-1, -1, hidden.shape[-1]))
         return torch.where((order < 0)[..., None], self.placeholder.to(hidden.dtype), picked)
+
+    def reorder(self, hidden: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
+        """``forward``, named for what it does; always through the module call (ZeRO-3 hooks)."""
+        return self(hidden, order)
 
 
 def add_trelm(model: nn.Module) -> None:
@@ -185,4 +206,4 @@ def lm_logits(model: nn.Module, hidden: torch.Tensor, lang: int) -> torch.Tensor
     if lang == TARGET:
         return (model.cls if hasattr(model, "cls") else model.lm_head)(hidden)
     parts = model.trelm
-    return F.linear(_transform(model, hidden), parts.source_word_embeddings.weight, parts.source_lm_bias)
+    return parts.source_decoder(_transform(model, hidden), parts.source_word_embeddings.weight, parts.source_lm_bias)
