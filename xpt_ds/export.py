@@ -6,12 +6,15 @@ a plain ``save_pretrained`` directory (``AutoModelForMaskedLM`` / ``AutoTokenize
 run's SentencePiece model converted to ``tokenizer.json`` (or, for ``keep_vocab``, the source's own tokenizer). Models of
 ``method: adapters`` also carry ``xpt_adapters.py``, mapped for the masked LM, the bare encoder and the
 classification, token-classification, question-answering and multiple-choice heads; they load with
-``trust_remote_code=True``.
+``trust_remote_code=True``. Models of ``method: trelm`` carry ``xpt_trelm.py`` the same way: the TRILayer runs in
+the base model, the target language row is folded into the token-type rows, and the English vocabulary is
+dropped (``xpt_ds.trelm_hf`` says what is kept and why).
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import shutil
 import sys
 from pathlib import Path
@@ -19,7 +22,7 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig
 
-from xpt_ds import adapters, checkpoint
+from xpt_ds import adapters, checkpoint, trelm_hf
 from xpt_ds.config import ConfigError
 from xpt_ds.engine import zero_stage
 from xpt_ds.files import os_error_line, unwritable
@@ -54,17 +57,53 @@ def load_model(run_dir: Path, tag: str | None = None):
     return model, tag_dir
 
 
+@torch.no_grad()
+def trelm_export_model(model: torch.nn.Module) -> torch.nn.Module:
+    """A trained trelm model (stock *ForMaskedLM + ``trelm``) -> the ``xpt_ds.trelm_hf`` class that ships with
+    the export, for target-language input: the target row of ``trelm.language_embeddings`` folded into every
+    token-type row and kept as the TRILayer's ``output_language``; the English vocabulary, the English row and
+    the placeholder left out. Loaded strictly, so a parameter the conversion misses is an error."""
+    from xpt_ds.trelm import TARGET
+    cfg = copy.deepcopy(model.config)
+    del cfg.xpt_trelm_source_vocab_size, cfg.xpt_trelm_source_pad_id  # build_skeleton: no training parts
+    cfg.auto_map = trelm_hf.auto_map(cfg.model_type)
+    prefix, parts = model.base_model_prefix, model.trelm
+    lang = parts.language_embeddings.weight[TARGET]
+    state = {k: v for k, v in model.state_dict().items() if not k.startswith("trelm.")}
+    token_types = f"{prefix}.embeddings.token_type_embeddings.weight"
+    state[token_types] = state[token_types] + lang
+    state[f"{prefix}.trelm.output_language"] = lang.clone()
+    state.update({f"{prefix}.trelm.trilayer.{k}": v for k, v in parts.trilayer.state_dict().items()})
+    stock = type(model).__name__
+    exported = getattr(trelm_hf, f"XptTreLM{stock}")(cfg).float().eval()
+    exported.load_state_dict(state, strict=True)
+    exported.config.architectures = [f"XptTreLM{stock}"]
+    return exported
+
+
+def save_model(model: torch.nn.Module, out: Path) -> None:
+    """``save_pretrained``, plus the remote code (and for trelm the conversion) of a method that needs it."""
+    method = method_of(model.config)
+    if method is not None and method.export == "adapters":
+        shutil.copy(Path(__file__).with_name("adapters.py"), out / "xpt_adapters.py")
+        model.config.auto_map = adapters.auto_map(model.config.model_type)
+    if method is not None and method.export == "trelm":
+        shutil.copy(Path(__file__).with_name("trelm_hf.py"), out / "xpt_trelm.py")
+        model = trelm_export_model(model)
+        print("trelm: the TRILayer ships as xpt_trelm.py (load with trust_remote_code=True); the target language "
+              "row is folded into the token-type rows; the English vocabulary (source_word_embeddings, "
+              "source_lm_bias), the English language row and the placeholder are not exported (English input "
+              "and CdLM: use the checkpoint)", file=sys.stderr)
+    model.save_pretrained(out)
+
+
 def export(run_dir: Path, out: Path, tag: str | None = None) -> Path:
     why = unwritable(out)  # before the checkpoint is read (minutes for a large model)
     if why is not None:
         raise OSError(f"--out {out}: cannot write there ({why})")
     model, tag_dir = load_model(run_dir, tag)
     hf_config = model.config
-    method = method_of(hf_config)
-    if method is not None and method.export == "adapters":
-        shutil.copy(Path(__file__).with_name("adapters.py"), out / "xpt_adapters.py")
-        model.config.auto_map = adapters.auto_map(hf_config.model_type)
-    model.save_pretrained(out)
+    save_model(model, out)
     tok = saved_tokenizer(tag_dir)
     if tok.kind == "huggingface":  # keep_vocab: the source's own tokenizer, as the checkpoint saved it
         copy_hf_tokenizer(tok.path, out)

@@ -19,7 +19,8 @@ class Method:
     # same shape (000 Table 3); 'none': nothing copied, every weight starts random (Scratch)
     presets: tuple[tuple[str, ...], ...]  # @groups that train in each phase when phases[i].trainable is empty
     adapters: bool = False  # Houlsby adapters in every layer (xpt_ds.adapters)
-    export: str = "stock"  # 'stock': a plain save_pretrained directory; 'adapters': + xpt_adapters.py, auto_map
+    export: str = "stock"  # 'stock': a plain save_pretrained directory; 'adapters': + xpt_adapters.py, auto_map;
+    # 'trelm': + xpt_trelm.py, auto_map, the target language row folded, the English vocabulary dropped
     vocab: str = "target"  # 'target': a new SentencePiece vocabulary with new embeddings (model.tokenizer);
     # 'source': the source's own Hugging Face tokenizer, word embeddings and LM head, all copied (003)
     trelm: bool = False  # TRILayer, language embeddings and the English vocabulary beside the target's (004,
@@ -46,7 +47,8 @@ METHODS: dict[str, Method] = {m.name: m for m in [
            vocab="source"),
     # One phase for now: 004 §3.2's three (commonality, transfer as two half-models merged, language-specific)
     # come with the phase graph.
-    Method("trelm", "TreLM", has_itl=False, source="pretrained", presets=_ONE_PHASE, trelm=True),
+    Method("trelm", "TreLM", has_itl=False, source="pretrained", presets=_ONE_PHASE, trelm=True,
+           export="trelm"),
 ]}
 BASELINE = "scratch"  # what the data-efficiency ratio compares against (002 §5.1)
 
