@@ -121,7 +121,8 @@ def test_evaluate_reproduces_the_trainers_validation(tmp_path, tiny_roberta, cor
     assert out.returncode == 0, out.stderr[-2000:]
     from_ckpt = json.loads((tmp_path / "ckpt.json").read_text())
     assert from_ckpt["tag"] == "global_step000000008" and from_ckpt["tokens"] > 0
-    for k in ("loss", "ppl", "hits@1", "hits@3", "hits@5", "hits@10", "mrr", "mr", "bits_per_char", "bits_per_word"):
+    for k in ("loss", "ppl", "hits@1", "hits@3", "hits@5", "hits@10", "mrr", "mr", "bits_per_char",
+              "bits_per_word"):
         assert from_ckpt[k] == pytest.approx(final[f"valid/{k}"], rel=1e-6), k
     assert 0 < from_ckpt["words"] < from_ckpt["tokens"]
 
