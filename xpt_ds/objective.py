@@ -36,8 +36,9 @@ class MaskedLMObjective(nn.Module):
 
 
 def build_objective(hf: nn.Module) -> nn.Module:
-    """TreLM's objective for a trelm model that carries its ``trelm`` parts (a checkpoint's skeleton), else MLM
-    (every other method, and a stock model loaded from a directory, which has no TRILayer to run)."""
+    """TreLM's objective for a trelm model that carries its ``trelm`` training parts (a checkpoint's skeleton),
+    else MLM: every other method, and a trelm export (``xpt_ds.trelm_hf``), whose base model runs the TRILayer
+    itself."""
     method = method_of(hf.config)
     return TreLMObjective(hf) if method is not None and method.trelm and hasattr(hf, "trelm") else MaskedLMObjective(hf)
 
