@@ -18,7 +18,7 @@ from xpt_ds import checkpoint
 from xpt_ds.config import ConfigError, DataConfig, ModelConfig, OptimConfig, TrainConfig, load_config
 from xpt_ds.data import build_streams
 from xpt_ds.model import build_model, build_skeleton
-from xpt_ds.parallel_data import build_parallel_stream
+from xpt_ds.trelm_data import build_trelm_stream
 from xpt_ds.tokenizer import build_tokenizer
 from xpt_ds.trelm import ENGLISH, TARGET, encode, halves, lm_logits
 from xpt_ds.trelm_objective import TreLMObjective
@@ -199,7 +199,7 @@ def _stream(cfg, rank=0, world=1, micro=2):
     cfg = dataclasses.replace(cfg, optim=OptimConfig(micro_batch_size=micro))
     tok = build_tokenizer(cfg.model.tokenizer)
     mlm, _ = build_streams(cfg.data, tok, micro, rank, world)
-    return build_parallel_stream(mlm, cfg, tok, SOURCE_VOCAB, rank, world)
+    return build_trelm_stream(mlm, cfg, tok, SOURCE_VOCAB, rank, world)
 
 
 def test_cdlm_rows_follow_the_alignment(tmp_path, source_dir, corpus_bert):
