@@ -99,7 +99,7 @@ def test_x_en_rows_and_loss_predict_english_at_the_aligned_positions(tmp_path, s
                           docs=["0"])
     manifest = write_pairs(tmp_path / "par", corpus_bert, pairs)
     cfg = _train_cfg(tmp_path, source_dir, corpus_bert, manifest, parallel_micro_batch=1)
-    batch = _stream(cfg, ["mlm_target", "cdlm_x_en"], micro=1).__next__()
+    batch = next(_stream(cfg, ["mlm_target", "cdlm_x_en"], micro=1))
     L = 32  # row 0: target MLM, row 1: the pair; BERT layout on both sides: [PAD]=0 [CLS]=2 [SEP]=3
     pad = [0] * (L - 5)
     assert batch["input_ids"][1].tolist() == [2, 20, 21, 22, 3] + pad  # the target sentence is the input

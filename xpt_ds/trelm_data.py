@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from xpt_ds.config import OBJECTIVES, ConfigError, TrainConfig
+from xpt_ds.config import OBJECTIVE_DATA, OBJECTIVES, ConfigError, TrainConfig
 from xpt_ds.data import MLMBatchStream, build_source_stream
 from xpt_ds.parallel_data import PairCorpus, build_pair_corpus, cdlm_rows
 from xpt_ds.tokenizer import TargetTokenizer, build_hf_tokenizer
@@ -95,7 +95,7 @@ class TreLMBatchStream:
         """Train on ``objectives`` from the next micro-batch on (validated against the data in config.validate)."""
         for name in objectives:
             if (name == "mlm_source" and self.source is None) or (name.startswith("cdlm") and self.corpus is None):
-                raise ConfigError(f"objective '{name}' needs data the stream was built without")
+                raise ConfigError(f"config key 'data.{OBJECTIVE_DATA[name]}' is empty but objective '{name}' reads it")
         self.objectives = tuple(name for name in OBJECTIVES if name in objectives)  # the batch's fixed row order
 
     @property
