@@ -18,7 +18,7 @@ from xpt_ds import checkpoint
 from xpt_ds.config import ConfigError, DataConfig, ModelConfig, OptimConfig, TrainConfig, load_config
 from xpt_ds.data import build_streams
 from xpt_ds.model import build_model, build_skeleton
-from xpt_ds.parallel_data import build_parallel_stream
+from xpt_ds.trelm_data import build_trelm_stream
 from xpt_ds.tokenizer import build_tokenizer
 from xpt_ds.trelm import ENGLISH, TARGET, encode, halves, lm_logits
 from xpt_ds.trelm_objective import TreLMObjective
@@ -164,7 +164,7 @@ def test_english_logits_use_the_source_vocabulary(source_dir, corpus_bert):
 def _write_parallel(out, corpus_bert, pairs: int = 40, seed: int = 0):
     """Random pairs (source ids of the source tokenizer, target spm ids, t2s with some -1) as parallel shards,
     written by data_tools, with a parallel manifest."""
-    from data_tools.parallel_shards import AlignedCorpus, write_split
+    from data_tools.parallel_shards import AlignedCorpus
     rng = np.random.default_rng(seed)
     src, tgt, s2t, t2s = [], [], [], []
     for _ in range(pairs):
@@ -174,9 +174,15 @@ def _write_parallel(out, corpus_bert, pairs: int = 40, seed: int = 0):
         t2s.append(np.where(rng.random(nt) < 0.2, -1, rng.integers(0, ns, nt)))
         s2t.append(rng.integers(-1, nt, ns))
     corpus = AlignedCorpus(src, tgt, s2t, t2s, docs=[str(k // 4) for k in range(pairs)])
+    return write_pairs(out, corpus_bert, corpus), corpus
+
+
+def write_pairs(out, corpus_bert, corpus):
+    """``corpus`` (a data_tools AlignedCorpus) as the train split of parallel shards with a parallel manifest."""
+    from data_tools.parallel_shards import write_split
     dtypes = corpus.dtypes(SOURCE_VOCAB, 200)
     out.mkdir(parents=True, exist_ok=True)
-    entry = write_split(out, "train", corpus, np.arange(pairs), dtypes, shard_pairs=15)
+    entry = write_split(out, "train", corpus, np.arange(len(corpus.src)), dtypes, shard_pairs=15)
     spm_file = corpus_bert / "spm.model"
     manifest = {"kind": "parallel", "format_version": 1,
                 "source_tokenizer": {"name": "tiny", "class": "BertTokenizerFast", "vocab_size": SOURCE_VOCAB},
@@ -184,7 +190,7 @@ def _write_parallel(out, corpus_bert, pairs: int = 40, seed: int = 0):
                                      "sha256": hashlib.sha256(spm_file.read_bytes()).hexdigest()},
                 "dtypes": {k: str(v) for k, v in dtypes.items()}, "splits": {"train": entry}}
     (out / "manifest.json").write_text(json.dumps(manifest))
-    return out / "manifest.json", corpus
+    return out / "manifest.json"
 
 
 def _train_cfg(tmp_path, source_dir, corpus_bert, parallel, **data):
@@ -199,7 +205,7 @@ def _stream(cfg, rank=0, world=1, micro=2):
     cfg = dataclasses.replace(cfg, optim=OptimConfig(micro_batch_size=micro))
     tok = build_tokenizer(cfg.model.tokenizer)
     mlm, _ = build_streams(cfg.data, tok, micro, rank, world)
-    return build_parallel_stream(mlm, cfg, tok, SOURCE_VOCAB, rank, world)
+    return build_trelm_stream(mlm, cfg, tok, SOURCE_VOCAB, rank, world)
 
 
 def test_cdlm_rows_follow_the_alignment(tmp_path, source_dir, corpus_bert):

@@ -19,6 +19,10 @@ import yaml
 from xpt_ds.methods import METHODS
 
 DECAYS = ("linear", "cosine", "constant")
+# What a phase trains on (phases[i].objectives); all but mlm_target need model.method trelm (xpt_ds.trelm_objective).
+OBJECTIVES = ("mlm_target", "mlm_source", "cdlm_en_x", "cdlm_x_en")
+OBJECTIVE_DATA = {"mlm_target": "train_shards", "mlm_source": "source_shards", "cdlm_en_x": "parallel_shards",
+                  "cdlm_x_en": "parallel_shards"}  # the data.* key each objective reads
 H100_PEAK_TFLOPS = 989.0  # dense bf16, H100 SXM: the MFU denominator on CUDA unless logging.peak_tflops is set
 # Keys renamed since checkpoints started carrying their config: old name -> new name (read_checkpoint_config).
 RENAMED_KEYS = {("guard", "straggler_ratio"): ("guard", "slow_step_ratio")}
@@ -77,6 +81,11 @@ class PhaseConfig:
                               "that phase ended with (a branch); empty = where the previous phase ended.")
     merge: MergeConfig = doc(None, "Start from a merge of earlier phases' end weights (take / average); the data "
                                    "stream continues where the previous phase left it.")
+    objectives: list[str] = doc([], f"What the phase trains on, one mean loss each, summed: {', '.join(OBJECTIVES)} "
+                                    "(target MLM; English MLM on data.source_shards; CdLM English->target and "
+                                    "target->English on data.parallel_shards; all but mlm_target need method "
+                                    "trelm, and every phase has mlm_target). Empty = mlm_target, plus cdlm_en_x "
+                                    "for trelm with data.parallel_shards.")
 
     def __post_init__(self):
         _fill_sections(self)
@@ -111,6 +120,10 @@ class DataConfig:
                                          "'Parallel shards'): paths, brace patterns or a parallel manifest.json:split "
                                          "made with model.tokenizer and model.source's tokenizer. Empty = target MLM "
                                          "only.")
+    source_shards: list[str] = doc([], "model.method trelm: English shards for the mlm_source objective, made with "
+                                       "model.source's tokenizer (data_tools.prepare --hf-tokenizer SOURCE): "
+                                       "paths, brace patterns or a manifest.json:split. Packed and masked like "
+                                       "data.train_shards, optim.micro_batch_size sequences per micro-batch.")
     parallel_micro_batch: int = doc(0, "CdLM sentence pairs joined to each micro-batch of target MLM sequences "
                                        "(data.parallel_shards); 0 = optim.micro_batch_size.")
 
@@ -385,8 +398,12 @@ def validate(cfg: TrainConfig) -> None:
     if d.parallel_shards and not METHODS[m.method].trelm:
         raise ConfigError(f"config key 'data.parallel_shards' is set but model.method '{m.method}' reads no "
                           "parallel data (only trelm does)")
+    if d.source_shards and not METHODS[m.method].trelm:
+        raise ConfigError(f"config key 'data.source_shards' is set but model.method '{m.method}' reads no English "
+                          "text (only trelm does)")
     if d.parallel_micro_batch < 0:
         raise ConfigError(f"config key 'data.parallel_micro_batch' must be >= 0, got {d.parallel_micro_batch}")
+    _check_objectives(cfg)
     o = cfg.optim
     for k in ("micro_batch_size", "grad_accum"):
         if getattr(o, k) < 1:
@@ -434,6 +451,45 @@ def _check_phase_start(i: int, ph: PhaseConfig, names: list[str]) -> None:
         _earlier_phase(name, f"{key}.merge.average[{k}]", i, names)
     if len(set(ph.merge.average)) != len(ph.merge.average):
         raise ConfigError(f"config key '{key}.merge.average' names a phase twice: {ph.merge.average}")
+
+
+def phase_objectives(cfg: TrainConfig, index: int) -> list[str]:
+    """What phases[index] trains on: its objectives, or the default (today's single-phase TreLM: target MLM, plus
+    CdLM English->target when there are parallel shards)."""
+    listed = cfg.phases[index].objectives
+    if listed:
+        return list(listed)
+    return ["mlm_target"] + (["cdlm_en_x"] if METHODS[cfg.model.method].trelm and cfg.data.parallel_shards else [])
+
+
+def _check_objectives(cfg: TrainConfig) -> None:
+    """Known names, each once, mlm_target in every phase, a method that can train them and the data they read;
+    data given for English text that no phase reads is an error too (a forgotten objectives list)."""
+    method, used = cfg.model.method, set()
+    for i, ph in enumerate(cfg.phases):
+        key = f"phases[{i}].objectives"
+        for name in ph.objectives:
+            if name not in OBJECTIVES:
+                raise ConfigError(f"config key '{key}' has '{name}'; valid: {', '.join(OBJECTIVES)}")
+        if len(set(ph.objectives)) != len(ph.objectives):
+            raise ConfigError(f"config key '{key}' names an objective twice: {ph.objectives}")
+        objectives = phase_objectives(cfg, i)
+        if "mlm_target" not in objectives:
+            raise ConfigError(f"config key '{key}' lacks mlm_target: every phase trains target MLM (004 §3.2 uses "
+                              f"it in all three phases), got {ph.objectives}")
+        for name in objectives:
+            if name != "mlm_target" and not METHODS[method].trelm:
+                raise ConfigError(f"config key '{key}' has '{name}' but model.method '{method}' trains target MLM "
+                                  "only (the other objectives need trelm)")
+            if not getattr(cfg.data, OBJECTIVE_DATA[name]):
+                raise ConfigError(f"config key '{key}' has '{name}', which reads config key "
+                                  f"'data.{OBJECTIVE_DATA[name]}', but that is empty")
+        used.update(objectives)
+    if cfg.data.source_shards and "mlm_source" not in used:
+        raise ConfigError("config key 'data.source_shards' is set but no phase's objectives list mlm_source")
+    if cfg.data.parallel_shards and not used & {"cdlm_en_x", "cdlm_x_en"}:
+        raise ConfigError("config key 'data.parallel_shards' is set but no phase's objectives list cdlm_en_x or "
+                          "cdlm_x_en")
 
 
 def read_checkpoint_config(data: dict) -> TrainConfig:

@@ -217,7 +217,8 @@ class MLMMasker:
 
 
 def sequence_seed(seed: int, salt: int, i: int) -> int:
-    """Mask seed of sequence i (salt 0: training, 1: validation and evaluate, 2: the probe's source text)."""
+    """Mask seed of sequence i (salt 0: training, 1: validation and evaluate, 2: the probe's source text, 3: TreLM's
+    English training text, data.source_shards)."""
     return int.from_bytes(hashlib.blake2b(f"{seed}/{salt}/{i}".encode(), digest_size=8).digest(), "little") >> 1
 
 
@@ -295,10 +296,11 @@ class MLMBatchStream:
     """This rank's micro-batches: infinite for training, one pass over epoch 0 for validation."""
 
     def __init__(self, stream: TokenStream, masker: MLMMasker, micro_batch: int, rank: int, world: int,
-                 num_workers: int, single_pass: bool = False):
+                 num_workers: int, single_pass: bool = False, salt: int | None = None):
         self.stream, self.masker = stream, masker
         self.micro_batch, self.rank, self.world = micro_batch, rank, world
         self.num_workers, self.single_pass = num_workers, single_pass
+        self.salt = (1 if single_pass else 0) if salt is None else salt  # sequence_seed
         self.sequences = 0  # global sequences consumed, the loader's whole state
         self._it = None
 
@@ -315,8 +317,7 @@ class MLMBatchStream:
 
     def _loader(self):
         plan = _BatchPlan(self.stream, self.masker, self.micro_batch, self.rank, self.world,
-                          first_sequence=self.sequences, single_pass=self.single_pass,
-                          salt=1 if self.single_pass else 0)
+                          first_sequence=self.sequences, single_pass=self.single_pass, salt=self.salt)
         ds = _BatchDataset(plan)
         # Own generator: a DataLoader iterator otherwise draws its base seed from the global RNG, which
         # would shift the dropout stream whenever the iterator is (re)created, e.g. after a resume.
@@ -364,3 +365,12 @@ def build_streams(cfg: DataConfig, tok: TargetTokenizer, micro_batch: int, rank:
                                             manifest_counts(cfg.valid_shards)), masker, micro_batch, rank, world,
                                cfg.num_workers, single_pass=True)
     return train, valid
+
+
+def build_source_stream(cfg: DataConfig, source_tok: TargetTokenizer, micro_batch: int, rank: int,
+                        world: int) -> MLMBatchStream:
+    """TreLM's English MLM sequences (data.source_shards, in model.source's tokenizer ids): the training stream's
+    packing and masking with their own mask seeds (salt 3) and the whole corpus every epoch."""
+    return MLMBatchStream(build_stream(expand_shards(cfg.source_shards, source_tok), cfg, source_tok, 0,
+                                       manifest_counts(cfg.source_shards)), MLMMasker(cfg, source_tok), micro_batch,
+                          rank, world, cfg.num_workers, salt=3)

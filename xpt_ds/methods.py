@@ -24,7 +24,7 @@ class Method:
     vocab: str = "target"  # 'target': a new SentencePiece vocabulary with new embeddings (model.tokenizer);
     # 'source': the source's own Hugging Face tokenizer, word embeddings and LM head, all copied (003)
     trelm: bool = False  # TRILayer, language embeddings and the English vocabulary beside the target's (004,
-    # xpt_ds.trelm); trains on target MLM plus, with data.parallel_shards, CdLM pairs (xpt_ds.trelm_objective)
+    # xpt_ds.trelm); trains on the objectives each phase lists (config.OBJECTIVES, xpt_ds.trelm_objective)
 
     @property
     def phases(self) -> int:
@@ -45,8 +45,8 @@ METHODS: dict[str, Method] = {m.name: m for m in [
     Method("random_source", "XPT w/ random source", has_itl=True, source="random", presets=_TWO_PHASES),
     Method("keep_vocab", "[lang→en][lang] (Gogoulou)", has_itl=False, source="pretrained", presets=_ONE_PHASE,
            vocab="source"),
-    # One phase for now: 004 §3.2's three (commonality, transfer as two half-models merged, language-specific)
-    # come with the phase graph.
+    # One phase preset: 004 §3.2's three (commonality, transfer as two half-models merged, language-specific) are
+    # launch/configs/trelm_three_phase.yaml's phases, objectives, start_from and merge.
     Method("trelm", "TreLM", has_itl=False, source="pretrained", presets=_ONE_PHASE, trelm=True,
            export="trelm"),
 ]}

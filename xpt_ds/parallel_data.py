@@ -1,18 +1,21 @@
-"""CdLM batches from parallel shards (docs/shard_format.md, "Parallel shards"), joined to the target MLM batches.
+"""CdLM rows from parallel shards (docs/shard_format.md, "Parallel shards"); ``xpt_ds.trelm_data`` joins them to
+the other objectives' rows.
 
 Pairs are one sequence indexed by a global pair counter: pair k is pair ``perm_e[k mod n]`` of the corpus, with
 e = k div n and ``perm_e`` a permutation seeded by (data.seed, e). Rank r's CdLM rows for a micro-batch are pairs
 ``P + r*Bp + j`` (j < Bp = data.parallel_micro_batch), P the pairs all ranks consumed before it, so the pair
 stream's whole state is P, as the MLM stream's is its sequence count: a restart resumes exactly, with any number
-of ranks. Pairs are read in the training process (a few hundred bytes each); the MLM side keeps its DataLoader
-workers.
+of ranks. Both directions of a phase that trains both read the same pairs. Pairs are read in the training
+process (a few hundred bytes each); the MLM side keeps its DataLoader workers.
 
-A CdLM row (004 §3.1) is S = ``cls + source + sep`` in the source's Hugging Face tokenizer ids (``model.source``),
-padded; W = the target pieces and the final ``sep`` (004 A.7 reads the generated ``sep`` as the stop mark), all
-predicted; the order is ``cls <- cls``, target piece j <- source piece t2s[j] (the placeholder where t2s[j] = -1),
-``sep <- sep``, padding <- placeholder. A side longer than data.seq_len - 2 pieces is cut, and links into the cut
-part of the source become placeholders. Every micro-batch has the same number of MLM and CdLM rows on every rank,
-so all ranks take the same forward path (ZeRO-3).
+A CdLM row (004 §3.1) in direction en->X is S = ``cls + source + sep`` in the source's Hugging Face tokenizer ids
+(``model.source``), padded; W = the target pieces and the final ``sep`` (004 A.7 reads the generated ``sep`` as
+the stop mark), all predicted; the order is ``cls <- cls``, target piece j <- source piece t2s[j] (the placeholder
+where t2s[j] = -1), ``sep <- sep``, padding <- placeholder. Direction X->en swaps the sides: S = the target
+sentence in SentencePiece ids with the target's ``cls``/``sep``, W = the English pieces and the English ``sep``,
+English piece i <- target piece s2t[i] (004 Alg. 1, j = 1: the reverse alignment A_{Y->X}). A side longer than
+data.seq_len - 2 pieces is cut, and links into the cut part of the input become placeholders. Every micro-batch
+has the same number of rows of each kind on every rank, so all ranks take the same forward path (ZeRO-3).
 """
 from __future__ import annotations
 
@@ -28,10 +31,8 @@ import numpy as np
 import torch
 
 from xpt_ds.config import ConfigError, TrainConfig
-from xpt_ds.data import MLMBatchStream
 from xpt_ds.shards import DataError, DocReader, ShardIndex, check_archive_end, read_member_header
-from xpt_ds.tokenizer import TargetTokenizer, build_hf_tokenizer
-from xpt_ds.trelm import ENGLISH, TARGET
+from xpt_ds.tokenizer import TargetTokenizer
 
 PARALLEL_FORMAT_VERSION = 1
 MEMBERS = ("src", "tgt", "s2t", "t2s")
@@ -83,10 +84,11 @@ def expand_parallel_shards(specs: list[str], tok: TargetTokenizer, source_tok: T
 
 @dataclass(frozen=True)
 class PairShard:
-    """One parallel shard as three document indexes over the same file: source ids, target ids, t2s links."""
+    """One parallel shard as four document indexes over the same file: source ids, target ids, both link arrays."""
     src: ShardIndex
     tgt: ShardIndex
     t2s: ShardIndex
+    s2t: ShardIndex
 
 
 def scan_pair_shard(path: str) -> PairShard:
@@ -109,7 +111,7 @@ def scan_pair_shard(path: str) -> PairShard:
             if m["t2s"][1] != m["tgt"][1] or m["s2t"][1] != m["src"][1]:
                 raise ValueError(f"pair {key}: links do not match the lengths of its sides")
         indexes = []
-        for kind in ("src", "tgt", "t2s"):
+        for kind in ("src", "tgt", "t2s", "s2t"):
             dtypes = {m[kind][0] for m in found.values()}
             if len(dtypes) > 1:
                 raise ValueError(f"mixed {kind} dtypes {sorted(map(str, dtypes))}")
@@ -131,7 +133,7 @@ class PairCorpus:
         self.pair_local = np.concatenate([np.arange(len(s.src.lengths), dtype=np.int64) for s in shards])
         if not len(self.pair_shard):
             raise ConfigError(f"{KEY}: no pairs in {shards[0].src.path if shards else 'the shards'}")
-        self.readers = {kind: DocReader([getattr(s, kind) for s in shards]) for kind in ("src", "tgt", "t2s")}
+        self.readers = {kind: DocReader([getattr(s, kind) for s in shards]) for kind in MEMBERS}
 
     def __len__(self) -> int:
         return len(self.pair_shard)
@@ -141,106 +143,49 @@ class PairCorpus:
         # spawn_key (2, epoch): apart from the MLM stream's default_rng([seed, epoch]) and its subset order
         return np.random.default_rng(np.random.SeedSequence(self.seed, spawn_key=(2, epoch))).permutation(len(self))
 
-    def pair(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(source ids, target ids, t2s links) of global pair index ``k``; bad ids or links name the shard."""
+    def pair(self, k: int, links: str = "t2s") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(source ids, target ids, ``links``: the t2s or s2t array) of global pair index ``k``; bad ids or links
+        name the shard."""
         epoch, i = divmod(k, len(self))
         g = int(self.permutation(epoch)[i])
         shard, local = int(self.pair_shard[g]), int(self.pair_local[g])
-        src, tgt, t2s = (self.readers[kind].read(shard, local).astype(np.int64) for kind in ("src", "tgt", "t2s"))
+        src, tgt, link = (self.readers[kind].read(shard, local).astype(np.int64) for kind in ("src", "tgt", links))
+        into = len(src) if links == "t2s" else len(tgt)  # the side the links point into
         bad = (src.size and src.max() >= self.source_vocab, tgt.size and tgt.max() >= self.target_vocab,
-               t2s.size and (t2s.min() < -1 or t2s.max() >= len(src)))
+               link.size and (link.min() < -1 or link.max() >= into))
         if any(bad):
             what = ("source id >= the source vocabulary", "target id >= the target vocabulary",
-                    "t2s link outside the source")[bad.index(True)]
+                    f"{links} link outside the {'source' if links == 't2s' else 'target'}")[bad.index(True)]
             raise DataError(f"parallel shard {self.shards[shard].src.path} (pair {local}) holds a {what}")
-        return src, tgt, t2s
+        return src, tgt, link
 
 
-def pair_rows(pairs: list[tuple[np.ndarray, np.ndarray, np.ndarray]], seq_len: int, source_tok: TargetTokenizer,
-              tok: TargetTokenizer) -> dict[str, torch.Tensor]:
-    """CdLM rows (module docstring): [Bp, L] source ids, input mask, order, output mask; positions flat in [Bp*L]."""
+def cdlm_rows(pairs: list[tuple[np.ndarray, np.ndarray, np.ndarray]], seq_len: int, in_tok: TargetTokenizer,
+              out_tok: TargetTokenizer) -> dict[str, torch.Tensor]:
+    """CdLM rows (module docstring) from (input pieces, output pieces, output-to-input links) triples: [Bp, L]
+    input ids (``in_tok``'s cls/sep/pad), input mask, order, output mask; every output piece and ``out_tok``'s
+    sep predicted, at positions flat in [Bp*L]."""
     B, L, body = len(pairs), seq_len, seq_len - 2
-    ids = np.full((B, L), source_tok.pad_id, np.int64)
+    ids = np.full((B, L), in_tok.pad_id, np.int64)
     order = np.full((B, L), -1, np.int64)
     in_mask, out_mask = np.zeros((B, L), np.int64), np.zeros((B, L), np.int64)
     positions, targets = [], []
-    for j, (src, tgt, t2s) in enumerate(pairs):
-        src, tgt, t2s = src[:body], tgt[:body], t2s[:body]
-        ns, nt = len(src), len(tgt)
-        ids[j, 0], ids[j, 1:1 + ns], ids[j, 1 + ns] = source_tok.cls_id, src, source_tok.sep_id
-        order[j, 0], order[j, 1:1 + nt], order[j, 1 + nt] = 0, np.where((t2s >= 0) & (t2s < ns), t2s + 1, -1), 1 + ns
-        in_mask[j, :ns + 2] = out_mask[j, :nt + 2] = 1
-        positions.append(j * L + np.arange(1, nt + 2))
-        targets.append(np.append(tgt, tok.sep_id))
+    for j, (inp, out, links) in enumerate(pairs):
+        inp, out, links = inp[:body], out[:body], links[:body]
+        ni, no = len(inp), len(out)
+        ids[j, 0], ids[j, 1:1 + ni], ids[j, 1 + ni] = in_tok.cls_id, inp, in_tok.sep_id
+        aligned = np.where((links >= 0) & (links < ni), links + 1, -1)  # -1: the placeholder
+        order[j, 0], order[j, 1:1 + no], order[j, 1 + no] = 0, aligned, 1 + ni
+        in_mask[j, :ni + 2] = out_mask[j, :no + 2] = 1
+        positions.append(j * L + np.arange(1, no + 2))
+        targets.append(np.append(out, out_tok.sep_id))
     return {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(in_mask),
             "order": torch.from_numpy(order), "output_mask": torch.from_numpy(out_mask),
-            "cdlm_positions": torch.from_numpy(np.concatenate(positions)),
-            "cdlm_targets": torch.from_numpy(np.concatenate(targets))}
+            "positions": torch.from_numpy(np.concatenate(positions)),
+            "targets": torch.from_numpy(np.concatenate(targets))}
 
 
-def join(mlm: dict[str, torch.Tensor], pairs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """One unified batch (``TreLMObjective``): the MLM rows (target, identity order) first, then the CdLM rows."""
-    Bm, L = mlm["input_ids"].shape
-    Bp = pairs["input_ids"].shape[0]
-    mask = mlm["attention_mask"] if "attention_mask" in mlm else torch.ones_like(mlm["input_ids"])
-    return {"input_ids": torch.cat([mlm["input_ids"], pairs["input_ids"]]),
-            "attention_mask": torch.cat([mask, pairs["attention_mask"]]),
-            "input_lang": torch.tensor([TARGET] * Bm + [ENGLISH] * Bp),
-            "order": torch.cat([torch.arange(L).expand(Bm, L), pairs["order"]]),
-            "output_mask": torch.cat([mask, pairs["output_mask"]]),
-            "mlm_positions": mlm["mlm_positions"], "mlm_targets": mlm["mlm_targets"],
-            "cdlm_positions": pairs["cdlm_positions"] + Bm * L, "cdlm_targets": pairs["cdlm_targets"],
-            "seq_ids": mlm["seq_ids"]}
-
-
-class TreLMBatchStream:
-    """This rank's training micro-batches: each MLM batch of ``mlm`` joined by ``pairs_per_batch`` CdLM rows.
-    Looks like an MLMBatchStream to the trainer (state_dict, epoch, stream, close)."""
-
-    def __init__(self, mlm: MLMBatchStream, corpus: PairCorpus, pairs_per_batch: int, rank: int, world: int,
-                 source_tok: TargetTokenizer, tok: TargetTokenizer):
-        self.mlm, self.corpus, self.B, self.rank, self.world = mlm, corpus, pairs_per_batch, rank, world
-        self.source_tok, self.tok = source_tok, tok
-        self.pairs = 0  # global pairs consumed
-
-    @property
-    def stream(self):
-        return self.mlm.stream
-
-    @property
-    def epoch(self) -> int:
-        return self.mlm.epoch
-
-    def state_dict(self) -> dict:
-        return {**self.mlm.state_dict(), "pairs": self.pairs}
-
-    def load_state_dict(self, sd: dict) -> None:
-        self.mlm.load_state_dict(sd)
-        self.pairs = int(sd.get("pairs", 0))  # 0: a checkpoint of a run that had no parallel shards
-
-    def close(self) -> None:
-        self.mlm.close()
-
-    def __iter__(self):
-        return self
-
-    def __next__(self) -> dict[str, torch.Tensor]:
-        batch = next(self.mlm)
-        first = self.pairs + self.rank * self.B
-        pairs = [self.corpus.pair(first + j) for j in range(self.B)]
-        self.pairs += self.B * self.world
-        return join(batch, pair_rows(pairs, self.mlm.stream.cfg.seq_len, self.source_tok, self.tok))
-
-
-def build_parallel_stream(mlm: MLMBatchStream, cfg: TrainConfig, tok: TargetTokenizer, source_vocab: int,
-                          rank: int, world: int) -> TreLMBatchStream:
-    """``mlm`` joined by CdLM pairs from data.parallel_shards; English ids are those of model.source's tokenizer,
-    which must fit the model's ``source_vocab`` English embedding rows."""
-    source_tok = build_hf_tokenizer(cfg.model.source, "config key 'model.source'")
-    if source_tok.vocab_size > source_vocab:
-        raise ConfigError(f"config key 'model.source': its tokenizer has {source_tok.vocab_size} entries but the "
-                          f"model only {source_vocab} word embeddings")
+def build_pair_corpus(cfg: TrainConfig, tok: TargetTokenizer, source_tok: TargetTokenizer) -> PairCorpus:
+    """The pairs of data.parallel_shards, whose sides must be in ``tok``'s and ``source_tok``'s ids."""
     shards = [scan_pair_shard(s) for s in expand_parallel_shards(cfg.data.parallel_shards, tok, source_tok)]
-    corpus = PairCorpus(shards, cfg.data.seed, source_tok.vocab_size, tok.vocab_size)
-    return TreLMBatchStream(mlm, corpus, cfg.data.parallel_micro_batch or cfg.optim.micro_batch_size, rank, world,
-                            source_tok, tok)
+    return PairCorpus(shards, cfg.data.seed, source_tok.vocab_size, tok.vocab_size)

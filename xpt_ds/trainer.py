@@ -11,7 +11,7 @@ import deepspeed
 import torch
 
 from xpt_ds import checkpoint
-from xpt_ds.config import ConfigError, TrainConfig, save_config, to_dict
+from xpt_ds.config import ConfigError, TrainConfig, phase_objectives, save_config, to_dict
 from xpt_ds.data import build_streams
 from xpt_ds.embedding_init import summary, write_report
 from xpt_ds.engine import (agree_on_initial_weights, build_engine, full_fp32_state, load_ds_config, lr_at,
@@ -22,11 +22,11 @@ from xpt_ds.metrics import LogWindow, MetricsLogger, flops_per_token, peak_flops
 from xpt_ds.mlm_metrics import MLMStats, piece_char_lengths, piece_word_starts
 from xpt_ds.model import build_model, build_skeleton, load_fp32_state
 from xpt_ds.objective import build_objective, strip_prefix
-from xpt_ds.parallel_data import build_parallel_stream
 from xpt_ds.phases import build_phase_starts, build_phase_trainables, phases_read_later, weights_from_ends
 from xpt_ds.preemption import Preempted, PreemptionWatcher
 from xpt_ds.status import write_status
 from xpt_ds.tokenizer import tokenizer_for
+from xpt_ds.trelm_data import TreLMBatchStream, build_trelm_stream
 
 log = logging.getLogger(__name__)
 
@@ -75,10 +75,9 @@ class Trainer:
         self.kept_ends = phases_read_later(cfg)
         self.train_stream, self.valid_stream = build_streams(cfg.data, self.tok, cfg.optim.micro_batch_size,
                                                              self.rank, self.world)
-        if cfg.data.parallel_shards:  # TreLM: CdLM pairs join every training micro-batch
-            self.train_stream = build_parallel_stream(self.train_stream, cfg, self.tok,
-                                                      self.hf_config.xpt_trelm_source_vocab_size, self.rank,
-                                                      self.world)
+        if cfg.data.parallel_shards or cfg.data.source_shards:  # TreLM: the phase's other objectives join MLM
+            self.train_stream = build_trelm_stream(self.train_stream, cfg, self.tok,
+                                                   self.hf_config.xpt_trelm_source_vocab_size, self.rank, self.world)
         self.state = TrainerState()
         self.device = torch.device(deepspeed.get_accelerator().current_device_name())
         self.tokens_per_step = cfg.optim.micro_batch_size * cfg.optim.grad_accum * self.world * cfg.data.seq_len
@@ -117,6 +116,7 @@ class Trainer:
             self.train_stream.load_state_dict(client["data"])
             universal = checkpoint.prepare_rescale(self.ckpt_root, tag, client, self.world,
                                                    zero_stage(load_ds_config(self.cfg.deepspeed)))
+        self.use_phase_objectives()
         n_train = sum(fp32[n].numel() for n in self.trainables[self.state.phase_index])  # before ZeRO-3 partitions
         self.engine, self.optimizer, self.frozen = build_engine(
             objective, self.trainables[self.state.phase_index], self.cfg, fp32, load_universal=universal)
@@ -129,8 +129,8 @@ class Trainer:
         if self.rank == 0:
             save_config(self.cfg, self.run_dir / "config.yaml")
         self.logger.start(self.state.global_step)
-        self._info(f"model: {sum(v.numel() for v in fp32.values()):,} parameters; "
-                   f"phase '{self.phase.name}' trains {n_train:,}")
+        self._info(f"model: {sum(v.numel() for v in fp32.values()):,} parameters; phase '{self.phase.name}' trains "
+                   f"{n_train:,} on {', '.join(phase_objectives(self.cfg, self.state.phase_index))}")
 
     def start_branch(self, tag: str | None) -> None:
         """An explicit resume (or ``none``) leaves the later checkpoints' trajectory: move them aside."""
@@ -208,6 +208,7 @@ class Trainer:
         self.engine = self.optimizer = None
         self.state.phase_index += 1
         self.state.phase_step = 0
+        self.use_phase_objectives()
         with torch.random.fork_rng(devices=[]):  # the rebuild must not shift the dropout stream
             hf = build_skeleton(self.hf_config)
             load_fp32_state(hf, strip_prefix(fp32), f"phase '{self.phase.name}' hand-over")
@@ -216,8 +217,14 @@ class Trainer:
                 objective, self.trainables[self.state.phase_index], self.cfg, fp32)
         origin = (f"from the end of '{self.phase.start_from}'" if self.phase.start_from else
                   f"from a merge of {', '.join(self.phase.reads())}" if self.phase.merges else "")
-        self._info(f"phase '{self.phase.name}' starts at global step {self.state.global_step} {origin}".rstrip())
+        self._info(f"phase '{self.phase.name}' starts at global step {self.state.global_step} {origin}".rstrip()
+                   + f"; trains on {', '.join(phase_objectives(self.cfg, self.state.phase_index))}")
         return True
+
+    def use_phase_objectives(self) -> None:
+        """TreLM's stream builds the current phase's objectives' rows; a plain MLM stream has target MLM only."""
+        if isinstance(self.train_stream, TreLMBatchStream):
+            self.train_stream.use(phase_objectives(self.cfg, self.state.phase_index))
 
     def start_weights(self, index: int) -> dict[str, torch.Tensor]:
         """Exact fp32 weights phase ``index`` starts from: where the previous phase ended, or the kept ends of
