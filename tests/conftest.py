@@ -77,6 +77,16 @@ def tiny_roberta(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_roberta_nodrop(tmp_path_factory, tiny_roberta) -> Path:
+    """The tiny RoBERTa with dropout off, so that runs which see the same batches differ only in reduction order."""
+    from transformers import AutoConfig, AutoModelForMaskedLM
+    cfg = AutoConfig.from_pretrained(tiny_roberta, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    out = tmp_path_factory.mktemp("tiny_nodrop")
+    AutoModelForMaskedLM.from_pretrained(tiny_roberta, config=cfg).save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
 def tiny_bert(tmp_path_factory) -> Path:
     return _save_tiny(tmp_path_factory.mktemp("tiny_bert"), "bert")
 

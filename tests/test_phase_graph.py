@@ -9,7 +9,7 @@ import shutil
 import pytest
 import torch
 import yaml
-from transformers import AutoConfig, AutoModelForMaskedLM, RobertaConfig, RobertaForMaskedLM
+from transformers import RobertaConfig, RobertaForMaskedLM
 
 from conftest import REPO, TINY, base_config, launch, read_metrics, write_config
 from xpt_ds.checkpoint import (PHASE_ENDS, CheckpointError, complete_tags, load_phase_end, read_client_state,
@@ -123,11 +123,8 @@ def test_merge_takes_halves_and_averages_the_rest(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def source(tmp_path_factory, tiny_roberta):
-    cfg = AutoConfig.from_pretrained(tiny_roberta, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    out = tmp_path_factory.mktemp("tiny_nodrop")
-    AutoModelForMaskedLM.from_pretrained(tiny_roberta, config=cfg).save_pretrained(out)
-    return out
+def source(tiny_roberta_nodrop):
+    return tiny_roberta_nodrop
 
 
 def _run(run, source, corpus, nproc=2, grad_accum=2, keep_last=0, copy_from=None, cut=None):

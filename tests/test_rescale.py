@@ -11,7 +11,6 @@ import shutil
 
 import pytest
 import torch
-from transformers import AutoConfig, AutoModelForMaskedLM
 
 from conftest import REPO, base_config, launch, read_marker, read_metrics, write_config
 from xpt_ds.checkpoint import complete_tags, tag_for
@@ -23,12 +22,8 @@ CUT, STEPS = 5, 8
 
 
 @pytest.fixture(scope="module")
-def source(tmp_path_factory, tiny_roberta):
-    """The tiny source with dropout off, so that runs differ only in reduction order."""
-    cfg = AutoConfig.from_pretrained(tiny_roberta, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    out = tmp_path_factory.mktemp("tiny_nodrop")
-    AutoModelForMaskedLM.from_pretrained(tiny_roberta, config=cfg).save_pretrained(out)
-    return out
+def source(tiny_roberta_nodrop):
+    return tiny_roberta_nodrop
 
 
 def _run(tmp_path, name, source, corpus, nproc, ds, precision="fp32", resume_from=None):

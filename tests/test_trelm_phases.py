@@ -16,7 +16,8 @@ from transformers import BertForMaskedLM
 from conftest import REPO, base_config, launch, read_metrics, write_config
 from test_trelm import SOURCE_VOCAB, _build, _train_cfg, _write_parallel, source_dir, write_pairs  # noqa: F401
 from xpt_ds.checkpoint import PHASE_ENDS, tag_for
-from xpt_ds.config import ConfigError, OptimConfig, load_config, phase_objectives
+from xpt_ds.config import ConfigError, OptimConfig, load_config
+from xpt_ds.phase_checks import phase_objectives
 from xpt_ds.data import build_streams
 from xpt_ds.export import load_checkpoint_fp32
 from xpt_ds.objective import strip_prefix

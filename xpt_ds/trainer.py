@@ -11,7 +11,7 @@ import deepspeed
 import torch
 
 from xpt_ds import checkpoint
-from xpt_ds.config import ConfigError, TrainConfig, phase_objectives, save_config, to_dict
+from xpt_ds.config import ConfigError, TrainConfig, save_config, to_dict
 from xpt_ds.data import build_streams
 from xpt_ds.embedding_init import summary, write_report
 from xpt_ds.engine import (agree_on_initial_weights, build_engine, full_fp32_state, load_ds_config, lr_at,
@@ -22,6 +22,7 @@ from xpt_ds.metrics import LogWindow, MetricsLogger, flops_per_token, peak_flops
 from xpt_ds.mlm_metrics import MLMStats, piece_char_lengths, piece_word_starts
 from xpt_ds.model import build_model, build_skeleton, load_fp32_state
 from xpt_ds.objective import build_objective, strip_prefix
+from xpt_ds.phase_checks import phase_objectives
 from xpt_ds.phases import build_phase_starts, build_phase_trainables, phases_read_later, weights_from_ends
 from xpt_ds.preemption import Preempted, PreemptionWatcher
 from xpt_ds.status import write_status

@@ -1,5 +1,5 @@
 """TreLM's training micro-batches (004 §3.2): the rows of the current phase's objectives
-(``config.phase_objectives``) joined into one unified batch for ``xpt_ds.trelm_objective``.
+(``phase_checks.phase_objectives``) joined into one unified batch for ``xpt_ds.trelm_objective``.
 
 A micro-batch holds, in this order: the target MLM sequences of data.train_shards (every phase), the English MLM
 sequences of data.source_shards (``mlm_source``), and CdLM rows English -> target (``cdlm_en_x``) and target ->
