@@ -99,10 +99,8 @@ def _key(**fields) -> str:
 def _bytes_per_token(source: Path, sp) -> float:
     """UTF-8 bytes of the split file per token, from its first SAMPLE_BYTES (whole lines)."""
     with open(source, "rb") as f:
-        lines = f.read(SAMPLE_BYTES).split(b"\n")
-    if len(lines) > 1:
-        lines = lines[:-1]  # the last one may be cut
-    lines = [ln for ln in lines if ln.strip()]
+        head = f.read(SAMPLE_BYTES) + f.readline()  # the rest of a line the sample cuts (a long document)
+    lines = [ln for ln in head.split(b"\n") if ln.strip()]
     if not lines:
         return 4.0
     tokens = sum(len(ids) for ln in lines for ids in sp.encode(json.loads(ln), num_threads=1))

@@ -32,13 +32,13 @@ def _json(path: Path) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def curve(run: Path) -> list[tuple[int, float]]:
-    """(step, valid/bits_per_char) from the run's metrics.jsonl."""
+def curve(run: Path, key: str = "valid/bits_per_char") -> list[tuple[int, float]]:
+    """(step, ``key``) from the run's metrics.jsonl."""
     points = []
     for line in (run / "metrics.jsonl").read_text().splitlines():
         row = json.loads(line)
-        if "valid/bits_per_char" in row:
-            points.append((row["step"], row["valid/bits_per_char"]))
+        if key in row:
+            points.append((row["step"], row[key]))
     return points
 
 

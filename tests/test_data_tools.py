@@ -384,3 +384,16 @@ def test_uagec_package_if_installed(tmp_path):
     assert not set(part["train"]) & set(part["test"])
     assert stats["annotator_copies_dropped"] > 0 and stats["label_docs_misaligned"] == 0
     assert 0 < stats["label_corrected"]["train"] < stats["label_sentences"]["train"]
+
+
+def test_token_estimate_reads_a_document_longer_than_its_sample(tmp_path, monkeypatch, corpus_bert):
+    """A split whose first document (one JSON line) is longer than the sample, e.g. a whole book as one
+    document: the sample is completed to the end of that line instead of parsing half a line."""
+    from data_tools import shards
+    sp = spm.SentencePieceProcessor(model_file=str(corpus_bert / "spm.model"))
+    first, second = json.dumps(["ein satz hier und noch mehr"] * 40), json.dumps(["kurz"])
+    path = tmp_path / "train.jsonl"
+    path.write_text(first + "\n" + second + "\n")
+    monkeypatch.setattr(shards, "SAMPLE_BYTES", 100)  # inside the first line
+    tokens = sum(len(ids) for ids in sp.encode(json.loads(first)))
+    assert shards._bytes_per_token(path, sp) == pytest.approx((len(first) + 1) / tokens)

@@ -200,7 +200,7 @@ def _assert_continues(straight, run, cut):
 
 
 @pytest.mark.multiproc
-@pytest.mark.parametrize("cut", [5, 7], ids=["inside-second-branch", "after-merge"])
+@pytest.mark.parametrize("cut", [5, 6], ids=["inside-second-branch", "at-the-merge"])
 def test_resume_bit_identical(straight, source, corpus, tmp_path, cut):
     proc = _run(tmp_path / "run", source, corpus, copy_from=straight, cut=cut)
     assert f"resumed from {tag_for(cut)}" in proc.stderr

@@ -128,3 +128,53 @@ def test_zero3_gathers_what_trelm_reads_outside_a_submodules_forward():
     proc = subprocess.run([sys.executable, str(REPO / "tests/trelm_zero3_outside.py")], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_without_trilayer_exports_a_stock_model(tmp_path, source_dir, corpus_bert):  # noqa: F811
+    """004 Table 7's "w/o TRILayer" (method trelm_no_tri): no TRILayer or placeholder, no @trilayer group, encode
+    refuses an order, CdLM is a config error; its export is a stock model with the target row folded into the
+    token types, which stock transformers loads without remote code and which gives the training logits."""
+    from xpt_ds.config import ConfigError, load_config
+    from xpt_ds.trelm import encode
+    cfg = ModelConfig(source=str(source_dir), tokenizer=str(corpus_bert / "spm.model"), method="trelm_no_tri")
+    built = build_model(cfg, build_tokenizer(cfg.tokenizer))
+    model = built.model.eval()
+    assert model.trelm.trilayer is None and model.trelm.placeholder is None
+    assert not any("trilayer" in n or "placeholder" in n for n in built.tags)
+    assert not any("@trilayer" in t for t in built.tags.values())
+    assert {n for n, t in built.tags.items() if "@lang" in t} == {"trelm.language_embeddings.weight"}
+    assert len(model.bert.encoder.layer) == 4  # the source's layers, nothing inserted
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.startswith("trelm.language") or "token_type" in name:
+                p.add_(0.1 * torch.randn(p.shape, generator=g))
+    pad = model.config.pad_token_id
+    ids = torch.randint(5, model.config.vocab_size, (2, 12))
+    ids[1, 8:] = pad
+    mask = (ids != pad).long()
+    with pytest.raises(RuntimeError, match="no TRILayer"):
+        encode(model, ids, mask, order=torch.arange(12).flip(0).expand(2, 12))
+    want = _training_logits(model, ids, mask)
+    with torch.no_grad():  # the identity order (MLM rows beside English MLM rows) is the same forward
+        assert torch.equal(encode(model, ids, mask, order=torch.arange(12).expand(2, 12), output_mask=mask),
+                           encode(model, ids, mask))
+
+    out = tmp_path / "exported"
+    out.mkdir()
+    save_model(model, out)
+    assert not (out / "xpt_trelm.py").exists() and "auto_map" not in json.loads((out / "config.json").read_text())
+    exported = AutoModelForMaskedLM.from_pretrained(out).eval()
+    assert type(exported) is type(model)
+    with torch.no_grad():
+        got = exported(input_ids=ids, attention_mask=mask).logits
+    real = mask.bool()
+    assert torch.allclose(got[real], want[real], atol=2e-5), (got[real] - want[real]).abs().max()
+
+    manifest, _ = _write_parallel(tmp_path / "par", corpus_bert)
+    run_cfg = base_config(tmp_path / "run", source_dir, corpus_bert,
+                          phases=[{"name": "all", "steps": 2, "objectives": ["mlm_target", "cdlm_en_x"]}])
+    run_cfg["model"]["method"] = "trelm_no_tri"
+    run_cfg["data"]["parallel_shards"] = [f"{manifest}:train"]
+    with pytest.raises(ConfigError, match=r"phases\[0\].objectives.*cdlm_en_x.*no TRILayer"):
+        load_config(str(write_config(tmp_path / "cfg.yaml", run_cfg)))

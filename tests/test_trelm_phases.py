@@ -236,3 +236,21 @@ def test_resume_inside_the_x_en_branch_is_bit_identical(straight, tmp_path, sour
     assert [got[s]["train/loss"] for s in got] == [want[s]["train/loss"] for s in got]
     a, b = (load_checkpoint_fp32(r / "checkpoints", tag_for(8)) for r in (full, run))
     assert _differ(a, b, a) == []
+
+
+def test_without_cdlm_or_trilayer_trains_the_three_phases(tmp_path, source_dir, corpus_bert, english):
+    """004 Table 7's "w/o CdLM & w/o TRILayer" through the entry point: method trelm_no_tri, the branches on
+    English MLM instead of CdLM (target and English MLM rows in one batch, both in the identity order)."""
+    run = tmp_path / "run"
+    cfg = yaml.safe_load(_three_phase(run, source_dir, corpus_bert, english, corpus_bert).read_text())
+    cfg["model"]["method"] = "trelm_no_tri"
+    cfg["data"]["parallel_shards"] = []
+    for phase in cfg["phases"][1:3]:
+        phase["objectives"] = ["mlm_target", "mlm_source"]
+    proc = launch(["--config", str(write_config(tmp_path / "no_tri.yaml", cfg))])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "phase 'x_en' starts at global step 4 from the end of 'common'; trains on mlm_target, mlm_source" in \
+        proc.stderr
+    losses = [r["train/loss"] for _, r in sorted(read_metrics(run).items())]
+    assert len(losses) == 8 and np.isfinite(losses).all()
+    assert not any("trilayer" in n for n in load_checkpoint_fp32(run / "checkpoints", tag_for(8)))

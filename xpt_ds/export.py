@@ -66,12 +66,16 @@ def trelm_export_model(model: torch.nn.Module) -> torch.nn.Module:
     from xpt_ds.trelm import TARGET
     cfg = copy.deepcopy(model.config)
     del cfg.xpt_trelm_source_vocab_size, cfg.xpt_trelm_source_pad_id  # build_skeleton: no training parts
-    cfg.auto_map = trelm_hf.auto_map(cfg.model_type)
     prefix, parts = model.base_model_prefix, model.trelm
     lang = parts.language_embeddings.weight[TARGET]
     state = {k: v for k, v in model.state_dict().items() if not k.startswith("trelm.")}
     token_types = f"{prefix}.embeddings.token_type_embeddings.weight"
     state[token_types] = state[token_types] + lang
+    if parts.trilayer is None:  # trelm_no_tri: with the row folded, a stock model computes the same
+        exported = build_skeleton(cfg).eval()
+        exported.load_state_dict(state, strict=True)
+        return exported
+    cfg.auto_map = trelm_hf.auto_map(cfg.model_type)
     state[f"{prefix}.trelm.output_language"] = lang.clone()
     state.update({f"{prefix}.trelm.trilayer.{k}": v for k, v in parts.trilayer.state_dict().items()})
     stock = type(model).__name__
@@ -87,7 +91,12 @@ def save_model(model: torch.nn.Module, out: Path) -> None:
     if method is not None and method.export == "adapters":
         shutil.copy(Path(__file__).with_name("adapters.py"), out / "xpt_adapters.py")
         model.config.auto_map = adapters.auto_map(model.config.model_type)
-    if method is not None and method.export == "trelm":
+    if method is not None and method.export == "trelm" and not method.trilayer:
+        model = trelm_export_model(model)
+        print("trelm_no_tri: exported as a stock model, the target language row folded into the token-type rows; "
+              "the English vocabulary and language row are not exported (English input: use the checkpoint)",
+              file=sys.stderr)
+    elif method is not None and method.export == "trelm":
         shutil.copy(Path(__file__).with_name("trelm_hf.py"), out / "xpt_trelm.py")
         model = trelm_export_model(model)
         print("trelm: the TRILayer ships as xpt_trelm.py (load with trust_remote_code=True); the target language "

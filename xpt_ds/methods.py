@@ -25,6 +25,8 @@ class Method:
     # 'source': the source's own Hugging Face tokenizer, word embeddings and LM head, all copied (003)
     trelm: bool = False  # TRILayer, language embeddings and the English vocabulary beside the target's (004,
     # xpt_ds.trelm); trains on the objectives each phase lists (config.OBJECTIVES, xpt_ds.trelm_objective)
+    trilayer: bool = True  # trelm: the TRILayer between the encoder halves; without it (004 Table 7's "w/o
+    # TRILayer") there is no reordering, so no CdLM, and the export is a stock model (the target row folded)
 
     @property
     def phases(self) -> int:
@@ -49,6 +51,8 @@ METHODS: dict[str, Method] = {m.name: m for m in [
     # launch/configs/trelm_three_phase.yaml's phases, objectives, start_from and merge.
     Method("trelm", "TreLM", has_itl=False, source="pretrained", presets=_ONE_PHASE, trelm=True,
            export="trelm"),
+    Method("trelm_no_tri", "TreLM w/o TRILayer", has_itl=False, source="pretrained", presets=_ONE_PHASE,
+           trelm=True, trilayer=False, export="trelm"),
 ]}
 BASELINE = "scratch"  # what the data-efficiency ratio compares against (002 §5.1)
 

@@ -64,6 +64,9 @@ def check_objectives(cfg: TrainConfig) -> None:
             if name != "mlm_target" and not METHODS[method].trelm:
                 raise ConfigError(f"config key '{key}' has '{name}' but model.method '{method}' trains target MLM "
                                   "only (the other objectives need trelm)")
+            if name.startswith("cdlm") and not METHODS[method].trilayer:
+                raise ConfigError(f"config key '{key}' has '{name}' but model.method '{method}' has no TRILayer "
+                                  "to reorder with (CdLM needs method trelm)")
             if not getattr(cfg.data, OBJECTIVE_DATA[name]):
                 raise ConfigError(f"config key '{key}' has '{name}', which reads config key "
                                   f"'data.{OBJECTIVE_DATA[name]}', but that is empty")

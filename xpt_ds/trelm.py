@@ -49,6 +49,13 @@ except ImportError:
 ENGLISH, TARGET = 0, 1  # rows of trelm.language_embeddings, values of input_lang / output_lang
 
 
+def has_trilayer(config) -> bool:
+    """Whether a trelm model of this HF config has the TRILayer (``method: trelm``) or not (``trelm_no_tri``)."""
+    from xpt_ds.methods import method_of
+    method = method_of(config)
+    return method is None or method.trilayer
+
+
 def halves(model: nn.Module) -> int:
     """Index of the first upper-half layer (N // 2); the TRILayer runs before it."""
     n = len(_base(model).encoder.layer)
@@ -82,8 +89,11 @@ class TreLMParts(nn.Module):
         import deepspeed  # register_external_parameter only sets an attribute: no ZeRO needed to call it
         cfg = model.config
         d = cfg.hidden_size
-        self.trilayer = copy.deepcopy(_base(model).encoder.layer[halves(model) - 1])
-        self.placeholder = nn.Parameter(torch.zeros(d))
+        if has_trilayer(cfg):
+            self.trilayer = copy.deepcopy(_base(model).encoder.layer[halves(model) - 1])
+            self.placeholder = nn.Parameter(torch.zeros(d))
+        else:  # 004 Table 7's "w/o TRILayer": the halves run back to back, nothing to reorder
+            self.trilayer = self.placeholder = None
         self.language_embeddings = nn.Embedding(2, d)
         self.source_word_embeddings = nn.Embedding(cfg.xpt_trelm_source_vocab_size, d,
                                                    padding_idx=cfg.xpt_trelm_source_pad_id)
@@ -116,13 +126,14 @@ def init_trelm(model: nn.Module, source: nn.Module, init_seed: int) -> set[str]:
     the English vocabulary from ``source``, orthogonal language rows, a zero placeholder. Returns the names of
     the parameters copied from the source."""
     parts, base = model.trelm, _base(model)
-    parts.trilayer.load_state_dict(base.encoder.layer[halves(model) - 1].state_dict())
+    if parts.trilayer is not None:
+        parts.trilayer.load_state_dict(base.encoder.layer[halves(model) - 1].state_dict())
+        parts.placeholder.zero_()
     parts.source_word_embeddings.load_state_dict(_base(source).get_input_embeddings().state_dict())
     src_head = source.cls.predictions if hasattr(source, "cls") else source.lm_head
     parts.source_lm_bias.copy_(src_head.bias)
     # init_seed + 2: init_seed draws the target's values, init_seed + 1 the source's missing ones.
     nn.init.orthogonal_(parts.language_embeddings.weight, generator=torch.Generator().manual_seed(init_seed + 2))
-    parts.placeholder.zero_()
     return {"trelm.source_word_embeddings.weight", "trelm.source_lm_bias"}
 
 
@@ -179,6 +190,14 @@ def encode(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tens
     mask = _mask(model, x, attention_mask)
     for layer in layers[:half]:
         x = _layer(layer, x, mask)
+    if parts.trilayer is None:  # trelm_no_tri: the stock encoder plus language rows, output in the input's language
+        if order is not None:  # MLM rows joined to English MLM rows carry the identity; CdLM's (refused by the
+            # config) would not. Checked on the device: no host sync.
+            torch._assert_async((order == torch.arange(T, device=order.device)).all(),
+                                "this trelm model has no TRILayer (method trelm_no_tri): it cannot reorder (CdLM)")
+        for layer in layers[half:]:
+            x = _layer(layer, x, mask)
+        return x
     if order is not None:
         x = parts.reorder(x, order)
         mask = _mask(model, x, output_mask)
