@@ -32,18 +32,19 @@ GRID = {
 }
 
 
-def _rows(run: Path) -> int:
-    """Rows of 128 tokens forwarded in training: each phase's steps × (micro-batch × grad_accum) × the number
-    of row groups its objectives read (target MLM; English MLM; CdLM pairs, one direction per phase)."""
+def rows_by_step(run: Path) -> list[int]:
+    """Rows of 128 tokens forwarded in training up to each global step (index = step): per step, micro-batch ×
+    grad_accum rows for each row group its phase's objectives read (target MLM; English MLM; CdLM pairs, one
+    direction per phase). Both TreLM branches count: their steps follow each other."""
     cfg = yaml.safe_load((run / "config.yaml").read_text())
-    micro = cfg["optim"]["micro_batch_size"] * cfg["optim"]["grad_accum"]
-    pairs = cfg["data"]["parallel_micro_batch"] or cfg["optim"]["micro_batch_size"]
-    total = 0
+    accum = cfg["optim"]["grad_accum"]
+    micro = cfg["optim"]["micro_batch_size"] * accum
+    pairs = (cfg["data"]["parallel_micro_batch"] or cfg["optim"]["micro_batch_size"]) * accum
+    total = [0]
     for ph in cfg["phases"]:
         objectives = ph.get("objectives") or ["mlm_target"]
-        groups = micro * (1 + ("mlm_source" in objectives))
-        groups += pairs * cfg["optim"]["grad_accum"] * sum(o.startswith("cdlm") for o in objectives)
-        total += ph["steps"] * groups
+        per_step = micro * (1 + ("mlm_source" in objectives)) + pairs * sum(o.startswith("cdlm") for o in objectives)
+        total += [total[-1] + per_step * (i + 1) for i in range(ph["steps"])]
     return total
 
 
@@ -56,8 +57,8 @@ def collect(out: Path, names: dict[str, str]) -> dict[str, dict]:
         ft = _json(out / "finetune" / name / "results.json")
         seconds = out / "logs" / f"{name}.seconds"
         rows[name] = {
-            "test": test, "unigram": _json(out / "eval" / f"{name}.unigram.json"), "rows": _rows(run),
-            "curve": curve(run, "valid/bits_per_word"),
+            "test": test, "unigram": _json(out / "eval" / f"{name}.unigram.json"), "rows": rows_by_step(run)[-1],
+            "curve": curve(run, "valid/bits_per_word"), "rows_by_step": rows_by_step(run),
             "finetune": None if ft is None else {"summary": ft["summary"], "majority": ft.get("majority_baseline"),
                                                  "seeds": len(ft["seeds"])},
             "train_seconds": float(seconds.read_text().split()[-1]) if seconds.is_file() else None,
@@ -106,10 +107,10 @@ def plot(full: dict[str, dict], grid: dict[str, dict], path: Path) -> None:
         for i, (name, r) in enumerate(rows.items()):
             if r["curve"]:
                 steps, bpw = zip(*r["curve"])
-                ax.plot(steps, bpw, marker="o", markersize=3, color=plt.cm.tab10(i),
-                        label=names[name].replace("`", ""))
+                ax.plot([r["rows_by_step"][s] for s in steps], bpw, marker="o", markersize=3,
+                        color=plt.cm.tab10(i), label=names[name].replace("`", ""))
         ax.set_title(title)
-        ax.set_xlabel("optimizer step (TreLM: both branches counted)")
+        ax.set_xlabel("rows of 128 tokens trained on (compute; TreLM: both branches counted)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     axes[0].set_ylabel("validation bits per word (masked pieces)")
@@ -132,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{table(grid, GRID, False)}\n\n## Validation bits per word by step\n\n{curve_table(full, FULL)}\n\n"
             f"{curve_table(grid, GRID)}\n\n![curves](valid_curves.png)\n")
     (a.out / "results.md").write_text(text)
-    summary = {n: r for n, r in {**full, **grid}.items()}
+    summary = {n: {k: v for k, v in r.items() if k != "rows_by_step"} for n, r in {**full, **grid}.items()}
     (a.out / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
     print(text)
     return 0
