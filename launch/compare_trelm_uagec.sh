@@ -32,11 +32,11 @@ prepare_english
   --source "$PREP/emb/minilm.npy" --out "$PREP/emb/uk_adv" --source-first-row 1996 --epochs 5 --iterations 1000 \
   --dis-hidden 512
 
-TARGET=(--data.train_shards=[demo_out/uk/manifest.json:train] --data.valid_shards=[demo_out/uk/manifest.json:valid])
+TARGET=("--data.train_shards=[demo_out/uk/manifest.json:train]" "--data.valid_shards=[demo_out/uk/manifest.json:valid]")
 ENGLISH=("--data.source_shards=[$PREP/en_src/manifest.json:train]")
 PAIRS=("--data.parallel_shards=[$PREP/parallel/manifest.json:train]")
-NO_CDLM=(--phases.1.objectives=[mlm_target,mlm_source] --phases.2.objectives=[mlm_target,mlm_source]
-         --data.parallel_shards=[])
+NO_CDLM=("--phases.1.objectives=[mlm_target,mlm_source]" "--phases.2.objectives=[mlm_target,mlm_source]"
+         "--data.parallel_shards=[]")
 FULL=(trelm trelm_no_cdlm trelm_no_cdlm_no_tri xpt scratch)
 GRID=(random fasttext fasttext_adversarial source_mean)
 write_finetune_train
@@ -59,7 +59,8 @@ for start in "${GRID[@]}"; do
                                 "--model.embedding_init_args={path: $PREP/emb/uk_adv.npy}") ;;
     source_mean) init=(--model.embedding_init=source_mean) ;;
   esac
-  train "common_$start" trelm_uagec "${ENGLISH[@]}" --data.parallel_shards=[] "${init[@]}" --logging.eval_every=$((GRID_STEPS / 2)) \
+  train "common_$start" trelm_uagec "${ENGLISH[@]}" "--data.parallel_shards=[]" "${init[@]}" \
+    --logging.eval_every=$((GRID_STEPS / 2)) \
     "--phases=[{name: common, steps: $GRID_STEPS, lr: 1.0e-3, warmup_steps: $((GRID_STEPS / 10)),
                 trainable: ['@all', '!@encoder'], objectives: [mlm_target, mlm_source]}]"
   score "common_$start" demo_out/uk
