@@ -107,17 +107,33 @@ def replicate_table(rows: dict[str, dict]) -> str:
     return "\n".join(lines) if len(lines) > 2 else "(none yet)"
 
 
-def curve_table(rows: dict[str, dict]) -> str:
+def curve_table(rows: dict[str, dict], names: dict[str, str], head: str, unigram_key: str | None = None) -> str:
+    """Each run's validation curve as a row (``names``: run -> label, ``head``: the first column's title); with
+    ``unigram_key``, a last column of that figure of the run's unigram predictor on the same tokens."""
     steps = sorted({s for r in rows.values() for s, _ in r["curve"]})
-    lines = ["| start | " + " | ".join(str(s) for s in steps) + " | unigram |",
-             "|" + "---|" * (len(steps) + 2)]
+    lines = [f"| {head} | " + " | ".join(str(s) for s in steps) + (" | unigram |" if unigram_key else " |"),
+             "|" + "---|" * (len(steps) + 1 + bool(unigram_key))]
     for name, r in rows.items():
         at = dict(r["curve"])
         cells = [f"{at[s]:.3f}" if s in at else "–" for s in steps]
-        uni = r["unigram_valid"]
-        cells.append(f"{uni['bits_per_char']:.3f}" if uni else "–")
-        lines.append(f"| {RUNS[name]} | " + " | ".join(cells) + " |")
+        if unigram_key:
+            uni = r["unigram_valid"]
+            cells.append(f"{uni[unigram_key]:.3f}" if uni else "–")
+        lines.append(f"| {names[name]} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def finish_plot(fig, axes, xlabel: str, ylabel: str, path: Path) -> None:
+    """Label, grid and legend every panel, then write ``path`` and free the figure."""
+    import matplotlib.pyplot as plt
+    for ax in axes:
+        ax.set_xlabel(xlabel)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    axes[0].set_ylabel(ylabel)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def plot(rows: dict[str, dict], path: Path) -> None:
@@ -136,13 +152,7 @@ def plot(rows: dict[str, dict], path: Path) -> None:
         if unigram:
             ax.axhline(unigram["bits_per_char"], color="grey", linestyle="--", label="unigram predictor")
         ax.set_title("source vocabulary (30,522 WordPiece)" if kept else "new 8,000-piece SentencePiece vocabulary")
-        ax.set_xlabel("optimizer step")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    axes[0].set_ylabel("validation bits per character (masked pieces)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    finish_plot(fig, axes, "optimizer step", "validation bits per character (masked pieces)", path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -155,9 +165,10 @@ def main(argv: list[str] | None = None) -> int:
     if not rows:
         raise SystemExit(f"error: {a.out}/eval holds no run's test figures")
     plot(rows, a.out / "valid_curves.png")
-    text = (f"# Embedding starts on UA-GEC ({a.steps} steps of {a.batch} × 128 tokens each)\n\n## Test text\n\n{table(rows)}\n\n"
-            f"## Seed replicates (model.init_seed 2)\n\n{replicate_table(rows)}\n\n"
-            f"## Validation bits per character by step\n\n{curve_table(rows)}\n\n![curves](valid_curves.png)\n")
+    curves = curve_table(rows, RUNS, "start", "bits_per_char")
+    text = (f"# Embedding starts on UA-GEC ({a.steps} steps of {a.batch} × 128 tokens each)\n\n"
+            f"## Test text\n\n{table(rows)}\n\n## Seed replicates (model.init_seed 2)\n\n{replicate_table(rows)}\n\n"
+            f"## Validation bits per character by step\n\n{curves}\n\n![curves](valid_curves.png)\n")
     (a.out / "results.md").write_text(text)
     summary = {n: {k: v for k, v in r.items() if k != "curve"} | {"curve": r["curve"]} for n, r in rows.items()}
     (a.out / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n")

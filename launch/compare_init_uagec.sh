@@ -14,12 +14,9 @@
 # Rerunning the command skips what is finished.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3}
 OUT=${1:-sweeps/init_uagec}
 STEPS=${STEPS:-400}
 MICRO_BATCH=${MICRO_BATCH:-4}
-FT_TRAIN=${FT_TRAIN:-2000}
-FT_SEEDS=${FT_SEEDS:-1}
 source launch/uagec_lib.sh
 prepare_uagec
 prepare_bible

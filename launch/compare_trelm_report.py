@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from compare_init_report import _ft_cell, _json, curve
+from compare_init_report import _ft_cell, _json, curve, curve_table, finish_plot
 
 FULL = {  # name -> what it is, in the table's order
     "scratch": "Scratch (002)",
@@ -88,15 +88,6 @@ def table(rows: dict[str, dict], names: dict[str, str], finetune: bool) -> str:
     return "\n".join(lines)
 
 
-def curve_table(rows: dict[str, dict], names: dict[str, str]) -> str:
-    steps = sorted({s for r in rows.values() for s, _ in r["curve"]})
-    lines = ["| run | " + " | ".join(str(s) for s in steps) + " |", "|" + "---|" * (len(steps) + 1)]
-    for name, r in rows.items():
-        at = dict(r["curve"])
-        lines.append(f"| {names[name]} | " + " | ".join(f"{at[s]:.3f}" if s in at else "–" for s in steps) + " |")
-    return "\n".join(lines)
-
-
 def plot(full: dict[str, dict], grid: dict[str, dict], path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -110,13 +101,8 @@ def plot(full: dict[str, dict], grid: dict[str, dict], path: Path) -> None:
                 ax.plot([r["rows_by_step"][s] for s in steps], bpw, marker="o", markersize=3,
                         color=plt.cm.tab10(i), label=names[name].replace("`", ""))
         ax.set_title(title)
-        ax.set_xlabel("rows of 128 tokens trained on (compute; TreLM: both branches counted)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    axes[0].set_ylabel("validation bits per word (masked pieces)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    finish_plot(fig, axes, "rows of 128 tokens trained on (compute; TreLM: both branches counted)",
+                "validation bits per word (masked pieces)", path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -130,8 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     plot(full, grid, a.out / "valid_curves.png")
     text = (f"# TreLM, XPT and Scratch on UA-GEC at equal compute\n\n## Test text\n\n{table(full, FULL, True)}\n\n"
             f"## 004 Table 5: word-embedding starts, commonality phase alone ({a.grid_steps} steps)\n\n"
-            f"{table(grid, GRID, False)}\n\n## Validation bits per word by step\n\n{curve_table(full, FULL)}\n\n"
-            f"{curve_table(grid, GRID)}\n\n![curves](valid_curves.png)\n")
+            f"{table(grid, GRID, False)}\n\n## Validation bits per word by step\n\n{curve_table(full, FULL, 'run')}\n\n"
+            f"{curve_table(grid, GRID, 'run')}\n\n![curves](valid_curves.png)\n")
     (a.out / "results.md").write_text(text)
     summary = {n: {k: v for k, v in r.items() if k != "rows_by_step"} for n, r in {**full, **grid}.items()}
     (a.out / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n")

@@ -17,12 +17,9 @@
 # Rerunning the command skips what is finished.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3}
 OUT=${1:-sweeps/trelm_uagec}
 MICRO_BATCH=4  # launch/configs/trelm_uagec.yaml's phase lengths assume 4 rows per group
 GRID_STEPS=${GRID_STEPS:-100}
-FT_TRAIN=${FT_TRAIN:-2000}
-FT_SEEDS=${FT_SEEDS:-1}
 source launch/uagec_lib.sh
 prepare_uagec
 prepare_bible

@@ -1,8 +1,12 @@
 # Sourced by launch/compare_init_uagec.sh and launch/compare_trelm_uagec.sh: the English all-MiniLM-L6-v2 ->
 # Ukrainian UA-GEC setting, prepared with data_tools, and the train / score / fine-tune steps those comparisons
-# share. The caller sets PY, OUT, MICRO_BATCH, FT_TRAIN and FT_SEEDS; this file sets SOURCE and PREP. Every step
-# skips what is already finished, so rerunning a comparison picks up where it stopped.
+# share. The caller sets OUT and MICRO_BATCH; this file sets SOURCE and PREP, and PY (PYTHON), FT_TRAIN (the
+# fine-tuning sentences) and FT_SEEDS unless the environment gives them. Every step skips what is already
+# finished, so rerunning a comparison picks up where it stopped.
 set -euo pipefail
+PY=${PYTHON:-python3}
+FT_TRAIN=${FT_TRAIN:-2000}
+FT_SEEDS=${FT_SEEDS:-1}
 [ "${SKIP_INSTALL:-0}" = 1 ] || bash launch/install.sh
 "$PY" -m pip install --quiet --no-deps "ua-gec==2.1.3"
 export DS_ACCELERATOR=${DS_ACCELERATOR:-cpu} TOKENIZERS_PARALLELISM=false

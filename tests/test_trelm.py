@@ -97,7 +97,8 @@ def test_identity_order_is_the_stock_path(family):
     mask = (ids != pad).long()
     with torch.no_grad():
         identity = torch.arange(6).expand(2, 6)
-        assert torch.allclose(encode(model, ids, mask), encode(model, ids, mask, order=identity, output_mask=mask))
+        # bit for bit: batches without CdLM rows leave the order out (trelm_data.join)
+        assert torch.equal(encode(model, ids, mask), encode(model, ids, mask, order=identity, output_mask=mask))
         model.trelm.language_embeddings.weight.zero_()
         model.trelm.trilayer = _Undo(model, 6)
         stock = getattr(model, model.base_model_prefix)(input_ids=ids, attention_mask=mask).last_hidden_state

@@ -153,12 +153,9 @@ def test_without_trilayer_exports_a_stock_model(tmp_path, source_dir, corpus_ber
     ids = torch.randint(5, model.config.vocab_size, (2, 12))
     ids[1, 8:] = pad
     mask = (ids != pad).long()
-    with pytest.raises(RuntimeError, match="no TRILayer"):
+    with pytest.raises(ValueError, match="no TRILayer"):
         encode(model, ids, mask, order=torch.arange(12).flip(0).expand(2, 12))
     want = _training_logits(model, ids, mask)
-    with torch.no_grad():  # the identity order (MLM rows beside English MLM rows) is the same forward
-        assert torch.equal(encode(model, ids, mask, order=torch.arange(12).expand(2, 12), output_mask=mask),
-                           encode(model, ids, mask))
 
     out = tmp_path / "exported"
     out.mkdir()

@@ -91,18 +91,18 @@ def save_model(model: torch.nn.Module, out: Path) -> None:
     if method is not None and method.export == "adapters":
         shutil.copy(Path(__file__).with_name("adapters.py"), out / "xpt_adapters.py")
         model.config.auto_map = adapters.auto_map(model.config.model_type)
-    if method is not None and method.export == "trelm" and not method.trilayer:
+    if method is not None and method.export == "trelm":
         model = trelm_export_model(model)
-        print("trelm_no_tri: exported as a stock model, the target language row folded into the token-type rows; "
-              "the English vocabulary and language row are not exported (English input: use the checkpoint)",
-              file=sys.stderr)
-    elif method is not None and method.export == "trelm":
-        shutil.copy(Path(__file__).with_name("trelm_hf.py"), out / "xpt_trelm.py")
-        model = trelm_export_model(model)
-        print("trelm: the TRILayer ships as xpt_trelm.py (load with trust_remote_code=True); the target language "
-              "row is folded into the token-type rows; the English vocabulary (source_word_embeddings, "
-              "source_lm_bias), the English language row and the placeholder are not exported (English input "
-              "and CdLM: use the checkpoint)", file=sys.stderr)
+        if method.trilayer:
+            shutil.copy(Path(__file__).with_name("trelm_hf.py"), out / "xpt_trelm.py")
+            print("trelm: the TRILayer ships as xpt_trelm.py (load with trust_remote_code=True); the target language "
+                  "row is folded into the token-type rows; the English vocabulary (source_word_embeddings, "
+                  "source_lm_bias), the English language row and the placeholder are not exported (English input "
+                  "and CdLM: use the checkpoint)", file=sys.stderr)
+        else:
+            print(f"{method.name}: exported as a stock model, the target language row folded into the token-type "
+                  "rows; the English vocabulary and language row are not exported (English input: use the "
+                  "checkpoint)", file=sys.stderr)
     model.save_pretrained(out)
 
 

@@ -41,6 +41,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from xpt_ds.methods import method_of
+
 try:  # transformers >= 4.53; older versions build the additive mask themselves (_mask)
     from transformers.masking_utils import create_bidirectional_mask
 except ImportError:
@@ -51,7 +53,6 @@ ENGLISH, TARGET = 0, 1  # rows of trelm.language_embeddings, values of input_lan
 
 def has_trilayer(config) -> bool:
     """Whether a trelm model of this HF config has the TRILayer (``method: trelm``) or not (``trelm_no_tri``)."""
-    from xpt_ds.methods import method_of
     method = method_of(config)
     return method is None or method.trilayer
 
@@ -191,10 +192,8 @@ def encode(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tens
     for layer in layers[:half]:
         x = _layer(layer, x, mask)
     if parts.trilayer is None:  # trelm_no_tri: the stock encoder plus language rows, output in the input's language
-        if order is not None:  # MLM rows joined to English MLM rows carry the identity; CdLM's (refused by the
-            # config) would not. Checked on the device: no host sync.
-            torch._assert_async((order == torch.arange(T, device=order.device)).all(),
-                                "this trelm model has no TRILayer (method trelm_no_tri): it cannot reorder (CdLM)")
+        if order is not None:  # MLM batches carry none (trelm_data.join); CdLM rows do, and the config refuses them
+            raise ValueError("this trelm model has no TRILayer (method trelm_no_tri): it cannot reorder (CdLM)")
         for layer in layers[half:]:
             x = _layer(layer, x, mask)
         return x

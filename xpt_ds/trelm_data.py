@@ -59,14 +59,17 @@ def pair_rows(objective: str, rows: dict[str, torch.Tensor], input_lang: int, ou
 
 def join(groups: list[Rows], seq_ids: torch.Tensor) -> dict[str, torch.Tensor]:
     """One unified batch: the groups' rows stacked in order, each group's positions shifted past the rows before
-    it. ``output_lang`` only when some row predicts English (without it every output is the target)."""
+    it. ``order`` and ``output_mask`` only when some row reorders (CdLM; without them every row keeps its input
+    order and mask: no gather on the model side), ``output_lang`` only when some row predicts English (without it
+    every output is the target)."""
     L = groups[0].input_ids.shape[1]
     counts = [g.input_ids.shape[0] for g in groups]
     out = {"input_ids": torch.cat([g.input_ids for g in groups]),
            "attention_mask": torch.cat([g.attention_mask for g in groups]),
-           "input_lang": torch.tensor([g.input_lang for g, n in zip(groups, counts) for _ in range(n)]),
-           "order": torch.cat([g.order for g in groups]),
-           "output_mask": torch.cat([g.output_mask for g in groups])}
+           "input_lang": torch.tensor([g.input_lang for g, n in zip(groups, counts) for _ in range(n)])}
+    if any(g.objective.startswith("cdlm") for g in groups):
+        out["order"] = torch.cat([g.order for g in groups])
+        out["output_mask"] = torch.cat([g.output_mask for g in groups])
     if any(g.output_lang == ENGLISH for g in groups):
         out["output_lang"] = torch.tensor([g.output_lang for g, n in zip(groups, counts) for _ in range(n)])
     before = 0
