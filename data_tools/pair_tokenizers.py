@@ -26,7 +26,7 @@ class SourceTokenizer:
         if self.name.startswith(("/", "./", "../", "~")) and not Path(self.name).expanduser().is_dir():
             raise PrepareError(f"{self.name}: no such directory (the source tokenizer)")
         try:
-            self.tok = AutoTokenizer.from_pretrained(self.name)
+            self.tok = AutoTokenizer.from_pretrained(self.name, trust_remote_code=False)
         except Exception as e:  # transformers raises OSError, ValueError, KeyError... depending on what is wrong
             raise PrepareError(f"cannot load the source tokenizer {self.name}: {_first_line(e)}") from None
         self.vocab_size = len(self.tok)

@@ -61,7 +61,7 @@ class HfTokenizer:
         import transformers
         transformers.logging.set_verbosity_error()  # "sequence longer than model_max_length": we never run the model
         try:
-            self.tok = transformers.AutoTokenizer.from_pretrained(str(self.path))
+            self.tok = transformers.AutoTokenizer.from_pretrained(str(self.path), trust_remote_code=False)
         except (OSError, ValueError) as e:
             reason = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise PrepareError(f"{self.path}: cannot load a Hugging Face tokenizer ({reason})") from None

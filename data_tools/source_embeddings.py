@@ -29,7 +29,7 @@ def input_embeddings(model_dir: Path) -> tuple[np.ndarray, dict]:
         raise PrepareError(f"not a Hugging Face model directory (no config.json): {model_dir}")
     import transformers
     transformers.logging.set_verbosity_error()  # "weights not used" for heads we do not need
-    model = transformers.AutoModel.from_pretrained(str(model_dir))
+    model = transformers.AutoModel.from_pretrained(str(model_dir), trust_remote_code=False)
     matrix = model.get_input_embeddings().weight.detach().float().numpy()
     tokenizer = HfTokenizer(model_dir)
     if tokenizer.vocab_size > len(matrix):

@@ -193,14 +193,18 @@ def _fit(x, y, **kw):
 
 def test_adversarial_mapping_finds_a_hidden_rotation():
     """From the identity (criterion ~0.6, precision@1 0) the unsupervised criterion and precision@1 by CSLS
-    climb to ~1 and W to Q. Adversarial training is hit-or-miss at this scale: with these options it found the
-    rotation for 1 of data seeds 0-5 (the others stall at criterion ~0.9-0.97 with precision@1 < 0.1, still
-    well above the start), so that known-good seed is pinned; a success shows as criterion ~1."""
+    climb to ~1 and W to Q. Adversarial training is hit-or-miss at this scale, and which initialisation seed
+    succeeds depends on the CPU's float kernels (at 200 iterations seed 0 found the rotation on one machine and
+    none of seeds 0-7 on another). So, as MUSE users do, restarts: up to three seeds at 600 iterations, kept
+    by the unsupervised criterion; on the 2-core CI machine seeds 0 and 1 each succeed (criterion 1.0)."""
     x, y, q = synthetic_spaces()
-    w, diag = _fit(x, y)
+    for seed in range(3):
+        w, diag = _fit(x, y, seed=seed, iterations=600)
+        if diag["chosen"]["criterion"] > 0.99:
+            break
     start, chosen = diag["identity"], diag["chosen"]
     assert start["criterion"] < 0.7 and start["precision_at_1"]["csls"] < 0.02
-    assert chosen["criterion"] > 0.99
+    assert chosen["criterion"] > 0.99, f"no restart found the rotation (last: {chosen['criterion']:.3f})"
     best = max(diag["epochs"] + diag["refinement"], key=lambda r: r["criterion"])
     assert best["precision_at_1"]["csls"] > 0.9 and np.abs(w - q).max() < 0.05
 

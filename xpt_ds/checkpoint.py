@@ -2,7 +2,8 @@
 
 Layout of ``RUN_DIR/checkpoints/TAG/``:
 - DeepSpeed's own files (``mp_rank_*``, ``*_optim_states.pt``), client state = trainer/data state + config;
-- ``rank_state_{rank:05d}.pt`` per rank (RNG states: DeepSpeed saves client state from one rank only);
+- ``rank_state_{rank:05d}.pt`` per rank (RNG states: DeepSpeed saves client state from one rank only), plain
+  data (tensors, ints, lists) that ``torch.load(weights_only=True)`` reads;
 - ``frozen_fp32.pt``: exact fp32 values of the parameters frozen in the current phase (the engine holds
   them only in the compute dtype);
 - ``hf_config/``: the target model's HF config (export builds the skeleton from it) and ``spm.model``;
@@ -11,6 +12,9 @@ Layout of ``RUN_DIR/checkpoints/TAG/``:
   never trusted;
 - ``universal/``: made on demand when a run resumes at another world size or ZeRO stage (DeepSpeed's
   ``ds_to_universal``, one folder per parameter); rebuilt if a conversion was interrupted.
+
+Every file is read through ``xpt_ds.trust`` (no pickle runs code), and DeepSpeed's own files are checked
+there before DeepSpeed unpickles them, unless ``checkpoint.allow_pickle`` says the user trusts them.
 
 ``RUN_DIR/checkpoints/phase_ends/NAME.pt``: the fp32 weights and data position phase NAME ended with, kept
 when a later phase starts from them (``start_from``, ``merge``); outside every tag, so ``keep_last`` never
@@ -35,6 +39,7 @@ import torch
 from xpt_ds.config import ConfigError, TrainConfig, read_checkpoint_config
 from xpt_ds.engine import state_digest, zero_stage
 from xpt_ds.files import unwritable
+from xpt_ds.trust import UntrustedError, check_plain, load_plain
 from xpt_ds.tokenizer import HF_TOKENIZER_DIR, copy_hf_tokenizer
 
 MARKER = "COMPLETE"
@@ -59,16 +64,23 @@ def _atomic_torch_save(obj, path: Path) -> None:
 
 
 def rng_state() -> dict:
-    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    """Every generator's state as plain data: numpy's ('MT19937', uint32 key, pos, has_gauss, cached) with the
+    key as an int64 tensor, Python's (version, 625 ints, gauss) as it is."""
+    kind, key, pos, has_gauss, cached = np.random.get_state()
+    state = {"torch": torch.get_rng_state(), "python": random.getstate(),
+             "numpy": [kind, torch.from_numpy(key.astype(np.int64)), int(pos), int(has_gauss), float(cached)]}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state()
     return state
 
 
 def set_rng_state(state: dict) -> None:
+    """Inverse of ``rng_state``; also reads the numpy tuple (an ndarray key) of checkpoints written before."""
     torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
-    random.setstate(state["python"])
+    kind, key, pos, has_gauss, cached = state["numpy"]
+    key = key.numpy() if torch.is_tensor(key) else np.asarray(key)
+    np.random.set_state((kind, key.astype(np.uint32), pos, has_gauss, cached))
+    random.setstate(tuple(state["python"]))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state(state["cuda"])
 
@@ -324,15 +336,37 @@ def make_universal(ckpt_root: Path, tag: str) -> Path:
     return out
 
 
-def read_client_state(ckpt_root: Path, tag: str) -> dict:
-    """Client state without building an engine (it is in the rank-0 model-states file)."""
+def read_client_state(ckpt_root: Path, tag: str, allow_pickle: bool = False) -> dict:
+    """Client state without building an engine (it is in the rank-0 model-states file), read as plain data."""
     files = sorted((ckpt_root / tag).glob("*mp_rank_00_model_states.pt"))
-    return torch.load(files[0], map_location="cpu", weights_only=False, mmap=True)
+    if not files:
+        raise CheckpointError(f"checkpoint {ckpt_root / tag} has no model-states file (*mp_rank_00_model_states.pt)")
+    return load_plain(files[0], allow_pickle=allow_pickle, mmap=True)
 
 
-def read_config(ckpt_root: Path, tag: str) -> TrainConfig:
+def read_config(ckpt_root: Path, tag: str, allow_pickle: bool = False) -> TrainConfig:
     """The resolved run config saved with checkpoint ``tag``."""
-    return read_checkpoint_config(read_client_state(ckpt_root, tag)["config"])
+    return read_checkpoint_config(read_client_state(ckpt_root, tag, allow_pickle)["config"])
+
+
+def check_files(tag_dir: Path, allow_pickle: bool, distributed: bool = True) -> None:
+    """Every ``.pt`` file under ``tag_dir`` is plain data (``xpt_ds.trust.check_plain``), before DeepSpeed
+    unpickles any of them. ``distributed``: the files are split over the ranks and one all-reduce makes every
+    rank stop if any file is refused or unreadable."""
+    files = sorted(tag_dir.rglob("*.pt"))
+    rank, world = (deepspeed.comm.get_rank(), deepspeed.comm.get_world_size()) if distributed else (0, 1)
+    error = None
+    try:
+        check_plain(files[rank::world], allow_pickle=allow_pickle)
+    except UntrustedError as e:
+        error = e
+    except (OSError, RuntimeError, EOFError, ValueError) as e:  # truncated, or not a torch file
+        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        error = CheckpointError(f"cannot read checkpoint {tag_dir}: {why}")
+    if distributed and agree(None if error is None else str(error)) and error is None:
+        error = CheckpointError(f"another rank refused a file of checkpoint {tag_dir} (see its error)")
+    if error is not None:
+        raise error
 
 
 def prepare_rescale(ckpt_root: Path, tag: str, client: dict, world: int, stage: int) -> bool:
@@ -353,8 +387,9 @@ def prepare_rescale(ckpt_root: Path, tag: str, client: dict, world: int, stage: 
     return True
 
 
-def load(engine, ckpt_root: Path, tag: str, universal: bool = False) -> dict:
-    """Restore engine + this rank's RNG; returns the frozen fp32 weights saved with the checkpoint.
+def load(engine, ckpt_root: Path, tag: str, universal: bool = False, allow_pickle: bool = False) -> dict:
+    """Restore engine + this rank's RNG; returns the frozen fp32 weights saved with the checkpoint. The caller
+    has passed the tag's files through ``check_files``.
 
     ``universal``: the engine was built with ``checkpoint.load_universal`` and loads ``TAG/universal``.
     That path restores only the optimizer's (trainable) parameters, not the module state dict; the
@@ -371,6 +406,6 @@ def load(engine, ckpt_root: Path, tag: str, universal: bool = False) -> dict:
     else:
         engine.load_checkpoint(str(ckpt_root), tag=tag, load_module_strict=True)
     rank_file = tag_dir / f"rank_state_{deepspeed.comm.get_rank():05d}.pt"
-    if rank_file.is_file():
-        set_rng_state(torch.load(rank_file, weights_only=False)["rng"])
-    return torch.load(tag_dir / "frozen_fp32.pt", map_location="cpu", weights_only=True)
+    if rank_file.is_file():  # plain since issue 19; older ones hold a numpy array, which load_plain allows
+        set_rng_state(load_plain(rank_file, allow_pickle=allow_pickle)["rng"])
+    return load_plain(tag_dir / "frozen_fp32.pt", allow_pickle=allow_pickle)

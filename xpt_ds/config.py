@@ -143,6 +143,8 @@ class CheckpointConfig:
     every_steps: int = doc(1000, "Save every N global steps (and always at the end of each phase); 0 = phase ends only.")
     resume: str = doc("auto", "'auto' = newest complete checkpoint in the run, 'none' = start fresh, else a tag.")
     keep_last: int = doc(0, "Keep the newest K complete checkpoints (0 = all); the newest complete one is never deleted.")
+    allow_pickle: bool = doc(False, "Resume from checkpoint files that are not plain data (a pickle that names "
+                                    "code); only for a checkpoint you wrote and trust (README: What xpt-ds trusts).")
 
 
 @dataclass

@@ -98,7 +98,7 @@ def load_source_tokenizer(source: str):
         raise ConfigError(f"config key 'model.source': {source} has no tokenizer files "
                           f"({', '.join(HF_TOKENIZER_FILES[:3])}, ...), which model.embedding_init needs")
     try:
-        return transformers.AutoTokenizer.from_pretrained(source)
+        return transformers.AutoTokenizer.from_pretrained(source, trust_remote_code=False)
     except (OSError, ValueError, TypeError) as e:
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ConfigError(f"config key 'model.source': {source} has no usable tokenizer, which model.embedding_init "

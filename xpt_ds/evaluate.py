@@ -37,19 +37,20 @@ from xpt_ds.embedding_init import count_pieces
 from xpt_ds.objective import build_objective
 from xpt_ds.shards import DataError
 from xpt_ds.tokenizer import TargetTokenizer, saved_tokenizer
+from xpt_ds.trust import UntrustedError, read_config_dict, remote_code_consent
 
 
-def load_export(model_dir: Path):
+def load_export(model_dir: Path, trust_remote_code: bool = False):
     """(an ``xpt_ds.export`` directory's model, its tokenizer: spm.model, or the source's HF tokenizer of a
-    model whose method keeps the source vocabulary)."""
-    from transformers import AutoConfig, AutoModelForMaskedLM
-    config = AutoConfig.from_pretrained(model_dir, trust_remote_code=True)
-    method = method_of(config)
+    model whose method keeps the source vocabulary). Code the directory ships runs only if it is this xpt-ds's
+    own export code or ``trust_remote_code`` (``xpt_ds.trust.remote_code_consent``)."""
+    from transformers import AutoModelForMaskedLM
+    method = method_of(read_config_dict(str(model_dir)))
     if not (model_dir / "spm.model").is_file() and not (method is not None and method.vocab == "source"):
         raise FileNotFoundError(f"--model {model_dir} has no spm.model (the SentencePiece model that made the "
                                 "shards); xpt_ds.export writes one")
-    remote = bool(getattr(config, "auto_map", None))
-    return AutoModelForMaskedLM.from_pretrained(model_dir, trust_remote_code=remote), saved_tokenizer(model_dir)
+    trusted = remote_code_consent(str(model_dir), trust_remote_code)
+    return AutoModelForMaskedLM.from_pretrained(model_dir, trust_remote_code=trusted), saved_tokenizer(model_dir)
 
 
 class UnigramPredictor(torch.nn.Module):
@@ -105,19 +106,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--unigram", nargs="+", metavar="TRAIN_SPEC", help="score the unigram predictor of these "
                    "training shards (piece frequencies, add-one) instead of the model, on the same masked tokens")
     p.add_argument("--out", type=Path, help="also write the JSON here")
+    p.add_argument("--trust-remote-code", action="store_true", help="with --model: run Python the directory "
+                   "ships that is not this xpt-ds's own export code (only for a model you trust)")
+    p.add_argument("--allow-pickle", action="store_true", help="with --run: read checkpoint files that are not "
+                   "plain data (they can run code): only for a checkpoint you trust")
     a = p.parse_args(argv)
+    from xpt_ds.checkpoint import CheckpointError, read_config
     try:
         if a.out is not None:
             check_output_file(a.out, "--out")
         if a.run is not None:
-            from xpt_ds.checkpoint import read_config
             from xpt_ds.export import load_model
-            model, tag_dir = load_model(a.run, a.tag)
+            model, tag_dir = load_model(a.run, a.tag, a.allow_pickle)
             tok = saved_tokenizer(tag_dir)
-            data = read_config(tag_dir.parent, tag_dir.name).data
+            data = read_config(tag_dir.parent, tag_dir.name, a.allow_pickle).data
             source = {"run": str(a.run), "tag": tag_dir.name}
         else:
-            model, tok = load_export(a.model)
+            model, tok = load_export(a.model, a.trust_remote_code)
             data = DataConfig(seq_len=min(512, getattr(model.config, "xpt_max_length", 512)))
             source = {"model": str(a.model)}
         data.seq_len = a.seq_len or data.seq_len
@@ -129,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
             source["unigram"] = a.unigram
         device = "cuda" if torch.cuda.is_available() else "cpu"
         metrics = evaluate(model, tok, data, a.shards, a.batch_size, a.max_batches, device)
-    except (ConfigError, DataError) as e:
+    except (ConfigError, DataError, UntrustedError, CheckpointError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except OSError as e:

@@ -30,30 +30,33 @@ from xpt_ds.methods import method_of
 from xpt_ds.model import build_skeleton, load_fp32_state
 from xpt_ds.objective import strip_prefix
 from xpt_ds.tokenizer import copy_hf_tokenizer, save_hf_tokenizer, saved_tokenizer
+from xpt_ds.trust import OWN_CODE, UntrustedError, load_plain
 
 
-def load_checkpoint_fp32(ckpt_root: Path, tag: str) -> dict[str, torch.Tensor]:
-    """Full fp32 state dict (HF names) of a checkpoint."""
-    model_states = checkpoint.read_client_state(ckpt_root, tag)
+def load_checkpoint_fp32(ckpt_root: Path, tag: str, allow_pickle: bool = False) -> dict[str, torch.Tensor]:
+    """Full fp32 state dict (HF names) of a checkpoint. Its files must be plain data (``xpt_ds.trust``) unless
+    ``allow_pickle``: DeepSpeed's zero_to_fp32 unpickles them whole."""
+    checkpoint.check_files(ckpt_root / tag, allow_pickle, distributed=False)
+    model_states = checkpoint.read_client_state(ckpt_root, tag, allow_pickle)
     if zero_stage(model_states["ds_config"]) == 0:  # fp32 only (engine.load_ds_config rejects bf16 at stage 0): the module is the master
         state = {k: v.float() for k, v in model_states["module"].items()}
     else:
         from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
         with contextlib.redirect_stdout(sys.stderr):  # its progress lines: keep stdout for results (JSON)
             state = get_fp32_state_dict_from_zero_checkpoint(str(ckpt_root), tag=tag, exclude_frozen_parameters=True)
-    state.update(torch.load(ckpt_root / tag / "frozen_fp32.pt", map_location="cpu", weights_only=True))
+    state.update(load_plain(ckpt_root / tag / "frozen_fp32.pt", allow_pickle=allow_pickle))
     return strip_prefix(state)
 
 
-def load_model(run_dir: Path, tag: str | None = None):
+def load_model(run_dir: Path, tag: str | None = None, allow_pickle: bool = False):
     """(the checkpoint's HF model in fp32, its tag directory); ``tag`` None = the newest complete one."""
     ckpt_root = run_dir / "checkpoints"
     tag = checkpoint.resolve_tag(ckpt_root, tag or "auto")
     if tag is None:
         raise FileNotFoundError(f"no complete checkpoint in {ckpt_root}")
     tag_dir = ckpt_root / tag
-    model = build_skeleton(AutoConfig.from_pretrained(tag_dir / "hf_config"))
-    load_fp32_state(model, load_checkpoint_fp32(ckpt_root, tag), f"checkpoint {tag_dir}")
+    model = build_skeleton(AutoConfig.from_pretrained(tag_dir / "hf_config", trust_remote_code=False))
+    load_fp32_state(model, load_checkpoint_fp32(ckpt_root, tag, allow_pickle), f"checkpoint {tag_dir}")
     return model, tag_dir
 
 
@@ -89,12 +92,12 @@ def save_model(model: torch.nn.Module, out: Path) -> None:
     """``save_pretrained``, plus the remote code (and for trelm the conversion) of a method that needs it."""
     method = method_of(model.config)
     if method is not None and method.export == "adapters":
-        shutil.copy(Path(__file__).with_name("adapters.py"), out / "xpt_adapters.py")
+        shutil.copy(OWN_CODE["xpt_adapters.py"], out / "xpt_adapters.py")
         model.config.auto_map = adapters.auto_map(model.config.model_type)
     if method is not None and method.export == "trelm":
         model = trelm_export_model(model)
         if method.trilayer:
-            shutil.copy(Path(__file__).with_name("trelm_hf.py"), out / "xpt_trelm.py")
+            shutil.copy(OWN_CODE["xpt_trelm.py"], out / "xpt_trelm.py")
             print("trelm: the TRILayer ships as xpt_trelm.py (load with trust_remote_code=True); the target language "
                   "row is folded into the token-type rows; the English vocabulary (source_word_embeddings, "
                   "source_lm_bias), the English language row and the placeholder are not exported (English input "
@@ -106,11 +109,11 @@ def save_model(model: torch.nn.Module, out: Path) -> None:
     model.save_pretrained(out)
 
 
-def export(run_dir: Path, out: Path, tag: str | None = None) -> Path:
+def export(run_dir: Path, out: Path, tag: str | None = None, allow_pickle: bool = False) -> Path:
     why = unwritable(out)  # before the checkpoint is read (minutes for a large model)
     if why is not None:
         raise OSError(f"--out {out}: cannot write there ({why})")
-    model, tag_dir = load_model(run_dir, tag)
+    model, tag_dir = load_model(run_dir, tag, allow_pickle)
     hf_config = model.config
     save_model(model, out)
     tok = saved_tokenizer(tag_dir)
@@ -126,10 +129,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--run", required=True, type=Path, help="run directory (the run config's run_dir)")
     p.add_argument("--tag", help="checkpoint tag (default: newest complete)")
     p.add_argument("--out", required=True, type=Path, help="output directory")
+    p.add_argument("--allow-pickle", action="store_true", help="read checkpoint files that are not plain data "
+                   "(they can run code): only for a checkpoint you trust")
     a = p.parse_args(argv)
     try:
-        print(export(a.run, a.out, a.tag))
-    except (ConfigError, RuntimeError) as e:
+        print(export(a.run, a.out, a.tag, a.allow_pickle))
+    except (ConfigError, RuntimeError, UntrustedError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except OSError as e:

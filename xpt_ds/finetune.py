@@ -23,6 +23,7 @@ import torch
 
 from xpt_ds.config import doc
 from xpt_ds.files import os_error_line, unwritable
+from xpt_ds.trust import UntrustedError, read_config_dict, remote_code_consent
 from xpt_ds.finetune_data import (TASKS, Columns, Encoded, FinetuneError, build_labels, collate, encode, label_ids,
                                   read_examples)
 from xpt_ds.finetune_metrics import (classification_metrics, entity_metrics, majority_baseline, regression_metrics,
@@ -78,6 +79,8 @@ class FinetuneConfig:
     patience: int = doc(0, "With --valid: stop after this many epochs without improvement; 0 runs every epoch.")
     metric: str = doc("", "Metric for model selection and the headline; empty: accuracy, spearman or entity_f1.")
     device: str = doc("auto", "auto (CUDA if available), cpu or cuda; CUDA runs under bf16 autocast.")
+    trust_remote_code: bool = doc(False, "Run Python the model directory ships that is not this xpt-ds's own "
+                                         "export code (only for a model you trust).")
 
     def columns(self) -> Columns:
         return Columns(self.text_column, self.text_pair_column, self.label_column, self.tokens_column,
@@ -87,11 +90,15 @@ class FinetuneConfig:
 _REQUIRED = ("model", "train", "test")
 
 
-def cli_type(annotation: str) -> dict:
-    """argparse keywords for a FinetuneConfig field's annotation (a string under postponed evaluation)."""
-    if annotation.startswith("list["):
-        return dict(nargs="+", type={"int": int, "float": float, "str": str}[annotation[5:-1]])
-    return dict(type={"int": int, "float": float, "str": str}[annotation])
+def cli_type(f: dataclasses.Field) -> dict:
+    """argparse keywords for a FinetuneConfig field (its annotation is a string under postponed evaluation):
+    a bool is a switch, a list takes one or more values."""
+    if f.type == "bool":
+        return dict(action="store_true")
+    metavar = f.name.split("_")[-1].upper()
+    if f.type.startswith("list["):
+        return dict(nargs="+", type={"int": int, "float": float, "str": str}[f.type[5:-1]], metavar=metavar)
+    return dict(type={"int": int, "float": float, "str": str}[f.type], metavar=metavar)
 
 
 def parse_args(argv: list[str]) -> FinetuneConfig:
@@ -99,10 +106,9 @@ def parse_args(argv: list[str]) -> FinetuneConfig:
     parser = argparse.ArgumentParser(prog="python -m xpt_ds.finetune", description=__doc__.split("\n\n")[1])
     for f in dataclasses.fields(FinetuneConfig):
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        kw = cli_type(f.type)
         note = "required" if f.name in _REQUIRED else f"default: {default!r}"
         parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=argparse.SUPPRESS,
-                            metavar=f.name.split("_")[-1].upper(), help=f"{f.metadata['help']} ({note})", **kw)
+                            help=f"{f.metadata['help']} ({note})", **cli_type(f))
     given = vars(parser.parse_args(argv))
     preset = given.get("preset", "")
     if preset and preset not in PRESETS:
@@ -144,21 +150,20 @@ class Prepared:
     labels: list[str]
     splits: dict[str, Split]
     tokenizer: object
-    remote_code: bool
+    remote_code: bool  # load with trust_remote_code (xpt_ds.trust.remote_code_consent said yes)
     max_length: int
+    config_dict: dict  # the model's config.json
 
 
 def _config_dict(cfg: FinetuneConfig) -> dict:
-    """The model's config.json as a dict, read without instantiating (and so without running) any code."""
-    from transformers import PretrainedConfig
+    """The model's config.json as a dict, read as JSON without instantiating (and so without running) any code."""
     path = Path(cfg.model)
     if (path.is_absolute() or cfg.model.startswith(".")) and not path.is_dir():
         raise FinetuneError(f"--model {cfg.model}: no such directory")
     try:
-        config_dict, _ = PretrainedConfig.get_config_dict(cfg.model)
+        return read_config_dict(cfg.model)
     except (OSError, ValueError) as e:
         raise FinetuneError(f"--model {cfg.model}: cannot load its config ({str(e).splitlines()[0]})") from None
-    return config_dict
 
 
 def _max_length(cfg: FinetuneConfig, config_dict: dict, tokenizer) -> int:
@@ -179,22 +184,24 @@ def prepare(cfg: FinetuneConfig) -> Prepared:
     labels = build_labels(examples["train"], cfg.task, cfg.train)
     targets = {name: label_ids(exs, labels, cfg.task) for name, exs in examples.items()}
     config_dict = _config_dict(cfg)
-    remote = "auto_map" in config_dict  # ships its own code: the only case for trust_remote_code
-    tok_kw = {"trust_remote_code": True} if remote else {}
+    try:  # code the model ships runs only if it is xpt-ds's own export code or the user said so
+        remote = remote_code_consent(cfg.model, cfg.trust_remote_code)
+    except UntrustedError as e:
+        raise FinetuneError(str(e)) from None
     try:
-        tokenizer = AutoTokenizer.from_pretrained(cfg.model, **tok_kw)
+        tokenizer = AutoTokenizer.from_pretrained(cfg.model, trust_remote_code=remote)
     except (OSError, ValueError) as e:
         raise FinetuneError(f"--model {cfg.model}: cannot load its tokenizer ({str(e).splitlines()[0]})") from None
     if cfg.task == "token_classification":
         if not tokenizer.is_fast:
             raise FinetuneError(f"--model {cfg.model}: token_classification needs a fast tokenizer (word_ids)")
         if getattr(tokenizer, "add_prefix_space", None) is False:  # byte-level BPE refuses pre-split words
-            tokenizer = AutoTokenizer.from_pretrained(cfg.model, add_prefix_space=True, **tok_kw)
+            tokenizer = AutoTokenizer.from_pretrained(cfg.model, add_prefix_space=True, trust_remote_code=remote)
     max_length = _max_length(cfg, config_dict, tokenizer)
     token_types = config_dict.get("type_vocab_size", 2) > 1
     splits = {name: Split(encode(exs, targets[name], tokenizer, cfg.task, max_length, token_types), targets[name])
               for name, exs in examples.items()}
-    return Prepared(labels, splits, tokenizer, remote, max_length)
+    return Prepared(labels, splits, tokenizer, remote, max_length, config_dict)
 
 
 def _task_class(task: str):
@@ -202,12 +209,10 @@ def _task_class(task: str):
     return AutoModelForTokenClassification if task == "token_classification" else AutoModelForSequenceClassification
 
 
-def _check_remote_head(model_path: str, auto_cls) -> None:
+def _check_remote_head(model_path: str, config_dict: dict, auto_cls) -> None:
     """An adapters export maps each task head to its own code (xpt_adapters.py). One written before the task
     heads were mapped would load the stock head without its adapters and fine-tune a different model."""
-    from transformers import AutoConfig
-    config = AutoConfig.from_pretrained(model_path, trust_remote_code=True)
-    if getattr(config, "xpt_adapter_size", None) and auto_cls.__name__ not in (config.auto_map or {}):
+    if config_dict.get("xpt_adapter_size") and auto_cls.__name__ not in (config_dict.get("auto_map") or {}):
         raise FinetuneError(f"--model {model_path}: its config.auto_map has no {auto_cls.__name__}, so the "
                             "adapters would be dropped; export the run again with python -m xpt_ds.export")
 
@@ -216,8 +221,7 @@ def build_model(cfg: FinetuneConfig, prep: Prepared):
     auto_cls = _task_class(cfg.task)
     kw = {}
     if prep.remote_code:
-        _check_remote_head(cfg.model, auto_cls)
-        kw["trust_remote_code"] = True
+        _check_remote_head(cfg.model, prep.config_dict, auto_cls)
     if cfg.task == "regression":
         kw.update(num_labels=1, problem_type="regression")
     else:
@@ -226,7 +230,8 @@ def build_model(cfg: FinetuneConfig, prep: Prepared):
         if cfg.task == "classification":
             kw["problem_type"] = "single_label_classification"
     try:
-        return auto_cls.from_pretrained(cfg.model, **kw)
+        # prep.remote_code: remote_code_consent's answer, in prepare
+        return auto_cls.from_pretrained(cfg.model, trust_remote_code=prep.remote_code, **kw)
     except (OSError, ValueError) as e:
         raise FinetuneError(f"--model {cfg.model}: cannot load it as {auto_cls.__name__} "
                             f"({str(e).splitlines()[0]})") from None

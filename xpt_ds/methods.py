@@ -58,6 +58,7 @@ BASELINE = "scratch"  # what the data-efficiency ratio compares against (002 §5
 
 
 def method_of(config) -> Method | None:
-    """The method a built or exported model's HF config records (``xpt_method``), or None for a model this
-    project did not build (e.g. the English source)."""
-    return METHODS.get(getattr(config, "xpt_method", None) or "")
+    """The method a built or exported model's HF config (or its ``config.json`` as a dict) records
+    (``xpt_method``), or None for a model this project did not build (e.g. the English source)."""
+    name = config.get("xpt_method") if isinstance(config, dict) else getattr(config, "xpt_method", None)
+    return METHODS.get(name or "")

@@ -65,7 +65,7 @@ def load_source(cfg: ModelConfig):
 def _load_source(cfg: ModelConfig):
     src = cfg.source
     try:
-        src_cfg = AutoConfig.from_pretrained(src)
+        src_cfg = AutoConfig.from_pretrained(src, trust_remote_code=False)
     except (OSError, ValueError) as e:
         where = "local directory" if Path(src).exists() else "hub id or path"
         raise ConfigError(f"config key 'model.source': cannot load '{src}' ({where}): "
@@ -75,7 +75,8 @@ def _load_source(cfg: ModelConfig):
                           f"(valid: {', '.join(sorted(FAMILIES))})")
     if METHODS[cfg.method].source == "random":
         return AutoModelForMaskedLM.from_config(src_cfg), set()
-    model, info = AutoModelForMaskedLM.from_pretrained(src, output_loading_info=True)
+    model, info = AutoModelForMaskedLM.from_pretrained(src, output_loading_info=True,
+                                                        trust_remote_code=False)
     missing = set(info["missing_keys"])
     if missing:
         log.warning("source %s lacks %d MLM weights (%s...); they start fresh and count as @new", src,

@@ -26,6 +26,7 @@ from xpt_ds.mlm_metrics import MLMStats
 from xpt_ds.files import check_output_file, os_error_line
 from xpt_ds.model import FAMILIES, build_skeleton, load_source
 from xpt_ds.objective import MaskedLMObjective
+from xpt_ds.trust import UntrustedError
 
 
 def _has_itl(model: nn.Module) -> bool:
@@ -112,8 +113,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seq-len", type=int, default=128)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--out", type=Path, help="also write the JSON here")
+    p.add_argument("--allow-pickle", action="store_true", help="read checkpoint files that are not plain data "
+                   "(they can run code): only for a checkpoint you trust")
     a = p.parse_args(argv)
-    from xpt_ds.checkpoint import read_config
+    from xpt_ds.checkpoint import CheckpointError, read_config
     from xpt_ds.evaluate import emit_json, evaluate
     from xpt_ds.export import load_model
     from xpt_ds.shards import DataError
@@ -123,13 +126,13 @@ def main(argv: list[str] | None = None) -> int:
             check_output_file(a.out, "--out")
         if not a.source_text.is_file():
             raise ConfigError(f"--source-text {a.source_text} not found")
-        post, tag_dir = load_model(a.run, a.tag)
-        run_cfg = read_config(tag_dir.parent, tag_dir.name)
+        post, tag_dir = load_model(a.run, a.tag, a.allow_pickle)
+        run_cfg = read_config(tag_dir.parent, tag_dir.name, a.allow_pickle)
         data = run_cfg.data
         source_id = a.source or run_cfg.model.source
         # The source as the run built it: the same seed draws the same weights a head-less checkpoint lacks.
         source = load_source(dataclasses.replace(run_cfg.model, source=source_id))[0].float()
-        tokenizer = AutoTokenizer.from_pretrained(source_id)
+        tokenizer = AutoTokenizer.from_pretrained(source_id, trust_remote_code=False)  # never runs --source's code
         seq_len = min(a.seq_len, post.config.xpt_max_length)
         batches = lambda: source_batches(a.source_text, tokenizer, seq_len, a.batch_size, data.seed, data)  # noqa: E731
         rows = {"source model, source vocabulary": score(source, batches()),
@@ -141,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
             data.seq_len = min(data.seq_len, post.config.xpt_max_length)
             rows["post-trained, target vocabulary (target text)"] = evaluate(
                 post, build_tokenizer(str(tag_dir / "spm.model")), data, a.target_shards, a.batch_size)
-    except (ConfigError, DataError) as e:
+    except (ConfigError, DataError, CheckpointError, UntrustedError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except OSError as e:

@@ -39,7 +39,8 @@ from xpt_ds.methods import METHODS
 from xpt_ds.sweep_report import parse_size, size_label, write_report
 
 SET_BY_SWEEP = ("run_dir", "model.method", "data.train_tokens")
-FINETUNE_SET_BY_SWEEP = ("model", "out")
+# trust_remote_code: the sweep fine-tunes only its own exports, whose code (if any) is xpt-ds's own.
+FINETUNE_SET_BY_SWEEP = ("model", "out", "trust_remote_code")
 INTRINSIC_KEYS = ("loss", "ppl", "hits@1", "hits@3", "hits@5", "hits@10", "mrr", "mr")
 
 
@@ -353,9 +354,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     for f in dataclasses.fields(FinetuneConfig):
         if f.name in FINETUNE_SET_BY_SWEEP:
             continue
-        kw = cli_type(f.type)
         ft.add_argument("--finetune-" + f.name.replace("_", "-"), dest="finetune_" + f.name,
-                        default=argparse.SUPPRESS, metavar=f.name.split("_")[-1].upper(), help=f.metadata["help"], **kw)
+                        default=argparse.SUPPRESS, help=f.metadata["help"], **cli_type(f))
     a = p.parse_args(argv)
     if a.nproc < 1:
         p.error("--nproc must be >= 1")

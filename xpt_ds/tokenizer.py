@@ -52,7 +52,7 @@ class TargetTokenizer:
 @functools.lru_cache(maxsize=4)
 def _load_hf(path: str):
     from transformers import AutoTokenizer
-    return AutoTokenizer.from_pretrained(path)
+    return AutoTokenizer.from_pretrained(path, trust_remote_code=False)  # never a directory's own code
 
 
 def build_hf_tokenizer(path: str, what: str = "config key 'model.tokenizer'") -> TargetTokenizer:

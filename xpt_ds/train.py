@@ -58,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     from xpt_ds.shards import DataError
     from xpt_ds.preemption import PREEMPTED_EXIT_CODE, Preempted
     from xpt_ds.trainer import Trainer
+    from xpt_ds.trust import UntrustedError
 
     deepspeed.init_distributed(dist_init_required=True)
     level = logging.INFO if deepspeed.comm.get_rank() == 0 else logging.WARNING
@@ -67,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         trainer = Trainer(cfg)
         trainer.setup()
         trainer.train()
-    except (ConfigError, DataError, CheckpointError, OSError) as e:
+    except (ConfigError, DataError, CheckpointError, UntrustedError, OSError) as e:
         line = os_error_line(e) if isinstance(e, OSError) else str(e)  # OSError: a file outside the checks
         _say(f"error: {line}")
         _failed(trainer, line)

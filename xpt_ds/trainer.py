@@ -110,7 +110,9 @@ class Trainer:
         if tag is None:
             agree_on_initial_weights(fp32)
         else:
-            client = checkpoint.read_client_state(self.ckpt_root, tag)
+            allow_pickle = self.cfg.checkpoint.allow_pickle
+            client = checkpoint.read_client_state(self.ckpt_root, tag, allow_pickle)
+            checkpoint.check_files(self.ckpt_root / tag, allow_pickle)  # before DeepSpeed unpickles them
             self.state.load_state_dict(client["trainer"])
             if "bad_steps" in client:  # absent from checkpoints written before the guards existed
                 self.bad_steps.load_state_dict(client["bad_steps"])
@@ -123,7 +125,7 @@ class Trainer:
             objective, self.trainables[self.state.phase_index], self.cfg, fp32, load_universal=universal)
         if tag is not None:
             self.last_saved = tag
-            self.frozen = checkpoint.load(self.engine, self.ckpt_root, tag, universal)
+            self.frozen = checkpoint.load(self.engine, self.ckpt_root, tag, universal, self.cfg.checkpoint.allow_pickle)
             restore_frozen(self.engine, self.frozen)
             self._info(f"resumed from {tag}: phase {self.state.phase_index} step {self.state.phase_step}, "
                        f"global step {self.state.global_step}")
