@@ -46,7 +46,7 @@ def write_shards(out: Path, tokens: int, vocab: int, n_shards: int = 8, seed: in
 
 def bench_xpt(shards, tok, batch, seq_len, workers, n_batches) -> float:
     from xpt_ds.config import DataConfig
-    from xpt_ds.data import MLMBatchStream, MLMMasker, build_stream
+    from xpt_ds.data.mlm import MLMBatchStream, MLMMasker, build_stream
 
     cfg = DataConfig(train_shards=shards, seq_len=seq_len, num_workers=workers)
     stream = MLMBatchStream(build_stream(shards, cfg, tok), MLMMasker(cfg, tok), batch, 0, 1, workers)
@@ -61,7 +61,7 @@ def bench_xpt(shards, tok, batch, seq_len, workers, n_batches) -> float:
 def bench_hf(shards, hf_tok, batch, seq_len, n_batches) -> float:
     from transformers import DataCollatorForLanguageModeling
 
-    from xpt_ds.shards import DocReader, scan_shard
+    from xpt_ds.data.shards import DocReader, scan_shard
 
     collator = DataCollatorForLanguageModeling(tokenizer=hf_tok, mlm=True, mlm_probability=0.15,
                                                return_tensors="pt")
@@ -97,7 +97,7 @@ def main() -> None:
     p.add_argument("--spm", help="SentencePiece model (default: train a small one on synthetic text)")
     a = p.parse_args()
 
-    from xpt_ds.tokenizer import build_tokenizer, save_hf_tokenizer
+    from xpt_ds.data.tokenizer import build_tokenizer, save_hf_tokenizer
     from transformers import AutoTokenizer
 
     with tempfile.TemporaryDirectory() as tmp:

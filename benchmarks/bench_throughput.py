@@ -6,8 +6,8 @@ sequence length and phase, each side trains ``--warmup`` + ``--steps`` optimizer
 (a world of one), and the timed window runs from the start of the first step after warm-up to the end of the
 last step, with a device synchronisation at both ends:
 
-- xpt: ``xpt_ds.model.build_model`` -> ``MaskedLMObjective`` -> ``xpt_ds.engine.build_engine`` with
-  ``ds_configs/zero2_bf16.json`` and the phase's trainable set from ``xpt_ds.phases`` (phase 1: ``@new``,
+- xpt: ``xpt_ds.model.build.build_model`` -> ``MaskedLMObjective`` -> ``xpt_ds.training.engine.build_engine`` with
+  ``ds_configs/zero2_bf16.json`` and the phase's trainable set from ``xpt_ds.model.phases`` (phase 1: ``@new``,
   phase 2: ``@all``); each step is ``Trainer.train_step``'s body (set_lr, forward, backward, step). The LM
   head runs on the masked positions only.
 - hf: the same stock ``RobertaForMaskedLM`` (same weights, same frozen set) under ``transformers.Trainer``
@@ -15,11 +15,11 @@ last step, with a device synchronisation at both ends:
   except on masked positions, so the head computes full-vocabulary logits on every position, as stock HF does.
 
 Both sides get the same synthetic packed batches (cls + random ids + sep, no padding, no attention mask,
-masked by ``xpt_ds.data.MLMMasker``) already in host memory, moved to the device each step: data loading is
+masked by ``xpt_ds.data.mlm.MLMMasker``) already in host memory, moved to the device each step: data loading is
 not measured here (``benchmarks/bench_loader.py`` does); what remains in the window is HF's default
 in-process DataLoader stacking the pre-made samples, and a list lookup on the xpt side (whose real loader runs
 in worker processes). MFU counts the same model FLOPs per token for
-both sides (``xpt_ds.metrics.flops_per_token``: the decoder on the 15 % masked positions only); the HF row's
+both sides (``xpt_ds.metrics.logger.flops_per_token``: the decoder on the 15 % masked positions only); the HF row's
 ``mfu_full_head`` also counts its full-vocabulary decoder. Peak memory is ``torch.cuda.max_memory_allocated``
 on GPU and the process's peak RSS on CPU. On CPU (``DS_ACCELERATOR=cpu``) MFU is null; ``--tiny`` keeps the
 script working in CI, and a full-size CPU run (BENCHMARKS.md) measures CPU speed only.
@@ -151,9 +151,9 @@ def run_worker(spec: dict, tmp: Path, timeout: int) -> dict:
 def build_side_model(spec: dict):
     """The XPT target model, its run config and the HF names that train in ``spec['phase']`` (both sides)."""
     from xpt_ds.config import DataConfig, LoggingConfig, ModelConfig, OptimConfig, PhaseConfig, TrainConfig
-    from xpt_ds.model import build_model
-    from xpt_ds.phases import build_phase_trainables
-    from xpt_ds.tokenizer import TargetTokenizer
+    from xpt_ds.model.build import build_model
+    from xpt_ds.model.phases import build_phase_trainables
+    from xpt_ds.data.tokenizer import TargetTokenizer
 
     steps = spec["warmup"] + spec["steps"]
     phases = [PhaseConfig(name="phase1", steps=steps, lr=1e-4, warmup_steps=spec["warmup"]),
@@ -175,7 +175,7 @@ def synthetic_batches(cfg, tok, n: int = 4) -> list[dict]:
     """``n`` packed, masked micro-batches in host memory: cls + random ids + sep, as the packer makes them."""
     import torch
 
-    from xpt_ds.data import MLMMasker
+    from xpt_ds.data.mlm import MLMMasker
 
     B, T = cfg.optim.micro_batch_size, cfg.data.seq_len
     g = torch.Generator().manual_seed(0)
@@ -191,8 +191,8 @@ def run_xpt(spec: dict) -> dict:
     import deepspeed
     import torch
 
-    from xpt_ds.engine import build_engine, lr_at, set_lr
-    from xpt_ds.objective import MaskedLMObjective
+    from xpt_ds.training.engine import build_engine, lr_at, set_lr
+    from xpt_ds.model.objective import MaskedLMObjective
 
     deepspeed.init_distributed(dist_init_required=True)
     cfg, tok, model, trainable = build_side_model(spec)
@@ -223,7 +223,7 @@ def run_xpt(spec: dict) -> dict:
 def hf_deepspeed_config(spec: dict) -> dict:
     """The repo's engine JSON plus what an HF + DeepSpeed user writes: batch, clipping and optimizer on "auto"
     (filled from TrainingArguments); the scheduler is the Trainer's own (linear, as lr_at)."""
-    from xpt_ds.engine import load_ds_config
+    from xpt_ds.training.engine import load_ds_config
 
     ds = load_ds_config(str(REPO / f"ds_configs/zero2_{spec['precision']}.json"))
     params = {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}
@@ -309,7 +309,7 @@ def _synchronized_clock() -> float:
 def _measurements(spec: dict, hf_config, seconds: float, **extra) -> dict:
     import torch
 
-    from xpt_ds.metrics import flops_per_token, peak_flops
+    from xpt_ds.metrics.logger import flops_per_token, peak_flops
 
     tokens_per_s = spec["steps"] * spec["micro_batch"] * spec["seq_len"] / seconds
     cuda = _on_cuda()

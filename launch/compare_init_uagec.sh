@@ -10,7 +10,7 @@
 # Bible pairs aligned in both directions give the bilingual dictionary; word2vec embeddings of the Ukrainian
 # pieces (UA-GEC train) and of the English WordPiece tokens (the Bible's English side); Procrustes maps the
 # Ukrainian ones into the English static space (aligned) and into the source's input-embedding space (the
-# from_file start). Report: OUT/results.md, OUT/summary.json, OUT/valid_curves.png (launch/compare_init_report.py).
+# from_file start). Report: OUT/results.md, OUT/summary.json, OUT/valid_curves.png (python -m xpt_ds.sweeps.compare_init).
 # Rerunning the command skips what is finished.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -67,5 +67,5 @@ for name in $REPLICATES; do
   train "$name.seed2" "$CONFIG" "${ARGS[@]}" --model.init_seed=2
   score "$name" "$SHARDS" .seed2
 done
-"$PY" launch/compare_init_report.py --out "$OUT" --steps "$STEPS" --batch "$MICRO_BATCH"
+"$PY" -m xpt_ds.sweeps.compare_init --out "$OUT" --steps "$STEPS" --batch "$MICRO_BATCH"
 say "done: $OUT/results.md"

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from xpt_ds.config import ConfigError, PhaseConfig, TrainConfig, load_config, save_config, to_dict
-from xpt_ds.engine import OWNED_KEYS, build_ds_config, load_ds_config, lr_at
+from xpt_ds.training.engine import OWNED_KEYS, build_ds_config, load_ds_config, lr_at
 
 REPO = Path(__file__).resolve().parents[1]
 DS_CONFIGS = sorted((REPO / "ds_configs").glob("*.json"))

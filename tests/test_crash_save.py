@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from conftest import base_config, launch, rank_pids, read_marker, read_metrics, start, write_config
-from xpt_ds.checkpoint import MARKER, complete_tags, read_client_state, tag_for
-from xpt_ds.export import load_checkpoint_fp32
+from xpt_ds.training.checkpoint import MARKER, complete_tags, read_client_state, tag_for
+from xpt_ds.training.export import load_checkpoint_fp32
 
 pytestmark = pytest.mark.multiproc
 

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from xpt_ds.config import ConfigError, DataConfig
-from xpt_ds.data import (MLMBatchStream, MLMMasker, build_stream, build_streams, expand_shards,
+from xpt_ds.data.mlm import (MLMBatchStream, MLMMasker, build_stream, build_streams, expand_shards,
                          shuffle_buffer)
-from xpt_ds.shards import DataError, scan_shard, scan_shards
-from xpt_ds.tokenizer import TargetTokenizer, build_tokenizer
+from xpt_ds.data.shards import DataError, scan_shard, scan_shards
+from xpt_ds.data.tokenizer import TargetTokenizer, build_tokenizer
 
 # A tokenizer stand-in with a large id space, so every test document can be made of ids unique to it.
 BIG = TargetTokenizer(path="<test>", vocab_size=65000, pad_id=1, cls_id=0, sep_id=2, unk_id=3, mask_id=4)

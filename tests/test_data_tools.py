@@ -1,5 +1,5 @@
 """data_tools, the writer side of docs/shard_format.md: input formats, cleaning, splitting, SentencePiece,
-parallel/resumable sharding and the manifest, checked against the reader (``xpt_ds.shards``)."""
+parallel/resumable sharding and the manifest, checked against the reader (``xpt_ds.data.shards``)."""
 from __future__ import annotations
 
 import bz2
@@ -25,7 +25,7 @@ from data_tools.shards import id_dtype, write_shard
 from data_tools.split import split
 from data_tools.state import SPLITS
 from data_tools.text import clean_text, split_sentences
-from xpt_ds.shards import DocReader, scan_shard
+from xpt_ds.data.shards import DocReader, scan_shard
 
 DOCS = [["대한민국은 동아시아에 있는 나라이다. 수도는 서울이다.", "인구는 약 5천만 명이다."],
         ["서울은 대한민국의 수도이다."],
@@ -228,8 +228,8 @@ def test_manifest_matches_the_reader_and_a_retokenization(tmp_path, synthetic):
 
 
 def test_manifest_is_accepted_by_the_trainer_loader(tmp_path, synthetic):
-    from xpt_ds.data import expand_shards
-    from xpt_ds.tokenizer import build_tokenizer
+    from xpt_ds.data.mlm import expand_shards
+    from xpt_ds.data.tokenizer import build_tokenizer
     out = tmp_path / "out"
     _run(synthetic, out, family="bert")
     tok = build_tokenizer(str(out / "spm.model"))

@@ -10,7 +10,7 @@ import pytest
 import sentencepiece as spm
 
 from conftest import REPO
-from xpt_ds.shards import DocReader, scan_shard
+from xpt_ds.data.shards import DocReader, scan_shard
 
 SPLITS = ("train", "valid", "test")
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from conftest import REPO, base_config, launch, read_metrics, write_config
-from xpt_ds.mlm_metrics import IGNORE, MLMStats, gold_ranks, piece_word_starts, starts_word
+from xpt_ds.metrics.mlm import IGNORE, MLMStats, gold_ranks, piece_word_starts, starts_word
 
 LOGITS = torch.tensor([
     [2.0, 1.0, 3.0, 0.0, 1.0],  # gold 0: one score higher -> rank 2
@@ -52,8 +52,8 @@ def test_batched_shapes_and_nothing_to_score():
 
 
 def test_unigram_predictor_scores_smoothed_training_frequencies():
-    from xpt_ds.evaluate import UnigramPredictor
-    from xpt_ds.tokenizer import TargetTokenizer
+    from xpt_ds.evaluation.intrinsic import UnigramPredictor
+    from xpt_ds.data.tokenizer import TargetTokenizer
     tok = TargetTokenizer("spm.model", vocab_size=7, pad_id=0, cls_id=1, sep_id=2, unk_id=3, mask_id=4)
     counts = torch.tensor([50, 9, 9, 1, 9, 5, 2])  # specials' counts other than unk's are ignored
     log_p = UnigramPredictor(counts, tok)(torch.zeros(1, 4, dtype=torch.long), torch.arange(3), torch.zeros(3))
@@ -82,7 +82,7 @@ def test_starts_word_three_marker_styles():
 def test_bits_per_word_hand_computed():
     """Vocabulary [<pad>, <unk>, ▁the, ▁ci, ty, ▁a]: masked pieces '▁the', 'ty', '▁a', 'ty' (one ignored).
     Uniform logits: each NLL is ln 6 nats = log2 6 bits; 4 pieces, 2 of them word-initial -> 2 log2 6 bits/word."""
-    from xpt_ds.tokenizer import TargetTokenizer
+    from xpt_ds.data.tokenizer import TargetTokenizer
 
     class Tok(TargetTokenizer):
         def piece(self, i):

@@ -58,7 +58,7 @@ def test_export_matches_trainer(stage, straight_runs, tmp_path, corpus):
 
 
 def test_bert_layout_pairs_use_two_segments(tmp_path, corpus_bert):
-    from xpt_ds.tokenizer import build_tokenizer, save_hf_tokenizer
+    from xpt_ds.data.tokenizer import build_tokenizer, save_hf_tokenizer
     save_hf_tokenizer(build_tokenizer(str(corpus_bert / "spm.model")), tmp_path, model_max_length=64, token_types=2)
     tok = AutoTokenizer.from_pretrained(tmp_path)
     sp = spm.SentencePieceProcessor(model_file=str(corpus_bert / "spm.model"))

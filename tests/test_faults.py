@@ -13,10 +13,10 @@ import torch
 
 from conftest import _command, base_config, launch, read_metrics, write_config
 from data_tools.shards import write_shard
-from xpt_ds.checkpoint import ABANDONED, complete_tags, tag_for
-from xpt_ds.export import load_checkpoint_fp32
-from xpt_ds.preemption import PREEMPTED_EXIT_CODE
-from xpt_ds.shards import DataError, scan_shard
+from xpt_ds.training.checkpoint import ABANDONED, complete_tags, tag_for
+from xpt_ds.training.export import load_checkpoint_fp32
+from xpt_ds.training.preemption import PREEMPTED_EXIT_CODE
+from xpt_ds.data.shards import DataError, scan_shard
 
 pytestmark = pytest.mark.multiproc
 

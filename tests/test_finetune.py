@@ -16,9 +16,12 @@ import pytest
 import torch
 
 from conftest import REPO, base_config, launch, write_config
-from xpt_ds.finetune import FinetuneConfig, FinetuneError, build_model, finetune, main, parse_args, prepare
-from xpt_ds.finetune_data import Columns, build_labels, read_examples
-from xpt_ds.finetune_metrics import (average_ranks, classification_metrics, entity_metrics, entity_spans,
+from xpt_ds.finetuning.config import FinetuneConfig
+from xpt_ds.finetuning.data import FinetuneError
+from xpt_ds.finetuning.run import build_model, finetune, prepare
+from xpt_ds.finetune import main, parse_args
+from xpt_ds.finetuning.data import Columns, build_labels, read_examples
+from xpt_ds.finetuning.metrics import (average_ranks, classification_metrics, entity_metrics, entity_spans,
                                      majority_baseline, pearson, spearman, summarize)
 
 # Fine-tuning a 2-layer hidden-64 model from random-ish weights needs a far larger step than Table A2's
@@ -230,7 +233,7 @@ def test_a_bert_baseline_gets_token_types_and_roberta_none(xpt_model, tmp_path):
     """BERT has two token types (the pair's second sentence is type 1); RoBERTa has one, so none are passed."""
     from transformers import AutoConfig, BertConfig, BertForMaskedLM
 
-    from xpt_ds.tokenizer import build_tokenizer, save_hf_tokenizer
+    from xpt_ds.data.tokenizer import build_tokenizer, save_hf_tokenizer
     rc = AutoConfig.from_pretrained(xpt_model)
     bert = tmp_path / "bert"
     BertForMaskedLM(BertConfig(vocab_size=rc.vocab_size, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
@@ -292,7 +295,7 @@ def test_learns_token_classification(xpt_model, corpus_text, tmp_path):
 def test_token_labels_sit_on_first_pieces_and_truncated_words_count_as_missed(xpt_model, tmp_path):
     from transformers import AutoTokenizer
 
-    from xpt_ds.finetune_data import Example, encode
+    from xpt_ds.finetuning.data import Example, encode
     tok = AutoTokenizer.from_pretrained(xpt_model)
     text = ("a", "bcd", "e", "fgh", "i", "jk")
     pieces = [len(tok.tokenize(x)) for x in text]
@@ -309,7 +312,7 @@ def _adapters_model(xpt_model: Path, out: Path, auto_map: dict):
     """An Adapters-baseline directory as ``xpt_ds.export`` writes it, with ``auto_map``; its masked LM."""
     from transformers import AutoConfig
 
-    from xpt_ds.adapters import XptAdapterRobertaForMaskedLM
+    from xpt_ds.model.adapters import XptAdapterRobertaForMaskedLM
     config = AutoConfig.from_pretrained(xpt_model)
     config.xpt_adapter_size = 4
     config.auto_map = auto_map
@@ -318,7 +321,7 @@ def _adapters_model(xpt_model: Path, out: Path, auto_map: dict):
     with torch.no_grad():
         mlm.roberta.encoder.layer[1].output.adapter.up.weight.normal_()
     mlm.save_pretrained(out)
-    shutil.copy(REPO / "xpt_ds/adapters.py", out / "xpt_adapters.py")
+    shutil.copy(REPO / "xpt_ds/model/adapters.py", out / "xpt_adapters.py")
     for f in xpt_model.iterdir():
         if "token" in f.name or f.name == "spm.model":
             shutil.copy(f, out / f.name)
@@ -327,7 +330,7 @@ def _adapters_model(xpt_model: Path, out: Path, auto_map: dict):
 
 def test_adapters_export_keeps_its_adapters(xpt_model, tmp_path):
     """The task model of an Adapters-baseline export carries the trained adapters, through its auto_map."""
-    from xpt_ds.adapters import auto_map
+    from xpt_ds.model.adapters import auto_map
     out = tmp_path / "adapters_model"
     mlm = _adapters_model(xpt_model, out, auto_map("roberta"))
     (tmp_path / "t.jsonl").write_text('{"text": "a", "label": 0}\n{"text": "b", "label": 1}\n')

@@ -4,8 +4,8 @@ import torch
 from transformers import AutoModelForMaskedLM
 
 from conftest import REPO, base_config, launch, write_config
-from xpt_ds.checkpoint import tag_for
-from xpt_ds.objective import strip_prefix
+from xpt_ds.training.checkpoint import tag_for
+from xpt_ds.model.objective import strip_prefix
 
 pytestmark = pytest.mark.multiproc
 

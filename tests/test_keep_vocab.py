@@ -18,9 +18,9 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer, BertConfig, BertFo
 
 from conftest import REPO, TINY, base_config, launch, write_config
 from xpt_ds.config import ConfigError, ModelConfig
-from xpt_ds.data import expand_shards
-from xpt_ds.mlm_metrics import MLMStats, piece_chars
-from xpt_ds.tokenizer import build_hf_tokenizer, build_tokenizer, tokenizer_for
+from xpt_ds.data.mlm import expand_shards
+from xpt_ds.metrics.mlm import MLMStats, piece_chars
+from xpt_ds.data.tokenizer import build_hf_tokenizer, build_tokenizer, tokenizer_for
 
 WORDS = ("the a of and to in is was for on with as by at from that this it be are or an were which "
          "city river house school music water world light stone garden winter summer north south old new "
@@ -144,7 +144,7 @@ def test_keep_vocab_cli_error_names_missing_tokenizer(tmp_path, hf_corpus, bert_
 
 
 def test_keep_vocab_keeps_source_weights_bitwise(bert_with_tokenizer):
-    from xpt_ds.model import build_model
+    from xpt_ds.model.build import build_model
     cfg = ModelConfig(source=str(bert_with_tokenizer), tokenizer="", method="keep_vocab")
     built = build_model(cfg, tokenizer_for(cfg))
     src = BertForMaskedLM.from_pretrained(bert_with_tokenizer)

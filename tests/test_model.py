@@ -3,9 +3,9 @@ import torch
 from transformers import AutoModelForMaskedLM
 
 from xpt_ds.config import ModelConfig, TrainConfig, PhaseConfig
-from xpt_ds.model import build_model
-from xpt_ds.phases import build_phase_trainables
-from xpt_ds.tokenizer import build_tokenizer
+from xpt_ds.model.build import build_model
+from xpt_ds.model.phases import build_phase_trainables
+from xpt_ds.data.tokenizer import build_tokenizer
 
 
 def _build(source, corpus, **kw):
@@ -50,9 +50,9 @@ def test_xpt_reuses_source_bit_exactly(family, tiny_roberta, tiny_bert, corpus, 
 
 
 def test_every_supported_family_has_adapter_classes():
-    """xpt_ds/adapters.py is copied into exports, so it keeps its own family table; it must cover model.py's."""
-    import xpt_ds.adapters as adapters
-    from xpt_ds.model import FAMILIES
+    """xpt_ds/model/adapters.py is copied into exports, so it keeps its own family table; it must cover model.py's."""
+    import xpt_ds.model.adapters as adapters
+    from xpt_ds.model.build import FAMILIES
     assert set(adapters.FAMILIES) == set(FAMILIES)
     for family in FAMILIES:
         for cls in adapters.auto_map(family).values():

@@ -12,13 +12,13 @@ import yaml
 from transformers import RobertaConfig, RobertaForMaskedLM
 
 from conftest import REPO, TINY, base_config, launch, read_metrics, write_config
-from xpt_ds.checkpoint import (PHASE_ENDS, CheckpointError, complete_tags, load_phase_end, read_client_state,
+from xpt_ds.training.checkpoint import (PHASE_ENDS, CheckpointError, complete_tags, load_phase_end, read_client_state,
                                 tag_for)
 from xpt_ds.config import ConfigError, load_config
-from xpt_ds.export import load_checkpoint_fp32
-from xpt_ds.model import FAMILIES, _tag_parameters
-from xpt_ds.objective import strip_prefix
-from xpt_ds.phases import build_phase_starts, build_phase_trainables, weights_from_ends
+from xpt_ds.training.export import load_checkpoint_fp32
+from xpt_ds.model.build import FAMILIES, _tag_parameters
+from xpt_ds.model.objective import strip_prefix
+from xpt_ds.model.phases import build_phase_starts, build_phase_trainables, weights_from_ends
 
 MERGE = {"take": {"@lower": "x_to_en", "@upper": "en_to_x"}, "average": ["en_to_x", "x_to_en"]}
 PHASES = [  # 2 steps each: global steps 1-2, 3-4, 5-6, 7-8

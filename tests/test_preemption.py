@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from conftest import base_config, launch, rank_pids, read_metrics, start, write_config
-from xpt_ds.checkpoint import complete_tags
-from xpt_ds.export import load_checkpoint_fp32
+from xpt_ds.training.checkpoint import complete_tags
+from xpt_ds.training.export import load_checkpoint_fp32
 
 pytestmark = pytest.mark.multiproc
 

@@ -14,9 +14,9 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 from conftest import REPO, TINY, base_config, launch, write_config
 from xpt_ds.config import DataConfig, ModelConfig
-from xpt_ds.model import build_model
-from xpt_ds.probe import source_batches, swap_in_source_vocabulary
-from xpt_ds.tokenizer import build_tokenizer
+from xpt_ds.model.build import build_model
+from xpt_ds.evaluation.probe import source_batches, swap_in_source_vocabulary
+from xpt_ds.data.tokenizer import build_tokenizer
 
 SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 

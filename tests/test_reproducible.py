@@ -63,7 +63,7 @@ def test_every_rank_starts_from_the_same_weights(tmp_path, headless_bert, corpus
 
 AGREE = r'''
 import sys, torch, deepspeed
-from xpt_ds.engine import agree_on_initial_weights, state_digest
+from xpt_ds.training.engine import agree_on_initial_weights, state_digest
 deepspeed.init_distributed(dist_backend="gloo")
 rank = deepspeed.comm.get_rank()
 torch.manual_seed(0)

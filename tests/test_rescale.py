@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from conftest import REPO, base_config, launch, read_marker, read_metrics, write_config
-from xpt_ds.checkpoint import complete_tags, tag_for
-from xpt_ds.export import load_checkpoint_fp32
+from xpt_ds.training.checkpoint import complete_tags, tag_for
+from xpt_ds.training.export import load_checkpoint_fp32
 
 pytestmark = pytest.mark.multiproc
 

@@ -7,8 +7,8 @@ import torch
 import yaml
 
 from conftest import launch, read_metrics, write_config
-from xpt_ds.checkpoint import complete_tags, tag_for
-from xpt_ds.export import load_checkpoint_fp32
+from xpt_ds.training.checkpoint import complete_tags, tag_for
+from xpt_ds.training.export import load_checkpoint_fp32
 
 pytestmark = pytest.mark.multiproc
 

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import REPO, base_config, read_metrics, write_config
 from slurm.cluster import ENDED, ClusterUnavailable, SlurmCluster, free_port
-from xpt_ds.checkpoint import complete_tags
+from xpt_ds.training.checkpoint import complete_tags
 
 pytestmark = pytest.mark.multiproc
 TOTAL_STEPS = 80

@@ -9,7 +9,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from conftest import REPO, base_config, write_config
-from xpt_ds.sweep_report import Match, efficiency, parse_size, size_label, size_to_match
+from xpt_ds.sweeps.report import Match, efficiency, parse_size, size_label, size_to_match
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 ROW_KEYS = {"method", "size", "steps", "epochs", "train_seconds", "wall_seconds", "ppl", "hits@1", "hits@3", "hits@5",
@@ -110,7 +110,8 @@ def test_sweep_finetunes_and_reports_a_failed_run(tmp_path, sweep_config, corpus
 def test_overrides_by_method_and_size_range(tmp_path, sweep_config):
     """002 Table A1 changes batch, lr and steps between data-size brackets: --set [METHOD:][SIZES:]key=value."""
     from xpt_ds.config import ConfigError
-    from xpt_ds.sweep import build_plan, parse_args
+    from xpt_ds.sweeps.plan import build_plan
+    from xpt_ds.sweep import parse_args
     config, test_shards = sweep_config
     base = ["--config", str(config), "--methods", "xpt", "scratch", "--sizes", "100", "400", "1.6K", "--out",
             str(tmp_path / "sweep"), "--test-shards", *test_shards]

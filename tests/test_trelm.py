@@ -14,14 +14,14 @@ from torch import nn
 from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast, RobertaConfig
 
 from conftest import TINY, base_config, launch, read_metrics, write_config
-from xpt_ds import checkpoint
+from xpt_ds.training import checkpoint
 from xpt_ds.config import ConfigError, DataConfig, ModelConfig, OptimConfig, TrainConfig, load_config
-from xpt_ds.data import build_streams
-from xpt_ds.model import build_model, build_skeleton
-from xpt_ds.trelm_data import build_trelm_stream
-from xpt_ds.tokenizer import build_tokenizer
-from xpt_ds.trelm import ENGLISH, TARGET, encode, halves, lm_logits
-from xpt_ds.trelm_objective import TreLMObjective
+from xpt_ds.data.mlm import build_streams
+from xpt_ds.model.build import build_model, build_skeleton
+from xpt_ds.trelm.data import build_trelm_stream
+from xpt_ds.data.tokenizer import build_tokenizer
+from xpt_ds.trelm.model import ENGLISH, TARGET, encode, halves, lm_logits
+from xpt_ds.trelm.objective import TreLMObjective
 
 SOURCE_VOCAB = 90
 
@@ -303,7 +303,7 @@ def test_trelm_trains_through_the_entry_point(tmp_path, source_dir, corpus_bert)
 
 
 def test_evaluate_runs_trelm_through_the_trilayer(source_dir, corpus_bert):
-    from xpt_ds.evaluate import evaluate
+    from xpt_ds.evaluation.intrinsic import evaluate
     built = _build(source_dir, corpus_bert)
     tok = build_tokenizer(str(corpus_bert / "spm.model"))
     data = DataConfig(seq_len=32)

@@ -13,10 +13,11 @@ from conftest import base_config, launch, read_metrics, write_config
 from test_trelm import SOURCE_VOCAB, _write_parallel, source_dir  # noqa: F401 (a fixture)
 from xpt_ds.config import ModelConfig
 from xpt_ds.evaluate import main as evaluate_main
-from xpt_ds.export import main as export_main, save_model
-from xpt_ds.model import build_model
-from xpt_ds.tokenizer import build_tokenizer
-from xpt_ds.trelm_objective import TreLMObjective
+from xpt_ds.export import main as export_main
+from xpt_ds.training.export import save_model
+from xpt_ds.model.build import build_model
+from xpt_ds.data.tokenizer import build_tokenizer
+from xpt_ds.trelm.objective import TreLMObjective
 
 
 def _trained_looking(source, corpus):
@@ -135,7 +136,7 @@ def test_without_trilayer_exports_a_stock_model(tmp_path, source_dir, corpus_ber
     refuses an order, CdLM is a config error; its export is a stock model with the target row folded into the
     token types, which stock transformers loads without remote code and which gives the training logits."""
     from xpt_ds.config import ConfigError, load_config
-    from xpt_ds.trelm import encode
+    from xpt_ds.trelm.model import encode
     cfg = ModelConfig(source=str(source_dir), tokenizer=str(corpus_bert / "spm.model"), method="trelm_no_tri")
     built = build_model(cfg, build_tokenizer(cfg.tokenizer))
     model = built.model.eval()

@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from conftest import REPO, base_config, launch, read_metrics, write_config
-from xpt_ds import trust
-from xpt_ds.checkpoint import read_client_state
+from xpt_ds.io import trust
+from xpt_ds.training.checkpoint import read_client_state
 
 FIXTURE = REPO / "tests/fixtures/checkpoint_before_safe_load"
 OLD_TAG = "global_step000000002"
@@ -46,7 +46,7 @@ def model_dir(tmp_path_factory, tiny_roberta, corpus) -> Path:
     """An export-shaped directory: a tiny masked LM, tokenizer.json and spm.model, no code."""
     from transformers import AutoModelForMaskedLM
 
-    from xpt_ds.tokenizer import build_tokenizer, save_hf_tokenizer
+    from xpt_ds.data.tokenizer import build_tokenizer, save_hf_tokenizer
     out = tmp_path_factory.mktemp("export")
     tok = build_tokenizer(str(corpus / "spm.model"))
     model = AutoModelForMaskedLM.from_pretrained(tiny_roberta)
@@ -206,11 +206,11 @@ def test_client_state_of_the_fixture_reads_as_plain_data():
 
 
 PACKAGES = ("xpt_ds", "data_tools")
-# The only calls that may load code: each sits behind a user flag or xpt_ds.trust's identity check.
-CONSENTED = {("xpt_ds/trust.py", "load_plain", "weights_only"),  # under ``if allow_pickle``
-             ("xpt_ds/evaluate.py", "load_export", "trust_remote_code"),  # remote_code_consent
-             ("xpt_ds/finetune.py", "prepare", "trust_remote_code"),  # remote_code_consent
-             ("xpt_ds/finetune.py", "build_model", "trust_remote_code")}  # prepare's answer
+# The only calls that may load code: each sits behind a user flag or xpt_ds.io.trust's identity check.
+CONSENTED = {("xpt_ds/io/trust.py", "load_plain", "weights_only"),  # under ``if allow_pickle``
+             ("xpt_ds/evaluation/intrinsic.py", "load_export", "trust_remote_code"),  # remote_code_consent
+             ("xpt_ds/finetuning/run.py", "prepare", "trust_remote_code"),  # remote_code_consent
+             ("xpt_ds/finetuning/run.py", "build_model", "trust_remote_code")}  # prepare's answer
 
 
 def _keyword_calls():

@@ -6,7 +6,7 @@ import deepspeed
 import torch
 
 from xpt_ds.config import load_config
-from xpt_ds.trainer import Trainer
+from xpt_ds.training.trainer import Trainer
 
 
 def main(config: str, out: str) -> None:

@@ -10,8 +10,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 from test_trelm import _skeleton  # noqa: E402
-from xpt_ds.trelm import ENGLISH, encode, lm_logits  # noqa: E402
-from xpt_ds.trelm_objective import TreLMObjective  # noqa: E402
+from xpt_ds.trelm.model import ENGLISH, encode, lm_logits  # noqa: E402
+from xpt_ds.trelm.objective import TreLMObjective  # noqa: E402
 
 
 def main() -> None:

@@ -1,6 +1,20 @@
-"""xpt-ds: cross-lingual post-training (XPT) of English masked language models on DeepSpeed.
+"""xpt-ds: cross-lingual post-training (XPT, 002) of English masked language models on DeepSpeed.
 
-Entry points (``python -m xpt_ds.<name> --help``): ``train``, ``export``, ``evaluate``, ``probe``, ``finetune``,
-``sweep``. Corpus preparation is the separate package ``data_tools``; engine configs are in ``ds_configs``.
+Code map (lower layers never import higher ones; ``tests/test_layers.py`` checks):
+
+- commands: ``train``, ``export``, ``evaluate``, ``finetune``, ``sweep``, ``probe`` (each ``python -m xpt_ds.<name>``
+  and ``xpt-ds <name>``; ``cli`` is the ``xpt-ds`` dispatcher), thin: parse, call the library, report;
+- ``sweeps/``: every method at every data size, and the comparison reports;
+- ``evaluation/``, ``finetuning/``: intrinsic metrics and the probe; downstream fine-tuning;
+- ``training/``: the phase-aware loop, the DeepSpeed engine, checkpoints, guards, preemption, status, export;
+- ``model/``: the ITL-extended model, adapters, per-phase trainable parameters, the MLM objective;
+- ``trelm/``: TreLM's TRILayer, objective, batches and exported model (004);
+- ``embedding_init/``: where the new word embeddings start (random, source_mean, focus, aligned, ...);
+- ``data/``, ``metrics/``: shards, tokenizers and masked batches; MLM metrics, throughput and logging;
+- ``io/``: writable paths, and what xpt-ds trusts (no code from files it did not write);
+- ``config/``: the typed config tree, its loading and checks, the method table; ``errors``: one-line errors.
+
+Corpus preparation is the separate package ``data_tools`` (``xpt-data``), joined only by docs/shard_format.md;
+engine configs are in ``ds_configs``.
 """
 __version__ = "0.1.0"

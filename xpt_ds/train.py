@@ -11,12 +11,12 @@ import os
 import socket
 import sys
 
-from xpt_ds.config import ConfigError, help_text, load_config
-from xpt_ds.files import os_error_line
+from xpt_ds.config import help_text, load_config
+from xpt_ds.errors import UserError, cli_errors, error_line, say
 
 
 def parse_args(argv: list[str]):
-    parser = argparse.ArgumentParser(prog="python -m xpt_ds.train", formatter_class=argparse.RawTextHelpFormatter,
+    parser = argparse.ArgumentParser(prog="xpt-ds train", formatter_class=argparse.RawTextHelpFormatter,
                                      epilog="overrides (defaults shown):\n" + help_text())
     parser.add_argument("--config", help="YAML or JSON run config")
     parser.add_argument("--resume", help="checkpoint tag to resume from (default: newest complete one)")
@@ -37,28 +37,16 @@ def _single_process_env() -> None:
                 os.environ["MASTER_PORT"] = str(s.getsockname()[1])
 
 
-def _say(line: str) -> None:
-    """One write per line: every rank may report the same error, and two ranks' lines must not interleave."""
-    sys.stderr.write(line + "\n")
-    sys.stderr.flush()
-
-
+@cli_errors
 def main(argv: list[str] | None = None) -> int:
     args, overrides = parse_args(sys.argv[1:] if argv is None else argv)
-    try:
-        cfg = load_config(args.config, overrides)
-    except ConfigError as e:
-        _say(f"error: {e}")
-        return 2
+    cfg = load_config(args.config, overrides)
     _single_process_env()
     import deepspeed
 
-    from xpt_ds.checkpoint import CheckpointError
-    from xpt_ds.guards import HALTED_EXIT_CODE, Halted
-    from xpt_ds.shards import DataError
-    from xpt_ds.preemption import PREEMPTED_EXIT_CODE, Preempted
-    from xpt_ds.trainer import Trainer
-    from xpt_ds.trust import UntrustedError
+    from xpt_ds.training.guards import HALTED_EXIT_CODE, Halted
+    from xpt_ds.training.preemption import PREEMPTED_EXIT_CODE, Preempted
+    from xpt_ds.training.trainer import Trainer
 
     deepspeed.init_distributed(dist_init_required=True)
     level = logging.INFO if deepspeed.comm.get_rank() == 0 else logging.WARNING
@@ -68,16 +56,14 @@ def main(argv: list[str] | None = None) -> int:
         trainer = Trainer(cfg)
         trainer.setup()
         trainer.train()
-    except (ConfigError, DataError, CheckpointError, UntrustedError, OSError) as e:
-        line = os_error_line(e) if isinstance(e, OSError) else str(e)  # OSError: a file outside the checks
-        _say(f"error: {line}")
-        _failed(trainer, line)
-        return 2
+    except (UserError, OSError) as e:  # OSError: a file outside the checks
+        _failed(trainer, error_line(e))
+        raise
     except Halted as e:
-        _say(f"error: {e}")
+        say(f"error: {e}")
         return HALTED_EXIT_CODE
     except Preempted as e:
-        _say(f"preempted: checkpoint {e} is complete; exiting with {PREEMPTED_EXIT_CODE} so the job is requeued")
+        say(f"preempted: checkpoint {e} is complete; exiting with {PREEMPTED_EXIT_CODE} so the job is requeued")
         return PREEMPTED_EXIT_CODE
     finally:
         if trainer is not None:

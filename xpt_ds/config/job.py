@@ -1,0 +1,205 @@
+"""The run's typed config tree: one dataclass per section, every field with its default and help.
+
+``xpt_ds.config.manager`` loads it (defaults < YAML/JSON file < ``--section.key=value``) and
+``xpt_ds.config.validate`` checks it; the help metadata is what ``python -m xpt_ds.train --help`` prints.
+"""
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+
+from xpt_ds.config.methods import METHODS
+from xpt_ds.errors import UserError
+
+DECAYS = ("linear", "cosine", "constant")
+# What a phase trains on (phases[i].objectives); all but mlm_target need model.method trelm (xpt_ds.trelm.objective).
+OBJECTIVES = ("mlm_target", "mlm_source", "cdlm_en_x", "cdlm_x_en")
+OBJECTIVE_DATA = {"mlm_target": "train_shards", "mlm_source": "source_shards", "cdlm_en_x": "parallel_shards",
+                  "cdlm_x_en": "parallel_shards"}  # the data.* key each objective reads
+H100_PEAK_TFLOPS = 989.0  # dense bf16, H100 SXM: the MFU denominator on CUDA unless logging.peak_tflops is set
+# Keys renamed since checkpoints started carrying their config: old name -> new name (read_checkpoint_config).
+RENAMED_KEYS = {("guard", "straggler_ratio"): ("guard", "slow_step_ratio")}
+
+
+class ConfigError(UserError, ValueError):
+    """A bad config value; the message names the key and fits on one line."""
+
+
+def doc(default, help: str):
+    """A dataclass field with a default and a help string."""
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda d=default: type(d)(d), metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass
+class ModelConfig:
+    source: str = doc("", "English *ForMaskedLM checkpoint: hub id or local directory (BERT or RoBERTa family).")
+    tokenizer: str = doc("", "Target-language SentencePiece .model file; for a method that keeps the source "
+                             "vocabulary (keep_vocab), the source's Hugging Face tokenizer (empty = model.source's).")
+    method: str = doc("xpt", f"One of {', '.join(METHODS)}.")
+    embedding_init: str = doc("random", "How the new target word embeddings start: a name in "
+                                        "xpt_ds.config.embedding_args.EMBEDDING_INITS (random, source_mean, frequency_rank, "
+                                        "overlap_copy, focus, aligned, from_file).")
+    embedding_init_args: dict = doc({}, "Options of model.embedding_init (e.g. {static: emb/uk.npy} for focus); "
+                                        "each strategy names its keys.")
+    itl_init: str = doc("random", "ITL_in/ITL_out start 'random' (paper) or as a 'copy' of the first/last encoder layer.")
+    phase1_trains_position_and_head: bool = doc(
+        False, "xpt phase-1 preset also trains position embeddings and the LM-head transform (000 §2).")
+    adapter_size: int = doc(64, "Bottleneck width of the Houlsby adapters (method=adapters).")
+    mask_token: str = doc("", "Mask piece in the SentencePiece vocab; empty = '<mask>' or '[MASK]', whichever exists.")
+    dropout: float = doc(-1.0, "Hidden and attention dropout; negative keeps the source model's values.")
+    init_seed: int = doc(1234, "Seed for every randomly initialised parameter.")
+
+
+@dataclass
+class MergeConfig:
+    take: dict = doc({}, "Parameter regex or @group -> name of an earlier phase: those parameters start from that "
+                         "phase's end weights, bit for bit (TreLM: {'@lower': x_to_en, '@upper': en_to_x}).")
+    average: list[str] = doc([], "Earlier phases whose end weights are averaged (element-wise mean, in fp32) for "
+                                 "every parameter no take pattern assigns.")
+
+
+@dataclass
+class PhaseConfig:
+    name: str = doc("", "Phase name, shown in logs, TensorBoard and checkpoints.")
+    steps: int = doc(0, "Optimizer steps in this phase.")
+    lr: float = doc(1e-4, "Peak learning rate.")
+    warmup_steps: int = doc(0, "Linear warmup steps from 0 to the peak.")
+    decay: str = doc("linear", f"Decay after warmup: one of {', '.join(DECAYS)}.")
+    min_lr_ratio: float = doc(0.0, "Learning rate at the end of the phase, as a fraction of the peak.")
+    trainable: list[str] = doc([], "Parameter name regexes or @groups that train, '!PATTERN' to leave some out "
+                                   "(['@all', '!@lower']); empty = the method's preset.")
+    start_from: str = doc("", "Name of an earlier phase: this phase starts from the weights and the data position "
+                              "that phase ended with (a branch); empty = where the previous phase ended.")
+    merge: MergeConfig = doc(None, "Start from a merge of earlier phases' end weights (take / average); the data "
+                                   "stream continues where the previous phase left it.")
+    objectives: list[str] = doc([], f"What the phase trains on, one mean loss each, summed: {', '.join(OBJECTIVES)} "
+                                    "(target MLM; English MLM on data.source_shards; CdLM English->target and "
+                                    "target->English on data.parallel_shards; all but mlm_target need method "
+                                    "trelm, and every phase has mlm_target). Empty = mlm_target, plus cdlm_en_x "
+                                    "for trelm with data.parallel_shards.")
+
+    def __post_init__(self):
+        _fill_sections(self)
+
+    @property
+    def merges(self) -> bool:
+        return bool(self.merge.take or self.merge.average)
+
+    def reads(self) -> list[str]:
+        """The earlier phases whose end weights this phase starts from (none: it continues the previous one)."""
+        names = [self.start_from] if self.start_from else list(self.merge.take.values()) + self.merge.average
+        return list(dict.fromkeys(names))
+
+
+@dataclass
+class DataConfig:
+    train_shards: list[str] = doc([], "Training WebDataset shards: paths, brace patterns or a manifest.json.")
+    valid_shards: list[str] = doc([], "Validation shards, same forms; empty disables validation.")
+    seq_len: int = doc(512, "Packed sequence length including the two special tokens.")
+    mask_prob: float = doc(0.15, "Fraction of tokens selected for MLM.")
+    mask_replace_prob: float = doc(0.8, "Of the selected tokens, fraction replaced by the mask token.")
+    random_replace_prob: float = doc(0.1, "Of the selected tokens, fraction replaced by a random token.")
+    seed: int = doc(0, "Seed for shard order, document shuffling and masking.")
+    shuffle_docs: int = doc(10000, "Shuffle-buffer size in documents (after shuffling the shard order); <= 1 disables.")
+    doc_separator: bool = doc(True, "Put the sep token between packed documents (RoBERTa full-sentences).")
+    num_workers: int = doc(2, "DataLoader worker processes per rank (0 = read in the training process).")
+    on_corrupt_shard: str = doc("fail", "A corrupt shard is 'fail' (stop, naming it) or 'skip' (logged and counted).")
+    train_tokens: int = doc(0, "Use only the first N tokens of the training corpus, in the fixed document order of "
+                               "data.seed (pieces plus separators; the last document is cut), the same subset every "
+                               "epoch; a smaller N's subset is a prefix of a larger one's. 0 = all.")
+    parallel_shards: list[str] = doc([], "model.method trelm: parallel shards for CdLM (docs/shard_format.md, "
+                                         "'Parallel shards'): paths, brace patterns or a parallel manifest.json:split "
+                                         "made with model.tokenizer and model.source's tokenizer. Empty = target MLM "
+                                         "only.")
+    source_shards: list[str] = doc([], "model.method trelm: English shards for the mlm_source objective, made with "
+                                       "model.source's tokenizer (data_tools.prepare --hf-tokenizer SOURCE): "
+                                       "paths, brace patterns or a manifest.json:split. Packed and masked like "
+                                       "data.train_shards, optim.micro_batch_size sequences per micro-batch.")
+    parallel_micro_batch: int = doc(0, "CdLM sentence pairs joined to each micro-batch of target MLM sequences "
+                                       "(data.parallel_shards); 0 = optim.micro_batch_size.")
+
+
+@dataclass
+class OptimConfig:
+    micro_batch_size: int = doc(8, "Sequences per rank per forward pass.")
+    grad_accum: int = doc(1, "Micro-batches accumulated per optimizer step.")
+    weight_decay: float = doc(0.01, "AdamW weight decay (not applied to biases and LayerNorm).")
+    betas: list[float] = doc([0.9, 0.98], "Adam betas (RoBERTa values).")
+    eps: float = doc(1e-6, "Adam epsilon.")
+    grad_clip: float = doc(1.0, "Global gradient-norm clip; 0 disables.")
+    torch_adam: bool = doc(False, "Use torch.optim.AdamW instead of DeepSpeed FusedAdam (bitwise-exact resume on CPU).")
+
+
+@dataclass
+class CheckpointConfig:
+    every_steps: int = doc(1000, "Save every N global steps (and always at the end of each phase); 0 = phase ends only.")
+    resume: str = doc("auto", "'auto' = newest complete checkpoint in the run, 'none' = start fresh, else a tag.")
+    keep_last: int = doc(0, "Keep the newest K complete checkpoints (0 = all); the newest complete one is never deleted.")
+    allow_pickle: bool = doc(False, "Resume from checkpoint files that are not plain data (a pickle that names "
+                                    "code); only for a checkpoint you wrote and trust (README: What xpt-ds trusts).")
+
+
+@dataclass
+class LoggingConfig:
+    log_every: int = doc(10, "Steps between host syncs for loss/lr/grad-norm/throughput logging.")
+    eval_every: int = doc(500, "Steps between validation passes; 0 = phase ends only.")
+    eval_batches: int = doc(20, "Validation micro-batches per pass; 0 = the whole validation set.")
+    tensorboard: bool = doc(True, "Write TensorBoard scalars under RUN_DIR/tb.")
+    peak_tflops: float = doc(0.0, f"Per-device dense peak TFLOP/s for MFU; 0 = {H100_PEAK_TFLOPS:g} on CUDA (H100 SXM "
+                                      "bf16), none on CPU.")
+    progress_bar: bool = doc(True, "Show a tqdm progress bar on rank 0.")
+
+
+@dataclass
+class GuardConfig:
+    max_bad_steps: int = doc(5, "More non-finite (NaN/inf loss or gradient) steps in a row than this: checkpoint "
+                                "and halt. Each one is skipped (no update) and counted.")
+    loss_spike_ratio: float = doc(1.5, "Warn when a logged loss exceeds this multiple of the median of the last "
+                                       "guard.loss_spike_window logged losses; 0 = off.")
+    loss_spike_window: int = doc(20, "Logged losses whose median the spike check compares against.")
+    slow_step_ratio: float = doc(3.0, "Multi-rank runs: log a 'slow step' line (with the rank that waited longest "
+                                      "for data) when a step takes this multiple of the median of the last "
+                                      "guard.slow_step_window steps, at most once per window; 0 = off.")
+    slow_step_window: int = doc(50, "Steps whose median step time the slow-step check compares against.")
+    inject_nan_steps: list[int] = doc([], "Testing: rank 0's loss is made NaN at these global steps (1-based).")
+
+
+@dataclass
+class TrainConfig:
+    run_dir: str = doc("runs/default", "Output directory: config, checkpoints, TensorBoard, logs.")
+    deepspeed: str = doc("ds_configs/zero2_bf16.json", "Engine-only DeepSpeed JSON (see ds_configs/).")
+    seed: int = doc(0, "Seed of each rank's dropout RNG (offset by rank).")
+    model: ModelConfig = doc(None, "Model construction.")
+    phases: list[PhaseConfig] = doc([], "List of phases (PhaseConfig).")
+    data: DataConfig = doc(None, "Shards, packing and masking.")
+    optim: OptimConfig = doc(None, "Optimizer, batch and clipping.")
+    checkpoint: CheckpointConfig = doc(None, "Saving and resuming.")
+    logging: LoggingConfig = doc(None, "Logging, validation and TensorBoard.")
+    guard: GuardConfig = doc(None, "Non-finite steps, loss spikes and slow steps.")
+
+    def __post_init__(self):
+        _fill_sections(self)
+
+
+def _fill_sections(obj) -> None:
+    """Sections left at None get their defaults (a dataclass default must not be a shared instance)."""
+    for f in dataclasses.fields(obj):
+        if getattr(obj, f.name) is None and dataclasses.is_dataclass(_field_type(f)):
+            setattr(obj, f.name, _field_type(f)())
+
+
+def _field_type(f: dataclasses.Field):
+    t = f.type
+    if isinstance(t, str):
+        t = eval(t, globals())  # annotations are strings under `from __future__ import annotations`
+    return t
+
+
+def _element_type(typ):
+    """``list[X]`` -> X (every list field declares its element type)."""
+    return typing.get_args(typ)[0]
+
+

@@ -1,0 +1,64 @@
+"""The method registry: everything the trainer, the sweep, the probe and the export know about a method.
+
+Adding a method is one entry here (plus whatever new model code it needs). Seeds: 002 is Lee et al. 2021
+(XPT, its baselines Scratch, Adapters and XPT-SP), 003 is Gogoulou et al. (the source vocabulary kept,
+``keep_vocab``), 004 is TreLM (an ICLR 2021 submission, ``trelm``), 000 is Son et al. ("Language Chameleon":
+XPT without ITLs and with a randomly initialised source); see ``../shared/seeds/README.md`` in the project's workspace.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str  # model.method
+    display: str  # in tables and plots (002's names)
+    has_itl: bool  # ITL_in / ITL_out around the encoder: C + 2 layers
+    source: str  # 'pretrained': copy the source's weights; 'random': copy a randomly initialised source of the
+    # same shape (000 Table 3); 'none': nothing copied, every weight starts random (Scratch)
+    presets: tuple[tuple[str, ...], ...]  # @groups that train in each phase when phases[i].trainable is empty
+    adapters: bool = False  # Houlsby adapters in every layer (xpt_ds.model.adapters)
+    export: str = "stock"  # 'stock': a plain save_pretrained directory; 'adapters': + xpt_adapters.py, auto_map;
+    # 'trelm': + xpt_trelm.py, auto_map, the target language row folded, the English vocabulary dropped
+    vocab: str = "target"  # 'target': a new SentencePiece vocabulary with new embeddings (model.tokenizer);
+    # 'source': the source's own Hugging Face tokenizer, word embeddings and LM head, all copied (003)
+    trelm: bool = False  # TRILayer, language embeddings and the English vocabulary beside the target's (004,
+    # xpt_ds.trelm.model); trains on the objectives each phase lists (config.OBJECTIVES, xpt_ds.trelm.objective)
+    trilayer: bool = True  # trelm: the TRILayer between the encoder halves; without it (004 Table 7's "w/o
+    # TRILayer") there is no reordering, so no CdLM, and the export is a stock model (the target row folded)
+
+    @property
+    def phases(self) -> int:
+        """Phases the presets cover."""
+        return len(self.presets)
+
+
+_TWO_PHASES = (("@new",), ("@all",))  # 002 §3.4: phase 1 trains only the new parameters, phase 2 everything
+_ONE_PHASE = (("@all",),)
+
+METHODS: dict[str, Method] = {m.name: m for m in [
+    Method("scratch", "Scratch", has_itl=True, source="none", presets=_ONE_PHASE),
+    Method("adapters", "Adapters", has_itl=False, source="pretrained", presets=_ONE_PHASE, adapters=True,
+           export="adapters"),
+    Method("xpt_sp", "XPT-SP", has_itl=True, source="pretrained", presets=_ONE_PHASE),
+    Method("xpt", "XPT", has_itl=True, source="pretrained", presets=_TWO_PHASES),
+    Method("xpt_no_itl", "XPT w/o ITL", has_itl=False, source="pretrained", presets=_TWO_PHASES),
+    Method("random_source", "XPT w/ random source", has_itl=True, source="random", presets=_TWO_PHASES),
+    Method("keep_vocab", "[lang→en][lang] (Gogoulou)", has_itl=False, source="pretrained", presets=_ONE_PHASE,
+           vocab="source"),
+    # One phase preset: 004 §3.2's three (commonality, transfer as two half-models merged, language-specific) are
+    # launch/configs/trelm_three_phase.yaml's phases, objectives, start_from and merge.
+    Method("trelm", "TreLM", has_itl=False, source="pretrained", presets=_ONE_PHASE, trelm=True,
+           export="trelm"),
+    Method("trelm_no_tri", "TreLM w/o TRILayer", has_itl=False, source="pretrained", presets=_ONE_PHASE,
+           trelm=True, trilayer=False, export="trelm"),
+]}
+BASELINE = "scratch"  # what the data-efficiency ratio compares against (002 §5.1)
+
+
+def method_of(config) -> Method | None:
+    """The method a built or exported model's HF config (or its ``config.json`` as a dict) records
+    (``xpt_method``), or None for a model this project did not build (e.g. the English source)."""
+    name = config.get("xpt_method") if isinstance(config, dict) else getattr(config, "xpt_method", None)
+    return METHODS.get(name or "")

@@ -1,0 +1,86 @@
+"""``validate``: every check of a loaded config that needs no files, each failure a one-line ConfigError that
+names the key. Checks that span phases are in ``xpt_ds.config.phase_checks``."""
+from __future__ import annotations
+
+from xpt_ds.config.embedding_args import check_args
+from xpt_ds.config.job import DECAYS, ConfigError, TrainConfig
+from xpt_ds.config.methods import METHODS
+from xpt_ds.config.phase_checks import check_objectives, check_phase_start
+
+def validate(cfg: TrainConfig) -> None:
+    """Checks that need no files; model/tokenizer/phase-pattern checks live with their builders."""
+    m = cfg.model
+    if m.method not in METHODS:
+        raise ConfigError(f"config key 'model.method' is '{m.method}'; valid: {', '.join(METHODS)}")
+    if m.itl_init not in ("random", "copy"):
+        raise ConfigError(f"config key 'model.itl_init' is '{m.itl_init}'; valid: random, copy")
+    if not m.source:
+        raise ConfigError("config key 'model.source' is required (hub id or local path)")
+    m.embedding_init_args = check_args(m.embedding_init, m.embedding_init_args)
+    if not m.tokenizer and METHODS[m.method].vocab == "target":
+        raise ConfigError("config key 'model.tokenizer' is required (SentencePiece .model file)")
+    if not cfg.phases:
+        raise ConfigError("config key 'phases' is empty; give at least one phase with steps and lr")
+    for i, ph in enumerate(cfg.phases):
+        key = f"phases[{i}]"
+        if not ph.name:
+            raise ConfigError(f"config key '{key}.name' is required")
+        if ph.steps <= 0:
+            raise ConfigError(f"config key '{key}.steps' must be > 0, got {ph.steps}")
+        if ph.lr <= 0:
+            raise ConfigError(f"config key '{key}.lr' must be > 0, got {ph.lr}")
+        if not 0 <= ph.warmup_steps <= ph.steps:
+            raise ConfigError(f"config key '{key}.warmup_steps' must be in [0, steps={ph.steps}], got {ph.warmup_steps}")
+        if ph.decay not in DECAYS:
+            raise ConfigError(f"config key '{key}.decay' is '{ph.decay}'; valid: {', '.join(DECAYS)}")
+        if not 0.0 <= ph.min_lr_ratio <= 1.0:
+            raise ConfigError(f"config key '{key}.min_lr_ratio' must be in [0, 1], got {ph.min_lr_ratio}")
+    names = [ph.name for ph in cfg.phases]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"config key 'phases' has duplicate names: {names}")
+    for i, ph in enumerate(cfg.phases):
+        check_phase_start(i, ph, names)
+    if not cfg.data.train_shards:
+        raise ConfigError("config key 'data.train_shards' is empty")
+    if cfg.data.seq_len < 8:
+        raise ConfigError(f"config key 'data.seq_len' must be >= 8, got {cfg.data.seq_len}")
+    d = cfg.data
+    if not 0 < d.mask_prob < 1 or d.mask_replace_prob + d.random_replace_prob > 1 or min(
+            d.mask_replace_prob, d.random_replace_prob) < 0:
+        raise ConfigError("config keys 'data.mask_*' must satisfy 0<mask_prob<1 and replace fractions summing to <= 1")
+    if d.on_corrupt_shard not in ("fail", "skip"):
+        raise ConfigError(f"config key 'data.on_corrupt_shard' is '{d.on_corrupt_shard}'; valid: fail, skip")
+    if d.train_tokens < 0:
+        raise ConfigError(f"config key 'data.train_tokens' must be >= 0 (0 = all), got {d.train_tokens}")
+    if d.num_workers < 0:
+        raise ConfigError(f"config key 'data.num_workers' must be >= 0, got {d.num_workers}")
+    if d.parallel_shards and not METHODS[m.method].trelm:
+        raise ConfigError(f"config key 'data.parallel_shards' is set but model.method '{m.method}' reads no "
+                          "parallel data (only trelm does)")
+    if d.source_shards and not METHODS[m.method].trelm:
+        raise ConfigError(f"config key 'data.source_shards' is set but model.method '{m.method}' reads no English "
+                          "text (only trelm does)")
+    if d.parallel_micro_batch < 0:
+        raise ConfigError(f"config key 'data.parallel_micro_batch' must be >= 0, got {d.parallel_micro_batch}")
+    check_objectives(cfg)
+    o = cfg.optim
+    for k in ("micro_batch_size", "grad_accum"):
+        if getattr(o, k) < 1:
+            raise ConfigError(f"config key 'optim.{k}' must be >= 1, got {getattr(o, k)}")
+    if len(o.betas) != 2:
+        raise ConfigError(f"config key 'optim.betas' must have 2 values, got {o.betas}")
+    if cfg.checkpoint.keep_last < 0:
+        raise ConfigError(f"config key 'checkpoint.keep_last' must be >= 0, got {cfg.checkpoint.keep_last}")
+    if cfg.logging.log_every < 1:
+        raise ConfigError(f"config key 'logging.log_every' must be >= 1, got {cfg.logging.log_every}")
+    g = cfg.guard
+    if g.max_bad_steps < 0:
+        raise ConfigError(f"config key 'guard.max_bad_steps' must be >= 0, got {g.max_bad_steps}")
+    for k in ("loss_spike_ratio", "slow_step_ratio"):
+        if getattr(g, k) != 0 and getattr(g, k) <= 1:
+            raise ConfigError(f"config key 'guard.{k}' must be > 1 (or 0 = off), got {getattr(g, k)}")
+    for k in ("loss_spike_window", "slow_step_window"):
+        if getattr(g, k) < 2:
+            raise ConfigError(f"config key 'guard.{k}' must be >= 2, got {getattr(g, k)}")
+
+

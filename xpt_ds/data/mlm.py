@@ -1,0 +1,376 @@
+"""Packed, dynamically masked MLM batches from WebDataset token shards (docs/shard_format.md).
+
+The data is one infinite token stream: epoch e's documents (shards permuted, then a seeded shuffle buffer
+over documents), each followed by ``sep``; epochs back to back. Training sequence i is
+``cls + stream[i*(L-2):(i+1)*(L-2)] + sep`` (RoBERTa full-sentences packing: no padding). Rank r's
+micro-batch b holds sequences ``S0 + (b*R + r)*B + j``, so every sequence, hence every document, is used
+exactly once per epoch across ranks, and the loader's whole position is one integer: the global number
+of sequences consumed. It survives a restart with any number of DataLoader workers (worker w builds
+batches b = w mod W, which the in-order DataLoader returns in order) and with any number of ranks.
+Masks are drawn per sequence from a generator seeded by (seed, sequence index): no RNG state to save.
+
+``data.train_tokens = N`` restricts every training epoch to one fixed subset: the documents of a seeded
+permutation of the whole corpus (independent of N and of the epoch), taken in that order until N stream
+tokens, the last one cut. So every epoch holds exactly N tokens, and a smaller N's subset is a prefix of a
+larger N's (a nested ladder of data sizes). Each epoch still re-shuffles the subset's order.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import signal
+from functools import lru_cache
+from itertools import count
+from pathlib import Path
+
+import braceexpand
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+from xpt_ds.config import ConfigError, DataConfig
+from xpt_ds.data.shards import DataError, DocReader, ShardIndex, scan_shards
+from xpt_ds.data.tokenizer import TargetTokenizer
+
+FORMAT_VERSION = 1
+log = logging.getLogger(__name__)
+
+
+def _check_manifest_tokenizer(manifest: Path, meta: dict, tok: TargetTokenizer) -> None:
+    kind = meta.get("tokenizer_kind", "sentencepiece")  # manifests before --hf-tokenizer have no kind
+    if kind != tok.kind:
+        raise ConfigError(f"manifest {manifest} was tokenized with a {kind} tokenizer ({meta.get('tokenizer')}) "
+                          f"but the run's tokenizer {tok.path} is {tok.kind}")
+    if meta.get("vocab_size") != tok.vocab_size:
+        raise ConfigError(f"manifest {manifest} has vocab_size {meta.get('vocab_size')} but model.tokenizer "
+                          f"{tok.path} has {tok.vocab_size}: the shards were made with another tokenizer")
+    if kind == "huggingface":  # the serialised backend: survives save_pretrained, unlike the files' bytes
+        if meta.get("tokenizer_content_sha256") != tok.content_sha256:
+            raise ConfigError(f"manifest {manifest} was tokenized with Hugging Face tokenizer {meta.get('tokenizer')}, "
+                              f"not with {tok.path} (content sha256 {str(meta.get('tokenizer_content_sha256'))[:12]}… "
+                              f"vs {tok.content_sha256[:12]}…)")
+        return
+    sha = hashlib.sha256(Path(tok.path).read_bytes()).hexdigest()
+    if meta.get("tokenizer_sha256") not in (None, sha):
+        raise ConfigError(f"manifest {manifest} was tokenized with a different SentencePiece model than "
+                          f"model.tokenizer {tok.path} (sha256 {meta['tokenizer_sha256'][:12]}… vs {sha[:12]}…)")
+
+
+def expand_shards(specs: list[str], tok: TargetTokenizer | None = None) -> list[str]:
+    """Paths, brace patterns (``train-{000000..000003}.tar``) or ``manifest.json:split``.
+
+    With ``tok``, a manifest must record the same tokenizer (vocab size and sha256)."""
+    out = []
+    for spec in specs:
+        path, _, split = spec.partition(".json:")
+        if split:
+            manifest = Path(path + ".json")
+            if not manifest.is_file():
+                raise ConfigError(f"manifest not found: {manifest}")
+            meta = json.loads(manifest.read_text())
+            if meta.get("format_version") != FORMAT_VERSION:
+                raise ConfigError(f"manifest {manifest} has format_version {meta.get('format_version')}, "
+                                  f"expected {FORMAT_VERSION}")
+            if tok is not None:
+                _check_manifest_tokenizer(manifest, meta, tok)
+            if split not in meta["splits"]:
+                raise ConfigError(f"manifest {manifest} has no split '{split}' (has {', '.join(meta['splits'])})")
+            out += [str(manifest.parent / s) for s in meta["splits"][split]["shards"]]
+        else:
+            out += list(braceexpand.braceexpand(spec))
+    for s in out:
+        if not Path(s).is_file():
+            raise ConfigError(f"shard not found: {s}")
+    return out
+
+
+def manifest_counts(specs: list[str]) -> dict[str, tuple[int, int]]:
+    """Shard path -> (documents, tokens) the manifests among ``specs`` record: per shard
+    (``shard_documents``/``shard_tokens``), or the split's totals when the split has one shard (manifests
+    written before per-shard counts)."""
+    counts = {}
+    for spec in specs:
+        path, _, split = spec.partition(".json:")
+        if not split:
+            continue
+        manifest = Path(path + ".json")
+        entry = json.loads(manifest.read_text())["splits"][split]
+        shards = [str(manifest.parent / s) for s in entry["shards"]]
+        if "shard_documents" in entry and "shard_tokens" in entry:
+            counts.update(zip(shards, zip(entry["shard_documents"], entry["shard_tokens"])))
+        elif len(shards) == 1 and "documents" in entry and "tokens" in entry:
+            counts[shards[0]] = (entry["documents"], entry["tokens"])
+    return counts
+
+
+def shuffle_buffer(ids: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
+    """Streaming shuffle: hold ``size`` items, emit a random one, put the next in its place."""
+    if size <= 1 or len(ids) <= 1:
+        return ids
+    out = np.empty_like(ids)
+    buf = ids[:size].copy()
+    draws = rng.random(max(0, len(ids) - size))
+    for j, x in enumerate(ids[size:]):
+        i = int(draws[j] * len(buf))
+        out[j], buf[i] = buf[i], x
+    out[len(ids) - len(buf):] = rng.permutation(buf)
+    return out
+
+
+class TokenStream:
+    """The epoch-concatenated token stream over indexed shards; reads only the tokens asked for."""
+
+    def __init__(self, indexes: list[ShardIndex], tok: TargetTokenizer, cfg: DataConfig, skipped: list[str] = (),
+                 max_tokens: int = 0):
+        self.skipped = list(skipped)  # corrupt shards left out (data.on_corrupt_shard: skip)
+        if not indexes or sum(len(i.lengths) for i in indexes) == 0:
+            raise ConfigError(f"no documents in shards {[i.path for i in indexes][:3]}")
+        self.indexes, self.tok, self.cfg = indexes, tok, cfg
+        self.doc_shard = np.concatenate([np.full(len(ix.lengths), s, np.int64) for s, ix in enumerate(indexes)])
+        self.doc_local = np.concatenate([np.arange(len(ix.lengths), dtype=np.int64) for ix in indexes])
+        self.shard_starts = np.concatenate([[0], np.cumsum([len(ix.lengths) for ix in indexes])])
+        self.sep = 1 if cfg.doc_separator else 0
+        self.doc_tokens = np.concatenate([ix.lengths for ix in indexes]).astype(np.int64) + self.sep
+        self.epoch_docs = np.arange(len(self.doc_tokens))  # sorted global ids of the documents every epoch uses
+        if max_tokens:
+            self._restrict(max_tokens)
+        self.epoch_tokens = int(self.doc_tokens[self.epoch_docs].sum())
+        self.reader = DocReader(indexes)
+
+    def _restrict(self, max_tokens: int) -> None:
+        """Keep the first ``max_tokens`` stream tokens of a seeded document order that depends on neither
+        ``max_tokens`` nor the epoch, so subsets of the same seed are nested."""
+        total = int(self.doc_tokens.sum())
+        if max_tokens > total:
+            raise ConfigError(f"config key 'data.train_tokens' is {max_tokens:,} but the training shards hold "
+                              f"only {total:,} tokens ({self.indexes[0].path}, ...)")
+        # spawn_key keeps this stream apart from the per-epoch default_rng([seed, epoch]) streams
+        order = np.random.default_rng(np.random.SeedSequence(self.cfg.seed, spawn_key=(1,))).permutation(
+            len(self.doc_tokens))
+        cum = np.cumsum(self.doc_tokens[order])
+        k = int(np.searchsorted(cum, max_tokens))  # order[k] is the last document, cut to fill up to max_tokens
+        self.doc_tokens[order[k]] -= int(cum[k]) - max_tokens  # a cut document keeps its separator
+        self.epoch_docs = np.sort(order[:k + 1])
+
+    @lru_cache(maxsize=2)
+    def layout(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+        """(global doc ids in epoch order, token offset of each doc in the epoch with a final total)."""
+        rng = np.random.default_rng([self.cfg.seed, epoch])
+        shard_order = rng.permutation(len(self.indexes))
+        bounds = np.searchsorted(self.epoch_docs, self.shard_starts)  # shard s: epoch_docs[bounds[s]:bounds[s+1]]
+        docs = np.concatenate([self.epoch_docs[bounds[s]:bounds[s + 1]] for s in shard_order])
+        docs = shuffle_buffer(docs, self.cfg.shuffle_docs, rng)
+        return docs, np.concatenate([[0], np.cumsum(self.doc_tokens[docs])])
+
+    def tokens(self, start: int, stop: int) -> np.ndarray:
+        """Stream positions ``[start, stop)``."""
+        out, pos = [], start
+        while pos < stop:
+            epoch, off = divmod(pos, self.epoch_tokens)
+            docs, cum = self.layout(epoch)
+            k = int(np.searchsorted(cum, off, side="right")) - 1
+            doc, a = int(docs[k]), off - int(cum[k])
+            b = min(int(self.doc_tokens[doc]), a + stop - pos)
+            body_end = min(b, int(self.doc_tokens[doc]) - self.sep)
+            if a < body_end:
+                out.append(self._read(doc, a, body_end))
+            if b > body_end:
+                out.append(np.array([self.tok.sep_id], np.int64))
+            pos += b - a
+        return np.concatenate(out)
+
+    def _read(self, doc: int, start: int, stop: int) -> np.ndarray:
+        """Tokens ``[start, stop)`` of global document ``doc``; an id outside the vocabulary names its shard."""
+        shard, local = int(self.doc_shard[doc]), int(self.doc_local[doc])
+        ids = self.reader.read(shard, local, start, stop).astype(np.int64)
+        if ids.size and ids.max() >= self.tok.vocab_size:
+            raise DataError(f"shard {self.indexes[shard].path} (document {local}) holds token id {ids.max()} >= "
+                            f"vocab size {self.tok.vocab_size} of {self.tok.path}: it was made with another tokenizer")
+        return ids
+
+
+class MLMMasker:
+    """Vectorised 80/10/10 masking that never masks or produces special tokens, seeded per sequence."""
+
+    def __init__(self, cfg: DataConfig, tok: TargetTokenizer):
+        self.cfg, self.tok = cfg, tok
+        self.special = torch.tensor(tok.special_ids)
+        keep = torch.ones(tok.vocab_size, dtype=torch.bool)
+        keep[self.special] = False
+        self.normal_ids = keep.nonzero().squeeze(1)  # random replacements are drawn from these
+
+    def __call__(self, ids: torch.Tensor, seeds: list[int]) -> dict[str, torch.Tensor]:
+        c, T = self.cfg, ids.shape[1]
+        draws = []
+        for seed in seeds:  # [B] generators: masks depend on the sequence, not on batch or world size
+            g = torch.Generator().manual_seed(seed)
+            draws.append((torch.rand(T, generator=g), torch.rand(T, generator=g),
+                          torch.randint(len(self.normal_ids), (T,), generator=g)))
+        select_u, action_u, random_i = (torch.stack(x) for x in zip(*draws))  # each [B, T]
+        selected = (select_u < c.mask_prob) & ~torch.isin(ids, self.special)
+        to_mask = selected & (action_u < c.mask_replace_prob)
+        to_random = selected & ~to_mask & (action_u < c.mask_replace_prob + c.random_replace_prob)
+        inputs = torch.where(to_mask, self.tok.mask_id, torch.where(to_random, self.normal_ids[random_i], ids))
+        positions = selected.flatten().nonzero().squeeze(1)  # [M] flat indices into B*T
+        return {"input_ids": inputs, "mlm_positions": positions, "mlm_targets": ids.flatten()[positions]}
+
+
+def sequence_seed(seed: int, salt: int, i: int) -> int:
+    """Mask seed of sequence i (salt 0: training, 1: validation and evaluate, 2: the probe's source text, 3: TreLM's
+    English training text, data.source_shards)."""
+    return int.from_bytes(hashlib.blake2b(f"{seed}/{salt}/{i}".encode(), digest_size=8).digest(), "little") >> 1
+
+
+class _BatchPlan:
+    """Which sequences make up rank r's micro-batch b, and how to build it."""
+
+    def __init__(self, stream: TokenStream, masker: MLMMasker, micro_batch: int, rank: int, world: int,
+                 first_sequence: int, single_pass: bool, salt: int):
+        self.stream, self.masker = stream, masker
+        self.B, self.rank, self.world, self.first = micro_batch, rank, world, first_sequence
+        self.body = stream.cfg.seq_len - 2
+        self.salt = salt
+        # single pass (validation): epoch 0 only; the last sequence is padded, missing rows are all padding.
+        self.n_sequences = -(-stream.epoch_tokens // self.body) if single_pass else None
+        self.n_batches = -(-(self.n_sequences - first_sequence) // (micro_batch * world)) if single_pass else None
+
+    def batch(self, b: int) -> dict[str, torch.Tensor]:
+        tok, L = self.stream.tok, self.stream.cfg.seq_len
+        seq_ids = [self.first + (b * self.world + self.rank) * self.B + j for j in range(self.B)]
+        rows = np.full((self.B, L), tok.pad_id, np.int64)
+        for j, i in enumerate(seq_ids):
+            stop = (i + 1) * self.body
+            if self.n_sequences is not None:  # past the end: an empty cls+sep row keeps the attention row valid
+                stop = min(stop, self.stream.epoch_tokens)
+            body = self.stream.tokens(i * self.body, stop) if i * self.body < stop else np.empty(0, np.int64)
+            rows[j, 0], rows[j, 1:1 + len(body)], rows[j, 1 + len(body)] = tok.cls_id, body, tok.sep_id
+        ids = torch.from_numpy(rows)
+        out = self.masker(ids, [sequence_seed(self.stream.cfg.seed, self.salt, i) for i in seq_ids])
+        out["seq_ids"] = torch.tensor(seq_ids)
+        if (ids == tok.pad_id).any():
+            out["attention_mask"] = (ids != tok.pad_id).long()
+        return out
+
+
+class _WorkerFailure:
+    """A DataError in a DataLoader worker, passed on as an item: torch would re-raise it in the main process
+    with the worker's traceback in its message (torch.utils.data._utils.ExceptionWrapper), and the user would
+    see that instead of the one line that names the shard."""
+
+    def __init__(self, message: str):
+        self.message = message
+
+
+def _ignore_stop_signals(worker_id: int) -> None:
+    """DataLoader workers ignore SIGTERM, SIGUSR1 and SIGINT. A scheduler's SIGTERM (a Slurm time limit,
+    preemption, ``scancel``, ``kill -TERM`` of the process group) reaches the workers too; a worker that dies of
+    it makes torch's SIGCHLD handler raise in the rank, in the middle of the preemption checkpoint. The rank
+    alone decides to stop, and then shuts its workers down (``MLMBatchStream.close``)."""
+    for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
+
+
+class _BatchDataset(IterableDataset):
+    def __init__(self, plan: _BatchPlan):
+        self.plan = plan
+
+    def __iter__(self):
+        info = get_worker_info()
+        w, W = (info.id, info.num_workers) if info else (0, 1)
+        stop = self.plan.n_batches
+        for b in count(w, W):
+            if stop is not None and b >= stop:
+                return
+            try:
+                batch = self.plan.batch(b)
+            except DataError as e:
+                if info is None:
+                    raise
+                yield _WorkerFailure(str(e))
+                return
+            yield batch
+
+
+class MLMBatchStream:
+    """This rank's micro-batches: infinite for training, one pass over epoch 0 for validation."""
+
+    def __init__(self, stream: TokenStream, masker: MLMMasker, micro_batch: int, rank: int, world: int,
+                 num_workers: int, single_pass: bool = False, salt: int | None = None):
+        self.stream, self.masker = stream, masker
+        self.micro_batch, self.rank, self.world = micro_batch, rank, world
+        self.num_workers, self.single_pass = num_workers, single_pass
+        self.salt = (1 if single_pass else 0) if salt is None else salt  # sequence_seed
+        self.sequences = 0  # global sequences consumed, the loader's whole state
+        self._it = None
+
+    def state_dict(self) -> dict:
+        return {"sequences": self.sequences}
+
+    def load_state_dict(self, sd: dict) -> None:
+        self.sequences = int(sd["sequences"])
+        self._it = None
+
+    @property
+    def epoch(self) -> int:
+        return self.sequences * (self.stream.cfg.seq_len - 2) // self.stream.epoch_tokens
+
+    def _loader(self):
+        plan = _BatchPlan(self.stream, self.masker, self.micro_batch, self.rank, self.world,
+                          first_sequence=self.sequences, single_pass=self.single_pass, salt=self.salt)
+        ds = _BatchDataset(plan)
+        # Own generator: a DataLoader iterator otherwise draws its base seed from the global RNG, which
+        # would shift the dropout stream whenever the iterator is (re)created, e.g. after a resume.
+        return iter(DataLoader(ds, batch_size=None, num_workers=self.num_workers, generator=torch.Generator(),
+                               prefetch_factor=4 if self.num_workers else None,
+                               worker_init_fn=_ignore_stop_signals if self.num_workers else None))
+
+    def close(self) -> None:
+        """Shut the worker processes down (they ignore stop signals, so they wait to be told)."""
+        it, self._it = self._it, None
+        if it is not None and hasattr(it, "_shutdown_workers"):
+            it._shutdown_workers()
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> dict[str, torch.Tensor]:
+        if self._it is None:
+            self._it = self._loader()
+        batch = next(self._it)
+        if isinstance(batch, _WorkerFailure):
+            raise DataError(batch.message)
+        self.sequences += self.micro_batch * self.world
+        return batch
+
+
+def build_stream(shards: list[str], cfg: DataConfig, tok: TargetTokenizer, max_tokens: int = 0,
+                 expected: dict[str, tuple[int, int]] | None = None) -> TokenStream:
+    """``max_tokens`` > 0: every epoch is the same fixed subset of that many tokens (training only).
+    ``expected``: ``manifest_counts`` of the specs the shards came from."""
+    indexes, skipped = scan_shards(shards, cfg.on_corrupt_shard, expected)
+    if skipped:
+        log.warning("skipped %d corrupt shard(s) of %d: %s", len(skipped), len(shards), ", ".join(skipped))
+    return TokenStream(indexes, tok, cfg, skipped, max_tokens)
+
+
+def build_streams(cfg: DataConfig, tok: TargetTokenizer, micro_batch: int, rank: int, world: int):
+    masker = MLMMasker(cfg, tok)
+    train = MLMBatchStream(build_stream(expand_shards(cfg.train_shards, tok), cfg, tok, cfg.train_tokens,
+                                        manifest_counts(cfg.train_shards)), masker, micro_batch, rank, world,
+                           cfg.num_workers)
+    valid = None
+    if cfg.valid_shards:
+        valid = MLMBatchStream(build_stream(expand_shards(cfg.valid_shards, tok), cfg, tok, 0,
+                                            manifest_counts(cfg.valid_shards)), masker, micro_batch, rank, world,
+                               cfg.num_workers, single_pass=True)
+    return train, valid
+
+
+def build_source_stream(cfg: DataConfig, source_tok: TargetTokenizer, micro_batch: int, rank: int,
+                        world: int) -> MLMBatchStream:
+    """TreLM's English MLM sequences (data.source_shards, in model.source's tokenizer ids): the training stream's
+    packing and masking with their own mask seeds (salt 3) and the whole corpus every epoch."""
+    return MLMBatchStream(build_stream(expand_shards(cfg.source_shards, source_tok), cfg, source_tok, 0,
+                                       manifest_counts(cfg.source_shards)), MLMMasker(cfg, source_tok), micro_batch,
+                          rank, world, cfg.num_workers, salt=3)

@@ -1,0 +1,151 @@
+"""Random access to WebDataset token-id shards (docs/shard_format.md) through a per-shard document index.
+
+The index (byte offset and token count of every document) is read from the tar and .npy headers only,
+so every rank can lay out the whole epoch's token stream without decoding it, then read just the
+documents it needs. A shard that is truncated or holds a bad member fails the scan, naming the shard.
+"""
+from __future__ import annotations
+
+import io
+import logging
+import os
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from xpt_ds.errors import UserError
+
+log = logging.getLogger(__name__)
+
+_BLOCK = 512
+
+
+class DataError(UserError, ValueError):
+    """Unusable training data (corrupt shard, ids outside the vocabulary); the message names the shard."""
+
+
+@dataclass(frozen=True)
+class ShardIndex:
+    path: str
+    offsets: np.ndarray  # int64 [n_docs]: byte offset of each document's array data
+    lengths: np.ndarray  # int64 [n_docs]: tokens per document
+    dtype: np.dtype
+
+    @property
+    def tokens(self) -> int:
+        return int(self.lengths.sum())
+
+
+def npy_header(raw: bytes, name: str, allowed: tuple = (np.uint16, np.uint32)) -> tuple[np.dtype, tuple, int]:
+    """(dtype, shape, header bytes) of a 1-D ``.npy`` member whose dtype is one of ``allowed``."""
+    f = io.BytesIO(raw)
+    version = np.lib.format.read_magic(f)
+    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    shape, fortran, dtype = read(f)
+    if len(shape) != 1 or dtype not in allowed or fortran:
+        raise ValueError(f"{name} has dtype {dtype} shape {shape}, expected 1-D "
+                         f"{'/'.join(np.dtype(a).name for a in allowed)}")
+    return np.dtype(dtype), shape, f.tell()
+
+
+def read_member_header(fh, member: tarfile.TarInfo, size: int, allowed: tuple = (np.uint16, np.uint32)
+                       ) -> tuple[np.dtype, int, int]:
+    """(dtype, length, byte offset of the data) of one ``.npy`` tar member; ValueError if it is cut or malformed."""
+    if member.offset_data + member.size > size:
+        raise ValueError(f"{member.name} is truncated")
+    fh.seek(member.offset_data)
+    dtype, shape, header = npy_header(fh.read(min(member.size, 4096)), member.name, allowed)
+    if header + shape[0] * dtype.itemsize != member.size:
+        raise ValueError(f"{member.name}: {shape[0]} x {dtype} does not fill its {member.size} bytes")
+    return dtype, shape[0], member.offset_data + header
+
+
+def check_archive_end(fh, tar: tarfile.TarFile, size: int) -> None:
+    """After iterating ``tar``: tarfile takes an EOF at a header boundary for the end of the archive, so require
+    the real end-of-archive marker (two zero blocks) and at most a record's padding after it: a shard cut short
+    or zero-filled is never read silently."""
+    fh.seek(tar.offset)
+    if fh.read(2 * _BLOCK) != bytes(2 * _BLOCK):
+        raise ValueError("truncated: no end-of-archive marker")
+    trailing = size - tar.offset - 2 * _BLOCK
+    if trailing >= tarfile.RECORDSIZE:
+        raise ValueError(f"{trailing} bytes follow the end-of-archive marker at byte {tar.offset}: the "
+                         "rest of the shard is zero-filled or unreadable")
+
+
+def scan_shard(path: str, expected: tuple[int, int] | None = None) -> ShardIndex:
+    """Index one shard from its headers; raises DataError naming the shard if it is corrupt or truncated.
+
+    A tar reader takes the first zero block for the end of the archive, so a shard whose tail was zero-filled
+    (a torn copy, a file system that lost blocks) would read as a shorter, valid one. Two checks catch it:
+    after the end-of-archive marker only the tar record's padding may follow (tar pads to whole records of
+    ``tarfile.RECORDSIZE`` bytes), and ``expected`` (documents, tokens), the counts the manifest records for
+    this shard, must match what was indexed."""
+    offsets, lengths, dtypes = [], [], set()
+    try:
+        size = Path(path).stat().st_size
+        with open(path, "rb") as fh, tarfile.open(fileobj=fh, mode="r:") as tar:
+            for member in tar:
+                if not member.isfile() or not member.name.endswith(".ids.npy"):
+                    continue
+                dtype, length, offset = read_member_header(fh, member, size)
+                offsets.append(offset)
+                lengths.append(length)
+                dtypes.add(dtype)
+            check_archive_end(fh, tar, size)
+        if expected is not None and (len(lengths), int(sum(lengths))) != tuple(expected):
+            raise ValueError(f"holds {len(lengths)} documents / {int(sum(lengths))} tokens, the manifest records "
+                             f"{expected[0]} / {expected[1]} (zero-filled, cut or replaced)")
+    except (tarfile.TarError, ValueError, EOFError, OSError) as e:
+        raise DataError(f"corrupt shard {path}: {e}") from None
+    if len(dtypes) > 1:
+        raise DataError(f"corrupt shard {path}: mixed dtypes {sorted(map(str, dtypes))}")
+    return ShardIndex(path, np.asarray(offsets, np.int64), np.asarray(lengths, np.int64),
+                      dtypes.pop() if dtypes else np.dtype(np.uint16))
+
+
+def scan_shards(paths: list[str], on_corrupt: str, expected: dict[str, tuple[int, int]] | None = None
+                ) -> tuple[list[ShardIndex], list[str]]:
+    """Indexes of the readable shards, and the names of the skipped ones (``on_corrupt='skip'``).
+    ``expected``: path -> (documents, tokens) from the manifest, for the shards it lists."""
+    good, skipped = [], []
+    for path in paths:
+        try:
+            good.append(scan_shard(path, (expected or {}).get(path)))
+        except DataError as e:
+            if on_corrupt != "skip":
+                raise
+            log.warning("skipping %s", e)
+            skipped.append(path)
+    return good, skipped
+
+
+class DocReader:
+    """Reads documents by (shard, doc) with one open file per shard (opened lazily, per process)."""
+
+    def __init__(self, indexes: list[ShardIndex]):
+        self.indexes = indexes
+        self._files: dict[int, object] = {}
+        self._pid = os.getpid()
+
+    def read(self, shard: int, doc: int, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """Tokens ``[start, stop)`` of one document (only those bytes are read)."""
+        idx = self.indexes[shard]
+        if self._pid != os.getpid():  # a forked DataLoader worker: never share the parent's file offsets
+            self._files, self._pid = {}, os.getpid()
+        fh = self._files.get(shard)
+        if fh is None:
+            fh = self._files[shard] = open(idx.path, "rb")
+        stop = int(idx.lengths[doc]) if stop is None else stop
+        size = idx.dtype.itemsize
+        fh.seek(int(idx.offsets[doc]) + start * size)
+        raw = fh.read((stop - start) * size)
+        if len(raw) != (stop - start) * size:
+            raise DataError(f"corrupt shard {idx.path}: document {doc} is truncated")
+        return np.frombuffer(raw, dtype=idx.dtype)
+
+    def close(self) -> None:
+        for fh in self._files.values():
+            fh.close()
+        self._files.clear()

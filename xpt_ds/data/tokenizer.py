@@ -1,0 +1,155 @@
+"""The tokenizer whose ids the shards hold: special ids for the trainer, HF files for export.
+
+Usually the target-language SentencePiece model; for a method that keeps the source vocabulary (003's
+``keep_vocab``) the source model's own Hugging Face tokenizer."""
+from __future__ import annotations
+
+import functools
+import types
+from dataclasses import dataclass
+from pathlib import Path
+
+import sentencepiece as spm
+
+from xpt_ds.config import ConfigError
+
+MASK_CANDIDATES = ("<mask>", "[MASK]")
+HF_TOKENIZER_DIR = "hf_tokenizer"  # in a checkpoint tag directory: the Hugging Face tokenizer of keep_vocab
+
+
+@dataclass(frozen=True)
+class TargetTokenizer:
+    path: str
+    vocab_size: int
+    pad_id: int
+    cls_id: int  # SentencePiece bos: <s> (RoBERTa) or [CLS] (BERT)
+    sep_id: int  # SentencePiece eos: </s> (RoBERTa) or [SEP] (BERT)
+    unk_id: int
+    mask_id: int
+    kind: str = "sentencepiece"  # or 'huggingface' (path is then the tokenizer's directory or hub id)
+    content_sha256: str = ""  # huggingface: sha256 of the serialised backend (as data_tools records it)
+
+    @property
+    def special_ids(self) -> list[int]:
+        return sorted({self.pad_id, self.cls_id, self.sep_id, self.unk_id, self.mask_id})
+
+    def piece(self, i: int) -> str:
+        if self.kind == "huggingface":
+            return _load_hf(self.path).convert_ids_to_tokens(i)
+        return _load(self.path).id_to_piece(i)
+
+    @property
+    def marker_style(self) -> str:
+        """How a piece's text marks word starts (``mlm_metrics.piece_chars``)."""
+        if self.kind == "sentencepiece":
+            return "sentencepiece"
+        backend = _load_hf(self.path).backend_tokenizer
+        if type(backend.model).__name__ == "WordPiece":
+            return "wordpiece"
+        return "byte_level" if "ByteLevel" in backend.to_str() else "sentencepiece"
+
+
+@functools.lru_cache(maxsize=4)
+def _load_hf(path: str):
+    from transformers import AutoTokenizer
+    return AutoTokenizer.from_pretrained(path, trust_remote_code=False)  # never a directory's own code
+
+
+def build_hf_tokenizer(path: str, what: str = "config key 'model.tokenizer'") -> TargetTokenizer:
+    """Special ids of a Hugging Face tokenizer (directory or hub id); a missing tokenizer or special token is a
+    one-line error naming ``what`` and ``path``."""
+    import hashlib
+    try:
+        hf = _load_hf(path)
+    except (OSError, ValueError, TypeError) as e:
+        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"{what}: cannot load a Hugging Face tokenizer from {path} ({why})") from None
+    ids = {"pad": hf.pad_token_id, "cls": hf.cls_token_id, "sep": hf.sep_token_id, "unk": hf.unk_token_id,
+           "mask": hf.mask_token_id}
+    missing = [k for k, v in ids.items() if v is None]
+    if missing:
+        raise ConfigError(f"{what}: Hugging Face tokenizer {path} has no {', '.join(missing)} token")
+    backend = getattr(hf, "backend_tokenizer", None)
+    if backend is None:
+        raise ConfigError(f"{what}: {path} has no fast (tokenizers) backend")
+    return TargetTokenizer(path=str(path), vocab_size=len(hf), pad_id=ids["pad"], cls_id=ids["cls"],
+                           sep_id=ids["sep"], unk_id=ids["unk"], mask_id=ids["mask"], kind="huggingface",
+                           content_sha256=hashlib.sha256(backend.to_str().encode()).hexdigest())
+
+
+def tokenizer_for(model_cfg) -> TargetTokenizer:
+    """The run's tokenizer: the source's Hugging Face tokenizer for a method that keeps the source vocabulary
+    (``model.tokenizer`` names it, or is empty for ``model.source``'s own), else the SentencePiece model."""
+    from xpt_ds.config.methods import METHODS
+    if METHODS[model_cfg.method].vocab == "source":
+        key = "model.tokenizer" if model_cfg.tokenizer else "model.source"
+        return build_hf_tokenizer(model_cfg.tokenizer or model_cfg.source, f"config key '{key}'")
+    return build_tokenizer(model_cfg.tokenizer, model_cfg.mask_token)
+
+
+def saved_tokenizer(directory: Path) -> TargetTokenizer:
+    """The tokenizer a checkpoint tag directory or an export holds: ``spm.model`` if present, else the Hugging
+    Face tokenizer in ``hf_tokenizer/`` (checkpoints of keep_vocab) or in the directory itself (its export)."""
+    directory = Path(directory)
+    if (directory / "spm.model").is_file():
+        return build_tokenizer(str(directory / "spm.model"))
+    for d in (directory / HF_TOKENIZER_DIR, directory):
+        if (d / "tokenizer_config.json").is_file():
+            return build_hf_tokenizer(str(d), f"saved tokenizer {d}")
+    raise FileNotFoundError(f"{directory} has no spm.model and no Hugging Face tokenizer")
+
+
+def copy_hf_tokenizer(path: str, out_dir: Path) -> None:
+    """Write the Hugging Face tokenizer at ``path`` (directory or hub id) to ``out_dir`` (``save_pretrained``:
+    what stock ``AutoTokenizer.from_pretrained`` loads)."""
+    _load_hf(str(path)).save_pretrained(str(out_dir))
+
+
+@functools.lru_cache(maxsize=8)
+def _load(path: str) -> spm.SentencePieceProcessor:
+    return spm.SentencePieceProcessor(model_file=path)
+
+
+def build_tokenizer(path: str, mask_token: str = "") -> TargetTokenizer:
+    """Read special-token ids; a missing file or special piece is a one-line error."""
+    if not Path(path).is_file():
+        raise ConfigError(f"config key 'model.tokenizer': SentencePiece model not found: {path}")
+    try:
+        sp = _load(path)
+    except (RuntimeError, OSError) as e:
+        raise ConfigError(f"config key 'model.tokenizer': {path} is not a SentencePiece model ({e})") from None
+    ids = {"pad": sp.pad_id(), "bos (cls)": sp.bos_id(), "eos (sep)": sp.eos_id(), "unk": sp.unk_id()}
+    missing = [k for k, v in ids.items() if v < 0]
+    if missing:
+        raise ConfigError(f"tokenizer {path} lacks {', '.join(missing)} id(s); train it with data_tools.prepare "
+                          "(pad_id/bos_id/eos_id/unk_id must be >= 0)")
+    candidates = (mask_token,) if mask_token else MASK_CANDIDATES
+    mask_ids = [sp.piece_to_id(t) for t in candidates if sp.piece_to_id(t) != sp.unk_id()]
+    if not mask_ids:
+        raise ConfigError(f"tokenizer {path} has no mask piece (looked for {', '.join(candidates)})")
+    return TargetTokenizer(path=path, vocab_size=sp.get_piece_size(), pad_id=sp.pad_id(), cls_id=sp.bos_id(),
+                           sep_id=sp.eos_id(), unk_id=sp.unk_id(), mask_id=mask_ids[0])
+
+
+def save_hf_tokenizer(tok: TargetTokenizer, out_dir: Path, model_max_length: int, token_types: int) -> None:
+    """Write tokenizer.json etc. that stock ``AutoTokenizer.from_pretrained`` loads, with the same ids as spm.
+    Pairs follow the model family: with ``token_types`` > 1 BERT's ``[CLS] A [SEP] B [SEP]`` with B in segment 1;
+    otherwise RoBERTa's ``<s> A </s></s> B </s>`` all in segment 0 (its only token type)."""
+    from tokenizers import processors
+    from transformers import PreTrainedTokenizerFast
+    from transformers.convert_slow_tokenizer import SpmConverter
+
+    backend = SpmConverter(types.SimpleNamespace(vocab_file=tok.path)).converted()
+    cls, sep = tok.piece(tok.cls_id), tok.piece(tok.sep_id)
+    backend.post_processor = processors.TemplateProcessing(
+        single=f"{cls} $A {sep}",
+        pair=f"{cls} $A {sep} $B:1 {sep}:1" if token_types > 1 else f"{cls} $A {sep} {sep} $B {sep}",
+        special_tokens=[(cls, tok.cls_id), (sep, tok.sep_id)])
+    hf = PreTrainedTokenizerFast(
+        tokenizer_object=backend, bos_token=cls, eos_token=sep, cls_token=cls, sep_token=sep,
+        pad_token=tok.piece(tok.pad_id), unk_token=tok.piece(tok.unk_id), mask_token=tok.piece(tok.mask_id),
+        model_max_length=model_max_length,
+        model_input_names=["input_ids", "token_type_ids", "attention_mask"] if token_types > 1
+        else ["input_ids", "attention_mask"])
+    hf.save_pretrained(str(out_dir))
+    (Path(out_dir) / "spm.model").write_bytes(Path(tok.path).read_bytes())

@@ -1,0 +1,139 @@
+"""What an embedding_init strategy works from and what it fills: ``InitContext`` (the target tokenizer, piece
+counts, the source model's rows and tokenizer, a seeded generator, each loaded only when asked for) and
+``Rows`` (the [target_vocab, hidden] matrix being built, what each row came from, and the report)."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from xpt_ds.config import ConfigError
+from xpt_ds.data.tokenizer import TargetTokenizer
+from xpt_ds.embedding_init.files import HF_TOKENIZER_FILES
+
+KINDS = ("copied", "special", "combined", "fallback", "random", "zero")
+EXAMPLES = 5  # per kind in the report
+
+
+@dataclass
+class InitContext:
+    tok: TargetTokenizer
+    source_embeddings: torch.Tensor  # float32 [source rows, hidden]: the source model's input embeddings
+    source: str  # model.source: where the source tokenizer is
+    generator: torch.Generator  # seeded with model.init_seed
+    std: float  # the source config's initializer_range
+    args: dict  # model.embedding_init_args, checked and filled with defaults
+    train_shards: list[str] = field(default_factory=list)
+    on_corrupt_shard: str = "fail"
+
+    @property
+    def hidden(self) -> int:
+        return self.source_embeddings.shape[1]
+
+    @cached_property
+    def pieces(self) -> list[str]:
+        return [self.tok.piece(i) for i in range(self.tok.vocab_size)]
+
+    @cached_property
+    def counts(self) -> np.ndarray:
+        """int64 [target vocab]: occurrences of each id in ``data.train_shards`` (all of them, in shard order)."""
+        if not self.train_shards:
+            raise ConfigError("config key 'data.train_shards' is empty; the embedding_init strategy counts pieces "
+                              "in it")
+        return count_pieces(self.train_shards, self.tok, self.on_corrupt_shard)
+
+    @cached_property
+    def source_tokenizer(self):
+        return load_source_tokenizer(self.source)
+
+
+def count_pieces(shards: list[str], tok: TargetTokenizer, on_corrupt: str = "fail") -> np.ndarray:
+    from xpt_ds.data.mlm import expand_shards
+    from xpt_ds.data.shards import DataError, DocReader, scan_shards
+
+    indexes, _ = scan_shards(expand_shards(shards, tok), on_corrupt)
+    counts = np.zeros(tok.vocab_size, np.int64)
+    reader = DocReader(indexes)
+    try:
+        for s, ix in enumerate(indexes):
+            if len(ix.lengths) == 0:
+                continue
+            ids = np.concatenate([reader.read(s, d) for d in range(len(ix.lengths))]).astype(np.int64)
+            if ids.size and ids.max() >= tok.vocab_size:
+                raise DataError(f"shard {ix.path} holds token id {ids.max()} >= vocab size {tok.vocab_size} of "
+                                f"{tok.path}: it was made with another tokenizer")
+            counts += np.bincount(ids, minlength=tok.vocab_size)
+    finally:
+        reader.close()
+    return counts
+
+
+def load_source_tokenizer(source: str):
+    """The source model's Hugging Face tokenizer; a directory without tokenizer files is a one-line error
+    (transformers 5's AutoTokenizer would build an empty tokenizer of the model's class from no files)."""
+    import transformers
+    if Path(source).is_dir() and not any((Path(source) / f).is_file() for f in HF_TOKENIZER_FILES):
+        raise ConfigError(f"config key 'model.source': {source} has no tokenizer files "
+                          f"({', '.join(HF_TOKENIZER_FILES[:3])}, ...), which model.embedding_init needs")
+    try:
+        return transformers.AutoTokenizer.from_pretrained(source, trust_remote_code=False)
+    except (OSError, ValueError, TypeError) as e:
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"config key 'model.source': {source} has no usable tokenizer, which model.embedding_init "
+                          f"needs ({reason[:200]})") from None
+
+
+class Rows:
+    """The target matrix being built (float32 [vocab, hidden], zeros until set) and where each row came from."""
+
+    def __init__(self, ctx: InitContext):
+        self.ctx = ctx
+        self.matrix = torch.zeros(ctx.tok.vocab_size, ctx.hidden, dtype=torch.float32)
+        self.kind = np.full(ctx.tok.vocab_size, "", dtype=object)
+        self.sources: dict[int, list] = {}  # row -> [source token, ...] or [[token, weight], ...]
+        self.kind[ctx.tok.pad_id] = "zero"
+
+    def unset(self) -> list[int]:
+        return [i for i in range(len(self.kind)) if not self.kind[i]]
+
+    def copy(self, i: int, source_id: int, token: str, kind: str = "copied") -> None:
+        self.matrix[i] = self.ctx.source_embeddings[source_id]
+        self.kind[i], self.sources[i] = kind, [token]
+
+    def set(self, i: int, row: torch.Tensor, kind: str, sources: list | None = None) -> None:
+        self.matrix[i] = row
+        self.kind[i] = kind
+        if sources is not None:
+            self.sources[i] = sources
+
+    def report(self, name: str, args: dict, **extra) -> dict:
+        counts = {k: int((self.kind == k).sum()) for k in KINDS}
+        examples = {k: [] for k in KINDS if counts[k] and k not in ("zero", "random")}
+        for i in range(len(self.kind)):
+            k = self.kind[i]
+            if k in examples and len(examples[k]) < EXAMPLES:
+                examples[k].append({"id": i, "piece": self.ctx.tok.piece(i), "source": self.sources.get(i, [])})
+        return {"strategy": name, "args": args, "rows": len(self.kind), **counts, **extra, "examples": examples}
+
+
+def kept_vocabulary_report(rows: int) -> dict:
+    """The report of a method that keeps the source vocabulary (keep_vocab): every row is the source's."""
+    return {"strategy": "source vocabulary kept", "args": {}, "rows": rows, "copied": rows, "examples": {}}
+
+
+def summary(report: dict) -> str:
+    """One log line."""
+    counts = ", ".join(f"{report[k]} {k}" for k in KINDS if report.get(k))
+    eg = next((e for k in ("copied", "combined") for e in report["examples"].get(k, [])[:1]), None)
+    tail = f"; e.g. {eg['piece']!r} <- {eg['source'][:2]}" if eg else ""
+    return f"embedding_init {report['strategy']}: {counts} of {report['rows']} rows{tail}"
+
+
+def write_report(report: dict, path: Path) -> None:
+    path.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+
+

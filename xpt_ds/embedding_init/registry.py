@@ -1,0 +1,50 @@
+"""Where the new target word embeddings start: the strategy interface, its report and the registry.
+
+A strategy (``model.embedding_init``, options in ``model.embedding_init_args``) is a function
+``fn(ctx: InitContext, rows: Rows) -> None`` that fills ``rows`` (the [target_vocab, hidden] matrix being built,
+and what each row came from). ``InitContext`` offers, loaded only when a strategy asks for them: the target
+SentencePiece pieces and their counts in ``data.train_shards``, the source model's input-embedding matrix and
+its Hugging Face tokenizer (from ``model.source``, offline), and a ``torch.Generator`` seeded with
+``model.init_seed``. Strategies compute on the CPU in float32/float64, walk ids in order and draw only from that
+generator, so every rank and every rerun gets the same matrix bit for bit (``engine.agree_on_initial_weights``
+checks). ``random`` is the exception that keeps its old bits: it draws from the global generator, which
+``build_model`` seeds with ``init_seed`` just before.
+
+Every strategy leaves the pad row zero. The report (``Rows.report``) counts rows by kind (``copied``,
+``special``, ``combined``, ``fallback``, ``random``, ``zero``) with a few examples each; the trainer logs it,
+writes ``RUN_DIR/embedding_init.json`` and puts it into every checkpoint's client state.
+
+The strategies are in ``xpt_ds/embedding_init/strategies.py``; the files they read (made by ``data_tools``) are
+read and checked by ``xpt_ds/embedding_init/files.py``.
+"""
+from __future__ import annotations
+
+import torch
+
+from xpt_ds.config.embedding_args import EMBEDDING_INITS, check_args
+from xpt_ds.embedding_init import strategies as s
+from xpt_ds.embedding_init.context import InitContext, Rows
+
+# name -> fn(ctx, rows); the options each takes, their defaults and a line of help are config's (embedding_args).
+STRATEGIES = {
+    "random": s.init_random,
+    "source_mean": s.init_source_mean,
+    "frequency_rank": s.init_frequency_rank,
+    "overlap_copy": s.init_overlap_copy,
+    "focus": s.init_focus,
+    "aligned": s.init_aligned,
+    "from_file": s.init_from_file,
+}
+assert STRATEGIES.keys() == EMBEDDING_INITS.keys()
+
+
+def init_embeddings(name: str, args: dict, ctx: InitContext) -> tuple[torch.Tensor, dict]:
+    """(float32 [target vocab, hidden], report) for strategy ``name``."""
+    args = check_args(name, args)
+    ctx.args = args
+    rows = Rows(ctx)
+    STRATEGIES[name](ctx, rows)
+    rows.matrix[ctx.tok.pad_id] = 0.0
+    left = rows.unset()
+    assert not left, f"embedding_init {name} left rows {left[:5]} unset"
+    return rows.matrix, rows.report(name, args)

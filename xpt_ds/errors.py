@@ -1,0 +1,47 @@
+"""The errors a user can fix, and how every command reports them: one ``error:`` line, exit status 2.
+
+Every exception for bad input (a config key, a shard, a checkpoint, a model directory, a fine-tuning file)
+subclasses ``UserError``; its message names the culprit and fits on one line. ``cli_errors`` (a decorator of
+every command's ``main``) turns a UserError or an OSError (a file the checks did not foresee) into that line.
+"""
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Callable
+
+
+class UserError(Exception):
+    """Bad input; the message names the key, file or flag and fits on one line."""
+
+
+def os_error_line(e: OSError) -> str:
+    """An OSError as one line that names the file: 'PATH: No such file or directory'."""
+    if e.filename is None:
+        return e.strerror or str(e)
+    if e.filename2 is None:
+        return f"{e.filename}: {e.strerror or e}"
+    return f"{e.filename} -> {e.filename2}: {e.strerror or e}"
+
+
+def error_line(e: Exception) -> str:
+    return os_error_line(e) if isinstance(e, OSError) else str(e)
+
+
+def say(line: str) -> None:
+    """One write per line: every rank may report the same error, and two ranks' lines must not interleave."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+def cli_errors(main: Callable[..., int]) -> Callable[..., int]:
+    """Decorator of every command's ``main(argv) -> int``: a UserError or OSError becomes one ``error:`` line on
+    stderr and exit status 2, with no traceback."""
+    @functools.wraps(main)
+    def run(*args, **kwargs) -> int:
+        try:
+            return main(*args, **kwargs)
+        except (UserError, OSError) as e:
+            say(f"error: {error_line(e)}")
+            return 2
+    return run

@@ -1,0 +1,93 @@
+"""002 Table 2's intrinsic metrics (PPL, Hits@1/3/5/10, MRR, MR) on the masked tokens of held-out shards, as
+JSON. Masks are seeded per sequence (``data.seed``), so every model evaluated on the same shards with the
+same tokenizer, sequence length and seed is scored on the same tokens. With ``--run`` the data settings come
+from the run's config; the numbers then match the run's own periodic validation on its validation shards,
+which uses the same code (``MLMStats`` over the objective's logits: ``MaskedLMObjective``, or for trelm
+``TreLMObjective``'s MLM path through the TRILayer).
+
+Which figure compares what: loss, PPL, Hits@k, MRR and MR are per piece and compare only models with the same
+vocabulary (the same tokenizer made the shards). ``bits_per_char`` (the masked pieces' NLL in bits over the
+``chars`` characters of their surface text; ``mlm_metrics.piece_chars``) compares models across vocabularies,
+e.g. a new SentencePiece vocabulary against the source's kept one (003), each on shards of the same text.
+``bits_per_word`` (004 §3) does the same per word: the same NLL in bits over ``words``, the masked pieces that
+begin a word (``mlm_metrics.bits_per_word`` says why that estimates bits per word of the text).
+
+``--unigram TRAIN_SPEC`` scores the unigram predictor instead of the model, on the same masked tokens: every
+masked position gets each piece's add-one-smoothed frequency in the training shards (the run's or export's
+tokenizer made both). A model whose figures equal the unigram predictor's has learned no context yet.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import torch
+
+from xpt_ds.config import DataConfig
+from xpt_ds.data.mlm import MLMBatchStream, MLMMasker, build_stream, expand_shards, manifest_counts
+from xpt_ds.config.methods import method_of
+from xpt_ds.metrics.mlm import MLMStats, piece_char_lengths, piece_word_starts
+from xpt_ds.embedding_init.context import count_pieces
+from xpt_ds.model.objective import build_objective
+from xpt_ds.data.tokenizer import TargetTokenizer, saved_tokenizer
+from xpt_ds.io.trust import read_config_dict, remote_code_consent
+
+
+def load_export(model_dir: Path, trust_remote_code: bool = False):
+    """(an ``xpt_ds.export`` directory's model, its tokenizer: spm.model, or the source's HF tokenizer of a
+    model whose method keeps the source vocabulary). Code the directory ships runs only if it is this xpt-ds's
+    own export code or ``trust_remote_code`` (``xpt_ds.io.trust.remote_code_consent``)."""
+    from transformers import AutoModelForMaskedLM
+    method = method_of(read_config_dict(str(model_dir)))
+    if not (model_dir / "spm.model").is_file() and not (method is not None and method.vocab == "source"):
+        raise FileNotFoundError(f"--model {model_dir} has no spm.model (the SentencePiece model that made the "
+                                "shards); xpt_ds.export writes one")
+    trusted = remote_code_consent(str(model_dir), trust_remote_code)
+    return AutoModelForMaskedLM.from_pretrained(model_dir, trust_remote_code=trusted), saved_tokenizer(model_dir)
+
+
+class UnigramPredictor(torch.nn.Module):
+    """The context-free baseline: the same scores at every masked position, log((count + 1) / total) of each
+    piece in the training shards. Pad, cls, sep and mask are never targets and score -inf; unk keeps its count."""
+
+    def __init__(self, counts: torch.Tensor, tok: TargetTokenizer):
+        super().__init__()
+        log_p = torch.log(counts.double() + 1)
+        never = [i for i in tok.special_ids if i != tok.unk_id]
+        log_p[never] = -math.inf
+        self.register_buffer("log_p", (log_p - torch.logsumexp(log_p, 0)).float())
+
+    @classmethod
+    def from_shards(cls, shards: list[str], tok: TargetTokenizer, on_corrupt: str = "fail") -> "UnigramPredictor":
+        return cls(torch.from_numpy(count_pieces(shards, tok, on_corrupt)), tok)
+
+    def forward(self, input_ids: torch.Tensor, mlm_positions: torch.Tensor, mlm_targets: torch.Tensor,
+                attention_mask: torch.Tensor | None = None, return_logits: bool = True) -> torch.Tensor:
+        return self.log_p.expand(len(mlm_positions), -1)
+
+
+@torch.no_grad()
+def evaluate(model, tok: TargetTokenizer, data: DataConfig, shards: list[str], batch_size: int = 16,
+             max_batches: int = 0, device: str = "cpu") -> dict:
+    """One pass over ``shards`` (every token once); the metrics and the number of masked tokens scored.
+    ``model`` is a *ForMaskedLM or a ``UnigramPredictor``."""
+    stream = MLMBatchStream(build_stream(expand_shards(shards, tok), data, tok, 0, manifest_counts(shards)),
+                            MLMMasker(data, tok), batch_size, rank=0, world=1, num_workers=0, single_pass=True)
+    # trelm: through the TRILayer
+    objective = (model if isinstance(model, UnigramPredictor) else build_objective(model)).to(device).eval()
+    stats = MLMStats(device, piece_char_lengths(tok), piece_word_starts(tok))
+    for i, batch in enumerate(stream):
+        if max_batches and i >= max_batches:
+            break
+        batch = {k: v.to(device) for k, v in batch.items() if k != "seq_ids"}
+        stats.update(objective(**batch, return_logits=True), batch["mlm_targets"])
+    return stats.result()
+
+
+def emit_json(result: dict, out: Path | None) -> None:
+    """Print ``result`` as JSON on stdout, and also write it to ``out`` when given."""
+    text = json.dumps(result, indent=2)
+    print(text)
+    if out:
+        out.write_text(text + "\n")

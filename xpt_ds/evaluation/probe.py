@@ -1,0 +1,132 @@
+"""Where does the source language go? (000 §4.4, Table 4; ``python -m xpt_ds.probe``.)
+
+Scores masked-token prediction (``xpt_ds.metrics.mlm``) on source-language text for the source model, and
+for the post-trained model with the source vocabulary swapped back in: the source word embeddings (tied to
+the LM-head decoder), the source LM-head bias and pad id, position rows shifted back to the source's layout;
+once with the ITLs and once without. With ``--target-shards`` it adds the post-trained model on target text.
+"""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+from torch import nn
+
+from xpt_ds.config import ConfigError, DataConfig
+from xpt_ds.data.mlm import MLMMasker, sequence_seed
+from xpt_ds.config.methods import method_of
+from xpt_ds.metrics.mlm import MLMStats
+from xpt_ds.model.build import FAMILIES, build_skeleton, load_source
+from xpt_ds.model.objective import MaskedLMObjective
+
+
+def _has_itl(model: nn.Module) -> bool:
+    method = method_of(model.config)
+    return method is not None and method.has_itl
+
+
+def swap_in_source_vocabulary(post: nn.Module, source: nn.Module, keep_itl: bool = True) -> nn.Module:
+    """A copy of the post-trained ``post`` that reads and predicts the source vocabulary of ``source``."""
+    family = FAMILIES[post.config.model_type]
+    base = family.base
+    cfg = copy.deepcopy(post.config)
+    cfg.vocab_size, cfg.pad_token_id = source.config.vocab_size, source.config.pad_token_id
+    cfg.bos_token_id, cfg.eos_token_id = source.config.bos_token_id, source.config.eos_token_id
+    drop = _has_itl(post) and not keep_itl
+    if drop:
+        cfg.num_hidden_layers -= 2
+    model = build_skeleton(cfg)
+    state, src_state = post.state_dict(), source.state_dict()
+    out = {}
+    for name, value in state.items():
+        if ".word_embeddings." in name or name.endswith(("decoder.weight", "decoder.bias")) or name == family.head_bias:
+            continue
+        if drop and f"{base}.encoder.layer." in name:
+            i = int(name.split(f"{base}.encoder.layer.")[1].split(".")[0])
+            if i == 0 or i == post.config.num_hidden_layers - 1:
+                continue  # ITL_in, ITL_out
+            name = name.replace(f"encoder.layer.{i}.", f"encoder.layer.{i - 1}.", 1)
+        out[name] = value
+    word = f"{base}.embeddings.word_embeddings.weight"
+    out[word] = src_state[word]
+    out[family.head_bias] = src_state.get(family.head_bias, torch.zeros(cfg.vocab_size))
+    pos = f"{base}.embeddings.position_embeddings.weight"
+    shift = post.config.pad_token_id - source.config.pad_token_id if family.offset_positions else 0
+    out[pos] = torch.roll(state[pos], -shift, dims=0)  # row r <- post row r + shift (wrapped rows are unused)
+    result = model.load_state_dict(out, strict=False)
+    missing = [k for k in result.missing_keys if not k.endswith(("decoder.weight", "decoder.bias"))]
+    assert not missing and not result.unexpected_keys, (missing, result.unexpected_keys)
+    model.tie_weights()
+    return model
+
+
+def source_batches(text: Path, tokenizer, seq_len: int, batch_size: int, seed: int, data: DataConfig):
+    """Source text as packed, masked batches (the trainer's layout and 80/10/10 masking, seeded per
+    sequence): lines joined by sep, cut into cls + (seq_len - 2) tokens + sep, the last one padded."""
+    lines = [ln.strip() for ln in text.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    if not lines:
+        raise ConfigError(f"--source-text {text} has no text")
+    ids = []
+    for enc in tokenizer(lines, add_special_tokens=False)["input_ids"]:
+        ids += enc + [tokenizer.sep_token_id]
+    body = seq_len - 2
+    vocab = SimpleNamespace(special_ids=sorted(set(tokenizer.all_special_ids)), vocab_size=len(tokenizer),
+                            mask_id=tokenizer.mask_token_id)
+    masker = MLMMasker(data, vocab)
+    rows = []
+    for start in range(0, len(ids), body):
+        chunk = ids[start:start + body]
+        rows.append([tokenizer.cls_token_id, *chunk, tokenizer.sep_token_id]
+                    + [tokenizer.pad_token_id] * (body - len(chunk)))
+    for b in range(0, len(rows), batch_size):
+        batch = torch.tensor(rows[b:b + batch_size])
+        out = masker(batch, [sequence_seed(seed, 2, i) for i in range(b, b + len(batch))])
+        out["attention_mask"] = (batch != tokenizer.pad_token_id).long()
+        yield out
+
+
+@torch.no_grad()
+def score(model: nn.Module, batches) -> dict:
+    objective = MaskedLMObjective(model).eval()
+    stats = MLMStats()
+    for batch in batches:
+        stats.update(objective(**batch, return_logits=True), batch["mlm_targets"])
+    return stats.result()
+
+
+def probe(run: Path, source_text: Path, tag: str | None = None, source_id: str | None = None,
+          target_shards: list[str] = (), seq_len: int = 128, batch_size: int = 16, allow_pickle: bool = False) -> dict:
+    """The probe's JSON: masked-token scores on ``source_text`` for the source model and the post-trained one
+    with the source vocabulary swapped back in (with and without ITLs), and on ``target_shards`` if given."""
+    import dataclasses
+
+    from transformers import AutoTokenizer
+
+    from xpt_ds.data.tokenizer import build_tokenizer
+    from xpt_ds.evaluation.intrinsic import evaluate
+    from xpt_ds.training.checkpoint import read_config
+    from xpt_ds.training.export import load_model
+    if not source_text.is_file():
+        raise ConfigError(f"--source-text {source_text} not found")
+    post, tag_dir = load_model(run, tag, allow_pickle)
+    run_cfg = read_config(tag_dir.parent, tag_dir.name, allow_pickle)
+    data = run_cfg.data
+    source_id = source_id or run_cfg.model.source
+    # The source as the run built it: the same seed draws the same weights a head-less checkpoint lacks.
+    source = load_source(dataclasses.replace(run_cfg.model, source=source_id))[0].float()
+    tokenizer = AutoTokenizer.from_pretrained(source_id, trust_remote_code=False)  # never runs --source's code
+    seq_len = min(seq_len, post.config.xpt_max_length)
+    batches = lambda: source_batches(source_text, tokenizer, seq_len, batch_size, data.seed, data)  # noqa: E731
+    rows = {"source model, source vocabulary": score(source, batches()),
+            "post-trained, source vocabulary, with ITLs": score(swap_in_source_vocabulary(post, source), batches())}
+    if _has_itl(post):
+        rows["post-trained, source vocabulary, without ITLs"] = score(
+            swap_in_source_vocabulary(post, source, keep_itl=False), batches())
+    if target_shards:
+        data.seq_len = min(data.seq_len, post.config.xpt_max_length)
+        rows["post-trained, target vocabulary (target text)"] = evaluate(
+            post, build_tokenizer(str(tag_dir / "spm.model")), data, list(target_shards), batch_size)
+    return {"run": str(run), "tag": tag_dir.name, "source": source_id, "source_text": str(source_text),
+            "seq_len": seq_len, "rows": rows}

@@ -1,0 +1,90 @@
+"""Fine-tuning's config: ``FinetuneConfig`` (every field a ``--flag`` of ``python -m xpt_ds.finetune``), the
+task presets of 002 Table A2 and the checks that need no files."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from xpt_ds.config import doc
+from xpt_ds.finetuning.data import TASKS, Columns, FinetuneError
+
+# 002 Table A2 ("Hyperparameters used for downstream evaluations"): batch size 32 and warmup proportion 0.06
+# for every task; learning rate 1e-5 (PAWS-X, KQP) or 5e-5 (KorSTS, KHS); 15 epochs (PAWS-X) or 10. Metrics
+# as 002 §4.3 scores them. Column names follow each dataset's public release (KHS: kocohub/korean-hate-speech
+# labeled/*.tsv); flags given on the command line override a preset.
+PRESETS = {
+    "paws-x": dict(task="classification", lr=1e-5, epochs=15, batch_size=32, warmup_ratio=0.06,
+                   text_column="sentence1", text_pair_column="sentence2", label_column="label", metric="accuracy"),
+    "korsts": dict(task="regression", lr=5e-5, epochs=10, batch_size=32, warmup_ratio=0.06,
+                   text_column="sentence1", text_pair_column="sentence2", label_column="score", metric="spearman"),
+    "kqp": dict(task="classification", lr=1e-5, epochs=10, batch_size=32, warmup_ratio=0.06,
+                text_column="question1", text_pair_column="question2", label_column="is_duplicate", metric="accuracy"),
+    "khs": dict(task="classification", lr=5e-5, epochs=10, batch_size=32, warmup_ratio=0.06,
+                text_column="comments", label_column="hate", metric="macro_f1"),
+}
+TASK_METRICS = {"classification": ("accuracy", "macro_f1", "binary_f1"), "regression": ("spearman", "pearson"),
+                "token_classification": ("entity_f1", "entity_precision", "entity_recall")}
+# The rest is RoBERTa's GLUE recipe, which 002 §4.4 follows except for Table A2 (Liu et al. 2019, Table 10;
+# fairseq examples/roberta/README.glue.md): AdamW betas (0.9, 0.98), eps 1e-6, weight decay 0.1, linear decay.
+ADAM_BETAS, ADAM_EPS = (0.9, 0.98), 1e-6
+# Model types whose position ids start after the pad id (see xpt_ds.model.build.FAMILIES).
+OFFSET_POSITIONS = ("roberta", "xlm-roberta", "camembert")
+
+
+@dataclass
+class FinetuneConfig:
+    model: str = doc("", "Hugging Face encoder: local directory (e.g. an xpt_ds.export output) or hub id.")
+    train: str = doc("", "Training examples: .csv, .tsv or .jsonl.")
+    test: str = doc("", "Test examples, same format; scored once per seed.")
+    valid: str = doc("", "Validation examples; if given, test scores come from the best-validation epoch.")
+    out: str = doc("finetune_out", "Output directory for results.json.")
+    preset: str = doc("", f"002 Table A2 task preset: {', '.join(PRESETS)} (empty: the defaults below).")
+    task: str = doc("classification", f"One of {', '.join(TASKS)}.")
+    text_column: str = doc("text", "Column with the (first) sentence.")
+    text_pair_column: str = doc("", "Column with the second sentence of a pair; empty for single sentences.")
+    label_column: str = doc("label", "Column with the class name or the score.")
+    tokens_column: str = doc("tokens", "token_classification: words (JSON list, or space-separated string).")
+    tags_column: str = doc("tags", "token_classification: one IOB2 tag per word, same forms.")
+    seeds: list[int] = doc([1, 2, 3, 4, 5], "One fine-tuning run per seed (002 Table 3 uses 10).")
+    lr: float = doc(5e-5, "Peak learning rate (Table A2: 1e-5 PAWS-X/KQP, 5e-5 KorSTS/KHS).")
+    batch_size: int = doc(32, "Examples per optimizer step (Table A2).")
+    epochs: int = doc(10, "Training epochs (Table A2: 15 PAWS-X, 10 the others).")
+    warmup_ratio: float = doc(0.06, "Linear warmup as a fraction of all steps, then linear decay to 0 (Table A2).")
+    weight_decay: float = doc(0.1, "AdamW weight decay, not on biases and LayerNorm (RoBERTa's GLUE recipe).")
+    grad_clip: float = doc(0.0, "Gradient-norm clip; 0 disables (RoBERTa's GLUE recipe does not clip).")
+    max_length: int = doc(512, "Pieces per example, truncated; capped by the model's positions.")
+    patience: int = doc(0, "With --valid: stop after this many epochs without improvement; 0 runs every epoch.")
+    metric: str = doc("", "Metric for model selection and the headline; empty: accuracy, spearman or entity_f1.")
+    device: str = doc("auto", "auto (CUDA if available), cpu or cuda; CUDA runs under bf16 autocast.")
+    trust_remote_code: bool = doc(False, "Run Python the model directory ships that is not this xpt-ds's own "
+                                         "export code (only for a model you trust).")
+
+    def columns(self) -> Columns:
+        return Columns(self.text_column, self.text_pair_column, self.label_column, self.tokens_column,
+                       self.tags_column)
+
+
+REQUIRED = ("model", "train", "test")
+
+
+def validate(cfg: FinetuneConfig) -> None:
+    """Checks that need no files; fills in the task's default ``metric``."""
+    for name in REQUIRED:
+        if not getattr(cfg, name):
+            raise FinetuneError(f"--{name} is required")
+    if cfg.task not in TASKS:
+        raise FinetuneError(f"--task '{cfg.task}' is unknown; valid: {', '.join(TASKS)}")
+    cfg.metric = cfg.metric or TASK_METRICS[cfg.task][0]
+    if cfg.metric not in TASK_METRICS[cfg.task]:
+        raise FinetuneError(f"--metric '{cfg.metric}' is not a {cfg.task} metric; "
+                            f"valid: {', '.join(TASK_METRICS[cfg.task])}")
+    checks = {"lr": cfg.lr > 0, "batch_size": cfg.batch_size >= 1, "epochs": cfg.epochs >= 1,
+              "warmup_ratio": 0 <= cfg.warmup_ratio < 1, "weight_decay": cfg.weight_decay >= 0,
+              "grad_clip": cfg.grad_clip >= 0, "max_length": cfg.max_length >= 8, "patience": cfg.patience >= 0,
+              "seeds": len(cfg.seeds) >= 1, "device": cfg.device in ("auto", "cpu", "cuda")}
+    bad = [k for k, ok in checks.items() if not ok]
+    if bad:
+        raise FinetuneError(f"--{bad[0].replace('_', '-')} has a bad value: {getattr(cfg, bad[0])!r}")
+    if cfg.device == "cuda" and not torch.cuda.is_available():
+        raise FinetuneError("--device cuda, but CUDA is not available")

@@ -1,0 +1,218 @@
+"""Fine-tuning data: CSV/TSV/JSONL rows -> checked examples -> label ids -> tokenized, padded batches.
+
+Every problem with a file is a ``FinetuneError`` whose one-line message names the file, the line and
+the column or value.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from xpt_ds.errors import UserError
+
+TASKS = ("classification", "regression", "token_classification")
+FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}
+
+
+class FinetuneError(UserError, ValueError):
+    """A bad fine-tuning input; the message names the culprit and fits on one line."""
+
+
+@dataclass(frozen=True)
+class Columns:
+    text: str = "text"
+    text_pair: str = ""  # empty: single sentences
+    label: str = "label"
+    tokens: str = "tokens"
+    tags: str = "tags"
+
+
+@dataclass(frozen=True)
+class Example:
+    where: str  # "FILE line N", for error messages
+    text: str | tuple[str, ...]  # a sentence, or the words of a token-classification example
+    text_pair: str | None
+    label: str | float | tuple[str, ...]  # class name, score, or one IOB2 tag per word
+
+
+def _read_rows(path: Path, role: str) -> list[tuple[int, dict]]:
+    """(line number, row) pairs; a CSV/TSV row's number is the line where it ends."""
+    if not path.is_file():
+        raise FinetuneError(f"{role} file not found: {path}")
+    fmt = FORMATS.get(path.suffix.lower())
+    if fmt is None:
+        raise FinetuneError(f"{role} {path}: unknown format '{path.suffix}' (use {', '.join(FORMATS)})")
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as f:
+            if fmt == "jsonl":
+                rows = []
+                for n, line in enumerate(f, 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        row = json.loads(line)
+                    except json.JSONDecodeError as e:
+                        raise FinetuneError(f"{path} line {n}: not valid JSON ({e.msg})") from None
+                    if not isinstance(row, dict):
+                        raise FinetuneError(f"{path} line {n}: expected one JSON object per line")
+                    rows.append((n, row))
+                return rows
+            # TSV as the GLUE-style releases write it: no quoting, so a '"' inside a sentence is text.
+            kw = dict(delimiter="\t", quoting=csv.QUOTE_NONE) if fmt == "tsv" else {}
+            reader = csv.DictReader(f, **kw)
+            return [(reader.line_num, row) for row in reader]
+    except UnicodeDecodeError:
+        raise FinetuneError(f"{role} {path} is not UTF-8 text") from None
+    except csv.Error as e:
+        raise FinetuneError(f"{role} {path}: {e}") from None
+
+
+def _field(row: dict, column: str, where: str):
+    if column not in row:
+        raise FinetuneError(f"{where}: no column '{column}' (has: {', '.join(str(k) for k in row)})")
+    value = row[column]
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise FinetuneError(f"{where}: column '{column}' is empty")
+    return value
+
+
+def _words(value, column: str, where: str) -> tuple[str, ...]:
+    """A JSON list, or whitespace-separated words in a string (the natural CSV form)."""
+    if isinstance(value, str):
+        return tuple(value.split())
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise FinetuneError(f"{where}: column '{column}' must be a list of strings or a space-separated string")
+
+
+def _check_tags(tags: tuple[str, ...], where: str) -> None:
+    for tag in tags:
+        if tag != "O" and not (tag[:2] in ("B-", "I-") and len(tag) > 2):
+            raise FinetuneError(f"{where}: tag '{tag}' is not IOB2 (O, B-TYPE or I-TYPE)")
+
+
+def _example(row: dict, task: str, cols: Columns, where: str) -> Example:
+    if task == "token_classification":
+        words = _words(_field(row, cols.tokens, where), cols.tokens, where)
+        tags = _words(_field(row, cols.tags, where), cols.tags, where)
+        if len(words) != len(tags):
+            raise FinetuneError(f"{where}: {len(words)} tokens but {len(tags)} tags")
+        _check_tags(tags, where)
+        return Example(where, words, None, tags)
+    text = str(_field(row, cols.text, where))
+    pair = str(_field(row, cols.text_pair, where)) if cols.text_pair else None
+    raw = _field(row, cols.label, where)
+    if task == "regression":
+        try:
+            if isinstance(raw, bool):
+                raise ValueError
+            label = float(raw)
+        except (TypeError, ValueError):
+            raise FinetuneError(f"{where}: label {raw!r} is not a number") from None
+        if not math.isfinite(label):
+            raise FinetuneError(f"{where}: label {raw!r} is not finite")
+        return Example(where, text, pair, label)
+    if isinstance(raw, (dict, list)):
+        raise FinetuneError(f"{where}: label {raw!r} must be a string or number")
+    return Example(where, text, pair, str(raw).strip())
+
+
+def read_examples(path: str | Path, role: str, task: str, cols: Columns) -> list[Example]:
+    """All examples of one file; ``role`` ("--train", ...) prefixes file-level errors."""
+    path = Path(path)
+    rows = _read_rows(path, role)
+    if not rows:
+        raise FinetuneError(f"{role} {path} has no examples")
+    return [_example(row, task, cols, f"{path} line {n}") for n, row in rows]
+
+
+def build_labels(train: list[Example], task: str, path: str) -> list[str]:
+    """Label names from the training file; their order is the model's class ids. Integer-looking names
+    sort numerically (0, 1, 2, ..., 10), IOB2 tags put ``O`` first. Regression has none."""
+    if task == "regression":
+        return []
+    if task == "token_classification":
+        tags = sorted({t for ex in train for t in ex.label} - {"O"}, key=lambda t: (t[2:], t))
+        if not tags:
+            raise FinetuneError(f"--train {path}: every tag is O; token_classification needs entities")
+        return ["O", *tags]
+    names = {ex.label for ex in train}
+    if len(names) < 2:
+        raise FinetuneError(f"--train {path}: only one label ({', '.join(names)}); classification needs two or more")
+    if all(n.lstrip("-").isdigit() for n in names):
+        return sorted(names, key=int)
+    return sorted(names)
+
+
+def label_ids(examples: list[Example], labels: list[str], task: str) -> list:
+    """Per example: a class id, a float score, or a list of tag ids. A label not seen in training is an error."""
+    if task == "regression":
+        return [ex.label for ex in examples]
+    index = {name: i for i, name in enumerate(labels)}
+    shown = ", ".join(labels) if len(labels) <= 20 else ", ".join(labels[:20]) + ", ..."
+    out = []
+    for ex in examples:
+        names = ex.label if task == "token_classification" else (ex.label,)
+        for name in names:
+            if name not in index:
+                raise FinetuneError(f"{ex.where}: label '{name}' does not occur in the training file (labels: {shown})")
+        ids = [index[n] for n in names]
+        out.append(ids if task == "token_classification" else ids[0])
+    return out
+
+
+@dataclass
+class Encoded:
+    """Model inputs (lists of ids, unpadded) and, for token classification, where each word starts."""
+    features: list[dict[str, list]]
+    word_starts: list[list[int]]  # per example, per word: position of its first piece, -1 if truncated away
+
+
+def encode(examples: list[Example], targets: list, tokenizer, task: str, max_length: int,
+           token_types: bool) -> Encoded:
+    """``token_types``: the model has more than one token type. Asked for explicitly, because some tokenizers
+    (an ``xpt_ds.export`` one) leave them out by default, and dropped otherwise, because some emit type 1
+    for a pair's second sentence even for RoBERTa, which has a single type."""
+    kw = dict(truncation=True, max_length=max_length, return_token_type_ids=token_types)
+    if task == "token_classification":
+        enc = tokenizer([list(ex.text) for ex in examples], is_split_into_words=True, **kw)
+    else:
+        pairs = [ex.text_pair for ex in examples] if examples[0].text_pair is not None else None
+        enc = tokenizer([ex.text for ex in examples], pairs, **kw)
+    keep = ["input_ids", "attention_mask"] + (["token_type_ids"] if token_types else [])
+    features, word_starts = [], []
+    for i, target in enumerate(targets):
+        feat = {k: enc[k][i] for k in keep if k in enc}
+        if task == "token_classification":
+            starts = [-1] * len(examples[i].text)
+            for pos, w in enumerate(enc.word_ids(i)):
+                if w is not None and starts[w] < 0:
+                    starts[w] = pos
+            labels = [-100] * len(feat["input_ids"])  # only a word's first piece is trained and scored
+            for w, pos in enumerate(starts):
+                if pos >= 0:
+                    labels[pos] = target[w]
+            feat["labels"] = labels
+            word_starts.append(starts)
+        else:
+            feat["labels"] = target
+        features.append(feat)
+    return Encoded(features, word_starts)
+
+
+def collate(features: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-pad to the longest example: ``pad_id`` for ids, 0 for masks/types, -100 for token labels."""
+    width = max(len(f["input_ids"]) for f in features)
+    batch = {}
+    for key in features[0]:
+        if key == "labels" and not isinstance(features[0]["labels"], list):
+            dtype = torch.float32 if isinstance(features[0]["labels"], float) else torch.long
+            batch[key] = torch.tensor([f["labels"] for f in features], dtype=dtype)
+            continue
+        fill = {"input_ids": pad_id, "labels": -100}.get(key, 0)
+        batch[key] = torch.tensor([f[key] + [fill] * (width - len(f[key])) for f in features], dtype=torch.long)
+    return batch

@@ -1,0 +1,283 @@
+"""Fine-tuning a Hugging Face encoder once per seed (002 Table 3): read and check the files, load the model (its
+code only by ``xpt_ds.io.trust``'s consent), train with AdamW and linear warmup/decay, keep the best-validation
+epoch, score the test set and write ``OUT/results.json``."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import time
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+import torch
+
+from xpt_ds.finetuning.config import ADAM_BETAS, ADAM_EPS, OFFSET_POSITIONS, FinetuneConfig, validate
+from xpt_ds.io.paths import unwritable
+from xpt_ds.io.trust import UntrustedError, read_config_dict, remote_code_consent
+from xpt_ds.finetuning.data import (Encoded, FinetuneError, build_labels, collate, encode, label_ids,
+                                   read_examples)
+from xpt_ds.finetuning.metrics import (classification_metrics, entity_metrics, majority_baseline,
+                                      regression_metrics, summarize)
+
+log = logging.getLogger("xpt_ds.finetune")
+
+
+@dataclass
+class Split:
+    encoded: Encoded
+    gold: list  # class ids, scores, or per-word tag ids (all words, also those truncated away)
+
+
+@dataclass
+class Prepared:
+    """Everything that is the same for every seed."""
+    labels: list[str]
+    splits: dict[str, Split]
+    tokenizer: object
+    remote_code: bool  # load with trust_remote_code (xpt_ds.io.trust.remote_code_consent said yes)
+    max_length: int
+    config_dict: dict  # the model's config.json
+
+
+def _config_dict(cfg: FinetuneConfig) -> dict:
+    """The model's config.json as a dict, read as JSON without instantiating (and so without running) any code."""
+    path = Path(cfg.model)
+    if (path.is_absolute() or cfg.model.startswith(".")) and not path.is_dir():
+        raise FinetuneError(f"--model {cfg.model}: no such directory")
+    try:
+        return read_config_dict(cfg.model)
+    except (OSError, ValueError) as e:
+        raise FinetuneError(f"--model {cfg.model}: cannot load its config ({str(e).splitlines()[0]})") from None
+
+
+def _max_length(cfg: FinetuneConfig, config_dict: dict, tokenizer) -> int:
+    limit = cfg.max_length
+    if tokenizer.model_max_length < 1e6:  # "unset" is a huge sentinel in transformers
+        limit = min(limit, tokenizer.model_max_length)
+    if "max_position_embeddings" in config_dict:
+        offset = config_dict.get("pad_token_id", 1) + 1 if config_dict.get("model_type") in OFFSET_POSITIONS else 0
+        limit = min(limit, config_dict["max_position_embeddings"] - offset)
+    return limit
+
+
+def prepare(cfg: FinetuneConfig) -> Prepared:
+    """Read and check every file before loading the model, so bad data fails in a second."""
+    from transformers import AutoTokenizer
+    cols, files = cfg.columns(), {"train": cfg.train, "valid": cfg.valid, "test": cfg.test}
+    examples = {name: read_examples(path, f"--{name}", cfg.task, cols) for name, path in files.items() if path}
+    labels = build_labels(examples["train"], cfg.task, cfg.train)
+    targets = {name: label_ids(exs, labels, cfg.task) for name, exs in examples.items()}
+    config_dict = _config_dict(cfg)
+    try:  # code the model ships runs only if it is xpt-ds's own export code or the user said so
+        remote = remote_code_consent(cfg.model, cfg.trust_remote_code)
+    except UntrustedError as e:
+        raise FinetuneError(str(e)) from None
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(cfg.model, trust_remote_code=remote)
+    except (OSError, ValueError) as e:
+        raise FinetuneError(f"--model {cfg.model}: cannot load its tokenizer ({str(e).splitlines()[0]})") from None
+    if cfg.task == "token_classification":
+        if not tokenizer.is_fast:
+            raise FinetuneError(f"--model {cfg.model}: token_classification needs a fast tokenizer (word_ids)")
+        if getattr(tokenizer, "add_prefix_space", None) is False:  # byte-level BPE refuses pre-split words
+            tokenizer = AutoTokenizer.from_pretrained(cfg.model, add_prefix_space=True, trust_remote_code=remote)
+    max_length = _max_length(cfg, config_dict, tokenizer)
+    token_types = config_dict.get("type_vocab_size", 2) > 1
+    splits = {name: Split(encode(exs, targets[name], tokenizer, cfg.task, max_length, token_types), targets[name])
+              for name, exs in examples.items()}
+    return Prepared(labels, splits, tokenizer, remote, max_length, config_dict)
+
+
+def _task_class(task: str):
+    from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
+    return AutoModelForTokenClassification if task == "token_classification" else AutoModelForSequenceClassification
+
+
+def _check_remote_head(model_path: str, config_dict: dict, auto_cls) -> None:
+    """An adapters export maps each task head to its own code (xpt_adapters.py). One written before the task
+    heads were mapped would load the stock head without its adapters and fine-tune a different model."""
+    if config_dict.get("xpt_adapter_size") and auto_cls.__name__ not in (config_dict.get("auto_map") or {}):
+        raise FinetuneError(f"--model {model_path}: its config.auto_map has no {auto_cls.__name__}, so the "
+                            "adapters would be dropped; export the run again with python -m xpt_ds.export")
+
+
+def build_model(cfg: FinetuneConfig, prep: Prepared):
+    auto_cls = _task_class(cfg.task)
+    kw = {}
+    if prep.remote_code:
+        _check_remote_head(cfg.model, prep.config_dict, auto_cls)
+    if cfg.task == "regression":
+        kw.update(num_labels=1, problem_type="regression")
+    else:
+        kw.update(num_labels=len(prep.labels), id2label=dict(enumerate(prep.labels)),
+                  label2id={n: i for i, n in enumerate(prep.labels)})
+        if cfg.task == "classification":
+            kw["problem_type"] = "single_label_classification"
+    try:
+        # prep.remote_code: remote_code_consent's answer, in prepare
+        return auto_cls.from_pretrained(cfg.model, trust_remote_code=prep.remote_code, **kw)
+    except (OSError, ValueError) as e:
+        raise FinetuneError(f"--model {cfg.model}: cannot load it as {auto_cls.__name__} "
+                            f"({str(e).splitlines()[0]})") from None
+
+
+def build_optimizer(model, cfg: FinetuneConfig, total_steps: int):
+    """AdamW without decay on biases and LayerNorm; linear warmup to ``lr``, then linear decay to 0."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            (no_decay if p.ndim < 2 or "LayerNorm" in name or "layer_norm" in name else decay).append(p)
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=ADAM_BETAS, eps=ADAM_EPS)
+    warmup = int(cfg.warmup_ratio * total_steps)
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / (warmup + 1)
+        return max(0.0, (total_steps - step) / max(1, total_steps - warmup))
+
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, factor)
+
+
+def _autocast(device: torch.device):
+    return torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
+
+
+def train_epoch(model, loader, opt, sched, cfg: FinetuneConfig, device: torch.device) -> float:
+    model.train()
+    total = 0.0
+    for batch in loader:
+        batch = {k: v.to(device) for k, v in batch.items()}
+        with _autocast(device):
+            loss = model(**batch).loss
+        loss.backward()
+        if cfg.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        total += loss.item()
+    return total / len(loader)
+
+
+@torch.no_grad()
+def predict(model, split: Split, task: str, pad_id: int, batch_size: int, device: torch.device) -> list:
+    """Class ids, scores, or per-word tag ids (a word truncated away is predicted ``O``, id 0)."""
+    model.eval()
+    feats = split.encoded.features
+    out = []
+    for i in range(0, len(feats), batch_size):
+        batch = collate(feats[i:i + batch_size], pad_id)
+        batch.pop("labels")
+        with _autocast(device):
+            logits = model(**{k: v.to(device) for k, v in batch.items()}).logits.float().cpu()
+        if task == "regression":
+            out.extend(logits[:, 0].tolist())
+        elif task == "classification":
+            out.extend(logits.argmax(-1).tolist())
+        else:
+            ids = logits.argmax(-1).tolist()
+            for row, starts in zip(ids, split.encoded.word_starts[i:i + batch_size]):
+                out.append([row[p] if p >= 0 else 0 for p in starts])
+    return out
+
+
+def score(task: str, gold: list, pred: list, labels: list[str]) -> dict[str, float]:
+    if task == "classification":
+        return classification_metrics(gold, pred, len(labels))
+    if task == "regression":
+        return regression_metrics(gold, pred)
+    return entity_metrics([[labels[t] for t in s] for s in gold], [[labels[t] for t in s] for s in pred])
+
+
+def _better(new: float, best: float | None) -> bool:
+    return best is None or (not math.isnan(new) and (math.isnan(best) or new > best))
+
+
+def run_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, device: torch.device) -> dict:
+    """Train one seed; the classifier head, dropout and batch order all follow ``seed``."""
+    torch.manual_seed(seed)
+    model = build_model(cfg, prep).to(device)
+    pad_id = prep.tokenizer.pad_token_id if prep.tokenizer.pad_token_id is not None else 0
+    train = prep.splits["train"]
+    loader = torch.utils.data.DataLoader(train.encoded.features, batch_size=cfg.batch_size, shuffle=True,
+                                         collate_fn=partial(collate, pad_id=pad_id),
+                                         generator=torch.Generator().manual_seed(seed))
+    opt, sched = build_optimizer(model, cfg, cfg.epochs * len(loader))
+    valid = prep.splits.get("valid")
+    evaluate = partial(predict, model, task=cfg.task, pad_id=pad_id, batch_size=2 * cfg.batch_size, device=device)
+    history, best, best_state, best_epoch, stale = [], None, None, cfg.epochs, 0
+    for epoch in range(1, cfg.epochs + 1):
+        row = {"epoch": epoch, "train_loss": train_epoch(model, loader, opt, sched, cfg, device)}
+        if valid is not None:
+            row["valid"] = score(cfg.task, valid.gold, evaluate(valid), prep.labels)
+            current = row["valid"][cfg.metric]
+            if _better(current, best):
+                best, best_epoch, stale = current, epoch, 0
+                best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+            else:
+                stale += 1
+        history.append(row)
+        log.info("seed %d epoch %d/%d: train loss %.4f%s", seed, epoch, cfg.epochs, row["train_loss"],
+                 f", valid {cfg.metric} {row['valid'][cfg.metric]:.4f}" if valid is not None else "")
+        if valid is not None and cfg.patience and stale >= cfg.patience:
+            break
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    if valid is None:
+        best_epoch = len(history)
+    test = prep.splits["test"]
+    result = {"seed": seed, "epoch": best_epoch, "test": score(cfg.task, test.gold, evaluate(test), prep.labels),
+              "history": history}
+    if valid is not None:
+        result["valid"] = history[best_epoch - 1]["valid"]
+    return result
+
+
+def finetune(cfg: FinetuneConfig) -> dict:
+    """Every seed, then the summary; writes ``OUT/results.json`` and returns what it wrote."""
+    validate(cfg)
+    why = unwritable(Path(cfg.out))  # before the seeds' minutes of training, whose results it will hold
+    if why is not None:
+        raise FinetuneError(f"--out {cfg.out}: cannot write there ({why})")
+    started = time.time()
+    prep = prepare(cfg)
+    device = torch.device("cuda" if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
+                          else "cpu")
+    runs = [run_seed(cfg, prep, seed, device) for seed in cfg.seeds]
+    results = {"config": dataclasses.asdict(cfg), "device": str(device), "max_length": prep.max_length,
+               "labels": prep.labels, "sizes": {n: len(s.gold) for n, s in prep.splits.items()},
+               "selection": "best valid epoch" if "valid" in prep.splits else "last epoch",
+               "seeds": runs, "summary": summarize([r["test"] for r in runs]),
+               "seconds": round(time.time() - started, 1)}
+    if "valid" in prep.splits:  # 002 reports KHS this way: its test labels are not public
+        results["valid_summary"] = summarize([r["valid"] for r in runs])
+    if cfg.task == "classification":
+        label, acc = majority_baseline(prep.splits["test"].gold)
+        results["majority_baseline"] = {"label": prep.labels[label], "accuracy": acc}
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    # NaN (an undefined correlation) is not JSON: write null.
+    clean = json.loads(json.dumps(results), parse_constant=lambda c: None)
+    (out / "results.json").write_text(json.dumps(clean, indent=2, ensure_ascii=False) + "\n")
+    return clean
+
+
+def format_table(results: dict) -> str:
+    """Test metrics ×100, one column per seed, then mean ± std (002 Table 3 style)."""
+    seeds = results["seeds"]
+    head = f"{'test (x100)':<18}" + "".join(f"{'seed ' + str(r['seed']):>11}" for r in seeds) + f"{'mean ± std':>18}"
+    lines = [f"{results['config']['task']} · {results['config']['model']} · {len(seeds)} seed(s) · "
+             f"test at the {results['selection']}", head]
+    fmt = lambda v: "nan" if v is None else f"{100 * v:.2f}"  # noqa: E731
+    for name, s in results["summary"].items():
+        cells = "".join(f"{fmt(r['test'][name]):>11}" for r in seeds)
+        mean = "nan" if s["mean"] is None else f"{fmt(s['mean'])} ± {fmt(s['std'])}"
+        lines.append(f"{name:<18}{cells}{mean:>18}")
+    if "majority_baseline" in results:
+        m = results["majority_baseline"]
+        lines.append(f"majority class '{m['label']}' accuracy on test: {fmt(m['accuracy'])}")
+    return "\n".join(lines)

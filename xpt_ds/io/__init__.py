@@ -1,0 +1,3 @@
+"""Files the package reads and writes safely: ``paths`` (can a directory or an output file be written) and
+``trust`` (what runs from a model directory or a checkpoint someone else wrote: nothing, unless the user says so).
+"""

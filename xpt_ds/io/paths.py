@@ -1,0 +1,29 @@
+"""File-system checks shared by the entry points: can a directory or an output file be written."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def unwritable(directory: Path, tag: str | int = 0) -> str | None:
+    """Why files cannot be created in ``directory`` (made if missing), or None. Tries for real, because
+    permission bits say nothing to root, and a read-only mount or an immutable directory says no to root too.
+    ``tag`` keeps concurrent probes (one per rank) apart."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = directory / f".write_probe_{tag}_{os.getpid()}"
+        probe.write_bytes(b"x")
+        probe.unlink()
+    except OSError as e:
+        return e.strerror or str(e)
+    return None
+
+
+def check_output_file(path: Path, flag: str) -> None:
+    """Raise OSError naming ``flag`` and the path when ``path`` cannot be written; checked before the work
+    whose result it will hold, so that no result is computed and then lost."""
+    why = unwritable(path.parent)
+    if why is None and path.is_dir():
+        why = "is a directory"
+    if why is not None:
+        raise OSError(f"{flag} {path}: cannot write there ({why})")

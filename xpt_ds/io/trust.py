@@ -1,0 +1,170 @@
+"""What xpt-ds runs from files it did not write in this process: nothing, unless the user says so.
+
+Two kinds of file can carry code:
+
+- **A model directory's Python** (``auto_map`` in ``config.json`` or ``tokenizer_config.json``), which
+  ``transformers`` imports under ``trust_remote_code=True``. ``remote_code_consent`` allows it only when every
+  file it names is byte-identical (sha256) to one this installed xpt-ds exports (``xpt_adapters.py`` is
+  ``model/adapters.py``, ``xpt_trelm.py`` is ``trelm/hf.py``), or when the user passed ``--trust-remote-code``.
+  ``read_config_dict`` reads ``config.json`` as JSON, never through ``AutoConfig`` (which imports the code).
+- **A checkpoint's pickles.** ``torch.load`` without ``weights_only`` runs whatever a pickle names.
+  ``load_plain`` reads with ``weights_only=True``: tensors, numbers, strings, lists, dicts, plus
+  ``PLAIN_GLOBALS``, the few plain-data types DeepSpeed's own files and older xpt-ds RNG files hold. DeepSpeed
+  reads its own files with ``weights_only=False`` (0.19, ``TorchCheckpointEngine.load``); ``check_plain``
+  first passes each of them through the same restricted unpickler, so a file naming any other global is
+  refused before DeepSpeed opens it. ``allow_pickle`` (config ``checkpoint.allow_pickle``, CLI
+  ``--allow-pickle``) skips both, for a checkpoint the user wrote and trusts.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import pickle
+from pathlib import Path
+
+import numpy as np
+import torch
+from xpt_ds.errors import UserError
+
+_PACKAGE = Path(__file__).resolve().parents[1]
+# export name -> the installed file it is a copy of (self-contained: torch and transformers only)
+OWN_CODE = {"xpt_adapters.py": _PACKAGE / "model/adapters.py", "xpt_trelm.py": _PACKAGE / "trelm/hf.py"}
+
+
+class UntrustedError(UserError, ValueError):
+    """A file would run code the user did not agree to; the message names the file and the flag."""
+
+
+def _deepspeed_globals() -> list:
+    """The plain-data types DeepSpeed 0.19 pickles into its optimizer files (found with
+    ``torch.serialization.get_unsafe_globals_in_checkpoint`` on ZeRO 0-3 fp32/bf16 checkpoints): an IntEnum, a
+    loss-scale record and a namedtuple. None of them runs code when rebuilt."""
+    from deepspeed.runtime.fp16.loss_scaler import LossScaler
+    from deepspeed.runtime.zero.config import ZeroStageEnum
+    from deepspeed.utils.tensor_fragment import fragment_address
+    return [ZeroStageEnum, LossScaler, fragment_address]
+
+
+def _numpy_globals() -> list:
+    """numpy arrays, as rank_state files written before the RNG state became plain (np.random.get_state()'s
+    uint32 key). ``_reconstruct`` makes an empty array of an allowed type; its contents go through the same
+    restricted unpickler. numpy 1 pickles name ``numpy.core``, numpy 2 ``numpy._core``."""
+    reconstruct = np.ndarray.__reduce__(np.zeros(1))[0]
+    return [np.ndarray, np.dtype, type(np.dtype(np.uint32)), reconstruct,
+            (reconstruct, "numpy.core.multiarray._reconstruct")]
+
+
+def plain_globals() -> list:
+    return _deepspeed_globals() + _numpy_globals()
+
+
+def _refusal(path: Path, e: Exception, flag: str) -> UntrustedError:
+    why = str(e).strip().splitlines()
+    named = next((ln.strip() for ln in why if "GLOBAL" in ln or "global" in ln), why[0] if why else type(e).__name__)
+    return UntrustedError(f"{path} is not plain data and would run code when loaded ({named[:160]}); xpt-ds "
+                          f"does not load it. If you wrote this checkpoint and trust it, pass {flag}")
+
+
+def load_plain(path: Path, *, allow_pickle: bool = False, mmap: bool = False,
+               flag: str = "checkpoint.allow_pickle: true (CLI: --allow-pickle)"):
+    """``torch.load`` of a checkpoint file that runs no code: ``weights_only=True`` with ``plain_globals``.
+    With ``allow_pickle`` (the user's explicit consent) a full unpickle. A file that names another global is an
+    UntrustedError naming the file and ``flag``."""
+    path = Path(path)
+    if allow_pickle:
+        return torch.load(path, map_location="cpu", weights_only=False, mmap=mmap)
+    with torch.serialization.safe_globals(plain_globals()):
+        try:
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+        except pickle.UnpicklingError as e:
+            raise _refusal(path, e, flag) from None
+        except RuntimeError as e:  # mmap needs torch.save's zip format; an old-format file is read whole
+            if mmap and "zip" in str(e).lower():
+                return load_plain(path, flag=flag)
+            raise
+
+
+def check_plain(paths: list[Path], *, allow_pickle: bool = False,
+                flag: str = "checkpoint.allow_pickle: true (CLI: --allow-pickle)") -> None:
+    """Raise UntrustedError unless each file passes ``load_plain``; run before a library (DeepSpeed) loads them
+    with a full unpickle. The restricted unpickler accepts exactly the pickles whose globals are allowed, so the
+    full one then calls nothing else. Memory-mapped: only the pickle itself is read, not the tensors."""
+    if allow_pickle:
+        return
+    for path in paths:
+        load_plain(path, mmap=True, flag=flag)
+
+
+def read_config_dict(model: str, what: str = "--model") -> dict:
+    """A model's ``config.json`` as a dict (a local directory or a hub id), read as JSON: no code runs."""
+    path = _model_file(model, "config.json")
+    if path is None:
+        raise FileNotFoundError(f"{what} {model}: no config.json (a Hugging Face model directory or hub id)")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UntrustedError(f"{what} {model}: {path} is not valid JSON ({e})") from None
+
+
+def _model_file(model: str, name: str) -> Path | None:
+    """A file of a local model directory or a hub repository (downloaded, not executed), or None if absent."""
+    local = Path(model)
+    if local.is_dir():
+        return local / name if (local / name).is_file() else None
+    from transformers.utils import cached_file
+    found = cached_file(model, name, _raise_exceptions_for_missing_entries=False,
+                        _raise_exceptions_for_connection_errors=False)
+    return Path(found) if found else None
+
+
+def _code_refs(auto_map: dict) -> list[str]:
+    """``auto_map`` values ('module.Class', 'repo--module.Class', or [slow, fast] for tokenizers)."""
+    refs = []
+    for value in auto_map.values():
+        refs += [v for v in (value if isinstance(value, (list, tuple)) else [value]) if v]
+    return refs
+
+
+def remote_code_files(model: str) -> list[str]:
+    """The code files (relative paths, or 'repo--module' for code in another repository) that loading
+    ``model`` with ``trust_remote_code=True`` would import: every module its config's and its tokenizer
+    config's ``auto_map`` name. Empty for a model that ships no code."""
+    refs = _code_refs(read_config_dict(model).get("auto_map") or {})
+    tok_cfg = _model_file(model, "tokenizer_config.json")
+    if tok_cfg is not None:
+        refs += _code_refs(json.loads(tok_cfg.read_text(encoding="utf-8")).get("auto_map") or {})
+    files = []
+    for ref in refs:
+        repo, _, module = ref.rpartition("--")
+        name = module.rsplit(".", 1)[0].replace(".", "/") + ".py"
+        files.append(f"{repo}--{name}" if repo else name)
+    return sorted(set(files))
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def own_code_digests() -> set[str]:
+    """sha256 of every code file this installed xpt-ds writes into an export."""
+    return {_sha256(src) for src in OWN_CODE.values()}
+
+
+def remote_code_consent(model: str, trust_remote_code: bool = False, flag: str = "--trust-remote-code") -> bool:
+    """The ``trust_remote_code`` to load ``model`` with. False when it ships no code; True when every code file
+    it names is one this xpt-ds exports, byte for byte, or when the user passed ``flag``
+    (``trust_remote_code``); otherwise an UntrustedError naming the first other file and the flag."""
+    files = remote_code_files(model)
+    if not files:
+        return False
+    ours = own_code_digests()
+    for name in files:
+        path = None if "--" in name else _model_file(model, name)
+        if path is None or _sha256(path) not in ours:
+            if trust_remote_code:
+                return True
+            why = ("is code from another repository" if "--" in name else "is missing" if path is None
+                   else "is not the code this xpt-ds exports (sha256 differs)")
+            raise UntrustedError(f"{model}: {name} {why}; loading the model would run it. Pass {flag} if you "
+                                 f"trust whoever wrote {model}")
+    return True

@@ -1,0 +1,47 @@
+"""MLM loss with the LM head computed only on masked positions (~15% of tokens); ``build_objective`` picks it
+or TreLM's (``xpt_ds.trelm.objective``) by the method that built the model."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from xpt_ds.config.methods import method_of
+from xpt_ds.trelm.objective import TreLMObjective
+
+
+class MaskedLMObjective(nn.Module):
+    """Wraps a stock *ForMaskedLM; parameter names are the HF names prefixed with ``hf.``."""
+
+    def __init__(self, hf: nn.Module):
+        super().__init__()
+        self.hf = hf
+
+    def forward(self, input_ids: torch.Tensor, mlm_positions: torch.Tensor, mlm_targets: torch.Tensor,
+                attention_mask: torch.Tensor | None = None, return_logits: bool = False) -> torch.Tensor:
+        """The mean loss over masked positions, or (``return_logits``) their [M, V] logits."""
+        # Packed training sequences have no padding: no attention mask, so SDPA takes its fastest kernel.
+        # Only the last validation batch is padded and carries a mask.
+        base = getattr(self.hf, self.hf.base_model_prefix)
+        hidden = base(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # [B, T, d]
+        picked = hidden.flatten(0, 1).index_select(0, mlm_positions)  # [M, d]
+        # BERT's cls / RoBERTa's lm_head: transform (dense, gelu, LayerNorm), then tied decoder + bias.
+        head = self.hf.cls if hasattr(self.hf, "cls") else self.hf.lm_head
+        logits = head(picked)  # [M, V]
+        if return_logits:
+            return logits
+        # Sum / max(M, 1): a batch with nothing masked (M = 0) still runs the head, as ZeRO-3 needs every rank
+        # to take the same forward path, and gives 0 instead of NaN. M is a host-side shape: no sync.
+        return F.cross_entropy(logits.float(), mlm_targets, reduction="sum") / max(mlm_targets.numel(), 1)
+
+
+def build_objective(hf: nn.Module) -> nn.Module:
+    """TreLM's objective for a trelm model that carries its ``trelm`` training parts (a checkpoint's skeleton),
+    else MLM: every other method, and a trelm export (``xpt_ds.trelm.hf``), whose base model runs the TRILayer
+    itself."""
+    method = method_of(hf.config)
+    return TreLMObjective(hf) if method is not None and method.trelm and hasattr(hf, "trelm") else MaskedLMObjective(hf)
+
+
+def strip_prefix(state: dict[str, torch.Tensor], prefix: str = "hf.") -> dict[str, torch.Tensor]:
+    return {k[len(prefix):] if k.startswith(prefix) else k: v for k, v in state.items()}

@@ -1,0 +1,286 @@
+"""The sweep's report, rebuilt from ``results.jsonl`` alone: ``results.md`` (002 Table 2 per data size, the
+downstream table, the data-efficiency ratio), ``plot_<metric>.png`` (metric against data size, log-x, one
+line per method, as 002 Figures 3 and 4), TensorBoard scalars under ``tb/`` and ``summary.json``.
+
+The data-efficiency ratio answers 002 §5.1's question, "how much data does Scratch need to match XPT?": for
+each method M and size s, the Scratch size s' whose metric equals M's at s, by linear interpolation of the
+metric in log2(size) on Scratch's curve, and s'/s.
+"""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from xpt_ds.config.methods import BASELINE, METHODS
+
+# 002 Table 2's columns: (key in the evaluate JSON, header, higher is better, shown ×100).
+INTRINSIC = (("ppl", "PPL", False, False), ("hits@1", "Hits@1", True, True), ("hits@3", "Hits@3", True, True),
+             ("hits@5", "Hits@5", True, True), ("hits@10", "Hits@10", True, True), ("mrr", "MRR", True, False),
+             ("mr", "MR", False, False))
+# Display names in the registry's order (002's table order, then 000's variants).
+METHOD_NAMES = {name: m.display for name, m in METHODS.items()}
+DOWNSTREAM = "downstream_mean"  # the row key of the fine-tuned headline metric's mean (higher is better)
+
+
+def parse_size(text: str) -> int:
+    """``100K`` -> 100000, ``1.6M`` -> 1600000, ``2G``, or a plain integer (decimal multiples, as 002)."""
+    t = text.strip().upper().replace("_", "")
+    scale = {"K": 10**3, "M": 10**6, "G": 10**9}.get(t[-1:], 1)
+    try:
+        n = round(float(t[:-1] if scale > 1 else t) * scale)
+    except ValueError:
+        raise ValueError(f"size '{text}' is not a number like 100K, 1.6M or 250000") from None
+    if n <= 0:
+        raise ValueError(f"size '{text}' must be positive")
+    return n
+
+
+def size_label(n: float, exact: bool = True) -> str:
+    """100000 -> '100K', 1600000 -> '1.6M'. ``exact``: the integer unless parse_size reads the label back as n;
+    otherwise 3 significant digits (for interpolated sizes)."""
+    for unit, scale in (("G", 10**9), ("M", 10**6), ("K", 10**3)):
+        if n >= scale:
+            label = f"{n / scale:.{4 if exact else 3}g}{unit}"
+            return label if not exact or parse_size(label) == n else str(round(n))
+    return str(round(n))
+
+
+@dataclass(frozen=True)
+class Match:
+    """The Scratch size that matches a target: ``bound`` '=' (interpolated), '<=' (Scratch's smallest size
+    already matches) or '>' (Scratch's largest size does not)."""
+    bound: str
+    size: float
+
+    def text(self, reference: float) -> str:
+        """'812K (8.12×)', '> 1.6M (> 16×)' or '≤ 100K (≤ 1×)' for a method's size ``reference``."""
+        mark = {"=": "", "<=": "≤ ", ">": "> "}[self.bound]
+        return f"{mark}{size_label(self.size, exact=False)} ({mark}{self.size / reference:.3g}×)"
+
+
+def size_to_match(curve: list[tuple[float, float]], target: float, higher_is_better: bool) -> Match:
+    """The smallest size at which ``curve`` ((size, metric) points) reaches ``target``, interpolating the metric
+    linearly in log2(size) between the two points around the first crossing."""
+    points = sorted((s, v if higher_is_better else -v) for s, v in curve if v is not None and math.isfinite(v))
+    if not points:
+        raise ValueError("no finite points on the curve")
+    goal = target if higher_is_better else -target
+    if points[0][1] >= goal:
+        return Match("<=", points[0][0])
+    for (s0, v0), (s1, v1) in zip(points, points[1:]):
+        if v1 >= goal:
+            t = (goal - v0) / (v1 - v0)
+            return Match("=", 2 ** (math.log2(s0) + t * (math.log2(s1) - math.log2(s0))))
+    return Match(">", points[-1][0])
+
+
+def metric_titles(rows: list[dict]) -> dict[str, tuple[str, bool]]:
+    """Metric key -> (title, higher is better), for the metrics these rows have."""
+    out = {key: (head, higher) for key, head, higher, _ in INTRINSIC}
+    name = next((r["downstream_metric"] for r in rows if r.get(DOWNSTREAM) is not None), None)
+    if name:
+        out[DOWNSTREAM] = (f"downstream {name}", True)
+    return out
+
+
+def efficiency(rows: list[dict], metric: str, higher_is_better: bool) -> dict[str, dict[int, Match]]:
+    """method -> size -> the Scratch size that matches the method's ``metric`` at that size."""
+    curve = [(r["size"], r.get(metric)) for r in rows if r["method"] == BASELINE]
+    if not any(v is not None for _, v in curve):
+        return {}
+    out: dict[str, dict[int, Match]] = {}
+    for r in rows:
+        if r["method"] != BASELINE and r.get(metric) is not None:
+            out.setdefault(r["method"], {})[r["size"]] = size_to_match(curve, r[metric], higher_is_better)
+    return out
+
+
+def _methods(rows: list[dict]) -> list[str]:
+    order = list(METHOD_NAMES)
+    return sorted({r["method"] for r in rows}, key=lambda m: order.index(m) if m in order else len(order))
+
+
+def _name(method: str) -> str:
+    return METHOD_NAMES.get(method, method)
+
+
+def _color(method: str) -> str:
+    """The same colour for a method in every plot."""
+    return f"C{list(METHOD_NAMES).index(method)}" if method in METHOD_NAMES else "k"
+
+
+def _fmt(key: str, value, percent: bool) -> str:
+    if value is None:
+        return "–"
+    if percent:
+        return f"{100 * value:.2f}"
+    return f"{value:.4f}" if key == "mrr" else f"{value:.2f}"
+
+
+def _bold_best(cells: list[str], values: list, higher: bool) -> list[str]:
+    finite = [v for v in values if v is not None]
+    if len(finite) < 2:
+        return cells
+    best = max(finite) if higher else min(finite)
+    return [f"**{c}**" if v == best else c for c, v in zip(cells, values)]
+
+
+def _downstream_cell(r: dict) -> str:
+    if r.get(DOWNSTREAM) is None:
+        return "–"
+    std = r.get("downstream_std")
+    return f"{100 * r[DOWNSTREAM]:.2f}" + ("" if std is None else f" ± {100 * std:.2f}")
+
+
+def size_tables(rows: list[dict]) -> list[str]:
+    """One 002-Table-2-style table per size (best value per column in bold), plus downstream and run facts."""
+    lines, downstream = [], any(r.get(DOWNSTREAM) is not None for r in rows)
+    metric = next((r["downstream_metric"] for r in rows if r.get("downstream_metric")), "")
+    for size in sorted({r["size"] for r in rows}):
+        at = sorted((r for r in rows if r["size"] == size), key=lambda r: _methods(rows).index(r["method"]))
+        heads = [h for _, h, _, _ in INTRINSIC] + ([f"{metric} (×100)"] if downstream else [])
+        heads += ["steps", "epochs", "train s"]
+        columns = []
+        for key, _, higher, percent in INTRINSIC:
+            values = [r.get(key) for r in at]
+            columns.append(_bold_best([_fmt(key, v, percent) for v in values], values, higher))
+        if downstream:
+            values = [r.get(DOWNSTREAM) for r in at]
+            columns.append(_bold_best([_downstream_cell(r) for r in at], values, True))
+        columns += [[str(r["steps"]) for r in at], [f"{r['epochs']:.1f}" for r in at],
+                    [f"{r['train_seconds']:.0f}" for r in at]]
+        title = size_label(size) + ("" if size_label(size) == str(size) else f" ({size:,})")
+        lines += [f"### {title} training tokens", "",
+                  "| Method | " + " | ".join(heads) + " |", "|---" * (len(heads) + 1) + "|"]
+        lines += [f"| {_name(r['method'])} | " + " | ".join(col[i] for col in columns) + " |" for i, r in enumerate(at)]
+        lines.append("")
+    seeds = next((r["downstream_seeds"] for r in rows if r.get("downstream_seeds")), None)
+    majority = next((r["majority_accuracy"] for r in rows if r.get("majority_accuracy") is not None), None)
+    if seeds:
+        lines += [f"Downstream: test {metric}, mean ± std over {seeds} fine-tuning seed(s)" + (
+            "." if majority is None else f"; the majority class scores accuracy {100 * majority:.2f}."), ""]
+    return lines
+
+
+def efficiency_tables(rows: list[dict], metrics: list[str]) -> list[str]:
+    sizes = sorted({r["size"] for r in rows})
+    if not any(r["method"] == BASELINE for r in rows):
+        return ["No Scratch runs in this sweep, so no data-efficiency ratio.", ""]
+    lines = []
+    titles = metric_titles(rows)
+    for metric in metrics:
+        title, higher = titles[metric]
+        table = efficiency(rows, metric, higher)
+        if not table:
+            continue
+        lines += [f"Scratch data needed to match each method's {title} (ratio to the method's data):", "",
+                  "| Method | " + " | ".join(size_label(s) for s in sizes) + " |", "|---" * (len(sizes) + 1) + "|"]
+        for method in [m for m in _methods(rows) if m in table]:
+            cells = [table[method][s].text(s) if s in table[method] else "–" for s in sizes]
+            lines.append(f"| {_name(method)} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return lines
+
+
+def write_markdown(out: Path, rows: list[dict], failures: list[dict]) -> None:
+    lines = ["# Sweep results", "",
+             "Intrinsic metrics on masked tokens of the test shards (002 Table 2: Hits@k ×100; best in bold). "
+             "Every run has the same number of steps, so smaller data sizes are seen for more epochs.", ""]
+    lines += size_tables(rows)
+    lines += ["## Data efficiency", "",
+              "For each method and data size s: the amount of data Scratch needs to reach the same value, "
+              "interpolated linearly in log2(size) between Scratch's two sizes around the first crossing; "
+              "'> X' = Scratch's largest size X does not reach it, '≤ X' = its smallest size X already does.", ""]
+    lines += efficiency_tables(rows, ["ppl"] + [DOWNSTREAM] * (DOWNSTREAM in metric_titles(rows)))
+    if failures:
+        lines += ["## Failed runs (this invocation)", ""]
+        lines += [f"- {_name(f['method'])} {size_label(f['size'])}: {f['stage']} exited {f['exit']}; log "
+                  f"`{f['log']}`" for f in failures]
+        lines.append("")
+    (out / "results.md").write_text("\n".join(lines))
+
+
+def write_plots(out: Path, rows: list[dict]) -> list[Path]:
+    """``plot_<metric>.png``: the metric against data size on a log2 x-axis, one line per method."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = sorted({r["size"] for r in rows})
+    written = []
+    for key, (head, higher) in metric_titles(rows).items():
+        fig, ax = plt.subplots(figsize=(5, 3.6), dpi=120)
+        for method in _methods(rows):
+            pts = sorted((r["size"], r[key], r.get("downstream_std")) for r in rows
+                         if r["method"] == method and r.get(key) is not None)
+            if not pts:
+                continue
+            xs, ys, errs = zip(*pts)
+            style = dict(marker="o", label=_name(method), color=_color(method))
+            if key == DOWNSTREAM and all(e is not None for e in errs):
+                ax.errorbar(xs, ys, yerr=errs, capsize=3, **style)
+            else:
+                ax.plot(xs, ys, **style)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sizes, [size_label(s) for s in sizes])
+        ax.minorticks_off()
+        ax.set_xlabel("training tokens")
+        ax.set_ylabel(f"{head} ({'higher' if higher else 'lower'} is better)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = out / f"plot_{'downstream' if key == DOWNSTREAM else key.replace('@', '_at_')}.png"
+        fig.savefig(path)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def write_tensorboard(out: Path, rows: list[dict]) -> None:
+    """``tb/METHOD``: one writer per method; the step is the size's index in the sweep's sorted sizes (0 =
+    smallest), and ``sweep/log2_size`` and ``sweep/size_tokens`` record which size that is."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    shutil.rmtree(out / "tb", ignore_errors=True)  # rebuilt from results.jsonl: no duplicate events
+    sizes = sorted({r["size"] for r in rows})
+    metrics = metric_titles(rows)
+    ratios = {m: efficiency(rows, m, higher) for m, (_, higher) in metrics.items()}
+    for method in _methods(rows):
+        writer = SummaryWriter(str(out / "tb" / method))
+        for r in sorted((r for r in rows if r["method"] == method), key=lambda r: r["size"]):
+            step = sizes.index(r["size"])
+            writer.add_scalar("sweep/size_tokens", r["size"], step)
+            writer.add_scalar("sweep/log2_size", math.log2(r["size"]), step)
+            for key in metrics:
+                if r.get(key) is not None:
+                    writer.add_scalar(f"sweep/{key}", r[key], step)
+                match = ratios[key].get(method, {}).get(r["size"])
+                if match is not None and match.bound == "=":
+                    writer.add_scalar(f"efficiency/{key}_scratch_ratio", match.size / r["size"], step)
+        writer.close()
+
+
+def summary(rows: list[dict], failures: list[dict]) -> dict:
+    eff = {}
+    for metric, (_, higher) in metric_titles(rows).items():
+        eff[metric] = {m: {size_label(s): {"scratch_tokens": round(x.size), "bound": x.bound,
+                                           "ratio": x.size / s} for s, x in by_size.items()}
+                       for m, by_size in efficiency(rows, metric, higher).items()}
+    return {"methods": _methods(rows), "sizes": sorted({r["size"] for r in rows}), "runs": len(rows),
+            "efficiency_definition": "efficiency[metric][method][size]: the Scratch tokens whose metric equals the "
+                                     "method's at that size (log2-linear interpolation on Scratch's curve) and their "
+                                     "ratio to the size; bound '=' interpolated, '<=' Scratch's smallest size "
+                                     "already matches, '>' its largest does not",
+            "efficiency": eff, "failed": failures}
+
+
+def write_report(out: Path, rows: list[dict], failures: list[dict] = ()) -> None:
+    failures = list(failures)
+    write_markdown(out, rows, failures)
+    (out / "summary.json").write_text(json.dumps(summary(rows, failures), indent=2) + "\n")
+    if rows:
+        write_plots(out, rows)
+        write_tensorboard(out, rows)

@@ -1,0 +1,412 @@
+"""Checkpoints: DeepSpeed engine state + per-rank state + fp32 frozen weights + a completion marker.
+
+Layout of ``RUN_DIR/checkpoints/TAG/``:
+- DeepSpeed's own files (``mp_rank_*``, ``*_optim_states.pt``), client state = trainer/data state + config;
+- ``rank_state_{rank:05d}.pt`` per rank (RNG states: DeepSpeed saves client state from one rank only), plain
+  data (tensors, ints, lists) that ``torch.load(weights_only=True)`` reads;
+- ``frozen_fp32.pt``: exact fp32 values of the parameters frozen in the current phase (the engine holds
+  them only in the compute dtype);
+- ``hf_config/``: the target model's HF config (export builds the skeleton from it) and ``spm.model``;
+- ``COMPLETE``: written by rank 0 after a barrier, last; it records the step, world size and ZeRO stage.
+  A tag without it does not count. DeepSpeed's ``latest`` file is not written (``save_latest=False``) and
+  never trusted;
+- ``universal/``: made on demand when a run resumes at another world size or ZeRO stage (DeepSpeed's
+  ``ds_to_universal``, one folder per parameter); rebuilt if a conversion was interrupted.
+
+Every file is read through ``xpt_ds.io.trust`` (no pickle runs code), and DeepSpeed's own files are checked
+there before DeepSpeed unpickles them, unless ``checkpoint.allow_pickle`` says the user trusts them.
+
+``RUN_DIR/checkpoints/phase_ends/NAME.pt``: the fp32 weights and data position phase NAME ended with, kept
+when a later phase starts from them (``start_from``, ``merge``); outside every tag, so ``keep_last`` never
+deletes one.
+"""
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import deepspeed
+import numpy as np
+import torch
+
+from xpt_ds.config import ConfigError, TrainConfig, read_checkpoint_config
+from xpt_ds.training.engine import state_digest, zero_stage
+from xpt_ds.io.paths import unwritable
+from xpt_ds.io.trust import UntrustedError, check_plain, load_plain
+from xpt_ds.data.tokenizer import HF_TOKENIZER_DIR, copy_hf_tokenizer
+from xpt_ds.errors import UserError
+
+MARKER = "COMPLETE"
+log = logging.getLogger(__name__)
+
+
+class CheckpointError(UserError, RuntimeError):
+    """A checkpoint could not be written or read; the message names the path and the cause."""
+
+
+def tag_for(global_step: int) -> str:
+    return f"global_step{global_step:09d}"
+
+
+def _atomic_torch_save(obj, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        torch.save(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def rng_state() -> dict:
+    """Every generator's state as plain data: numpy's ('MT19937', uint32 key, pos, has_gauss, cached) with the
+    key as an int64 tensor, Python's (version, 625 ints, gauss) as it is."""
+    kind, key, pos, has_gauss, cached = np.random.get_state()
+    state = {"torch": torch.get_rng_state(), "python": random.getstate(),
+             "numpy": [kind, torch.from_numpy(key.astype(np.int64)), int(pos), int(has_gauss), float(cached)]}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    """Inverse of ``rng_state``; also reads the numpy tuple (an ndarray key) of checkpoints written before."""
+    torch.set_rng_state(state["torch"])
+    kind, key, pos, has_gauss, cached = state["numpy"]
+    key = key.numpy() if torch.is_tensor(key) else np.asarray(key)
+    np.random.set_state((kind, key.astype(np.uint32), pos, has_gauss, cached))
+    random.setstate(tuple(state["python"]))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+
+
+def agree(problem: str | None) -> bool:
+    """True when any rank has a problem (one all-reduce), so that every rank stops, not only the one that
+    saw it while the others wait in a collective."""
+    failed = torch.tensor([problem is not None], dtype=torch.int32,
+                          device=deepspeed.get_accelerator().current_device_name())
+    deepspeed.comm.all_reduce(failed)
+    return bool(failed.item())
+
+
+def _preflight(ckpt_root: Path, newest: str | None, rank: int) -> str | None:
+    """Why this rank cannot write a checkpoint (not writable, or less free space than the newest complete
+    checkpoint takes), or None."""
+    why = unwritable(ckpt_root, rank)
+    if why is not None:
+        return f"cannot write checkpoints in {ckpt_root}: {why}"
+    if newest is not None:
+        need = sum(f.stat().st_size for f in (ckpt_root / newest).rglob("*")
+                   if f.is_file() and "universal" not in f.relative_to(ckpt_root / newest).parts)
+        free = shutil.disk_usage(ckpt_root).free
+        if free < need:
+            return (f"not enough space for a checkpoint in {ckpt_root}: {free / 2**20:.1f} MiB free, the newest "
+                    f"one ({newest}) takes {need / 2**20:.1f} MiB")
+    return None
+
+
+def save(engine, ckpt_root: Path, tag: str, client_state: dict, frozen: dict, hf_config, tokenizer: str) -> None:
+    """Write checkpoint ``tag`` on every rank; the marker comes last. A rank that cannot write raises
+    CheckpointError naming the path and the cause (before writing anything when every rank can tell: not
+    writable or too little space); the complete checkpoints already there are never touched."""
+    rank = deepspeed.comm.get_rank()
+    tag_dir = ckpt_root / tag
+    newest = ([t for t in complete_tags(ckpt_root) if t != tag] or [None])[-1]  # what survives a failure here
+    problem = _preflight(ckpt_root, newest, rank)
+    if agree(problem):
+        raise CheckpointError(problem or f"another rank cannot write checkpoint {tag_dir} (see its error)")
+    try:
+        if rank == 0 and tag_dir.exists():  # re-saving a tag (a run resumed from an older one): start from
+            (tag_dir / MARKER).unlink(missing_ok=True)  # nothing, so no file of an earlier save stays
+            shutil.rmtree(tag_dir)
+        deepspeed.comm.barrier()
+        engine.save_checkpoint(str(ckpt_root), tag=tag, client_state=client_state, save_latest=False)
+        _atomic_torch_save({"rng": rng_state()}, tag_dir / f"rank_state_{rank:05d}.pt")
+        if rank == 0:
+            _atomic_torch_save(frozen, tag_dir / "frozen_fp32.pt")
+            hf_config.save_pretrained(tag_dir / "hf_config")
+            if Path(tokenizer).is_file():
+                shutil.copyfile(tokenizer, tag_dir / "spm.model")
+            else:  # keep_vocab: the source's Hugging Face tokenizer (a directory or hub id)
+                copy_hf_tokenizer(tokenizer, tag_dir / HF_TOKENIZER_DIR)
+        _fsync_own_files(tag_dir, rank)
+        deepspeed.comm.barrier()  # every rank's files are on disk before the marker
+        if rank == 0:
+            _write_marker(tag_dir, {"global_step": client_state["trainer"]["global_step"],
+                                    "world_size": deepspeed.comm.get_world_size(),
+                                    "zero_stage": engine.zero_optimization_stage()})
+        deepspeed.comm.barrier()
+    except (OSError, RuntimeError) as e:  # torch.save reports a failed write as a RuntimeError
+        intact = f"the newest complete checkpoint ({newest or 'none'}) is intact"
+        if _peer_failed(e):
+            raise CheckpointError(f"stopped writing checkpoint {tag_dir} on rank {rank} because another rank "
+                                  f"failed (its error names the cause); {intact}") from None
+        raise CheckpointError(f"cannot write checkpoint {tag_dir} on rank {rank}: {_write_error(e, tag_dir)}; "
+                              f"{intact}") from None
+
+
+def _write_marker(tag_dir: Path, record: dict) -> None:
+    tmp = tag_dir / (MARKER + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(json.dumps(record))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, tag_dir / MARKER)
+    _fsync_dir(tag_dir)
+
+
+def _peer_failed(e: Exception) -> bool:
+    """A collective inside DeepSpeed's save that broke because another rank left it (gloo: 'Connection closed
+    by peer', NCCL: a communicator error or timeout), not a write of this rank's."""
+    if isinstance(e, torch.distributed.DistError):
+        return True
+    text = str(e).lower()
+    return any(k in text for k in ("connection closed by peer", "connection reset by peer", "gloo", "nccl",
+                                   "broken pipe", "timed out"))
+
+
+def _write_error(e: Exception, tag_dir: Path) -> str:
+    """The cause of a failed write, as the OS said it. torch.save reports ENOSPC as a RuntimeError from its
+    zip writer ('[enforce fail at inline_container.cc] . unexpected pos ...') with no errno; then a probe
+    write into the same directory asks the OS (ENOSPC, EACCES, EROFS, EDQUOT)."""
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror
+    try:
+        with open(tag_dir / f".write_probe_{os.getpid()}", "wb") as f:
+            f.write(b"\0" * (1 << 20))
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as probe:
+        return probe.strerror or str(probe)
+    finally:
+        (tag_dir / f".write_probe_{os.getpid()}").unlink(missing_ok=True)
+    if shutil.disk_usage(tag_dir).free == 0:
+        return os.strerror(errno.ENOSPC)
+    return str(e).strip().splitlines()[0]
+
+
+def _fsync_own_files(tag_dir: Path, rank: int) -> None:
+    """Flush to disk the files this rank wrote (DeepSpeed does not fsync): its ZeRO shard and RNG file;
+    rank 0 also everything that is not per rank. Power loss then cannot leave a marker without its files."""
+    for f in tag_dir.rglob("*"):
+        mine = f"zero_pp_rank_{rank}_" in f.name  # also bf16_zero_pp_rank_*; rank_state_* is fsynced already
+        shared = "zero_pp_rank_" not in f.name and not f.name.startswith("rank_state_")
+        if f.is_file() and (mine or (rank == 0 and shared)):
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+    if rank == 0:
+        _fsync_dir(tag_dir)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def prune(ckpt_root: Path, keep_last: int) -> list[str]:
+    """Delete all but the newest ``keep_last`` complete checkpoints (rank 0). The marker goes first, so an
+    interrupted delete leaves an incomplete directory, never a 'complete' one with files missing."""
+    tags = complete_tags(ckpt_root)
+    doomed = tags[:-keep_last] if keep_last > 0 else []
+    for tag in doomed:
+        (ckpt_root / tag / MARKER).unlink()
+        shutil.rmtree(ckpt_root / tag)
+    return doomed
+
+
+def remove_incomplete(ckpt_root: Path) -> list[str]:
+    """Delete checkpoint directories without a marker (left by a crash or a failed save). Rank 0, only
+    between saves."""
+    doomed = sorted(d.name for d in ckpt_root.glob("global_step*") if d.is_dir() and not (d / MARKER).is_file())
+    for name in doomed:
+        shutil.rmtree(ckpt_root / name, ignore_errors=True)
+    return doomed
+
+
+def complete_tags(ckpt_root: Path) -> list[str]:
+    """Complete checkpoint tags, oldest first."""
+    if not ckpt_root.is_dir():
+        return []
+    tags = [d for d in ckpt_root.iterdir() if (d / MARKER).is_file()]
+    return [d.name for d in sorted(tags, key=lambda d: json.loads((d / MARKER).read_text())["global_step"])]
+
+
+def resolve_tag(ckpt_root: Path, resume: str) -> str | None:
+    """'none' -> None; 'auto' -> newest complete tag or None; else the tag, which must be complete."""
+    if resume == "none":
+        return None
+    tags = complete_tags(ckpt_root)
+    if resume == "auto":
+        return tags[-1] if tags else None
+    if resume not in tags:
+        raise FileNotFoundError(f"checkpoint '{resume}' is not a complete checkpoint in {ckpt_root} "
+                                f"(complete: {', '.join(tags) or 'none'})")
+    return resume
+
+
+ABANDONED = "abandoned"
+
+
+def abandon_later(ckpt_root: Path, tag: str | None) -> tuple[list[str], Path | None]:
+    """A run resumed from an older tag (or started over, ``tag`` None) begins a new branch: the complete
+    checkpoints after ``tag`` belong to the branch it leaves. They move to ``abandoned/branch-N/`` (rank 0;
+    moving is a rename, nothing is deleted), where ``resume: auto`` no longer sees them, so a requeued job
+    continues the branch it was on, not the old one. Returns the moved tags and where they went."""
+    step = -1 if tag is None else json.loads((ckpt_root / tag / MARKER).read_text())["global_step"]
+    later = [t for t in complete_tags(ckpt_root)
+             if json.loads((ckpt_root / t / MARKER).read_text())["global_step"] > step]
+    if not later:
+        return [], None
+    n = len(list((ckpt_root / ABANDONED).glob("branch-*"))) if (ckpt_root / ABANDONED).is_dir() else 0
+    dest = ckpt_root / ABANDONED / f"branch-{n + 1:03d}"
+    dest.mkdir(parents=True)
+    (dest / "README").write_text(f"checkpoints of a branch abandoned when a run resumed from {tag or 'scratch'}\n")
+    for t in later:
+        os.replace(ckpt_root / t, dest / t)
+    _fsync_dir(ckpt_root)
+    return later, dest
+
+
+PHASE_ENDS = "phase_ends"
+
+
+def save_phase_end(ckpt_root: Path, name: str, weights: dict[str, torch.Tensor], data: dict) -> str:
+    """Keep what phase ``name`` ended with: exact fp32 weights (every rank passes the same) and the data stream
+    position. Rank 0 writes ``phase_ends/NAME.pt`` atomically; the trainer calls this before the phase's last
+    checkpoint is saved, so a complete checkpoint after the phase's end implies the file. Returns the weights'
+    blake2b, which the trainer state records and ``load_phase_end`` checks."""
+    digest = state_digest(weights)
+    path = ckpt_root / PHASE_ENDS / f"{name}.pt"
+    problem = None
+    if deepspeed.comm.get_rank() == 0:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _atomic_torch_save({"weights": weights, "data": data, "digest": digest}, path)
+            _fsync_dir(path.parent)
+        except (OSError, RuntimeError) as e:  # torch.save reports a failed write as a RuntimeError
+            problem = f"cannot write {path}: {_write_error(e, path.parent)}"
+    if agree(problem):
+        raise CheckpointError(problem or f"rank 0 could not write {path} (see its error)")
+    return digest
+
+
+def load_phase_end(ckpt_root: Path, name: str, digest: str | None) -> tuple[dict[str, torch.Tensor], dict]:
+    """(weights, data position) phase ``name`` ended with in this run: ``digest`` is what the run recorded
+    when the phase ended; a file from another branch of the run (e.g. one resumed from an older tag with
+    another config) does not match it."""
+    path = ckpt_root / PHASE_ENDS / f"{name}.pt"
+    if digest is None:
+        raise CheckpointError(f"this run's state records no end of phase '{name}' (checkpoint older than the phase "
+                              f"graph?); cannot start from {path}")
+    if not path.is_file():
+        raise CheckpointError(f"{path} is missing: a later phase starts from the weights phase '{name}' ended "
+                              f"with, kept there when it ended")
+    blob = torch.load(path, map_location="cpu", weights_only=True)
+    if state_digest(blob["weights"]) != digest:
+        raise CheckpointError(f"{path} is not what phase '{name}' ended with in this run (blake2b differs from "
+                              f"the checkpoint's record {digest}); was it written by another branch of the run?")
+    return blob["weights"], blob["data"]
+
+
+def make_universal(ckpt_root: Path, tag: str) -> Path:
+    """Convert ``tag`` to DeepSpeed's universal (world-size and stage independent) layout, once (rank 0
+    converts, every rank waits). Returns the folder ``engine.load_checkpoint`` takes as its tag."""
+    out = ckpt_root / tag / "universal"
+    if deepspeed.comm.get_rank() == 0 and not out.is_dir():
+        tmp = out.with_name("universal.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)  # left by an interrupted conversion
+        workers = str(max(1, min(4, (os.cpu_count() or 1) // 2)))
+        cmd = [sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal", "--input_folder", str(out.parent),
+               "--output_folder", str(tmp), "--inject_missing_state",
+               "--num_extract_workers", workers, "--num_merge_workers", workers]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+            raise CheckpointError(f"converting checkpoint {out.parent} to a universal checkpoint failed: {tail[0]}")
+        os.replace(tmp, out)
+    deepspeed.comm.barrier()
+    return out
+
+
+def read_client_state(ckpt_root: Path, tag: str, allow_pickle: bool = False) -> dict:
+    """Client state without building an engine (it is in the rank-0 model-states file), read as plain data."""
+    files = sorted((ckpt_root / tag).glob("*mp_rank_00_model_states.pt"))
+    if not files:
+        raise CheckpointError(f"checkpoint {ckpt_root / tag} has no model-states file (*mp_rank_00_model_states.pt)")
+    return load_plain(files[0], allow_pickle=allow_pickle, mmap=True)
+
+
+def read_config(ckpt_root: Path, tag: str, allow_pickle: bool = False) -> TrainConfig:
+    """The resolved run config saved with checkpoint ``tag``."""
+    return read_checkpoint_config(read_client_state(ckpt_root, tag, allow_pickle)["config"])
+
+
+def check_files(tag_dir: Path, allow_pickle: bool, distributed: bool = True) -> None:
+    """Every ``.pt`` file under ``tag_dir`` is plain data (``xpt_ds.io.trust.check_plain``), before DeepSpeed
+    unpickles any of them. ``distributed``: the files are split over the ranks and one all-reduce makes every
+    rank stop if any file is refused or unreadable."""
+    files = sorted(tag_dir.rglob("*.pt"))
+    rank, world = (deepspeed.comm.get_rank(), deepspeed.comm.get_world_size()) if distributed else (0, 1)
+    error = None
+    try:
+        check_plain(files[rank::world], allow_pickle=allow_pickle)
+    except UntrustedError as e:
+        error = e
+    except (OSError, RuntimeError, EOFError, ValueError) as e:  # truncated, or not a torch file
+        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        error = CheckpointError(f"cannot read checkpoint {tag_dir}: {why}")
+    if distributed and agree(None if error is None else str(error)) and error is None:
+        error = CheckpointError(f"another rank refused a file of checkpoint {tag_dir} (see its error)")
+    if error is not None:
+        raise error
+
+
+def prepare_rescale(ckpt_root: Path, tag: str, client: dict, world: int, stage: int) -> bool:
+    """True when ``tag`` was saved at another world size or ZeRO stage than this run's ``world`` and
+    ``stage`` (DeepSpeed records both in the model-states file ``client`` comes from): it is then loaded
+    through a universal checkpoint, made here once. The loader state is world-size independent already.
+    A stage change other than 1 <-> 2 is refused: DeepSpeed's universal format differs for stage 3 and 0."""
+    saved_stage, saved_world = zero_stage(client["ds_config"]), client["dp_world_size"]
+    if saved_stage == stage and (saved_world == world or stage == 0):
+        return False  # stage 0 keeps whole optimizer states: any world size loads them
+    if saved_stage != stage and {saved_stage, stage} != {1, 2}:
+        raise ConfigError(f"checkpoint {tag} was saved at ZeRO stage {saved_stage} and this run uses stage "
+                          f"{stage} (config key 'deepspeed'); a resume can change the stage only between 1 and 2")
+    if deepspeed.comm.get_rank() == 0:
+        log.info("checkpoint %s was saved by %d ranks at ZeRO stage %d; resuming on %d ranks at stage %d through "
+                 "a universal checkpoint", tag, saved_world, saved_stage, world, stage)
+    make_universal(ckpt_root, tag)
+    return True
+
+
+def load(engine, ckpt_root: Path, tag: str, universal: bool = False, allow_pickle: bool = False) -> dict:
+    """Restore engine + this rank's RNG; returns the frozen fp32 weights saved with the checkpoint. The caller
+    has passed the tag's files through ``check_files``.
+
+    ``universal``: the engine was built with ``checkpoint.load_universal`` and loads ``TAG/universal``.
+    That path restores only the optimizer's (trainable) parameters, not the module state dict; the
+    caller puts the returned frozen weights back (``engine.restore_frozen``)."""
+    tag_dir = ckpt_root / tag
+    if universal:
+        engine.load_checkpoint(str(tag_dir), tag="universal")
+        # DeepSpeed's ZeRO-3 universal load gives every param group the same ``step`` tensor, which torch's
+        # Adam then advances once per group per step; each group needs its own counter.
+        base = getattr(engine.optimizer, "optimizer", engine.optimizer)
+        for state in base.state.values():
+            if torch.is_tensor(state.get("step")):
+                state["step"] = state["step"].clone()
+    else:
+        engine.load_checkpoint(str(ckpt_root), tag=tag, load_module_strict=True)
+    rank_file = tag_dir / f"rank_state_{deepspeed.comm.get_rank():05d}.pt"
+    if rank_file.is_file():  # plain since issue 19; older ones hold a numpy array, which load_plain allows
+        set_rng_state(load_plain(rank_file, allow_pickle=allow_pickle)["rng"])
+    return load_plain(tag_dir / "frozen_fp32.pt", allow_pickle=allow_pickle)

@@ -1,0 +1,125 @@
+"""A checkpoint -> a stock HF model directory (``python -m xpt_ds.export``), and the checkpoint's model in fp32
+for evaluation and the probe (``load_model``).
+
+Works offline on one process from any ZeRO stage and any world size: trainable weights come from the
+fp32 optimizer partitions (DeepSpeed's zero_to_fp32), frozen ones from ``frozen_fp32.pt``. The result is
+a plain ``save_pretrained`` directory (``AutoModelForMaskedLM`` / ``AutoTokenizer`` load it), with the
+run's SentencePiece model converted to ``tokenizer.json`` (or, for ``keep_vocab``, the source's own tokenizer). Models of
+``method: adapters`` also carry ``xpt_adapters.py``, mapped for the masked LM, the bare encoder and the
+classification, token-classification, question-answering and multiple-choice heads; they load with
+``trust_remote_code=True``. Models of ``method: trelm`` carry ``xpt_trelm.py`` the same way: the TRILayer runs in
+the base model, the target language row is folded into the token-type rows, and the English vocabulary is
+dropped (``xpt_ds.trelm.hf`` says what is kept and why).
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig
+
+from xpt_ds.model import adapters
+from xpt_ds.training import checkpoint
+from xpt_ds.trelm import hf as trelm_hf
+from xpt_ds.training.engine import zero_stage
+from xpt_ds.io.paths import unwritable
+from xpt_ds.config.methods import method_of
+from xpt_ds.model.build import build_skeleton, load_fp32_state
+from xpt_ds.model.objective import strip_prefix
+from xpt_ds.data.tokenizer import copy_hf_tokenizer, save_hf_tokenizer, saved_tokenizer
+from xpt_ds.io.trust import OWN_CODE, load_plain
+
+
+def load_checkpoint_fp32(ckpt_root: Path, tag: str, allow_pickle: bool = False) -> dict[str, torch.Tensor]:
+    """Full fp32 state dict (HF names) of a checkpoint. Its files must be plain data (``xpt_ds.io.trust``) unless
+    ``allow_pickle``: DeepSpeed's zero_to_fp32 unpickles them whole."""
+    checkpoint.check_files(ckpt_root / tag, allow_pickle, distributed=False)
+    model_states = checkpoint.read_client_state(ckpt_root, tag, allow_pickle)
+    if zero_stage(model_states["ds_config"]) == 0:  # fp32 only (engine.load_ds_config rejects bf16 at stage 0): the module is the master
+        state = {k: v.float() for k, v in model_states["module"].items()}
+    else:
+        from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+        with contextlib.redirect_stdout(sys.stderr):  # its progress lines: keep stdout for results (JSON)
+            state = get_fp32_state_dict_from_zero_checkpoint(str(ckpt_root), tag=tag, exclude_frozen_parameters=True)
+    state.update(load_plain(ckpt_root / tag / "frozen_fp32.pt", allow_pickle=allow_pickle))
+    return strip_prefix(state)
+
+
+def load_model(run_dir: Path, tag: str | None = None, allow_pickle: bool = False):
+    """(the checkpoint's HF model in fp32, its tag directory); ``tag`` None = the newest complete one."""
+    ckpt_root = run_dir / "checkpoints"
+    tag = checkpoint.resolve_tag(ckpt_root, tag or "auto")
+    if tag is None:
+        raise FileNotFoundError(f"no complete checkpoint in {ckpt_root}")
+    tag_dir = ckpt_root / tag
+    model = build_skeleton(AutoConfig.from_pretrained(tag_dir / "hf_config", trust_remote_code=False))
+    load_fp32_state(model, load_checkpoint_fp32(ckpt_root, tag, allow_pickle), f"checkpoint {tag_dir}")
+    return model, tag_dir
+
+
+@torch.no_grad()
+def trelm_export_model(model: torch.nn.Module) -> torch.nn.Module:
+    """A trained trelm model (stock *ForMaskedLM + ``trelm``) -> the ``xpt_ds.trelm.hf`` class that ships with
+    the export, for target-language input: the target row of ``trelm.language_embeddings`` folded into every
+    token-type row and kept as the TRILayer's ``output_language``; the English vocabulary, the English row and
+    the placeholder left out. Loaded strictly, so a parameter the conversion misses is an error."""
+    from xpt_ds.trelm.model import TARGET
+    cfg = copy.deepcopy(model.config)
+    del cfg.xpt_trelm_source_vocab_size, cfg.xpt_trelm_source_pad_id  # build_skeleton: no training parts
+    prefix, parts = model.base_model_prefix, model.trelm
+    lang = parts.language_embeddings.weight[TARGET]
+    state = {k: v for k, v in model.state_dict().items() if not k.startswith("trelm.")}
+    token_types = f"{prefix}.embeddings.token_type_embeddings.weight"
+    state[token_types] = state[token_types] + lang
+    if parts.trilayer is None:  # trelm_no_tri: with the row folded, a stock model computes the same
+        exported = build_skeleton(cfg).eval()
+        exported.load_state_dict(state, strict=True)
+        return exported
+    cfg.auto_map = trelm_hf.auto_map(cfg.model_type)
+    state[f"{prefix}.trelm.output_language"] = lang.clone()
+    state.update({f"{prefix}.trelm.trilayer.{k}": v for k, v in parts.trilayer.state_dict().items()})
+    stock = type(model).__name__
+    exported = getattr(trelm_hf, f"XptTreLM{stock}")(cfg).float().eval()
+    exported.load_state_dict(state, strict=True)
+    exported.config.architectures = [f"XptTreLM{stock}"]
+    return exported
+
+
+def save_model(model: torch.nn.Module, out: Path) -> None:
+    """``save_pretrained``, plus the remote code (and for trelm the conversion) of a method that needs it."""
+    method = method_of(model.config)
+    if method is not None and method.export == "adapters":
+        shutil.copy(OWN_CODE["xpt_adapters.py"], out / "xpt_adapters.py")
+        model.config.auto_map = adapters.auto_map(model.config.model_type)
+    if method is not None and method.export == "trelm":
+        model = trelm_export_model(model)
+        if method.trilayer:
+            shutil.copy(OWN_CODE["xpt_trelm.py"], out / "xpt_trelm.py")
+            print("trelm: the TRILayer ships as xpt_trelm.py (load with trust_remote_code=True); the target language "
+                  "row is folded into the token-type rows; the English vocabulary (source_word_embeddings, "
+                  "source_lm_bias), the English language row and the placeholder are not exported (English input "
+                  "and CdLM: use the checkpoint)", file=sys.stderr)
+        else:
+            print(f"{method.name}: exported as a stock model, the target language row folded into the token-type "
+                  "rows; the English vocabulary and language row are not exported (English input: use the "
+                  "checkpoint)", file=sys.stderr)
+    model.save_pretrained(out)
+
+
+def export(run_dir: Path, out: Path, tag: str | None = None, allow_pickle: bool = False) -> Path:
+    why = unwritable(out)  # before the checkpoint is read (minutes for a large model)
+    if why is not None:
+        raise OSError(f"--out {out}: cannot write there ({why})")
+    model, tag_dir = load_model(run_dir, tag, allow_pickle)
+    hf_config = model.config
+    save_model(model, out)
+    tok = saved_tokenizer(tag_dir)
+    if tok.kind == "huggingface":  # keep_vocab: the source's own tokenizer, as the checkpoint saved it
+        copy_hf_tokenizer(tok.path, out)
+    else:
+        save_hf_tokenizer(tok, out, model_max_length=hf_config.xpt_max_length, token_types=hf_config.type_vocab_size)
+    return out

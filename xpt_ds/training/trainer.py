@@ -1,0 +1,398 @@
+"""The phase-aware MLM post-training loop."""
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import deepspeed
+import torch
+
+from xpt_ds.training import checkpoint
+from xpt_ds.config import ConfigError, TrainConfig, save_config, to_dict
+from xpt_ds.data.mlm import build_streams
+from xpt_ds.embedding_init.context import summary, write_report
+from xpt_ds.training.engine import (agree_on_initial_weights, build_engine, full_fp32_state, load_ds_config, lr_at,
+                           restore_frozen, set_lr, zero_stage)
+from xpt_ds.io.paths import unwritable
+from xpt_ds.training.guards import BadStepCounter, Halted, RankExchange, SlowSteps, SpikeDetector
+from xpt_ds.metrics.logger import LogWindow, MetricsLogger, flops_per_token, peak_flops
+from xpt_ds.metrics.mlm import MLMStats, piece_char_lengths, piece_word_starts
+from xpt_ds.model.build import build_model, build_skeleton, load_fp32_state
+from xpt_ds.model.objective import build_objective, strip_prefix
+from xpt_ds.config.phase_checks import phase_objectives
+from xpt_ds.model.phases import build_phase_starts, build_phase_trainables, phases_read_later, weights_from_ends
+from xpt_ds.training.preemption import Preempted, PreemptionWatcher
+from xpt_ds.training.status import write_status
+from xpt_ds.data.tokenizer import tokenizer_for
+from xpt_ds.trelm.data import TreLMBatchStream, build_trelm_stream
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainerState:
+    phase_index: int = 0
+    phase_step: int = 0  # optimizer steps done in the current phase
+    global_step: int = 0
+    tokens_seen: int = 0
+    phase_ends: dict[str, str] = field(default_factory=dict)  # kept phase end (start_from/merge) -> its blake2b
+
+    def state_dict(self) -> dict:
+        return asdict(self)
+
+    def load_state_dict(self, sd: dict) -> None:
+        for k, v in sd.items():
+            setattr(self, k, v)
+
+
+class Trainer:
+    def __init__(self, cfg: TrainConfig):
+        self.cfg = cfg
+        self.rank, self.world = deepspeed.comm.get_rank(), deepspeed.comm.get_world_size()
+        self.run_dir = Path(cfg.run_dir)
+        self.ckpt_root = self.run_dir / "checkpoints"
+        why = unwritable(self.run_dir, self.rank)  # before minutes of model building, on every rank
+        if checkpoint.agree(why):
+            raise ConfigError(f"config key 'run_dir': cannot write {self.run_dir}: "
+                              f"{why or 'another rank cannot (see its error)'}")
+        self.tok = tokenizer_for(cfg.model)
+        self.char_lengths = piece_char_lengths(self.tok)  # valid/bits_per_char: compares across vocabularies
+        self.word_starts = piece_word_starts(self.tok)  # valid/bits_per_word: so does this
+        self.built = build_model(cfg.model, self.tok, cfg.data)
+        if self.rank == 0:
+            log.info(summary(self.built.embedding_init))
+            write_report(self.built.embedding_init, self.run_dir / "embedding_init.json")
+        self.hf_config = self.built.model.config
+        if cfg.data.seq_len > self.hf_config.xpt_max_length:
+            raise ConfigError(f"config key 'data.seq_len' is {cfg.data.seq_len}; the source model's positions "
+                              f"allow at most {self.hf_config.xpt_max_length}")
+        # Module-relative names: the engine wraps the objective, whose HF model is ``hf``.
+        self.trainables = [{f"hf.{n}" for n in s} for s in build_phase_trainables(cfg, self.built.tags)]
+        self.starts = [None if s is None else {f"hf.{n}": p for n, p in s.items()}
+                       for s in build_phase_starts(cfg, self.built.tags)]
+        self.kept_ends = phases_read_later(cfg)
+        self.train_stream, self.valid_stream = build_streams(cfg.data, self.tok, cfg.optim.micro_batch_size,
+                                                             self.rank, self.world)
+        if cfg.data.parallel_shards or cfg.data.source_shards:  # TreLM: the phase's other objectives join MLM
+            self.train_stream = build_trelm_stream(self.train_stream, cfg, self.tok,
+                                                   self.hf_config.xpt_trelm_source_vocab_size, self.rank, self.world)
+        self.state = TrainerState()
+        self.device = torch.device(deepspeed.get_accelerator().current_device_name())
+        self.tokens_per_step = cfg.optim.micro_batch_size * cfg.optim.grad_accum * self.world * cfg.data.seq_len
+        self.flops_per_step = flops_per_token(self.hf_config, cfg.data.seq_len, cfg.data.mask_prob) * self.tokens_per_step
+        self.peak = peak_flops(cfg.logging.peak_tflops)
+        self.engine = self.optimizer = None
+        self.frozen: dict[str, torch.Tensor] = {}
+        self.last_saved: str | None = None  # newest complete checkpoint of this run
+        self.last_tokens_per_s: float | None = None
+        self.preemption = PreemptionWatcher()
+        self.exchange = RankExchange()  # per-step host all_gather: preemption flags, step times, data waits
+        g = cfg.guard
+        self.bad_steps = BadStepCounter(g.max_bad_steps)
+        self.loss_spikes = SpikeDetector(g.loss_spike_ratio, g.loss_spike_window)
+        self.slow_steps = SlowSteps(g.slow_step_ratio, g.slow_step_window, self.world)
+        self.inject_nan = set(g.inject_nan_steps) if self.rank == 0 else set()
+        self.data_wait = 0.0  # seconds this rank waited for batches in the current step
+        self.logger = MetricsLogger(self.run_dir, self.rank == 0, cfg.logging.tensorboard, cfg.logging.progress_bar,
+                                    sum(p.steps for p in cfg.phases))
+
+    def setup(self) -> None:
+        tag = checkpoint.resolve_tag(self.ckpt_root, self.cfg.checkpoint.resume)
+        if self.cfg.checkpoint.resume != "auto":
+            self.start_branch(tag)
+        objective = build_objective(self.built.model)
+        fp32 = {n: p.detach().clone() for n, p in objective.named_parameters()}
+        torch.manual_seed(self.cfg.seed + self.rank)  # dropout stream of this rank, unless a checkpoint has it
+        universal = False
+        if tag is None:
+            agree_on_initial_weights(fp32)
+        else:
+            allow_pickle = self.cfg.checkpoint.allow_pickle
+            client = checkpoint.read_client_state(self.ckpt_root, tag, allow_pickle)
+            checkpoint.check_files(self.ckpt_root / tag, allow_pickle)  # before DeepSpeed unpickles them
+            self.state.load_state_dict(client["trainer"])
+            if "bad_steps" in client:  # absent from checkpoints written before the guards existed
+                self.bad_steps.load_state_dict(client["bad_steps"])
+            self.train_stream.load_state_dict(client["data"])
+            universal = checkpoint.prepare_rescale(self.ckpt_root, tag, client, self.world,
+                                                   zero_stage(load_ds_config(self.cfg.deepspeed)))
+        self.use_phase_objectives()
+        n_train = sum(fp32[n].numel() for n in self.trainables[self.state.phase_index])  # before ZeRO-3 partitions
+        self.engine, self.optimizer, self.frozen = build_engine(
+            objective, self.trainables[self.state.phase_index], self.cfg, fp32, load_universal=universal)
+        if tag is not None:
+            self.last_saved = tag
+            self.frozen = checkpoint.load(self.engine, self.ckpt_root, tag, universal, self.cfg.checkpoint.allow_pickle)
+            restore_frozen(self.engine, self.frozen)
+            self._info(f"resumed from {tag}: phase {self.state.phase_index} step {self.state.phase_step}, "
+                       f"global step {self.state.global_step}")
+        if self.rank == 0:
+            save_config(self.cfg, self.run_dir / "config.yaml")
+        self.logger.start(self.state.global_step)
+        self._info(f"model: {sum(v.numel() for v in fp32.values()):,} parameters; phase '{self.phase.name}' trains "
+                   f"{n_train:,} on {', '.join(phase_objectives(self.cfg, self.state.phase_index))}")
+
+    def start_branch(self, tag: str | None) -> None:
+        """An explicit resume (or ``none``) leaves the later checkpoints' trajectory: move them aside."""
+        if self.rank == 0:
+            moved, dest = checkpoint.abandon_later(self.ckpt_root, tag)
+            if moved:
+                log.warning("resuming from %s starts a new branch: moved %d later checkpoint(s) of the abandoned "
+                            "branch (%s) to %s; resume: auto now continues this branch", tag or "scratch",
+                            len(moved), ", ".join(moved), dest)
+        deepspeed.comm.barrier()
+
+    @property
+    def phase(self):
+        return self.cfg.phases[self.state.phase_index]
+
+    def _info(self, msg: str) -> None:
+        if self.rank == 0:
+            log.info(msg)
+
+    def train(self) -> None:
+        window = LogWindow(self.device)
+        while True:
+            if self.state.phase_step >= self.phase.steps:
+                if not self.maybe_switch_phase():
+                    break
+                continue
+            started = time.perf_counter()
+            loss, skipped = self.train_step()
+            step_seconds = time.perf_counter() - started
+            window.add(loss, skipped)
+            halt = self.count_bad_step(skipped)
+            self.logger.advance()
+            phase_done = self.state.phase_step == self.phase.steps
+            if self.state.global_step % self.cfg.logging.log_every == 0 or phase_done:
+                self.log(window)
+                window.reset()
+            self.maybe_eval(phase_done)
+            self.maybe_keep_phase_end(phase_done)
+            self.maybe_save(phase_done)
+            self.after_step(halt, step_seconds)
+        self.logger.close()
+        self.write_status("finished")
+
+    def train_step(self) -> tuple[torch.Tensor, bool]:
+        """One optimizer step over grad_accum micro-batches: (mean loss as a device tensor, whether DeepSpeed
+        skipped the update because the gradient norm was not finite)."""
+        set_lr(self.optimizer, lr_at(self.phase, self.state.phase_step))
+        total = torch.zeros((), device=self.device)
+        skipped_before, self.data_wait = self.engine.skipped_steps, 0.0
+        poison = self.state.global_step + 1 in self.inject_nan
+        for _ in range(self.cfg.optim.grad_accum):
+            waited = time.perf_counter()
+            batch = next(self.train_stream)
+            self.data_wait += time.perf_counter() - waited
+            loss = self.engine(**self._to_device(batch))
+            if poison:
+                loss = loss * float("nan")
+            self.engine.backward(loss)
+            self.engine.step()
+            total += loss.detach()
+        self.state.phase_step += 1
+        self.state.global_step += 1
+        self.state.tokens_seen += self.tokens_per_step
+        return total / self.cfg.optim.grad_accum, self.engine.skipped_steps != skipped_before
+
+    def _to_device(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {k: v.to(self.device, non_blocking=True) for k, v in batch.items() if k != "seq_ids"}
+
+    def maybe_switch_phase(self) -> bool:
+        """At a phase boundary: rebuild module + engine for the next phase with exact fp32 weights."""
+        if self.state.phase_index + 1 >= len(self.cfg.phases):
+            return False
+        fp32 = self.start_weights(self.state.phase_index + 1)
+        self.engine.destroy()
+        self.engine = self.optimizer = None
+        self.state.phase_index += 1
+        self.state.phase_step = 0
+        self.use_phase_objectives()
+        with torch.random.fork_rng(devices=[]):  # the rebuild must not shift the dropout stream
+            hf = build_skeleton(self.hf_config)
+            load_fp32_state(hf, strip_prefix(fp32), f"phase '{self.phase.name}' hand-over")
+            objective = build_objective(hf)
+            self.engine, self.optimizer, self.frozen = build_engine(
+                objective, self.trainables[self.state.phase_index], self.cfg, fp32)
+        origin = (f"from the end of '{self.phase.start_from}'" if self.phase.start_from else
+                  f"from a merge of {', '.join(self.phase.reads())}" if self.phase.merges else "")
+        self._info(f"phase '{self.phase.name}' starts at global step {self.state.global_step} {origin}".rstrip()
+                   + f"; trains on {', '.join(phase_objectives(self.cfg, self.state.phase_index))}")
+        return True
+
+    def use_phase_objectives(self) -> None:
+        """TreLM's stream builds the current phase's objectives' rows; a plain MLM stream has target MLM only."""
+        if isinstance(self.train_stream, TreLMBatchStream):
+            self.train_stream.use(phase_objectives(self.cfg, self.state.phase_index))
+
+    def start_weights(self, index: int) -> dict[str, torch.Tensor]:
+        """Exact fp32 weights phase ``index`` starts from: where the previous phase ended, or the kept ends of
+        the phases it names. ``start_from`` also rewinds the data stream to where that phase ended, so that
+        branches from one phase see the same batches (as 004 Alg. 1's two models sample the same set P); a
+        merge continues the stream where the previous phase left it."""
+        phase, sources = self.cfg.phases[index], self.starts[index]
+        if sources is None:
+            return full_fp32_state(self.engine, self.frozen)
+        ends = {}
+        for name in phase.reads():
+            ends[name], data = checkpoint.load_phase_end(self.ckpt_root, name, self.state.phase_ends.get(name))
+            if name == phase.start_from:
+                self.train_stream.close()  # its workers prefetch from the old position
+                self.train_stream.load_state_dict(data)
+        return weights_from_ends(sources, ends)
+
+    def maybe_keep_phase_end(self, phase_done: bool) -> None:
+        """A phase that a later one starts from leaves its end on disk before its last checkpoint completes."""
+        if phase_done and self.phase.name in self.kept_ends:
+            weights = full_fp32_state(self.engine, self.frozen)  # collective under ZeRO-3
+            self.state.phase_ends[self.phase.name] = checkpoint.save_phase_end(
+                self.ckpt_root, self.phase.name, weights, self.train_stream.state_dict())
+
+    def log(self, window: LogWindow) -> None:
+        """The window's steps that were not skipped are the same on every rank (the skip decision is global)."""
+        loss, seconds, steps = None, window.seconds(), window.steps
+        if window.good:
+            mean_loss = window.mean_loss()
+            deepspeed.comm.all_reduce(mean_loss)
+            loss = mean_loss.item() / self.world  # the one host sync of the logging interval
+            if not math.isfinite(loss):  # only ZeRO stage 0 lets a non-finite step through
+                self.write_status("halted")
+                raise Halted(f"training loss is {loss} at step {self.state.global_step} and the step was not "
+                             f"skipped (ZeRO stage 0 cannot skip one), so the weights are not usable; not saving. "
+                             f"Newest complete checkpoint: {self.last_saved or 'none'}")
+            median = self.loss_spikes.check(loss)
+            if median is not None and self.rank == 0:
+                log.warning("loss spike at step %d: %.4f is %.1fx the median %.4f of the last %d logged losses",
+                            self.state.global_step, loss, loss / median, median, len(self.loss_spikes.history) - 1)
+        tps = self.last_tokens_per_s = self.tokens_per_step * steps / max(seconds, 1e-9)
+        grad_norm = self.engine.get_global_grad_norm()
+        self.logger.log(self.state.global_step, {
+            "train/loss": loss, "train/lr": lr_at(self.phase, self.state.phase_step - 1),
+            "train/grad_norm": None if grad_norm is None or not math.isfinite(grad_norm) else float(grad_norm),
+            "train/tokens_per_s": tps, "train/mfu": None if self.peak is None else
+            self.flops_per_step * steps / max(seconds, 1e-9) / (self.peak * self.world),
+            "train/phase": float(self.state.phase_index), "train/step": float(self.state.global_step),
+            "train/epoch": float(self.train_stream.epoch),
+            "data/skipped_shards": float(len(self.train_stream.stream.skipped)),
+            "train/skipped_steps": float(self.bad_steps.total),
+            "train/tokens_seen": float(self.state.tokens_seen)})
+        self.write_status("running")
+
+    def maybe_eval(self, phase_done: bool) -> None:
+        every = self.cfg.logging.eval_every
+        if self.valid_stream is None or not (phase_done or (every and self.state.global_step % every == 0)):
+            return
+        metrics = self.evaluate()
+        self.logger.log(self.state.global_step, metrics)
+        if "valid/loss" in metrics:
+            self._info(f"step {self.state.global_step}: valid loss {metrics['valid/loss']:.4f} "
+                       f"ppl {metrics['valid/ppl']:.2f} hits@1 {metrics['valid/hits@1']:.3f} "
+                       f"mrr {metrics['valid/mrr']:.3f}")
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        """002 Table 2's metrics over the (seeded, hence fixed) validation masks; ``xpt_ds.evaluate`` runs the
+        same computation on a checkpoint or an export."""
+        self.valid_stream.load_state_dict({"sequences": 0})
+        self.engine.eval()
+        stats = MLMStats(self.device, self.char_lengths, self.word_starts)
+        for i, batch in enumerate(self.valid_stream):
+            if self.cfg.logging.eval_batches and i >= self.cfg.logging.eval_batches:
+                break
+            batch = self._to_device(batch)
+            stats.update(self.engine(**batch, return_logits=True), batch["mlm_targets"])
+        self.engine.train()
+        stats.all_reduce()
+        return {f"valid/{k}": v for k, v in stats.result().items() if k not in ("tokens", "chars", "words")}
+
+    def maybe_save(self, phase_done: bool) -> None:
+        every = self.cfg.checkpoint.every_steps
+        if phase_done or (every and self.state.global_step % every == 0):
+            self.save()
+
+    def save(self) -> str:
+        tag = checkpoint.tag_for(self.state.global_step)
+        if not self.weights_finite():
+            self.write_status("halted")
+            raise Halted(f"weights are not finite at step {self.state.global_step}: checkpoint {tag} not written "
+                         f"(a non-finite update went through; ZeRO stage 0 cannot skip one). Newest complete "
+                         f"checkpoint: {self.last_saved or 'none'}")
+        client = {"trainer": self.state.state_dict(), "data": self.train_stream.state_dict(),
+                  "bad_steps": self.bad_steps.state_dict(), "config": to_dict(self.cfg),
+                  "embedding_init": self.built.embedding_init}
+        checkpoint.save(self.engine, self.ckpt_root, tag, client, self.frozen, self.hf_config, self.tok.path)
+        self.last_saved = tag
+        if self.rank == 0:
+            for old in checkpoint.prune(self.ckpt_root, self.cfg.checkpoint.keep_last):
+                log.info("deleted checkpoint %s (keep_last=%d)", old, self.cfg.checkpoint.keep_last)
+            for old in checkpoint.remove_incomplete(self.ckpt_root):
+                log.info("deleted incomplete checkpoint %s", old)
+        self._info(f"saved checkpoint {tag}")
+        self.write_status("running")
+        return tag
+
+    @torch.no_grad()
+    def weights_finite(self) -> bool:
+        """Every rank's parameters (its ZeRO-3 partition, else the whole module) and fp32 masters are finite:
+        one pass over the weights and one all-reduce, once per save."""
+        bad = torch.zeros((), dtype=torch.int64, device=self.device)
+        for p in self.engine.module.parameters():
+            t = p.ds_tensor if hasattr(p, "ds_tensor") else p
+            if t.numel():
+                bad += (~torch.isfinite(t)).sum()
+        for group in getattr(self.optimizer, "single_partition_of_fp32_groups", None) or []:  # ZeRO 1/2 masters
+            bad += (~torch.isfinite(group)).sum()
+        deepspeed.comm.all_reduce(bad)
+        return bad.item() == 0
+
+    def close(self) -> None:
+        """Stop the data loaders' worker processes (they ignore stop signals) and the logger."""
+        for stream in (self.train_stream, self.valid_stream):
+            if stream is not None:
+                stream.close()
+        self.logger.close()
+
+    def count_bad_step(self, skipped: bool) -> bool:
+        """Count a skipped step; True when too many in a row (the same on every rank: the norm is global)."""
+        halt = self.bad_steps.update(skipped)
+        if skipped:
+            self._info(f"step {self.state.global_step}: loss or gradient norm not finite, update skipped "
+                       f"({self.bad_steps.in_a_row} in a row, {self.bad_steps.total} in all)")
+        return halt
+
+    def after_step(self, halt: bool, seconds: float) -> None:
+        """Once per step, on every rank: one host exchange, the slow-step check, then halt or preemption."""
+        rows = self.exchange.gather([float(self.preemption.requested), seconds, self.data_wait])
+        line = self.slow_steps.check(self.state.global_step, rows[:, 1:])
+        if line is not None and self.rank == 0:
+            log.warning(line)
+        if halt:
+            self._save_unless_saved()
+            self.write_status("halted")
+            raise Halted(f"{self.bad_steps.in_a_row} steps in a row had a non-finite loss or gradient norm (more "
+                         f"than guard.max_bad_steps={self.cfg.guard.max_bad_steps}); stopped at step "
+                         f"{self.state.global_step} with checkpoint {self.last_saved}")
+        if rows[:, 0].max() > 0:  # some rank got SIGUSR1/SIGTERM
+            self._save_unless_saved()
+            self.write_status("preempted")
+            raise Preempted(self.last_saved)
+
+    def _save_unless_saved(self) -> None:
+        if self.last_saved != checkpoint.tag_for(self.state.global_step):
+            self.save()
+
+    def write_status(self, state: str, **extra) -> None:
+        if self.rank != 0:
+            return
+        total = sum(p.steps for p in self.cfg.phases)
+        tps = self.last_tokens_per_s
+        eta = (total - self.state.global_step) * self.tokens_per_step / tps if tps else None
+        write_status(self.run_dir, state=state, phase=self.phase.name, phase_index=self.state.phase_index,
+                     phase_step=self.state.phase_step, global_step=self.state.global_step, total_steps=total,
+                     tokens_seen=self.state.tokens_seen, skipped_steps=self.bad_steps.total,
+                     last_complete_checkpoint=self.last_saved,
+                     tokens_per_s=tps, eta_s=eta, **extra)
