@@ -19,62 +19,27 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import os
 import sys
-import time
 from pathlib import Path
 
-from data_tools.clean import clean
+from data_tools.cli_options import add_options, options_from_args, positive_int
 from data_tools.errors import cli_errors
-from data_tools.log import set_quiet
-from data_tools.readers import DOC_BOUNDARIES, FORMATS
-from data_tools.options import DEFAULTS, PrepareOptions, help_of
-from data_tools.spm_train import LAYOUTS, MODEL_TYPES
-from data_tools.split import parse_size, split
-from data_tools.state import CORPUS, exclusive
-from data_tools.text import NORMALIZE_FORMS
-from data_tools.shard_stage import tokenize
-from data_tools.vocab import train_tokenizer
+from data_tools.pipeline.clean import clean
+from data_tools.pipeline.log import set_quiet
+from data_tools.pipeline.options import PrepareOptions
+from data_tools.pipeline.run import prepare, run_pipeline
+from data_tools.pipeline.shard_stage import tokenize
+from data_tools.pipeline.split import split
+from data_tools.pipeline.state import CORPUS, exclusive
+from data_tools.pipeline.vocab import train_tokenizer
+
+# ``prepare``/``run_pipeline``: the library's one-call entries, imported from here (tests, benchmarks/bench_prepare.py).
+__all__ = ["main", "prepare", "run_pipeline"]
 
 STAGES = ("clean", "split", "spm", "tokenize")
-
-
-def run_pipeline(inputs: list[Path | str], out: Path, opts: PrepareOptions = DEFAULTS, *, workers: int = 1,
-                 force: bool = False, progress: bool | None = None, **changes) -> dict:
-    """Every stage; returns each stage's stats (with ``seconds``) and the manifest path. ``changes`` are
-    ``PrepareOptions`` fields that override ``opts`` (``run_pipeline(inputs, out, vocab_size=8000)``)."""
-    opts = opts.replace(**changes) if changes else opts
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    with exclusive(out):
-        return _run_all(inputs, out, opts, workers, force, progress)
-
-
-def _run_all(inputs, out: Path, opts: PrepareOptions, workers: int, force: bool, progress: bool | None) -> dict:
-    t0 = time.perf_counter()
-    stats = {"clean": clean(inputs, out, opts, workers=workers, force=force, progress=progress)}
-    stats["split"] = split(out, opts, force=force)
-    if opts.hf_tokenizer is None:
-        stats["spm"] = train_tokenizer(out, opts, force=force)
-    else:  # the source model's own tokenizer (003's [lang->en][lang]): nothing to train
-        stats["spm"] = {"skipped": True, "hf_tokenizer": opts.hf_tokenizer}
-    stats["tokenize"] = tokenize(out, opts, workers, force=force, progress=progress)
-    stats["manifest"] = stats["tokenize"]["manifest"]
-    stats["seconds"] = time.perf_counter() - t0
-    return stats
-
-
-def prepare(inputs: list[Path | str], out: Path, opts: PrepareOptions = DEFAULTS, **kw) -> Path:
-    """Every stage; returns the manifest path. Keywords as ``run_pipeline``."""
-    return Path(run_pipeline(inputs, out, opts, **kw)["manifest"])
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text}: must be at least 1")
-    return value
+GROUPS = {"clean": "reading and cleaning", "split": "splitting by document", "spm": "SentencePiece",
+          "tokenize": "shards"}  # stage -> title of its flags in --help; the flags are PrepareOptions' fields
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
@@ -84,84 +49,41 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 
 
 def _add_workers(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--workers", type=_positive, default=os.cpu_count() or 1,
+    p.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
                    help="worker processes for cleaning and tokenization (default: all cores; the output does not "
                         "depend on it)")
 
 
-def _add_clean(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("reading and cleaning")
-    g.add_argument("--input", nargs="+", required=True, type=Path,
-                   help="files (gzip/bzip2/xz allowed) or directories (every file below, sorted)")
-    g.add_argument("--format", dest="fmt", default=DEFAULTS.fmt, choices=FORMATS, help=help_of("fmt"))
-    g.add_argument("--doc-boundary", default=DEFAULTS.doc_boundary, choices=DOC_BOUNDARIES,
-                   help=help_of("doc_boundary"))
-    g.add_argument("--normalize", default=DEFAULTS.normalize, choices=NORMALIZE_FORMS, help=help_of("normalize"))
-    g.add_argument("--splitter", default=DEFAULTS.splitter, help=help_of("splitter"))
-    g.add_argument("--min-chars", type=int, default=DEFAULTS.min_chars, help=help_of("min_chars"))
-    g.add_argument("--max-chars", type=int, default=DEFAULTS.max_chars, help=help_of("max_chars"))
-    g.add_argument("--no-dedupe", dest="dedupe", action="store_false",
-                   help="keep exact duplicate sentences (default: drop all but the first)")
-
-
-def _add_split(p: argparse.ArgumentParser, seed: bool = True) -> None:
-    g = p.add_argument_group("splitting by document")
-    g.add_argument("--valid", type=parse_size, default=DEFAULTS.valid, help=help_of("valid"))
-    g.add_argument("--test", type=parse_size, default=DEFAULTS.test, help=help_of("test"))
-    if seed:
-        g.add_argument("--seed", type=int, default=DEFAULTS.seed, help=help_of("seed"))
-
-
-def _add_spm(p: argparse.ArgumentParser, seed: bool = True) -> None:
-    g = p.add_argument_group("SentencePiece")
-    g.add_argument("--vocab-size", type=_positive, default=DEFAULTS.vocab_size, help=help_of("vocab_size"))
-    g.add_argument("--family", default=DEFAULTS.family, choices=sorted(LAYOUTS), help=help_of("family"))
-    g.add_argument("--model-type", default=DEFAULTS.model_type, choices=MODEL_TYPES, help=help_of("model_type"))
-    g.add_argument("--spm-input-sentences", type=int, default=DEFAULTS.spm_input_sentences,
-                   help=help_of("spm_input_sentences"))
-    g.add_argument("--character-coverage", type=float, default=DEFAULTS.character_coverage,
-                   help=help_of("character_coverage"))
-    g.add_argument("--spm-threads", type=_positive, default=DEFAULTS.spm_threads, help=help_of("spm_threads"))
-    g.add_argument("--tokenizer", type=Path, default=DEFAULTS.tokenizer, help=help_of("tokenizer"))
-    if seed:
-        g.add_argument("--seed", type=int, default=DEFAULTS.seed, help=help_of("seed"))
-
-
-def _add_tokenize(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("shards")
-    m = g.add_mutually_exclusive_group()
-    m.add_argument("--shard-tokens", type=_positive, default=DEFAULTS.shard_tokens, help=help_of("shard_tokens"))
-    m.add_argument("--shard-docs", type=_positive, default=DEFAULTS.shard_docs, help=help_of("shard_docs"))
-    g.add_argument("--hf-tokenizer", default=DEFAULTS.hf_tokenizer, metavar="DIR_OR_ID", help=help_of("hf_tokenizer"))
+def _add_stage(p: argparse.ArgumentParser, stage: str, skip: tuple[str, ...] = ()) -> None:
+    g = p.add_argument_group(GROUPS[stage])
+    if stage == "clean":
+        g.add_argument("--input", nargs="+", required=True, type=Path,
+                       help="files (gzip/bzip2/xz allowed) or directories (every file below, sorted)")
+    add_options(g, PrepareOptions, group=stage, skip=skip)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m data_tools.prepare", description=__doc__,
+    p = argparse.ArgumentParser(prog="xpt-data prepare", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="stage", metavar="{all,clean,split,spm,tokenize}")
-    for name, help_, adders in [
-        ("all", "every stage (the default when no stage is named)",
-         [_add_common, _add_workers, _add_clean, _add_split, lambda q: _add_spm(q, seed=False), _add_tokenize]),
-        ("clean", "read, normalise, sentence-split, filter, dedupe -> sentences/corpus.jsonl",
-         [_add_common, _add_workers, _add_clean]),
-        ("split", "split documents -> sentences/{train,valid,test}.jsonl", [_add_common, _add_split]),
-        ("spm", "train SentencePiece on the train split -> spm.model", [_add_common, _add_spm]),
-        ("tokenize", "tokenize into shards + manifest.json (resumes)", [_add_common, _add_workers, _add_tokenize]),
+    for name, help_, workers, stages in [
+        ("all", "every stage (the default when no stage is named)", True, STAGES),
+        ("clean", "read, normalise, sentence-split, filter, dedupe -> sentences/corpus.jsonl", True, ["clean"]),
+        ("split", "split documents -> sentences/{train,valid,test}.jsonl", False, ["split"]),
+        ("spm", "train SentencePiece on the train split -> spm.model", False, ["spm"]),
+        ("tokenize", "tokenize into shards + manifest.json (resumes)", True, ["tokenize"]),
     ]:
         q = sub.add_parser(name, help=help_, description=help_)
-        for add in adders:
-            add(q)
+        _add_common(q)
+        if workers:
+            _add_workers(q)
+        for stage in stages:  # `all` takes the one --seed with the split flags
+            _add_stage(q, stage, skip=("seed",) if name == "all" and stage == "spm" else ())
     return p
 
 
-def _options(a: argparse.Namespace) -> PrepareOptions:
-    """The stage's flags as options; flags a stage does not take keep their defaults."""
-    names = {f.name for f in dataclasses.fields(PrepareOptions)}
-    return DEFAULTS.replace(**{k: v for k, v in vars(a).items() if k in names})
-
-
 def _run_stage(a: argparse.Namespace, progress: bool | None) -> None:
-    opts = _options(a)
+    opts = options_from_args(PrepareOptions, a)  # flags a stage does not take keep their defaults
     if a.stage == "all":
         stats = run_pipeline(a.input, a.out, opts, workers=a.workers, force=a.force, progress=progress)
         print(stats["manifest"])
@@ -178,7 +100,7 @@ def _run_stage(a: argparse.Namespace, progress: bool | None) -> None:
         print(tokenize(a.out, opts, a.workers, force=a.force, progress=progress)["manifest"])
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] not in ("all", *STAGES, "-h", "--help"):
         argv = ["all", *argv]
@@ -186,7 +108,7 @@ def main(argv: list[str] | None = None) -> None:
     a = parser.parse_args(argv)
     if a.stage is None:
         parser.print_help(sys.stderr)
-        sys.exit(2)
+        return 2
     set_quiet(a.quiet)
     progress = False if a.quiet else None
     try:
@@ -196,8 +118,9 @@ def main(argv: list[str] | None = None) -> None:
                 _run_stage(a, progress)
     except KeyboardInterrupt:
         print("interrupted: re-run the same command to resume", file=sys.stderr)
-        sys.exit(130)
+        return 130
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,114 +1,37 @@
-"""Train a target SentencePiece model with the special-token layout of the source model family.
+"""Train a target SentencePiece model on one sentence per line, with the special-token layout of the source
+model family (RoBERTa: <s>=0 <pad>=1 </s>=2 <unk>=3 <mask>; BERT: [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]).
 
-The trainer reads pad/bos(cls)/eos(sep)/unk ids from the model and looks up the mask piece, so either
-layout works; matching the family keeps the conventional ids (RoBERTa: <s>=0 <pad>=1 </s>=2 <unk>=3).
+    python -m data_tools.spm_train --input sentences.txt --out spm/spm --vocab-size 8000 [--family bert]
 
-SentencePiece's unigram result depends on its thread count (float sums in a different order), so the thread
-count is a fixed option (default 8), not the machine's core count: the same corpus gives the same model
-everywhere.
+Writes PREFIX.model and PREFIX.vocab. The model depends on ``--threads`` (SentencePiece's float sums), so it is
+a fixed option, not the machine's core count.
 """
 from __future__ import annotations
 
 import argparse
-import io
-import re
 import sys
 from pathlib import Path
-from typing import Iterable
 
-import sentencepiece as spm
-
-from data_tools.errors import PrepareError
-from data_tools.options import DEFAULTS
-
-LAYOUTS = {
-    "roberta": dict(bos_id=0, pad_id=1, eos_id=2, unk_id=3, bos_piece="<s>", pad_piece="<pad>", eos_piece="</s>",
-                    unk_piece="<unk>", user_defined_symbols=["<mask>"]),
-    "bert": dict(pad_id=0, unk_id=1, bos_id=2, eos_id=3, pad_piece="[PAD]", unk_piece="[UNK]", bos_piece="[CLS]",
-                 eos_piece="[SEP]", user_defined_symbols=["[MASK]"]),
-}
-MODEL_TYPES = ("unigram", "bpe")
-_TOO_HIGH = re.compile(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)")
+from data_tools.errors import cli_errors
+from data_tools.pipeline.options import DEFAULTS
+from data_tools.pipeline.spm_layouts import LAYOUTS, MODEL_TYPES
+from data_tools.pipeline.spm_trainer import train_spm
 
 
-def _trainer_options(vocab_size: int, family: str, model_type: str, seed: int, num_threads: int,
-                     character_coverage: float) -> dict:
-    if family not in LAYOUTS:
-        raise PrepareError(f"unknown family '{family}' (valid: {', '.join(LAYOUTS)})")
-    if model_type not in MODEL_TYPES:
-        raise PrepareError(f"unknown model type '{model_type}' (valid: {', '.join(MODEL_TYPES)})")
-    spm.set_random_generator_seed(seed)
-    return dict(vocab_size=vocab_size, model_type=model_type, character_coverage=character_coverage,
-                shuffle_input_sentence=True, seed_sentencepiece_size=1_000_000, num_threads=num_threads,
-                max_sentence_length=16384, minloglevel=2, **LAYOUTS[family])
-
-
-def _run_trainer(vocab_size: int, model_type: str, **kw) -> None:
-    try:
-        spm.SentencePieceTrainer.train(vocab_size=vocab_size, model_type=model_type, **kw)
-    except RuntimeError as e:  # "... Vocabulary size too high (8000). Please set it to a value <= 3105."
-        msg = str(e).strip().splitlines()[-1] if str(e).strip() else repr(e)
-        m = _TOO_HIGH.search(msg)
-        if m:
-            raise PrepareError(f"--vocab-size {vocab_size} is more than this corpus supports: SentencePiece "
-                               f"reports a maximum of {m.group(2)} ({model_type}); use --vocab-size {m.group(2)} "
-                               "or less, or more text") from None
-        raise PrepareError(f"SentencePiece training failed: {msg.split('] ')[-1]}") from None
-
-
-def train_spm(text_file: Path, out_prefix: Path, vocab_size: int, family: str = DEFAULTS.family,
-              model_type: str = DEFAULTS.model_type, input_sentence_size: int = DEFAULTS.spm_input_sentences,
-              seed: int = DEFAULTS.seed, num_threads: int = DEFAULTS.spm_threads,
-              character_coverage: float = DEFAULTS.character_coverage) -> Path:
-    """Train on ``text_file`` (one sentence per line); writes PREFIX.model and PREFIX.vocab.
-
-    ``input_sentence_size``: SentencePiece samples this many lines when the file has more (0: use all).
-    Raises PrepareError for a vocabulary size the corpus cannot support, naming SentencePiece's maximum."""
-    opts = _trainer_options(vocab_size, family, model_type, seed, num_threads, character_coverage)
-    out_prefix.parent.mkdir(parents=True, exist_ok=True)
-    _run_trainer(input=str(text_file), model_prefix=str(out_prefix), input_sentence_size=input_sentence_size,
-                 **opts)
-    return out_prefix.with_suffix(".model")
-
-
-def write_vocab(model: bytes, path: Path) -> None:
-    """PREFIX.vocab as SentencePiece writes it: ``piece<TAB>score`` per id."""
-    sp = spm.SentencePieceProcessor(model_proto=model)
-    path.write_text("".join(f"{sp.id_to_piece(i)}\t{sp.get_score(i):g}\n" for i in range(sp.get_piece_size())),
-                    encoding="utf-8")
-
-
-def train_spm_from_sentences(sentences: Iterable[str], out_prefix: Path, vocab_size: int,
-                             family: str = DEFAULTS.family, model_type: str = DEFAULTS.model_type,
-                             seed: int = DEFAULTS.seed, num_threads: int = DEFAULTS.spm_threads,
-                             character_coverage: float = DEFAULTS.character_coverage) -> Path:
-    """Train on every sentence of an iterable; writes PREFIX.model and PREFIX.vocab. Unlike ``train_spm`` the
-    model records no file paths, so the same sentences give a byte-identical model in any directory."""
-    opts = _trainer_options(vocab_size, family, model_type, seed, num_threads, character_coverage)
-    buf = io.BytesIO()
-    _run_trainer(sentence_iterator=iter(sentences), model_writer=buf, input_sentence_size=0, **opts)
-    out_prefix.parent.mkdir(parents=True, exist_ok=True)
-    model = out_prefix.with_suffix(".model")
-    model.write_bytes(buf.getvalue())
-    write_vocab(buf.getvalue(), out_prefix.with_suffix(".vocab"))
-    return model
-
-
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__)
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="xpt-data spm-train", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--input", required=True, type=Path, help="one sentence per line")
     p.add_argument("--out", required=True, type=Path, help="output prefix (writes PREFIX.model/.vocab)")
     p.add_argument("--vocab-size", type=int, default=DEFAULTS.vocab_size)
     p.add_argument("--family", default=DEFAULTS.family, choices=sorted(LAYOUTS))
     p.add_argument("--model-type", default=DEFAULTS.model_type, choices=MODEL_TYPES)
     p.add_argument("--threads", type=int, default=DEFAULTS.spm_threads)
-    a = p.parse_args()
-    try:
+    a = p.parse_args(argv)
+    with cli_errors():
         print(train_spm(a.input, a.out, a.vocab_size, a.family, a.model_type, num_threads=a.threads))
-    except PrepareError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

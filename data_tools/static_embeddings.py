@@ -5,146 +5,31 @@
     python -m data_tools.static_embeddings --text en.txt --hf-tokenizer MODEL_DIR_OR_ID --out emb/en --dim 384
 
 Writes ``OUT.npy`` (float32 [vocab_size, dim]; row i = piece id i of that tokenizer) and the ``OUT.json``
-sidecar (data_tools/embedding_files.py): tokenizer identity, every option, gensim's version, per-id
+sidecar (data_tools/embeddings/embedding_files.py): tokenizer identity, every option, gensim's version, per-id
 ``counts`` in the text and ``unseen_ids``. A piece seen fewer than ``--min-count`` times (special tokens
 never occur in shards) gets no vector: its row is all zeros and it is listed in ``unseen_ids``. These are the
 static embeddings that TreLM (Appendix A.1 and A.5: fastText skip-gram over the new subword vocabulary, at the
 model's hidden size) aligns onto the source model's input embeddings, and that WECHSEL/FOCUS-style
 initialisations start from.
 
-Library: gensim (``pip install 'xpt-ds[embeddings]'``, i.e. gensim==4.4.0), not fastText's wheels, because
-* gensim is maintained, ships wheels for numpy 2 and builds against it (4.4.0); facebookresearch/fastText was
-  archived in March 2024 and ``fasttext-wheel`` 0.9.2 predates numpy 2 (its ``predict`` calls
-  ``np.array(copy=False)``, an error under numpy 2);
-* it trains from a Python iterable of id lists, so shards stream straight in; fastText wants a text file;
-* fastText's character n-grams would be n-grams of decimal id strings here, meaningless; with them off it is
-  word2vec anyway;
-* its determinism is documented: with one worker thread and a seed the bytes repeat (gensim 4.4 seeds the
-  initial vectors from ``numpy.random.default_rng(seed)`` and negative sampling from ``RandomState(seed)``;
-  ``hashfxn`` is only used by a deprecated code path, but a stable one is passed anyway so that Python's salted
-  ``hash`` can never enter). ``--workers`` > 1 is faster but races on shared weights, so not reproducible.
-Install weight: gensim's wheel is 28 MB (+ smart_open), fasttext-wheel 4 MB (+ pybind11).
+Trained with gensim (extra ``embeddings``, ``data_tools.embeddings.word2vec`` says why not fastText); with one
+``--workers`` thread and a seed the bytes repeat.
 """
 from __future__ import annotations
 
 import argparse
-import hashlib
 import sys
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterator
 
-import numpy as np
-
-from data_tools.embedding_files import output_prefix, write_embeddings
-from data_tools.errors import PrepareError, cli_errors
-from data_tools.cli_options import add_options, option, options_from_args
-from data_tools.piece_tokenizers import HfTokenizer, SpmTokenizer
-from data_tools.token_corpus import ShardCorpus, TextCorpus, count_ids
-
-GENSIM_PIN = "gensim==4.4.0"
-# gensim's Cython routines silently cut a sentence after 10,000 tokens (MAX_WORDS_IN_BATCH); documents are
-# split into chunks of at most this length instead, so no text is dropped.
-GENSIM_MAX_SENTENCE = 10_000
-
-
-@dataclass(frozen=True)
-class TrainOptions:
-    dim: int = option(300, "vector size; set it to the source model's hidden_size (e.g. 384, 768)")
-    algorithm: str = option("skipgram", "word2vec objective", choices=("skipgram", "cbow"))
-    window: int = option(5, "maximum distance between a piece and its context pieces")
-    epochs: int = option(5, "passes over the text")
-    min_count: int = option(5, "pieces seen fewer times get no vector (a zero row, listed in unseen_ids)")
-    negative: int = option(5, "negative samples per positive pair")
-    sample: float = option(1e-3, "down-sampling threshold for frequent pieces (0: off)")
-    alpha: float = option(0.025, "initial learning rate, decayed linearly to min_alpha")
-    min_alpha: float = option(1e-4, "final learning rate")
-    seed: int = option(0, "seed of the initial vectors and of the sampling")
-    workers: int = option(1, "gensim worker threads; only 1 gives the same bytes on every run")
-
-    def validate(self) -> None:
-        for name in ("dim", "window", "epochs", "min_count", "negative", "workers"):
-            if getattr(self, name) < 1:
-                raise PrepareError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
-        if not 0 < self.min_alpha <= self.alpha:
-            raise PrepareError(f"need 0 < --min-alpha <= --alpha, got {self.min_alpha} and {self.alpha}")
-
-
-def _stable_hash(text: str) -> int:
-    """Replaces Python's per-process salted ``hash`` for gensim's ``hashfxn``."""
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little")
-
-
-def _import_gensim():
-    try:
-        import gensim
-        from gensim.models import Word2Vec
-    except ImportError:
-        raise PrepareError(f"gensim is not installed: pip install 'xpt-ds[embeddings]' (or pip install "
-                           f"{GENSIM_PIN})") from None
-    return gensim, Word2Vec
-
-
-class PieceSentences:
-    """gensim's corpus: each pass yields every id array as a list of string keys, split at 10,000 tokens."""
-
-    def __init__(self, corpus: ShardCorpus | TextCorpus):
-        self.corpus = corpus
-        self.keys = [str(i) for i in range(corpus.vocab_size)]
-
-    def __iter__(self) -> Iterator[list[str]]:
-        keys = self.keys
-        for ids in self.corpus.arrays():
-            for start in range(0, len(ids), GENSIM_MAX_SENTENCE):
-                yield [keys[i] for i in ids[start:start + GENSIM_MAX_SENTENCE].tolist()]
-
-
-def train_static_embeddings(corpus: ShardCorpus | TextCorpus, opts: TrainOptions) -> tuple[np.ndarray, dict]:
-    """Returns the float32 [vocab_size, dim] matrix (zero rows for unseen ids) and the sidecar fields."""
-    opts.validate()
-    gensim, Word2Vec = _import_gensim()
-    counts, sequences = count_ids(corpus)
-    if counts.sum() == 0:
-        raise PrepareError("the corpus has no tokens")
-    if counts.max() < opts.min_count:
-        raise PrepareError(f"no piece occurs --min-count {opts.min_count} times (most frequent: {counts.max()})")
-    model = Word2Vec(vector_size=opts.dim, window=opts.window, min_count=opts.min_count,
-                     sg=int(opts.algorithm == "skipgram"), negative=opts.negative, hs=0, sample=opts.sample,
-                     alpha=opts.alpha, min_alpha=opts.min_alpha, seed=opts.seed, workers=opts.workers,
-                     epochs=opts.epochs, hashfxn=_stable_hash, sorted_vocab=1, max_vocab_size=None)
-    sentences = PieceSentences(corpus)
-    model.build_vocab(corpus_iterable=sentences)
-    model.train(corpus_iterable=sentences, total_examples=model.corpus_count, epochs=opts.epochs)
-    ids = np.asarray([int(k) for k in model.wv.index_to_key], dtype=np.int64)
-    matrix = np.zeros((corpus.vocab_size, opts.dim), dtype=np.float32)
-    matrix[ids] = model.wv.vectors
-    seen = np.zeros(corpus.vocab_size, dtype=bool)
-    seen[ids] = True
-    assert np.array_equal(seen, counts >= opts.min_count), "gensim's vocabulary differs from the id counts"
-    meta = {"kind": "static", "tokenizer": corpus.tokenizer.identity(), "unseen_rows": "zeros",
-            "seen_count": int(seen.sum()), "unseen_ids": np.flatnonzero(~seen).tolist(),
-            "counts": counts.tolist(), "corpus": {**corpus.info, "sequences": sequences, "tokens": int(counts.sum())},
-            "library": {"name": "gensim", "version": gensim.__version__, "model": "Word2Vec"},
-            "options": asdict(opts), "created_by": "data_tools.static_embeddings"}
-    return matrix, meta
-
-
-def build_corpus(shards: str | None, text: list[Path] | None, spm: Path | None,
-                 hf_tokenizer: str | None) -> ShardCorpus | TextCorpus:
-    if shards is not None:
-        if text or spm or hf_tokenizer:
-            raise PrepareError("--shards takes the tokenizer from the manifest: drop --text/--spm/--hf-tokenizer")
-        return ShardCorpus(shards)
-    if not text:
-        raise PrepareError("give --shards MANIFEST[:SPLIT], or --text FILE... with --spm or --hf-tokenizer")
-    if (spm is None) == (hf_tokenizer is None):
-        raise PrepareError("--text needs exactly one of --spm MODEL and --hf-tokenizer DIR_OR_ID")
-    return TextCorpus(text, SpmTokenizer(spm) if spm is not None else HfTokenizer(hf_tokenizer))
+from data_tools.cli_options import add_options, options_from_args
+from data_tools.embeddings.embedding_files import output_prefix, write_embeddings
+from data_tools.embeddings.word2vec import TrainOptions, build_corpus, train_static_embeddings
+from data_tools.errors import cli_errors
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m data_tools.static_embeddings", description=__doc__,
+    p = argparse.ArgumentParser(prog="xpt-data static-embeddings", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_argument_group("input")
     g.add_argument("--shards", metavar="MANIFEST[:SPLIT]",
@@ -153,11 +38,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--spm", type=Path, help="SentencePiece model for --text (the target language)")
     g.add_argument("--hf-tokenizer", metavar="DIR_OR_ID", help="Hugging Face tokenizer for --text (the source side)")
     p.add_argument("--out", required=True, type=Path, help="output prefix: writes OUT.npy and OUT.json")
-    add_options(p, TrainOptions, "training")
+    add_options(p.add_argument_group("training"), TrainOptions)
     return p
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     with cli_errors():
         t0 = time.perf_counter()
@@ -167,7 +52,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"static_embeddings: {meta['corpus']['tokens']} tokens, {meta['seen_count']}/{len(matrix)} pieces "
               f"seen, dim {matrix.shape[1]}, {time.perf_counter() - t0:.1f} s", file=sys.stderr)
         print(sidecar.with_suffix(".npy"))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

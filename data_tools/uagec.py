@@ -4,129 +4,24 @@
     python -m data_tools.uagec --out data/uagec [--layer gec-fluency|gec-only] [--skip-sensitive]
     python -m data_tools.prepare --input data/uagec/text/train.txt --out data/uk ...
 
-The package's files are read directly (``ua_gec/data/``; the package is not imported). Every document is
-listed in ``data/metadata.csv`` with its partition (train/test) and one or two annotators, and its corrected
-text exists once per annotator; one copy is kept (the lowest annotator id), and a document whose corrected
-text is identical to an earlier one is dropped too. Written to ``--out``:
-
-* ``text/{train,test}.txt``: corrected text, one paragraph per line, documents separated by a blank line
-  (``prepare``'s default ``--doc-boundary blank``). Pretrain on ``text/train.txt`` only when the model will
-  be evaluated on UA-GEC's test partition.
-* ``partition.json``: the package's train/test partition (document ids in the order written), the
-  annotation layer, the annotator kept, the package version and counts.
-* ``labels/{train,test}.jsonl``: one line per original (uncorrected) sentence,
-  ``{"text": ..., "label": 0|1, "doc_id": ...}`` with label 1 when the kept annotator changed that sentence
-  (the package's ``source-sentences`` and ``target-sentences`` files are aligned line by line).
+What is read and written: ``data_tools.corpora.uagec``. ``text/{train,test}.txt`` hold the corrected text
+(pretrain on ``text/train.txt`` only when the model will be evaluated on UA-GEC's test partition),
+``partition.json`` the package's train/test partition, ``labels/{train,test}.jsonl`` one line per original
+sentence with label 1 when the annotator changed it.
 """
 from __future__ import annotations
 
 import argparse
-import csv
-import hashlib
-import importlib.util
 import json
-import re
 import sys
 from pathlib import Path
 
-from data_tools.errors import PrepareError
-
-LAYERS = ("gec-fluency", "gec-only")
-PARTITIONS = ("train", "test")
+from data_tools.corpora.uagec import LAYERS, export
+from data_tools.errors import cli_errors
 
 
-def find_data_dir() -> Path:
-    """``ua_gec/data`` of the installed package (located without importing it)."""
-    spec = importlib.util.find_spec("ua_gec")
-    if spec is None or not spec.submodule_search_locations:
-        raise PrepareError("the ua-gec package is not installed: pip install --no-deps ua-gec==2.1.3")
-    data = Path(list(spec.submodule_search_locations)[0]) / "data"
-    if not (data / "metadata.csv").is_file():
-        raise PrepareError(f"{data}/metadata.csv not found: is this ua-gec 2.x?")
-    return data
-
-
-def _version(data_dir: Path) -> str | None:
-    m = re.search(r"""__version__\s*=\s*["']([^"']+)""", (data_dir.parent / "version.py").read_text()) \
-        if (data_dir.parent / "version.py").is_file() else None
-    return m.group(1) if m else None
-
-
-def _lines(path: Path) -> list[str]:
-    return path.read_text(encoding="utf-8").rstrip("\n").split("\n")
-
-
-def export(out: Path, data_dir: Path | None = None, layer: str = "gec-fluency", skip_sensitive: bool = False,
-           labels: bool = True) -> dict:
-    if layer not in LAYERS:
-        raise PrepareError(f"unknown layer '{layer}' (valid: {', '.join(LAYERS)})")
-    data_dir = Path(data_dir) if data_dir else find_data_dir()
-    out = Path(out)
-    (out / "text").mkdir(parents=True, exist_ok=True)
-    if labels:
-        (out / "labels").mkdir(parents=True, exist_ok=True)
-    with open(data_dir / "metadata.csv", encoding="utf-8", newline="") as f:
-        rows = list(csv.DictReader(f))
-    texts = {p: open(out / "text" / f"{p}.txt.tmp", "w", encoding="utf-8") for p in PARTITIONS}
-    label_files = {p: open(out / "labels" / f"{p}.jsonl.tmp", "w", encoding="utf-8") for p in PARTITIONS} \
-        if labels else {}
-    ids: dict[str, list[str]] = {p: [] for p in PARTITIONS}
-    seen: set[bytes] = set()
-    stats = {"documents": {p: 0 for p in PARTITIONS}, "annotator_copies_dropped": 0, "identical_texts_dropped": 0,
-             "sensitive_dropped": 0, "label_sentences": {p: 0 for p in PARTITIONS},
-             "label_corrected": {p: 0 for p in PARTITIONS}, "label_docs_misaligned": 0}
-    try:
-        for row in rows:
-            doc_id, part = row["id"], row["partition"]
-            if part not in PARTITIONS:
-                raise PrepareError(f"{data_dir}/metadata.csv: document {doc_id} has partition '{part}'")
-            annotators = sorted(int(a) for a in row["annotator_id"].split())
-            stats["annotator_copies_dropped"] += len(annotators) - 1
-            if skip_sensitive and row.get("is_sensitive", "0").strip() == "1":
-                stats["sensitive_dropped"] += 1
-                continue
-            ann = annotators[0]
-            base = data_dir / layer / part
-            paragraphs = [p.strip() for p in _lines(base / "target" / f"{doc_id}.a{ann}.txt") if p.strip()]
-            digest = hashlib.blake2b("\n".join(paragraphs).encode(), digest_size=16).digest()
-            if not paragraphs or digest in seen:
-                stats["identical_texts_dropped"] += 1
-                continue
-            seen.add(digest)
-            if ids[part]:
-                texts[part].write("\n")
-            texts[part].write("\n".join(paragraphs) + "\n")
-            ids[part].append(doc_id)
-            stats["documents"][part] += 1
-            if labels:
-                src = _lines(base / "source-sentences" / f"{doc_id}.src.txt")
-                tgt = _lines(base / "target-sentences" / f"{doc_id}.a{ann}.txt")
-                if len(src) != len(tgt):
-                    stats["label_docs_misaligned"] += 1
-                    continue
-                for s, t in zip(src, tgt):
-                    if not s.strip():
-                        continue
-                    label = int(s != t)
-                    label_files[part].write(json.dumps({"text": s, "label": label, "doc_id": doc_id},
-                                                       ensure_ascii=False) + "\n")
-                    stats["label_sentences"][part] += 1
-                    stats["label_corrected"][part] += label
-    finally:
-        for f in [*texts.values(), *label_files.values()]:
-            f.close()
-    for p in PARTITIONS:
-        Path(texts[p].name).replace(out / "text" / f"{p}.txt")
-        if labels:
-            Path(label_files[p].name).replace(out / "labels" / f"{p}.jsonl")
-    partition = {"package": "ua-gec", "version": _version(data_dir), "layer": layer,
-                 "annotator": "lowest annotator id of each document", "stats": stats, **ids}
-    (out / "partition.json").write_text(json.dumps(partition, indent=1, ensure_ascii=False) + "\n")
-    return stats
-
-
-def main() -> None:
-    p = argparse.ArgumentParser(prog="python -m data_tools.uagec", description=__doc__,
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="xpt-data uagec", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--layer", default="gec-fluency", choices=LAYERS,
@@ -134,18 +29,13 @@ def main() -> None:
     p.add_argument("--data-dir", type=Path, help="ua_gec/data directory (default: the installed package's)")
     p.add_argument("--skip-sensitive", action="store_true", help="drop documents marked is_sensitive")
     p.add_argument("--no-labels", dest="labels", action="store_false", help="do not write labels/*.jsonl")
-    a = p.parse_args()
-    try:
+    a = p.parse_args(argv)
+    with cli_errors():
         stats = export(a.out, a.data_dir, a.layer, a.skip_sensitive, a.labels)
-    except PrepareError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    except OSError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
     print(json.dumps(stats), file=sys.stderr)
     print(a.out / "text")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -45,3 +45,20 @@ shown = [r for r in fill(text, top_k=50) if r["token_str"].strip()][:5]
 print(text, "->", [(r["token_str"].strip(), round(r["score"], 3)) for r in shown])
 print("best filled sentence:", shown[0]["sequence"])
 PY
+
+# What the run learned: bits per character of the test text's masked pieces (lower is better; it compares across
+# vocabularies) for the uniform guess, the unigram predictor of the training text and the trained model, all on
+# the same masked tokens (xpt_ds.evaluate; the seeded masks of the run's own validation).
+for who in model unigram uniform; do
+  case $who in model) extra=() ;; unigram) extra=(--unigram "$DATA/manifest.json:train") ;; uniform) extra=(--uniform) ;; esac
+  "$PY" -m xpt_ds.evaluate --run "$RUN" --shards "$DATA/manifest.json:test" "${extra[@]}" --out "$RUN/test_$who.json" >/dev/null
+done
+RUN="$RUN" MODEL="$DATA/model" "$PY" - <<'PY'
+import json, os
+run = os.environ["RUN"]
+bpc = {w: json.load(open(f"{run}/test_{w}.json"))["bits_per_char"] for w in ("uniform", "unigram", "model")}
+print(f"test bits per character: uniform guess {bpc['uniform']:.3f}, unigram predictor {bpc['unigram']:.3f}, "
+      f"trained model {bpc['model']:.3f} (lower is better)")
+print(f"exported model: {os.environ['MODEL']} (stock transformers loads it); TensorBoard: tensorboard --logdir {run}/tb")
+print(f"embedding-init report: {run}/embedding_init.json; metrics: {run}/metrics.jsonl; test scores: {run}/test_*.json")
+PY

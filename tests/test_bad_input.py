@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import sentencepiece as spm
 
-from conftest import REPO, base_config, launch, write_config
-from data_tools.shards import write_shard
-from data_tools.spm_train import LAYOUTS
+from conftest import base_config, launch, write_config
+from data_tools.pipeline.shards import write_shard
+from data_tools.pipeline.spm_layouts import LAYOUTS
 
 
 @dataclass

@@ -67,7 +67,7 @@ def test_disk_full(tmp_path, tiny_roberta, corpus, small_disk, when):
     before = load_checkpoint_fp32(ckpt, tag_for(2))
     _fill(small_disk, first // 2 if when == "before writing" else first + 100 * 1024)
 
-    proc = launch(["--config", str(cfg)], nproc=2)  # resumes at step 2; the next save is at step 4, in phase 2
+    proc = launch(["--config", str(cfg)], nproc=2, launcher="deepspeed")  # resumes at step 2; saves at 4, in phase 2
     last = _error(proc)
     if when == "before writing":
         assert last.startswith(f"error: not enough space for a checkpoint in {ckpt}: ") and tag_for(2) in last
@@ -101,7 +101,7 @@ def test_checkpoint_directory_not_writable(tmp_path, tiny_roberta, corpus):
     if os.geteuid() != 0 or subprocess.run(["chattr", "+i", str(ckpt)], capture_output=True).returncode != 0:
         pytest.skip("needs root and `chattr +i` to make a directory unwritable for root")
     try:
-        last = _error(launch(["--config", str(cfg)], nproc=2))
+        last = _error(launch(["--config", str(cfg)], nproc=2, launcher="deepspeed"))
     finally:
         subprocess.run(["chattr", "-i", str(ckpt)], check=True)
     assert last == f"error: cannot write checkpoints in {ckpt}: Operation not permitted"  # every rank says so

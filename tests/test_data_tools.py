@@ -16,15 +16,15 @@ import pytest
 import sentencepiece as spm
 
 from conftest import REPO, write_synthetic_corpus
-from data_tools.clean import clean
 from data_tools.errors import PrepareError
-from data_tools.options import DEFAULTS
+from data_tools.pipeline.clean import clean
+from data_tools.pipeline.options import DEFAULTS
+from data_tools.pipeline.readers import detect_format, read_documents
+from data_tools.pipeline.shards import id_dtype, write_shard
+from data_tools.pipeline.split import split
+from data_tools.pipeline.state import SPLITS
+from data_tools.pipeline.text import clean_text, split_sentences
 from data_tools.prepare import run_pipeline
-from data_tools.readers import detect_format, read_documents
-from data_tools.shards import id_dtype, write_shard
-from data_tools.split import split
-from data_tools.state import SPLITS
-from data_tools.text import clean_text, split_sentences
 from xpt_ds.data.shards import DocReader, scan_shard
 
 DOCS = [["대한민국은 동아시아에 있는 나라이다. 수도는 서울이다.", "인구는 약 5천만 명이다."],
@@ -373,11 +373,11 @@ def test_uagec_export(tmp_path):
     assert list(read_documents(out / "text/train.txt")) == [["Перше речення. Друге речення."], ["Ще один документ."]]
 
 
-def test_uagec_package_if_installed(tmp_path):
+def test_uagec_package(tmp_path):
+    """The real UA-GEC package, which launch/install.sh installs."""
     import importlib.util
-    if importlib.util.find_spec("ua_gec") is None:
-        pytest.skip("ua-gec not installed (pip install --no-deps ua-gec==2.1.3)")
-    from data_tools.uagec import export
+    assert importlib.util.find_spec("ua_gec") is not None, "ua-gec not installed: run bash launch/install.sh"
+    from data_tools.corpora.uagec import export
     stats = export(tmp_path / "out")
     part = json.loads((tmp_path / "out/partition.json").read_text())
     assert len(part["train"]) == len(set(part["train"])) == stats["documents"]["train"] > 1000
@@ -389,7 +389,7 @@ def test_uagec_package_if_installed(tmp_path):
 def test_token_estimate_reads_a_document_longer_than_its_sample(tmp_path, monkeypatch, corpus_bert):
     """A split whose first document (one JSON line) is longer than the sample, e.g. a whole book as one
     document: the sample is completed to the end of that line instead of parsing half a line."""
-    from data_tools import shards
+    from data_tools.pipeline import shards
     sp = spm.SentencePieceProcessor(model_file=str(corpus_bert / "spm.model"))
     first, second = json.dumps(["ein satz hier und noch mehr"] * 40), json.dumps(["kurz"])
     path = tmp_path / "train.jsonl"
@@ -397,3 +397,33 @@ def test_token_estimate_reads_a_document_longer_than_its_sample(tmp_path, monkey
     monkeypatch.setattr(shards, "SAMPLE_BYTES", 100)  # inside the first line
     tokens = sum(len(ids) for ids in sp.encode(json.loads(first)))
     assert shards._bytes_per_token(path, sp) == pytest.approx((len(first) + 1) / tokens)
+
+
+def test_prepare_flags_come_from_prepare_options():
+    """Every PrepareOptions field is a flag of ``prepare all`` with the field's default, so the CLI and the
+    Python API cannot drift; a stage's subcommand takes only its own fields, the rest keep their defaults."""
+    from data_tools.cli_options import options_from_args
+    from data_tools.pipeline.options import PrepareOptions
+    from data_tools.prepare import build_parser
+    parser = build_parser()
+    a = parser.parse_args(["all", "--input", "x", "--out", "o"])
+    assert options_from_args(PrepareOptions, a) == DEFAULTS
+    a = parser.parse_args(["all", "--input", "x", "--out", "o", "--format", "jsonl", "--no-dedupe", "--valid", "3",
+                           "--seed", "7", "--shard-docs", "5", "--hf-tokenizer", "m"])
+    assert options_from_args(PrepareOptions, a) == DEFAULTS.replace(fmt="jsonl", dedupe=False, valid=3, seed=7,
+                                                                    shard_docs=5, hf_tokenizer="m")
+    a = parser.parse_args(["split", "--out", "o", "--seed", "3"])
+    assert options_from_args(PrepareOptions, a) == DEFAULTS.replace(seed=3) and not hasattr(a, "vocab_size")
+
+
+def test_xpt_data_lists_and_runs_every_command():
+    """``python -m data_tools`` is ``xpt-data``: its usage names every command, each command's --help works
+    through it, and an unknown command is one error line."""
+    from data_tools.cli import COMMANDS
+    proc = cli("--help", module="data_tools")
+    assert proc.returncode == 0, proc.stderr
+    for name in COMMANDS:
+        assert f"\n  {name} " in proc.stdout, name
+        sub = cli(name, "--help", module="data_tools")
+        assert sub.returncode == 0 and sub.stdout.startswith(f"usage: xpt-data {name}"), (name, sub.stderr)
+    assert_one_line_error(cli("bogus", module="data_tools"), "unknown command 'bogus'", "prepare")

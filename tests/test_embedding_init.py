@@ -247,7 +247,7 @@ def test_reruns_and_build_model_are_bitwise_identical(bert_source, target_bert):
 
 
 def _write(prefix: Path, matrix: np.ndarray, tokenizer: dict, **meta) -> Path:
-    from data_tools.embedding_files import write_embeddings
+    from data_tools.embeddings.embedding_files import write_embeddings
     return write_embeddings(prefix, matrix, {"kind": meta.pop("kind", "static"), "tokenizer": tokenizer, **meta})
 
 

@@ -69,6 +69,18 @@ def test_unigram_predictor_scores_smoothed_training_frequencies():
     assert m["loss"] == pytest.approx(-(math.log(6 / 11) + math.log(3 / 11) + math.log(2 / 11)) / 3)
 
 
+def test_uniform_guess_spreads_over_every_possible_target():
+    from xpt_ds.evaluation.intrinsic import UnigramPredictor
+    from xpt_ds.data.tokenizer import TargetTokenizer
+    tok = TargetTokenizer("spm.model", vocab_size=7, pad_id=0, cls_id=1, sep_id=2, unk_id=3, mask_id=4)
+    log_p = UnigramPredictor.uniform(tok)(torch.zeros(1, 4, dtype=torch.long), torch.arange(2), torch.zeros(2))
+    possible = torch.tensor([False, False, False, True, False, True, True])  # unk and the two ordinary pieces
+    assert torch.isinf(log_p[:, ~possible]).all() and torch.allclose(log_p[:, possible], torch.tensor(-math.log(3)))
+    stats = MLMStats()
+    stats.update(log_p, torch.tensor([5, 6]))
+    assert stats.result()["ppl"] == pytest.approx(3)
+
+
 def test_starts_word_three_marker_styles():
     # " the city's." in each style: two words, each counted once, on its first piece
     assert [starts_word(p, "sentencepiece") for p in ["▁the", "▁city", "'", "s", "."]] == [1, 1, 0, 0, 0]

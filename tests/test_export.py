@@ -8,7 +8,7 @@ import torch
 from transformers import (AutoModel, AutoModelForMaskedLM, AutoModelForMultipleChoice, AutoModelForQuestionAnswering,
                           AutoModelForSequenceClassification, AutoModelForTokenClassification, AutoTokenizer)
 
-from conftest import REPO, launch
+from conftest import REPO, free_port, launch
 from xpt_ds.export import main as export_main
 
 pytestmark = pytest.mark.multiproc
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.multiproc
 def _trainer_logits(run_root, ids, tmp_path):
     out = tmp_path / "logits.pt"
     torch.save(ids, str(out) + ".ids.pt")
-    cmd = [sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", "2", "--master_port", "29733",
+    cmd = [sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", "2", "--master_port", str(free_port()),
            str(REPO / "tests/trainer_logits.py"), str(run_root / "cfg.yaml"), str(out)]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600,
                           env={**__import__("os").environ, "DS_ACCELERATOR": "cpu"})

@@ -11,8 +11,8 @@ import time
 import pytest
 import torch
 
-from conftest import _command, base_config, launch, read_metrics, write_config
-from data_tools.shards import write_shard
+from conftest import _command, base_config, free_port, launch, read_metrics, write_config
+from data_tools.pipeline.shards import write_shard
 from xpt_ds.training.checkpoint import ABANDONED, complete_tags, tag_for
 from xpt_ds.training.export import load_checkpoint_fp32
 from xpt_ds.training.preemption import PREEMPTED_EXIT_CODE
@@ -35,7 +35,7 @@ def _start_session(args, log, nproc, launcher="deepspeed"):
     """The job in a session of its own, so that a signal to its process group reaches the launcher, every
     rank and every DataLoader worker, as `scancel` or a scheduler's time limit does."""
     if launcher == "torchrun":
-        port = str(29800 + os.getpid() % 100)
+        port = str(free_port())
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port", port,
                "-m", "xpt_ds.train", *args]
         _, env = _command(args, 1, None)

@@ -51,7 +51,7 @@ def test_repeated_nans_checkpoint_and_halt_then_resume(tmp_path, tiny_roberta, c
     run = tmp_path / "run"
     cfg = _cfg(run, tiny_roberta, corpus, "zero1_bf16", every=3, inject_nan_steps=[4, 5, 6], max_bad_steps=2)
     path = write_config(tmp_path / "c.yaml", cfg)
-    proc = launch(["--config", str(path)], nproc=2)
+    proc = launch(["--config", str(path)], nproc=2, launcher="deepspeed")  # its exit code is the ranks'
     assert proc.returncode == HALTED_EXIT_CODE, proc.stderr[-3000:]
     assert proc.stderr.strip().splitlines()[-1].startswith(
         "error: 3 steps in a row had a non-finite loss or gradient norm (more than guard.max_bad_steps=2); "

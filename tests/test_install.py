@@ -1,6 +1,7 @@
 """Installed as a user installs it: a wheel built from the project's files, installed into a fresh venv, runs
-``--help`` of every entry point and a tiny prepare + train + export from a directory outside the checkout,
-with an engine config named by its shipped name."""
+``--help`` of every entry point and console command (``xpt-ds``, ``xpt-data`` and each subcommand) and a tiny
+prepare + train + export through them from a directory outside the checkout, with an engine config named by its
+shipped name."""
 import os
 import shutil
 import subprocess
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, TINY, write_synthetic_corpus
+from conftest import REPO, TINY, free_port, write_synthetic_corpus
 
 pytestmark = pytest.mark.multiproc
 
@@ -49,7 +50,7 @@ def venv(tmp_path_factory) -> Path:
 def _env() -> dict:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     return {**env, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "TORCHDYNAMO_DISABLE": "1",
-            "MASTER_PORT": str(29600 + os.getpid() % 300)}
+            "MASTER_PORT": str(free_port())}
 
 
 def test_the_wheel_is_what_runs_outside_the_checkout(venv, tmp_path):
@@ -62,12 +63,26 @@ def test_the_wheel_is_what_runs_outside_the_checkout(venv, tmp_path):
         assert "usage:" in _sh([py, "-m", module, "--help"], tmp_path, _env()).stdout
 
 
+def test_console_commands_and_every_subcommand(venv, tmp_path):
+    """``xpt-ds`` and ``xpt-data`` as pip installed them (setup.cfg's entry points), outside the checkout."""
+    from data_tools.cli import COMMANDS as DATA_COMMANDS
+    from xpt_ds.cli import COMMANDS
+    for script, commands in [("xpt-ds", COMMANDS), ("xpt-data", DATA_COMMANDS)]:
+        exe = str(venv / "bin" / script)
+        listing = _sh([exe, "--help"], tmp_path, _env()).stdout
+        for name in commands:
+            assert name in listing, (script, name)
+            assert "usage:" in _sh([exe, name, "--help"], tmp_path, _env()).stdout, (script, name)
+        bad = subprocess.run([exe, "no-such-command"], cwd=tmp_path, env=_env(), capture_output=True, text=True)
+        assert bad.returncode == 2 and bad.stderr.strip().startswith("error: unknown command"), bad.stderr
+
+
 def test_a_tiny_run_from_another_directory(venv, tmp_path):
     from transformers import BertConfig, BertForMaskedLM
     py = str(venv / "bin/python")
     BertForMaskedLM(BertConfig(**TINY, pad_token_id=0)).save_pretrained(tmp_path / "source")
     write_synthetic_corpus(tmp_path / "text.txt", docs=30)
-    _sh([py, "-m", "data_tools.prepare", "--input", "text.txt", "--out", "data", "--vocab-size", "200",
+    _sh([str(venv / "bin/xpt-data"), "prepare", "--input", "text.txt", "--out", "data", "--vocab-size", "200",
          "--family", "bert", "--valid", "0.1", "--test", "0.1", "--workers", "1", "--quiet"], tmp_path, _env())
     cfg = {"run_dir": "run", "deepspeed": "ds_configs/zero1_fp32.json",  # the shipped config, by name
            "model": {"source": "source", "tokenizer": "data/spm.model"},
@@ -77,6 +92,6 @@ def test_a_tiny_run_from_another_directory(venv, tmp_path):
            "optim": {"micro_batch_size": 2, "torch_adam": True},
            "logging": {"log_every": 1, "eval_every": 0, "progress_bar": False}}
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(cfg))
-    _sh([py, "-m", "xpt_ds.train", "--config", "run.yaml"], tmp_path, _env())
-    _sh([py, "-m", "xpt_ds.export", "--run", "run", "--out", "model"], tmp_path, _env())
+    _sh([str(venv / "bin/xpt-ds"), "train", "--config", "run.yaml"], tmp_path, _env())
+    _sh([py, "-m", "xpt_ds", "export", "--run", "run", "--out", "model"], tmp_path, _env())
     assert (tmp_path / "model/model.safetensors").is_file() and (tmp_path / "model/tokenizer.json").is_file()

@@ -16,7 +16,7 @@ import pytest
 import torch
 from transformers import AutoModelForMaskedLM, AutoTokenizer, BertConfig, BertForMaskedLM, BertTokenizerFast
 
-from conftest import REPO, TINY, base_config, launch, write_config
+from conftest import REPO, TINY, base_config, free_port, launch, write_config
 from xpt_ds.config import ConfigError, ModelConfig
 from xpt_ds.data.mlm import expand_shards
 from xpt_ds.metrics.mlm import MLMStats, piece_chars
@@ -186,7 +186,7 @@ def test_keep_vocab_run_export_loads_with_stock_transformers(tmp_path, hf_corpus
         exported = model(input_ids=ids).logits
     torch.save(ids, str(tmp_path / "logits.pt") + ".ids.pt")
     runner = subprocess.run([sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", "1", "--master_port",
-                             "29741", str(REPO / "tests/trainer_logits.py"), str(cfg_path), str(tmp_path / "logits.pt")],
+                             str(free_port()), str(REPO / "tests/trainer_logits.py"), str(cfg_path), str(tmp_path / "logits.pt")],
                             cwd=REPO, capture_output=True, text=True, timeout=600,
                             env={**os.environ, "DS_ACCELERATOR": "cpu", "PYTHONPATH": str(REPO)})
     assert runner.returncode == 0, runner.stderr[-3000:]

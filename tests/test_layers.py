@@ -25,6 +25,15 @@ LAYERS = [
     ["xpt_ds.train", "xpt_ds.export", "xpt_ds.evaluate", "xpt_ds.finetune", "xpt_ds.sweep", "xpt_ds.probe",
      "xpt_ds.cli", "xpt_ds.__main__", "xpt_ds"],
 ]
+DATA_TOOLS_LAYERS = [
+    ["data_tools.errors"],
+    ["data_tools.cli_options", "data_tools.piece_tokenizers"],
+    ["data_tools.pipeline"],
+    ["data_tools.pairs", "data_tools.embeddings", "data_tools.corpora"],
+    ["data_tools.prepare", "data_tools.spm_train", "data_tools.uagec", "data_tools.bible", "data_tools.parallel",
+     "data_tools.static_embeddings", "data_tools.source_embeddings", "data_tools.align_embeddings", "data_tools.cli",
+     "data_tools.__main__", "data_tools"],
+]
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -96,9 +105,9 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
-def layer_of(module: str) -> int:
+def layer_of(module: str, layers: list[list[str]] = LAYERS) -> int:
     best = None
-    for i, prefixes in enumerate(LAYERS):
+    for i, prefixes in enumerate(layers):
         for p in prefixes:
             if (module == p or module.startswith(p + ".")) and (best is None or len(p) > best[1]):
                 best = (i, len(p))
@@ -106,8 +115,9 @@ def layer_of(module: str) -> int:
     return best[0]
 
 
-def upward(graph: dict[str, set[str]]) -> list[str]:
-    return sorted(f"{a} -> {b}" for a, deps in graph.items() for b in deps if layer_of(b) > layer_of(a))
+def upward(graph: dict[str, set[str]], layers: list[list[str]] = LAYERS) -> list[str]:
+    return sorted(f"{a} -> {b}" for a, deps in graph.items() for b in deps
+                  if layer_of(b, layers) > layer_of(a, layers))
 
 
 def test_no_import_cycle_and_every_import_points_down():
@@ -143,3 +153,18 @@ def test_xpt_ds_and_data_tools_never_import_each_other(package, other):
 
 def test_data_tools_has_no_import_cycle():
     assert cycles(import_graph("data_tools")) == []
+
+
+def test_data_tools_imports_point_down_the_layers():
+    """Shared leaves, then the pipeline, then pairs/embeddings/corpora (which never import one another), then the
+    commands: the folder tree is data_tools' architecture too."""
+    graph = import_graph("data_tools")
+    assert len(graph) > 40
+    assert upward(graph, DATA_TOOLS_LAYERS) == []
+    peers = ("data_tools.pairs", "data_tools.embeddings", "data_tools.corpora")
+    side = lambda m: next((p for p in peers if m == p or m.startswith(p + ".")), None)
+    across = sorted(f"{a} -> {b}" for a, deps in graph.items() for b in deps
+                    if side(a) and side(b) not in (None, side(a)))
+    assert across == []
+    graph["data_tools.pipeline.options"].add("data_tools.pairs.build")  # the checker catches a back import
+    assert upward(graph, DATA_TOOLS_LAYERS) == ["data_tools.pipeline.options -> data_tools.pairs.build"]

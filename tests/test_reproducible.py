@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import REPO, TINY, base_config, launch, write_config
+from conftest import TINY, base_config, free_port, launch, write_config
 from xpt_ds.export import main as export_main
 
 pytestmark = pytest.mark.multiproc
@@ -37,7 +37,7 @@ def _run(d: Path, source: Path, corpus: Path, nproc: int = 1, seed_offset: int =
     cfg = base_config(d / "run", source, corpus)
     cfg["phases"] = [{**p, "steps": 2} for p in cfg["phases"]]
     return launch(["--config", str(write_config(d / "run.yaml", cfg))], nproc, 400,
-                  env={"MASTER_PORT": str(29400 + seed_offset + os.getpid() % 500)})
+                  env={"MASTER_PORT": str(free_port())})
 
 
 def test_two_fresh_runs_from_a_headless_source_are_bit_identical(tmp_path, headless_bert, corpus_bert):
@@ -87,7 +87,7 @@ def test_a_rank_with_different_weights_gets_rank_0s(tmp_path):
     script.write_text(AGREE)
     env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "TORCHDYNAMO_DISABLE": "1"}
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-                           str(29300 + os.getpid() % 500), str(script)], cwd=tmp_path, env=env,
+                           str(free_port()), str(script)], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("agrees") == 2

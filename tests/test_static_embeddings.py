@@ -12,15 +12,15 @@ import numpy as np
 import pytest
 
 from conftest import REPO
-from data_tools.adversarial import AdversarialOptions, fit_adversarial
 from data_tools.align_embeddings import main as align_main
-from data_tools.alignment import build_space
-from data_tools.embedding_files import read_embeddings, write_embeddings
+from data_tools.embeddings.adversarial import AdversarialOptions, fit_adversarial
+from data_tools.embeddings.alignment import build_space
+from data_tools.embeddings.embedding_files import read_embeddings, write_embeddings
+from data_tools.embeddings.token_corpus import ShardCorpus, TextCorpus
+from data_tools.embeddings.word2vec import TrainOptions, train_static_embeddings
 from data_tools.piece_tokenizers import HfTokenizer, SpmTokenizer
-from data_tools.shards import write_manifest, write_shard
-from data_tools.spm_train import train_spm_from_sentences
-from data_tools.static_embeddings import TrainOptions, train_static_embeddings
-from data_tools.token_corpus import ShardCorpus, TextCorpus
+from data_tools.pipeline.shards import write_manifest, write_shard
+from data_tools.pipeline.spm_trainer import train_spm_from_sentences
 
 pytest.importorskip("gensim", reason="pip install 'xpt-ds[embeddings]'")
 # sample=0: with 45 pieces each has a frequency of ~2 %, which gensim's default 1e-3 down-sampling would thin

@@ -165,7 +165,7 @@ def test_english_logits_use_the_source_vocabulary(source_dir, corpus_bert):
 def _write_parallel(out, corpus_bert, pairs: int = 40, seed: int = 0):
     """Random pairs (source ids of the source tokenizer, target spm ids, t2s with some -1) as parallel shards,
     written by data_tools, with a parallel manifest."""
-    from data_tools.parallel_shards import AlignedCorpus
+    from data_tools.pairs.parallel_shards import AlignedCorpus
     rng = np.random.default_rng(seed)
     src, tgt, s2t, t2s = [], [], [], []
     for _ in range(pairs):
@@ -180,7 +180,7 @@ def _write_parallel(out, corpus_bert, pairs: int = 40, seed: int = 0):
 
 def write_pairs(out, corpus_bert, corpus):
     """``corpus`` (a data_tools AlignedCorpus) as the train split of parallel shards with a parallel manifest."""
-    from data_tools.parallel_shards import write_split
+    from data_tools.pairs.parallel_shards import write_split
     dtypes = corpus.dtypes(SOURCE_VOCAB, 200)
     out.mkdir(parents=True, exist_ok=True)
     entry = write_split(out, "train", corpus, np.arange(len(corpus.src)), dtypes, shard_pairs=15)

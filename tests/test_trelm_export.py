@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import AutoModel, AutoModelForMaskedLM, AutoModelForSequenceClassification, AutoTokenizer
 
-from conftest import base_config, launch, read_metrics, write_config
+from conftest import base_config, free_port, launch, read_metrics, write_config
 from test_trelm import SOURCE_VOCAB, _write_parallel, source_dir  # noqa: F401 (a fixture)
 from xpt_ds.config import ModelConfig
 from xpt_ds.evaluate import main as evaluate_main
@@ -124,7 +124,7 @@ def test_zero3_gathers_what_trelm_reads_outside_a_submodules_forward():
 
     from conftest import REPO
     env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "TORCHDYNAMO_DISABLE": "1",
-           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(29500 + (os.getpid() + 7) % 2000), "RANK": "0",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "RANK": "0",
            "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
     proc = subprocess.run([sys.executable, str(REPO / "tests/trelm_zero3_outside.py")], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=300)

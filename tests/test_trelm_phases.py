@@ -94,7 +94,7 @@ def _stream(cfg, objectives, rank=0, world=1, micro=2):
 
 def test_x_en_rows_and_loss_predict_english_at_the_aligned_positions(tmp_path, source_dir, corpus_bert):
     """One hand-made pair: English [7 8 9 10], target [20 21 22], English piece i read from target piece s2t[i]."""
-    from data_tools.parallel_shards import AlignedCorpus
+    from data_tools.pairs.parallel_shards import AlignedCorpus
     s2t = np.array([2, 0, -1, 1])
     pairs = AlignedCorpus([np.array([7, 8, 9, 10])], [np.array([20, 21, 22])], [s2t], [np.array([1, -1, 0])],
                           docs=["0"])

@@ -5,7 +5,8 @@ tokens of held-out shards, as JSON (``xpt_ds.evaluation.intrinsic`` says which f
 
 ``--unigram TRAIN_SPEC`` scores the unigram predictor instead of the model, on the same masked tokens: every
 masked position gets each piece's add-one-smoothed frequency in the training shards. A model whose figures
-equal the unigram predictor's has learned no context yet.
+equal the unigram predictor's has learned no context yet. ``--uniform`` scores the uniform guess, the figure
+of a model that has learned nothing.
 """
 from __future__ import annotations
 
@@ -29,8 +30,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, help="mask seed (default: the run's data.seed, else 0)")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--max-batches", type=int, default=0, help="stop after N batches (0 = every token)")
-    p.add_argument("--unigram", nargs="+", metavar="TRAIN_SPEC", help="score the unigram predictor of these "
-                   "training shards (piece frequencies, add-one) instead of the model, on the same masked tokens")
+    baseline = p.add_mutually_exclusive_group()
+    baseline.add_argument("--unigram", nargs="+", metavar="TRAIN_SPEC", help="score the unigram predictor of these "
+                          "training shards (piece frequencies, add-one) instead of the model, on the same masked "
+                          "tokens")
+    baseline.add_argument("--uniform", action="store_true", help="score the uniform guess over the vocabulary's "
+                          "pieces instead of the model, on the same masked tokens")
     p.add_argument("--out", type=Path, help="also write the JSON here")
     p.add_argument("--trust-remote-code", action="store_true", help="with --model: run Python the directory "
                    "ships that is not this xpt-ds's own export code (only for a model you trust)")
@@ -63,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.unigram:
         model = UnigramPredictor.from_shards(a.unigram, tok, data.on_corrupt_shard)
         source["unigram"] = a.unigram
+    elif a.uniform:
+        model, source["uniform"] = UnigramPredictor.uniform(tok), True
     device = "cuda" if torch.cuda.is_available() else "cpu"
     metrics = evaluate(model, tok, data, a.shards, a.batch_size, a.max_batches, device)
     emit_json({**source, "shards": a.shards, "seq_len": data.seq_len, "seed": data.seed, **metrics}, a.out)

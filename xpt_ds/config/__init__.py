@@ -10,11 +10,32 @@
 
 A leaf: nothing here imports a builder. The names below are what the rest of the package uses.
 """
-from xpt_ds.config.job import (DECAYS, H100_PEAK_TFLOPS, OBJECTIVE_DATA, OBJECTIVES, CheckpointConfig, ConfigError,
-                               DataConfig, GuardConfig, LoggingConfig, MergeConfig, ModelConfig, OptimConfig,
-                               PhaseConfig, TrainConfig, doc)
-from xpt_ds.config.manager import (from_dict, help_text, load_config, read_checkpoint_config, read_config_file,
-                                   save_config, to_dict)
+from xpt_ds.config.job import (
+                               DECAYS,
+                               H100_PEAK_TFLOPS,
+                               OBJECTIVE_DATA,
+                               OBJECTIVES,
+                               CheckpointConfig,
+                               ConfigError,
+                               DataConfig,
+                               GuardConfig,
+                               LoggingConfig,
+                               MergeConfig,
+                               ModelConfig,
+                               OptimConfig,
+                               PhaseConfig,
+                               TrainConfig,
+                               doc,
+)
+from xpt_ds.config.manager import (
+                               from_dict,
+                               help_text,
+                               load_config,
+                               read_checkpoint_config,
+                               read_config_file,
+                               save_config,
+                               to_dict,
+)
 from xpt_ds.config.validate import validate
 from xpt_ds.config.values import Override, coerce
 

@@ -14,6 +14,7 @@ from xpt_ds.config.job import RENAMED_KEYS, ConfigError, TrainConfig, _element_t
 from xpt_ds.config.validate import validate
 from xpt_ds.config.values import Override, coerce
 
+
 def from_dict(cls, data, prefix: str = ""):
     """Build dataclass ``cls`` from a nested dict, rejecting unknown keys and wrong types."""
     if not isinstance(data, dict):

@@ -7,6 +7,7 @@ from xpt_ds.config.job import DECAYS, ConfigError, TrainConfig
 from xpt_ds.config.methods import METHODS
 from xpt_ds.config.phase_checks import check_objectives, check_phase_start
 
+
 def validate(cfg: TrainConfig) -> None:
     """Checks that need no files; model/tokenizer/phase-pattern checks live with their builders."""
     m = cfg.model

@@ -5,6 +5,7 @@ import contextlib
 
 from xpt_ds.config.job import ConfigError
 
+
 class Override(str):
     """The raw text of a ``--key=value`` override: converted by the target field's type, not by YAML rules
     (YAML 1.1 reads ``5e-4`` as a string and ``no`` as False)."""

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
 from xpt_ds.errors import UserError
 
 log = logging.getLogger(__name__)

@@ -25,13 +25,13 @@ from pathlib import Path
 import torch
 
 from xpt_ds.config import DataConfig
-from xpt_ds.data.mlm import MLMBatchStream, MLMMasker, build_stream, expand_shards, manifest_counts
 from xpt_ds.config.methods import method_of
-from xpt_ds.metrics.mlm import MLMStats, piece_char_lengths, piece_word_starts
-from xpt_ds.embedding_init.context import count_pieces
-from xpt_ds.model.objective import build_objective
+from xpt_ds.data.mlm import MLMBatchStream, MLMMasker, build_stream, expand_shards, manifest_counts
 from xpt_ds.data.tokenizer import TargetTokenizer, saved_tokenizer
+from xpt_ds.embedding_init.context import count_pieces
 from xpt_ds.io.trust import read_config_dict, remote_code_consent
+from xpt_ds.metrics.mlm import MLMStats, piece_char_lengths, piece_word_starts
+from xpt_ds.model.objective import build_objective
 
 
 def load_export(model_dir: Path, trust_remote_code: bool = False):
@@ -61,6 +61,11 @@ class UnigramPredictor(torch.nn.Module):
     @classmethod
     def from_shards(cls, shards: list[str], tok: TargetTokenizer, on_corrupt: str = "fail") -> "UnigramPredictor":
         return cls(torch.from_numpy(count_pieces(shards, tok, on_corrupt)), tok)
+
+    @classmethod
+    def uniform(cls, tok: TargetTokenizer) -> "UnigramPredictor":
+        """The uniform guess: every piece that can be a target (not pad, cls, sep or mask) equally likely."""
+        return cls(torch.zeros(tok.vocab_size), tok)
 
     def forward(self, input_ids: torch.Tensor, mlm_positions: torch.Tensor, mlm_targets: torch.Tensor,
                 attention_mask: torch.Tensor | None = None, return_logits: bool = True) -> torch.Tensor:

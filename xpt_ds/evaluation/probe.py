@@ -15,8 +15,8 @@ import torch
 from torch import nn
 
 from xpt_ds.config import ConfigError, DataConfig
-from xpt_ds.data.mlm import MLMMasker, sequence_seed
 from xpt_ds.config.methods import method_of
+from xpt_ds.data.mlm import MLMMasker, sequence_seed
 from xpt_ds.metrics.mlm import MLMStats
 from xpt_ds.model.build import FAMILIES, build_skeleton, load_source
 from xpt_ds.model.objective import MaskedLMObjective

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
 from xpt_ds.errors import UserError
 
 TASKS = ("classification", "regression", "token_classification")

@@ -15,12 +15,16 @@ from pathlib import Path
 import torch
 
 from xpt_ds.finetuning.config import ADAM_BETAS, ADAM_EPS, OFFSET_POSITIONS, FinetuneConfig, validate
+from xpt_ds.finetuning.data import Encoded, FinetuneError, build_labels, collate, encode, label_ids, read_examples
+from xpt_ds.finetuning.metrics import (
+    classification_metrics,
+    entity_metrics,
+    majority_baseline,
+    regression_metrics,
+    summarize,
+)
 from xpt_ds.io.paths import unwritable
 from xpt_ds.io.trust import UntrustedError, read_config_dict, remote_code_consent
-from xpt_ds.finetuning.data import (Encoded, FinetuneError, build_labels, collate, encode, label_ids,
-                                   read_examples)
-from xpt_ds.finetuning.metrics import (classification_metrics, entity_metrics, majority_baseline,
-                                      regression_metrics, summarize)
 
 log = logging.getLogger("xpt_ds.finetune")
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
 from xpt_ds.errors import UserError
 
 _PACKAGE = Path(__file__).resolve().parents[1]

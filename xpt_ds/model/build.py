@@ -16,14 +16,14 @@ import torch
 from torch import nn
 from transformers import AutoConfig, AutoModelForMaskedLM
 
-from xpt_ds.model.adapters import add_adapters
 from xpt_ds.config import ConfigError, DataConfig, ModelConfig
-from xpt_ds.embedding_init.context import InitContext, kept_vocabulary_report
-from xpt_ds.embedding_init.registry import init_embeddings
 from xpt_ds.config.methods import METHODS
 from xpt_ds.data.tokenizer import TargetTokenizer
-from xpt_ds.trelm.model import add_trelm, init_trelm, trelm_tags
+from xpt_ds.embedding_init.context import InitContext, kept_vocabulary_report
+from xpt_ds.embedding_init.registry import init_embeddings
 from xpt_ds.errors import UserError
+from xpt_ds.model.adapters import add_adapters
+from xpt_ds.trelm.model import add_trelm, init_trelm, trelm_tags
 
 log = logging.getLogger(__name__)
 

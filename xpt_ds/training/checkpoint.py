@@ -37,11 +37,11 @@ import numpy as np
 import torch
 
 from xpt_ds.config import ConfigError, TrainConfig, read_checkpoint_config
-from xpt_ds.training.engine import state_digest, zero_stage
-from xpt_ds.io.paths import unwritable
-from xpt_ds.io.trust import UntrustedError, check_plain, load_plain
 from xpt_ds.data.tokenizer import HF_TOKENIZER_DIR, copy_hf_tokenizer
 from xpt_ds.errors import UserError
+from xpt_ds.io.paths import unwritable
+from xpt_ds.io.trust import UntrustedError, check_plain, load_plain
+from xpt_ds.training.engine import state_digest, zero_stage
 
 MARKER = "COMPLETE"
 log = logging.getLogger(__name__)

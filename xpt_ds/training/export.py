@@ -22,16 +22,16 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig
 
-from xpt_ds.model import adapters
-from xpt_ds.training import checkpoint
-from xpt_ds.trelm import hf as trelm_hf
-from xpt_ds.training.engine import zero_stage
-from xpt_ds.io.paths import unwritable
 from xpt_ds.config.methods import method_of
+from xpt_ds.data.tokenizer import copy_hf_tokenizer, save_hf_tokenizer, saved_tokenizer
+from xpt_ds.io.paths import unwritable
+from xpt_ds.io.trust import OWN_CODE, load_plain
+from xpt_ds.model import adapters
 from xpt_ds.model.build import build_skeleton, load_fp32_state
 from xpt_ds.model.objective import strip_prefix
-from xpt_ds.data.tokenizer import copy_hf_tokenizer, save_hf_tokenizer, saved_tokenizer
-from xpt_ds.io.trust import OWN_CODE, load_plain
+from xpt_ds.training import checkpoint
+from xpt_ds.training.engine import zero_stage
+from xpt_ds.trelm import hf as trelm_hf
 
 
 def load_checkpoint_fp32(ckpt_root: Path, tag: str, allow_pickle: bool = False) -> dict[str, torch.Tensor]:

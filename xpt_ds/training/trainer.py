@@ -10,23 +10,31 @@ from pathlib import Path
 import deepspeed
 import torch
 
-from xpt_ds.training import checkpoint
 from xpt_ds.config import ConfigError, TrainConfig, save_config, to_dict
+from xpt_ds.config.phase_checks import phase_objectives
 from xpt_ds.data.mlm import build_streams
+from xpt_ds.data.tokenizer import tokenizer_for
 from xpt_ds.embedding_init.context import summary, write_report
-from xpt_ds.training.engine import (agree_on_initial_weights, build_engine, full_fp32_state, load_ds_config, lr_at,
-                           restore_frozen, set_lr, zero_stage)
 from xpt_ds.io.paths import unwritable
-from xpt_ds.training.guards import BadStepCounter, Halted, RankExchange, SlowSteps, SpikeDetector
 from xpt_ds.metrics.logger import LogWindow, MetricsLogger, flops_per_token, peak_flops
 from xpt_ds.metrics.mlm import MLMStats, piece_char_lengths, piece_word_starts
 from xpt_ds.model.build import build_model, build_skeleton, load_fp32_state
 from xpt_ds.model.objective import build_objective, strip_prefix
-from xpt_ds.config.phase_checks import phase_objectives
 from xpt_ds.model.phases import build_phase_starts, build_phase_trainables, phases_read_later, weights_from_ends
+from xpt_ds.training import checkpoint
+from xpt_ds.training.engine import (
+    agree_on_initial_weights,
+    build_engine,
+    full_fp32_state,
+    load_ds_config,
+    lr_at,
+    restore_frozen,
+    set_lr,
+    zero_stage,
+)
+from xpt_ds.training.guards import BadStepCounter, Halted, RankExchange, SlowSteps, SpikeDetector
 from xpt_ds.training.preemption import Preempted, PreemptionWatcher
 from xpt_ds.training.status import write_status
-from xpt_ds.data.tokenizer import tokenizer_for
 from xpt_ds.trelm.data import TreLMBatchStream, build_trelm_stream
 
 log = logging.getLogger(__name__)

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-from data_tools.shards import id_dtype, shard_name
-from data_tools.split import assign_documents, split_counts
-from data_tools.state import SPLITS
+from data_tools.pipeline.shards import id_dtype, shard_name
+from data_tools.pipeline.split import assign_documents, split_counts
+from data_tools.pipeline.state import SPLITS
 
 PARALLEL_FORMAT_VERSION = 1
 MEMBERS = ("src", "tgt", "s2t", "t2s")
@@ -58,7 +58,7 @@ class AlignedCorpus:
 
     def split(self, opts: ShardOptions) -> dict[str, np.ndarray]:
         """Pair indices of each split, in corpus order: documents (in order of first appearance) are assigned
-        as ``data_tools.split`` assigns them, so a document's pairs never straddle two splits."""
+        as ``data_tools.pipeline.split`` assigns them, so a document's pairs never straddle two splits."""
         first_seen: dict[str, int] = {}
         doc_of_pair = np.fromiter((first_seen.setdefault(d, len(first_seen)) for d in self.docs), dtype=np.int64,
                                   count=len(self.docs))

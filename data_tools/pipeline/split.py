@@ -1,35 +1,19 @@
 """Stage (b), split: assign whole documents to train/valid/test -> ``sentences/{train,valid,test}.jsonl``;
-``--valid``/``--test`` sizes are document counts or fractions."""
+``--valid``/``--test`` sizes are document counts or fractions (``data_tools.cli_options.parse_size``)."""
 from __future__ import annotations
 
-import argparse
 import collections
 import json
-import re
 import time
 from pathlib import Path
 
 import numpy as np
 
-from data_tools.options import DEFAULTS, PrepareOptions
 from data_tools.errors import PrepareError
-from data_tools.log import log
-from data_tools.state import (CORPUS, SPLITS, STAGE_VERSION, HashingWriter, drop_state, file_signature, fingerprint,
-                              load_state, save_state, split_path, up_to_date)
-
-
-def parse_size(text: str) -> int | float:
-    """``--valid``/``--test``: a whole number is a count of documents, a decimal in [0, 1) a fraction."""
-    if re.fullmatch(r"\d+", text.strip()):
-        return int(text)
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is neither a document count nor a fraction") from None
-    if not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(f"'{text}': a fraction must be in [0, 1) (or give a whole number of "
-                                         "documents)")
-    return value
+from data_tools.pipeline.log import log
+from data_tools.pipeline.options import DEFAULTS, PrepareOptions
+from data_tools.pipeline.state import (CORPUS, SPLITS, STAGE_VERSION, HashingWriter, drop_state, file_signature,
+                                       fingerprint, load_state, save_state, split_path, up_to_date)
 
 
 def _count(size: int | float, n: int, flag: str) -> int:

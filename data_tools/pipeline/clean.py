@@ -13,12 +13,13 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from data_tools.options import DEFAULTS, PrepareOptions
 from data_tools.errors import PrepareError
-from data_tools.log import log, progress_bar
-from data_tools.readers import DOC_BOUNDARIES, FORMATS, detect_format, expand_inputs, read_documents
-from data_tools.state import CORPUS, STAGE_VERSION, HashingWriter, drop_state, fingerprint, save_state, up_to_date
-from data_tools.text import NORMALIZE_FORMS, clean_document, load_splitter, splitter_name
+from data_tools.pipeline.log import log, progress_bar
+from data_tools.pipeline.options import DEFAULTS, PrepareOptions
+from data_tools.pipeline.readers import DOC_BOUNDARIES, FORMATS, detect_format, expand_inputs, read_documents
+from data_tools.pipeline.state import (CORPUS, STAGE_VERSION, HashingWriter, drop_state, fingerprint, save_state,
+                                       up_to_date)
+from data_tools.pipeline.text import NORMALIZE_FORMS, clean_document, load_splitter, splitter_name
 
 _CHUNK_DOCS, _CHUNK_CHARS = 256, 1 << 20
 

@@ -1,6 +1,6 @@
 """Throughput of ``data_tools.prepare`` with 1 and 2 (or more) workers; prints a markdown table.
 
-    python -m data_tools.bench_prepare [--corpora konlpy uagec] [--workers 1 2] [--repeats 3] [--work DIR]
+    python benchmarks/bench_prepare.py [--corpora konlpy uagec] [--workers 1 2] [--repeats 3] [--work DIR]
 
 Corpora: ``konlpy`` is the demo's Korean text (konlpy's kolaw/*.txt + kobill/*.txt, one document per file,
 vocab 2000, BERT layout, as launch/demo.sh); ``uagec`` is UA-GEC's corrected Ukrainian text (written by
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import sentencepiece
 
-from data_tools.log import set_quiet
+from data_tools.pipeline.log import set_quiet
 from data_tools.prepare import run_pipeline
 
 
@@ -40,7 +40,7 @@ def konlpy_inputs() -> list[Path]:
 
 
 def uagec_inputs(work: Path) -> list[Path]:
-    from data_tools.uagec import export
+    from data_tools.corpora.uagec import export
     export(work / "uagec_text", labels=False)
     return [work / "uagec_text/text/train.txt", work / "uagec_text/text/test.txt"]
 
@@ -97,7 +97,7 @@ def bench(name: str, inputs: list[Path], work: Path, workers: list[int], repeats
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(prog="python -m data_tools.bench_prepare", description=__doc__,
+    p = argparse.ArgumentParser(prog="python benchmarks/bench_prepare.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--corpora", nargs="+", default=list(CORPORA), choices=list(CORPORA))
     p.add_argument("--workers", nargs="+", type=int, default=[1, 2])

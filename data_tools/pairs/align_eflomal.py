@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from data_tools.align import Direction
 from data_tools.errors import PrepareError
+from data_tools.pairs.align import Direction
 
 PROGRAM = "eflomal-align"
 

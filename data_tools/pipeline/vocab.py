@@ -13,11 +13,12 @@ from typing import Iterator
 import numpy as np
 
 from data_tools.errors import PrepareError
-from data_tools.log import log
-from data_tools.options import DEFAULTS, PrepareOptions
-from data_tools.spm_train import LAYOUTS, train_spm_from_sentences, write_vocab
-from data_tools.split import split_signature
-from data_tools.state import STAGE_VERSION, STATE, drop_state, fingerprint, save_state, split_path, up_to_date
+from data_tools.pipeline.log import log
+from data_tools.pipeline.options import DEFAULTS, PrepareOptions
+from data_tools.pipeline.split import split_signature
+from data_tools.pipeline.spm_layouts import LAYOUTS
+from data_tools.pipeline.spm_trainer import train_spm_from_sentences, write_vocab
+from data_tools.pipeline.state import STAGE_VERSION, STATE, drop_state, fingerprint, save_state, split_path, up_to_date
 
 
 def train_tokenizer(out: Path, opts: PrepareOptions = DEFAULTS, force: bool = False) -> dict:

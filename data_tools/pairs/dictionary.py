@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from data_tools.shards import atomic_write_text
+from data_tools.pipeline.shards import atomic_write_text
 
 COLUMNS = ("target_piece", "source_token", "links", "p_source_given_target", "target_id", "source_id")
 

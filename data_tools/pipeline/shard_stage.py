@@ -12,11 +12,11 @@ from typing import Iterator
 import numpy as np
 
 from data_tools.errors import PrepareError
-from data_tools.log import log, progress_bar
-from data_tools.options import DEFAULTS, PrepareOptions
-from data_tools.shards import (RECORDS, HfEncoder, ShardTask, completed, forget, hf_manifest_keys, plan_split,
-                               write_manifest, write_shard_task)
-from data_tools.state import SPLITS, load_state, split_path
+from data_tools.pipeline.log import log, progress_bar
+from data_tools.pipeline.options import DEFAULTS, PrepareOptions
+from data_tools.pipeline.shards import (RECORDS, HfEncoder, ShardTask, completed, forget, hf_manifest_keys, plan_split,
+                                        write_manifest, write_shard_task)
+from data_tools.pipeline.state import SPLITS, load_state, split_path
 
 
 def _run_shards(tasks: list[ShardTask], workers: int, bar) -> Iterator[dict]:

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 from data_tools.errors import PrepareError
-from data_tools.shards import atomic_write_text
+from data_tools.pipeline.shards import atomic_write_text
 
 SPLITS = ("train", "valid", "test")
 STATE = Path(".prepare")
