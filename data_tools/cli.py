@@ -12,7 +12,7 @@ COMMANDS = {  # name -> (module, one line)
     "uagec": ("data_tools.uagec", "the UA-GEC corpus -> text for prepare, its train/test partition, sentence labels"),
     "bible": ("data_tools.bible", "English-Ukrainian Bible verse pairs (BSB, Ohienko) -> line-aligned files"),
     "parallel": ("data_tools.parallel", "sentence pairs -> aligned parallel shards + dictionary.tsv (TreLM, 004)"),
-    "static-embeddings": ("data_tools.static_embeddings", "word2vec embeddings of subword pieces, row = token id"),
+    "static-embeddings": ("data_tools.static_embeddings", "word2vec or fastText (FOCUS) piece vectors, row = id"),
     "source-embeddings": ("data_tools.source_embeddings", "a Hugging Face model's input embeddings as NAME.npy"),
     "align-embeddings": ("data_tools.align_embeddings", "map target embeddings onto a source space (Procrustes, "
                                                         "adversarial)"),

@@ -1,19 +1,25 @@
-"""Static (word2vec) embeddings of subword pieces, trained on tokenised text; rows indexed by token id.
+"""Static embeddings of subword pieces, trained on tokenised text; rows indexed by token id.
 
+    python -m data_tools.static_embeddings --shards DIR/manifest.json:train --out emb/uk_focus --method fasttext
     python -m data_tools.static_embeddings --shards DIR/manifest.json:train --out emb/uk --dim 384
     python -m data_tools.static_embeddings --text a.txt b.txt --spm DIR/spm.model --out emb/uk --dim 384
     python -m data_tools.static_embeddings --text en.txt --hf-tokenizer MODEL_DIR_OR_ID --out emb/en --dim 384
 
-Writes ``OUT.npy`` (float32 [vocab_size, dim]; row i = piece id i of that tokenizer) and the ``OUT.json``
-sidecar (data_tools/embeddings/embedding_files.py): tokenizer identity, every option, gensim's version, per-id
-``counts`` in the text and ``unseen_ids``. A piece seen fewer than ``--min-count`` times (special tokens
-never occur in shards) gets no vector: its row is all zeros and it is listed in ``unseen_ids``. These are the
-static embeddings that TreLM (Appendix A.1 and A.5: fastText skip-gram over the new subword vocabulary, at the
-model's hidden size) aligns onto the source model's input embeddings, and that WECHSEL/FOCUS-style
-initialisations start from.
+Two methods (``--method``; ``--method fasttext --help`` lists fastText's options and defaults):
 
-Trained with gensim (extra ``embeddings``, ``data_tools.embeddings.word2vec`` says why not fastText); with one
-``--workers`` thread and a seed the bytes repeat.
+* ``word2vec`` (default): gensim word2vec (skip-gram) over the piece ids (``data_tools.embeddings.word2vec``).
+  These are the static embeddings that TreLM (Appendix A.1 and A.5: fastText skip-gram over the new subword
+  vocabulary, at the model's hidden size) aligns onto the source model's input embeddings, and that ``aligned``
+  (WECHSEL-style) starts from.
+* ``fasttext``: gensim FastText (CBOW) over the piece strings with character n-grams 3-6 and FOCUS's defaults
+  (dim 100, min count 10, 3 epochs, 10 negatives): FOCUS's auxiliary space, what ``model.embedding_init: focus``
+  reads (``data_tools.embeddings.fasttext_pieces`` says what matches deepfocus and what does not).
+
+Writes ``OUT.npy`` (float32 [vocab_size, dim]; row i = piece id i of that tokenizer) and the ``OUT.json``
+sidecar (data_tools/embeddings/embedding_files.py): tokenizer identity, the method and every option, gensim's
+version, per-id ``counts`` in the text and ``unseen_ids``. A piece seen fewer than ``--min-count`` times
+(special tokens never occur in shards) gets no vector: its row is all zeros and it is listed in ``unseen_ids``.
+Trained with gensim (extra ``embeddings``); with one ``--workers`` thread and a seed the bytes repeat.
 """
 from __future__ import annotations
 
@@ -24,11 +30,15 @@ from pathlib import Path
 
 from data_tools.cli_options import add_options, options_from_args
 from data_tools.embeddings.embedding_files import output_prefix, write_embeddings
+from data_tools.embeddings.fasttext_pieces import FastTextOptions, train_fasttext_embeddings
 from data_tools.embeddings.word2vec import TrainOptions, build_corpus, train_static_embeddings
 from data_tools.errors import cli_errors
 
+METHODS = {"word2vec": (TrainOptions, train_static_embeddings),
+           "fasttext": (FastTextOptions, train_fasttext_embeddings)}
 
-def build_parser() -> argparse.ArgumentParser:
+
+def build_parser(method: str = "word2vec") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="xpt-data static-embeddings", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_argument_group("input")
@@ -38,19 +48,27 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--spm", type=Path, help="SentencePiece model for --text (the target language)")
     g.add_argument("--hf-tokenizer", metavar="DIR_OR_ID", help="Hugging Face tokenizer for --text (the source side)")
     p.add_argument("--out", required=True, type=Path, help="output prefix: writes OUT.npy and OUT.json")
-    add_options(p.add_argument_group("training"), TrainOptions)
+    p.add_argument("--method", choices=tuple(METHODS), default="word2vec",
+                   help="word2vec over piece ids, or fastText with character n-grams over piece strings (FOCUS's "
+                        "auxiliary space); the training options below are this method's (default: word2vec)")
+    add_options(p.add_argument_group(f"training ({method})"), METHODS[method][0])
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    a = build_parser().parse_args(argv)
+    # The training options and their defaults depend on --method, so it is read first.
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--method", choices=tuple(METHODS), default="word2vec")
+    method = pre.parse_known_args(argv)[0].method
+    a = build_parser(method).parse_args(argv)
+    options_cls, train = METHODS[method]
     with cli_errors():
         t0 = time.perf_counter()
         corpus = build_corpus(a.shards, a.text, a.spm, a.hf_tokenizer)
-        matrix, meta = train_static_embeddings(corpus, options_from_args(TrainOptions, a))
+        matrix, meta = train(corpus, options_from_args(options_cls, a))
         sidecar = write_embeddings(output_prefix(a.out), matrix, meta)
-        print(f"static_embeddings: {meta['corpus']['tokens']} tokens, {meta['seen_count']}/{len(matrix)} pieces "
-              f"seen, dim {matrix.shape[1]}, {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+        print(f"static_embeddings: {method}, {meta['corpus']['tokens']} tokens, {meta['seen_count']}/{len(matrix)} "
+              f"pieces seen, dim {matrix.shape[1]}, {time.perf_counter() - t0:.1f} s", file=sys.stderr)
         print(sidecar.with_suffix(".npy"))
     return 0
 

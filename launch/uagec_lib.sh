@@ -37,11 +37,23 @@ prepare_bible() {
     --out "$PREP/parallel" --valid 0 --test 0
 }
 
-# Static embeddings (dimension = the source's hidden size): the Ukrainian pieces of UA-GEC train, the English
-# WordPiece tokens of the Bible's English side, and the source's input embeddings.
-prepare_static() {
+# word2vec embeddings of the Ukrainian pieces of UA-GEC train at the source's hidden size (uk: the space the
+# Procrustes maps start from).
+prepare_target_static() {
   [ -f "$PREP/emb/uk.npy" ] || "$PY" -m data_tools.static_embeddings --shards demo_out/uk/manifest.json:train \
     --out "$PREP/emb/uk" --dim 384
+}
+
+# FOCUS's auxiliary space: fastText over the Ukrainian piece strings of UA-GEC train with FOCUS's defaults.
+prepare_focus_static() {
+  [ -f "$PREP/emb/uk_focus.npy" ] || "$PY" -m data_tools.static_embeddings --method fasttext \
+    --shards demo_out/uk/manifest.json:train --out "$PREP/emb/uk_focus"
+}
+
+# Static embeddings: the Ukrainian pieces (above), the English WordPiece tokens of the Bible's English side
+# (dimension = the source's hidden size), and the source's input embeddings.
+prepare_static() {
+  prepare_target_static
   [ -f "$PREP/emb/en.npy" ] || "$PY" -m data_tools.static_embeddings --text "$PREP/bible/en.txt" \
     --hf-tokenizer "$SOURCE" --out "$PREP/emb/en" --dim 384
   [ -f "$PREP/emb/minilm.npy" ] || "$PY" -m data_tools.source_embeddings --model "$SOURCE" --out "$PREP/emb/minilm"

@@ -119,9 +119,10 @@ def corrupt_shard(cfg, d, fx):
     return [], [str(shard)]
 
 
-def out_of_vocabulary_shard_read_by_a_worker(cfg, d, fx):
-    """The bad shard is the second of the set and read with the default two DataLoader workers: the error
-    must name it (not the first shard) and arrive as the worker's own message."""
+def out_of_vocabulary_shard(cfg, d, fx):
+    """The bad shard is the second of the set: the scan of the shards finds the id, and the error must name it
+    (not the first shard). (A shard that breaks after the scan fails in a DataLoader worker, with the worker's
+    own message: tests/test_shard_scan.py.)"""
     assert "num_workers" not in cfg["data"]  # the default, 2
     bad = d / "oov-000000.tar"
     write_shard(bad, "train", 0, [[[5, 6, 7, 60000, 8]]] * 4, vocab_size=65536)
@@ -140,7 +141,7 @@ def phase_with_zero_steps(cfg, d, fx):
 
 
 CASES = {f.__name__: f for f in [
-    corrupt_shard, phase_with_zero_steps, out_of_vocabulary_shard_read_by_a_worker, run_dir_under_a_file,
+    corrupt_shard, phase_with_zero_steps, out_of_vocabulary_shard, run_dir_under_a_file,
     unknown_key, unknown_override_key, wrong_type, wrong_type_bool_as_int, missing_source_model,
     missing_tokenizer_file, tokenizer_with_default_special_ids, tokenizer_without_mask_piece,
     trainable_pattern_matching_nothing, ds_json_sets_train_batch_size, ds_json_sets_optimizer_lr,

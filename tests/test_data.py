@@ -191,12 +191,20 @@ def test_corrupt_shards_are_named_or_skipped(tmp_path, unique_shards):
         expand_shards([str(tmp_path / "missing-{000000..000001}.tar")])
 
 
-def test_ids_outside_the_vocabulary_are_named(unique_shards):
-    shards, _ = unique_shards
-    small = replace(BIG, vocab_size=100)
-    stream = build_stream(shards, _cfg(shards), small)
-    with pytest.raises(DataError, match="vocab size 100"):
-        stream.tokens(0, stream.epoch_tokens)
+def test_ids_outside_the_vocabulary_are_found_by_the_scan(unique_shards):
+    """The scan reads every shard's largest id, so a shard with an id outside the vocabulary fails (or is skipped)
+    when the stream is built, not when a batch reads it."""
+    shards, docs = unique_shards
+    maxima = [scan_shard(s).max_id for s in shards]
+    assert maxima == sorted(maxima) and maxima[-1] == max(b + n - 1 for b, n in docs.items())
+    small = replace(BIG, vocab_size=maxima[-2] + 1)  # only the last shard holds ids outside it
+    with pytest.raises(DataError) as e:
+        build_stream(shards, _cfg(shards), small)
+    assert str(e.value).startswith(f"shard {shards[-1]} (document ") and \
+        f"holds token id {maxima[-1]} >= vocab size {maxima[-2] + 1} of <test>" in str(e.value)
+    stream = build_stream(shards, _cfg(shards, on_corrupt_shard="skip"), small)
+    assert stream.skipped == [shards[-1]] and [i.path for i in stream.indexes] == shards[:-1]
+    assert stream.tokens(0, stream.epoch_tokens).max() < small.vocab_size
 
 
 # data.train_tokens: every training epoch is the same fixed subset of N tokens, nested across N.

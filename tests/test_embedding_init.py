@@ -256,7 +256,7 @@ def _spm_identity(corpus: Path) -> dict:
     return SpmTokenizer(corpus / "spm.model").identity()
 
 
-def test_focus_known_answer(pair, tmp_path):
+def test_focus_known_answer(pair, tmp_path, caplog):
     """Static vectors are one-hot per piece, except that one non-overlapping piece t gets the vector of an
     overlapping piece a: sparsemax over cosines [1, 0, ..., 0] is one-hot, so t's row is a's source row exactly."""
     source, corpus = pair
@@ -269,12 +269,43 @@ def test_focus_known_answer(pair, tmp_path):
     static = np.eye(V, dtype=np.float32)
     static[t] = static[a]
     path = _write(tmp_path / "static", static, _spm_identity(corpus), unseen_ids=sorted(special))
-    matrix, report = init_embeddings("focus", {"static": str(path)}, ctx)
+    with caplog.at_level("WARNING", logger="xpt_ds.embedding_init.strategies"):
+        matrix, report = init_embeddings("focus", {"static": str(path)}, ctx)
+    assert "not FOCUS's auxiliary fastText space" in caplog.text  # a file without a method is word2vec's
     assert torch.equal(matrix[t], ctx.source_embeddings[shared[a]])
     # every other non-overlapping piece is orthogonal to all anchors: sparsemax of equal scores is uniform
     anchors = ctx.source_embeddings[[shared[i] for i in sorted(shared)]].double()
     assert torch.allclose(matrix[others[1]].double(), anchors.mean(0), atol=1e-6)
     assert report["copied"] == len(shared) and report["combined"] == len(others) and report["fallback"] == 0
+
+
+def test_focus_reads_the_fasttext_space(bert_source, target_bert, tmp_path, caplog):
+    """The file ``static_embeddings --method fasttext`` writes (FOCUS's auxiliary space over piece strings) is
+    what ``focus`` reads: overlapping pieces copy, every other piece with a vector is a convex combination of
+    the anchors' source rows, pieces below min_count fall back (FOCUS's "very rare" pieces)."""
+    pytest.importorskip("gensim")
+    from data_tools.embeddings.embedding_files import write_embeddings
+    from data_tools.embeddings.fasttext_pieces import FastTextOptions, train_fasttext_embeddings
+    from data_tools.embeddings.token_corpus import ShardCorpus
+    matrix, meta = train_fasttext_embeddings(ShardCorpus(f"{target_bert}/manifest.json:train"),
+                                             FastTextOptions(dim=16, min_count=3, bucket=5000))
+    path = write_embeddings(tmp_path / "uk_focus", matrix, meta).with_suffix(".npy")
+    ctx = _ctx(bert_source, target_bert)
+    with caplog.at_level("WARNING", logger="xpt_ds.embedding_init.strategies"):
+        rows, report = init_embeddings("focus", {"static": str(path)}, ctx)
+    assert "FOCUS" not in caplog.text
+    shared, special = _expected_overlap(ctx), set(ctx.tok.special_ids)
+    seen = np.ones(ctx.tok.vocab_size, dtype=bool)
+    seen[meta["unseen_ids"]] = False
+    combined = [i for i in range(ctx.tok.vocab_size) if seen[i] and i not in shared and i not in special]
+    assert report["copied"] == len(shared) and report["combined"] == len(combined) > 10
+    assert report["fallback"] == ctx.tok.vocab_size - len(shared) - len(combined) - len(special)
+    # a convex combination stays inside the anchors' bounding box
+    anchors = ctx.source_embeddings[[shared[i] for i in sorted(shared) if seen[i]]]
+    low, high = anchors.min(0).values - 1e-6, anchors.max(0).values + 1e-6
+    assert ((rows[combined] >= low) & (rows[combined] <= high)).all()
+    example = report["examples"]["combined"][0]["source"]
+    assert example and all(w > 0 for _, w in example) and sum(w for _, w in example) <= 1 + 1e-4
 
 
 def test_aligned_known_answer(pair, tmp_path):

@@ -190,3 +190,26 @@ def test_a_rollback_starts_a_branch_that_a_requeue_continues(tmp_path, tiny_robe
     rows = read_metrics(run)
     assert rows[8]["train/lr"] > 1e-3  # the branch's phase-2 rate (2e-3, decaying), not the old 5e-4
     assert json.loads((run / "status.json").read_text())["state"] == "finished"
+
+
+def test_out_of_vocabulary_shard_fails_at_start_or_is_skipped(tmp_path, tiny_roberta, corpus):
+    """An id >= the tokenizer's vocab size is found when the shards are scanned: 'fail' stops the run before
+    the model is set up, with one line naming the shard, the id and the vocab size; 'skip' leaves it out."""
+    from xpt_ds.data.tokenizer import build_tokenizer
+    vocab = build_tokenizer(str(corpus / "spm.model")).vocab_size
+    bad = tmp_path / "oov-000000.tar"
+    write_shard(bad, "train", 0, [[[5, 6, 7, 8]]] * 3 + [[[5, vocab + 11, 8]]], vocab_size=65536)
+    cfg = base_config(tmp_path / "run", tiny_roberta, corpus)
+    cfg["data"]["train_shards"] = [f"{corpus}/manifest.json:train", str(bad)]
+    proc = launch(["--config", str(write_config(tmp_path / "c.yaml", cfg))])
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"error: shard {bad} (document 3) holds token id {vocab + 11} >= vocab size {vocab} of {corpus / 'spm.model'}"
+        ": it was made with another tokenizer")
+    assert " parameters; phase " not in proc.stderr  # before the engine was set up, so before any step
+    cfg["data"]["on_corrupt_shard"] = "skip"
+    cfg["run_dir"] = str(tmp_path / "run2")
+    proc = launch(["--config", str(write_config(tmp_path / "c2.yaml", cfg))])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"skipped 1 corrupt shard(s) of 2: {bad}" in proc.stderr
+    assert read_metrics(tmp_path / "run2")[8]["data/skipped_shards"] == 1

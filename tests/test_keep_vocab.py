@@ -234,3 +234,25 @@ def test_bits_per_char_from_stats():
     plain = MLMStats()
     plain.update(logits, torch.tensor([1, 3, -100]))
     assert "bits_per_char" not in plain.result() and plain.result()["loss"] == r["loss"]
+
+
+def test_probe_scores_a_keep_vocab_run(tmp_path, hf_corpus, bert_with_tokenizer):
+    """A keep_vocab run has no spm.model: the probe reads the checkpoint's Hugging Face tokenizer for the target
+    shards and also scores the post-trained model with its own (the source's, trained) vocabulary."""
+    from conftest import run_main
+    data, _ = hf_corpus
+    proc = launch(["--config", str(write_config(tmp_path / "cfg.yaml", _config(tmp_path, bert_with_tokenizer, data)))])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = _text(tmp_path / "source.txt", docs=8, seed=1)
+    out = run_main("xpt_ds.probe", ["--run", str(tmp_path / "run"), "--source-text", str(text), "--target-shards",
+                                    f"{data}/manifest.json:valid", "--seq-len", "32"])
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = json.loads(out.stdout)["rows"]
+    assert list(rows) == ["source model, source vocabulary", "post-trained, source vocabulary, with ITLs",
+                          "post-trained, its own vocabulary (the source's, trained)",
+                          "post-trained, target vocabulary (target text)"]
+    assert all(r["tokens"] > 0 and r["ppl"] > 1 for r in rows.values())
+    n = rows["source model, source vocabulary"]["tokens"]
+    assert rows["post-trained, its own vocabulary (the source's, trained)"]["tokens"] == n  # the same masks
+    assert rows["post-trained, its own vocabulary (the source's, trained)"]["loss"] != \
+        rows["post-trained, source vocabulary, with ITLs"]["loss"]  # trained rows against the source's rows

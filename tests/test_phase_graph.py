@@ -243,3 +243,32 @@ def test_a_phase_end_from_another_branch_is_refused(straight, tmp_path):
     (root / PHASE_ENDS / "x_to_en.pt").unlink()
     with pytest.raises(CheckpointError, match="x_to_en.pt is missing"):
         load_phase_end(root, "x_to_en", recorded["x_to_en"])
+
+
+def test_a_resume_before_a_kept_phase_end_moves_it_aside_and_follows_the_new_branch(source, corpus, tmp_path):
+    """One rank: common (steps 1-2), other (3-4), branch (5-6) starting from common's end. Resuming from step 1
+    with another rate for common starts a new branch: the old end of common moves, not deleted, next to the
+    abandoned checkpoints, the new branch keeps its own, and 'branch' starts from it."""
+    from xpt_ds.training.checkpoint import ABANDONED
+    from xpt_ds.training.engine import state_digest
+    run = tmp_path / "run"
+    cfg = base_config(run, source, corpus, checkpoint={"every_steps": 1})
+    cfg["phases"] = [{"name": "common", "steps": 2, "lr": 1e-3, "warmup_steps": 1, "trainable": ["@new"]},
+                     {"name": "other", "steps": 2, "lr": 1e-3, "warmup_steps": 1, "trainable": ["@all"]},
+                     {"name": "branch", "steps": 2, "lr": 1e-3, "warmup_steps": 1, "start_from": "common",
+                      "trainable": ["@all"]}]
+    path = str(write_config(tmp_path / "c.yaml", cfg))
+    assert launch(["--config", path]).returncode == 0
+    ends = run / "checkpoints" / PHASE_ENDS
+    old = torch.load(ends / "common.pt", weights_only=True)
+    old_loss = read_metrics(run)[5]["train/loss"]
+    proc = launch(["--config", path, "--phases.0.lr=3e-3", "--resume", tag_for(1)])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    moved = run / "checkpoints" / ABANDONED / "branch-001" / PHASE_ENDS / "common.pt"
+    assert f"moved the end of phase(s) common, which the branch it leaves kept after {tag_for(1)}, to" in proc.stderr
+    assert state_digest(torch.load(moved, weights_only=True)["weights"]) == old["digest"]  # moved, not deleted
+    new = torch.load(ends / "common.pt", weights_only=True)
+    assert new["digest"] != old["digest"]
+    assert read_client_state(run / "checkpoints", tag_for(6))["trainer"]["phase_ends"] == {"common": new["digest"]}
+    assert "phase 'branch' starts at global step 4 from the end of 'common'" in proc.stderr
+    assert read_metrics(run)[5]["train/loss"] != old_loss

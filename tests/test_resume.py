@@ -55,3 +55,38 @@ def test_checkpoint_from_an_older_version_resumes(straight_runs, tmp_path):
     assert f"resumed from {tag_for(4)}" in proc.stderr and "universal" not in proc.stderr
     want, got = read_metrics(straight / "run"), read_metrics(tmp_path / "run")
     assert [got[s]["train/loss"] for s in range(5, 9)] == [want[s]["train/loss"] for s in range(5, 9)]
+
+
+def test_a_resume_does_not_run_the_embedding_init_again(tmp_path, tiny_roberta, corpus):
+    """The checkpoint holds the word embeddings, so a resume skips model.embedding_init: here its file is gone
+    after the first start, so running it again would fail. The resumed run still equals the straight one bit for
+    bit, and logs and keeps the first start's report."""
+    import numpy as np
+
+    from conftest import base_config
+    from data_tools.embeddings.embedding_files import write_embeddings
+    from data_tools.piece_tokenizers import SpmTokenizer
+    spm = SpmTokenizer(corpus / "spm.model")
+    matrix = np.random.default_rng(0).normal(0, 0.02, (spm.vocab_size, 64)).astype(np.float32)
+    path = write_embeddings(tmp_path / "emb" / "rows", matrix, {"kind": "input-embeddings",
+                                                                 "tokenizer": spm.identity()})
+    model = {"source": str(tiny_roberta), "tokenizer": str(corpus / "spm.model"), "method": "xpt",
+             "embedding_init": "from_file", "embedding_init_args": {"path": str(path)}}
+    straight = base_config(tmp_path / "straight", tiny_roberta, corpus, model=model, checkpoint={"every_steps": 1})
+    straight["phases"] = [{**p, "steps": 2} for p in straight["phases"]]
+    proc = launch(["--config", str(write_config(tmp_path / "straight.yaml", straight))])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "embedding_init from_file:" in proc.stderr
+    shutil.rmtree(tmp_path / "emb")
+    run = tmp_path / "run"
+    shutil.copytree(tmp_path / "straight/checkpoints" / tag_for(3), run / "checkpoints" / tag_for(3))
+    proc = launch(["--config", str(write_config(tmp_path / "run.yaml", {**straight, "run_dir": str(run)}))])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"resumed from {tag_for(3)}" in proc.stderr
+    assert f"not run again: the word embeddings come from checkpoint {tag_for(3)}" in proc.stderr
+    assert (run / "embedding_init.json").read_text() == (tmp_path / "straight/embedding_init.json").read_text()
+    want, got = read_metrics(tmp_path / "straight"), read_metrics(run)
+    assert [got[s]["train/loss"] for s in (4,)] == [want[s]["train/loss"] for s in (4,)]
+    a = load_checkpoint_fp32(tmp_path / "straight/checkpoints", tag_for(4))
+    b = load_checkpoint_fp32(run / "checkpoints", tag_for(4))
+    assert all(torch.equal(a[k], b[k]) for k in a)

@@ -6,9 +6,12 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from conftest import REPO, base_config, write_config
+from test_trelm import source_dir  # noqa: F401  (fixture)
+from test_trelm_phases import english  # noqa: F401  (fixture)
 from xpt_ds.sweeps.report import Match, efficiency, parse_size, size_label, size_to_match
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -168,3 +171,102 @@ def test_sizes_parse_and_label():
     with pytest.raises(ValueError, match="1.6Q"):
         parse_size("1.6Q")
     assert parse_size("0.2K") == 200
+
+
+# --- the phase graph (004 Alg. 1) in a sweep ----------------------------------------------------------------
+
+TRELM_DATA = ["trelm:data.source_shards=[en/manifest.json:train]",
+              "trelm:data.parallel_shards=[par/manifest.json:train]"]
+GRAPH = [[], ["common"], ["common"], ["x_en", "en_x"]]
+
+
+def _loaded(plan, method, size):
+    from xpt_ds.config import load_config
+    return load_config(str(plan.config_path(method)), plan.train_args(method, size)[2:])
+
+
+def test_a_trelm_sweep_builds_its_phase_graph_from_an_xpt_base(tmp_path, sweep_config):
+    """trelm's preset is 004's graph (common -> two branches -> merge -> language-specific): on a two-phase xpt
+    base it gets the graph, sized from the base's total steps, and --set phases.N.* reaches its phases."""
+    from xpt_ds.sweeps.plan import build_plan
+    from xpt_ds.sweep import parse_args
+    config, test_shards = sweep_config  # phase1 2 steps, phase2 2 steps, method xpt
+    plan = build_plan(parse_args(["--config", str(config), "--methods", "xpt", "trelm", "scratch", "--sizes", "200",
+                                  "--out", str(tmp_path / "sweep"), "--test-shards", *test_shards, "--set",
+                                  *TRELM_DATA, "trelm:phases.3.lr=2e-4", "trelm:phases.0.steps=3"]))
+    trelm = _loaded(plan, "trelm", 200)
+    assert [p.name for p in trelm.phases] == ["common", "en_x", "x_en", "language_specific"]
+    assert [p.reads() for p in trelm.phases] == GRAPH
+    assert trelm.phases[3].merge.take == {"@lower": "x_en", "@upper": "en_x"}
+    assert [p.objectives for p in trelm.phases] == [["mlm_target", "mlm_source"], ["mlm_target", "cdlm_en_x"],
+                                                    ["mlm_target", "cdlm_x_en"], ["mlm_target"]]
+    assert [p.trainable for p in trelm.phases] == [["@all", "!@encoder"], ["@all", "!@lower"], ["@all", "!@upper"],
+                                                   ["@all"]]
+    assert [p.steps for p in trelm.phases] == [3, 1, 1, 1] and trelm.phases[3].lr == 2e-4
+    assert plan.steps["trelm", 200] == 6 and plan.steps["xpt", 200] == 4 and plan.steps["scratch", 200] == 4
+    xpt = _loaded(plan, "xpt", 200)
+    assert [p.name for p in xpt.phases] == ["phase1", "phase2"] and not xpt.data.parallel_shards
+
+
+def test_a_trelm_graph_base_sweeps_every_method(tmp_path, tiny_roberta, corpus):
+    """The shipped three-phase TreLM config as the base: trelm keeps its graph (and --set phases.N.* edits it);
+    xpt and scratch get their own presets over the same total steps, without the parallel and English data;
+    trelm_no_tri gets its graph (English MLM in the branches) with each phase's schedule from the base."""
+    from xpt_ds.sweeps.plan import build_plan
+    from xpt_ds.sweep import parse_args
+    cfg = yaml.safe_load((REPO / "launch/configs/trelm_three_phase.yaml").read_text())
+    cfg["model"].update(source=str(tiny_roberta), tokenizer=str(corpus / "spm.model"))
+    path = write_config(tmp_path / "trelm.yaml", cfg)
+    plan = build_plan(parse_args(["--config", str(path), "--methods", "trelm", "xpt", "scratch", "trelm_no_tri",
+                                  "--sizes", "1M", "--out", str(tmp_path / "sweep"), "--test-shards", "t.tar",
+                                  "--set", "trelm:phases.2.lr=1e-5"]))
+    trelm = _loaded(plan, "trelm", 10**6)
+    assert [p.reads() for p in trelm.phases] == GRAPH and [p.lr for p in trelm.phases] == [3e-5, 3e-5, 1e-5, 2e-5]
+    xpt, scratch, no_tri = (_loaded(plan, m, 10**6) for m in ("xpt", "scratch", "trelm_no_tri"))
+    assert [(p.name, p.steps, p.trainable, p.objectives, p.reads()) for p in xpt.phases] == [
+        ("phase1", 70000, [], [], []), ("phase2", 70000, [], [], [])]
+    assert [(p.steps, p.lr, p.warmup_steps) for p in scratch.phases] == [(140000, 3e-5, 1000)]
+    for c in (xpt, scratch):
+        assert (c.data.parallel_shards, c.data.source_shards, c.data.parallel_valid_shards) == ([], [], [])
+    assert trelm.data.parallel_valid_shards == ["data/en_uk/manifest.json:valid"]
+    assert [p.reads() for p in no_tri.phases] == GRAPH and not no_tri.data.parallel_shards
+    assert no_tri.data.source_shards and not no_tri.data.parallel_valid_shards
+    assert [p.objectives for p in no_tri.phases][1:3] == [["mlm_target", "mlm_source"]] * 2
+    assert [(p.steps, p.lr) for p in no_tri.phases] == [(20000, 3e-5)] * 3 + [(80000, 2e-5)]
+    assert plan.steps == {(m, 10**6): 140000 for m in ("trelm", "xpt", "scratch", "trelm_no_tri")}
+
+
+def test_a_trelm_graph_sweep_runs_resumes_and_skips(tmp_path, source_dir, corpus_bert, english):
+    """The three TreLM phases (2 steps each) through the sweep: trained, scored, and its row written; a run cut
+    inside the x_en branch (its row gone, checkpoints after step 5 lost) trains on from step 5 with the kept phase
+    ends to the same scores; a finished one is skipped."""
+    import shutil
+    from test_trelm import _write_parallel
+    from test_trelm_phases import _three_phase
+    from xpt_ds.training.checkpoint import complete_tags
+    parallel, _ = _write_parallel(tmp_path / "par", corpus_bert)
+    config = _three_phase(tmp_path / "base", source_dir, corpus_bert, english, parallel, every_steps=5)
+    out = tmp_path / "sweep"
+    args = ["--config", str(config), "--methods", "trelm", "--sizes", "800", "--out", str(out), "--test-shards",
+            f"{corpus_bert}/manifest.json:test", "--eval-batch-size", "4"]
+    proc = _sweep(args)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    [row] = _rows(out)
+    assert row["steps"] == 8 and 1 <= row["ppl"]
+    assert row["epochs"] == pytest.approx(8 * 2 * 2 * 30 / 800)  # target MLM rows only: 8 steps x 2 x 2 x 30
+    run = out / "runs" / "trelm" / "800"
+    assert (run / "checkpoints" / "phase_ends" / "x_en.pt").is_file()
+
+    (out / "results.jsonl").write_text("")  # cut inside x_en: what a killed sweep leaves
+    for tag in complete_tags(run / "checkpoints")[-2:]:  # global steps 6 and 8
+        shutil.rmtree(run / "checkpoints" / tag)
+    status = json.loads((run / "status.json").read_text())
+    (run / "status.json").write_text(json.dumps({**status, "state": "preempted"}))
+    again = _sweep(args)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-3000:]
+    assert "resumed from global_step000000005" in (run / "train.log").read_text()
+    [resumed] = _rows(out)
+    assert {k: resumed[k] for k in ("ppl", "mrr", "loss", "epochs")} == {k: row[k] for k in ("ppl", "mrr", "loss",
+                                                                                                "epochs")}
+    third = _sweep(args)
+    assert third.returncode == 0 and third.stdout.count("skip ") == 1 and _rows(out) == [resumed]

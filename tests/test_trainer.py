@@ -58,7 +58,8 @@ def test_config_is_written_into_run_and_checkpoints(run):
     client = read_client_state(root / "run/checkpoints", tags[-1])
     assert client["config"] == written
     assert client["trainer"] == {"phase_index": 1, "phase_step": 3, "global_step": 6,
-                                 "tokens_seen": 6 * 2 * 2 * 32, "phase_ends": {}}  # no phase starts from another
+                                 "tokens_seen": 6 * 2 * 2 * 32, "target_tokens_seen": 6 * 2 * 2 * 32,
+                                 "phase_ends": {}}  # no phase starts from another
 
 
 def test_rerun_of_finished_run_resumes_and_stops(run):

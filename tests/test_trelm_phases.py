@@ -51,6 +51,8 @@ def _config(tmp_path, method="trelm", objectives=(), **data) -> str:
     ("trelm", ["mlm_target"], {"parallel_shards": ["p.tar"]}, "'data.parallel_shards' is set but no phase's "
                                                               "objectives list cdlm_en_x or cdlm_x_en"),
     ("xpt", [], {"source_shards": ["e.tar"]}, "'data.source_shards' is set but model.method 'xpt' reads no English"),
+    ("trelm", ["mlm_target"], {"parallel_valid_shards": ["v.tar"]}, "'data.parallel_valid_shards' is set but no "
+                                                                    "phase's objectives list cdlm_en_x or cdlm_x_en"),
 ])
 def test_objective_config_errors_name_the_key(tmp_path, method, objectives, data, message):
     with pytest.raises(ConfigError) as info:
@@ -254,3 +256,104 @@ def test_without_cdlm_or_trilayer_trains_the_three_phases(tmp_path, source_dir, 
     losses = [r["train/loss"] for _, r in sorted(read_metrics(run).items())]
     assert len(losses) == 8 and np.isfinite(losses).all()
     assert not any("trilayer" in n for n in load_checkpoint_fp32(run / "checkpoints", tag_for(8)))
+
+
+# --- CdLM validation and the throughput of every row -----------------------------------------------------------
+
+def _with_valid_split(manifest, pairs: int = 10, seed: int = 3):
+    """Random pairs as the manifest's valid split, beside its train split (as data_tools.parallel writes both)."""
+    import json
+    from data_tools.pairs.parallel_shards import AlignedCorpus, write_split
+    rng = np.random.default_rng(seed)
+    src = [rng.integers(5, SOURCE_VOCAB, int(rng.integers(2, 40))) for _ in range(pairs)]
+    tgt = [rng.integers(5, 200, int(rng.integers(2, 40))) for _ in range(pairs)]
+    corpus = AlignedCorpus(src, tgt, [rng.integers(-1, len(t), len(s)) for s, t in zip(src, tgt)],
+                           [rng.integers(-1, len(s), len(t)) for s, t in zip(src, tgt)],
+                           docs=[str(k) for k in range(pairs)])
+    meta = json.loads(manifest.read_text())
+    meta["splits"]["valid"] = write_split(manifest.parent, "valid", corpus, np.arange(pairs),
+                                          corpus.dtypes(SOURCE_VOCAB, 200), shard_pairs=4)
+    manifest.write_text(json.dumps(meta))
+    return corpus
+
+
+def _row_flops(hf, n_in, n_out, layers_in, layers_out):
+    d, ff = hf.hidden_size, hf.intermediate_size
+    layer = lambda n: 6 * (4 * d * d + 2 * d * ff) * n + 12 * d * n * n  # noqa: E731
+    return layers_in * layer(n_in) + layers_out * layer(n_out) + 6 * d * d * n_out
+
+
+def test_micro_batch_work_counts_every_rank_s_rows_at_their_real_lengths(tmp_path, source_dir, corpus_bert,
+                                                                          english):
+    """Tokens: every row's real input (the unified batch's attention mask), on every rank; FLOPs: the lower half
+    (2 of 4 layers) on the input, the TRILayer and the upper half on the output, each head on its predictions."""
+    from xpt_ds.metrics.logger import flops_per_token, rows_flops
+    from xpt_ds.trelm.work import micro_batch_work
+    manifest, _ = _write_parallel(tmp_path / "par", corpus_bert, seed=2)  # seed 2: pairs shorter than 30 pieces
+    cfg = _train_cfg(tmp_path, source_dir, corpus_bert, manifest)  # as many pairs as MLM rows per micro-batch
+    cfg.data = dataclasses.replace(cfg.data, source_shards=[f"{english}:train"])
+    hf = _build(source_dir, corpus_bert).model.config
+    one = _stream(cfg, ALL, micro=2)
+    batch = next(one)
+    tokens, flops = micro_batch_work(hf, one.last_rows)
+    assert tokens == int(batch["attention_mask"].sum()) < 8 * 32  # 2 + 2 MLM rows of 32, 2 + 2 CdLM rows shorter
+    n_in, n_out = batch["attention_mask"].sum(1).tolist(), batch["output_mask"].sum(1).tolist()
+    heads = 6 * 64 * (200 * (0.15 * 32 * 2 + len(batch["cdlm_targets"]))
+                      + SOURCE_VOCAB * (0.15 * 32 * 2 + len(batch["cdlm_x_en_targets"])))
+    assert flops == pytest.approx(sum(_row_flops(hf, i, o, 2, 3) for i, o in zip(n_in, n_out)) + heads, rel=1e-12)
+    # each of two ranks holds half the rows and counts all of them
+    ranks = [_stream(cfg, ALL, rank=r, world=2, micro=1) for r in range(2)]
+    masks = [next(r)["attention_mask"].sum() for r in ranks]
+    assert [micro_batch_work(hf, r.last_rows) for r in ranks] == [(tokens, pytest.approx(flops, rel=1e-12))] * 2
+    assert int(sum(masks)) == tokens
+    # XPT's figure is the same convention for a packed row of T tokens
+    assert rows_flops(hf, [32], [32], 4, 0, {200: 0.15 * 32}) == pytest.approx(flops_per_token(hf, 32, 0.15) * 32)
+
+
+def test_cdlm_validation_and_every_row_s_throughput(tmp_path, source_dir, corpus_bert, english):
+    """The three phases with validation of target MLM and of both CdLM directions (data.parallel_valid_shards)
+    at every eval point, and tokens_seen / tokens_per_s / MFU over every row; the same run without validation
+    trains the same losses and weights (validation moves no data position and no RNG)."""
+    import json
+    parallel, _ = _write_parallel(tmp_path / "par", corpus_bert, seed=2)
+    _with_valid_split(parallel)
+    metrics = {}
+    for name in ("plain", "valid"):
+        run = tmp_path / name
+        cfg = yaml.safe_load(_three_phase(run, source_dir, corpus_bert, english, parallel).read_text())
+        cfg["logging"]["peak_tflops"] = 1.0
+        if name == "valid":
+            cfg["data"].update(valid_shards=[f"{corpus_bert}/manifest.json:valid"],
+                               parallel_valid_shards=[f"{parallel}:valid"])
+            cfg["logging"].update(eval_every=3, eval_batches=0)
+        proc = launch(["--config", str(write_config(tmp_path / f"{name}.yaml", cfg))])
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        metrics[name] = read_metrics(run)
+    plain, valid = metrics["plain"], metrics["valid"]
+    assert [plain[s]["train/loss"] for s in range(1, 9)] == [valid[s]["train/loss"] for s in range(1, 9)]
+    a, b = (load_checkpoint_fp32(tmp_path / n / "checkpoints", tag_for(8)) for n in ("plain", "valid"))
+    assert _differ(a, b, a) == []
+    evals = sorted(s for s, r in valid.items() if "valid/loss" in r)
+    assert evals == [2, 3, 4, 6, 8] and not any("valid/cdlm_en_x/loss" in r for r in plain.values())
+    for s in evals:  # 10 pairs, 2 per batch: all of them; a direction is scored in every phase
+        for direction in ("cdlm_en_x", "cdlm_x_en"):
+            loss = valid[s][f"valid/{direction}/loss"]
+            assert np.isfinite(loss) and valid[s][f"valid/{direction}/ppl"] == pytest.approx(np.exp(loss))
+            assert 0 <= valid[s][f"valid/{direction}/hits@1"] <= 1
+    assert valid[4]["valid/cdlm_en_x/loss"] != valid[2]["valid/cdlm_en_x/loss"]
+
+    # tokens of every row: per step 2 x 2 target rows of 32; common adds as many English rows; en_x and x_en the
+    # same 8 pairs (x_en rewinds to common's end) at their real input lengths, English side then target side
+    cfg_obj = _train_cfg(tmp_path, source_dir, corpus_bert, parallel, parallel_micro_batch=2)
+    en_x, x_en = (_stream(cfg_obj, ["mlm_target", d]) for d in ("cdlm_en_x", "cdlm_x_en"))
+    micro = [[int(next(s)["attention_mask"][2:].sum()) for _ in range(4)] for s in (en_x, x_en)]
+    pairs = [m[0] + m[1] for m in micro] + [m[2] + m[3] for m in micro]  # steps 3 and 5, then 4 and 6
+    per_step = [256, 256, 128 + pairs[0], 128 + pairs[2], 128 + pairs[1], 128 + pairs[3], 128, 128]
+    assert sum(pairs) < 4 * 8 * 32  # real lengths: shorter than full rows
+    seen = np.cumsum(per_step)
+    assert [valid[s]["train/tokens_seen"] for s in range(1, 9)] == seen.tolist()
+    status = json.loads((tmp_path / "valid" / "status.json").read_text())
+    assert (status["tokens_seen"], status["target_tokens_seen"]) == (int(seen[-1]), 8 * 128)
+    # MFU / tokens_per_s = FLOPs per token / peak: more per token in a CdLM branch than in the last phase
+    per_token = {s: valid[s]["train/mfu"] * 1e12 / valid[s]["train/tokens_per_s"] for s in range(1, 9)}
+    assert per_token[3] != pytest.approx(per_token[8]) and per_token[7] == pytest.approx(per_token[8])

@@ -210,7 +210,8 @@ PACKAGES = ("xpt_ds", "data_tools")
 CONSENTED = {("xpt_ds/io/trust.py", "load_plain", "weights_only"),  # under ``if allow_pickle``
              ("xpt_ds/evaluation/intrinsic.py", "load_export", "trust_remote_code"),  # remote_code_consent
              ("xpt_ds/finetuning/run.py", "prepare", "trust_remote_code"),  # remote_code_consent
-             ("xpt_ds/finetuning/run.py", "build_model", "trust_remote_code")}  # prepare's answer
+             ("xpt_ds/finetuning/run.py", "build_model", "trust_remote_code"),  # prepare's answer
+             ("xpt_ds/finetuning/relation_model.py", "load_relation_model", "trust_remote_code")}  # remote_code_consent
 
 
 def _keyword_calls():

@@ -14,6 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from xpt_ds.config.job import MASKINGS
 from xpt_ds.errors import cli_errors
 
 
@@ -28,6 +29,8 @@ def main(argv: list[str] | None = None) -> int:
                    "or MANIFEST.json:SPLIT (e.g. data/ko/manifest.json:test)")
     p.add_argument("--seq-len", type=int, help="default: the run's data.seq_len (export: 512, capped by the model)")
     p.add_argument("--seed", type=int, help="mask seed (default: the run's data.seed, else 0)")
+    p.add_argument("--masking", choices=MASKINGS, help="what the evaluation masks (default: the run's data.masking, "
+                   "else token); runs trained with different data.masking compare only under the same --masking")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--max-batches", type=int, default=0, help="stop after N batches (0 = every token)")
     baseline = p.add_mutually_exclusive_group()
@@ -63,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         source = {"model": str(a.model)}
     data.seq_len = a.seq_len or data.seq_len
     data.seed = data.seed if a.seed is None else a.seed
+    data.masking = a.masking or data.masking
     if data.seq_len > getattr(model.config, "xpt_max_length", data.seq_len):
         raise ConfigError(f"--seq-len {data.seq_len} exceeds the model's {model.config.xpt_max_length} positions")
     if a.unigram:
@@ -72,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         model, source["uniform"] = UnigramPredictor.uniform(tok), True
     device = "cuda" if torch.cuda.is_available() else "cpu"
     metrics = evaluate(model, tok, data, a.shards, a.batch_size, a.max_batches, device)
-    emit_json({**source, "shards": a.shards, "seq_len": data.seq_len, "seed": data.seed, **metrics}, a.out)
+    emit_json({**source, "shards": a.shards, "seq_len": data.seq_len, "seed": data.seed, "masking": data.masking,
+               **metrics}, a.out)
     return 0
 
 

@@ -1,10 +1,10 @@
 """``python -m xpt_ds.finetune --model DIR_OR_HUB_ID --train FILE --test FILE [--valid FILE] --out DIR``.
 
 Fine-tunes any Hugging Face encoder (an ``xpt_ds.export`` directory or a public baseline) on sentence or
-sentence-pair classification/regression, or on IOB2 token classification, once per seed, and reports the
-test metrics per seed and as mean ± std (002 Table 3). With ``--valid`` the test metrics are those of the
-epoch with the best validation score; without, of the last epoch. Defaults are 002 Table A2's; ``--preset``
-selects its per-task values. Writes ``OUT/results.json`` and prints a table.
+sentence-pair classification/regression, IOB2 token classification or KLUE-RE relation extraction, once per
+seed, and reports the test metrics per seed and as mean ± std (002 Table 3). With ``--valid`` the test metrics
+are those of the epoch with the best validation score; without, of the last epoch. Defaults are 002 Table A2's;
+``--preset`` selects its per-task values. Writes ``OUT/results.json`` and prints a table.
 """
 from __future__ import annotations
 

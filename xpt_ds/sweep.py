@@ -26,7 +26,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     from xpt_ds.sweeps.plan import FINETUNE_SET_BY_SWEEP
     p = argparse.ArgumentParser(prog="xpt-ds sweep", description=__doc__.split("\n\n")[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", required=True, help="base run config (YAML/JSON), e.g. a two-phase xpt config")
+    p.add_argument("--config", required=True, help="base run config (YAML/JSON), e.g. a two-phase xpt config or a "
+                                                   "TreLM phase graph (each method gets its own phases where the "
+                                                   "base's do not suit it: xpt_ds.sweeps.plan.method_config)")
     p.add_argument("--methods", nargs="+", required=True, metavar="METHOD", help=f"of {', '.join(METHODS)}")
     p.add_argument("--sizes", nargs="+", required=True, metavar="SIZE",
                    help="training tokens per run (data.train_tokens): 100K 400K 1.6M or integers")

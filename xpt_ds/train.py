@@ -44,11 +44,12 @@ def main(argv: list[str] | None = None) -> int:
     _single_process_env()
     import deepspeed
 
+    from xpt_ds.training.distributed import init_distributed
     from xpt_ds.training.guards import HALTED_EXIT_CODE, Halted
     from xpt_ds.training.preemption import PREEMPTED_EXIT_CODE, Preempted
     from xpt_ds.training.trainer import Trainer
 
-    deepspeed.init_distributed(dist_init_required=True)
+    init_distributed()  # and unlink DeepSpeed's CPU shared-memory buffer names (xpt_ds.training.distributed)
     level = logging.INFO if deepspeed.comm.get_rank() == 0 else logging.WARNING
     logging.basicConfig(level=level, format="%(asctime)s %(name)s: %(message)s")
     trainer = None

@@ -6,8 +6,8 @@ Library: gensim (``pip install 'xpt-ds[embeddings]'``, i.e. gensim==4.4.0), not 
   archived in March 2024 and ``fasttext-wheel`` 0.9.2 predates numpy 2 (its ``predict`` calls
   ``np.array(copy=False)``, an error under numpy 2);
 * it trains from a Python iterable of id lists, so shards stream straight in; fastText wants a text file;
-* fastText's character n-grams would be n-grams of decimal id strings here, meaningless; with them off it is
-  word2vec anyway;
+* fastText's character n-grams need the piece strings, not ids; ``fasttext_pieces`` trains gensim's
+  ``FastText`` on those (FOCUS's auxiliary space); here, on ids, there are none and it is word2vec;
 * its determinism is documented: with one worker thread and a seed the bytes repeat (gensim 4.4 seeds the
   initial vectors from ``numpy.random.default_rng(seed)`` and negative sampling from ``RandomState(seed)``;
   ``hashfxn`` is only used by a deprecated code path, but a stable one is passed anyway so that Python's salted
@@ -17,9 +17,9 @@ Install weight: gensim's wheel is 28 MB (+ smart_open), fasttext-wheel 4 MB (+ p
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 
@@ -56,19 +56,19 @@ class TrainOptions:
             raise PrepareError(f"need 0 < --min-alpha <= --alpha, got {self.min_alpha} and {self.alpha}")
 
 
-def _stable_hash(text: str) -> int:
+def stable_hash(text: str) -> int:
     """Replaces Python's per-process salted ``hash`` for gensim's ``hashfxn``."""
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little")
 
 
-def _import_gensim():
+def import_gensim():
     try:
         import gensim
-        from gensim.models import Word2Vec
+        import gensim.models
     except ImportError:
         raise PrepareError(f"gensim is not installed: pip install 'xpt-ds[embeddings]' (or pip install "
                            f"{GENSIM_PIN})") from None
-    return gensim, Word2Vec
+    return gensim
 
 
 class PieceSentences:
@@ -88,7 +88,8 @@ class PieceSentences:
 def train_static_embeddings(corpus: ShardCorpus | TextCorpus, opts: TrainOptions) -> tuple[np.ndarray, dict]:
     """Returns the float32 [vocab_size, dim] matrix (zero rows for unseen ids) and the sidecar fields."""
     opts.validate()
-    gensim, Word2Vec = _import_gensim()
+    gensim = import_gensim()
+    from gensim.models import Word2Vec
     counts, sequences = count_ids(corpus)
     if counts.sum() == 0:
         raise PrepareError("the corpus has no tokens")
@@ -97,7 +98,7 @@ def train_static_embeddings(corpus: ShardCorpus | TextCorpus, opts: TrainOptions
     model = Word2Vec(vector_size=opts.dim, window=opts.window, min_count=opts.min_count,
                      sg=int(opts.algorithm == "skipgram"), negative=opts.negative, hs=0, sample=opts.sample,
                      alpha=opts.alpha, min_alpha=opts.min_alpha, seed=opts.seed, workers=opts.workers,
-                     epochs=opts.epochs, hashfxn=_stable_hash, sorted_vocab=1, max_vocab_size=None)
+                     epochs=opts.epochs, hashfxn=stable_hash, sorted_vocab=1, max_vocab_size=None)
     sentences = PieceSentences(corpus)
     model.build_vocab(corpus_iterable=sentences)
     model.train(corpus_iterable=sentences, total_examples=model.corpus_count, epochs=opts.epochs)
@@ -107,11 +108,11 @@ def train_static_embeddings(corpus: ShardCorpus | TextCorpus, opts: TrainOptions
     seen = np.zeros(corpus.vocab_size, dtype=bool)
     seen[ids] = True
     assert np.array_equal(seen, counts >= opts.min_count), "gensim's vocabulary differs from the id counts"
-    meta = {"kind": "static", "tokenizer": corpus.tokenizer.identity(), "unseen_rows": "zeros",
-            "seen_count": int(seen.sum()), "unseen_ids": np.flatnonzero(~seen).tolist(),
+    meta = {"kind": "static", "method": "word2vec", "tokenizer": corpus.tokenizer.identity(),
+            "unseen_rows": "zeros", "seen_count": int(seen.sum()), "unseen_ids": np.flatnonzero(~seen).tolist(),
             "counts": counts.tolist(), "corpus": {**corpus.info, "sequences": sequences, "tokens": int(counts.sum())},
             "library": {"name": "gensim", "version": gensim.__version__, "model": "Word2Vec"},
-            "options": asdict(opts), "created_by": "data_tools.static_embeddings"}
+            "options": {"method": "word2vec", **asdict(opts)}, "created_by": "data_tools.static_embeddings"}
     return matrix, meta
 
 

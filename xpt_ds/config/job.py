@@ -13,6 +13,7 @@ from xpt_ds.config.methods import METHODS
 from xpt_ds.errors import UserError
 
 DECAYS = ("linear", "cosine", "constant")
+MASKINGS = ("token", "whole_word", "span")  # data.masking (xpt_ds.data.masking)
 # What a phase trains on (phases[i].objectives); all but mlm_target need model.method trelm (xpt_ds.trelm.objective).
 OBJECTIVES = ("mlm_target", "mlm_source", "cdlm_en_x", "cdlm_x_en")
 OBJECTIVE_DATA = {"mlm_target": "train_shards", "mlm_source": "source_shards", "cdlm_en_x": "parallel_shards",
@@ -102,6 +103,12 @@ class DataConfig:
     mask_prob: float = doc(0.15, "Fraction of tokens selected for MLM.")
     mask_replace_prob: float = doc(0.8, "Of the selected tokens, fraction replaced by the mask token.")
     random_replace_prob: float = doc(0.1, "Of the selected tokens, fraction replaced by a random token.")
+    masking: str = doc("token", "What MLM masks, data.mask_prob of the maskable pieces in all: 'token' (single "
+                                "pieces), 'whole_word' (every piece of a word) or 'span' (runs of whole words, "
+                                "SpanBERT); docs/data.md, 'Masking'.")
+    span_p: float = doc(0.2, "data.masking span: span lengths in words are geometric with this p, truncated to "
+                             "1..data.span_max and renormalised (SpanBERT: 0.2 and 10, mean 3.8 words).")
+    span_max: int = doc(10, "data.masking span: the longest span, in words.")
     seed: int = doc(0, "Seed for shard order, document shuffling and masking.")
     shuffle_docs: int = doc(10000, "Shuffle-buffer size in documents (after shuffling the shard order); <= 1 disables.")
     doc_separator: bool = doc(True, "Put the sep token between packed documents (RoBERTa full-sentences).")
@@ -120,6 +127,11 @@ class DataConfig:
                                        "data.train_shards, optim.micro_batch_size sequences per micro-batch.")
     parallel_micro_batch: int = doc(0, "CdLM sentence pairs joined to each micro-batch of target MLM sequences "
                                        "(data.parallel_shards); 0 = optim.micro_batch_size.")
+    parallel_valid_shards: list[str] = doc([], "model.method trelm: validation pairs for CdLM, same forms as "
+                                               "data.parallel_shards (the same data_tools.parallel run's "
+                                               "manifest.json:valid). Every validation pass also scores each CdLM "
+                                               "direction a phase trains (valid/cdlm_en_x/*, valid/cdlm_x_en/*), "
+                                               "data.parallel_micro_batch pairs per batch. Empty = none.")
 
 
 @dataclass

@@ -11,6 +11,33 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
+class PresetPhase:
+    """One phase of a method's preset schedule, the phases ``xpt_ds.sweeps.plan`` writes for the method when the
+    base config's phases are not written for it: PhaseConfig's name, trainable, start_from, merge and
+    objectives, and its share of the run's total optimizer steps."""
+    name: str
+    share: float  # of the total steps (global steps: both branches of a graph count)
+    trainable: tuple[str, ...] = ()  # empty: the trainer's preset for the phase's index (Method.presets)
+    start_from: str = ""
+    take: tuple[tuple[str, str], ...] = ()  # merge.take as (pattern, phase) pairs
+    average: tuple[str, ...] = ()  # merge.average
+    objectives: tuple[str, ...] = ()  # empty: phase_checks.phase_objectives' default
+
+    def as_config(self) -> dict:
+        """The phase's fields as a config's ``phases[i]`` entry (no schedule: steps, lr, warmup)."""
+        out: dict = {"name": self.name}
+        if self.trainable:
+            out["trainable"] = list(self.trainable)
+        if self.start_from:
+            out["start_from"] = self.start_from
+        if self.take or self.average:
+            out["merge"] = {"take": dict(self.take), "average": list(self.average)}
+        if self.objectives:
+            out["objectives"] = list(self.objectives)
+        return out
+
+
+@dataclass(frozen=True)
 class Method:
     name: str  # model.method
     display: str  # in tables and plots (002's names)
@@ -27,15 +54,37 @@ class Method:
     # xpt_ds.trelm.model); trains on the objectives each phase lists (config.OBJECTIVES, xpt_ds.trelm.objective)
     trilayer: bool = True  # trelm: the TRILayer between the encoder halves; without it (004 Table 7's "w/o
     # TRILayer") there is no reordering, so no CdLM, and the export is a stock model (the target row folded)
+    graph: tuple[PresetPhase, ...] = ()  # the phase graph the method's recipe needs (start_from, merge,
+    # objectives: 004 Alg. 1), which a sweep writes for it; empty: one phase per preset
 
     @property
     def phases(self) -> int:
         """Phases the presets cover."""
         return len(self.presets)
 
+    @property
+    def schedule(self) -> tuple[PresetPhase, ...]:
+        """The phases a sweep writes for the method: its graph, else one phase per preset, equal shares, the
+        trainable patterns left to the presets (so model.phase1_trains_position_and_head still applies)."""
+        if self.graph:
+            return self.graph
+        n = len(self.presets)
+        return tuple(PresetPhase("all" if n == 1 else f"phase{i + 1}", 1 / n) for i in range(n))
+
 
 _TWO_PHASES = (("@new",), ("@all",))  # 002 §3.4: phase 1 trains only the new parameters, phase 2 everything
 _ONE_PHASE = (("@all",),)
+
+
+def _trelm_graph(branch_objectives: tuple[str, str]) -> tuple[PresetPhase, ...]:
+    """004 §3.2-3.3, Alg. 1: commonality -> two transfer branches from its end -> their merge -> language-specific,
+    in A.5's proportions (20K : 20K : 20K : 80K steps); launch/configs/trelm_three_phase.yaml spells it out."""
+    en_x, x_en = branch_objectives
+    return (PresetPhase("common", 1 / 7, ("@all", "!@encoder"), objectives=("mlm_target", "mlm_source")),
+            PresetPhase("en_x", 1 / 7, ("@all", "!@lower"), start_from="common", objectives=("mlm_target", en_x)),
+            PresetPhase("x_en", 1 / 7, ("@all", "!@upper"), start_from="common", objectives=("mlm_target", x_en)),
+            PresetPhase("language_specific", 4 / 7, ("@all",), take=(("@lower", "x_en"), ("@upper", "en_x")),
+                        average=("en_x", "x_en"), objectives=("mlm_target",)))
 
 METHODS: dict[str, Method] = {m.name: m for m in [
     Method("scratch", "Scratch", has_itl=True, source="none", presets=_ONE_PHASE),
@@ -47,12 +96,13 @@ METHODS: dict[str, Method] = {m.name: m for m in [
     Method("random_source", "XPT w/ random source", has_itl=True, source="random", presets=_TWO_PHASES),
     Method("keep_vocab", "[lang→en][lang] (Gogoulou)", has_itl=False, source="pretrained", presets=_ONE_PHASE,
            vocab="source"),
-    # One phase preset: 004 §3.2's three (commonality, transfer as two half-models merged, language-specific) are
-    # launch/configs/trelm_three_phase.yaml's phases, objectives, start_from and merge.
+    # presets: a config's own phases with trainable left empty train @all. graph: 004 §3.2's three phases
+    # (commonality, transfer as two half-models merged, language-specific), which a sweep writes; without the
+    # TRILayer the branches train English MLM instead of CdLM (004 Table 7's "w/o CdLM & w/o TRILayer").
     Method("trelm", "TreLM", has_itl=False, source="pretrained", presets=_ONE_PHASE, trelm=True,
-           export="trelm"),
+           export="trelm", graph=_trelm_graph(("cdlm_en_x", "cdlm_x_en"))),
     Method("trelm_no_tri", "TreLM w/o TRILayer", has_itl=False, source="pretrained", presets=_ONE_PHASE,
-           trelm=True, trilayer=False, export="trelm"),
+           trelm=True, trilayer=False, export="trelm", graph=_trelm_graph(("mlm_source", "mlm_source"))),
 ]}
 BASELINE = "scratch"  # what the data-efficiency ratio compares against (002 §5.1)
 

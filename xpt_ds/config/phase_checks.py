@@ -73,6 +73,7 @@ def check_objectives(cfg: TrainConfig) -> None:
         used.update(objectives)
     if cfg.data.source_shards and "mlm_source" not in used:
         raise ConfigError("config key 'data.source_shards' is set but no phase's objectives list mlm_source")
-    if cfg.data.parallel_shards and not used & {"cdlm_en_x", "cdlm_x_en"}:
-        raise ConfigError("config key 'data.parallel_shards' is set but no phase's objectives list cdlm_en_x or "
-                          "cdlm_x_en")
+    for key in ("parallel_shards", "parallel_valid_shards"):
+        if getattr(cfg.data, key) and not used & {"cdlm_en_x", "cdlm_x_en"}:
+            raise ConfigError(f"config key 'data.{key}' is set but no phase's objectives list cdlm_en_x or "
+                              "cdlm_x_en")

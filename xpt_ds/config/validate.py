@@ -3,7 +3,7 @@ names the key. Checks that span phases are in ``xpt_ds.config.phase_checks``."""
 from __future__ import annotations
 
 from xpt_ds.config.embedding_args import check_args
-from xpt_ds.config.job import DECAYS, ConfigError, TrainConfig
+from xpt_ds.config.job import DECAYS, MASKINGS, ConfigError, DataConfig, TrainConfig
 from xpt_ds.config.methods import METHODS
 from xpt_ds.config.phase_checks import check_objectives, check_phase_start
 
@@ -49,6 +49,7 @@ def validate(cfg: TrainConfig) -> None:
     if not 0 < d.mask_prob < 1 or d.mask_replace_prob + d.random_replace_prob > 1 or min(
             d.mask_replace_prob, d.random_replace_prob) < 0:
         raise ConfigError("config keys 'data.mask_*' must satisfy 0<mask_prob<1 and replace fractions summing to <= 1")
+    check_masking(d)
     if d.on_corrupt_shard not in ("fail", "skip"):
         raise ConfigError(f"config key 'data.on_corrupt_shard' is '{d.on_corrupt_shard}'; valid: fail, skip")
     if d.train_tokens < 0:
@@ -85,3 +86,17 @@ def validate(cfg: TrainConfig) -> None:
             raise ConfigError(f"config key 'guard.{k}' must be >= 2, got {getattr(g, k)}")
 
 
+
+
+def check_masking(d: DataConfig) -> None:
+    """data.masking and the span keys, which only data.masking span reads."""
+    if d.masking not in MASKINGS:
+        raise ConfigError(f"config key 'data.masking' is '{d.masking}'; valid: {', '.join(MASKINGS)}")
+    default = DataConfig()
+    for key in ("span_p", "span_max"):
+        if d.masking != "span" and getattr(d, key) != getattr(default, key):
+            raise ConfigError(f"config key 'data.{key}' is set but data.masking is '{d.masking}' (only span reads it)")
+    if not 0 < d.span_p < 1:
+        raise ConfigError(f"config key 'data.span_p' must be in (0, 1), got {d.span_p}")
+    if d.span_max < 1:
+        raise ConfigError(f"config key 'data.span_max' must be >= 1, got {d.span_max}")

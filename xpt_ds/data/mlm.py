@@ -7,7 +7,8 @@ micro-batch b holds sequences ``S0 + (b*R + r)*B + j``, so every sequence, hence
 exactly once per epoch across ranks, and the loader's whole position is one integer: the global number
 of sequences consumed. It survives a restart with any number of DataLoader workers (worker w builds
 batches b = w mod W, which the in-order DataLoader returns in order) and with any number of ranks.
-Masks are drawn per sequence from a generator seeded by (seed, sequence index): no RNG state to save.
+Masks (single pieces, whole words or spans: ``xpt_ds.data.masking``) are drawn per sequence from a generator
+seeded by (seed, sequence index): no RNG state to save.
 
 ``data.train_tokens = N`` restricts every training epoch to one fixed subset: the documents of a seeded
 permutation of the whole corpus (independent of N and of the epoch), taken in that order until N stream
@@ -30,8 +31,10 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from xpt_ds.config import ConfigError, DataConfig
+from xpt_ds.data.masking import select_units, span_begins, span_length_cdf, span_lengths, word_begins
 from xpt_ds.data.shards import DataError, DocReader, ShardIndex, scan_shards
 from xpt_ds.data.tokenizer import TargetTokenizer
+from xpt_ds.metrics.mlm import piece_word_starts
 
 FORMAT_VERSION = 1
 log = logging.getLogger(__name__)
@@ -191,29 +194,49 @@ class TokenStream:
 
 
 class MLMMasker:
-    """Vectorised 80/10/10 masking that never masks or produces special tokens, seeded per sequence."""
+    """Vectorised 80/10/10 masking of single pieces, whole words or spans (``data.masking``) that never masks or
+    produces special tokens, seeded per sequence. ``word_starts``: [V] 1 where a piece begins a word, for a
+    vocabulary that is no ``TargetTokenizer`` (default: ``piece_word_starts(tok, split_punctuation=True)``)."""
 
-    def __init__(self, cfg: DataConfig, tok: TargetTokenizer):
+    def __init__(self, cfg: DataConfig, tok: TargetTokenizer, word_starts: torch.Tensor | None = None):
         self.cfg, self.tok = cfg, tok
         self.special = torch.tensor(tok.special_ids)
         keep = torch.ones(tok.vocab_size, dtype=torch.bool)
         keep[self.special] = False
         self.normal_ids = keep.nonzero().squeeze(1)  # random replacements are drawn from these
+        if cfg.masking != "token":
+            self.starts_word = (piece_word_starts(tok, split_punctuation=True) if word_starts is None
+                                else word_starts).bool()
+            self.span_cdf = span_length_cdf(cfg.span_p, cfg.span_max)
 
     def __call__(self, ids: torch.Tensor, seeds: list[int]) -> dict[str, torch.Tensor]:
         c, T = self.cfg, ids.shape[1]
         draws = []
         for seed in seeds:  # [B] generators: masks depend on the sequence, not on batch or world size
             g = torch.Generator().manual_seed(seed)
-            draws.append((torch.rand(T, generator=g), torch.rand(T, generator=g),
-                          torch.randint(len(self.normal_ids), (T,), generator=g)))
-        select_u, action_u, random_i = (torch.stack(x) for x in zip(*draws))  # each [B, T]
-        selected = (select_u < c.mask_prob) & ~torch.isin(ids, self.special)
+            row = [torch.rand(T, generator=g), torch.rand(T, generator=g),
+                   torch.randint(len(self.normal_ids), (T,), generator=g)]
+            if c.masking != "token":  # drawn after token's three, which stay what they always were
+                row += [torch.rand(1, generator=g)] + ([torch.rand(T, generator=g)] if c.masking == "span" else [])
+            draws.append(row)
+        select_u, action_u, random_i, *units = (torch.stack(x) for x in zip(*draws))  # [B, T] each, ([B, 1], [B, T])
+        special = torch.isin(ids, self.special)
+        if c.masking == "token":
+            selected = (select_u < c.mask_prob) & ~special
+        else:  # select_u: one sort key per word or span
+            selected = self._select_units(ids, special, select_u, *units)
         to_mask = selected & (action_u < c.mask_replace_prob)
         to_random = selected & ~to_mask & (action_u < c.mask_replace_prob + c.random_replace_prob)
         inputs = torch.where(to_mask, self.tok.mask_id, torch.where(to_random, self.normal_ids[random_i], ids))
         positions = selected.flatten().nonzero().squeeze(1)  # [M] flat indices into B*T
         return {"input_ids": inputs, "mlm_positions": positions, "mlm_targets": ids.flatten()[positions]}
+
+    def _select_units(self, ids: torch.Tensor, special: torch.Tensor, keys: torch.Tensor, last: torch.Tensor,
+                      length_u: torch.Tensor | None = None) -> torch.Tensor:
+        begins = word_begins(ids, special, self.starts_word)
+        if self.cfg.masking == "span":
+            begins = span_begins(begins, special, span_lengths(length_u, self.span_cdf))
+        return select_units(begins, ~special, keys, last.squeeze(1), self.cfg.mask_prob)
 
 
 def sequence_seed(seed: int, salt: int, i: int) -> int:
@@ -348,7 +371,7 @@ def build_stream(shards: list[str], cfg: DataConfig, tok: TargetTokenizer, max_t
                  expected: dict[str, tuple[int, int]] | None = None) -> TokenStream:
     """``max_tokens`` > 0: every epoch is the same fixed subset of that many tokens (training only).
     ``expected``: ``manifest_counts`` of the specs the shards came from."""
-    indexes, skipped = scan_shards(shards, cfg.on_corrupt_shard, expected)
+    indexes, skipped = scan_shards(shards, cfg.on_corrupt_shard, expected, (tok.vocab_size, tok.path))
     if skipped:
         log.warning("skipped %d corrupt shard(s) of %d: %s", len(skipped), len(shards), ", ".join(skipped))
     return TokenStream(indexes, tok, cfg, skipped, max_tokens)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import tarfile
 from dataclasses import dataclass
 from functools import lru_cache
@@ -31,13 +32,21 @@ import numpy as np
 import torch
 
 from xpt_ds.config import ConfigError, TrainConfig
-from xpt_ds.data.shards import DataError, DocReader, ShardIndex, check_archive_end, read_member_header
+from xpt_ds.data.shards import (
+    DataError,
+    DocReader,
+    ShardIndex,
+    check_archive_end,
+    document_extrema,
+    read_member_header,
+)
 from xpt_ds.data.tokenizer import TargetTokenizer
 
 PARALLEL_FORMAT_VERSION = 1
 MEMBERS = ("src", "tgt", "s2t", "t2s")
 _IDS, _LINKS = (np.uint16, np.uint32), (np.int16, np.int32)
 KEY = "config key 'data.parallel_shards'"
+log = logging.getLogger(__name__)
 
 
 def _check_manifest(manifest: Path, meta: dict, tok: TargetTokenizer, source_tok: TargetTokenizer) -> None:
@@ -91,8 +100,10 @@ class PairShard:
     s2t: ShardIndex
 
 
-def scan_pair_shard(path: str) -> PairShard:
-    """Index a parallel shard from its tar and .npy headers; DataError naming the shard if it is corrupt."""
+def scan_pair_shard(path: str, vocabs: tuple[int, int] | None = None) -> PairShard:
+    """Index a parallel shard from its tar and .npy headers; DataError naming the shard if it is corrupt. With
+    ``vocabs`` = (source vocab size, target vocab size) it also reads every pair once (a sequential read of the
+    shard), so that an id outside a vocabulary or a link outside its side fails here, before training."""
     found: dict[str, dict[str, tuple]] = {}  # key -> member -> (dtype, length, offset)
     try:
         size = Path(path).stat().st_size
@@ -118,21 +129,59 @@ def scan_pair_shard(path: str) -> PairShard:
             indexes.append(ShardIndex(path, np.array([m[kind][2] for m in found.values()], np.int64),
                                       np.array([m[kind][1] for m in found.values()], np.int64),
                                       dtypes.pop() if dtypes else np.dtype(_IDS[0])))
+        if vocabs is not None:
+            indexes = _check_pairs(path, *indexes, *vocabs)
     except (tarfile.TarError, ValueError, EOFError, OSError) as e:
         raise DataError(f"corrupt parallel shard {path}: {e}") from None
     return PairShard(*indexes)
 
 
+def _check_pairs(path: str, src: ShardIndex, tgt: ShardIndex, t2s: ShardIndex, s2t: ShardIndex, source_vocab: int,
+                 target_vocab: int) -> list[ShardIndex]:
+    """``PairCorpus.pair``'s checks for every pair at once (ValueError naming the first bad pair); the indexes
+    with their largest ids."""
+    lo, hi = zip(*(document_extrema(path, ix.offsets, ix.lengths, ix.dtype) for ix in (src, tgt, t2s, s2t)))
+    checks = ((hi[0] >= source_vocab, "source id", hi[0], f">= the source vocab size {source_vocab}"),
+              (hi[1] >= target_vocab, "target id", hi[1], f">= the target vocab size {target_vocab}"),
+              ((lo[2] < -1) | (hi[2] >= src.lengths), "t2s link", np.where(lo[2] < -1, lo[2], hi[2]),
+               "outside the source side"),
+              ((lo[3] < -1) | (hi[3] >= tgt.lengths), "s2t link", np.where(lo[3] < -1, lo[3], hi[3]),
+               "outside the target side"))
+    for bad, what, value, why in checks:
+        if bad.any():
+            k = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"pair {k} holds {what} {value[k]} {why}")
+    return [ShardIndex(ix.path, ix.offsets, ix.lengths, ix.dtype, int(m.max()) if len(m) else -1)
+            for ix, m in zip((src, tgt, t2s, s2t), hi)]
+
+
+def scan_pair_shards(paths: list[str], on_corrupt: str, vocabs: tuple[int, int]) -> tuple[list[PairShard], list[str]]:
+    """The readable parallel shards, and the skipped ones (``on_corrupt='skip'``, as ``shards.scan_shards``)."""
+    good, skipped = [], []
+    for path in paths:
+        try:
+            good.append(scan_pair_shard(path, vocabs))
+        except DataError as e:
+            if on_corrupt != "skip":
+                raise
+            log.warning("skipping %s", e)
+            skipped.append(path)
+    return good, skipped
+
+
 class PairCorpus:
     """Every pair of the shards, in a seeded order per epoch; reads only the pairs asked for."""
 
-    def __init__(self, shards: list[PairShard], seed: int, source_vocab: int, target_vocab: int):
+    def __init__(self, shards: list[PairShard], seed: int, source_vocab: int, target_vocab: int,
+                 skipped: list[str] = ()):
         self.shards, self.seed = shards, seed
+        self.skipped = list(skipped)  # corrupt shards left out (data.on_corrupt_shard: skip)
         self.source_vocab, self.target_vocab = source_vocab, target_vocab
+        if not sum(len(s.src.lengths) for s in shards):
+            where = shards[0].src.path if shards else f"the shards (skipped as corrupt: {', '.join(self.skipped)})"
+            raise ConfigError(f"{KEY}: no pairs in {where}")
         self.pair_shard = np.concatenate([np.full(len(s.src.lengths), i, np.int64) for i, s in enumerate(shards)])
         self.pair_local = np.concatenate([np.arange(len(s.src.lengths), dtype=np.int64) for s in shards])
-        if not len(self.pair_shard):
-            raise ConfigError(f"{KEY}: no pairs in {shards[0].src.path if shards else 'the shards'}")
         self.readers = {kind: DocReader([getattr(s, kind) for s in shards]) for kind in MEMBERS}
 
     def __len__(self) -> int:
@@ -142,6 +191,14 @@ class PairCorpus:
     def permutation(self, epoch: int) -> np.ndarray:
         # spawn_key (2, epoch): apart from the MLM stream's default_rng([seed, epoch]) and its subset order
         return np.random.default_rng(np.random.SeedSequence(self.seed, spawn_key=(2, epoch))).permutation(len(self))
+
+    def lengths(self, k: int) -> tuple[int, int]:
+        """(source pieces, target pieces) of global pair index ``k``, from the shard index alone (nothing read):
+        what every rank's CdLM rows of a micro-batch hold, for the throughput counts."""
+        epoch, i = divmod(k, len(self))
+        g = int(self.permutation(epoch)[i])
+        shard, local = self.shards[int(self.pair_shard[g])], int(self.pair_local[g])
+        return int(shard.src.lengths[local]), int(shard.tgt.lengths[local])
 
     def pair(self, k: int, links: str = "t2s") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(source ids, target ids, ``links``: the t2s or s2t array) of global pair index ``k``; bad ids or links
@@ -187,5 +244,8 @@ def cdlm_rows(pairs: list[tuple[np.ndarray, np.ndarray, np.ndarray]], seq_len: i
 
 def build_pair_corpus(cfg: TrainConfig, tok: TargetTokenizer, source_tok: TargetTokenizer) -> PairCorpus:
     """The pairs of data.parallel_shards, whose sides must be in ``tok``'s and ``source_tok``'s ids."""
-    shards = [scan_pair_shard(s) for s in expand_parallel_shards(cfg.data.parallel_shards, tok, source_tok)]
-    return PairCorpus(shards, cfg.data.seed, source_tok.vocab_size, tok.vocab_size)
+    paths = expand_parallel_shards(cfg.data.parallel_shards, tok, source_tok)
+    shards, skipped = scan_pair_shards(paths, cfg.data.on_corrupt_shard, (source_tok.vocab_size, tok.vocab_size))
+    if skipped:
+        log.warning("skipped %d corrupt parallel shard(s) of %d: %s", len(skipped), len(paths), ", ".join(skipped))
+    return PairCorpus(shards, cfg.data.seed, source_tok.vocab_size, tok.vocab_size, skipped)

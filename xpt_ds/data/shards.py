@@ -2,7 +2,9 @@
 
 The index (byte offset and token count of every document) is read from the tar and .npy headers only,
 so every rank can lay out the whole epoch's token stream without decoding it, then read just the
-documents it needs. A shard that is truncated or holds a bad member fails the scan, naming the shard.
+documents it needs. A shard that is truncated or holds a bad member fails the scan, naming the shard. The scan
+also reads every document's ids once (a sequential read of the shard, vectorised) for the largest id, so that a
+shard made with another tokenizer fails the scan, or is skipped, before training starts instead of mid-run.
 """
 from __future__ import annotations
 
@@ -32,10 +34,40 @@ class ShardIndex:
     offsets: np.ndarray  # int64 [n_docs]: byte offset of each document's array data
     lengths: np.ndarray  # int64 [n_docs]: tokens per document
     dtype: np.dtype
+    max_id: int = -1  # the largest id of any document (-1: no tokens); scan_shard reads it
 
     @property
     def tokens(self) -> int:
         return int(self.lengths.sum())
+
+
+def document_extrema(path: str, offsets: np.ndarray, lengths: np.ndarray, dtype: np.dtype, minima: bool = True
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """int64 [n_docs] (min, max) of every document's array; (0, -1) for an empty one; ``minima=False`` skips the
+    second pass and returns zeros for the minima. A ``reduceat`` over the memory-mapped shard: npy data starts 64-byte aligned inside 512-byte tar blocks, so every document's first
+    element sits on an element boundary of the whole file."""
+    lo, hi = np.zeros(len(lengths), np.int64), np.full(len(lengths), -1, np.int64)
+    full = lengths > 0
+    if not full.any():
+        return lo, hi
+    size = dtype.itemsize
+    if (offsets % size).any():  # not written by np.save: read document by document
+        with open(path, "rb") as fh:
+            for i in np.flatnonzero(full):
+                fh.seek(int(offsets[i]))
+                ids = np.frombuffer(fh.read(int(lengths[i]) * size), dtype)
+                lo[i], hi[i] = ids.min(), ids.max()
+        return lo, hi
+    data = np.memmap(path, dtype=dtype, mode="r", shape=(Path(path).stat().st_size // size,))
+    starts = offsets[full] // size
+    bounds = np.stack([starts, starts + lengths[full]], 1).reshape(-1)  # [start0, end0, start1, ...]
+    if bounds[-1] >= len(data):  # reduceat takes indices < len; a scanned shard ends with its end-of-archive marker
+        raise ValueError(f"document data runs to byte {bounds[-1] * size}, the end of the file")
+    hi[full] = np.maximum.reduceat(data, bounds)[::2]
+    if minima:
+        lo[full] = np.minimum.reduceat(data, bounds)[::2]
+    del data
+    return lo, hi
 
 
 def npy_header(raw: bytes, name: str, allowed: tuple = (np.uint16, np.uint32)) -> tuple[np.dtype, tuple, int]:
@@ -75,8 +107,10 @@ def check_archive_end(fh, tar: tarfile.TarFile, size: int) -> None:
                          "rest of the shard is zero-filled or unreadable")
 
 
-def scan_shard(path: str, expected: tuple[int, int] | None = None) -> ShardIndex:
-    """Index one shard from its headers; raises DataError naming the shard if it is corrupt or truncated.
+def scan_shard(path: str, expected: tuple[int, int] | None = None, vocab: tuple[int, str] | None = None
+               ) -> ShardIndex:
+    """Index one shard from its headers and its largest id; raises DataError naming the shard if it is corrupt or
+    truncated, or, with ``vocab`` = (vocab size, tokenizer name), if it holds an id outside that vocabulary.
 
     A tar reader takes the first zero block for the end of the archive, so a shard whose tail was zero-filled
     (a torn copy, a file system that lost blocks) would read as a shorter, valid one. Two checks catch it:
@@ -102,18 +136,28 @@ def scan_shard(path: str, expected: tuple[int, int] | None = None) -> ShardIndex
         raise DataError(f"corrupt shard {path}: {e}") from None
     if len(dtypes) > 1:
         raise DataError(f"corrupt shard {path}: mixed dtypes {sorted(map(str, dtypes))}")
-    return ShardIndex(path, np.asarray(offsets, np.int64), np.asarray(lengths, np.int64),
-                      dtypes.pop() if dtypes else np.dtype(np.uint16))
+    offsets, lengths = np.asarray(offsets, np.int64), np.asarray(lengths, np.int64)
+    dtype = dtypes.pop() if dtypes else np.dtype(np.uint16)
+    try:
+        maxima = document_extrema(path, offsets, lengths, dtype, minima=False)[1]
+    except (OSError, ValueError) as e:
+        raise DataError(f"corrupt shard {path}: {e}") from None
+    worst = int(maxima.argmax()) if len(maxima) else 0
+    if vocab is not None and len(maxima) and maxima[worst] >= vocab[0]:
+        raise DataError(f"shard {path} (document {worst}) holds token id {maxima[worst]} >= vocab size {vocab[0]} "
+                        f"of {vocab[1]}: it was made with another tokenizer")
+    return ShardIndex(path, offsets, lengths, dtype, int(maxima.max()) if len(maxima) else -1)
 
 
-def scan_shards(paths: list[str], on_corrupt: str, expected: dict[str, tuple[int, int]] | None = None
-                ) -> tuple[list[ShardIndex], list[str]]:
+def scan_shards(paths: list[str], on_corrupt: str, expected: dict[str, tuple[int, int]] | None = None,
+                vocab: tuple[int, str] | None = None) -> tuple[list[ShardIndex], list[str]]:
     """Indexes of the readable shards, and the names of the skipped ones (``on_corrupt='skip'``).
-    ``expected``: path -> (documents, tokens) from the manifest, for the shards it lists."""
+    ``expected``: path -> (documents, tokens) from the manifest, for the shards it lists. ``vocab``: (vocab size,
+    tokenizer name): a shard holding an id >= the vocab size is corrupt too."""
     good, skipped = [], []
     for path in paths:
         try:
-            good.append(scan_shard(path, (expected or {}).get(path)))
+            good.append(scan_shard(path, (expected or {}).get(path), vocab))
         except DataError as e:
             if on_corrupt != "skip":
                 raise

@@ -23,6 +23,7 @@ definite; draws come from the context's seeded generator, one per fallback row i
 """
 from __future__ import annotations
 
+import logging
 import re
 from functools import lru_cache
 from typing import TYPE_CHECKING
@@ -36,6 +37,8 @@ from xpt_ds.embedding_init.files import hf_tokenizer_sha256, read_matrix, sha256
 
 if TYPE_CHECKING:
     from xpt_ds.embedding_init.context import InitContext, Rows
+
+log = logging.getLogger(__name__)
 
 UNUSED = re.compile(r"^[\[<]unused\d+[\]>]$")
 CHUNK = 256  # target rows per similarity block: CHUNK x candidates float64 (100 MB for 50K candidates)
@@ -74,8 +77,16 @@ def init_overlap_copy(ctx: InitContext, rows: Rows) -> None:
 
 def init_focus(ctx: InitContext, rows: Rows) -> None:
     """FOCUS (Dobler & de Melo 2023): overlapping pieces copy; every other piece with a static vector is the
-    sparsemax(cosine similarity in the static space) combination of the overlapping pieces' source rows."""
+    sparsemax(cosine similarity in the static space) combination of the overlapping pieces' source rows. The
+    static space is FOCUS's auxiliary one when made by ``data_tools.static_embeddings --method fasttext``
+    (fastText over piece strings; its pieces below min count have no vector, so they fall back, as FOCUS's
+    "very rare" pieces do); fed deepfocus 1.0.1's own vectors this gives its rows (benchmarks/
+    compare_focus_reference.py)."""
     static = read_matrix(ctx.args["static"], "static", ctx.tok.vocab_size, sha256_file(ctx.tok.path), "sentencepiece")
+    method = static.meta.get("method") or (static.meta.get("options") or {}).get("method", "word2vec")
+    if method != "fasttext":  # a file written before --method existed is word2vec's
+        log.warning("focus: %s is a %s space, not FOCUS's auxiliary fastText space (xpt-data static-embeddings "
+                    "--method fasttext); its rare pieces can become hubs (RESULTS.md)", static.path, method)
     map_specials(ctx, rows)
     shared = overlap(ctx)
     for i, (sid, token) in shared.items():

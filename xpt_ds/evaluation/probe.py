@@ -3,7 +3,9 @@
 Scores masked-token prediction (``xpt_ds.metrics.mlm``) on source-language text for the source model, and
 for the post-trained model with the source vocabulary swapped back in: the source word embeddings (tied to
 the LM-head decoder), the source LM-head bias and pad id, position rows shifted back to the source's layout;
-once with the ITLs and once without. With ``--target-shards`` it adds the post-trained model on target text.
+once with the ITLs and once without. A model that kept the source vocabulary (keep_vocab) reads source text as it
+is, so it is also scored with its own trained rows. With ``--target-shards`` it adds the post-trained model on
+target text, in the tokenizer the checkpoint saved (SentencePiece, or keep_vocab's Hugging Face tokenizer).
 """
 from __future__ import annotations
 
@@ -17,7 +19,8 @@ from torch import nn
 from xpt_ds.config import ConfigError, DataConfig
 from xpt_ds.config.methods import method_of
 from xpt_ds.data.mlm import MLMMasker, sequence_seed
-from xpt_ds.metrics.mlm import MLMStats
+from xpt_ds.data.tokenizer import build_hf_tokenizer
+from xpt_ds.metrics.mlm import MLMStats, piece_word_starts
 from xpt_ds.model.build import FAMILIES, build_skeleton, load_source
 from xpt_ds.model.objective import MaskedLMObjective
 
@@ -74,7 +77,10 @@ def source_batches(text: Path, tokenizer, seq_len: int, batch_size: int, seed: i
     body = seq_len - 2
     vocab = SimpleNamespace(special_ids=sorted(set(tokenizer.all_special_ids)), vocab_size=len(tokenizer),
                             mask_id=tokenizer.mask_token_id)
-    masker = MLMMasker(data, vocab)
+    starts = None
+    if data.masking != "token":  # whole words / spans of the source vocabulary's words
+        starts = piece_word_starts(build_hf_tokenizer(tokenizer.name_or_path, "--source"), split_punctuation=True)
+    masker = MLMMasker(data, vocab, starts)
     rows = []
     for start in range(0, len(ids), body):
         chunk = ids[start:start + body]
@@ -104,7 +110,7 @@ def probe(run: Path, source_text: Path, tag: str | None = None, source_id: str |
 
     from transformers import AutoTokenizer
 
-    from xpt_ds.data.tokenizer import build_tokenizer
+    from xpt_ds.data.tokenizer import saved_tokenizer
     from xpt_ds.evaluation.intrinsic import evaluate
     from xpt_ds.training.checkpoint import read_config
     from xpt_ds.training.export import load_model
@@ -124,9 +130,12 @@ def probe(run: Path, source_text: Path, tag: str | None = None, source_id: str |
     if _has_itl(post):
         rows["post-trained, source vocabulary, without ITLs"] = score(
             swap_in_source_vocabulary(post, source, keep_itl=False), batches())
+    method = method_of(post.config)
+    if method is not None and method.vocab == "source":
+        rows["post-trained, its own vocabulary (the source's, trained)"] = score(post, batches())
     if target_shards:
         data.seq_len = min(data.seq_len, post.config.xpt_max_length)
         rows["post-trained, target vocabulary (target text)"] = evaluate(
-            post, build_tokenizer(str(tag_dir / "spm.model")), data, list(target_shards), batch_size)
+            post, saved_tokenizer(tag_dir), data, list(target_shards), batch_size)
     return {"run": str(run), "tag": tag_dir.name, "source": source_id, "source_text": str(source_text),
             "seq_len": seq_len, "rows": rows}

@@ -1,3 +1,5 @@
 """Downstream evaluation (002 Table 3): ``config`` (FinetuneConfig, Table A2's presets), ``data`` (CSV/TSV/JSONL
--> tokenized batches), ``metrics`` (accuracy, F1, correlations, entity F1) and ``run`` (one fine-tuning per seed).
+-> tokenized batches), ``metrics`` (accuracy, F1, correlations, entity F1, KLUE-RE's micro F1 and AUPRC) and
+``run`` (one fine-tuning per seed); relation extraction (001, KLUE-RE) adds ``relation`` (records -> text with
+typed entity markers -> ids) and ``relation_model`` (marker rows, the head over the marker states, save/load).
 """

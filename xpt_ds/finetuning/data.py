@@ -15,7 +15,7 @@ import torch
 
 from xpt_ds.errors import UserError
 
-TASKS = ("classification", "regression", "token_classification")
+TASKS = ("classification", "regression", "token_classification", "relation")  # relation: finetuning.relation
 FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}
 
 
@@ -206,13 +206,14 @@ def encode(examples: list[Example], targets: list, tokenizer, task: str, max_len
 
 
 def collate(features: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
-    """Right-pad to the longest example: ``pad_id`` for ids, 0 for masks/types, -100 for token labels."""
+    """Right-pad to the longest example: ``pad_id`` for ids, 0 for masks/types, -100 for token labels. A
+    number per example (a class id, a score, relation's marker positions) becomes one tensor entry."""
     width = max(len(f["input_ids"]) for f in features)
     batch = {}
     for key in features[0]:
-        if key == "labels" and not isinstance(features[0]["labels"], list):
-            dtype = torch.float32 if isinstance(features[0]["labels"], float) else torch.long
-            batch[key] = torch.tensor([f["labels"] for f in features], dtype=dtype)
+        if not isinstance(features[0][key], list):
+            dtype = torch.float32 if isinstance(features[0][key], float) else torch.long
+            batch[key] = torch.tensor([f[key] for f in features], dtype=dtype)
             continue
         fill = {"input_ids": pad_id, "labels": -100}.get(key, 0)
         batch[key] = torch.tensor([f[key] + [fill] * (width - len(f[key])) for f in features], dtype=torch.long)

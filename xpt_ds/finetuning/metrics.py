@@ -1,4 +1,5 @@
-"""Downstream scores as 002 Table 3 reports them: accuracy and F1, Pearson/Spearman, entity-level F1.
+"""Downstream scores as 002 Table 3 reports them: accuracy and F1, Pearson/Spearman, entity-level F1; and
+KLUE-RE's micro F1 without ``no_relation`` and AUPRC (001).
 
 Pure Python + numpy, no scikit-learn/scipy/seqeval: the definitions are short and the tests pin them
 against hand-computed values.
@@ -96,6 +97,36 @@ def entity_metrics(gold: list[list[str]], pred: list[list[str]]) -> dict[str, fl
         tp, n_gold, n_pred = tp + len(gs & ps), n_gold + len(gs), n_pred + len(ps)
     return {"entity_precision": tp / n_pred if n_pred else 0.0, "entity_recall": tp / n_gold if n_gold else 0.0,
             "entity_f1": _f1(tp, n_pred, n_gold)}
+
+
+def pr_curve_area(positive: np.ndarray, scores: np.ndarray) -> float:
+    """Area under one class's precision-recall curve as KLUE-RE computes it (klue-baseline's klue_re_auprc:
+    scikit-learn's ``auc(recall, precision)`` over ``precision_recall_curve``): one point per distinct score,
+    highest first (ties enter together), plus (recall 0, precision 1); trapezoids between them."""
+    order = np.argsort(-scores, kind="stable")
+    s, y = scores[order], positive[order].astype(np.float64)
+    last = np.r_[np.nonzero(np.diff(s))[0], len(s) - 1]  # the last index of each distinct score
+    tps = np.cumsum(y)[last]
+    precision = tps / (last + 1)
+    recall = tps / tps[-1]
+    r, p = np.r_[0.0, recall], np.r_[1.0, precision]
+    return float(np.sum(np.diff(r) * (p[1:] + p[:-1]) / 2))
+
+
+def relation_metrics(gold: list[int], probs, no_relation: int | None) -> dict[str, float]:
+    """KLUE-RE's scores (×100 in its tables): ``micro_f1`` over every class but ``no_relation`` (its id, None if
+    the labels have none: then every class counts), predictions = argmax; ``auprc``, the per-class
+    one-vs-rest precision-recall area over the probabilities (``pr_curve_area``), averaged over the classes
+    that occur in ``gold`` (KLUE's dev set has all 30; a class with no gold example has no recall);
+    ``accuracy`` over all classes."""
+    probs = np.asarray(probs, dtype=np.float64)
+    g = np.asarray(gold)
+    pred = probs.argmax(1)
+    counted = (lambda x: x != no_relation) if no_relation is not None else (lambda x: np.ones(len(x), bool))
+    tp = int(np.sum((pred == g) & counted(g)))
+    f1 = _f1(tp, int(np.sum(counted(pred))), int(np.sum(counted(g))))
+    areas = [pr_curve_area(g == c, probs[:, c]) for c in sorted(set(g.tolist()))]
+    return {"micro_f1": f1, "auprc": float(np.mean(areas)), "accuracy": float(np.mean(pred == g))}
 
 
 def summarize(per_seed: list[dict[str, float]]) -> dict[str, dict[str, float]]:

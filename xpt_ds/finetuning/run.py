@@ -8,7 +8,7 @@ import json
 import logging
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
@@ -21,7 +21,15 @@ from xpt_ds.finetuning.metrics import (
     entity_metrics,
     majority_baseline,
     regression_metrics,
+    relation_metrics,
     summarize,
+)
+from xpt_ds.finetuning.relation import encode_relations, marker_tokens, read_relation_examples, relation_labels
+from xpt_ds.finetuning.relation_model import (
+    RelationClassifier,
+    add_marker_tokens,
+    init_marker_rows,
+    save_relation_model,
 )
 from xpt_ds.io.paths import unwritable
 from xpt_ds.io.trust import UntrustedError, read_config_dict, remote_code_consent
@@ -44,6 +52,8 @@ class Prepared:
     remote_code: bool  # load with trust_remote_code (xpt_ds.io.trust.remote_code_consent said yes)
     max_length: int
     config_dict: dict  # the model's config.json
+    markers: dict[str, list[int]] = field(default_factory=dict)  # relation: marker -> pieces its row starts from
+    dropped: dict[str, int] = field(default_factory=dict)  # relation: examples per split whose markers do not fit
 
 
 def _config_dict(cfg: FinetuneConfig) -> dict:
@@ -71,8 +81,13 @@ def prepare(cfg: FinetuneConfig) -> Prepared:
     """Read and check every file before loading the model, so bad data fails in a second."""
     from transformers import AutoTokenizer
     cols, files = cfg.columns(), {"train": cfg.train, "valid": cfg.valid, "test": cfg.test}
-    examples = {name: read_examples(path, f"--{name}", cfg.task, cols) for name, path in files.items() if path}
-    labels = build_labels(examples["train"], cfg.task, cfg.train)
+    if cfg.task == "relation":
+        examples = {name: read_relation_examples(path, f"--{name}", cfg.label_column)
+                    for name, path in files.items() if path}
+        labels = relation_labels(examples["train"], cfg.no_relation_label, cfg.train)
+    else:
+        examples = {name: read_examples(path, f"--{name}", cfg.task, cols) for name, path in files.items() if path}
+        labels = build_labels(examples["train"], cfg.task, cfg.train)
     targets = {name: label_ids(exs, labels, cfg.task) for name, exs in examples.items()}
     config_dict = _config_dict(cfg)
     try:  # code the model ships runs only if it is xpt-ds's own export code or the user said so
@@ -90,14 +105,31 @@ def prepare(cfg: FinetuneConfig) -> Prepared:
             tokenizer = AutoTokenizer.from_pretrained(cfg.model, add_prefix_space=True, trust_remote_code=remote)
     max_length = _max_length(cfg, config_dict, tokenizer)
     token_types = config_dict.get("type_vocab_size", 2) > 1
+    if cfg.task == "relation":
+        return _prepare_relations(examples, targets, labels, tokenizer, remote, max_length, token_types, config_dict)
     splits = {name: Split(encode(exs, targets[name], tokenizer, cfg.task, max_length, token_types), targets[name])
               for name, exs in examples.items()}
     return Prepared(labels, splits, tokenizer, remote, max_length, config_dict)
 
 
+def _prepare_relations(examples: dict, targets: dict, labels: list[str], tokenizer, remote: bool, max_length: int,
+                       token_types: bool, config_dict: dict) -> Prepared:
+    """Markers for every entity type of every split join the tokenizer, then each split is encoded; gold
+    covers the examples kept (a dropped one is counted in ``Prepared.dropped``)."""
+    pieces = add_marker_tokens(tokenizer, marker_tokens([ex for exs in examples.values() for ex in exs]))
+    splits, dropped = {}, {}
+    for name, exs in examples.items():
+        enc = encode_relations(exs, targets[name], tokenizer, max_length, token_types, f"--{name}")
+        splits[name] = Split(Encoded(enc.features, []), [targets[name][i] for i in enc.kept])
+        dropped[name] = enc.dropped
+    return Prepared(labels, splits, tokenizer, remote, max_length, config_dict, pieces, dropped)
+
+
 def _task_class(task: str):
-    from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
-    return AutoModelForTokenClassification if task == "token_classification" else AutoModelForSequenceClassification
+    """relation: the bare encoder (``AutoModel``), under ``RelationClassifier``'s head."""
+    from transformers import AutoModel, AutoModelForSequenceClassification, AutoModelForTokenClassification
+    return {"token_classification": AutoModelForTokenClassification, "relation": AutoModel}.get(
+        task, AutoModelForSequenceClassification)
 
 
 def _check_remote_head(model_path: str, config_dict: dict, auto_cls) -> None:
@@ -115,17 +147,30 @@ def build_model(cfg: FinetuneConfig, prep: Prepared):
         _check_remote_head(cfg.model, prep.config_dict, auto_cls)
     if cfg.task == "regression":
         kw.update(num_labels=1, problem_type="regression")
-    else:
+    elif cfg.task != "relation":
         kw.update(num_labels=len(prep.labels), id2label=dict(enumerate(prep.labels)),
                   label2id={n: i for i, n in enumerate(prep.labels)})
         if cfg.task == "classification":
             kw["problem_type"] = "single_label_classification"
     try:
         # prep.remote_code: remote_code_consent's answer, in prepare
-        return auto_cls.from_pretrained(cfg.model, trust_remote_code=prep.remote_code, **kw)
+        model = auto_cls.from_pretrained(cfg.model, trust_remote_code=prep.remote_code, **kw)
     except (OSError, ValueError) as e:
         raise FinetuneError(f"--model {cfg.model}: cannot load it as {auto_cls.__name__} "
                             f"({str(e).splitlines()[0]})") from None
+    if cfg.task != "relation":
+        return model
+    init_marker_rows(model, prep.tokenizer, prep.markers)
+    return RelationClassifier(model, len(prep.labels), prep.config_dict.get("hidden_dropout_prob", 0.1))
+
+
+def save_finetuned(model, cfg: FinetuneConfig, prep: Prepared, out: Path) -> None:
+    """The fine-tuned model and its tokenizer, for stock ``transformers`` (relation: ``relation_model``)."""
+    if cfg.task == "relation":
+        save_relation_model(model, prep.tokenizer, prep.labels, list(prep.markers), out, cfg.no_relation_label)
+        return
+    model.save_pretrained(out)
+    prep.tokenizer.save_pretrained(str(out))
 
 
 def build_optimizer(model, cfg: FinetuneConfig, total_steps: int):
@@ -169,7 +214,8 @@ def train_epoch(model, loader, opt, sched, cfg: FinetuneConfig, device: torch.de
 
 @torch.no_grad()
 def predict(model, split: Split, task: str, pad_id: int, batch_size: int, device: torch.device) -> list:
-    """Class ids, scores, or per-word tag ids (a word truncated away is predicted ``O``, id 0)."""
+    """Class ids, scores, per-word tag ids (a word truncated away is predicted ``O``, id 0), or relation's
+    class probabilities."""
     model.eval()
     feats = split.encoded.features
     out = []
@@ -182,6 +228,8 @@ def predict(model, split: Split, task: str, pad_id: int, batch_size: int, device
             out.extend(logits[:, 0].tolist())
         elif task == "classification":
             out.extend(logits.argmax(-1).tolist())
+        elif task == "relation":  # AUPRC ranks by probability
+            out.extend(torch.softmax(logits, -1).tolist())
         else:
             ids = logits.argmax(-1).tolist()
             for row, starts in zip(ids, split.encoded.word_starts[i:i + batch_size]):
@@ -189,7 +237,9 @@ def predict(model, split: Split, task: str, pad_id: int, batch_size: int, device
     return out
 
 
-def score(task: str, gold: list, pred: list, labels: list[str]) -> dict[str, float]:
+def score(task: str, gold: list, pred: list, labels: list[str], no_relation: str = "") -> dict[str, float]:
+    if task == "relation":
+        return relation_metrics(gold, pred, labels.index(no_relation) if no_relation in labels else None)
     if task == "classification":
         return classification_metrics(gold, pred, len(labels))
     if task == "regression":
@@ -201,8 +251,9 @@ def _better(new: float, best: float | None) -> bool:
     return best is None or (not math.isnan(new) and (math.isnan(best) or new > best))
 
 
-def run_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, device: torch.device) -> dict:
-    """Train one seed; the classifier head, dropout and batch order all follow ``seed``."""
+def run_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, device: torch.device, save: bool = False) -> dict:
+    """Train one seed; the classifier head, dropout and batch order all follow ``seed``. ``save``: write the
+    model scored on test to ``OUT/model``."""
     torch.manual_seed(seed)
     model = build_model(cfg, prep).to(device)
     pad_id = prep.tokenizer.pad_token_id if prep.tokenizer.pad_token_id is not None else 0
@@ -217,7 +268,7 @@ def run_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, device: torch.devic
     for epoch in range(1, cfg.epochs + 1):
         row = {"epoch": epoch, "train_loss": train_epoch(model, loader, opt, sched, cfg, device)}
         if valid is not None:
-            row["valid"] = score(cfg.task, valid.gold, evaluate(valid), prep.labels)
+            row["valid"] = score(cfg.task, valid.gold, evaluate(valid), prep.labels, cfg.no_relation_label)
             current = row["valid"][cfg.metric]
             if _better(current, best):
                 best, best_epoch, stale = current, epoch, 0
@@ -234,10 +285,13 @@ def run_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, device: torch.devic
     if valid is None:
         best_epoch = len(history)
     test = prep.splits["test"]
-    result = {"seed": seed, "epoch": best_epoch, "test": score(cfg.task, test.gold, evaluate(test), prep.labels),
+    result = {"seed": seed, "epoch": best_epoch,
+              "test": score(cfg.task, test.gold, evaluate(test), prep.labels, cfg.no_relation_label),
               "history": history}
     if valid is not None:
         result["valid"] = history[best_epoch - 1]["valid"]
+    if save:
+        save_finetuned(model, cfg, prep, Path(cfg.out) / "model")
     return result
 
 
@@ -251,7 +305,7 @@ def finetune(cfg: FinetuneConfig) -> dict:
     prep = prepare(cfg)
     device = torch.device("cuda" if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
                           else "cpu")
-    runs = [run_seed(cfg, prep, seed, device) for seed in cfg.seeds]
+    runs = [run_seed(cfg, prep, seed, device, save=cfg.save_model and i == 0) for i, seed in enumerate(cfg.seeds)]
     results = {"config": dataclasses.asdict(cfg), "device": str(device), "max_length": prep.max_length,
                "labels": prep.labels, "sizes": {n: len(s.gold) for n, s in prep.splits.items()},
                "selection": "best valid epoch" if "valid" in prep.splits else "last epoch",
@@ -262,6 +316,11 @@ def finetune(cfg: FinetuneConfig) -> dict:
     if cfg.task == "classification":
         label, acc = majority_baseline(prep.splits["test"].gold)
         results["majority_baseline"] = {"label": prep.labels[label], "accuracy": acc}
+    if cfg.task == "relation":  # scores are over the kept examples; these are left out
+        results["dropped"] = prep.dropped
+        results["markers"] = list(prep.markers)
+    if cfg.save_model:
+        results["saved_model"] = str(Path(cfg.out) / "model")
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     # NaN (an undefined correlation) is not JSON: write null.
@@ -284,4 +343,7 @@ def format_table(results: dict) -> str:
     if "majority_baseline" in results:
         m = results["majority_baseline"]
         lines.append(f"majority class '{m['label']}' accuracy on test: {fmt(m['accuracy'])}")
+    if any(results.get("dropped", {}).values()):
+        lines.append("dropped (entity markers farther apart than max_length): " +
+                     ", ".join(f"{k} {v}" for k, v in results["dropped"].items()))
     return "\n".join(lines)

@@ -5,6 +5,7 @@ import json
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from xpt_ds.config import H100_PEAK_TFLOPS
@@ -21,6 +22,22 @@ def flops_per_token(hf_config, seq_len: int, mask_prob: float) -> float:
     """6·N_matmul + 12·L·d·T (PaLM appendix B convention, as the issue asks)."""
     L, d = hf_config.num_hidden_layers, hf_config.hidden_size
     return 6 * matmul_params(hf_config, mask_prob) + 12 * L * d * seq_len
+
+
+def rows_flops(hf_config, lengths_in, lengths_out, layers_in: int, layers_out: int,
+               predicted: dict[int, float]) -> float:
+    """Model FLOPs of rows of real lengths (padding not counted), in ``flops_per_token``'s convention: per layer,
+    6 per weight per token plus 12·d·T per token of a row of T tokens; ``layers_in`` layers run on the rows'
+    input lengths, ``layers_out`` on their output lengths (TreLM: the lower half, then the TRILayer and the upper
+    half on the reordered output); the head transform on every output token; the decoder on the predicted
+    positions, ``predicted`` = {head vocabulary size: predictions}. For one row of T tokens in and out with
+    mask_prob·T predicted this is ``flops_per_token(.., T, mask_prob) * T``."""
+    d, ff = hf_config.hidden_size, hf_config.intermediate_size
+    n_in, n_out = np.asarray(lengths_in, np.float64), np.asarray(lengths_out, np.float64)
+    per_layer = 6 * (4 * d * d + 2 * d * ff)
+    layers = (layers_in * (per_layer * n_in.sum() + 12 * d * (n_in ** 2).sum())
+              + layers_out * (per_layer * n_out.sum() + 12 * d * (n_out ** 2).sum()))
+    return float(layers + 6 * d * d * n_out.sum() + 6 * d * sum(v * n for v, n in predicted.items()))
 
 
 def peak_flops(configured_tflops: float) -> float | None:
@@ -40,10 +57,13 @@ class LogWindow:
     def reset(self) -> None:
         self.loss_sum.zero_()
         self.steps = self.good = 0
+        self.tokens, self.flops = 0, 0.0  # every rank's, of every row the window's steps trained on
         self.started = time.perf_counter()
 
-    def add(self, loss: torch.Tensor, skipped: bool) -> None:
+    def add(self, loss: torch.Tensor, skipped: bool, tokens: int = 0, flops: float = 0.0) -> None:
         self.steps += 1
+        self.tokens += tokens
+        self.flops += flops
         if not skipped:
             self.loss_sum += loss
             self.good += 1

@@ -76,9 +76,11 @@ def _bert_punctuation(c: str) -> bool:
     return 33 <= o <= 47 or 58 <= o <= 64 or 91 <= o <= 96 or 123 <= o <= 126 or unicodedata.category(c)[0] == "P"
 
 
-def starts_word(piece: str, style: str) -> bool:
+def starts_word(piece: str, style: str, split_punctuation: bool = False) -> bool:
     """Whether a vocabulary piece begins a word, a word being a whitespace-delimited run of text: the numerator
-    of bits per word counts each word once, on its first piece.
+    of bits per word counts each word once, on its first piece. ``split_punctuation``: under ``wordpiece`` every
+    piece that is not a ``##`` continuation begins a word, punctuation included (BERT's whole-word masking;
+    ``xpt_ds.data.masking``); the other styles ignore it.
 
     - ``sentencepiece``: the piece starts with the marker ``▁`` (the dummy prefix gives a text's first word one).
     - ``byte_level``: the piece starts with ``Ġ`` (a space byte). A text's first word has no leading space (RoBERTa
@@ -92,17 +94,17 @@ def starts_word(piece: str, style: str) -> bool:
     if style == "byte_level":
         return piece.startswith("Ġ")
     if style == "wordpiece":
-        return not piece.startswith("##") and not all(_bert_punctuation(c) for c in piece)
+        return not piece.startswith("##") and (split_punctuation or not all(_bert_punctuation(c) for c in piece))
     raise ValueError(f"unknown marker style '{style}' (valid: {', '.join(MARKER_STYLES)})")
 
 
-def piece_word_starts(tok) -> torch.Tensor:
+def piece_word_starts(tok, split_punctuation: bool = False) -> torch.Tensor:
     """[V] 1.0 where an id begins a word (``starts_word`` in a ``TargetTokenizer``'s marker style), else 0.0.
     Special ids count 0, except ``unk`` under WordPiece, which stands for a whole word BERT could not split."""
     style, special = tok.marker_style, set(tok.special_ids)
     return torch.tensor([float(style == "wordpiece" and i == tok.unk_id) if i in special
-                         else float(starts_word(tok.piece(i), style)) for i in range(tok.vocab_size)],
-                        dtype=torch.float64)
+                         else float(starts_word(tok.piece(i), style, split_punctuation))
+                         for i in range(tok.vocab_size)], dtype=torch.float64)
 
 
 def gold_ranks(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

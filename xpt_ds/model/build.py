@@ -50,7 +50,8 @@ class BuiltModel:
     model: nn.Module  # a stock *ForMaskedLM (plus adapters for method=adapters)
     family: Family
     tags: dict[str, set[str]]  # parameter name -> tags
-    embedding_init: dict  # the embedding_init report (xpt_ds.embedding_init.registry.Rows.report)
+    embedding_init: dict | None  # the embedding_init report (xpt_ds.embedding_init.registry.Rows.report); None
+    # when build_model did not run the strategy (init_embeddings_rows=False)
 
 
 def load_source(cfg: ModelConfig):
@@ -122,11 +123,16 @@ def _copy_position_rows(dst: nn.Embedding, src: nn.Embedding, dst_pad: int, src_
         dst.weight[lo:hi].copy_(src.weight[lo - shift:hi - shift])
 
 
-def build_model(cfg: ModelConfig, tok: TargetTokenizer, data: DataConfig | None = None) -> BuiltModel:
+def build_model(cfg: ModelConfig, tok: TargetTokenizer, data: DataConfig | None = None,
+                init_embeddings_rows: bool = True) -> BuiltModel:
     """Target model with reused source parameters copied bit-exactly. Every random value comes from
     ``cfg.init_seed`` (the source's missing or random weights from init_seed + 1, the target's from init_seed),
     so ranks and reruns build the same weights; the global RNG state is left as it was. ``data`` gives the
-    training shards to the embedding_init strategies that count pieces (frequency_rank)."""
+    training shards to the embedding_init strategies that count pieces (frequency_rank).
+
+    ``init_embeddings_rows=False`` (a resume: a checkpoint overwrites every weight) leaves the new word embeddings
+    as the skeleton drew them instead of running ``model.embedding_init``, which may read every training shard or
+    files that are gone; the report is then None. The strategy has its own generator, so nothing else changes."""
     method = METHODS[cfg.method]
     src, missing = load_source(cfg)
     src_cfg = src.config
@@ -140,6 +146,8 @@ def build_model(cfg: ModelConfig, tok: TargetTokenizer, data: DataConfig | None 
                 raise ConfigError(f"config key 'model.embedding_init': method {cfg.method} keeps the source's "
                                   "word embeddings; leave embedding_init at its default")
             report = kept_vocabulary_report(tok.vocab_size)
+        elif not init_embeddings_rows:
+            report = None
         else:
             ctx = InitContext(tok, src.get_input_embeddings().weight.detach().float().clone(), cfg.source,
                               torch.Generator().manual_seed(cfg.init_seed), src_cfg.initializer_range, {},

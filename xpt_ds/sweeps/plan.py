@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 
 from xpt_ds.config import ConfigError, load_config, read_config_file
-from xpt_ds.config.methods import METHODS
+from xpt_ds.config.methods import METHODS, Method
 from xpt_ds.finetuning.config import FinetuneConfig
 from xpt_ds.sweeps.report import parse_size, size_label
 
@@ -24,15 +24,64 @@ FINETUNE_SET_BY_SWEEP = ("model", "out", "trust_remote_code")
 
 
 def method_config(base: dict, method: str) -> dict:
-    """The base config for ``method``. A one-phase method (xpt_sp, adapters, scratch) on a multi-phase base
-    whose phases use the presets gets one phase: the first phase's schedule with the total steps, as
-    launch/configs/roberta_base_xpt.yaml describes, so every method trains the same number of steps."""
+    """The base config for ``method``. The base's phases stay as written when they suit the method; otherwise
+    the method's preset schedule (``Method.schedule``) is written over the base's total steps:
+
+    - a graph method (trelm: ``Method.graph``) on a base whose phases are no phase graph, or a graph written for
+      another method's graph, gets its graph: each phase's schedule (steps, lr, warmup, decay) from the base
+      phase at the same index when the counts match, else the total steps split by the graph's shares and the
+      first phase's lr, decay and (at most the phase's steps) warmup;
+    - a method without a graph on a phase graph written for a graph method, or whose phases leave trainable
+      to the presets, gets its presets the same way;
+    - a one-phase method (xpt_sp, adapters, scratch) on a multi-phase base whose phases use the presets gets one
+      phase: the first phase's schedule with the total steps, as launch/configs/roberta_base_xpt.yaml describes.
+
+    Every method trains the same number of (global) steps. The English and parallel data keys go when no phase
+    of the method reads them (a non-trelm method on a TreLM base)."""
     cfg = copy.deepcopy(base)
     phases = cfg.get("phases") or []
-    if METHODS[method].phases == 1 < len(phases) and not any(p.get("trainable") for p in phases):
+    m, base_m = METHODS[method], METHODS.get((cfg.get("model") or {}).get("method") or "xpt")
+    graph = any(p.get("start_from") or p.get("merge") for p in phases)
+    written_for_graph = graph and base_m is not None and bool(base_m.graph)
+    if m.graph and (not graph or (written_for_graph and base_m.graph != m.graph)):
+        cfg["phases"] = preset_phases(m, phases)
+    elif not m.graph and graph and (written_for_graph or not any(p.get("trainable") for p in phases)):
+        cfg["phases"] = preset_phases(m, phases)
+    elif m.phases == 1 < len(phases) and not any(p.get("trainable") for p in phases):
         cfg["phases"] = [{**phases[0], "steps": sum(int(p.get("steps", 0)) for p in phases)}]
+    _drop_unread_data(cfg, m)
     cfg.setdefault("model", {})["method"] = method
     return cfg
+
+
+def preset_phases(m: Method, base: list[dict]) -> list[dict]:
+    """``m.schedule`` as config phases over the base phases' total steps (``method_config``)."""
+    schedule, total = m.schedule, sum(int(p.get("steps", 0)) for p in base)
+    same = len(base) == len(schedule)
+    out, left = [], total
+    for i, preset in enumerate(schedule):
+        src = base[i] if same else (base[0] if base else {})
+        steps = int(src.get("steps", 0)) if same else left if i == len(schedule) - 1 else round(preset.share * total)
+        left -= steps
+        phase = {**preset.as_config(), "steps": steps}
+        phase.update({k: src[k] for k in ("lr", "decay", "min_lr_ratio") if k in src})
+        phase["warmup_steps"] = min(int(src.get("warmup_steps", 0)), steps)
+        out.append(phase)
+    return out
+
+
+def _drop_unread_data(cfg: dict, m: Method) -> None:
+    """data.source_shards / parallel_shards / parallel_valid_shards that no phase's objectives read (written for
+    another method): left in, the trainer's checks would refuse them."""
+    data, phases = cfg.get("data") or {}, cfg.get("phases") or []
+    if m.trelm and not all(p.get("objectives") for p in phases):
+        return  # a phase on the default objectives reads the parallel shards
+    listed = {o for p in phases for o in p.get("objectives") or []}
+    reads = {"source_shards": "mlm_source" in listed, "parallel_shards": bool(listed & {"cdlm_en_x", "cdlm_x_en"})}
+    reads["parallel_valid_shards"] = reads["parallel_shards"]
+    for key, read in reads.items():
+        if not read or not m.trelm:
+            data.pop(key, None)
 
 
 def config_path(out: Path, method: str) -> Path:

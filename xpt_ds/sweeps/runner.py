@@ -117,7 +117,8 @@ def run_one(plan: Plan, method: str, size: int) -> dict:
     run_dir = plan.run_dir(method, size)
     train(plan, method, size)
     row = {"method": method, "size": size, "size_label": size_label(size), "steps": plan.steps[method, size]}
-    tokens_seen, seq_len = _status(run_dir).get("tokens_seen", 0), plan.seq_len[method, size]
+    status, seq_len = _status(run_dir), plan.seq_len[method, size]
+    tokens_seen = status.get("target_tokens_seen", status.get("tokens_seen", 0))  # target MLM rows (TreLM has more)
     row["epochs"] = tokens_seen * (seq_len - 2) / seq_len / size  # a packed sequence is cls + body + sep
     row.update(intrinsic(plan, run_dir))
     if plan.finetune_args is not None:

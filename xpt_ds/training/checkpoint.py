@@ -18,7 +18,8 @@ there before DeepSpeed unpickles them, unless ``checkpoint.allow_pickle`` says t
 
 ``RUN_DIR/checkpoints/phase_ends/NAME.pt``: the fp32 weights and data position phase NAME ended with, kept
 when a later phase starts from them (``start_from``, ``merge``); outside every tag, so ``keep_last`` never
-deletes one.
+deletes one. ``RUN_DIR/checkpoints/abandoned/branch-N/``: what a resume from an older tag left behind, the later
+checkpoints and (in ``phase_ends/``) the phase ends they kept after that tag.
 """
 from __future__ import annotations
 
@@ -266,17 +267,41 @@ def abandon_later(ckpt_root: Path, tag: str | None) -> tuple[list[str], Path | N
              if json.loads((ckpt_root / t / MARKER).read_text())["global_step"] > step]
     if not later:
         return [], None
-    n = len(list((ckpt_root / ABANDONED).glob("branch-*"))) if (ckpt_root / ABANDONED).is_dir() else 0
-    dest = ckpt_root / ABANDONED / f"branch-{n + 1:03d}"
-    dest.mkdir(parents=True)
-    (dest / "README").write_text(f"checkpoints of a branch abandoned when a run resumed from {tag or 'scratch'}\n")
+    dest = _branch_dir(ckpt_root, tag)
     for t in later:
         os.replace(ckpt_root / t, dest / t)
     _fsync_dir(ckpt_root)
     return later, dest
 
 
+def _branch_dir(ckpt_root: Path, tag: str | None) -> Path:
+    """A new ``abandoned/branch-N/`` for what a run resumed from ``tag`` leaves behind."""
+    n = len(list((ckpt_root / ABANDONED).glob("branch-*"))) if (ckpt_root / ABANDONED).is_dir() else 0
+    dest = ckpt_root / ABANDONED / f"branch-{n + 1:03d}"
+    dest.mkdir(parents=True)
+    (dest / "README").write_text(f"checkpoints of a branch abandoned when a run resumed from {tag or 'scratch'}\n")
+    return dest
+
+
 PHASE_ENDS = "phase_ends"
+
+
+def abandon_phase_ends(ckpt_root: Path, tag: str | None, kept: set[str], dest: Path | None
+                       ) -> tuple[list[str], Path | None]:
+    """The kept phase ends (``phase_ends/NAME.pt``) that the state at ``tag`` does not record (``kept``) were
+    written after it by the branch a resume from ``tag`` leaves: they move (rank 0; a rename, nothing deleted) to
+    ``dest/phase_ends/`` (the branch's ``abandoned/branch-N/``, made if None), so that the new branch writes and
+    reads its own and the abandoned checkpoints keep theirs. Returns the moved phase names and where they went."""
+    later = sorted(f.stem for f in (ckpt_root / PHASE_ENDS).glob("*.pt") if f.stem not in kept) \
+        if (ckpt_root / PHASE_ENDS).is_dir() else []
+    if not later:
+        return [], None
+    out = (dest or _branch_dir(ckpt_root, tag)) / PHASE_ENDS
+    out.mkdir(parents=True, exist_ok=True)
+    for name in later:
+        os.replace(ckpt_root / PHASE_ENDS / f"{name}.pt", out / f"{name}.pt")
+    _fsync_dir(ckpt_root / PHASE_ENDS)
+    return later, out
 
 
 def save_phase_end(ckpt_root: Path, name: str, weights: dict[str, torch.Tensor], data: dict) -> str:

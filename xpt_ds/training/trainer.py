@@ -32,10 +32,19 @@ from xpt_ds.training.engine import (
     set_lr,
     zero_stage,
 )
-from xpt_ds.training.guards import BadStepCounter, Halted, RankExchange, SlowSteps, SpikeDetector
+from xpt_ds.training.guards import (
+    BadStepCounter,
+    Halted,
+    RankExchange,
+    SlowSteps,
+    SpikeDetector,
+    check_same_skipped_shards,
+)
 from xpt_ds.training.preemption import Preempted, PreemptionWatcher
 from xpt_ds.training.status import write_status
 from xpt_ds.trelm.data import TreLMBatchStream, build_trelm_stream
+from xpt_ds.trelm.valid import build_cdlm_validation
+from xpt_ds.trelm.work import micro_batch_work
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +54,8 @@ class TrainerState:
     phase_index: int = 0
     phase_step: int = 0  # optimizer steps done in the current phase
     global_step: int = 0
-    tokens_seen: int = 0
+    tokens_seen: int = 0  # every rank's tokens of every row trained on (TreLM: MLM, English MLM and CdLM rows)
+    target_tokens_seen: int = 0  # of target MLM rows only: data.train_shards' epochs (the sweep)
     phase_ends: dict[str, str] = field(default_factory=dict)  # kept phase end (start_from/merge) -> its blake2b
 
     def state_dict(self) -> dict:
@@ -54,6 +64,8 @@ class TrainerState:
     def load_state_dict(self, sd: dict) -> None:
         for k, v in sd.items():
             setattr(self, k, v)
+        if "target_tokens_seen" not in sd:  # written when tokens_seen counted target MLM rows only
+            self.target_tokens_seen = self.tokens_seen
 
 
 class Trainer:
@@ -69,10 +81,11 @@ class Trainer:
         self.tok = tokenizer_for(cfg.model)
         self.char_lengths = piece_char_lengths(self.tok)  # valid/bits_per_char: compares across vocabularies
         self.word_starts = piece_word_starts(self.tok)  # valid/bits_per_word: so does this
-        self.built = build_model(cfg.model, self.tok, cfg.data)
-        if self.rank == 0:
-            log.info(summary(self.built.embedding_init))
-            write_report(self.built.embedding_init, self.run_dir / "embedding_init.json")
+        self.resume_tag = checkpoint.resolve_tag(self.ckpt_root, cfg.checkpoint.resume)
+        self.resume_client = None if self.resume_tag is None else checkpoint.read_client_state(
+            self.ckpt_root, self.resume_tag, cfg.checkpoint.allow_pickle)
+        self.built = build_model(cfg.model, self.tok, cfg.data, init_embeddings_rows=self.resume_tag is None)
+        self.report_embedding_init()
         self.hf_config = self.built.model.config
         if cfg.data.seq_len > self.hf_config.xpt_max_length:
             raise ConfigError(f"config key 'data.seq_len' is {cfg.data.seq_len}; the source model's positions "
@@ -87,10 +100,15 @@ class Trainer:
         if cfg.data.parallel_shards or cfg.data.source_shards:  # TreLM: the phase's other objectives join MLM
             self.train_stream = build_trelm_stream(self.train_stream, cfg, self.tok,
                                                    self.hf_config.xpt_trelm_source_vocab_size, self.rank, self.world)
+        self.cdlm_valid = None if not isinstance(self.train_stream, TreLMBatchStream) else build_cdlm_validation(
+            cfg, self.train_stream.source_tok, self.tok, self.rank, self.world)  # data.parallel_valid_shards
+        check_same_skipped_shards(self.skipped_shards())
         self.state = TrainerState()
         self.device = torch.device(deepspeed.get_accelerator().current_device_name())
         self.tokens_per_step = cfg.optim.micro_batch_size * cfg.optim.grad_accum * self.world * cfg.data.seq_len
         self.flops_per_step = flops_per_token(self.hf_config, cfg.data.seq_len, cfg.data.mask_prob) * self.tokens_per_step
+        self.step_work = (0, 0.0)  # (tokens, FLOPs) of the last step, every rank's rows (TreLM: xpt_ds.trelm.work)
+        self.step_seconds: float | None = None  # mean of the last log window, for the ETA
         self.peak = peak_flops(cfg.logging.peak_tflops)
         self.engine = self.optimizer = None
         self.frozen: dict[str, torch.Tensor] = {}
@@ -107,8 +125,33 @@ class Trainer:
         self.logger = MetricsLogger(self.run_dir, self.rank == 0, cfg.logging.tensorboard, cfg.logging.progress_bar,
                                     sum(p.steps for p in cfg.phases))
 
+    def report_embedding_init(self) -> None:
+        """Log the embedding_init report and write it to RUN_DIR/embedding_init.json. A resume does not run the
+        strategy (the checkpoint overwrites the rows): it logs and writes the report of the first start, which
+        every checkpoint carries, saying that it was not run again."""
+        tag = self.resume_tag
+        if tag is not None:
+            self.built.embedding_init = self.resume_client.get("embedding_init")  # None: a pre-report checkpoint
+        report = self.built.embedding_init
+        if self.rank != 0:
+            return
+        again = f"not run again: the word embeddings come from checkpoint {tag}"
+        if report is None:
+            log.info("embedding_init %s: %s (which records no report)", self.cfg.model.embedding_init, again)
+            return
+        log.info(summary(report) + (f" (the first start's report; {again})" if tag is not None else ""))
+        write_report(report, self.run_dir / "embedding_init.json")
+
+    def skipped_shards(self) -> list[str]:
+        """The corrupt shards left out (data.on_corrupt_shard: skip) of every training stream: target MLM,
+        TreLM's English MLM and its parallel shards."""
+        stream = self.train_stream
+        source, corpus = getattr(stream, "source", None), getattr(stream, "corpus", None)
+        return (list(stream.stream.skipped) + (list(source.stream.skipped) if source is not None else [])
+                + (list(corpus.skipped) if corpus is not None else []))
+
     def setup(self) -> None:
-        tag = checkpoint.resolve_tag(self.ckpt_root, self.cfg.checkpoint.resume)
+        tag = self.resume_tag
         if self.cfg.checkpoint.resume != "auto":
             self.start_branch(tag)
         objective = build_objective(self.built.model)
@@ -119,7 +162,7 @@ class Trainer:
             agree_on_initial_weights(fp32)
         else:
             allow_pickle = self.cfg.checkpoint.allow_pickle
-            client = checkpoint.read_client_state(self.ckpt_root, tag, allow_pickle)
+            client, self.resume_client = self.resume_client, None
             checkpoint.check_files(self.ckpt_root / tag, allow_pickle)  # before DeepSpeed unpickles them
             self.state.load_state_dict(client["trainer"])
             if "bad_steps" in client:  # absent from checkpoints written before the guards existed
@@ -144,13 +187,20 @@ class Trainer:
                    f"{n_train:,} on {', '.join(phase_objectives(self.cfg, self.state.phase_index))}")
 
     def start_branch(self, tag: str | None) -> None:
-        """An explicit resume (or ``none``) leaves the later checkpoints' trajectory: move them aside."""
+        """An explicit resume (or ``none``) leaves the later checkpoints' trajectory, and the phase ends that
+        branch kept after ``tag``: move them aside."""
         if self.rank == 0:
             moved, dest = checkpoint.abandon_later(self.ckpt_root, tag)
             if moved:
                 log.warning("resuming from %s starts a new branch: moved %d later checkpoint(s) of the abandoned "
                             "branch (%s) to %s; resume: auto now continues this branch", tag or "scratch",
                             len(moved), ", ".join(moved), dest)
+            kept = set(self.resume_client["trainer"].get("phase_ends", {})) if tag is not None else set()
+            ends, where = checkpoint.abandon_phase_ends(self.ckpt_root, tag, kept, dest)
+            if ends:
+                log.warning("resuming from %s: moved the end of phase(s) %s, which the branch it leaves kept after "
+                            "%s, to %s; this branch keeps its own", tag or "scratch", ", ".join(ends),
+                            tag or "the start", where)
         deepspeed.comm.barrier()
 
     @property
@@ -171,7 +221,7 @@ class Trainer:
             started = time.perf_counter()
             loss, skipped = self.train_step()
             step_seconds = time.perf_counter() - started
-            window.add(loss, skipped)
+            window.add(loss, skipped, *self.step_work)
             halt = self.count_bad_step(skipped)
             self.logger.advance()
             phase_done = self.state.phase_step == self.phase.steps
@@ -192,10 +242,13 @@ class Trainer:
         total = torch.zeros((), device=self.device)
         skipped_before, self.data_wait = self.engine.skipped_steps, 0.0
         poison = self.state.global_step + 1 in self.inject_nan
+        rows = []
         for _ in range(self.cfg.optim.grad_accum):
             waited = time.perf_counter()
             batch = next(self.train_stream)
             self.data_wait += time.perf_counter() - waited
+            if isinstance(self.train_stream, TreLMBatchStream):
+                rows += self.train_stream.last_rows
             loss = self.engine(**self._to_device(batch))
             if poison:
                 loss = loss * float("nan")
@@ -204,7 +257,10 @@ class Trainer:
             total += loss.detach()
         self.state.phase_step += 1
         self.state.global_step += 1
-        self.state.tokens_seen += self.tokens_per_step
+        self.step_work = micro_batch_work(self.hf_config, rows) if rows else (self.tokens_per_step,
+                                                                              self.flops_per_step)
+        self.state.tokens_seen += self.step_work[0]
+        self.state.target_tokens_seen += self.tokens_per_step
         return total / self.cfg.optim.grad_accum, self.engine.skipped_steps != skipped_before
 
     def _to_device(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -276,23 +332,25 @@ class Trainer:
             if median is not None and self.rank == 0:
                 log.warning("loss spike at step %d: %.4f is %.1fx the median %.4f of the last %d logged losses",
                             self.state.global_step, loss, loss / median, median, len(self.loss_spikes.history) - 1)
-        tps = self.last_tokens_per_s = self.tokens_per_step * steps / max(seconds, 1e-9)
+        tps = self.last_tokens_per_s = window.tokens / max(seconds, 1e-9)
+        self.step_seconds = seconds / max(steps, 1)
         grad_norm = self.engine.get_global_grad_norm()
         self.logger.log(self.state.global_step, {
             "train/loss": loss, "train/lr": lr_at(self.phase, self.state.phase_step - 1),
             "train/grad_norm": None if grad_norm is None or not math.isfinite(grad_norm) else float(grad_norm),
             "train/tokens_per_s": tps, "train/mfu": None if self.peak is None else
-            self.flops_per_step * steps / max(seconds, 1e-9) / (self.peak * self.world),
+            window.flops / max(seconds, 1e-9) / (self.peak * self.world),
             "train/phase": float(self.state.phase_index), "train/step": float(self.state.global_step),
             "train/epoch": float(self.train_stream.epoch),
-            "data/skipped_shards": float(len(self.train_stream.stream.skipped)),
+            "data/skipped_shards": float(len(self.skipped_shards())),
             "train/skipped_steps": float(self.bad_steps.total),
             "train/tokens_seen": float(self.state.tokens_seen)})
         self.write_status("running")
 
     def maybe_eval(self, phase_done: bool) -> None:
         every = self.cfg.logging.eval_every
-        if self.valid_stream is None or not (phase_done or (every and self.state.global_step % every == 0)):
+        if (self.valid_stream is None and self.cdlm_valid is None) or not (
+                phase_done or (every and self.state.global_step % every == 0)):
             return
         metrics = self.evaluate()
         self.logger.log(self.state.global_step, metrics)
@@ -300,22 +358,35 @@ class Trainer:
             self._info(f"step {self.state.global_step}: valid loss {metrics['valid/loss']:.4f} "
                        f"ppl {metrics['valid/ppl']:.2f} hits@1 {metrics['valid/hits@1']:.3f} "
                        f"mrr {metrics['valid/mrr']:.3f}")
+        cdlm = [f"{k.split('/')[1]} {v:.4f}" for k, v in metrics.items() if k.startswith("valid/cdlm") and
+                k.endswith("/loss")]
+        if cdlm:
+            self._info(f"step {self.state.global_step}: valid CdLM loss {', '.join(cdlm)}")
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
         """002 Table 2's metrics over the (seeded, hence fixed) validation masks; ``xpt_ds.evaluate`` runs the
-        same computation on a checkpoint or an export."""
-        self.valid_stream.load_state_dict({"sequences": 0})
+        same computation on a checkpoint or an export. TreLM with data.parallel_valid_shards: also each CdLM
+        direction's (``xpt_ds.trelm.valid``)."""
         self.engine.eval()
-        stats = MLMStats(self.device, self.char_lengths, self.word_starts)
-        for i, batch in enumerate(self.valid_stream):
-            if self.cfg.logging.eval_batches and i >= self.cfg.logging.eval_batches:
-                break
-            batch = self._to_device(batch)
-            stats.update(self.engine(**batch, return_logits=True), batch["mlm_targets"])
+        metrics = {}
+        if self.valid_stream is not None:
+            self.valid_stream.load_state_dict({"sequences": 0})
+            stats = MLMStats(self.device, self.char_lengths, self.word_starts)
+            for i, batch in enumerate(self.valid_stream):
+                if self.cfg.logging.eval_batches and i >= self.cfg.logging.eval_batches:
+                    break
+                batch = self._to_device(batch)
+                stats.update(self.engine(**batch, return_logits=True), batch["mlm_targets"])
+            stats.all_reduce()
+            metrics = {f"valid/{k}": v for k, v in stats.result().items() if k not in ("tokens", "chars", "words")}
+        if self.cdlm_valid is not None:
+            metrics.update(self.cdlm_valid.evaluate(
+                lambda batch, objective: self.engine(**self._to_device(batch), return_logits=True,
+                                                     logits_for=objective),
+                self.device, self.cfg.logging.eval_batches))
         self.engine.train()
-        stats.all_reduce()
-        return {f"valid/{k}": v for k, v in stats.result().items() if k not in ("tokens", "chars", "words")}
+        return metrics
 
     def maybe_save(self, phase_done: bool) -> None:
         every = self.cfg.checkpoint.every_steps
@@ -398,9 +469,10 @@ class Trainer:
             return
         total = sum(p.steps for p in self.cfg.phases)
         tps = self.last_tokens_per_s
-        eta = (total - self.state.global_step) * self.tokens_per_step / tps if tps else None
+        eta = (total - self.state.global_step) * self.step_seconds if self.step_seconds is not None else None
         write_status(self.run_dir, state=state, phase=self.phase.name, phase_index=self.state.phase_index,
                      phase_step=self.state.phase_step, global_step=self.state.global_step, total_steps=total,
-                     tokens_seen=self.state.tokens_seen, skipped_steps=self.bad_steps.total,
+                     tokens_seen=self.state.tokens_seen, target_tokens_seen=self.state.target_tokens_seen,
+                     skipped_steps=self.bad_steps.total,
                      last_complete_checkpoint=self.last_saved,
                      tokens_per_s=tps, eta_s=eta, **extra)

@@ -8,6 +8,9 @@ of rows has its input and output language: English MLM reads and predicts Englis
 language row ``ENGLISH`` before the TRILayer, the English head), en->X reads English and predicts the target,
 X->en the reverse.
 
+After each micro-batch ``last_rows`` describes every rank's rows of it (``xpt_ds.trelm.work``: tokens and FLOPs
+for the throughput figures).
+
 The stream's state is the position of every sub-stream the config has, whether the current phase reads it or not:
 ``sequences`` (target MLM), ``pairs`` (with data.parallel_shards), ``source_sequences`` (with data.source_shards).
 All three are global counts, so a checkpoint resumes on any number of ranks (as ``MLMBatchStream``'s), and a phase
@@ -26,6 +29,7 @@ from xpt_ds.data.parallel import PairCorpus, build_pair_corpus, cdlm_rows
 from xpt_ds.data.tokenizer import TargetTokenizer, build_hf_tokenizer
 from xpt_ds.trelm.model import ENGLISH, TARGET
 from xpt_ds.trelm.objective import BATCH_KEYS
+from xpt_ds.trelm.work import RowGroup, cdlm_group, mlm_group
 
 
 @dataclass
@@ -93,6 +97,7 @@ class TreLMBatchStream:
         self.source_tok, self.tok = source_tok, tok
         self.pairs = 0  # global pairs consumed
         self.objectives = ("mlm_target",) + (("cdlm_en_x",) if corpus is not None else ())  # phase_objectives' default
+        self.last_rows: list[RowGroup] = []  # every rank's rows of the last micro-batch (xpt_ds.trelm.work)
 
     def use(self, objectives: list[str]) -> None:
         """Train on ``objectives`` from the next micro-batch on (validated against the data in config.validate)."""
@@ -134,20 +139,25 @@ class TreLMBatchStream:
 
     def __next__(self) -> dict[str, torch.Tensor]:
         batch = next(self.mlm)
+        L, mask_prob, every_rank = self.mlm.stream.cfg.seq_len, self.mlm.stream.cfg.mask_prob, self.B * self.world
         groups = [mlm_rows("mlm_target", batch, TARGET)]
+        self.last_rows = [mlm_group("mlm_target", self.mlm.micro_batch * self.world, L, mask_prob)]
         if "mlm_source" in self.objectives:
             groups.append(mlm_rows("mlm_source", next(self.source), ENGLISH))
+            self.last_rows.append(mlm_group("mlm_source", self.source.micro_batch * self.world, L, mask_prob))
         if {"cdlm_en_x", "cdlm_x_en"} & set(self.objectives):
             first = self.pairs + self.rank * self.B
             ks = range(first, first + self.B)
-            self.pairs += self.B * self.world
-            L = self.mlm.stream.cfg.seq_len
+            lengths = [self.corpus.lengths(k) for k in range(self.pairs, self.pairs + every_rank)]
+            self.pairs += every_rank
             if "cdlm_en_x" in self.objectives:
                 pairs = [self.corpus.pair(k, "t2s") for k in ks]
                 groups.append(pair_rows("cdlm_en_x", cdlm_rows(pairs, L, self.source_tok, self.tok), ENGLISH, TARGET))
+                self.last_rows.append(cdlm_group("cdlm_en_x", lengths, L))
             if "cdlm_x_en" in self.objectives:
                 pairs = [(tgt, src, s2t) for src, tgt, s2t in (self.corpus.pair(k, "s2t") for k in ks)]
                 groups.append(pair_rows("cdlm_x_en", cdlm_rows(pairs, L, self.tok, self.source_tok), TARGET, ENGLISH))
+                self.last_rows.append(cdlm_group("cdlm_x_en", lengths, L))
         if len(groups) == 1:  # target MLM only: the plain batch (no order, no mask: SDPA's fast path)
             return batch
         return join(groups, batch["seq_ids"])

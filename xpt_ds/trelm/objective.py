@@ -59,13 +59,17 @@ class TreLMObjective(nn.Module):
                 cdlm_targets: torch.Tensor | None = None, output_lang: torch.Tensor | None = None,
                 mlm_source_positions: torch.Tensor | None = None, mlm_source_targets: torch.Tensor | None = None,
                 cdlm_x_en_positions: torch.Tensor | None = None,
-                cdlm_x_en_targets: torch.Tensor | None = None) -> torch.Tensor:
-        """The sum of the objectives' mean losses, or (``return_logits``) the [M, V] logits of the target MLM
-        positions. Positions are flat indices into the [B, T'] output."""
+                cdlm_x_en_targets: torch.Tensor | None = None, logits_for: str = "mlm_target") -> torch.Tensor:
+        """The sum of the objectives' mean losses, or (``return_logits``) the [M, V] logits of the positions of
+        objective ``logits_for`` (the target MLM's by default; validation scores CdLM this way) through its
+        output language's head. Positions are flat indices into the [B, T'] output."""
         hidden = encode(self.hf, input_ids, attention_mask, input_lang, order, output_mask,
                         output_lang).flatten(0, 1)
         if return_logits:
-            return lm_logits(self.hf, hidden.index_select(0, mlm_positions), TARGET)
+            positions = {"mlm_target": mlm_positions, "cdlm_en_x": cdlm_positions,
+                         "mlm_source": mlm_source_positions, "cdlm_x_en": cdlm_x_en_positions}[logits_for]
+            lang = ENGLISH if logits_for in ("mlm_source", "cdlm_x_en") else TARGET
+            return lm_logits(self.hf, hidden.index_select(0, positions), lang)
         target = [(mlm_positions, mlm_targets)] + ([] if cdlm_positions is None else [(cdlm_positions, cdlm_targets)])
         english = [(p, t) for p, t in ((mlm_source_positions, mlm_source_targets),
                                        (cdlm_x_en_positions, cdlm_x_en_targets)) if p is not None]

@@ -1,0 +1,32 @@
+"""Joining the job's process group, and the shared memory DeepSpeed's CPU all-reduce leaves behind.
+
+On the CPU accelerator, when every rank is on one machine (the ``deepspeed`` launcher sets ``LOCAL_SIZE``),
+DeepSpeed 0.19's shared-memory all-reduce (``ShareMemCommBuilder``, ``csrc/cpu/comm/shm.cpp``) creates one
+64 MiB file per rank, ``/dev/shm/deepspeed_allreduce_buffer_{uid}_{MASTER_ADDR}_{MASTER_PORT}_{rank}``, maps every
+rank's, and never unlinks them: each such run left 64 MiB per rank in RAM-backed ``/dev/shm`` for good (a
+machine that ran the test suite a few times held 18 GB). Once every rank has returned from ``init_distributed``,
+every rank has mapped every other's file, so the names can go: a mapping outlives its name, and the memory is
+freed when the last process exits.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+import deepspeed
+
+SHM_DIR = Path("/dev/shm")
+SHM_PREFIX = "deepspeed_allreduce_buffer"
+
+
+def init_distributed() -> None:
+    """``deepspeed.init_distributed``, then unlink this rank's shared-memory all-reduce buffer (if it made one)."""
+    deepspeed.init_distributed(dist_init_required=True)
+    if deepspeed.get_accelerator().device_name() != "cpu":
+        return
+    deepspeed.comm.barrier()  # every rank has opened every other's buffer
+    name = (f"{SHM_PREFIX}_{os.getuid()}_{os.environ.get('MASTER_ADDR', '')}_{os.environ.get('MASTER_PORT', '')}_"
+            f"{deepspeed.comm.get_rank()}")
+    with contextlib.suppress(FileNotFoundError):
+        (SHM_DIR / name).unlink()
