@@ -284,3 +284,14 @@ HEAVY_FIRST = ["test_resume.py", "test_crash_save.py", "test_slurm.py", "test_ch
 def pytest_collection_modifyitems(items):
     rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: in-file order is kept
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny matmuls in the test process: a second intra-op thread only adds synchronisation (the CI box has 2
+    cores). Modules that train in-process request it (autouse there)."""
+    import torch
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

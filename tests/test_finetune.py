@@ -30,12 +30,8 @@ FAST = dict(lr=2e-3, batch_size=16, epochs=4, warmup_ratio=0.1, weight_decay=0.0
 
 
 @pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny matmuls: a second intra-op thread only adds synchronisation (and the CI box has 2 cores)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def _one_thread(one_thread):
+    """Fine-tuning tiny models in-process: one intra-op thread (conftest.one_thread)."""
 
 
 

@@ -26,11 +26,8 @@ ENGLISH = ("the a of and to in is was for on with as by at from that this it be 
 
 
 @pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def _one_thread(one_thread):
+    """Fine-tuning tiny models in-process: one intra-op thread (conftest.one_thread)."""
 
 
 def record(sentence: str, subj: tuple[str, str], obj: tuple[str, str], label: str, subj_at: int | None = None,

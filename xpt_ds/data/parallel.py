@@ -39,6 +39,7 @@ from xpt_ds.data.shards import (
     check_archive_end,
     document_extrema,
     read_member_header,
+    scan_each,
 )
 from xpt_ds.data.tokenizer import TargetTokenizer
 
@@ -157,16 +158,7 @@ def _check_pairs(path: str, src: ShardIndex, tgt: ShardIndex, t2s: ShardIndex, s
 
 def scan_pair_shards(paths: list[str], on_corrupt: str, vocabs: tuple[int, int]) -> tuple[list[PairShard], list[str]]:
     """The readable parallel shards, and the skipped ones (``on_corrupt='skip'``, as ``shards.scan_shards``)."""
-    good, skipped = [], []
-    for path in paths:
-        try:
-            good.append(scan_pair_shard(path, vocabs))
-        except DataError as e:
-            if on_corrupt != "skip":
-                raise
-            log.warning("skipping %s", e)
-            skipped.append(path)
-    return good, skipped
+    return scan_each(paths, on_corrupt, lambda path: scan_pair_shard(path, vocabs))
 
 
 class PairCorpus:

@@ -12,12 +12,16 @@ import io
 import logging
 import os
 import tarfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
 from xpt_ds.errors import UserError
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -154,10 +158,16 @@ def scan_shards(paths: list[str], on_corrupt: str, expected: dict[str, tuple[int
     """Indexes of the readable shards, and the names of the skipped ones (``on_corrupt='skip'``).
     ``expected``: path -> (documents, tokens) from the manifest, for the shards it lists. ``vocab``: (vocab size,
     tokenizer name): a shard holding an id >= the vocab size is corrupt too."""
+    return scan_each(paths, on_corrupt, lambda path: scan_shard(path, (expected or {}).get(path), vocab))
+
+
+def scan_each(paths: list[str], on_corrupt: str, scan: Callable[[str], T]) -> tuple[list[T], list[str]]:
+    """``scan`` of every path, and the paths whose scan raised DataError: skipped with a warning under
+    ``on_corrupt='skip'``, else the error stands (target shards here, parallel shards in ``data.parallel``)."""
     good, skipped = [], []
     for path in paths:
         try:
-            good.append(scan_shard(path, (expected or {}).get(path), vocab))
+            good.append(scan(path))
         except DataError as e:
             if on_corrupt != "skip":
                 raise
