@@ -161,6 +161,7 @@ def run_main(module: str, argv: list[str], env: dict | None = None, timeout: int
     transformers imported already: the same ``main`` in its own process (own pid, environment, stdout, stderr,
     exit status, DataLoader workers), without the 4-5 CPU-s of imports a new interpreter pays on the 2-core CI
     machine. Multi-rank runs and the install, launcher and Slurm tests start real interpreters."""
+    import contextlib
     import importlib
     import logging
     import signal
@@ -197,10 +198,8 @@ def run_main(module: str, argv: list[str], env: dict | None = None, timeout: int
             traceback.print_exc()
         finally:
             for stream in (sys.stdout, sys.stderr):
-                try:
+                with contextlib.suppress(Exception):  # a closed or broken stream: the exit code still goes out
                     stream.flush()
-                except Exception:
-                    pass
             os._exit(code or 0)
     deadline = time.time() + timeout
     while True:

@@ -24,14 +24,13 @@ and a seed the bytes repeat.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from data_tools.cli_options import option
 from data_tools.embeddings.token_corpus import ShardCorpus, TextCorpus, count_ids
-from data_tools.embeddings.word2vec import GENSIM_MAX_SENTENCE, import_gensim, stable_hash
+from data_tools.embeddings.word2vec import PieceSentences, check_options, import_gensim, stable_hash
 from data_tools.errors import PrepareError
 
 
@@ -55,24 +54,7 @@ class FastTextOptions:
     workers: int = option(1, "gensim worker threads; only 1 gives the same bytes on every run")
 
     def validate(self) -> None:
-        for name in ("dim", "window", "epochs", "min_count", "negative", "min_n", "bucket", "workers"):
-            if getattr(self, name) < 1:
-                raise PrepareError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
-        if not 0 < self.min_alpha <= self.alpha:
-            raise PrepareError(f"need 0 < --min-alpha <= --alpha, got {self.min_alpha} and {self.alpha}")
-
-
-class PieceStrings:
-    """gensim's corpus: each pass yields every id array as its list of piece strings, split at 10,000 tokens."""
-
-    def __init__(self, corpus: ShardCorpus | TextCorpus, pieces: list[str]):
-        self.corpus, self.pieces = corpus, pieces
-
-    def __iter__(self) -> Iterator[list[str]]:
-        pieces = self.pieces
-        for ids in self.corpus.arrays():
-            for start in range(0, len(ids), GENSIM_MAX_SENTENCE):
-                yield [pieces[i] for i in ids[start:start + GENSIM_MAX_SENTENCE].tolist()]
+        check_options(self, ("dim", "window", "epochs", "min_count", "negative", "min_n", "bucket", "workers"))
 
 
 def piece_strings(corpus: ShardCorpus | TextCorpus) -> list[str]:
@@ -106,7 +88,7 @@ def train_fasttext_embeddings(corpus: ShardCorpus | TextCorpus, opts: FastTextOp
                      min_n=opts.min_n, max_n=opts.max_n, bucket=opts.bucket, word_ngrams=1, seed=opts.seed,
                      workers=opts.workers, epochs=opts.epochs, hashfxn=stable_hash, sorted_vocab=1,
                      max_vocab_size=None)
-    sentences = PieceStrings(corpus, pieces)
+    sentences = PieceSentences(corpus, pieces)
     model.build_vocab(corpus_iterable=sentences)
     model.train(corpus_iterable=sentences, total_examples=model.corpus_count, epochs=opts.epochs)
     index = {p: i for i, p in enumerate(pieces)}

@@ -49,11 +49,17 @@ class TrainOptions:
     workers: int = option(1, "gensim worker threads; only 1 gives the same bytes on every run")
 
     def validate(self) -> None:
-        for name in ("dim", "window", "epochs", "min_count", "negative", "workers"):
-            if getattr(self, name) < 1:
-                raise PrepareError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
-        if not 0 < self.min_alpha <= self.alpha:
-            raise PrepareError(f"need 0 < --min-alpha <= --alpha, got {self.min_alpha} and {self.alpha}")
+        check_options(self, ("dim", "window", "epochs", "min_count", "negative", "workers"))
+
+
+def check_options(opts, at_least_one: tuple[str, ...]) -> None:
+    """The checks every gensim training's options share (word2vec here, ``fasttext_pieces``): the named
+    fields are at least 1, and 0 < min_alpha <= alpha."""
+    for name in at_least_one:
+        if getattr(opts, name) < 1:
+            raise PrepareError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(opts, name)}")
+    if not 0 < opts.min_alpha <= opts.alpha:
+        raise PrepareError(f"need 0 < --min-alpha <= --alpha, got {opts.min_alpha} and {opts.alpha}")
 
 
 def stable_hash(text: str) -> int:
@@ -72,11 +78,12 @@ def import_gensim():
 
 
 class PieceSentences:
-    """gensim's corpus: each pass yields every id array as a list of string keys, split at 10,000 tokens."""
+    """gensim's corpus: each pass yields every id array as a list of string keys, split at 10,000 tokens. Keys:
+    the ids as strings (word2vec), or ``keys[id]`` (fastText: the piece strings, for their character n-grams)."""
 
-    def __init__(self, corpus: ShardCorpus | TextCorpus):
+    def __init__(self, corpus: ShardCorpus | TextCorpus, keys: list[str] | None = None):
         self.corpus = corpus
-        self.keys = [str(i) for i in range(corpus.vocab_size)]
+        self.keys = keys if keys is not None else [str(i) for i in range(corpus.vocab_size)]
 
     def __iter__(self) -> Iterator[list[str]]:
         keys = self.keys
