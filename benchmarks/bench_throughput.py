@@ -52,6 +52,16 @@ FULL = dict(source_vocab=50265, target_vocab=50000, hidden_size=768, num_hidden_
 TINY = dict(source_vocab=100, target_vocab=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
             intermediate_size=128)
 SIDES = ("hf", "xpt")
+# Optimisations tried on the xpt_ds side, each its own row: what the spec changes. ``compile``: config key
+# ``compile`` (xpt_ds.training.compile); ``vocab64``: the target vocabulary rounded up to a multiple of 64 rows;
+# ``no_overlap`` / ``buckets_2e8``: DeepSpeed's overlap_comm off / 4x larger reduce and all-gather buckets.
+VARIANTS = {
+    "compile": {"compile": True},
+    "vocab64": {"pad_vocab": 64},
+    "compile+vocab64": {"compile": True, "pad_vocab": 64},
+    "no_overlap": {"ds_zero": {"overlap_comm": False}},
+    "buckets_2e8": {"ds_zero": {"reduce_bucket_size": 200_000_000, "allgather_bucket_size": 200_000_000}},
+}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -72,6 +82,16 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="device peak for MFU; 0 = xpt_ds.config.H100_PEAK_TFLOPS on CUDA")
     p.add_argument("--out", default="bench_throughput.json")
     p.add_argument("--worker-timeout", type=int, default=300, help="seconds before one side's run counts as failed")
+    p.add_argument("--sides", nargs="*", choices=SIDES, default=list(SIDES),
+                   help="which trainers' plain rows to run (none: only --variants)")
+    p.add_argument("--variants", nargs="*", default=[], choices=sorted(VARIANTS),
+                   help="extra xpt_ds rows, one per optimisation tried (VARIANTS), beside the plain rows")
+    p.add_argument("--profile", metavar="DIR", help="also profile 3 steps of each xpt_ds row with torch.profiler: "
+                                                    "DIR/profile-<row>.txt (top operators and kernels by device "
+                                                    "time) and the attention kernels that ran in the row")
+    p.add_argument("--max-batch", type=int, nargs="+", metavar="N",
+                   help="instead of timing: for each side and phase, try these micro-batch sizes in ascending "
+                        "order (2 steps each) and report the largest that fits in device memory")
     p.add_argument("--worker", help=argparse.SUPPRESS)  # internal: run one side from this JSON spec
     return p.parse_args(argv)
 
@@ -90,16 +110,27 @@ def main(argv=None) -> int:
     rows, failed = [], False
     with tempfile.TemporaryDirectory() as tmp:
         source = save_source(Path(tmp) / "source", size, max(seq_lens))
+        runs = [(side, "") for side in a.sides] + [("xpt", v) for v in a.variants]
         for seq_len in seq_lens:
             micro_batch = a.micro_batch or max(1, (a.tokens_per_batch or (256 if a.tiny else 16384)) // seq_len)
             for phase in a.phases:
-                for side in SIDES:
-                    spec = dict(side=side, phase=phase, seq_len=seq_len, micro_batch=micro_batch, steps=a.steps,
-                                warmup=a.warmup, precision=a.precision, optimizer=optimizer, source=str(source),
-                                target_vocab=size["target_vocab"], peak_tflops=a.peak_tflops, tmp=tmp,
-                                result=f"{tmp}/{side}-{seq_len}-{phase}.json")
+                for side, variant in runs:
+                    name = f"{side}{'-' + variant if variant else ''}-{seq_len}-{phase}"
+                    spec = dict(side=side, variant=variant, phase=phase, seq_len=seq_len, micro_batch=micro_batch,
+                                steps=a.steps, warmup=a.warmup, precision=a.precision, optimizer=optimizer,
+                                source=str(source), target_vocab=size["target_vocab"], peak_tflops=a.peak_tflops,
+                                tmp=tmp, result=f"{tmp}/{name}.json", max_batch=a.max_batch,
+                                profile=f"{a.profile}/profile-{name}.txt" if a.profile and side == "xpt" else None,
+                                **VARIANTS.get(variant, {}))
                     rows.append(run_worker(spec, Path(tmp), a.worker_timeout))
                     failed |= "error" in rows[-1]
+                    Path(a.out).write_text(json.dumps({"partial": True, "results": rows}, indent=1))
+    if a.max_batch:
+        report = {"machine": machine(cuda), "args": {k: v for k, v in vars(a).items() if k != "worker"},
+                  "optimizer": optimizer, "results": rows}
+        Path(a.out).write_text(json.dumps(report, indent=1))
+        print(max_batch_markdown(report))
+        return 1 if failed else 0
     add_ratios(rows)
     report = {"machine": machine(cuda), "args": {k: v for k, v in vars(a).items() if k != "worker"},
               "seq_lens": seq_lens, "optimizer": optimizer,
@@ -125,7 +156,7 @@ def save_source(out: Path, size: dict, max_len: int) -> Path:
 
 def run_worker(spec: dict, tmp: Path, timeout: int) -> dict:
     """One side in a fresh process, a world of one on a free port; a failure becomes the row's ``error``."""
-    spec_path = tmp / f"spec-{spec['side']}-{spec['seq_len']}-{spec['phase']}.json"
+    spec_path = tmp / f"spec-{Path(spec['result']).stem}.json"
     spec_path.write_text(json.dumps(spec))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -137,14 +168,16 @@ def run_worker(spec: dict, tmp: Path, timeout: int) -> dict:
         proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         proc = subprocess.CompletedProcess(cmd, "timeout", "", f"timed out after {timeout} s")
-    row = {k: spec[k] for k in ("side", "phase", "seq_len", "micro_batch")}
+    row = {k: spec[k] for k in ("side", "variant", "phase", "seq_len", "micro_batch")}
     if proc.returncode != 0 or not Path(spec["result"]).is_file():
         row["error"] = f"exit {proc.returncode}: {proc.stderr[-3000:]}"
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
     else:
         row.update(json.loads(Path(spec["result"]).read_text()))
-        last = f"{row['tokens_per_s']:,.0f} tokens/s"
-    print(f"{spec['side']} seq_len {spec['seq_len']} phase {spec['phase']}: {last}", file=sys.stderr, flush=True)
+        last = (f"largest micro-batch {row['largest_fit']}" if spec.get("max_batch")
+                else f"{row['tokens_per_s']:,.0f} tokens/s")
+    print(f"{spec['side']}{' ' + spec['variant'] if spec['variant'] else ''} seq_len {spec['seq_len']} "
+          f"phase {spec['phase']}: {last}", file=sys.stderr, flush=True)
     return row
 
 
@@ -156,28 +189,35 @@ def build_side_model(spec: dict):
     from xpt_ds.data.tokenizer import TargetTokenizer
 
     steps = spec["warmup"] + spec["steps"]
+    ds_path = REPO / f"ds_configs/zero2_{spec['precision']}.json"
+    if spec.get("ds_zero"):  # a variant's engine settings: the repo's JSON with those zero_optimization keys
+        ds = json.loads(ds_path.read_text())
+        ds["zero_optimization"].update(spec["ds_zero"])
+        ds_path = Path(spec["result"]).with_suffix(".ds.json")
+        ds_path.write_text(json.dumps(ds))
     phases = [PhaseConfig(name="phase1", steps=steps, lr=1e-4, warmup_steps=spec["warmup"]),
               PhaseConfig(name="phase2", steps=steps, lr=1e-4, warmup_steps=spec["warmup"])]
-    cfg = TrainConfig(deepspeed=str(REPO / f"ds_configs/zero2_{spec['precision']}.json"),
+    cfg = TrainConfig(deepspeed=str(ds_path), compile=bool(spec.get("compile")),
                       model=ModelConfig(source=spec["source"], method="xpt"), phases=phases,
                       data=DataConfig(seq_len=spec["seq_len"]),
                       optim=OptimConfig(micro_batch_size=spec["micro_batch"], torch_adam=spec["optimizer"] == "torch"),
                       logging=LoggingConfig(peak_tflops=spec["peak_tflops"]))
     # build_model needs only the special ids and the size of the target vocabulary (RoBERTa layout), so no
     # SentencePiece model is trained here; ``path`` is never read.
-    tok = TargetTokenizer(path="", vocab_size=spec["target_vocab"], pad_id=1, cls_id=0, sep_id=2, unk_id=3, mask_id=4)
+    pad = spec.get("pad_vocab") or 1
+    tok = TargetTokenizer(path="", vocab_size=-(-spec["target_vocab"] // pad) * pad, pad_id=1, cls_id=0, sep_id=2, unk_id=3, mask_id=4)
     built = build_model(cfg.model, tok)
     trainable = build_phase_trainables(cfg, built.tags)[spec["phase"] - 1]
     return cfg, tok, built.model, trainable
 
 
-def synthetic_batches(cfg, tok, n: int = 4) -> list[dict]:
+def synthetic_batches(cfg, tok, n: int = 4, micro_batch: int | None = None) -> list[dict]:
     """``n`` packed, masked micro-batches in host memory: cls + random ids + sep, as the packer makes them."""
     import torch
 
     from xpt_ds.data.mlm import MLMMasker
 
-    B, T = cfg.optim.micro_batch_size, cfg.data.seq_len
+    B, T = micro_batch or cfg.optim.micro_batch_size, cfg.data.seq_len
     g = torch.Generator().manual_seed(0)
     out = []
     for b in range(n):
@@ -200,21 +240,38 @@ def run_xpt(spec: dict) -> dict:
     fp32 = {n: p.detach().clone() for n, p in objective.named_parameters()}
     engine, optimizer, _ = build_engine(objective, {f"hf.{n}" for n in trainable}, cfg, fp32)
     device = torch.device(deepspeed.get_accelerator().current_device_name())
-    batches, phase = synthetic_batches(cfg, tok), cfg.phases[spec["phase"] - 1]
+    phase = cfg.phases[spec["phase"] - 1]
+    # Pinned host batches, as the trainer's loader hands them over on CUDA (xpt_ds.data.mlm).
+    pin = (lambda b: {k: v.pin_memory() for k, v in b.items()}) if device.type == "cuda" else (lambda b: b)
+
+    def step_(batch: dict, step: int) -> torch.Tensor:  # Trainer.train_step's body for one micro-batch
+        set_lr(optimizer, lr_at(phase, step))
+        loss = engine(**{k: v.to(device, non_blocking=True) for k, v in batch.items()})
+        engine.backward(loss)
+        engine.step()
+        return loss.detach()
+
+    if spec.get("max_batch"):
+        result = _largest_fit(spec, lambda size: [step_(pin(b), s) for s, b in
+                                                  enumerate(synthetic_batches(cfg, tok, 2, micro_batch=size))])
+        engine.destroy()
+        deepspeed.comm.destroy_process_group()
+        return result
+    batches = [pin(b) for b in synthetic_batches(cfg, tok)]
     total, t0 = torch.zeros((), device=device), 0.0  # as train_step: the loss is summed on the device, no sync
     for step in range(spec["warmup"] + spec["steps"]):
         if step == spec["warmup"]:
             t0 = _synchronized_clock()
-        set_lr(optimizer, lr_at(phase, step))
-        batch = {k: v.to(device, non_blocking=True) for k, v in batches[step % len(batches)].items()}
-        loss = engine(**batch)
-        engine.backward(loss)
-        engine.step()
-        total += loss.detach()
+        total += step_(batches[step % len(batches)], step)
     seconds = _synchronized_clock() - t0
+    resident = torch.cuda.memory_allocated() / 2 ** 30 if device.type == "cuda" else None
     result = _measurements(spec, model.config, seconds, n_params=sum(v.numel() for v in fp32.values()),
                            n_trainable=sum(p.numel() for n, p in model.named_parameters() if n in trainable),
-                           engine=_engine_facts(engine))
+                           frozen_matmul=_frozen_matmul(model, trainable), engine=_engine_facts(engine),
+                           resident_gib=resident, optimizer_state_gib=_optimizer_state_gib(engine),
+                           final_loss=float(total.item() / (spec["warmup"] + spec["steps"])))
+    if spec.get("profile"):
+        result["profile"] = _profile(lambda i: step_(batches[i % len(batches)], i), spec["profile"], device)
     engine.destroy()
     deepspeed.comm.destroy_process_group()
     return result
@@ -236,6 +293,17 @@ def hf_deepspeed_config(spec: dict) -> dict:
 
 
 def run_hf(spec: dict) -> dict:
+    if spec.get("max_batch"):
+        return _largest_fit(spec, lambda size: _hf_train({**spec, "micro_batch": size, "warmup": 0, "steps": 2}))
+    seconds, trainer, model, trainable = _hf_train(spec)
+    return _measurements(spec, model.config, seconds, n_params=sum(p.numel() for p in model.parameters()),
+                         n_trainable=sum(p.numel() for n, p in model.named_parameters() if n in trainable),
+                         frozen_matmul=_frozen_matmul(model, trainable), engine=_engine_facts(trainer.model_wrapped),
+                         optimizer_state_gib=_optimizer_state_gib(trainer.model_wrapped))
+
+
+def _hf_train(spec: dict):
+    """Train ``spec``'s steps under ``transformers.Trainer``: (timed seconds, trainer, model, trainable names)."""
     import torch
     from transformers import Trainer, TrainerCallback, TrainingArguments
 
@@ -280,9 +348,86 @@ def run_hf(spec: dict) -> dict:
         dataloader_num_workers=0, seed=cfg.seed, use_cpu=not _on_cuda())
     trainer = Trainer(model=model, args=args, train_dataset=Repeated(), callbacks=[clock])
     trainer.train()
-    return _measurements(spec, model.config, clock.seconds, n_params=sum(p.numel() for p in model.parameters()),
-                         n_trainable=sum(p.numel() for n, p in model.named_parameters() if n in trainable),
-                         engine=_engine_facts(trainer.model_wrapped))
+    return clock.seconds, trainer, model, trainable
+
+
+def _largest_fit(spec: dict, run_size) -> dict:
+    """Run ``run_size(n)`` for each of ``spec['max_batch']`` in ascending order until one runs out of device
+    memory: the largest n that ran, and each try's peak memory."""
+    import gc
+
+    import torch
+
+    cuda = _on_cuda()
+    tried = []
+    for size in sorted(spec["max_batch"]):
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+        try:
+            run_size(size)
+            _synchronized_clock()
+            tried.append({"micro_batch": size, "fits": True,
+                          "peak_memory_gib": torch.cuda.max_memory_allocated() / 2 ** 30 if cuda else None})
+        except torch.OutOfMemoryError:
+            tried.append({"micro_batch": size, "fits": False})
+            break
+        finally:
+            gc.collect()
+            if cuda:
+                torch.cuda.empty_cache()
+    fits = [t["micro_batch"] for t in tried if t["fits"]]
+    return {"tried": tried, "largest_fit": max(fits, default=0), "ran_out": not tried[-1]["fits"],
+            "device_gib": torch.cuda.get_device_properties(0).total_memory / 2 ** 30 if cuda else None}
+
+
+def _frozen_matmul(model, trainable: set[str]) -> int:
+    """Frozen weights of the encoder layers: their backward computes input gradients but no weight gradients."""
+    return sum(p.numel() for n, p in model.named_parameters()
+               if p.ndim == 2 and ".encoder.layer." in n and n not in trainable)
+
+
+def _optimizer_state_gib(engine) -> float:
+    """Bytes the optimizer holds: its state tensors (Adam's two moments) and the fp32 master partitions it steps."""
+    import torch
+
+    base = getattr(engine.optimizer, "optimizer", engine.optimizer)
+    size = sum(t.numel() * t.element_size() for st in base.state.values() for t in st.values() if torch.is_tensor(t))
+    size += sum(p.numel() * p.element_size() for g in base.param_groups for p in g["params"])
+    return size / 2 ** 30
+
+
+def _profile(step, path: str, device) -> dict:
+    """3 steps under torch.profiler: the table of operators and kernels by self device time goes to ``path``;
+    returns the top 15 by share of device time and every attention operator or kernel that ran."""
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.type == "cuda"
+    _synchronized_clock()
+    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
+        for i in range(3):
+            step(i)
+        _synchronized_clock()
+    events = prof.key_averages()
+    # On CUDA the shares are of kernel time (events that ran on the device), so an operator and the kernels it
+    # launched are not counted twice; on the CPU, of host operator time.
+    kernels = [e for e in events if e.device_type == DeviceType.CUDA] if cuda else list(events)
+
+    def own(e) -> float:  # self time on the device (CUDA) or the host (CPU), microseconds
+        if not cuda:
+            return e.self_cpu_time_total
+        return getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0.0)
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(events.table(sort_by="self_cuda_time_total" if cuda else "self_cpu_time_total",
+                                       row_limit=40, max_name_column_width=90))
+    total = sum(own(e) for e in kernels) or 1.0
+    top = sorted(kernels, key=own, reverse=True)[:15]
+    words = ("flash", "fmha", "efficient_attention", "cudnn_attention", "scaled_dot_product", "attention")
+    return {"device_ms_per_step": total / 1000 / 3, "top": [{"name": e.key[:140], "share": own(e) / total,
+                                                             "calls": e.count} for e in top],
+            "attention": sorted({e.key[:140] for e in events if any(w in e.key.lower() for w in words)})}
 
 
 def _engine_facts(engine) -> dict:
@@ -316,6 +461,9 @@ def _measurements(spec: dict, hf_config, seconds: float, **extra) -> dict:
     peak = peak_flops(spec["peak_tflops"]) if cuda else None
     mask_prob = 0.15  # DataConfig.mask_prob, used by the masker on both sides
     mfu = None if peak is None else flops_per_token(hf_config, spec["seq_len"], mask_prob) * tokens_per_s / peak
+    # FLOPs the step really does: a frozen layer weight costs 4 per token (forward, input gradient), not 6.
+    done = flops_per_token(hf_config, spec["seq_len"], mask_prob) - 2 * extra.get("frozen_matmul", 0)
+    mfu_done = None if peak is None else done * tokens_per_s / peak
     full = None if peak is None else flops_per_token(hf_config, spec["seq_len"], 1.0) * tokens_per_s / peak
     if cuda:
         memory = {"peak_memory_gib": torch.cuda.max_memory_allocated() / 2 ** 30, "memory_kind": "cuda_allocated",
@@ -324,6 +472,7 @@ def _measurements(spec: dict, hf_config, seconds: float, **extra) -> dict:
         memory = {"peak_memory_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20,
                   "memory_kind": "host_rss"}
     return {"tokens_per_s": tokens_per_s, "step_ms": 1000 * seconds / spec["steps"], "mfu": mfu,
+            "mfu_done": mfu_done, "flops_per_token_done": done,
             **({"mfu_full_head": full} if spec["side"] == "hf" else {}), **memory,
             "flops_per_token": flops_per_token(hf_config, spec["seq_len"], mask_prob),
             "num_hidden_layers": hf_config.num_hidden_layers, "hidden_size": hf_config.hidden_size,
@@ -331,14 +480,19 @@ def _measurements(spec: dict, hf_config, seconds: float, **extra) -> dict:
 
 
 def add_ratios(rows: list[dict]) -> None:
-    """``vs_hf``: xpt over hf tokens/s at the same (seq_len, phase); ``vs_phase2``: phase 1 over phase 2 tokens/s
-    of the same side and seq_len."""
-    ok = {(r["side"], r["seq_len"], r["phase"]): r for r in rows if "error" not in r}
-    for (side, seq_len, phase), r in ok.items():
-        if side == "xpt" and ("hf", seq_len, phase) in ok:
-            r["vs_hf"] = r["tokens_per_s"] / ok["hf", seq_len, phase]["tokens_per_s"]
-        if phase == 1 and (side, seq_len, 2) in ok:
-            r["vs_phase2"] = r["tokens_per_s"] / ok[side, seq_len, 2]["tokens_per_s"]
+    """``vs_hf``: an xpt row's tokens/s over hf's at the same (seq_len, phase); ``vs_plain``: a variant row's over
+    the plain xpt row's; ``vs_phase2``: phase 1 over phase 2 tokens/s of the same side, variant and seq_len, and
+    ``step_vs_phase2`` the step times' ratio (phase 1 / phase 2)."""
+    ok = {(r["side"], r.get("variant", ""), r["seq_len"], r["phase"]): r for r in rows if "error" not in r}
+    for (side, variant, seq_len, phase), r in ok.items():
+        if side == "xpt" and ("hf", "", seq_len, phase) in ok:
+            r["vs_hf"] = r["tokens_per_s"] / ok["hf", "", seq_len, phase]["tokens_per_s"]
+        if variant and ("xpt", "", seq_len, phase) in ok:
+            r["vs_plain"] = r["tokens_per_s"] / ok["xpt", "", seq_len, phase]["tokens_per_s"]
+        if phase == 1 and (side, variant, seq_len, 2) in ok:
+            two = ok[side, variant, seq_len, 2]
+            r["vs_phase2"] = r["tokens_per_s"] / two["tokens_per_s"]
+            r["step_vs_phase2"] = (r["step_ms"] / r["micro_batch"]) / (two["step_ms"] / two["micro_batch"])
 
 
 def machine(cuda: bool) -> dict:
@@ -360,21 +514,43 @@ def markdown(report: dict) -> str:
              f"{m['deepspeed']}; {m['date']}. {a['precision']}, ZeRO-2, optimizer {report['optimizer']}, "
              f"{a['warmup']} warm-up + {a['steps']} timed steps"
              + (f"; MFU against {report['peak_tflops']:g} TFLOP/s." if report["peak_tflops"] else "."), "",
-             "| seq len | micro batch | phase | trainer | tokens/s | step ms | MFU | peak mem GiB | vs HF | vs phase 2 |",
-             "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
+             "| seq len | micro batch | phase | trainer | tokens/s | step ms | MFU | MFU done | peak mem GiB | "
+             "optimizer GiB | vs HF | vs plain | phase-1 step / phase-2 step |",
+             "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     name = {"hf": "HF Trainer + DeepSpeed", "xpt": "xpt_ds"}
+    pct = lambda v: "n/a" if v is None else f"{100 * v:.1f} %"  # noqa: E731
     for r in report["results"]:
-        head = f"| {r['seq_len']} | {r['micro_batch']} | {r['phase']} | {name[r['side']]} |"
+        trainer = name[r["side"]] + (f" + {r['variant']}" if r.get("variant") else "")
+        head = f"| {r['seq_len']} | {r['micro_batch']} | {r['phase']} | {trainer} |"
         if "error" in r:
-            lines.append(f"{head} failed | | | | | |")
+            lines.append(f"{head} failed | | | | | | | | |")
             continue
-        mfu = "n/a" if r["mfu"] is None else f"{100 * r['mfu']:.1f} %"
         ratio = f"{r['vs_hf']:.2f}x" if "vs_hf" in r else ("1.0x" if r["side"] == "hf" else "")
-        vs2 = f"{r['vs_phase2']:.2f}x" if "vs_phase2" in r else ""
-        lines.append(f"{head} {r['tokens_per_s']:,.0f} | {r['step_ms']:.1f} | {mfu} | "
-                     f"{r['peak_memory_gib']:.2f} | {ratio} | {vs2} |")
+        plain = f"{r['vs_plain']:.2f}x" if "vs_plain" in r else ""
+        vs2 = f"{r['step_vs_phase2']:.2f}" if "step_vs_phase2" in r else ""
+        lines.append(f"{head} {r['tokens_per_s']:,.0f} | {r['step_ms']:.1f} | {pct(r['mfu'])} | "
+                     f"{pct(r.get('mfu_done'))} | {r['peak_memory_gib']:.2f} | "
+                     f"{r.get('optimizer_state_gib', 0):.2f} | {ratio} | {plain} | {vs2} |")
     if report["results"] and report["results"][0].get("memory_kind") == "host_rss":
         lines.append("\nOn CPU: peak memory is the process's peak RSS; MFU is not defined.")
+    return "\n".join(lines)
+
+
+def max_batch_markdown(report: dict) -> str:
+    m = report["machine"]
+    lines = [f"Machine: {m['device']}, torch {m['torch']}; {m['date']}. Largest micro-batch that ran 2 steps "
+             f"({report['args']['precision']}, ZeRO-2, optimizer {report['optimizer']}):", "",
+             "| seq len | phase | trainer | largest micro-batch | its peak GiB | next size |", "|---:|---:|---|---:|---:|---|"]
+    name = {"hf": "HF Trainer + DeepSpeed", "xpt": "xpt_ds"}
+    for r in report["results"]:
+        trainer = name[r["side"]] + (f" + {r['variant']}" if r.get("variant") else "")
+        if "error" in r:
+            lines.append(f"| {r['seq_len']} | {r['phase']} | {trainer} | failed | | |")
+            continue
+        fit = [t for t in r["tried"] if t["fits"]]
+        peak = f"{fit[-1]['peak_memory_gib']:.1f}" if fit and fit[-1]["peak_memory_gib"] is not None else "n/a"
+        nxt = f"{r['tried'][-1]['micro_batch']}: out of memory" if r["ran_out"] else "not tried (list ended)"
+        lines.append(f"| {r['seq_len']} | {r['phase']} | {trainer} | {r['largest_fit']} | {peak} | {nxt} |")
     return "\n".join(lines)
 
 

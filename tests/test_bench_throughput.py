@@ -1,12 +1,12 @@
-"""benchmarks/bench_throughput.py keeps working: --tiny on CPU, both trainers, both phases (one length: each
-side and phase is its own process, ~8 s of imports each).
+"""benchmarks/gpu_session.sh (which runs benchmarks/bench_throughput.py) keeps working: its --rehearse mode on
+CPU runs every step the GPU session runs, with the tiny model: both trainers at both phases, the optimisation
+rows with their profiles, the largest-micro-batch search, and the collection of tests/gpu.
 
 CPU numbers are no performance claim; this checks the comparison is built as documented (same model and
-trainable set on both sides, both under a ZeRO-2 bf16 DeepSpeed engine) and that the report is complete."""
+trainable set on both sides, both under a ZeRO-2 bf16 DeepSpeed engine) and that the reports are complete."""
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 
@@ -15,30 +15,59 @@ from conftest import REPO
 SEQ_LENS, PHASES = (32,), (1, 2)
 
 
-def test_tiny_cpu_run_reports_both_trainers_for_every_length_and_phase(tmp_path):
-    out = tmp_path / "bench.json"
-    env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "TORCHDYNAMO_DISABLE": "1"}
-    proc = subprocess.run([sys.executable, "benchmarks/bench_throughput.py", "--tiny", "--seq-lens",
-                           *map(str, SEQ_LENS), "--steps", "2", "--warmup", "1", "--out", str(out)],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+@pytest.fixture(scope="module")
+def session(tmp_path_factory):
+    out = tmp_path_factory.mktemp("gpu_session")
+    env = {k: v for k, v in os.environ.items() if k != "XPT_GPU_TESTS_ON_CPU"}
+    proc = subprocess.run(["bash", "benchmarks/gpu_session.sh", str(out), "--rehearse"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    report = json.loads(out.read_text())
-    rows = {(r["side"], r["seq_len"], r["phase"]): r for r in report["results"]}
-    assert set(rows) == {(s, n, p) for s in ("hf", "xpt") for n in SEQ_LENS for p in PHASES}
+    steps = {line.split("\t")[0]: line.split("\t")[1] for line in (out / "steps.tsv").read_text().splitlines()}
+    failed = {name: (out / f"{name}.log").read_text()[-3000:] for name, rc in steps.items() if rc != "0"}
+    assert not failed, failed
+    assert set(steps) == {"bench_main", "gpu_tests", "bench_variants", "bench_max_batch"} and (out / "DONE").exists()
+    return out
+
+
+def test_main_table_reports_both_trainers_for_every_length_and_phase(session):
+    report = json.loads((session / "bench_main.json").read_text())
+    rows = {(r["side"], r["variant"], r["seq_len"], r["phase"]): r for r in report["results"]}
+    assert set(rows) == {(s, "", n, p) for s in ("hf", "xpt") for n in SEQ_LENS for p in PHASES}
     for r in rows.values():
         assert r["tokens_per_s"] > 0 and r["step_ms"] > 0 and r["peak_memory_gib"] > 0
         assert r["mfu"] is None and r["memory_kind"] == "host_rss"  # CPU: no peak FLOP/s, host memory
         assert r["engine"]["class"] == "DeepSpeedEngine" and r["engine"]["zero_stage"] == 2
         assert r["engine"]["module_dtype"] == "bfloat16" and r["engine"]["base_optimizer"] == "AdamW"
         assert r["num_hidden_layers"] == 4  # 2 source layers + 2 ITLs
+        assert r["optimizer_state_gib"] > 0
     for n in SEQ_LENS:
         for p in PHASES:
-            xpt, hf = rows["xpt", n, p], rows["hf", n, p]
+            xpt, hf = rows["xpt", "", n, p], rows["hf", "", n, p]
             assert xpt["vs_hf"] == pytest.approx(xpt["tokens_per_s"] / hf["tokens_per_s"])
             assert (xpt["n_params"], xpt["n_trainable"]) == (hf["n_params"], hf["n_trainable"])
             assert xpt["micro_batch"] == hf["micro_batch"] == 256 // n
-        for side in ("hf", "xpt"):
-            one, two = rows[side, n, 1], rows[side, n, 2]
+        for side, variant in (("hf", ""), ("xpt", "")):
+            one, two = rows[side, variant, n, 1], rows[side, variant, n, 2]
             assert one["vs_phase2"] == pytest.approx(one["tokens_per_s"] / two["tokens_per_s"])
+            assert one["step_vs_phase2"] == pytest.approx(one["step_ms"] / two["step_ms"])
             assert 0 < one["n_trainable"] < two["n_trainable"] == two["n_params"]
-    assert "| 32 | 8 | 2 | xpt_ds |" in proc.stdout  # the markdown table for BENCHMARKS.md
+            # Phase 1 trains only the new parameters: Adam's state and masters scale with them.
+            assert one["optimizer_state_gib"] < 0.75 * two["optimizer_state_gib"]
+            assert one["frozen_matmul"] > 0 == two["frozen_matmul"]
+    log = (session / "bench_main.log").read_text()
+    assert "| 32 | 8 | 2 | xpt_ds |" in log
+
+
+def test_variant_rows_profiles_and_largest_batch(session):
+    variants = json.loads((session / "bench_variants.json").read_text())["results"]
+    assert [(r["side"], r["variant"]) for r in variants] == [("xpt", ""), ("xpt", "vocab64")]
+    padded = variants[1]
+    assert padded["vs_plain"] == pytest.approx(padded["tokens_per_s"] / variants[0]["tokens_per_s"])
+    assert padded["vocab_size"] % 64 == 0 and padded["vocab_size"] >= variants[0]["vocab_size"]
+    for r in variants:
+        table = (session / "profiles" / f"profile-xpt{'-' + r['variant'] if r['variant'] else ''}-32-2.txt").read_text()
+        assert "Self CPU" in table and r["profile"]["top"] and r["profile"]["device_ms_per_step"] > 0
+    largest = json.loads((session / "bench_max_batch.json").read_text())["results"]
+    assert {(r["side"], r["phase"]) for r in largest} == {("hf", 2), ("xpt", 2)}
+    assert all(r["largest_fit"] == 4 and not r["ran_out"] for r in largest)  # CPU: nothing runs out
+    assert "tests/gpu/test_cuda.py" in (session / "gpu_tests.log").read_text()  # collected, skipped on CPU

@@ -344,8 +344,9 @@ class MLMBatchStream:
         ds = _BatchDataset(plan)
         # Own generator: a DataLoader iterator otherwise draws its base seed from the global RNG, which
         # would shift the dropout stream whenever the iterator is (re)created, e.g. after a resume.
+        # Pinned host batches: the trainer's non_blocking copy to a CUDA device is then truly asynchronous.
         return iter(DataLoader(ds, batch_size=None, num_workers=self.num_workers, generator=torch.Generator(),
-                               prefetch_factor=4 if self.num_workers else None,
+                               prefetch_factor=4 if self.num_workers else None, pin_memory=torch.cuda.is_available(),
                                worker_init_fn=_ignore_stop_signals if self.num_workers else None))
 
     def close(self) -> None:

@@ -21,6 +21,7 @@ from deepspeed.utils import safe_get_full_fp32_param, safe_set_full_fp32_param
 from torch import nn
 
 from xpt_ds.config import ConfigError, OptimConfig, PhaseConfig, TrainConfig
+from xpt_ds.training.compile import compile_blocks
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +171,8 @@ def build_engine(model: nn.Module, trainable: set[str], cfg: TrainConfig, fp32: 
     if load_universal:
         ds.setdefault("checkpoint", {})["load_universal"] = True
     optimizer = build_optimizer(model, cfg.optim, ds)
+    if cfg.compile:
+        compile_blocks(model, zero_stage(ds))
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=ds)
     restore_fp32(engine, fp32)
     frozen = {n: fp32[n] for n, p in model.named_parameters() if n not in trainable}
