@@ -1,4 +1,4 @@
-"""The phase-aware MLM post-training loop."""
+"""The phase-aware post-training loop: MLM for encoder sources, next-token loss for decoder sources."""
 from __future__ import annotations
 
 import logging
@@ -19,6 +19,7 @@ from xpt_ds.io.paths import unwritable
 from xpt_ds.metrics.logger import LogWindow, MetricsLogger, flops_per_token, peak_flops
 from xpt_ds.metrics.mlm import MLMStats, piece_char_lengths, piece_word_starts
 from xpt_ds.model.build import build_model, build_skeleton, load_fp32_state
+from xpt_ds.model.decoder import is_decoder
 from xpt_ds.model.objective import build_objective, strip_prefix
 from xpt_ds.model.phases import build_phase_starts, build_phase_trainables, phases_read_later, weights_from_ends
 from xpt_ds.training import checkpoint
@@ -95,8 +96,12 @@ class Trainer:
         self.starts = [None if s is None else {f"hf.{n}": p for n, p in s.items()}
                        for s in build_phase_starts(cfg, self.built.tags)]
         self.kept_ends = phases_read_later(cfg)
+        self.causal = is_decoder(self.hf_config)  # next-token loss on the same packed rows (docs/decoders.md)
+        if self.causal and not cfg.data.doc_separator:
+            raise ConfigError("config key 'data.doc_separator' is false, but a decoder source needs the separator "
+                              "to find document boundaries (position restarts, no attention across documents)")
         self.train_stream, self.valid_stream = build_streams(cfg.data, self.tok, cfg.optim.micro_batch_size,
-                                                             self.rank, self.world)
+                                                             self.rank, self.world, causal=self.causal)
         if cfg.data.parallel_shards or cfg.data.source_shards:  # TreLM: the phase's other objectives join MLM
             self.train_stream = build_trelm_stream(self.train_stream, cfg, self.tok,
                                                    self.hf_config.xpt_trelm_source_vocab_size, self.rank, self.world)
@@ -106,7 +111,8 @@ class Trainer:
         self.state = TrainerState()
         self.device = torch.device(deepspeed.get_accelerator().current_device_name())
         self.tokens_per_step = cfg.optim.micro_batch_size * cfg.optim.grad_accum * self.world * cfg.data.seq_len
-        self.flops_per_step = flops_per_token(self.hf_config, cfg.data.seq_len, cfg.data.mask_prob) * self.tokens_per_step
+        self.flops_per_step = flops_per_token(self.hf_config, cfg.data.seq_len,
+                                              1.0 if self.causal else cfg.data.mask_prob) * self.tokens_per_step
         self.step_work = (0, 0.0)  # (tokens, FLOPs) of the last step, every rank's rows (TreLM: xpt_ds.trelm.work)
         self.step_seconds: float | None = None  # mean of the last log window, for the ETA
         self.peak = peak_flops(cfg.logging.peak_tflops)
