@@ -190,7 +190,7 @@ class Trainer:
             save_config(self.cfg, self.run_dir / "config.yaml")
         self.logger.start(self.state.global_step)
         self._info(f"model: {sum(v.numel() for v in fp32.values()):,} parameters; phase '{self.phase.name}' trains "
-                   f"{n_train:,} on {', '.join(phase_objectives(self.cfg, self.state.phase_index))}")
+                   f"{n_train:,} on {self.objective_names()}")
 
     def start_branch(self, tag: str | None) -> None:
         """An explicit resume (or ``none``) leaves the later checkpoints' trajectory, and the phase ends that
@@ -291,8 +291,12 @@ class Trainer:
         origin = (f"from the end of '{self.phase.start_from}'" if self.phase.start_from else
                   f"from a merge of {', '.join(self.phase.reads())}" if self.phase.merges else "")
         self._info(f"phase '{self.phase.name}' starts at global step {self.state.global_step} {origin}".rstrip()
-                   + f"; trains on {', '.join(phase_objectives(self.cfg, self.state.phase_index))}")
+                   + f"; trains on {self.objective_names()}")
         return True
+
+    def objective_names(self) -> str:
+        """What the current phase trains on, for the log: its objectives, or a decoder's next-token loss."""
+        return "next_token" if self.causal else ", ".join(phase_objectives(self.cfg, self.state.phase_index))
 
     def use_phase_objectives(self) -> None:
         """TreLM's stream builds the current phase's objectives' rows; a plain MLM stream has target MLM only."""
