@@ -2,6 +2,8 @@
 no optimizer state and an export that stock transformers loads and generates with; Llama (untied head) on two
 ranks under ZeRO-3 through torchrun, resumed exactly across the phase boundary, its export's logits equal to the
 trainer's engine's."""
+import json
+import math
 import shutil
 import subprocess
 
@@ -11,6 +13,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2LMHeadModel, LlamaForCausalLM
 
 from conftest import REPO, _command, base_config, launch, read_metrics, write_config
+from xpt_ds.evaluate import main as evaluate_main
 from xpt_ds.export import main as export_main
 from xpt_ds.model.causal_lm import CausalLMObjective
 from xpt_ds.model.objective import strip_prefix
@@ -90,6 +93,21 @@ def test_gpt2_phase1_frozen_then_export_generates(tmp_path, tiny_decoder, corpus
     generated = model.generate(**enc, max_new_tokens=6, do_sample=False, pad_token_id=tok.pad_token_id)
     assert generated.shape == (1, ids.shape[1] + 6) and torch.equal(generated[0, :ids.shape[1]], ids[0])
     assert isinstance(tok.decode(generated[0, ids.shape[1]:], skip_special_tokens=True), str)
+
+    # Evaluate: every test piece (and each document's end) predicted once; the export scores as its checkpoint;
+    # bits per byte beside the unigram baseline's, on the same tokens.
+    shards = f"{corpus}/manifest.json:test"
+    scores = {}
+    for name, args in (("export", ["--model", str(out)]), ("run", ["--run", str(tmp_path / "run")]),
+                       ("unigram", ["--model", str(out), "--unigram", f"{corpus}/manifest.json:train"])):
+        assert evaluate_main([*args, "--shards", shards, "--seq-len", "32", "--out", str(tmp_path / f"{name}.json")]) == 0
+        scores[name] = json.loads((tmp_path / f"{name}.json").read_text())
+    exp, run, uni = scores["export"], scores["run"], scores["unigram"]
+    assert exp["objective"] == "next_token" and exp["tokens"] == run["tokens"] == uni["tokens"] == 181 + 2
+    assert exp["loss"] == pytest.approx(run["loss"], rel=1e-6)
+    for r in (exp, uni):
+        assert r["bits_per_byte"] == pytest.approx(r["loss"] * r["tokens"] / math.log(2) / r["bytes"])
+        assert 0 < r["bits_per_byte"] < r["bits_per_char"] * 1.0001 and math.isfinite(r["ppl"])
 
 
 def test_llama_zero3_two_ranks_resume_across_the_boundary_and_export(tmp_path, tiny_decoder, corpus):

@@ -45,7 +45,9 @@ DECODER_METHODS = tuple(m.name for m in METHODS.values() if not m.adapters and n
 
 
 def is_decoder(config) -> bool:
-    """Whether an HF config (or its model_type) is a decoder family this module builds."""
+    """Whether an HF config (its ``config.json`` as a dict, or its model_type) is a decoder family built here."""
+    if isinstance(config, dict):
+        config = config.get("model_type", "")
     return (config if isinstance(config, str) else getattr(config, "model_type", "")) in DECODER_FAMILIES
 
 

@@ -17,7 +17,7 @@ from xpt_ds.data.tokenizer import tokenizer_for
 from xpt_ds.embedding_init.context import summary, write_report
 from xpt_ds.io.paths import unwritable
 from xpt_ds.metrics.logger import LogWindow, MetricsLogger, flops_per_token, peak_flops
-from xpt_ds.metrics.mlm import MLMStats, piece_char_lengths, piece_word_starts
+from xpt_ds.metrics.mlm import MLMStats, piece_byte_lengths, piece_char_lengths, piece_word_starts
 from xpt_ds.model.build import build_model, build_skeleton, load_fp32_state
 from xpt_ds.model.decoder import is_decoder
 from xpt_ds.model.objective import build_objective, strip_prefix
@@ -82,6 +82,7 @@ class Trainer:
         self.tok = tokenizer_for(cfg.model)
         self.char_lengths = piece_char_lengths(self.tok)  # valid/bits_per_char: compares across vocabularies
         self.word_starts = piece_word_starts(self.tok)  # valid/bits_per_word: so does this
+        self.byte_lengths = piece_byte_lengths(self.tok)  # valid/bits_per_byte: and this
         self.resume_tag = checkpoint.resolve_tag(self.ckpt_root, cfg.checkpoint.resume)
         self.resume_client = None if self.resume_tag is None else checkpoint.read_client_state(
             self.ckpt_root, self.resume_tag, cfg.checkpoint.allow_pickle)
@@ -382,14 +383,15 @@ class Trainer:
         metrics = {}
         if self.valid_stream is not None:
             self.valid_stream.load_state_dict({"sequences": 0})
-            stats = MLMStats(self.device, self.char_lengths, self.word_starts)
+            stats = MLMStats(self.device, self.char_lengths, self.word_starts, self.byte_lengths)
             for i, batch in enumerate(self.valid_stream):
                 if self.cfg.logging.eval_batches and i >= self.cfg.logging.eval_batches:
                     break
                 batch = self._to_device(batch)
                 stats.update(self.engine(**batch, return_logits=True), batch["mlm_targets"])
             stats.all_reduce()
-            metrics = {f"valid/{k}": v for k, v in stats.result().items() if k not in ("tokens", "chars", "words")}
+            metrics = {f"valid/{k}": v for k, v in stats.result().items()
+                       if k not in ("tokens", "chars", "words", "bytes")}
         if self.cdlm_valid is not None:
             metrics.update(self.cdlm_valid.evaluate(
                 lambda batch, objective: self.engine(**self._to_device(batch), return_logits=True,
