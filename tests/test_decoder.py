@@ -92,6 +92,8 @@ def test_bad_sources_and_methods_are_one_line_errors(tiny_decoder, corpus, tmp_p
     with pytest.raises(ConfigError, match="model_type 'gpt_neox' is not supported") as e:
         _build(tmp_path, corpus)
     assert "\n" not in str(e.value) and "gpt2, llama" in str(e.value)
+    with pytest.raises(ConfigError, match=r"model.source': GGUF file not found: .*/missing.gguf$"):
+        _build(tmp_path / "missing.gguf", corpus)
 
 
 def test_next_token_rows(tiny_decoder, corpus):

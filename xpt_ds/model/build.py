@@ -23,7 +23,14 @@ from xpt_ds.embedding_init.context import InitContext, kept_vocabulary_report
 from xpt_ds.embedding_init.registry import init_embeddings
 from xpt_ds.errors import UserError
 from xpt_ds.model.adapters import add_adapters
-from xpt_ds.model.decoder import DECODER_FAMILIES, build_decoder, decoder_skeleton, is_decoder, load_decoder_source
+from xpt_ds.model.decoder import (
+    DECODER_FAMILIES,
+    build_decoder,
+    decoder_skeleton,
+    is_decoder,
+    load_decoder_source,
+    source_location,
+)
 from xpt_ds.trelm.model import add_trelm, init_trelm, trelm_tags
 
 log = logging.getLogger(__name__)
@@ -68,8 +75,12 @@ def load_source(cfg: ModelConfig):
 
 def _load_source(cfg: ModelConfig):
     src = cfg.source
+    location, gguf = source_location(src)  # a GGUF file: its directory and {gguf_file: name}
     try:
-        src_cfg = AutoConfig.from_pretrained(src, trust_remote_code=False)
+        src_cfg = AutoConfig.from_pretrained(location, trust_remote_code=False, **gguf)
+    except ImportError as e:  # transformers reads GGUF through the gguf package
+        raise ConfigError(f"config key 'model.source': reading {src} needs the gguf package "
+                          f"(pip install gguf): {str(e).strip().splitlines()[0]}") from None
     except (OSError, ValueError) as e:
         where = "local directory" if Path(src).exists() else "hub id or path"
         raise ConfigError(f"config key 'model.source': cannot load '{src}' ({where}): "

@@ -1,6 +1,6 @@
 """XPT for decoder sources: a GPT-2- or Llama-family *ForCausalLM as the English model (docs/decoders.md).
 
-The target is a stock GPT2LMHeadModel / LlamaForCausalLM (or Mistral, Qwen2: Llama's layout) with L+2 layers,
+``model.source`` is a directory, a hub id or a ``.gguf`` file (``source_location``). The target is a stock GPT2LMHeadModel / LlamaForCausalLM (or Mistral, Qwen2: Llama's layout) with L+2 layers,
 built from the source's own config, so export is a plain ``save_pretrained``: layer 0 is ITL_in, layers 1..L are
 the reused source layers, layer L+1 is ITL_out, each a decoder layer of the source's architecture. Building the
 L+2-layer model from its config gives every layer its own ``layer_idx`` (the KV cache slot) and the shared rotary
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -57,13 +58,26 @@ def check_decoder_method(method: str, model_type: str) -> None:
                           f"({model_type}); valid: {', '.join(DECODER_METHODS)}")
 
 
+def source_location(source: str) -> tuple[str, dict]:
+    """(what ``from_pretrained`` takes, its extra arguments): a path ending in ``.gguf`` is a GGUF file, read by
+    transformers (dequantized to fp32) from its directory with ``gguf_file``; anything else as it is."""
+    if not source.endswith(".gguf"):
+        return source, {}
+    path = Path(source)
+    if not path.is_file():
+        raise ConfigError(f"config key 'model.source': GGUF file not found: {source}")
+    return str(path.parent), {"gguf_file": path.name}
+
+
 def load_decoder_source(source: str, src_cfg, method: str):
     """The English *ForCausalLM (random weights of its shape for a method whose source is 'random')."""
     check_decoder_method(method, src_cfg.model_type)
     if METHODS[method].source == "random":
         return AutoModelForCausalLM.from_config(src_cfg), set()
-    model, info = AutoModelForCausalLM.from_pretrained(source, output_loading_info=True, trust_remote_code=False)
-    return model, set(info["missing_keys"])
+    location, gguf = source_location(source)
+    model, info = AutoModelForCausalLM.from_pretrained(location, output_loading_info=True, trust_remote_code=False,
+                                                       **gguf)
+    return model, set(info["missing_keys"])  # a GGUF source is dequantized to fp32 (and refuses .float())
 
 
 def target_config(src_cfg, cfg: ModelConfig, tok: TargetTokenizer):
