@@ -23,7 +23,7 @@ LAYERS = {"gpt2": lambda m: m.transformer.h, "llama": lambda m: m.model.layers}
 def _build(source, corpus, method="xpt", **model):
     tok = build_tokenizer(str(corpus / "spm.model"))
     cfg = ModelConfig(source=str(source), tokenizer=str(corpus / "spm.model"), method=method, **model)
-    return build_model(cfg, tok), tok
+    return build_model(cfg, tok, DataConfig(train_shards=[f"{corpus}/manifest.json:train"])), tok
 
 
 @pytest.mark.parametrize("family,tied", KINDS, ids=[f"{f}-{'tied' if t else 'untied'}" for f, t in KINDS])
@@ -152,3 +152,43 @@ def test_chunked_loss_equals_the_plain_one(tiny_decoder, corpus):
     assert torch.allclose(losses[0], plain, atol=1e-6) and torch.allclose(losses[1], plain, atol=1e-6)
     for n in grads[0]:
         assert torch.allclose(grads[0][n], grads[1][n], atol=1e-6), n
+
+
+@pytest.fixture(scope="module")
+def gpt2_with_tokenizer(tmp_path_factory, corpus_text):
+    """An untied GPT-2 source with a byte-level BPE tokenizer trained on the corpus's own text (so pieces overlap)
+    and GPT-2's one special token."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import GPT2Config, GPT2TokenizerFast
+    out = tmp_path_factory.mktemp("gpt2_bpe")
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(corpus_text.read_text(encoding="utf-8").splitlines(), vocab_size=400, min_frequency=2,
+                            show_progress=False, special_tokens=["<|endoftext|>"])
+    bpe.save_model(str(out))
+    tok = GPT2TokenizerFast(vocab=str(out / "vocab.json"), merges=str(out / "merges.txt"))
+    tok.save_pretrained(out)
+    torch.manual_seed(3)
+    GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_embd=64, n_layer=2, n_head=2, n_positions=80,
+                               tie_word_embeddings=False)).save_pretrained(out)
+    return out
+
+
+@pytest.mark.parametrize("strategy", ["overlap_copy", "frequency_rank"])
+def test_strategies_fill_input_and_output_rows_from_their_own_matrix(strategy, gpt2_with_tokenizer, corpus):
+    """Each copied input row is source input row j, and the same target id's output row is source output row j;
+    cls and sep take GPT-2's bos/eos (<|endoftext|>), as unk does."""
+    src = GPT2LMHeadModel.from_pretrained(gpt2_with_tokenizer)
+    built, tok = _build(gpt2_with_tokenizer, corpus, embedding_init=strategy)
+    report, model = built.embedding_init, built.model
+    assert report["copied"] > 10 and report["special"] == 3 and report["output_rows"]["copied"] == report["copied"]
+    wte, head = src.transformer.wte.weight, src.lm_head.weight
+    matched = 0
+    for i in range(tok.vocab_size):
+        hits = (model.transformer.wte.weight[i] == wte).all(1).nonzero().squeeze(1)
+        if len(hits):
+            matched += 1
+            assert torch.equal(model.lm_head.weight[i], head[hits[0]]), i
+    assert matched == report["copied"] + report["special"]
+    eot = wte[0]  # <|endoftext|>, the trained BPE's only special token
+    assert torch.equal(model.transformer.wte.weight[tok.cls_id], eot)
+    assert torch.equal(model.transformer.wte.weight[tok.sep_id], eot)
