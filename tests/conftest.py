@@ -306,7 +306,7 @@ def straight_runs(tmp_path_factory, tiny_roberta, corpus):
 # --dist loadfile each file runs whole on one worker, in collection order, so starting the long files first
 # keeps the last minutes from running on one worker while the other idles. Files not named keep their order.
 HEAVY_FIRST = ["test_resume.py", "test_crash_save.py", "test_slurm.py", "test_checkpoint_errors.py",
-               "test_bad_input.py", "test_faults.py", "test_export.py", "test_trust.py", "test_rescale.py",
+               "test_bad_input.py", "test_faults.py", "test_export.py", "test_decoder_train.py", "test_trust.py", "test_rescale.py",
                "test_sweep.py", "test_guards.py", "test_phase_graph.py", "test_finetune.py", "test_preemption.py",
                "test_trelm_phases.py", "test_reproducible.py", "test_trainer.py", "test_keep_vocab.py",
                "test_evaluate.py", "test_bench_throughput.py"]

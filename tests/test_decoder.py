@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import AutoConfig, GPT2LMHeadModel, LlamaForCausalLM
+from transformers import GPT2LMHeadModel, LlamaForCausalLM
 
 from xpt_ds.config import ConfigError, DataConfig, ModelConfig
-from xpt_ds.data.causal import NextTokenTargets
 from xpt_ds.data.mlm import build_streams
 from xpt_ds.data.tokenizer import build_tokenizer
 from xpt_ds.model.build import build_model, build_skeleton
@@ -114,7 +113,7 @@ def test_next_token_rows(tiny_decoder, corpus):
     assert (pos[:, 1:63][seps] == 0).all() and (pos[:, 0] == 0).all()
 
     # Logits of the second document in a row equal those of the document alone (cls at position 0).
-    b, start = [(b, int(c)) for b in range(4) for c in seps[b].nonzero().squeeze(1)][0]
+    b, start = next((b, int(c)) for b in range(4) for c in seps[b].nonzero().squeeze(1))
     start += 1  # row index of the cls that opens the next document
     end = start + 1 + int(torch.cat([(pos[b, start + 1:] == 0).nonzero().squeeze(1), torch.tensor([63 - start])])[0])
     model = build_model(ModelConfig(source=str(tiny_decoder("llama", False)), tokenizer=tok.path), tok).model.eval()

@@ -10,9 +10,9 @@ import subprocess
 import pytest
 import sentencepiece as spm
 import torch
+from conftest import REPO, _command, base_config, launch, read_metrics, write_config
 from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2LMHeadModel, LlamaForCausalLM
 
-from conftest import REPO, _command, base_config, launch, read_metrics, write_config
 from xpt_ds.evaluate import main as evaluate_main
 from xpt_ds.export import main as export_main
 from xpt_ds.model.causal_lm import CausalLMObjective
@@ -30,7 +30,7 @@ def _engine_logits(cfg_path, ids, tmp_path):
     torch.save(ids, str(out) + ".ids.pt")
     cmd, env = _command([], 2, None)
     cmd = cmd[:cmd.index("-m", 3)] + [str(REPO / "tests/trainer_logits.py"), str(cfg_path), str(out)]
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return torch.load(out)
 
@@ -56,7 +56,8 @@ def test_gpt2_phase1_frozen_then_export_generates(tmp_path, tiny_decoder, corpus
     states = torch.load(tag_dir / "mp_rank_00_model_states.pt", map_location="cpu", weights_only=False)
     module = strip_prefix(states["module"])
     src = GPT2LMHeadModel.from_pretrained(source).state_dict()
-    reused = {k.replace(f"h.{i}.", f"h.{i + 1}.", 1): k for k in src for i in range(2) if k.startswith(f"transformer.h.{i}.")}
+    reused = {k.replace(f"h.{i}.", f"h.{i + 1}.", 1): k for k in src for i in range(2)
+              if k.startswith(f"transformer.h.{i}.")}
     reused |= {k: k for k in src if k.startswith(("transformer.wpe", "transformer.ln_f"))}
     frozen = strip_prefix(torch.load(tag_dir / "frozen_fp32.pt", weights_only=True))
     assert set(frozen) == set(reused)
@@ -118,7 +119,8 @@ def test_llama_zero3_two_ranks_resume_across_the_boundary_and_export(tmp_path, t
 
     # ZeRO-3 phase 1: the reused layers and the final norm are frozen at the source's values.
     src = LlamaForCausalLM.from_pretrained(source).state_dict()
-    frozen = strip_prefix(torch.load(tmp_path / f"straight/checkpoints/{tag_for(2)}/frozen_fp32.pt", weights_only=True))
+    frozen = strip_prefix(torch.load(tmp_path / f"straight/checkpoints/{tag_for(2)}/frozen_fp32.pt",
+                                     weights_only=True))
     reused = {k.replace(f"layers.{i}.", f"layers.{i + 1}.", 1): k for k in src for i in range(2)
               if k.startswith(f"model.layers.{i}.")} | {"model.norm.weight": "model.norm.weight"}
     assert set(frozen) == set(reused) and all(torch.equal(frozen[t], src[s]) for t, s in reused.items())

@@ -250,8 +250,8 @@ def sequence_seed(seed: int, salt: int, i: int) -> int:
 class _BatchPlan:
     """Which sequences make up rank r's micro-batch b, and how to build it."""
 
-    def __init__(self, stream: TokenStream, masker: MLMMasker | NextTokenTargets, micro_batch: int, rank: int, world: int,
-                 first_sequence: int, single_pass: bool, salt: int):
+    def __init__(self, stream: TokenStream, masker: MLMMasker | NextTokenTargets, micro_batch: int, rank: int,
+                 world: int, first_sequence: int, single_pass: bool, salt: int):
         self.stream, self.masker = stream, masker
         self.B, self.rank, self.world, self.first = micro_batch, rank, world, first_sequence
         self.body = stream.cfg.seq_len - 2
@@ -320,8 +320,8 @@ class _BatchDataset(IterableDataset):
 class MLMBatchStream:
     """This rank's micro-batches: infinite for training, one pass over epoch 0 for validation."""
 
-    def __init__(self, stream: TokenStream, masker: MLMMasker | NextTokenTargets, micro_batch: int, rank: int, world: int,
-                 num_workers: int, single_pass: bool = False, salt: int | None = None):
+    def __init__(self, stream: TokenStream, masker: MLMMasker | NextTokenTargets, micro_batch: int, rank: int,
+                 world: int, num_workers: int, single_pass: bool = False, salt: int | None = None):
         self.stream, self.masker = stream, masker
         self.micro_batch, self.rank, self.world = micro_batch, rank, world
         self.num_workers, self.single_pass = num_workers, single_pass
