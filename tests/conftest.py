@@ -94,6 +94,38 @@ def tiny_bert(tmp_path_factory) -> Path:
     return _save_tiny(tmp_path_factory.mktemp("tiny_bert"), "bert")
 
 
+def save_tiny_decoder(out: Path, family: str, tied: bool, dropout: float = 0.1) -> Path:
+    """A tiny GPT2LMHeadModel or LlamaForCausalLM (2 layers, hidden 64, 120 rows), tied or untied head."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(7)
+    ids = dict(vocab_size=120, bos_token_id=0, eos_token_id=2, pad_token_id=1, tie_word_embeddings=tied)
+    if family == "gpt2":
+        model = GPT2LMHeadModel(GPT2Config(n_embd=64, n_layer=2, n_head=2, n_inner=128, n_positions=80,
+                                           resid_pdrop=dropout, embd_pdrop=dropout, attn_pdrop=dropout, **ids))
+    else:
+        model = LlamaForCausalLM(LlamaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                                             num_key_value_heads=1, intermediate_size=128, max_position_embeddings=80,
+                                             attention_dropout=dropout, **ids))
+    model.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_decoder(tmp_path_factory):
+    """(family 'gpt2' | 'llama', tied) -> directory of that tiny source, made once per session."""
+    cache: dict[tuple, Path] = {}
+
+    def get(family: str, tied: bool, dropout: float = 0.1) -> Path:
+        key = (family, tied, dropout)
+        if key not in cache:
+            cache[key] = save_tiny_decoder(tmp_path_factory.mktemp(f"tiny_{family}_{tied}"), family, tied, dropout)
+        return cache[key]
+
+    return get
+
+
 def base_config(run_dir: Path, source: Path, corpus: Path, **sections) -> dict:
     """A small two-phase xpt run; ``sections`` replace top-level keys."""
     cfg = {
@@ -274,7 +306,7 @@ def straight_runs(tmp_path_factory, tiny_roberta, corpus):
 # --dist loadfile each file runs whole on one worker, in collection order, so starting the long files first
 # keeps the last minutes from running on one worker while the other idles. Files not named keep their order.
 HEAVY_FIRST = ["test_resume.py", "test_crash_save.py", "test_slurm.py", "test_checkpoint_errors.py",
-               "test_bad_input.py", "test_faults.py", "test_export.py", "test_trust.py", "test_rescale.py",
+               "test_bad_input.py", "test_faults.py", "test_export.py", "test_decoder_train.py", "test_trust.py", "test_rescale.py",
                "test_sweep.py", "test_guards.py", "test_phase_graph.py", "test_finetune.py", "test_preemption.py",
                "test_trelm_phases.py", "test_reproducible.py", "test_trainer.py", "test_keep_vocab.py",
                "test_evaluate.py", "test_bench_throughput.py"]

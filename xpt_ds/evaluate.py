@@ -1,7 +1,8 @@
 """``python -m xpt_ds.evaluate (--run RUN [--tag TAG] | --model DIR) --shards SPEC [SPEC ...] [--out FILE]``
 
-002 Table 2's intrinsic metrics (PPL, Hits@1/3/5/10, MRR, MR, bits per character and per word) on the masked
-tokens of held-out shards, as JSON (``xpt_ds.evaluation.intrinsic`` says which figure compares what).
+002 Table 2's intrinsic metrics (PPL, Hits@1/3/5/10, MRR, MR, bits per character, per word and per byte) on the
+masked tokens of held-out shards, as JSON (``xpt_ds.evaluation.intrinsic`` says which figure compares what); for
+a decoder, on every next token.
 
 ``--unigram TRAIN_SPEC`` scores the unigram predictor instead of the model, on the same masked tokens: every
 masked position gets each piece's add-one-smoothed frequency in the training shards. A model whose figures
@@ -51,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     from xpt_ds.data.tokenizer import saved_tokenizer
     from xpt_ds.evaluation.intrinsic import UnigramPredictor, emit_json, evaluate, load_export
     from xpt_ds.io.paths import check_output_file
+    from xpt_ds.model.decoder import is_decoder
     if a.out is not None:
         check_output_file(a.out, "--out")
     if a.run is not None:
@@ -69,15 +71,16 @@ def main(argv: list[str] | None = None) -> int:
     data.masking = a.masking or data.masking
     if data.seq_len > getattr(model.config, "xpt_max_length", data.seq_len):
         raise ConfigError(f"--seq-len {data.seq_len} exceeds the model's {model.config.xpt_max_length} positions")
+    causal = is_decoder(model.config)  # next-token scores on every piece (a decoder), else masked ones
     if a.unigram:
-        model = UnigramPredictor.from_shards(a.unigram, tok, data.on_corrupt_shard)
+        model = UnigramPredictor.from_shards(a.unigram, tok, data.on_corrupt_shard, causal)
         source["unigram"] = a.unigram
     elif a.uniform:
-        model, source["uniform"] = UnigramPredictor.uniform(tok), True
+        model, source["uniform"] = UnigramPredictor.uniform(tok, causal), True
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    metrics = evaluate(model, tok, data, a.shards, a.batch_size, a.max_batches, device)
-    emit_json({**source, "shards": a.shards, "seq_len": data.seq_len, "seed": data.seed, "masking": data.masking,
-               **metrics}, a.out)
+    metrics = evaluate(model, tok, data, a.shards, a.batch_size, a.max_batches, device, causal)
+    masked = {"objective": "next_token"} if causal else {"seed": data.seed, "masking": data.masking}
+    emit_json({**source, "shards": a.shards, "seq_len": data.seq_len, **masked, **metrics}, a.out)
     return 0
 
 

@@ -36,7 +36,8 @@ def doc(default, help: str):
 
 @dataclass
 class ModelConfig:
-    source: str = doc("", "English *ForMaskedLM checkpoint: hub id or local directory (BERT or RoBERTa family).")
+    source: str = doc("", "English *ForMaskedLM checkpoint (BERT or RoBERTa family) or *ForCausalLM (GPT-2 or Llama "
+                          "family, docs/decoders.md): hub id or local directory.")
     tokenizer: str = doc("", "Target-language SentencePiece .model file; for a method that keeps the source "
                              "vocabulary (keep_vocab), the source's Hugging Face tokenizer (empty = model.source's).")
     method: str = doc("xpt", f"One of {', '.join(METHODS)}.")

@@ -8,7 +8,8 @@ exactly once per epoch across ranks, and the loader's whole position is one inte
 of sequences consumed. It survives a restart with any number of DataLoader workers (worker w builds
 batches b = w mod W, which the in-order DataLoader returns in order) and with any number of ranks.
 Masks (single pieces, whole words or spans: ``xpt_ds.data.masking``) are drawn per sequence from a generator
-seeded by (seed, sequence index): no RNG state to save.
+seeded by (seed, sequence index): no RNG state to save. For a decoder source ``xpt_ds.data.causal`` takes the
+masker's place (next-token targets from the same rows).
 
 ``data.train_tokens = N`` restricts every training epoch to one fixed subset: the documents of a seeded
 permutation of the whole corpus (independent of N and of the epoch), taken in that order until N stream
@@ -31,6 +32,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from xpt_ds.config import ConfigError, DataConfig
+from xpt_ds.data.causal import NextTokenTargets
 from xpt_ds.data.masking import select_units, span_begins, span_length_cdf, span_lengths, word_begins
 from xpt_ds.data.shards import DataError, DocReader, ShardIndex, scan_shards
 from xpt_ds.data.tokenizer import TargetTokenizer
@@ -248,8 +250,8 @@ def sequence_seed(seed: int, salt: int, i: int) -> int:
 class _BatchPlan:
     """Which sequences make up rank r's micro-batch b, and how to build it."""
 
-    def __init__(self, stream: TokenStream, masker: MLMMasker, micro_batch: int, rank: int, world: int,
-                 first_sequence: int, single_pass: bool, salt: int):
+    def __init__(self, stream: TokenStream, masker: MLMMasker | NextTokenTargets, micro_batch: int, rank: int,
+                 world: int, first_sequence: int, single_pass: bool, salt: int):
         self.stream, self.masker = stream, masker
         self.B, self.rank, self.world, self.first = micro_batch, rank, world, first_sequence
         self.body = stream.cfg.seq_len - 2
@@ -271,7 +273,7 @@ class _BatchPlan:
         ids = torch.from_numpy(rows)
         out = self.masker(ids, [sequence_seed(self.stream.cfg.seed, self.salt, i) for i in seq_ids])
         out["seq_ids"] = torch.tensor(seq_ids)
-        if (ids == tok.pad_id).any():
+        if getattr(self.masker, "pads_need_attention_mask", True) and (ids == tok.pad_id).any():
             out["attention_mask"] = (ids != tok.pad_id).long()
         return out
 
@@ -318,8 +320,8 @@ class _BatchDataset(IterableDataset):
 class MLMBatchStream:
     """This rank's micro-batches: infinite for training, one pass over epoch 0 for validation."""
 
-    def __init__(self, stream: TokenStream, masker: MLMMasker, micro_batch: int, rank: int, world: int,
-                 num_workers: int, single_pass: bool = False, salt: int | None = None):
+    def __init__(self, stream: TokenStream, masker: MLMMasker | NextTokenTargets, micro_batch: int, rank: int,
+                 world: int, num_workers: int, single_pass: bool = False, salt: int | None = None):
         self.stream, self.masker = stream, masker
         self.micro_batch, self.rank, self.world = micro_batch, rank, world
         self.num_workers, self.single_pass = num_workers, single_pass
@@ -378,8 +380,11 @@ def build_stream(shards: list[str], cfg: DataConfig, tok: TargetTokenizer, max_t
     return TokenStream(indexes, tok, cfg, skipped, max_tokens)
 
 
-def build_streams(cfg: DataConfig, tok: TargetTokenizer, micro_batch: int, rank: int, world: int):
-    masker = MLMMasker(cfg, tok)
+def build_streams(cfg: DataConfig, tok: TargetTokenizer, micro_batch: int, rank: int, world: int,
+                  causal: bool = False):
+    """(training stream, validation stream or None); ``causal``: next-token rows (``xpt_ds.data.causal``) in
+    place of masked ones, from the same packing."""
+    masker = NextTokenTargets(tok) if causal else MLMMasker(cfg, tok)
     train = MLMBatchStream(build_stream(expand_shards(cfg.train_shards, tok), cfg, tok, cfg.train_tokens,
                                         manifest_counts(cfg.train_shards)), masker, micro_batch, rank, world,
                            cfg.num_workers)

@@ -131,24 +131,30 @@ def build_tokenizer(path: str, mask_token: str = "") -> TargetTokenizer:
                            sep_id=sp.eos_id(), unk_id=sp.unk_id(), mask_id=mask_ids[0])
 
 
-def save_hf_tokenizer(tok: TargetTokenizer, out_dir: Path, model_max_length: int, token_types: int) -> None:
+def save_hf_tokenizer(tok: TargetTokenizer, out_dir: Path, model_max_length: int, token_types: int,
+                      causal: bool = False) -> None:
     """Write tokenizer.json etc. that stock ``AutoTokenizer.from_pretrained`` loads, with the same ids as spm.
     Pairs follow the model family: with ``token_types`` > 1 BERT's ``[CLS] A [SEP] B [SEP]`` with B in segment 1;
-    otherwise RoBERTa's ``<s> A </s></s> B </s>`` all in segment 0 (its only token type)."""
+    otherwise RoBERTa's ``<s> A </s></s> B </s>`` all in segment 0 (its only token type). ``causal`` (a decoder):
+    ``<s> A`` with no ``</s>``, as a document starts in training (``xpt_ds.data.causal``), so ``generate``
+    continues the text; padding on the left, as batched generation needs."""
     from tokenizers import processors
     from transformers import PreTrainedTokenizerFast
     from transformers.convert_slow_tokenizer import SpmConverter
 
     backend = SpmConverter(types.SimpleNamespace(vocab_file=tok.path)).converted()
     cls, sep = tok.piece(tok.cls_id), tok.piece(tok.sep_id)
+    if causal:
+        single, pair = f"{cls} $A", f"{cls} $A {sep} $B"
+    else:
+        single = f"{cls} $A {sep}"
+        pair = f"{cls} $A {sep} $B:1 {sep}:1" if token_types > 1 else f"{cls} $A {sep} {sep} $B {sep}"
     backend.post_processor = processors.TemplateProcessing(
-        single=f"{cls} $A {sep}",
-        pair=f"{cls} $A {sep} $B:1 {sep}:1" if token_types > 1 else f"{cls} $A {sep} {sep} $B {sep}",
-        special_tokens=[(cls, tok.cls_id), (sep, tok.sep_id)])
+        single=single, pair=pair, special_tokens=[(cls, tok.cls_id), (sep, tok.sep_id)])
     hf = PreTrainedTokenizerFast(
         tokenizer_object=backend, bos_token=cls, eos_token=sep, cls_token=cls, sep_token=sep,
         pad_token=tok.piece(tok.pad_id), unk_token=tok.piece(tok.unk_id), mask_token=tok.piece(tok.mask_id),
-        model_max_length=model_max_length,
+        model_max_length=model_max_length, padding_side="left" if causal else "right",
         model_input_names=["input_ids", "token_type_ids", "attention_mask"] if token_types > 1
         else ["input_ids", "attention_mask"])
     hf.save_pretrained(str(out_dir))

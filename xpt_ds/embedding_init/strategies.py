@@ -207,11 +207,12 @@ def fill_fallback(ctx: InitContext, rows: Rows, kind: str = "fallback") -> None:
 
 
 def map_specials(ctx: InitContext, rows: Rows) -> None:
-    """Target cls/sep/unk/mask rows <- the source tokenizer's; the pad row stays zero."""
+    """Target cls/sep/unk/mask rows <- the source tokenizer's; the pad row stays zero. A source without cls or
+    sep (a decoder's: GPT-2, Llama) gives its bos or eos instead, which is what those rows mean there."""
     stok, t = ctx.source_tokenizer, ctx.tok
-    for tid, name in ((t.cls_id, "cls_token"), (t.sep_id, "sep_token"), (t.unk_id, "unk_token"),
-                      (t.mask_id, "mask_token")):
-        token = getattr(stok, name, None)
+    for tid, name, instead in ((t.cls_id, "cls_token", "bos_token"), (t.sep_id, "sep_token", "eos_token"),
+                               (t.unk_id, "unk_token", ""), (t.mask_id, "mask_token", "")):
+        token = getattr(stok, name, None) or (getattr(stok, instead, None) if instead else None)
         sid = stok.convert_tokens_to_ids(token) if token else None
         if tid != t.pad_id and not rows.kind[tid] and sid is not None and sid < ctx.source_embeddings.shape[0]:
             rows.copy(tid, sid, token, kind="special")

@@ -15,6 +15,11 @@ begin a word (``mlm_metrics.bits_per_word`` says why that estimates bits per wor
 ``--unigram TRAIN_SPEC`` scores the unigram predictor instead of the model, on the same masked tokens: every
 masked position gets each piece's add-one-smoothed frequency in the training shards (the run's or export's
 tokenizer made both). A model whose figures equal the unigram predictor's has learned no context yet.
+
+A decoder (GPT-2, Llama families) is scored on next-token prediction instead, every piece of the shards once
+(``xpt_ds.data.causal``: position restarts, no attention across documents, each document's end predicted as
+sep): loss and PPL per piece, ``bits_per_char`` and ``bits_per_byte`` (NLL in bits over the UTF-8 bytes of the
+predicted pieces' text, ``mlm_metrics.piece_bytes``), which compare across vocabularies and with other models.
 """
 from __future__ import annotations
 
@@ -26,11 +31,13 @@ import torch
 
 from xpt_ds.config import DataConfig
 from xpt_ds.config.methods import method_of
+from xpt_ds.data.causal import NextTokenTargets
 from xpt_ds.data.mlm import MLMBatchStream, MLMMasker, build_stream, expand_shards, manifest_counts
 from xpt_ds.data.tokenizer import TargetTokenizer, saved_tokenizer
 from xpt_ds.embedding_init.context import count_pieces
 from xpt_ds.io.trust import read_config_dict, remote_code_consent
-from xpt_ds.metrics.mlm import MLMStats, piece_char_lengths, piece_word_starts
+from xpt_ds.metrics.mlm import MLMStats, piece_byte_lengths, piece_char_lengths, piece_word_starts
+from xpt_ds.model.decoder import is_decoder
 from xpt_ds.model.objective import build_objective
 
 
@@ -38,50 +45,65 @@ def load_export(model_dir: Path, trust_remote_code: bool = False):
     """(an ``xpt_ds.export`` directory's model, its tokenizer: spm.model, or the source's HF tokenizer of a
     model whose method keeps the source vocabulary). Code the directory ships runs only if it is this xpt-ds's
     own export code or ``trust_remote_code`` (``xpt_ds.io.trust.remote_code_consent``)."""
-    from transformers import AutoModelForMaskedLM
-    method = method_of(read_config_dict(str(model_dir)))
+    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
+    config = read_config_dict(str(model_dir))
+    method = method_of(config)
     if not (model_dir / "spm.model").is_file() and not (method is not None and method.vocab == "source"):
         raise FileNotFoundError(f"--model {model_dir} has no spm.model (the SentencePiece model that made the "
                                 "shards); xpt_ds.export writes one")
     trusted = remote_code_consent(str(model_dir), trust_remote_code)
-    return AutoModelForMaskedLM.from_pretrained(model_dir, trust_remote_code=trusted), saved_tokenizer(model_dir)
+    auto = AutoModelForCausalLM if is_decoder(config) else AutoModelForMaskedLM
+    return auto.from_pretrained(model_dir, trust_remote_code=trusted), saved_tokenizer(model_dir)
 
 
 class UnigramPredictor(torch.nn.Module):
-    """The context-free baseline: the same scores at every masked position, log((count + 1) / total) of each
-    piece in the training shards. Pad, cls, sep and mask are never targets and score -inf; unk keeps its count."""
+    """The context-free baseline: the same scores at every masked (or, ``causal``, every predicted) position,
+    log((count + 1) / total) of each piece in the training shards. Pad, cls, sep and mask are never targets and
+    score -inf; unk keeps its count. ``causal``: sep is a target (a document's end), counted once per document
+    as the stream has it."""
 
-    def __init__(self, counts: torch.Tensor, tok: TargetTokenizer):
+    def __init__(self, counts: torch.Tensor, tok: TargetTokenizer, causal: bool = False):
         super().__init__()
         log_p = torch.log(counts.double() + 1)
-        never = [i for i in tok.special_ids if i != tok.unk_id]
+        never = [i for i in tok.special_ids if i != tok.unk_id and not (causal and i == tok.sep_id)]
         log_p[never] = -math.inf
         self.register_buffer("log_p", (log_p - torch.logsumexp(log_p, 0)).float())
 
     @classmethod
-    def from_shards(cls, shards: list[str], tok: TargetTokenizer, on_corrupt: str = "fail") -> "UnigramPredictor":
-        return cls(torch.from_numpy(count_pieces(shards, tok, on_corrupt)), tok)
+    def from_shards(cls, shards: list[str], tok: TargetTokenizer, on_corrupt: str = "fail",
+                    causal: bool = False) -> "UnigramPredictor":
+        counts = torch.from_numpy(count_pieces(shards, tok, on_corrupt))
+        if causal:  # documents end with sep in the stream, not in the shards
+            from xpt_ds.data.mlm import expand_shards
+            from xpt_ds.data.shards import scan_shards
+            indexes, _ = scan_shards(expand_shards(shards, tok), on_corrupt, vocab=(tok.vocab_size, tok.path))
+            counts[tok.sep_id] += sum(len(ix.lengths) for ix in indexes)
+        return cls(counts, tok, causal)
 
     @classmethod
-    def uniform(cls, tok: TargetTokenizer) -> "UnigramPredictor":
+    def uniform(cls, tok: TargetTokenizer, causal: bool = False) -> "UnigramPredictor":
         """The uniform guess: every piece that can be a target (not pad, cls, sep or mask) equally likely."""
-        return cls(torch.zeros(tok.vocab_size), tok)
+        return cls(torch.zeros(tok.vocab_size), tok, causal)
 
     def forward(self, input_ids: torch.Tensor, mlm_positions: torch.Tensor, mlm_targets: torch.Tensor,
-                attention_mask: torch.Tensor | None = None, return_logits: bool = True) -> torch.Tensor:
+                attention_mask: torch.Tensor | None = None, return_logits: bool = True,
+                position_ids: torch.Tensor | None = None) -> torch.Tensor:
         return self.log_p.expand(len(mlm_positions), -1)
 
 
 @torch.no_grad()
 def evaluate(model, tok: TargetTokenizer, data: DataConfig, shards: list[str], batch_size: int = 16,
-             max_batches: int = 0, device: str = "cpu") -> dict:
-    """One pass over ``shards`` (every token once); the metrics and the number of masked tokens scored.
-    ``model`` is a *ForMaskedLM or a ``UnigramPredictor``."""
+             max_batches: int = 0, device: str = "cpu", causal: bool | None = None) -> dict:
+    """One pass over ``shards`` (every token once); the metrics and the number of masked (``causal``: predicted)
+    tokens scored. ``model`` is a *ForMaskedLM, a *ForCausalLM or a ``UnigramPredictor`` (pass ``causal``)."""
+    if causal is None:
+        causal = is_decoder(model.config)
+    masker = NextTokenTargets(tok) if causal else MLMMasker(data, tok)
     stream = MLMBatchStream(build_stream(expand_shards(shards, tok), data, tok, 0, manifest_counts(shards)),
-                            MLMMasker(data, tok), batch_size, rank=0, world=1, num_workers=0, single_pass=True)
+                            masker, batch_size, rank=0, world=1, num_workers=0, single_pass=True)
     # trelm: through the TRILayer
     objective = (model if isinstance(model, UnigramPredictor) else build_objective(model)).to(device).eval()
-    stats = MLMStats(device, piece_char_lengths(tok), piece_word_starts(tok))
+    stats = MLMStats(device, piece_char_lengths(tok), piece_word_starts(tok), piece_byte_lengths(tok))
     for i, batch in enumerate(stream):
         if max_batches and i >= max_batches:
             break

@@ -22,6 +22,7 @@ from xpt_ds.data.mlm import MLMMasker, sequence_seed
 from xpt_ds.data.tokenizer import build_hf_tokenizer
 from xpt_ds.metrics.mlm import MLMStats, piece_word_starts
 from xpt_ds.model.build import FAMILIES, build_skeleton, load_source
+from xpt_ds.model.decoder import is_decoder
 from xpt_ds.model.objective import MaskedLMObjective
 
 
@@ -117,6 +118,9 @@ def probe(run: Path, source_text: Path, tag: str | None = None, source_id: str |
     if not source_text.is_file():
         raise ConfigError(f"--source-text {source_text} not found")
     post, tag_dir = load_model(run, tag, allow_pickle)
+    if is_decoder(post.config):
+        raise ConfigError(f"--run {run}: the probe scores masked-LM sources; this run's source is a "
+                          f"{post.config.model_type} decoder")
     run_cfg = read_config(tag_dir.parent, tag_dir.name, allow_pickle)
     data = run_cfg.data
     source_id = source_id or run_cfg.model.source

@@ -13,9 +13,14 @@ from xpt_ds.config import H100_PEAK_TFLOPS
 
 def matmul_params(hf_config, mask_prob: float) -> float:
     """Weights that take part in a matmul per token: encoder layers, head transform, and the tied decoder
-    on the masked fraction only (the LM head runs on masked positions)."""
-    d, ff, L, V = hf_config.hidden_size, hf_config.intermediate_size, hf_config.num_hidden_layers, hf_config.vocab_size
-    return L * (4 * d * d + 2 * d * ff) + d * d + mask_prob * V * d
+    on the masked fraction only (the LM head runs on masked positions); a causal LM passes mask_prob 1."""
+    d, L, V = hf_config.hidden_size, hf_config.num_hidden_layers, hf_config.vocab_size
+    ff = getattr(hf_config, "intermediate_size", None) or getattr(hf_config, "n_inner", None) or 4 * d  # GPT-2
+    if hasattr(hf_config, "num_key_value_heads"):  # Llama family: grouped K/V, gated MLP, no head transform
+        kv = hf_config.num_key_value_heads * (getattr(hf_config, "head_dim", None) or d // hf_config.num_attention_heads)
+        return L * (2 * d * d + 2 * d * kv + 3 * d * ff) + mask_prob * V * d
+    head = 0 if hf_config.model_type == "gpt2" else d * d  # the MLM head transform; GPT-2 has none
+    return L * (4 * d * d + 2 * d * ff) + head + mask_prob * V * d
 
 
 def flops_per_token(hf_config, seq_len: int, mask_prob: float) -> float:

@@ -7,7 +7,8 @@ rank. Targets equal to ``IGNORE`` (unmasked or padding positions) do not count.
 
 PPL is per piece, so it compares only models with the same vocabulary. Given each piece's character count
 (``piece_chars``), ``MLMStats`` also reports bits per character: the masked pieces' summed NLL in bits over
-the characters of their surface text, which compares models across vocabularies (003's two transfers). Given
+the characters of their surface text, which compares models across vocabularies (003's two transfers); given
+each piece's UTF-8 byte count (``piece_bytes``), bits per byte likewise. Given
 which pieces start a word (``starts_word``) it reports bits per word (004 §3): the same NLL over the number of
 masked word-initial pieces (``bits_per_word``).
 """
@@ -21,7 +22,7 @@ import torch.nn.functional as F
 
 IGNORE = -100
 HITS_AT = (1, 3, 5, 10)
-_FIELDS = ("nll", "tokens", "rr", "rank", *(f"hits@{k}" for k in HITS_AT), "chars", "words")
+_FIELDS = ("nll", "tokens", "rr", "rank", *(f"hits@{k}" for k in HITS_AT), "chars", "words", "bytes")
 MARKER_STYLES = ("sentencepiece", "byte_level", "wordpiece")
 
 
@@ -59,6 +60,30 @@ def piece_chars(piece: str, style: str) -> int:
     if style == "wordpiece":
         return len(piece) - 2 if piece.startswith("##") else len(piece) + 1
     raise ValueError(f"unknown marker style '{style}' (valid: {', '.join(MARKER_STYLES)})")
+
+
+def piece_bytes(piece: str, style: str) -> int:
+    """UTF-8 bytes of surface text that one vocabulary piece stands for: the denominator of bits per byte, which
+    compares across vocabularies and with other models' published figures. As ``piece_chars``: SentencePiece's
+    ``▁`` is the one space byte it replaces and a byte piece ``<0xAB>`` is one byte; a byte-level piece is one
+    byte per character; a WordPiece ``##xy`` is ``xy``, a word-initial piece its text plus the space before it."""
+    if style == "sentencepiece":
+        if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
+            return 1
+        return len(piece.replace("▁", " ").encode("utf-8"))
+    if style == "byte_level":
+        return len(piece)
+    if style == "wordpiece":
+        return len(piece[2:].encode("utf-8")) if piece.startswith("##") else len(piece.encode("utf-8")) + 1
+    raise ValueError(f"unknown marker style '{style}' (valid: {', '.join(MARKER_STYLES)})")
+
+
+def piece_byte_lengths(tok) -> torch.Tensor:
+    """[V] bytes of surface text per id (``piece_bytes``); special ids count 1, as in ``piece_char_lengths`` (a
+    decoder's ``sep`` target, the end of a document, stands for the one separator byte between documents)."""
+    style, special = tok.marker_style, set(tok.special_ids)
+    return torch.tensor([1 if i in special else piece_bytes(tok.piece(i), style) for i in range(tok.vocab_size)],
+                        dtype=torch.float64)
 
 
 def piece_char_lengths(tok) -> torch.Tensor:
@@ -119,13 +144,15 @@ class MLMStats:
     """Sums over batches (and ranks: ``all_reduce``) of everything the metrics need, on one device."""
 
     def __init__(self, device: torch.device | str = "cpu", char_lengths: torch.Tensor | None = None,
-                 word_starts: torch.Tensor | None = None):
+                 word_starts: torch.Tensor | None = None, byte_lengths: torch.Tensor | None = None):
         """``char_lengths``: [V] characters per vocabulary id (``piece_chars``); with it, ``result`` also has
         ``bits_per_char`` and ``chars``. ``word_starts``: [V] 1 for an id that begins a word
-        (``piece_word_starts``); with it, ``bits_per_word`` and ``words``."""
+        (``piece_word_starts``); with it, ``bits_per_word`` and ``words``. ``byte_lengths``: [V] bytes per id
+        (``piece_byte_lengths``); with it, ``bits_per_byte`` and ``bytes``."""
         self.sums = torch.zeros(len(_FIELDS), dtype=torch.float64, device=device)
         self.char_lengths = None if char_lengths is None else char_lengths.to(device, torch.float64)
         self.word_starts = None if word_starts is None else word_starts.to(device, torch.float64)
+        self.byte_lengths = None if byte_lengths is None else byte_lengths.to(device, torch.float64)
 
     def update(self, logits: torch.Tensor, targets: torch.Tensor) -> None:
         """logits [N, V] (or [B, T, V]) and targets [N] (or [B, T]); targets == IGNORE are skipped."""
@@ -137,8 +164,9 @@ class MLMStats:
         hits = [(ranks <= k).sum(dtype=torch.float64) for k in HITS_AT]
         chars = self.char_lengths[targets].sum() if self.char_lengths is not None else torch.zeros_like(nll)
         words = self.word_starts[targets].sum() if self.word_starts is not None else torch.zeros_like(nll)
+        nbytes = self.byte_lengths[targets].sum() if self.byte_lengths is not None else torch.zeros_like(nll)
         self.sums += torch.stack([nll, torch.tensor(float(len(targets)), dtype=torch.float64, device=nll.device),
-                                  ranks.reciprocal().sum(), ranks.sum(), *hits, chars, words])
+                                  ranks.reciprocal().sum(), ranks.sum(), *hits, chars, words, nbytes])
 
     def all_reduce(self) -> None:
         import deepspeed
@@ -157,6 +185,8 @@ class MLMStats:
             out.update(bits_per_char=bits_per_char(s["nll"], s["chars"]), chars=int(s["chars"]))
         if self.word_starts is not None:
             out.update(bits_per_word=bits_per_word(s["nll"], s["words"]), words=int(s["words"]))
+        if self.byte_lengths is not None:
+            out.update(bits_per_byte=bits_per_char(s["nll"], s["bytes"]), bytes=int(s["bytes"]))
         return out
 
 

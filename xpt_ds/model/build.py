@@ -23,6 +23,14 @@ from xpt_ds.embedding_init.context import InitContext, kept_vocabulary_report
 from xpt_ds.embedding_init.registry import init_embeddings
 from xpt_ds.errors import UserError
 from xpt_ds.model.adapters import add_adapters
+from xpt_ds.model.decoder import (
+    DECODER_FAMILIES,
+    build_decoder,
+    decoder_skeleton,
+    is_decoder,
+    load_decoder_source,
+    source_location,
+)
 from xpt_ds.trelm.model import add_trelm, init_trelm, trelm_tags
 
 log = logging.getLogger(__name__)
@@ -47,8 +55,8 @@ FAMILIES["xlm-roberta"] = FAMILIES["camembert"] = FAMILIES["roberta"]
 
 @dataclass
 class BuiltModel:
-    model: nn.Module  # a stock *ForMaskedLM (plus adapters for method=adapters)
-    family: Family
+    model: nn.Module  # a stock *ForMaskedLM (plus adapters for method=adapters), or *ForCausalLM (decoder source)
+    family: Family | object  # a decoder source's: xpt_ds.model.decoder.DecoderFamily
     tags: dict[str, set[str]]  # parameter name -> tags
     embedding_init: dict | None  # the embedding_init report (xpt_ds.embedding_init.registry.Rows.report); None
     # when build_model did not run the strategy (init_embeddings_rows=False)
@@ -67,15 +75,22 @@ def load_source(cfg: ModelConfig):
 
 def _load_source(cfg: ModelConfig):
     src = cfg.source
+    location, gguf = source_location(src)  # a GGUF file: its directory and {gguf_file: name}
     try:
-        src_cfg = AutoConfig.from_pretrained(src, trust_remote_code=False)
+        src_cfg = AutoConfig.from_pretrained(location, trust_remote_code=False, **gguf)
+    except ImportError as e:  # transformers reads GGUF through the gguf package
+        raise ConfigError(f"config key 'model.source': reading {src} needs the gguf package "
+                          f"(pip install gguf): {str(e).strip().splitlines()[0]}") from None
     except (OSError, ValueError) as e:
         where = "local directory" if Path(src).exists() else "hub id or path"
         raise ConfigError(f"config key 'model.source': cannot load '{src}' ({where}): "
                           f"{str(e).strip().splitlines()[0]}") from None
+    if is_decoder(src_cfg):
+        return load_decoder_source(src, src_cfg, cfg.method)
     if src_cfg.model_type not in FAMILIES:
         raise ConfigError(f"config key 'model.source': model_type '{src_cfg.model_type}' is not supported "
-                          f"(valid: {', '.join(sorted(FAMILIES))})")
+                          f"(valid: {', '.join(sorted(FAMILIES))} (masked LMs); "
+                          f"{', '.join(sorted(DECODER_FAMILIES))} (causal LMs))")
     if METHODS[cfg.method].source == "random":
         return AutoModelForMaskedLM.from_config(src_cfg), set()
     model, info = AutoModelForMaskedLM.from_pretrained(src, output_loading_info=True,
@@ -136,6 +151,9 @@ def build_model(cfg: ModelConfig, tok: TargetTokenizer, data: DataConfig | None 
     method = METHODS[cfg.method]
     src, missing = load_source(cfg)
     src_cfg = src.config
+    if is_decoder(src_cfg):
+        model, family, tags, report = build_decoder(cfg, tok, src, missing, data, init_embeddings_rows)
+        return BuiltModel(model=model, family=family, tags=tags, embedding_init=report)
     with torch.random.fork_rng(devices=[]):
         family = FAMILIES[src_cfg.model_type]
         tcfg = _target_config(src_cfg, cfg, tok)
@@ -167,6 +185,8 @@ def build_model(cfg: ModelConfig, tok: TargetTokenizer, data: DataConfig | None 
 
 def build_skeleton(tcfg) -> nn.Module:
     """The target architecture from its HF config (fp32, SDPA); adapters when the config asks for them."""
+    if is_decoder(tcfg):
+        return decoder_skeleton(tcfg)
     model = AutoModelForMaskedLM.from_config(copy.deepcopy(tcfg), attn_implementation="sdpa").float()
     if getattr(tcfg, "xpt_adapter_size", None):
         add_adapters(model, tcfg.xpt_adapter_size)
@@ -180,10 +200,13 @@ class StateMismatch(UserError, RuntimeError):
 
 
 def load_fp32_state(model: nn.Module, state: dict, where: str) -> None:
-    """Load a full fp32 state dict; only the tied decoder weight/bias may be absent (they alias the
-    embeddings and the head bias). Anything else missing or extra is an error naming ``where``."""
+    """Load a full fp32 state dict; only tied weights may be absent (the MLM decoder weight/bias alias the
+    embeddings and the head bias; a tied causal LM head aliases the input embeddings). Anything else missing or
+    extra is an error naming ``where``."""
     result = model.load_state_dict(state, strict=False)
-    missing = [k for k in result.missing_keys if not k.endswith(("decoder.weight", "decoder.bias"))]
+    tied = ({n for n, _ in model.named_parameters(remove_duplicate=False)}
+            - {n for n, _ in model.named_parameters()})
+    missing = [k for k in result.missing_keys if k not in tied and not k.endswith(("decoder.weight", "decoder.bias"))]
     if missing or result.unexpected_keys:
         raise StateMismatch(f"{where} does not match its model: missing {missing[:5]}, "
                            f"unexpected {result.unexpected_keys[:5]}")

@@ -1,5 +1,6 @@
-"""MLM loss with the LM head computed only on masked positions (~15% of tokens); ``build_objective`` picks it
-or TreLM's (``xpt_ds.trelm.objective``) by the method that built the model."""
+"""MLM loss with the LM head computed only on masked positions (~15% of tokens); ``build_objective`` picks it,
+TreLM's (``xpt_ds.trelm.objective``) by the method that built the model, or the next-token loss of a decoder
+(``xpt_ds.model.causal_lm``)."""
 from __future__ import annotations
 
 import torch
@@ -7,6 +8,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from xpt_ds.config.methods import method_of
+from xpt_ds.model.causal_lm import CausalLMObjective
+from xpt_ds.model.decoder import is_decoder
 from xpt_ds.trelm.objective import TreLMObjective
 
 
@@ -36,9 +39,11 @@ class MaskedLMObjective(nn.Module):
 
 
 def build_objective(hf: nn.Module) -> nn.Module:
-    """TreLM's objective for a trelm model that carries its ``trelm`` training parts (a checkpoint's skeleton),
+    """The causal LM loss for a decoder (GPT-2, Llama families); TreLM's objective for a trelm model that carries its ``trelm`` training parts (a checkpoint's skeleton),
     else MLM: every other method, and a trelm export (``xpt_ds.trelm.hf``), whose base model runs the TRILayer
     itself."""
+    if is_decoder(hf.config):  # next-token loss (xpt_ds.model.causal_lm)
+        return CausalLMObjective(hf)
     method = method_of(hf.config)
     return TreLMObjective(hf) if method is not None and method.trelm and hasattr(hf, "trelm") else MaskedLMObjective(hf)
 

@@ -3,7 +3,8 @@ for evaluation and the probe (``load_model``).
 
 Works offline on one process from any ZeRO stage and any world size: trainable weights come from the
 fp32 optimizer partitions (DeepSpeed's zero_to_fp32), frozen ones from ``frozen_fp32.pt``. The result is
-a plain ``save_pretrained`` directory (``AutoModelForMaskedLM`` / ``AutoTokenizer`` load it), with the
+a plain ``save_pretrained`` directory (``AutoModelForMaskedLM``, or ``AutoModelForCausalLM`` for a decoder
+source, and ``AutoTokenizer`` load it), with the
 run's SentencePiece model converted to ``tokenizer.json`` (or, for ``keep_vocab``, the source's own tokenizer). Models of
 ``method: adapters`` also carry ``xpt_adapters.py``, mapped for the masked LM, the bare encoder and the
 classification, token-classification, question-answering and multiple-choice heads; they load with
@@ -28,6 +29,7 @@ from xpt_ds.io.paths import unwritable
 from xpt_ds.io.trust import OWN_CODE, load_plain
 from xpt_ds.model import adapters
 from xpt_ds.model.build import build_skeleton, load_fp32_state
+from xpt_ds.model.decoder import is_decoder
 from xpt_ds.model.objective import strip_prefix
 from xpt_ds.training import checkpoint
 from xpt_ds.training.engine import zero_stage
@@ -121,5 +123,6 @@ def export(run_dir: Path, out: Path, tag: str | None = None, allow_pickle: bool 
     if tok.kind == "huggingface":  # keep_vocab: the source's own tokenizer, as the checkpoint saved it
         copy_hf_tokenizer(tok.path, out)
     else:
-        save_hf_tokenizer(tok, out, model_max_length=hf_config.xpt_max_length, token_types=hf_config.type_vocab_size)
+        save_hf_tokenizer(tok, out, model_max_length=hf_config.xpt_max_length, causal=is_decoder(hf_config),
+                          token_types=getattr(hf_config, "type_vocab_size", 1))
     return out

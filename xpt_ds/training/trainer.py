@@ -1,4 +1,4 @@
-"""The phase-aware MLM post-training loop."""
+"""The phase-aware post-training loop: MLM for encoder sources, next-token loss for decoder sources."""
 from __future__ import annotations
 
 import logging
@@ -17,8 +17,9 @@ from xpt_ds.data.tokenizer import tokenizer_for
 from xpt_ds.embedding_init.context import summary, write_report
 from xpt_ds.io.paths import unwritable
 from xpt_ds.metrics.logger import LogWindow, MetricsLogger, flops_per_token, peak_flops
-from xpt_ds.metrics.mlm import MLMStats, piece_char_lengths, piece_word_starts
+from xpt_ds.metrics.mlm import MLMStats, piece_byte_lengths, piece_char_lengths, piece_word_starts
 from xpt_ds.model.build import build_model, build_skeleton, load_fp32_state
+from xpt_ds.model.decoder import is_decoder
 from xpt_ds.model.objective import build_objective, strip_prefix
 from xpt_ds.model.phases import build_phase_starts, build_phase_trainables, phases_read_later, weights_from_ends
 from xpt_ds.training import checkpoint
@@ -81,6 +82,7 @@ class Trainer:
         self.tok = tokenizer_for(cfg.model)
         self.char_lengths = piece_char_lengths(self.tok)  # valid/bits_per_char: compares across vocabularies
         self.word_starts = piece_word_starts(self.tok)  # valid/bits_per_word: so does this
+        self.byte_lengths = piece_byte_lengths(self.tok)  # valid/bits_per_byte: and this
         self.resume_tag = checkpoint.resolve_tag(self.ckpt_root, cfg.checkpoint.resume)
         self.resume_client = None if self.resume_tag is None else checkpoint.read_client_state(
             self.ckpt_root, self.resume_tag, cfg.checkpoint.allow_pickle)
@@ -95,8 +97,12 @@ class Trainer:
         self.starts = [None if s is None else {f"hf.{n}": p for n, p in s.items()}
                        for s in build_phase_starts(cfg, self.built.tags)]
         self.kept_ends = phases_read_later(cfg)
+        self.causal = is_decoder(self.hf_config)  # next-token loss on the same packed rows (docs/decoders.md)
+        if self.causal and not cfg.data.doc_separator:
+            raise ConfigError("config key 'data.doc_separator' is false, but a decoder source needs the separator "
+                              "to find document boundaries (position restarts, no attention across documents)")
         self.train_stream, self.valid_stream = build_streams(cfg.data, self.tok, cfg.optim.micro_batch_size,
-                                                             self.rank, self.world)
+                                                             self.rank, self.world, causal=self.causal)
         if cfg.data.parallel_shards or cfg.data.source_shards:  # TreLM: the phase's other objectives join MLM
             self.train_stream = build_trelm_stream(self.train_stream, cfg, self.tok,
                                                    self.hf_config.xpt_trelm_source_vocab_size, self.rank, self.world)
@@ -106,7 +112,8 @@ class Trainer:
         self.state = TrainerState()
         self.device = torch.device(deepspeed.get_accelerator().current_device_name())
         self.tokens_per_step = cfg.optim.micro_batch_size * cfg.optim.grad_accum * self.world * cfg.data.seq_len
-        self.flops_per_step = flops_per_token(self.hf_config, cfg.data.seq_len, cfg.data.mask_prob) * self.tokens_per_step
+        self.flops_per_step = flops_per_token(self.hf_config, cfg.data.seq_len,
+                                              1.0 if self.causal else cfg.data.mask_prob) * self.tokens_per_step
         self.step_work = (0, 0.0)  # (tokens, FLOPs) of the last step, every rank's rows (TreLM: xpt_ds.trelm.work)
         self.step_seconds: float | None = None  # mean of the last log window, for the ETA
         self.peak = peak_flops(cfg.logging.peak_tflops)
@@ -184,7 +191,7 @@ class Trainer:
             save_config(self.cfg, self.run_dir / "config.yaml")
         self.logger.start(self.state.global_step)
         self._info(f"model: {sum(v.numel() for v in fp32.values()):,} parameters; phase '{self.phase.name}' trains "
-                   f"{n_train:,} on {', '.join(phase_objectives(self.cfg, self.state.phase_index))}")
+                   f"{n_train:,} on {self.objective_names()}")
 
     def start_branch(self, tag: str | None) -> None:
         """An explicit resume (or ``none``) leaves the later checkpoints' trajectory, and the phase ends that
@@ -285,8 +292,12 @@ class Trainer:
         origin = (f"from the end of '{self.phase.start_from}'" if self.phase.start_from else
                   f"from a merge of {', '.join(self.phase.reads())}" if self.phase.merges else "")
         self._info(f"phase '{self.phase.name}' starts at global step {self.state.global_step} {origin}".rstrip()
-                   + f"; trains on {', '.join(phase_objectives(self.cfg, self.state.phase_index))}")
+                   + f"; trains on {self.objective_names()}")
         return True
+
+    def objective_names(self) -> str:
+        """What the current phase trains on, for the log: its objectives, or a decoder's next-token loss."""
+        return "next_token" if self.causal else ", ".join(phase_objectives(self.cfg, self.state.phase_index))
 
     def use_phase_objectives(self) -> None:
         """TreLM's stream builds the current phase's objectives' rows; a plain MLM stream has target MLM only."""
@@ -372,14 +383,15 @@ class Trainer:
         metrics = {}
         if self.valid_stream is not None:
             self.valid_stream.load_state_dict({"sequences": 0})
-            stats = MLMStats(self.device, self.char_lengths, self.word_starts)
+            stats = MLMStats(self.device, self.char_lengths, self.word_starts, self.byte_lengths)
             for i, batch in enumerate(self.valid_stream):
                 if self.cfg.logging.eval_batches and i >= self.cfg.logging.eval_batches:
                     break
                 batch = self._to_device(batch)
                 stats.update(self.engine(**batch, return_logits=True), batch["mlm_targets"])
             stats.all_reduce()
-            metrics = {f"valid/{k}": v for k, v in stats.result().items() if k not in ("tokens", "chars", "words")}
+            metrics = {f"valid/{k}": v for k, v in stats.result().items()
+                       if k not in ("tokens", "chars", "words", "bytes")}
         if self.cdlm_valid is not None:
             metrics.update(self.cdlm_valid.evaluate(
                 lambda batch, objective: self.engine(**self._to_device(batch), return_logits=True,

@@ -1,0 +1,193 @@
+"""Decoder sources (xpt_ds.model.decoder, xpt_ds.model.causal_lm, xpt_ds.data.causal), in process: tiny GPT-2 and
+Llama built as stock L+2-layer models with the reused layers copied bit for bit, tied and untied heads, the
+method switch, one-line errors, next-token rows with position restarts and no attention across documents, and
+the chunked loss equal to the plain one in value and gradient."""
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import GPT2LMHeadModel, LlamaForCausalLM
+
+from xpt_ds.config import ConfigError, DataConfig, ModelConfig
+from xpt_ds.data.mlm import build_streams
+from xpt_ds.data.tokenizer import build_tokenizer
+from xpt_ds.model.build import build_model, build_skeleton
+from xpt_ds.model.causal_lm import CausalLMObjective
+from xpt_ds.model.objective import build_objective
+
+KINDS = [("gpt2", True), ("gpt2", False), ("llama", True), ("llama", False)]
+LAYERS = {"gpt2": lambda m: m.transformer.h, "llama": lambda m: m.model.layers}
+
+
+def _build(source, corpus, method="xpt", **model):
+    tok = build_tokenizer(str(corpus / "spm.model"))
+    cfg = ModelConfig(source=str(source), tokenizer=str(corpus / "spm.model"), method=method, **model)
+    return build_model(cfg, tok, DataConfig(train_shards=[f"{corpus}/manifest.json:train"])), tok
+
+
+@pytest.mark.parametrize("family,tied", KINDS, ids=[f"{f}-{'tied' if t else 'untied'}" for f, t in KINDS])
+def test_xpt_target_is_a_stock_model_with_the_source_layers_inside(family, tied, tiny_decoder, corpus):
+    source = tiny_decoder(family, tied)
+    built, tok = _build(source, corpus)
+    model, src = built.model, (GPT2LMHeadModel if family == "gpt2" else LlamaForCausalLM).from_pretrained(source)
+    assert type(model) is type(src) and model.config.num_hidden_layers == 4
+    assert model.config.vocab_size == tok.vocab_size == model.get_input_embeddings().weight.shape[0]
+    assert (model.get_output_embeddings().weight is model.get_input_embeddings().weight) == tied
+    layers = LAYERS[family](model)
+    attention = [layer.attn if family == "gpt2" else layer.self_attn for layer in layers]
+    assert [a.layer_idx for a in attention] == [0, 1, 2, 3]  # KV-cache slots of the L+2-layer stock model
+    for i, layer in enumerate(LAYERS[family](src)):  # reused layers bit for bit, one index later
+        for (name, p), (_, q) in zip(layer.state_dict().items(), layers[i + 1].state_dict().items()):
+            assert torch.equal(p, q), (i, name)
+    new = {n for n, t in built.tags.items() if "@new" in t}
+    itl = {n for n, t in built.tags.items() if "@itl" in t}
+    expected = {n for n, _ in model.named_parameters() if ".0." in n or ".3." in n or "embed" in n or "wte" in n}
+    assert itl and itl <= new and new == expected | (set() if tied else {"lm_head.weight"})
+    assert built.embedding_init["strategy"] == "random" and ("output_rows" in built.embedding_init) == (not tied)
+    # The same module tree as the HF config builds (what a phase switch and export rebuild from).
+    twin = build_skeleton(model.config).eval()
+    twin.load_state_dict(model.state_dict())
+    model.eval()
+    ids = torch.randint(5, tok.vocab_size, (2, 12))
+    with torch.no_grad():
+        assert torch.equal(twin(ids).logits, model(ids).logits)
+
+
+@pytest.mark.parametrize("method,layers,new_groups", [("xpt_no_itl", 2, {"@embeddings"}),
+                                                      ("xpt_sp", 4, {"@embeddings", "@itl"}),
+                                                      ("scratch", 4, None)])
+def test_other_methods(method, layers, new_groups, tiny_decoder, corpus):
+    built, _ = _build(tiny_decoder("llama", True), corpus, method)
+    assert built.model.config.num_hidden_layers == layers
+    new = {g for t in built.tags.values() if "@new" in t for g in t} - {"@all", "@new"}
+    if new_groups is None:  # scratch: nothing copied
+        assert all("@new" in t for t in built.tags.values())
+    else:
+        assert new == new_groups
+
+
+def test_untied_output_rows_run_the_strategy_on_the_source_head(tiny_decoder, corpus):
+    """frequency_rank on both matrices: every copied input row is a source input row, every copied output row the
+    same source id's output row."""
+    source = tiny_decoder("gpt2", False)
+    src = GPT2LMHeadModel.from_pretrained(source)
+    built, tok = _build(source, corpus, embedding_init="source_mean")
+    report = built.embedding_init
+    assert report["fallback"] == report["output_rows"]["fallback"] == tok.vocab_size - 1  # all but pad
+    model = built.model
+    assert not torch.equal(model.lm_head.weight, model.transformer.wte.weight)
+    # source_mean draws from N(mean, cov) of each matrix: the means follow their own source matrix
+    for got, ref in ((model.transformer.wte.weight, src.transformer.wte.weight), (model.lm_head.weight,
+                                                                                  src.lm_head.weight)):
+        assert torch.allclose(got[5:].mean(0), ref.mean(0), atol=0.02)
+
+
+def test_bad_sources_and_methods_are_one_line_errors(tiny_decoder, corpus, tmp_path):
+    with pytest.raises(ConfigError, match=r"model.method': 'adapters' is not available for a decoder source \(gpt2\)"):
+        _build(tiny_decoder("gpt2", True), corpus, "adapters")
+    from transformers import GPTNeoXConfig
+    GPTNeoXConfig(vocab_size=120, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                  intermediate_size=128).save_pretrained(tmp_path)
+    with pytest.raises(ConfigError, match="model_type 'gpt_neox' is not supported") as e:
+        _build(tmp_path, corpus)
+    assert "\n" not in str(e.value) and "gpt2, llama" in str(e.value)
+    with pytest.raises(ConfigError, match=r"model.source': GGUF file not found: .*/missing.gguf$"):
+        _build(tmp_path / "missing.gguf", corpus)
+
+
+def test_next_token_rows(tiny_decoder, corpus):
+    """Targets are the next pieces, never the row's appended sep; a document boundary (sep) is predicted, then read
+    as cls at position 0; with position restarts a document's logits do not depend on the one before it."""
+    tok = build_tokenizer(str(corpus / "spm.model"))
+    data = DataConfig(train_shards=[f"{corpus}/manifest.json:train"], seq_len=64, num_workers=0)
+    train, _ = build_streams(data, tok, 4, 0, 1, causal=True)
+    batch = next(train)
+    raw = train.stream.tokens(0, 4 * 62)  # the stream the four rows hold
+    ids, pos = batch["input_ids"], batch["position_ids"]
+    assert set(batch) == {"input_ids", "position_ids", "mlm_positions", "mlm_targets", "seq_ids"}
+    assert len(batch["mlm_positions"]) == 4 * 62  # T - 2 per row: position 62 would predict the appended sep
+    rows = torch.from_numpy(raw).view(4, 62)
+    assert torch.equal(batch["mlm_targets"].view(4, 62), rows)
+    seps = rows == tok.sep_id
+    assert seps.any() and torch.equal(ids[:, 1:63] == tok.cls_id, seps) and (ids[:, 0] == tok.cls_id).all()
+    assert (pos[:, 1:63][seps] == 0).all() and (pos[:, 0] == 0).all()
+
+    # Logits of the second document in a row equal those of the document alone (cls at position 0).
+    b, start = next((b, int(c)) for b in range(4) for c in seps[b].nonzero().squeeze(1))
+    start += 1  # row index of the cls that opens the next document
+    end = start + 1 + int(torch.cat([(pos[b, start + 1:] == 0).nonzero().squeeze(1), torch.tensor([63 - start])])[0])
+    model = build_model(ModelConfig(source=str(tiny_decoder("llama", False)), tokenizer=tok.path), tok).model.eval()
+    with torch.no_grad():
+        packed = model(input_ids=ids[b:b + 1], position_ids=pos[b:b + 1], use_cache=False).logits[0, start:end]
+        alone = model(input_ids=ids[b:b + 1, start:end], use_cache=False).logits[0]
+        joined = model(input_ids=ids[b:b + 1], use_cache=False).logits[0, start:end]  # attending across: differs
+    assert end - start > 3 and torch.allclose(packed, alone, atol=1e-5) and not torch.allclose(joined, alone, atol=1e-3)
+
+    # The stream's state is the MLM stream's: one integer, and a reloaded stream continues with the same batch.
+    state = train.state_dict()
+    nxt = next(train)
+    again, _ = build_streams(data, tok, 4, 0, 1, causal=True)
+    again.load_state_dict(state)
+    assert all(torch.equal(nxt[k], v) for k, v in next(again).items())
+
+
+def test_chunked_loss_equals_the_plain_one(tiny_decoder, corpus):
+    tok = build_tokenizer(str(corpus / "spm.model"))
+    model = build_model(ModelConfig(source=str(tiny_decoder("gpt2", False, 0.0)), tokenizer=tok.path), tok).model
+    data = DataConfig(train_shards=[f"{corpus}/manifest.json:train"], seq_len=32, num_workers=0)
+    batch = {k: v for k, v in next(build_streams(data, tok, 3, 0, 1, causal=True)[0]).items() if k != "seq_ids"}
+    assert isinstance(build_objective(model), CausalLMObjective)
+    grads, losses = [], []
+    for chunk_elements in (10 ** 9, 7 * tok.vocab_size):  # one chunk; 14 chunks of 7 positions (90 predicted)
+        objective = CausalLMObjective(model, chunk_elements)
+        model.zero_grad()
+        loss = objective(**batch)
+        loss.backward()
+        losses.append(loss.detach())
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
+    hidden = model.transformer(input_ids=batch["input_ids"], position_ids=batch["position_ids"]).last_hidden_state
+    plain = torch.nn.functional.cross_entropy(model.lm_head(hidden.flatten(0, 1)[batch["mlm_positions"]]),
+                                              batch["mlm_targets"])
+    assert torch.allclose(losses[0], plain, atol=1e-6) and torch.allclose(losses[1], plain, atol=1e-6)
+    for n in grads[0]:
+        assert torch.allclose(grads[0][n], grads[1][n], atol=1e-6), n
+
+
+@pytest.fixture(scope="module")
+def gpt2_with_tokenizer(tmp_path_factory, corpus_text):
+    """An untied GPT-2 source with a byte-level BPE tokenizer trained on the corpus's own text (so pieces overlap)
+    and GPT-2's one special token."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import GPT2Config, GPT2TokenizerFast
+    out = tmp_path_factory.mktemp("gpt2_bpe")
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(corpus_text.read_text(encoding="utf-8").splitlines(), vocab_size=400, min_frequency=2,
+                            show_progress=False, special_tokens=["<|endoftext|>"])
+    bpe.save_model(str(out))
+    tok = GPT2TokenizerFast(vocab=str(out / "vocab.json"), merges=str(out / "merges.txt"))
+    tok.save_pretrained(out)
+    torch.manual_seed(3)
+    GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_embd=64, n_layer=2, n_head=2, n_positions=80,
+                               tie_word_embeddings=False)).save_pretrained(out)
+    return out
+
+
+@pytest.mark.parametrize("strategy", ["overlap_copy", "frequency_rank"])
+def test_strategies_fill_input_and_output_rows_from_their_own_matrix(strategy, gpt2_with_tokenizer, corpus):
+    """Each copied input row is source input row j, and the same target id's output row is source output row j;
+    cls and sep take GPT-2's bos/eos (<|endoftext|>), as unk does."""
+    src = GPT2LMHeadModel.from_pretrained(gpt2_with_tokenizer)
+    built, tok = _build(gpt2_with_tokenizer, corpus, embedding_init=strategy)
+    report, model = built.embedding_init, built.model
+    assert report["copied"] > 10 and report["special"] == 3 and report["output_rows"]["copied"] == report["copied"]
+    wte, head = src.transformer.wte.weight, src.lm_head.weight
+    matched = 0
+    for i in range(tok.vocab_size):
+        hits = (model.transformer.wte.weight[i] == wte).all(1).nonzero().squeeze(1)
+        if len(hits):
+            matched += 1
+            assert torch.equal(model.lm_head.weight[i], head[hits[0]]), i
+    assert matched == report["copied"] + report["special"]
+    eot = wte[0]  # <|endoftext|>, the trained BPE's only special token
+    assert torch.equal(model.transformer.wte.weight[tok.cls_id], eot)
+    assert torch.equal(model.transformer.wte.weight[tok.sep_id], eot)

@@ -1,0 +1,63 @@
+"""Next-token loss of a stock *ForCausalLM on packed rows (``xpt_ds.data.causal``), computed in chunks.
+
+The batch names the positions that predict (``mlm_positions``, flat indices into B*T) and what they predict
+(``mlm_targets``), as an MLM batch does, so validation, ``MLMStats`` and ``xpt_ds.evaluate`` work unchanged.
+``position_ids`` restart at every document; with no attention mask and no cache, transformers (5.x,
+``masking_utils.find_packed_sequence_indices``) turns restarts into a block-diagonal causal mask, so no token
+attends across a document boundary.
+
+The head and the cross-entropy run on chunks of at most ``CE_CHUNK_ELEMENTS // V`` predicted positions, each
+under activation checkpointing: the forward keeps only the scalar loss per chunk, the backward recomputes one
+chunk's logits at a time, so no [N, V] logits (fp32 or other) live for the whole micro-batch.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+CE_CHUNK_ELEMENTS = 2 ** 24  # logits per chunk: 64 MiB in fp32 (V = 49,152: 341 positions per chunk)
+
+
+def _chunk_loss(head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(head(hidden).float(), targets, reduction="sum")
+
+
+def chunked_cross_entropy(head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor, chunks: int) -> torch.Tensor:
+    """Summed CE of ``head(hidden)`` ([N, d] -> [N, V]) against ``targets`` [N], in ``chunks`` checkpointed
+    pieces. ``chunks`` must not depend on N: under ZeRO-3 every call of ``head`` gathers its weight, a collective,
+    so every rank must make the same number of calls (a chunk may be empty)."""
+    size = -(-hidden.shape[0] // chunks)
+    total = None
+    for c in range(chunks):
+        h, y = hidden[c * size:(c + 1) * size], targets[c * size:(c + 1) * size]
+        loss = checkpoint(_chunk_loss, head, h, y, use_reentrant=False) if torch.is_grad_enabled() else \
+            _chunk_loss(head, h, y)
+        total = loss if total is None else total + loss
+    return total
+
+
+class CausalLMObjective(nn.Module):
+    """Wraps a stock *ForCausalLM; parameter names are the HF names prefixed with ``hf.``."""
+
+    def __init__(self, hf: nn.Module, chunk_elements: int = CE_CHUNK_ELEMENTS):
+        super().__init__()
+        self.hf = hf
+        self.chunk_positions = max(1, chunk_elements // hf.config.vocab_size)
+
+    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, mlm_positions: torch.Tensor,
+                mlm_targets: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                return_logits: bool = False) -> torch.Tensor:
+        """The mean next-token loss over the predicting positions, or (``return_logits``) their [M, V] logits
+        (validation: one micro-batch, without gradients)."""
+        base = getattr(self.hf, self.hf.base_model_prefix)
+        hidden = base(input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask,
+                      use_cache=False).last_hidden_state  # [B, T, d]
+        picked = hidden.flatten(0, 1).index_select(0, mlm_positions)  # [M, d]
+        head = self.hf.get_output_embeddings()
+        if return_logits:
+            return head(picked)
+        chunks = -(-input_ids.numel() // self.chunk_positions)  # from the batch's shape only (ZeRO-3)
+        # Sum / max(M, 1), as MaskedLMObjective: M = 0 gives 0, not NaN; M is a host-side shape, no sync.
+        return chunked_cross_entropy(head, picked, mlm_targets, chunks) / max(mlm_targets.numel(), 1)

@@ -1,0 +1,194 @@
+"""XPT for decoder sources: a GPT-2- or Llama-family *ForCausalLM as the English model (docs/decoders.md).
+
+``model.source`` is a directory, a hub id or a ``.gguf`` file (``source_location``). The target is a stock
+GPT2LMHeadModel / LlamaForCausalLM (or Mistral, Qwen2: Llama's layout) with L+2 layers, built from the source's
+own config, so export is a plain ``save_pretrained``: layer 0 is ITL_in, layers 1..L are
+the reused source layers, layer L+1 is ITL_out, each a decoder layer of the source's architecture. Building the
+L+2-layer model from its config gives every layer its own ``layer_idx`` (the KV cache slot) and the shared rotary
+embedding (Llama) or learned positions (GPT-2); only weights are copied, so the model is consistent as built.
+New: the input embeddings of the SentencePiece vocabulary and, for an untied source, the output head's rows,
+both from ``model.embedding_init`` (over the source's input and output matrices respectively); the ITLs.
+
+Tags as the encoder builder's (``xpt_ds.model.build``): ``@new``/``@source``, ``@itl``, ``@decoder`` (the reused
+layers, with ``@lower``/``@upper``), ``@embeddings`` (input rows), ``@output_embeddings`` (an untied head),
+``@position`` (GPT-2's learned positions) and ``@lm_head`` (the final norm, the decoder's head-side transform).
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+from transformers import AutoModelForCausalLM
+
+from xpt_ds.config import ConfigError, DataConfig, ModelConfig
+from xpt_ds.config.methods import METHODS
+from xpt_ds.data.tokenizer import TargetTokenizer
+from xpt_ds.embedding_init.context import InitContext
+from xpt_ds.embedding_init.registry import init_embeddings
+
+
+@dataclass(frozen=True)
+class DecoderFamily:
+    base: str  # attribute of the base model (also HF's base_model_prefix)
+    layers: str  # the ModuleList of decoder layers, in the base model
+    embeddings: str  # input embeddings, in the base model
+    norm: str  # the final norm, in the base model
+    positions: str = ""  # learned position embeddings (GPT-2); empty: rotary (Llama)
+
+
+_LLAMA = DecoderFamily("model", "layers", "embed_tokens", "norm")
+DECODER_FAMILIES = {"gpt2": DecoderFamily("transformer", "h", "wte", "ln_f", positions="wpe"),
+                    "llama": _LLAMA, "mistral": _LLAMA, "qwen2": _LLAMA}
+TESTED = ("gpt2", "llama")  # tests build both from tiny configs; mistral and qwen2 share Llama's layout, untested
+DECODER_METHODS = tuple(m.name for m in METHODS.values() if not m.adapters and not m.trelm and m.vocab == "target")
+
+
+def is_decoder(config) -> bool:
+    """Whether an HF config (its ``config.json`` as a dict, or its model_type) is a decoder family built here."""
+    if isinstance(config, dict):
+        config = config.get("model_type", "")
+    return (config if isinstance(config, str) else getattr(config, "model_type", "")) in DECODER_FAMILIES
+
+
+def check_decoder_method(method: str, model_type: str) -> None:
+    if method not in DECODER_METHODS:
+        raise ConfigError(f"config key 'model.method': '{method}' is not available for a decoder source "
+                          f"({model_type}); valid: {', '.join(DECODER_METHODS)}")
+
+
+def source_location(source: str) -> tuple[str, dict]:
+    """(what ``from_pretrained`` takes, its extra arguments): a path ending in ``.gguf`` is a GGUF file, read by
+    transformers (dequantized to fp32) from its directory with ``gguf_file``; anything else as it is."""
+    if not source.endswith(".gguf"):
+        return source, {}
+    path = Path(source)
+    if not path.is_file():
+        raise ConfigError(f"config key 'model.source': GGUF file not found: {source}")
+    return str(path.parent), {"gguf_file": path.name}
+
+
+def load_decoder_source(source: str, src_cfg, method: str):
+    """The English *ForCausalLM (random weights of its shape for a method whose source is 'random')."""
+    check_decoder_method(method, src_cfg.model_type)
+    if METHODS[method].source == "random":
+        return AutoModelForCausalLM.from_config(src_cfg), set()
+    location, gguf = source_location(source)
+    model, info = AutoModelForCausalLM.from_pretrained(location, output_loading_info=True, trust_remote_code=False,
+                                                       **gguf)
+    return model, set(info["missing_keys"])  # a GGUF source is dequantized to fp32 (and refuses .float())
+
+
+def target_config(src_cfg, cfg: ModelConfig, tok: TargetTokenizer):
+    """The target's HF config: the source's with the new vocabulary, L+2 layers (ITLs) and the run's ids."""
+    if getattr(src_cfg, "scale_attn_by_inverse_layer_idx", False):
+        raise ConfigError(f"config key 'model.source': {cfg.source} scales attention by layer index "
+                          "(scale_attn_by_inverse_layer_idx), so the reused layers would compute differently "
+                          "one index later; not supported")
+    tcfg = copy.deepcopy(src_cfg)
+    tcfg.vocab_size = tok.vocab_size
+    L = src_cfg.num_hidden_layers
+    if METHODS[cfg.method].has_itl:
+        tcfg.num_hidden_layers = L + 2
+        if isinstance(getattr(tcfg, "layer_types", None), list):  # per-layer attention kinds (Qwen2, Mistral)
+            tcfg.layer_types = [tcfg.layer_types[0], *tcfg.layer_types, tcfg.layer_types[-1]]
+    tcfg.pad_token_id, tcfg.bos_token_id, tcfg.eos_token_id = tok.pad_id, tok.cls_id, tok.sep_id
+    tcfg.tie_word_embeddings = bool(getattr(src_cfg, "tie_word_embeddings", False))
+    tcfg.xpt_method = cfg.method
+    tcfg.xpt_max_length = src_cfg.max_position_embeddings
+    if cfg.dropout >= 0:
+        for key in ("resid_pdrop", "embd_pdrop", "attn_pdrop", "attention_dropout"):
+            if hasattr(tcfg, key):
+                setattr(tcfg, key, cfg.dropout)
+    return tcfg
+
+
+def decoder_skeleton(tcfg) -> nn.Module:
+    """The target architecture from its HF config (fp32, SDPA)."""
+    return AutoModelForCausalLM.from_config(copy.deepcopy(tcfg), attn_implementation="sdpa").float()
+
+
+def build_decoder(cfg: ModelConfig, tok: TargetTokenizer, src, missing: set[str], data: DataConfig | None,
+                  init_embeddings_rows: bool):
+    """(the target model, its tags, the embedding_init report) from the loaded source ``src``; every random value
+    from ``cfg.init_seed``, the global RNG state left as it was (``build.build_model``'s contract)."""
+    method = METHODS[cfg.method]
+    family = DECODER_FAMILIES[src.config.model_type]
+    with torch.random.fork_rng(devices=[]):
+        tcfg = target_config(src.config, cfg, tok)
+        torch.manual_seed(cfg.init_seed)
+        model = decoder_skeleton(tcfg)
+        report = None
+        if init_embeddings_rows:
+            report = _init_rows(cfg, tok, src, model, data)
+        copied = set() if method.source == "none" else _copy_source(src, model, family, cfg)
+    copied -= missing
+    return model, family, tag_parameters(model, family, copied, src.config.num_hidden_layers, method.has_itl), report
+
+
+def _init_rows(cfg: ModelConfig, tok: TargetTokenizer, src, model, data: DataConfig | None) -> dict:
+    """New input rows (and an untied head's rows) from model.embedding_init over the source's input (output)
+    matrix. The output rows' strategy has its own generator (init_seed + 2); ``random`` draws both from the global
+    one, seeded by the caller."""
+    def run(matrix: torch.Tensor, seed: int):
+        ctx = InitContext(tok, matrix.detach().float().clone(), cfg.source, torch.Generator().manual_seed(seed),
+                          src.config.initializer_range, {}, list(data.train_shards) if data else [],
+                          data.on_corrupt_shard if data else "fail")
+        return init_embeddings(cfg.embedding_init, cfg.embedding_init_args, ctx)
+
+    matrix, report = run(src.get_input_embeddings().weight, cfg.init_seed)
+    with torch.no_grad():
+        model.get_input_embeddings().weight.copy_(matrix)
+    if not model.config.tie_word_embeddings:
+        out_matrix, out_report = run(src.get_output_embeddings().weight, cfg.init_seed + 2)
+        with torch.no_grad():
+            model.get_output_embeddings().weight.copy_(out_matrix)
+        report = {**report, "output_rows": out_report}
+    return report
+
+
+def _copy_source(src, model, family: DecoderFamily, cfg: ModelConfig) -> set[str]:
+    """Copy the reused parameters bit for bit; return the target names that came from the source."""
+    sb, tb = getattr(src, family.base), getattr(model, family.base)
+    s_layers, t_layers = getattr(sb, family.layers), getattr(tb, family.layers)
+    off = 1 if METHODS[cfg.method].has_itl else 0
+    L = len(s_layers)
+    pairs = [(f"{family.layers}.{i + off}", s_layers[i], t_layers[i + off]) for i in range(L)]
+    pairs.append((family.norm, getattr(sb, family.norm), getattr(tb, family.norm)))
+    if family.positions:
+        pairs.append((family.positions, getattr(sb, family.positions), getattr(tb, family.positions)))
+    copied = set()
+    with torch.no_grad():
+        for prefix, s, t in pairs:
+            t.load_state_dict(s.state_dict())
+            copied |= {f"{family.base}.{prefix}.{n}" for n, _ in t.named_parameters()}
+        if off and cfg.itl_init == "copy":
+            t_layers[0].load_state_dict(s_layers[0].state_dict())
+            t_layers[L + 1].load_state_dict(s_layers[L - 1].state_dict())
+    return copied
+
+
+def tag_parameters(model, family: DecoderFamily, copied: set[str], L: int, has_itl: bool) -> dict[str, set[str]]:
+    off = 1 if has_itl else 0
+    layers = f"{family.base}.{family.layers}."
+    itl = (f"{layers}0.", f"{layers}{L + 1}.") if has_itl else ()
+    halves = {f"{layers}{i + off}.": "@lower" if i < L // 2 else "@upper" for i in range(L)}
+    tags = {}
+    for name, _ in model.named_parameters():
+        t = {"@all", "@source" if name in copied else "@new"}
+        if name.startswith(itl):
+            t.add("@itl")
+        elif name.startswith(layers):
+            t |= {"@decoder", *(h for p, h in halves.items() if name.startswith(p))}
+        if name.startswith(f"{family.base}.{family.embeddings}."):
+            t.add("@embeddings")
+        elif name.startswith("lm_head."):
+            t.add("@output_embeddings")
+        elif family.positions and name.startswith(f"{family.base}.{family.positions}."):
+            t.add("@position")
+        elif name.startswith(f"{family.base}.{family.norm}."):
+            t.add("@lm_head")
+        tags[name] = t
+    return tags
