@@ -25,10 +25,13 @@ on GPU and the process's peak RSS on CPU. On CPU (``DS_ACCELERATOR=cpu``) MFU is
 script working in CI, and a full-size CPU run (BENCHMARKS.md) measures CPU speed only.
 
     python benchmarks/bench_throughput.py [--tiny] [--seq-lens 128 512] [--phases 1 2] [--tokens-per-batch 16384]
-        [--micro-batch N] [--steps 100] [--warmup 10] [--out results.json]
+        [--micro-batch N] [--steps 100] [--warmup 10] [--sides hf xpt] [--variants compile ...]
+        [--profile DIR] [--max-batch N ...] [--out results.json]
 
-prints a markdown table for BENCHMARKS.md and writes every figure to ``--out``. ``benchmarks/gpu_bench.sh``
-installs the missing packages from carried wheels and runs this at full size on a bare GPU machine.
+prints a markdown table for BENCHMARKS.md and writes every figure to ``--out``. ``--variants`` adds an xpt_ds row
+per optimisation tried (VARIANTS), ``--profile`` a torch.profiler table per xpt_ds row, and ``--max-batch``
+replaces the timing by the search for the largest micro-batch that fits. ``benchmarks/gpu_session.sh`` installs
+the missing packages on a bare GPU machine and runs all of this at full size.
 """
 from __future__ import annotations
 
