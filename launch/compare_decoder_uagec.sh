@@ -23,8 +23,10 @@ EVAL=("$PY" -m xpt_ds.evaluate --seq-len 64 --shards demo_out/uk/manifest.json:t
 for method in ${METHODS:-scratch xpt_no_itl xpt}; do
   [ -f "$OUT/eval/$method.json" ] && continue
   echo "[$(date +%H:%M:%S)] $method"
+  # Methods whose preset has one phase (scratch, xpt_sp) train everything in both of the config's phases.
+  case $method in scratch|xpt_sp) both=('--phases.1.trainable=["@all"]') ;; *) both=() ;; esac
   "$PY" -m xpt_ds.train --config launch/configs/decoder_uagec.yaml --model.source="$SOURCE" \
-    --model.method="$method" --run_dir="$OUT/runs/$method" "$@" > "$OUT/logs/$method.log" 2>&1
+    --model.method="$method" --run_dir="$OUT/runs/$method" "${both[@]}" "$@" > "$OUT/logs/$method.log" 2>&1
   "$PY" -m xpt_ds.export --run "$OUT/runs/$method" --out "$OUT/models/$method" >> "$OUT/logs/$method.log" 2>&1
   "${EVAL[@]}" --model "$OUT/models/$method" --out "$OUT/eval/$method.json" > /dev/null
 done
