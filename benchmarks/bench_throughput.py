@@ -46,6 +46,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from throughput_profile import profile_steps, synchronize  # benchmarks/: this script's own folder is on sys.path
+from throughput_report import add_ratios, machine, markdown, max_batch_markdown
 from xpt_ds import config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -274,7 +276,7 @@ def run_xpt(spec: dict) -> dict:
                            resident_gib=resident, optimizer_state_gib=_optimizer_state_gib(engine),
                            final_loss=float(total.item() / (spec["warmup"] + spec["steps"])))
     if spec.get("profile"):
-        result["profile"] = _profile(lambda i: step_(batches[i % len(batches)], i), spec["profile"], device)
+        result["profile"] = profile_steps(lambda i: step_(batches[i % len(batches)], i), spec["profile"], device)
     engine.destroy()
     deepspeed.comm.destroy_process_group()
     return result
@@ -399,40 +401,6 @@ def _optimizer_state_gib(engine) -> float:
     return size / 2 ** 30
 
 
-def _profile(step, path: str, device) -> dict:
-    """3 steps under torch.profiler: the table of operators and kernels by self device time goes to ``path``;
-    returns the top 15 by share of device time and every attention operator or kernel that ran."""
-    import torch
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
-    cuda = device.type == "cuda"
-    _synchronized_clock()
-    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
-        for i in range(3):
-            step(i)
-        _synchronized_clock()
-    events = prof.key_averages()
-    # On CUDA the shares are of kernel time (events that ran on the device), so an operator and the kernels it
-    # launched are not counted twice; on the CPU, of host operator time.
-    kernels = [e for e in events if e.device_type == DeviceType.CUDA] if cuda else list(events)
-
-    def own(e) -> float:  # self time on the device (CUDA) or the host (CPU), microseconds
-        if not cuda:
-            return e.self_cpu_time_total
-        return getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0.0)
-
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(events.table(sort_by="self_cuda_time_total" if cuda else "self_cpu_time_total",
-                                       row_limit=40, max_name_column_width=90))
-    total = sum(own(e) for e in kernels) or 1.0
-    top = sorted(kernels, key=own, reverse=True)[:15]
-    words = ("flash", "fmha", "efficient_attention", "cudnn_attention", "scaled_dot_product", "attention")
-    return {"device_ms_per_step": total / 1000 / 3, "top": [{"name": e.key[:140], "share": own(e) / total,
-                                                             "calls": e.count} for e in top],
-            "attention": sorted({e.key[:140] for e in events if any(w in e.key.lower() for w in words)})}
-
-
 def _engine_facts(engine) -> dict:
     """What actually ran, so a row cannot silently be something else (say, HF without DeepSpeed)."""
     return {"class": type(engine).__name__, "zero_stage": engine.zero_optimization_stage(),
@@ -448,9 +416,7 @@ def _on_cuda() -> bool:
 
 
 def _synchronized_clock() -> float:
-    import deepspeed
-
-    deepspeed.get_accelerator().synchronize()
+    synchronize()
     return time.perf_counter()
 
 
@@ -480,81 +446,6 @@ def _measurements(spec: dict, hf_config, seconds: float, **extra) -> dict:
             "flops_per_token": flops_per_token(hf_config, spec["seq_len"], mask_prob),
             "num_hidden_layers": hf_config.num_hidden_layers, "hidden_size": hf_config.hidden_size,
             "vocab_size": hf_config.vocab_size, **extra}
-
-
-def add_ratios(rows: list[dict]) -> None:
-    """``vs_hf``: an xpt row's tokens/s over hf's at the same (seq_len, phase); ``vs_plain``: a variant row's over
-    the plain xpt row's; ``vs_phase2``: phase 1 over phase 2 tokens/s of the same side, variant and seq_len, and
-    ``step_vs_phase2`` the step times' ratio (phase 1 / phase 2)."""
-    ok = {(r["side"], r.get("variant", ""), r["seq_len"], r["phase"]): r for r in rows if "error" not in r}
-    for (side, variant, seq_len, phase), r in ok.items():
-        if side == "xpt" and ("hf", "", seq_len, phase) in ok:
-            r["vs_hf"] = r["tokens_per_s"] / ok["hf", "", seq_len, phase]["tokens_per_s"]
-        if variant and ("xpt", "", seq_len, phase) in ok:
-            r["vs_plain"] = r["tokens_per_s"] / ok["xpt", "", seq_len, phase]["tokens_per_s"]
-        if phase == 1 and (side, variant, seq_len, 2) in ok:
-            two = ok[side, variant, seq_len, 2]
-            r["vs_phase2"] = r["tokens_per_s"] / two["tokens_per_s"]
-            r["step_vs_phase2"] = (r["step_ms"] / r["micro_batch"]) / (two["step_ms"] / two["micro_batch"])
-
-
-def machine(cuda: bool) -> dict:
-    import platform
-
-    import deepspeed
-    import torch
-    import transformers
-
-    device = torch.cuda.get_device_name() if cuda else f"CPU ({os.cpu_count()} cores, {platform.machine()})"
-    return {"device": device, "host": platform.node(), "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__,
-            "transformers": transformers.__version__, "deepspeed": deepspeed.__version__,
-            "python": platform.python_version()}
-
-
-def markdown(report: dict) -> str:
-    m, a = report["machine"], report["args"]
-    lines = [f"Machine: {m['device']}, torch {m['torch']}, transformers {m['transformers']}, deepspeed "
-             f"{m['deepspeed']}; {m['date']}. {a['precision']}, ZeRO-2, optimizer {report['optimizer']}, "
-             f"{a['warmup']} warm-up + {a['steps']} timed steps"
-             + (f"; MFU against {report['peak_tflops']:g} TFLOP/s." if report["peak_tflops"] else "."), "",
-             "| seq len | micro batch | phase | trainer | tokens/s | step ms | MFU | MFU done | peak mem GiB | "
-             "optimizer GiB | vs HF | vs plain | phase-1 step / phase-2 step |",
-             "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    name = {"hf": "HF Trainer + DeepSpeed", "xpt": "xpt_ds"}
-    pct = lambda v: "n/a" if v is None else f"{100 * v:.1f} %"  # noqa: E731
-    for r in report["results"]:
-        trainer = name[r["side"]] + (f" + {r['variant']}" if r.get("variant") else "")
-        head = f"| {r['seq_len']} | {r['micro_batch']} | {r['phase']} | {trainer} |"
-        if "error" in r:
-            lines.append(f"{head} failed | | | | | | | | |")
-            continue
-        ratio = f"{r['vs_hf']:.2f}x" if "vs_hf" in r else ("1.0x" if r["side"] == "hf" else "")
-        plain = f"{r['vs_plain']:.2f}x" if "vs_plain" in r else ""
-        vs2 = f"{r['step_vs_phase2']:.2f}" if "step_vs_phase2" in r else ""
-        lines.append(f"{head} {r['tokens_per_s']:,.0f} | {r['step_ms']:.1f} | {pct(r['mfu'])} | "
-                     f"{pct(r.get('mfu_done'))} | {r['peak_memory_gib']:.2f} | "
-                     f"{r.get('optimizer_state_gib', 0):.2f} | {ratio} | {plain} | {vs2} |")
-    if report["results"] and report["results"][0].get("memory_kind") == "host_rss":
-        lines.append("\nOn CPU: peak memory is the process's peak RSS; MFU is not defined.")
-    return "\n".join(lines)
-
-
-def max_batch_markdown(report: dict) -> str:
-    m = report["machine"]
-    lines = [f"Machine: {m['device']}, torch {m['torch']}; {m['date']}. Largest micro-batch that ran 2 steps "
-             f"({report['args']['precision']}, ZeRO-2, optimizer {report['optimizer']}):", "",
-             "| seq len | phase | trainer | largest micro-batch | its peak GiB | next size |", "|---:|---:|---|---:|---:|---|"]
-    name = {"hf": "HF Trainer + DeepSpeed", "xpt": "xpt_ds"}
-    for r in report["results"]:
-        trainer = name[r["side"]] + (f" + {r['variant']}" if r.get("variant") else "")
-        if "error" in r:
-            lines.append(f"| {r['seq_len']} | {r['phase']} | {trainer} | failed | | |")
-            continue
-        fit = [t for t in r["tried"] if t["fits"]]
-        peak = f"{fit[-1]['peak_memory_gib']:.1f}" if fit and fit[-1]["peak_memory_gib"] is not None else "n/a"
-        nxt = f"{r['tried'][-1]['micro_batch']}: out of memory" if r["ran_out"] else "not tried (list ended)"
-        lines.append(f"| {r['seq_len']} | {r['phase']} | {trainer} | {r['largest_fit']} | {peak} | {nxt} |")
-    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -12,17 +12,16 @@ from __future__ import annotations
 from torch import nn
 
 from xpt_ds.config import ConfigError
+from xpt_ds.model.decoder import DECODER_FAMILIES, is_decoder
 
 
-def _layers(base: nn.Module) -> nn.ModuleList:
-    """The layer stack of a BERT/RoBERTa encoder (``encoder.layer``), a Llama-layout decoder (``layers``) or GPT-2
-    (``h``)."""
-    for path in ("encoder.layer", "layers", "h"):
-        try:
-            return base.get_submodule(path)
-        except AttributeError:
-            continue
-    raise ConfigError(f"config key 'compile': no layer stack found in {type(base).__name__}")
+def _layers(hf: nn.Module) -> nn.ModuleList:
+    """The layer stack: a decoder's from its family (``xpt_ds.model.decoder``), else an encoder's
+    ``encoder.layer``."""
+    base = getattr(hf, hf.base_model_prefix)
+    if is_decoder(hf.config):
+        return getattr(base, DECODER_FAMILIES[hf.config.model_type].layers)
+    return base.encoder.layer
 
 
 def compile_blocks(objective: nn.Module, stage: int) -> int:
@@ -30,9 +29,9 @@ def compile_blocks(objective: nn.Module, stage: int) -> int:
     if stage == 3:  # ZeRO-3 gathers parameters in module hooks, which the compiled graphs would bypass or break
         raise ConfigError("config key 'compile': torch.compile is supported with ZeRO stages 0-2, not 3")
     hf = objective.hf
-    layers = list(_layers(getattr(hf, hf.base_model_prefix)))
+    layers = list(_layers(hf))
     for layer in layers:
         layer.compile()
-    head = hf.cls if hasattr(hf, "cls") else getattr(hf, "lm_head", None) or hf.get_output_embeddings()
+    head = hf.cls if hasattr(hf, "cls") else hf.lm_head  # BERT's head; RoBERTa's, GPT-2's and Llama's
     head.compile(dynamic=True)
     return len(layers) + 1
