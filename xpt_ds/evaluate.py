@@ -40,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
                           "tokens")
     baseline.add_argument("--uniform", action="store_true", help="score the uniform guess over the vocabulary's "
                           "pieces instead of the model, on the same masked tokens")
+    p.add_argument("--samples", type=int, default=3, help="a decoder: sample continuations of the first N test "
+                   "documents' openings into the report (seeded, top-p 0.9; 0 = none)")
     p.add_argument("--out", type=Path, help="also write the JSON here")
     p.add_argument("--trust-remote-code", action="store_true", help="with --model: run Python the directory "
                    "ships that is not this xpt-ds's own export code (only for a model you trust)")
@@ -80,6 +82,10 @@ def main(argv: list[str] | None = None) -> int:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     metrics = evaluate(model, tok, data, a.shards, a.batch_size, a.max_batches, device, causal)
     masked = {"objective": "next_token"} if causal else {"seed": data.seed, "masking": data.masking}
+    if causal and a.samples > 0 and not (a.unigram or a.uniform):
+        from xpt_ds.evaluation.samples import held_out_prompts, sample_continuations
+        prompts = held_out_prompts(a.shards, tok, a.samples, prompt_pieces=8, on_corrupt=data.on_corrupt_shard)
+        metrics["samples"] = sample_continuations(model, tok, prompts, seed=data.seed, device=device)
     emit_json({**source, "shards": a.shards, "seq_len": data.seq_len, **masked, **metrics}, a.out)
     return 0
 

@@ -21,6 +21,7 @@ from xpt_ds.config.job import (
                                DataConfig,
                                GuardConfig,
                                LoggingConfig,
+                               LoraConfig,
                                MergeConfig,
                                ModelConfig,
                                OptimConfig,
@@ -41,6 +42,6 @@ from xpt_ds.config.validate import validate
 from xpt_ds.config.values import Override, coerce
 
 __all__ = ["DECAYS", "H100_PEAK_TFLOPS", "MASKINGS", "OBJECTIVE_DATA", "OBJECTIVES", "CheckpointConfig",
-           "ConfigError", "DataConfig", "GuardConfig", "LoggingConfig", "MergeConfig", "ModelConfig", "OptimConfig", "Override",
-           "PhaseConfig", "TrainConfig", "coerce", "doc", "from_dict", "help_text", "load_config",
+           "ConfigError", "DataConfig", "GuardConfig", "LoggingConfig", "LoraConfig", "MergeConfig", "ModelConfig",
+           "OptimConfig", "Override", "PhaseConfig", "TrainConfig", "coerce", "doc", "from_dict", "help_text", "load_config",
            "read_checkpoint_config", "read_config_file", "save_config", "to_dict", "validate"]

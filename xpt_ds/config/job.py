@@ -35,6 +35,15 @@ def doc(default, help: str):
 
 
 @dataclass
+class LoraConfig:
+    rank: int = doc(8, "LoRA rank r (method=lora).")
+    alpha: float = doc(16.0, "LoRA scale numerator: an update is B·A·alpha/rank.")
+    dropout: float = doc(0.0, "Dropout on the LoRA branch's input.")
+    targets: list[str] = doc([], "Linear maps of each decoder layer that get LoRA, by name (Llama: q_proj ... "
+                                 "down_proj; GPT-2: c_attn, c_proj, c_fc); empty = all of them.")
+
+
+@dataclass
 class ModelConfig:
     source: str = doc("", "English *ForMaskedLM checkpoint (BERT or RoBERTa family) or *ForCausalLM (GPT-2 or Llama "
                           "family, docs/decoders.md): hub id or local directory.")
@@ -50,9 +59,13 @@ class ModelConfig:
     phase1_trains_position_and_head: bool = doc(
         False, "xpt phase-1 preset also trains position embeddings and the LM-head transform (000 §2).")
     adapter_size: int = doc(64, "Bottleneck width of the Houlsby adapters (method=adapters).")
+    lora: LoraConfig = doc(None, "LoRA on the reused decoder layers (method=lora, decoder sources).")
     mask_token: str = doc("", "Mask piece in the SentencePiece vocab; empty = '<mask>' or '[MASK]', whichever exists.")
     dropout: float = doc(-1.0, "Hidden and attention dropout; negative keeps the source model's values.")
     init_seed: int = doc(1234, "Seed for every randomly initialised parameter.")
+
+    def __post_init__(self):
+        _fill_sections(self)
 
 
 @dataclass

@@ -46,6 +46,7 @@ class Method:
     # same shape (000 Table 3); 'none': nothing copied, every weight starts random (Scratch)
     presets: tuple[tuple[str, ...], ...]  # @groups that train in each phase when phases[i].trainable is empty
     adapters: bool = False  # Houlsby adapters in every layer (xpt_ds.model.adapters)
+    lora: bool = False  # LoRA on the reused layers of a decoder source (xpt_ds.model.lora), merged at export
     export: str = "stock"  # 'stock': a plain save_pretrained directory; 'adapters': + xpt_adapters.py, auto_map;
     # 'trelm': + xpt_trelm.py, auto_map, the target language row folded, the English vocabulary dropped
     vocab: str = "target"  # 'target': a new SentencePiece vocabulary with new embeddings (model.tokenizer);
@@ -94,6 +95,9 @@ METHODS: dict[str, Method] = {m.name: m for m in [
     Method("xpt", "XPT", has_itl=True, source="pretrained", presets=_TWO_PHASES),
     Method("xpt_no_itl", "XPT w/o ITL", has_itl=False, source="pretrained", presets=_TWO_PHASES),
     Method("random_source", "XPT w/ random source", has_itl=True, source="random", presets=_TWO_PHASES),
+    # Decoder sources only: the new vocabulary's rows and LoRA on every reused layer train; the source weights
+    # never do (the parameter-efficient baseline of decoder adaptation).
+    Method("lora", "LoRA", has_itl=False, source="pretrained", presets=(("@new",),), lora=True),
     Method("keep_vocab", "[lang→en][lang] (Gogoulou)", has_itl=False, source="pretrained", presets=_ONE_PHASE,
            vocab="source"),
     # presets: a config's own phases with trainable left empty train @all. graph: 004 §3.2's three phases

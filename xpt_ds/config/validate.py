@@ -3,9 +3,26 @@ names the key. Checks that span phases are in ``xpt_ds.config.phase_checks``."""
 from __future__ import annotations
 
 from xpt_ds.config.embedding_args import check_args
-from xpt_ds.config.job import DECAYS, MASKINGS, ConfigError, DataConfig, TrainConfig
+from xpt_ds.config.job import (
+    DECAYS,
+    MASKINGS,
+    ConfigError,
+    DataConfig,
+    ModelConfig,
+    TrainConfig,
+)
 from xpt_ds.config.methods import METHODS
 from xpt_ds.config.phase_checks import check_objectives, check_phase_start
+
+
+def check_lora(m: ModelConfig) -> None:
+    lo = m.lora
+    if lo.rank < 1:
+        raise ConfigError(f"config key 'model.lora.rank' must be >= 1, got {lo.rank}")
+    if lo.alpha <= 0:
+        raise ConfigError(f"config key 'model.lora.alpha' must be > 0, got {lo.alpha}")
+    if not 0 <= lo.dropout < 1:
+        raise ConfigError(f"config key 'model.lora.dropout' must be in [0, 1), got {lo.dropout}")
 
 
 def validate(cfg: TrainConfig) -> None:
@@ -18,6 +35,7 @@ def validate(cfg: TrainConfig) -> None:
     if not m.source:
         raise ConfigError("config key 'model.source' is required (hub id or local path)")
     m.embedding_init_args = check_args(m.embedding_init, m.embedding_init_args)
+    check_lora(m)
     if not m.tokenizer and METHODS[m.method].vocab == "target":
         raise ConfigError("config key 'model.tokenizer' is required (SentencePiece .model file)")
     if not cfg.phases:

@@ -87,6 +87,10 @@ def _load_source(cfg: ModelConfig):
                           f"{str(e).strip().splitlines()[0]}") from None
     if is_decoder(src_cfg):
         return load_decoder_source(src, src_cfg, cfg.method)
+    if METHODS[cfg.method].lora:
+        raise ConfigError(f"config key 'model.method': lora is for decoder sources "
+                          f"({', '.join(sorted(DECODER_FAMILIES))}); {src} is a {src_cfg.model_type} masked LM "
+                          "(its parameter-efficient baseline is method adapters)")
     if src_cfg.model_type not in FAMILIES:
         raise ConfigError(f"config key 'model.source': model_type '{src_cfg.model_type}' is not supported "
                           f"(valid: {', '.join(sorted(FAMILIES))} (masked LMs); "

@@ -11,7 +11,8 @@ both from ``model.embedding_init`` (over the source's input and output matrices 
 
 Tags as the encoder builder's (``xpt_ds.model.build``): ``@new``/``@source``, ``@itl``, ``@decoder`` (the reused
 layers, with ``@lower``/``@upper``), ``@embeddings`` (input rows), ``@output_embeddings`` (an untied head),
-``@position`` (GPT-2's learned positions) and ``@lm_head`` (the final norm, the decoder's head-side transform).
+``@position`` (GPT-2's learned positions), ``@lm_head`` (the final norm, the decoder's head-side transform) and
+``@lora`` (``method: lora``'s low-rank updates, ``xpt_ds.model.lora``; new, inside the reused layers).
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from xpt_ds.config.methods import METHODS
 from xpt_ds.data.tokenizer import TargetTokenizer
 from xpt_ds.embedding_init.context import InitContext
 from xpt_ds.embedding_init.registry import init_embeddings
+from xpt_ds.model import lora
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,8 @@ def target_config(src_cfg, cfg: ModelConfig, tok: TargetTokenizer):
     tcfg.tie_word_embeddings = bool(getattr(src_cfg, "tie_word_embeddings", False))
     tcfg.xpt_method = cfg.method
     tcfg.xpt_max_length = src_cfg.max_position_embeddings
+    if METHODS[cfg.method].lora:
+        setattr(tcfg, lora.CONFIG_KEY, lora.lora_settings(cfg.lora, src_cfg.model_type))
     if cfg.dropout >= 0:
         for key in ("resid_pdrop", "embd_pdrop", "attn_pdrop", "attention_dropout"):
             if hasattr(tcfg, key):
@@ -106,7 +110,13 @@ def target_config(src_cfg, cfg: ModelConfig, tok: TargetTokenizer):
 
 
 def decoder_skeleton(tcfg) -> nn.Module:
-    """The target architecture from its HF config (fp32, SDPA)."""
+    """The target architecture from its HF config (fp32, SDPA), with the LoRA layers it records."""
+    model = _stock_skeleton(tcfg)
+    settings = getattr(tcfg, lora.CONFIG_KEY, None)
+    return lora.add_lora(model, settings) if settings else model
+
+
+def _stock_skeleton(tcfg) -> nn.Module:
     return AutoModelForCausalLM.from_config(copy.deepcopy(tcfg), attn_implementation="sdpa").float()
 
 
@@ -119,11 +129,13 @@ def build_decoder(cfg: ModelConfig, tok: TargetTokenizer, src, missing: set[str]
     with torch.random.fork_rng(devices=[]):
         tcfg = target_config(src.config, cfg, tok)
         torch.manual_seed(cfg.init_seed)
-        model = decoder_skeleton(tcfg)
+        model = _stock_skeleton(tcfg)
         report = None
         if init_embeddings_rows:
             report = _init_rows(cfg, tok, src, model, data)
         copied = set() if method.source == "none" else _copy_source(src, model, family, cfg)
+        if method.lora:  # after the copy, which reads the source's names; lora_A from the seeded generator
+            lora.add_lora(model, getattr(tcfg, lora.CONFIG_KEY))
     copied -= missing
     return model, family, tag_parameters(model, family, copied, src.config.num_hidden_layers, method.has_itl), report
 
@@ -177,7 +189,9 @@ def tag_parameters(model, family: DecoderFamily, copied: set[str], L: int, has_i
     halves = {f"{layers}{i + off}.": "@lower" if i < L // 2 else "@upper" for i in range(L)}
     tags = {}
     for name, _ in model.named_parameters():
-        t = {"@all", "@source" if name in copied else "@new"}
+        t = {"@all", "@source" if lora.base_name(name) in copied else "@new"}
+        if lora.is_lora(name):
+            t.add("@lora")
         if name.startswith(itl):
             t.add("@itl")
         elif name.startswith(layers):

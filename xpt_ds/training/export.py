@@ -27,7 +27,7 @@ from xpt_ds.config.methods import method_of
 from xpt_ds.data.tokenizer import copy_hf_tokenizer, save_hf_tokenizer, saved_tokenizer
 from xpt_ds.io.paths import unwritable
 from xpt_ds.io.trust import OWN_CODE, load_plain
-from xpt_ds.model import adapters
+from xpt_ds.model import adapters, lora
 from xpt_ds.model.build import build_skeleton, load_fp32_state
 from xpt_ds.model.decoder import is_decoder
 from xpt_ds.model.objective import strip_prefix
@@ -94,6 +94,10 @@ def trelm_export_model(model: torch.nn.Module) -> torch.nn.Module:
 def save_model(model: torch.nn.Module, out: Path) -> None:
     """``save_pretrained``, plus the remote code (and for trelm the conversion) of a method that needs it."""
     method = method_of(model.config)
+    if getattr(model.config, lora.CONFIG_KEY, None):
+        model = lora.merged(model)
+        print("lora: the low-rank updates are merged into the base weights; the export is a stock model",
+              file=sys.stderr)
     if method is not None and method.export == "adapters":
         shutil.copy(OWN_CODE["xpt_adapters.py"], out / "xpt_adapters.py")
         model.config.auto_map = adapters.auto_map(model.config.model_type)

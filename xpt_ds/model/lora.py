@@ -1,0 +1,70 @@
+"""LoRA on a decoder source's reused layers (Hu et al. 2021), through ``peft``: the parameter-efficient baseline
+people adapting a decoder to a new language reach for (``method: lora``, docs/decoders.md).
+
+The new vocabulary's input rows (and an untied head) train with the low-rank updates; every source weight stays
+frozen, bit for bit. LoRA goes into the model in place (``peft.inject_adapter_in_model``), not through a
+``PeftModel`` wrapper, so the model is still the stock *ForCausalLM the trainer, ZeRO, the checkpoints and
+``compile`` know: a targeted ``Linear``/``Conv1D`` becomes a ``peft`` LoRA layer whose ``base_layer`` holds the
+source weight and whose ``lora_A``/``lora_B`` are new. The export merges the updates into the base weights
+(``merge``), so the exported directory is a plain model that stock ``transformers`` loads without ``peft``.
+"""
+from __future__ import annotations
+
+from torch import nn
+
+from xpt_ds.config import ConfigError
+
+# Every linear map of a decoder layer's attention and MLP (peft's names match by the last path component).
+TARGETS = {"gpt2": ("c_attn", "c_proj", "c_fc"),
+           "llama": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")}
+TARGETS["mistral"] = TARGETS["qwen2"] = TARGETS["llama"]
+CONFIG_KEY = "xpt_lora"  # the HF config's record of the adapters, so build_skeleton rebuilds them on resume/export
+
+
+def lora_settings(lora_cfg, model_type: str) -> dict:
+    """The run's ``model.lora`` section as the plain dict the HF config records, the targets resolved."""
+    targets = list(lora_cfg.targets) or list(TARGETS[model_type])
+    unknown = sorted(set(targets) - set(TARGETS[model_type]))
+    if unknown:
+        raise ConfigError(f"config key 'model.lora.targets': {', '.join(unknown)} is not a linear map of a "
+                          f"{model_type} layer; valid: {', '.join(TARGETS[model_type])}")
+    return {"rank": lora_cfg.rank, "alpha": lora_cfg.alpha, "dropout": lora_cfg.dropout, "targets": targets,
+            "fan_in_fan_out": model_type == "gpt2"}  # GPT-2's Conv1D stores its weight transposed
+
+
+def add_lora(model: nn.Module, settings: dict) -> nn.Module:
+    """LoRA layers on ``settings['targets']`` in every decoder layer, in place. ``lora_A`` is drawn from torch's
+    global generator (kaiming-uniform, peft's default) and ``lora_B`` is zero, so the model computes what it did
+    before; the caller seeds the generator."""
+    from peft import LoraConfig as PeftLoraConfig  # peft: the lora method's own dependency (setup.cfg extra)
+    from peft import inject_adapter_in_model
+
+    config = PeftLoraConfig(r=settings["rank"], lora_alpha=settings["alpha"], lora_dropout=settings["dropout"],
+                        target_modules=list(settings["targets"]), fan_in_fan_out=settings["fan_in_fan_out"],
+                        bias="none")
+    inject_adapter_in_model(config, model)
+    return model
+
+
+def base_name(name: str) -> str:
+    """The parameter's name in the model without LoRA: ``...q_proj.base_layer.weight`` -> ``...q_proj.weight``."""
+    return name.replace(".base_layer.", ".")
+
+
+def is_lora(name: str) -> bool:
+    return ".lora_A." in name or ".lora_B." in name
+
+
+def merged(model: nn.Module) -> nn.Module:
+    """The same model with every LoRA update added into its base weight and the LoRA layers replaced by their
+    base layers (in place; fp32 sums): a stock model again, its config without the LoRA record."""
+    from peft.tuners.lora import LoraLayer
+
+    for name, module in list(model.named_modules()):
+        if isinstance(module, LoraLayer):
+            module.merge(safe_merge=True)  # safe_merge: a non-finite update is an error, not a broken export
+            parent, _, child = name.rpartition(".")
+            setattr(model.get_submodule(parent), child, module.get_base_layer())
+    if hasattr(model.config, CONFIG_KEY):
+        delattr(model.config, CONFIG_KEY)
+    return model
