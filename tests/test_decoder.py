@@ -4,9 +4,11 @@ method switch, one-line errors, next-token rows with position restarts and no at
 the chunked loss equal to the plain one in value and gradient."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
-from transformers import GPT2LMHeadModel, LlamaForCausalLM
+from torch import nn
+from transformers import AutoConfig, AutoModelForCausalLM, GPT2LMHeadModel, LlamaForCausalLM
 
 from xpt_ds.config import ConfigError, DataConfig, ModelConfig
 from xpt_ds.data.mlm import build_streams
@@ -66,10 +68,10 @@ def test_other_methods(method, layers, new_groups, tiny_decoder, corpus):
         assert new == new_groups
 
 
-def test_untied_output_rows_run_the_strategy_on_the_source_head(tiny_decoder, corpus):
-    """frequency_rank on both matrices: every copied input row is a source input row, every copied output row the
-    same source id's output row."""
-    source = tiny_decoder("gpt2", False)
+def test_untied_output_rows_run_the_strategy_on_the_source_head(gpt2_shifted_head, corpus):
+    """source_mean on both matrices: the output rows are drawn from the source head's statistics (its mean is 0.5
+    away from the input matrix's), the input rows from the input matrix's."""
+    source = gpt2_shifted_head
     src = GPT2LMHeadModel.from_pretrained(source)
     built, tok = _build(source, corpus, embedding_init="source_mean")
     report = built.embedding_init
@@ -191,3 +193,168 @@ def test_strategies_fill_input_and_output_rows_from_their_own_matrix(strategy, g
     eot = wte[0]  # <|endoftext|>, the trained BPE's only special token
     assert torch.equal(model.transformer.wte.weight[tok.cls_id], eot)
     assert torch.equal(model.transformer.wte.weight[tok.sep_id], eot)
+
+
+def _write(prefix, matrix: np.ndarray, tokenizer: dict, **meta):
+    from data_tools.embeddings.embedding_files import write_embeddings
+    return write_embeddings(prefix, matrix, {"kind": meta.pop("kind", "static"), "tokenizer": tokenizer, **meta})
+
+
+def _spm_identity(corpus) -> dict:
+    from data_tools.piece_tokenizers import SpmTokenizer
+    return SpmTokenizer(corpus / "spm.model").identity()
+
+
+def _source_rows(source):
+    src = GPT2LMHeadModel.from_pretrained(source)
+    return src.transformer.wte.weight.detach(), src.lm_head.weight.detach()
+
+
+def test_focus_fills_input_and_output_rows_from_their_own_matrix(gpt2_with_tokenizer, corpus, tmp_path):
+    """FOCUS's known answer on both matrices of an untied GPT-2: static vectors one-hot per target piece, except
+    that a non-overlapping piece t has the vector of an overlapping piece a, so sparsemax over its cosines
+    [1, 0, ...] is one-hot: t's input row is a's source input row, t's output row a's source output row. Another
+    non-overlapping piece u is orthogonal to every anchor: the mean of the anchors' rows, of each matrix."""
+    from xpt_ds.embedding_init.context import InitContext
+    from xpt_ds.embedding_init.strategies import overlap
+    wte, head = _source_rows(gpt2_with_tokenizer)
+    tok = build_tokenizer(str(corpus / "spm.model"))
+    V, special = tok.vocab_size, set(tok.special_ids)
+    shared = {i: sid for i, (sid, _) in overlap(InitContext(tok, wte, str(gpt2_with_tokenizer), torch.Generator(),
+                                                            0.02, {})).items()}
+    others = [i for i in range(V) if i not in shared and i not in special]
+    assert len(shared) > 10 and len(others) > 10
+    t, u, a = others[0], others[1], sorted(shared)[3]
+    static = np.eye(V, dtype=np.float32)
+    static[t] = static[a]
+    path = _write(tmp_path / "static", static, _spm_identity(corpus), method="fasttext", unseen_ids=sorted(special))
+    built, _ = _build(gpt2_with_tokenizer, corpus, embedding_init="focus", embedding_init_args={"static": str(path)})
+    report, model = built.embedding_init, built.model
+    inp, out = model.transformer.wte.weight.detach(), model.lm_head.weight.detach()
+    for r in (report, report["output_rows"]):
+        assert (r["strategy"], r["copied"], r["combined"], r["special"]) == ("focus", len(shared), len(others), 3)
+    for i, j in shared.items():  # overlapping pieces copy, each matrix from its own source matrix
+        assert torch.equal(inp[i], wte[j]) and torch.equal(out[i], head[j]), i
+    assert torch.equal(inp[t], wte[shared[a]]) and torch.equal(out[t], head[shared[a]])
+    anchors = [shared[i] for i in sorted(shared)]
+    assert torch.allclose(inp[u].double(), wte[anchors].double().mean(0), atol=1e-6)
+    assert torch.allclose(out[u].double(), head[anchors].double().mean(0), atol=1e-6)
+    assert not torch.allclose(out[u], inp[u], atol=1e-3)
+    for i in (tok.cls_id, tok.sep_id):  # GPT-2's <|endoftext|> (id 0) in both matrices
+        assert torch.equal(inp[i], wte[0]) and torch.equal(out[i], head[0])
+    assert not inp[tok.pad_id].any() and not out[tok.pad_id].any()
+
+
+@pytest.fixture(scope="module")
+def gpt2_shifted_head(tmp_path_factory, gpt2_with_tokenizer):
+    """``gpt2_with_tokenizer`` with 0.5 added to its output head: the two matrices' statistics differ."""
+    import shutil
+    out = tmp_path_factory.mktemp("gpt2_shifted")
+    for f in gpt2_with_tokenizer.iterdir():
+        shutil.copy(f, out)
+    model = GPT2LMHeadModel.from_pretrained(gpt2_with_tokenizer)
+    with torch.no_grad():
+        model.lm_head.weight.add_(0.5)
+    model.save_pretrained(out)
+    return out
+
+
+def test_aligned_fills_input_and_output_rows_with_the_same_weights(gpt2_shifted_head, corpus, tmp_path):
+    """WECHSEL's known answer on both matrices: source static vectors one-hot per source token, target piece t
+    mapped onto token x's: t's weights are softmax([1, 0, ...] / 0.1) over x and the next 9 candidates (ties by
+    id), applied to the source input rows for t's input row and to the source output rows for its output row;
+    pieces without a vector fall back to draws from each matrix's own mean and covariance."""
+    from data_tools.piece_tokenizers import HfTokenizer
+    from transformers import AutoTokenizer
+    wte, head = _source_rows(gpt2_shifted_head)
+    stok = AutoTokenizer.from_pretrained(gpt2_shifted_head)
+    tok = build_tokenizer(str(corpus / "spm.model"))
+    Vs, V = len(stok), tok.vocab_size
+    x, t = 50, 20
+    hf = HfTokenizer(gpt2_shifted_head).identity()
+    src_path = _write(tmp_path / "src", np.eye(Vs, dtype=np.float32), hf, unseen_ids=[])
+    tgt = np.zeros((V, Vs), np.float32)
+    tgt[t, x] = 1.0
+    tgt_path = _write(tmp_path / "tgt", tgt, _spm_identity(corpus), kind="procrustes", source_tokenizer=hf,
+                      unseen_ids=[i for i in range(V) if i != t])
+    built, _ = _build(gpt2_shifted_head, corpus, embedding_init="aligned",
+                      embedding_init_args={"target": str(tgt_path), "source": str(src_path)})
+    report, model = built.embedding_init, built.model
+    inp, out = model.transformer.wte.weight.detach(), model.lm_head.weight.detach()
+    cands = [j for j in range(Vs) if j != x and j not in stok.all_special_ids][:9]
+    w = torch.softmax(torch.tensor([10.0] + [0.0] * 9, dtype=torch.float64), 0)
+    assert torch.allclose(inp[t], (w @ wte[[x, *cands]].double()).float(), rtol=0, atol=1e-7)
+    assert torch.allclose(out[t], (w @ head[[x, *cands]].double()).float(), rtol=0, atol=1e-7)
+    assert not torch.allclose(out[t], inp[t], atol=1e-3)
+    for r in (report, report["output_rows"]):  # t; cls, sep, unk from <|endoftext|>; pad; the rest fall back
+        assert (r["strategy"], r["combined"], r["special"], r["fallback"]) == ("aligned", 1, 3, V - 5)
+    fallback = [i for i in range(5, V) if i != t]
+    for got, ref in ((inp, wte), (out, head)):  # draws from N(mean, cov) of each matrix (the head's mean is 0.5)
+        assert torch.allclose(got[fallback].mean(0), ref.mean(0), atol=0.03)
+
+
+@pytest.mark.parametrize("family,tied", [("gpt2", False), ("llama", True)], ids=["gpt2-untied", "llama-tied"])
+def test_from_file_fills_input_rows_and_an_untied_head_with_the_files_rows(family, tied, tiny_decoder,
+                                                                          gpt2_with_tokenizer, corpus, tmp_path):
+    """The file's rows are over the target ids in one space: they start the input rows and, for an untied head,
+    the output rows too (the same values; the head stays a parameter of its own)."""
+    source = gpt2_with_tokenizer if family == "gpt2" else tiny_decoder(family, tied)
+    tok = build_tokenizer(str(corpus / "spm.model"))
+    rows = np.random.default_rng(0).normal(size=(tok.vocab_size, 64)).astype(np.float32)
+    path = _write(tmp_path / "rows", rows, _spm_identity(corpus), kind="input-embeddings")
+    built, _ = _build(source, corpus, embedding_init="from_file", embedding_init_args={"path": str(path)})
+    model, report = built.model, built.embedding_init
+    rows[tok.pad_id] = 0
+    inp, out = model.get_input_embeddings().weight, model.get_output_embeddings().weight
+    assert torch.equal(inp, torch.from_numpy(rows)) and torch.equal(out, torch.from_numpy(rows))
+    assert (out is inp) == tied and ("output_rows" in report) == (not tied)
+    assert all(r["copied"] == tok.vocab_size - 1 for r in (report, report.get("output_rows", report)))
+
+
+class _SkipLayer(nn.Module):
+    """A decoder layer that passes its input on (what the Llama-layout stack reads of a layer: its output)."""
+
+    def forward(self, hidden_states, *args, **kwargs):
+        return hidden_states
+
+
+@pytest.mark.parametrize("family,tied", [("mistral", False), ("qwen2", True)], ids=["mistral-untied", "qwen2-tied"])
+def test_mistral_and_qwen2_build_in_llamas_layout(family, tied, tiny_decoder, corpus, tmp_path):
+    """Stock L+2-layer MistralForCausalLM / Qwen2ForCausalLM: the source layers and final norm bit for bit one index
+    later, tags as Llama's, Qwen2's layer_types [full, sliding] widened to [full, full, sliding, sliding] (and kept
+    through the saved config, which export and phase switches rebuild from). With the ITLs skipped, the target's
+    stack computes the source's hidden states exactly, on a sequence longer than the 4-position sliding window (a
+    reused layer in a slot of the other attention kind would not)."""
+    source = tiny_decoder(family, tied, 0.0)
+    src = AutoModelForCausalLM.from_pretrained(source).eval()
+    built, tok = _build(source, corpus)
+    model = built.model.eval()
+    assert type(model) is type(src) and model.config.model_type == family and model.config.num_hidden_layers == 4
+    assert (model.get_output_embeddings().weight is model.get_input_embeddings().weight) == tied
+    layers = model.model.layers
+    assert [layer.self_attn.layer_idx for layer in layers] == [0, 1, 2, 3]
+    for i, layer in enumerate(src.model.layers):
+        for (name, p), (_, q) in zip(layer.state_dict().items(), layers[i + 1].state_dict().items()):
+            assert torch.equal(p, q), (i, name)
+    assert torch.equal(model.model.norm.weight, src.model.norm.weight)
+    tags = built.tags
+    new = {n for n, t in tags.items() if "@new" in t}
+    assert new == {n for n in tags if ".0." in n or ".3." in n or "embed_tokens" in n} | (
+        set() if tied else {"lm_head.weight"})
+    assert {n for n, t in tags.items() if "@decoder" in t} == {n for n in tags if ".1." in n or ".2." in n}
+    assert {n for n, t in tags.items() if "@lm_head" in t} == {"model.norm.weight"}
+    if family == "qwen2":
+        assert src.config.layer_types == ["full_attention", "sliding_attention"]
+        assert model.config.layer_types == ["full_attention", "full_attention", "sliding_attention",
+                                            "sliding_attention"]
+    model.config.save_pretrained(tmp_path)
+    twin = build_skeleton(AutoConfig.from_pretrained(tmp_path)).eval()
+    assert getattr(twin.config, "layer_types", None) == getattr(model.config, "layer_types", None)
+    twin.load_state_dict(model.state_dict())
+    ids = torch.randint(5, tok.vocab_size, (2, 12))
+    with torch.no_grad():
+        assert torch.equal(twin(ids).logits, model(ids).logits)
+        embeds = torch.randn(2, 12, 64, generator=torch.Generator().manual_seed(0))
+        layers[0], layers[3] = _SkipLayer(), _SkipLayer()
+        assert torch.equal(model.model(inputs_embeds=embeds).last_hidden_state,
+                           src.model(inputs_embeds=embeds).last_hidden_state)

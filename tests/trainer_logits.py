@@ -1,5 +1,6 @@
 """Run under the deepspeed launcher: load a run's newest checkpoint into the trainer's own engine and save
-fp32 logits of the engine's model on fixed input ids (rank 0 writes OUT)."""
+fp32 logits of the engine's model on fixed input ids (rank 0 writes OUT). ``main([CONFIG, OUT])`` also runs in
+ranks forked by ``conftest.run_main(..., nproc=2)``."""
 import sys
 
 import deepspeed
@@ -9,7 +10,8 @@ from xpt_ds.config import load_config
 from xpt_ds.training.trainer import Trainer
 
 
-def main(config: str, out: str) -> None:
+def main(argv: list[str]) -> int:
+    config, out = [a for a in argv if not a.startswith("--local_rank")]
     deepspeed.init_distributed()
     trainer = Trainer(load_config(config))
     trainer.setup()
@@ -20,7 +22,8 @@ def main(config: str, out: str) -> None:
     if deepspeed.comm.get_rank() == 0:
         torch.save(logits, out)
     deepspeed.comm.destroy_process_group()
+    return 0
 
 
 if __name__ == "__main__":
-    main(*[a for a in sys.argv[1:] if not a.startswith("--local_rank")])
+    sys.exit(main(sys.argv[1:]))
