@@ -63,7 +63,12 @@ def corpus_bert(tmp_path_factory, corpus_text) -> Path:
 
 def _save_tiny(out: Path, family: str) -> Path:
     import torch
-    from transformers import BertConfig, BertForMaskedLM, RobertaConfig, RobertaForMaskedLM
+    from transformers import (
+        BertConfig,
+        BertForMaskedLM,
+        RobertaConfig,
+        RobertaForMaskedLM,
+    )
 
     torch.manual_seed(7)
     if family == "roberta":
@@ -99,8 +104,16 @@ def save_tiny_decoder(out: Path, family: str, tied: bool, dropout: float = 0.1) 
     rows), tied or untied head. Mistral and Qwen2 slide their attention over 4 positions: Mistral in every layer,
     Qwen2 in its second layer only (``layer_types`` [full, sliding])."""
     import torch
-    from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, MistralConfig,
-                              MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM)
+    from transformers import (
+        GPT2Config,
+        GPT2LMHeadModel,
+        LlamaConfig,
+        LlamaForCausalLM,
+        MistralConfig,
+        MistralForCausalLM,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+    )
 
     torch.manual_seed(7)
     ids = dict(vocab_size=120, bos_token_id=0, eos_token_id=2, pad_token_id=1, tie_word_embeddings=tied)
@@ -190,106 +203,74 @@ def launch(args: list[str], nproc: int = 1, timeout: int = 600, env: dict | None
     about 5 s less per run on the 2-core CI machine, and the same ranks computing the same bits. A test that
     checks the exit code of a failed run (torchrun reports any failure as 1) or signals the job uses
     ``launcher="deepspeed"``, which returns the ranks' own code; both launchers are covered (test_faults,
-    test_launch, test_slurm). ``launcher="fork"``: the ranks are forked children of this test process
-    (``run_main`` with ``nproc``), each its own process in a gloo group of ``nproc``, as torchrun would set it
-    up, without a launcher and without 2 x 5 CPU-s of imports (2-4 s instead of about 10 per 2-rank run); for
-    tests that run many short multi-rank trainings (test_decoder_train)."""
-    if nproc == 1 or launcher == "fork":
-        return run_main("xpt_ds.train", args, env, timeout, nproc=nproc)
+    test_launch, test_slurm)."""
+    if nproc == 1:
+        return run_main("xpt_ds.train", args, env, timeout)
     cmd, full_env = _command(args, nproc, env, launcher)
     return subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=timeout)
 
 
-def run_main(module: str, argv: list[str], env: dict | None = None, timeout: int = 600,
-             nproc: int = 1) -> subprocess.CompletedProcess:
+def run_main(module: str, argv: list[str], env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
     """``python -m MODULE ARGV`` as a forked child of this test process, which has torch, DeepSpeed and
     transformers imported already: the same ``main`` in its own process (own pid, environment, stdout, stderr,
     exit status, DataLoader workers), without the 4-5 CPU-s of imports a new interpreter pays on the 2-core CI
-    machine. Multi-rank runs start real interpreters (``launch``) unless a test asks for ``launcher="fork"``:
-    then ``nproc`` children, ranks 0..nproc-1 with torchrun's environment (RANK, LOCAL_RANK, WORLD_SIZE,
-    LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT); stdout and stderr are rank 0's, then the others', and the exit
-    code is that of the rank that failed first. As torchrun does, a failed rank stops the others (killed 10 s
-    later, so that they can report). The install, launcher and Slurm tests start real interpreters."""
+    machine. Multi-rank runs and the install, launcher and Slurm tests start real interpreters."""
+    import contextlib
     import importlib
+    import logging
     import signal
     import tempfile
     import time
-
-    _, full_env = _command(argv, 1, env)
-    if nproc > 1:
-        full_env.update(WORLD_SIZE=str(nproc), LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR="127.0.0.1",
-                        MASTER_PORT=str(free_port()))
-    entry = importlib.import_module(module).main  # imported here, not in every child
-    files = [(tempfile.TemporaryFile(), tempfile.TemporaryFile()) for _ in range(nproc)]
-    sys.stdout.flush(), sys.stderr.flush()
-    pids = []
-    for rank, (out, err) in enumerate(files):
-        rank_env = {**full_env, "RANK": str(rank), "LOCAL_RANK": str(rank)} if nproc > 1 else full_env
-        pid = os.fork()
-        if pid == 0:  # the child: never returns into pytest
-            _forked_main(entry, argv, rank_env, out, err)
-        pids.append(pid)
-    deadline, codes, failed, stop_at = time.time() + timeout, {}, [], None
-    while len(codes) < nproc:
-        for pid in pids:
-            if pid not in codes:
-                done, status = os.waitpid(pid, os.WNOHANG)
-                if done:
-                    codes[pid] = os.waitstatus_to_exitcode(status)
-                    failed += [codes[pid]] if codes[pid] else []
-        if failed and stop_at is None:
-            stop_at = time.time() + 10
-        if len(codes) < nproc and time.time() > min(deadline, stop_at or deadline):
-            for pid in pids:
-                if pid not in codes:
-                    os.kill(pid, signal.SIGKILL)
-                    codes[pid] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-            if time.time() > deadline:
-                raise subprocess.TimeoutExpired([module, *argv], timeout)
-        time.sleep(0.02)
-    texts = ["", ""]
-    for pair in files:
-        for k, f in enumerate(pair):
-            f.seek(0)
-            texts[k] += f.read().decode("utf-8", errors="replace")
-            f.close()
-    return subprocess.CompletedProcess([module, *argv], failed[0] if failed else 0, *texts)
-
-
-def _forked_main(entry, argv: list[str], env: dict, out, err) -> None:
-    """The body of a ``run_main`` child: ``entry(argv)`` with ``env`` as its whole environment and its output
-    in ``out``/``err``, as a fresh ``python -m`` would run it; exits with its code, never returns."""
-    import contextlib
-    import logging
-    import signal
     import traceback
 
     import torch
-    code = 1
-    try:
-        os.dup2(out.fileno(), 1), os.dup2(err.fileno(), 2)
-        sys.stdout = open(1, "w", buffering=1, encoding="utf-8", closefd=False)
-        sys.stderr = open(2, "w", buffering=1, encoding="utf-8", closefd=False)
-        os.environ.clear()
-        os.environ.update(env)
-        os.chdir(REPO)
-        root = logging.getLogger()  # as a fresh interpreter has it: main's basicConfig then applies
-        for handler in list(root.handlers):
-            root.removeHandler(handler)
-        root.setLevel(logging.WARNING)
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        torch.set_num_threads(1)
-        torch._dynamo.config.disable = True  # TORCHDYNAMO_DISABLE, read at import in a fresh process
-        code = entry(list(argv))
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):  # a closed or broken stream: the exit code still goes out
-                stream.flush()
-        os._exit(code or 0)
+    _, full_env = _command(argv, 1, env)
+    entry = importlib.import_module(module).main  # imported here, not in every child
+    out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+    sys.stdout.flush(), sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        code = 1
+        try:
+            os.dup2(out.fileno(), 1), os.dup2(err.fileno(), 2)
+            sys.stdout = open(1, "w", buffering=1, encoding="utf-8", closefd=False)
+            sys.stderr = open(2, "w", buffering=1, encoding="utf-8", closefd=False)
+            os.environ.clear()
+            os.environ.update(full_env)
+            os.chdir(REPO)
+            root = logging.getLogger()  # as a fresh interpreter has it: main's basicConfig then applies
+            for handler in list(root.handlers):
+                root.removeHandler(handler)
+            root.setLevel(logging.WARNING)
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            torch.set_num_threads(1)
+            torch._dynamo.config.disable = True  # TORCHDYNAMO_DISABLE, read at import in a fresh process
+            code = entry(list(argv))
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):  # a closed or broken stream: the exit code still goes out
+                    stream.flush()
+            os._exit(code or 0)
+    deadline = time.time() + timeout
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.time() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise subprocess.TimeoutExpired([module, *argv], timeout)
+        time.sleep(0.02)
+    texts = []
+    for f in (out, err):
+        f.seek(0)
+        texts.append(f.read().decode("utf-8", errors="replace"))
+        f.close()
+    return subprocess.CompletedProcess([module, *argv], os.waitstatus_to_exitcode(status), *texts)
 
 
 def start(args: list[str], log: Path, nproc: int = 2, env: dict | None = None) -> subprocess.Popen:

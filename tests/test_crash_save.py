@@ -1,5 +1,5 @@
-"""Crash during save: ``kill -9`` one rank at 12 moments around checkpoint saves (every stage of a save, each
-rank killed at each). Every new run resumes
+"""Crash during save: ``kill -9`` one rank at 6 moments around checkpoint saves (every stage of a save once, the
+two ranks killed in turn). Every new run resumes
 from the newest complete checkpoint and continues, every complete checkpoint stays loadable (and equal to the
 uninterrupted run's checkpoint of the same step), and the run ends exactly where an uninterrupted one ends."""
 import os
@@ -17,7 +17,8 @@ from xpt_ds.training.export import load_checkpoint_fp32
 
 pytestmark = pytest.mark.multiproc
 
-ROUNDS = 12  # every STAGE twice, once per rank
+ROUNDS = 6  # every STAGE once, the victim rank alternating (12 rounds, each stage on each rank, took 260 s of the
+# 2-core CI machine's 15-minute suite)
 STEPS = 40  # a round advances at most 3 steps, so no round reaches the end before its kill
 # Where a kill lands: as soon as one of these is written into the checkpoint being saved (DeepSpeed's ZeRO-2
 # files, then checkpoint.save's own, in the order they are written); after COMPLETE it lands in pruning or
@@ -77,7 +78,7 @@ def test_kill_9_during_saves_leaves_no_unloadable_checkpoint(tmp_path, tiny_robe
     for i in range(ROUNDS):
         tags = complete_tags(ckpts)
         resumed = read_marker(ckpts, tags[-1])["global_step"] if tags else 0
-        k, stage, victim = rng.randint(1, 3), STAGES[i % len(STAGES)], i // len(STAGES)
+        k, stage, victim = rng.randint(1, 3), STAGES[i % len(STAGES)], i % 2
         offset, t0 = metrics.stat().st_size if metrics.exists() else 0, time.time()
         log = tmp_path / f"round{i:02d}.log"
         launcher = start(args, log)

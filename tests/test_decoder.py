@@ -8,7 +8,12 @@ import numpy as np
 import pytest
 import torch
 from torch import nn
-from transformers import AutoConfig, AutoModelForCausalLM, GPT2LMHeadModel, LlamaForCausalLM
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    GPT2LMHeadModel,
+    LlamaForCausalLM,
+)
 
 from xpt_ds.config import ConfigError, DataConfig, ModelConfig
 from xpt_ds.data.mlm import build_streams
@@ -264,8 +269,9 @@ def test_aligned_fills_input_and_output_rows_with_the_same_weights(gpt2_shifted_
     mapped onto token x's: t's weights are softmax([1, 0, ...] / 0.1) over x and the next 9 candidates (ties by
     id), applied to the source input rows for t's input row and to the source output rows for its output row;
     pieces without a vector fall back to draws from each matrix's own mean and covariance."""
-    from data_tools.piece_tokenizers import HfTokenizer
     from transformers import AutoTokenizer
+
+    from data_tools.piece_tokenizers import HfTokenizer
     wte, head = _source_rows(gpt2_shifted_head)
     stok = AutoTokenizer.from_pretrained(gpt2_shifted_head)
     tok = build_tokenizer(str(corpus / "spm.model"))

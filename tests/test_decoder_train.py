@@ -9,19 +9,26 @@ the export's tokenizer, generate and ``xpt_ds.evaluate``. Mistral and Qwen2 (Lla
 over 4 positions, in Qwen2's second layer only) on one rank: both phases, frozen, export; Qwen2 under bf16 with
 DeepSpeed's FusedAdam.
 
-The two-rank runs are forked from this process (``launch(..., launcher="fork")``, ``run_main(..., nproc=2)``):
-through torchrun the four matrix tests took 81 s on the 2-core development machine, forked 24 s (``pytest -n 0
---durations``); the launchers themselves are covered by test_launch, test_faults and test_slurm."""
+The two-rank runs go through torchrun (``conftest.launch``); one-rank runs are forked from the test process
+(``conftest.run_main``)."""
 import json
 import math
 import shutil
+import subprocess
 
 import pytest
 import sentencepiece as spm
 import torch
-from conftest import REPO, base_config, launch, read_metrics, run_main, write_config
-from transformers import (AutoConfig, AutoModelForCausalLM, AutoTokenizer, GPT2LMHeadModel, LlamaForCausalLM,
-                          MistralForCausalLM, Qwen2ForCausalLM)
+from conftest import REPO, _command, base_config, launch, read_metrics, write_config
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    GPT2LMHeadModel,
+    LlamaForCausalLM,
+    MistralForCausalLM,
+    Qwen2ForCausalLM,
+)
 
 from xpt_ds.evaluate import main as evaluate_main
 from xpt_ds.export import main as export_main
@@ -107,13 +114,13 @@ def _check_phase1(tag_dir, source, family: str, stage: int, world: int) -> None:
 def _straight_and_resumed(tmp_path, cfg: dict, nproc: int):
     """The straight run, then a run that starts from a copy of its phase-1 boundary checkpoint (step 2): the same
     losses at steps 3 and 4, the same validation, and the same fp32 weights at step 4, bit for bit."""
-    proc = launch(["--config", str(write_config(tmp_path / "straight.yaml", cfg))], nproc=nproc, launcher="fork")
+    proc = launch(["--config", str(write_config(tmp_path / "straight.yaml", cfg))], nproc=nproc)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "phase 'phase1' trains" in proc.stderr and "on next_token" in proc.stderr
     run = tmp_path / "resumed"
     shutil.copytree(tmp_path / "straight/checkpoints" / tag_for(2), run / "checkpoints" / tag_for(2))
     proc = launch(["--config", str(write_config(tmp_path / "resumed.yaml", {**cfg, "run_dir": str(run)}))],
-                  nproc=nproc, launcher="fork")
+                  nproc=nproc)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"resumed from {tag_for(2)}" in proc.stderr and "phase 'phase2' starts at global step 2" in proc.stderr
     want, got = read_metrics(tmp_path / "straight"), read_metrics(run)
@@ -162,7 +169,9 @@ def _engine_logits(cfg_path, tmp_path) -> torch.Tensor:
     ranks (tests/trainer_logits.py)."""
     out = tmp_path / "logits.pt"
     torch.save(_ids(), str(out) + ".ids.pt")
-    proc = run_main("trainer_logits", [str(cfg_path), str(out)], nproc=2)
+    cmd, env = _command([], 2, None)
+    cmd = cmd[:cmd.index("-m", 3)] + [str(REPO / "tests/trainer_logits.py"), str(cfg_path), str(out)]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return torch.load(out)
 
@@ -181,7 +190,8 @@ def test_two_ranks_phase1_frozen_resume_across_the_boundary_and_export(family, t
     assert layers and not any(torch.equal(state[t], src[s]) for t, s in layers)  # phase 2 trains them
     model = _check_export(run, tmp_path / "exported", family, tied, corpus, metrics[4]["valid/loss"],
                           rel=1e-3 if "bf16" in ds else 1e-6)
-    if stage == 3:  # the partitioned engine itself, against its export: the same logits, bit for bit
+    if stage == 3 and family == "llama":  # the partitioned engine itself, against its export, bit for bit (one
+        # case: a third 2-rank launch; the other cases check the engine through its validation loss above)
         with torch.no_grad():
             assert torch.equal(model(input_ids=_ids()).logits, _engine_logits(tmp_path / "resumed.yaml", tmp_path))
 
@@ -228,7 +238,7 @@ def test_mistral_and_qwen2_one_rank_two_phases_and_export(family, tied, ds, tmp_
     source = tiny_decoder(family, tied, 0.0)
     cfg = _config(tmp_path, source, corpus, ds)
     cfg["optim"]["torch_adam"] = "bf16" not in ds
-    proc = launch(["--config", str(write_config(tmp_path / "straight.yaml", cfg))], launcher="fork")
+    proc = launch(["--config", str(write_config(tmp_path / "straight.yaml", cfg))])
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "phase 'phase2' starts at global step 2" in proc.stderr
     metrics = read_metrics(tmp_path / "straight")

@@ -1,6 +1,5 @@
 """Run under the deepspeed launcher: load a run's newest checkpoint into the trainer's own engine and save
-fp32 logits of the engine's model on fixed input ids (rank 0 writes OUT). ``main([CONFIG, OUT])`` also runs in
-ranks forked by ``conftest.run_main(..., nproc=2)``."""
+fp32 logits of the engine's model on fixed input ids (rank 0 writes OUT)."""
 import sys
 
 import deepspeed
@@ -10,8 +9,7 @@ from xpt_ds.config import load_config
 from xpt_ds.training.trainer import Trainer
 
 
-def main(argv: list[str]) -> int:
-    config, out = [a for a in argv if not a.startswith("--local_rank")]
+def main(config: str, out: str) -> None:
     deepspeed.init_distributed()
     trainer = Trainer(load_config(config))
     trainer.setup()
@@ -22,8 +20,7 @@ def main(argv: list[str]) -> int:
     if deepspeed.comm.get_rank() == 0:
         torch.save(logits, out)
     deepspeed.comm.destroy_process_group()
-    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    main(*[a for a in sys.argv[1:] if not a.startswith("--local_rank")])

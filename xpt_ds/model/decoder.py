@@ -1,7 +1,7 @@
 """XPT for decoder sources: a GPT-2- or Llama-family *ForCausalLM as the English model (docs/decoders.md).
 
 ``model.source`` is a directory, a hub id or a ``.gguf`` file (``source_location``). The target is a stock
-GPT2LMHeadModel / LlamaForCausalLM (or Mistral, Qwen2: Llama's layout) with L+2 layers, built from the source's
+GPT2LMHeadModel / LlamaForCausalLM (or Mistral, Qwen2: Llama's layout; all four tested from tiny configs) with L+2 layers, built from the source's
 own config, so export is a plain ``save_pretrained``: layer 0 is ITL_in, layers 1..L are
 the reused source layers, layer L+1 is ITL_out, each a decoder layer of the source's architecture. Building the
 L+2-layer model from its config gives every layer its own ``layer_idx`` (the KV cache slot) and the shared rotary
@@ -44,7 +44,6 @@ class DecoderFamily:
 _LLAMA = DecoderFamily("model", "layers", "embed_tokens", "norm")
 DECODER_FAMILIES = {"gpt2": DecoderFamily("transformer", "h", "wte", "ln_f", positions="wpe"),
                     "llama": _LLAMA, "mistral": _LLAMA, "qwen2": _LLAMA}
-TESTED = ("gpt2", "llama")  # tests build both from tiny configs; mistral and qwen2 share Llama's layout, untested
 DECODER_METHODS = tuple(m.name for m in METHODS.values() if not m.adapters and not m.trelm and m.vocab == "target")
 
 
