@@ -7,6 +7,7 @@ checkpoint's."""
 from __future__ import annotations
 
 import shutil
+import sys
 
 import pytest
 import torch
@@ -87,7 +88,7 @@ def _train_config(source, corpus):
     return out
 
 
-def test_one_line_errors(tiny_decoder, tiny_roberta, corpus):
+def test_one_line_errors(tiny_decoder, tiny_roberta, corpus, monkeypatch):
     with pytest.raises(ConfigError, match=r"'model.method': lora is for decoder sources .* roberta masked LM"):
         _build(tiny_roberta, corpus)
     with pytest.raises(ConfigError, match=r"'model.lora.targets': wq is not a linear map of a llama layer"):
@@ -99,6 +100,9 @@ def test_one_line_errors(tiny_decoder, tiny_roberta, corpus):
         with pytest.raises(ConfigError, match=f"'model.lora.{key}' {message}"):
             validate(cfg)
         setattr(cfg.model.lora, key, type(value)(getattr(ModelConfig().lora, key)))
+    monkeypatch.setitem(sys.modules, "peft", None)  # not installed: import peft raises ImportError
+    with pytest.raises(ConfigError, match=r"'model.method': lora needs the peft package \(pip install 'xpt-ds\[lora"):
+        _build(tiny_decoder("llama", False), corpus)
 
 
 def test_zero3_resume_mid_run_and_merged_export(tmp_path, tiny_decoder, corpus):

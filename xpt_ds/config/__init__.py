@@ -43,5 +43,5 @@ from xpt_ds.config.values import Override, coerce
 
 __all__ = ["DECAYS", "H100_PEAK_TFLOPS", "MASKINGS", "OBJECTIVE_DATA", "OBJECTIVES", "CheckpointConfig",
            "ConfigError", "DataConfig", "GuardConfig", "LoggingConfig", "LoraConfig", "MergeConfig", "ModelConfig",
-           "OptimConfig", "Override", "PhaseConfig", "TrainConfig", "coerce", "doc", "from_dict", "help_text", "load_config",
-           "read_checkpoint_config", "read_config_file", "save_config", "to_dict", "validate"]
+           "OptimConfig", "Override", "PhaseConfig", "TrainConfig", "coerce", "doc", "from_dict", "help_text",
+           "load_config", "read_checkpoint_config", "read_config_file", "save_config", "to_dict", "validate"]

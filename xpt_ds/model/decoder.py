@@ -1,13 +1,13 @@
 """XPT for decoder sources: a GPT-2- or Llama-family *ForCausalLM as the English model (docs/decoders.md).
 
 ``model.source`` is a directory, a hub id or a ``.gguf`` file (``source_location``). The target is a stock
-GPT2LMHeadModel / LlamaForCausalLM (or Mistral, Qwen2: Llama's layout; all four tested from tiny configs) with L+2 layers, built from the source's
-own config, so export is a plain ``save_pretrained``: layer 0 is ITL_in, layers 1..L are
-the reused source layers, layer L+1 is ITL_out, each a decoder layer of the source's architecture. Building the
+GPT2LMHeadModel / LlamaForCausalLM (or Mistral, Qwen2: Llama's layout; all four tested from tiny configs) with L+2
+layers, built from the source's own config, so export is a plain ``save_pretrained``: layer 0 is ITL_in, layers 1..L
+are the reused source layers, layer L+1 is ITL_out, each a decoder layer of the source's architecture. Building the
 L+2-layer model from its config gives every layer its own ``layer_idx`` (the KV cache slot) and the shared rotary
-embedding (Llama) or learned positions (GPT-2); only weights are copied, so the model is consistent as built.
-New: the input embeddings of the SentencePiece vocabulary and, for an untied source, the output head's rows,
-both from ``model.embedding_init`` (over the source's input and output matrices respectively); the ITLs.
+embedding (Llama) or learned positions (GPT-2); only weights are copied, so the model is consistent as built. New:
+the input embeddings of the SentencePiece vocabulary and, for an untied source, the output head's rows, both from
+``model.embedding_init`` (over the source's input and output matrices respectively); the ITLs.
 
 Tags as the encoder builder's (``xpt_ds.model.build``): ``@new``/``@source``, ``@itl``, ``@decoder`` (the reused
 layers, with ``@lower``/``@upper``), ``@embeddings`` (input rows), ``@output_embeddings`` (an untied head),

@@ -36,8 +36,12 @@ def add_lora(model: nn.Module, settings: dict) -> nn.Module:
     """LoRA layers on ``settings['targets']`` in every decoder layer, in place. ``lora_A`` is drawn from torch's
     global generator (kaiming-uniform, peft's default) and ``lora_B`` is zero, so the model computes what it did
     before; the caller seeds the generator."""
-    from peft import LoraConfig as PeftLoraConfig  # peft: the lora method's own dependency (setup.cfg extra)
-    from peft import inject_adapter_in_model
+    try:  # peft: the lora method's own dependency (setup.cfg's lora extra)
+        from peft import LoraConfig as PeftLoraConfig
+        from peft import inject_adapter_in_model
+    except ImportError as e:
+        raise ConfigError(f"config key 'model.method': lora needs the peft package (pip install 'xpt-ds[lora]' or "
+                          f"pip install peft): {e}") from None
 
     config = PeftLoraConfig(r=settings["rank"], lora_alpha=settings["alpha"], lora_dropout=settings["dropout"],
                         target_modules=list(settings["targets"]), fan_in_fan_out=settings["fan_in_fan_out"],
