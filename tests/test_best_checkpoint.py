@@ -72,12 +72,13 @@ def test_resume_keeps_best(kept):
 
 @pytest.fixture(scope="module")
 def stopped(tmp_path_factory, tiny_roberta, corpus):
-    """Early stopping with a min_delta no pass can beat: every phase ends after 1 + 2 validation passes."""
+    """Early stopping with a min_delta no pass can beat: every phase ends after 1 + 2 validation passes. Training
+    losses are logged every 4 steps, so the early stops at steps 3 and 6 flush a partial window."""
     root = tmp_path_factory.mktemp("stopped")
     cfg = base_config(root / "run", tiny_roberta, corpus, checkpoint={"every_steps": 0, "keep_best": True},
                       guard={"early_stop_patience": 2, "early_stop_min_delta": 10.0})
     cfg["phases"] = [{"name": "phase1", "steps": 6, "lr": 1e-3}, {"name": "phase2", "steps": 6, "lr": 1e-3}]
-    cfg["logging"].update(eval_every=1, tensorboard=False)
+    cfg["logging"].update(eval_every=1, log_every=4, tensorboard=False)
     path = write_config(root / "cfg.yaml", cfg)
     proc = launch(["--config", str(path)])
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -88,8 +89,8 @@ def test_early_stop_ends_each_phase(stopped):
     root, _, proc = stopped
     run = root / "run"
     metrics = read_metrics(run)
-    assert {s: r["train/phase"] for s, r in metrics.items() if "train/phase" in r} == {
-        1: 0, 2: 0, 3: 0, 4: 1, 5: 1, 6: 1}
+    assert {s: r["train/phase"] for s, r in metrics.items() if "train/phase" in r} == {3: 0, 4: 1, 6: 1}
+    assert sorted(s for s, r in metrics.items() if "valid/loss" in r) == [1, 2, 3, 4, 5, 6]
     assert "early stop: phase 'phase1' ends at its step 3 of 6 (global step 3)" in proc.stderr
     assert "phase 'phase2' starts next" in proc.stderr
     assert "early stop: phase 'phase2' ends at its step 3 of 6 (global step 6)" in proc.stderr
@@ -102,18 +103,22 @@ def test_early_stop_ends_each_phase(stopped):
 
 
 def test_resume_after_early_stop_does_not_rerun_the_phase(stopped):
-    """Resuming from phase 1's early end (older than the recorded best's tag, if phase 2 improved it) goes on
-    with phase 2, and best.json names this branch's best from the start."""
+    """Resuming from phase 1's early end goes on with phase 2, and, that tag being older than the recorded best,
+    with the best that tag recorded: step 4 is a new best again (it would not be against the abandoned branch's
+    best), and best.json never names a checkpoint of the abandoned branch."""
     root, path, _ = stopped
     run = root / "run"
     best_at_3 = read_client_state(run / "checkpoints", tag_for(3))["best"]["best"]
+    valid = _valid(run)
+    assert _best(run)["step"] == 6 and valid[4] > valid[6] and best_at_3["step"] == 3  # the loss kept falling
     proc = launch(["--config", str(path), "--resume", tag_for(3)])
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "phase 'phase2' starts at global step 3" in proc.stderr
     assert "early stop: phase 'phase1'" not in proc.stderr
     assert "early stop: phase 'phase2' ends at its step 3 of 6 (global step 6)" in proc.stderr
-    trained = [s for s, r in read_metrics(run).items() if "train/loss" in r]
-    assert max(trained) == 6
+    assert f"(checkpoint {tag_for(4)})" in proc.stderr
+    assert (run / "checkpoints/abandoned/branch-001" / tag_for(6)).is_dir()
+    assert max(s for s, r in read_metrics(run).items() if "train/loss" in r) == 6
     best = _best(run)
     assert best["tag"] in complete_tags(run / "checkpoints")  # never one of the abandoned branch
     assert best["valid_loss"] <= best_at_3["valid_loss"]

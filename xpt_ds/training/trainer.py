@@ -174,9 +174,8 @@ class Trainer:
             client, self.resume_client = self.resume_client, None
             checkpoint.check_files(self.ckpt_root / tag, allow_pickle)  # before DeepSpeed unpickles them
             self.state.load_state_dict(client["trainer"])
-            for key, part in (("bad_steps", self.bad_steps), ("best", self.best)):  # absent from older ones
-                if key in client:
-                    part.load_state_dict(client[key])
+            for key in [k for k in ("bad_steps", "best") if k in client]:  # absent from older checkpoints
+                getattr(self, key).load_state_dict(client[key])
             self.train_stream.load_state_dict(client["data"])
             universal = checkpoint.prepare_rescale(self.ckpt_root, tag, client, self.world,
                                                    zero_stage(load_ds_config(self.cfg.deepspeed)))
@@ -240,6 +239,9 @@ class Trainer:
                 self.log(window)
                 window.reset()
             phase_done = self.maybe_eval(phase_done)  # or early stopping ends the phase here
+            if phase_done and window.steps:  # an early stop's last steps, which no log window showed yet
+                self.log(window)
+                window.reset()
             self.maybe_keep_phase_end(phase_done)
             self.maybe_save(phase_done)
             self.after_step(halt, step_seconds)
