@@ -25,7 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--run", type=Path, help="run directory: evaluate a checkpoint")
     src.add_argument("--model", type=Path, help="an xpt_ds.export directory")
-    p.add_argument("--tag", help="with --run: checkpoint tag (default: newest complete)")
+    p.add_argument("--tag", help="with --run: checkpoint tag, or 'best' (checkpoint.keep_best) (default: newest "
+                   "complete)")
     p.add_argument("--shards", nargs="+", required=True, help="held-out shards: paths, brace patterns, "
                    "or MANIFEST.json:SPLIT (e.g. data/ko/manifest.json:test)")
     p.add_argument("--seq-len", type=int, help="default: the run's data.seq_len (export: 512, capped by the model)")

@@ -19,7 +19,8 @@ def parse_args(argv: list[str]):
     parser = argparse.ArgumentParser(prog="xpt-ds train", formatter_class=argparse.RawTextHelpFormatter,
                                      epilog="overrides (defaults shown):\n" + help_text())
     parser.add_argument("--config", help="YAML or JSON run config")
-    parser.add_argument("--resume", help="checkpoint tag to resume from (default: newest complete one)")
+    parser.add_argument("--resume", help="checkpoint tag to resume from, 'best' or 'none' (default: newest complete "
+                        "one)")
     parser.add_argument("--local_rank", "--local-rank", type=int, help=argparse.SUPPRESS)  # set by `deepspeed`
     args, overrides = parser.parse_known_args(argv)
     if args.resume:

@@ -162,8 +162,14 @@ class OptimConfig:
 @dataclass
 class CheckpointConfig:
     every_steps: int = doc(1000, "Save every N global steps (and always at the end of each phase); 0 = phase ends only.")
-    resume: str = doc("auto", "'auto' = newest complete checkpoint in the run, 'none' = start fresh, else a tag.")
-    keep_last: int = doc(0, "Keep the newest K complete checkpoints (0 = all); the newest complete one is never deleted.")
+    resume: str = doc("auto", "'auto' = newest complete checkpoint in the run, 'none' = start fresh, 'best' = the "
+                              "run's best (checkpoint.keep_best), else a tag.")
+    keep_last: int = doc(0, "Keep the newest K complete checkpoints (0 = all); the newest complete one, and the best "
+                            "with checkpoint.keep_best, are never deleted.")
+    keep_best: bool = doc(False, "Track the checkpoint with the lowest valid/loss (every validation pass; one is "
+                                 "saved at that step if the schedule does not): keep_last never deletes it, "
+                                 "RUN_DIR/best.json names it, and the tag name 'best' (resume, export, evaluate) "
+                                 "resolves to it. Needs data.valid_shards.")
     allow_pickle: bool = doc(False, "Resume from checkpoint files that are not plain data (a pickle that names "
                                     "code); only for a checkpoint you wrote and trust (README: What xpt-ds trusts).")
 
@@ -190,6 +196,12 @@ class GuardConfig:
                                       "for data) when a step takes this multiple of the median of the last "
                                       "guard.slow_step_window steps, at most once per window; 0 = off.")
     slow_step_window: int = doc(50, "Steps whose median step time the slow-step check compares against.")
+    early_stop_patience: int = doc(0, "End the current phase early after this many validation passes in a row "
+                                      "that do not lower the phase's best valid/loss by more than "
+                                      "guard.early_stop_min_delta (the next phase starts as usual, from step 0 of "
+                                      "its schedule); 0 = off. Needs data.valid_shards and logging.eval_every > 0.")
+    early_stop_min_delta: float = doc(0.0, "guard.early_stop_patience: the least decrease of valid/loss that counts "
+                                           "as an improvement.")
     inject_nan_steps: list[int] = doc([], "Testing: rank 0's loss is made NaN at these global steps (1-based).")
 
 

@@ -102,6 +102,24 @@ def validate(cfg: TrainConfig) -> None:
     for k in ("loss_spike_window", "slow_step_window"):
         if getattr(g, k) < 2:
             raise ConfigError(f"config key 'guard.{k}' must be >= 2, got {getattr(g, k)}")
+    check_best(cfg)
+
+
+def check_best(cfg: TrainConfig) -> None:
+    """checkpoint.keep_best and early stopping read valid/loss: they need validation shards, and early stopping
+    needs validation passes inside a phase (without logging.eval_every there is only the one at its end)."""
+    g = cfg.guard
+    if g.early_stop_patience < 0:
+        raise ConfigError(f"config key 'guard.early_stop_patience' must be >= 0 (0 = off), got {g.early_stop_patience}")
+    if g.early_stop_min_delta < 0:
+        raise ConfigError(f"config key 'guard.early_stop_min_delta' must be >= 0, got {g.early_stop_min_delta}")
+    for key, on in (("checkpoint.keep_best", cfg.checkpoint.keep_best), ("guard.early_stop_patience",
+                                                                         g.early_stop_patience > 0)):
+        if on and not cfg.data.valid_shards:
+            raise ConfigError(f"config key '{key}' needs valid/loss, but data.valid_shards is empty (no validation)")
+    if g.early_stop_patience > 0 and cfg.logging.eval_every <= 0:
+        raise ConfigError("config key 'guard.early_stop_patience' needs validation passes inside a phase, but "
+                          "logging.eval_every is 0 (phase ends only)")
 
 
 

@@ -16,6 +16,9 @@ Layout of ``RUN_DIR/checkpoints/TAG/``:
 Every file is read through ``xpt_ds.io.trust`` (no pickle runs code), and DeepSpeed's own files are checked
 there before DeepSpeed unpickles them, unless ``checkpoint.allow_pickle`` says the user trusts them.
 
+``RUN_DIR/best.json`` (checkpoint.keep_best): the run's best checkpoint, which ``keep_last`` never deletes and the
+tag name ``best`` resolves to (``xpt_ds.training.best``).
+
 ``RUN_DIR/checkpoints/phase_ends/NAME.pt``: the fp32 weights and data position phase NAME ended with, kept
 when a later phase starts from them (``start_from``, ``merge``); outside every tag, so ``keep_last`` never
 deletes one. ``RUN_DIR/checkpoints/abandoned/branch-N/``: what a resume from an older tag left behind, the later
@@ -213,11 +216,12 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def prune(ckpt_root: Path, keep_last: int) -> list[str]:
-    """Delete all but the newest ``keep_last`` complete checkpoints (rank 0). The marker goes first, so an
-    interrupted delete leaves an incomplete directory, never a 'complete' one with files missing."""
+def prune(ckpt_root: Path, keep_last: int, protected: str | None = None) -> list[str]:
+    """Delete all but the newest ``keep_last`` complete checkpoints (rank 0), never ``protected`` (the run's best,
+    checkpoint.keep_best). The marker goes first, so an interrupted delete leaves an incomplete directory, never a
+    'complete' one with files missing."""
     tags = complete_tags(ckpt_root)
-    doomed = tags[:-keep_last] if keep_last > 0 else []
+    doomed = [t for t in tags[:-keep_last] if t != protected] if keep_last > 0 else []
     for tag in doomed:
         (ckpt_root / tag / MARKER).unlink()
         shutil.rmtree(ckpt_root / tag)
@@ -241,13 +245,32 @@ def complete_tags(ckpt_root: Path) -> list[str]:
     return [d.name for d in sorted(tags, key=lambda d: json.loads((d / MARKER).read_text())["global_step"])]
 
 
+BEST_FILE = "best.json"  # RUN_DIR/best.json: the run's best checkpoint (xpt_ds.training.best)
+
+
+class NoBestError(CheckpointError):
+    """The tag name ``best`` was asked for, but the run records no best checkpoint."""
+
+
+def read_best(run_dir: Path) -> str:
+    """The tag ``RUN_DIR/best.json`` records; a one-line error naming the run if there is none."""
+    path = Path(run_dir) / BEST_FILE
+    if not path.is_file():
+        raise NoBestError(f"run {run_dir} records no best checkpoint ({path} is missing: checkpoint.keep_best "
+                          f"was off, or no validation pass has run)")
+    return json.loads(path.read_text())["tag"]
+
+
 def resolve_tag(ckpt_root: Path, resume: str) -> str | None:
-    """'none' -> None; 'auto' -> newest complete tag or None; else the tag, which must be complete."""
+    """'none' -> None; 'auto' -> newest complete tag or None; 'best' -> the run's best (``RUN_DIR/best.json``,
+    written with checkpoint.keep_best); else the tag, which must be complete."""
     if resume == "none":
         return None
     tags = complete_tags(ckpt_root)
     if resume == "auto":
         return tags[-1] if tags else None
+    if resume == "best":
+        resume = read_best(ckpt_root.parent)
     if resume not in tags:
         raise FileNotFoundError(f"checkpoint '{resume}' is not a complete checkpoint in {ckpt_root} "
                                 f"(complete: {', '.join(tags) or 'none'})")

@@ -23,6 +23,7 @@ from xpt_ds.model.decoder import is_decoder
 from xpt_ds.model.objective import build_objective, strip_prefix
 from xpt_ds.model.phases import build_phase_starts, build_phase_trainables, phases_read_later, weights_from_ends
 from xpt_ds.training import checkpoint
+from xpt_ds.training.best import BestTracker
 from xpt_ds.training.engine import (
     agree_on_initial_weights,
     build_engine,
@@ -128,6 +129,7 @@ class Trainer:
         self.loss_spikes = SpikeDetector(g.loss_spike_ratio, g.loss_spike_window)
         self.slow_steps = SlowSteps(g.slow_step_ratio, g.slow_step_window, self.world)
         self.inject_nan = set(g.inject_nan_steps) if self.rank == 0 else set()
+        self.best = BestTracker(cfg.checkpoint.keep_best, g.early_stop_patience, g.early_stop_min_delta)
         self.data_wait = 0.0  # seconds this rank waited for batches in the current step
         self.logger = MetricsLogger(self.run_dir, self.rank == 0, cfg.logging.tensorboard, cfg.logging.progress_bar,
                                     sum(p.steps for p in cfg.phases))
@@ -172,8 +174,8 @@ class Trainer:
             client, self.resume_client = self.resume_client, None
             checkpoint.check_files(self.ckpt_root / tag, allow_pickle)  # before DeepSpeed unpickles them
             self.state.load_state_dict(client["trainer"])
-            if "bad_steps" in client:  # absent from checkpoints written before the guards existed
-                self.bad_steps.load_state_dict(client["bad_steps"])
+            for key in [k for k in ("bad_steps", "best") if k in client]:  # absent from older checkpoints
+                getattr(self, key).load_state_dict(client[key])
             self.train_stream.load_state_dict(client["data"])
             universal = checkpoint.prepare_rescale(self.ckpt_root, tag, client, self.world,
                                                    zero_stage(load_ds_config(self.cfg.deepspeed)))
@@ -187,6 +189,7 @@ class Trainer:
             restore_frozen(self.engine, self.frozen)
             self._info(f"resumed from {tag}: phase {self.state.phase_index} step {self.state.phase_step}, "
                        f"global step {self.state.global_step}")
+        self.best.restore(self.run_dir, checkpoint.complete_tags(self.ckpt_root), self.rank)
         if self.rank == 0:
             save_config(self.cfg, self.run_dir / "config.yaml")
         self.logger.start(self.state.global_step)
@@ -221,7 +224,7 @@ class Trainer:
     def train(self) -> None:
         window = LogWindow(self.device)
         while True:
-            if self.state.phase_step >= self.phase.steps:
+            if self.state.phase_step >= self.phase.steps or self.best.phase_stopped(self.state.phase_index):
                 if not self.maybe_switch_phase():
                     break
                 continue
@@ -235,7 +238,10 @@ class Trainer:
             if self.state.global_step % self.cfg.logging.log_every == 0 or phase_done:
                 self.log(window)
                 window.reset()
-            self.maybe_eval(phase_done)
+            phase_done = self.maybe_eval(phase_done)  # or early stopping ends the phase here
+            if phase_done and window.steps:  # an early stop's last steps, which no log window showed yet
+                self.log(window)
+                window.reset()
             self.maybe_keep_phase_end(phase_done)
             self.maybe_save(phase_done)
             self.after_step(halt, step_seconds)
@@ -358,11 +364,12 @@ class Trainer:
             "train/tokens_seen": float(self.state.tokens_seen)})
         self.write_status("running")
 
-    def maybe_eval(self, phase_done: bool) -> None:
+    def maybe_eval(self, phase_done: bool) -> bool:
+        """Validate when due; returns whether the phase is done (``xpt_ds.training.best``: early stopping)."""
         every = self.cfg.logging.eval_every
         if (self.valid_stream is None and self.cdlm_valid is None) or not (
                 phase_done or (every and self.state.global_step % every == 0)):
-            return
+            return phase_done
         metrics = self.evaluate()
         self.logger.log(self.state.global_step, metrics)
         if "valid/loss" in metrics:
@@ -373,6 +380,7 @@ class Trainer:
                 k.endswith("/loss")]
         if cdlm:
             self._info(f"step {self.state.global_step}: valid CdLM loss {', '.join(cdlm)}")
+        return self.best.on_validation(metrics, self.state, self.cfg.phases, self.device, self.rank) or phase_done
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
@@ -402,7 +410,7 @@ class Trainer:
 
     def maybe_save(self, phase_done: bool) -> None:
         every = self.cfg.checkpoint.every_steps
-        if phase_done or (every and self.state.global_step % every == 0):
+        if phase_done or (every and self.state.global_step % every == 0) or self.best.wants_save(self.state):
             self.save()
 
     def save(self) -> str:
@@ -413,12 +421,13 @@ class Trainer:
                          f"(a non-finite update went through; ZeRO stage 0 cannot skip one). Newest complete "
                          f"checkpoint: {self.last_saved or 'none'}")
         client = {"trainer": self.state.state_dict(), "data": self.train_stream.state_dict(),
-                  "bad_steps": self.bad_steps.state_dict(), "config": to_dict(self.cfg),
+                  "bad_steps": self.bad_steps.state_dict(), "best": self.best.state_dict(), "config": to_dict(self.cfg),
                   "embedding_init": self.built.embedding_init}
         checkpoint.save(self.engine, self.ckpt_root, tag, client, self.frozen, self.hf_config, self.tok.path)
         self.last_saved = tag
         if self.rank == 0:
-            for old in checkpoint.prune(self.ckpt_root, self.cfg.checkpoint.keep_last):
+            self.best.write(self.run_dir)  # after its checkpoint is complete
+            for old in checkpoint.prune(self.ckpt_root, self.cfg.checkpoint.keep_last, self.best.protected):
                 log.info("deleted checkpoint %s (keep_last=%d)", old, self.cfg.checkpoint.keep_last)
             for old in checkpoint.remove_incomplete(self.ckpt_root):
                 log.info("deleted incomplete checkpoint %s", old)
