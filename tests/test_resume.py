@@ -14,9 +14,10 @@ pytestmark = pytest.mark.multiproc
 
 
 CUTS = {2: "mid-phase1", 4: "boundary", 6: "mid-phase2"}
-# Every cut at ZeRO 1 and 3; ZeRO-2 (DeepSpeed's stage-1-and-2 optimizer, as ZeRO-1) mid-phase-1 only, for the
-# suite's time: its boundary resume is also covered by tests/test_decoder_train.py (GPT-2, bf16 ZeRO-2).
-CASES = [(stage, cut) for cut in CUTS for stage in (1, 2, 3) if stage != 2 or cut == 2]
+# Every cut at ZeRO 1 and 3. ZeRO-2 runs DeepSpeed's stage-1-and-2 optimizer, as ZeRO-1 does; its exact resume is
+# covered by tests/test_decoder_train.py (GPT-2, bf16 ZeRO-2, 2 ranks, at the phase boundary) and its other paths
+# by test_frozen, test_export and test_rescale, so it is left out here for the suite's time.
+CASES = [(stage, cut) for cut in CUTS for stage in (1, 3)]
 
 
 @pytest.mark.parametrize("stage,cut", CASES, ids=[f"{CUTS[c]}-{s}" for s, c in CASES])
