@@ -26,19 +26,23 @@ def _valid(run_dir) -> dict[int, float]:
     return {s: r["valid/loss"] for s, r in read_metrics(run_dir).items() if "valid/loss" in r}
 
 
-@pytest.fixture(scope="module")
-def kept(tmp_path_factory, tiny_roberta, corpus):
-    """keep_best with keep_last 1, a validation pass every step; phase 2's lr makes the loss rise, so the best is
-    an older checkpoint than the newest."""
-    root = tmp_path_factory.mktemp("kept")
-    cfg = base_config(root / "run", tiny_roberta, corpus, checkpoint={"every_steps": 0, "keep_last": 1,
-                                                                       "keep_best": True})
-    cfg["phases"] = [{"name": "phase1", "steps": 3, "lr": 2e-3}, {"name": "phase2", "steps": 3, "lr": 0.3}]
-    cfg["logging"].update(eval_every=1, tensorboard=False)
+def _train(root, tiny_roberta, corpus, phase1: tuple, phase2: tuple, log_every: int = 1, **sections):
+    """A one-rank run of two phases ((steps, lr) each) with a validation pass every step; (root, config, proc)."""
+    cfg = base_config(root / "run", tiny_roberta, corpus, **sections)
+    cfg["phases"] = [{"name": f"phase{i + 1}", "steps": n, "lr": lr} for i, (n, lr) in enumerate((phase1, phase2))]
+    cfg["logging"].update(eval_every=1, log_every=log_every, tensorboard=False)
     path = write_config(root / "cfg.yaml", cfg)
     proc = launch(["--config", str(path)])
     assert proc.returncode == 0, proc.stderr[-3000:]
     return root, path, proc
+
+
+@pytest.fixture(scope="module")
+def kept(tmp_path_factory, tiny_roberta, corpus):
+    """keep_best with keep_last 1, a validation pass every step; phase 2's lr makes the loss rise, so the best is
+    an older checkpoint than the newest."""
+    return _train(tmp_path_factory.mktemp("kept"), tiny_roberta, corpus, (3, 2e-3), (3, 0.3),
+                  checkpoint={"every_steps": 0, "keep_last": 1, "keep_best": True})
 
 
 def test_best_is_lowest_valid_loss_and_survives_keep_last(kept):
@@ -80,15 +84,9 @@ def test_resume_keeps_best(kept):
 def stopped(tmp_path_factory, tiny_roberta, corpus):
     """Early stopping with a min_delta no pass can beat: every phase ends after 1 + 2 validation passes. Training
     losses are logged every 4 steps, so the early stops at steps 3 and 6 flush a partial window."""
-    root = tmp_path_factory.mktemp("stopped")
-    cfg = base_config(root / "run", tiny_roberta, corpus, checkpoint={"every_steps": 0, "keep_best": True},
-                      guard={"early_stop_patience": 2, "early_stop_min_delta": 10.0})
-    cfg["phases"] = [{"name": "phase1", "steps": 6, "lr": 1e-3}, {"name": "phase2", "steps": 6, "lr": 1e-3}]
-    cfg["logging"].update(eval_every=1, log_every=4, tensorboard=False)
-    path = write_config(root / "cfg.yaml", cfg)
-    proc = launch(["--config", str(path)])
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return root, path, proc
+    return _train(tmp_path_factory.mktemp("stopped"), tiny_roberta, corpus, (6, 1e-3), (6, 1e-3), log_every=4,
+                  checkpoint={"every_steps": 0, "keep_best": True},
+                  guard={"early_stop_patience": 2, "early_stop_min_delta": 10.0})
 
 
 def test_early_stop_ends_each_phase(stopped):
