@@ -85,7 +85,11 @@ def test_sweep_trains_evaluates_reports_and_skips_finished_runs(tmp_path, sweep_
     assert {d: (out / d / "train.log").stat().st_mtime_ns for d in logs} == logs
 
 
-def test_sweep_finetunes_and_reports_a_failed_run(tmp_path, sweep_config, corpus_text):
+def test_sweep_replicates_in_parallel_scores_the_best_checkpoint_and_reports_a_failed_run(tmp_path, sweep_config,
+                                                                                           corpus, corpus_text):
+    """Issue 22's sweep: two seeds of a run side by side (--parallel 2), each scored and fine-tuned from its best
+    checkpoint (checkpoint.keep_best), the unigram predictor beside them, the seeds folded into mean ± std, and a
+    run that cannot start reported while the others finish."""
     config, test_shards = sweep_config
     sentences = [s for s in corpus_text.read_text(encoding="utf-8").splitlines() if s][:24]
     examples = tmp_path / "labels.jsonl"
@@ -93,34 +97,55 @@ def test_sweep_finetunes_and_reports_a_failed_run(tmp_path, sweep_config, corpus
                                            ensure_ascii=False) + "\n" for s in sentences), encoding="utf-8")
     out = tmp_path / "sweep"
     proc = _sweep(["--config", str(config), "--methods", "xpt_sp", "--sizes", "300", "10M", "--out", str(out),
-                   "--test-shards", *test_shards, "--finetune-train", str(examples), "--finetune-test", str(examples),
-                   "--finetune-seeds", "1", "2", "--finetune-epochs", "1", "--finetune-max-length", "32"])
+                   "--seeds", "1", "2", "--parallel", "2", "--test-shards", *test_shards,
+                   "--unigram", f"{corpus}/manifest.json:train", "--finetune-sizes", "300",
+                   "--set", f"data.valid_shards=[{corpus}/manifest.json:valid]", "checkpoint.keep_best=true",
+                   "logging.eval_every=2",
+                   "--finetune-train", str(examples), "--finetune-test", str(examples),
+                   "--finetune-seeds", "1", "--finetune-epochs", "1", "--finetune-max-length", "32"])
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-3000:]
-    failed_log = out / "runs" / "xpt_sp" / "10M" / "train.log"
-    assert f"failed: xpt_sp 10M (train exited 2); log: {failed_log}" in proc.stderr
-    assert "data.train_tokens" in failed_log.read_text()  # the corpus holds fewer tokens than that
+    for seed in (1, 2):
+        failed_log = out / "runs" / "xpt_sp" / "10M" / f"seed{seed}" / "train.log"
+        assert f"failed: xpt_sp 10M seed {seed} (train exited 2); log: {failed_log}" in proc.stderr
+        assert "data.train_tokens" in failed_log.read_text()  # the corpus holds fewer tokens than that
 
-    [row] = _rows(out)
-    assert (row["method"], row["size"], row["downstream_metric"], row["downstream_seeds"]) == ("xpt_sp", 300,
-                                                                                                "accuracy", 2)
-    assert 0 <= row["downstream_mean"] <= 1 and row["downstream_std"] >= 0 and "majority_accuracy" in row
+    rows = sorted(_rows(out), key=lambda r: r["seed"])
+    assert [(r["method"], r["size"], r["seed"]) for r in rows] == [("xpt_sp", 300, 1), ("xpt_sp", 300, 2)]
+    for r in rows:
+        assert f"--model.init_seed={r['seed']}" in r["train_args"] and f"--data.seed={r['seed']}" in r["train_args"]
+        best = json.loads((out / r["run_dir"] / "best.json").read_text())
+        assert r["checkpoint"] == best["tag"] == r["best"]["tag"]  # evaluate scored the best checkpoint
+        assert "--tag best" in (out / r["run_dir"] / "finetune.log").read_text()  # and export exported it
+        assert (r["downstream_metric"], r["downstream_seeds"], len(r["downstream_values"])) == ("accuracy", 1, 1)
+    assert rows[0]["loss"] != rows[1]["loss"]  # other seeds, other runs, scored on the same masks
+    evals = [json.loads((out / r["run_dir"] / "eval.json").read_text()) for r in rows]
+    assert evals[0]["seed"] == evals[1]["seed"] == 0 and evals[0]["tokens"] == evals[1]["tokens"]
+    unigram = json.loads((out / "unigram.json").read_text())
+    assert unigram["unigram"] == [f"{corpus}/manifest.json:train"] and unigram["tokens"] == evals[0]["tokens"]
+
     md = (out / "results.md").read_text()
-    assert "accuracy (×100)" in md and "Failed runs" in md and str(failed_log) in md
+    mean_ppl = (rows[0]["ppl"] + rows[1]["ppl"]) / 2
+    assert f"{mean_ppl:.2f} ± " in md and "| seeds |" in md and "*Unigram predictor*" in md
+    assert "Hits@1 over the unigram predictor's" in md and "accuracy (×100)" in md
+    assert "Failed runs" in md and "xpt_sp 10M seed 2" in md
     assert (out / "plot_downstream.png").read_bytes()[:8] == PNG_SIGNATURE
-    assert json.loads((out / "summary.json").read_text())["failed"][0]["stage"] == "train"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["runs"] == 2 and summary["rows"][0]["seeds"] == 2 and summary["unigram"]["hits@1"] >= 0
+    assert summary["rows"][0]["ppl"] == pytest.approx(mean_ppl)
+    assert sorted(f["stage"] for f in summary["failed"]) == ["train", "train"]
 
 
 def test_overrides_by_method_and_size_range(tmp_path, sweep_config):
     """002 Table A1 changes batch, lr and steps between data-size brackets: --set [METHOD:][SIZES:]key=value."""
     from xpt_ds.config import ConfigError
-    from xpt_ds.sweeps.plan import build_plan
+    from xpt_ds.sweeps.plan import Run, build_plan
     from xpt_ds.sweep import parse_args
     config, test_shards = sweep_config
     base = ["--config", str(config), "--methods", "xpt", "scratch", "--sizes", "100", "400", "1.6K", "--out",
             str(tmp_path / "sweep"), "--test-shards", *test_shards]
     plan = build_plan(parse_args([*base, "--set", "optim.micro_batch_size=2", "400..:phases.0.steps=5",
                                   "xpt:..400:phases.0.lr=1e-4", "scratch:1.6K:optim.grad_accum=3"]))
-    args = {(m, s): plan.train_args(m, s) for m in plan.methods for s in plan.sizes}
+    args = {(m, s): plan.train_args(Run(m, s)) for m in plan.methods for s in plan.sizes}
     assert all("--optim.micro_batch_size=2" in a for a in args.values())
     assert [s for s in plan.sizes if "--phases.0.steps=5" in args["xpt", s]] == [400, 1600]
     assert [s for s in plan.sizes if "--phases.0.lr=1e-4" in args["xpt", s]] == [100, 400]
@@ -129,13 +154,49 @@ def test_overrides_by_method_and_size_range(tmp_path, sweep_config):
     # xpt: 2 + 2 steps, phase 1 set to 5 from 400 tokens on; scratch: one phase of 4, set to 5 likewise
     assert plan.steps == {("xpt", 100): 4, ("xpt", 400): 7, ("xpt", 1600): 7,
                           ("scratch", 100): 4, ("scratch", 400): 5, ("scratch", 1600): 5}
-    for bad, message in [("100Q:optim.grad_accum=2", "'100Q' is neither a method"),
-                         ("xpt:100:200:optim.grad_accum=2", "at most one method and one size"),
+    for bad, message in [("100Q:optim.grad_accum=2", "'100Q' is neither an arm"),
+                         ("xpt:100:200:optim.grad_accum=2", "at most one arm and one size"),
                          ("100..:data.train_tokens=5", "the sweep sets"), ("optim.grad_accum", "key=value")]:
         with pytest.raises(ConfigError, match=message):
             build_plan(parse_args([*base, "--set", bad]))
     with pytest.raises(ConfigError, match="optim.no_such_key"):  # checked for every size before any run
         build_plan(parse_args([*base, "--set", "1.6K:optim.no_such_key=1"]))
+
+
+def test_labelled_arms_and_seeds_plan_their_own_runs(tmp_path, sweep_config):
+    """LABEL=METHOD arms (issue 22's embedding starts) take --set LABEL:... alone, and a method's name reaches every
+    arm of it; --seeds gives each run its replicates, in their own directories."""
+    from xpt_ds.config import ConfigError
+    from xpt_ds.sweeps.plan import Run, build_plan
+    from xpt_ds.sweep import parse_args
+    config, test_shards = sweep_config
+    out = tmp_path / "sweep"
+    base = ["--config", str(config), "--sizes", "100", "400", "--out", str(out), "--test-shards", *test_shards]
+    plan = build_plan(parse_args([*base, "--methods", "xpt", "xpt_mean=xpt", "scratch", "--seeds", "1", "2",
+                                  "--set", "xpt_mean:model.embedding_init=source_mean", "xpt:optim.grad_accum=3",
+                                  "--finetune-train", "a.jsonl", "--finetune-test", "b.jsonl",
+                                  "--finetune-sizes", "400"]))
+    assert plan.arms == {"xpt": "xpt", "xpt_mean": "xpt", "scratch": "scratch"} and plan.finetune_sizes == {400}
+    assert len(plan.runs()) == 12 and plan.runs()[:4] == [Run("xpt", 100, 1), Run("xpt_mean", 100, 1),
+                                                                 Run("scratch", 100, 1), Run("xpt", 400, 1)]
+    mean = plan.train_args(Run("xpt_mean", 400, 2))
+    assert "--model.embedding_init=source_mean" in mean and "--optim.grad_accum=3" in mean  # its label and method
+    assert "--model.method=xpt" in mean and f"--config={out}/configs/xpt_mean.yaml" not in mean
+    assert {"--model.init_seed=2", "--seed=2", "--data.seed=2"} <= set(mean)
+    assert "--model.embedding_init=source_mean" not in plan.train_args(Run("xpt", 400, 2))
+    assert not any("grad_accum" in a for a in plan.train_args(Run("scratch", 100, 1)))
+    assert plan.run_dir(Run("xpt_mean", 400, 2)) == out / "runs" / "xpt_mean" / "400" / "seed2"
+    assert (out / "configs" / "xpt_mean.yaml").is_file() and plan.evaluate_args[-2:] == ["--seed", "0"]
+    assert plan.tag_args(Run("xpt", 100, 1)) == []  # keep_best off: the newest checkpoint is scored
+    for methods, extra, message in [(["nope=xpt2"], [], "unknown method 'xpt2'"),
+                                    (["xpt", "xpt"], [], "'xpt' is given twice"),
+                                    (["scratch=xpt"], [], "another method's name"),
+                                    (["xpt"], ["--seeds", "1", "--set", "model.init_seed=3"], "--seeds sets"),
+                                    (["xpt"], ["--parallel", "2", "--nproc", "2"], "--parallel"),
+                                    (["xpt"], ["--finetune-train", "a", "--finetune-test", "b",
+                                               "--finetune-sizes", "800"], "not one of --sizes")]:
+        with pytest.raises(ConfigError, match=message):
+            build_plan(parse_args([*base, "--methods", *methods, *extra]))
 
 
 def test_size_to_match_interpolates_scratch_in_log_size():
@@ -182,7 +243,8 @@ GRAPH = [[], ["common"], ["common"], ["x_en", "en_x"]]
 
 def _loaded(plan, method, size):
     from xpt_ds.config import load_config
-    return load_config(str(plan.config_path(method)), plan.train_args(method, size)[2:])
+    from xpt_ds.sweeps.plan import Run
+    return load_config(str(plan.config_path(method)), plan.train_args(Run(method, size))[2:])
 
 
 def test_a_trelm_sweep_builds_its_phase_graph_from_an_xpt_base(tmp_path, sweep_config):

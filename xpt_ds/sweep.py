@@ -1,14 +1,15 @@
 """``python -m xpt_ds.sweep --config BASE --methods xpt scratch ... --sizes 100K 400K 1.6M --out DIR``
 
-Post-trains each method on a ladder of training-data sizes (``data.train_tokens``: nested subsets of the
-corpus) with the same number of steps for every size, as 002 §5.1 does (less data = more epochs), then scores
-every run with ``xpt_ds.evaluate`` and, given fine-tuning files, ``xpt_ds.export`` + ``xpt_ds.finetune``.
+Post-trains each method (or labelled arm) on a ladder of training-data sizes (``data.train_tokens``: nested
+subsets of the corpus) with the same number of steps for every size, as 002 §5.1 does (less data = more
+epochs), once per ``--seeds`` replicate, then scores every run with ``xpt_ds.evaluate`` (the best checkpoint
+under ``checkpoint.keep_best``) and, given fine-tuning files, ``xpt_ds.export`` + ``xpt_ds.finetune``.
 Training and fine-tuning are child processes (``--nproc`` > 1: the deepspeed launcher); evaluation and export
-run in this process, with each command's output in the run's log.
-Writes ``DIR/results.jsonl`` (one row per finished run), ``DIR/results.md``, ``DIR/plot_<metric>.png``,
-TensorBoard scalars under ``DIR/tb`` and ``DIR/summary.json`` with the data-efficiency ratio (how much data
-Scratch needs to match each method; ``xpt_ds.sweeps.report``). A run whose row is in ``results.jsonl`` is not
-run again; a failed one is reported with its log and the sweep goes on.
+run in this process unless ``--parallel`` runs several runs at once. Each command's output is in the run's log.
+Writes ``DIR/results.jsonl`` (one row per finished run, written when it finishes), ``DIR/results.md`` (mean ±
+std over seeds), ``DIR/plot_<metric>.png``, TensorBoard scalars under ``DIR/tb`` and ``DIR/summary.json`` with
+the data-efficiency ratio (how much data Scratch needs to match each arm; ``xpt_ds.sweeps.report``). A run
+whose row is in ``results.jsonl`` is not run again; a failed one is reported with its log and the sweep goes on.
 """
 from __future__ import annotations
 
@@ -29,25 +30,40 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--config", required=True, help="base run config (YAML/JSON), e.g. a two-phase xpt config or a "
                                                    "TreLM phase graph (each method gets its own phases where the "
                                                    "base's do not suit it: xpt_ds.sweeps.plan.method_config)")
-    p.add_argument("--methods", nargs="+", required=True, metavar="METHOD", help=f"of {', '.join(METHODS)}")
+    p.add_argument("--methods", nargs="+", required=True, metavar="ARM",
+                   help=f"a method (of {', '.join(METHODS)}), or LABEL=METHOD for another arm of a method, told "
+                        "apart by --set LABEL:... (e.g. xpt_focus=xpt with --set xpt_focus:model.embedding_init=focus)")
     p.add_argument("--sizes", nargs="+", required=True, metavar="SIZE",
                    help="training tokens per run (data.train_tokens): 100K 400K 1.6M or integers")
     p.add_argument("--out", required=True, type=Path, help="sweep directory (results, plots, runs/METHOD/SIZE)")
+    p.add_argument("--seeds", nargs="+", type=int, default=[], metavar="SEED",
+                   help="replicates: each run once per seed, which sets model.init_seed, seed and data.seed (the "
+                        "subset, order and masks), in runs/ARM/SIZE/seedN; scored on the same masks")
     p.add_argument("--nproc", type=int, default=1, help="ranks per run: 1 = one process, else the deepspeed launcher")
+    p.add_argument("--parallel", type=int, default=1,
+                   help="one-process runs side by side (their stages as child processes); with several GPUs, "
+                        "run slot i sees GPU i mod count, else they share the one device")
+    p.add_argument("--deadline-minutes", type=float, default=0,
+                   help="start no run after this many minutes (running ones finish); rerun the sweep to go on")
     p.add_argument("--test-shards", nargs="+", default=[], metavar="SPEC",
                    help="held-out shards for xpt_ds.evaluate (default: the base config's data.valid_shards)")
+    p.add_argument("--unigram", nargs="+", default=[], metavar="TRAIN_SPEC",
+                   help="also score the unigram predictor of these training shards on the same masked tokens "
+                        "(DIR/unigram.json), the reference every report table shows")
     p.add_argument("--eval-batch-size", type=int, default=16, help="xpt_ds.evaluate --batch-size")
     p.add_argument("--eval-max-batches", type=int, default=0, help="xpt_ds.evaluate --max-batches (0 = all)")
     p.add_argument("--set", nargs="+", action="extend", default=[], metavar="[METHOD:][SIZES:]KEY=VALUE",
-                   help="train config override for every run (e.g. optim.micro_batch_size=16), only METHOD's "
-                        "(e.g. scratch:phases.0.lr=5e-4), only one size's or a size range's, inclusive (e.g. "
+                   help="train config override for every run (e.g. optim.micro_batch_size=16), only one arm's "
+                        "(a label, or a method: its every arm; e.g. scratch:phases.0.lr=5e-4), only one size's or a size range's, inclusive (e.g. "
                         "800K..:optim.grad_accum=8, xpt:100K..400K:phases.0.lr=1e-4)")
     ft = p.add_argument_group("downstream (xpt_ds.finetune on each run's export; needs --finetune-train and "
                               "--finetune-test)")
     add_flags(ft, FinetuneConfig, prefix="finetune-", dest_prefix="finetune_", skip=FINETUNE_SET_BY_SWEEP)
+    ft.add_argument("--finetune-sizes", nargs="+", default=[], metavar="SIZE",
+                    help="fine-tune only the runs of these sizes (default: every size)")
     a = p.parse_args(argv)
-    if a.nproc < 1:
-        p.error("--nproc must be >= 1")
+    if a.nproc < 1 or a.parallel < 1:
+        p.error("--nproc and --parallel must be >= 1")
     return a
 
 
@@ -55,7 +71,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     from xpt_ds.config import ConfigError
     from xpt_ds.sweeps.plan import build_plan
-    from xpt_ds.sweeps.report import size_label, write_report
+    from xpt_ds.sweeps.report import write_report
     from xpt_ds.sweeps.runner import read_rows, sweep
     a = parse_args(sys.argv[1:] if argv is None else argv)
     try:
@@ -67,8 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     write_report(plan.out, rows, failures)
     print(f"wrote {plan.out / 'results.md'}, {plan.out / 'summary.json'}, plots and {plan.out / 'tb'}")
     for f in failures:
-        print(f"failed: {f['method']} {size_label(f['size'])} ({f['stage']} exited {f['exit']}); log: {f['log']}",
-              file=sys.stderr)
+        print(f"failed: {f['run']} ({f['stage']} exited {f['exit']}); log: {f['log']}", file=sys.stderr)
     return 1 if failures else 0
 
 

@@ -8,6 +8,7 @@ import dataclasses
 import hashlib
 import socket
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from xpt_ds.finetuning.config import FinetuneConfig
 from xpt_ds.sweeps.report import parse_size, size_label
 
 SET_BY_SWEEP = ("run_dir", "model.method", "data.train_tokens")
+SET_BY_SEEDS = ("--model.init_seed=", "--seed=", "--data.seed=")  # a replicate's seeds (Plan.train_args)
 # trust_remote_code: the sweep fine-tunes only its own exports, whose code (if any) is xpt-ds's own.
 FINETUNE_SET_BY_SWEEP = ("model", "out", "trust_remote_code")
 
@@ -88,38 +90,72 @@ def config_path(out: Path, method: str) -> Path:
     return out / "configs" / f"{method}.yaml"
 
 
+@dataclass(frozen=True)
+class Run:
+    """One run of a sweep: an arm (a labelled method: ``xpt`` or ``xpt_focus=xpt``) at a data size, with a
+    replicate seed (None: the config's own seeds)."""
+    arm: str
+    size: int
+    seed: int | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.arm} {size_label(self.size)}" + ("" if self.seed is None else f" seed {self.seed}")
+
+
 @dataclass
 class Plan:
-    """Everything every run needs, checked before the first one starts. Dicts are keyed by method."""
+    """Everything every run needs, checked before the first one starts. Dicts are keyed by arm label."""
     out: Path
-    methods: list[str]
+    arms: dict[str, str]  # label -> method, in the order given
     sizes: list[int]
+    seeds: list[int | None]
     nproc: int
+    parallel: int
     test_shards: list[str]
     evaluate_args: list[str]
+    unigram_shards: list[str]
     finetune_args: list[str] | None  # None: no downstream evaluation
+    finetune_sizes: set[int]
     overrides: list[Override]
-    steps: dict[tuple[str, int], int]  # total optimizer steps of (method, size)
+    steps: dict[tuple[str, int], int]  # total optimizer steps of (arm, size)
     seq_len: dict[tuple[str, int], int]
-    config_sha: dict[str, str]  # the hash of DIR/configs/METHOD.yaml, to notice a changed config on a rerun
+    keep_best: dict[tuple[str, int], bool]  # checkpoint.keep_best: score and export the best checkpoint
+    config_sha: dict[str, str]  # the hash of DIR/configs/ARM.yaml, to notice a changed config on a rerun
+    deadline: float | None = None  # time.time() after which no new run starts
 
-    def run_dir(self, method: str, size: int) -> Path:
-        return self.out / "runs" / method / size_label(size)
+    @property
+    def methods(self) -> list[str]:
+        return list(self.arms)
 
-    def config_path(self, method: str) -> Path:
-        return config_path(self.out, method)
+    def runs(self) -> list[Run]:
+        """Seed by seed (a sweep cut short keeps whole tables of its first seeds), smallest size first, then the
+        arms in their order."""
+        return [Run(arm, size, seed) for seed in self.seeds for size in self.sizes for arm in self.arms]
 
-    def train_args(self, method: str, size: int) -> list[str]:
-        return ["--config", str(self.config_path(method)), f"--run_dir={self.run_dir(method, size)}",
-                f"--model.method={method}", f"--data.train_tokens={size}",
-                *(o.arg for o in self.overrides if o.applies(method, size))]
+    def run_dir(self, run: Run) -> Path:
+        d = self.out / "runs" / run.arm / size_label(run.size)
+        return d if run.seed is None else d / f"seed{run.seed}"
 
-    def train_command(self, method: str, size: int) -> list[str]:
-        args = self.train_args(method, size)
+    def config_path(self, arm: str) -> Path:
+        return config_path(self.out, arm)
+
+    def train_args(self, run: Run) -> list[str]:
+        seeds = [] if run.seed is None else [f"--model.init_seed={run.seed}", f"--seed={run.seed}",
+                                             f"--data.seed={run.seed}"]
+        return ["--config", str(self.config_path(run.arm)), f"--run_dir={self.run_dir(run)}",
+                f"--model.method={self.arms[run.arm]}", f"--data.train_tokens={run.size}", *seeds,
+                *(o.arg for o in self.overrides if o.applies(run.arm, self.arms[run.arm], run.size))]
+
+    def train_command(self, run: Run) -> list[str]:
+        args = self.train_args(run)
         if self.nproc == 1:
             return [sys.executable, "-m", "xpt_ds.train", *args]
         return [sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", str(self.nproc),
                 "--master_port", str(_free_port()), "--module", "xpt_ds.train", *args]
+
+    def tag_args(self, run: Run) -> list[str]:
+        return ["--tag", "best"] if self.keep_best[run.arm, run.size] else []
 
 
 def _free_port() -> int:
@@ -130,36 +166,56 @@ def _free_port() -> int:
 
 @dataclass(frozen=True)
 class Override:
-    """``--set [METHOD:][SIZE|LO..HI:]key=value``: a train config override for every run, one method's, the runs
-    of one size or of a size range (inclusive; 002 Table A1 changes batch, lr and steps between such brackets)."""
+    """``--set [ARM:][SIZE|LO..HI:]key=value``: a train config override for every run, one arm's (an arm label,
+    or a method name: every arm of that method), the runs of one size or of a size range (inclusive; 002 Table A1
+    changes batch, lr and steps between such brackets)."""
     arg: str  # --key=value
-    method: str | None = None
+    arm: str | None = None
     lo: int = 0
     hi: int | None = None
 
-    def applies(self, method: str, size: int) -> bool:
-        return self.method in (None, method) and self.lo <= size and (self.hi is None or size <= self.hi)
+    def applies(self, arm: str, method: str, size: int) -> bool:
+        return self.arm in (None, arm, method) and self.lo <= size and (self.hi is None or size <= self.hi)
 
 
-def parse_override(item: str) -> Override:
+def parse_arms(items: list[str]) -> dict[str, str]:
+    """``--methods xpt scratch xpt_focus=xpt`` -> {label: method}: a method, or LABEL=METHOD for a second arm of a
+    method (told apart by ``--set LABEL:...``)."""
+    arms: dict[str, str] = {}
+    for item in items:
+        label, eq, method = item.partition("=")
+        method = method if eq else label
+        if method not in METHODS:
+            raise ConfigError(f"--methods '{item}': unknown method '{method}'; valid: {', '.join(METHODS)}")
+        if not label or not label.replace("_", "").replace("-", "").isalnum():
+            raise ConfigError(f"--methods '{item}': the label must be letters, digits, '_' or '-'")
+        if label in arms:
+            raise ConfigError(f"--methods: '{label}' is given twice")
+        if eq and label in METHODS and label != method:
+            raise ConfigError(f"--methods '{item}': the label '{label}' is another method's name")
+        arms[label] = method
+    return arms
+
+
+def parse_override(item: str, labels: tuple[str, ...] = ()) -> Override:
     head, eq, value = item.partition("=")
     *qualifiers, key = head.split(":")
     if not eq or not key:
-        raise ConfigError(f"--set '{item}' must look like [METHOD:][SIZE|LO..HI:]key=value")
+        raise ConfigError(f"--set '{item}' must look like [ARM:][SIZE|LO..HI:]key=value")
     if key in SET_BY_SWEEP:
         raise ConfigError(f"--set '{item}': the sweep sets {', '.join(SET_BY_SWEEP)} itself")
     method, sizes = None, None
     for q in qualifiers:
-        if q in METHODS and method is None:
+        if (q in METHODS or q in labels) and method is None:
             method = q
         elif sizes is None:
             try:
                 sizes = _size_range(q)
             except ValueError:
-                raise ConfigError(f"--set '{item}': '{q}' is neither a method ({', '.join(METHODS)}) nor a size or "
-                                  "size range like 100K, 100K..400K or 800K..") from None
+                raise ConfigError(f"--set '{item}': '{q}' is neither an arm ({', '.join(labels or METHODS)}) nor a "
+                                  "size or size range like 100K, 100K..400K or 800K..") from None
         else:
-            raise ConfigError(f"--set '{item}': give at most one method and one size or size range")
+            raise ConfigError(f"--set '{item}': give at most one arm and one size or size range")
     lo, hi = sizes or (0, None)
     return Override(f"--{key}={value}", method, lo, hi)
 
@@ -173,32 +229,43 @@ def _size_range(text: str) -> tuple[int, int | None]:
 
 
 def build_plan(a: argparse.Namespace) -> Plan:
-    """Parse sizes, write each method's config, and load it with every override (the trainer's own checks)."""
+    """Parse sizes and arms, write each arm's config, and load it with every override (the trainer's own checks)."""
     sizes = sorted({parse_size(s) for s in a.sizes})
-    unknown = [m for m in a.methods if m not in METHODS]
-    if unknown:
-        raise ConfigError(f"--methods: unknown {', '.join(unknown)}; valid: {', '.join(METHODS)}")
-    methods = list(dict.fromkeys(a.methods))
+    arms = parse_arms(a.methods)
+    seeds = list(dict.fromkeys(a.seeds)) if a.seeds else [None]
     base = read_config_file(a.config)
-    overrides = [parse_override(item) for item in a.set]
+    overrides = [parse_override(item, tuple(arms)) for item in a.set]
+    if a.seeds and any(o.arg.startswith(SET_BY_SEEDS) for o in overrides):
+        raise ConfigError(f"--set: --seeds sets {', '.join(k[2:-1] for k in SET_BY_SEEDS)} itself")
+    if a.parallel > 1 and a.nproc > 1:
+        raise ConfigError("--parallel runs one-process runs side by side; it cannot be combined with --nproc > 1")
     finetune_args = _finetune_args(a)
+    finetune_sizes = {parse_size(s) for s in a.finetune_sizes} if a.finetune_sizes else set(sizes)
+    if not finetune_sizes <= set(sizes):
+        raise ConfigError(f"--finetune-sizes: {', '.join(size_label(s) for s in sorted(finetune_sizes - set(sizes)))} "
+                          "is not one of --sizes")
     (a.out / "configs").mkdir(parents=True, exist_ok=True)
-    steps, seq_len, sha, test_shards = {}, {}, {}, list(a.test_shards)
-    for m in methods:
-        text = yaml.safe_dump(method_config(base, m), sort_keys=False)
-        config_path(a.out, m).write_text(text)
-        sha[m] = hashlib.sha256(text.encode()).hexdigest()[:16]
+    steps, seq_len, best, sha, test_shards, mask_seed = {}, {}, {}, {}, list(a.test_shards), None
+    for arm, method in arms.items():
+        text = yaml.safe_dump(method_config(base, method), sort_keys=False)
+        config_path(a.out, arm).write_text(text)
+        sha[arm] = hashlib.sha256(text.encode()).hexdigest()[:16]
         for size in sizes:
-            args = [f"--model.method={m}", f"--data.train_tokens={size}",
-                    *(o.arg for o in overrides if o.applies(m, size))]
-            cfg = load_config(str(config_path(a.out, m)), args)
-            steps[m, size], seq_len[m, size] = sum(p.steps for p in cfg.phases), cfg.data.seq_len
+            args = [f"--model.method={method}", f"--data.train_tokens={size}",
+                    *(o.arg for o in overrides if o.applies(arm, method, size))]
+            cfg = load_config(str(config_path(a.out, arm)), args)
+            steps[arm, size], seq_len[arm, size] = sum(p.steps for p in cfg.phases), cfg.data.seq_len
+            best[arm, size] = cfg.checkpoint.keep_best
             test_shards = test_shards or list(cfg.data.valid_shards)
+            mask_seed = cfg.data.seed if mask_seed is None else mask_seed
     if not test_shards:
         raise ConfigError("no test shards: give --test-shards or set data.valid_shards in the base config")
-    return Plan(a.out, methods, sizes, a.nproc, test_shards,
-                ["--batch-size", str(a.eval_batch_size), "--max-batches", str(a.eval_max_batches)], finetune_args,
-                overrides, steps, seq_len, sha)
+    # Every run is scored on the same masks (the base config's data.seed), whatever seed it trained with.
+    evaluate_args = ["--batch-size", str(a.eval_batch_size), "--max-batches", str(a.eval_max_batches),
+                     "--seed", str(mask_seed)]
+    deadline = time.time() + a.deadline_minutes * 60 if a.deadline_minutes else None
+    return Plan(a.out, arms, sizes, seeds, a.nproc, a.parallel, test_shards, evaluate_args, list(a.unigram),
+                finetune_args, finetune_sizes, overrides, steps, seq_len, best, sha, deadline)
 
 
 def _finetune_args(a: argparse.Namespace) -> list[str] | None:

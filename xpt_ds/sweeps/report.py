@@ -128,6 +128,12 @@ def _bold_best(cells: list[str], values: list, higher: bool) -> list[str]:
     return [f"**{c}**" if v == best else c for c, v in zip(cells, values)]
 
 
+def _cell(r: dict, key: str, percent: bool) -> str:
+    """The value, with ± the replicates' standard deviation when the row folds several seeds."""
+    text, std = _fmt(key, r.get(key), percent), r.get(f"{key}_std")
+    return text if std is None or r.get(key) is None else f"{text} ± {_fmt(key, std, percent)}"
+
+
 def _downstream_cell(r: dict) -> str:
     if r.get(DOWNSTREAM) is None:
         return "–"
@@ -135,27 +141,32 @@ def _downstream_cell(r: dict) -> str:
     return f"{100 * r[DOWNSTREAM]:.2f}" + ("" if std is None else f" ± {100 * std:.2f}")
 
 
-def size_tables(rows: list[dict]) -> list[str]:
-    """One 002-Table-2-style table per size (best value per column in bold), plus downstream and run facts."""
+def size_tables(rows: list[dict], unigram: dict | None = None) -> list[str]:
+    """One 002-Table-2-style table per size (best value per column in bold; mean ± std over replicates), plus
+    downstream and run facts, and the unigram predictor's row (``unigram``: its evaluate JSON) at the bottom."""
     lines, downstream = [], any(r.get(DOWNSTREAM) is not None for r in rows)
+    seeded = any(r.get("seeds") for r in rows)
     metric = next((r["downstream_metric"] for r in rows if r.get("downstream_metric")), "")
     for size in sorted({r["size"] for r in rows}):
         at = sorted((r for r in rows if r["size"] == size), key=lambda r: _methods(rows).index(r["method"]))
         heads = [h for _, h, _, _ in INTRINSIC] + ([f"{metric} (×100)"] if downstream else [])
-        heads += ["steps", "epochs", "train s"]
+        heads += ["steps", "epochs", "train s"] + (["seeds"] if seeded else [])
         columns = []
         for key, _, higher, percent in INTRINSIC:
             values = [r.get(key) for r in at]
-            columns.append(_bold_best([_fmt(key, v, percent) for v in values], values, higher))
+            columns.append(_bold_best([_cell(r, key, percent) for r in at], values, higher))
         if downstream:
             values = [r.get(DOWNSTREAM) for r in at]
             columns.append(_bold_best([_downstream_cell(r) for r in at], values, True))
         columns += [[str(r["steps"]) for r in at], [f"{r['epochs']:.1f}" for r in at],
-                    [f"{r['train_seconds']:.0f}" for r in at]]
+                    [f"{r['train_seconds']:.0f}" for r in at]] + ([[str(r.get("seeds", 1)) for r in at]] * seeded)
         title = size_label(size) + ("" if size_label(size) == str(size) else f" ({size:,})")
         lines += [f"### {title} training tokens", "",
                   "| Method | " + " | ".join(heads) + " |", "|---" * (len(heads) + 1) + "|"]
         lines += [f"| {_name(r['method'])} | " + " | ".join(col[i] for col in columns) + " |" for i, r in enumerate(at)]
+        if unigram:
+            cells = [_fmt(key, unigram.get(key), percent) for key, _, _, percent in INTRINSIC]
+            lines.append("| *Unigram predictor* | " + " | ".join(cells + ["–"] * (len(heads) - len(cells))) + " |")
         lines.append("")
     seeds = next((r["downstream_seeds"] for r in rows if r.get("downstream_seeds")), None)
     majority = next((r["majority_accuracy"] for r in rows if r.get("majority_accuracy") is not None), None)
@@ -185,11 +196,46 @@ def efficiency_tables(rows: list[dict], metrics: list[str]) -> list[str]:
     return lines
 
 
+def vs_unigram(rows: list[dict], unigram: dict | None) -> dict[str, dict[str, float]]:
+    """method -> size label -> its (mean) Hits@1 over the unigram predictor's: at 1 a model predicts no better
+    than word frequencies; issue 22 asks for 2 or more."""
+    base = (unigram or {}).get("hits@1")
+    if not base:
+        return {}
+    out: dict[str, dict[str, float]] = {}
+    for r in rows:
+        if r.get("hits@1") is not None:
+            out.setdefault(r["method"], {})[size_label(r["size"])] = r["hits@1"] / base
+    return out
+
+
+def unigram_lines(rows: list[dict], unigram: dict | None) -> list[str]:
+    ratios = vs_unigram(rows, unigram)
+    if not ratios:
+        return []
+    sizes = sorted({r["size"] for r in rows})
+    lines = [f"Hits@1 over the unigram predictor's ({100 * unigram['hits@1']:.2f}); below 2× marked *:", "",
+             "| Method | " + " | ".join(size_label(s) for s in sizes) + " |", "|---" * (len(sizes) + 1) + "|"]
+    for method in _methods(rows):
+        cells = [ratios[method].get(size_label(s)) for s in sizes]
+        lines.append(f"| {_name(method)} | " + " | ".join(
+            "–" if c is None else f"{c:.2f}×" + ("*" if c < 2 else "") for c in cells) + " |")
+    return lines + [""]
+
+
+def read_unigram(out: Path) -> dict | None:
+    path = out / "unigram.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
 def write_markdown(out: Path, rows: list[dict], failures: list[dict]) -> None:
+    unigram = read_unigram(out)
     lines = ["# Sweep results", "",
-             "Intrinsic metrics on masked tokens of the test shards (002 Table 2: Hits@k ×100; best in bold). "
-             "Every run has the same number of steps, so smaller data sizes are seen for more epochs.", ""]
-    lines += size_tables(rows)
+             "Intrinsic metrics on masked tokens of the test shards (002 Table 2: Hits@k ×100; best in bold; "
+             "mean ± standard deviation over the seeds when there are several). Every run has the same number of "
+             "steps (fewer with early stopping), so smaller data sizes are seen for more epochs.", ""]
+    lines += size_tables(rows, unigram)
+    lines += unigram_lines(rows, unigram)
     lines += ["## Data efficiency", "",
               "For each method and data size s: the amount of data Scratch needs to reach the same value, "
               "interpolated linearly in log2(size) between Scratch's two sizes around the first crossing; "
@@ -197,8 +243,8 @@ def write_markdown(out: Path, rows: list[dict], failures: list[dict]) -> None:
     lines += efficiency_tables(rows, ["ppl"] + [DOWNSTREAM] * (DOWNSTREAM in metric_titles(rows)))
     if failures:
         lines += ["## Failed runs (this invocation)", ""]
-        lines += [f"- {_name(f['method'])} {size_label(f['size'])}: {f['stage']} exited {f['exit']}; log "
-                  f"`{f['log']}`" for f in failures]
+        lines += [f"- {f.get('run') or _name(f['method']) + ' ' + size_label(f['size'])}: {f['stage']} exited "
+                  f"{f['exit']}; log `{f['log']}`" for f in failures]
         lines.append("")
     (out / "results.md").write_text("\n".join(lines))
 
@@ -214,13 +260,13 @@ def write_plots(out: Path, rows: list[dict]) -> list[Path]:
     for key, (head, higher) in metric_titles(rows).items():
         fig, ax = plt.subplots(figsize=(5, 3.6), dpi=120)
         for method in _methods(rows):
-            pts = sorted((r["size"], r[key], r.get("downstream_std")) for r in rows
-                         if r["method"] == method and r.get(key) is not None)
+            std = "downstream_std" if key == DOWNSTREAM else f"{key}_std"
+            pts = sorted((r["size"], r[key], r.get(std)) for r in rows if r["method"] == method and r.get(key) is not None)
             if not pts:
                 continue
             xs, ys, errs = zip(*pts)
             style = dict(marker="o", label=_name(method), color=_color(method))
-            if key == DOWNSTREAM and all(e is not None for e in errs):
+            if all(e is not None for e in errs):
                 ax.errorbar(xs, ys, yerr=errs, capsize=3, **style)
             else:
                 ax.plot(xs, ys, **style)
@@ -263,13 +309,15 @@ def write_tensorboard(out: Path, rows: list[dict]) -> None:
         writer.close()
 
 
-def summary(rows: list[dict], failures: list[dict]) -> dict:
+def summary(rows: list[dict], failures: list[dict], unigram: dict | None = None) -> dict:
     eff = {}
     for metric, (_, higher) in metric_titles(rows).items():
         eff[metric] = {m: {size_label(s): {"scratch_tokens": round(x.size), "bound": x.bound,
                                            "ratio": x.size / s} for s, x in by_size.items()}
                        for m, by_size in efficiency(rows, metric, higher).items()}
-    return {"methods": _methods(rows), "sizes": sorted({r["size"] for r in rows}), "runs": len(rows),
+    return {"methods": _methods(rows), "sizes": sorted({r["size"] for r in rows}),
+            "runs": sum(r.get("seeds", 1) for r in rows), "rows": rows, "unigram": unigram,
+            "hits1_over_unigram": vs_unigram(rows, unigram),
             "efficiency_definition": "efficiency[metric][method][size]: the Scratch tokens whose metric equals the "
                                      "method's at that size (log2-linear interpolation on Scratch's curve) and their "
                                      "ratio to the size; bound '=' interpolated, '<=' Scratch's smallest size "
@@ -278,9 +326,11 @@ def summary(rows: list[dict], failures: list[dict]) -> dict:
 
 
 def write_report(out: Path, rows: list[dict], failures: list[dict] = ()) -> None:
-    failures = list(failures)
+    """Everything from the rows of results.jsonl (replicates folded: ``xpt_ds.sweeps.seeds``)."""
+    from xpt_ds.sweeps.seeds import aggregate
+    rows, failures = aggregate(rows), list(failures)
     write_markdown(out, rows, failures)
-    (out / "summary.json").write_text(json.dumps(summary(rows, failures), indent=2) + "\n")
+    (out / "summary.json").write_text(json.dumps(summary(rows, failures, read_unigram(out)), indent=2) + "\n")
     if rows:
         write_plots(out, rows)
         write_tensorboard(out, rows)

@@ -1,26 +1,32 @@
-"""Running a sweep's plan: each (method, size) is trained (a child process, through the deepspeed launcher when
-``--nproc`` > 1), scored with ``xpt_ds.evaluate`` and, given fine-tuning files, exported and fine-tuned; one row
-per finished run goes to ``results.jsonl``. A run whose row is there is not run again; a failed one is recorded
-with its log and the sweep goes on."""
+"""Running a sweep's plan: each run (arm, size, seed) is trained (a child process, through the deepspeed launcher
+when ``--nproc`` > 1), scored with ``xpt_ds.evaluate`` and, given fine-tuning files, exported and fine-tuned;
+one row per finished run goes to ``results.jsonl`` as soon as it finishes. A run whose row is there is not run
+again; a failed one is recorded with its log and the sweep goes on. ``--parallel K`` keeps K runs going at once
+(every stage then a child process); ``--deadline-minutes`` starts no run after the deadline."""
 from __future__ import annotations
 
 import contextlib
 import importlib
 import json
+import os
+import queue
 import shlex
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
 
-from xpt_ds.sweeps.plan import Plan
+from xpt_ds.sweeps.plan import Plan, Run
 from xpt_ds.sweeps.report import size_label
 
 INTRINSIC_KEYS = ("loss", "ppl", "hits@1", "hits@3", "hits@5", "hits@10", "mrr", "mr")
+OPTIONAL_KEYS = ("bits_per_char", "bits_per_word")  # evaluate reports them when the shards carry text lengths
 
 
 class StepFailed(Exception):
@@ -29,13 +35,13 @@ class StepFailed(Exception):
         self.stage, self.code, self.log = stage, code, log
 
 
-def _run(cmd: list[str], log: Path, stage: str) -> float:
+def _run(cmd: list[str], log: Path, stage: str, env: dict | None = None) -> float:
     """Run one stage as a process, appending its output to ``log``; its wall seconds, or StepFailed."""
     started = time.time()
     with open(log, "a") as f:
         f.write(f"$ {shlex.join(cmd)}\n")
         f.flush()
-        code = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
+        code = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
     if code != 0:
         raise StepFailed(stage, code, log)
     return time.time() - started
@@ -63,6 +69,27 @@ def _call(module: str, argv: list[str], log: Path, stage: str) -> float:
     return time.time() - started
 
 
+class Stages:
+    """How one run's stages execute: in this process (one run at a time), or as child processes with the run
+    slot's device (``--parallel``: redirecting this process's output is not safe across threads)."""
+
+    def __init__(self, plan: Plan, slot: int = 0):
+        self.plan, self.env = plan, None
+        if plan.parallel > 1:
+            self.env = dict(os.environ)
+            count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+            if count > 1 and "CUDA_VISIBLE_DEVICES" not in os.environ:
+                self.env["CUDA_VISIBLE_DEVICES"] = str(slot % count)
+
+    def process(self, cmd: list[str], log: Path, stage: str) -> float:
+        return _run(cmd, log, stage, self.env)
+
+    def module(self, module: str, argv: list[str], log: Path, stage: str) -> float:
+        if self.env is None:
+            return _call(module, argv, log, stage)
+        return _run([sys.executable, "-m", module, *argv], log, stage, self.env)
+
+
 def _status(run_dir: Path) -> dict:
     path = run_dir / "status.json"
     return json.loads(path.read_text()) if path.is_file() else {}
@@ -76,95 +103,164 @@ def _add_seconds(run_dir: Path, stage: str, seconds: float) -> None:
     path.write_text(json.dumps(times) + "\n")
 
 
-def train(plan: Plan, method: str, size: int) -> None:
-    run_dir = plan.run_dir(method, size)
+def train(plan: Plan, run: Run, stages: Stages) -> None:
+    run_dir = plan.run_dir(run)
     if _status(run_dir).get("state") == "finished":
         return
     run_dir.mkdir(parents=True, exist_ok=True)
-    _add_seconds(run_dir, "train", _run(plan.train_command(method, size), run_dir / "train.log", "train"))
+    _add_seconds(run_dir, "train", stages.process(plan.train_command(run), run_dir / "train.log", "train"))
 
 
-def intrinsic(plan: Plan, run_dir: Path) -> dict:
+def intrinsic(plan: Plan, run: Run, stages: Stages) -> dict:
+    run_dir = plan.run_dir(run)
     out = run_dir / "eval.json"
-    argv = ["--run", str(run_dir), "--shards", *plan.test_shards, *plan.evaluate_args, "--out", str(out)]
-    _add_seconds(run_dir, "evaluate", _call("xpt_ds.evaluate", argv, run_dir / "evaluate.log", "evaluate"))
+    argv = ["--run", str(run_dir), *plan.tag_args(run), "--shards", *plan.test_shards, *plan.evaluate_args,
+            "--out", str(out)]
+    _add_seconds(run_dir, "evaluate", stages.module("xpt_ds.evaluate", argv, run_dir / "evaluate.log", "evaluate"))
     result = json.loads(out.read_text())
-    return {**{k: result[k] for k in INTRINSIC_KEYS}, "eval_tokens": result["tokens"]}
+    return {**{k: result[k] for k in INTRINSIC_KEYS}, **{k: result[k] for k in OPTIONAL_KEYS if k in result},
+            "eval_tokens": result["tokens"], "checkpoint": result["tag"]}
 
 
-def downstream(plan: Plan, run_dir: Path) -> dict:
+def downstream(plan: Plan, run: Run, stages: Stages) -> dict:
     """Export, fine-tune on every seed, and the headline metric's mean ± std (kept if already there)."""
+    run_dir = plan.run_dir(run)
     results = run_dir / "finetune" / "results.json"
     if not results.is_file():
         export = run_dir / "export"
         shutil.rmtree(export, ignore_errors=True)
         log = run_dir / "finetune.log"
-        seconds = _call("xpt_ds.export", ["--run", str(run_dir), "--out", str(export)], log, "export")
-        seconds += _run([sys.executable, "-m", "xpt_ds.finetune", "--model", str(export), "--out",
-                         str(results.parent), *plan.finetune_args], log, "finetune")
+        seconds = stages.module("xpt_ds.export", ["--run", str(run_dir), *plan.tag_args(run), "--out", str(export)],
+                                log, "export")
+        seconds += stages.process([sys.executable, "-m", "xpt_ds.finetune", "--model", str(export), "--out",
+                                   str(results.parent), *plan.finetune_args], log, "finetune")
         _add_seconds(run_dir, "finetune", seconds)
     r = json.loads(results.read_text())
     metric = r["config"]["metric"]
     row = {"downstream_metric": metric, "downstream_mean": r["summary"][metric]["mean"],
-           "downstream_std": r["summary"][metric]["std"], "downstream_seeds": len(r["seeds"])}
+           "downstream_std": r["summary"][metric]["std"], "downstream_seeds": len(r["seeds"]),
+           "downstream_values": [s["test"][metric] for s in r["seeds"]]}
     if "majority_baseline" in r:
         row["majority_accuracy"] = r["majority_baseline"]["accuracy"]
     return row
 
 
-def run_one(plan: Plan, method: str, size: int) -> dict:
-    """Train, evaluate and (optionally) fine-tune one (method, size); its results.jsonl row."""
-    run_dir = plan.run_dir(method, size)
-    train(plan, method, size)
-    row = {"method": method, "size": size, "size_label": size_label(size), "steps": plan.steps[method, size]}
-    status, seq_len = _status(run_dir), plan.seq_len[method, size]
+def run_one(plan: Plan, run: Run, stages: Stages) -> dict:
+    """Train, evaluate and (optionally) fine-tune one run; its results.jsonl row."""
+    run_dir = plan.run_dir(run)
+    train(plan, run, stages)
+    key = (run.arm, run.size)
+    row = {"method": run.arm, "base_method": plan.arms[run.arm], "size": run.size, "size_label": size_label(run.size),
+           "seed": run.seed, "steps": plan.steps[key]}
+    status, seq_len = _status(run_dir), plan.seq_len[key]
     tokens_seen = status.get("target_tokens_seen", status.get("tokens_seen", 0))  # target MLM rows (TreLM has more)
-    row["epochs"] = tokens_seen * (seq_len - 2) / seq_len / size  # a packed sequence is cls + body + sep
-    row.update(intrinsic(plan, run_dir))
-    if plan.finetune_args is not None:
-        row.update(downstream(plan, run_dir))
+    row["epochs"] = tokens_seen * (seq_len - 2) / seq_len / run.size  # a packed sequence is cls + body + sep
+    row["steps_done"] = status.get("global_step")
+    best = run_dir / "best.json"
+    if best.is_file():
+        row["best"] = json.loads(best.read_text())
+    row.update(intrinsic(plan, run, stages))
+    if plan.finetune_args is not None and run.size in plan.finetune_sizes:
+        row.update(downstream(plan, run, stages))
     seconds = json.loads((run_dir / "sweep_seconds.json").read_text())
     row.update(train_seconds=round(seconds.get("train", 0.0), 1), wall_seconds=round(sum(seconds.values()), 1),
-               nproc=plan.nproc, run_dir=str(run_dir), train_args=shlex.join(plan.train_args(method, size)),
-               config_sha256=plan.config_sha[method])
+               nproc=plan.nproc, run_dir=str(run_dir), train_args=shlex.join(plan.train_args(run)),
+               config_sha256=plan.config_sha[run.arm])
     return row
 
 
-def read_rows(path: Path) -> dict[tuple[str, int], dict]:
+def row_key(r: dict) -> tuple[str, int, int | None]:
+    return r["method"], r["size"], r.get("seed")
+
+
+def read_rows(path: Path) -> dict[tuple[str, int, int | None], dict]:
     rows = {}
     if path.is_file():
         for line in path.read_text().splitlines():
             if line.strip():
                 r = json.loads(line)
-                rows[(r["method"], r["size"])] = r
+                rows[row_key(r)] = r
     return rows
 
 
-def sweep(plan: Plan) -> list[dict]:
-    """Every (size, method) not yet in results.jsonl, smallest size first; the failures."""
-    results = plan.out / "results.jsonl"
-    done, failures = read_rows(results), []
-    for size in plan.sizes:
-        for method in plan.methods:
-            label = f"{method} {size_label(size)}"
-            if (method, size) in done:
-                print(f"skip {label}: its row is in {results}", flush=True)
-                old = done[(method, size)]
-                if (old.get("train_args"), old.get("config_sha256")) != (shlex.join(plan.train_args(method, size)),
-                                                                         plan.config_sha[method]):
-                    print(f"warning: {label} in {results} was trained with another config or arguments "
-                          f"({old.get('train_args')}); delete its row and run directory to run it again", flush=True)
+def unigram(plan: Plan, run: Run) -> None:
+    """DIR/unigram.json: the unigram predictor of ``plan.unigram_shards`` on the sweep's test masks (the masks
+    and vocabulary of the first finished run; every arm of a sweep shares the tokenizer)."""
+    out = plan.out / "unigram.json"
+    if not plan.unigram_shards or out.is_file():
+        return
+    argv = ["--run", str(plan.run_dir(run)), *plan.tag_args(run), "--shards", *plan.test_shards,
+            *plan.evaluate_args, "--unigram", *plan.unigram_shards, "--out", str(out)]
+    Stages(plan).module("xpt_ds.evaluate", argv, plan.out / "unigram.log", "unigram")
+
+
+class _Sweep:
+    """The runs not yet in results.jsonl, ``plan.parallel`` at a time; rows appended as runs finish."""
+
+    def __init__(self, plan: Plan):
+        self.plan, self.results = plan, plan.out / "results.jsonl"
+        self.done, self.failures = read_rows(self.results), []
+        self.lock, self.slots = threading.Lock(), queue.Queue()
+        for slot in range(plan.parallel):
+            self.slots.put(slot)
+
+    def say(self, text: str) -> None:
+        with self.lock:
+            print(text, flush=True)
+
+    def pending(self) -> list[Run]:
+        todo = []
+        for run in self.plan.runs():
+            old = self.done.get((run.arm, run.size, run.seed))
+            if old is None:
+                todo.append(run)
                 continue
-            print(f"run {label}: {plan.steps[method, size]} steps on {size:,} tokens -> {plan.run_dir(method, size)}",
+            print(f"skip {run.label}: its row is in {self.results}", flush=True)
+            if (old.get("train_args"), old.get("config_sha256")) != (shlex.join(self.plan.train_args(run)),
+                                                                     self.plan.config_sha[run.arm]):
+                print(f"warning: {run.label} in {self.results} was trained with another config or arguments "
+                      f"({old.get('train_args')}); delete its row and run directory to run it again", flush=True)
+        return todo
+
+    def one(self, run: Run) -> None:
+        plan = self.plan
+        if plan.deadline is not None and time.time() > plan.deadline:
+            self.say(f"not started {run.label}: past the deadline")
+            return
+        slot = self.slots.get()
+        try:
+            self.say(f"run {run.label}: {plan.steps[run.arm, run.size]} steps on {run.size:,} tokens -> "
+                     f"{plan.run_dir(run)}")
+            row = run_one(plan, run, Stages(plan, slot))
+        except StepFailed as e:
+            self.say(f"FAILED {run.label}: {e}")
+            with self.lock:
+                self.failures.append({"method": run.arm, "size": run.size, "seed": run.seed, "run": run.label,
+                                      "stage": e.stage, "exit": e.code, "log": str(e.log)})
+            return
+        finally:
+            self.slots.put(slot)
+        with self.lock:
+            with open(self.results, "a") as f:
+                f.write(json.dumps(row) + "\n")
+            print(f"done {run.label}: ppl {row['ppl']:.2f}, mrr {row['mrr']:.4f} in {row['wall_seconds']:.0f} s",
                   flush=True)
             try:
-                row = run_one(plan, method, size)
+                unigram(plan, run)
             except StepFailed as e:
-                print(f"FAILED {label}: {e}", flush=True)
-                failures.append({"method": method, "size": size, "stage": e.stage, "exit": e.code, "log": str(e.log)})
-                continue
-            with open(results, "a") as f:
-                f.write(json.dumps(row) + "\n")
-            print(f"done {label}: ppl {row['ppl']:.2f}, mrr {row['mrr']:.4f} in {row['wall_seconds']:.0f} s",
-                  flush=True)
-    return failures
+                print(f"FAILED unigram reference: {e}", flush=True)
+                self.failures.append({"method": "unigram", "size": run.size, "seed": None, "run": "unigram",
+                                      "stage": e.stage, "exit": e.code, "log": str(e.log)})
+
+
+def sweep(plan: Plan) -> list[dict]:
+    """Every run not yet in results.jsonl, smallest size first; the failures."""
+    s = _Sweep(plan)
+    todo = s.pending()
+    if plan.parallel == 1:
+        for run in todo:
+            s.one(run)
+    else:
+        with ThreadPoolExecutor(plan.parallel) as pool:
+            list(pool.map(s.one, todo))
+    return s.failures

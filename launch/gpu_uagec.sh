@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# Issue 22 on one lent GPU, in one go: does XPT work at a compute where the models leave the unigram regime?
+# English all-MiniLM-L6-v2 -> Ukrainian UA-GEC, bf16 (launch/configs/uagec_gpu.yaml), every run stopped early
+# on its validation loss and scored, exported and fine-tuned from its best checkpoint.
+#   bash launch/gpu_uagec.sh OUT [--payload DIR] [--rehearse]
+# --payload DIR: where the device calls left launch/gpu_payload.sh's slices (default /tmp/xpt_payload); they
+#   are joined, checked against payload.sha256 and unpacked into DIR/payload once.
+# --rehearse: the same steps on this CPU with tiny settings (steps, sizes, batch, fp32), to keep the script
+#   working; launch/gpu_payload.sh .gpu-payload first, then --payload .gpu-payload.
+# Steps, each one's log in OUT/NAME.log and exit code and seconds in OUT/steps.tsv as it finishes:
+#   1. unpack the payload; on the GPU install .gpu-kit/ and xpt-ds;
+#   2. pilot: Scratch and XPT at the largest size with a generous cap (PILOT_STEPS per phase); the sweeps' steps
+#      per phase are 1.25x the later of their best-checkpoint steps, rounded up to 100, halved per phase
+#      (OUT/pilot.json says how);
+#   3. three sweeps side by side on the one GPU, each writing a row per run as it finishes, seed 1 of
+#      everything before seed 2, no new run after DEADLINE_MIN minutes of sweeping:
+#      main: Scratch, Adapters, XPT-SP, XPT at SIZES (nested; the smallest 1/8 of the largest);
+#      init: XPT from source_mean, frequency_rank and from_file starts at the largest size (main's XPT is the
+#            random start);
+#      other: TreLM (its phase graph with English MLM and CdLM over the Bible pairs) in the target vocabulary,
+#            and Gogoulou et al.'s keep-vocabulary transfer in the source's vocabulary (own test shards);
+#      every run fine-tuned on UA-GEC's sentence label with FT_SEEDS seeds (main: at every size);
+#   4. OUT/claims.md (python -m xpt_ds.sweeps.claims: every arm beside the unigram predictor, one verdict per
+#      claim), and OUT/results.tgz: every sweep's results, plots and TensorBoard events, and each run's status, best.json,
+#      eval and fine-tuning results (no weights).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:?usage: bash launch/gpu_uagec.sh OUT [--payload DIR] [--rehearse]}
+shift
+PAYLOAD=/tmp/xpt_payload MODE=gpu
+while [ $# -gt 0 ]; do
+  case $1 in
+    --payload) PAYLOAD=${2:?--payload needs a directory}; shift 2 ;;
+    --rehearse) MODE=rehearse; shift ;;
+    *) echo "unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+PY=${PYTHON:-python3}
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+
+step() {  # step NAME COMMAND...: output to OUT/NAME.log, exit code and seconds to OUT/steps.tsv
+  local name=$1 t0=$SECONDS rc
+  shift
+  echo "[$(date +%T)] $name: $*" | tee -a "$OUT/session.log"
+  "$@" >"$OUT/$name.log" 2>&1
+  rc=$?
+  printf '%s\t%s\t%s\n' "$name" "$rc" "$((SECONDS - t0))" | tee -a "$OUT/steps.tsv"
+  return $rc
+}
+
+unpack() {
+  [ -f "$PAYLOAD/payload/source/config.json" ] && return 0
+  local want got
+  want=$(cat "$PAYLOAD"/part1/payload.sha256 "$PAYLOAD"/payload.sha256 2>/dev/null | head -1)
+  got=$(cat "$PAYLOAD"/part*/slice* | sha256sum | cut -d' ' -f1)
+  [ -n "$want" ] && [ "$want" = "$got" ] || { echo "payload in $PAYLOAD: sha256 $got, expected '$want'" >&2; return 1; }
+  cat "$PAYLOAD"/part*/slice* | tar -C "$PAYLOAD" -xzf -
+}
+step unpack unpack || exit 1
+P=$(cd "$PAYLOAD/payload" && pwd)
+
+if [ "$MODE" = rehearse ]; then
+  export DS_ACCELERATOR=cpu OMP_NUM_THREADS=1
+  SIZES=${SIZES:-20K 160K} PILOT_STEPS=${PILOT_STEPS:-6} PARALLEL=${PARALLEL:-2} FT_SEEDS=${FT_SEEDS:-1 2}
+  SEEDS=${SEEDS:-1 2} DEADLINE_MIN=${DEADLINE_MIN:-0} FT_ROWS=${FT_ROWS:-64}
+  ENGINE=(deepspeed=ds_configs/zero1_fp32.json optim.micro_batch_size=4 logging.eval_every=2
+          logging.eval_batches=2 logging.log_every=2 data.num_workers=0 guard.early_stop_patience=2)
+  EVAL=(--eval-batch-size 4 --eval-max-batches 4)
+  FT=(--finetune-epochs 1 --finetune-max-length 32)
+else
+  export DS_ACCELERATOR=cuda
+  step install "$PY" -m pip install -q --no-deps --no-build-isolation --no-index --find-links .gpu-kit \
+    hjson pydantic pydantic-core annotated-types typing-inspection webdataset braceexpand deepspeed || exit 1
+  step install_xpt "$PY" -m pip install -q --no-deps --no-build-isolation -e . || exit 1
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$OUT/gpu.txt" 2>&1
+  SIZES=${SIZES:-75K 150K 300K 600K} PILOT_STEPS=${PILOT_STEPS:-3000} PARALLEL=${PARALLEL:-4}
+  FT_SEEDS=${FT_SEEDS:-1 2 3} SEEDS=${SEEDS:-1 2} DEADLINE_MIN=${DEADLINE_MIN:-10} FT_ROWS=${FT_ROWS:-0}
+  ENGINE=()
+  EVAL=(--eval-batch-size 64)
+  FT=(--finetune-epochs 3 --finetune-max-length 64)
+fi
+read -ra SIZE_LIST <<<"$SIZES"
+LARGEST=${SIZE_LIST[-1]}
+FT_TRAIN=$P/labels/finetune_train.jsonl FT_TEST=$P/labels/test.jsonl
+if [ "$FT_ROWS" -gt 0 ]; then  # the rehearsal fine-tunes and scores on FT_ROWS sentences of each
+  head -n "$FT_ROWS" "$FT_TRAIN" >"$OUT/finetune_train.jsonl"
+  head -n "$FT_ROWS" "$FT_TEST" >"$OUT/finetune_test.jsonl"
+  FT_TRAIN=$OUT/finetune_train.jsonl FT_TEST=$OUT/finetune_test.jsonl
+fi
+# shellcheck disable=SC2206
+FT+=(--finetune-train "$FT_TRAIN" --finetune-test "$FT_TEST" --finetune-seeds $FT_SEEDS)
+# The --set items every run shares: the payload's source and target-language data, the rehearsal's engine.
+SET=(model.source="$P/source" model.tokenizer="$P/uk/spm.model" "data.train_shards=[$P/uk/manifest.json:train]"
+     "data.valid_shards=[$P/uk/manifest.json:valid]" "${ENGINE[@]}")
+
+# base STEPS: OUT/base_STEPS.yaml, launch/configs/uagec_gpu.yaml with STEPS per phase (warm-up at most a tenth). The steps go into the
+# base, not --set, so that each method's schedule is laid over their total (TreLM's graph by its shares).
+base() {
+  "$PY" - "$1" "$OUT/base_$1.yaml" <<'PY'
+import sys, yaml
+cfg = yaml.safe_load(open("launch/configs/uagec_gpu.yaml"))
+for phase in cfg["phases"]:  # warm-up at most a tenth of the phase (the rehearsal's phases are a few steps)
+    phase["steps"] = int(sys.argv[1])
+    phase["warmup_steps"] = min(phase["warmup_steps"], max(1, phase["steps"] // 10))
+yaml.safe_dump(cfg, open(sys.argv[2], "w"), sort_keys=False)
+PY
+  echo "$OUT/base_$1.yaml"
+}
+# sweep NAME STEPS [ARG...]: python -m xpt_ds.sweep into OUT/NAME, STEPS per phase of the base.
+sweep() {
+  local name=$1 config
+  config=$(base "$2") || return 1
+  shift 2
+  "$PY" -m xpt_ds.sweep --config "$config" "${EVAL[@]}" --out "$OUT/$name" "$@"
+}
+
+# 2. The pilot.
+step pilot sweep pilot "$PILOT_STEPS" --methods scratch xpt --sizes "$LARGEST" --seeds 1 --parallel 2 \
+  --test-shards "$P/uk/manifest.json:test" --unigram "$P/uk/manifest.json:train" --set "${SET[@]}"
+PHASE_STEPS=$("$PY" - "$OUT" "$PILOT_STEPS" <<'PY'
+import json, math, sys
+from pathlib import Path
+out, cap = Path(sys.argv[1]), int(sys.argv[2])
+rows = [json.loads(line) for line in (out / "pilot" / "results.jsonl").read_text().splitlines() if line.strip()]
+best = {r["method"]: r["best"]["step"] for r in rows if r.get("best")}
+later = max(best.values()) if best else 2 * cap
+total = min(2 * cap, max(2, math.ceil(1.25 * later / 100) * 100 if later >= 100 else math.ceil(1.25 * later)))
+per_phase = max(1, total // 2)
+(out / "pilot.json").write_text(json.dumps({
+    "pilot_steps_per_phase": cap, "best_step": best, "steps_done": {r["method"]: r.get("steps_done") for r in rows},
+    "train_seconds": {r["method"]: r["train_seconds"] for r in rows},
+    "rule": "sweep steps per phase = ceil(1.25 x the later best step / 100) x 100 / 2 (one-phase methods: both)",
+    "sweep_steps_per_phase": per_phase}, indent=1) + "\n")
+print(per_phase)
+PY
+) || { echo "pilot gave no steps; see $OUT/pilot.log" >&2; exit 1; }
+echo "sweep steps per phase: $PHASE_STEPS" | tee -a "$OUT/session.log"
+
+# 3. The sweeps, side by side (PARALLEL + 3 runs at a time on the one GPU).
+TEST=(--test-shards "$P/uk/manifest.json:test" --unigram "$P/uk/manifest.json:train")
+# shellcheck disable=SC2086
+COMMON=(--seeds $SEEDS --deadline-minutes "$DEADLINE_MIN" "${FT[@]}")
+step sweep_main sweep main "$PHASE_STEPS" --methods scratch adapters xpt_sp xpt --sizes "${SIZE_LIST[@]}" --parallel "$PARALLEL" \
+  "${TEST[@]}" "${COMMON[@]}" --set "${SET[@]}" &
+step sweep_init sweep init "$PHASE_STEPS" --methods xpt_source_mean=xpt xpt_frequency_rank=xpt xpt_from_file=xpt \
+  --sizes "$LARGEST" "${TEST[@]}" "${COMMON[@]}" --set "${SET[@]}" \
+  xpt_source_mean:model.embedding_init=source_mean xpt_frequency_rank:model.embedding_init=frequency_rank \
+  xpt_from_file:model.embedding_init=from_file "xpt_from_file:model.embedding_init_args={path: $P/emb/uk_on_minilm.npy}" &
+# keep_vocab reads the same documents in the source's vocabulary: its own shards, test text and unigram.
+step sweep_other_trelm sweep other_trelm "$PHASE_STEPS" --methods trelm --sizes "$LARGEST" "${TEST[@]}" "${COMMON[@]}" \
+  --set "${SET[@]}" "data.source_shards=[$P/en_src/manifest.json:train]" \
+  "data.parallel_shards=[$P/parallel/manifest.json:train]" &
+# keep_vocab at lr 1e-4: Gogoulou et al. train every weight at 5e-5 for 210K steps; this run has thousands.
+step sweep_other_keep_vocab sweep other_keep_vocab "$PHASE_STEPS" --methods keep_vocab --sizes "$LARGEST" \
+  --test-shards "$P/uk_src/manifest.json:test" --unigram "$P/uk_src/manifest.json:train" "${COMMON[@]}" \
+  --set "${SET[@]}" model.tokenizer= "data.train_shards=[$P/uk_src/manifest.json:train]" \
+  "data.valid_shards=[$P/uk_src/manifest.json:valid]" phases.0.lr=1e-4 &
+wait
+
+# 4. The verdicts (OUT/claims.md), then everything but the weights in one file.
+step claims "$PY" -m xpt_ds.sweeps.claims --out "$OUT"
+(cd "$OUT" && find . \( -name checkpoints -o -name export -o -name model \) -prune -o -type f \
+  \( -name '*.json' -o -name '*.jsonl' -o -name '*.md' -o -name '*.png' -o -name 'events.out.tfevents.*' \
+     -o -name '*.log' -o -name '*.tsv' -o -name '*.yaml' -o -name '*.txt' \) -print0 |
+  tar --null -czf results.tgz -T -)
+echo "[$(date +%T)] done: $OUT/results.tgz" | tee -a "$OUT/session.log"
+touch "$OUT/DONE"

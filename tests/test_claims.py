@@ -1,0 +1,91 @@
+"""xpt_ds.sweeps.claims: issue 22's verdicts from sweep rows. A difference counts only when it exceeds the seed
+spread, and a missing sweep or arm is 'not measurable', never a verdict."""
+import json
+
+from xpt_ds.sweeps.claims import judge, real_gap, write
+from xpt_ds.sweeps.report import write_report
+
+UNIGRAM = {"ppl": 900.0, "hits@1": 0.06, "mrr": 0.1, "bits_per_char": 3.2, "tokens": 1000}
+
+
+def _row(method, size, seed, ppl, hits1, accuracy=None):
+    row = {"method": method, "size": size, "seed": seed, "steps": 100, "epochs": 1.0, "train_seconds": 1.0,
+           "wall_seconds": 1.0, "ppl": ppl, "hits@1": hits1, "hits@3": hits1, "hits@5": hits1, "hits@10": hits1,
+           "mrr": hits1, "mr": 10.0, "loss": 1.0, "eval_tokens": 1000, "steps_done": 100}
+    if accuracy is not None:
+        row.update(downstream_metric="accuracy", downstream_mean=accuracy, downstream_std=0.0, downstream_seeds=1,
+                   downstream_values=[accuracy], majority_accuracy=0.6)
+    return row
+
+
+def _sweep(out, name, rows, report=False):
+    """A sweep folder as xpt_ds.sweep leaves it; ``report``: also its summary.json (the efficiency ratios)."""
+    d = out / name
+    d.mkdir(parents=True)
+    (d / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (d / "unigram.json").write_text(json.dumps(UNIGRAM))
+    if report:
+        write_report(d, rows)
+
+
+def _main_rows(ppl, hits, spread, small_scratch_hits=0.061):
+    """Every TABLE2 arm at 10K and 80K tokens, two seeds each, means ``ppl``/``hits`` at 80K, +-``spread``."""
+    rows = []
+    for method in ppl:
+        for seed, sign in ((1, -1), (2, 1)):
+            rows.append(_row(method, 80_000, seed, ppl[method] + sign * spread, hits[method], 0.7))
+            small_hits = small_scratch_hits if method == "scratch" else 0.2
+            rows.append(_row(method, 10_000, seed, 2 * ppl[method] + sign * spread, small_hits))
+    return rows
+
+
+def test_a_clear_order_is_reproduced_and_every_claim_gets_a_verdict(tmp_path):
+    ppl = {"scratch": 400.0, "adapters": 300.0, "xpt_sp": 200.0, "xpt": 100.0}
+    hits = {"scratch": 0.13, "adapters": 0.15, "xpt_sp": 0.2, "xpt": 0.25}
+    _sweep(tmp_path, "main", _main_rows(ppl, hits, spread=5.0), report=True)
+    _sweep(tmp_path, "init", [_row("xpt_source_mean", 80_000, s, 60.0 + s, 0.3) for s in (1, 2)])
+    result = write(tmp_path)
+    claims = result["claims"]
+    table2 = next(v for k, v in claims.items() if k.startswith("002 Table 2"))
+    assert table2["verdict"] == "reproduced"
+    unigram = next(v for k, v in claims.items() if "twice the unigram" in k)
+    assert unigram["verdict"] == "met"  # every arm at the largest size has Hits@1 >= 0.12 = 2 x 0.06
+    collapse = next(v for k, v in claims.items() if k.startswith("000 Table 2"))
+    assert collapse["verdict"] == "reproduced"  # Scratch at 10K ~ the unigram's Hits@1, XPT 3.3x it
+    starts = next(v for k, v in claims.items() if k.startswith("004"))
+    assert starts["verdict"] == "reproduced" and "XPT, source_mean start PPL 61.5" in starts["evidence"][0]
+    efficiency = next(v for k, v in claims.items() if k.startswith("002 Figures"))
+    assert efficiency["verdict"].startswith("reproduced")  # Scratch at 80K (400) is worse than XPT at 10K (200)
+    md = (tmp_path / "claims.md").read_text()
+    assert "| *unigram predictor* | 900.00 | 6.00 |" in md and "| *majority class* |" in md
+    assert "100.00 ± 7.07 (n=2)" in md  # XPT's PPL: mean and sample std of 95 and 105
+
+
+def test_differences_inside_the_seed_spread_are_not_called(tmp_path):
+    ppl = {"scratch": 400.0, "adapters": 390.0, "xpt_sp": 410.0, "xpt": 380.0}
+    hits = {m: 0.1 for m in ppl}
+    _sweep(tmp_path, "main", _main_rows(ppl, hits, spread=20.0, small_scratch_hits=0.2))
+    claims = judge(tmp_path)["claims"]
+    table2 = next(v for k, v in claims.items() if k.startswith("002 Table 2"))
+    assert table2["verdict"] == "not measurable here"
+    assert any("within the seed spread" in e for e in table2["evidence"])
+    assert next(v for k, v in claims.items() if "twice the unigram" in k)["verdict"] == "not met"
+    assert next(v for k, v in claims.items() if k.startswith("004"))["verdict"].startswith("not measurable")
+
+
+def test_a_reversed_order_is_not_reproduced_and_one_seed_has_no_spread():
+    a, b = {"ppl": 100.0, "ppl_std": 1.0}, {"ppl": 200.0, "ppl_std": 1.0}
+    assert real_gap(a, b, "ppl") == -100.0 and real_gap(a, {"ppl": 101.5, "ppl_std": 1.0}, "ppl") is None
+    assert real_gap({"ppl": 100.0}, b, "ppl") is None  # one seed: no spread, no call
+
+
+def test_reversed_and_missing_arms(tmp_path):
+    ppl = {"scratch": 100.0, "adapters": 200.0, "xpt_sp": 300.0, "xpt": 400.0}
+    _sweep(tmp_path / "a", "main", _main_rows(ppl, {m: 0.1 for m in ppl}, spread=1.0))
+    assert next(v for k, v in judge(tmp_path / "a")["claims"].items()
+                if k.startswith("002 Table 2"))["verdict"].startswith("PPL: not reproduced")
+    rows = [r for r in _main_rows(ppl, {m: 0.1 for m in ppl}, 1.0) if r["method"] in ("scratch", "xpt")]
+    _sweep(tmp_path / "b", "main", rows)
+    claims = judge(tmp_path / "b")["claims"]
+    assert "arms missing: adapters, xpt_sp" in next(v for k, v in claims.items() if k.startswith("002 Table 2"))["verdict"]
+    assert judge(tmp_path / "nothing") == {"claims": {}, "note": "no finished run in OUT/main"}

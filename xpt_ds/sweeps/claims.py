@@ -1,0 +1,203 @@
+"""The papers' claims, judged from the sweeps of ``launch/gpu_uagec.sh`` (issue 22), rebuilt from its folder alone.
+
+    python -m xpt_ds.sweeps.claims --out OUT
+
+Reads ``OUT/{pilot,main,init,other_trelm,other_keep_vocab}/results.jsonl`` and their ``unigram.json`` (any may
+be missing: a cut-short session judges what finished) and ``OUT/main/summary.json`` (the data-efficiency ratios).
+Writes ``OUT/claims.md`` and ``OUT/claims.json``: every arm at the largest size beside the unigram predictor
+(mean ± std over seeds), the fine-tuning table, and one verdict per claim with the numbers that decide it.
+
+A difference counts as real only when it is larger than the seed spread: the gap between two arms' means must
+exceed the sum of their standard deviations (a difference within that is 'within the seed spread'), and an arm
+with one seed has no spread, so no difference of it is called real.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+from pathlib import Path
+
+from xpt_ds.sweeps.report import METHOD_NAMES, read_unigram, size_label
+from xpt_ds.sweeps.runner import read_rows
+from xpt_ds.sweeps.seeds import aggregate
+
+SWEEPS = ("main", "init", "other_trelm", "other_keep_vocab")
+TABLE2_ORDER = ("scratch", "adapters", "xpt_sp", "xpt")  # 002 Table 2: PPL falls, Hits@1 rises in this order
+STARTS = ("xpt", "xpt_source_mean", "xpt_frequency_rank", "xpt_from_file")  # main's xpt: the random start
+NAMES = {**METHOD_NAMES, "xpt": "XPT (random start)", "xpt_source_mean": "XPT, source_mean start",
+         "xpt_frequency_rank": "XPT, frequency_rank start", "xpt_from_file": "XPT, from_file start",
+         "keep_vocab": "Gogoulou et al. keep-vocabulary (source vocabulary)"}
+
+
+def load(out: Path) -> dict[str, list[dict]]:
+    """Sweep name -> its rows folded over seeds (``xpt_ds.sweeps.seeds``)."""
+    return {name: aggregate(list(read_rows(out / name / "results.jsonl").values())) for name in SWEEPS}
+
+
+def real_gap(a: dict, b: dict, key: str) -> float | None:
+    """a[key] - b[key] when that gap exceeds both rows' standard deviations together, else None (within the seed
+    spread, or a row with one seed)."""
+    sa, sb = a.get(f"{key}_std"), b.get(f"{key}_std")
+    if a.get(key) is None or b.get(key) is None or sa is None or sb is None:
+        return None
+    gap = a[key] - b[key]
+    return gap if abs(gap) > sa + sb else None
+
+
+def _pm(r: dict, key: str, scale: float = 1.0, digits: int = 2) -> str:
+    if r.get(key) is None:
+        return "–"
+    std = r.get(f"{key}_std")
+    return f"{scale * r[key]:.{digits}f}" + ("" if std is None else f" ± {scale * std:.{digits}f}") + \
+        f" (n={r.get('seeds', 1)})"
+
+
+def order_verdict(rows: dict[str, dict], key: str, falling: bool) -> tuple[str, list[str]]:
+    """002 Table 2's order for ``key`` over TABLE2_ORDER's adjacent pairs: 'reproduced' when every pair is in the
+    claimed direction by more than the spread, 'not reproduced' when one is the other way by more than it, else
+    'not measurable here'."""
+    pairs, evidence, verdicts = [m for m in TABLE2_ORDER if m in rows], [], []
+    for a, b in itertools.pairwise(pairs):
+        gap = real_gap(rows[a], rows[b], key)
+        raw = rows[a][key] - rows[b][key]
+        want = raw > 0 if falling else raw < 0
+        state = "within the seed spread" if gap is None else ("as claimed" if want else "the other way")
+        verdicts.append(state)
+        evidence.append(f"{NAMES[a]} {rows[a][key]:.4g} vs {NAMES[b]} {rows[b][key]:.4g}: {state}")
+    if len(pairs) < 4:
+        return "not measurable here (arms missing: " + ", ".join(m for m in TABLE2_ORDER if m not in rows) + ")", \
+            evidence
+    if "the other way" in verdicts:
+        return "not reproduced", evidence
+    return ("reproduced" if all(v == "as claimed" for v in verdicts) else "not measurable here"), evidence
+
+
+def at_size(rows: list[dict], size: int) -> dict[str, dict]:
+    return {r["method"]: r for r in rows if r["size"] == size}
+
+
+def judge(out: Path) -> dict:
+    sweeps, unigram = load(out), read_unigram(out / "main") or read_unigram(out / "init")
+    main = sweeps["main"]
+    sizes = sorted({r["size"] for r in main})
+    claims: dict[str, dict] = {}
+    if not sizes:
+        return {"claims": {}, "note": "no finished run in OUT/main"}
+    largest, smallest = sizes[-1], sizes[0]
+    top = {**at_size(main, largest), **at_size(sweeps["init"], largest), **at_size(sweeps["other_trelm"], largest)}
+    verdict, evidence = order_verdict(top, "ppl", falling=True)
+    hits, hits_evidence = order_verdict(top, "hits@1", falling=False)
+    claims["002 Table 2: PPL Scratch > Adapters > XPT-SP > XPT, Hits@1 rising"] = {
+        "verdict": verdict if verdict == hits else f"PPL: {verdict}; Hits@1: {hits}",
+        "evidence": [f"at {size_label(largest)} tokens"] + evidence + hits_evidence}
+    base = (unigram or {}).get("hits@1")
+    if base:
+        low = [f"{NAMES.get(m, m)} {r['hits@1'] / base:.2f}×" for m, r in top.items() if r["hits@1"] < 2 * base]
+        claims["issue 22: every model's Hits@1 at least twice the unigram predictor's"] = {
+            "verdict": "met" if not low else "not met", "evidence": [f"unigram Hits@1 {100 * base:.2f}"] + (
+                [f"below 2×: {', '.join(low)}"] if low else [])}
+    claims["002 Figures 3-4: XPT worth about 2x the data intrinsically, up to 32x downstream, most at small data"] = \
+        efficiency_claim(out)
+    claims["000 Table 2: Scratch collapses on small data, XPT does not"] = collapse_claim(at_size(main, smallest),
+                                                                                         base, smallest)
+    claims["004 Table 5 and 003: the start of the new embeddings matters"] = starts_claim(top)
+    return {"largest": largest, "smallest": smallest, "unigram": unigram, "claims": claims,
+            "arms": {m: r for m, r in top.items()},
+            "keep_vocab": sweeps["other_keep_vocab"], "keep_vocab_unigram": read_unigram(out / "other_keep_vocab")}
+
+
+def efficiency_claim(out: Path) -> dict:
+    path = out / "main" / "summary.json"
+    eff = json.loads(path.read_text()).get("efficiency", {}) if path.is_file() else {}
+    evidence, ratios = [], {}
+    for metric in ("ppl", "downstream_mean"):
+        for size, m in (eff.get(metric, {}).get("xpt") or {}).items():
+            ratios[(metric, size)] = m
+            evidence.append(f"{metric} at {size}: Scratch needs {m['bound']} {size_label(m['scratch_tokens'])} "
+                            f"({m['ratio']:.3g}×)")
+    if not ratios:
+        return {"verdict": "not measurable here (no Scratch and XPT curves)", "evidence": evidence}
+    intrinsic = [m for (metric, _), m in ratios.items() if metric == "ppl"]
+    reached = [m for m in intrinsic if m["bound"] in ("=", ">") and m["ratio"] >= 2]
+    verdict = "reproduced (intrinsic, 2x or more at some size)" if reached else "not reproduced (intrinsic below 2x)"
+    return {"verdict": verdict + "; ratios are of seed means, see the spread in the size tables", "evidence": evidence}
+
+
+def collapse_claim(small: dict[str, dict], base: float | None, size: int) -> dict:
+    s, x = small.get("scratch"), small.get("xpt")
+    if not s or not x or not base:
+        return {"verdict": "not measurable here (Scratch, XPT or the unigram predictor missing)", "evidence": []}
+    evidence = [(f"at {size_label(size)} tokens: Hits@1 over unigram: Scratch {s['hits@1'] / base:.2f}×, "
+                 f"XPT {x['hits@1'] / base:.2f}×; PPL Scratch {s['ppl']:.4g}, XPT {x['ppl']:.4g}")]
+    gap = real_gap(s, x, "ppl")
+    collapsed = s["hits@1"] <= 1.1 * base
+    if collapsed and x["hits@1"] >= 2 * base:
+        return {"verdict": "reproduced", "evidence": evidence}
+    if gap is not None and gap > 0 and not collapsed:
+        return {"verdict": "partly: XPT is better by more than the spread, but Scratch does not collapse to the "
+                           "unigram predictor", "evidence": evidence}
+    return {"verdict": "not reproduced" if gap is not None else "not measurable here (within the seed spread)",
+            "evidence": evidence}
+
+
+def starts_claim(top: dict[str, dict]) -> dict:
+    present = [m for m in STARTS if m in top]
+    if len(present) < 2:
+        return {"verdict": "not measurable here (starts missing)", "evidence": []}
+    evidence, real = [], []
+    ref = top["xpt"] if "xpt" in top else top[present[0]]
+    for m in present:
+        if top[m] is ref:
+            continue
+        gap = real_gap(top[m], ref, "ppl")
+        evidence.append(f"{NAMES[m]} PPL {top[m]['ppl']:.4g} vs random {ref['ppl']:.4g}: "
+                        + ("within the seed spread" if gap is None else f"{gap:+.4g}"))
+        real += [m] if gap is not None else []
+    return {"verdict": "reproduced" if real else "not measurable here (every start within the seed spread)",
+            "evidence": evidence}
+
+
+def write(out: Path) -> dict:
+    result = judge(out)
+    lines = ["# Issue 22: the papers' claims at GPU compute", ""]
+    if result.get("arms"):
+        lines += [f"## Every arm at {size_label(result['largest'])} training tokens (mean ± std over seeds)", "",
+                  "| arm | PPL | Hits@1 ×100 | MRR | bits/char | steps run | fine-tuned accuracy ×100 |",
+                  "|---|---|---|---|---|---|---|"]
+        for m, r in result["arms"].items():
+            lines.append(f"| {NAMES.get(m, m)} | {_pm(r, 'ppl')} | {_pm(r, 'hits@1', 100)} | {_pm(r, 'mrr', 1, 4)} | "
+                         f"{_pm(r, 'bits_per_char', 1, 3)} | {_pm(r, 'steps_done', 1, 0)} | "
+                         f"{_pm(r, 'downstream_mean', 100)} |")
+        u = result.get("unigram")
+        if u:
+            lines.append(f"| *unigram predictor* | {u['ppl']:.2f} | {100 * u['hits@1']:.2f} | {u['mrr']:.4f} | "
+                         f"{u.get('bits_per_char', float('nan')):.3f} | – | – |")
+        majority = next((r.get("majority_accuracy") for r in result["arms"].values() if r.get("majority_accuracy")),
+                        None)
+        if majority is not None:
+            lines.append(f"| *majority class* | – | – | – | – | – | {100 * majority:.2f} |")
+        for r in result.get("keep_vocab") or []:
+            lines.append(f"| {NAMES['keep_vocab']} | {_pm(r, 'ppl')} (own vocabulary) | {_pm(r, 'hits@1', 100)} | "
+                         f"{_pm(r, 'mrr', 1, 4)} | {_pm(r, 'bits_per_char', 1, 3)} | {_pm(r, 'steps_done', 1, 0)} | "
+                         f"{_pm(r, 'downstream_mean', 100)} |")
+        lines += ["", "PPL, Hits@1 and MRR compare only within one vocabulary; bits per character compare across.", ""]
+    lines += ["## Verdicts", ""]
+    for claim, v in result["claims"].items():
+        lines += [f"- **{claim}: {v['verdict']}.**"] + [f"  - {e}" for e in v["evidence"]]
+    (out / "claims.md").write_text("\n".join(lines) + "\n")
+    (out / "claims.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m xpt_ds.sweeps.claims", description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", required=True, type=Path, help="launch/gpu_uagec.sh's OUT")
+    a = p.parse_args(argv)
+    write(a.out)
+    print(a.out / "claims.md")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
