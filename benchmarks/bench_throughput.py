@@ -28,9 +28,11 @@ script working in CI, and a full-size CPU run (BENCHMARKS.md) measures CPU speed
         [--micro-batch N] [--steps 100] [--warmup 10] [--sides hf xpt] [--variants compile ...]
         [--profile DIR] [--max-batch N ...] [--out results.json]
 
-prints a markdown table for BENCHMARKS.md and writes every figure to ``--out``. ``--variants`` adds an xpt_ds row
-per optimisation tried (VARIANTS), ``--profile`` a torch.profiler table per xpt_ds row, and ``--max-batch``
-replaces the timing by the search for the largest micro-batch that fits. ``benchmarks/gpu_session.sh`` installs
+prints a markdown table for BENCHMARKS.md and writes every figure to ``--out``, with what each row's engine really
+ran (``engine``: ZeRO stage, dtypes, autocast, clipping, the ZeRO optimizer's settings; ``ds_config``: the engine
+JSON it was given). ``--variants`` adds an xpt_ds row per optimisation tried (VARIANTS: compile, engine
+settings), ``--profile`` a torch.profiler table per xpt_ds row, and ``--max-batch`` replaces the timing by the
+search for the largest micro-batch that fits. ``benchmarks/gpu_session.sh`` installs
 the missing packages on a bare GPU machine and runs all of this at full size.
 """
 from __future__ import annotations
@@ -46,7 +48,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from throughput_profile import profile_steps, synchronize  # benchmarks/: this script's own folder is on sys.path
+# benchmarks/: this script's own folder is on sys.path
+from throughput_facts import LinearOutputDtype, engine_facts, frozen_matmul, optimizer_state_gib
+from throughput_profile import profile_steps, synchronize
 from throughput_report import add_ratios, machine, markdown, max_batch_markdown
 from xpt_ds import config
 
@@ -58,14 +62,43 @@ TINY = dict(source_vocab=100, target_vocab=1000, hidden_size=64, num_hidden_laye
             intermediate_size=128)
 SIDES = ("hf", "xpt")
 # Optimisations tried on the xpt_ds side, each its own row: what the spec changes. ``compile``: config key
-# ``compile`` (xpt_ds.training.compile); ``vocab64``: the target vocabulary rounded up to a multiple of 64 rows;
-# ``no_overlap`` / ``buckets_2e8``: DeepSpeed's overlap_comm off / 4x larger reduce and all-gather buckets.
+# ``compile`` (xpt_ds.training.compile); ``pad_vocab``: the target vocabulary rounded up to a multiple of that
+# many rows; ``grad_clip``: optim.grad_clip; the engine JSON (engine_json): ``ds_base`` picks
+# ds_configs/<ds_base>_<precision>.json (default zero2), and each of ``ds``'s top-level sections is merged into
+# the section of that name (None removes it). The rows from no_tput_timer on aim at the host work DeepSpeed 0.19.8
+# does per step, which leaves a phase-2 step on one GPU host-bound (BENCHMARKS.md). With ds_configs/zero2_bf16.json
+# a step waits for the device six times: its throughput timer (utils/timer.py, on and synchronized by default)
+# at the start of forward and the end of step; under overlap_comm at the end of backward (zero/stage_1_and_2.py);
+# twice in the bf16 overflow check (has_overflow's .item() after an inf/NaN reduction per gradient, and step's
+# test of the norm); once in clipping (unscale_and_clip_grads tests the norm, after a norm kernel per gradient).
+# Under ZeRO-2, and ZeRO-1 with overlap_comm or contiguous_gradients, a hook per trainable tensor copies its
+# gradient into a bucket. Taking out one wait while others stay may gain nothing (no_overlap did not).
+TIMER_OFF = {"throughput": {"enabled": False}}  # the engine's tokens/s timer, which nothing here reads
 VARIANTS = {
     "compile": {"compile": True},
     "vocab64": {"pad_vocab": 64},
     "compile+vocab64": {"compile": True, "pad_vocab": 64},
-    "no_overlap": {"ds_zero": {"overlap_comm": False}},
-    "buckets_2e8": {"ds_zero": {"reduce_bucket_size": 200_000_000, "allgather_bucket_size": 200_000_000}},
+    "no_overlap": {"ds": {"zero_optimization": {"overlap_comm": False}}},
+    "buckets_2e8": {"ds": {"zero_optimization": {"reduce_bucket_size": 200_000_000,
+                                                 "allgather_bucket_size": 200_000_000}}},
+    "no_tput_timer": {"ds": {"timers": TIMER_OFF}},
+    # bf16 has fp32's exponent range: without the check a step with a non-finite gradient is taken, not skipped.
+    "no_overflow_check": {"ds": {"bf16": {"check_grad_overflow": False}}},
+    # The three above together: ZeRO-2, clipping kept, one wait left (clipping's).
+    "lean": {"ds": {"zero_optimization": {"overlap_comm": False}, "bf16": {"check_grad_overflow": False},
+                    "timers": TIMER_OFF}},
+    # lean without clipping or its norms (compute_grad_norm off needs gradient_clipping 0): no wait left in the
+    # step. It trains differently (no clipping): it prices clipping, it is no row to set against HF.
+    "nosync": {"grad_clip": 0.0, "ds": {"zero_optimization": {"overlap_comm": False, "compute_grad_norm": False},
+                                        "bf16": {"check_grad_overflow": False}, "timers": TIMER_OFF}},
+    "zero1": {"ds_base": "zero1"},  # ZeRO-1 as shipped; overlap_comm off (DeepSpeed's default below stage 3)
+    "zero1_nohooks": {"ds_base": "zero1", "ds": {"zero_optimization": {"contiguous_gradients": False}}},
+    # ZeRO-1 without gradient hooks, and lean's other settings: one wait left (clipping's).
+    "zero1_lean": {"ds_base": "zero1", "ds": {"zero_optimization": {"contiguous_gradients": False},
+                                              "bf16": {"check_grad_overflow": False}, "timers": TIMER_OFF}},
+    # torch.autocast to bf16 inside the engine's forward instead of a bf16 module: fp32 parameters, fp32 ZeRO-2
+    # (no overflow check: DeepSpeed runs it for fp16/bf16 modules only), bf16 matmuls.
+    "autocast": {"ds": {"bf16": None, "torch_autocast": {"enabled": True, "dtype": "bfloat16"}}},
 }
 
 
@@ -114,7 +147,6 @@ def main(argv=None) -> int:
     optimizer = a.optimizer or ("fused" if cuda else "torch")
     rows, failed = [], False
     with tempfile.TemporaryDirectory() as tmp:
-        source = save_source(Path(tmp) / "source", size, max(seq_lens))
         runs = [(side, "") for side in a.sides] + [("xpt", v) for v in a.variants]
         for seq_len in seq_lens:
             micro_batch = a.micro_batch or max(1, (a.tokens_per_batch or (256 if a.tiny else 16384)) // seq_len)
@@ -123,7 +155,7 @@ def main(argv=None) -> int:
                     name = f"{side}{'-' + variant if variant else ''}-{seq_len}-{phase}"
                     spec = dict(side=side, variant=variant, phase=phase, seq_len=seq_len, micro_batch=micro_batch,
                                 steps=a.steps, warmup=a.warmup, precision=a.precision, optimizer=optimizer,
-                                source=str(source), target_vocab=size["target_vocab"], peak_tflops=a.peak_tflops,
+                                source=f"{tmp}/source", size=size, max_len=max(seq_lens), peak_tflops=a.peak_tflops,
                                 tmp=tmp, result=f"{tmp}/{name}.json", max_batch=a.max_batch,
                                 profile=f"{a.profile}/profile-{name}.txt" if a.profile and side == "xpt" else None,
                                 **VARIANTS.get(variant, {}))
@@ -145,8 +177,9 @@ def main(argv=None) -> int:
     return 1 if failed else 0
 
 
-def save_source(out: Path, size: dict, max_len: int) -> Path:
-    """A random RoBERTa-base-shaped English source: build_model copies its encoder and head like a real one."""
+def save_source(out: Path, size: dict, max_len: int) -> None:
+    """A random RoBERTa-base-shaped English source: build_model copies its encoder and head like a real one.
+    Written by a run's first worker, not the parent, which then never imports transformers (seconds per run)."""
     import torch
     from transformers import RobertaConfig, RobertaForMaskedLM
 
@@ -155,8 +188,9 @@ def save_source(out: Path, size: dict, max_len: int) -> Path:
                            num_hidden_layers=size["num_hidden_layers"], num_attention_heads=size["num_attention_heads"],
                            intermediate_size=size["intermediate_size"], max_position_embeddings=max(514, max_len + 2),
                            type_vocab_size=1, pad_token_id=1, bos_token_id=0, eos_token_id=2, layer_norm_eps=1e-5)
-    RobertaForMaskedLM(config).save_pretrained(out)
-    return out
+    part = out.with_name(out.name + ".part")  # renamed when complete: a worker killed mid-write leaves no source
+    RobertaForMaskedLM(config).save_pretrained(part)
+    part.rename(out)
 
 
 def run_worker(spec: dict, tmp: Path, timeout: int) -> dict:
@@ -186,6 +220,20 @@ def run_worker(spec: dict, tmp: Path, timeout: int) -> dict:
     return row
 
 
+def engine_json(spec: dict) -> dict:
+    """The engine JSON a row runs: ds_configs/<ds_base>_<precision>.json with the variant's ``ds`` sections merged
+    in (a None section removed)."""
+    ds = json.loads((REPO / f"ds_configs/{spec.get('ds_base', 'zero2')}_{spec['precision']}.json").read_text())
+    for section, value in spec.get("ds", {}).items():
+        if value is None:
+            ds.pop(section, None)
+        elif isinstance(value, dict):
+            ds[section] = {**ds.get(section, {}), **value}
+        else:
+            ds[section] = value
+    return ds
+
+
 def build_side_model(spec: dict):
     """The XPT target model, its run config and the HF names that train in ``spec['phase']`` (both sides)."""
     from xpt_ds.config import DataConfig, LoggingConfig, ModelConfig, OptimConfig, PhaseConfig, TrainConfig
@@ -193,24 +241,25 @@ def build_side_model(spec: dict):
     from xpt_ds.model.phases import build_phase_trainables
     from xpt_ds.data.tokenizer import TargetTokenizer
 
+    if not Path(spec["source"]).is_dir():  # workers run one at a time
+        save_source(Path(spec["source"]), spec["size"], spec["max_len"])
     steps = spec["warmup"] + spec["steps"]
-    ds_path = REPO / f"ds_configs/zero2_{spec['precision']}.json"
-    if spec.get("ds_zero"):  # a variant's engine settings: the repo's JSON with those zero_optimization keys
-        ds = json.loads(ds_path.read_text())
-        ds["zero_optimization"].update(spec["ds_zero"])
-        ds_path = Path(spec["result"]).with_suffix(".ds.json")
-        ds_path.write_text(json.dumps(ds))
+    ds_path = Path(spec["result"]).with_suffix(".ds.json")
+    ds_path.write_text(json.dumps(engine_json(spec)))
     phases = [PhaseConfig(name="phase1", steps=steps, lr=1e-4, warmup_steps=spec["warmup"]),
               PhaseConfig(name="phase2", steps=steps, lr=1e-4, warmup_steps=spec["warmup"])]
+    optim = OptimConfig(micro_batch_size=spec["micro_batch"], torch_adam=spec["optimizer"] == "torch")
+    if "grad_clip" in spec:  # a variant's (nosync)
+        optim.grad_clip = spec["grad_clip"]
     cfg = TrainConfig(deepspeed=str(ds_path), compile=bool(spec.get("compile")),
                       model=ModelConfig(source=spec["source"], method="xpt"), phases=phases,
-                      data=DataConfig(seq_len=spec["seq_len"]),
-                      optim=OptimConfig(micro_batch_size=spec["micro_batch"], torch_adam=spec["optimizer"] == "torch"),
+                      data=DataConfig(seq_len=spec["seq_len"]), optim=optim,
                       logging=LoggingConfig(peak_tflops=spec["peak_tflops"]))
     # build_model needs only the special ids and the size of the target vocabulary (RoBERTa layout), so no
     # SentencePiece model is trained here; ``path`` is never read.
     pad = spec.get("pad_vocab") or 1
-    tok = TargetTokenizer(path="", vocab_size=-(-spec["target_vocab"] // pad) * pad, pad_id=1, cls_id=0, sep_id=2, unk_id=3, mask_id=4)
+    tok = TargetTokenizer(path="", vocab_size=-(-spec["size"]["target_vocab"] // pad) * pad, pad_id=1, cls_id=0,
+                          sep_id=2, unk_id=3, mask_id=4)
     built = build_model(cfg.model, tok)
     trainable = build_phase_trainables(cfg, built.tags)[spec["phase"] - 1]
     return cfg, tok, built.model, trainable
@@ -244,6 +293,7 @@ def run_xpt(spec: dict) -> dict:
     objective = MaskedLMObjective(model)
     fp32 = {n: p.detach().clone() for n, p in objective.named_parameters()}
     engine, optimizer, _ = build_engine(objective, {f"hf.{n}" for n in trainable}, cfg, fp32)
+    probe = None if cfg.compile else LinearOutputDtype(model)  # a hook inside a compiled layer would break its graph
     device = torch.device(deepspeed.get_accelerator().current_device_name())
     phase = cfg.phases[spec["phase"] - 1]
     # Pinned host batches, as the trainer's loader hands them over on CUDA (xpt_ds.data.mlm).
@@ -272,8 +322,9 @@ def run_xpt(spec: dict) -> dict:
     resident = torch.cuda.memory_allocated() / 2 ** 30 if device.type == "cuda" else None
     result = _measurements(spec, model.config, seconds, n_params=sum(v.numel() for v in fp32.values()),
                            n_trainable=sum(p.numel() for n, p in model.named_parameters() if n in trainable),
-                           frozen_matmul=_frozen_matmul(model, trainable), engine=_engine_facts(engine),
-                           resident_gib=resident, optimizer_state_gib=_optimizer_state_gib(engine),
+                           frozen_matmul=frozen_matmul(model, trainable), engine=engine_facts(engine),
+                           ds_config=engine_json(spec), linear_out_dtype=probe and probe.dtype,
+                           resident_gib=resident, optimizer_state_gib=optimizer_state_gib(engine),
                            final_loss=float(total.item() / (spec["warmup"] + spec["steps"])))
     if spec.get("profile"):
         result["profile"] = profile_steps(lambda i: step_(batches[i % len(batches)], i), spec["profile"], device)
@@ -303,8 +354,9 @@ def run_hf(spec: dict) -> dict:
     seconds, trainer, model, trainable = _hf_train(spec)
     return _measurements(spec, model.config, seconds, n_params=sum(p.numel() for p in model.parameters()),
                          n_trainable=sum(p.numel() for n, p in model.named_parameters() if n in trainable),
-                         frozen_matmul=_frozen_matmul(model, trainable), engine=_engine_facts(trainer.model_wrapped),
-                         optimizer_state_gib=_optimizer_state_gib(trainer.model_wrapped))
+                         frozen_matmul=frozen_matmul(model, trainable), engine=engine_facts(trainer.model_wrapped),
+                         ds_config=hf_deepspeed_config(spec),
+                         optimizer_state_gib=optimizer_state_gib(trainer.model_wrapped))
 
 
 def _hf_train(spec: dict):
@@ -383,30 +435,6 @@ def _largest_fit(spec: dict, run_size) -> dict:
     fits = [t["micro_batch"] for t in tried if t["fits"]]
     return {"tried": tried, "largest_fit": max(fits, default=0), "ran_out": not tried[-1]["fits"],
             "device_gib": torch.cuda.get_device_properties(0).total_memory / 2 ** 30 if cuda else None}
-
-
-def _frozen_matmul(model, trainable: set[str]) -> int:
-    """Frozen weights of the encoder layers: their backward computes input gradients but no weight gradients."""
-    return sum(p.numel() for n, p in model.named_parameters()
-               if p.ndim == 2 and ".encoder.layer." in n and n not in trainable)
-
-
-def _optimizer_state_gib(engine) -> float:
-    """Bytes the optimizer holds: its state tensors (Adam's two moments) and the fp32 master partitions it steps."""
-    import torch
-
-    base = getattr(engine.optimizer, "optimizer", engine.optimizer)
-    size = sum(t.numel() * t.element_size() for st in base.state.values() for t in st.values() if torch.is_tensor(t))
-    size += sum(p.numel() * p.element_size() for g in base.param_groups for p in g["params"])
-    return size / 2 ** 30
-
-
-def _engine_facts(engine) -> dict:
-    """What actually ran, so a row cannot silently be something else (say, HF without DeepSpeed)."""
-    return {"class": type(engine).__name__, "zero_stage": engine.zero_optimization_stage(),
-            "module_dtype": str(next(engine.module.parameters()).dtype).replace("torch.", ""),
-            "optimizer": type(engine.optimizer).__name__,
-            "base_optimizer": type(getattr(engine.optimizer, "optimizer", engine.optimizer)).__name__}
 
 
 def _on_cuda() -> bool:

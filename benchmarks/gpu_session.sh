@@ -1,15 +1,34 @@
 #!/usr/bin/env bash
 # Everything issue 24 measures on a lent GPU, in one go, each step's output kept as it finishes:
-#   1. install what the GPU image lacks from .gpu-kit/ (bash ../shared/gpu-kit/carry.sh), and xpt-ds itself;
-#   2. build DeepSpeed's FusedAdam (nvcc, once per machine);
-#   3. the main table: xpt_ds against HF Trainer + DeepSpeed (benchmarks/bench_throughput.py), sequence 128 and
-#      512, phases 1 and 2, plus xpt_ds with torch.compile;
-#   4. pytest -m gpu tests/gpu (4 workers on the one GPU), its report figures under OUT/gpu_report;
-#   5. the other optimisations, one row each, at sequence 512, with a torch.profiler table per row;
-#   6. the largest micro-batch at sequence 512 on both sides, phases 1 and 2.
+#   install, install_xpt, fused_adam (GPU only, every call): what the GPU image lacks from .gpu-kit/ (bash
+#                    ../shared/gpu-kit/carry.sh), xpt-ds itself, and DeepSpeed's FusedAdam (nvcc, once per
+#                    machine: 62 s on 2026-11-24);
+#   bench_main       the main table: xpt_ds against HF Trainer + DeepSpeed (benchmarks/bench_throughput.py),
+#                    sequence 128 and 512, phases 1 and 2, 16,384 tokens per micro-batch (MAIN_VARIANTS=compile
+#                    adds the compile rows, measured on 2026-11-24);
+#   bench_variants   engine settings against DeepSpeed's per-step host work, one xpt_ds row each at 512 x 32,
+#                    phase 2, with a torch.profiler table per row (VARIANTS in bench_throughput.py): lean, nosync,
+#                    zero1_lean, zero1, autocast, no_tput_timer (to be measured; the 2026-11-24 rows, vocab64
+#                    no_overlap buckets_2e8 compile+vocab64, took 267 s for 5 rows and gained nothing:
+#                    VARIANTS="vocab64 ..." runs them again);
+#   bench_big        the main table at 65,536 tokens per micro-batch (128 x 512, 512 x 128), both trainers, both
+#                    phases: the largest micro-batch HF fits at 512 in phase 2 (bench_max_batch, 2026-11-24), so
+#                    launch work per step is spread over 4x the tokens; 5 warm-up + 30 timed steps;
+#   gpu_tests        pytest -m gpu tests/gpu (4 workers on the one GPU), its report figures under OUT/gpu_report
+#                    (passed with FusedAdam on 2026-11-24);
+#   bench_max_batch  the largest micro-batch at sequence 512 on both sides, phases 1 and 2 (recorded in
+#                    BENCHMARKS.md on 2026-11-24; not in the GPU default).
+# GPU time by the 2026-11-24 step times: the FusedAdam build 62 s plus the installs (not timed); bench_main at
+# most 4.5 min (8 of the 12 rows that took 408 s with compile); bench_variants about 6 (7 rows at up to 53 s: 267 s
+# for 5 then); bench_big up to 7 (8 rows of bench_main's start-up plus 35 steps of up to 0.5 s each). That is about
+# 20 minutes before gpu_tests, so the default runs the most informative first: bench_main bench_variants bench_big
+# gpu_tests. A device call runs at most 10 minutes: one step per call (SESSION_STEPS=bench_variants ...); installing
+# again is quick and FusedAdam is built once per machine.
 # Usage, from the repository root:  bash benchmarks/gpu_session.sh OUT [--rehearse]
-# --rehearse: the same steps on the CPU with the tiny model (DS_ACCELERATOR=cpu, no install); tests/gpu only
-# collected unless XPT_GPU_TESTS_ON_CPU=1. tests/test_bench_throughput.py runs it so the script keeps working.
+# --rehearse: the same steps on the CPU with the tiny model (DS_ACCELERATOR=cpu, no install), bench_max_batch
+# included; tests/gpu only collected unless XPT_GPU_TESTS_ON_CPU=1. tests/test_bench_throughput.py runs it so
+# the script keeps working.
+# SESSION_STEPS, MAIN_VARIANTS and VARIANTS (space-separated) override the defaults.
 # OUT/steps.tsv has each step's exit code and seconds; OUT/DONE appears at the end.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -35,10 +54,13 @@ if [ "$MODE" = --rehearse ]; then
     SIZE=(--tiny --steps 2 --warmup 1 --worker-timeout 600)
     MAIN=(--seq-lens 32)
     LONG=(--seq-lens 32)
+    BIG=(--seq-lens 32 --phases 2 --micro-batch 16 --sides hf)  # one row: the rehearsal's time is CI's
     MAXB=(--max-batch 2 4 --phases 2)
-    MAIN_VARIANTS=${MAIN_VARIANTS-}  # compile is a no-op with TORCHDYNAMO_DISABLE; vocab64 covers variant rows
     OPTIMIZER=torch
-    VARIANTS=(vocab64)
+    # compile is a no-op with TORCHDYNAMO_DISABLE; autocast covers a variant's engine JSON (a section removed, one
+    # added) at the cost of the one row it replaced (vocab64)
+    read -ra VARIANTS <<< "${VARIANTS-autocast}"
+    STEPS="bench_main bench_variants bench_big gpu_tests bench_max_batch"
     PYTEST=(-n 0 -q)
     [ "${XPT_GPU_TESTS_ON_CPU:-0}" = 1 ] || PYTEST+=(--collect-only)
 else
@@ -54,6 +76,7 @@ else
     SIZE=(--steps 50 --warmup 10 --worker-timeout 300)
     MAIN=(--seq-lens 128 512)
     LONG=(--seq-lens 512)
+    BIG=(--seq-lens 128 512 --tokens-per-batch 65536 --steps 30 --warmup 5)
     MAXB=(--max-batch 32 64 96 128 192 256 384 512 768)
     OPTIMIZER=fused
     # FusedAdam's CUDA kernel is built by the first process that imports it; without nvcc both sides fall back.
@@ -65,20 +88,21 @@ p.grad = torch.ones_like(p)
 FusedAdam([p]).step()
 print('FusedAdam built and stepped')"
     grep -q "^fused_adam	0" "$OUT/steps.tsv" || OPTIMIZER=torch
-    VARIANTS=(vocab64 no_overlap buckets_2e8 compile+vocab64)
+    read -ra VARIANTS <<< "${VARIANTS-lean nosync zero1_lean zero1 autocast no_tput_timer}"
+    STEPS="bench_main bench_variants bench_big gpu_tests"
     PYTEST=(-n 4 --dist load -q -rA)
 fi
 echo "optimizer: $OPTIMIZER" | tee -a "$OUT/session.log"
 B=(benchmarks/bench_throughput.py --optimizer "$OPTIMIZER" "${SIZE[@]}")
-# SESSION_STEPS picks and orders the steps (a second call with the GPU time that is left, say).
-for name in ${SESSION_STEPS:-bench_main gpu_tests bench_variants bench_max_batch}; do
+for name in ${SESSION_STEPS:-$STEPS}; do
     case $name in
-    bench_main) step bench_main "$PY" "${B[@]}" "${MAIN[@]}" --variants ${MAIN_VARIANTS-compile} \
+    bench_main) step bench_main "$PY" "${B[@]}" "${MAIN[@]}" --variants ${MAIN_VARIANTS-} \
         --out "$OUT/bench_main.json" ;;
     gpu_tests) step gpu_tests env XPT_GPU_REPORT="$OUT/gpu_report" "$PY" -m pytest -m gpu tests/gpu \
         -p no:cacheprovider "${PYTEST[@]}" ;;
     bench_variants) step bench_variants "$PY" "${B[@]}" "${LONG[@]}" --phases 2 --sides xpt \
         --variants "${VARIANTS[@]}" --profile "$OUT/profiles" --out "$OUT/bench_variants.json" ;;
+    bench_big) step bench_big "$PY" "${B[@]}" "${BIG[@]}" --out "$OUT/bench_big.json" ;;
     bench_max_batch) step bench_max_batch "$PY" "${B[@]}" "${LONG[@]}" "${MAXB[@]}" --out "$OUT/bench_max_batch.json" ;;
     *) echo "unknown step $name" >&2; exit 2 ;;
     esac

@@ -23,14 +23,13 @@ def add_ratios(rows: list[dict]) -> None:
 
 def machine(cuda: bool) -> dict:
     import platform
+    from importlib.metadata import version
 
-    import deepspeed
-    import torch
-    import transformers
+    import torch  # not deepspeed or transformers, whose imports take seconds in the parent process
 
     device = torch.cuda.get_device_name() if cuda else f"CPU ({os.cpu_count()} cores, {platform.machine()})"
     return {"device": device, "host": platform.node(), "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__,
-            "transformers": transformers.__version__, "deepspeed": deepspeed.__version__,
+            "transformers": version("transformers"), "deepspeed": version("deepspeed"),
             "python": platform.python_version()}
 
 

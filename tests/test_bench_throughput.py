@@ -1,6 +1,7 @@
 """benchmarks/gpu_session.sh (which runs benchmarks/bench_throughput.py) keeps working: its --rehearse mode on
 CPU runs every step the GPU session runs, with the tiny model: both trainers at both phases, the optimisation
-rows with their profiles, the largest-micro-batch search, and the collection of tests/gpu.
+rows with their profiles, the larger-micro-batch table (its HF row), the largest-micro-batch search, and the
+collection of tests/gpu.
 
 CPU numbers are no performance claim; this checks the comparison is built as documented (same model and
 trainable set on both sides, both under a ZeRO-2 bf16 DeepSpeed engine) and that the reports are complete."""
@@ -25,7 +26,8 @@ def session(tmp_path_factory):
     steps = {line.split("\t")[0]: line.split("\t")[1] for line in (out / "steps.tsv").read_text().splitlines()}
     failed = {name: (out / f"{name}.log").read_text()[-3000:] for name, rc in steps.items() if rc != "0"}
     assert not failed, failed
-    assert set(steps) == {"bench_main", "gpu_tests", "bench_variants", "bench_max_batch"} and (out / "DONE").exists()
+    assert set(steps) == {"bench_main", "gpu_tests", "bench_variants", "bench_big", "bench_max_batch"}
+    assert (out / "DONE").exists()
     return out
 
 
@@ -38,6 +40,9 @@ def test_main_table_reports_both_trainers_for_every_length_and_phase(session):
         assert r["mfu"] is None and r["memory_kind"] == "host_rss"  # CPU: no peak FLOP/s, host memory
         assert r["engine"]["class"] == "DeepSpeedEngine" and r["engine"]["zero_stage"] == 2
         assert r["engine"]["module_dtype"] == "bfloat16" and r["engine"]["base_optimizer"] == "AdamW"
+        # ds_configs/zero2_bf16.json as DeepSpeed took it, clipping at optim.grad_clip on both sides
+        assert r["engine"]["bf16"] and not r["engine"]["torch_autocast"] and r["engine"]["gradient_clipping"] == 1.0
+        assert r["engine"]["overlap_comm"] and r["engine"]["check_grad_overflow"] and r["engine"]["grad_hooks"] > 0
         assert r["num_hidden_layers"] == 4  # 2 source layers + 2 ITLs
         assert r["optimizer_state_gib"] > 0
     for n in SEQ_LENS:
@@ -58,15 +63,23 @@ def test_main_table_reports_both_trainers_for_every_length_and_phase(session):
     assert "| 32 | 8 | 2 | xpt_ds |" in log
 
 
-def test_variant_rows_profiles_and_largest_batch(session):
+def test_variant_rows_profiles_larger_and_largest_batch(session):
     variants = json.loads((session / "bench_variants.json").read_text())["results"]
-    assert [(r["side"], r["variant"]) for r in variants] == [("xpt", ""), ("xpt", "vocab64")]
-    padded = variants[1]
-    assert padded["vs_plain"] == pytest.approx(padded["tokens_per_s"] / variants[0]["tokens_per_s"])
-    assert padded["vocab_size"] % 64 == 0 and padded["vocab_size"] >= variants[0]["vocab_size"]
+    assert [(r["side"], r["variant"]) for r in variants] == [("xpt", ""), ("xpt", "autocast")]
+    plain, autocast = variants
+    assert autocast["vs_plain"] == pytest.approx(autocast["tokens_per_s"] / plain["tokens_per_s"])
+    # The variant's engine JSON replaced the bf16 section by torch_autocast, and the engine ran it so: fp32
+    # parameters, bf16 matmuls, no bf16 overflow check.
+    assert "bf16" not in autocast["ds_config"] and autocast["ds_config"]["torch_autocast"]["enabled"]
+    assert autocast["engine"]["torch_autocast"] and not autocast["engine"]["bf16"]
+    assert autocast["engine"]["module_dtype"] == "float32" and autocast["linear_out_dtype"] == "bfloat16"
+    assert autocast["engine"]["check_grad_overflow"] is False and plain["engine"]["check_grad_overflow"] is True
+    assert plain["engine"]["module_dtype"] == plain["linear_out_dtype"] == "bfloat16"
     for r in variants:
         table = (session / "profiles" / f"profile-xpt{'-' + r['variant'] if r['variant'] else ''}-32-2.txt").read_text()
         assert "Self CPU" in table and r["profile"]["top"] and r["profile"]["device_ms_per_step"] > 0
+    big = json.loads((session / "bench_big.json").read_text())["results"]  # the rehearsal runs its HF row only
+    assert [(r["side"], r["phase"], r["micro_batch"]) for r in big] == [("hf", 2, 16)] and big[0]["tokens_per_s"] > 0
     largest = json.loads((session / "bench_max_batch.json").read_text())["results"]
     assert {(r["side"], r["phase"]) for r in largest} == {("hf", 2), ("xpt", 2)}
     assert all(r["largest_fit"] == 4 and not r["ran_out"] for r in largest)  # CPU: nothing runs out
