@@ -59,6 +59,7 @@ def test_a_clear_order_is_reproduced_and_every_claim_gets_a_verdict(tmp_path):
     md = (tmp_path / "claims.md").read_text()
     assert "| *unigram predictor* | 900.00 | 6.00 |" in md and "| *majority class* |" in md
     assert "100.00 ± 7.07 (n=2)" in md  # XPT's PPL: mean and sample std of 95 and 105
+    assert "| 70.00 ± 0.00 (n=2) |" in md  # fine-tuned: one fine-tuning seed of each of two replicates, pooled
 
 
 def test_differences_inside_the_seed_spread_are_not_called(tmp_path):

@@ -46,11 +46,14 @@ def real_gap(a: dict, b: dict, key: str) -> float | None:
 
 
 def _pm(r: dict, key: str, scale: float = 1.0, digits: int = 2) -> str:
+    """'mean ± std (n=seeds)'; the fine-tuned figure's spread and count pool every fine-tuning seed of every
+    replicate (``xpt_ds.sweeps.seeds``)."""
     if r.get(key) is None:
         return "–"
-    std = r.get(f"{key}_std")
-    return f"{scale * r[key]:.{digits}f}" + ("" if std is None else f" ± {scale * std:.{digits}f}") + \
-        f" (n={r.get('seeds', 1)})"
+    downstream = key == "downstream_mean"
+    std = r.get("downstream_std" if downstream else f"{key}_std")
+    n = r.get("downstream_seeds") if downstream else r.get("seeds", 1)
+    return f"{scale * r[key]:.{digits}f}" + ("" if std is None else f" ± {scale * std:.{digits}f}") + f" (n={n})"
 
 
 def order_verdict(rows: dict[str, dict], key: str, falling: bool) -> tuple[str, list[str]]:
