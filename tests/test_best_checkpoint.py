@@ -101,6 +101,8 @@ def test_early_stop_ends_each_phase(stopped):
     assert "the run ends" in proc.stderr
     assert "phase 'phase2' starts at global step 3" in proc.stderr
     assert complete_tags(run / "checkpoints")[-1] == tag_for(6)
+    status = json.loads((run / "status.json").read_text())  # the early-stopped steps are not counted as still to run
+    assert (status["state"], status["global_step"], status["total_steps"], status["eta_s"]) == ("finished", 6, 6, 0)
     state = read_client_state(run / "checkpoints", tag_for(3))
     assert state["trainer"]["phase_index"] == 0 and state["trainer"]["phase_step"] == 3
     assert state["best"]["stopped"] == [0] and state["best"]["stale"] == 2

@@ -21,6 +21,21 @@ def _run_cfg(tmp_path, run, tiny_roberta, corpus):
     return write_config(tmp_path / "c.yaml", cfg)
 
 
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory, tiny_roberta, corpus):
+    """Phase 1 and one step of phase 2 (tags 2 and 3), trained once on 2 ranks; every test copies it."""
+    root = tmp_path_factory.mktemp("first_run")
+    proc = launch(["--config", str(_run_cfg(root, root / "run", tiny_roberta, corpus)), "--phases.1.steps=1"], nproc=2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return root / "run"
+
+
+def _copy(first_run, run, tmp_path, tiny_roberta, corpus):
+    """The first run at ``run``, and the config that goes on with it there."""
+    shutil.copytree(first_run, run)
+    return _run_cfg(tmp_path, run, tiny_roberta, corpus)
+
+
 def _error(proc):
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
@@ -52,14 +67,12 @@ def _size(tag_dir):
 
 
 @pytest.mark.parametrize("when", ["before writing", "while writing"])
-def test_disk_full(tmp_path, tiny_roberta, corpus, small_disk, when):
+def test_disk_full(tmp_path, tiny_roberta, corpus, small_disk, first_run, when):
     """'before writing': less free space than the last checkpoint took, caught before anything is written.
     'while writing': enough for a phase-1 checkpoint but not for the bigger phase-2 one (whose optimizer
     state covers every parameter): the kernel's ENOSPC in the middle of the save."""
     run = small_disk / "run"
-    cfg = _run_cfg(tmp_path, run, tiny_roberta, corpus)
-    proc = launch(["--config", str(cfg), "--phases.1.steps=1"], nproc=2)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    cfg = _copy(first_run, run, tmp_path, tiny_roberta, corpus)
     ckpt = run / "checkpoints"
     first, second = _size(ckpt / tag_for(2)), _size(ckpt / tag_for(3))
     assert second > first + 200 * 1024  # phase 2 keeps Adam moments for every parameter
@@ -91,11 +104,9 @@ def test_disk_full(tmp_path, tiny_roberta, corpus, small_disk, when):
     assert complete_tags(ckpt) == [tag_for(2), tag_for(4), tag_for(6), tag_for(8)]  # the partial one is gone
 
 
-def test_checkpoint_directory_not_writable(tmp_path, tiny_roberta, corpus):
+def test_checkpoint_directory_not_writable(tmp_path, tiny_roberta, corpus, first_run):
     run = tmp_path / "run"
-    cfg = _run_cfg(tmp_path, run, tiny_roberta, corpus)
-    proc = launch(["--config", str(cfg), "--phases.1.steps=1"], nproc=2)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    cfg = _copy(first_run, run, tmp_path, tiny_roberta, corpus)
     ckpt = run / "checkpoints"
     shutil.rmtree(ckpt / tag_for(3))
     if os.geteuid() != 0 or subprocess.run(["chattr", "+i", str(ckpt)], capture_output=True).returncode != 0:

@@ -43,7 +43,7 @@ from xpt_ds.training.guards import (
     check_same_skipped_shards,
 )
 from xpt_ds.training.preemption import Preempted, PreemptionWatcher
-from xpt_ds.training.status import write_status
+from xpt_ds.training.status import steps_left, write_status
 from xpt_ds.trelm.data import TreLMBatchStream, build_trelm_stream
 from xpt_ds.trelm.valid import build_cdlm_validation
 from xpt_ds.trelm.work import micro_batch_work
@@ -488,9 +488,10 @@ class Trainer:
     def write_status(self, state: str, **extra) -> None:
         if self.rank != 0:
             return
-        total = sum(p.steps for p in self.cfg.phases)
-        tps = self.last_tokens_per_s
-        eta = (total - self.state.global_step) * self.step_seconds if self.step_seconds is not None else None
+        i, tps = self.state.phase_index, self.last_tokens_per_s
+        left = steps_left([p.steps for p in self.cfg.phases], i, self.state.phase_step, self.best.phase_stopped(i),
+                          state == "finished")
+        total, eta = self.state.global_step + left, left * self.step_seconds if self.step_seconds is not None else None
         write_status(self.run_dir, state=state, phase=self.phase.name, phase_index=self.state.phase_index,
                      phase_step=self.state.phase_step, global_step=self.state.global_step, total_steps=total,
                      tokens_seen=self.state.tokens_seen, target_tokens_seen=self.state.target_tokens_seen,
