@@ -40,15 +40,7 @@ OUT=$(cd "$OUT" && pwd)
 PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 
-step() {  # step NAME COMMAND...: output to OUT/NAME.log, exit code and seconds to OUT/steps.tsv
-  local name=$1 t0=$SECONDS rc
-  shift
-  echo "[$(date +%T)] $name: $*" | tee -a "$OUT/session.log"
-  "$@" >"$OUT/$name.log" 2>&1
-  rc=$?
-  printf '%s\t%s\t%s\n' "$name" "$rc" "$((SECONDS - t0))" | tee -a "$OUT/steps.tsv"
-  return $rc
-}
+source launch/session_steps.sh  # step NAME COMMAND...
 
 unpack() {
   [ -f "$PAYLOAD/payload/source/config.json" ] && return 0

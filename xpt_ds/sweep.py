@@ -5,7 +5,8 @@ subsets of the corpus) with the same number of steps for every size, as 002 §5.
 epochs), once per ``--seeds`` replicate, then scores every run with ``xpt_ds.evaluate`` (the best checkpoint
 under ``checkpoint.keep_best``) and, given fine-tuning files, ``xpt_ds.export`` + ``xpt_ds.finetune``.
 Training and fine-tuning are child processes (``--nproc`` > 1: the deepspeed launcher); evaluation and export
-run in this process unless ``--parallel`` runs several runs at once. Each command's output is in the run's log.
+run in this process, one at a time even when ``--parallel`` trains several runs at once. Each command's output
+is in the run's log.
 Writes ``DIR/results.jsonl`` (one row per finished run, written when it finishes), ``DIR/results.md`` (mean ±
 std over seeds), ``DIR/plot_<metric>.png``, TensorBoard scalars under ``DIR/tb`` and ``DIR/summary.json`` with
 the data-efficiency ratio (how much data Scratch needs to match each arm; ``xpt_ds.sweeps.report``). A run
@@ -41,7 +42,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         "subset, order and masks), in runs/ARM/SIZE/seedN; scored on the same masks")
     p.add_argument("--nproc", type=int, default=1, help="ranks per run: 1 = one process, else the deepspeed launcher")
     p.add_argument("--parallel", type=int, default=1,
-                   help="one-process runs side by side (their stages as child processes); with several GPUs, "
+                   help="one-process runs side by side (evaluation and export still one at a time); with several GPUs, "
                         "run slot i sees GPU i mod count, else they share the one device")
     p.add_argument("--deadline-minutes", type=float, default=0,
                    help="start no run after this many minutes (running ones finish); rerun the sweep to go on")

@@ -2,7 +2,7 @@
 when ``--nproc`` > 1), scored with ``xpt_ds.evaluate`` and, given fine-tuning files, exported and fine-tuned;
 one row per finished run goes to ``results.jsonl`` as soon as it finishes. A run whose row is there is not run
 again; a failed one is recorded with its log and the sweep goes on. ``--parallel K`` keeps K runs going at once
-(every stage then a child process); ``--deadline-minutes`` starts no run after the deadline."""
+(evaluation and export one at a time, in this process); ``--deadline-minutes`` starts no run after the deadline."""
 from __future__ import annotations
 
 import contextlib
@@ -70,24 +70,25 @@ def _call(module: str, argv: list[str], log: Path, stage: str) -> float:
 
 
 class Stages:
-    """How one run's stages execute: in this process (one run at a time), or as child processes with the run
-    slot's device (``--parallel``: redirecting this process's output is not safe across threads)."""
+    """How one run's stages execute. Training and fine-tuning are child processes, with the run slot's GPU under
+    ``--parallel`` when there are several. Evaluation and export run in this process (saving a start-up of torch,
+    transformers and DeepSpeed each), one at a time: ``call_lock`` is held while ``_call`` redirects this
+    process's output into the run's log, so under ``--parallel`` the other threads print to the stream the sweep
+    started with (``_Sweep.stdout``), never to a redirected one."""
 
-    def __init__(self, plan: Plan, slot: int = 0):
-        self.plan, self.env = plan, None
+    def __init__(self, plan: Plan, slot: int = 0, call_lock: threading.Lock | None = None):
+        self.env, self.call_lock = None, call_lock or contextlib.nullcontext()
         if plan.parallel > 1:
-            self.env = dict(os.environ)
             count = torch.cuda.device_count() if torch.cuda.is_available() else 0
             if count > 1 and "CUDA_VISIBLE_DEVICES" not in os.environ:
-                self.env["CUDA_VISIBLE_DEVICES"] = str(slot % count)
+                self.env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(slot % count)}
 
     def process(self, cmd: list[str], log: Path, stage: str) -> float:
         return _run(cmd, log, stage, self.env)
 
     def module(self, module: str, argv: list[str], log: Path, stage: str) -> float:
-        if self.env is None:
+        with self.call_lock:
             return _call(module, argv, log, stage)
-        return _run([sys.executable, "-m", module, *argv], log, stage, self.env)
 
 
 def _status(run_dir: Path) -> dict:
@@ -183,7 +184,7 @@ def read_rows(path: Path) -> dict[tuple[str, int, int | None], dict]:
     return rows
 
 
-def unigram(plan: Plan, run: Run) -> None:
+def unigram(plan: Plan, run: Run, stages: Stages) -> None:
     """DIR/unigram.json: the unigram predictor of ``plan.unigram_shards`` on the sweep's test masks (the masks
     and vocabulary of the first finished run; every arm of a sweep shares the tokenizer)."""
     out = plan.out / "unigram.json"
@@ -191,7 +192,7 @@ def unigram(plan: Plan, run: Run) -> None:
         return
     argv = ["--run", str(plan.run_dir(run)), *plan.tag_args(run), "--shards", *plan.test_shards,
             *plan.evaluate_args, "--unigram", *plan.unigram_shards, "--out", str(out)]
-    Stages(plan).module("xpt_ds.evaluate", argv, plan.out / "unigram.log", "unigram")
+    stages.module("xpt_ds.evaluate", argv, plan.out / "unigram.log", "unigram")
 
 
 class _Sweep:
@@ -200,13 +201,14 @@ class _Sweep:
     def __init__(self, plan: Plan):
         self.plan, self.results = plan, plan.out / "results.jsonl"
         self.done, self.failures = read_rows(self.results), []
-        self.lock, self.slots = threading.Lock(), queue.Queue()
+        self.lock, self.call_lock, self.slots = threading.Lock(), threading.Lock(), queue.Queue()
+        self.stdout = sys.stdout  # the stream as the sweep started: _call redirects sys.stdout while it runs
         for slot in range(plan.parallel):
             self.slots.put(slot)
 
     def say(self, text: str) -> None:
         with self.lock:
-            print(text, flush=True)
+            print(text, file=self.stdout, flush=True)
 
     def pending(self) -> list[Run]:
         todo = []
@@ -215,11 +217,11 @@ class _Sweep:
             if old is None:
                 todo.append(run)
                 continue
-            print(f"skip {run.label}: its row is in {self.results}", flush=True)
+            self.say(f"skip {run.label}: its row is in {self.results}")
             if (old.get("train_args"), old.get("config_sha256")) != (shlex.join(self.plan.train_args(run)),
                                                                      self.plan.config_sha[run.arm]):
-                print(f"warning: {run.label} in {self.results} was trained with another config or arguments "
-                      f"({old.get('train_args')}); delete its row and run directory to run it again", flush=True)
+                self.say(f"warning: {run.label} in {self.results} was trained with another config or arguments "
+                         f"({old.get('train_args')}); delete its row and run directory to run it again")
         return todo
 
     def one(self, run: Run) -> None:
@@ -231,7 +233,8 @@ class _Sweep:
         try:
             self.say(f"run {run.label}: {plan.steps[run.arm, run.size]} steps on {run.size:,} tokens -> "
                      f"{plan.run_dir(run)}")
-            row = run_one(plan, run, Stages(plan, slot))
+            stages = Stages(plan, slot, self.call_lock)
+            row = run_one(plan, run, stages)
         except StepFailed as e:
             self.say(f"FAILED {run.label}: {e}")
             with self.lock:
@@ -244,11 +247,13 @@ class _Sweep:
             with open(self.results, "a") as f:
                 f.write(json.dumps(row) + "\n")
             print(f"done {run.label}: ppl {row['ppl']:.2f}, mrr {row['mrr']:.4f} in {row['wall_seconds']:.0f} s",
-                  flush=True)
-            try:
-                unigram(plan, run)
-            except StepFailed as e:
-                print(f"FAILED unigram reference: {e}", flush=True)
+                  file=self.stdout, flush=True)
+        try:
+            with self.lock:  # the first run to finish scores it; the others find unigram.json
+                unigram(plan, run, stages)
+        except StepFailed as e:
+            self.say(f"FAILED unigram reference: {e}")
+            with self.lock:
                 self.failures.append({"method": "unigram", "size": run.size, "seed": None, "run": "unigram",
                                       "stage": e.stage, "exit": e.code, "log": str(e.log)})
 
