@@ -118,8 +118,8 @@ out, cap = Path(sys.argv[1]), int(sys.argv[2])
 rows = [json.loads(line) for line in (out / "pilot" / "results.jsonl").read_text().splitlines() if line.strip()]
 best = {r["method"]: r["best"]["step"] for r in rows if r.get("best")}
 later = max(best.values()) if best else 2 * cap
-total = min(2 * cap, max(2, math.ceil(1.25 * later / 100) * 100 if later >= 100 else math.ceil(1.25 * later)))
-per_phase = max(1, total // 2)
+unit = 100 if later >= 100 else 1  # the rehearsal's pilot runs a few steps
+per_phase = min(cap, max(1, math.ceil(1.25 * later / unit) * unit // 2))
 (out / "pilot.json").write_text(json.dumps({
     "pilot_steps_per_phase": cap, "best_step": best, "steps_done": {r["method"]: r.get("steps_done") for r in rows},
     "train_seconds": {r["method"]: r["train_seconds"] for r in rows},

@@ -6,9 +6,12 @@ from __future__ import annotations
 import math
 import statistics
 
-# Metrics averaged over replicates: the intrinsic ones, the downstream mean, and the run facts.
-AVERAGED = ("loss", "ppl", "hits@1", "hits@3", "hits@5", "hits@10", "mrr", "mr", "bits_per_char", "bits_per_word",
-            "epochs", "train_seconds", "wall_seconds", "steps_done")
+from xpt_ds.sweeps.report import INTRINSIC
+
+# Averaged over replicates: the intrinsic metrics (002 Table 2's and bits per character/word) and the run facts.
+AVERAGED = ("loss", *(key for key, *_ in INTRINSIC), "bits_per_char", "bits_per_word", "epochs", "train_seconds",
+            "wall_seconds", "steps_done")
+PER_RUN = ("run_dir", "train_args", "config_sha256", "checkpoint", "best")  # one replicate's: not in a folded row
 
 
 def spread(values: list[float]) -> tuple[float, float | None]:
@@ -27,7 +30,8 @@ def aggregate(rows: list[dict]) -> list[dict]:
         if len(group) == 1 and group[0].get("seed") is None:
             out.append(group[0])
             continue
-        row = {**group[0], "seeds": len(group), "seed": [r.get("seed") for r in group]}
+        row = {**{k: v for k, v in group[0].items() if k not in PER_RUN}, "seeds": len(group),
+               "seed": [r.get("seed") for r in group]}
         for key in AVERAGED:
             values = [r[key] for r in group if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
             if values:
