@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xpt_ds.config.methods import BASELINE, METHODS
+from xpt_ds.sweeps.seeds import aggregate
 
 # 002 Table 2's columns: (key in the evaluate JSON, header, higher is better, shown ×100).
 INTRINSIC = (("ppl", "PPL", False, False), ("hits@1", "Hits@1", True, True), ("hits@3", "Hits@3", True, True),
@@ -327,7 +328,6 @@ def summary(rows: list[dict], failures: list[dict], unigram: dict | None = None)
 
 def write_report(out: Path, rows: list[dict], failures: list[dict] = ()) -> None:
     """Everything from the rows of results.jsonl (replicates folded: ``xpt_ds.sweeps.seeds``)."""
-    from xpt_ds.sweeps.seeds import aggregate
     rows, failures = aggregate(rows), list(failures)
     write_markdown(out, rows, failures)
     (out / "summary.json").write_text(json.dumps(summary(rows, failures, read_unigram(out)), indent=2) + "\n")
