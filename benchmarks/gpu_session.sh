@@ -15,7 +15,7 @@
 #                    phases: the largest micro-batch HF fits at 512 in phase 2 (bench_max_batch, 2026-11-24), so
 #                    launch work per step is spread over 4x the tokens; 5 warm-up + 30 timed steps;
 #   gpu_tests        pytest -m gpu tests/gpu (4 workers on the one GPU), its report figures under OUT/gpu_report
-#                    (passed with FusedAdam on 2026-11-24);
+#                    (passed with FusedAdam on 2026-11-24; the decoder tests, test_cuda_decoder.py, came later);
 #   bench_max_batch  the largest micro-batch at sequence 512 on both sides, phases 1 and 2 (recorded in
 #                    BENCHMARKS.md on 2026-11-24; not in the GPU default).
 # GPU time by the 2026-11-24 step times: the FusedAdam build 62 s plus the installs (not timed); bench_main at

@@ -2,6 +2,7 @@
 (guard.early_stop_patience), on one rank."""
 import json
 import math
+import re
 
 import pytest
 import yaml
@@ -26,11 +27,12 @@ def _valid(run_dir) -> dict[int, float]:
     return {s: r["valid/loss"] for s, r in read_metrics(run_dir).items() if "valid/loss" in r}
 
 
-def _train(root, tiny_roberta, corpus, phase1: tuple, phase2: tuple, log_every: int = 1, **sections):
+def _train(root, tiny_roberta, corpus, phase1: tuple, phase2: tuple, log_every: int = 1, progress: bool = False,
+           **sections):
     """A one-rank run of two phases ((steps, lr) each) with a validation pass every step; (root, config, proc)."""
     cfg = base_config(root / "run", tiny_roberta, corpus, **sections)
     cfg["phases"] = [{"name": f"phase{i + 1}", "steps": n, "lr": lr} for i, (n, lr) in enumerate((phase1, phase2))]
-    cfg["logging"].update(eval_every=1, log_every=log_every, tensorboard=False)
+    cfg["logging"].update(eval_every=1, log_every=log_every, tensorboard=False, progress_bar=progress)
     path = write_config(root / "cfg.yaml", cfg)
     proc = launch(["--config", str(path)])
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -83,8 +85,10 @@ def test_resume_keeps_best(kept):
 @pytest.fixture(scope="module")
 def stopped(tmp_path_factory, tiny_roberta, corpus):
     """Early stopping with a min_delta no pass can beat: every phase ends after 1 + 2 validation passes. Training
-    losses are logged every 4 steps, so the early stops at steps 3 and 6 flush a partial window."""
+    losses are logged every 4 steps, so the early stops at steps 3 and 6 flush a partial window. The progress
+    bar is on."""
     return _train(tmp_path_factory.mktemp("stopped"), tiny_roberta, corpus, (6, 1e-3), (6, 1e-3), log_every=4,
+                  progress=True,
                   checkpoint={"every_steps": 0, "keep_best": True},
                   guard={"early_stop_patience": 2, "early_stop_min_delta": 10.0})
 
@@ -103,6 +107,8 @@ def test_early_stop_ends_each_phase(stopped):
     assert complete_tags(run / "checkpoints")[-1] == tag_for(6)
     status = json.loads((run / "status.json").read_text())  # the early-stopped steps are not counted as still to run
     assert (status["state"], status["global_step"], status["total_steps"], status["eta_s"]) == ("finished", 6, 6, 0)
+    bars = re.findall(r"train: +\d+%\|[^|]*\| (\d+)/(\d+) ", proc.stderr)  # the bar's end moves at each early stop
+    assert bars[0] == ("0", "12") and ("3", "9") in bars and bars[-1] == ("6", "6"), bars
     state = read_client_state(run / "checkpoints", tag_for(3))
     assert state["trainer"]["phase_index"] == 0 and state["trainer"]["phase_step"] == 3
     assert state["best"]["stopped"] == [0] and state["best"]["stale"] == 2

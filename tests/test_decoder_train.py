@@ -71,9 +71,13 @@ def _reused(source, family: str) -> tuple[dict[str, str], dict[str, torch.Tensor
 def _check_phase1(tag_dir, source, family: str, stage: int, world: int) -> None:
     """At the boundary: the frozen parameters are the source's bit for bit (fp32, and in the engine's module,
     in its dtype, where the checkpoint holds it whole: stages 0-2); the optimizer holds fp32 masters and Adam
-    moments for exactly the trainable parameters, summed over the ranks' partitions."""
+    moments for exactly the trainable parameters, summed over the ranks' partitions. Loads to the CPU, so it
+    also checks a run on a GPU (tests/gpu/test_cuda_decoder.py)."""
+    def load(name: str) -> dict:
+        return torch.load(tag_dir / name, map_location="cpu", weights_only=False)
+
     reused, src = _reused(source, family)
-    frozen = strip_prefix(torch.load(tag_dir / "frozen_fp32.pt", weights_only=True))
+    frozen = strip_prefix(torch.load(tag_dir / "frozen_fp32.pt", map_location="cpu", weights_only=True))
     assert set(frozen) == set(reused)
     assert all(torch.equal(frozen[t], src[s]) for t, s in reused.items())
     model = build_skeleton(AutoConfig.from_pretrained(tag_dir / "hf_config"))
@@ -82,14 +86,14 @@ def _check_phase1(tag_dir, source, family: str, stage: int, world: int) -> None:
                              ".0." in n or ".3." in n for n in trainable)  # embeddings, head, the two ITLs
     want = sum(trainable.values())
     if stage == 3:
-        states = [torch.load(tag_dir / f"zero_pp_rank_{r}_mp_rank_00_model_states.pt", weights_only=False)
-                  for r in range(world)]
-        optim = [torch.load(tag_dir / f"zero_pp_rank_{r}_mp_rank_00_optim_states.pt", weights_only=False)[
-            "optimizer_state_dict"] for r in range(world)]
+        states = [load(f"zero_pp_rank_{r}_mp_rank_00_model_states.pt") for r in range(world)]
+        prefix = "bf16_" if (tag_dir / "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt").exists() else ""
+        optim = [load(f"{prefix}zero_pp_rank_{r}_mp_rank_00_optim_states.pt")["optimizer_state_dict"]
+                 for r in range(world)]
         padded = masters = sum(t.numel() for o in optim for t in o["fp32_flat_groups"])
         moments = [o["optimizer_state_dict"]["state"] for o in optim]
     else:
-        states = [torch.load(tag_dir / "mp_rank_00_model_states.pt", weights_only=False)]
+        states = [load("mp_rank_00_model_states.pt")]
         module = strip_prefix(states[0]["module"])
         dtype = module[next(iter(reused))].dtype
         assert all(torch.equal(module[t], src[s].to(dtype)) for t, s in reused.items())
@@ -99,8 +103,8 @@ def _check_phase1(tag_dir, source, family: str, stage: int, world: int) -> None:
             assert len(moments[0]) == len(trainable)
         else:
             prefix = "bf16_" if dtype == torch.bfloat16 else ""
-            optim = [torch.load(tag_dir / f"{prefix}zero_pp_rank_{r}_mp_rank_00_optim_states.pt",
-                                weights_only=False)["optimizer_state_dict"] for r in range(world)]
+            optim = [load(f"{prefix}zero_pp_rank_{r}_mp_rank_00_optim_states.pt")["optimizer_state_dict"]
+                     for r in range(world)]
             padded = sum(t.numel() for o in optim for t in o["single_partition_of_fp32_groups"])
             masters = padded - sum(sum(o["group_paddings"]) for o in optim)
             moments = [o["base_optimizer_state"]["state"] for o in optim]

@@ -4,6 +4,7 @@ counts, the source model's rows and tokenizer, a seeded generator, each loaded o
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -14,6 +15,8 @@ import torch
 from xpt_ds.config import ConfigError
 from xpt_ds.data.tokenizer import TargetTokenizer
 from xpt_ds.embedding_init.files import HF_TOKENIZER_FILES
+
+log = logging.getLogger(__name__)
 
 KINDS = ("copied", "special", "combined", "fallback", "random", "zero")
 EXAMPLES = 5  # per kind in the report
@@ -135,7 +138,16 @@ def summary(report: dict) -> str:
     return f"embedding_init {report['strategy']}: {counts} of {report['rows']} rows{tail}"
 
 
-def write_report(report: dict, path: Path) -> None:
-    path.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+def log_report(report: dict | None, strategy: str, resumed_from: str | None, run_dir: Path) -> None:
+    """Rank 0: log the report and write it to RUN_DIR/embedding_init.json. A resume does not run the strategy
+    (the checkpoint overwrites the rows): ``report`` is then the first start's, which every checkpoint carries
+    (None for one written before reports), and the line says the strategy was not run again."""
+    again = f"not run again: the word embeddings come from checkpoint {resumed_from}"
+    if report is None:
+        log.info("embedding_init %s: %s (which records no report)", strategy, again)
+        return
+    log.info(summary(report) + (f" (the first start's report; {again})" if resumed_from is not None else ""))
+    (run_dir / "embedding_init.json").write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n",
+                                                 encoding="utf-8")
 
 

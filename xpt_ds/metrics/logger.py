@@ -84,12 +84,12 @@ class MetricsLogger:
     """Rank 0 only: TensorBoard, a JSON-lines log and a tqdm bar. Other ranks get a no-op instance. Files are
     opened and the bar shown by ``start`` (after a resume, at the step the run continues from)."""
 
-    def __init__(self, run_dir: Path, enabled: bool, tensorboard: bool, progress: bool, total_steps: int):
-        self.run_dir, self.enabled, self.total_steps = run_dir, enabled, total_steps
+    def __init__(self, run_dir: Path, enabled: bool, tensorboard: bool, progress: bool):
+        self.run_dir, self.enabled = run_dir, enabled
         self.tensorboard, self.progress = tensorboard, progress
         self.writer = self.bar = self.jsonl = None
 
-    def start(self, initial_step: int) -> None:
+    def start(self, initial_step: int, total_steps: int) -> None:
         if not self.enabled:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -99,7 +99,7 @@ class MetricsLogger:
             self.writer = SummaryWriter(str(self.run_dir / "tb"))
         if self.progress:
             from tqdm import tqdm
-            self.bar = tqdm(total=self.total_steps, initial=initial_step, dynamic_ncols=True, desc="train")
+            self.bar = tqdm(total=total_steps, initial=initial_step, dynamic_ncols=True, desc="train")
 
     def log(self, step: int, scalars: dict[str, float]) -> None:
         if self.jsonl is None:
@@ -112,6 +112,12 @@ class MetricsLogger:
         if self.bar is not None:
             short = {k.split("/")[-1]: v for k, v in scalars.items() if k.startswith("train/") and v is not None}
             self.bar.set_postfix({k: f"{v:.4g}" for k, v in short.items() if k in ("loss", "lr", "tokens_per_s")})
+
+    def set_total(self, total_steps: int) -> None:
+        """The bar's end, when it moves (early stopping ends a phase before its planned steps)."""
+        if self.bar is not None and self.bar.total != total_steps:
+            self.bar.total = total_steps
+            self.bar.refresh()
 
     def advance(self, n: int = 1) -> None:
         if self.bar is not None:

@@ -15,10 +15,9 @@ def write_status(run_dir: Path, **fields) -> None:
     os.replace(tmp, run_dir / "status.json")
 
 
-def steps_left(phase_steps: list[int], phase_index: int, phase_step: int, phase_stopped: bool, finished: bool) -> int:
-    """Optimizer steps still to run: the rest of the current phase (none once early stopping ended it,
-    guard.early_stop_patience) and every later phase's planned steps; none once the run finished."""
-    if finished:
-        return 0
-    current = 0 if phase_stopped else phase_steps[phase_index] - phase_step
-    return current + sum(phase_steps[phase_index + 1:])
+def planned_steps(state, phase_steps: list[int], phase_stopped: bool) -> int:
+    """Optimizer steps done (``state``: the trainer's global_step, phase_index and phase_step) plus those still
+    to run: the rest of the current phase (none once early stopping ended it, guard.early_stop_patience) and every
+    later phase's planned steps."""
+    current = 0 if phase_stopped else phase_steps[state.phase_index] - state.phase_step
+    return state.global_step + current + sum(phase_steps[state.phase_index + 1:])

@@ -14,7 +14,7 @@ from xpt_ds.config import ConfigError, TrainConfig, save_config, to_dict
 from xpt_ds.config.phase_checks import phase_objectives
 from xpt_ds.data.mlm import build_streams
 from xpt_ds.data.tokenizer import tokenizer_for
-from xpt_ds.embedding_init.context import summary, write_report
+from xpt_ds.embedding_init.context import log_report
 from xpt_ds.io.paths import unwritable
 from xpt_ds.metrics.logger import LogWindow, MetricsLogger, flops_per_token, peak_flops
 from xpt_ds.metrics.mlm import MLMStats, piece_byte_lengths, piece_char_lengths, piece_word_starts
@@ -43,7 +43,7 @@ from xpt_ds.training.guards import (
     check_same_skipped_shards,
 )
 from xpt_ds.training.preemption import Preempted, PreemptionWatcher
-from xpt_ds.training.status import steps_left, write_status
+from xpt_ds.training.status import planned_steps, write_status
 from xpt_ds.trelm.data import TreLMBatchStream, build_trelm_stream
 from xpt_ds.trelm.valid import build_cdlm_validation
 from xpt_ds.trelm.work import micro_batch_work
@@ -88,7 +88,10 @@ class Trainer:
         self.resume_client = None if self.resume_tag is None else checkpoint.read_client_state(
             self.ckpt_root, self.resume_tag, cfg.checkpoint.allow_pickle)
         self.built = build_model(cfg.model, self.tok, cfg.data, init_embeddings_rows=self.resume_tag is None)
-        self.report_embedding_init()
+        if self.resume_tag is not None:  # the first start's report, which every checkpoint carries
+            self.built.embedding_init = self.resume_client.get("embedding_init")
+        if self.rank == 0:
+            log_report(self.built.embedding_init, cfg.model.embedding_init, self.resume_tag, self.run_dir)
         self.hf_config = self.built.model.config
         if cfg.data.seq_len > self.hf_config.xpt_max_length:
             raise ConfigError(f"config key 'data.seq_len' is {cfg.data.seq_len}; the source model's positions "
@@ -131,25 +134,7 @@ class Trainer:
         self.inject_nan = set(g.inject_nan_steps) if self.rank == 0 else set()
         self.best = BestTracker(cfg.checkpoint.keep_best, g.early_stop_patience, g.early_stop_min_delta)
         self.data_wait = 0.0  # seconds this rank waited for batches in the current step
-        self.logger = MetricsLogger(self.run_dir, self.rank == 0, cfg.logging.tensorboard, cfg.logging.progress_bar,
-                                    sum(p.steps for p in cfg.phases))
-
-    def report_embedding_init(self) -> None:
-        """Log the embedding_init report and write it to RUN_DIR/embedding_init.json. A resume does not run the
-        strategy (the checkpoint overwrites the rows): it logs and writes the report of the first start, which
-        every checkpoint carries, saying that it was not run again."""
-        tag = self.resume_tag
-        if tag is not None:
-            self.built.embedding_init = self.resume_client.get("embedding_init")  # None: a pre-report checkpoint
-        report = self.built.embedding_init
-        if self.rank != 0:
-            return
-        again = f"not run again: the word embeddings come from checkpoint {tag}"
-        if report is None:
-            log.info("embedding_init %s: %s (which records no report)", self.cfg.model.embedding_init, again)
-            return
-        log.info(summary(report) + (f" (the first start's report; {again})" if tag is not None else ""))
-        write_report(report, self.run_dir / "embedding_init.json")
+        self.logger = MetricsLogger(self.run_dir, self.rank == 0, cfg.logging.tensorboard, cfg.logging.progress_bar)
 
     def skipped_shards(self) -> list[str]:
         """The corrupt shards left out (data.on_corrupt_shard: skip) of every training stream: target MLM,
@@ -192,7 +177,7 @@ class Trainer:
         self.best.restore(self.run_dir, checkpoint.complete_tags(self.ckpt_root), self.rank)
         if self.rank == 0:
             save_config(self.cfg, self.run_dir / "config.yaml")
-        self.logger.start(self.state.global_step)
+        self.logger.start(self.state.global_step, self.planned_steps)
         self._info(f"model: {sum(v.numel() for v in fp32.values()):,} parameters; phase '{self.phase.name}' trains "
                    f"{n_train:,} on {self.objective_names()}")
 
@@ -217,6 +202,11 @@ class Trainer:
     def phase(self):
         return self.cfg.phases[self.state.phase_index]
 
+    @property
+    def planned_steps(self) -> int:  # the progress bar's and status.json's total
+        i = self.state.phase_index
+        return planned_steps(self.state, [p.steps for p in self.cfg.phases], self.best.phase_stopped(i))
+
     def _info(self, msg: str) -> None:
         if self.rank == 0:
             log.info(msg)
@@ -225,6 +215,7 @@ class Trainer:
         window = LogWindow(self.device)
         while True:
             if self.state.phase_step >= self.phase.steps or self.best.phase_stopped(self.state.phase_index):
+                self.logger.set_total(self.planned_steps)  # less than planned after an early stop
                 if not self.maybe_switch_phase():
                     break
                 continue
@@ -488,13 +479,9 @@ class Trainer:
     def write_status(self, state: str, **extra) -> None:
         if self.rank != 0:
             return
-        i, tps = self.state.phase_index, self.last_tokens_per_s
-        left = steps_left([p.steps for p in self.cfg.phases], i, self.state.phase_step, self.best.phase_stopped(i),
-                          state == "finished")
-        total, eta = self.state.global_step + left, left * self.step_seconds if self.step_seconds is not None else None
-        write_status(self.run_dir, state=state, phase=self.phase.name, phase_index=self.state.phase_index,
-                     phase_step=self.state.phase_step, global_step=self.state.global_step, total_steps=total,
-                     tokens_seen=self.state.tokens_seen, target_tokens_seen=self.state.target_tokens_seen,
-                     skipped_steps=self.bad_steps.total,
-                     last_complete_checkpoint=self.last_saved,
-                     tokens_per_s=tps, eta_s=eta, **extra)
+        s, total = self.state, self.state.global_step if state == "finished" else self.planned_steps
+        eta = (total - s.global_step) * self.step_seconds if self.step_seconds is not None else None
+        write_status(self.run_dir, state=state, phase=self.phase.name, phase_index=s.phase_index,
+                     phase_step=s.phase_step, global_step=s.global_step, total_steps=total, tokens_seen=s.tokens_seen,
+                     target_tokens_seen=s.target_tokens_seen, skipped_steps=self.bad_steps.total,
+                     last_complete_checkpoint=self.last_saved, tokens_per_s=self.last_tokens_per_s, eta_s=eta, **extra)

@@ -1,0 +1,93 @@
+"""Decoder sources on one GPU (docs/decoders.md): GPT-2 (tied head, dropout on) under ZeRO-2 and Llama (untied)
+under ZeRO-3, both bf16 with DeepSpeed's FusedAdam. Each runs XPT's two phases, checks phase 1's freezing and
+optimizer state at the boundary (tests/test_decoder_train.py's ``_check_phase1``, which loads to the CPU),
+resumes from the boundary with the same losses and weights bit for bit, and exports a stock *ForCausalLM whose
+bf16 logits on the GPU are the training engine's own. ``pytest -m gpu tests/gpu``; skipped without CUDA,
+``XPT_GPU_TESTS_ON_CPU=1`` rehearses on the CPU (there with torch AdamW: DeepSpeed's CPU FusedAdam is not
+bitwise across a resume)."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import REPO, free_port, read_metrics
+from test_cuda import (
+    ACCELERATOR,
+    ON_CPU,
+    STEPS,
+    _env,
+    gpu_config,
+    losses,
+    report,
+    train,
+)
+from test_decoder_train import CLASSES, _check_phase1, _ids, _reused
+
+from xpt_ds.export import main as export_main
+from xpt_ds.training.checkpoint import tag_for
+from xpt_ds.training.export import load_checkpoint_fp32
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not (ON_CPU or torch.cuda.is_available()),
+                                                  reason="needs CUDA (XPT_GPU_TESTS_ON_CPU=1 rehearses on CPU)")]
+MATRIX = [("gpt2", True, "zero2_bf16"), ("llama", False, "zero3_bf16")]
+
+
+def engine_logits(cfg_path, tmp_path) -> torch.Tensor:
+    """The trainer's engine, loaded from the run's newest checkpoint on the device: its logits on ``_ids()``."""
+    out = tmp_path / "engine_logits.pt"
+    torch.save(_ids(), str(out) + ".ids.pt")
+    cmd = [sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", "1", "--master_port", str(free_port()),
+           str(REPO / "tests/trainer_logits.py"), str(cfg_path), str(out)]
+    proc = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return torch.load(out)
+
+
+@pytest.mark.parametrize("family,tied,ds", MATRIX, ids=[f"{f}-{ds}" for f, _, ds in MATRIX])
+def test_decoder_two_phases_resume_and_export_on_the_gpu(family, tied, ds, tmp_path, tiny_decoder, corpus):
+    from transformers import AutoModelForCausalLM
+    source = tiny_decoder(family, tied, 0.1 if family == "gpt2" else 0.0)
+    cfg = gpu_config(tmp_path / "straight", source, corpus, ds, checkpoint={"every_steps": STEPS})
+    cfg["optim"]["torch_adam"] = ON_CPU
+    train(tmp_path / "straight", cfg)
+    straight = tmp_path / "straight/run"
+    got = losses(straight)
+    report(f"decoder_{family}_{ds}", {"losses": got})
+    assert len(got) == 2 * STEPS and all(torch.isfinite(torch.tensor(got)))
+    assert sum(got[-2:]) < sum(got[:2]), got
+
+    stage = int(ds[4])
+    _check_phase1(straight / "checkpoints" / tag_for(STEPS), source, family, stage, world=1)
+    reused, src = _reused(source, family)
+    final = load_checkpoint_fp32(straight / "checkpoints", tag_for(2 * STEPS))
+    layers = [(t, s) for t, s in reused.items() if ".h." in t or ".layers." in t]
+    assert layers and not any(torch.equal(final[t], src[s]) for t, s in layers)  # phase 2 trains them
+
+    # Resume at the phase boundary: the same phase-2 losses and final weights, bit for bit.
+    resumed = tmp_path / "resumed/run"
+    shutil.copytree(straight / "checkpoints" / tag_for(STEPS), resumed / "checkpoints" / tag_for(STEPS))
+    proc = train(tmp_path / "resumed", {**cfg, "run_dir": str(resumed)})
+    assert f"resumed from {tag_for(STEPS)}" in proc.stderr
+    want, again = read_metrics(straight), read_metrics(resumed)
+    steps = list(range(STEPS + 1, 2 * STEPS + 1))
+    other = load_checkpoint_fp32(resumed / "checkpoints", tag_for(2 * STEPS))
+    report(f"decoder_resume_{family}_{ds}", {
+        "loss_differences": {s: again[s]["train/loss"] - want[s]["train/loss"] for s in steps},
+        "tensors_differing": [k for k in final if not torch.equal(final[k], other[k])]})
+    assert [again[s]["train/loss"] for s in steps] == [want[s]["train/loss"] for s in steps]
+    assert final.keys() == other.keys() and all(torch.equal(final[k], other[k]) for k in final)
+
+    # The export, on the device in bf16, against the engine's module on the same ids.
+    out = tmp_path / "exported"
+    assert export_main(["--run", str(resumed), "--out", str(out)]) == 0
+    trained = engine_logits(tmp_path / "resumed/cfg.yaml", tmp_path)
+    device = torch.device(ACCELERATOR)
+    model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.bfloat16).to(device).eval()
+    assert type(model) is CLASSES[family]
+    with torch.no_grad():
+        exported = model(input_ids=_ids().to(device)).logits.float().cpu()
+    report(f"decoder_export_{family}_{ds}", {"max_abs_difference": float((exported - trained).abs().max())})
+    assert torch.equal(exported, trained)
