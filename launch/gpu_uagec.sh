@@ -23,6 +23,10 @@
 #   4. OUT/claims.md (python -m xpt_ds.sweeps.claims: every arm beside the unigram predictor, one verdict per
 #      claim), and OUT/results.tgz: every sweep's results, plots and TensorBoard events, and each run's status, best.json,
 #      eval and fine-tuning results (no weights).
+#   bash launch/gpu_uagec.sh OUT --pack   does step 4 at any time, on what has finished: the report of each sweep
+#   not yet finished (no line in steps.tsv) is rewritten from its results.jsonl rows so far (no TensorBoard
+#   scalars: those stay the sweep's own), then claims.md and results.tgz. A device call that polls a running
+#   session ends with it and copies results.tgz out, so a session cut short still brings back what finished.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:?usage: bash launch/gpu_uagec.sh OUT [--payload DIR] [--rehearse]}
@@ -32,6 +36,7 @@ while [ $# -gt 0 ]; do
   case $1 in
     --payload) PAYLOAD=${2:?--payload needs a directory}; shift 2 ;;
     --rehearse) MODE=rehearse; shift ;;
+    --pack) MODE=pack; shift ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -41,6 +46,30 @@ PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 
 source launch/session_steps.sh  # step NAME COMMAND...
+SWEEPS=(pilot main init other_trelm other_keep_vocab)
+
+# 4 (and --pack): the verdicts (OUT/claims.md), then everything but the weights in OUT/results.tgz.
+pack() {
+  local name label finished unfinished=()
+  # the steps this invocation of the script finished: steps.tsv's lines after its last unpack
+  finished=$(awk -F'\t' '$1 == "unpack" {n = 0; delete s} {s[n++] = $1} END {for (i = 0; i < n; i++) print s[i]}' \
+    "$OUT/steps.tsv" 2>/dev/null)
+  for name in "${SWEEPS[@]}"; do
+    [ -f "$OUT/$name/results.jsonl" ] || continue
+    [ "$name" = pilot ] && label=pilot || label=sweep_$name
+    grep -qx "$label" <<<"$finished" || unfinished+=("$OUT/$name")
+  done
+  if [ ${#unfinished[@]} -gt 0 ]; then "$PY" -m xpt_ds.sweeps.report --no-tensorboard "${unfinished[@]}" || return 1; fi
+  "$PY" -m xpt_ds.sweeps.claims --out "$OUT" || return 1
+  (cd "$OUT" && find . \( -name checkpoints -o -name export -o -name model \) -prune -o -type f \
+    \( -name '*.json' -o -name '*.jsonl' -o -name '*.md' -o -name '*.png' -o -name 'events.out.tfevents.*' \
+       -o -name '*.log' -o -name '*.tsv' -o -name '*.yaml' -o -name '*.txt' \) -print0 |
+    tar --null -czf results.tgz.tmp -T - && mv results.tgz.tmp results.tgz)
+}
+if [ "$MODE" = pack ]; then
+  pack && echo "[$(date +%T)] packed: $OUT/results.tgz" | tee -a "$OUT/session.log"
+  exit
+fi
 
 unpack() {
   [ -f "$PAYLOAD/payload/source/config.json" ] && return 0
@@ -151,11 +180,7 @@ step sweep_other_keep_vocab sweep other_keep_vocab "$PHASE_STEPS" --methods keep
   "data.valid_shards=[$P/uk_src/manifest.json:valid]" phases.0.lr=1e-4 &
 wait
 
-# 4. The verdicts (OUT/claims.md), then everything but the weights in one file.
-step claims "$PY" -m xpt_ds.sweeps.claims --out "$OUT"
-(cd "$OUT" && find . \( -name checkpoints -o -name export -o -name model \) -prune -o -type f \
-  \( -name '*.json' -o -name '*.jsonl' -o -name '*.md' -o -name '*.png' -o -name 'events.out.tfevents.*' \
-     -o -name '*.log' -o -name '*.tsv' -o -name '*.yaml' -o -name '*.txt' \) -print0 |
-  tar --null -czf results.tgz -T -)
+# 4. The verdicts and the results file.
+step pack pack
 echo "[$(date +%T)] done: $OUT/results.tgz" | tee -a "$OUT/session.log"
 touch "$OUT/DONE"

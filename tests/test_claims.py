@@ -1,9 +1,14 @@
 """xpt_ds.sweeps.claims: issue 22's verdicts from sweep rows. A difference counts only when it exceeds the seed
 spread, and a missing sweep or arm is 'not measurable', never a verdict."""
 import json
+import subprocess
+import tarfile
+
+from conftest import REPO
 
 from xpt_ds.sweeps.claims import judge, real_gap, write
 from xpt_ds.sweeps.report import write_report
+from xpt_ds.sweeps.rows import read_rows
 
 UNIGRAM = {"ppl": 900.0, "hits@1": 0.06, "mrr": 0.1, "bits_per_char": 3.2, "tokens": 1000}
 
@@ -91,3 +96,31 @@ def test_reversed_and_missing_arms(tmp_path):
     claims = judge(tmp_path / "b")["claims"]
     assert "arms missing: adapters, xpt_sp" in next(v for k, v in claims.items() if k.startswith("002 Table 2"))["verdict"]
     assert judge(tmp_path / "nothing") == {"claims": {}, "note": "no finished run in OUT/main"}
+
+
+def test_pack_reports_what_finished_of_a_session_cut_short(tmp_path):
+    """``launch/gpu_uagec.sh OUT --pack`` mid-session: the main sweep still running (no line in steps.tsv, a row
+    half appended) gets its report from the rows so far, without TensorBoard scalars; the finished pilot keeps
+    its own report; claims.md and results.tgz follow, without weights."""
+    ppl = {"scratch": 400.0, "adapters": 300.0, "xpt_sp": 200.0, "xpt": 100.0}
+    rows = _main_rows(ppl, {m: 0.2 for m in ppl}, spread=5.0)
+    _sweep(tmp_path, "main", rows)
+    with open(tmp_path / "main/results.jsonl", "a") as f:
+        f.write('{"method": "xpt", "size": 160000, "se')  # the runner's next row, half written
+    _sweep(tmp_path, "pilot", rows[:2], report=True)
+    (tmp_path / "pilot/results.md").write_text("the pilot's own report\n")
+    (tmp_path / "steps.tsv").write_text("unpack\t0\t1\npilot\t0\t60\n")
+    (tmp_path / "main/runs/xpt/80K/seed1/checkpoints").mkdir(parents=True)
+    (tmp_path / "main/runs/xpt/80K/seed1/checkpoints/weights.json").write_text("{}")
+    proc = subprocess.run(["bash", str(REPO / "launch/gpu_uagec.sh"), str(tmp_path), "--pack"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert len(read_rows(tmp_path / "main/results.jsonl")) == len(rows)  # the half-written row left out
+    assert "| XPT | **100.00 ± 7.07** |" in (tmp_path / "main/results.md").read_text()  # 80K, two seeds
+    assert (tmp_path / "main/summary.json").is_file() and not (tmp_path / "main/tb").exists()
+    assert (tmp_path / "pilot/results.md").read_text() == "the pilot's own report\n"
+    assert "002 Table 2" in (tmp_path / "claims.md").read_text()
+    with tarfile.open(tmp_path / "results.tgz") as tar:
+        names = set(tar.getnames())
+    assert {"./claims.md", "./main/results.md", "./main/results.jsonl", "./steps.tsv"} <= names
+    assert not any("checkpoints" in n for n in names)

@@ -73,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     from xpt_ds.config import ConfigError
     from xpt_ds.sweeps.plan import build_plan
     from xpt_ds.sweeps.report import write_report
-    from xpt_ds.sweeps.runner import read_rows, sweep
+    from xpt_ds.sweeps.rows import read_rows
+    from xpt_ds.sweeps.runner import sweep
     a = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         plan = build_plan(a)

@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 
 from xpt_ds.sweeps.report import METHOD_NAMES, parse_size, read_unigram, size_label
-from xpt_ds.sweeps.runner import read_rows
+from xpt_ds.sweeps.rows import read_rows
 from xpt_ds.sweeps.seeds import aggregate
 
 SWEEPS = ("main", "init", "other_trelm", "other_keep_vocab")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xpt_ds.config.methods import BASELINE, METHODS
+from xpt_ds.sweeps.rows import read_rows
 from xpt_ds.sweeps.seeds import aggregate
 
 # 002 Table 2's columns: (key in the evaluate JSON, header, higher is better, shown ×100).
@@ -326,11 +327,34 @@ def summary(rows: list[dict], failures: list[dict], unigram: dict | None = None)
             "efficiency": eff, "failed": failures}
 
 
-def write_report(out: Path, rows: list[dict], failures: list[dict] = ()) -> None:
+def write_report(out: Path, rows: list[dict], failures: list[dict] = (), tensorboard: bool = True) -> None:
     """Everything from the rows of results.jsonl (replicates folded: ``xpt_ds.sweeps.seeds``)."""
     rows, failures = aggregate(rows), list(failures)
     write_markdown(out, rows, failures)
     (out / "summary.json").write_text(json.dumps(summary(rows, failures, read_unigram(out)), indent=2) + "\n")
     if rows:
         write_plots(out, rows)
-        write_tensorboard(out, rows)
+        if tensorboard:
+            write_tensorboard(out, rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m xpt_ds.sweeps.report DIR...``: rewrite each sweep folder's report from the rows its
+    results.jsonl holds now, for a sweep cut short or still running (launch/gpu_uagec.sh --pack). Failures are
+    not in results.jsonl, so the report lists none; ``--no-tensorboard`` leaves tb/ to the sweep's own report."""
+    import argparse
+    p = argparse.ArgumentParser(prog="python -m xpt_ds.sweeps.report", description=main.__doc__)
+    p.add_argument("dirs", nargs="+", type=Path, metavar="DIR", help="a sweep folder (its results.jsonl)")
+    p.add_argument("--no-tensorboard", action="store_true", help="write no TensorBoard scalars")
+    a = p.parse_args(argv)
+    for d in a.dirs:
+        if not (d / "results.jsonl").is_file():
+            raise SystemExit(f"error: {d / 'results.jsonl'}: no such file (not a sweep folder)")
+        rows = list(read_rows(d / "results.jsonl").values())
+        write_report(d, rows, tensorboard=not a.no_tensorboard)
+        print(f"{d / 'results.md'}: {len(rows)} run(s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

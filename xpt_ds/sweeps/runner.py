@@ -24,6 +24,7 @@ import torch
 
 from xpt_ds.sweeps.plan import Plan, Run
 from xpt_ds.sweeps.report import size_label
+from xpt_ds.sweeps.rows import read_rows
 
 INTRINSIC_KEYS = ("loss", "ppl", "hits@1", "hits@3", "hits@5", "hits@10", "mrr", "mr")
 OPTIONAL_KEYS = ("bits_per_char", "bits_per_word")  # evaluate reports them when the shards carry text lengths
@@ -168,20 +169,6 @@ def run_one(plan: Plan, run: Run, stages: Stages) -> dict:
                nproc=plan.nproc, run_dir=str(run_dir), train_args=shlex.join(plan.train_args(run)),
                config_sha256=plan.config_sha[run.arm])
     return row
-
-
-def row_key(r: dict) -> tuple[str, int, int | None]:
-    return r["method"], r["size"], r.get("seed")
-
-
-def read_rows(path: Path) -> dict[tuple[str, int, int | None], dict]:
-    rows = {}
-    if path.is_file():
-        for line in path.read_text().splitlines():
-            if line.strip():
-                r = json.loads(line)
-                rows[row_key(r)] = r
-    return rows
 
 
 def unigram(plan: Plan, run: Run, stages: Stages) -> None:
