@@ -201,6 +201,29 @@ def test_labelled_arms_and_seeds_plan_their_own_runs(tmp_path, sweep_config):
             build_plan(parse_args([*base, "--methods", *methods, *extra]))
 
 
+def test_a_moved_sweep_folder_still_matches_its_rows(tmp_path, sweep_config, capsys):
+    """The rows of a sweep unpacked elsewhere (a later GPU session continuing launch/gpu_uagec.sh's results.tgz)
+    are skipped without the changed-config warning; a changed setting still warns."""
+    import shlex
+    import shutil
+
+    from xpt_ds.sweep import parse_args
+    from xpt_ds.sweeps.plan import Run, build_plan
+    from xpt_ds.sweeps.runner import _Sweep
+    config, test_shards = sweep_config
+    args = ["--config", str(config), "--methods", "xpt", "--sizes", "100", "--test-shards", *test_shards]
+    old = build_plan(parse_args([*args, "--out", str(tmp_path / "first")]))
+    row = {"method": "xpt", "size": 100, "seed": None, "config_sha256": old.config_sha["xpt"],
+           "train_args": shlex.join(old.train_args(Run("xpt", 100)))}
+    (tmp_path / "first/results.jsonl").write_text(json.dumps(row) + "\n")
+    shutil.copytree(tmp_path / "first", tmp_path / "moved")
+    for extra, warned in (([], False), (["--set", "optim.grad_accum=3"], True)):
+        plan = build_plan(parse_args([*args, "--out", str(tmp_path / "moved"), *extra]))
+        assert _Sweep(plan).pending() == []
+        said = capsys.readouterr().out
+        assert "skip xpt 100: its row is in" in said and ("another config" in said) == warned, said
+
+
 def test_size_to_match_interpolates_scratch_in_log_size():
     ppl = [(1600, 4.0), (100, 10.0), (400, 6.0)]  # lower is better; any order
     assert size_to_match(ppl, 8.0, False) == Match("=", pytest.approx(200))  # halfway in log2 from 100 to 400

@@ -182,6 +182,14 @@ def unigram(plan: Plan, run: Run, stages: Stages) -> None:
     stages.module("xpt_ds.evaluate", argv, plan.out / "unigram.log", "unigram")
 
 
+def _settings(train_args: str) -> list[str]:
+    """A run's training arguments less where the sweep folder is (``--config OUT/configs/ARM.yaml``, whose
+    content ``config_sha256`` compares, and ``--run_dir``), so a sweep moved or unpacked elsewhere still matches."""
+    args = shlex.split(train_args)
+    return [a for i, a in enumerate(args)
+            if a != "--config" and (i == 0 or args[i - 1] != "--config") and not a.startswith("--run_dir=")]
+
+
 class _Sweep:
     """The runs not yet in results.jsonl, ``plan.parallel`` at a time; rows appended as runs finish."""
 
@@ -205,8 +213,8 @@ class _Sweep:
                 todo.append(run)
                 continue
             self.say(f"skip {run.label}: its row is in {self.results}")
-            if (old.get("train_args"), old.get("config_sha256")) != (shlex.join(self.plan.train_args(run)),
-                                                                     self.plan.config_sha[run.arm]):
+            if (_settings(old.get("train_args") or ""), old.get("config_sha256")) != (
+                    _settings(shlex.join(self.plan.train_args(run))), self.plan.config_sha[run.arm]):
                 self.say(f"warning: {run.label} in {self.results} was trained with another config or arguments "
                          f"({old.get('train_args')}); delete its row and run directory to run it again")
         return todo
