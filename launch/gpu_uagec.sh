@@ -59,8 +59,11 @@ pack() {
     [ "$name" = pilot ] && label=pilot || label=sweep_$name
     grep -qx "$label" <<<"$finished" || unfinished+=("$OUT/$name")
   done
-  if [ ${#unfinished[@]} -gt 0 ]; then "$PY" -m xpt_ds.sweeps.report --no-tensorboard "${unfinished[@]}" || return 1; fi
-  "$PY" -m xpt_ds.sweeps.claims --out "$OUT" || return 1
+  # a failure here still packs the rest (its error is in the log)
+  if [ ${#unfinished[@]} -gt 0 ]; then
+    "$PY" -m xpt_ds.sweeps.report --no-tensorboard "${unfinished[@]}" || echo "pack: a report failed" >&2
+  fi
+  "$PY" -m xpt_ds.sweeps.claims --out "$OUT" || echo "pack: claims failed" >&2
   (cd "$OUT" && find . \( -name checkpoints -o -name export -o -name model \) -prune -o -type f \
     \( -name '*.json' -o -name '*.jsonl' -o -name '*.md' -o -name '*.png' -o -name 'events.out.tfevents.*' \
        -o -name '*.log' -o -name '*.tsv' -o -name '*.yaml' -o -name '*.txt' \) -print0 |

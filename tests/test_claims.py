@@ -124,3 +124,17 @@ def test_pack_reports_what_finished_of_a_session_cut_short(tmp_path):
         names = set(tar.getnames())
     assert {"./claims.md", "./main/results.md", "./main/results.jsonl", "./steps.tsv"} <= names
     assert not any("checkpoints" in n for n in names)
+
+
+def test_a_corrupt_sweep_file_is_one_error_line_naming_it(tmp_path, capsys):
+    from xpt_ds.sweeps.claims import main as claims_main
+    from xpt_ds.sweeps.report import main as report_main
+    _sweep(tmp_path, "main", [_row("xpt", 80_000, 1, 100.0, 0.2)])
+    (tmp_path / "main/summary.json").write_text("{cut")
+    assert claims_main(["--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {tmp_path / 'main/summary.json'}: not valid JSON") and err.count("\n") == 1
+    with open(tmp_path / "main/results.jsonl", "a") as f:
+        f.write("{not json}\n")
+    assert report_main([str(tmp_path / "main")]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {tmp_path / 'main/results.jsonl'}:2: not a JSON row")

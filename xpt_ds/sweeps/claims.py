@@ -18,8 +18,9 @@ import itertools
 import json
 from pathlib import Path
 
+from xpt_ds.errors import cli_errors
 from xpt_ds.sweeps.report import METHOD_NAMES, parse_size, read_unigram, size_label
-from xpt_ds.sweeps.rows import read_rows
+from xpt_ds.sweeps.rows import read_json, read_rows
 from xpt_ds.sweeps.seeds import aggregate
 
 SWEEPS = ("main", "init", "other_trelm", "other_keep_vocab")
@@ -115,7 +116,7 @@ def efficiency_claim(out: Path) -> dict:
     smallest size. A ratio counts when Scratch's curve crosses XPT's value ('=') or never reaches it ('>', a lower
     bound)."""
     path = out / "main" / "summary.json"
-    eff = json.loads(path.read_text()).get("efficiency", {}) if path.is_file() else {}
+    eff = read_json(path).get("efficiency", {}) if path.is_file() else {}
     evidence, parts = [], []
     for metric, name in (("ppl", "intrinsic"), ("downstream_mean", "downstream")):
         by_size = sorted((parse_size(size), m) for size, m in (eff.get(metric, {}).get("xpt") or {}).items())
@@ -202,6 +203,7 @@ def write(out: Path) -> dict:
     return result
 
 
+@cli_errors
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m xpt_ds.sweeps.claims", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, type=Path, help="launch/gpu_uagec.sh's OUT")

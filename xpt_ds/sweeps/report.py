@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from xpt_ds.config.methods import BASELINE, METHODS
-from xpt_ds.sweeps.rows import read_rows
+from xpt_ds.errors import UserError, cli_errors
+from xpt_ds.sweeps.rows import read_json, read_rows
 from xpt_ds.sweeps.seeds import aggregate
 
 # 002 Table 2's columns: (key in the evaluate JSON, header, higher is better, shown ×100).
@@ -227,7 +229,7 @@ def unigram_lines(rows: list[dict], unigram: dict | None) -> list[str]:
 
 def read_unigram(out: Path) -> dict | None:
     path = out / "unigram.json"
-    return json.loads(path.read_text()) if path.is_file() else None
+    return read_json(path) if path.is_file() else None
 
 
 def write_markdown(out: Path, rows: list[dict], failures: list[dict]) -> None:
@@ -248,7 +250,7 @@ def write_markdown(out: Path, rows: list[dict], failures: list[dict]) -> None:
         lines += [f"- {f.get('run') or _name(f['method']) + ' ' + size_label(f['size'])}: {f['stage']} exited "
                   f"{f['exit']}; log `{f['log']}`" for f in failures]
         lines.append("")
-    (out / "results.md").write_text("\n".join(lines))
+    _write(out / "results.md", "\n".join(lines))
 
 
 def write_plots(out: Path, rows: list[dict]) -> list[Path]:
@@ -327,17 +329,25 @@ def summary(rows: list[dict], failures: list[dict], unigram: dict | None = None)
             "efficiency": eff, "failed": failures}
 
 
+def _write(path: Path, text: str) -> None:
+    """Whole or not at all: a report rebuilt while the sweep runs (``main``) and ``claims`` read these files."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def write_report(out: Path, rows: list[dict], failures: list[dict] = (), tensorboard: bool = True) -> None:
     """Everything from the rows of results.jsonl (replicates folded: ``xpt_ds.sweeps.seeds``)."""
     rows, failures = aggregate(rows), list(failures)
     write_markdown(out, rows, failures)
-    (out / "summary.json").write_text(json.dumps(summary(rows, failures, read_unigram(out)), indent=2) + "\n")
+    _write(out / "summary.json", json.dumps(summary(rows, failures, read_unigram(out)), indent=2) + "\n")
     if rows:
         write_plots(out, rows)
         if tensorboard:
             write_tensorboard(out, rows)
 
 
+@cli_errors
 def main(argv: list[str] | None = None) -> int:
     """``python -m xpt_ds.sweeps.report DIR...``: rewrite each sweep folder's report from the rows its
     results.jsonl holds now, for a sweep cut short or still running (launch/gpu_uagec.sh --pack). Failures are
@@ -349,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     for d in a.dirs:
         if not (d / "results.jsonl").is_file():
-            raise SystemExit(f"error: {d / 'results.jsonl'}: no such file (not a sweep folder)")
+            raise UserError(f"{d / 'results.jsonl'}: no such file (not a sweep folder)")
         rows = list(read_rows(d / "results.jsonl").values())
         write_report(d, rows, tensorboard=not a.no_tensorboard)
         print(f"{d / 'results.md'}: {len(rows)} run(s)")

@@ -1,8 +1,19 @@
-"""A sweep's ``results.jsonl``: one JSON row per finished run (arm, size, seed), appended as each run finishes."""
+"""A sweep's ``results.jsonl``: one JSON row per finished run (arm, size, seed), appended as each run finishes;
+and the sweep's other JSON files, read with an error that names the file."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+from xpt_ds.errors import UserError
+
+
+def read_json(path: Path):
+    """``path``'s JSON; a file that does not parse is a UserError naming it."""
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise UserError(f"{path}: not valid JSON ({e}); delete or repair it") from None
 
 
 def row_key(r: dict) -> tuple[str, int, int | None]:
@@ -15,8 +26,11 @@ def read_rows(path: Path) -> dict[tuple[str, int, int | None], dict]:
     rows = {}
     text = path.read_text() if path.is_file() else ""
     complete = text if text.endswith("\n") else text[:text.rfind("\n") + 1]
-    for line in complete.splitlines():
+    for number, line in enumerate(complete.splitlines(), 1):
         if line.strip():
-            r = json.loads(line)
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise UserError(f"{path}:{number}: not a JSON row ({e}); delete or repair that line") from None
             rows[row_key(r)] = r
     return rows
