@@ -120,13 +120,13 @@ def test_a_trelm_run_skips_and_counts_a_corrupt_parallel_shard(tmp_path, source_
     assert read_metrics(tmp_path / "run")[2]["data/skipped_shards"] == 1
 
 
-def _check_skipped(rank: int, store: str, skipped: list[str], out) -> None:
+def _check_streams(rank: int, store: str, problem: str | None, skipped: list[str], out) -> None:
     import torch.distributed as dist
 
-    from xpt_ds.training.guards import check_same_skipped_shards
+    from xpt_ds.training.guards import check_streams_agree
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
     try:
-        check_same_skipped_shards(skipped)
+        check_streams_agree(None if problem is None else DataError(problem), skipped)
         out.put((rank, None))
     except DataError as e:
         out.put((rank, str(e)))
@@ -134,19 +134,24 @@ def _check_skipped(rank: int, store: str, skipped: list[str], out) -> None:
         dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("rank1", [["b.tar", "a.tar"], ["a.tar"]], ids=["same", "different"])
-def test_ranks_that_skipped_different_shards_stop_together(tmp_path, rank1):
+@pytest.mark.parametrize("rank1", [(None, ["b.tar", "a.tar"]), (None, ["a.tar"]), ("x.tar: truncated", [])],
+                         ids=["same", "different", "one-rank-failed"])
+def test_ranks_whose_streams_differ_stop_together(tmp_path, rank1):
+    """Skipped shards compared across ranks; a rank that could not build its streams (a file that differs on its
+    node) stops the others with its line, at once, instead of leaving them in the next collective."""
     import multiprocessing
     ctx = multiprocessing.get_context("fork")
     out = ctx.Queue()
-    procs = [ctx.Process(target=_check_skipped, args=(r, str(tmp_path / "store"), s, out))
-             for r, s in enumerate([["a.tar", "b.tar"], rank1])]
+    procs = [ctx.Process(target=_check_streams, args=(r, str(tmp_path / "store"), *args, out))
+             for r, args in enumerate([(None, ["a.tar", "b.tar"]), rank1])]
     for p in procs:
         p.start()
     results = dict(out.get(timeout=60) for _ in procs)
     for p in procs:
         p.join(timeout=60)
-    if len(rank1) == 2:
+    if rank1[0] is not None:
+        assert results == {0: "rank 1 could not build its data streams: x.tar: truncated", 1: "x.tar: truncated"}
+    elif len(rank1[1]) == 2:
         assert results == {0: None, 1: None}
     else:
         want = "ranks skipped different corrupt shards: rank 0 skipped ['a.tar', 'b.tar'], rank 1 skipped ['a.tar']"

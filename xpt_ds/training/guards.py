@@ -1,7 +1,8 @@
 """Guards on a running job: non-finite steps are skipped and counted, and too many in a row halt the run after a
 checkpoint; loss spikes get a warning; on a multi-rank run, a step far slower than usual gets a "slow step" line
 naming the rank that waited longest for data (rate-limited: on one rank, or on a busy machine, such lines are
-noise). Before training, the ranks check that they skipped the same corrupt shards.
+noise). Before training, the ranks check that every one built its data streams and that they skipped the same
+corrupt shards.
 
 DeepSpeed's ZeRO optimizers (stages 1-3, fp32 and bf16) already skip a step whose global gradient norm is NaN or
 inf, which is also what a NaN loss produces, and count it in ``engine.skipped_steps``. The norm is global, so
@@ -18,24 +19,34 @@ import torch
 import torch.distributed as dist
 
 from xpt_ds.data.shards import DataError
+from xpt_ds.errors import error_line
 
 HALTED_EXIT_CODE = 3  # not 124: a halted job must not be requeued
 
 
-def check_same_skipped_shards(skipped: list[str]) -> None:
-    """Every rank scans the shards itself; the same bytes give the same verdict, but a file that differs
-    between nodes or a read error on one rank would give the ranks different corpora, hence different data
-    layouts and positions. One all_gather of the skipped names; any difference stops every rank with one line."""
+def check_streams_agree(problem: Exception | None, skipped: list[str]) -> None:
+    """Every rank builds its data streams and scans the shards itself; the same bytes give the same verdict, but
+    a file that differs between nodes or a read error on one rank would fail that rank alone (``problem``, while
+    the others went on to wait in the next collective until its timeout) or give the ranks different corpora,
+    hence different data layouts and positions. One all_gather of each rank's problem and skipped names: a
+    problem on any rank, or a difference, stops every rank with one line."""
     world = dist.get_world_size() if dist.is_initialized() else 1
     if world == 1:
+        if problem is not None:
+            raise problem
         return
     every = [None] * world
-    dist.all_gather_object(every, sorted(skipped))
-    differ = [r for r, names in enumerate(every) if names != every[0]]
+    dist.all_gather_object(every, (None if problem is None else error_line(problem), sorted(skipped)))
+    failed = [r for r, (line, _) in enumerate(every) if line is not None]
+    if problem is not None:
+        raise problem
+    if failed:
+        raise DataError(f"rank {failed[0]} could not build its data streams: {every[failed[0]][0]}")
+    differ = [r for r, (_, names) in enumerate(every) if names != every[0][1]]
     if differ:
         r = differ[0]
-        raise DataError(f"ranks skipped different corrupt shards: rank 0 skipped {every[0] or 'none'}, rank {r} "
-                        f"skipped {every[r] or 'none'}; the shards must read the same on every rank")
+        raise DataError(f"ranks skipped different corrupt shards: rank 0 skipped {every[0][1] or 'none'}, rank {r} "
+                        f"skipped {every[r][1] or 'none'}; the shards must read the same on every rank")
 
 
 class Halted(Exception):

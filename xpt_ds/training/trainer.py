@@ -15,6 +15,7 @@ from xpt_ds.config.phase_checks import phase_objectives
 from xpt_ds.data.mlm import build_streams
 from xpt_ds.data.tokenizer import tokenizer_for
 from xpt_ds.embedding_init.context import log_report
+from xpt_ds.errors import UserError
 from xpt_ds.io.paths import unwritable
 from xpt_ds.metrics.logger import LogWindow, MetricsLogger, flops_per_token, peak_flops
 from xpt_ds.metrics.mlm import MLMStats, piece_byte_lengths, piece_char_lengths, piece_word_starts
@@ -40,7 +41,7 @@ from xpt_ds.training.guards import (
     RankExchange,
     SlowSteps,
     SpikeDetector,
-    check_same_skipped_shards,
+    check_streams_agree,
 )
 from xpt_ds.training.preemption import Preempted, PreemptionWatcher
 from xpt_ds.training.status import planned_steps, write_status
@@ -105,14 +106,12 @@ class Trainer:
         if self.causal and not cfg.data.doc_separator:
             raise ConfigError("config key 'data.doc_separator' is false, but a decoder source needs the separator "
                               "to find document boundaries (position restarts, no attention across documents)")
-        self.train_stream, self.valid_stream = build_streams(cfg.data, self.tok, cfg.optim.micro_batch_size,
-                                                             self.rank, self.world, causal=self.causal)
-        if cfg.data.parallel_shards or cfg.data.source_shards:  # TreLM: the phase's other objectives join MLM
-            self.train_stream = build_trelm_stream(self.train_stream, cfg, self.tok,
-                                                   self.hf_config.xpt_trelm_source_vocab_size, self.rank, self.world)
-        self.cdlm_valid = None if not isinstance(self.train_stream, TreLMBatchStream) else build_cdlm_validation(
-            cfg, self.train_stream.source_tok, self.tok, self.rank, self.world)  # data.parallel_valid_shards
-        check_same_skipped_shards(self.skipped_shards())
+        try:  # a problem on one rank stops them all (check_streams_agree), not it alone
+            self.build_streams()
+            problem = None
+        except (UserError, OSError) as e:
+            problem = e
+        check_streams_agree(problem, [] if problem else self.skipped_shards())
         self.state = TrainerState()
         self.device = torch.device(deepspeed.get_accelerator().current_device_name())
         self.tokens_per_step = cfg.optim.micro_batch_size * cfg.optim.grad_accum * self.world * cfg.data.seq_len
@@ -135,6 +134,16 @@ class Trainer:
         self.best = BestTracker(cfg.checkpoint.keep_best, g.early_stop_patience, g.early_stop_min_delta)
         self.data_wait = 0.0  # seconds this rank waited for batches in the current step
         self.logger = MetricsLogger(self.run_dir, self.rank == 0, cfg.logging.tensorboard, cfg.logging.progress_bar)
+
+    def build_streams(self) -> None:
+        cfg = self.cfg
+        self.train_stream, self.valid_stream = build_streams(cfg.data, self.tok, cfg.optim.micro_batch_size,
+                                                             self.rank, self.world, causal=self.causal)
+        if cfg.data.parallel_shards or cfg.data.source_shards:  # TreLM: the phase's other objectives join MLM
+            self.train_stream = build_trelm_stream(self.train_stream, cfg, self.tok,
+                                                   self.hf_config.xpt_trelm_source_vocab_size, self.rank, self.world)
+        self.cdlm_valid = None if not isinstance(self.train_stream, TreLMBatchStream) else build_cdlm_validation(
+            cfg, self.train_stream.source_tok, self.tok, self.rank, self.world)  # data.parallel_valid_shards
 
     def skipped_shards(self) -> list[str]:
         """The corrupt shards left out (data.on_corrupt_shard: skip) of every training stream: target MLM,
