@@ -1,5 +1,6 @@
 """Faults as a cluster produces them: SIGTERM to a whole job (ranks and their DataLoader workers) under the
-deepspeed launcher, torchrun and a single process; zero-filled shards; a rollback followed by a requeue."""
+deepspeed launcher, torchrun and a single process; zero-filled shards; a shard corrupt on one node only; a rollback
+followed by a requeue."""
 import json
 import os
 import shutil
@@ -11,7 +12,7 @@ import time
 import pytest
 import torch
 
-from conftest import _command, base_config, free_port, launch, read_metrics, write_config
+from conftest import REPO, _command, base_config, free_port, launch, read_metrics, write_config
 from data_tools.pipeline.shards import write_shard
 from xpt_ds.training.checkpoint import ABANDONED, complete_tags, tag_for
 from xpt_ds.training.export import load_checkpoint_fp32
@@ -154,6 +155,23 @@ def test_zero_filled_shard_in_a_run_fails_or_is_skipped_and_counted(tmp_path, ti
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"skipped 1 corrupt shard(s) of 2: {shard}" in proc.stderr
     assert read_metrics(tmp_path / "run2")[1]["data/skipped_shards"] == 1
+
+
+def test_one_rank_whose_streams_fail_stops_every_rank_at_once(tmp_path, tiny_roberta, corpus):
+    """A shard corrupt in one node's copy fails that rank alone (tests/one_rank_stream_fault.py, rank 1): the
+    other ranks stop with a line naming it and its error. Before, rank 0 went on into the next collective, which
+    failed with gloo's "Connection closed by peer" and a traceback once rank 1 exited (exit code 1)."""
+    cfg = base_config(tmp_path / "run", tiny_roberta, corpus)
+    cmd, env = _command([], 2, None, launcher="deepspeed")
+    cmd = [*cmd[:cmd.index("--module")], str(REPO / "tests/one_rank_stream_fault.py"),
+           "--config", str(write_config(tmp_path / "c.yaml", cfg))]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=240, check=False)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    own = "corrupt shard /node1/train-000000.tar: truncated in this node's copy"
+    lines = [line for line in proc.stderr.splitlines() if "error: " in line]
+    assert any(line.endswith(f"error: {own}") for line in lines), lines
+    assert any(line.endswith(f"error: rank 1 could not build its data streams: {own}") for line in lines), lines
+    assert "Traceback" not in proc.stderr
 
 
 def test_a_rollback_starts_a_branch_that_a_requeue_continues(tmp_path, tiny_roberta, corpus):
