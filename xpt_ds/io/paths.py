@@ -1,4 +1,5 @@
-"""File-system checks shared by the entry points: can a directory or an output file be written."""
+"""File-system checks shared by the entry points (can a directory or an output file be written), and whole-file
+writes that a reader never sees half done."""
 from __future__ import annotations
 
 import os
@@ -27,3 +28,15 @@ def check_output_file(path: Path, flag: str) -> None:
         why = "is a directory"
     if why is not None:
         raise OSError(f"{flag} {path}: cannot write there ({why})")
+
+
+def write_text_atomic(path: Path, text: str, fsync: bool = False) -> None:
+    """``path`` holds its old text or ``text``, never part of either: written beside it, then renamed over it
+    (``fsync``: on disk before the rename, for a file that must survive a crash)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        if fsync:
+            f.flush()
+            os.fsync(f.fileno())
+    os.replace(tmp, path)

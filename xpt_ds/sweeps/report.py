@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from xpt_ds.config.methods import BASELINE, METHODS
 from xpt_ds.errors import UserError, cli_errors
+from xpt_ds.io.paths import write_text_atomic
 from xpt_ds.sweeps.rows import read_json, read_rows
 from xpt_ds.sweeps.seeds import aggregate
 
@@ -250,7 +250,7 @@ def write_markdown(out: Path, rows: list[dict], failures: list[dict]) -> None:
         lines += [f"- {f.get('run') or _name(f['method']) + ' ' + size_label(f['size'])}: {f['stage']} exited "
                   f"{f['exit']}; log `{f['log']}`" for f in failures]
         lines.append("")
-    _write(out / "results.md", "\n".join(lines))
+    write_text_atomic(out / "results.md", "\n".join(lines))  # claims and --pack read it while a sweep runs
 
 
 def write_plots(out: Path, rows: list[dict]) -> list[Path]:
@@ -329,18 +329,11 @@ def summary(rows: list[dict], failures: list[dict], unigram: dict | None = None)
             "efficiency": eff, "failed": failures}
 
 
-def _write(path: Path, text: str) -> None:
-    """Whole or not at all: a report rebuilt while the sweep runs (``main``) and ``claims`` read these files."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def write_report(out: Path, rows: list[dict], failures: list[dict] = (), tensorboard: bool = True) -> None:
     """Everything from the rows of results.jsonl (replicates folded: ``xpt_ds.sweeps.seeds``)."""
     rows, failures = aggregate(rows), list(failures)
     write_markdown(out, rows, failures)
-    _write(out / "summary.json", json.dumps(summary(rows, failures, read_unigram(out)), indent=2) + "\n")
+    write_text_atomic(out / "summary.json", json.dumps(summary(rows, failures, read_unigram(out)), indent=2) + "\n")
     if rows:
         write_plots(out, rows)
         if tensorboard:

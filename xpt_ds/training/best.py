@@ -22,13 +22,13 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import deepspeed
 import torch
 
+from xpt_ds.io.paths import write_text_atomic
 from xpt_ds.training.checkpoint import BEST_FILE, tag_for
 
 log = logging.getLogger(__name__)
@@ -122,12 +122,7 @@ class BestTracker:
         if not self.keep or self.best is None:
             path.unlink(missing_ok=True)
             return
-        tmp = path.with_name(BEST_FILE + ".tmp")
-        with open(tmp, "w") as f:
-            f.write(json.dumps(self.best, indent=1) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        write_text_atomic(path, json.dumps(self.best, indent=1) + "\n", fsync=True)
 
 
 def agreed(loss: float, device: torch.device) -> float:

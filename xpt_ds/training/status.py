@@ -3,16 +3,15 @@ rewritten atomically at every log step, checkpoint and exit."""
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
+
+from xpt_ds.io.paths import write_text_atomic
 
 
 def write_status(run_dir: Path, **fields) -> None:
     status = {"updated": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **fields}
-    tmp = run_dir / "status.json.tmp"
-    tmp.write_text(json.dumps(status, indent=2) + "\n")
-    os.replace(tmp, run_dir / "status.json")
+    write_text_atomic(run_dir / "status.json", json.dumps(status, indent=2) + "\n")
 
 
 def planned_steps(state, phase_steps: list[int], phase_stopped: bool) -> int:
