@@ -23,10 +23,14 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--input", required=True, type=Path, help="one sentence per line")
     p.add_argument("--out", required=True, type=Path, help="output prefix (writes PREFIX.model/.vocab)")
-    p.add_argument("--vocab-size", type=int, default=DEFAULTS.vocab_size)
-    p.add_argument("--family", default=DEFAULTS.family, choices=sorted(LAYOUTS))
-    p.add_argument("--model-type", default=DEFAULTS.model_type, choices=MODEL_TYPES)
-    p.add_argument("--threads", type=int, default=DEFAULTS.spm_threads)
+    p.add_argument("--vocab-size", type=int, default=DEFAULTS.vocab_size,
+                   help="pieces, the special ones included (default %(default)s)")
+    p.add_argument("--family", default=DEFAULTS.family, choices=sorted(LAYOUTS),
+                   help="the source model family whose special-token ids the model takes (default %(default)s)")
+    p.add_argument("--model-type", default=DEFAULTS.model_type, choices=MODEL_TYPES,
+                   help="SentencePiece's algorithm (default %(default)s)")
+    p.add_argument("--threads", type=int, default=DEFAULTS.spm_threads,
+                   help="SentencePiece's threads: the model depends on them, so keep them fixed (default %(default)s)")
     a = p.parse_args(argv)
     with cli_errors():
         print(train_spm(a.input, a.out, a.vocab_size, a.family, a.model_type, num_threads=a.threads))
