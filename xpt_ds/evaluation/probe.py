@@ -129,8 +129,9 @@ def probe(run: Path, source_text: Path, tag: str | None = None, source_id: str |
     tokenizer = AutoTokenizer.from_pretrained(source_id, trust_remote_code=False)  # never runs --source's code
     seq_len = min(seq_len, post.config.xpt_max_length)
     batches = lambda: source_batches(source_text, tokenizer, seq_len, batch_size, data.seed, data)  # noqa: E731
+    swapped = "post-trained, source vocabulary" + (", with ITLs" if _has_itl(post) else "")
     rows = {"source model, source vocabulary": score(source, batches()),
-            "post-trained, source vocabulary, with ITLs": score(swap_in_source_vocabulary(post, source), batches())}
+            swapped: score(swap_in_source_vocabulary(post, source), batches())}
     if _has_itl(post):
         rows["post-trained, source vocabulary, without ITLs"] = score(
             swap_in_source_vocabulary(post, source, keep_itl=False), batches())
