@@ -157,3 +157,6 @@ def test_evaluate_reproduces_the_trainers_validation(tmp_path, tiny_roberta, cor
     (export / "spm.model").unlink()
     out = _evaluate("--model", str(export), "--shards", valid)
     assert out.returncode == 2 and out.stderr.strip().splitlines()[-1].startswith(f"error: --model {export} has no spm.model")
+    out = _evaluate("--model", str(tmp_path / "no_such_export"), "--shards", valid)
+    assert out.returncode == 2 and out.stderr.strip().splitlines()[-1] == (
+        f"error: --model {tmp_path / 'no_such_export'}: no such directory (an xpt_ds.export output)")

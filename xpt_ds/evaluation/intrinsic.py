@@ -46,6 +46,8 @@ def load_export(model_dir: Path, trust_remote_code: bool = False):
     model whose method keeps the source vocabulary). Code the directory ships runs only if it is this xpt-ds's
     own export code or ``trust_remote_code`` (``xpt_ds.io.trust.remote_code_consent``)."""
     from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
+    if not model_dir.is_dir():  # else transformers reads the path as a hub id and says so
+        raise FileNotFoundError(f"--model {model_dir}: no such directory (an xpt_ds.export output)")
     config = read_config_dict(str(model_dir))
     method = method_of(config)
     if not (model_dir / "spm.model").is_file() and not (method is not None and method.vocab == "source"):

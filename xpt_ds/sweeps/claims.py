@@ -208,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m xpt_ds.sweeps.claims", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, type=Path, help="launch/gpu_uagec.sh's OUT")
     a = p.parse_args(argv)
+    if not a.out.is_dir():
+        raise FileNotFoundError(f"--out {a.out}: no such directory (launch/gpu_uagec.sh's OUT)")
     write(a.out)
     print(a.out / "claims.md")
     return 0
