@@ -186,7 +186,7 @@ class Trainer:
         self.best.restore(self.run_dir, checkpoint.complete_tags(self.ckpt_root), self.rank)
         if self.rank == 0:
             save_config(self.cfg, self.run_dir / "config.yaml")
-        self.logger.start(self.state.global_step, self.planned_steps)
+        self.logger.start(self.state.global_step, self.total_steps)
         self._info(f"model: {sum(v.numel() for v in fp32.values()):,} parameters; phase '{self.phase.name}' trains "
                    f"{n_train:,} on {self.objective_names()}")
 
@@ -212,7 +212,7 @@ class Trainer:
         return self.cfg.phases[self.state.phase_index]
 
     @property
-    def planned_steps(self) -> int:  # the progress bar's and status.json's total
+    def total_steps(self) -> int:  # the progress bar's and status.json's total
         i = self.state.phase_index
         return planned_steps(self.state, [p.steps for p in self.cfg.phases], self.best.phase_stopped(i))
 
@@ -224,7 +224,7 @@ class Trainer:
         window = LogWindow(self.device)
         while True:
             if self.state.phase_step >= self.phase.steps or self.best.phase_stopped(self.state.phase_index):
-                self.logger.set_total(self.planned_steps)  # less than planned after an early stop
+                self.logger.set_total(self.total_steps)  # less than planned after an early stop
                 if not self.maybe_switch_phase():
                     break
                 continue
@@ -488,7 +488,7 @@ class Trainer:
     def write_status(self, state: str, **extra) -> None:
         if self.rank != 0:
             return
-        s, total = self.state, self.state.global_step if state == "finished" else self.planned_steps
+        s, total = self.state, self.state.global_step if state == "finished" else self.total_steps
         eta = (total - s.global_step) * self.step_seconds if self.step_seconds is not None else None
         write_status(self.run_dir, state=state, phase=self.phase.name, phase_index=s.phase_index,
                      phase_step=s.phase_step, global_step=s.global_step, total_steps=total, tokens_seen=s.tokens_seen,
