@@ -5,8 +5,8 @@
 #   bash launch/gpu_uagec.sh OUT [--payload DIR] [--rehearse]
 # --payload DIR: where the device calls left launch/gpu_payload.sh's slices (default /tmp/xpt_payload); they
 #   are joined, checked against payload.sha256 and unpacked into DIR/payload once.
-# --rehearse: the same steps on this CPU with tiny settings (steps, sizes, batch, fp32), to keep the script
-#   working; launch/gpu_payload.sh .gpu-payload first, then --payload .gpu-payload.
+# --rehearse: the same steps on this CPU with tiny settings (steps, sizes, batch; the same bf16 ZeRO-1 engine),
+#   to keep the script working; launch/gpu_payload.sh .gpu-payload first, then --payload .gpu-payload.
 # Steps, each one's log in OUT/NAME.log and exit code and seconds in OUT/steps.tsv as it finishes:
 #   1. unpack the payload; on the GPU install .gpu-kit/ and xpt-ds;
 #   2. pilot: Scratch and XPT at the largest size with a generous cap (PILOT_STEPS per phase); the sweeps' steps
@@ -89,7 +89,7 @@ if [ "$MODE" = rehearse ]; then
   export DS_ACCELERATOR=cpu OMP_NUM_THREADS=1
   SIZES=${SIZES:-20K 160K} PILOT_STEPS=${PILOT_STEPS:-6} PARALLEL=${PARALLEL:-2} FT_SEEDS=${FT_SEEDS:-1 2}
   SEEDS=${SEEDS:-1 2} DEADLINE_MIN=${DEADLINE_MIN:-0} FT_ROWS=${FT_ROWS:-64}
-  ENGINE=(deepspeed=ds_configs/zero1_fp32.json optim.micro_batch_size=4 logging.eval_every=2
+  ENGINE=(optim.micro_batch_size=4 logging.eval_every=2
           logging.eval_batches=2 logging.log_every=2 data.num_workers=0 guard.early_stop_patience=2)
   EVAL=(--eval-batch-size 4 --eval-max-batches 4)
   FT=(--finetune-epochs 1 --finetune-max-length 32)
