@@ -27,9 +27,9 @@ HALTED_EXIT_CODE = 3  # not 124: a halted job must not be requeued
 def check_streams_agree(problem: Exception | None, skipped: list[str]) -> None:
     """Every rank builds its data streams and scans the shards itself; the same bytes give the same verdict, but
     a file that differs between nodes or a read error on one rank would fail that rank alone (``problem``, while
-    the others went on to wait in the next collective until its timeout) or give the ranks different corpora,
-    hence different data layouts and positions. One all_gather of each rank's problem and skipped names: a
-    problem on any rank, or a difference, stops every rank with one line."""
+    the others went on into the next collective, to fail there with a traceback or wait until its timeout) or
+    give the ranks different corpora, hence different data layouts and positions. One all_gather of each rank's
+    problem and skipped names: a problem on any rank, or a difference, stops every rank with one line."""
     world = dist.get_world_size() if dist.is_initialized() else 1
     if world == 1:
         if problem is not None:
