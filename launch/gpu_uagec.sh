@@ -2,7 +2,7 @@
 # Issue 22 on one lent GPU, in one go: does XPT work at a compute where the models leave the unigram regime?
 # English all-MiniLM-L6-v2 -> Ukrainian UA-GEC, bf16 (launch/configs/uagec_gpu.yaml), every run stopped early
 # on its validation loss and scored, exported and fine-tuned from its best checkpoint.
-#   bash launch/gpu_uagec.sh OUT [--payload DIR] [--rehearse]
+#   bash launch/gpu_uagec.sh OUT [--payload DIR] [--rehearse | --pack]
 # --payload DIR: where the device calls left launch/gpu_payload.sh's slices (default /tmp/xpt_payload); they
 #   are joined, checked against payload.sha256 and unpacked into DIR/payload once.
 # --rehearse: the same steps on this CPU with tiny settings (steps, sizes, batch; the same bf16 ZeRO-1 engine),
@@ -29,7 +29,7 @@
 #   session ends with it and copies results.tgz out, so a session cut short still brings back what finished.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${1:?usage: bash launch/gpu_uagec.sh OUT [--payload DIR] [--rehearse]}
+OUT=${1:?usage: bash launch/gpu_uagec.sh OUT [--payload DIR] [--rehearse | --pack]}
 shift
 PAYLOAD=/tmp/xpt_payload MODE=gpu
 while [ $# -gt 0 ]; do
@@ -52,7 +52,7 @@ SWEEPS=(pilot main init other_trelm other_keep_vocab)
 pack() {
   local name label finished unfinished=()
   # the steps this invocation of the script finished: steps.tsv's lines after its last unpack
-  finished=$(awk -F'\t' '$1 == "unpack" {n = 0; delete s} {s[n++] = $1} END {for (i = 0; i < n; i++) print s[i]}' \
+  finished=$(awk -F'\t' '$1 == "unpack" {n = 0} {s[n++] = $1} END {for (i = 0; i < n; i++) print s[i]}' \
     "$OUT/steps.tsv" 2>/dev/null)
   for name in "${SWEEPS[@]}"; do
     [ -f "$OUT/$name/results.jsonl" ] || continue

@@ -132,7 +132,8 @@ def test_a_corrupt_sweep_file_is_one_error_line_naming_it(tmp_path, capsys):
     _sweep(tmp_path, "main", [_row("xpt", 80_000, 1, 100.0, 0.2)])
     (tmp_path / "main/summary.json").write_text("{cut")
     assert claims_main(["--out", str(tmp_path / "none")]) == 2
-    assert capsys.readouterr().err == f"error: --out {tmp_path / 'none'}: no such directory (launch/gpu_uagec.sh's OUT)\n"
+    missing = f"error: --out {tmp_path / 'none'}: no such directory (launch/gpu_uagec.sh's OUT)\n"
+    assert capsys.readouterr().err == missing
     assert claims_main(["--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: {tmp_path / 'main/summary.json'}: not valid JSON") and err.count("\n") == 1
