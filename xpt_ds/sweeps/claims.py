@@ -2,8 +2,8 @@
 
     python -m xpt_ds.sweeps.claims --out OUT
 
-Reads ``OUT/{pilot,main,init,other_trelm,other_keep_vocab}/results.jsonl`` and their ``unigram.json`` (any may
-be missing: a cut-short session judges what finished) and ``OUT/main/summary.json`` (the data-efficiency ratios).
+Reads ``OUT/{main,init,other_trelm,other_keep_vocab}/results.jsonl`` and their ``unigram.json`` (any may be
+missing: a cut-short session judges what finished) and ``OUT/main/summary.json`` (the data-efficiency ratios).
 Writes ``OUT/claims.md`` and ``OUT/claims.json``: every arm at the largest size beside the unigram predictor
 (mean ± std over seeds), the fine-tuning table, and one verdict per claim with the numbers that decide it.
 
@@ -107,7 +107,7 @@ def judge(out: Path) -> dict:
                                                                                          base, smallest)
     claims["004 Table 5 and 003: the start of the new embeddings matters"] = starts_claim(top)
     return {"largest": largest, "smallest": smallest, "unigram": unigram, "claims": claims,
-            "arms": {m: r for m, r in top.items()},
+            "arms": dict(top),
             "keep_vocab": sweeps["other_keep_vocab"], "keep_vocab_unigram": read_unigram(out / "other_keep_vocab")}
 
 

@@ -250,7 +250,7 @@ def write_markdown(out: Path, rows: list[dict], failures: list[dict]) -> None:
         lines += [f"- {f.get('run') or _name(f['method']) + ' ' + size_label(f['size'])}: {f['stage']} exited "
                   f"{f['exit']}; log `{f['log']}`" for f in failures]
         lines.append("")
-    write_text_atomic(out / "results.md", "\n".join(lines))  # claims and --pack read it while a sweep runs
+    write_text_atomic(out / "results.md", "\n".join(lines))  # --pack archives it while a sweep may be rewriting it
 
 
 def write_plots(out: Path, rows: list[dict]) -> list[Path]:

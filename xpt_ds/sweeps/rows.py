@@ -7,6 +7,11 @@ from pathlib import Path
 
 from xpt_ds.errors import UserError
 
+# A row's scores, as xpt_ds.sweeps.runner reads them from xpt_ds.evaluate's JSON: 002 Table 2's intrinsic metrics
+# always, bits per character and per word when the shards carry text lengths.
+INTRINSIC_KEYS = ("loss", "ppl", "hits@1", "hits@3", "hits@5", "hits@10", "mrr", "mr")
+OPTIONAL_KEYS = ("bits_per_char", "bits_per_word")
+
 
 def read_json(path: Path):
     """``path``'s JSON; a file that does not parse is a UserError naming it."""

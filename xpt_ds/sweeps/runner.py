@@ -24,10 +24,7 @@ import torch
 
 from xpt_ds.sweeps.plan import Plan, Run
 from xpt_ds.sweeps.report import size_label
-from xpt_ds.sweeps.rows import read_rows
-
-INTRINSIC_KEYS = ("loss", "ppl", "hits@1", "hits@3", "hits@5", "hits@10", "mrr", "mr")
-OPTIONAL_KEYS = ("bits_per_char", "bits_per_word")  # evaluate reports them when the shards carry text lengths
+from xpt_ds.sweeps.rows import INTRINSIC_KEYS, OPTIONAL_KEYS, read_rows
 
 
 class StepFailed(Exception):

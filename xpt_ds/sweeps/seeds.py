@@ -6,10 +6,10 @@ from __future__ import annotations
 import math
 import statistics
 
-# Averaged over replicates: the intrinsic metrics (002 Table 2's, as xpt_ds.sweeps.runner reads them from evaluate,
-# and bits per character/word) and the run facts. A leaf module: the report imports it, not the other way.
-AVERAGED = ("loss", "ppl", "hits@1", "hits@3", "hits@5", "hits@10", "mrr", "mr", "bits_per_char", "bits_per_word",
-            "epochs", "train_seconds", "wall_seconds", "steps_done")
+from xpt_ds.sweeps.rows import INTRINSIC_KEYS, OPTIONAL_KEYS
+
+# Averaged over replicates: a row's scores and the run facts. The report imports this module, not the other way.
+AVERAGED = (*INTRINSIC_KEYS, *OPTIONAL_KEYS, "epochs", "train_seconds", "wall_seconds", "steps_done")
 PER_RUN = ("run_dir", "train_args", "config_sha256", "checkpoint", "best")  # one replicate's: not in a folded row
 
 

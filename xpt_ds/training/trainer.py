@@ -107,7 +107,7 @@ class Trainer:
             raise ConfigError("config key 'data.doc_separator' is false, but a decoder source needs the separator "
                               "to find document boundaries (position restarts, no attention across documents)")
         try:  # a problem on one rank stops them all (check_streams_agree), not it alone
-            self.build_streams()
+            self.open_streams()
             problem = None
         except (UserError, OSError) as e:
             problem = e
@@ -135,7 +135,7 @@ class Trainer:
         self.data_wait = 0.0  # seconds this rank waited for batches in the current step
         self.logger = MetricsLogger(self.run_dir, self.rank == 0, cfg.logging.tensorboard, cfg.logging.progress_bar)
 
-    def build_streams(self) -> None:
+    def open_streams(self) -> None:
         cfg = self.cfg
         self.train_stream, self.valid_stream = build_streams(cfg.data, self.tok, cfg.optim.micro_batch_size,
                                                              self.rank, self.world, causal=self.causal)
