@@ -30,7 +30,8 @@ script working in CI, and a full-size CPU run (BENCHMARKS.md) measures CPU speed
 
 prints a markdown table for BENCHMARKS.md and writes every figure to ``--out``, with what each row's engine really
 ran (``engine``: ZeRO stage, dtypes, autocast, clipping, the ZeRO optimizer's settings; ``ds_config``: the engine
-JSON it was given). ``--variants`` adds an xpt_ds row per optimisation tried (VARIANTS: compile, engine
+JSON it was given) and what else ran as it started (``busy``: host load, other GPU processes; the table names
+rows started beside other work). ``--variants`` adds an xpt_ds row per optimisation tried (VARIANTS: compile, engine
 settings), ``--profile`` a torch.profiler table per xpt_ds row, and ``--max-batch`` replaces the timing by the
 search for the largest micro-batch that fits. ``benchmarks/gpu_session.sh`` installs
 the missing packages on a bare GPU machine and runs all of this at full size.
@@ -203,11 +204,13 @@ def run_worker(spec: dict, tmp: Path, timeout: int) -> dict:
     env = {**os.environ, "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
            "MASTER_PORT": str(port), "TOKENIZERS_PARALLELISM": "false"}
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", str(spec_path)]
+    busy = machine_busy()
     try:
         proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         proc = subprocess.CompletedProcess(cmd, "timeout", "", f"timed out after {timeout} s")
     row = {k: spec[k] for k in ("side", "variant", "phase", "seq_len", "micro_batch")}
+    row["busy"] = busy
     if proc.returncode != 0 or not Path(spec["result"]).is_file():
         row["error"] = f"exit {proc.returncode}: {proc.stderr[-3000:]}"
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
@@ -218,6 +221,21 @@ def run_worker(spec: dict, tmp: Path, timeout: int) -> dict:
     print(f"{spec['side']}{' ' + spec['variant'] if spec['variant'] else ''} seq_len {spec['seq_len']} "
           f"phase {spec['phase']}: {last}", file=sys.stderr, flush=True)
     return row
+
+
+def machine_busy() -> dict:
+    """What else used the machine as a row started: the host's 1-minute load average and the compute processes
+    nvidia-smi lists on the GPU (None where there is no nvidia-smi). A row timed beside another job (a test
+    worker left running, say) is no figure to compare; the report names such rows."""
+    busy = {"load_1m": round(os.getloadavg()[0], 2), "gpu_processes": None}
+    try:
+        smi = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory",
+                              "--format=csv,noheader"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return busy
+    if smi.returncode == 0:
+        busy["gpu_processes"] = [line.strip() for line in smi.stdout.splitlines() if line.strip()]
+    return busy
 
 
 def engine_json(spec: dict) -> dict:

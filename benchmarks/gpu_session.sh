@@ -1,35 +1,40 @@
 #!/usr/bin/env bash
-# Everything issue 24 measures on a lent GPU, in one go, each step's output kept as it finishes:
+# Everything issue 24 measures on a lent GPU, in one go, each step's output kept as it finishes and everything
+# packed into OUT/results.tgz at the end, within BUDGET_S seconds (GPU default 540: one device call runs at most
+# 600 s, and a session has 15 minutes of device time, machine start included). Steps, in the GPU default order,
+# with what each took on the 2026-11-24 H100 session:
 #   install, install_xpt, fused_adam (GPU only, every call): what the GPU image lacks from .gpu-kit/ (bash
-#                    ../shared/gpu-kit/carry.sh), xpt-ds itself, and DeepSpeed's FusedAdam (nvcc, once per
-#                    machine: 62 s on 2026-11-24);
+#                    ../shared/gpu-kit/carry.sh), xpt-ds itself (18 s together), and DeepSpeed's FusedAdam (nvcc,
+#                    once per machine: 62 s);
+#   gpu_tests        pytest -m gpu tests/gpu (4 workers on the one GPU, a line per test as it ends), its report
+#                    figures under OUT/gpu_report; the encoder tests took 85 s with FusedAdam; the decoder tests
+#                    (test_cuda_decoder.py) came later and have not run on a GPU;
 #   bench_main       the main table: xpt_ds against HF Trainer + DeepSpeed (benchmarks/bench_throughput.py),
-#                    sequence 128 and 512, phases 1 and 2, 16,384 tokens per micro-batch (MAIN_VARIANTS=compile
-#                    adds the compile rows, measured on 2026-11-24);
-#   bench_variants   engine settings against DeepSpeed's per-step host work, one xpt_ds row each at 512 x 32,
-#                    phase 2, with a torch.profiler table per row (VARIANTS in bench_throughput.py): lean, nosync,
-#                    zero1_lean, zero1, autocast, no_tput_timer (to be measured; the 2026-11-24 rows, vocab64
-#                    no_overlap buckets_2e8 compile+vocab64, took 267 s for 5 rows and gained nothing:
-#                    VARIANTS="vocab64 ..." runs them again);
+#                    sequence 128 and 512, phases 1 and 2, 16,384 tokens per micro-batch, 8 rows (the call that ran
+#                    gpu_tests and these 8 rows took 428 s; with the 4 compile rows, MAIN_VARIANTS=compile, 408 s);
 #   bench_big        the main table at 65,536 tokens per micro-batch (128 x 512, 512 x 128), both trainers, both
 #                    phases: the largest micro-batch HF fits at 512 in phase 2 (bench_max_batch, 2026-11-24), so
-#                    launch work per step is spread over 4x the tokens; 5 warm-up + 30 timed steps;
-#   gpu_tests        pytest -m gpu tests/gpu (4 workers on the one GPU), its report figures under OUT/gpu_report
-#                    (passed with FusedAdam on 2026-11-24; the decoder tests, test_cuda_decoder.py, came later);
+#                    launch work per step is spread over 4x the tokens; 5 warm-up + 30 timed steps (not yet run);
+#   bench_variants   engine settings against DeepSpeed's per-step host work, one xpt_ds row each at 512 x 32,
+#                    phase 2, with a torch.profiler table per row (VARIANTS in bench_throughput.py): lean, nosync,
+#                    zero1_lean, zero1, autocast, no_tput_timer (not yet run; the 2026-11-24 rows, vocab64
+#                    no_overlap buckets_2e8 compile+vocab64, took 267 s for 5 rows and gained nothing:
+#                    VARIANTS="vocab64 ..." runs them again);
 #   bench_max_batch  the largest micro-batch at sequence 512 on both sides, phases 1 and 2 (recorded in
-#                    BENCHMARKS.md on 2026-11-24; not in the GPU default).
-# GPU time by the 2026-11-24 step times: the FusedAdam build 62 s plus the installs (not timed); bench_main at
-# most 4.5 min (8 of the 12 rows that took 408 s with compile); bench_variants about 6 (7 rows at up to 53 s: 267 s
-# for 5 then); bench_big up to 7 (8 rows of bench_main's start-up plus 35 steps of up to 0.5 s each). That is about
-# 20 minutes before gpu_tests, so the default runs the most informative first: bench_main bench_variants bench_big
-# gpu_tests. A device call runs at most 10 minutes: one step per call (SESSION_STEPS=bench_variants ...); installing
-# again is quick and FusedAdam is built once per machine.
+#                    BENCHMARKS.md on 2026-11-24: 196 s; not in the GPU default).
+# A step starts only if the budget has at least its NEED seconds left (the PLANNED table below: the least worth
+# starting, since a bench step writes each row as it finishes and pytest prints each test as it ends); one still
+# running when the budget ends is stopped, and what it wrote is packed. One 600 s call with the default budget
+# gets the installs, the FusedAdam build, gpu_tests and most or all of bench_main; a second call on the warm
+# machine (FusedAdam stays built) runs SESSION_STEPS="bench_big" (docs/testing.md, "A GPU session").
 # Usage, from the repository root:  bash benchmarks/gpu_session.sh OUT [--rehearse]
-# --rehearse: the same steps on the CPU with the tiny model (DS_ACCELERATOR=cpu, no install), bench_max_batch
-# included; tests/gpu only collected unless XPT_GPU_TESTS_ON_CPU=1. tests/test_bench_throughput.py runs it so
-# the script keeps working.
-# SESSION_STEPS, MAIN_VARIANTS and VARIANTS (space-separated) override the defaults.
-# OUT/steps.tsv has each step's exit code and seconds; OUT/DONE appears at the end.
+# --rehearse: the same steps on the CPU with the tiny model (DS_ACCELERATOR=cpu, no install, no budget unless
+# BUDGET_S is set), bench_max_batch included; tests/gpu only collected unless XPT_GPU_TESTS_ON_CPU=1.
+# tests/test_bench_throughput.py runs it so the script keeps working.
+# SESSION_STEPS, MAIN_VARIANTS, VARIANTS (space-separated) and BUDGET_S override the defaults.
+# OUT/steps.tsv has each step's exit code ("skip": no time left for it; 124: stopped at the budget's end) and
+# seconds; OUT/results.tgz holds every report, log and profile (one file for the device call's $OUT to bring
+# back); OUT/DONE appears at the end.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:?usage: bash benchmarks/gpu_session.sh OUT [--rehearse]}
@@ -39,7 +44,8 @@ OUT=$(cd "$OUT" && pwd)
 PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 
-source launch/session_steps.sh  # step NAME COMMAND...
+source launch/session_steps.sh  # step, budget_run, budget_step NAME NEED COMMAND...
+RESERVE_S=10  # for the pack at the end
 
 if [ "$MODE" = --rehearse ]; then
     export DS_ACCELERATOR=cpu TORCHDYNAMO_DISABLE=1 OMP_NUM_THREADS=1
@@ -52,11 +58,12 @@ if [ "$MODE" = --rehearse ]; then
     # compile is a no-op with TORCHDYNAMO_DISABLE; autocast covers a variant's engine JSON (a section removed, one
     # added) at the cost of the one row it replaced (vocab64)
     read -ra VARIANTS <<< "${VARIANTS-autocast}"
-    STEPS="bench_main bench_variants bench_big gpu_tests bench_max_batch"
+    STEPS="gpu_tests bench_main bench_big bench_variants bench_max_batch"
     PYTEST=(-n 0 -q)
     [ "${XPT_GPU_TESTS_ON_CPU:-0}" = 1 ] || PYTEST+=(--collect-only)
 else
     export DS_ACCELERATOR=cuda
+    BUDGET_S=${BUDGET_S-540}
     # DeepSpeed 0.19.8's op builder cannot parse arch names like "9.0a" (the GPU image sets such a list): name
     # the GPU's own capability, which the JIT build of FusedAdam then targets.
     TORCH_CUDA_ARCH_LIST=$("$PY" -c "import torch; print('%d.%d' % torch.cuda.get_device_capability())")
@@ -72,7 +79,7 @@ else
     MAXB=(--max-batch 32 64 96 128 192 256 384 512 768)
     OPTIMIZER=fused
     # FusedAdam's CUDA kernel is built by the first process that imports it; without nvcc both sides fall back.
-    step fused_adam timeout 600 "$PY" -c "
+    step fused_adam budget_run "$PY" -c "
 import torch
 from deepspeed.ops.adam import FusedAdam
 p = torch.nn.Parameter(torch.zeros(8, device='cuda'))
@@ -81,22 +88,32 @@ FusedAdam([p]).step()
 print('FusedAdam built and stepped')"
     grep -q "^fused_adam	0" "$OUT/steps.tsv" || OPTIMIZER=torch
     read -ra VARIANTS <<< "${VARIANTS-lean nosync zero1_lean zero1 autocast no_tput_timer}"
-    STEPS="bench_main bench_variants bench_big gpu_tests"
-    PYTEST=(-n 4 --dist load -q -rA)
+    STEPS="gpu_tests bench_main bench_big bench_variants"
+    PYTEST=(-n 4 --dist load -v -rA)
 fi
 echo "optimizer: $OPTIMIZER" | tee -a "$OUT/session.log"
 B=(benchmarks/bench_throughput.py --optimizer "$OPTIMIZER" "${SIZE[@]}")
+# The seconds a step needs left in the budget to start: enough for its first rows or tests (a bench row is
+# about 35 s: start-up, 10 + 50 steps; the encoder tests took 85 s).
+declare -A PLANNED=([gpu_tests]=90 [bench_main]=120 [bench_big]=120 [bench_variants]=90 [bench_max_batch]=90)
 for name in ${SESSION_STEPS:-$STEPS}; do
+    need=${PLANNED[$name]:-0}
+    [ "$MODE" = --rehearse ] && need=0  # the rehearsal's steps take seconds
     case $name in
-    bench_main) step bench_main "$PY" "${B[@]}" "${MAIN[@]}" --variants ${MAIN_VARIANTS-} \
+    bench_main) budget_step bench_main "$need" "$PY" "${B[@]}" "${MAIN[@]}" --variants ${MAIN_VARIANTS-} \
         --out "$OUT/bench_main.json" ;;
-    gpu_tests) step gpu_tests env XPT_GPU_REPORT="$OUT/gpu_report" "$PY" -m pytest -m gpu tests/gpu \
+    gpu_tests) budget_step gpu_tests "$need" env XPT_GPU_REPORT="$OUT/gpu_report" "$PY" -m pytest -m gpu tests/gpu \
         -p no:cacheprovider "${PYTEST[@]}" ;;
-    bench_variants) step bench_variants "$PY" "${B[@]}" "${LONG[@]}" --phases 2 --sides xpt \
+    bench_variants) budget_step bench_variants "$need" "$PY" "${B[@]}" "${LONG[@]}" --phases 2 --sides xpt \
         --variants "${VARIANTS[@]}" --profile "$OUT/profiles" --out "$OUT/bench_variants.json" ;;
-    bench_big) step bench_big "$PY" "${B[@]}" "${BIG[@]}" --out "$OUT/bench_big.json" ;;
-    bench_max_batch) step bench_max_batch "$PY" "${B[@]}" "${LONG[@]}" "${MAXB[@]}" --out "$OUT/bench_max_batch.json" ;;
+    bench_big) budget_step bench_big "$need" "$PY" "${B[@]}" "${BIG[@]}" --out "$OUT/bench_big.json" ;;
+    bench_max_batch) budget_step bench_max_batch "$need" "$PY" "${B[@]}" "${LONG[@]}" "${MAXB[@]}" \
+        --out "$OUT/bench_max_batch.json" ;;
     *) echo "unknown step $name" >&2; exit 2 ;;
     esac
 done
+# One file for the device call to bring back (it returns at most 8 files from its $OUT): every report, log,
+# profile and test figure, whatever finished.
+(cd "$OUT" && find . -type f ! -name 'results.tgz*' -print0 | tar --null -czf results.tgz.tmp -T - \
+    && mv results.tgz.tmp results.tgz)
 touch "$OUT/DONE"

@@ -58,7 +58,25 @@ def markdown(report: dict) -> str:
                      f"{r.get('optimizer_state_gib', 0):.2f} | {ratio} | {plain} | {vs2} |")
     if report["results"] and report["results"][0].get("memory_kind") == "host_rss":
         lines.append("\nOn CPU: peak memory is the process's peak RSS; MFU is not defined.")
+    crowded = crowded_rows(report["results"])
+    if crowded:
+        lines.append("\nStarted beside other work (not comparable): " + "; ".join(crowded) + ".")
     return "\n".join(lines)
+
+
+def crowded_rows(rows: list[dict]) -> list[str]:
+    """The rows that started while another process computed on the GPU, or while the host's 1-minute load
+    average was above half its cores (bench_throughput.machine_busy), each with what was seen."""
+    out, half = [], (os.cpu_count() or 1) / 2
+    for r in rows:
+        busy = r.get("busy") or {}
+        seen = [f"GPU: {', '.join(busy['gpu_processes'])}"] if busy.get("gpu_processes") else []
+        if busy.get("load_1m", 0) > half:
+            seen.append(f"host load {busy['load_1m']:.1f}")
+        if seen:
+            name = r["side"] + (f" {r['variant']}" if r.get("variant") else "")
+            out.append(f"{name} {r['seq_len']} phase {r['phase']} ({'; '.join(seen)})")
+    return out
 
 
 def max_batch_markdown(report: dict) -> str:

@@ -6,14 +6,16 @@
 # embeddings by Procrustes over the Bible dictionary), and TreLM's English MLM shards and Bible pairs.
 #   bash launch/gpu_payload.sh [DIR]     DIR defaults to .gpu-payload (git-ignored through .git/info/exclude)
 # Writes DIR/part1, DIR/part2, ... (each a folder holding one slice of one .tar.gz, at most PART_MB MiB) and
-# DIR/payload.sha256. Carry part1 (with .gpu-kit) in the first device call, part2 in the next and so on; each
-# call moves its slice to /tmp/xpt_payload on the machine (the machine keeps /tmp while it stays warm), and
-# launch/gpu_uagec.sh --payload /tmp/xpt_payload joins, checks and unpacks them. Preparation runs on this CPU
-# machine with data_tools (launch/uagec_lib.sh); rerunning skips what is prepared.
+# DIR/payload.sha256. Carry part1 in the first device call, part2 in the next and so on, .gpu-kit with the last
+# one only (a call carries at most 64 MiB: the 4.4 MiB tree, a 56 MiB slice; the last slice, .gpu-kit's 4.6 MiB
+# and the tree): 2 calls for the 104.5 MiB payload of 2026-11-26. Each call moves its slice to /tmp/xpt_payload
+# on the machine (the machine keeps /tmp while it stays warm), and launch/gpu_uagec.sh --payload
+# /tmp/xpt_payload joins, checks and unpacks them. Preparation runs on this CPU machine with data_tools
+# (launch/uagec_lib.sh); rerunning skips what is prepared.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR=${1:-.gpu-payload}
-PART_MB=${PART_MB:-44}
+PART_MB=${PART_MB:-56}
 OUT=${PREP_OUT:-sweeps/gpu_prep} MICRO_BATCH=1  # uagec_lib.sh's OUT (its PREP, finetune_train.jsonl)
 FT_TRAIN=${FT_TRAIN:-4000}
 source launch/uagec_lib.sh
@@ -51,4 +53,4 @@ cat "$DIR"/part*/slice* | sha256sum | cut -d' ' -f1 >"$DIR/payload.sha256"
 cp "$DIR/payload.sha256" "$DIR/part1/"
 grep -qxF "/$DIR/" .git/info/exclude 2>/dev/null || echo "/$DIR/" >>.git/info/exclude
 du -sh "$DIR"/part* | sed 's/^/  /'
-say "packed $n part(s) in $DIR: carry part1 with .gpu-kit first, then the others, one call each"
+say "packed $n part(s) in $DIR: carry one per call, part1 first, and .gpu-kit with the last"

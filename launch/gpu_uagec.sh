@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 22 on one lent GPU, in one go: does XPT work at a compute where the models leave the unigram regime?
+# Issue 22 on one lent GPU: does XPT work at a compute where the models leave the unigram regime?
 # English all-MiniLM-L6-v2 -> Ukrainian UA-GEC, bf16 (launch/configs/uagec_gpu.yaml), every run stopped early
 # on its validation loss and scored, exported and fine-tuned from its best checkpoint.
 #   bash launch/gpu_uagec.sh OUT [--payload DIR] [--rehearse | --pack]
@@ -7,13 +7,20 @@
 #   are joined, checked against payload.sha256 and unpacked into DIR/payload once.
 # --rehearse: the same steps on this CPU with tiny settings (steps, sizes, batch; the same bf16 ZeRO-1 engine),
 #   to keep the script working; launch/gpu_payload.sh .gpu-payload first, then --payload .gpu-payload.
+# The script ends within BUDGET_S seconds of its start (GPU default 540: a device call runs at most 600 s, and a
+# session has 15 minutes of device time in all), packed: no run starts later than RUN_S (its planned length,
+# default 240 s) before the end, runs still going at the end are stopped (SIGTERM: they checkpoint, as when
+# preempted), and the last PACK_S seconds (default 45) pack what finished. A later session unpacks the
+# results.tgz into its OUT and goes on: finished runs are skipped.
 # Steps, each one's log in OUT/NAME.log and exit code and seconds in OUT/steps.tsv as it finishes:
 #   1. unpack the payload; on the GPU install .gpu-kit/ and xpt-ds;
-#   2. pilot: Scratch and XPT at the largest size with a generous cap (PILOT_STEPS per phase); the sweeps' steps
-#      per phase are 1.25x the later of their best-checkpoint steps, rounded up to 100, halved per phase
-#      (OUT/pilot.json says how);
-#   3. three sweeps side by side on the one GPU, each writing a row per run as it finishes, seed 1 of
-#      everything before seed 2, no new run after DEADLINE_MIN minutes of sweeping:
+#   2. steps per phase: PHASE_STEPS (default 3000, uagec_gpu.yaml's cap; one-phase methods get both phases'),
+#      every phase ending early when 5 validations in a row (every 100 steps) do not lower the validation loss,
+#      and every run scored from its best checkpoint; OUT/pilot.json records the rule. PILOT_STEPS=N (> 0) runs
+#      a pilot first instead: Scratch and XPT at the largest size, capped at N steps per phase; the sweeps' steps
+#      per phase are then 1.25x the later of their best-checkpoint steps, rounded up to 100, halved per phase;
+#   3. four sweeps side by side on the one GPU, each writing a row per run as it finishes, the largest size's
+#      runs (every seed) first, then seed 1 of everything before seed 2:
 #      main: Scratch, Adapters, XPT-SP, XPT at SIZES (nested; the smallest 1/8 of the largest);
 #      init: XPT from source_mean, frequency_rank and from_file starts at the largest size (main's XPT is the
 #            random start);
@@ -25,8 +32,7 @@
 #      eval and fine-tuning results (no weights).
 #   bash launch/gpu_uagec.sh OUT --pack   does step 4 at any time, on what has finished: the report of each sweep
 #   not yet finished (no line in steps.tsv) is rewritten from its results.jsonl rows so far (no TensorBoard
-#   scalars: those stay the sweep's own), then claims.md and results.tgz. A device call that polls a running
-#   session ends with it and copies results.tgz out, so a session cut short still brings back what finished.
+#   scalars: those stay the sweep's own), then claims.md and results.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:?usage: bash launch/gpu_uagec.sh OUT [--payload DIR] [--rehearse | --pack]}
@@ -45,14 +51,15 @@ OUT=$(cd "$OUT" && pwd)
 PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 
-source launch/session_steps.sh  # step NAME COMMAND...
+source launch/session_steps.sh  # step, budget_run, budget_left
 SWEEPS=(pilot main init other_trelm other_keep_vocab)
 
 # 4 (and --pack): the verdicts (OUT/claims.md), then everything but the weights in OUT/results.tgz.
 pack() {
   local name label finished unfinished=()
-  # the steps this invocation of the script finished: steps.tsv's lines after its last unpack
-  finished=$(awk -F'\t' '$1 == "unpack" {n = 0} {s[n++] = $1} END {for (i = 0; i < n; i++) print s[i]}' \
+  # the steps this invocation of the script finished (exit 0; a sweep stopped at the budget's end wrote no
+  # report): steps.tsv's lines after its last unpack
+  finished=$(awk -F'\t' '$1 == "unpack" {n = 0} $2 == "0" {s[n++] = $1} END {for (i = 0; i < n; i++) print s[i]}' \
     "$OUT/steps.tsv" 2>/dev/null)
   for name in "${SWEEPS[@]}"; do
     [ -f "$OUT/$name/results.jsonl" ] || continue
@@ -87,8 +94,8 @@ P=$(cd "$PAYLOAD/payload" && pwd)
 
 if [ "$MODE" = rehearse ]; then
   export DS_ACCELERATOR=cpu OMP_NUM_THREADS=1
-  SIZES=${SIZES:-20K 160K} PILOT_STEPS=${PILOT_STEPS:-6} PARALLEL=${PARALLEL:-2} FT_SEEDS=${FT_SEEDS:-1 2}
-  SEEDS=${SEEDS:-1 2} DEADLINE_MIN=${DEADLINE_MIN:-0} FT_ROWS=${FT_ROWS:-64}
+  SIZES=${SIZES:-20K 160K} PILOT_STEPS=${PILOT_STEPS:-0} PHASE_STEPS=${PHASE_STEPS:-6} PARALLEL=${PARALLEL:-2}
+  FT_SEEDS=${FT_SEEDS:-1 2} SEEDS=${SEEDS:-1 2} FT_ROWS=${FT_ROWS:-64}
   ENGINE=(optim.micro_batch_size=4 logging.eval_every=2
           logging.eval_batches=2 logging.log_every=2 data.num_workers=0 guard.early_stop_patience=2)
   EVAL=(--eval-batch-size 4 --eval-max-batches 4)
@@ -99,8 +106,8 @@ else
     hjson pydantic pydantic-core annotated-types typing-inspection webdataset braceexpand deepspeed || exit 1
   step install_xpt "$PY" -m pip install -q --no-deps --no-build-isolation -e . || exit 1
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$OUT/gpu.txt" 2>&1
-  SIZES=${SIZES:-75K 150K 300K 600K} PILOT_STEPS=${PILOT_STEPS:-3000} PARALLEL=${PARALLEL:-4}
-  FT_SEEDS=${FT_SEEDS:-1 2 3} SEEDS=${SEEDS:-1 2} DEADLINE_MIN=${DEADLINE_MIN:-10} FT_ROWS=${FT_ROWS:-0}
+  SIZES=${SIZES:-75K 150K 300K 600K} PILOT_STEPS=${PILOT_STEPS:-0} PARALLEL=${PARALLEL:-4}
+  FT_SEEDS=${FT_SEEDS:-1 2 3} SEEDS=${SEEDS:-1 2} FT_ROWS=${FT_ROWS:-0} BUDGET_S=${BUDGET_S-540}
   ENGINE=()
   EVAL=(--eval-batch-size 64)
   FT=(--finetune-epochs 3 --finetune-max-length 64)
@@ -132,56 +139,86 @@ yaml.safe_dump(cfg, open(sys.argv[2], "w"), sort_keys=False)
 PY
   echo "$OUT/base_$1.yaml"
 }
-# sweep NAME STEPS [ARG...]: python -m xpt_ds.sweep into OUT/NAME, STEPS per phase of the base.
+# sweep NAME STEPS [ARG...]: python -m xpt_ds.sweep into OUT/NAME, STEPS per phase of the base, stopped when the
+# budget (less RESERVE_S) ends.
 sweep() {
   local name=$1 config
   config=$(base "$2") || return 1
   shift 2
-  "$PY" -m xpt_ds.sweep --config "$config" "${EVAL[@]}" --out "$OUT/$name" "$@"
+  budget_run "$PY" -m xpt_ds.sweep --config "$config" "${EVAL[@]}" --out "$OUT/$name" "$@"
 }
 
-# 2. The pilot.
-step pilot sweep pilot "$PILOT_STEPS" --methods scratch xpt --sizes "$LARGEST" --seeds 1 --parallel 2 \
-  --test-shards "$P/uk/manifest.json:test" --unigram "$P/uk/manifest.json:train" --set "${SET[@]}"
-PHASE_STEPS=$("$PY" - "$OUT" "$PILOT_STEPS" <<'PY'
+# 2. Steps per phase: a fixed cap with early stopping, or from a pilot (PILOT_STEPS > 0).
+RUN_S=${RUN_S:-240} PACK_S=${PACK_S:-45}
+if [ "$PILOT_STEPS" -gt 0 ]; then
+  RESERVE_S=$PACK_S step pilot sweep pilot "$PILOT_STEPS" --methods scratch xpt --sizes "$LARGEST" \
+    --seeds 1 --parallel 2 --test-shards "$P/uk/manifest.json:test" --unigram "$P/uk/manifest.json:train" \
+    --set "${SET[@]}"
+fi
+PHASE_STEPS=$("$PY" - "$OUT" "$PILOT_STEPS" "${PHASE_STEPS:-}" <<'PY'
 import json, math, sys
 from pathlib import Path
-out, cap = Path(sys.argv[1]), int(sys.argv[2])
-rows = [json.loads(line) for line in (out / "pilot" / "results.jsonl").read_text().splitlines() if line.strip()]
-best = {r["method"]: r["best"]["step"] for r in rows if r.get("best")}
-later = max(best.values()) if best else 2 * cap
-unit = 100 if later >= 100 else 1  # the rehearsal's pilot runs a few steps
-per_phase = min(cap, max(1, math.ceil(1.25 * later / unit) * unit // 2))
-(out / "pilot.json").write_text(json.dumps({
-    "pilot_steps_per_phase": cap, "best_step": best, "steps_done": {r["method"]: r.get("steps_done") for r in rows},
-    "train_seconds": {r["method"]: r["train_seconds"] for r in rows},
-    "rule": "sweep steps per phase = ceil(1.25 x the later best step / 100) x 100 / 2 (one-phase methods: both)",
-    "sweep_steps_per_phase": per_phase}, indent=1) + "\n")
+import yaml
+out, cap, fixed = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+if cap <= 0:  # no pilot: the fixed cap, every phase stopped early on its validation loss
+    per_phase = int(fixed) if fixed else yaml.safe_load(open("launch/configs/uagec_gpu.yaml"))["phases"][0]["steps"]
+    record = {"pilot_steps_per_phase": 0, "sweep_steps_per_phase": per_phase,
+              "rule": "no pilot: a cap of PHASE_STEPS per phase (default uagec_gpu.yaml's); each phase ends early "
+                      "when guard.early_stop_patience validations in a row do not lower valid/loss, and every run "
+                      "is scored from its best checkpoint (one-phase methods: both phases' steps)"}
+else:
+    rows = [json.loads(line) for line in (out / "pilot" / "results.jsonl").read_text().splitlines() if line.strip()]
+    best = {r["method"]: r["best"]["step"] for r in rows if r.get("best")}
+    later = max(best.values()) if best else 2 * cap
+    unit = 100 if later >= 100 else 1  # the rehearsal's pilot runs a few steps
+    per_phase = min(cap, max(1, math.ceil(1.25 * later / unit) * unit // 2))
+    record = {"pilot_steps_per_phase": cap, "best_step": best,
+              "steps_done": {r["method"]: r.get("steps_done") for r in rows},
+              "train_seconds": {r["method"]: r["train_seconds"] for r in rows},
+              "rule": "sweep steps per phase = ceil(1.25 x the later best step / 100) x 100 / 2 (one-phase methods: "
+                      "both)", "sweep_steps_per_phase": per_phase}
+(out / "pilot.json").write_text(json.dumps(record, indent=1) + "\n")
 print(per_phase)
 PY
-) || { echo "pilot gave no steps; see $OUT/pilot.log" >&2; exit 1; }
+) || { echo "no steps per phase: see $OUT/pilot.log" >&2; exit 1; }
 echo "sweep steps per phase: $PHASE_STEPS" | tee -a "$OUT/session.log"
 
-# 3. The sweeps, side by side (PARALLEL + 3 runs at a time on the one GPU).
-TEST=(--test-shards "$P/uk/manifest.json:test" --unigram "$P/uk/manifest.json:train")
-# shellcheck disable=SC2086
-COMMON=(--seeds $SEEDS --deadline-minutes "$DEADLINE_MIN" "${FT[@]}")
-step sweep_main sweep main "$PHASE_STEPS" --methods scratch adapters xpt_sp xpt --sizes "${SIZE_LIST[@]}" --parallel "$PARALLEL" \
-  "${TEST[@]}" "${COMMON[@]}" --set "${SET[@]}" &
-step sweep_init sweep init "$PHASE_STEPS" --methods xpt_source_mean=xpt xpt_frequency_rank=xpt xpt_from_file=xpt \
-  --sizes "$LARGEST" "${TEST[@]}" "${COMMON[@]}" --set "${SET[@]}" \
-  xpt_source_mean:model.embedding_init=source_mean xpt_frequency_rank:model.embedding_init=frequency_rank \
-  xpt_from_file:model.embedding_init=from_file "xpt_from_file:model.embedding_init_args={path: $P/emb/uk_on_minilm.npy}" &
-# keep_vocab reads the same documents in the source's vocabulary: its own shards, test text and unigram.
-step sweep_other_trelm sweep other_trelm "$PHASE_STEPS" --methods trelm --sizes "$LARGEST" "${TEST[@]}" "${COMMON[@]}" \
-  --set "${SET[@]}" "data.source_shards=[$P/en_src/manifest.json:train]" \
-  "data.parallel_shards=[$P/parallel/manifest.json:train]" &
-# keep_vocab at lr 1e-4: Gogoulou et al. train every weight at 5e-5 for 210K steps; this run has thousands.
-step sweep_other_keep_vocab sweep other_keep_vocab "$PHASE_STEPS" --methods keep_vocab --sizes "$LARGEST" \
-  --test-shards "$P/uk_src/manifest.json:test" --unigram "$P/uk_src/manifest.json:train" "${COMMON[@]}" \
-  --set "${SET[@]}" model.tokenizer= "data.train_shards=[$P/uk_src/manifest.json:train]" \
-  "data.valid_shards=[$P/uk_src/manifest.json:valid]" phases.0.lr=1e-4 &
-wait
+# 3. The sweeps, side by side (PARALLEL + 3 runs at a time on the one GPU). Under BUDGET_S no run starts later
+# than RUN_S + PACK_S seconds before the end, and whatever still runs at PACK_S before the end is stopped.
+DEADLINE=() start_for=1
+if [ -n "${BUDGET_S:-}" ]; then
+  start_for=$(budget_left $((RUN_S + PACK_S)))
+  DEADLINE=(--deadline-minutes "$(awk -v s="$start_for" 'BEGIN {printf "%.2f", s / 60}')")
+fi
+# run_sweeps: the four sweeps side by side, each a step of its own.
+run_sweeps() {
+  TEST=(--test-shards "$P/uk/manifest.json:test" --unigram "$P/uk/manifest.json:train")
+  # shellcheck disable=SC2086
+  COMMON=(--seeds $SEEDS "${DEADLINE[@]}" "${FT[@]}")
+  RESERVE_S=$PACK_S
+  step sweep_main sweep main "$PHASE_STEPS" --methods scratch adapters xpt_sp xpt --sizes "${SIZE_LIST[@]}" \
+    --parallel "$PARALLEL" --largest-first "${TEST[@]}" "${COMMON[@]}" --set "${SET[@]}" &
+  step sweep_init sweep init "$PHASE_STEPS" --methods xpt_source_mean=xpt xpt_frequency_rank=xpt \
+    xpt_from_file=xpt --sizes "$LARGEST" "${TEST[@]}" "${COMMON[@]}" --set "${SET[@]}" \
+    xpt_source_mean:model.embedding_init=source_mean xpt_frequency_rank:model.embedding_init=frequency_rank \
+    xpt_from_file:model.embedding_init=from_file "xpt_from_file:model.embedding_init_args={path: $P/emb/uk_on_minilm.npy}" &
+  step sweep_other_trelm sweep other_trelm "$PHASE_STEPS" --methods trelm --sizes "$LARGEST" "${TEST[@]}" \
+    "${COMMON[@]}" --set "${SET[@]}" "data.source_shards=[$P/en_src/manifest.json:train]" \
+    "data.parallel_shards=[$P/parallel/manifest.json:train]" &
+  # keep_vocab reads the same documents in the source's vocabulary: its own shards, test text and unigram.
+  # keep_vocab at lr 1e-4: Gogoulou et al. train every weight at 5e-5 for 210K steps; this run has thousands.
+  step sweep_other_keep_vocab sweep other_keep_vocab "$PHASE_STEPS" --methods keep_vocab --sizes "$LARGEST" \
+    --test-shards "$P/uk_src/manifest.json:test" --unigram "$P/uk_src/manifest.json:train" "${COMMON[@]}" \
+    --set "${SET[@]}" model.tokenizer= "data.train_shards=[$P/uk_src/manifest.json:train]" \
+    "data.valid_shards=[$P/uk_src/manifest.json:valid]" phases.0.lr=1e-4 &
+  wait
+}
+if [ "$start_for" -le 0 ]; then
+  echo "[$(date +%T)] sweeps: not started: $(budget_left) s of BUDGET_S left, a run needs RUN_S + PACK_S = $((RUN_S + PACK_S))" \
+    | tee -a "$OUT/session.log"
+else
+  run_sweeps
+fi
 
 # 4. The verdicts and the results file.
 step pack pack

@@ -8,6 +8,7 @@ trainable set on both sides, both under a ZeRO-2 bf16 DeepSpeed engine) and that
 import json
 import os
 import subprocess
+import tarfile
 
 import pytest
 
@@ -28,6 +29,10 @@ def session(tmp_path_factory):
     assert not failed, failed
     assert set(steps) == {"bench_main", "gpu_tests", "bench_variants", "bench_big", "bench_max_batch"}
     assert (out / "DONE").exists()
+    with tarfile.open(out / "results.tgz") as tar:  # the one file a device call brings back
+        packed = set(tar.getnames())
+    assert {"./steps.tsv", "./bench_main.json", "./gpu_tests.log"} <= packed
+    assert any(n.startswith("./profiles/profile-") for n in packed)
     return out
 
 
@@ -61,6 +66,22 @@ def test_main_table_reports_both_trainers_for_every_length_and_phase(session):
             assert one["frozen_matmul"] > 0 == two["frozen_matmul"]
     log = (session / "bench_main.log").read_text()
     assert "| 32 | 8 | 2 | xpt_ds |" in log
+    # what else ran as each row started (no nvidia-smi on the CI machine: None, not an empty list)
+    assert all(isinstance(r["busy"]["load_1m"], float) for r in rows.values())
+
+
+def test_rows_started_beside_other_work_are_named():
+    import sys
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from throughput_report import crowded_rows
+
+    rows = [{"side": "xpt", "variant": "", "seq_len": 512, "phase": 2,
+             "busy": {"load_1m": 0.1, "gpu_processes": ["4242, python3, 2048 MiB"]}},
+            {"side": "hf", "variant": "", "seq_len": 128, "phase": 1, "busy": {"load_1m": 1e6, "gpu_processes": []}},
+            {"side": "xpt", "variant": "lean", "seq_len": 512, "phase": 2, "busy": {"load_1m": 0.0,
+                                                                                   "gpu_processes": None}},
+            {"side": "hf", "variant": "", "seq_len": 512, "phase": 2}]  # a report from before the field
+    assert crowded_rows(rows) == ["xpt 512 phase 2 (GPU: 4242, python3, 2048 MiB)", "hf 128 phase 1 (host load 1000000.0)"]
 
 
 def test_variant_rows_profiles_larger_and_largest_batch(session):

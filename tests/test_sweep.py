@@ -77,12 +77,28 @@ def test_sweep_trains_evaluates_reports_and_skips_finished_runs(tmp_path, sweep_
         assert [e.step for e in acc.Scalars("sweep/ppl")] == [0, 1]  # step = index of the size
         assert [e.value for e in acc.Scalars("sweep/size_tokens")] == [200, 800]
 
-    logs = {r["run_dir"]: (out / r["run_dir"] / "train.log").stat().st_mtime_ns for r in rows}
-    again = _sweep(args)
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert again.stdout.count("skip ") == 4 and "warning" not in again.stdout
-    assert _rows(out) == rows
-    assert {d: (out / d / "train.log").stat().st_mtime_ns for d in logs} == logs
+    # Run again, as a later GPU session does: it unpacks the last one's results.tgz (no weights) on a fresh
+    # machine, where one run had finished training but not its scoring (no row). The runs with rows are skipped,
+    # untouched; that one cannot be scored without its checkpoints, so it is set aside whole and trained again.
+    import shutil
+    moved = tmp_path / "moved"
+    shutil.copytree(out, moved, ignore=shutil.ignore_patterns("checkpoints"))
+    kept = [r for r in rows if (r["method"], r["size"]) != ("xpt", 200)]
+    (moved / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
+    logs = {d: (moved / d / "train.log").stat().st_mtime_ns for d in ("runs/xpt/800", "runs/scratch/200",
+                                                                       "runs/scratch/800")}
+    (moved / "runs/xpt/200/finetune").mkdir()
+    (moved / "runs/xpt/200/finetune/results.json").write_text("{}")  # stale: must not be read as this run's
+    again = _sweep([*args[:-3], str(moved), *args[-2:]])
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-3000:]
+    assert again.stdout.count("skip ") == 3 and "warning" not in again.stdout
+    assert {d: (moved / d / "train.log").stat().st_mtime_ns for d in logs} == logs
+    assert f"xpt 200: {moved}/runs/xpt/200 has no complete checkpoint to resume or score (state 'finished'): " \
+           "moved to 200.no_checkpoint, training it from the start" in again.stdout
+    assert (moved / "runs/xpt/200.no_checkpoint/finetune/results.json").is_file()
+    assert not (moved / "runs/xpt/200/finetune").exists()
+    assert (moved / "runs/xpt/200/checkpoints").is_dir()  # trained again, here
+    assert _rows(moved)[:3] == kept and (_rows(moved)[3]["method"], _rows(moved)[3]["size"]) == ("xpt", 200)
 
 
 def test_sweep_replicates_in_parallel_scores_the_best_checkpoint_and_reports_a_failed_run(tmp_path, sweep_config,
@@ -190,6 +206,10 @@ def test_labelled_arms_and_seeds_plan_their_own_runs(tmp_path, sweep_config):
     assert plan.run_dir(Run("xpt_mean", 400, 2)) == out / "runs" / "xpt_mean" / "400" / "seed2"
     assert (out / "configs" / "xpt_mean.yaml").is_file() and plan.evaluate_args[-2:] == ["--seed", "0"]
     assert plan.tag_args(Run("xpt", 100, 1)) == []  # keep_best off: the newest checkpoint is scored
+    # --largest-first (a GPU session's deadline): the largest size with both seeds, then the rest as before
+    first = build_plan(parse_args([*base, "--methods", "xpt", "scratch", "--seeds", "1", "2", "--largest-first"]))
+    assert first.runs() == [Run("xpt", 400, 1), Run("scratch", 400, 1), Run("xpt", 400, 2), Run("scratch", 400, 2),
+                            Run("xpt", 100, 1), Run("scratch", 100, 1), Run("xpt", 100, 2), Run("scratch", 100, 2)]
     for methods, extra, message in [(["nope=xpt2"], [], "unknown method 'xpt2'"),
                                     (["xpt", "xpt"], [], "'xpt' is given twice"),
                                     (["scratch=xpt"], [], "another method's name"),

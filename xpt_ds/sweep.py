@@ -46,6 +46,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         "run slot i sees GPU i mod count, else they share the one device")
     p.add_argument("--deadline-minutes", type=float, default=0,
                    help="start no run after this many minutes (running ones finish); rerun the sweep to go on")
+    p.add_argument("--largest-first", action="store_true",
+                   help="run the largest size (every seed) before the others, so a sweep cut short by its deadline "
+                        "has the headline comparison replicated; default: seed by seed, smallest size first")
     p.add_argument("--test-shards", nargs="+", default=[], metavar="SPEC",
                    help="held-out shards for xpt_ds.evaluate (default: the base config's data.valid_shards)")
     p.add_argument("--unigram", nargs="+", default=[], metavar="TRAIN_SPEC",

@@ -123,6 +123,7 @@ class Plan:
     keep_best: dict[tuple[str, int], bool]  # checkpoint.keep_best: score and export the best checkpoint
     config_sha: dict[str, str]  # the hash of DIR/configs/ARM.yaml, to notice a changed config on a rerun
     deadline: float | None = None  # time.time() after which no new run starts
+    largest_first: bool = False  # the largest size's runs (every seed) before the rest
 
     @property
     def methods(self) -> list[str]:
@@ -130,8 +131,13 @@ class Plan:
 
     def runs(self) -> list[Run]:
         """Seed by seed (a sweep cut short keeps whole tables of its first seeds), smallest size first, then the
-        arms in their order."""
-        return [Run(arm, size, seed) for seed in self.seeds for size in self.sizes for arm in self.arms]
+        arms in their order; ``largest_first``: the largest size's runs of every seed first (a sweep cut short
+        keeps the headline comparison with its replicates), then the rest in that order."""
+        runs = [Run(arm, size, seed) for seed in self.seeds for size in self.sizes for arm in self.arms]
+        if not self.largest_first:
+            return runs
+        top = max(self.sizes)
+        return [r for r in runs if r.size == top] + [r for r in runs if r.size != top]
 
     def run_dir(self, run: Run) -> Path:
         d = self.out / "runs" / run.arm / size_label(run.size)
@@ -265,7 +271,8 @@ def build_plan(a: argparse.Namespace) -> Plan:
                      "--seed", str(mask_seed)]
     deadline = time.time() + a.deadline_minutes * 60 if a.deadline_minutes else None
     return Plan(a.out, arms, sizes, seeds, a.nproc, a.parallel, test_shards, evaluate_args, list(a.unigram),
-                finetune_args, finetune_sizes, overrides, steps, seq_len, best, sha, deadline)
+                finetune_args, finetune_sizes, overrides, steps, seq_len, best, sha, deadline,
+                a.largest_first)
 
 
 def _finetune_args(a: argparse.Namespace) -> list[str] | None:

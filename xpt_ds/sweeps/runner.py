@@ -25,6 +25,7 @@ import torch
 from xpt_ds.sweeps.plan import Plan, Run
 from xpt_ds.sweeps.report import size_label
 from xpt_ds.sweeps.rows import INTRINSIC_KEYS, OPTIONAL_KEYS, read_rows
+from xpt_ds.training.checkpoint import complete_tags
 
 
 class StepFailed(Exception):
@@ -102,12 +103,31 @@ def _add_seconds(run_dir: Path, stage: str, seconds: float) -> None:
     path.write_text(json.dumps(times) + "\n")
 
 
-def train(plan: Plan, run: Run, stages: Stages) -> None:
+def train(plan: Plan, run: Run, stages: Stages, say=print) -> None:
+    """Train the run, or resume it from its newest complete checkpoint. A run directory whose training started
+    but holds no complete checkpoint (copied without its weights, as a GPU session's results.tgz is unpacked
+    on another machine, or stopped before its first save) cannot be resumed or scored: it is moved aside whole,
+    so no file of it (status, best.json, scores, fine-tuning results, TensorBoard events) mixes with the new
+    run, and the run starts over."""
     run_dir = plan.run_dir(run)
+    if (run_dir / "status.json").is_file() and not complete_tags(run_dir / "checkpoints"):
+        aside = _free_name(run_dir, ".no_checkpoint")
+        run_dir.rename(aside)
+        say(f"{run.label}: {run_dir} has no complete checkpoint to resume or score (state "
+            f"'{_status(aside).get('state')}'): moved to {aside.name}, training it from the start")
     if _status(run_dir).get("state") == "finished":
         return
     run_dir.mkdir(parents=True, exist_ok=True)
     _add_seconds(run_dir, "train", stages.process(plan.train_command(run), run_dir / "train.log", "train"))
+
+
+def _free_name(path: Path, suffix: str) -> Path:
+    """``path`` + ``suffix``, or + ``suffix-2``, ``-3``... : the first that does not exist."""
+    candidate, n = path.with_name(path.name + suffix), 1
+    while candidate.exists():
+        n += 1
+        candidate = path.with_name(f"{path.name}{suffix}-{n}")
+    return candidate
 
 
 def intrinsic(plan: Plan, run: Run, stages: Stages) -> dict:
@@ -144,10 +164,10 @@ def downstream(plan: Plan, run: Run, stages: Stages) -> dict:
     return row
 
 
-def run_one(plan: Plan, run: Run, stages: Stages) -> dict:
+def run_one(plan: Plan, run: Run, stages: Stages, say=print) -> dict:
     """Train, evaluate and (optionally) fine-tune one run; its results.jsonl row."""
     run_dir = plan.run_dir(run)
-    train(plan, run, stages)
+    train(plan, run, stages, say)
     key = (run.arm, run.size)
     row = {"method": run.arm, "base_method": plan.arms[run.arm], "size": run.size, "size_label": size_label(run.size),
            "seed": run.seed, "steps": plan.steps[key]}
@@ -226,7 +246,7 @@ class _Sweep:
             self.say(f"run {run.label}: {plan.steps[run.arm, run.size]} steps on {run.size:,} tokens -> "
                      f"{plan.run_dir(run)}")
             stages = Stages(plan, slot, self.call_lock)
-            row = run_one(plan, run, stages)
+            row = run_one(plan, run, stages, self.say)
         except StepFailed as e:
             self.say(f"FAILED {run.label}: {e}")
             with self.lock:
