@@ -31,7 +31,7 @@
 #      claim), and OUT/results.tgz: every sweep's results, plots and TensorBoard events, and each run's status, best.json,
 #      eval and fine-tuning results (no weights).
 #   bash launch/gpu_uagec.sh OUT --pack   does step 4 at any time, on what has finished: the report of each sweep
-#   not yet finished (no line in steps.tsv) is rewritten from its results.jsonl rows so far (no TensorBoard
+#   not finished (no exit-0 line in steps.tsv) is rewritten from its results.jsonl rows so far (no TensorBoard
 #   scalars: those stay the sweep's own), then claims.md and results.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/.."

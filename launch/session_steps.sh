@@ -6,8 +6,8 @@
 #
 # BUDGET_S (optional): the seconds the whole script may take, counted from its start (bash's SECONDS). A device
 # call runs at most 10 minutes and a session has 15 minutes of device time in all, so a script that runs out of
-# time must still leave its results packed: budget_step skips a step that would not fit and stops one that
-# overruns, and budget_left tells the script how much is left for the rest.
+# time must still leave its results packed: budget_step skips a step that would not fit, budget_run stops a
+# command that overruns, and budget_left tells the script how much is left for the rest.
 
 # step NAME COMMAND...: run COMMAND; its exit code is step's.
 step() {
