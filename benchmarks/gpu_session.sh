@@ -112,8 +112,6 @@ for name in ${SESSION_STEPS:-$STEPS}; do
     *) echo "unknown step $name" >&2; exit 2 ;;
     esac
 done
-# One file for the device call to bring back (it returns at most 8 files from its $OUT): every report, log,
-# profile and test figure, whatever finished.
-(cd "$OUT" && find . -type f ! -name 'results.tgz*' -print0 | tar --null -czf results.tgz.tmp -T - \
-    && mv results.tgz.tmp results.tgz)
+# Every report, log, profile and test figure, whatever finished.
+pack_results -type f ! -name 'results.tgz*'
 touch "$OUT/DONE"

@@ -7,7 +7,7 @@
 #   bash launch/gpu_payload.sh [DIR]     DIR defaults to .gpu-payload (git-ignored through .git/info/exclude)
 # Writes DIR/part1, DIR/part2, ... (each a folder holding one slice of one .tar.gz, at most PART_MB MiB) and
 # DIR/payload.sha256. Carry part1 in the first device call, part2 in the next and so on, .gpu-kit with the last
-# one only (a call carries at most 64 MiB: the 4.4 MiB tree, a 56 MiB slice; the last slice, .gpu-kit's 4.6 MiB
+# one only (a call carries at most 64 MiB: the 4.4 MiB tree, a 56 MiB slice; the last slice, .gpu-kit's 4.5 MiB
 # and the tree): 2 calls for the 104.5 MiB payload of 2026-11-26. Each call moves its slice to /tmp/xpt_payload
 # on the machine (the machine keeps /tmp while it stays warm), and launch/gpu_uagec.sh --payload
 # /tmp/xpt_payload joins, checks and unpacks them. Preparation runs on this CPU machine with data_tools

@@ -71,10 +71,9 @@ pack() {
     "$PY" -m xpt_ds.sweeps.report --no-tensorboard "${unfinished[@]}" || echo "pack: a report failed" >&2
   fi
   "$PY" -m xpt_ds.sweeps.claims --out "$OUT" || echo "pack: claims failed" >&2
-  (cd "$OUT" && find . \( -name checkpoints -o -name export -o -name model \) -prune -o -type f \
+  pack_results \( -name checkpoints -o -name export -o -name model \) -prune -o -type f \
     \( -name '*.json' -o -name '*.jsonl' -o -name '*.md' -o -name '*.png' -o -name 'events.out.tfevents.*' \
-       -o -name '*.log' -o -name '*.tsv' -o -name '*.yaml' -o -name '*.txt' \) -print0 |
-    tar --null -czf results.tgz.tmp -T - && mv results.tgz.tmp results.tgz)
+       -o -name '*.log' -o -name '*.tsv' -o -name '*.yaml' -o -name '*.txt' \)
 }
 if [ "$MODE" = pack ]; then
   pack && echo "[$(date +%T)] packed: $OUT/results.tgz" | tee -a "$OUT/session.log"

@@ -20,6 +20,12 @@ step() {
   return $rc
 }
 
+# pack_results FIND_ARGS...: OUT/results.tgz, whole or not at all (tmp + rename), of the files under OUT that
+# `find . FIND_ARGS -print0` prints: the one file a device call brings back (it returns at most 8 from its $OUT).
+pack_results() {
+  (cd "$OUT" && find . "$@" -print0 | tar --null -czf results.tgz.tmp -T - && mv results.tgz.tmp results.tgz)
+}
+
 # budget_left [RESERVE]: seconds of BUDGET_S left after RESERVE more (a large number without a budget).
 budget_left() {
   if [ -z "${BUDGET_S:-}" ]; then echo 1000000; else echo $((BUDGET_S - SECONDS - ${1:-0})); fi

@@ -39,7 +39,7 @@ def test_a_step_that_overruns_the_budget_is_stopped_with_its_children(tmp_path):
 
 
 def test_a_step_that_needs_more_than_is_left_is_skipped_and_one_that_fits_runs(tmp_path):
-    proc, _ = _run(tmp_path, "budget_step big 50 touch big; RESERVE_S=5 budget_step small 10 bash -c 'echo hi; exit 3';"
+    proc, _ = _run(tmp_path, f"budget_step big 50 touch {tmp_path}/big; RESERVE_S=5 budget_step small 10 bash -c 'echo hi; exit 3';"
                              " echo small=$?", "30")
     assert _steps(tmp_path)[0][:2] == ["big", "skip"] and not (tmp_path / "big").exists()
     assert _steps(tmp_path)[1][:2] == ["small", "3"] and "small=3" in proc.stdout  # its own exit code
