@@ -210,11 +210,13 @@ def launch(args: list[str], nproc: int = 1, timeout: int = 600, env: dict | None
     return subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=timeout)
 
 
-def run_main(module: str, argv: list[str], env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+def run_main(module: str, argv: list[str], env: dict | None = None, timeout: int = 600,
+             cwd: Path = REPO) -> subprocess.CompletedProcess:
     """``python -m MODULE ARGV`` as a forked child of this test process, which has torch, DeepSpeed and
     transformers imported already: the same ``main`` in its own process (own pid, environment, stdout, stderr,
-    exit status, DataLoader workers), without the 4-5 CPU-s of imports a new interpreter pays on the 2-core CI
-    machine. Multi-rank runs and the install, launcher and Slurm tests start real interpreters."""
+    exit status, working directory ``cwd``, DataLoader workers), without the imports a new interpreter pays:
+    6-8 CPU-s on the 2-core CI machine, 4 of them transformers' modeling modules. Multi-rank runs, the sweep
+    (which starts its runs), and the install, launcher, trust and Slurm tests start real interpreters."""
     import contextlib
     import importlib
     import logging
@@ -237,7 +239,7 @@ def run_main(module: str, argv: list[str], env: dict | None = None, timeout: int
             sys.stderr = open(2, "w", buffering=1, encoding="utf-8", closefd=False)
             os.environ.clear()
             os.environ.update(full_env)
-            os.chdir(REPO)
+            os.chdir(cwd)
             root = logging.getLogger()  # as a fresh interpreter has it: main's basicConfig then applies
             for handler in list(root.handlers):
                 root.removeHandler(handler)
@@ -306,22 +308,63 @@ def read_metrics(run_dir: Path) -> dict[int, dict]:
     return rows
 
 
+def made_once(tmp_path_factory, name: str, make) -> Path:
+    """``make(DIR)`` once per test session, whichever pytest-xdist worker asks first; the others wait on a lock
+    and reuse DIR (the fixtures it is made from are byte-identical on every worker). Treat DIR as read-only:
+    copy what a test changes."""
+    import fcntl
+    import shutil
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # shared by this session's workers
+    out = root / "made_once" / name
+    out.parent.mkdir(exist_ok=True)
+    with open(out.parent / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (out / ".made").exists():
+            shutil.rmtree(out, ignore_errors=True)  # an earlier try that failed
+            out.mkdir()
+            make(out)
+            (out / ".made").touch()
+    return out
+
+
 @pytest.fixture(scope="session")
 def straight_runs(tmp_path_factory, tiny_roberta, corpus):
-    """Two-phase xpt runs, 2 ranks, fp32 + torch AdamW, a checkpoint every step; one per ZeRO stage, cached."""
-    cache: dict[int, Path] = {}
-
+    """Two-phase xpt runs, 2 ranks, fp32 + torch AdamW, a checkpoint every step; one per ZeRO stage, made once
+    per session (``made_once``): ``get(stage)/run``, ``get(stage)/cfg.yaml``."""
     def get(stage: int) -> Path:
-        if stage not in cache:
-            root = tmp_path_factory.mktemp(f"straight_z{stage}")
-            cfg = base_config(root / "run", tiny_roberta, corpus, deepspeed=str(REPO / f"ds_configs/zero{stage}_fp32.json"),
-                              checkpoint={"every_steps": 1})
+        def make(root: Path) -> None:
+            cfg = base_config(root / "run", tiny_roberta, corpus, checkpoint={"every_steps": 1},
+                              deepspeed=str(REPO / f"ds_configs/zero{stage}_fp32.json"))
             proc = launch(["--config", str(write_config(root / "cfg.yaml", cfg))], nproc=2)
             assert proc.returncode == 0, proc.stderr[-3000:]
-            cache[stage] = root
-        return cache[stage]
+        return made_once(tmp_path_factory, f"straight_z{stage}", make)
 
     return get
+
+
+LONG_STEPS = 40  # per phase: a run long enough to be signalled mid-way
+
+
+def long_config(run_dir: Path, source: Path, corpus: Path, every: int = 10, steps: int = LONG_STEPS) -> dict:
+    """Two phases of ``steps`` on 2 DataLoader workers per rank (the default), a checkpoint every ``every``: the
+    run the signal and preemption tests interrupt (test_faults, test_preemption, test_slurm)."""
+    cfg = base_config(run_dir, source, corpus, checkpoint={"every_steps": every})
+    cfg["phases"] = [{"name": "phase1", "steps": steps, "lr": 1e-3, "warmup_steps": 1},
+                     {"name": "phase2", "steps": steps, "lr": 5e-4, "warmup_steps": 1}]
+    return cfg
+
+
+@pytest.fixture(scope="session")
+def long_reference(tmp_path_factory, tiny_roberta, corpus) -> Path:
+    """``long_config`` left alone on 2 ranks (torchrun), made once per session (``made_once``): the run directory
+    whose per-step losses and last checkpoint every interrupted-and-resumed ``long_config`` run must equal,
+    whatever its checkpoint interval."""
+    def make(root: Path) -> None:
+        cfg = write_config(root / "cfg.yaml", long_config(root / "run", tiny_roberta, corpus))
+        proc = launch(["--config", str(cfg)], nproc=2)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    return made_once(tmp_path_factory, "long_reference", make) / "run"
 
 
 # Heaviest first (seconds per file on the 2-core CI machine, pytest --durations=0): under pytest-xdist's

@@ -2,11 +2,9 @@
 ``sweep``, ``data_tools.prepare``) with exit code 2 and one ``error:`` line naming the culprit: no traceback,
 also when the error is raised in a DataLoader worker process."""
 import json
-import os
 import shutil
 import socket
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +12,7 @@ from pathlib import Path
 import pytest
 import sentencepiece as spm
 
-from conftest import base_config, launch, write_config
+from conftest import base_config, launch, run_main, write_config
 from data_tools.pipeline.shards import write_shard
 from data_tools.pipeline.spm_layouts import LAYOUTS
 
@@ -196,12 +194,6 @@ def test_bad_input_is_one_line_error_naming_culprit(outcomes, name):
 
 # ---- the other entry points ----
 
-def _module(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "TORCHDYNAMO_DISABLE": "1"}
-    return subprocess.run([sys.executable, "-m", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=300)
-
-
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory, tiny_roberta, corpus) -> Path:
     d = tmp_path_factory.mktemp("finished")
@@ -249,10 +241,11 @@ def _tool_cases(run: Path, corpus: Path, d: Path) -> dict:
 def tool_outcomes(tmp_path_factory, finished_run, corpus):
     d = tmp_path_factory.mktemp("tools")
     cases = _tool_cases(finished_run, corpus, d)
-    elsewhere = tmp_path_factory.mktemp("cwd")  # not the checkout: the installed package runs
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        futures = {name: pool.submit(_module, argv, elsewhere) for name, (argv, _) in cases.items()}
-        return {name: (futures[name].result(), cases[name][1]) for name in cases}
+    elsewhere = tmp_path_factory.mktemp("cwd")  # not the checkout
+    # Each tool's main in a forked child (conftest.run_main): a new interpreter per case cost 6-8 CPU-s of
+    # imports; the console commands themselves start from another directory in tests/test_install.py.
+    return {name: (run_main(argv[0], argv[1:], timeout=300, cwd=elsewhere), culprits)
+            for name, (argv, culprits) in cases.items()}
 
 
 TOOL_CASES = ["export_out_unwritable", "export_missing_run", "evaluate_out_unwritable", "evaluate_missing_shards",

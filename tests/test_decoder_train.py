@@ -42,9 +42,10 @@ pytestmark = pytest.mark.multiproc
 
 CLASSES = {"gpt2": GPT2LMHeadModel, "llama": LlamaForCausalLM, "mistral": MistralForCausalLM,
            "qwen2": Qwen2ForCausalLM}
-# (family, tied head, DeepSpeed config): ZeRO-1/2 and ZeRO-3 for each family, bf16 once.
-MATRIX = [("gpt2", True, "zero2_bf16"), ("gpt2", True, "zero3_fp32"),
-          ("llama", False, "zero1_fp32"), ("llama", False, "zero3_fp32")]
+# (family, tied head, DeepSpeed config): ZeRO-2 (bf16) and ZeRO-3 for GPT-2, ZeRO-3 for Llama. Llama's
+# partitioned-optimizer stages on one rank: test_mistral_and_qwen2_one_rank_two_phases_and_export; a 2-rank
+# Llama ZeRO-1 case (2 launches, about 45 CPU-s of the 2-core CI machine) was dropped for the suite's time.
+MATRIX = [("gpt2", True, "zero2_bf16"), ("gpt2", True, "zero3_fp32"), ("llama", False, "zero3_fp32")]
 
 
 def _config(tmp_path, source, corpus, ds):

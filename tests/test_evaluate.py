@@ -2,14 +2,11 @@
 checkpoint and on its export reproduces the trainer's own periodic validation."""
 import json
 import math
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
 
-from conftest import REPO, base_config, launch, read_metrics, write_config
+from conftest import base_config, launch, read_metrics, run_main, write_config
 from xpt_ds.metrics.mlm import IGNORE, MLMStats, gold_ranks, piece_word_starts, starts_word
 
 LOGITS = torch.tensor([
@@ -115,9 +112,7 @@ def test_bits_per_word_hand_computed():
 
 
 def _evaluate(*args):
-    env = {**os.environ, "DS_ACCELERATOR": "cpu"}
-    return subprocess.run([sys.executable, "-m", "xpt_ds.evaluate", *args], cwd=REPO, capture_output=True,
-                          text=True, env=env)
+    return run_main("xpt_ds.evaluate", list(args))
 
 
 def test_evaluate_reproduces_the_trainers_validation(tmp_path, tiny_roberta, corpus):
@@ -146,8 +141,8 @@ def test_evaluate_reproduces_the_trainers_validation(tmp_path, tiny_roberta, cor
     assert unigram["chars"] == from_ckpt["chars"]  # the same masked tokens
 
     export = tmp_path / "export"
-    subprocess.run([sys.executable, "-m", "xpt_ds.export", "--run", str(run), "--out", str(export)], cwd=REPO,
-                   check=True, capture_output=True)
+    proc = run_main("xpt_ds.export", ["--run", str(run), "--out", str(export)])
+    assert proc.returncode == 0, proc.stderr[-2000:]
     out = _evaluate("--model", str(export), "--shards", valid, "--seq-len", "32")
     assert out.returncode == 0, out.stderr[-2000:]
     from_export = json.loads(out.stdout)

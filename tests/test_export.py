@@ -25,9 +25,17 @@ def _trainer_logits(run_root, ids, tmp_path):
     return torch.load(out)
 
 
-@pytest.mark.parametrize("stage", [2, 3])
+@pytest.mark.parametrize("stage", [1, 3])
 def test_export_matches_trainer(stage, straight_runs, tmp_path, corpus):
-    run_root = straight_runs(stage)
+    """ZeRO-1 (DeepSpeed's stage-1-and-2 optimizer and checkpoint layout, as ZeRO-2) and ZeRO-3."""
+    import shutil
+
+    import yaml
+    shared = straight_runs(stage)
+    run_root = tmp_path / "straight"  # the shared run stays as it is: trainer_logits starts a Trainer on it
+    shutil.copytree(shared / "run", run_root / "run")
+    cfg = yaml.safe_load((shared / "cfg.yaml").read_text())
+    (run_root / "cfg.yaml").write_text(yaml.safe_dump({**cfg, "run_dir": str(run_root / "run")}))
     out = tmp_path / "exported"
     assert export_main(["--run", str(run_root / "run"), "--out", str(out)]) == 0
 

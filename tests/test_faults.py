@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 
-from conftest import REPO, _command, base_config, free_port, launch, read_metrics, write_config
+from conftest import LONG_STEPS, REPO, _command, base_config, free_port, launch, long_config, read_metrics, write_config
 from data_tools.pipeline.shards import write_shard
 from xpt_ds.training.checkpoint import ABANDONED, complete_tags, tag_for
 from xpt_ds.training.export import load_checkpoint_fp32
@@ -21,13 +21,11 @@ from xpt_ds.data.shards import DataError, scan_shard
 
 pytestmark = pytest.mark.multiproc
 
-STEPS = 40
+STEPS = LONG_STEPS
 
 
 def _cfg(run_dir, tiny_roberta, corpus, every=10, steps=STEPS):
-    cfg = base_config(run_dir, tiny_roberta, corpus, checkpoint={"every_steps": every})
-    cfg["phases"] = [{"name": "phase1", "steps": steps, "lr": 1e-3, "warmup_steps": 1},
-                     {"name": "phase2", "steps": steps, "lr": 5e-4, "warmup_steps": 1}]
+    cfg = long_config(run_dir, tiny_roberta, corpus, every, steps)
     assert "num_workers" not in cfg["data"]  # the default: 2 DataLoader workers per rank
     return cfg
 
@@ -65,11 +63,8 @@ def _wait_for_group(pgid, timeout=120):
 
 
 @pytest.fixture(scope="module")
-def straight(tmp_path_factory, tiny_roberta, corpus):
-    d = tmp_path_factory.mktemp("straight")
-    proc = launch(["--config", str(write_config(d / "s.yaml", _cfg(d / "run", tiny_roberta, corpus)))], nproc=2)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return d / "run"
+def straight(long_reference):
+    return long_reference
 
 
 @pytest.mark.parametrize("launcher,nproc", [("deepspeed", 2), ("torchrun", 2), ("single", 1)])

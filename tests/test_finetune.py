@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import REPO, base_config, launch, write_config
+from conftest import REPO, base_config, launch, run_main, write_config
 from xpt_ds.finetuning.config import FinetuneConfig
 from xpt_ds.finetuning.data import FinetuneError
 from xpt_ds.finetuning.run import build_model, finetune, prepare
@@ -186,12 +186,10 @@ def test_cli_learns_sentence_classification_of_an_xpt_export(xpt_model, corpus_t
                      "label": "yes" if label else "no"})
     files = _split(rows, tmp_path / "data")
     out = tmp_path / "out"
-    args = [sys.executable, "-m", "xpt_ds.finetune", "--model", str(xpt_model), "--out", str(out),
-            "--seeds", "1", "2", "1"]
+    args = ["--model", str(xpt_model), "--out", str(out), "--seeds", "1", "2", "1"]
     for k, v in {**files, **FAST, "epochs": 5}.items():
         args += [f"--{k.replace('_', '-')}", str(v)]
-    proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    proc = run_main("xpt_ds.finetune", args, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "mean ± std" in proc.stdout and "majority class 'no'" in proc.stdout
     res = json.loads((out / "results.json").read_text())

@@ -2,17 +2,14 @@
 unchanged gives back the source model exactly (embeddings, tied decoder, head bias, pad id and shifted
 position rows, ITL removal); the CLI scores every row on a trained run."""
 import json
-import os
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import torch
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-from conftest import REPO, TINY, base_config, launch, write_config
+from conftest import TINY, base_config, launch, run_main, write_config
 from xpt_ds.config import DataConfig, ModelConfig
 from xpt_ds.model.build import build_model
 from xpt_ds.evaluation.probe import source_batches, swap_in_source_vocabulary
@@ -61,10 +58,8 @@ def test_probe_cli_scores_every_row(tmp_path, source, corpus):
     run = tmp_path / "run"
     proc = launch(["--config", str(write_config(tmp_path / "c.yaml", base_config(run, source, corpus)))])
     assert proc.returncode == 0, proc.stderr[-3000:]
-    env = {**os.environ, "DS_ACCELERATOR": "cpu"}
-    out = subprocess.run([sys.executable, "-m", "xpt_ds.probe", "--run", str(run), "--source-text",
-                          str(source / "text.txt"), "--target-shards", f"{corpus}/manifest.json:valid",
-                          "--seq-len", "32"], cwd=REPO, env=env, capture_output=True, text=True)
+    out = run_main("xpt_ds.probe", ["--run", str(run), "--source-text", str(source / "text.txt"),
+                                    "--target-shards", f"{corpus}/manifest.json:valid", "--seq-len", "32"])
     assert out.returncode == 0, out.stderr[-3000:]
     rows = json.loads(out.stdout)["rows"]
     assert list(rows) == ["source model, source vocabulary", "post-trained, source vocabulary, with ITLs",
@@ -74,7 +69,6 @@ def test_probe_cli_scores_every_row(tmp_path, source, corpus):
     n = rows["source model, source vocabulary"]["tokens"]
     assert rows["post-trained, source vocabulary, with ITLs"]["tokens"] == n  # the same masked tokens
 
-    bad = subprocess.run([sys.executable, "-m", "xpt_ds.probe", "--run", str(run), "--source-text",
-                          str(tmp_path / "missing.txt")], cwd=REPO, env=env, capture_output=True, text=True)
+    bad = run_main("xpt_ds.probe", ["--run", str(run), "--source-text", str(tmp_path / "missing.txt")])
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1] == \
         f"error: --source-text {tmp_path / 'missing.txt'} not found"
