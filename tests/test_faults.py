@@ -12,7 +12,8 @@ import time
 import pytest
 import torch
 
-from conftest import LONG_STEPS, REPO, _command, base_config, free_port, launch, long_config, read_metrics, write_config
+from conftest import (LONG_STEPS, REPO, _command, base_config, free_port, launch, long_config, read_metrics,
+                      write_config)
 from data_tools.pipeline.shards import write_shard
 from xpt_ds.training.checkpoint import ABANDONED, complete_tags, tag_for
 from xpt_ds.training.export import load_checkpoint_fp32
@@ -21,10 +22,7 @@ from xpt_ds.data.shards import DataError, scan_shard
 
 pytestmark = pytest.mark.multiproc
 
-STEPS = LONG_STEPS
-
-
-def _cfg(run_dir, tiny_roberta, corpus, every=10, steps=STEPS):
+def _cfg(run_dir, tiny_roberta, corpus, every=10, steps=LONG_STEPS):
     cfg = long_config(run_dir, tiny_roberta, corpus, every, steps)
     assert "num_workers" not in cfg["data"]  # the default: 2 DataLoader workers per rank
     return cfg
@@ -62,13 +60,9 @@ def _wait_for_group(pgid, timeout=120):
         time.sleep(0.1)
 
 
-@pytest.fixture(scope="module")
-def straight(long_reference):
-    return long_reference
-
-
 @pytest.mark.parametrize("launcher,nproc", [("deepspeed", 2), ("torchrun", 2), ("single", 1)])
-def test_sigterm_to_the_job_checkpoints_with_workers_on(tmp_path, tiny_roberta, corpus, straight, launcher, nproc):
+def test_sigterm_to_the_job_checkpoints_with_workers_on(tmp_path, tiny_roberta, corpus, long_reference, launcher,
+                                                        nproc):
     run = tmp_path / "run"
     cfg_path = write_config(tmp_path / "p.yaml", _cfg(run, tiny_roberta, corpus))
     job = _start_session(["--config", str(cfg_path)], tmp_path / "job.log", nproc, launcher)
@@ -87,16 +81,17 @@ def test_sigterm_to_the_job_checkpoints_with_workers_on(tmp_path, tiny_roberta, 
     assert out.count("preempted: checkpoint global_step") == nproc, out[-3000:]
     status = json.loads((run / "status.json").read_text())
     stopped = status["global_step"]
-    assert status["state"] == "preempted" and 5 <= stopped < 2 * STEPS
+    assert status["state"] == "preempted" and 5 <= stopped < 2 * LONG_STEPS
     assert complete_tags(run / "checkpoints")[-1] == tag_for(stopped)
     if nproc == 1:
         return  # the exact resume is checked on 2 ranks (the reference run has 2)
     proc = launch(["--config", str(cfg_path)], nproc=2)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"resumed from {tag_for(stopped)}" in proc.stderr
+    straight = long_reference  # the same run left alone
     want, got = read_metrics(straight), read_metrics(run)
-    assert all(got[s]["train/loss"] == want[s]["train/loss"] for s in range(1, 2 * STEPS + 1))
-    last = tag_for(2 * STEPS)
+    assert all(got[s]["train/loss"] == want[s]["train/loss"] for s in range(1, 2 * LONG_STEPS + 1))
+    last = tag_for(2 * LONG_STEPS)
     a, b = load_checkpoint_fp32(straight / "checkpoints", last), load_checkpoint_fp32(run / "checkpoints", last)
     assert all(torch.equal(a[k], b[k]) for k in a)
 
