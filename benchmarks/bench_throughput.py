@@ -42,7 +42,6 @@ import argparse
 import json
 import os
 import resource
-import socket
 import subprocess
 import sys
 import tempfile
@@ -54,6 +53,7 @@ from throughput_facts import LinearOutputDtype, engine_facts, frozen_matmul, opt
 from throughput_profile import profile_steps, synchronize
 from throughput_report import add_ratios, machine, markdown, max_batch_markdown
 from xpt_ds import config
+from xpt_ds.training.ports import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 # RoBERTa-base shape (a source vocabulary of 50,265 as the real one; only its encoder and head are reused).
@@ -62,12 +62,14 @@ FULL = dict(source_vocab=50265, target_vocab=50000, hidden_size=768, num_hidden_
 TINY = dict(source_vocab=100, target_vocab=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
             intermediate_size=128)
 SIDES = ("hf", "xpt")
+PORT_TRIES = 3  # a worker whose store could not listen (EADDRINUSE) starts again on another port
 # Optimisations tried on the xpt_ds side, each its own row: what the spec changes. ``compile``: config key
 # ``compile`` (xpt_ds.training.compile); ``pad_vocab``: the target vocabulary rounded up to a multiple of that
-# many rows; ``grad_clip``: optim.grad_clip; the engine JSON (engine_json): ``ds_base`` picks
-# ds_configs/<ds_base>_<precision>.json (default zero2), and each of ``ds``'s top-level sections is merged into
-# the section of that name (None removes it). The rows from no_tput_timer on aim at the host work DeepSpeed 0.19.8
-# does per step, which leaves a phase-2 step on one GPU host-bound (BENCHMARKS.md). With ds_configs/zero2_bf16.json
+# many rows; ``grad_clip``: optim.grad_clip; the engine JSON (engine_json): ``ds_file`` names a shipped file
+# (ds_configs/<ds_file>.json), else ``ds_base`` picks ds_configs/<ds_base>_<precision>.json (default zero2), and
+# each of ``ds``'s top-level sections is merged into the section of that name (None removes it). The rows from
+# no_tput_timer on aim at the host work DeepSpeed 0.19.8 does per step, which leaves a phase-2 step on one GPU
+# host-bound (BENCHMARKS.md). With ds_configs/zero2_bf16.json
 # a step waits for the device six times: its throughput timer (utils/timer.py, on and synchronized by default)
 # at the start of forward and the end of step; under overlap_comm at the end of backward (zero/stage_1_and_2.py);
 # twice in the bf16 overflow check (has_overflow's .item() after an inf/NaN reduction per gradient, and step's
@@ -85,18 +87,18 @@ VARIANTS = {
     "no_tput_timer": {"ds": {"timers": TIMER_OFF}},
     # bf16 has fp32's exponent range: without the check a step with a non-finite gradient is taken, not skipped.
     "no_overflow_check": {"ds": {"bf16": {"check_grad_overflow": False}}},
-    # The three above together: ZeRO-2, clipping kept, one wait left (clipping's).
-    "lean": {"ds": {"zero_optimization": {"overlap_comm": False}, "bf16": {"check_grad_overflow": False},
-                    "timers": TIMER_OFF}},
+    # The three above together, as shipped (ds_configs/zero2_bf16_lean.json): ZeRO-2, clipping kept, one wait left
+    # (clipping's). Non-finite steps are no longer skipped: the trainer halts on one (tests/test_guards.py).
+    "lean": {"ds_file": "zero2_bf16_lean"},
     # lean without clipping or its norms (compute_grad_norm off needs gradient_clipping 0): no wait left in the
     # step. It trains differently (no clipping): it prices clipping, it is no row to set against HF.
-    "nosync": {"grad_clip": 0.0, "ds": {"zero_optimization": {"overlap_comm": False, "compute_grad_norm": False},
-                                        "bf16": {"check_grad_overflow": False}, "timers": TIMER_OFF}},
+    "nosync": {"ds_file": "zero2_bf16_lean", "grad_clip": 0.0,
+               "ds": {"zero_optimization": {"compute_grad_norm": False}}},
     "zero1": {"ds_base": "zero1"},  # ZeRO-1 as shipped; overlap_comm off (DeepSpeed's default below stage 3)
     "zero1_nohooks": {"ds_base": "zero1", "ds": {"zero_optimization": {"contiguous_gradients": False}}},
-    # ZeRO-1 without gradient hooks, and lean's other settings: one wait left (clipping's).
-    "zero1_lean": {"ds_base": "zero1", "ds": {"zero_optimization": {"contiguous_gradients": False},
-                                              "bf16": {"check_grad_overflow": False}, "timers": TIMER_OFF}},
+    # ZeRO-1 without gradient hooks, and lean's other settings, as shipped (ds_configs/zero1_bf16_lean.json): one
+    # wait left (clipping's).
+    "zero1_lean": {"ds_file": "zero1_bf16_lean"},
     # torch.autocast to bf16 inside the engine's forward instead of a bf16 module: fp32 parameters, fp32 ZeRO-2
     # (no overflow check: DeepSpeed runs it for fp16/bf16 modules only), bf16 matmuls.
     "autocast": {"ds": {"bf16": None, "torch_autocast": {"enabled": True, "dtype": "bfloat16"}}},
@@ -198,17 +200,18 @@ def run_worker(spec: dict, tmp: Path, timeout: int) -> dict:
     """One side in a fresh process, a world of one on a free port; a failure becomes the row's ``error``."""
     spec_path = tmp / f"spec-{Path(spec['result']).stem}.json"
     spec_path.write_text(json.dumps(spec))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
-           "MASTER_PORT": str(port), "TOKENIZERS_PARALLELISM": "false"}
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", str(spec_path)]
     busy = machine_busy()
-    try:
-        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc = subprocess.CompletedProcess(cmd, "timeout", "", f"timed out after {timeout} s")
+    for _ in range(PORT_TRIES):
+        env = {**os.environ, "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+               "MASTER_PORT": str(free_port()), "TOKENIZERS_PARALLELISM": "false"}
+        try:
+            proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc = subprocess.CompletedProcess(cmd, "timeout", "", f"timed out after {timeout} s")
+        # another process took the port between the pick and the store's listen: the worker got nowhere, again
+        if proc.returncode == 0 or "EADDRINUSE" not in proc.stderr:
+            break
     row = {k: spec[k] for k in ("side", "variant", "phase", "seq_len", "micro_batch")}
     row["busy"] = busy
     if proc.returncode != 0 or not Path(spec["result"]).is_file():
@@ -239,9 +242,10 @@ def machine_busy() -> dict:
 
 
 def engine_json(spec: dict) -> dict:
-    """The engine JSON a row runs: ds_configs/<ds_base>_<precision>.json with the variant's ``ds`` sections merged
-    in (a None section removed)."""
-    ds = json.loads((REPO / f"ds_configs/{spec.get('ds_base', 'zero2')}_{spec['precision']}.json").read_text())
+    """The engine JSON a row runs: ds_configs/<ds_file>.json or ds_configs/<ds_base>_<precision>.json, with the
+    variant's ``ds`` sections merged in (a None section removed)."""
+    stem = spec.get("ds_file") or f"{spec.get('ds_base', 'zero2')}_{spec['precision']}"
+    ds = json.loads((REPO / f"ds_configs/{stem}.json").read_text())
     for section, value in spec.get("ds", {}).items():
         if value is None:
             ds.pop(section, None)

@@ -2,31 +2,33 @@
 # Everything issue 24 measures on a lent GPU, in one go, each step's output kept as it finishes and everything
 # packed into OUT/results.tgz at the end, within BUDGET_S seconds (GPU default 540: one device call runs at most
 # 600 s, and a session has 15 minutes of device time, machine start included). Steps, in the GPU default order,
-# with what each took on the 2026-11-24 H100 session:
+# with what each took on the 2026-11-26 H200 session (BENCHMARKS.md):
 #   install, install_xpt, fused_adam (GPU only, every call): what the GPU image lacks from .gpu-kit/ (bash
-#                    ../shared/gpu-kit/carry.sh), xpt-ds itself (18 s together), and DeepSpeed's FusedAdam (nvcc,
-#                    once per machine: 62 s);
-#   gpu_tests        pytest -m gpu tests/gpu (4 workers on the one GPU, a line per test as it ends), its report
-#                    figures under OUT/gpu_report; the encoder tests took 85 s with FusedAdam; the decoder tests
-#                    (test_cuda_decoder.py) came later and have not run on a GPU;
+#                    ../shared/gpu-kit/carry.sh), xpt-ds itself (15 s together), and DeepSpeed's FusedAdam (nvcc,
+#                    once per machine: 35 s; 8 s on the warm machine's second call);
 #   bench_main       the main table: xpt_ds against HF Trainer + DeepSpeed (benchmarks/bench_throughput.py),
-#                    sequence 128 and 512, phases 1 and 2, 16,384 tokens per micro-batch, 8 rows (the call that ran
-#                    gpu_tests and these 8 rows took 428 s; with the 4 compile rows, MAIN_VARIANTS=compile, 408 s);
+#                    sequence 128 and 512, phases 1 and 2, 16,384 tokens per micro-batch, plus xpt_ds rows with
+#                    the shipped lean engine configs (MAIN_VARIANTS, default "lean zero1_lean"; 12 rows). The 8
+#                    rows without variants took 166 s;
+#   gpu_tests        pytest -m gpu tests/gpu (4 workers on the one GPU, a line per test as it ends), its report
+#                    figures under OUT/gpu_report: 12 tests, encoder and decoder, 154 s;
 #   bench_big        the main table at 65,536 tokens per micro-batch (128 x 512, 512 x 128), both trainers, both
 #                    phases: the largest micro-batch HF fits at 512 in phase 2 (bench_max_batch, 2026-11-24), so
-#                    launch work per step is spread over 4x the tokens; 5 warm-up + 30 timed steps (not yet run);
+#                    launch work per step is spread over 4x the tokens; 5 warm-up + 30 timed steps (6 of its 8
+#                    rows in 156 s, stopped at the budget's end);
 #   bench_variants   engine settings against DeepSpeed's per-step host work, one xpt_ds row each at 512 x 32,
 #                    phase 2, with a torch.profiler table per row (VARIANTS in bench_throughput.py): lean, nosync,
-#                    zero1_lean, zero1, autocast, no_tput_timer (not yet run; the 2026-11-24 rows, vocab64
-#                    no_overlap buckets_2e8 compile+vocab64, took 267 s for 5 rows and gained nothing:
-#                    VARIANTS="vocab64 ..." runs them again);
+#                    zero1_lean, zero1, autocast, no_tput_timer (7 rows with the plain one: 194 s; the 2026-11-24
+#                    rows, vocab64 no_overlap buckets_2e8 compile+vocab64, took 267 s for 5 rows and gained
+#                    nothing: VARIANTS="vocab64 ..." runs them again);
 #   bench_max_batch  the largest micro-batch at sequence 512 on both sides, phases 1 and 2 (recorded in
 #                    BENCHMARKS.md on 2026-11-24: 196 s; not in the GPU default).
 # A step starts only if the budget has at least its NEED seconds left (the PLANNED table below: the least worth
 # starting, since a bench step writes each row as it finishes and pytest prints each test as it ends); one still
 # running when the budget ends is stopped, and what it wrote is packed. One 600 s call with the default budget
-# gets the installs, the FusedAdam build, gpu_tests and most or all of bench_main; a second call on the warm
-# machine (FusedAdam stays built) runs SESSION_STEPS="bench_big" (docs/testing.md, "A GPU session").
+# gets the installs, the FusedAdam build, bench_main and gpu_tests (about 450 s by the 2026-11-26 times) and
+# the start of bench_big; a second call on the warm machine (FusedAdam stays built) runs SESSION_STEPS=bench_big
+# (docs/testing.md, "A GPU session").
 # Usage, from the repository root:  bash benchmarks/gpu_session.sh OUT [--rehearse]
 # --rehearse: the same steps on the CPU with the tiny model (DS_ACCELERATOR=cpu, no install, no budget unless
 # BUDGET_S is set), bench_max_batch included; tests/gpu only collected unless XPT_GPU_TESTS_ON_CPU=1.
@@ -88,7 +90,8 @@ FusedAdam([p]).step()
 print('FusedAdam built and stepped')"
     grep -q "^fused_adam	0" "$OUT/steps.tsv" || OPTIMIZER=torch
     read -ra VARIANTS <<< "${VARIANTS-lean nosync zero1_lean zero1 autocast no_tput_timer}"
-    STEPS="gpu_tests bench_main bench_big bench_variants"
+    STEPS="bench_main gpu_tests bench_big bench_variants"
+    MAIN_VARIANTS=${MAIN_VARIANTS-lean zero1_lean}
     PYTEST=(-n 4 --dist load -v -rA)
 fi
 echo "optimizer: $OPTIMIZER" | tee -a "$OUT/session.log"

@@ -172,11 +172,10 @@ def write_config(path: Path, cfg: dict) -> Path:
 
 
 def free_port() -> int:
-    """A port nothing listens on now: tests may run in parallel (pytest-xdist), so none uses a fixed one."""
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nothing listens on now, outside the ephemeral range: tests run in parallel (pytest-xdist), so none
+    uses a fixed one, and the other worker's jobs take ephemeral ports all the time (xpt_ds.training.ports)."""
+    from xpt_ds.training.ports import free_port as pick
+    return pick()
 
 
 def _command(args: list[str], nproc: int, env: dict | None, launcher: str = "torchrun") -> tuple[list[str], dict]:

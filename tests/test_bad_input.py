@@ -3,7 +3,6 @@
 also when the error is raised in a DataLoader worker process."""
 import json
 import shutil
-import socket
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -12,7 +11,7 @@ from pathlib import Path
 import pytest
 import sentencepiece as spm
 
-from conftest import base_config, launch, run_main, write_config
+from conftest import base_config, free_port, launch, run_main, write_config
 from data_tools.pipeline.shards import write_shard
 from data_tools.pipeline.spm_layouts import LAYOUTS
 
@@ -147,14 +146,10 @@ CASES = {f.__name__: f for f in [
 
 
 def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+    ports: set[int] = set()
+    while len(ports) < n:
+        ports.add(free_port())
+    return sorted(ports)
 
 
 @pytest.fixture(scope="module")

@@ -84,6 +84,22 @@ def test_rows_started_beside_other_work_are_named():
     assert crowded_rows(rows) == ["xpt 512 phase 2 (GPU: 4242, python3, 2048 MiB)", "hf 128 phase 1 (host load 1000000.0)"]
 
 
+def test_lean_rows_run_the_shipped_lean_engine_configs():
+    """The rows that measured the lean settings on the GPU run the files users get (tests/test_lean_engine.py)."""
+    import sys
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from bench_throughput import VARIANTS, engine_json
+
+    shipped = {n: json.loads((REPO / f"ds_configs/{n}.json").read_text())
+               for n in ("zero2_bf16_lean", "zero1_bf16_lean")}
+    assert engine_json({"precision": "bf16", **VARIANTS["lean"]}) == shipped["zero2_bf16_lean"]
+    assert engine_json({"precision": "bf16", **VARIANTS["zero1_lean"]}) == shipped["zero1_bf16_lean"]
+    nosync = engine_json({"precision": "bf16", **VARIANTS["nosync"]})
+    lean_zero = shipped["zero2_bf16_lean"]["zero_optimization"]
+    assert nosync["zero_optimization"] == {**lean_zero, "compute_grad_norm": False}
+    assert engine_json({"precision": "bf16"}) == json.loads((REPO / "ds_configs/zero2_bf16.json").read_text())
+
+
 def test_variant_rows_profiles_larger_and_largest_batch(session):
     variants = json.loads((session / "bench_variants.json").read_text())["results"]
     assert [(r["side"], r["variant"]) for r in variants] == [("xpt", ""), ("xpt", "autocast")]

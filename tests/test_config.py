@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from xpt_ds.config import ConfigError, PhaseConfig, TrainConfig, load_config, save_config, to_dict
-from xpt_ds.training.engine import OWNED_KEYS, build_ds_config, load_ds_config, lr_at
+from xpt_ds.training.engine import OWNED_KEYS, build_ds_config, load_ds_config, lr_at, no_skip_reason
 
 REPO = Path(__file__).resolve().parents[1]
 DS_CONFIGS = sorted((REPO / "ds_configs").glob("*.json"))
@@ -242,6 +242,21 @@ def test_ds_configs_shipped():
 def test_shipped_ds_config_loads(path):
     ds = load_ds_config(str(path))
     assert ds["zero_optimization"]["stage"] in (0, 1, 2, 3)
+
+
+def test_which_engine_configs_skip_a_non_finite_step():
+    """The guards count on DeepSpeed skipping a step with non-finite gradients; where it does not, the trainer
+    says why at the start and in its halt line (tests/test_guards.py runs both kinds)."""
+    reasons = {p.stem: no_skip_reason(load_ds_config(str(p))) for p in DS_CONFIGS}
+    assert reasons["zero0_fp32"] == "ZeRO stage 0 cannot skip one"
+    lean = "the DeepSpeed JSON's bf16.check_grad_overflow is false"
+    assert reasons["zero1_bf16_lean"] == reasons["zero2_bf16_lean"] == lean
+    assert [n for n, r in reasons.items() if r is None] == sorted(set(reasons) - {"zero0_fp32", "zero1_bf16_lean",
+                                                                              "zero2_bf16_lean"})
+    # ZeRO-3 checks whatever the JSON says; an fp32 model is checked through its gradient norm
+    assert no_skip_reason({"zero_optimization": {"stage": 3}, "bf16": {"enabled": True,
+                                                                       "check_grad_overflow": False}}) is None
+    assert no_skip_reason({"zero_optimization": {"stage": 2}, "bf16": {"check_grad_overflow": False}}) is None
 
 
 @pytest.mark.parametrize("path", RUN_CONFIGS, ids=lambda p: p.name)

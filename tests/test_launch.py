@@ -2,27 +2,20 @@
 one 2-rank job and train to the end."""
 import json
 import os
-import socket
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO, base_config, write_config
+from conftest import REPO, base_config, free_port, write_config
 
 pytestmark = pytest.mark.multiproc
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_two_node_torchrun_job_on_loopback(tmp_path, tiny_roberta, corpus):
     cfg = write_config(tmp_path / "cfg.yaml", base_config(tmp_path / "run", tiny_roberta, corpus))
     env = {**os.environ, "DS_ACCELERATOR": "cpu", "NNODES": "2", "NPROC_PER_NODE": "1", "OMP_NUM_THREADS": "1",
-           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "CONFIG": str(cfg)}
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "CONFIG": str(cfg)}
     nodes = [subprocess.Popen(["bash", str(REPO / "launch/multi_node.sh")], env={**env, "NODE_RANK": str(r)},
                               cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for r in range(2)]
@@ -38,7 +31,7 @@ def test_a_cpu_job_leaves_no_shared_memory_behind(tmp_path, tiny_roberta, corpus
     the rank, and never unlinks it: without xpt_ds.training.engine.unlink_shm_names every CPU run (and test)
     leaves them in RAM-backed /dev/shm until the machine runs out of memory."""
     cfg = write_config(tmp_path / "cfg.yaml", base_config(tmp_path / "run", tiny_roberta, corpus))
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "TORCHDYNAMO_DISABLE": "1"}
     # The deepspeed launcher (launch/single_node.sh) sets LOCAL_SIZE, which switches the shared-memory path on.
     out = subprocess.run(["python3", "-m", "deepspeed.launcher.runner", "--num_gpus", "2", "--master_port", str(port),

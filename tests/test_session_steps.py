@@ -52,15 +52,19 @@ def test_a_child_that_checkpoints_on_sigterm_gets_its_grace_and_a_stubborn_one_i
     """As a sweep stopped at the budget's end: the sweep dies at SIGTERM, its trainer saves first (here 1 s), and
     budget_run returns only once it has; a child that ignores SIGTERM is killed after GRACE_S."""
     saved, stubborn = tmp_path / "saved", tmp_path / "stubborn"
-    trainer = f"trap 'sleep 1; touch {saved}; exit 0' TERM; while :; do sleep 0.1; done"
-    ignorer = f"trap '' TERM; sleep 4; touch {stubborn}"
+    ready = [tmp_path / "trainer_ready", tmp_path / "ignorer_ready"]
+    # Each child says when its trap is set: the budget (3 s, of which bash's whole-second SECONDS may take 1) has
+    # to outlast their start, which took over a second on a loaded CI machine when the budget was 1 s.
+    trainer = f"trap 'sleep 1; touch {saved}; exit 0' TERM; touch {ready[0]}; while :; do sleep 0.1; done"
+    ignorer = f"trap '' TERM; touch {ready[1]}; sleep 7; touch {stubborn}"
     script = (f"GRACE_S=2 budget_step sweep 0 bash -c \"bash -c \\\"{trainer}\\\" & bash -c \\\"{ignorer}\\\" & "
               f"sleep 60\"; echo sweep=$?; ls {tmp_path}")
-    proc, seconds = _run(tmp_path, script, "1")
+    proc, seconds = _run(tmp_path, script, "3")
     assert "sweep=124" in proc.stdout, proc.stdout + proc.stderr
+    assert all(r.exists() for r in ready), "a child had not set its trap when the budget ended"
     assert saved.exists() and "saved" in proc.stdout  # the trainer's save ended before budget_run returned
-    assert seconds < 4
-    time.sleep(4.5 - seconds)
+    assert seconds < 7
+    time.sleep(7.5 - seconds)
     assert not stubborn.exists()  # killed after the grace, not left to write later
 
 

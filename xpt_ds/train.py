@@ -8,11 +8,11 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import socket
 import sys
 
 from xpt_ds.config import help_text, load_config
 from xpt_ds.errors import UserError, cli_errors, error_line, say
+from xpt_ds.training.ports import free_port
 
 
 def parse_args(argv: list[str]):
@@ -32,10 +32,8 @@ def _single_process_env() -> None:
     """A plain ``python -m xpt_ds.train`` is a world of one: give torch.distributed what it needs."""
     if "WORLD_SIZE" not in os.environ and "SLURM_PROCID" not in os.environ:
         os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1")
-        if "MASTER_PORT" not in os.environ:
-            with socket.socket() as s:  # a free port, so concurrent single-process runs don't collide
-                s.bind(("127.0.0.1", 0))
-                os.environ["MASTER_PORT"] = str(s.getsockname()[1])
+        if "MASTER_PORT" not in os.environ:  # concurrent single-process runs must not collide
+            os.environ["MASTER_PORT"] = str(free_port())
 
 
 @cli_errors

@@ -6,10 +6,11 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import subprocess
 import time
 from pathlib import Path
+
+from xpt_ds.training import ports
 
 # A requeued job is held until its old launch credential has expired: it becomes eligible cred_expire + 1 s
 # after the requeue (slurm.conf(5), AuthInfo; default 120 s, 5 is the smallest value Slurm accepts) and then
@@ -25,9 +26,7 @@ class ClusterUnavailable(RuntimeError):
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
+    return ports.free_port("")
 
 
 class SlurmCluster:

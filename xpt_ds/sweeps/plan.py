@@ -6,7 +6,6 @@ import argparse
 import copy
 import dataclasses
 import hashlib
-import socket
 import sys
 import time
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from xpt_ds.config import ConfigError, load_config, read_config_file
 from xpt_ds.config.methods import METHODS, Method
 from xpt_ds.finetuning.config import FinetuneConfig
 from xpt_ds.sweeps.report import parse_size, size_label
+from xpt_ds.training.ports import free_port
 
 SET_BY_SWEEP = ("run_dir", "model.method", "data.train_tokens")
 SET_BY_SEEDS = ("--model.init_seed=", "--seed=", "--data.seed=")  # a replicate's seeds (Plan.train_args)
@@ -158,16 +158,10 @@ class Plan:
         if self.nproc == 1:
             return [sys.executable, "-m", "xpt_ds.train", *args]
         return [sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", str(self.nproc),
-                "--master_port", str(_free_port()), "--module", "xpt_ds.train", *args]
+                "--master_port", str(free_port()), "--module", "xpt_ds.train", *args]
 
     def tag_args(self, run: Run) -> list[str]:
         return ["--tag", "best"] if self.keep_best[run.arm, run.size] else []
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,20 @@ def zero_stage(ds: dict) -> int:
     return int(ds.get("zero_optimization", {}).get("stage", 0))
 
 
+def no_skip_reason(ds: dict) -> str | None:
+    """Why the engine of DeepSpeed config ``ds`` lets a step with non-finite gradients through instead of skipping
+    it; None where it skips one (xpt_ds.training.guards). DeepSpeed 0.19.8: stage 0 has no check; ZeRO 1-2 test a
+    bf16 model's gradients only under ``bf16.check_grad_overflow`` (a host sync per step; fp32 models' through the
+    gradient norm), ZeRO-3 always."""
+    stage = zero_stage(ds)
+    if stage == 0:
+        return "ZeRO stage 0 cannot skip one"
+    bf16 = ds.get("bf16") or ds.get("bfloat16") or {}
+    if stage < 3 and bf16.get("enabled") and bf16.get("check_grad_overflow", True) is False:
+        return "the DeepSpeed JSON's bf16.check_grad_overflow is false"
+    return None
+
+
 def load_ds_config(path: str) -> dict:
     try:
         ds = json.loads(read_ds_config_text(path))

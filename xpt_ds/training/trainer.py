@@ -31,6 +31,7 @@ from xpt_ds.training.engine import (
     full_fp32_state,
     load_ds_config,
     lr_at,
+    no_skip_reason,
     restore_frozen,
     set_lr,
     zero_stage,
@@ -120,6 +121,10 @@ class Trainer:
         self.step_work = (0, 0.0)  # (tokens, FLOPs) of the last step, every rank's rows (TreLM: xpt_ds.trelm.work)
         self.step_seconds: float | None = None  # mean of the last log window, for the ETA
         self.peak = peak_flops(cfg.logging.peak_tflops)
+        self.no_skip = no_skip_reason(load_ds_config(cfg.deepspeed))  # None: DeepSpeed skips non-finite steps
+        if self.no_skip:
+            self._info(f"non-finite steps are not skipped ({self.no_skip}): a non-finite loss halts the run at the "
+                       f"next log step, and no checkpoint is written from non-finite weights")
         self.engine = self.optimizer = None
         self.frozen: dict[str, torch.Tensor] = {}
         self.last_saved: str | None = None  # newest complete checkpoint of this run
@@ -340,10 +345,10 @@ class Trainer:
             mean_loss = window.mean_loss()
             deepspeed.comm.all_reduce(mean_loss)
             loss = mean_loss.item() / self.world  # the one host sync of the logging interval
-            if not math.isfinite(loss):  # only ZeRO stage 0 lets a non-finite step through
+            if not math.isfinite(loss):  # only an engine that does not skip them lets a non-finite step through
                 self.write_status("halted")
                 raise Halted(f"training loss is {loss} at step {self.state.global_step} and the step was not "
-                             f"skipped (ZeRO stage 0 cannot skip one), so the weights are not usable; not saving. "
+                             f"skipped ({self.no_skip}), so the weights are not usable; not saving. "
                              f"Newest complete checkpoint: {self.last_saved or 'none'}")
             median = self.loss_spikes.check(loss)
             if median is not None and self.rank == 0:
@@ -418,7 +423,7 @@ class Trainer:
         if not self.weights_finite():
             self.write_status("halted")
             raise Halted(f"weights are not finite at step {self.state.global_step}: checkpoint {tag} not written "
-                         f"(a non-finite update went through; ZeRO stage 0 cannot skip one). Newest complete "
+                         f"(a non-finite update went through; {self.no_skip}). Newest complete "
                          f"checkpoint: {self.last_saved or 'none'}")
         client = {"trainer": self.state.state_dict(), "data": self.train_stream.state_dict(),
                   "bad_steps": self.bad_steps.state_dict(), "best": self.best.state_dict(), "config": to_dict(self.cfg),
