@@ -103,6 +103,9 @@ VARIANTS = {
     # (no overflow check: DeepSpeed runs it for fp16/bf16 modules only), bf16 matmuls.
     "autocast": {"ds": {"bf16": None, "torch_autocast": {"enabled": True, "dtype": "bfloat16"}}},
 }
+# The variants that change only the engine JSON, which the HF side reads too (--hf-variants): the peer with the
+# same DeepSpeed settings, not only as shipped.
+ENGINE_ONLY = sorted(v for v, change in VARIANTS.items() if set(change) <= {"ds", "ds_file", "ds_base"})
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -127,6 +130,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="which trainers' plain rows to run (none: only --variants)")
     p.add_argument("--variants", nargs="*", default=[], choices=sorted(VARIANTS),
                    help="extra xpt_ds rows, one per optimisation tried (VARIANTS), beside the plain rows")
+    p.add_argument("--hf-variants", nargs="*", default=[], choices=ENGINE_ONLY,
+                   help="extra HF rows with an engine-JSON variant, so xpt_ds's row with the same variant has a "
+                        "peer on the same DeepSpeed settings ('vs HF' then also gives that ratio)")
     p.add_argument("--profile", metavar="DIR", help="also profile 3 steps of each xpt_ds row with torch.profiler: "
                                                     "DIR/profile-<row>.txt (top operators and kernels by device "
                                                     "time) and the attention kernels that ran in the row")
@@ -150,7 +156,8 @@ def main(argv=None) -> int:
     optimizer = a.optimizer or ("fused" if cuda else "torch")
     rows, failed = [], False
     with tempfile.TemporaryDirectory() as tmp:
-        runs = [(side, "") for side in a.sides] + [("xpt", v) for v in a.variants]
+        runs = ([(side, "") for side in a.sides] + [("xpt", v) for v in a.variants]
+                + [("hf", v) for v in a.hf_variants])
         for seq_len in seq_lens:
             micro_batch = a.micro_batch or max(1, (a.tokens_per_batch or (256 if a.tiny else 16384)) // seq_len)
             for phase in a.phases:
@@ -356,11 +363,10 @@ def run_xpt(spec: dict) -> dict:
 
 
 def hf_deepspeed_config(spec: dict) -> dict:
-    """The repo's engine JSON plus what an HF + DeepSpeed user writes: batch, clipping and optimizer on "auto"
-    (filled from TrainingArguments); the scheduler is the Trainer's own (linear, as lr_at)."""
-    from xpt_ds.training.engine import load_ds_config
-
-    ds = load_ds_config(str(REPO / f"ds_configs/zero2_{spec['precision']}.json"))
+    """The row's engine JSON (engine_json: the repo's, with an --hf-variants row's changes) plus what an HF +
+    DeepSpeed user writes: batch, clipping and optimizer on "auto" (filled from TrainingArguments); the scheduler
+    is the Trainer's own (linear, as lr_at)."""
+    ds = engine_json(spec)
     params = {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}
     if spec["optimizer"] == "torch":  # the same torch.optim.AdamW(foreach=False) as optim.torch_adam
         params.update(torch_adam=True, foreach=False)

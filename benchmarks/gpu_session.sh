@@ -8,7 +8,8 @@
 #                    once per machine: 35 s; 8 s on the warm machine's second call);
 #   bench_main       the main table: xpt_ds against HF Trainer + DeepSpeed (benchmarks/bench_throughput.py),
 #                    sequence 128 and 512, phases 1 and 2, 16,384 tokens per micro-batch, plus xpt_ds rows with
-#                    the shipped lean engine configs (MAIN_VARIANTS, default "lean zero1_lean"; 12 rows). The 8
+#                    the shipped lean engine configs (MAIN_VARIANTS, default "lean zero1_lean") and HF rows with
+#                    the same engine JSON as one of them (MAIN_HF_VARIANTS, default "zero1_lean"): 14 rows. The 8
 #                    rows without variants took 166 s;
 #   gpu_tests        pytest -m gpu tests/gpu (4 workers on the one GPU, a line per test as it ends), its report
 #                    figures under OUT/gpu_report: 12 tests, encoder and decoder, 154 s;
@@ -54,7 +55,8 @@ if [ "$MODE" = --rehearse ]; then
     SIZE=(--tiny --steps 2 --warmup 1 --worker-timeout 600)
     MAIN=(--seq-lens 32)
     LONG=(--seq-lens 32)
-    BIG=(--seq-lens 32 --phases 2 --micro-batch 16 --sides hf)  # one row: the rehearsal's time is CI's
+    # one row (the rehearsal's time is CI's): HF on zero1_lean's engine JSON, as bench_main's --hf-variants on the GPU
+    BIG=(--seq-lens 32 --phases 2 --micro-batch 16 --sides --hf-variants zero1_lean)
     MAXB=(--max-batch 2 4 --phases 2)
     OPTIMIZER=torch
     # compile is a no-op with TORCHDYNAMO_DISABLE; autocast covers a variant's engine JSON (a section removed, one
@@ -92,6 +94,7 @@ print('FusedAdam built and stepped')"
     read -ra VARIANTS <<< "${VARIANTS-lean nosync zero1_lean zero1 autocast no_tput_timer}"
     STEPS="bench_main gpu_tests bench_big bench_variants"
     MAIN_VARIANTS=${MAIN_VARIANTS-lean zero1_lean}
+    MAIN_HF_VARIANTS=${MAIN_HF_VARIANTS-zero1_lean}
     PYTEST=(-n 4 --dist load -v -rA)
 fi
 echo "optimizer: $OPTIMIZER" | tee -a "$OUT/session.log"
@@ -104,6 +107,7 @@ for name in ${SESSION_STEPS:-$STEPS}; do
     [ "$MODE" = --rehearse ] && need=0  # the rehearsal's steps take seconds
     case $name in
     bench_main) budget_step bench_main "$need" "$PY" "${B[@]}" "${MAIN[@]}" --variants ${MAIN_VARIANTS-} \
+        --hf-variants ${MAIN_HF_VARIANTS-} \
         --out "$OUT/bench_main.json" ;;
     gpu_tests) budget_step gpu_tests "$need" env XPT_GPU_REPORT="$OUT/gpu_report" "$PY" -m pytest -m gpu tests/gpu \
         -p no:cacheprovider "${PYTEST[@]}" ;;

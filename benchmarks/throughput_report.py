@@ -6,15 +6,18 @@ import time
 
 
 def add_ratios(rows: list[dict]) -> None:
-    """``vs_hf``: an xpt row's tokens/s over hf's at the same (seq_len, phase); ``vs_plain``: a variant row's over
-    the plain xpt row's; ``vs_phase2``: phase 1 over phase 2 tokens/s of the same side, variant and seq_len, and
-    ``step_vs_phase2`` the step times' ratio (phase 1 / phase 2)."""
+    """``vs_hf``: an xpt row's tokens/s over the plain hf row's at the same (seq_len, phase); ``vs_hf_same``: an
+    xpt variant row's over the hf row with the same variant (--hf-variants); ``vs_plain``: a variant row's over
+    the plain row of its side; ``vs_phase2``: phase 1 over phase 2 tokens/s of the same side, variant and seq_len,
+    and ``step_vs_phase2`` the step times' ratio (phase 1 / phase 2)."""
     ok = {(r["side"], r.get("variant", ""), r["seq_len"], r["phase"]): r for r in rows if "error" not in r}
     for (side, variant, seq_len, phase), r in ok.items():
         if side == "xpt" and ("hf", "", seq_len, phase) in ok:
             r["vs_hf"] = r["tokens_per_s"] / ok["hf", "", seq_len, phase]["tokens_per_s"]
-        if variant and ("xpt", "", seq_len, phase) in ok:
-            r["vs_plain"] = r["tokens_per_s"] / ok["xpt", "", seq_len, phase]["tokens_per_s"]
+        if side == "xpt" and variant and ("hf", variant, seq_len, phase) in ok:
+            r["vs_hf_same"] = r["tokens_per_s"] / ok["hf", variant, seq_len, phase]["tokens_per_s"]
+        if variant and (side, "", seq_len, phase) in ok:
+            r["vs_plain"] = r["tokens_per_s"] / ok[side, "", seq_len, phase]["tokens_per_s"]
         if phase == 1 and (side, variant, seq_len, 2) in ok:
             two = ok[side, variant, seq_len, 2]
             r["vs_phase2"] = r["tokens_per_s"] / two["tokens_per_s"]
@@ -50,7 +53,10 @@ def markdown(report: dict) -> str:
         if "error" in r:
             lines.append(f"{head} failed | | | | | | | | |")
             continue
-        ratio = f"{r['vs_hf']:.2f}x" if "vs_hf" in r else ("1.0x" if r["side"] == "hf" else "")
+        peer = r["side"] == "hf" and not r.get("variant")
+        ratio = f"{r['vs_hf']:.2f}x" if "vs_hf" in r else ("1.0x" if peer else "")
+        if "vs_hf_same" in r:
+            ratio += f" ({r['vs_hf_same']:.2f}x same engine)"
         plain = f"{r['vs_plain']:.2f}x" if "vs_plain" in r else ""
         vs2 = f"{r['step_vs_phase2']:.2f}" if "step_vs_phase2" in r else ""
         lines.append(f"{head} {r['tokens_per_s']:,.0f} | {r['step_ms']:.1f} | {pct(r['mfu'])} | "

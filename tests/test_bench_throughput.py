@@ -100,6 +100,38 @@ def test_lean_rows_run_the_shipped_lean_engine_configs():
     assert engine_json({"precision": "bf16"}) == json.loads((REPO / "ds_configs/zero2_bf16.json").read_text())
 
 
+def test_an_xpt_variant_row_is_set_against_hf_on_the_same_engine_json():
+    """--hf-variants: the peer with the same DeepSpeed settings, beside the peer as shipped."""
+    import sys
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from bench_throughput import ENGINE_ONLY, VARIANTS, hf_deepspeed_config, parse_args
+    from throughput_report import add_ratios, markdown
+
+    assert {"lean", "zero1_lean", "zero1", "autocast"} <= set(ENGINE_ONLY) and "compile" not in ENGINE_ONLY
+    lean = json.loads((REPO / "ds_configs/zero1_bf16_lean.json").read_text())
+    hf_ds = hf_deepspeed_config({"precision": "bf16", "optimizer": "fused", **VARIANTS["zero1_lean"]})
+    assert {k: hf_ds[k] for k in lean} == lean and hf_ds["optimizer"]["type"] == "AdamW"  # the HF row's engine
+    assert parse_args(["--hf-variants", "zero1_lean"]).hf_variants == ["zero1_lean"]
+    with pytest.raises(SystemExit):  # compile changes the model, not the engine: no HF row has it
+        parse_args(["--hf-variants", "compile"])
+    row = dict(seq_len=512, micro_batch=32, phase=2, step_ms=1.0, mfu=None, peak_memory_gib=1.0)
+    rows = [{**row, "side": "hf", "variant": "", "tokens_per_s": 100.0},
+            {**row, "side": "xpt", "variant": "", "tokens_per_s": 120.0},
+            {**row, "side": "xpt", "variant": "zero1_lean", "tokens_per_s": 180.0},
+            {**row, "side": "hf", "variant": "zero1_lean", "tokens_per_s": 150.0}]
+    add_ratios(rows)
+    hf, xpt, xpt_lean, hf_lean = rows
+    assert xpt["vs_hf"] == pytest.approx(1.2) and "vs_hf_same" not in xpt
+    assert xpt_lean["vs_hf"] == pytest.approx(1.8) and xpt_lean["vs_hf_same"] == pytest.approx(1.2)
+    assert xpt_lean["vs_plain"] == pytest.approx(1.5)
+    assert hf_lean["vs_plain"] == pytest.approx(1.5) and "vs_hf" not in hf_lean  # against its own side's plain row
+    table = markdown({"machine": dict(device="d", torch="t", transformers="x", deepspeed="s", date="today"),
+                      "args": dict(precision="bf16", warmup=1, steps=2), "optimizer": "fused", "peak_tflops": 0,
+                      "results": rows}).splitlines()
+    assert "| xpt_ds + zero1_lean | 180 |" in table[-2] and "| 1.80x (1.20x same engine) | 1.50x |" in table[-2]
+    assert "| HF Trainer + DeepSpeed + zero1_lean | 150 |" in table[-1] and "|  | 1.50x |" in table[-1]
+
+
 def test_variant_rows_profiles_larger_and_largest_batch(session):
     variants = json.loads((session / "bench_variants.json").read_text())["results"]
     assert [(r["side"], r["variant"]) for r in variants] == [("xpt", ""), ("xpt", "autocast")]
@@ -115,8 +147,11 @@ def test_variant_rows_profiles_larger_and_largest_batch(session):
     for r in variants:
         table = (session / "profiles" / f"profile-xpt{'-' + r['variant'] if r['variant'] else ''}-32-2.txt").read_text()
         assert "Self CPU" in table and r["profile"]["top"] and r["profile"]["device_ms_per_step"] > 0
-    big = json.loads((session / "bench_big.json").read_text())["results"]  # the rehearsal runs its HF row only
-    assert [(r["side"], r["phase"], r["micro_batch"]) for r in big] == [("hf", 2, 16)] and big[0]["tokens_per_s"] > 0
+    big = json.loads((session / "bench_big.json").read_text())["results"]  # the rehearsal runs one HF row
+    assert [(r["side"], r["variant"], r["phase"], r["micro_batch"]) for r in big] == [("hf", "zero1_lean", 2, 16)]
+    assert big[0]["tokens_per_s"] > 0
+    engine = big[0]["engine"]  # --hf-variants: HF Trainer ran the variant's engine JSON, not zero2's
+    assert (engine["zero_stage"], engine["grad_hooks"], engine["check_grad_overflow"]) == (1, 0, False)
     largest = json.loads((session / "bench_max_batch.json").read_text())["results"]
     assert {(r["side"], r["phase"]) for r in largest} == {("hf", 2), ("xpt", 2)}
     assert all(r["largest_fit"] == 4 and not r["ran_out"] for r in largest)  # CPU: nothing runs out
