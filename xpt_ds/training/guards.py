@@ -6,8 +6,9 @@ corrupt shards.
 
 DeepSpeed's ZeRO optimizers (stages 1-3, fp32 and bf16) already skip a step whose global gradient norm is NaN or
 inf, which is also what a NaN loss produces, and count it in ``engine.skipped_steps``. The norm is global, so
-every rank skips the same steps; reading the counter costs nothing. Stage 0 has no such check: there a
-non-finite loss shows at the next log step, and the run halts without saving.
+every rank skips the same steps; reading the counter costs nothing. Stage 0 has no such check, and ZeRO 1-2
+skip nothing for a bf16 model under ``bf16.check_grad_overflow: false`` (ds_configs/*_lean.json;
+``engine.no_skip_reason``): there a non-finite loss shows at the next log step, and the run halts without saving.
 """
 from __future__ import annotations
 
