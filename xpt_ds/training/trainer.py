@@ -348,8 +348,8 @@ class Trainer:
             if not math.isfinite(loss):  # only an engine that does not skip them lets a non-finite step through
                 self.write_status("halted")
                 raise Halted(f"training loss is {loss} at step {self.state.global_step} and the step was not "
-                             f"skipped ({self.no_skip}), so the weights are not usable; not saving. "
-                             f"Newest complete checkpoint: {self.last_saved or 'none'}")
+                             f"skipped ({self.no_skip or 'the engine did not'}), so the weights are not usable; "
+                             f"not saving. Newest complete checkpoint: {self.last_saved or 'none'}")
             median = self.loss_spikes.check(loss)
             if median is not None and self.rank == 0:
                 log.warning("loss spike at step %d: %.4f is %.1fx the median %.4f of the last %d logged losses",
@@ -423,8 +423,8 @@ class Trainer:
         if not self.weights_finite():
             self.write_status("halted")
             raise Halted(f"weights are not finite at step {self.state.global_step}: checkpoint {tag} not written "
-                         f"(a non-finite update went through; {self.no_skip}). Newest complete "
-                         f"checkpoint: {self.last_saved or 'none'}")
+                         f"(a non-finite update went through; {self.no_skip or 'the engine did not skip it'}). "
+                         f"Newest complete checkpoint: {self.last_saved or 'none'}")
         client = {"trainer": self.state.state_dict(), "data": self.train_stream.state_dict(),
                   "bad_steps": self.bad_steps.state_dict(), "best": self.best.state_dict(), "config": to_dict(self.cfg),
                   "embedding_init": self.built.embedding_init}
