@@ -31,9 +31,10 @@ script working in CI, and a full-size CPU run (BENCHMARKS.md) measures CPU speed
 prints a markdown table for BENCHMARKS.md and writes every figure to ``--out``, with what each row's engine really
 ran (``engine``: ZeRO stage, dtypes, autocast, clipping, the ZeRO optimizer's settings; ``ds_config``: the engine
 JSON it was given) and what else ran as it started (``busy``: host load, other GPU processes; the table names
-rows started beside other work). ``--variants`` adds an xpt_ds row per optimisation tried (VARIANTS: compile, engine
-settings), ``--profile`` a torch.profiler table per xpt_ds row, and ``--max-batch`` replaces the timing by the
-search for the largest micro-batch that fits. ``benchmarks/gpu_session.sh`` installs
+rows started beside other work). ``--variants`` adds an xpt_ds row per optimisation tried
+(throughput_variants.VARIANTS: compile, engine settings), ``--hf-variants`` an HF row on an engine setting,
+``--profile`` a torch.profiler table per xpt_ds row, and ``--max-batch`` replaces the timing by the search for the
+largest micro-batch that fits. ``benchmarks/gpu_session.sh`` installs
 the missing packages on a bare GPU machine and runs all of this at full size.
 """
 from __future__ import annotations
@@ -52,6 +53,7 @@ from pathlib import Path
 from throughput_facts import LinearOutputDtype, engine_facts, frozen_matmul, optimizer_state_gib
 from throughput_profile import profile_steps, synchronize
 from throughput_report import add_ratios, machine, markdown, max_batch_markdown
+from throughput_variants import ENGINE_ONLY, VARIANTS, engine_json
 from xpt_ds import config
 from xpt_ds.training.ports import free_port
 
@@ -62,50 +64,6 @@ FULL = dict(source_vocab=50265, target_vocab=50000, hidden_size=768, num_hidden_
 TINY = dict(source_vocab=100, target_vocab=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
             intermediate_size=128)
 SIDES = ("hf", "xpt")
-PORT_TRIES = 3  # a worker whose store could not listen (EADDRINUSE) starts again on another port
-# Optimisations tried on the xpt_ds side, each its own row: what the spec changes. ``compile``: config key
-# ``compile`` (xpt_ds.training.compile); ``pad_vocab``: the target vocabulary rounded up to a multiple of that
-# many rows; ``grad_clip``: optim.grad_clip; the engine JSON (engine_json): ``ds_file`` names a shipped file
-# (ds_configs/<ds_file>.json), else ``ds_base`` picks ds_configs/<ds_base>_<precision>.json (default zero2), and
-# each of ``ds``'s top-level sections is merged into the section of that name (None removes it). The rows from
-# no_tput_timer on aim at the host work DeepSpeed 0.19.8 does per step, which leaves a phase-2 step on one GPU
-# host-bound (BENCHMARKS.md). With ds_configs/zero2_bf16.json
-# a step waits for the device six times: its throughput timer (utils/timer.py, on and synchronized by default)
-# at the start of forward and the end of step; under overlap_comm at the end of backward (zero/stage_1_and_2.py);
-# twice in the bf16 overflow check (has_overflow's .item() after an inf/NaN reduction per gradient, and step's
-# test of the norm); once in clipping (unscale_and_clip_grads tests the norm, after a norm kernel per gradient).
-# Under ZeRO-2, and ZeRO-1 with overlap_comm or contiguous_gradients, a hook per trainable tensor copies its
-# gradient into a bucket. Taking out one wait while others stay may gain nothing (no_overlap did not).
-TIMER_OFF = {"throughput": {"enabled": False}}  # the engine's tokens/s timer, which nothing here reads
-VARIANTS = {
-    "compile": {"compile": True},
-    "vocab64": {"pad_vocab": 64},
-    "compile+vocab64": {"compile": True, "pad_vocab": 64},
-    "no_overlap": {"ds": {"zero_optimization": {"overlap_comm": False}}},
-    "buckets_2e8": {"ds": {"zero_optimization": {"reduce_bucket_size": 200_000_000,
-                                                 "allgather_bucket_size": 200_000_000}}},
-    "no_tput_timer": {"ds": {"timers": TIMER_OFF}},
-    # bf16 has fp32's exponent range: without the check a step with a non-finite gradient is taken, not skipped.
-    "no_overflow_check": {"ds": {"bf16": {"check_grad_overflow": False}}},
-    # The three above together, as shipped (ds_configs/zero2_bf16_lean.json): ZeRO-2, clipping kept, one wait left
-    # (clipping's). Non-finite steps are no longer skipped: the trainer halts on one (tests/test_guards.py).
-    "lean": {"ds_file": "zero2_bf16_lean"},
-    # lean without clipping or its norms (compute_grad_norm off needs gradient_clipping 0): no wait left in the
-    # step. It trains differently (no clipping): it prices clipping, it is no row to set against HF.
-    "nosync": {"ds_file": "zero2_bf16_lean", "grad_clip": 0.0,
-               "ds": {"zero_optimization": {"compute_grad_norm": False}}},
-    "zero1": {"ds_base": "zero1"},  # ZeRO-1 as shipped; overlap_comm off (DeepSpeed's default below stage 3)
-    "zero1_nohooks": {"ds_base": "zero1", "ds": {"zero_optimization": {"contiguous_gradients": False}}},
-    # ZeRO-1 without gradient hooks, and lean's other settings, as shipped (ds_configs/zero1_bf16_lean.json): one
-    # wait left (clipping's).
-    "zero1_lean": {"ds_file": "zero1_bf16_lean"},
-    # torch.autocast to bf16 inside the engine's forward instead of a bf16 module: fp32 parameters, fp32 ZeRO-2
-    # (no overflow check: DeepSpeed runs it for fp16/bf16 modules only), bf16 matmuls.
-    "autocast": {"ds": {"bf16": None, "torch_autocast": {"enabled": True, "dtype": "bfloat16"}}},
-}
-# The variants that change only the engine JSON, which the HF side reads too (--hf-variants): the peer with the
-# same DeepSpeed settings, not only as shipped.
-ENGINE_ONLY = sorted(v for v, change in VARIANTS.items() if set(change) <= {"ds", "ds_file", "ds_base"})
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -209,16 +167,12 @@ def run_worker(spec: dict, tmp: Path, timeout: int) -> dict:
     spec_path.write_text(json.dumps(spec))
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", str(spec_path)]
     busy = machine_busy()
-    for _ in range(PORT_TRIES):
-        env = {**os.environ, "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
-               "MASTER_PORT": str(free_port()), "TOKENIZERS_PARALLELISM": "false"}
-        try:
-            proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc = subprocess.CompletedProcess(cmd, "timeout", "", f"timed out after {timeout} s")
-        # another process took the port between the pick and the store's listen: the worker got nowhere, again
-        if proc.returncode == 0 or "EADDRINUSE" not in proc.stderr:
-            break
+    env = {**os.environ, "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(free_port()), "TOKENIZERS_PARALLELISM": "false"}
+    try:
+        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc = subprocess.CompletedProcess(cmd, "timeout", "", f"timed out after {timeout} s")
     row = {k: spec[k] for k in ("side", "variant", "phase", "seq_len", "micro_batch")}
     row["busy"] = busy
     if proc.returncode != 0 or not Path(spec["result"]).is_file():
@@ -246,21 +200,6 @@ def machine_busy() -> dict:
     if smi.returncode == 0:
         busy["gpu_processes"] = [line.strip() for line in smi.stdout.splitlines() if line.strip()]
     return busy
-
-
-def engine_json(spec: dict) -> dict:
-    """The engine JSON a row runs: ds_configs/<ds_file>.json or ds_configs/<ds_base>_<precision>.json, with the
-    variant's ``ds`` sections merged in (a None section removed)."""
-    stem = spec.get("ds_file") or f"{spec.get('ds_base', 'zero2')}_{spec['precision']}"
-    ds = json.loads((REPO / f"ds_configs/{stem}.json").read_text())
-    for section, value in spec.get("ds", {}).items():
-        if value is None:
-            ds.pop(section, None)
-        elif isinstance(value, dict):
-            ds[section] = {**ds.get(section, {}), **value}
-        else:
-            ds[section] = value
-    return ds
 
 
 def build_side_model(spec: dict):

@@ -18,7 +18,7 @@
 #                    launch work per step is spread over 4x the tokens; 5 warm-up + 30 timed steps (6 of its 8
 #                    rows in 156 s, stopped at the budget's end);
 #   bench_variants   engine settings against DeepSpeed's per-step host work, one xpt_ds row each at 512 x 32,
-#                    phase 2, with a torch.profiler table per row (VARIANTS in bench_throughput.py): lean, nosync,
+#                    phase 2, with a torch.profiler table per row (VARIANTS in throughput_variants.py): lean, nosync,
 #                    zero1_lean, zero1, autocast, no_tput_timer (7 rows with the plain one: 194 s; the 2026-11-24
 #                    rows, vocab64 no_overlap buckets_2e8 compile+vocab64, took 267 s for 5 rows and gained
 #                    nothing: VARIANTS="vocab64 ..." runs them again);
@@ -27,8 +27,8 @@
 # A step starts only if the budget has at least its NEED seconds left (the PLANNED table below: the least worth
 # starting, since a bench step writes each row as it finishes and pytest prints each test as it ends); one still
 # running when the budget ends is stopped, and what it wrote is packed. One 600 s call with the default budget
-# gets the installs, the FusedAdam build, bench_main and gpu_tests (about 450 s by the 2026-11-26 times) and
-# the start of bench_big; a second call on the warm machine (FusedAdam stays built) runs SESSION_STEPS=bench_big
+# gets the installs, the FusedAdam build, bench_main and gpu_tests (an estimate from the 2026-11-26 times:
+# 50 + 14 rows x 21 s + 154 = about 500 s) and the start of bench_big; a second call on the warm machine (FusedAdam stays built) runs SESSION_STEPS=bench_big
 # (docs/testing.md, "A GPU session").
 # Usage, from the repository root:  bash benchmarks/gpu_session.sh OUT [--rehearse]
 # --rehearse: the same steps on the CPU with the tiny model (DS_ACCELERATOR=cpu, no install, no budget unless

@@ -88,7 +88,7 @@ def test_lean_rows_run_the_shipped_lean_engine_configs():
     """The rows that measured the lean settings on the GPU run the files users get (tests/test_lean_engine.py)."""
     import sys
     sys.path.insert(0, str(REPO / "benchmarks"))
-    from bench_throughput import VARIANTS, engine_json
+    from throughput_variants import VARIANTS, engine_json
 
     shipped = {n: json.loads((REPO / f"ds_configs/{n}.json").read_text())
                for n in ("zero2_bf16_lean", "zero1_bf16_lean")}
@@ -104,7 +104,8 @@ def test_an_xpt_variant_row_is_set_against_hf_on_the_same_engine_json():
     """--hf-variants: the peer with the same DeepSpeed settings, beside the peer as shipped."""
     import sys
     sys.path.insert(0, str(REPO / "benchmarks"))
-    from bench_throughput import ENGINE_ONLY, VARIANTS, hf_deepspeed_config, parse_args
+    from bench_throughput import hf_deepspeed_config, parse_args
+    from throughput_variants import ENGINE_ONLY, VARIANTS
     from throughput_report import add_ratios, markdown
 
     assert {"lean", "zero1_lean", "zero1", "autocast"} <= set(ENGINE_ONLY) and "compile" not in ENGINE_ONLY

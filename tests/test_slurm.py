@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LONG_STEPS, REPO, long_config, read_metrics, write_config
-from slurm.cluster import ENDED, ClusterUnavailable, SlurmCluster, free_port
+from conftest import LONG_STEPS, REPO, free_port, long_config, read_metrics, write_config
+from slurm.cluster import ENDED, ClusterUnavailable, SlurmCluster
 from xpt_ds.training.checkpoint import complete_tags
 
 pytestmark = pytest.mark.multiproc

@@ -25,10 +25,6 @@ class ClusterUnavailable(RuntimeError):
     """Slurm is not installed, or its daemons did not come up (the message carries their logs)."""
 
 
-def free_port() -> int:
-    return ports.free_port("")
-
-
 class SlurmCluster:
     def __init__(self, root: Path):
         self.root = root
@@ -119,8 +115,8 @@ class SlurmCluster:
         (r / "slurm.conf").write_text(f"""\
 ClusterName=xpttest
 SlurmctldHost={host}(127.0.0.1)
-SlurmctldPort={free_port()}
-SlurmdPort={free_port()}
+SlurmctldPort={ports.free_port("")}
+SlurmdPort={ports.free_port("")}
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge

@@ -2,7 +2,7 @@
 checkpoint; loss spikes get a warning; on a multi-rank run, a step far slower than usual gets a "slow step" line
 naming the rank that waited longest for data (rate-limited: on one rank, or on a busy machine, such lines are
 noise). Before training, the ranks check that every one built its data streams and that they skipped the same
-corrupt shards.
+corrupt shards; before every save, that the weights are finite (``weights_finite``).
 
 DeepSpeed's ZeRO optimizers (stages 1-3, fp32 and bf16) already skip a step whose global gradient norm is NaN or
 inf, which is also what a NaN loss produces, and count it in ``engine.skipped_steps``. The norm is global, so
@@ -16,6 +16,7 @@ import statistics
 from collections import deque
 from dataclasses import dataclass
 
+import deepspeed
 import torch
 import torch.distributed as dist
 
@@ -140,3 +141,17 @@ def slow_step_line(step: int, rows: torch.Tensor, median: float, unreported: int
     more = f" ({unreported} more slow step(s) since the last report)" if unreported else ""
     return (f"slow step: step {step} took {took:.2f} s, {took / median:.1f}x the median {median:.2f} s; "
             f"longest data wait {waits[slow].item():.2f} s on rank {slow}{more}")
+
+
+def weights_finite(engine, optimizer, device: torch.device) -> bool:
+    """Every rank's parameters (its ZeRO-3 partition, else the whole module) and fp32 masters are finite: one pass
+    over the weights and one all-reduce, once per save (the trainer checks before it writes a checkpoint)."""
+    bad = torch.zeros((), dtype=torch.int64, device=device)
+    for p in engine.module.parameters():
+        t = p.ds_tensor if hasattr(p, "ds_tensor") else p
+        if t.numel():
+            bad += (~torch.isfinite(t)).sum()
+    for group in getattr(optimizer, "single_partition_of_fp32_groups", None) or []:  # ZeRO 1/2 masters
+        bad += (~torch.isfinite(group)).sum()
+    deepspeed.comm.all_reduce(bad)
+    return bad.item() == 0

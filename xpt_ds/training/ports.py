@@ -28,20 +28,21 @@ def ephemeral_range(path: Path = EPHEMERAL_RANGE) -> tuple[int, int]:
         return 49152, 65535
 
 
-def candidate_ranges(low: int, high: int) -> list[tuple[int, int]]:
-    """The port ranges outside ``[low, high]`` and above LOWEST, largest first (inclusive bounds)."""
-    ranges = [(LOWEST, low - 1), (high + 1, 65535)]
-    return sorted((r for r in ranges if r[1] - r[0] >= 1000), key=lambda r: r[0] - r[1])
+def outside_range(low: int, high: int) -> tuple[int, int] | None:
+    """The larger of the port ranges below ``[low, high]`` (from LOWEST) and above it (inclusive bounds); None
+    where neither holds 1,000 ports."""
+    below, above = (LOWEST, low - 1), (high + 1, 65535)
+    best = max(below, above, key=lambda r: r[1] - r[0])
+    return best if best[1] - best[0] >= 1000 else None
 
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A port on ``host`` that nothing listens on now, outside the ephemeral range where the machine leaves room
     for one; else (a range that covers nearly everything) one the kernel picks."""
     rng = random.Random()  # seeded from os.urandom: never the training RNGs' state
-    ranges = candidate_ranges(*ephemeral_range())
-    for _ in range(TRIES if ranges else 0):
-        lo, hi = ranges[0]
-        port = rng.randint(lo, hi)
+    span = outside_range(*ephemeral_range())
+    for _ in range(TRIES if span else 0):
+        port = rng.randint(*span)
         with socket.socket() as s:
             try:
                 s.bind((host, port))

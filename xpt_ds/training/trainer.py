@@ -43,6 +43,7 @@ from xpt_ds.training.guards import (
     SlowSteps,
     SpikeDetector,
     check_streams_agree,
+    weights_finite,
 )
 from xpt_ds.training.preemption import Preempted, PreemptionWatcher
 from xpt_ds.training.status import planned_steps, write_status
@@ -121,10 +122,11 @@ class Trainer:
         self.step_work = (0, 0.0)  # (tokens, FLOPs) of the last step, every rank's rows (TreLM: xpt_ds.trelm.work)
         self.step_seconds: float | None = None  # mean of the last log window, for the ETA
         self.peak = peak_flops(cfg.logging.peak_tflops)
-        self.no_skip = no_skip_reason(load_ds_config(cfg.deepspeed))  # None: DeepSpeed skips non-finite steps
-        if self.no_skip:
-            self._info(f"non-finite steps are not skipped ({self.no_skip}): a non-finite loss halts the run at the "
-                       f"next log step, and no checkpoint is written from non-finite weights")
+        self.ds_config = load_ds_config(cfg.deepspeed)  # the engine JSON as the user wrote it
+        if reason := no_skip_reason(self.ds_config):  # else DeepSpeed skips a non-finite step (guards)
+            self._info(f"non-finite steps are not skipped ({reason}): a non-finite loss halts the run at the next "
+                       "log step, and no checkpoint is written from non-finite weights")
+        self.unskipped = reason or "the engine did not skip it"  # why a non-finite step can reach the weights
         self.engine = self.optimizer = None
         self.frozen: dict[str, torch.Tensor] = {}
         self.last_saved: str | None = None  # newest complete checkpoint of this run
@@ -177,7 +179,7 @@ class Trainer:
                 getattr(self, key).load_state_dict(client[key])
             self.train_stream.load_state_dict(client["data"])
             universal = checkpoint.prepare_rescale(self.ckpt_root, tag, client, self.world,
-                                                   zero_stage(load_ds_config(self.cfg.deepspeed)))
+                                                   zero_stage(self.ds_config))
         self.use_phase_objectives()
         n_train = sum(fp32[n].numel() for n in self.trainables[self.state.phase_index])  # before ZeRO-3 partitions
         self.engine, self.optimizer, self.frozen = build_engine(
@@ -348,8 +350,8 @@ class Trainer:
             if not math.isfinite(loss):  # only an engine that does not skip them lets a non-finite step through
                 self.write_status("halted")
                 raise Halted(f"training loss is {loss} at step {self.state.global_step} and the step was not "
-                             f"skipped ({self.no_skip or 'the engine did not'}), so the weights are not usable; "
-                             f"not saving. Newest complete checkpoint: {self.last_saved or 'none'}")
+                             f"skipped ({self.unskipped}), so the weights are not usable; not saving. "
+                             f"Newest complete checkpoint: {self.last_saved or 'none'}")
             median = self.loss_spikes.check(loss)
             if median is not None and self.rank == 0:
                 log.warning("loss spike at step %d: %.4f is %.1fx the median %.4f of the last %d logged losses",
@@ -420,11 +422,11 @@ class Trainer:
 
     def save(self) -> str:
         tag = checkpoint.tag_for(self.state.global_step)
-        if not self.weights_finite():
+        if not weights_finite(self.engine, self.optimizer, self.device):
             self.write_status("halted")
             raise Halted(f"weights are not finite at step {self.state.global_step}: checkpoint {tag} not written "
-                         f"(a non-finite update went through; {self.no_skip or 'the engine did not skip it'}). "
-                         f"Newest complete checkpoint: {self.last_saved or 'none'}")
+                         f"(a non-finite update went through; {self.unskipped}). Newest complete checkpoint: "
+                         f"{self.last_saved or 'none'}")
         client = {"trainer": self.state.state_dict(), "data": self.train_stream.state_dict(),
                   "bad_steps": self.bad_steps.state_dict(), "best": self.best.state_dict(), "config": to_dict(self.cfg),
                   "embedding_init": self.built.embedding_init}
@@ -441,19 +443,6 @@ class Trainer:
         return tag
 
     @torch.no_grad()
-    def weights_finite(self) -> bool:
-        """Every rank's parameters (its ZeRO-3 partition, else the whole module) and fp32 masters are finite:
-        one pass over the weights and one all-reduce, once per save."""
-        bad = torch.zeros((), dtype=torch.int64, device=self.device)
-        for p in self.engine.module.parameters():
-            t = p.ds_tensor if hasattr(p, "ds_tensor") else p
-            if t.numel():
-                bad += (~torch.isfinite(t)).sum()
-        for group in getattr(self.optimizer, "single_partition_of_fp32_groups", None) or []:  # ZeRO 1/2 masters
-            bad += (~torch.isfinite(group)).sum()
-        deepspeed.comm.all_reduce(bad)
-        return bad.item() == 0
-
     def close(self) -> None:
         """Stop the data loaders' worker processes (they ignore stop signals) and the logger."""
         for stream in (self.train_stream, self.valid_stream):
