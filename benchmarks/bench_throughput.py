@@ -9,7 +9,8 @@ last step, with a device synchronisation at both ends:
 - xpt: ``xpt_ds.model.build.build_model`` -> ``MaskedLMObjective`` -> ``xpt_ds.training.engine.build_engine`` with
   ``ds_configs/zero2_bf16.json`` and the phase's trainable set from ``xpt_ds.model.phases`` (phase 1: ``@new``,
   phase 2: ``@all``); each step is ``Trainer.train_step``'s body (set_lr, forward, backward, step). The LM
-  head runs on the masked positions only.
+  head runs on the masked positions only. As in a rank of ``xpt_ds.train``, the imports are frozen for the
+  garbage collector and the build runs without its passes (``xpt_ds.training.collector``).
 - hf: the same stock ``RobertaForMaskedLM`` (same weights, same frozen set) under ``transformers.Trainer``
   with ``TrainingArguments(deepspeed=<the same JSON plus the "auto" batch/optimizer keys>)``; labels are -100
   except on masked positions, so the head computes full-vocabulary logits on every position, as stock HF does.
@@ -250,17 +251,20 @@ def synthetic_batches(cfg, tok, n: int = 4, micro_batch: int | None = None) -> l
 
 
 def run_xpt(spec: dict) -> dict:
-    import deepspeed
-    import torch
+    from xpt_ds.training import collector
+    with collector.importing():  # as a rank of xpt_ds.train starts: its imports frozen for the collector
+        import deepspeed
+        import torch
 
-    from xpt_ds.training.engine import build_engine, lr_at, set_lr
-    from xpt_ds.model.objective import MaskedLMObjective
+        from xpt_ds.model.objective import MaskedLMObjective
+        from xpt_ds.training.engine import build_engine, lr_at, set_lr
 
     deepspeed.init_distributed(dist_init_required=True)
-    cfg, tok, model, trainable = build_side_model(spec)
-    objective = MaskedLMObjective(model)
-    fp32 = {n: p.detach().clone() for n, p in objective.named_parameters()}
-    engine, optimizer, _ = build_engine(objective, {f"hf.{n}" for n in trainable}, cfg, fp32)
+    with collector.paused():
+        cfg, tok, model, trainable = build_side_model(spec)
+        objective = MaskedLMObjective(model)
+        fp32 = {n: p.detach().clone() for n, p in objective.named_parameters()}
+        engine, optimizer, _ = build_engine(objective, {f"hf.{n}" for n in trainable}, cfg, fp32)
     probe = None if cfg.compile else LinearOutputDtype(model)  # a hook inside a compiled layer would break its graph
     device = torch.device(deepspeed.get_accelerator().current_device_name())
     phase = cfg.phases[spec["phase"] - 1]

@@ -376,6 +376,15 @@ HEAVY_FIRST = ["test_resume.py", "test_crash_save.py", "test_slurm.py", "test_ch
                "test_evaluate.py", "test_bench_throughput.py"]
 
 
+def pytest_collection_finish(session):
+    """Every test module is imported now: torch, transformers and DeepSpeed, some 700,000 objects the garbage
+    collector tracks and none of them garbage. Frozen (``gc.freeze``), they are no longer walked by this worker's
+    collector passes, nor by those of the runs it forks (``run_main``), which then leave their pages shared, as
+    a rank of ``xpt_ds.train`` does with its own imports (``xpt_ds.training.collector``)."""
+    import gc
+    gc.freeze()
+
+
 def pytest_collection_modifyitems(items):
     rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: in-file order is kept

@@ -10,6 +10,7 @@ import logging
 import os
 import sys
 
+from xpt_ds.training import collector
 from xpt_ds.config import help_text, load_config
 from xpt_ds.errors import UserError, cli_errors, error_line, say
 from xpt_ds.training.ports import free_port
@@ -41,20 +42,21 @@ def main(argv: list[str] | None = None) -> int:
     args, overrides = parse_args(sys.argv[1:] if argv is None else argv)
     cfg = load_config(args.config, overrides)
     _single_process_env()
-    import deepspeed
+    with collector.importing():  # no collector passes over the imports, frozen after (xpt_ds.training.collector)
+        import deepspeed
 
-    from xpt_ds.training.distributed import init_distributed
-    from xpt_ds.training.guards import HALTED_EXIT_CODE, Halted
-    from xpt_ds.training.preemption import PREEMPTED_EXIT_CODE, Preempted
-    from xpt_ds.training.trainer import Trainer
-
+        from xpt_ds.training.distributed import init_distributed
+        from xpt_ds.training.guards import HALTED_EXIT_CODE, Halted
+        from xpt_ds.training.preemption import PREEMPTED_EXIT_CODE, Preempted
+        from xpt_ds.training.trainer import Trainer
     init_distributed()  # and unlink DeepSpeed's CPU shared-memory buffer names (xpt_ds.training.distributed)
     level = logging.INFO if deepspeed.comm.get_rank() == 0 else logging.WARNING
     logging.basicConfig(level=level, format="%(asctime)s %(name)s: %(message)s")
     trainer = None
     try:
-        trainer = Trainer(cfg)
-        trainer.setup()
+        with collector.paused():  # nor over the build, which stays collectable
+            trainer = Trainer(cfg)
+            trainer.setup()
         trainer.train()
     except (UserError, OSError) as e:  # OSError: a file outside the checks
         _failed(trainer, error_line(e))

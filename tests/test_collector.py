@@ -1,0 +1,100 @@
+"""xpt_ds.training.collector: a rank's imports run without collector passes and end frozen; its build runs
+without passes and stays collectable, so the engine a phase switch drops is freed (checked through the real
+``xpt_ds.train`` entry point). The freezes run in forked children, never in this test process."""
+import gc
+import os
+import weakref
+
+import pytest
+
+from conftest import base_config, run_main, write_config
+from xpt_ds.training import collector
+
+
+def in_child(check) -> None:
+    """``check()`` in a forked child; its failure comes back as this test's."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        message = b""
+        try:
+            check()
+        except BaseException as e:  # noqa: BLE001 - whatever failed, report it
+            message = (f"{type(e).__name__}: {e}" or "failed").encode()
+        os.write(write, message[:60000])
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        message = pipe.read().decode()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0 and not message, message
+
+
+def _passes():
+    """gc.callbacks hook: the list of collector passes started since it was added, and a remover."""
+    started = []
+
+    def hook(phase, info):
+        if phase == "start":
+            started.append(info["generation"])
+    gc.callbacks.append(hook)
+    return started, lambda: gc.callbacks.remove(hook)
+
+
+def test_imports_run_without_passes_and_what_they_made_is_frozen():
+    def check():
+        gc.enable()
+        before = gc.get_freeze_count()
+        started, remove = _passes()
+        with collector.importing():
+            assert not gc.isenabled()
+            made = [[i] for i in range(200_000)]  # 200,000 tracked containers: many passes' worth
+        remove()
+        assert started == [] and gc.isenabled()
+        assert gc.get_freeze_count() >= before + len(made)
+    in_child(check)
+
+
+def test_the_collector_comes_back_as_it_was_after_an_error():
+    def check():
+        for was_on in (True, False):
+            (gc.enable if was_on else gc.disable)()
+            with pytest.raises(ImportError):
+                with collector.importing():
+                    raise ImportError("no such module")
+            assert gc.isenabled() == was_on
+            with pytest.raises(ValueError):
+                with collector.paused():
+                    raise ValueError("bad config")
+            assert gc.isenabled() == was_on
+    in_child(check)
+
+
+def test_what_is_built_while_paused_stays_collectable():
+    def check():
+        gc.enable()
+        before = gc.get_freeze_count()
+
+        class Node:
+            pass
+        with collector.paused():
+            assert not gc.isenabled()
+            a, b = Node(), Node()
+            a.other, b.other = b, a  # a cycle: only the collector frees it
+            gone = weakref.ref(a)
+        assert gc.isenabled() and gc.get_freeze_count() == before
+        del a, b
+        gc.collect()
+        assert gone() is None
+    in_child(check)
+
+
+def test_the_engine_a_phase_switch_drops_is_collected(tmp_path, tiny_roberta, corpus):
+    """Through ``xpt_ds.train.main``: a freeze that reached the build would keep the phase-1 engine (its
+    parameters, optimizer and, on a GPU, device memory) alive in its own cycles for the rest of the run."""
+    cfg = write_config(tmp_path / "c.yaml", base_config(tmp_path / "run", tiny_roberta, corpus))
+    probe = tmp_path / "probe.txt"
+    proc = run_main("phase_switch_probe", ["--config", str(cfg)], env={"PROBE_OUT": str(probe)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert probe.read_text() == "dropped engine collected: True\n"
