@@ -378,9 +378,9 @@ HEAVY_FIRST = ["test_resume.py", "test_crash_save.py", "test_slurm.py", "test_ch
 
 def pytest_collection_finish(session):
     """Every test module is imported now: torch, transformers and DeepSpeed, some 700,000 objects the garbage
-    collector tracks and none of them garbage. Frozen (``gc.freeze``), they are no longer walked by this worker's
-    collector passes, nor by those of the runs it forks (``run_main``), which then leave their pages shared, as
-    a rank of ``xpt_ds.train`` does with its own imports (``xpt_ds.training.collector``)."""
+    collector tracks, nearly none of them garbage. Frozen (``gc.freeze``), they are no longer walked by this
+    worker's collector passes, nor by those of the runs it forks (``run_main``), as a rank of ``xpt_ds.train``
+    freezes its own imports (``xpt_ds.training.collector``)."""
     import gc
     gc.freeze()
 

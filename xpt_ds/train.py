@@ -10,9 +10,9 @@ import logging
 import os
 import sys
 
-from xpt_ds.training import collector
 from xpt_ds.config import help_text, load_config
 from xpt_ds.errors import UserError, cli_errors, error_line, say
+from xpt_ds.training import collector
 from xpt_ds.training.ports import free_port
 
 
@@ -49,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         from xpt_ds.training.guards import HALTED_EXIT_CODE, Halted
         from xpt_ds.training.preemption import PREEMPTED_EXIT_CODE, Preempted
         from xpt_ds.training.trainer import Trainer
+
     init_distributed()  # and unlink DeepSpeed's CPU shared-memory buffer names (xpt_ds.training.distributed)
     level = logging.INFO if deepspeed.comm.get_rank() == 0 else logging.WARNING
     logging.basicConfig(level=level, format="%(asctime)s %(name)s: %(message)s")

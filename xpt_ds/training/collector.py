@@ -1,19 +1,21 @@
 """Python's cyclic garbage collector while a rank starts.
 
 A rank's start imports torch, DeepSpeed and transformers' modeling modules: about 700,000 objects the collector
-tracks (modules, classes, functions, their dicts), none of which will ever be garbage. Left alone, the collector
-walks them over and over: during the imports, since its passes are triggered by allocation counts, and in every
-full pass of the run after. So the imports run with the collector off and end in ``gc.freeze()``, which moves
-everything alive into a generation no pass walks; the model, engine and loaders are then built with it off as
-well, and it is on again before the first step. The README demo's run cut to one step per phase takes 0.87x
+tracks (modules, classes, functions, their dicts), nearly none of which will ever be garbage. Left alone, the
+collector walks them over and over: during the imports, since its passes are triggered by allocation counts, and
+in every full pass of the run after. So the imports run with the collector off and end in ``gc.freeze()``,
+which moves everything alive into a generation no pass walks; the model, engine and loaders are then built with
+it off as well, and it is on again before the first step. The README demo's run cut to one step per phase takes 0.87x
 the CPU time and 0.97x the peak memory of the same run with the collector as Python has it
-(``benchmarks/bench_startup.py``, BENCHMARKS.md), and a DataLoader worker forked later never writes the frozen
-objects' headers, so their memory pages stay shared with the rank (the use ``gc.freeze``'s documentation gives).
+(``benchmarks/bench_startup.py``, BENCHMARKS.md). A DataLoader worker forked later runs no pass over the frozen
+objects either; a pass writes to every object it walks, which would copy that memory page from the rank's (the
+use ``gc.freeze``'s documentation gives).
 
 What the freeze costs: the cyclic garbage the imports leave (about 13,500 small objects, 2 % of what they make)
-is never collected; a collection first would cost a full pass (0.6 s on the CI machine). Only the imports are
-frozen: the build makes objects that die later in cycles (the source model whose weights are copied, the engine
-a phase switch drops, with the device memory it holds), and the collector must still reach those.
+is never collected; a collection first would cost a full pass (0.59 s on the 2-core CI machine). Only the
+imports are frozen, because a frozen cycle is never freed and the build makes objects that die later: frozen
+with the build, the engine a phase switch drops stayed alive through a full pass, with its parameters and
+optimizer state (on a GPU, their device memory). ``tests/test_collector.py`` checks that it is freed.
 """
 from __future__ import annotations
 
