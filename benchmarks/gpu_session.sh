@@ -28,7 +28,8 @@
 # starting, since a bench step writes each row as it finishes and pytest prints each test as it ends); one still
 # running when the budget ends is stopped, and what it wrote is packed. One 600 s call with the default budget
 # gets the installs, the FusedAdam build, bench_main and gpu_tests (an estimate from the 2026-11-26 times:
-# 50 + 14 rows x 21 s + 154 = about 500 s) and the start of bench_big; a second call on the warm machine (FusedAdam stays built) runs SESSION_STEPS=bench_big
+# 50 + 14 rows x 21 s + 154 = about 500 s) and the start of bench_big; a second call on the warm machine
+# (FusedAdam stays built) runs SESSION_STEPS=bench_big
 # (docs/testing.md, "A GPU session").
 # Usage, from the repository root:  bash benchmarks/gpu_session.sh OUT [--rehearse]
 # --rehearse: the same steps on the CPU with the tiny model (DS_ACCELERATOR=cpu, no install, no budget unless

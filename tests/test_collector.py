@@ -77,7 +77,7 @@ def test_what_is_built_while_paused_stays_collectable():
         before = gc.get_freeze_count()
 
         class Node:
-            pass
+            """One end of a reference cycle."""
         with collector.paused():
             assert not gc.isenabled()
             a, b = Node(), Node()
