@@ -66,11 +66,11 @@ def _size(tag_dir):
     return sum(f.stat().st_size for f in tag_dir.rglob("*") if f.is_file())
 
 
-@pytest.mark.parametrize("when", ["before writing", "while writing"])
-def test_disk_full(tmp_path, tiny_roberta, corpus, small_disk, first_run, when):
-    """'before writing': less free space than the last checkpoint took, caught before anything is written.
-    'while writing': enough for a phase-1 checkpoint but not for the bigger phase-2 one (whose optimizer
-    state covers every parameter): the kernel's ENOSPC in the middle of the save."""
+def test_disk_full_before_and_while_writing(tmp_path, tiny_roberta, corpus, small_disk, first_run):
+    """The same command three times on one run directory, as a user retries it: with less free space than the
+    last checkpoint took (caught before anything is written); with enough for a phase-1 checkpoint but not for
+    the bigger phase-2 one, whose optimizer state covers every parameter (the kernel's ENOSPC in the middle of
+    the save); then with the space back, when it resumes from the checkpoint both failures left intact."""
     run = small_disk / "run"
     cfg = _copy(first_run, run, tmp_path, tiny_roberta, corpus)
     ckpt = run / "checkpoints"
@@ -78,26 +78,27 @@ def test_disk_full(tmp_path, tiny_roberta, corpus, small_disk, first_run, when):
     assert second > first + 200 * 1024  # phase 2 keeps Adam moments for every parameter
     shutil.rmtree(ckpt / tag_for(3))
     before = load_checkpoint_fp32(ckpt, tag_for(2))
-    _fill(small_disk, first // 2 if when == "before writing" else first + 100 * 1024)
+    for when, leave in (("before writing", first // 2), ("while writing", first + 100 * 1024)):
+        _fill(small_disk, leave)
+        proc = launch(["--config", str(cfg)], nproc=2, launcher="deepspeed")  # resumes at 2; saves at 4, in phase 2
+        last = _error(proc)
+        if when == "before writing":
+            assert last.startswith(f"error: not enough space for a checkpoint in {ckpt}: ") and tag_for(2) in last
+            assert not (ckpt / tag_for(4)).exists()
+        else:
+            errors = [x for x in proc.stderr.splitlines() if x.startswith("error:")]
+            assert errors and all(x.endswith(f"the newest complete checkpoint ({tag_for(2)}) is intact")
+                                  for x in errors)
+            # the rank(s) that hit the full disk say so, as the OS put it; any other rank says a peer failed
+            full = [x for x in errors if x.startswith(f"error: cannot write checkpoint {ckpt / tag_for(4)} on rank ")]
+            assert full and all(": No space left on device; " in x for x in full), errors
+            assert all(x in full or "because another rank failed" in x for x in errors), errors
+            assert "enforce fail" not in proc.stderr and "Connection closed" not in proc.stderr
+        assert complete_tags(ckpt) == [tag_for(2)], when
+        after = load_checkpoint_fp32(ckpt, tag_for(2))
+        assert all((before[k] == after[k]).all() for k in before), when
+        (small_disk / "filler").unlink()
 
-    proc = launch(["--config", str(cfg)], nproc=2, launcher="deepspeed")  # resumes at step 2; saves at 4, in phase 2
-    last = _error(proc)
-    if when == "before writing":
-        assert last.startswith(f"error: not enough space for a checkpoint in {ckpt}: ") and tag_for(2) in last
-        assert not (ckpt / tag_for(4)).exists()
-    else:
-        errors = [x for x in proc.stderr.splitlines() if x.startswith("error:")]
-        assert errors and all(x.endswith(f"the newest complete checkpoint ({tag_for(2)}) is intact") for x in errors)
-        # the rank(s) that hit the full disk say so, as the OS put it; any other rank says a peer failed
-        full = [x for x in errors if x.startswith(f"error: cannot write checkpoint {ckpt / tag_for(4)} on rank ")]
-        assert full and all(": No space left on device; " in x for x in full), errors
-        assert all(x in full or "because another rank failed" in x for x in errors), errors
-        assert "enforce fail" not in proc.stderr and "Connection closed" not in proc.stderr
-    assert complete_tags(ckpt) == [tag_for(2)]
-    after = load_checkpoint_fp32(ckpt, tag_for(2))
-    assert all((before[k] == after[k]).all() for k in before)
-
-    (small_disk / "filler").unlink()
     proc = launch(["--config", str(cfg)], nproc=2)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"resumed from {tag_for(2)}" in proc.stderr
