@@ -20,8 +20,8 @@ pytestmark = pytest.mark.multiproc
 ROUNDS = 6  # every STAGE once, the victim rank alternating (12 rounds, each stage on each rank, took 260 s of the
 # 2-core CI machine's 15-minute suite)
 STEPS = 20  # a round advances at most 3 steps, so no round reaches the end before its kill. The steps Random(0)
-# draws put the rounds' saves at steps 2-8, all in phase 1 (steps 1-10), as with the 40 steps (16 in phase 1) this
-# test ran before, 20 s longer; the last run crosses into phase 2.
+# draws put the rounds' saves at steps 2-7 (8 at most), all in phase 1 (steps 1-10), as with the 40 steps (16 in
+# phase 1) this test ran before, 20 s longer; the last run crosses into phase 2.
 # Where a kill lands: as soon as one of these is written into the checkpoint being saved (DeepSpeed's ZeRO-2
 # files, then checkpoint.save's own, in the order they are written); after COMPLETE it lands in pruning or
 # in the next step.
