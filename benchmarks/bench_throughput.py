@@ -409,9 +409,11 @@ def _largest_fit(spec: dict, run_size) -> dict:
 
 
 def _on_cuda() -> bool:
+    if os.environ.get("DS_ACCELERATOR", "cuda") != "cuda":
+        return False  # said without importing torch, seconds in the parent process on CPU
     import torch
 
-    return torch.cuda.is_available() and os.environ.get("DS_ACCELERATOR", "cuda") == "cuda"
+    return torch.cuda.is_available()
 
 
 def _synchronized_clock() -> float:

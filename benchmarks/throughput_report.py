@@ -28,10 +28,12 @@ def machine(cuda: bool) -> dict:
     import platform
     from importlib.metadata import version
 
-    import torch  # not deepspeed or transformers, whose imports take seconds in the parent process
-
-    device = torch.cuda.get_device_name() if cuda else f"CPU ({os.cpu_count()} cores, {platform.machine()})"
-    return {"device": device, "host": platform.node(), "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__,
+    if cuda:  # torch only here: its import, like deepspeed's and transformers', takes seconds in the parent process
+        import torch
+        device = torch.cuda.get_device_name()
+    else:
+        device = f"CPU ({os.cpu_count()} cores, {platform.machine()})"
+    return {"device": device, "host": platform.node(), "date": time.strftime("%Y-%m-%d"), "torch": version("torch"),
             "transformers": version("transformers"), "deepspeed": version("deepspeed"),
             "python": platform.python_version()}
 

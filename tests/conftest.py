@@ -214,8 +214,10 @@ def run_main(module: str, argv: list[str], env: dict | None = None, timeout: int
     """``python -m MODULE ARGV`` as a forked child of this test process, which has torch, DeepSpeed and
     transformers imported already: the same ``main`` in its own process (own pid, environment, stdout, stderr,
     exit status, working directory ``cwd``, DataLoader workers), without the imports a new interpreter pays:
-    6-8 CPU-s on the 2-core CI machine, 4 of them transformers' modeling modules. Multi-rank runs, the sweep
-    (which starts its runs), and the install, launcher, trust and Slurm tests start real interpreters."""
+    6-8 CPU-s on the 2-core CI machine, 4 of them transformers' modeling modules. The CLI tests of the sweep (whose
+    training runs it starts as real interpreters) and of the refusals of foreign code (test_trust) run this way too.
+    Multi-rank runs and the install, launcher and Slurm tests start real interpreters, as do the tests whose point
+    is a fresh one (one-line errors without import-time warnings, determinism across processes)."""
     import contextlib
     import importlib
     import logging

@@ -1,15 +1,12 @@
 """python -m xpt_ds.sweep: real tiny runs through the CLI, resumability, failures, the report and the
 data-efficiency interpolation."""
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from conftest import REPO, base_config, write_config
+from conftest import REPO, base_config, run_main, write_config
 from test_trelm import source_dir  # noqa: F401  (fixture)
 from test_trelm_phases import english  # noqa: F401  (fixture)
 from xpt_ds.sweeps.report import Match, efficiency, parse_size, size_label, size_to_match
@@ -20,9 +17,9 @@ ROW_KEYS = {"method", "size", "steps", "epochs", "train_seconds", "wall_seconds"
 
 
 def _sweep(args, timeout=600):
-    env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "xpt_ds.sweep", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    """``python -m xpt_ds.sweep ARGS`` in a process of its own (``run_main``); its training runs are real
+    interpreters, as the sweep starts them."""
+    return run_main("xpt_ds.sweep", list(args), timeout=timeout)
 
 
 @pytest.fixture

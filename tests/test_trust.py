@@ -9,13 +9,12 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from conftest import REPO, base_config, launch, read_metrics, write_config
+from conftest import REPO, base_config, launch, read_metrics, run_main, write_config
 from xpt_ds.io import trust
 from xpt_ds.training.checkpoint import read_client_state
 
@@ -70,8 +69,9 @@ def _with_code(model_dir: Path, out: Path, code: str, module: str = "evil") -> P
 
 
 def _cli(module: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=300, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
+    """``python -m MODULE ARGS`` in a process of its own (``run_main``): the marker a refused directory's code
+    would write is checked in a process that never ran that code."""
+    return run_main(module, list(args), timeout=300)
 
 
 def _one_error_line(proc: subprocess.CompletedProcess, *needles: str) -> str:

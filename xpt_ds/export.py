@@ -13,7 +13,6 @@ from xpt_ds.errors import cli_errors
 
 @cli_errors
 def main(argv: list[str] | None = None) -> int:
-    from xpt_ds.training.export import export
     p = argparse.ArgumentParser(prog="xpt-ds export", description=__doc__.split("\n\n")[0].split(": ", 1)[1])
     p.add_argument("--run", required=True, type=Path, help="run directory (the run config's run_dir)")
     p.add_argument("--tag", help="checkpoint tag, or 'best' (checkpoint.keep_best) (default: newest complete)")
@@ -21,6 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--allow-pickle", action="store_true", help="read checkpoint files that are not plain data "
                    "(they can run code): only for a checkpoint you trust")
     a = p.parse_args(argv)
+    from xpt_ds.training.export import export  # after the parse: torch, DeepSpeed and transformers take seconds
     print(export(a.run, a.out, a.tag, a.allow_pickle))
     return 0
 

@@ -32,12 +32,12 @@ def parse_args(argv: list[str]):
 @cli_errors
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    cfg = parse_args(sys.argv[1:] if argv is None else argv)  # before torch and transformers: --help is instant
     from transformers.utils import logging as hf_logging
 
     from xpt_ds.finetuning.run import finetune, format_table
     hf_logging.set_verbosity_error()  # the "newly initialized classifier" notice is expected here
     hf_logging.disable_progress_bar()
-    cfg = parse_args(sys.argv[1:] if argv is None else argv)
     results = finetune(cfg)
     print(format_table(results))
     print(f"wrote {Path(cfg.out) / 'results.json'}")

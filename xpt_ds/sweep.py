@@ -73,12 +73,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 @cli_errors
 def main(argv: list[str] | None = None) -> int:
+    a = parse_args(sys.argv[1:] if argv is None else argv)  # before torch and DeepSpeed: --help is instant
     from xpt_ds.config import ConfigError
     from xpt_ds.sweeps.plan import build_plan
     from xpt_ds.sweeps.report import write_report
     from xpt_ds.sweeps.rows import read_rows
     from xpt_ds.sweeps.runner import sweep
-    a = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         plan = build_plan(a)
     except ValueError as e:  # a size or --set item that does not parse

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from xpt_ds.config import doc
 from xpt_ds.finetuning.data import TASKS, Columns, FinetuneError
 
@@ -97,5 +95,7 @@ def validate(cfg: FinetuneConfig) -> None:
     bad = [k for k, ok in checks.items() if not ok]
     if bad:
         raise FinetuneError(f"--{bad[0].replace('_', '-')} has a bad value: {getattr(cfg, bad[0])!r}")
-    if cfg.device == "cuda" and not torch.cuda.is_available():
-        raise FinetuneError("--device cuda, but CUDA is not available")
+    if cfg.device == "cuda":
+        import torch  # here, not at the top: ``--help`` and the sweep's plan need no torch
+        if not torch.cuda.is_available():
+            raise FinetuneError("--device cuda, but CUDA is not available")

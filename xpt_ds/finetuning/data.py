@@ -10,10 +10,12 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from xpt_ds.errors import UserError
+
+if TYPE_CHECKING:
+    import torch
 
 TASKS = ("classification", "regression", "token_classification", "relation")  # relation: finetuning.relation
 FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}
@@ -208,6 +210,8 @@ def encode(examples: list[Example], targets: list, tokenizer, task: str, max_len
 def collate(features: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
     """Right-pad to the longest example: ``pad_id`` for ids, 0 for masks/types, -100 for token labels. A
     number per example (a class id, a score, relation's marker positions) becomes one tensor entry."""
+    import torch  # here: the CLIs parse their flags (finetuning.config) without importing torch
+
     width = max(len(f["input_ids"]) for f in features)
     batch = {}
     for key in features[0]:
