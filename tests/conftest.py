@@ -344,6 +344,23 @@ def straight_runs(tmp_path_factory, tiny_roberta, corpus):
     return get
 
 
+@pytest.fixture(scope="session")
+def engine_runs(tmp_path_factory, tiny_roberta, corpus):
+    """``base_config``'s two-phase run (4 + 4 steps, torch AdamW) on 2 ranks under a shipped engine config, a
+    checkpoint at the end of phase 1 and at the end; one per config, made once per session (``made_once``):
+    ``get("zero2_bf16")`` is its run directory. test_frozen reads the phase-1 checkpoint, test_lean_engine the
+    last (the plain bf16 runs are the same run for both)."""
+    def get(ds: str) -> Path:
+        def make(root: Path) -> None:
+            cfg = base_config(root / "run", tiny_roberta, corpus, deepspeed=str(REPO / f"ds_configs/{ds}.json"),
+                              checkpoint={"every_steps": 4})
+            proc = launch(["--config", str(write_config(root / "cfg.yaml", cfg))], nproc=2)
+            assert proc.returncode == 0, proc.stderr[-3000:]
+        return made_once(tmp_path_factory, f"engine_{ds}", make) / "run"
+
+    return get
+
+
 LONG_STEPS = 20  # per phase: a run long enough to be signalled mid-way. The tests signal it at step 5 or 6 and
 # it stops within 2 steps (0.1 s each on the loaded 2-core CI machine): some 30 steps to spare. 40 ran 10 CPU-s more
 # per run for nothing.

@@ -1,9 +1,9 @@
-"""Frozen means frozen: xpt phase 1 on ZeRO-2 with 2 ranks through the real deepspeed launcher."""
+"""Frozen means frozen: xpt phase 1 on ZeRO-2 with 2 ranks through torchrun (``conftest.engine_runs``: the plain bf16
+run is test_lean_engine's too)."""
 import pytest
 import torch
 from transformers import AutoModelForMaskedLM
 
-from conftest import REPO, base_config, launch, write_config
 from xpt_ds.training.checkpoint import tag_for
 from xpt_ds.model.objective import strip_prefix
 
@@ -11,12 +11,8 @@ pytestmark = pytest.mark.multiproc
 
 
 @pytest.mark.parametrize("ds", ["zero2_fp32", "zero2_bf16"])
-def test_phase1_leaves_source_untouched(ds, tmp_path, tiny_roberta, corpus):
-    cfg = base_config(tmp_path / "run", tiny_roberta, corpus, deepspeed=str(REPO / f"ds_configs/{ds}.json"))
-    cfg["phases"] = [{"name": "phase1", "steps": 5, "lr": 1e-2, "warmup_steps": 0}]  # xpt preset: @new trains
-    proc = launch(["--config", str(write_config(tmp_path / "cfg.yaml", cfg))], nproc=2)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    tag_dir = tmp_path / "run/checkpoints" / tag_for(5)
+def test_phase1_leaves_source_untouched(ds, engine_runs, tiny_roberta):
+    tag_dir = engine_runs(ds) / "checkpoints" / tag_for(4)  # the end of phase 1 (xpt preset: @new trains)
     states = torch.load(tag_dir / "mp_rank_00_model_states.pt", map_location="cpu", weights_only=False)
     module = strip_prefix(states["module"])  # what the engine held, in its compute dtype
 

@@ -6,7 +6,7 @@ What they give up, the skip of a non-finite step, is tests/test_guards.py's."""
 import pytest
 import torch
 
-from conftest import REPO, base_config, launch, read_metrics, write_config
+from conftest import read_metrics
 from xpt_ds.training.checkpoint import tag_for
 from xpt_ds.training.export import load_checkpoint_fp32
 
@@ -14,15 +14,8 @@ pytestmark = pytest.mark.multiproc
 
 
 @pytest.mark.parametrize("stage", [1, 2])
-def test_lean_config_trains_as_the_plain_one(tmp_path, tiny_roberta, corpus, stage):
-    runs = {}
-    for ds in (f"zero{stage}_bf16", f"zero{stage}_bf16_lean"):
-        cfg = base_config(tmp_path / ds, tiny_roberta, corpus, deepspeed=str(REPO / f"ds_configs/{ds}.json"),
-                          checkpoint={"every_steps": 8})
-        proc = launch(["--config", str(write_config(tmp_path / f"{ds}.yaml", cfg))], nproc=2)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        runs[ds] = tmp_path / ds
-    plain, lean = runs.values()
+def test_lean_config_trains_as_the_plain_one(engine_runs, stage):
+    plain, lean = engine_runs(f"zero{stage}_bf16"), engine_runs(f"zero{stage}_bf16_lean")
     losses = [{s: r["train/loss"] for s, r in read_metrics(run).items() if "train/loss" in r} for run in (plain, lean)]
     assert len(losses[0]) == 8 and losses[0] == losses[1]
     weights = [load_checkpoint_fp32(run / "checkpoints", tag_for(8)) for run in (plain, lean)]
