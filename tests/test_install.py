@@ -63,9 +63,11 @@ def test_the_wheel_is_what_runs_outside_the_checkout(venv, tmp_path):
         proc = _sh([py, "-X", "importtime", "-m", module, "--help"], tmp_path, _env())
         assert "usage:" in proc.stdout
         # --help answers at once: none of the imports that take seconds (a login node, a typo'd flag)
-        imported = {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+        imported = {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines()
+                    if line.startswith("import time:")}
         assert "xpt_ds" in imported or "data_tools" in imported, proc.stderr[-500:]
-        assert not {"torch", "transformers", "deepspeed"} & imported, (module, {"torch", "transformers", "deepspeed"} & imported)
+        heavy = {"torch", "transformers", "deepspeed"} & imported
+        assert not heavy, (module, heavy)
 
 
 def test_console_commands_and_every_subcommand(venv, tmp_path):
