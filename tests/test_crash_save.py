@@ -1,4 +1,4 @@
-"""Crash during save: ``kill -9`` one rank at 4 moments around checkpoint saves (every stage of a save once, the
+"""Crash during save: ``kill -9`` one rank at 4 moments around checkpoint saves (each part of a save once, the
 two ranks killed in turn). Every new run resumes
 from the newest complete checkpoint and continues, every complete checkpoint stays loadable (and equal to the
 uninterrupted run's checkpoint of the same step), and the run ends exactly where an uninterrupted one ends."""
@@ -18,9 +18,10 @@ from xpt_ds.training.export import load_checkpoint_fp32
 pytestmark = pytest.mark.multiproc
 
 # Where a kill lands: as soon as one of these is written into the checkpoint being saved. DeepSpeed's ZeRO-2 files
-# come first, then checkpoint.save's own (rank_state_*, frozen_fp32.pt, spm.model, in that order), then COMPLETE;
-# after COMPLETE the kill lands in pruning or in the next step. One stage in each part of a save: inside
-# DeepSpeed's files, after them with ours begun, with everything but the marker written, after the marker. (6
+# come first, then checkpoint.save's own (each rank's rank_state_*, then rank 0's frozen_fp32.pt, hf_config/ and
+# spm.model, in that order), then COMPLETE once every rank's files are synced; after COMPLETE the kill lands in
+# pruning or in the next step. One stage in each part of a save: inside DeepSpeed's files, after them with ours
+# begun, after rank 0's last file but before the marker, after the marker. (6
 # stages, a second one inside each of the two file groups, took 129 s and 181 CPU-s alone on the 2-core CI
 # machine against 101 s and 142 CPU-s; 12 rounds, each stage on each rank, 260 s of its 15-minute suite.)
 STAGES = ["mp_rank_00_model_states.pt", "rank_state_00001.pt", "spm.model", MARKER]

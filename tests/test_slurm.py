@@ -82,8 +82,9 @@ def reference(long_reference):
 
 # Each launch mode once and each signal once: the trap's USR1 through srun to torchrun (which passes it on and
 # exits 1: the job requeues because the trap ran), and TERM from Slurm straight to per-GPU ranks (which exit 124:
-# the job requeues on that status alone). A rank's own USR1 handling is test_preemption's; the fourth pairing,
-# USR1 to per-GPU ranks, adds only these parts together again and was dropped for the suite's time (48 s).
+# the job requeues on that status alone). A rank's own USR1 handling is test_preemption's. The other two pairings
+# only combine these parts again: USR1 to per-GPU ranks (dropped for the suite's time, 48-53 s) and TERM to
+# torchrun.
 @pytest.mark.parametrize("mode,signal", [("torchrun", "USR1"), ("srun_per_gpu", "TERM")])
 def test_signal_checkpoints_requeues_and_resumes_exactly(slurm, reference, tmp_path, tiny_roberta, corpus, mode,
                                                          signal):
