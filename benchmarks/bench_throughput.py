@@ -257,9 +257,10 @@ def run_xpt(spec: dict) -> dict:
         import torch
 
         from xpt_ds.model.objective import MaskedLMObjective
+        from xpt_ds.training.distributed import init_distributed
         from xpt_ds.training.engine import build_engine, lr_at, set_lr
 
-    deepspeed.init_distributed(dist_init_required=True)
+    init_distributed()  # as a rank of xpt_ds.train joins
     with collector.paused():
         cfg, tok, model, trainable = build_side_model(spec)
         objective = MaskedLMObjective(model)

@@ -171,11 +171,33 @@ def write_config(path: Path, cfg: dict) -> Path:
     return path
 
 
+PORTS: set[int] = set()  # every port free_port handed out in this worker: no_shm_left checks them
+
+
 def free_port() -> int:
     """A port nothing listens on now, outside the ephemeral range: tests run in parallel (pytest-xdist), so none
     uses a fixed one, and the other worker's jobs take ephemeral ports all the time (xpt_ds.training.ports)."""
     from xpt_ds.training.ports import free_port as pick
-    return pick()
+    port = pick()
+    PORTS.add(port)
+    return port
+
+
+@pytest.fixture(autouse=True)
+def no_shm_left():
+    """After every test, no DeepSpeed CPU all-reduce buffer of a job this worker started is left in /dev/shm.
+
+    Under the deepspeed launcher each rank creates ``/dev/shm/deepspeed_allreduce_buffer_{uid}_{addr}_{port}_{rank}``
+    (64 MiB of RAM) and DeepSpeed never removes it; ``xpt_ds.training.distributed.init_distributed`` does. A rank
+    that joins another way leaks it for good. The ports are this worker's own, so the other worker's jobs, which
+    hold their files until every rank has joined, are not counted. A leak found is removed, then reported."""
+    yield
+    mine = {str(port) for port in PORTS}
+    left = [p for p in Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_{os.getuid()}_*")
+            if p.name.rsplit("_", 2)[1] in mine]  # ..._{port}_{rank}
+    for p in left:
+        p.unlink(missing_ok=True)
+    assert not left, f"left in /dev/shm by a job of this test (or of a fixture it set up): {[p.name for p in left]}"
 
 
 def _command(args: list[str], nproc: int, env: dict | None, launcher: str = "torchrun") -> tuple[list[str], dict]:

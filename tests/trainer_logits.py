@@ -6,11 +6,12 @@ import deepspeed
 import torch
 
 from xpt_ds.config import load_config
+from xpt_ds.training.distributed import init_distributed
 from xpt_ds.training.trainer import Trainer
 
 
 def main(config: str, out: str) -> None:
-    deepspeed.init_distributed()
+    init_distributed()  # as xpt_ds.train does: unlinks DeepSpeed's CPU shared-memory buffer names
     trainer = Trainer(load_config(config))
     trainer.setup()
     ids = torch.load(out + ".ids.pt")

@@ -10,12 +10,13 @@ import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 from test_trelm import _skeleton  # noqa: E402
+from xpt_ds.training.distributed import init_distributed  # noqa: E402
 from xpt_ds.trelm.model import ENGLISH, encode, lm_logits  # noqa: E402
 from xpt_ds.trelm.objective import TreLMObjective  # noqa: E402
 
 
 def main() -> None:
-    deepspeed.init_distributed()
+    init_distributed()  # as xpt_ds.train does: unlinks DeepSpeed's CPU shared-memory buffer names
     model = _skeleton("bert", layers=2)
     plain = copy.deepcopy(model)
     ds = {"train_micro_batch_size_per_gpu": 1,
