@@ -308,3 +308,33 @@ def test_validation_is_untouched(tmp_path, unique_shards):
     seen = torch.cat([_original_ids(b).flatten() for b in val])
     assert sorted(_doc_tokens(seen).tolist()) == sorted(t for i in range(1, 6)
                                                        for t in range(60000 - 40 * i, 60000 - 40 * i + 30))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_exported_tokenizer_reads_a_mask_as_training_masks(tmp_path, corpus, corpus_text, causal):
+    """Text with the mask token in place of one piece gives the ids training makes by masking that piece: no
+    "▁" after the mask (SentencePiece prepends it only at the start of a text, not after a special token)."""
+    import sentencepiece as spm
+    from transformers import AutoTokenizer
+
+    from xpt_ds.data.tokenizer import save_hf_tokenizer
+    tok = build_tokenizer(str(corpus / "spm.model"))
+    save_hf_tokenizer(tok, tmp_path, model_max_length=64, token_types=1, causal=causal)
+    hf = AutoTokenizer.from_pretrained(tmp_path)
+    sp = spm.SentencePieceProcessor(model_file=str(corpus / "spm.model"))
+    mask = sp.id_to_piece(tok.mask_id)
+    checked = 0
+    for line in [x for x in corpus_text.read_text(encoding="utf-8").splitlines() if x][:12]:
+        ids = sp.encode(line)
+        assert hf(line, add_special_tokens=False)["input_ids"] == ids
+        if tok.unk_id in ids:  # pieces are joined back into text below: an unknown character has no piece
+            continue
+        pieces = sp.id_to_piece(ids)
+        for i, piece in enumerate(pieces):
+            if "▁" in (piece, pieces[i - 1] if i else None):  # a bare word start: no text tells a mask of it
+                continue  # (or of the piece after it) from a mask of the whole word
+            text = "".join(p.replace("▁", " ") if j != i else (" " if p.startswith("▁") else "") + mask
+                           for j, p in enumerate(pieces)).strip()
+            assert hf(text, add_special_tokens=False)["input_ids"] == ids[:i] + [tok.mask_id] + ids[i + 1:], text
+            checked += 1
+    assert checked > 100

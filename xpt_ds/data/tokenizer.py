@@ -138,11 +138,16 @@ def save_hf_tokenizer(tok: TargetTokenizer, out_dir: Path, model_max_length: int
     otherwise RoBERTa's ``<s> A </s></s> B </s>`` all in segment 0 (its only token type). ``causal`` (a decoder):
     ``<s> A`` with no ``</s>``, as a document starts in training (``xpt_ds.data.causal``), so ``generate``
     continues the text; padding on the left, as batched generation needs."""
-    from tokenizers import processors
+    from tokenizers import pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
     from transformers.convert_slow_tokenizer import SpmConverter
 
     backend = SpmConverter(types.SimpleNamespace(vocab_file=tok.path)).converted()
+    # SpmConverter's Metaspace pre-tokenizer prepends "▁" to every piece of text, the text right after a special
+    # token included: "<mask>으로" gave <mask> ▁ 으로, a sequence training never shows the model (masking
+    # "▁국민" in "국민으로" gives <mask> 으로). "first" prepends it only at the start of a sequence, as
+    # SentencePiece does (transformers' own converters do the same for non-legacy tokenizers).
+    backend.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first", split=True)
     cls, sep = tok.piece(tok.cls_id), tok.piece(tok.sep_id)
     if causal:
         single, pair = f"{cls} $A", f"{cls} $A {sep} $B"
