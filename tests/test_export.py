@@ -8,7 +8,7 @@ import torch
 from transformers import (AutoModel, AutoModelForMaskedLM, AutoModelForMultipleChoice, AutoModelForQuestionAnswering,
                           AutoModelForSequenceClassification, AutoModelForTokenClassification, AutoTokenizer)
 
-from conftest import REPO, free_port, launch
+from conftest import REPO, free_port, launch, run_main
 from xpt_ds.export import main as export_main
 
 pytestmark = pytest.mark.multiproc
@@ -63,6 +63,26 @@ def test_export_matches_trainer(stage, straight_runs, tmp_path, corpus):
     with torch.no_grad():
         exported = model(input_ids=ids).logits
     assert torch.equal(exported, _trainer_logits(run_root, ids, tmp_path))
+
+
+@pytest.mark.parametrize("stage,lost", [(1, "zero_pp_rank_1_mp_rank_00_optim_states.pt"),
+                                        (3, "zero_pp_rank_1_mp_rank_00_model_states.pt")])
+def test_a_complete_tag_missing_a_rank_file_is_one_line_and_leaves_no_out(stage, lost, straight_runs, tmp_path):
+    """A tag with its marker but without one rank's file (a copy that left it behind) is refused by name before
+    DeepSpeed reads anything, and a failed export (that, or a tag that does not exist) leaves no empty --out."""
+    import shutil
+    run = tmp_path / "run"
+    shutil.copytree(straight_runs(stage) / "run", run)
+    tag = sorted((run / "checkpoints").glob("global_step*"))[-1]
+    (tag / lost).unlink()
+    proc = run_main("xpt_ds.export", ["--run", str(run), "--tag", tag.name, "--out", str(tmp_path / "hf")])
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode != 0 and len(lines) == 1 and lines[0].startswith("error:"), proc.stderr[-2000:]
+    assert lost in lines[0] and tag.name in lines[0]
+    assert not (tmp_path / "hf").exists()
+    proc = run_main("xpt_ds.export", ["--run", str(run), "--tag", "global_step999999999", "--out",
+                                      str(tmp_path / "hf2")])
+    assert proc.returncode != 0 and "global_step999999999" in proc.stderr and not (tmp_path / "hf2").exists()
 
 
 def test_bert_layout_pairs_use_two_segments(tmp_path, corpus_bert):

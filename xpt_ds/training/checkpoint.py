@@ -398,15 +398,41 @@ def read_config(ckpt_root: Path, tag: str, allow_pickle: bool = False) -> TrainC
     return read_checkpoint_config(read_client_state(ckpt_root, tag, allow_pickle)["config"])
 
 
+def missing_files(tag_dir: Path) -> list[str]:
+    """The files a complete tag holds by its marker's world size and ZeRO stage that are not there (a copy or a
+    sync that left some behind): every rank's ``rank_state``, the model states (one file, or one per rank at
+    ZeRO-3) and, at ZeRO 1-3, every rank's optimizer states."""
+    record = json.loads((tag_dir / MARKER).read_text())
+    world, stage = record.get("world_size"), record.get("zero_stage")
+    if world is None or stage is None:  # a marker from before these were recorded
+        return []
+    want = [f"rank_state_{r:05d}.pt" for r in range(world)]
+    want += ([f"zero_pp_rank_{r}_mp_rank_00_model_states.pt" for r in range(world)] if stage == 3
+             else ["mp_rank_00_model_states.pt"])
+    missing = [name for name in want if not (tag_dir / name).is_file()]
+    if stage >= 1:  # bf16 runs name them bf16_zero_pp_rank_*
+        missing += [f"zero_pp_rank_{r}_mp_rank_00_optim_states.pt" for r in range(world)
+                    if not any(tag_dir.glob(f"*zero_pp_rank_{r}_mp_rank_00_optim_states.pt"))]
+    return missing
+
+
 def check_files(tag_dir: Path, allow_pickle: bool, distributed: bool = True) -> None:
-    """Every ``.pt`` file under ``tag_dir`` is plain data (``xpt_ds.io.trust.check_plain``), before DeepSpeed
-    unpickles any of them. ``distributed``: the files are split over the ranks and one all-reduce makes every
-    rank stop if any file is refused or unreadable."""
+    """Every file the tag's marker calls for is there (``missing_files``), and every ``.pt`` file under
+    ``tag_dir`` is plain data (``xpt_ds.io.trust.check_plain``), before DeepSpeed unpickles any of them.
+    ``distributed``: the files are split over the ranks and one all-reduce makes every rank stop if any file
+    is missing, refused or unreadable."""
     files = sorted(tag_dir.rglob("*.pt"))
     rank, world = (deepspeed.comm.get_rank(), deepspeed.comm.get_world_size()) if distributed else (0, 1)
     error = None
     try:
+        missing = missing_files(tag_dir)
+        if missing:
+            raise CheckpointError(f"checkpoint {tag_dir} is incomplete although it has its {MARKER} marker: "
+                                  f"{', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''} missing "
+                                  f"({len(missing)} file(s); copied without every rank's files?)")
         check_plain(files[rank::world], allow_pickle=allow_pickle)
+    except CheckpointError as e:
+        error = e
     except UntrustedError as e:
         error = e
     except (OSError, RuntimeError, EOFError, ValueError) as e:  # truncated, or not a torch file

@@ -117,10 +117,16 @@ def save_model(model: torch.nn.Module, out: Path) -> None:
 
 
 def export(run_dir: Path, out: Path, tag: str | None = None, allow_pickle: bool = False) -> Path:
+    made = not out.exists()
     why = unwritable(out)  # before the checkpoint is read (minutes for a large model)
     if why is not None:
         raise OSError(f"--out {out}: cannot write there ({why})")
-    model, tag_dir = load_model(run_dir, tag, allow_pickle)
+    try:
+        model, tag_dir = load_model(run_dir, tag, allow_pickle)
+    except BaseException:  # a bad --run or --tag, or a refused checkpoint: no empty --out left behind
+        if made and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()
+        raise
     hf_config = model.config
     save_model(model, out)
     tok = saved_tokenizer(tag_dir)
