@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import sentencepiece as spm
+import yaml
 
 from conftest import base_config, free_port, launch, run_main, write_config
 from data_tools.pipeline.shards import write_shard
@@ -254,3 +255,16 @@ def test_every_entry_point_gives_one_error_line(tool_outcomes, name):
     line = error_line(proc)
     for culprit in culprits:
         assert culprit in line, line
+
+
+def test_resume_with_another_model_is_one_line(finished_run, tmp_path):
+    """A run directory resumed with a config that builds another model (here model.method xpt_no_itl, two layers
+    fewer than the checkpoint's xpt) is one line naming what differs, not DeepSpeed's load with every key."""
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+    cfg = yaml.safe_load((finished_run.parent / "run.yaml").read_text())
+    cfg["run_dir"] = str(run)
+    cfg["model"]["method"] = "xpt_no_itl"
+    cfg["phases"][1]["steps"] += 1
+    line = error_line(launch(["--config", str(write_config(tmp_path / "run.yaml", cfg))], 1, 300))
+    assert "num_hidden_layers 4 -> 2" in line and "model.method" in line, line

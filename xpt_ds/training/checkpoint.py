@@ -398,6 +398,28 @@ def read_config(ckpt_root: Path, tag: str, allow_pickle: bool = False) -> TrainC
     return read_checkpoint_config(read_client_state(ckpt_root, tag, allow_pickle)["config"])
 
 
+# What decides a model's parameters, in the configs of the encoder and decoder families and xpt-ds's own keys.
+SHAPE_KEYS = ("model_type", "xpt_method", "vocab_size", "hidden_size", "n_embd", "num_hidden_layers", "n_layer",
+              "num_attention_heads", "n_head", "num_key_value_heads", "head_dim", "intermediate_size", "n_inner",
+              "max_position_embeddings", "n_positions", "type_vocab_size", "tie_word_embeddings", "xpt_adapters",
+              "xpt_adapter_size", "xpt_lora", "xpt_trelm", "xpt_trelm_source_vocab_size")
+
+
+def check_same_model(tag_dir: Path, hf_config) -> None:
+    """The model this config builds has the shape of the one checkpoint ``tag_dir`` holds: a run directory
+    resumed with another ``model.source``, ``model.method`` or tokenizer is one line naming what differs, not
+    DeepSpeed's load failing with every missing and unexpected key."""
+    path = tag_dir / "hf_config" / "config.json"
+    if not path.is_file():
+        return
+    saved, now = json.loads(path.read_text()), hf_config.to_dict()
+    diff = [f"{k} {saved[k]!r} -> {now[k]!r}" for k in SHAPE_KEYS if k in saved and k in now and saved[k] != now[k]]
+    if diff:
+        raise ConfigError(f"checkpoint {tag_dir} holds another model than this config builds ({'; '.join(diff)}): "
+                          "resume with the run's model.source, model.method and model.tokenizer, or use a new "
+                          "run_dir (or --resume none)")
+
+
 def missing_files(tag_dir: Path) -> list[str]:
     """The files a complete tag holds by its marker's world size and ZeRO stage that are not there (a copy or a
     sync that left some behind): every rank's ``rank_state``, the model states (one file, or one per rank at

@@ -173,6 +173,7 @@ class Trainer:
         else:
             allow_pickle = self.cfg.checkpoint.allow_pickle
             client, self.resume_client = self.resume_client, None
+            checkpoint.check_same_model(self.ckpt_root / tag, self.hf_config)
             checkpoint.check_files(self.ckpt_root / tag, allow_pickle)  # before DeepSpeed unpickles them
             self.state.load_state_dict(client["trainer"])
             for key in [k for k in ("bad_steps", "best") if k in client]:  # absent from older checkpoints
