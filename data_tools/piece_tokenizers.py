@@ -54,6 +54,14 @@ class SpmTokenizer:
         return self.sp.id_to_piece(int(i))
 
 
+def check_vocabulary(tok, path) -> None:
+    """transformers 5 builds a tokenizer of its special tokens only, without an error, for a directory that holds
+    no tokenizer files: every word would be written to the shards as unknown."""
+    if len(tok) <= len(set(tok.all_special_ids)):
+        raise PrepareError(f"{path}: no tokenizer files there (its tokenizer would know only its {len(tok)} "
+                           "special tokens)")
+
+
 class HfTokenizer:
     def __init__(self, name_or_dir: Path | str):
         self.name = str(name_or_dir)
@@ -65,6 +73,7 @@ class HfTokenizer:
         except (OSError, ValueError) as e:
             reason = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise PrepareError(f"{self.path}: cannot load a Hugging Face tokenizer ({reason})") from None
+        check_vocabulary(self.tok, self.path)
         self.vocab = self.tok.get_vocab()
         self.vocab_size = len(self.tok)  # includes added tokens, as the model's embedding matrix does
 

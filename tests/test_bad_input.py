@@ -12,7 +12,7 @@ import pytest
 import sentencepiece as spm
 import yaml
 
-from conftest import base_config, free_port, launch, run_main, write_config
+from conftest import base_config, free_port, launch, run_main, write_config, write_synthetic_corpus
 from data_tools.pipeline.shards import write_shard
 from data_tools.pipeline.spm_layouts import LAYOUTS
 
@@ -200,12 +200,15 @@ def finished_run(tmp_path_factory, tiny_roberta, corpus) -> Path:
     return d / "run"
 
 
-def _tool_cases(run: Path, corpus: Path, d: Path) -> dict:
-    """name -> (module argv, culprits)."""
+def _tool_cases(run: Path, corpus: Path, d: Path, no_tokenizer: Path) -> dict:
+    """name -> (module argv, culprits); ``no_tokenizer``: a model directory without tokenizer files, for which
+    transformers 5 builds a tokenizer of 5 special tokens instead of failing."""
     (d / "a_file").write_text("x")
     blocked = d / "a_file" / "sub"
     (d / "broken.yaml").write_text("model: {source: [unclosed\n")
     (d / "bad.jsonl").write_text('{"text": "a", "label": 0}\nnot json\n')
+    text = write_synthetic_corpus(d / "docs.txt")
+    (d / "ok.jsonl").write_text("".join(f'{{"text": "word {i}", "label": {i % 2}}}\n' for i in range(8)))
     valid = f"{corpus}/manifest.json:valid"
     return {
         "export_out_unwritable": (["xpt_ds.export", "--run", str(run), "--out", str(blocked)], [str(blocked)]),
@@ -230,13 +233,22 @@ def _tool_cases(run: Path, corpus: Path, d: Path) -> dict:
                                   [str(d / "none.txt")]),
         "prepare_out_unwritable": (["data_tools.prepare", "--input", str(d / "broken.yaml"), "--out", str(blocked)],
                                    [str(blocked)]),
+        "prepare_hf_tokenizer_without_files": (["data_tools.prepare", "--input", str(text), "--out",
+                                                str(d / "p2"), "--hf-tokenizer", str(no_tokenizer)],
+                                               [str(no_tokenizer), "no tokenizer files"]),
+        "finetune_model_without_tokenizer": (["xpt_ds.finetune", "--model", str(no_tokenizer), "--train",
+                                              str(d / "ok.jsonl"), "--test", str(d / "ok.jsonl"), "--out",
+                                              str(d / "ft2")], [str(no_tokenizer), "no tokenizer files"]),
+        "probe_source_without_tokenizer": (["xpt_ds.probe", "--run", str(run), "--source-text", str(d / "ok.jsonl"),
+                                            "--source", str(no_tokenizer)],
+                                           ["--source", str(no_tokenizer), "no tokenizer files"]),
     }
 
 
 @pytest.fixture(scope="module")
-def tool_outcomes(tmp_path_factory, finished_run, corpus):
+def tool_outcomes(tmp_path_factory, finished_run, corpus, tiny_roberta):
     d = tmp_path_factory.mktemp("tools")
-    cases = _tool_cases(finished_run, corpus, d)
+    cases = _tool_cases(finished_run, corpus, d, tiny_roberta)
     elsewhere = tmp_path_factory.mktemp("cwd")  # not the checkout
     # Each tool's main in a forked child (conftest.run_main): a new interpreter per case took 0.3-10 CPU-s, 9 of
     # the 11 over 3, mostly imports; the console commands start from another directory in tests/test_install.py.
@@ -246,7 +258,9 @@ def tool_outcomes(tmp_path_factory, finished_run, corpus):
 
 TOOL_CASES = ["export_out_unwritable", "export_missing_run", "evaluate_out_unwritable", "evaluate_missing_shards",
               "probe_missing_source_text", "probe_out_unwritable", "finetune_missing_train_file",
-              "finetune_out_unwritable", "sweep_broken_yaml", "prepare_missing_input", "prepare_out_unwritable"]
+              "finetune_out_unwritable", "sweep_broken_yaml", "prepare_missing_input", "prepare_out_unwritable",
+              "prepare_hf_tokenizer_without_files", "finetune_model_without_tokenizer",
+              "probe_source_without_tokenizer"]
 
 
 @pytest.mark.parametrize("name", TOOL_CASES)

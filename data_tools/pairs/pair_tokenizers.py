@@ -10,7 +10,7 @@ import numpy as np
 
 from data_tools.errors import PrepareError
 from data_tools.piece_tokenizers import HF_TOKENIZER_FILES as TOKENIZER_FILES
-from data_tools.piece_tokenizers import sha256_file
+from data_tools.piece_tokenizers import check_vocabulary, sha256_file
 
 def _first_line(e: BaseException) -> str:
     text = str(e).strip()
@@ -29,6 +29,7 @@ class SourceTokenizer:
             self.tok = AutoTokenizer.from_pretrained(self.name, trust_remote_code=False)
         except Exception as e:  # transformers raises OSError, ValueError, KeyError... depending on what is wrong
             raise PrepareError(f"cannot load the source tokenizer {self.name}: {_first_line(e)}") from None
+        check_vocabulary(self.tok, self.name)
         self.vocab_size = len(self.tok)
 
     def files(self) -> dict[str, str]:

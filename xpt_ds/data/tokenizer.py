@@ -49,10 +49,20 @@ class TargetTokenizer:
         return "byte_level" if "ByteLevel" in backend.to_str() else "sentencepiece"
 
 
+def check_vocabulary(tok, path) -> None:
+    """ValueError if ``tok`` has no vocabulary beyond its special tokens: transformers 5 builds such a tokenizer,
+    without an error, for a model directory that holds no tokenizer files, and every word is then unknown."""
+    if len(tok) <= len(set(tok.all_special_ids)):
+        raise ValueError(f"{path} holds no tokenizer files: its tokenizer would know only its {len(tok)} special "
+                         "tokens")
+
+
 @functools.lru_cache(maxsize=4)
 def _load_hf(path: str):
     from transformers import AutoTokenizer
-    return AutoTokenizer.from_pretrained(path, trust_remote_code=False)  # never a directory's own code
+    tok = AutoTokenizer.from_pretrained(path, trust_remote_code=False)  # never a directory's own code
+    check_vocabulary(tok, path)
+    return tok
 
 
 def build_hf_tokenizer(path: str, what: str = "config key 'model.tokenizer'") -> TargetTokenizer:

@@ -19,7 +19,7 @@ from torch import nn
 from xpt_ds.config import ConfigError, DataConfig
 from xpt_ds.config.methods import method_of
 from xpt_ds.data.mlm import MLMMasker, sequence_seed
-from xpt_ds.data.tokenizer import build_hf_tokenizer
+from xpt_ds.data.tokenizer import build_hf_tokenizer, check_vocabulary
 from xpt_ds.metrics.mlm import MLMStats, piece_word_starts
 from xpt_ds.model.build import FAMILIES, build_skeleton, load_source
 from xpt_ds.model.decoder import is_decoder
@@ -127,6 +127,10 @@ def probe(run: Path, source_text: Path, tag: str | None = None, source_id: str |
     # The source as the run built it: the same seed draws the same weights a head-less checkpoint lacks.
     source = load_source(dataclasses.replace(run_cfg.model, source=source_id))[0].float()
     tokenizer = AutoTokenizer.from_pretrained(source_id, trust_remote_code=False)  # never runs --source's code
+    try:
+        check_vocabulary(tokenizer, source_id)
+    except ValueError as e:
+        raise ConfigError(f"--source: {e}; give --source the source model's own directory or hub id") from None
     seq_len = min(seq_len, post.config.xpt_max_length)
     batches = lambda: source_batches(source_text, tokenizer, seq_len, batch_size, data.seed, data)  # noqa: E731
     swapped = "post-trained, source vocabulary" + (", with ITLs" if _has_itl(post) else "")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from xpt_ds.data.tokenizer import check_vocabulary
 from xpt_ds.finetuning.config import ADAM_BETAS, ADAM_EPS, OFFSET_POSITIONS, FinetuneConfig, validate
 from xpt_ds.finetuning.data import Encoded, FinetuneError, build_labels, collate, encode, label_ids, read_examples
 from xpt_ds.finetuning.metrics import (
@@ -96,6 +97,7 @@ def prepare(cfg: FinetuneConfig) -> Prepared:
         raise FinetuneError(str(e)) from None
     try:
         tokenizer = AutoTokenizer.from_pretrained(cfg.model, trust_remote_code=remote)
+        check_vocabulary(tokenizer, cfg.model)
     except (OSError, ValueError) as e:
         raise FinetuneError(f"--model {cfg.model}: cannot load its tokenizer ({str(e).splitlines()[0]})") from None
     if cfg.task == "token_classification":
