@@ -12,7 +12,9 @@
 #     has saved; a directory without it (a crash or preemption mid-save) is ignored.
 #   * Rerunning the SAME training command resumes from the newest complete checkpoint (checkpoint.resume:
 #     auto): `bash launch/single_node.sh`, `bash launch/multi_node.sh` on every node, or a requeued
-#     launch/slurm.sbatch job. Keep the number of processes the same as recorded in COMPLETE.
+#     launch/slurm.sbatch job. COMPLETE records the number of processes and the ZeRO stage it was saved
+#     with; another number of processes (or stage 1 <-> 2) resumes through a universal checkpoint
+#     (docs/cluster.md, "Resuming at another scale").
 #   * `--resume TAG` resumes from a chosen complete checkpoint instead (`resume TAG` below does that);
 #     `--checkpoint.resume=none` ignores the checkpoints (better: a fresh run_dir).
 #   * `python -m xpt_ds.export --run RUN_DIR [--tag TAG] --out DIR` turns a checkpoint of any ZeRO stage and
