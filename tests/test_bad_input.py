@@ -282,3 +282,15 @@ def test_resume_with_another_model_is_one_line(finished_run, tmp_path):
     cfg["phases"][1]["steps"] += 1
     line = error_line(launch(["--config", str(write_config(tmp_path / "run.yaml", cfg))], 1, 300))
     assert "num_hidden_layers 4 -> 2" in line and "model.method" in line, line
+
+
+@pytest.mark.parametrize("argv, culprit", [
+    (["xpt_ds.evaluate", "--model", "m", "--shards", "s", "--seq-len", "2"], "--seq-len must be >= 8, got 2"),
+    (["xpt_ds.evaluate", "--model", "m", "--shards", "s", "--batch-size", "0"], "--batch-size must be >= 1, got 0"),
+    (["xpt_ds.evaluate", "--model", "m", "--shards", "s", "--max-batches", "-1"], "--max-batches must be >= 0"),
+    (["xpt_ds.probe", "--run", "r", "--source-text", "t", "--batch-size", "0"], "--batch-size >= 1"),
+])
+def test_numeric_flags_out_of_range_are_usage_errors(argv, culprit):
+    """Were a ZeroDivisionError traceback (--seq-len 2, --batch-size 0) or an empty result with exit 0."""
+    proc = run_main(argv[0], argv[1:])
+    assert proc.returncode == 2 and culprit in proc.stderr and "Traceback" not in proc.stderr, proc.stderr

@@ -107,6 +107,12 @@ def test_override_index_out_of_range(tmp_path):
     assert "--phases.7.steps=3" in msg
 
 
+@pytest.mark.parametrize("value", ["@new", '[@new, "!@itl"]'])
+def test_override_that_is_not_yaml_names_key_and_says_to_quote(tmp_path, value):
+    msg = config_error(tmp_path, minimal(), [f"--phases.0.trainable={value}"])
+    assert "'phases[0].trainable'" in msg and "quote" in msg
+
+
 def test_malformed_override(tmp_path):
     msg = config_error(tmp_path, minimal(), ["--optim.micro_batch_size"])
     assert "--optim.micro_batch_size" in msg
@@ -195,6 +201,14 @@ def _phases(**changes) -> list[dict]:
     (minimal(data={"train_shards": []}), "data.train_shards"),
     (minimal(optim={"micro_batch_size": 0}), "optim.micro_batch_size"),
     (minimal(optim={"betas": [0.9]}), "optim.betas"),
+    (minimal(phases=_phases(lr=float("nan"))), "phases[0].lr"),
+    (minimal(phases=_phases(lr=float("inf"))), "phases[0].lr"),
+    (minimal(optim={"betas": [1.5, 0.9]}), "optim.betas[0]"),
+    (minimal(optim={"betas": [0.9, -0.1]}), "optim.betas[1]"),
+    (minimal(optim={"eps": -1.0}), "optim.eps"),
+    (minimal(optim={"weight_decay": -0.01}), "optim.weight_decay"),
+    (minimal(optim={"grad_clip": float("nan")}), "optim.grad_clip"),
+    (minimal(model={"source": "s", "tokenizer": "t", "dropout": 1.5}), "model.dropout"),
 ])
 def test_validation_names_key(tmp_path, data, fragment):
     assert f"'{fragment}'" in config_error(tmp_path, data)
@@ -303,6 +317,14 @@ def test_ds_json_bf16_default_stage_rejected(tmp_path):
     path = tmp_path / "ds.json"
     path.write_text(json.dumps({"bf16": {"enabled": True}}))
     with pytest.raises(ConfigError, match="bf16"):
+        load_ds_config(str(path))
+
+
+@pytest.mark.parametrize("stage", [7, "two", -1])
+def test_ds_json_bad_zero_stage_rejected(tmp_path, stage):
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps({"zero_optimization": {"stage": stage}}))
+    with pytest.raises(ConfigError, match="zero_optimization.stage must be 0, 1, 2 or 3"):
         load_ds_config(str(path))
 
 

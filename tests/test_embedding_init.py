@@ -356,6 +356,27 @@ def test_from_file_checks_rows_and_tokenizer(bert_source, target_bert, tmp_path)
         init_embeddings("from_file", {"path": str(bad_rows)}, _ctx(bert_source, target_bert))
 
 
+def test_from_file_fills_unseen_rows_and_refuses_non_finite_ones(bert_source, target_bert, tmp_path):
+    """Rows the sidecar lists as unseen are zeros with no trained vector: they start as the fallback (draws around
+    the source mean), not as zero vectors; a NaN or inf row is one line naming the file and the row."""
+    ctx = _ctx(bert_source, target_bert)
+    V, H = ctx.tok.vocab_size, ctx.hidden
+    rows = np.random.default_rng(0).normal(size=(V, H)).astype(np.float32)
+    unseen = [ctx.tok.cls_id, ctx.tok.mask_id, 40]
+    rows[unseen] = 0
+    path = _write(tmp_path / "unseen", rows, _spm_identity(target_bert), kind="input-embeddings", unseen_ids=unseen)
+    matrix, report = init_embeddings("from_file", {"path": str(path)}, ctx)
+    assert report["copied"] == V - 1 - len(unseen) and report["fallback"] == len(unseen)
+    assert all(matrix[i].norm() > 0 for i in unseen) and not matrix[ctx.tok.pad_id].any()
+    seen = [i for i in range(V) if i not in unseen and i != ctx.tok.pad_id]
+    assert torch.equal(matrix[seen], torch.from_numpy(rows[seen]))
+    rows[7, 3] = np.nan
+    bad = _write(tmp_path / "nan", rows, _spm_identity(target_bert), kind="input-embeddings", unseen_ids=unseen)
+    with pytest.raises(ConfigError) as e:
+        init_embeddings("from_file", {"path": str(bad)}, _ctx(bert_source, target_bert))
+    assert "\n" not in str(e.value) and str(bad.with_suffix(".npy")) in str(e.value) and "row 7" in str(e.value)
+
+
 def test_source_without_tokenizer_is_one_line(tiny_roberta, target_roberta):
     with pytest.raises(ConfigError) as e:
         init_embeddings("overlap_copy", {}, _ctx(tiny_roberta, target_roberta))

@@ -25,6 +25,12 @@ def test_ranks_with_ties():
     assert gold_ranks(LOGITS[keep], TARGETS[keep]).tolist() == [2.0, 2.0, 1.0, 5.0, 3.0]
 
 
+def test_a_nan_gold_score_ranks_last():
+    """NaN compares false with everything: without care a model with NaN logits scored Hits@1 1.0, MRR 2.0."""
+    logits = torch.tensor([[0.1, 0.9, 0.3], [float("nan")] * 3, [0.2, float("nan"), 0.1]])
+    assert gold_ranks(logits, torch.tensor([1, 0, 1])).tolist() == [1.0, 3.0, 3.0]
+
+
 def test_metrics_match_hand_computed_values():
     stats = MLMStats()
     stats.update(LOGITS[:3], TARGETS[:3])  # accumulates across batches

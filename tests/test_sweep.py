@@ -372,3 +372,37 @@ def test_a_trelm_graph_sweep_runs_resumes_and_skips(tmp_path, source_dir, corpus
     [resumed] = _rows(out)
     assert {k: resumed[k] for k in ("ppl", "mrr", "loss", "epochs")} == {k: row[k] for k in ("ppl", "mrr", "loss",
                                                                                                 "epochs")}
+
+
+def test_a_killed_sweep_stops_its_running_stages(tmp_path, sweep_config):
+    """``kill PID`` (SIGTERM to the sweep alone, as ``timeout`` or a scheduler sends it) while two runs train side
+    by side (--parallel 2): both trainers checkpoint and stop with it, none goes on training on its own, no
+    further run starts, and the sweep ends with one error line."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+    config, test_shards = sweep_config
+    out = tmp_path / "sweep"
+    cmd = [sys.executable, "-m", "xpt_ds.sweep", "--config", str(config), "--methods", "xpt", "scratch", "xpt_sp",
+           "--sizes", "0.8K", "--out", str(out), "--parallel", "2", "--test-shards", *test_shards,
+           "--set", "phases.0.steps=100000", "checkpoint.every_steps=100000"]
+    sweep = subprocess.Popen(cmd, cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    status = [out / "runs" / m / "800" / "status.json" for m in ("xpt", "scratch")]
+    deadline = time.time() + 240
+    while not all(p.is_file() and json.loads(p.read_text())["state"] == "running" for p in status):
+        assert sweep.poll() is None and time.time() < deadline, sweep.communicate()
+        time.sleep(0.5)
+    trainers = [p for p in psutil.Process(sweep.pid).children(recursive=True) if "xpt_ds.train" in p.cmdline()]
+    assert len(trainers) == 2
+    sweep.send_signal(signal.SIGTERM)
+    _, err = sweep.communicate(timeout=300)
+    assert sweep.returncode == 130 and err.strip().splitlines()[-1].startswith("error: sweep interrupted"), err
+    assert not [p for p in trainers if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    for p in status:
+        assert json.loads(p.read_text())["state"] == "preempted", p.read_text()
+    assert not (out / "runs" / "xpt_sp").exists() and not (out / "results.jsonl").exists()

@@ -49,6 +49,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--allow-pickle", action="store_true", help="with --run: read checkpoint files that are not "
                    "plain data (they can run code): only for a checkpoint you trust")
     a = p.parse_args(argv)
+    for flag, value, least in (("--seq-len", a.seq_len, 8), ("--batch-size", a.batch_size, 1),
+                               ("--max-batches", a.max_batches, 0), ("--samples", a.samples, 0)):
+        if value is not None and value < least:
+            p.error(f"{flag} must be >= {least}, got {value}")
     import torch
 
     from xpt_ds.config import ConfigError, DataConfig

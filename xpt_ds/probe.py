@@ -28,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--allow-pickle", action="store_true", help="read checkpoint files that are not plain data "
                    "(they can run code): only for a checkpoint you trust")
     a = p.parse_args(argv)
+    if a.seq_len < 8 or a.batch_size < 1:
+        p.error(f"--seq-len must be >= 8 and --batch-size >= 1, got {a.seq_len} and {a.batch_size}")
     from xpt_ds.evaluation.intrinsic import emit_json
     from xpt_ds.evaluation.probe import probe
     from xpt_ds.io.paths import check_output_file

@@ -15,7 +15,10 @@ whose row is in ``results.jsonl`` is not run again; a failed one is reported wit
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from xpt_ds.errors import cli_errors
@@ -71,6 +74,25 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return a
 
 
+@contextlib.contextmanager
+def _sigterm_interrupts():
+    """SIGTERM (``kill PID``, ``timeout``, a job scheduler) raises KeyboardInterrupt in the sweep, as Ctrl-C does,
+    so that the running stages are stopped with it, not left training on their own. Only in the main thread
+    (where Python delivers signals); the previous handler comes back after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 @cli_errors
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(sys.argv[1:] if argv is None else argv)  # before torch and DeepSpeed: --help is instant
@@ -78,12 +100,18 @@ def main(argv: list[str] | None = None) -> int:
     from xpt_ds.sweeps.plan import build_plan
     from xpt_ds.sweeps.report import write_report
     from xpt_ds.sweeps.rows import read_rows
-    from xpt_ds.sweeps.runner import sweep
+    from xpt_ds.sweeps.runner import Interrupted, sweep
     try:
         plan = build_plan(a)
     except ValueError as e:  # a size or --set item that does not parse
         raise ConfigError(str(e)) from None
-    failures = sweep(plan)
+    try:
+        with _sigterm_interrupts():
+            failures = sweep(plan)
+    except (KeyboardInterrupt, Interrupted):  # the running stages were stopped (runner.stop_stages)
+        print(f"error: sweep interrupted; its finished runs are in {plan.out / 'results.jsonl'}: rerun the same "
+              "command to go on", file=sys.stderr)
+        return 130
     rows = list(read_rows(plan.out / "results.jsonl").values())
     write_report(plan.out, rows, failures)
     print(f"wrote {plan.out / 'results.md'}, {plan.out / 'summary.json'}, plots and {plan.out / 'tb'}")

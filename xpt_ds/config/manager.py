@@ -27,7 +27,12 @@ def from_dict(cls, data, prefix: str = ""):
             raise ConfigError(f"unknown config key '{key}' (valid: {', '.join(fields)})")
         typ = _field_type(fields[k])
         if isinstance(v, Override) and typ is not str and typ not in (int, float, bool):
-            v = yaml.safe_load(v)  # a whole section or list given on the command line
+            try:
+                v = yaml.safe_load(v)  # a whole section or list given on the command line
+            except yaml.YAMLError as e:
+                raise ConfigError(f"config key '{key}': cannot read {str(v)!r} as YAML "
+                                  f"({str(e).splitlines()[0]}); quote items that start with @ or !, "
+                                  "e.g. '[\"@all\", \"!@lower\"]'") from None
         if dataclasses.is_dataclass(typ):
             kwargs[k] = from_dict(typ, v, key + ".")
         elif typ is dict:  # free-form options; whoever owns them checks keys and types (embedding_init_args)

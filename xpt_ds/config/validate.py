@@ -2,6 +2,8 @@
 names the key. Checks that span phases are in ``xpt_ds.config.phase_checks``."""
 from __future__ import annotations
 
+import math
+
 from xpt_ds.config.embedding_args import check_args
 from xpt_ds.config.job import (
     DECAYS,
@@ -19,7 +21,7 @@ def check_lora(m: ModelConfig) -> None:
     lo = m.lora
     if lo.rank < 1:
         raise ConfigError(f"config key 'model.lora.rank' must be >= 1, got {lo.rank}")
-    if lo.alpha <= 0:
+    if not 0 < lo.alpha < math.inf:
         raise ConfigError(f"config key 'model.lora.alpha' must be > 0, got {lo.alpha}")
     if not 0 <= lo.dropout < 1:
         raise ConfigError(f"config key 'model.lora.dropout' must be in [0, 1), got {lo.dropout}")
@@ -46,8 +48,8 @@ def validate(cfg: TrainConfig) -> None:
             raise ConfigError(f"config key '{key}.name' is required")
         if ph.steps <= 0:
             raise ConfigError(f"config key '{key}.steps' must be > 0, got {ph.steps}")
-        if ph.lr <= 0:
-            raise ConfigError(f"config key '{key}.lr' must be > 0, got {ph.lr}")
+        if not 0 < ph.lr < math.inf:  # also refuses nan
+            raise ConfigError(f"config key '{key}.lr' must be a finite number > 0, got {ph.lr}")
         if not 0 <= ph.warmup_steps <= ph.steps:
             raise ConfigError(f"config key '{key}.warmup_steps' must be in [0, steps={ph.steps}], got {ph.warmup_steps}")
         if ph.decay not in DECAYS:
@@ -89,6 +91,17 @@ def validate(cfg: TrainConfig) -> None:
             raise ConfigError(f"config key 'optim.{k}' must be >= 1, got {getattr(o, k)}")
     if len(o.betas) != 2:
         raise ConfigError(f"config key 'optim.betas' must have 2 values, got {o.betas}")
+    for i, b in enumerate(o.betas):
+        if not 0 <= b < 1:
+            raise ConfigError(f"config key 'optim.betas[{i}]' must be in [0, 1), got {b}")
+    if not 0 <= o.eps < math.inf:
+        raise ConfigError(f"config key 'optim.eps' must be a finite number >= 0, got {o.eps}")
+    if not 0 <= o.weight_decay < math.inf:
+        raise ConfigError(f"config key 'optim.weight_decay' must be a finite number >= 0, got {o.weight_decay}")
+    if not 0 <= o.grad_clip < math.inf:
+        raise ConfigError(f"config key 'optim.grad_clip' must be a finite number >= 0 (0 = off), got {o.grad_clip}")
+    if not m.dropout < 1 or m.dropout != m.dropout:
+        raise ConfigError(f"config key 'model.dropout' must be in [0, 1) (negative: the source's), got {m.dropout}")
     if cfg.checkpoint.keep_last < 0:
         raise ConfigError(f"config key 'checkpoint.keep_last' must be >= 0, got {cfg.checkpoint.keep_last}")
     if cfg.logging.log_every < 1:

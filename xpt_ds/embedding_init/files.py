@@ -80,6 +80,9 @@ def read_matrix(path: str, key: str, rows: int, tokenizer_sha256: str | None, to
     if tokenizer_sha256 is not None and ident.get("sha256") != tokenizer_sha256:
         raise ConfigError(f"{where} was made for another tokenizer ({ident.get('path')}, sha256 "
                           f"{str(ident.get('sha256'))[:12]}… vs {tokenizer_sha256[:12]}…)")
+    bad = np.flatnonzero(~np.isfinite(matrix).all(axis=1))
+    if bad.size:
+        raise ConfigError(f"{where}: {bad.size} row(s) are not finite (NaN or inf), e.g. row {int(bad[0])}")
     seen = np.ones(rows, dtype=bool)
     seen[np.asarray(meta.get("unseen_ids", []), dtype=np.int64)] = False
     return MatrixFile(npy, matrix.astype(np.float32, copy=False), meta, seen)

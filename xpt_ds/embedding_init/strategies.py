@@ -141,7 +141,9 @@ def init_from_file(ctx: InitContext, rows: Rows) -> None:
         raise ConfigError(f"config key 'model.embedding_init_args.path': {f.path} has dim {f.matrix.shape[1]} but "
                           f"the model's hidden size is {ctx.hidden}")
     for i in rows.unset():
-        rows.set(i, torch.from_numpy(f.matrix[i].copy()), "copied", [f.path.name])
+        if f.seen[i]:  # unseen_ids are all-zero rows: the reader fills them (docs/embedding_format.md)
+            rows.set(i, torch.from_numpy(f.matrix[i].copy()), "copied", [f.path.name])
+    fill_fallback(ctx, rows)
 
 
 def _unit(x: np.ndarray) -> np.ndarray:

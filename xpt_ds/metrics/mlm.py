@@ -137,7 +137,9 @@ def gold_ranks(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     gold = logits.gather(1, targets[:, None])
     higher = (logits > gold).sum(1, dtype=torch.float64)
     ties = (logits == gold).sum(1, dtype=torch.float64) - 1
-    return 1 + higher + ties / 2
+    ranks = 1 + higher + ties / 2
+    # a NaN gold score compares false with everything: rank it last, not first (hits@1 1.0, MRR 2.0 otherwise)
+    return torch.where(gold[:, 0].isnan(), torch.full_like(ranks, logits.shape[1]), ranks)
 
 
 class MLMStats:

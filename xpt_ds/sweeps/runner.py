@@ -34,13 +34,54 @@ class StepFailed(Exception):
         self.stage, self.code, self.log = stage, code, log
 
 
+class Interrupted(Exception):
+    """The sweep is being stopped (``stop_stages``): no stage starts any more."""
+
+
+_live: set[subprocess.Popen] = set()  # the stage processes running now, in every --parallel slot
+_live_lock = threading.Lock()
+_stopping = threading.Event()
+
+
+def stop_stages(grace_s: float = 300.0) -> None:
+    """Stop every stage process still running and start no more: SIGTERM, on which a training run checkpoints and
+    exits (``xpt_ds.training.preemption``), then SIGKILL for what is still there after ``grace_s``. A sweep
+    stopped by Ctrl-C or ``kill`` calls it, so that no training run goes on without it."""
+    _stopping.set()
+    with _live_lock:
+        procs = list(_live)
+    for proc in procs:
+        proc.terminate()
+    deadline = time.time() + grace_s
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def _run(cmd: list[str], log: Path, stage: str, env: dict | None = None) -> float:
     """Run one stage as a process, appending its output to ``log``; its wall seconds, or StepFailed."""
     started = time.time()
     with open(log, "a") as f:
         f.write(f"$ {shlex.join(cmd)}\n")
         f.flush()
-        code = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
+        with _live_lock:
+            if _stopping.is_set():
+                raise Interrupted(stage)
+            proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
+            _live.add(proc)
+        try:
+            code = proc.wait()
+        except BaseException:  # Ctrl-C or the sweep's SIGTERM in this thread: stop the stage too
+            stop_stages()
+            raise
+        finally:
+            with _live_lock:
+                _live.discard(proc)
+    if _stopping.is_set():
+        raise Interrupted(stage)
     if code != 0:
         raise StepFailed(stage, code, log)
     return time.time() - started
@@ -238,6 +279,8 @@ class _Sweep:
 
     def one(self, run: Run) -> None:
         plan = self.plan
+        if _stopping.is_set():
+            return
         if plan.deadline is not None and time.time() > plan.deadline:
             self.say(f"not started {run.label}: past the deadline")
             return
@@ -274,10 +317,17 @@ def sweep(plan: Plan) -> list[dict]:
     """Every run not yet in results.jsonl, smallest size first; the failures."""
     s = _Sweep(plan)
     todo = s.pending()
+    _stopping.clear()
     if plan.parallel == 1:
         for run in todo:
             s.one(run)
-    else:
-        with ThreadPoolExecutor(plan.parallel) as pool:
-            list(pool.map(s.one, todo))
+        return s.failures
+    pool = ThreadPoolExecutor(plan.parallel)
+    try:
+        list(pool.map(s.one, todo))
+    except BaseException:  # Ctrl-C or SIGTERM in the main thread: stop the other slots' stages, start no run
+        stop_stages()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
     return s.failures
