@@ -434,3 +434,14 @@ def test_list_fields_declare_their_element_types():
     assert found and all(len(args) == 1 for args in found.values()), found
     with pytest.raises(ConfigError, match="data.train_shards"):
         load_config(None, ["--data.train_shards=[1, 2]"])
+
+
+def test_help_lists_every_key_with_its_default_phase_keys_included():
+    """``xpt-ds train --help``'s epilog: every section's keys, and each phase's as ``--phases.N.key``."""
+    import dataclasses
+
+    from xpt_ds.config import help_text
+    text = help_text()
+    for f in dataclasses.fields(PhaseConfig):
+        assert f"--phases.N.{f.name}=" in text or f"--phases.N.{f.name}." in text, f.name
+    assert "--optim.micro_batch_size=" in text and "--phases.N.lr=0.0001" in text

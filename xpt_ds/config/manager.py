@@ -136,4 +136,6 @@ def help_text(cls=TrainConfig, prefix: str = "") -> str:
         else:
             default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
             lines.append(f"  --{prefix}{f.name}={default!r}\n      {f.metadata.get('help', '')}")
+            if typing.get_origin(typ) is list and dataclasses.is_dataclass(_element_type(typ)):  # each phase's keys
+                lines.append(help_text(_element_type(typ), f"{prefix}{f.name}.N."))
     return "\n".join(lines)
