@@ -125,10 +125,11 @@ def test_missing_config_file(tmp_path):
 
 def test_unparsable_config_file(tmp_path):
     path = tmp_path / "cfg.yaml"
-    path.write_text("model: {source: [unclosed\n")
+    path.write_text("model:\n  source: x\nphases: [a, b\ndata: {}\n")
     with pytest.raises(ConfigError) as info:
         load_config(str(path))
     assert str(path) in str(info.value) and "\n" not in str(info.value)
+    assert "(line 3, column 9)" in str(info.value)  # where the unclosed list starts
 
 
 

@@ -94,7 +94,7 @@ def read_config_file(path: str | Path) -> dict:
     except OSError as e:
         raise ConfigError(f"config file {path} cannot be read: {e.strerror or e}") from None
     except (json.JSONDecodeError, yaml.YAMLError, UnicodeDecodeError) as e:
-        raise ConfigError(f"config file {path} does not parse: {str(e).splitlines()[0]}") from None
+        raise ConfigError(f"config file {path} does not parse: {_parse_error(e)}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a mapping of sections, got {type(data).__name__}")
     return data
@@ -125,6 +125,15 @@ def read_checkpoint_config(data: dict) -> TrainConfig:
 
 def save_config(cfg: TrainConfig, path: Path) -> None:
     path.write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+
+
+def _parse_error(e: Exception) -> str:
+    """One line, with the line and column for YAML (JSON's own message has them)."""
+    if not isinstance(e, yaml.MarkedYAMLError):
+        return str(e).splitlines()[0]
+    parts = [f"{text} (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else text
+             for text, mark in ((e.context, e.context_mark), (e.problem, e.problem_mark)) if text]
+    return ": ".join(parts) or str(e).splitlines()[0]
 
 
 def help_text(cls=TrainConfig, prefix: str = "") -> str:
