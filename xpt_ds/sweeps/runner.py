@@ -62,7 +62,8 @@ def stop_stages(grace_s: float = 300.0) -> None:
 
 
 def _run(cmd: list[str], log: Path, stage: str, env: dict | None = None) -> float:
-    """Run one stage as a process, appending its output to ``log``; its wall seconds, or StepFailed."""
+    """Run one stage as a process, appending its output to ``log``; its wall seconds, or StepFailed (Interrupted
+    once the sweep is being stopped: the stage did not start, or was stopped)."""
     started = time.time()
     with open(log, "a") as f:
         f.write(f"$ {shlex.join(cmd)}\n")
