@@ -101,7 +101,7 @@ def load_ds_config(path: str) -> dict:
     if stage not in (0, 1, 2, 3):
         raise ConfigError(f"DeepSpeed JSON {path}: zero_optimization.stage must be 0, 1, 2 or 3, got "
                           f"{(ds.get('zero_optimization') or {}).get('stage')!r}")
-    if zero_stage(ds) == 0 and (ds.get("bf16") or ds.get("bfloat16") or {}).get("enabled"):  # "bfloat16": legacy name
+    if stage == 0 and (ds.get("bf16") or ds.get("bfloat16") or {}).get("enabled"):  # "bfloat16": legacy name
         raise ConfigError(f"DeepSpeed JSON {path}: bf16 needs ZeRO stage >= 1 here (stage 0 keeps no exportable "
                           "fp32 master); use ds_configs/zero1_bf16.json")
     return ds

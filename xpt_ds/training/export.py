@@ -31,7 +31,7 @@ from xpt_ds.model import adapters, lora
 from xpt_ds.model.build import build_skeleton, load_fp32_state
 from xpt_ds.model.decoder import is_decoder
 from xpt_ds.model.objective import strip_prefix
-from xpt_ds.training import checkpoint
+from xpt_ds.training import checkpoint, tag_checks
 from xpt_ds.training.engine import zero_stage
 from xpt_ds.trelm import hf as trelm_hf
 
@@ -39,7 +39,7 @@ from xpt_ds.trelm import hf as trelm_hf
 def load_checkpoint_fp32(ckpt_root: Path, tag: str, allow_pickle: bool = False) -> dict[str, torch.Tensor]:
     """Full fp32 state dict (HF names) of a checkpoint. Its files must be plain data (``xpt_ds.io.trust``) unless
     ``allow_pickle``: DeepSpeed's zero_to_fp32 unpickles them whole."""
-    checkpoint.check_files(ckpt_root / tag, allow_pickle, distributed=False)
+    tag_checks.check_files(ckpt_root / tag, allow_pickle, distributed=False)
     model_states = checkpoint.read_client_state(ckpt_root, tag, allow_pickle)
     if zero_stage(model_states["ds_config"]) == 0:  # fp32 only (engine.load_ds_config rejects bf16 at stage 0): the module is the master
         state = {k: v.float() for k, v in model_states["module"].items()}

@@ -23,7 +23,7 @@ from xpt_ds.model.build import build_model, build_skeleton, load_fp32_state
 from xpt_ds.model.decoder import is_decoder
 from xpt_ds.model.objective import build_objective, strip_prefix
 from xpt_ds.model.phases import build_phase_starts, build_phase_trainables, phases_read_later, weights_from_ends
-from xpt_ds.training import checkpoint
+from xpt_ds.training import checkpoint, tag_checks
 from xpt_ds.training.best import BestTracker
 from xpt_ds.training.engine import (
     agree_on_initial_weights,
@@ -173,8 +173,8 @@ class Trainer:
         else:
             allow_pickle = self.cfg.checkpoint.allow_pickle
             client, self.resume_client = self.resume_client, None
-            checkpoint.check_same_model(self.ckpt_root / tag, self.hf_config)
-            checkpoint.check_files(self.ckpt_root / tag, allow_pickle)  # before DeepSpeed unpickles them
+            tag_checks.check_same_model(self.ckpt_root / tag, self.hf_config)
+            tag_checks.check_files(self.ckpt_root / tag, allow_pickle)  # before DeepSpeed unpickles them
             self.state.load_state_dict(client["trainer"])
             for key in [k for k in ("bad_steps", "best") if k in client]:  # absent from older checkpoints
                 getattr(self, key).load_state_dict(client[key])

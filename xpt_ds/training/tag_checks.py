@@ -1,0 +1,81 @@
+"""What a checkpoint tag must pass before anything in it is loaded: every file its ``COMPLETE`` marker calls for
+is there, every ``.pt`` file is plain data (``xpt_ds.io.trust``), and, on a resume, the config builds the model the
+tag holds. Each failure is one line naming the file or the config keys."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import deepspeed
+
+from xpt_ds.config import ConfigError
+from xpt_ds.io.trust import UntrustedError, check_plain
+from xpt_ds.training.checkpoint import MARKER, CheckpointError, agree
+
+
+# What decides a model's parameters, in the configs of the encoder and decoder families and xpt-ds's own keys.
+SHAPE_KEYS = ("model_type", "xpt_method", "vocab_size", "hidden_size", "n_embd", "num_hidden_layers", "n_layer",
+              "num_attention_heads", "n_head", "num_key_value_heads", "head_dim", "intermediate_size", "n_inner",
+              "max_position_embeddings", "n_positions", "type_vocab_size", "tie_word_embeddings", "xpt_adapters",
+              "xpt_adapter_size", "xpt_lora", "xpt_trelm", "xpt_trelm_source_vocab_size")
+
+
+def check_same_model(tag_dir: Path, hf_config) -> None:
+    """The model this config builds has the shape of the one checkpoint ``tag_dir`` holds: a run directory
+    resumed with another ``model.source``, ``model.method`` or tokenizer is one line naming what differs, not
+    DeepSpeed's load failing with every missing and unexpected key."""
+    path = tag_dir / "hf_config" / "config.json"
+    if not path.is_file():
+        return
+    saved, now = json.loads(path.read_text()), hf_config.to_dict()
+    diff = [f"{k} {saved[k]!r} -> {now[k]!r}" for k in SHAPE_KEYS if k in saved and k in now and saved[k] != now[k]]
+    if diff:
+        raise ConfigError(f"checkpoint {tag_dir} holds another model than this config builds ({'; '.join(diff)}): "
+                          "resume with the run's model.source, model.method and model.tokenizer, or use a new "
+                          "run_dir (or --resume none)")
+
+
+def missing_files(tag_dir: Path) -> list[str]:
+    """The files a complete tag holds by its marker's world size and ZeRO stage that are not there (a copy or a
+    sync that left some behind): every rank's ``rank_state``, the model states (one file, or one per rank at
+    ZeRO-3) and, at ZeRO 1-3, every rank's optimizer states."""
+    record = json.loads((tag_dir / MARKER).read_text())
+    world, stage = record.get("world_size"), record.get("zero_stage")
+    if world is None or stage is None:  # a marker from before these were recorded
+        return []
+    want = [f"rank_state_{r:05d}.pt" for r in range(world)]
+    want += ([f"zero_pp_rank_{r}_mp_rank_00_model_states.pt" for r in range(world)] if stage == 3
+             else ["mp_rank_00_model_states.pt"])
+    missing = [name for name in want if not (tag_dir / name).is_file()]
+    if stage >= 1:  # bf16 runs name them bf16_zero_pp_rank_*
+        missing += [f"zero_pp_rank_{r}_mp_rank_00_optim_states.pt" for r in range(world)
+                    if not any(tag_dir.glob(f"*zero_pp_rank_{r}_mp_rank_00_optim_states.pt"))]
+    return missing
+
+
+def check_files(tag_dir: Path, allow_pickle: bool, distributed: bool = True) -> None:
+    """Every file the tag's marker calls for is there (``missing_files``), and every ``.pt`` file under
+    ``tag_dir`` is plain data (``xpt_ds.io.trust.check_plain``), before DeepSpeed unpickles any of them.
+    ``distributed``: the files are split over the ranks and one all-reduce makes every rank stop if any file
+    is missing, refused or unreadable."""
+    files = sorted(tag_dir.rglob("*.pt"))
+    rank, world = (deepspeed.comm.get_rank(), deepspeed.comm.get_world_size()) if distributed else (0, 1)
+    error = None
+    try:
+        missing = missing_files(tag_dir)
+        if missing:
+            raise CheckpointError(f"checkpoint {tag_dir} is incomplete although it has its {MARKER} marker: "
+                                  f"{', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''} missing "
+                                  f"({len(missing)} file(s); copied without every rank's files?)")
+        check_plain(files[rank::world], allow_pickle=allow_pickle)
+    except CheckpointError as e:
+        error = e
+    except UntrustedError as e:
+        error = e
+    except (OSError, RuntimeError, EOFError, ValueError) as e:  # truncated, or not a torch file
+        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        error = CheckpointError(f"cannot read checkpoint {tag_dir}: {why}")
+    if distributed and agree(None if error is None else str(error)) and error is None:
+        error = CheckpointError(f"another rank refused a file of checkpoint {tag_dir} (see its error)")
+    if error is not None:
+        raise error
