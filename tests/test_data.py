@@ -207,6 +207,24 @@ def test_ids_outside_the_vocabulary_are_found_by_the_scan(unique_shards):
     assert stream.tokens(0, stream.epoch_tokens).max() < small.vocab_size
 
 
+def test_an_out_of_vocabulary_id_in_a_manifest_shard_is_corruption_and_all_skipped_is_named(unique_shards):
+    """A shard its manifest lists was made with the run's tokenizer (the manifest's sha256 was checked), so an id
+    outside the vocabulary there is a changed byte, not another tokenizer; and when every shard is skipped the
+    error names them instead of 'no documents in shards []'."""
+    shards, _ = unique_shards
+    maxima = [scan_shard(s).max_id for s in shards]
+    small = replace(BIG, vocab_size=maxima[0])  # every shard holds an id outside it
+    counts = {s: (len(scan_shard(s).lengths), scan_shard(s).tokens) for s in shards}
+    with pytest.raises(DataError, match="its manifest records this tokenizer, so the shard's bytes changed"):
+        build_stream(shards, _cfg(shards), small, expected=counts)
+    with pytest.raises(DataError, match="it was made with another tokenizer, or is corrupt$"):
+        build_stream(shards, _cfg(shards), small)
+    with pytest.raises(DataError) as e:
+        build_stream(shards, _cfg(shards, on_corrupt_shard="skip"), small)
+    assert str(e.value).startswith("every shard is corrupt and was skipped (data.on_corrupt_shard: skip") and \
+        shards[0] in str(e.value)
+
+
 # data.train_tokens: every training epoch is the same fixed subset of N tokens, nested across N.
 
 SEP = BIG.sep_id

@@ -213,7 +213,7 @@ def test_out_of_vocabulary_shard_fails_at_start_or_is_skipped(tmp_path, tiny_rob
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert proc.stderr.strip().splitlines()[-1] == (
         f"error: shard {bad} (document 3) holds token id {vocab + 11} >= vocab size {vocab} of {corpus / 'spm.model'}"
-        ": it was made with another tokenizer")
+        ": it was made with another tokenizer, or is corrupt")
     assert " parameters; phase " not in proc.stderr  # before the engine was set up, so before any step
     cfg["data"]["on_corrupt_shard"] = "skip"
     cfg["run_dir"] = str(tmp_path / "run2")

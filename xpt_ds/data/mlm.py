@@ -129,6 +129,9 @@ class TokenStream:
     def __init__(self, indexes: list[ShardIndex], tok: TargetTokenizer, cfg: DataConfig, skipped: list[str] = (),
                  max_tokens: int = 0):
         self.skipped = list(skipped)  # corrupt shards left out (data.on_corrupt_shard: skip)
+        if not indexes and self.skipped:
+            raise DataError(f"every shard is corrupt and was skipped (data.on_corrupt_shard: skip; the warnings above "
+                            f"say why): {', '.join(self.skipped[:3])}{' ...' if len(self.skipped) > 3 else ''}")
         if not indexes or sum(len(i.lengths) for i in indexes) == 0:
             raise ConfigError(f"no documents in shards {[i.path for i in indexes][:3]}")
         self.indexes, self.tok, self.cfg = indexes, tok, cfg
@@ -191,7 +194,8 @@ class TokenStream:
         ids = self.reader.read(shard, local, start, stop).astype(np.int64)
         if ids.size and ids.max() >= self.tok.vocab_size:
             raise DataError(f"shard {self.indexes[shard].path} (document {local}) holds token id {ids.max()} >= "
-                            f"vocab size {self.tok.vocab_size} of {self.tok.path}: it was made with another tokenizer")
+                            f"vocab size {self.tok.vocab_size} of {self.tok.path}, which the scan at the start did "
+                            "not find: the shard changed during the run (replaced or corrupt)")
         return ids
 
 

@@ -111,6 +111,15 @@ def check_archive_end(fh, tar: tarfile.TarFile, size: int) -> None:
                          "rest of the shard is zero-filled or unreadable")
 
 
+def out_of_vocab_cause(in_manifest: bool) -> str:
+    """Why a shard holds an id outside the run's vocabulary. A shard its manifest lists was made with the run's
+    tokenizer (``expand_shards`` checked the manifest's vocab size and sha256), so its bytes changed since."""
+    if in_manifest:
+        return ("its manifest records this tokenizer, so the shard's bytes changed after it was written "
+                "(corrupt or replaced)")
+    return "it was made with another tokenizer, or is corrupt"
+
+
 def scan_shard(path: str, expected: tuple[int, int] | None = None, vocab: tuple[int, str] | None = None
                ) -> ShardIndex:
     """Index one shard from its headers and its largest id; raises DataError naming the shard if it is corrupt or
@@ -149,7 +158,7 @@ def scan_shard(path: str, expected: tuple[int, int] | None = None, vocab: tuple[
     worst = int(maxima.argmax()) if len(maxima) else 0
     if vocab is not None and len(maxima) and maxima[worst] >= vocab[0]:
         raise DataError(f"shard {path} (document {worst}) holds token id {maxima[worst]} >= vocab size {vocab[0]} "
-                        f"of {vocab[1]}: it was made with another tokenizer")
+                        f"of {vocab[1]}: {out_of_vocab_cause(expected is not None)}")
     return ShardIndex(path, offsets, lengths, dtype, int(maxima.max()) if len(maxima) else -1)
 
 
