@@ -62,7 +62,8 @@ def _add_stage(p: argparse.ArgumentParser, stage: str, skip: tuple[str, ...] = (
     add_options(g, PrepareOptions, group=stage, skip=skip)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(implicit_all: bool = False) -> argparse.ArgumentParser:
+    """``implicit_all``: the command line named no stage, so ``all``'s usage and errors read 'xpt-data prepare'."""
     p = argparse.ArgumentParser(prog="xpt-data prepare", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="stage", metavar="{all,clean,split,spm,tokenize}")
@@ -73,7 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
         ("spm", "train SentencePiece on the train split -> spm.model", False, ["spm"]),
         ("tokenize", "tokenize into shards + manifest.json (resumes)", True, ["tokenize"]),
     ]:
-        q = sub.add_parser(name, help=help_, description=help_)
+        prog = {"prog": p.prog} if name == "all" and implicit_all else {}
+        q = sub.add_parser(name, help=help_, description=help_, **prog)
         _add_common(q)
         if workers:
             _add_workers(q)
@@ -102,9 +104,10 @@ def _run_stage(a: argparse.Namespace, progress: bool | None) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] not in ("all", *STAGES, "-h", "--help"):
+    implicit = bool(argv) and argv[0] not in ("all", *STAGES, "-h", "--help")
+    if implicit:
         argv = ["all", *argv]
-    parser = build_parser()
+    parser = build_parser(implicit)
     a = parser.parse_args(argv)
     if a.stage is None:
         parser.print_help(sys.stderr)

@@ -289,8 +289,10 @@ def test_resume_with_another_model_is_one_line(finished_run, tmp_path):
     (["xpt_ds.evaluate", "--model", "m", "--shards", "s", "--batch-size", "0"], "--batch-size must be >= 1, got 0"),
     (["xpt_ds.evaluate", "--model", "m", "--shards", "s", "--max-batches", "-1"], "--max-batches must be >= 0"),
     (["xpt_ds.probe", "--run", "r", "--source-text", "t", "--batch-size", "0"], "--batch-size >= 1"),
+    (["data_tools.prepare", "--input", "t", "--out", "o", "--workers", "x"], "\nxpt-data prepare: error: argument"),
 ])
 def test_numeric_flags_out_of_range_are_usage_errors(argv, culprit):
-    """Were a ZeroDivisionError traceback (--seq-len 2, --batch-size 0) or an empty result with exit 0."""
+    """Were a ZeroDivisionError traceback (--seq-len 2, --batch-size 0) or an empty result with exit 0; prepare
+    without a stage named the implied one ('xpt-data prepare all: error:')."""
     proc = run_main(argv[0], argv[1:])
     assert proc.returncode == 2 and culprit in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
