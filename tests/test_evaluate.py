@@ -149,9 +149,10 @@ def test_evaluate_reproduces_the_trainers_validation(tmp_path, tiny_roberta, cor
     export = tmp_path / "export"
     proc = run_main("xpt_ds.export", ["--run", str(run), "--out", str(export)])
     assert proc.returncode == 0, proc.stderr[-2000:]
-    out = _evaluate("--model", str(export), "--shards", valid, "--seq-len", "32")
+    out = _evaluate("--model", str(export), "--shards", valid)  # the run's seq_len and mask seed: config.json
     assert out.returncode == 0, out.stderr[-2000:]
     from_export = json.loads(out.stdout)
+    assert from_export["seq_len"] == cfg["data"]["seq_len"] == 32
     for k in ("tokens", "loss", "hits@1", "mrr", "mr"):
         assert from_export[k] == pytest.approx(from_ckpt[k], rel=1e-6), k
 

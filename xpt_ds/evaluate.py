@@ -29,7 +29,8 @@ def main(argv: list[str] | None = None) -> int:
                    "complete)")
     p.add_argument("--shards", nargs="+", required=True, help="held-out shards: paths, brace patterns, "
                    "or MANIFEST.json:SPLIT (e.g. data/ko/manifest.json:test)")
-    p.add_argument("--seq-len", type=int, help="default: the run's data.seq_len (export: 512, capped by the model)")
+    p.add_argument("--seq-len", type=int, help="default: the run's data.seq_len (an export carries it; one "
+                   "written before 2026-11-27: 512, capped by the model)")
     p.add_argument("--seed", type=int, help="mask seed (default: the run's data.seed, else 0)")
     p.add_argument("--masking", choices=MASKINGS, help="what the evaluation masks (default: the run's data.masking, "
                    "else token); runs trained with different data.masking compare only under the same --masking")
@@ -55,9 +56,9 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"{flag} must be >= {least}, got {value}")
     import torch
 
-    from xpt_ds.config import ConfigError, DataConfig
+    from xpt_ds.config import ConfigError
     from xpt_ds.data.tokenizer import saved_tokenizer
-    from xpt_ds.evaluation.intrinsic import UnigramPredictor, emit_json, evaluate, load_export
+    from xpt_ds.evaluation.intrinsic import UnigramPredictor, emit_json, evaluate, export_data_config, load_export
     from xpt_ds.io.paths import check_output_file
     from xpt_ds.model.decoder import is_decoder
     if a.out is not None:
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         source = {"run": str(a.run), "tag": tag_dir.name}
     else:
         model, tok = load_export(a.model, a.trust_remote_code)
-        data = DataConfig(seq_len=min(512, getattr(model.config, "xpt_max_length", 512)))
+        data = export_data_config(model.config, a.model)
         source = {"model": str(a.model)}
     data.seq_len = a.seq_len or data.seq_len
     data.seed = data.seed if a.seed is None else a.seed

@@ -13,6 +13,7 @@ A leaf: nothing here imports a builder. The names below are what the rest of the
 from xpt_ds.config.job import (
                                DECAYS,
                                H100_PEAK_TFLOPS,
+                               MASKING_KEYS,
                                MASKINGS,
                                OBJECTIVE_DATA,
                                OBJECTIVES,
@@ -41,7 +42,7 @@ from xpt_ds.config.manager import (
 from xpt_ds.config.validate import validate
 from xpt_ds.config.values import Override, coerce
 
-__all__ = ["DECAYS", "H100_PEAK_TFLOPS", "MASKINGS", "OBJECTIVE_DATA", "OBJECTIVES", "CheckpointConfig",
+__all__ = ["DECAYS", "H100_PEAK_TFLOPS", "MASKING_KEYS", "MASKINGS", "OBJECTIVE_DATA", "OBJECTIVES", "CheckpointConfig",
            "ConfigError", "DataConfig", "GuardConfig", "LoggingConfig", "LoraConfig", "MergeConfig", "ModelConfig",
            "OptimConfig", "Override", "PhaseConfig", "TrainConfig", "coerce", "doc", "from_dict", "help_text",
            "load_config", "read_checkpoint_config", "read_config_file", "save_config", "to_dict", "validate"]

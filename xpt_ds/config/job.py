@@ -148,6 +148,12 @@ class DataConfig:
                                                "data.parallel_micro_batch pairs per batch. Empty = none.")
 
 
+# The data.* keys that decide what an evaluation masks and packs: an export carries them (config.json's
+# ``xpt_data``), so ``evaluate --model`` scores the positions ``evaluate --run`` and the run's validation score.
+MASKING_KEYS = ("seq_len", "seed", "masking", "mask_prob", "mask_replace_prob", "random_replace_prob", "span_p",
+                "span_max", "doc_separator")
+
+
 @dataclass
 class OptimConfig:
     micro_batch_size: int = doc(8, "Sequences per rank per forward pass.")

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from xpt_ds.config import DataConfig
+from xpt_ds.config import MASKING_KEYS, ConfigError, DataConfig, from_dict
 from xpt_ds.config.methods import method_of
 from xpt_ds.data.causal import NextTokenTargets
 from xpt_ds.data.mlm import MLMBatchStream, MLMMasker, build_stream, expand_shards, manifest_counts
@@ -56,6 +56,19 @@ def load_export(model_dir: Path, trust_remote_code: bool = False):
     trusted = remote_code_consent(str(model_dir), trust_remote_code)
     auto = AutoModelForCausalLM if is_decoder(config) else AutoModelForMaskedLM
     return auto.from_pretrained(model_dir, trust_remote_code=trusted), saved_tokenizer(model_dir)
+
+
+def export_data_config(config, model_dir: Path) -> DataConfig:
+    """The masking and packing of the run an export came from (config.json's ``xpt_data``, written by
+    ``xpt_ds.export``), checked like a config section; an export without it (written before 2026-11-27, or not by
+    xpt_ds): the defaults at sequence 512, capped by the model's positions."""
+    saved = getattr(config, "xpt_data", None)
+    if saved is None:
+        return DataConfig(seq_len=min(512, getattr(config, "xpt_max_length", 512)))
+    if not isinstance(saved, dict) or set(saved) - set(MASKING_KEYS):
+        raise ConfigError(f"--model {model_dir}: config.json's xpt_data must be a mapping of {', '.join(MASKING_KEYS)}"
+                          f", got {saved!r}")
+    return from_dict(DataConfig, saved, f"{model_dir / 'config.json'}: xpt_data.")
 
 
 class UnigramPredictor(torch.nn.Module):

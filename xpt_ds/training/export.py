@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig
 
+from xpt_ds.config import MASKING_KEYS
 from xpt_ds.config.methods import method_of
 from xpt_ds.data.tokenizer import copy_hf_tokenizer, save_hf_tokenizer, saved_tokenizer
 from xpt_ds.io.paths import unwritable
@@ -128,6 +129,8 @@ def export(run_dir: Path, out: Path, tag: str | None = None, allow_pickle: bool 
             out.rmdir()
         raise
     hf_config = model.config
+    data = checkpoint.read_config(tag_dir.parent, tag_dir.name, allow_pickle).data
+    hf_config.xpt_data = {k: getattr(data, k) for k in MASKING_KEYS}  # evaluate --model masks as the run did
     save_model(model, out)
     tok = saved_tokenizer(tag_dir)
     if tok.kind == "huggingface":  # keep_vocab: the source's own tokenizer, as the checkpoint saved it
