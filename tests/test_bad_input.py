@@ -284,6 +284,20 @@ def test_resume_with_another_model_is_one_line(finished_run, tmp_path):
     assert "num_hidden_layers 4 -> 2" in line and "model.method" in line, line
 
 
+def test_resume_at_another_seq_len_says_where_the_stream_continues(finished_run, tmp_path):
+    """A 32 -> 64 resume (a short-then-long schedule) is allowed, and continues the data stream at the token where
+    it stopped (8 sequences of 30 tokens: 240), not at sequence 8 of the longer ones (token 496)."""
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+    cfg = yaml.safe_load((finished_run.parent / "run.yaml").read_text())
+    cfg["run_dir"], cfg["data"]["seq_len"] = str(run), 64
+    cfg["phases"][1]["steps"] += 1
+    proc = launch(["--config", str(write_config(tmp_path / "run.yaml", cfg))], 1, 300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "data.seq_len 32 -> 64: the data stream stopped at token 240 (sequence 8) and continues at token 248 " \
+        "(sequence 4 at the new length)" in proc.stderr, proc.stderr[-3000:]
+
+
 @pytest.mark.parametrize("argv, culprit", [
     (["xpt_ds.evaluate", "--model", "m", "--shards", "s", "--seq-len", "2"], "--seq-len must be >= 8, got 2"),
     (["xpt_ds.evaluate", "--model", "m", "--shards", "s", "--batch-size", "0"], "--batch-size must be >= 1, got 0"),

@@ -157,6 +157,29 @@ def test_rescaled_world_continues_without_gaps(unique_shards):
     assert sorted(used) == list(range(18))
 
 
+def test_resume_at_another_seq_len_continues_at_the_token_it_stopped(unique_shards, caplog):
+    """A 16 -> 24 schedule: the state counts sequences, so without the saved length the longer sequences would
+    start at 6 * 22 instead of 6 * 14 tokens (skipping 48); the first new sequence starts at the first boundary at or
+    after token 84, and nothing is read twice."""
+    shards, _ = unique_shards
+    short = MLMBatchStream(build_stream(shards, _cfg(shards), BIG), MLMMasker(_cfg(shards), BIG), 2, 0, 1, 0)
+    seen = [next(short)["seq_ids"].tolist() for _ in range(3)]
+    assert seen[-1] == [4, 5] and short.state_dict() == {"sequences": 6, "seq_len": 16}
+    cfg = _cfg(shards, seq_len=24)
+    long = MLMBatchStream(build_stream(shards, cfg, BIG), MLMMasker(cfg, BIG), 2, 0, 1, 0)
+    assert torch.equal(torch.from_numpy(long.stream.tokens(0, 300)), torch.from_numpy(short.stream.tokens(0, 300)))
+    with caplog.at_level("WARNING"):
+        long.load_state_dict(short.state_dict())
+    assert long.sequences == 4  # ceil(6 * 14 / 22): token 88
+    assert "data.seq_len 16 -> 24: the data stream stopped at token 84 (sequence 6) and continues at token 88" in \
+        caplog.text
+    batch = next(long)
+    assert batch["seq_ids"].tolist() == [4, 5]
+    assert _original_ids(batch)[0, 1:23].tolist() == long.stream.tokens(88, 110).tolist()
+    long.load_state_dict({"sequences": 4, "seq_len": 24})  # the same length: taken as it is
+    assert long.sequences == 4
+
+
 def test_single_pass_covers_every_token_once(unique_shards):
     shards, docs = unique_shards
     cfg = _cfg(shards)

@@ -334,11 +334,21 @@ class MLMBatchStream:
         self._it = None
 
     def state_dict(self) -> dict:
-        return {"sequences": self.sequences}
+        return {"sequences": self.sequences, "seq_len": self.stream.cfg.seq_len}
 
     def load_state_dict(self, sd: dict) -> None:
-        self.sequences = int(sd["sequences"])
-        self._it = None
+        """Sequence i holds the stream's tokens [i * (seq_len - 2), (i + 1) * (seq_len - 2)): a state saved at
+        another ``data.seq_len`` (a 128 -> 512 schedule) continues at the first sequence that starts at or after
+        the token where it stopped, skipping less than one sequence and repeating none."""
+        self.sequences, self._it = int(sd["sequences"]), None
+        saved, body = int(sd.get("seq_len", self.stream.cfg.seq_len)), self.stream.cfg.seq_len - 2
+        if saved != self.stream.cfg.seq_len:
+            token = self.sequences * (saved - 2)
+            self.sequences = -(-token // body)
+            if self.rank == 0:
+                log.warning("data.seq_len %d -> %d: the data stream stopped at token %d (sequence %d) and continues "
+                            "at token %d (sequence %d at the new length)", saved, body + 2, token,
+                            int(sd["sequences"]), self.sequences * body, self.sequences)
 
     @property
     def epoch(self) -> int:

@@ -178,7 +178,8 @@ class Trainer:
             self.state.load_state_dict(client["trainer"])
             for key in [k for k in ("bad_steps", "best") if k in client]:  # absent from older checkpoints
                 getattr(self, key).load_state_dict(client[key])
-            self.train_stream.load_state_dict(client["data"])
+            saved_len = client.get("config", {}).get("data", {}).get("seq_len")  # data states before 2026-11-27
+            self.train_stream.load_state_dict({"seq_len": saved_len, **client["data"]} if saved_len else client["data"])
             universal = checkpoint.prepare_rescale(self.ckpt_root, tag, client, self.world,
                                                    zero_stage(self.ds_config))
         self.use_phase_objectives()

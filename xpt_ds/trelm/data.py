@@ -127,7 +127,8 @@ class TreLMBatchStream:
         self.mlm.load_state_dict(sd)
         self.pairs = int(sd.get("pairs", 0))
         if self.source is not None:
-            self.source.load_state_dict({"sequences": int(sd.get("source_sequences", 0))})
+            self.source.load_state_dict({"sequences": int(sd.get("source_sequences", 0)),
+                                         **({"seq_len": sd["seq_len"]} if "seq_len" in sd else {})})
 
     def close(self) -> None:
         self.mlm.close()
