@@ -49,3 +49,59 @@ def test_sigusr1_checkpoints_exits_124_and_resumes_exactly(tmp_path, tiny_robert
     a, b = (load_checkpoint_fp32(r / "checkpoints", tag_for(END)) for r in (straight, run))
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert json.loads((run / "status.json").read_text())["state"] == "finished"
+
+
+def test_ctrl_c_checkpoints_after_the_step_and_a_second_one_stops_at_once():
+    """Ctrl-C (SIGINT, here to the process alone) is a preemption the user asked for: checkpoint, exit 130; a second
+    Ctrl-C while that is pending raises KeyboardInterrupt. Both were a traceback before."""
+    import threading
+
+    from xpt_ds.training.preemption import PreemptionWatcher
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)}
+    try:
+        watcher = PreemptionWatcher(rank=1)  # rank 1: no "interrupt:" line
+        assert threading.current_thread() is threading.main_thread()
+        os.kill(os.getpid(), signal.SIGINT)
+        assert watcher.requested and watcher.interrupted
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)  # the handler runs at the next bytecode; never reached
+        watcher = PreemptionWatcher()
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGINT)  # after a scheduler's SIGTERM: already stopping, not at once
+        assert watcher.requested and not watcher.interrupted
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def test_ctrl_c_on_a_run_checkpoints_exits_130_and_resumes(tmp_path, tiny_roberta, corpus):
+    """Ctrl-C at a terminal signals the whole foreground process group (the run and its DataLoader workers): the
+    run writes a checkpoint after the current step, says so in one line and exits 130 with status 'interrupted';
+    the same command resumes from that checkpoint."""
+    import subprocess
+
+    from conftest import _command
+    run = tmp_path / "run"
+    cfg_path = write_config(tmp_path / "c.yaml", long_config(run, tiny_roberta, corpus, every=0))
+    cmd, env = _command(["--config", str(cfg_path)], 1, None)
+    with open(tmp_path / "run.log", "w") as log:
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.time() + 300
+    while not (run / "metrics.jsonl").exists() or max(read_metrics(run), default=0) < 3:
+        assert proc.poll() is None and time.time() < deadline, "run ended before it could be interrupted"
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)
+    proc.wait(timeout=300)
+    out = (tmp_path / "run.log").read_text()
+    status = json.loads((run / "status.json").read_text())
+    stopped = status["global_step"]
+    assert proc.returncode == 130 and "Traceback" not in out, out[-3000:]
+    assert status["state"] == "interrupted" and 3 <= stopped < END
+    assert complete_tags(run / "checkpoints") == [tag_for(stopped)]
+    assert out.strip().splitlines()[-1] == f"interrupted: checkpoint {tag_for(stopped)} is complete; the same " \
+        "command resumes from it"
+    assert "interrupt: writing a checkpoint after this step" in out
+    done = launch(["--config", str(cfg_path)])
+    assert done.returncode == 0 and f"resumed from {tag_for(stopped)}" in done.stderr, done.stderr[-3000:]
+    assert json.loads((run / "status.json").read_text())["state"] == "finished"

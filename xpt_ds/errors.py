@@ -36,7 +36,7 @@ def say(line: str) -> None:
 
 def cli_errors(main: Callable[..., int]) -> Callable[..., int]:
     """Decorator of every command's ``main(argv) -> int``: a UserError or OSError becomes one ``error:`` line on
-    stderr and exit status 2, with no traceback."""
+    stderr and exit status 2, a Ctrl-C one ``interrupted`` line and status 130, with no traceback."""
     @functools.wraps(main)
     def run(*args, **kwargs) -> int:
         try:
@@ -44,4 +44,7 @@ def cli_errors(main: Callable[..., int]) -> Callable[..., int]:
         except (UserError, OSError) as e:
             say(f"error: {error_line(e)}")
             return 2
+        except KeyboardInterrupt:
+            say("interrupted")
+            return 130
     return run

@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
 
         from xpt_ds.training.distributed import init_distributed
         from xpt_ds.training.guards import HALTED_EXIT_CODE, Halted
-        from xpt_ds.training.preemption import PREEMPTED_EXIT_CODE, Preempted
+        from xpt_ds.training.preemption import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE, Preempted
         from xpt_ds.training.trainer import Trainer
 
     init_distributed()  # and unlink DeepSpeed's CPU shared-memory buffer names (xpt_ds.training.distributed)
@@ -66,8 +66,15 @@ def main(argv: list[str] | None = None) -> int:
         say(f"error: {e}")
         return HALTED_EXIT_CODE
     except Preempted as e:
+        if trainer.preemption.interrupted:
+            say(f"interrupted: checkpoint {e} is complete; the same command resumes from it")
+            return INTERRUPTED_EXIT_CODE
         say(f"preempted: checkpoint {e} is complete; exiting with {PREEMPTED_EXIT_CODE} so the job is requeued")
         return PREEMPTED_EXIT_CODE
+    except KeyboardInterrupt:  # a Ctrl-C before the trainer watches for it, or a second one
+        _failed(trainer, "stopped at once by Ctrl-C", state="interrupted")
+        say("interrupted: stopped at once; the same command resumes from the newest complete checkpoint")
+        return INTERRUPTED_EXIT_CODE
     finally:
         if trainer is not None:
             trainer.close()
@@ -76,11 +83,11 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _failed(trainer, line: str) -> None:
+def _failed(trainer, line: str, state: str = "failed") -> None:
     """status.json says the run failed (it said 'running' until now), if the trainer got far enough to own it."""
     if trainer is not None and hasattr(trainer, "state"):
         try:
-            trainer.write_status("failed", error=line)
+            trainer.write_status(state, error=line)
         except OSError:
             pass  # the run directory itself may be what failed
 

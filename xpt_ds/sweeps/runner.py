@@ -105,6 +105,8 @@ def _call(module: str, argv: list[str], log: Path, stage: str) -> float:
         finally:
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()  # the next run's training processes need the memory
+    if code == 130:  # the tool's Ctrl-C (errors.cli_errors made it a status): the sweep's own
+        raise KeyboardInterrupt
     if code:
         raise StepFailed(stage, code, log)
     return time.time() - started

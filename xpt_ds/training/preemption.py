@@ -2,12 +2,19 @@
 
 A signal may reach the ranks at different steps; the trainer shares each rank's flag in its per-step host
 exchange (``guards.RankExchange``), so that all ranks stop after the same step.
+
+Ctrl-C (SIGINT, to the whole foreground process group: a run, or a sweep and its runs) asks the same, once: the
+run checkpoints after the current step and exits 130. A second Ctrl-C stops at once, without a checkpoint
+(KeyboardInterrupt; the newest complete checkpoint stays the newest).
 """
 from __future__ import annotations
 
 import signal
 
+from xpt_ds.errors import say
+
 PREEMPTED_EXIT_CODE = 124  # launch/slurm.sbatch requeues the job on this status
+INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
 
 
 class Preempted(Exception):
@@ -15,14 +22,30 @@ class Preempted(Exception):
 
 
 class PreemptionWatcher:
-    def __init__(self, signals=(signal.SIGUSR1, signal.SIGTERM)):
+    def __init__(self, signals=(signal.SIGUSR1, signal.SIGTERM), rank: int = 0):
         self.received: int | None = None
+        self.rank = rank
         for sig in signals:
             signal.signal(sig, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_interrupt)
 
     def _on_signal(self, signum, frame) -> None:
-        self.received = signum
+        if self.received is None:
+            self.received = signum
+
+    def _on_interrupt(self, signum, frame) -> None:
+        if self.received == signal.SIGINT:
+            raise KeyboardInterrupt
+        self._on_signal(signum, frame)
+        if self.rank == 0:
+            say("interrupt: writing a checkpoint after this step, then exiting; Ctrl-C again stops at once, "
+                "without it")
 
     @property
     def requested(self) -> bool:
         return self.received is not None
+
+    @property
+    def interrupted(self) -> bool:
+        """The first stop signal this rank received was Ctrl-C."""
+        return self.received == signal.SIGINT

@@ -131,7 +131,7 @@ class Trainer:
         self.frozen: dict[str, torch.Tensor] = {}
         self.last_saved: str | None = None  # newest complete checkpoint of this run
         self.last_tokens_per_s: float | None = None
-        self.preemption = PreemptionWatcher()
+        self.preemption = PreemptionWatcher(rank=self.rank)
         self.exchange = RankExchange()  # per-step host all_gather: preemption flags, step times, data waits
         g = cfg.guard
         self.bad_steps = BadStepCounter(g.max_bad_steps)
@@ -474,7 +474,7 @@ class Trainer:
                          f"{self.state.global_step} with checkpoint {self.last_saved}")
         if rows[:, 0].max() > 0:  # some rank got SIGUSR1/SIGTERM
             self._save_unless_saved()
-            self.write_status("preempted")
+            self.write_status("interrupted" if self.preemption.interrupted else "preempted")
             raise Preempted(self.last_saved)
 
     def _save_unless_saved(self) -> None:
