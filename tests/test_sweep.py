@@ -406,3 +406,22 @@ def test_a_killed_sweep_stops_its_running_stages(tmp_path, sweep_config):
     for p in status:
         assert json.loads(p.read_text())["state"] == "preempted", p.read_text()
     assert not (out / "runs" / "xpt_sp").exists() and not (out / "results.jsonl").exists()
+
+
+def test_a_ctrl_c_inside_an_in_process_stage_stops_the_sweep(tmp_path, monkeypatch):
+    """evaluate and export run inside the sweep's process; their ``cli_errors`` turns a Ctrl-C into status 130,
+    which must stop the sweep (``Interrupted``, no stage starts), not count as that run's failure."""
+    import sys
+
+    from xpt_ds.sweeps import runner
+    (tmp_path / "ctrl_c_tool.py").write_text(
+        "from xpt_ds.errors import cli_errors\n\n\n@cli_errors\ndef main(argv):\n    raise KeyboardInterrupt\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        with pytest.raises(runner.Interrupted):
+            runner._call("ctrl_c_tool", [], tmp_path / "tool.log", "evaluate")
+        assert runner._stopping.is_set()
+        assert (tmp_path / "tool.log").read_text().splitlines()[-1] == "interrupted"
+    finally:
+        runner._stopping.clear()
+        sys.modules.pop("ctrl_c_tool", None)

@@ -105,8 +105,9 @@ def _call(module: str, argv: list[str], log: Path, stage: str) -> float:
         finally:
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()  # the next run's training processes need the memory
-    if code == 130:  # the tool's Ctrl-C (errors.cli_errors made it a status): the sweep's own
-        raise KeyboardInterrupt
+    if code == 130:  # a Ctrl-C that reached the tool (errors.cli_errors made it a status) stops the sweep
+        stop_stages()
+        raise Interrupted(stage)
     if code:
         raise StepFailed(stage, code, log)
     return time.time() - started
