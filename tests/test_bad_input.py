@@ -100,6 +100,16 @@ def ds_json_bf16_at_stage0(cfg, d, fx):
     return [], [path, "bf16", "stage"]
 
 
+def ds_json_fp16_on_cpu(cfg, d, fx):
+    path = _ds_json(cfg, d, {"zero_optimization": {"stage": 1}, "fp16": {"enabled": True}})
+    return [], [path, "fp16.enabled", "cpu accelerator does not support fp16"]
+
+
+def ds_json_nvme_offload_without_path(cfg, d, fx):
+    path = _ds_json(cfg, d, {"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}}})
+    return [], [path, "zero_optimization.offload_param.nvme_path is not set"]
+
+
 def missing_shard(cfg, d, fx):
     shutil.copytree(fx.corpus, d / "corpus")
     manifest = json.loads((d / "corpus/manifest.json").read_text())
@@ -143,7 +153,8 @@ CASES = {f.__name__: f for f in [
     unknown_key, unknown_override_key, wrong_type, wrong_type_bool_as_int, missing_source_model,
     missing_tokenizer_file, tokenizer_with_default_special_ids, tokenizer_without_mask_piece,
     trainable_pattern_matching_nothing, ds_json_sets_train_batch_size, ds_json_sets_optimizer_lr,
-    ds_json_bf16_at_stage0, missing_shard, tokenizer_smaller_than_corpus_vocab]}
+    ds_json_bf16_at_stage0, ds_json_fp16_on_cpu, ds_json_nvme_offload_without_path, missing_shard,
+    tokenizer_smaller_than_corpus_vocab]}
 
 
 def _free_ports(n: int) -> list[int]:

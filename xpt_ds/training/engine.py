@@ -104,7 +104,23 @@ def load_ds_config(path: str) -> dict:
     if stage == 0 and (ds.get("bf16") or ds.get("bfloat16") or {}).get("enabled"):  # "bfloat16": legacy name
         raise ConfigError(f"DeepSpeed JSON {path}: bf16 needs ZeRO stage >= 1 here (stage 0 keeps no exportable "
                           "fp32 master); use ds_configs/zero1_bf16.json")
+    for section in ("offload_param", "offload_optimizer"):  # else an assertion deep inside ZeRO-3's Init
+        offload = (ds.get("zero_optimization") or {}).get(section) or {}
+        if isinstance(offload, dict) and offload.get("device") == "nvme" and not offload.get("nvme_path"):
+            raise ConfigError(f"DeepSpeed JSON {path}: zero_optimization.{section}.device is nvme but "
+                              f"zero_optimization.{section}.nvme_path is not set (a directory on a local NVMe drive)")
     return ds
+
+
+def check_device_support(ds: dict, path: str) -> None:
+    """Refuse a precision this machine's accelerator lacks (fp16 on CPU) before the model is built, not as a
+    ValueError from deepspeed.initialize."""
+    accelerator = deepspeed.get_accelerator()
+    for key, supported in (("fp16", accelerator.is_fp16_supported), ("bf16", accelerator.is_bf16_supported)):
+        section = ds.get(key) or (ds.get("bfloat16") if key == "bf16" else None) or {}
+        if isinstance(section, dict) and section.get("enabled") and not supported():
+            raise ConfigError(f"DeepSpeed JSON {path}: {key}.enabled is true, but this machine's "
+                              f"{accelerator.device_name()} accelerator does not support {key}")
 
 
 def build_ds_config(cfg: TrainConfig, world_size: int) -> dict:

@@ -28,6 +28,7 @@ from xpt_ds.training.best import BestTracker
 from xpt_ds.training.engine import (
     agree_on_initial_weights,
     build_engine,
+    check_device_support,
     full_fp32_state,
     load_ds_config,
     lr_at,
@@ -83,6 +84,8 @@ class Trainer:
         if checkpoint.agree(why):
             raise ConfigError(f"config key 'run_dir': cannot write {self.run_dir}: "
                               f"{why or 'another rank cannot (see its error)'}")
+        self.ds_config = load_ds_config(cfg.deepspeed)  # the engine JSON as the user wrote it, checked before the
+        check_device_support(self.ds_config, cfg.deepspeed)  # model is built
         self.tok = tokenizer_for(cfg.model)
         self.char_lengths = piece_char_lengths(self.tok)  # valid/bits_per_char: compares across vocabularies
         self.word_starts = piece_word_starts(self.tok)  # valid/bits_per_word: so does this
@@ -122,7 +125,6 @@ class Trainer:
         self.step_work = (0, 0.0)  # (tokens, FLOPs) of the last step, every rank's rows (TreLM: xpt_ds.trelm.work)
         self.step_seconds: float | None = None  # mean of the last log window, for the ETA
         self.peak = peak_flops(cfg.logging.peak_tflops)
-        self.ds_config = load_ds_config(cfg.deepspeed)  # the engine JSON as the user wrote it
         if reason := no_skip_reason(self.ds_config):  # else DeepSpeed skips a non-finite step (guards)
             self._info(f"non-finite steps are not skipped ({reason}): a non-finite loss halts the run at the next "
                        "log step, and no checkpoint is written from non-finite weights")
