@@ -210,6 +210,8 @@ def _phases(**changes) -> list[dict]:
     (minimal(optim={"weight_decay": -0.01}), "optim.weight_decay"),
     (minimal(optim={"grad_clip": float("nan")}), "optim.grad_clip"),
     (minimal(model={"source": "s", "tokenizer": "t", "dropout": 1.5}), "model.dropout"),
+    (minimal(model={"source": "s", "tokenizer": "t", "method": "lora", "itl_init": "copy"}), "model.itl_init"),
+    (minimal(model={"source": "s", "tokenizer": "t", "method": "scratch", "itl_init": "copy"}), "model.itl_init"),
 ])
 def test_validation_names_key(tmp_path, data, fragment):
     assert f"'{fragment}'" in config_error(tmp_path, data)

@@ -34,6 +34,9 @@ def validate(cfg: TrainConfig) -> None:
         raise ConfigError(f"config key 'model.method' is '{m.method}'; valid: {', '.join(METHODS)}")
     if m.itl_init not in ("random", "copy"):
         raise ConfigError(f"config key 'model.itl_init' is '{m.itl_init}'; valid: random, copy")
+    if m.itl_init == "copy" and not (METHODS[m.method].has_itl and METHODS[m.method].source != "none"):
+        raise ConfigError(f"config key 'model.itl_init' is 'copy', but model.method '{m.method}' has "
+                          f"{'no source layers to copy' if METHODS[m.method].has_itl else 'no ITLs'}")
     if not m.source:
         raise ConfigError("config key 'model.source' is required (hub id or local path)")
     m.embedding_init_args = check_args(m.embedding_init, m.embedding_init_args)
