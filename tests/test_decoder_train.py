@@ -229,6 +229,7 @@ def test_gpt2_zero0_one_rank_resume_export_generate_evaluate(tmp_path, tiny_deco
                               "--out", str(tmp_path / f"{name}.json")]) == 0
         scores[name] = json.loads((tmp_path / f"{name}.json").read_text())
     exp, ckpt, uni = scores["export"], scores["run"], scores["unigram"]
+    assert evaluate_main(["--model", str(out), "--shards", shards, "--masking", "span"]) == 2  # was ignored
     assert exp["objective"] == "next_token" and exp["tokens"] == ckpt["tokens"] == uni["tokens"] == 181 + 2
     assert exp["loss"] == pytest.approx(ckpt["loss"], rel=1e-6)
     for r in (exp, uni):

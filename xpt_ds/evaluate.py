@@ -80,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     if data.seq_len > getattr(model.config, "xpt_max_length", data.seq_len):
         raise ConfigError(f"--seq-len {data.seq_len} exceeds the model's {model.config.xpt_max_length} positions")
     causal = is_decoder(model.config)  # next-token scores on every piece (a decoder), else masked ones
+    if causal and a.masking:
+        raise ConfigError(f"--masking {a.masking}: {a.model or a.run} is a decoder, scored on every next token; "
+                          "--masking is for masked LMs")
     if a.unigram:
         model = UnigramPredictor.from_shards(a.unigram, tok, data.on_corrupt_shard, causal)
         source["unigram"] = a.unigram
