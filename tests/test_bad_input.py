@@ -197,6 +197,9 @@ def test_bad_input_is_one_line_error_naming_culprit(outcomes, name):
     line = error_line(proc)
     for culprit in culprits:
         assert culprit in line, line
+    status = Path(proc.args[2]).parent / "run" / "status.json"  # --config d/run.yaml, run_dir d/run
+    if status.is_file():  # a failure after the run directory was made: it says so
+        assert json.loads(status.read_text())["state"] == "failed", status.read_text()
 
 
 # ---- the other entry points ----
@@ -293,6 +296,10 @@ def test_resume_with_another_model_is_one_line(finished_run, tmp_path):
     cfg["phases"][1]["steps"] += 1
     line = error_line(launch(["--config", str(write_config(tmp_path / "run.yaml", cfg))], 1, 300))
     assert "num_hidden_layers 4 -> 2" in line and "model.method" in line, line
+    before, after = (json.loads((r / "status.json").read_text()) for r in (finished_run, run))
+    assert after["state"] == "failed" and after["error"] == line.removeprefix("error: ")  # was still 'finished'
+    assert after["global_step"] == before["global_step"] == 2 and after["last_complete_checkpoint"] == \
+        before["last_complete_checkpoint"]
 
 
 def test_resume_at_another_seq_len_says_where_the_stream_continues(finished_run, tmp_path):

@@ -9,6 +9,7 @@ import argparse
 import logging
 import os
 import sys
+from pathlib import Path
 
 from xpt_ds.config import help_text, load_config
 from xpt_ds.errors import UserError, cli_errors, error_line, say
@@ -60,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
             trainer.setup()
         trainer.train()
     except (UserError, OSError) as e:  # OSError: a file outside the checks
-        _failed(trainer, error_line(e))
+        _failed(trainer, cfg, error_line(e))
         raise
     except Halted as e:
         say(f"error: {e}")
@@ -72,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         say(f"preempted: checkpoint {e} is complete; exiting with {PREEMPTED_EXIT_CODE} so the job is requeued")
         return PREEMPTED_EXIT_CODE
     except KeyboardInterrupt:  # a Ctrl-C before the trainer watches for it, or a second one
-        _failed(trainer, "stopped at once by Ctrl-C", state="interrupted")
+        _failed(trainer, cfg, "stopped at once by Ctrl-C", state="interrupted")
         say("interrupted: stopped at once; the same command resumes from the newest complete checkpoint")
         return INTERRUPTED_EXIT_CODE
     finally:
@@ -83,13 +84,20 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _failed(trainer, line: str, state: str = "failed") -> None:
-    """status.json says the run failed (it said 'running' until now), if the trainer got far enough to own it."""
-    if trainer is not None and hasattr(trainer, "state"):
-        try:
+def _failed(trainer, cfg, line: str, state: str = "failed") -> None:
+    """status.json says the run failed (it said 'running', or a previous attempt's state, until now): the
+    trainer's full status once it is set up, else (it failed while being built or resumed) rank 0 updates the
+    old file's state and error, keeping the steps and checkpoint it names."""
+    import deepspeed
+
+    from xpt_ds.training.status import mark_stopped
+    try:
+        if trainer is not None and trainer.engine is not None:  # set up: its own step and checkpoint
             trainer.write_status(state, error=line)
-        except OSError:
-            pass  # the run directory itself may be what failed
+        elif deepspeed.comm.get_rank() == 0:
+            mark_stopped(Path(cfg.run_dir), state, line)
+    except OSError:
+        pass  # the run directory itself may be what failed
 
 
 if __name__ == "__main__":

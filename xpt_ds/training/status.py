@@ -14,6 +14,21 @@ def write_status(run_dir: Path, **fields) -> None:
     write_text_atomic(run_dir / "status.json", json.dumps(status, indent=2) + "\n")
 
 
+def mark_stopped(run_dir: Path, state: str, error: str) -> None:
+    """A run that stopped before its trainer could write its status (a bad shard, tokenizer or checkpoint found
+    while it was being built): ``state`` and ``error`` replace what status.json said (a previous attempt's
+    'running' or 'preempted'), its other fields (that attempt's steps and checkpoint) stay. Nothing is written
+    into a run directory that does not exist."""
+    path = run_dir / "status.json"
+    if not run_dir.is_dir():
+        return
+    try:
+        old = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, ValueError):
+        old = {}
+    write_status(run_dir, **{**(old if isinstance(old, dict) else {}), "state": state, "error": error})
+
+
 def planned_steps(state, phase_steps: list[int], phase_stopped: bool) -> int:
     """Optimizer steps done (``state``: the trainer's global_step, phase_index and phase_step) plus those still
     to run: the rest of the current phase (none once early stopping ended it, guard.early_stop_patience) and every
