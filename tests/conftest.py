@@ -298,21 +298,26 @@ def run_main(module: str, argv: list[str], env: dict | None = None, timeout: int
     return subprocess.CompletedProcess([module, *argv], os.waitstatus_to_exitcode(status), *texts)
 
 
-def start(args: list[str], log: Path, nproc: int = 2, env: dict | None = None) -> subprocess.Popen:
-    """``launch`` through the deepspeed launcher without waiting for it; stdout and stderr go to ``log``."""
-    cmd, full_env = _command(args, nproc, env, "deepspeed")
+def start(args: list[str], log: Path, nproc: int = 2, env: dict | None = None,
+          launcher: str = "deepspeed") -> subprocess.Popen:
+    """``launch`` through a launcher (the deepspeed one by default) without waiting for it; stdout and stderr go to
+    ``log``."""
+    cmd, full_env = _command(args, nproc, env, launcher)
     with open(log, "w") as out:
         return subprocess.Popen(cmd, cwd=REPO, env=full_env, stdout=out, stderr=subprocess.STDOUT)
 
 
 def rank_pids(launcher: subprocess.Popen) -> dict[int, int]:
-    """Local rank -> pid of the training processes under a deepspeed launcher (not their DataLoader workers)."""
+    """Local rank -> pid of the training processes under a deepspeed launcher or torchrun (not their DataLoader
+    workers)."""
     pids = {}
     for child in psutil.Process(launcher.pid).children(recursive=True):
         cmd = " ".join(child.cmdline())
         parent = " ".join(child.parent().cmdline())
         if "xpt_ds.train" in cmd and "--local_rank=" in cmd and "deepspeed.launcher.launch" in parent:
             pids[int(cmd.split("--local_rank=")[1].split()[0])] = child.pid
+        elif "xpt_ds.train" in cmd and "torch.distributed.run" in parent:
+            pids[int(child.environ()["LOCAL_RANK"])] = child.pid
     return pids
 
 
