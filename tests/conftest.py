@@ -231,6 +231,48 @@ def launch(args: list[str], nproc: int = 1, timeout: int = 600, env: dict | None
     return subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=timeout)
 
 
+def _run_in_child(module: str, argv: list[str], env: dict | None, cwd: Path, out: int, err: int,
+                  new_session: bool = False) -> None:
+    """The forked child of ``run_main`` and ``start_main``: MODULE's main with ARGV, stdout and stderr on the
+    file descriptors ``out`` and ``err``; never returns."""
+    import contextlib
+    import importlib
+    import logging
+    import signal
+    import traceback
+
+    import torch
+    _, full_env = _command(argv, 1, env)
+    code = 1
+    try:
+        if new_session:  # its own process group, as a shell gives a foreground job
+            os.setsid()
+        entry = importlib.import_module(module).main  # imported by the parent already
+        os.dup2(out, 1), os.dup2(err, 2)
+        sys.stdout = open(1, "w", buffering=1, encoding="utf-8", closefd=False)
+        sys.stderr = open(2, "w", buffering=1, encoding="utf-8", closefd=False)
+        os.environ.clear()
+        os.environ.update(full_env)
+        os.chdir(cwd)
+        root = logging.getLogger()  # as a fresh interpreter has it: main's basicConfig then applies
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+        root.setLevel(logging.WARNING)
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # pytest's own handler is not a fresh one's
+        torch.set_num_threads(1)
+        torch._dynamo.config.disable = True  # TORCHDYNAMO_DISABLE, read at import in a fresh process
+        code = entry(list(argv))
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):  # a closed or broken stream: the exit code still goes out
+                stream.flush()
+        os._exit(code or 0)
+
+
 def run_main(module: str, argv: list[str], env: dict | None = None, timeout: int = 600,
              cwd: Path = REPO) -> subprocess.CompletedProcess:
     """``python -m MODULE ARGV`` as a forked child of this test process, which has torch, DeepSpeed and
@@ -240,46 +282,17 @@ def run_main(module: str, argv: list[str], env: dict | None = None, timeout: int
     training runs it starts as real interpreters) and of the refusals of foreign code (test_trust) run this way too.
     Multi-rank runs and the install, launcher and Slurm tests start real interpreters, as do the tests whose point
     is a fresh one (one-line errors without import-time warnings, determinism across processes)."""
-    import contextlib
     import importlib
-    import logging
     import signal
     import tempfile
     import time
-    import traceback
 
-    import torch
-    _, full_env = _command(argv, 1, env)
-    entry = importlib.import_module(module).main  # imported here, not in every child
+    importlib.import_module(module)  # here, not in every child
     out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
     sys.stdout.flush(), sys.stderr.flush()
     pid = os.fork()
     if pid == 0:  # the child: never returns into pytest
-        code = 1
-        try:
-            os.dup2(out.fileno(), 1), os.dup2(err.fileno(), 2)
-            sys.stdout = open(1, "w", buffering=1, encoding="utf-8", closefd=False)
-            sys.stderr = open(2, "w", buffering=1, encoding="utf-8", closefd=False)
-            os.environ.clear()
-            os.environ.update(full_env)
-            os.chdir(cwd)
-            root = logging.getLogger()  # as a fresh interpreter has it: main's basicConfig then applies
-            for handler in list(root.handlers):
-                root.removeHandler(handler)
-            root.setLevel(logging.WARNING)
-            signal.signal(signal.SIGINT, signal.SIG_DFL)
-            torch.set_num_threads(1)
-            torch._dynamo.config.disable = True  # TORCHDYNAMO_DISABLE, read at import in a fresh process
-            code = entry(list(argv))
-        except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        except BaseException:
-            traceback.print_exc()
-        finally:
-            for stream in (sys.stdout, sys.stderr):
-                with contextlib.suppress(Exception):  # a closed or broken stream: the exit code still goes out
-                    stream.flush()
-            os._exit(code or 0)
+        _run_in_child(module, argv, env, cwd, out.fileno(), err.fileno())
     deadline = time.time() + timeout
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
@@ -296,6 +309,43 @@ def run_main(module: str, argv: list[str], env: dict | None = None, timeout: int
         texts.append(f.read().decode("utf-8", errors="replace"))
         f.close()
     return subprocess.CompletedProcess([module, *argv], os.waitstatus_to_exitcode(status), *texts)
+
+
+class Started:
+    """A ``start_main`` child: ``pid`` (also its process group), ``poll()`` and ``wait(timeout)`` like Popen's."""
+
+    def __init__(self, pid: int):
+        self.pid, self.returncode = pid, None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            done, status = os.waitpid(self.pid, os.WNOHANG)
+            if done:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float) -> int:
+        import time
+        deadline = time.time() + timeout
+        while self.poll() is None:
+            if time.time() > deadline:
+                os.killpg(self.pid, 9)
+                raise subprocess.TimeoutExpired(str(self.pid), timeout)
+            time.sleep(0.02)
+        return self.returncode
+
+
+def start_main(module: str, argv: list[str], log: Path, env: dict | None = None) -> Started:
+    """``run_main`` without waiting: the child leads a process group of its own (a shell's foreground job, which
+    a terminal's Ctrl-C signals whole), stdout and stderr go to ``log``."""
+    import importlib
+    importlib.import_module(module)
+    with open(log, "w") as f:
+        sys.stdout.flush(), sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            _run_in_child(module, argv, env, REPO, f.fileno(), f.fileno(), new_session=True)
+    return Started(pid)
 
 
 def start(args: list[str], log: Path, nproc: int = 2, env: dict | None = None,

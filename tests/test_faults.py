@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 
-from conftest import (LONG_STEPS, REPO, _command, base_config, free_port, launch, long_config, read_metrics,
+from conftest import (LONG_STEPS, REPO, _command, base_config, free_port, launch, long_config, read_metrics, start_main,
                       write_config)
 from data_tools.pipeline.shards import write_shard
 from xpt_ds.training.checkpoint import ABANDONED, complete_tags, tag_for
@@ -30,7 +30,10 @@ def _cfg(run_dir, tiny_roberta, corpus, every=10, steps=LONG_STEPS):
 
 def _start_session(args, log, nproc, launcher="deepspeed"):
     """The job in a session of its own, so that a signal to its process group reaches the launcher, every
-    rank and every DataLoader worker, as `scancel` or a scheduler's time limit does."""
+    rank and every DataLoader worker, as `scancel` or a scheduler's time limit does. ``single``: one process,
+    forked from this one (``start_main``: no interpreter's imports)."""
+    if launcher == "single":
+        return start_main("xpt_ds.train", args, log)
     if launcher == "torchrun":
         port = str(free_port())
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port", port,

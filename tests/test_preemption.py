@@ -79,14 +79,10 @@ def test_ctrl_c_on_a_run_checkpoints_exits_130_and_resumes(tmp_path, tiny_robert
     """Ctrl-C at a terminal signals the whole foreground process group (the run and its DataLoader workers): the
     run writes a checkpoint after the current step, says so in one line and exits 130 with status 'interrupted';
     the same command resumes from that checkpoint."""
-    import subprocess
-
-    from conftest import _command
+    from conftest import start_main
     run = tmp_path / "run"
     cfg_path = write_config(tmp_path / "c.yaml", long_config(run, tiny_roberta, corpus, every=0))
-    cmd, env = _command(["--config", str(cfg_path)], 1, None)
-    with open(tmp_path / "run.log", "w") as log:
-        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = start_main("xpt_ds.train", ["--config", str(cfg_path)], tmp_path / "run.log")  # a group of its own
     deadline = time.time() + 300
     while not (run / "metrics.jsonl").exists() or max(read_metrics(run), default=0) < 3:
         assert proc.poll() is None and time.time() < deadline, "run ended before it could be interrupted"
