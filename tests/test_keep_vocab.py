@@ -6,9 +6,6 @@ import hashlib
 import io
 import json
 import math
-import os
-import subprocess
-import sys
 import tarfile
 
 import numpy as np
@@ -16,7 +13,7 @@ import pytest
 import torch
 from transformers import AutoModelForMaskedLM, AutoTokenizer, BertConfig, BertForMaskedLM, BertTokenizerFast
 
-from conftest import REPO, TINY, base_config, free_port, launch, write_config
+from conftest import REPO, TINY, base_config, free_port, launch, run_main, write_config
 from xpt_ds.config import ConfigError, ModelConfig
 from xpt_ds.data.mlm import expand_shards
 from xpt_ds.metrics.mlm import MLMStats, piece_chars
@@ -185,10 +182,9 @@ def test_keep_vocab_run_export_loads_with_stock_transformers(tmp_path, hf_corpus
     with torch.no_grad():
         exported = model(input_ids=ids).logits
     torch.save(ids, str(tmp_path / "logits.pt") + ".ids.pt")
-    runner = subprocess.run([sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", "1", "--master_port",
-                             str(free_port()), str(REPO / "tests/trainer_logits.py"), str(cfg_path), str(tmp_path / "logits.pt")],
-                            cwd=REPO, capture_output=True, text=True, timeout=600,
-                            env={**os.environ, "DS_ACCELERATOR": "cpu", "PYTHONPATH": str(REPO)})
+    one_rank = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(free_port())}  # a world of one, forked (no launcher, no interpreter's imports)
+    runner = run_main("trainer_logits", [str(cfg_path), str(tmp_path / "logits.pt")], env=one_rank)
     assert runner.returncode == 0, runner.stderr[-3000:]
     torch.testing.assert_close(exported, torch.load(tmp_path / "logits.pt"), atol=1e-5, rtol=0)
     assert not torch.equal(model.bert.embeddings.word_embeddings.weight,

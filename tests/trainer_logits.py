@@ -1,4 +1,4 @@
-"""Run under the deepspeed launcher: load a run's newest checkpoint into the trainer's own engine and save
+"""Run under the deepspeed launcher (or, one rank, ``run_main``): load a run's newest checkpoint into the trainer's own engine and save
 fp32 logits of the engine's model on fixed input ids (rank 0 writes OUT)."""
 import sys
 
@@ -10,7 +10,7 @@ from xpt_ds.training.distributed import init_distributed
 from xpt_ds.training.trainer import Trainer
 
 
-def main(config: str, out: str) -> None:
+def save_logits(config: str, out: str) -> None:
     init_distributed()  # as xpt_ds.train does: unlinks DeepSpeed's CPU shared-memory buffer names
     trainer = Trainer(load_config(config))
     trainer.setup()
@@ -23,5 +23,12 @@ def main(config: str, out: str) -> None:
     deepspeed.comm.destroy_process_group()
 
 
+def main(argv: list[str]) -> int:
+    """``CONFIG OUT`` (the launcher's ``--local_rank`` dropped); ``run_main("trainer_logits", argv, env)`` runs a
+    one-rank world in a fork, with RANK, WORLD_SIZE and MASTER_* in ``env``."""
+    save_logits(*[a for a in argv if not a.startswith("--local_rank")])
+    return 0
+
+
 if __name__ == "__main__":
-    main(*[a for a in sys.argv[1:] if not a.startswith("--local_rank")])
+    sys.exit(main(sys.argv[1:]))
