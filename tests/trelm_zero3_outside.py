@@ -1,4 +1,4 @@
-"""Run as one process (``test_trelm_export``): under a ZeRO-3 engine that partitions every parameter, TreLM's
+"""Run as one process (``test_trelm_export``, forked by ``run_main``: a world of one): under a ZeRO-3 engine that partitions every parameter, TreLM's
 placeholder (``reorder``) and English decoder (``lm_logits(..., ENGLISH)``) read outside the engine's forward
 give what the unpartitioned model gives. Exits 0 when they do."""
 import copy
@@ -15,7 +15,7 @@ from xpt_ds.trelm.model import ENGLISH, encode, lm_logits  # noqa: E402
 from xpt_ds.trelm.objective import TreLMObjective  # noqa: E402
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     init_distributed()  # as xpt_ds.train does: unlinks DeepSpeed's CPU shared-memory buffer names
     model = _skeleton("bert", layers=2)
     plain = copy.deepcopy(model)
@@ -36,7 +36,8 @@ def main() -> None:
         h = torch.randn(3, 64)
         assert torch.allclose(lm_logits(hf, h, ENGLISH), lm_logits(plain, h, ENGLISH), atol=1e-5), "English"
     deepspeed.comm.destroy_process_group()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
