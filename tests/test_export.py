@@ -17,8 +17,8 @@ pytestmark = pytest.mark.multiproc
 def _trainer_logits(run_root, ids, tmp_path):
     out = tmp_path / "logits.pt"
     torch.save(ids, str(out) + ".ids.pt")
-    cmd = [sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", "2", "--master_port", str(free_port()),
-           str(REPO / "tests/trainer_logits.py"), str(run_root / "cfg.yaml"), str(out)]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
+           str(REPO / "tests/trainer_logits.py"), str(run_root / "cfg.yaml"), str(out)]  # torchrun: one launcher
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600,
                           env={**__import__("os").environ, "DS_ACCELERATOR": "cpu"})
     assert proc.returncode == 0, proc.stderr[-3000:]
