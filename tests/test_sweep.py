@@ -380,27 +380,28 @@ def test_a_killed_sweep_stops_its_running_stages(tmp_path, sweep_config):
     further run starts, and the sweep ends with one error line."""
     import os
     import signal
-    import subprocess
-    import sys
     import time
 
     import psutil
+
+    from conftest import start_main
     config, test_shards = sweep_config
     out = tmp_path / "sweep"
-    cmd = [sys.executable, "-m", "xpt_ds.sweep", "--config", str(config), "--methods", "xpt", "scratch", "xpt_sp",
-           "--sizes", "0.8K", "--out", str(out), "--parallel", "2", "--test-shards", *test_shards,
-           "--set", "phases.0.steps=100000", "checkpoint.every_steps=100000"]
-    sweep = subprocess.Popen(cmd, cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+    argv = ["--config", str(config), "--methods", "xpt", "scratch", "xpt_sp", "--sizes", "0.8K", "--out", str(out),
+            "--parallel", "2", "--test-shards", *test_shards, "--set", "phases.0.steps=100000",
+            "checkpoint.every_steps=100000"]
+    log = tmp_path / "sweep.log"
+    sweep = start_main("xpt_ds.sweep", argv, log)  # forked: its trainers are real interpreters, as it starts them
     status = [out / "runs" / m / "800" / "status.json" for m in ("xpt", "scratch")]
     deadline = time.time() + 240
     while not all(p.is_file() and json.loads(p.read_text())["state"] == "running" for p in status):
-        assert sweep.poll() is None and time.time() < deadline, sweep.communicate()
+        assert sweep.poll() is None and time.time() < deadline, log.read_text()[-3000:]
         time.sleep(0.5)
     trainers = [p for p in psutil.Process(sweep.pid).children(recursive=True) if "xpt_ds.train" in p.cmdline()]
     assert len(trainers) == 2
-    sweep.send_signal(signal.SIGTERM)
-    _, err = sweep.communicate(timeout=300)
+    os.kill(sweep.pid, signal.SIGTERM)  # the sweep alone
+    sweep.wait(timeout=300)
+    err = log.read_text()
     assert sweep.returncode == 130 and err.strip().splitlines()[-1].startswith("error: sweep interrupted"), err
     assert not [p for p in trainers if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     for p in status:
