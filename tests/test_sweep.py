@@ -426,3 +426,16 @@ def test_a_ctrl_c_inside_an_in_process_stage_stops_the_sweep(tmp_path, monkeypat
     finally:
         runner._stopping.clear()
         sys.modules.pop("ctrl_c_tool", None)
+
+
+def test_a_decoder_sweep_report_says_what_it_scored(tmp_path):
+    """A decoder's rows were scored on every next token (eval.json's objective), not on masked tokens."""
+    from xpt_ds.sweeps.report import write_markdown
+    from xpt_ds.sweeps.rows import INTRINSIC_KEYS
+    rows = [{"method": m, "size": s, "steps": 4, "epochs": 1.0, "train_seconds": 1.0, "wall_seconds": 1.0,
+             **{k: 2.0 for k in INTRINSIC_KEYS}, "objective": "next_token"}
+            for m in ("xpt", "scratch") for s in (200, 800)]
+    write_markdown(tmp_path, rows, [])
+    assert "Intrinsic metrics on every next token of the test shards" in (tmp_path / "results.md").read_text()
+    write_markdown(tmp_path, [{k: v for k, v in r.items() if k != "objective"} for r in rows], [])
+    assert "Intrinsic metrics on masked tokens of the test shards" in (tmp_path / "results.md").read_text()

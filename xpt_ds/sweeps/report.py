@@ -232,10 +232,18 @@ def read_unigram(out: Path) -> dict | None:
     return read_json(path) if path.is_file() else None
 
 
+def scored_tokens(rows: list[dict]) -> str:
+    """What the rows' metrics were computed on: a masked LM's masked tokens, a decoder's every next token."""
+    causal = {r.get("objective") == "next_token" for r in rows}
+    if causal == {True}:
+        return "every next token"
+    return "masked tokens (every next token for decoders)" if causal == {True, False} else "masked tokens"
+
+
 def write_markdown(out: Path, rows: list[dict], failures: list[dict]) -> None:
     unigram = read_unigram(out)
     lines = ["# Sweep results", "",
-             "Intrinsic metrics on masked tokens of the test shards (002 Table 2: Hits@k ×100; best in bold; "
+             f"Intrinsic metrics on {scored_tokens(rows)} of the test shards (002 Table 2: Hits@k ×100; best in bold; "
              "mean ± standard deviation over the seeds when there are several). Every run has the same number of "
              "steps (fewer with early stopping), so smaller data sizes are seen for more epochs.", ""]
     lines += size_tables(rows, unigram)

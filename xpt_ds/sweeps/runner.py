@@ -183,6 +183,7 @@ def intrinsic(plan: Plan, run: Run, stages: Stages) -> dict:
     _add_seconds(run_dir, "evaluate", stages.module("xpt_ds.evaluate", argv, run_dir / "evaluate.log", "evaluate"))
     result = json.loads(out.read_text())
     return {**{k: result[k] for k in INTRINSIC_KEYS}, **{k: result[k] for k in OPTIONAL_KEYS if k in result},
+            **({"objective": result["objective"]} if "objective" in result else {}),  # a decoder's: next_token
             "eval_tokens": result["tokens"], "checkpoint": result["tag"]}
 
 
