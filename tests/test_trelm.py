@@ -239,7 +239,7 @@ def test_parallel_stream_resumes_exactly_and_shards_by_rank(tmp_path, source_dir
     for _ in range(3):
         next(resumed)
     state = resumed.state_dict()
-    assert state == {"sequences": 6, "pairs": 6}
+    assert state == {"sequences": 6, "pairs": 6, "seq_len": cfg.data.seq_len}
     again = _stream(cfg)
     again.load_state_dict(state)
     for want in batches[3:]:
@@ -299,7 +299,7 @@ def test_trelm_trains_through_the_entry_point(tmp_path, source_dir, corpus_bert)
     assert np.isfinite(rows[3]["valid/loss"])
     assert rows[1]["train/loss"] > rows[3]["valid/loss"] + 3  # the CdLM term (~ln 200 untrained) is in the loss
     client = checkpoint.read_client_state(tmp_path / "run/checkpoints", checkpoint.tag_for(3))
-    assert client["data"] == {"sequences": 3 * 2 * 2, "pairs": 3 * 2 * 2}  # 3 steps x grad_accum 2 x 2 each
+    assert client["data"] == {"sequences": 3 * 2 * 2, "pairs": 3 * 2 * 2, "seq_len": 32}  # 3 steps x grad_accum 2 x 2 each
 
 
 def test_evaluate_runs_trelm_through_the_trilayer(source_dir, corpus_bert):

@@ -133,7 +133,7 @@ def test_stream_state_holds_every_sub_stream(tmp_path, source_dir, corpus_bert, 
     cfg.data = dataclasses.replace(cfg.data, source_shards=[f"{english}:train"])
     straight = _stream(cfg, ALL)
     batches = [next(straight) for _ in range(5)]
-    assert straight.state_dict() == {"sequences": 10, "pairs": 10, "source_sequences": 10}
+    assert straight.state_dict() == {"sequences": 10, "pairs": 10, "source_sequences": 10, "seq_len": 32}
     assert {"mlm_positions", "mlm_source_positions", "cdlm_positions", "cdlm_x_en_positions"} <= batches[0].keys()
     assert batches[0]["input_lang"].tolist() == [TARGET] * 2 + [ENGLISH] * 4 + [TARGET] * 2
     assert batches[0]["output_lang"].tolist() == [TARGET] * 2 + [ENGLISH] * 2 + [TARGET] * 2 + [ENGLISH] * 2
@@ -141,7 +141,7 @@ def test_stream_state_holds_every_sub_stream(tmp_path, source_dir, corpus_bert, 
     target_only = _stream(cfg, ["mlm_target"])
     target_only.load_state_dict(straight.state_dict())
     next(target_only)
-    assert target_only.state_dict() == {"sequences": 12, "pairs": 10, "source_sequences": 10}
+    assert target_only.state_dict() == {"sequences": 12, "pairs": 10, "source_sequences": 10, "seq_len": 32}
     resumed = _stream(cfg, ALL)
     resumed.load_state_dict({"sequences": 4, "pairs": 4, "source_sequences": 4})
     for want in batches[2:]:
@@ -191,8 +191,8 @@ def test_three_phase_config_trains_end_to_end(tmp_path, source_dir, corpus_bert,
         proc.stderr
     (common, common_data), (en_x, en_x_data), (x_en, x_en_data) = (_end(run, p) for p in ("common", "en_x", "x_en"))
     # 2 steps x grad_accum 2 x 2 rows of each kind; x_en rewinds every sub-stream to common's end, as en_x did
-    assert common_data == {"sequences": 8, "pairs": 0, "source_sequences": 8}
-    assert en_x_data == x_en_data == {"sequences": 16, "pairs": 8, "source_sequences": 8}
+    assert common_data == {"sequences": 8, "pairs": 0, "source_sequences": 8, "seq_len": 32}
+    assert en_x_data == x_en_data == {"sequences": 16, "pairs": 8, "source_sequences": 8, "seq_len": 32}
     names = list(common)
     lower = [n for n in names if n.startswith(("bert.encoder.layer.0.", "bert.encoder.layer.1."))]
     upper = [n for n in names if n.startswith(("bert.encoder.layer.2.", "bert.encoder.layer.3."))]
