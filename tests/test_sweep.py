@@ -176,6 +176,8 @@ def test_overrides_by_method_and_size_range(tmp_path, sweep_config):
             build_plan(parse_args([*base, "--set", bad]))
     with pytest.raises(ConfigError, match="optim.no_such_key"):  # checked for every size before any run
         build_plan(parse_args([*base, "--set", "1.6K:optim.no_such_key=1"]))
+    with pytest.raises(ConfigError, match=r"^arm 'scratch' \(model.method scratch\), size 100: .*phases"):
+        build_plan(parse_args([*base, "--set", "phases.1.steps=3"]))  # scratch has one phase
 
 
 def test_labelled_arms_and_seeds_plan_their_own_runs(tmp_path, sweep_config):

@@ -253,7 +253,10 @@ def build_plan(a: argparse.Namespace) -> Plan:
         for size in sizes:
             args = [f"--model.method={method}", f"--data.train_tokens={size}",
                     *(o.arg for o in overrides if o.applies(arm, method, size))]
-            cfg = load_config(str(config_path(a.out, arm)), args)
+            try:
+                cfg = load_config(str(config_path(a.out, arm)), args)
+            except ConfigError as e:  # the same --set fits one arm and not another (a one-phase method)
+                raise ConfigError(f"arm '{arm}' (model.method {method}), size {size_label(size)}: {e}") from None
             steps[arm, size], seq_len[arm, size] = sum(p.steps for p in cfg.phases), cfg.data.seq_len
             best[arm, size] = cfg.checkpoint.keep_best
             test_shards = test_shards or list(cfg.data.valid_shards)
