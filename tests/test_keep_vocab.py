@@ -244,11 +244,12 @@ def test_probe_scores_a_keep_vocab_run(tmp_path, hf_corpus, bert_with_tokenizer)
                                     f"{data}/manifest.json:valid", "--seq-len", "32"])
     assert out.returncode == 0, out.stderr[-3000:]
     rows = json.loads(out.stdout)["rows"]
-    assert list(rows) == ["source model, source vocabulary", "post-trained, source vocabulary",  # no ITLs
+    assert list(rows) == ["source model, source vocabulary",  # no ITLs
+                          "post-trained, the source's untrained rows swapped back in",
                           "post-trained, its own vocabulary (the source's, trained)",
-                          "post-trained, target vocabulary (target text)"]
+                          "post-trained, its own vocabulary (target text)"]
     assert all(r["tokens"] > 0 and r["ppl"] > 1 for r in rows.values())
     n = rows["source model, source vocabulary"]["tokens"]
     assert rows["post-trained, its own vocabulary (the source's, trained)"]["tokens"] == n  # the same masks
     assert rows["post-trained, its own vocabulary (the source's, trained)"]["loss"] != \
-        rows["post-trained, source vocabulary"]["loss"]  # trained rows against the source's rows
+        rows["post-trained, the source's untrained rows swapped back in"]["loss"]  # trained rows against the source's

@@ -133,18 +133,20 @@ def probe(run: Path, source_text: Path, tag: str | None = None, source_id: str |
         raise ConfigError(f"--source: {e}; give --source the source model's own directory or hub id") from None
     seq_len = min(seq_len, post.config.xpt_max_length)
     batches = lambda: source_batches(source_text, tokenizer, seq_len, batch_size, data.seed, data)  # noqa: E731
-    swapped = "post-trained, source vocabulary" + (", with ITLs" if _has_itl(post) else "")
+    method = method_of(post.config)
+    keeps_vocab = method is not None and method.vocab == "source"  # keep_vocab: its rows are the source's, trained
+    swapped = ("post-trained, the source's untrained rows swapped back in" if keeps_vocab else
+               "post-trained, source vocabulary" + (", with ITLs" if _has_itl(post) else ""))
     rows = {"source model, source vocabulary": score(source, batches()),
             swapped: score(swap_in_source_vocabulary(post, source), batches())}
     if _has_itl(post):
         rows["post-trained, source vocabulary, without ITLs"] = score(
             swap_in_source_vocabulary(post, source, keep_itl=False), batches())
-    method = method_of(post.config)
-    if method is not None and method.vocab == "source":
+    if keeps_vocab:
         rows["post-trained, its own vocabulary (the source's, trained)"] = score(post, batches())
     if target_shards:
         data.seq_len = min(data.seq_len, post.config.xpt_max_length)
-        rows["post-trained, target vocabulary (target text)"] = evaluate(
+        rows[f"post-trained, {'its own' if keeps_vocab else 'target'} vocabulary (target text)"] = evaluate(
             post, saved_tokenizer(tag_dir), data, list(target_shards), batch_size)
     return {"run": str(run), "tag": tag_dir.name, "source": source_id, "source_text": str(source_text),
             "seq_len": seq_len, "rows": rows}
