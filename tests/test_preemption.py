@@ -66,10 +66,13 @@ def test_ctrl_c_checkpoints_after_the_step_and_a_second_one_stops_at_once():
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(1)  # the handler runs at the next bytecode; never reached
-        watcher = PreemptionWatcher()
+        watcher = PreemptionWatcher(rank=1)
         os.kill(os.getpid(), signal.SIGTERM)
-        os.kill(os.getpid(), signal.SIGINT)  # after a scheduler's SIGTERM: already stopping, not at once
+        os.kill(os.getpid(), signal.SIGINT)  # after a SIGTERM (a launcher passing the Ctrl-C on): the checkpoint
         assert watcher.requested and not watcher.interrupted
+        with pytest.raises(KeyboardInterrupt):  # a second Ctrl-C still stops at once
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

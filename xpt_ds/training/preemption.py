@@ -23,7 +23,8 @@ class Preempted(Exception):
 
 class PreemptionWatcher:
     def __init__(self, signals=(signal.SIGUSR1, signal.SIGTERM), rank: int = 0):
-        self.received: int | None = None
+        self.received: int | None = None  # the first stop signal
+        self.interrupts = 0  # Ctrl-Cs so far
         self.rank = rank
         for sig in signals:
             signal.signal(sig, self._on_signal)
@@ -34,7 +35,10 @@ class PreemptionWatcher:
             self.received = signum
 
     def _on_interrupt(self, signum, frame) -> None:
-        if self.received == signal.SIGINT:
+        """The first Ctrl-C asks for the checkpoint (unless a SIGTERM or SIGUSR1 already did: a launcher that got
+        the same Ctrl-C may pass it on as SIGTERM first); the second stops at once."""
+        self.interrupts += 1
+        if self.interrupts > 1:
             raise KeyboardInterrupt
         self._on_signal(signum, frame)
         if self.rank == 0:
