@@ -21,6 +21,7 @@ from data_tools.pipeline.spm_layouts import LAYOUTS
 class Fixtures:
     corpus: Path
     corpus_text: Path
+    gpt2: Path  # a tiny GPT-2 source
 
 
 def unknown_key(cfg, d, fx):
@@ -110,6 +111,12 @@ def ds_json_nvme_offload_without_path(cfg, d, fx):
     return [], [path, "zero_optimization.offload_param.nvme_path is not set"]
 
 
+def keep_vocab_on_a_decoder(cfg, d, fx):
+    """Was an error about the source's tokenizer (no mask token, or no files): the method is what does not fit."""
+    cfg["model"].update(source=str(fx.gpt2), method="keep_vocab", tokenizer="")
+    return [], ["'model.method'", "'keep_vocab' is not available for a decoder source (gpt2)"]
+
+
 def missing_shard(cfg, d, fx):
     shutil.copytree(fx.corpus, d / "corpus")
     manifest = json.loads((d / "corpus/manifest.json").read_text())
@@ -154,7 +161,7 @@ CASES = {f.__name__: f for f in [
     missing_tokenizer_file, tokenizer_with_default_special_ids, tokenizer_without_mask_piece,
     trainable_pattern_matching_nothing, ds_json_sets_train_batch_size, ds_json_sets_optimizer_lr,
     ds_json_bf16_at_stage0, ds_json_fp16_on_cpu, ds_json_nvme_offload_without_path, missing_shard,
-    tokenizer_smaller_than_corpus_vocab]}
+    tokenizer_smaller_than_corpus_vocab, keep_vocab_on_a_decoder]}
 
 
 def _free_ports(n: int) -> list[int]:
@@ -165,9 +172,9 @@ def _free_ports(n: int) -> list[int]:
 
 
 @pytest.fixture(scope="module")
-def outcomes(tmp_path_factory, tiny_roberta, corpus, corpus_text):
+def outcomes(tmp_path_factory, tiny_roberta, corpus, corpus_text, tiny_decoder):
     """name -> (CompletedProcess, culprits); the launches run concurrently to keep the module fast."""
-    fx = Fixtures(corpus, corpus_text)
+    fx = Fixtures(corpus, corpus_text, tiny_decoder("gpt2", True))
     jobs = {}
     for (name, build), port in zip(CASES.items(), _free_ports(len(CASES))):
         d = tmp_path_factory.mktemp(name)
@@ -302,9 +309,10 @@ def test_resume_with_another_model_is_one_line(finished_run, tmp_path):
         before["last_complete_checkpoint"]
 
 
-def test_resume_at_another_seq_len_says_where_the_stream_continues(finished_run, tmp_path):
+def test_a_resume_with_other_lengths_says_what_it_does(finished_run, tmp_path):
     """A 32 -> 64 resume (a short-then-long schedule) is allowed, and continues the data stream at the token where
-    it stopped (8 sequences of 30 tokens: 240), not at sequence 8 of the longer ones (token 496)."""
+    it stopped (8 sequences of 30 tokens: 240), not at sequence 8 of the longer ones (token 496); a resume with a
+    phase shortened below the steps it took says so."""
     run = tmp_path / "run"
     shutil.copytree(finished_run, run)
     cfg = yaml.safe_load((finished_run.parent / "run.yaml").read_text())
@@ -314,6 +322,10 @@ def test_resume_at_another_seq_len_says_where_the_stream_continues(finished_run,
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "data.seq_len 32 -> 64: the data stream stopped at token 240 (sequence 8) and continues at token 248 " \
         "(sequence 4 at the new length)" in proc.stderr, proc.stderr[-3000:]
+    cfg["phases"][1]["steps"] = 1  # now shorter than the 2 steps phase 2 took: said, not silently 'finished'
+    proc = launch(["--config", str(write_config(tmp_path / "run.yaml", cfg))], 1, 300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "is at step 2 of phase 'phase2', past its phases[1].steps=1: that phase ends here" in proc.stderr
 
 
 @pytest.mark.parametrize("argv, culprit", [

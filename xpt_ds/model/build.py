@@ -26,6 +26,7 @@ from xpt_ds.model.adapters import add_adapters
 from xpt_ds.model.decoder import (
     DECODER_FAMILIES,
     build_decoder,
+    check_decoder_method,
     decoder_skeleton,
     is_decoder,
     load_decoder_source,
@@ -73,11 +74,12 @@ def load_source(cfg: ModelConfig):
         return _load_source(cfg)
 
 
-def _load_source(cfg: ModelConfig):
+def source_config(cfg: ModelConfig):
+    """``model.source``'s config (config.json only, no weights); one error line naming it if it cannot be read."""
     src = cfg.source
     location, gguf = source_location(src)  # a GGUF file: its directory and {gguf_file: name}
     try:
-        src_cfg = AutoConfig.from_pretrained(location, trust_remote_code=False, **gguf)
+        return AutoConfig.from_pretrained(location, trust_remote_code=False, **gguf)
     except ImportError as e:  # transformers reads GGUF through the gguf package
         raise ConfigError(f"config key 'model.source': reading {src} needs the gguf package "
                           f"(pip install gguf): {str(e).strip().splitlines()[0]}") from None
@@ -85,6 +87,19 @@ def _load_source(cfg: ModelConfig):
         where = "local directory" if Path(src).exists() else "hub id or path"
         raise ConfigError(f"config key 'model.source': cannot load '{src}' ({where}): "
                           f"{str(e).strip().splitlines()[0]}") from None
+
+
+def check_source(cfg: ModelConfig) -> None:
+    """Before the tokenizer is read: a method the source's kind (decoder or masked LM) does not take is the
+    error, not what its tokenizer lacks for it (keep_vocab on GPT-2: no mask token)."""
+    src_cfg = source_config(cfg)
+    if is_decoder(src_cfg):
+        check_decoder_method(cfg.method, src_cfg.model_type)
+
+
+def _load_source(cfg: ModelConfig):
+    src = cfg.source
+    src_cfg = source_config(cfg)
     if is_decoder(src_cfg):
         return load_decoder_source(src, src_cfg, cfg.method)
     if METHODS[cfg.method].lora:

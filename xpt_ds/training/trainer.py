@@ -19,7 +19,7 @@ from xpt_ds.errors import UserError
 from xpt_ds.io.paths import unwritable
 from xpt_ds.metrics.logger import LogWindow, MetricsLogger, flops_per_token, peak_flops
 from xpt_ds.metrics.mlm import MLMStats, piece_byte_lengths, piece_char_lengths, piece_word_starts
-from xpt_ds.model.build import build_model, build_skeleton, load_fp32_state
+from xpt_ds.model.build import build_model, build_skeleton, check_source, load_fp32_state
 from xpt_ds.model.decoder import is_decoder
 from xpt_ds.model.objective import build_objective, strip_prefix
 from xpt_ds.model.phases import build_phase_starts, build_phase_trainables, phases_read_later, weights_from_ends
@@ -86,6 +86,7 @@ class Trainer:
                               f"{why or 'another rank cannot (see its error)'}")
         self.ds_config = load_ds_config(cfg.deepspeed)  # the engine JSON as the user wrote it, checked before the
         check_device_support(self.ds_config, cfg.deepspeed)  # model is built
+        check_source(cfg.model)  # a method the source cannot take, before its tokenizer is read
         self.tok = tokenizer_for(cfg.model)
         self.char_lengths = piece_char_lengths(self.tok)  # valid/bits_per_char: compares across vocabularies
         self.word_starts = piece_word_starts(self.tok)  # valid/bits_per_word: so does this
@@ -194,6 +195,10 @@ class Trainer:
             restore_frozen(self.engine, self.frozen)
             self._info(f"resumed from {tag}: phase {self.state.phase_index} step {self.state.phase_step}, "
                        f"global step {self.state.global_step}")
+            if self.state.phase_step > self.phase.steps and self.rank == 0:  # the config shrank a phase
+                log.warning("checkpoint %s is at step %d of phase '%s', past its phases[%d].steps=%d: that phase "
+                            "ends here, with the steps it already took", tag, self.state.phase_step,
+                            self.phase.name, self.state.phase_index, self.phase.steps)
         self.best.restore(self.run_dir, checkpoint.complete_tags(self.ckpt_root), self.rank)
         if self.rank == 0:
             save_config(self.cfg, self.run_dir / "config.yaml")
