@@ -301,12 +301,15 @@ def test_resume_with_another_model_is_one_line(finished_run, tmp_path):
     cfg["run_dir"] = str(run)
     cfg["model"]["method"] = "xpt_no_itl"
     cfg["phases"][1]["steps"] += 1
+    before = {**json.loads((run / "status.json").read_text()), "updated": "2000-01-01T00:00:00+0000"}
+    (run / "status.json").write_text(json.dumps(before))
     line = error_line(launch(["--config", str(write_config(tmp_path / "run.yaml", cfg))], 1, 300))
     assert "num_hidden_layers 4 -> 2" in line and "model.method" in line, line
-    before, after = (json.loads((r / "status.json").read_text()) for r in (finished_run, run))
+    after = json.loads((run / "status.json").read_text())
     assert after["state"] == "failed" and after["error"] == line.removeprefix("error: ")  # was still 'finished'
     assert after["global_step"] == before["global_step"] == 2 and after["last_complete_checkpoint"] == \
         before["last_complete_checkpoint"]
+    assert after["updated"] != before["updated"]  # when it failed, not when the run it resumed finished
 
 
 def test_a_resume_with_other_lengths_says_what_it_does(finished_run, tmp_path):

@@ -26,7 +26,8 @@ def mark_stopped(run_dir: Path, state: str, error: str) -> None:
         old = json.loads(path.read_text()) if path.is_file() else {}
     except (OSError, ValueError):
         old = {}
-    write_status(run_dir, **{**(old if isinstance(old, dict) else {}), "state": state, "error": error})
+    kept = {k: v for k, v in old.items() if k != "updated"} if isinstance(old, dict) else {}
+    write_status(run_dir, **{**kept, "state": state, "error": error})
 
 
 def planned_steps(state, phase_steps: list[int], phase_stopped: bool) -> int:
