@@ -97,7 +97,7 @@ def test_ctrl_c_on_a_run_checkpoints_exits_130_and_resumes(tmp_path, tiny_robert
     stopped = status["global_step"]
     assert proc.returncode == 130 and "Traceback" not in out, out[-3000:]
     assert status["state"] == "interrupted" and 3 <= stopped < END
-    assert complete_tags(run / "checkpoints") == [tag_for(stopped)]
+    assert complete_tags(run / "checkpoints")[-1] == tag_for(stopped)  # (and phase 1's end, had it got there)
     assert out.strip().splitlines()[-1] == f"interrupted: checkpoint {tag_for(stopped)} is complete; the same " \
         "command resumes from it"
     assert "interrupt: writing a checkpoint after this step" in out
