@@ -315,7 +315,7 @@ def test_resume_with_another_model_is_one_line(finished_run, tmp_path):
 def test_a_resume_with_other_lengths_says_what_it_does(finished_run, tmp_path):
     """A 32 -> 64 resume (a short-then-long schedule) is allowed, and continues the data stream at the token where
     it stopped (8 sequences of 30 tokens: 240), not at sequence 8 of the longer ones (token 496); a resume with a
-    phase shortened below the steps it took says so."""
+    phase shortened below the steps it took, or with another data stream (data.seed), says so."""
     run = tmp_path / "run"
     shutil.copytree(finished_run, run)
     cfg = yaml.safe_load((finished_run.parent / "run.yaml").read_text())
@@ -325,10 +325,13 @@ def test_a_resume_with_other_lengths_says_what_it_does(finished_run, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "data.seq_len 32 -> 64: the data stream stopped at token 240 (sequence 8) and continues at token 248 " \
         "(sequence 4 at the new length)" in proc.stderr, proc.stderr[-3000:]
+    assert "other data settings" not in proc.stderr  # the length alone is converted, not a change of stream
     cfg["phases"][1]["steps"] = 1  # now shorter than the 2 steps phase 2 took: said, not silently 'finished'
+    cfg["data"]["seed"] = 1  # another stream: said too
     proc = launch(["--config", str(write_config(tmp_path / "run.yaml", cfg))], 1, 300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "is at step 2 of phase 'phase2', past its phases[1].steps=1: that phase ends here" in proc.stderr
+    assert "with other data settings than it was trained with (data.seed 0 -> 1)" in proc.stderr
 
 
 @pytest.mark.parametrize("argv, culprit", [

@@ -35,6 +35,20 @@ def check_same_model(tag_dir: Path, hf_config) -> None:
                           "run_dir (or --resume none)")
 
 
+# The data.* keys that decide which tokens the training stream holds, in which order, and how they are masked.
+# data.seq_len is not here: a resume at another length is converted (xpt_ds.data.mlm.MLMBatchStream).
+STREAM_KEYS = ("train_shards", "train_tokens", "seed", "shuffle_docs", "doc_separator", "masking", "mask_prob",
+               "mask_replace_prob", "random_replace_prob", "span_p", "span_max", "parallel_shards", "source_shards",
+               "parallel_micro_batch")
+
+
+def data_changes(saved: dict, now) -> list[str]:
+    """'data.KEY OLD -> NEW' for each stream key the checkpoint's config (``saved``: its ``data`` section) and
+    this run's ``DataConfig`` set differently; a key the checkpoint's config lacks is not compared."""
+    return [f"data.{k} {saved[k]!r} -> {getattr(now, k)!r}" for k in STREAM_KEYS
+            if k in saved and saved[k] != getattr(now, k)]
+
+
 def missing_files(tag_dir: Path) -> list[str]:
     """The files a complete tag holds by its marker's world size and ZeRO stage that are not there (a copy or a
     sync that left some behind): every rank's ``rank_state``, the model states (one file, or one per rank at

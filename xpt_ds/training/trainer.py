@@ -181,8 +181,13 @@ class Trainer:
             self.state.load_state_dict(client["trainer"])
             for key in [k for k in ("bad_steps", "best") if k in client]:  # absent from older checkpoints
                 getattr(self, key).load_state_dict(client[key])
-            saved_len = client.get("config", {}).get("data", {}).get("seq_len")  # data states before 2026-11-27
+            saved_data = client.get("config", {}).get("data", {})
+            saved_len = saved_data.get("seq_len")  # for data states written before 2026-11-27
             self.train_stream.load_state_dict({"seq_len": saved_len, **client["data"]} if saved_len else client["data"])
+            changed = tag_checks.data_changes(saved_data, self.cfg.data)
+            if changed and self.rank == 0:
+                log.warning("resuming %s with other data settings than it was trained with (%s): training goes on "
+                            "at the same position of the stream these settings make", tag, "; ".join(changed))
             universal = checkpoint.prepare_rescale(self.ckpt_root, tag, client, self.world,
                                                    zero_stage(self.ds_config))
         self.use_phase_objectives()
