@@ -11,6 +11,9 @@ import sys
 from typing import Callable
 
 
+INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
+
+
 class UserError(Exception):
     """Bad input; the message names the key, file or flag and fits on one line."""
 
@@ -46,5 +49,5 @@ def cli_errors(main: Callable[..., int]) -> Callable[..., int]:
             return 2
         except KeyboardInterrupt:
             say("interrupted")
-            return 130
+            return INTERRUPTED_EXIT_CODE
     return run

@@ -21,7 +21,7 @@ import sys
 import threading
 from pathlib import Path
 
-from xpt_ds.errors import cli_errors
+from xpt_ds.errors import INTERRUPTED_EXIT_CODE, cli_errors
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     except (KeyboardInterrupt, Interrupted):  # the running stages were stopped (runner.stop_stages)
         print(f"error: sweep interrupted; its finished runs are in {plan.out / 'results.jsonl'}: rerun the same "
               "command to go on", file=sys.stderr)
-        return 130
+        return INTERRUPTED_EXIT_CODE
     rows = list(read_rows(plan.out / "results.jsonl").values())
     write_report(plan.out, rows, failures)
     print(f"wrote {plan.out / 'results.md'}, {plan.out / 'summary.json'}, plots and {plan.out / 'tb'}")

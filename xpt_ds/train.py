@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from xpt_ds.config import help_text, load_config
-from xpt_ds.errors import UserError, cli_errors, error_line, say
+from xpt_ds.errors import INTERRUPTED_EXIT_CODE, UserError, cli_errors, error_line, say
 from xpt_ds.training import collector
 from xpt_ds.training.ports import free_port
 
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
 
         from xpt_ds.training.distributed import init_distributed
         from xpt_ds.training.guards import HALTED_EXIT_CODE, Halted
-        from xpt_ds.training.preemption import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE, Preempted
+        from xpt_ds.training.preemption import PREEMPTED_EXIT_CODE, Preempted
         from xpt_ds.training.trainer import Trainer
 
     init_distributed()  # and unlink DeepSpeed's CPU shared-memory buffer names (xpt_ds.training.distributed)

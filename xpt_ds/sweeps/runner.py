@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from xpt_ds.errors import INTERRUPTED_EXIT_CODE
 from xpt_ds.sweeps.plan import Plan, Run
 from xpt_ds.sweeps.report import size_label
 from xpt_ds.sweeps.rows import INTRINSIC_KEYS, OPTIONAL_KEYS, read_rows
@@ -105,7 +106,7 @@ def _call(module: str, argv: list[str], log: Path, stage: str) -> float:
         finally:
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()  # the next run's training processes need the memory
-    if code == 130:  # a Ctrl-C that reached the tool (errors.cli_errors made it a status) stops the sweep
+    if code == INTERRUPTED_EXIT_CODE:  # a Ctrl-C that reached the tool (errors.cli_errors) stops the sweep
         stop_stages()
         raise Interrupted(stage)
     if code:

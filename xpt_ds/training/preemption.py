@@ -4,8 +4,8 @@ A signal may reach the ranks at different steps; the trainer shares each rank's 
 exchange (``guards.RankExchange``), so that all ranks stop after the same step.
 
 Ctrl-C (SIGINT, to the whole foreground process group: a run, or a sweep and its runs) asks the same, once: the
-run checkpoints after the current step and exits 130. A second Ctrl-C stops at once, without a checkpoint
-(KeyboardInterrupt; the newest complete checkpoint stays the newest).
+run checkpoints after the current step and exits 130 (``errors.INTERRUPTED_EXIT_CODE``). A second Ctrl-C stops at
+once, without a checkpoint (KeyboardInterrupt; the newest complete checkpoint stays the newest).
 """
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ import signal
 from xpt_ds.errors import say
 
 PREEMPTED_EXIT_CODE = 124  # launch/slurm.sbatch requeues the job on this status
-INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
 
 
 class Preempted(Exception):
