@@ -4,7 +4,6 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import deepspeed
@@ -47,31 +46,13 @@ from xpt_ds.training.guards import (
     weights_finite,
 )
 from xpt_ds.training.preemption import Preempted, PreemptionWatcher
+from xpt_ds.training.state import TrainerState
 from xpt_ds.training.status import planned_steps, write_status
 from xpt_ds.trelm.data import TreLMBatchStream, build_trelm_stream
 from xpt_ds.trelm.valid import build_cdlm_validation
 from xpt_ds.trelm.work import micro_batch_work
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class TrainerState:
-    phase_index: int = 0
-    phase_step: int = 0  # optimizer steps done in the current phase
-    global_step: int = 0
-    tokens_seen: int = 0  # every rank's tokens of every row trained on (TreLM: MLM, English MLM and CdLM rows)
-    target_tokens_seen: int = 0  # of target MLM rows only: data.train_shards' epochs (the sweep)
-    phase_ends: dict[str, str] = field(default_factory=dict)  # kept phase end (start_from/merge) -> its blake2b
-
-    def state_dict(self) -> dict:
-        return asdict(self)
-
-    def load_state_dict(self, sd: dict) -> None:
-        for k, v in sd.items():
-            setattr(self, k, v)
-        if "target_tokens_seen" not in sd:  # written when tokens_seen counted target MLM rows only
-            self.target_tokens_seen = self.tokens_seen
 
 
 class Trainer:

@@ -1,0 +1,24 @@
+"""The training loop's own counters: where the run is (phase, steps, tokens) and which phase ends it kept. Every
+checkpoint carries them (``state_dict``), and a resume restores them from its client state."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class TrainerState:
+    phase_index: int = 0
+    phase_step: int = 0  # optimizer steps done in the current phase
+    global_step: int = 0
+    tokens_seen: int = 0  # every rank's tokens of every row trained on (TreLM: MLM, English MLM and CdLM rows)
+    target_tokens_seen: int = 0  # of target MLM rows only: data.train_shards' epochs (the sweep)
+    phase_ends: dict[str, str] = field(default_factory=dict)  # kept phase end (start_from/merge) -> its blake2b
+
+    def state_dict(self) -> dict:
+        return asdict(self)
+
+    def load_state_dict(self, sd: dict) -> None:
+        for k, v in sd.items():
+            setattr(self, k, v)
+        if "target_tokens_seen" not in sd:  # written when tokens_seen counted target MLM rows only
+            self.target_tokens_seen = self.tokens_seen
