@@ -8,32 +8,18 @@ import subprocess
 
 import pytest
 
-from conftest import base_config, launch, write_config
+from conftest import REPO, base_config, launch, write_config
 from xpt_ds.training.checkpoint import complete_tags, tag_for
 from xpt_ds.training.export import load_checkpoint_fp32
 
 
-def _run_cfg(tmp_path, run, tiny_roberta, corpus):
-    """Phase 1 ends at step 2; phase 2 runs to step 8 (a first run stops it at step 3)."""
-    cfg = base_config(run, tiny_roberta, corpus, checkpoint={"every_steps": 2})
-    cfg["phases"][0]["steps"], cfg["phases"][1]["steps"] = 2, 6
+def _retry_cfg(tmp_path, run, tiny_roberta, corpus):
+    """``engine_runs``' run (phase 1 ends at step 4, phase 2 at 8, both ranks), resumed at ``run`` from its
+    phase-1 checkpoint with a checkpoint every 2 steps: the first save is at step 6, in phase 2."""
+    cfg = base_config(run, tiny_roberta, corpus, deepspeed=str(REPO / "ds_configs/zero2_fp32.json"),
+                      checkpoint={"every_steps": 2})
     cfg["logging"]["tensorboard"] = False
     return write_config(tmp_path / "c.yaml", cfg)
-
-
-@pytest.fixture(scope="module")
-def first_run(tmp_path_factory, tiny_roberta, corpus):
-    """Phase 1 and one step of phase 2 (tags 2 and 3), trained on 2 ranks; the test copies it."""
-    root = tmp_path_factory.mktemp("first_run")
-    proc = launch(["--config", str(_run_cfg(root, root / "run", tiny_roberta, corpus)), "--phases.1.steps=1"], nproc=2)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return root / "run"
-
-
-def _copy(first_run, run, tmp_path, tiny_roberta, corpus):
-    """The first run at ``run``, and the config that goes on with it there."""
-    shutil.copytree(first_run, run)
-    return _run_cfg(tmp_path, run, tiny_roberta, corpus)
 
 
 def _error(proc):
@@ -72,19 +58,21 @@ def _immutable(path, on: bool) -> bool:
                                                 capture_output=True).returncode == 0
 
 
-def test_unwritable_then_disk_full_before_and_while_writing(tmp_path, tiny_roberta, corpus, small_disk, first_run):
+def test_unwritable_then_disk_full_before_and_while_writing(tmp_path, tiny_roberta, corpus, small_disk, engine_runs):
     """The same command four times on one run directory, as a user retries it: with the checkpoint directory
     not writable (``chattr +i``); with less free space than the last checkpoint took (caught before anything is
     written); with enough for a phase-1 checkpoint but not for the bigger phase-2 one, whose optimizer state
     covers every parameter (the kernel's ENOSPC in the middle of the save); then with every cause gone, when it
-    resumes from the checkpoint all three failures left intact."""
+    resumes from the checkpoint all three failures left intact. The run directory is a copy of the 2-rank ZeRO-2
+    run test_frozen reads (``conftest.engine_runs``), its end-of-run checkpoint removed."""
     run = small_disk / "run"
-    cfg = _copy(first_run, run, tmp_path, tiny_roberta, corpus)
+    shutil.copytree(engine_runs("zero2_fp32"), run)
+    cfg = _retry_cfg(tmp_path, run, tiny_roberta, corpus)
     ckpt = run / "checkpoints"
-    first, second = _size(ckpt / tag_for(2)), _size(ckpt / tag_for(3))
+    first, second = _size(ckpt / tag_for(4)), _size(ckpt / tag_for(8))
     assert second > first + 200 * 1024  # phase 2 keeps Adam moments for every parameter
-    shutil.rmtree(ckpt / tag_for(3))
-    before = load_checkpoint_fp32(ckpt, tag_for(2))
+    shutil.rmtree(ckpt / tag_for(8))
+    before = load_checkpoint_fp32(ckpt, tag_for(4))
 
     unwritable = _immutable(ckpt, True)
     if unwritable:
@@ -93,32 +81,32 @@ def test_unwritable_then_disk_full_before_and_while_writing(tmp_path, tiny_rober
         finally:
             _immutable(ckpt, False)
         assert last == f"error: cannot write checkpoints in {ckpt}: Operation not permitted"  # every rank says so
-        assert complete_tags(ckpt) == [tag_for(2)]
+        assert complete_tags(ckpt) == [tag_for(4)]
 
     for when, leave in (("before writing", first // 2), ("while writing", first + 100 * 1024)):
         _fill(small_disk, leave)
-        proc = launch(["--config", str(cfg)], nproc=2, launcher="deepspeed")  # resumes at 2; saves at 4, in phase 2
+        proc = launch(["--config", str(cfg)], nproc=2, launcher="deepspeed")  # resumes at 4; saves at 6, in phase 2
         last = _error(proc)
         if when == "before writing":
-            assert last.startswith(f"error: not enough space for a checkpoint in {ckpt}: ") and tag_for(2) in last
-            assert not (ckpt / tag_for(4)).exists()
+            assert last.startswith(f"error: not enough space for a checkpoint in {ckpt}: ") and tag_for(4) in last
+            assert not (ckpt / tag_for(6)).exists()
         else:
             errors = [x for x in proc.stderr.splitlines() if x.startswith("error:")]
-            assert errors and all(x.endswith(f"the newest complete checkpoint ({tag_for(2)}) is intact")
+            assert errors and all(x.endswith(f"the newest complete checkpoint ({tag_for(4)}) is intact")
                                   for x in errors)
             # the rank(s) that hit the full disk say so, as the OS put it; any other rank says a peer failed
-            full = [x for x in errors if x.startswith(f"error: cannot write checkpoint {ckpt / tag_for(4)} on rank ")]
+            full = [x for x in errors if x.startswith(f"error: cannot write checkpoint {ckpt / tag_for(6)} on rank ")]
             assert full and all(": No space left on device; " in x for x in full), errors
             assert all(x in full or "because another rank failed" in x for x in errors), errors
             assert "enforce fail" not in proc.stderr and "Connection closed" not in proc.stderr
-        assert complete_tags(ckpt) == [tag_for(2)], when
-        after = load_checkpoint_fp32(ckpt, tag_for(2))
+        assert complete_tags(ckpt) == [tag_for(4)], when
+        after = load_checkpoint_fp32(ckpt, tag_for(4))
         assert all((before[k] == after[k]).all() for k in before), when
         (small_disk / "filler").unlink()
 
     proc = launch(["--config", str(cfg)], nproc=2)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert f"resumed from {tag_for(2)}" in proc.stderr
-    assert complete_tags(ckpt) == [tag_for(2), tag_for(4), tag_for(6), tag_for(8)]  # the partial one is gone
+    assert f"resumed from {tag_for(4)}" in proc.stderr
+    assert complete_tags(ckpt) == [tag_for(4), tag_for(6), tag_for(8)]  # the partial one is gone
     if not unwritable:  # everything else passed; say what was not checked
         pytest.skip("the not-writable step needs root and `chattr +i` on this filesystem")

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file
 from transformers import AutoModelForMaskedLM
 
 from conftest import base_config, launch, write_config
@@ -406,7 +407,17 @@ def test_override_args_are_typed(tmp_path):
 
 
 def test_two_ranks_agree_and_report_is_saved(tmp_path, bert_source, target_bert):
-    cfg = base_config(tmp_path / "run", bert_source, target_bert,
+    """From a source without an MLM head (a BertModel checkpoint, whose head ``from_pretrained`` draws at load
+    from ``model.init_seed``): both ranks start from the same weights, the drawn head and the
+    ``frequency_rank`` rows included (test_reproducible's claim for a job, checked in this 2-rank run)."""
+    import shutil
+
+    from transformers import BertModel
+    source = tmp_path / "headless"
+    shutil.copytree(bert_source, source)  # its tokenizer files: frequency_rank reads the source's vocabulary
+    BertModel.from_pretrained(bert_source).save_pretrained(source)  # encoder only, over the masked LM's files
+    assert "cls.predictions.transform.dense.weight" not in load_file(source / "model.safetensors")
+    cfg = base_config(tmp_path / "run", source, target_bert,
                       phases=[{"name": "phase1", "steps": 1, "lr": 1e-3}, {"name": "phase2", "steps": 1, "lr": 1e-3}])
     cfg["model"].update(embedding_init="frequency_rank")
     cfg["data"]["num_workers"] = 0
