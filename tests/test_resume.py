@@ -1,4 +1,4 @@
-"""Resume is exact: straight through vs. stopped and resumed, 2 ranks via the deepspeed launcher."""
+"""Resume is exact: straight through vs. stopped and resumed, 2 ranks through torchrun (``conftest.launch``)."""
 import json
 import shutil
 
