@@ -202,9 +202,10 @@ def _assert_continues(straight, run, cut):
 @pytest.mark.multiproc
 @pytest.mark.parametrize("cut", [6], ids=["at-the-merge"])
 def test_resume_bit_identical(straight, source, corpus, tmp_path, cut):
-    """From the checkpoint of the merge's step. A 2-rank resume inside the second branch (step 5, this graph's
-    shape: 2 steps a phase) is tests/test_trelm_phases.py's, with TreLM's data streams as well; on one rank,
-    test_resume_between_branches_on_one_rank_keeping_one_checkpoint below."""
+    """From the checkpoint of the merge's step. A 2-rank resume inside the second branch (step 5 of this graph's
+    shape: 2 steps a phase) is tests/test_trelm_phases.py's, with TreLM's data streams as well; one where the
+    second branch starts (step 4), on one rank, is test_resume_between_branches_on_one_rank_keeping_one_checkpoint
+    below."""
     proc = _run(tmp_path / "run", source, corpus, copy_from=straight, cut=cut)
     assert f"resumed from {tag_for(cut)}" in proc.stderr
     _assert_continues(straight, tmp_path / "run", cut)
