@@ -60,11 +60,12 @@ def _immutable(path, on: bool) -> bool:
 
 def test_unwritable_then_disk_full_before_and_while_writing(tmp_path, tiny_roberta, corpus, small_disk, engine_runs):
     """The same command four times on one run directory, as a user retries it: with the checkpoint directory
-    not writable (``chattr +i``); with less free space than the last checkpoint took (caught before anything is
-    written); with enough for a phase-1 checkpoint but not for the bigger phase-2 one, whose optimizer state
-    covers every parameter (the kernel's ENOSPC in the middle of the save); then with every cause gone, when it
-    resumes from the checkpoint all three failures left intact. The run directory is a copy of the 2-rank ZeRO-2
-    run test_frozen reads (``conftest.engine_runs``), its end-of-run checkpoint removed."""
+    not writable (``chattr +i``: said at start, before a step a save would lose); with less free space than the
+    last checkpoint took (caught before anything is written); with enough for a phase-1 checkpoint but not for
+    the bigger phase-2 one, whose optimizer state covers every parameter (the kernel's ENOSPC in the middle of
+    the save); then with every cause gone, when it resumes from the checkpoint all three failures left intact.
+    The run directory is a copy of the 2-rank ZeRO-2 run test_frozen reads (``conftest.engine_runs``), its
+    end-of-run checkpoint removed."""
     run = small_disk / "run"
     shutil.copytree(engine_runs("zero2_fp32"), run)
     cfg = _retry_cfg(tmp_path, run, tiny_roberta, corpus)
@@ -76,12 +77,14 @@ def test_unwritable_then_disk_full_before_and_while_writing(tmp_path, tiny_rober
 
     unwritable = _immutable(ckpt, True)
     if unwritable:
+        logged = (run / "metrics.jsonl").read_text()
         try:
             last = _error(launch(["--config", str(cfg)], nproc=2, launcher="deepspeed"))
         finally:
             _immutable(ckpt, False)
         assert last == f"error: cannot write checkpoints in {ckpt}: Operation not permitted"  # every rank says so
         assert complete_tags(ckpt) == [tag_for(4)]
+        assert (run / "metrics.jsonl").read_text() == logged  # said at start, before any step that a save would lose
 
     for when, leave in (("before writing", first // 2), ("while writing", first + 100 * 1024)):
         _fill(small_disk, leave)

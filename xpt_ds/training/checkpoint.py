@@ -115,6 +115,16 @@ def _preflight(ckpt_root: Path, newest: str | None, rank: int) -> str | None:
     return None
 
 
+def check_writable(ckpt_root: Path, rank: int) -> None:
+    """At start, before the model is built: a checkpoint directory a rank cannot write in (permissions, a
+    read-only mount, an immutable directory) fails the run now, on every rank, not at its first save after
+    ``checkpoint.every_steps`` steps of training. Free space is checked at each save (``save``): it changes
+    while a run trains."""
+    problem = _preflight(ckpt_root, None, rank)
+    if agree(problem):
+        raise CheckpointError(problem or f"another rank cannot write checkpoints in {ckpt_root} (see its error)")
+
+
 def save(engine, ckpt_root: Path, tag: str, client_state: dict, frozen: dict, hf_config, tokenizer: str) -> None:
     """Write checkpoint ``tag`` on every rank; the marker comes last. A rank that cannot write raises
     CheckpointError naming the path and the cause (before writing anything when every rank can tell: not

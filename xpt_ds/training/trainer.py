@@ -65,6 +65,7 @@ class Trainer:
         if checkpoint.agree(why):
             raise ConfigError(f"config key 'run_dir': cannot write {self.run_dir}: "
                               f"{why or 'another rank cannot (see its error)'}")
+        checkpoint.check_writable(self.ckpt_root, self.rank)  # now, not at the first save
         self.ds_config = load_ds_config(cfg.deepspeed)  # the engine JSON as the user wrote it, checked before the
         check_device_support(self.ds_config, cfg.deepspeed)  # model is built
         check_source(cfg.model)  # a method the source cannot take, before its tokenizer is read
