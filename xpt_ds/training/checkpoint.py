@@ -115,12 +115,13 @@ def _preflight(ckpt_root: Path, newest: str | None, rank: int) -> str | None:
     return None
 
 
-def check_writable(ckpt_root: Path, rank: int) -> None:
-    """At start, before the model is built: a checkpoint directory a rank cannot write in (permissions, a
-    read-only mount, an immutable directory) fails the run now, on every rank, not at its first save after
-    ``checkpoint.every_steps`` steps of training. Free space is checked at each save (``save``): it changes
-    while a run trains."""
-    problem = _preflight(ckpt_root, None, rank)
+def check_writable(ckpt_root: Path, rank: int, newest: str | None = None) -> None:
+    """Raise CheckpointError on every rank when any rank cannot write in ``ckpt_root`` (``_preflight``; with
+    ``newest``, also when it has less free space than that checkpoint takes). The trainer calls it at start,
+    before the model is built, so that a directory no rank can write in (permissions, a read-only mount, an
+    immutable directory) fails the run then, not at its first save after ``checkpoint.every_steps`` steps of
+    training; ``save`` calls it with ``newest`` before writing: free space changes while a run trains."""
+    problem = _preflight(ckpt_root, newest, rank)
     if agree(problem):
         raise CheckpointError(problem or f"another rank cannot write checkpoints in {ckpt_root} (see its error)")
 
@@ -132,9 +133,7 @@ def save(engine, ckpt_root: Path, tag: str, client_state: dict, frozen: dict, hf
     rank = deepspeed.comm.get_rank()
     tag_dir = ckpt_root / tag
     newest = ([t for t in complete_tags(ckpt_root) if t != tag] or [None])[-1]  # what survives a failure here
-    problem = _preflight(ckpt_root, newest, rank)
-    if agree(problem):
-        raise CheckpointError(problem or f"another rank cannot write checkpoint {tag_dir} (see its error)")
+    check_writable(ckpt_root, rank, newest)
     try:
         if rank == 0 and tag_dir.exists():  # re-saving a tag (a run resumed from an older one): start from
             (tag_dir / MARKER).unlink(missing_ok=True)  # nothing, so no file of an earlier save stays
