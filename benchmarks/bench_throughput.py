@@ -114,6 +114,10 @@ def main(argv=None) -> int:
     seq_lens = a.seq_lens or ([32, 64] if a.tiny else [128, 512])
     optimizer = a.optimizer or ("fused" if cuda else "torch")
     rows, failed = [], False
+    # What a report says about its run, written with the first row: a session stopped mid-table keeps it.
+    head = {"machine": machine(cuda), "args": {k: v for k, v in vars(a).items() if k != "worker"},
+            "seq_lens": seq_lens, "optimizer": optimizer,
+            "peak_tflops": None if not cuda else a.peak_tflops or config.H100_PEAK_TFLOPS}
     with tempfile.TemporaryDirectory() as tmp:
         runs = ([(side, "") for side in a.sides] + [("xpt", v) for v in a.variants]
                 + [("hf", v) for v in a.hf_variants])
@@ -130,19 +134,12 @@ def main(argv=None) -> int:
                                 **VARIANTS.get(variant, {}))
                     rows.append(run_worker(spec, Path(tmp), a.worker_timeout))
                     failed |= "error" in rows[-1]
-                    Path(a.out).write_text(json.dumps({"partial": True, "results": rows}, indent=1))
-    if a.max_batch:
-        report = {"machine": machine(cuda), "args": {k: v for k, v in vars(a).items() if k != "worker"},
-                  "optimizer": optimizer, "results": rows}
-        Path(a.out).write_text(json.dumps(report, indent=1))
-        print(max_batch_markdown(report))
-        return 1 if failed else 0
-    add_ratios(rows)
-    report = {"machine": machine(cuda), "args": {k: v for k, v in vars(a).items() if k != "worker"},
-              "seq_lens": seq_lens, "optimizer": optimizer,
-              "peak_tflops": None if not cuda else a.peak_tflops or config.H100_PEAK_TFLOPS, "results": rows}
+                    Path(a.out).write_text(json.dumps({**head, "partial": True, "results": rows}, indent=1))
+    report = {**head, "results": rows}
+    if not a.max_batch:
+        add_ratios(rows)
     Path(a.out).write_text(json.dumps(report, indent=1))
-    print(markdown(report))
+    print(max_batch_markdown(report) if a.max_batch else markdown(report))
     return 1 if failed else 0
 
 
@@ -192,7 +189,7 @@ def machine_busy() -> dict:
     """What else used the machine as a row started: the host's 1-minute load average and the compute processes
     nvidia-smi lists on the GPU (None where there is no nvidia-smi). A row timed beside another job (a test
     worker left running, say) is no figure to compare; the report names such rows."""
-    busy = {"load_1m": round(os.getloadavg()[0], 2), "gpu_processes": None}
+    busy = {"load_1m": round(os.getloadavg()[0], 2), "cpus": os.cpu_count(), "gpu_processes": None}
     try:
         smi = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory",
                               "--format=csv,noheader"], capture_output=True, text=True, timeout=30)

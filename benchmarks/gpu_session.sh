@@ -2,21 +2,24 @@
 # Everything issue 24 measures on a lent GPU, in one go, each step's output kept as it finishes and everything
 # packed into OUT/results.tgz at the end, within BUDGET_S seconds (GPU default 540: one device call runs at most
 # 600 s, and a session has 15 minutes of device time, machine start included). Steps, in the GPU default order,
-# with what each took on the 2026-11-26 H200 session (BENCHMARKS.md):
+# with what each took on the H200 sessions of 2026-11-26 and 2026-11-27 (BENCHMARKS.md):
 #   install, install_xpt, fused_adam (GPU only, every call): what the GPU image lacks from .gpu-kit/ (bash
-#                    ../shared/gpu-kit/carry.sh), xpt-ds itself (15 s together), and DeepSpeed's FusedAdam (nvcc,
-#                    once per machine: 35 s; 8 s on the warm machine's second call);
+#                    ../shared/gpu-kit/carry.sh), xpt-ds itself (15-23 s together), and DeepSpeed's FusedAdam (nvcc,
+#                    once per machine: 35-55 s; 8-13 s on the warm machine's second call);
 #   bench_main       the main table: xpt_ds against HF Trainer + DeepSpeed (benchmarks/bench_throughput.py),
-#                    sequence 128 and 512, phases 1 and 2, 16,384 tokens per micro-batch, plus xpt_ds rows with
-#                    the shipped lean engine configs (MAIN_VARIANTS, default "lean zero1_lean") and HF rows with
-#                    the same engine JSON as one of them (MAIN_HF_VARIANTS, default "zero1_lean"): 14 rows. The 8
-#                    rows without variants took 166 s;
+#                    phases 1 and 2, 16,384 tokens per micro-batch, at MAIN_SEQ_LENS (default 512: 128 was
+#                    measured in full on 2026-11-27), plus xpt_ds rows with the shipped lean engine configs
+#                    (MAIN_VARIANTS, default "zero1_lean") and HF rows with the same engine JSON
+#                    (MAIN_HF_VARIANTS, default "zero1_lean"): 8 rows. A row took 21 s on 2026-11-26 and 30 s on
+#                    2026-11-27 (15 rows in 444 s);
 #   gpu_tests        pytest -m gpu tests/gpu (4 workers on the one GPU, a line per test as it ends), its report
-#                    figures under OUT/gpu_report: 12 tests, encoder and decoder, 154 s;
-#   bench_big        the main table at 65,536 tokens per micro-batch (128 x 512, 512 x 128), both trainers, both
-#                    phases: the largest micro-batch HF fits at 512 in phase 2 (bench_max_batch, 2026-11-24), so
-#                    launch work per step is spread over 4x the tokens; 5 warm-up + 30 timed steps (6 of its 8
-#                    rows in 156 s, stopped at the budget's end);
+#                    figures under OUT/gpu_report: 12 tests, encoder and decoder, 154 s on 2026-11-26; on
+#                    2026-11-27 11 had passed when the budget stopped it at 192 s (the 12th in its export);
+#   bench_big        the main table at 65,536 tokens per micro-batch (512 x 128 first, phase 2 first: the rows
+#                    no session has reached; then 128 x 512), both trainers, plain and zero1_lean engine JSON:
+#                    the largest micro-batch HF fits at 512 in phase 2 (bench_max_batch, 2026-11-24), so launch
+#                    work per step is spread over 4x the tokens; 5 warm-up + 30 timed steps (2026-11-26: 6 rows
+#                    in 156 s);
 #   bench_variants   engine settings against DeepSpeed's per-step host work, one xpt_ds row each at 512 x 32,
 #                    phase 2, with a torch.profiler table per row (VARIANTS in throughput_variants.py): lean, nosync,
 #                    zero1_lean, zero1, autocast, no_tput_timer (7 rows with the plain one: 194 s; the 2026-11-24
@@ -27,15 +30,14 @@
 # A step starts only if the budget has at least its NEED seconds left (the PLANNED table below: the least worth
 # starting, since a bench step writes each row as it finishes and pytest prints each test as it ends); one still
 # running when the budget ends is stopped, and what it wrote is packed. One 600 s call with the default budget
-# gets the installs, the FusedAdam build, bench_main and gpu_tests (an estimate from the 2026-11-26 times:
-# 50 + 14 rows x 21 s + 154 = about 500 s) and the start of bench_big; a second call on the warm machine
-# (FusedAdam stays built) runs SESSION_STEPS=bench_big
-# (docs/testing.md, "A GPU session").
+# gets the installs, the FusedAdam build, bench_main and gpu_tests (an estimate from the 2026-11-27 times:
+# 80 + 8 rows x 30 s + 192 = about 510 s); a second call on the warm machine (FusedAdam stays built) runs
+# SESSION_STEPS=bench_big (docs/testing.md, "A GPU session").
 # Usage, from the repository root:  bash benchmarks/gpu_session.sh OUT [--rehearse]
 # --rehearse: the same steps on the CPU with the tiny model (DS_ACCELERATOR=cpu, no install, no budget unless
 # BUDGET_S is set), bench_max_batch included; tests/gpu only collected unless XPT_GPU_TESTS_ON_CPU=1.
 # tests/test_bench_throughput.py runs it so the script keeps working.
-# SESSION_STEPS, MAIN_VARIANTS, VARIANTS (space-separated) and BUDGET_S override the defaults.
+# SESSION_STEPS, MAIN_SEQ_LENS, MAIN_VARIANTS, VARIANTS (space-separated) and BUDGET_S override the defaults.
 # OUT/steps.tsv has each step's exit code ("skip": no time left for it; 124: stopped at the budget's end) and
 # seconds; OUT/results.tgz holds every report, log and profile (one file for the device call's $OUT to bring
 # back); OUT/DONE appears at the end.
@@ -78,9 +80,13 @@ else
     step install_xpt "$PY" -m pip install -q --no-deps --no-build-isolation -e .
     nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv > "$OUT/gpu.txt" 2>&1
     SIZE=(--steps 50 --warmup 10 --worker-timeout 300)
-    MAIN=(--seq-lens 128 512)
+    # 2026-11-27 (H200): the 20-row table at 128 and 512 ran out of budget after 15 rows (30 s a row), before
+    # 512's phase-2 rows; 128's rows, both trainers and both engine JSONs, were measured that day, so the default
+    # is 512 only, and the phase-2 rows first at 65,536 tokens (where MFU stands its best chance)
+    read -ra MAIN <<< "--seq-lens ${MAIN_SEQ_LENS-512}"
     LONG=(--seq-lens 512)
-    BIG=(--seq-lens 128 512 --tokens-per-batch 65536 --steps 30 --warmup 5)
+    BIG=(--seq-lens 512 128 --phases 2 1 --tokens-per-batch 65536 --steps 30 --warmup 5 --variants zero1_lean
+         --hf-variants zero1_lean)
     MAXB=(--max-batch 32 64 96 128 192 256 384 512 768)
     OPTIMIZER=fused
     # FusedAdam's CUDA kernel is built by the first process that imports it; without nvcc both sides fall back.
@@ -94,7 +100,7 @@ print('FusedAdam built and stepped')"
     grep -q "^fused_adam	0" "$OUT/steps.tsv" || OPTIMIZER=torch
     read -ra VARIANTS <<< "${VARIANTS-lean nosync zero1_lean zero1 autocast no_tput_timer}"
     STEPS="bench_main gpu_tests bench_big bench_variants"
-    MAIN_VARIANTS=${MAIN_VARIANTS-lean zero1_lean}
+    MAIN_VARIANTS=${MAIN_VARIANTS-zero1_lean}
     MAIN_HF_VARIANTS=${MAIN_HF_VARIANTS-zero1_lean}
     PYTEST=(-n 4 --dist load -v -rA)
 fi

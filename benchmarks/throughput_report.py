@@ -64,6 +64,8 @@ def markdown(report: dict) -> str:
         lines.append(f"{head} {r['tokens_per_s']:,.0f} | {r['step_ms']:.1f} | {pct(r['mfu'])} | "
                      f"{pct(r.get('mfu_done'))} | {r['peak_memory_gib']:.2f} | "
                      f"{r.get('optimizer_state_gib', 0):.2f} | {ratio} | {plain} | {vs2} |")
+    if report.get("partial"):
+        lines.append("\nPartial: the run stopped before its last row (a session's budget, a kill).")
     if report["results"] and report["results"][0].get("memory_kind") == "host_rss":
         lines.append("\nOn CPU: peak memory is the process's peak RSS; MFU is not defined.")
     crowded = crowded_rows(report["results"])
@@ -75,9 +77,11 @@ def markdown(report: dict) -> str:
 def crowded_rows(rows: list[dict]) -> list[str]:
     """The rows that started while another process computed on the GPU, or while the host's 1-minute load
     average was above half its cores (bench_throughput.machine_busy), each with what was seen."""
-    out, half = [], (os.cpu_count() or 1) / 2
+    out = []
     for r in rows:
         busy = r.get("busy") or {}
+        # the cores of the machine that ran the row (reports from before the field: this machine's)
+        half = (busy.get("cpus") or os.cpu_count() or 1) / 2
         seen = [f"GPU: {', '.join(busy['gpu_processes'])}"] if busy.get("gpu_processes") else []
         if busy.get("load_1m", 0) > half:
             seen.append(f"host load {busy['load_1m']:.1f}")
@@ -103,3 +107,28 @@ def max_batch_markdown(report: dict) -> str:
         nxt = f"{r['tried'][-1]['micro_batch']}: out of memory" if r["ran_out"] else "not tried (list ended)"
         lines.append(f"| {r['seq_len']} | {r['phase']} | {trainer} | {r['largest_fit']} | {peak} | {nxt} |")
     return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    """Print the markdown of a report bench_throughput.py wrote, finished or stopped mid-table (``partial``)."""
+    import argparse
+    import json
+    from pathlib import Path
+
+    p = argparse.ArgumentParser(description=main.__doc__)
+    p.add_argument("report", type=Path, help="the --out JSON of benchmarks/bench_throughput.py")
+    path = p.parse_args(argv).report
+    report = json.loads(path.read_text())
+    if "machine" not in report:  # a partial report from before 2026-11-27 recorded only its rows
+        raise SystemExit(f"{path}: no 'machine' entry (a partial report from before bench_throughput.py "
+                         "wrote one with its first row)")
+    if report["args"].get("max_batch"):
+        print(max_batch_markdown(report))
+        return 0
+    add_ratios(report["results"])
+    print(markdown(report))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

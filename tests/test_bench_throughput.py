@@ -68,6 +68,29 @@ def test_main_table_reports_both_trainers_for_every_length_and_phase(session):
     assert "| 32 | 8 | 2 | xpt_ds |" in log
     # what else ran as each row started (no nvidia-smi on the CI machine: None, not an empty list)
     assert all(isinstance(r["busy"]["load_1m"], float) for r in rows.values())
+    assert all(r["busy"]["cpus"] == os.cpu_count() for r in rows.values())
+
+
+def test_a_report_renders_from_its_file(session, tmp_path):
+    """throughput_report.py prints a report's table from the JSON a GPU call brought back, and a report stopped
+    mid-table (a session's budget) says so: bench_throughput.py writes the machine and arguments with its first
+    row (the 2026-11-27 H200 partial report had only its rows)."""
+    import sys
+    script = str(REPO / "benchmarks/throughput_report.py")
+    done = subprocess.run([sys.executable, script, str(session / "bench_main.json")], capture_output=True,
+                          text=True, check=True).stdout
+    assert done.strip() in (session / "bench_main.log").read_text()  # the table the run itself printed
+    assert "Partial" not in done and "Machine: CPU" in done
+    report = json.loads((session / "bench_main.json").read_text())
+    partial = {**report, "partial": True, "results": report["results"][:1]}
+    (tmp_path / "partial.json").write_text(json.dumps(partial))
+    out = subprocess.run([sys.executable, script, str(tmp_path / "partial.json")], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.count("| 32 | 8 |") == 1 and "Partial: the run stopped before its last row" in out
+    (tmp_path / "old.json").write_text(json.dumps({"partial": True, "results": report["results"][:1]}))
+    old = subprocess.run([sys.executable, script, str(tmp_path / "old.json")], capture_output=True, text=True)
+    assert old.returncode == 1 and old.stderr.strip().endswith("no 'machine' entry (a partial report from before "
+                                                               "bench_throughput.py wrote one with its first row)")
 
 
 def test_rows_started_beside_other_work_are_named():
@@ -80,8 +103,12 @@ def test_rows_started_beside_other_work_are_named():
             {"side": "hf", "variant": "", "seq_len": 128, "phase": 1, "busy": {"load_1m": 1e6, "gpu_processes": []}},
             {"side": "xpt", "variant": "lean", "seq_len": 512, "phase": 2, "busy": {"load_1m": 0.0,
                                                                                    "gpu_processes": None}},
-            {"side": "hf", "variant": "", "seq_len": 512, "phase": 2}]  # a report from before the field
-    assert crowded_rows(rows) == ["xpt 512 phase 2 (GPU: 4242, python3, 2048 MiB)", "hf 128 phase 1 (host load 1000000.0)"]
+            {"side": "hf", "variant": "", "seq_len": 512, "phase": 2},  # a report from before the field
+            # the load is judged against the cores of the machine that ran the row, not the one rendering it
+            {"side": "xpt", "variant": "", "seq_len": 128, "phase": 2, "busy": {"load_1m": 1.2, "cpus": 16}},
+            {"side": "hf", "variant": "", "seq_len": 128, "phase": 2, "busy": {"load_1m": 1.2, "cpus": 2}}]
+    assert crowded_rows(rows) == ["xpt 512 phase 2 (GPU: 4242, python3, 2048 MiB)",
+                                  "hf 128 phase 1 (host load 1000000.0)", "hf 128 phase 2 (host load 1.2)"]
 
 
 def test_lean_rows_run_the_shipped_lean_engine_configs():
