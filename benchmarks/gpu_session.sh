@@ -102,7 +102,7 @@ print('FusedAdam built and stepped')"
     STEPS="bench_main gpu_tests bench_big bench_variants"
     MAIN_VARIANTS=${MAIN_VARIANTS-zero1_lean}
     MAIN_HF_VARIANTS=${MAIN_HF_VARIANTS-zero1_lean}
-    PYTEST=(-n 4 --dist load -v -rA)
+    PYTEST=(-n 4 --dist load -v -rA --durations=15)  # which test to trim when the budget stops them
 fi
 echo "optimizer: $OPTIMIZER" | tee -a "$OUT/session.log"
 B=(benchmarks/bench_throughput.py --optimizer "$OPTIMIZER" "${SIZE[@]}")
