@@ -166,6 +166,15 @@ def base_config(run_dir: Path, source: Path, corpus: Path, **sections) -> dict:
     return cfg
 
 
+def config_only(source: Path, out: Path) -> Path:
+    """A copy of a model directory without its weights (only the JSON files: config, generation config): a
+    resume must not read the source's weights (xpt_ds.model.build.build_for_resume)."""
+    out.mkdir(parents=True)
+    for f in Path(source).glob("*.json"):
+        (out / f.name).write_bytes(f.read_bytes())
+    return out
+
+
 def write_config(path: Path, cfg: dict) -> Path:
     path.write_text(yaml.safe_dump(cfg))
     return path

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 import torch
-from conftest import base_config, launch, read_metrics, write_config
+from conftest import base_config, config_only, launch, read_metrics, write_config
 from transformers import AutoModelForCausalLM, GPT2LMHeadModel, LlamaForCausalLM
 
 from xpt_ds.config import (
@@ -117,7 +117,10 @@ def test_zero3_resume_mid_run_and_merged_export(tmp_path, tiny_decoder, corpus):
 
     run = tmp_path / "resumed"
     shutil.copytree(tmp_path / "straight/checkpoints" / tag_for(2), run / "checkpoints" / tag_for(2))
-    proc = launch(["--config", str(write_config(tmp_path / "cfg.yaml", {**cfg, "run_dir": str(run)}))])
+    # the resume reads the source's config.json, not its weights (xpt_ds.model.build.build_for_resume)
+    weightless = {**cfg["model"], "source": str(config_only(source, tmp_path / "config_only"))}
+    proc = launch(["--config", str(write_config(tmp_path / "cfg.yaml", {**cfg, "run_dir": str(run),
+                                                                        "model": weightless}))])
     assert proc.returncode == 0, proc.stderr[-3000:]
     want, got = read_metrics(tmp_path / "straight"), read_metrics(run)
     assert sorted(got) == [3, 4] and all(got[s]["train/loss"] == want[s]["train/loss"] for s in got)

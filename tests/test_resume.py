@@ -1,12 +1,13 @@
 """Resume is exact: straight through vs. stopped and resumed, 2 ranks through torchrun (``conftest.launch``)."""
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
 import yaml
 
-from conftest import launch, read_metrics, write_config
+from conftest import config_only, launch, read_metrics, write_config
 from xpt_ds.training.checkpoint import complete_tags, tag_for
 from xpt_ds.training.export import load_checkpoint_fp32
 
@@ -26,9 +27,12 @@ CASES = [(3, 2), (1, 4), (3, 6)]
 
 @pytest.mark.parametrize("stage,cut", CASES, ids=[f"{CUTS[c]}-{s}" for s, c in CASES])
 def test_resume_bit_identical(stage, cut, straight_runs, tmp_path):
+    """The resumed run's source is a copy of the source without its weights: the checkpoint holds every weight and
+    which of them came from the source (its tags), so a resume reads only the source's config.json."""
     straight = straight_runs(stage)
     cfg = yaml.safe_load((straight / "cfg.yaml").read_text())
     cfg["run_dir"] = str(tmp_path / "run")
+    cfg["model"]["source"] = str(config_only(Path(cfg["model"]["source"]), tmp_path / "source"))
     shutil.copytree(straight / "run/checkpoints" / tag_for(cut), tmp_path / "run/checkpoints" / tag_for(cut))
     proc = launch(["--config", str(write_config(tmp_path / "cfg.yaml", cfg))], nproc=2)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -46,6 +50,9 @@ def test_resume_bit_identical(stage, cut, straight_runs, tmp_path):
     b = load_checkpoint_fp32(tmp_path / "run/checkpoints", final)
     assert a.keys() == b.keys()
     assert all(torch.equal(a[k], b[k]) for k in a), [k for k in a if not torch.equal(a[k], b[k])][:5]
+    config = "hf_config/config.json"  # the model the resumed run rebuilt is the one an export writes
+    assert (tmp_path / "run/checkpoints" / final / config).read_bytes() == (straight / "run/checkpoints" / final /
+                                                                            config).read_bytes()
 
 
 def test_checkpoint_from_an_older_version_resumes(straight_runs, tmp_path):
@@ -58,7 +65,7 @@ def test_checkpoint_from_an_older_version_resumes(straight_runs, tmp_path):
     shutil.copytree(straight / "run/checkpoints" / tag_for(6), tag_dir)
     states = tag_dir / "mp_rank_00_model_states.pt"
     client = torch.load(states, weights_only=False)
-    del client["bad_steps"]
+    del client["bad_steps"], client["tags"]  # without the tags, the model is built from the source's weights
     torch.save(client, states)
     (tag_dir / "COMPLETE").write_text(json.dumps({"global_step": 6, "world_size": 2}))
     proc = launch(["--config", str(write_config(tmp_path / "cfg.yaml", cfg))], nproc=2)
@@ -72,36 +79,48 @@ def test_checkpoint_from_an_older_version_resumes(straight_runs, tmp_path):
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_a_resume_does_not_run_the_embedding_init_again(tmp_path, tiny_roberta, corpus):
+def test_a_resume_needs_neither_the_embedding_init_nor_the_source_weights(tmp_path, tiny_roberta, corpus):
     """The checkpoint holds the word embeddings, so a resume skips model.embedding_init: here its file is gone
-    after the first start, so running it again would fail. The resumed run still equals the straight one bit for
-    bit, and logs and keeps the first start's report."""
+    after the first start, so running it again would fail. It holds every other weight too, and which of them came
+    from the source: the source here is an encoder without an MLM head (a RobertaModel), whose head is new and
+    trains in phase 1, and the resume, in phase 1, reads only its config.json. The resumed run still equals the
+    straight one bit for bit, and logs and keeps the first start's report."""
     import numpy as np
+    from transformers import RobertaModel
 
     from conftest import base_config
     from data_tools.embeddings.embedding_files import write_embeddings
     from data_tools.piece_tokenizers import SpmTokenizer
+    from xpt_ds.training.checkpoint import read_client_state
     spm = SpmTokenizer(corpus / "spm.model")
     matrix = np.random.default_rng(0).normal(0, 0.02, (spm.vocab_size, 64)).astype(np.float32)
     path = write_embeddings(tmp_path / "emb" / "rows", matrix, {"kind": "input-embeddings",
                                                                  "tokenizer": spm.identity()})
-    model = {"source": str(tiny_roberta), "tokenizer": str(corpus / "spm.model"), "method": "xpt",
+    headless = tmp_path / "headless"
+    RobertaModel.from_pretrained(tiny_roberta).save_pretrained(headless)
+    model = {"source": str(headless), "tokenizer": str(corpus / "spm.model"), "method": "xpt",
              "embedding_init": "from_file", "embedding_init_args": {"path": str(path)}}
     straight = base_config(tmp_path / "straight", tiny_roberta, corpus, model=model, checkpoint={"every_steps": 1})
     straight["phases"] = [{**p, "steps": 2} for p in straight["phases"]]
     proc = launch(["--config", str(write_config(tmp_path / "straight.yaml", straight))])
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "embedding_init from_file:" in proc.stderr
+    assert "embedding_init from_file:" in proc.stderr and "MLM weights" in proc.stderr  # the head is new
+    tags = read_client_state(tmp_path / "straight/checkpoints", tag_for(1))["tags"]
+    assert "@new" in tags["lm_head.dense.weight"] and "@source" in tags["roberta.encoder.layer.1.output.dense.weight"]
     shutil.rmtree(tmp_path / "emb")
     run = tmp_path / "run"
-    shutil.copytree(tmp_path / "straight/checkpoints" / tag_for(3), run / "checkpoints" / tag_for(3))
-    proc = launch(["--config", str(write_config(tmp_path / "run.yaml", {**straight, "run_dir": str(run)}))])
+    shutil.copytree(tmp_path / "straight/checkpoints" / tag_for(1), run / "checkpoints" / tag_for(1))
+    model = {**model, "source": str(config_only(headless, tmp_path / "config_only"))}
+    proc = launch(["--config", str(write_config(tmp_path / "run.yaml", {**straight, "run_dir": str(run),
+                                                                        "model": model}))])
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert f"resumed from {tag_for(3)}" in proc.stderr
-    assert f"not run again: the word embeddings come from checkpoint {tag_for(3)}" in proc.stderr
+    assert f"resumed from {tag_for(1)}" in proc.stderr
+    assert f"not run again: the word embeddings come from checkpoint {tag_for(1)}" in proc.stderr
     assert (run / "embedding_init.json").read_text() == (tmp_path / "straight/embedding_init.json").read_text()
     want, got = read_metrics(tmp_path / "straight"), read_metrics(run)
-    assert [got[s]["train/loss"] for s in (4,)] == [want[s]["train/loss"] for s in (4,)]
+    assert [got[s]["train/loss"] for s in (2, 3, 4)] == [want[s]["train/loss"] for s in (2, 3, 4)]
     a = load_checkpoint_fp32(tmp_path / "straight/checkpoints", tag_for(4))
     b = load_checkpoint_fp32(run / "checkpoints", tag_for(4))
     assert all(torch.equal(a[k], b[k]) for k in a)
+    one, two = (load_checkpoint_fp32(tmp_path / "straight/checkpoints", tag_for(s)) for s in (1, 2))
+    assert not torch.equal(one["lm_head.dense.weight"], two["lm_head.dense.weight"])  # the new head trains in phase 1

@@ -32,6 +32,7 @@ from xpt_ds.model.decoder import (
     load_decoder_source,
     source_location,
 )
+from xpt_ds.model.decoder import target_config as decoder_target_config
 from xpt_ds.trelm.model import add_trelm, init_trelm, trelm_tags
 
 log = logging.getLogger(__name__)
@@ -97,19 +98,23 @@ def check_source(cfg: ModelConfig) -> None:
         check_decoder_method(cfg.method, src_cfg.model_type)
 
 
+def _check_encoder_source(cfg: ModelConfig, src_cfg) -> None:
+    if METHODS[cfg.method].lora:
+        raise ConfigError(f"config key 'model.method': lora is for decoder sources "
+                          f"({', '.join(sorted(DECODER_FAMILIES))}); {cfg.source} is a {src_cfg.model_type} masked "
+                          "LM (its parameter-efficient baseline is method adapters)")
+    if src_cfg.model_type not in FAMILIES:
+        raise ConfigError(f"config key 'model.source': model_type '{src_cfg.model_type}' is not supported "
+                          f"(valid: {', '.join(sorted(FAMILIES))} (masked LMs); "
+                          f"{', '.join(sorted(DECODER_FAMILIES))} (causal LMs))")
+
+
 def _load_source(cfg: ModelConfig):
     src = cfg.source
     src_cfg = source_config(cfg)
     if is_decoder(src_cfg):
         return load_decoder_source(src, src_cfg, cfg.method)
-    if METHODS[cfg.method].lora:
-        raise ConfigError(f"config key 'model.method': lora is for decoder sources "
-                          f"({', '.join(sorted(DECODER_FAMILIES))}); {src} is a {src_cfg.model_type} masked LM "
-                          "(its parameter-efficient baseline is method adapters)")
-    if src_cfg.model_type not in FAMILIES:
-        raise ConfigError(f"config key 'model.source': model_type '{src_cfg.model_type}' is not supported "
-                          f"(valid: {', '.join(sorted(FAMILIES))} (masked LMs); "
-                          f"{', '.join(sorted(DECODER_FAMILIES))} (causal LMs))")
+    _check_encoder_source(cfg, src_cfg)
     if METHODS[cfg.method].source == "random":
         return AutoModelForMaskedLM.from_config(src_cfg), set()
     model, info = AutoModelForMaskedLM.from_pretrained(src, output_loading_info=True,
@@ -179,9 +184,7 @@ def build_model(cfg: ModelConfig, tok: TargetTokenizer, data: DataConfig | None 
         torch.manual_seed(cfg.init_seed)
         model = build_skeleton(tcfg)
         if method.vocab == "source":  # the source's rows, all of them, copied by _copy_source
-            if cfg.embedding_init != "random" or cfg.embedding_init_args:
-                raise ConfigError(f"config key 'model.embedding_init': method {cfg.method} keeps the source's "
-                                  "word embeddings; leave embedding_init at its default")
+            _check_kept_vocabulary(cfg)
             report = kept_vocabulary_report(tok.vocab_size)
         elif not init_embeddings_rows:
             report = None
@@ -200,6 +203,41 @@ def build_model(cfg: ModelConfig, tok: TargetTokenizer, data: DataConfig | None 
     if method.trelm:
         tags = {name: t | trelm_tags(name) for name, t in tags.items()}
     return BuiltModel(model=model, family=family, tags=tags, embedding_init=report)
+
+
+def _check_kept_vocabulary(cfg: ModelConfig) -> None:
+    if METHODS[cfg.method].vocab == "source" and (cfg.embedding_init != "random" or cfg.embedding_init_args):
+        raise ConfigError(f"config key 'model.embedding_init': method {cfg.method} keeps the source's word "
+                          "embeddings; leave embedding_init at its default")
+
+
+def build_for_resume(cfg: ModelConfig, tok: TargetTokenizer, tags: dict) -> BuiltModel | None:
+    """A resumed run's model without the source's weights: the architecture ``build_model`` makes (from
+    ``model.source``'s config.json, the tokenizer and the run config), the parameter tags the checkpoint recorded
+    (``tags``: name -> list of tags; which weights came from the source depends on what the source's files held),
+    the skeleton's seeded values, which the checkpoint then overwrites, every one. A resume thereby neither reads
+    gigabytes of source weights on every rank nor needs them still there. None when this config builds other
+    parameter names than the checkpoint's (another method or source): ``build_model`` then runs, and the resume's
+    model check names the difference."""
+    src_cfg = source_config(cfg)
+    if is_decoder(src_cfg):
+        check_decoder_method(cfg.method, src_cfg.model_type)
+        family, tcfg = DECODER_FAMILIES[src_cfg.model_type], decoder_target_config(src_cfg, cfg, tok)
+    else:
+        _check_encoder_source(cfg, src_cfg)
+        _check_kept_vocabulary(cfg)
+        family, tcfg = FAMILIES[src_cfg.model_type], _target_config(src_cfg, cfg, tok)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.init_seed)
+        model = build_skeleton(tcfg)
+    if {n for n, _ in model.named_parameters()} != set(tags):
+        return None
+    return BuiltModel(model=model, family=family, tags={n: set(t) for n, t in tags.items()}, embedding_init=None)
+
+
+def saved_tags(tags: dict[str, set[str]]) -> dict[str, list[str]]:
+    """The tags as a checkpoint's client state keeps them (plain lists, read back without unpickling code)."""
+    return {name: sorted(t) for name, t in tags.items()}
 
 
 def build_skeleton(tcfg) -> nn.Module:

@@ -18,7 +18,7 @@ from xpt_ds.errors import UserError
 from xpt_ds.io.paths import unwritable
 from xpt_ds.metrics.logger import LogWindow, MetricsLogger, flops_per_token, peak_flops
 from xpt_ds.metrics.mlm import MLMStats, piece_byte_lengths, piece_char_lengths, piece_word_starts
-from xpt_ds.model.build import build_model, build_skeleton, check_source, load_fp32_state
+from xpt_ds.model.build import build_for_resume, build_model, build_skeleton, check_source, load_fp32_state, saved_tags
 from xpt_ds.model.decoder import is_decoder
 from xpt_ds.model.objective import build_objective, strip_prefix
 from xpt_ds.model.phases import build_phase_starts, build_phase_trainables, phases_read_later, weights_from_ends
@@ -76,7 +76,9 @@ class Trainer:
         self.resume_tag = checkpoint.resolve_tag(self.ckpt_root, cfg.checkpoint.resume)
         self.resume_client = None if self.resume_tag is None else checkpoint.read_client_state(
             self.ckpt_root, self.resume_tag, cfg.checkpoint.allow_pickle)
-        self.built = build_model(cfg.model, self.tok, cfg.data, init_embeddings_rows=self.resume_tag is None)
+        saved = None if self.resume_client is None else self.resume_client.get("tags")  # absent before 2026-11-27
+        self.built = (saved and build_for_resume(cfg.model, self.tok, saved)) or build_model(
+            cfg.model, self.tok, cfg.data, init_embeddings_rows=self.resume_tag is None)
         if self.resume_tag is not None:  # the first start's report, which every checkpoint carries
             self.built.embedding_init = self.resume_client.get("embedding_init")
         if self.rank == 0:
@@ -425,7 +427,7 @@ class Trainer:
                          f"{self.last_saved or 'none'}")
         client = {"trainer": self.state.state_dict(), "data": self.train_stream.state_dict(),
                   "bad_steps": self.bad_steps.state_dict(), "best": self.best.state_dict(), "config": to_dict(self.cfg),
-                  "embedding_init": self.built.embedding_init}
+                  "embedding_init": self.built.embedding_init, "tags": saved_tags(self.built.tags)}
         checkpoint.save(self.engine, self.ckpt_root, tag, client, self.frozen, self.hf_config, self.tok.path)
         self.last_saved = tag
         if self.rank == 0:
