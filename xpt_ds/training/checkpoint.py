@@ -1,7 +1,8 @@
 """Checkpoints: DeepSpeed engine state + per-rank state + fp32 frozen weights + a completion marker.
 
 Layout of ``RUN_DIR/checkpoints/TAG/``:
-- DeepSpeed's own files (``mp_rank_*``, ``*_optim_states.pt``), client state = trainer/data state + config;
+- DeepSpeed's own files (``mp_rank_*``, ``*_optim_states.pt``), client state = trainer/data state + config + every
+  parameter's tags (which came from the source: a resume builds the model without the source's weights);
 - ``rank_state_{rank:05d}.pt`` per rank (RNG states: DeepSpeed saves client state from one rank only), plain
   data (tensors, ints, lists) that ``torch.load(weights_only=True)`` reads;
 - ``frozen_fp32.pt``: exact fp32 values of the parameters frozen in the current phase (the engine holds
