@@ -364,3 +364,27 @@ def test_mistral_and_qwen2_build_in_llamas_layout(family, tied, tiny_decoder, co
         layers[0], layers[3] = _SkipLayer(), _SkipLayer()
         assert torch.equal(model.model(inputs_embeds=embeds).last_hidden_state,
                            src.model(inputs_embeds=embeds).last_hidden_state)
+
+
+def test_the_source_config_is_read_once_until_its_file_changes(tiny_decoder, tmp_path, monkeypatch):
+    """model.source's config is parsed once per process (from a GGUF file that takes seconds; the trainer asks
+    for it more than once: check_source, the build), handed out as a copy, and read again once its file changes."""
+    import json
+    import shutil
+
+    import transformers
+
+    from xpt_ds.model.build import source_config
+    source = shutil.copytree(tiny_decoder("llama", False, 0.0), tmp_path / "source")
+    reads = []
+    real = transformers.AutoConfig.from_pretrained.__func__
+    monkeypatch.setattr(transformers.AutoConfig, "from_pretrained",
+                        classmethod(lambda cls, *a, **k: reads.append(a) or real(cls, *a, **k)))
+    cfg = ModelConfig(source=str(source), tokenizer="unused")
+    first, second = source_config(cfg), source_config(cfg)
+    assert len(reads) == 1 and first is not second and first.to_dict() == second.to_dict()
+    first.num_hidden_layers = 99  # a caller's change stays its own
+    assert source_config(cfg).num_hidden_layers == second.num_hidden_layers != 99
+    config = json.loads((source / "config.json").read_text())
+    (source / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 3}, indent=1))
+    assert source_config(cfg).num_hidden_layers == 3 and len(reads) == 2

@@ -8,6 +8,7 @@ layers 1..C are the reused source encoder layers, layer C+1 is ITL_out. Export i
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,8 +77,18 @@ def load_source(cfg: ModelConfig):
 
 
 def source_config(cfg: ModelConfig):
-    """``model.source``'s config (config.json only, no weights); one error line naming it if it cannot be read."""
-    src = cfg.source
+    """``model.source``'s config (config.json only, no weights); one error line naming it if it cannot be read.
+    Read once per process and source (a copy each call): from a GGUF file, transformers parses the whole
+    header, seconds for SmolLM2-135M, and the trainer asks for it more than once. A local file is read again
+    once it changes."""
+    location, gguf = source_location(cfg.source)
+    local = Path(location) / gguf.get("gguf_file", "config.json")
+    stamp = (local.stat().st_mtime_ns, local.stat().st_size) if local.is_file() else None
+    return copy.deepcopy(_source_config(cfg.source, stamp))
+
+
+@functools.lru_cache(maxsize=4)
+def _source_config(src: str, stamp: tuple | None):
     location, gguf = source_location(src)  # a GGUF file: its directory and {gguf_file: name}
     try:
         return AutoConfig.from_pretrained(location, trust_remote_code=False, **gguf)
