@@ -83,7 +83,8 @@ def source_config(cfg: ModelConfig):
     once it changes."""
     location, gguf = source_location(cfg.source)
     local = Path(location) / gguf.get("gguf_file", "config.json")
-    stamp = (local.stat().st_mtime_ns, local.stat().st_size) if local.is_file() else None
+    stat = local.stat() if local.is_file() else None
+    stamp = None if stat is None else (stat.st_mtime_ns, stat.st_size)
     return copy.deepcopy(_source_config(cfg.source, stamp))
 
 
