@@ -2,21 +2,20 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
-import psutil
 import pytest
 import yaml
+
+from processes import (  # noqa: F401  (tests import these from conftest)
+    PORTS, REPO, Started, _command, free_port, launch, rank_pids, run_main, start, start_main)
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # One intra-op thread here too: the tiny models gain nothing from more on 2 cores, and a process that never
 # started an OpenMP pool can be forked safely (``run_main``).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-REPO = Path(__file__).resolve().parents[1]
 
 TINY = dict(vocab_size=120, hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128,
             max_position_embeddings=80, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
@@ -180,18 +179,6 @@ def write_config(path: Path, cfg: dict) -> Path:
     return path
 
 
-PORTS: set[int] = set()  # every port free_port handed out in this worker: no_shm_left checks them
-
-
-def free_port() -> int:
-    """A port nothing listens on now, outside the ephemeral range: tests run in parallel (pytest-xdist), so none
-    uses a fixed one, and the other worker's jobs take ephemeral ports all the time (xpt_ds.training.ports)."""
-    from xpt_ds.training.ports import free_port as pick
-    port = pick()
-    PORTS.add(port)
-    return port
-
-
 @pytest.fixture(autouse=True)
 def no_shm_left():
     """After every test, no DeepSpeed CPU all-reduce buffer of a job this worker started is left in /dev/shm.
@@ -207,177 +194,6 @@ def no_shm_left():
     for p in left:
         p.unlink(missing_ok=True)
     assert not left, f"left in /dev/shm by a job of this test (or of a fixture it set up): {[p.name for p in left]}"
-
-
-def _command(args: list[str], nproc: int, env: dict | None, launcher: str = "torchrun") -> tuple[list[str], dict]:
-    # TORCHDYNAMO_DISABLE: DeepSpeed imports a torch.compile-decorated optimizer, which would pull in the
-    # compiler at every start (~1 CPU-s per rank); the trainer compiles nothing.
-    full_env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1",
-                "TORCHDYNAMO_DISABLE": "1", **(env or {})}
-    if nproc == 1:
-        return [sys.executable, "-m", "xpt_ds.train", *args], full_env
-    port = str(free_port())
-    if launcher == "torchrun":
-        return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port", port,
-                "-m", "xpt_ds.train", *args], full_env
-    assert launcher == "deepspeed", launcher
-    return [sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", str(nproc), "--master_port", port,
-            "--module", "xpt_ds.train", *args], full_env
-
-
-def launch(args: list[str], nproc: int = 1, timeout: int = 600, env: dict | None = None,
-           launcher: str = "torchrun") -> subprocess.CompletedProcess:
-    """Run ``xpt_ds.train ARGS`` as one process (``run_main``), or ``nproc`` ranks through a real launcher.
-
-    torchrun by default: one launcher process instead of the deepspeed launcher's two (runner, then launch.py),
-    about 5 s less per run on the 2-core CI machine, and the same ranks computing the same bits. A test that
-    checks the exit code of a failed run (torchrun reports any failure as 1) or signals the job uses
-    ``launcher="deepspeed"``, which returns the ranks' own code; both launchers are covered (test_faults,
-    test_launch, test_slurm)."""
-    if nproc == 1:
-        return run_main("xpt_ds.train", args, env, timeout)
-    cmd, full_env = _command(args, nproc, env, launcher)
-    return subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=timeout)
-
-
-def _run_in_child(module: str, argv: list[str], env: dict | None, cwd: Path, out: int, err: int,
-                  new_session: bool = False) -> None:
-    """The forked child of ``run_main`` and ``start_main``: MODULE's main with ARGV, stdout and stderr on the
-    file descriptors ``out`` and ``err``; never returns."""
-    import contextlib
-    import importlib
-    import logging
-    import signal
-    import traceback
-
-    import torch
-    _, full_env = _command(argv, 1, env)
-    code = 1
-    try:
-        if new_session:  # its own process group, as a shell gives a foreground job
-            os.setsid()
-        entry = importlib.import_module(module).main  # imported by the parent already
-        os.dup2(out, 1), os.dup2(err, 2)
-        sys.stdout = open(1, "w", buffering=1, encoding="utf-8", closefd=False)
-        sys.stderr = open(2, "w", buffering=1, encoding="utf-8", closefd=False)
-        os.environ.clear()
-        os.environ.update(full_env)
-        os.chdir(cwd)
-        root = logging.getLogger()  # as a fresh interpreter has it: main's basicConfig then applies
-        for handler in list(root.handlers):
-            root.removeHandler(handler)
-        root.setLevel(logging.WARNING)
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # pytest's own handler is not a fresh one's
-        torch.set_num_threads(1)
-        torch._dynamo.config.disable = True  # TORCHDYNAMO_DISABLE, read at import in a fresh process
-        code = entry(list(argv))
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):  # a closed or broken stream: the exit code still goes out
-                stream.flush()
-        os._exit(code or 0)
-
-
-def run_main(module: str, argv: list[str], env: dict | None = None, timeout: int = 600,
-             cwd: Path = REPO) -> subprocess.CompletedProcess:
-    """``python -m MODULE ARGV`` as a forked child of this test process, which has torch, DeepSpeed and
-    transformers imported already: the same ``main`` in its own process (own pid, environment, stdout, stderr,
-    exit status, working directory ``cwd``, DataLoader workers), without the imports a new interpreter pays:
-    6-8 CPU-s on the 2-core CI machine, 4 of them transformers' modeling modules. The CLI tests of the sweep (whose
-    training runs it starts as real interpreters) and of the refusals of foreign code (test_trust) run this way too.
-    Multi-rank runs and the install, launcher and Slurm tests start real interpreters, as do the tests whose point
-    is a fresh one (one-line errors without import-time warnings, determinism across processes)."""
-    import importlib
-    import signal
-    import tempfile
-    import time
-
-    importlib.import_module(module)  # here, not in every child
-    out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
-    sys.stdout.flush(), sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into pytest
-        _run_in_child(module, argv, env, cwd, out.fileno(), err.fileno())
-    deadline = time.time() + timeout
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.time() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            raise subprocess.TimeoutExpired([module, *argv], timeout)
-        time.sleep(0.02)
-    texts = []
-    for f in (out, err):
-        f.seek(0)
-        texts.append(f.read().decode("utf-8", errors="replace"))
-        f.close()
-    return subprocess.CompletedProcess([module, *argv], os.waitstatus_to_exitcode(status), *texts)
-
-
-class Started:
-    """A ``start_main`` child: ``pid`` (also its process group), ``poll()`` and ``wait(timeout)`` like Popen's."""
-
-    def __init__(self, pid: int):
-        self.pid, self.returncode = pid, None
-
-    def poll(self) -> int | None:
-        if self.returncode is None:
-            done, status = os.waitpid(self.pid, os.WNOHANG)
-            if done:
-                self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode
-
-    def wait(self, timeout: float) -> int:
-        import time
-        deadline = time.time() + timeout
-        while self.poll() is None:
-            if time.time() > deadline:
-                os.killpg(self.pid, 9)
-                raise subprocess.TimeoutExpired(str(self.pid), timeout)
-            time.sleep(0.02)
-        return self.returncode
-
-
-def start_main(module: str, argv: list[str], log: Path, env: dict | None = None) -> Started:
-    """``run_main`` without waiting: the child leads a process group of its own (a shell's foreground job, which
-    a terminal's Ctrl-C signals whole), stdout and stderr go to ``log``."""
-    import importlib
-    importlib.import_module(module)
-    with open(log, "w") as f:
-        sys.stdout.flush(), sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            _run_in_child(module, argv, env, REPO, f.fileno(), f.fileno(), new_session=True)
-    return Started(pid)
-
-
-def start(args: list[str], log: Path, nproc: int = 2, env: dict | None = None,
-          launcher: str = "deepspeed") -> subprocess.Popen:
-    """``launch`` through a launcher (the deepspeed one by default) without waiting for it; stdout and stderr go to
-    ``log``."""
-    cmd, full_env = _command(args, nproc, env, launcher)
-    with open(log, "w") as out:
-        return subprocess.Popen(cmd, cwd=REPO, env=full_env, stdout=out, stderr=subprocess.STDOUT)
-
-
-def rank_pids(launcher: subprocess.Popen) -> dict[int, int]:
-    """Local rank -> pid of the training processes under a deepspeed launcher or torchrun (not their DataLoader
-    workers)."""
-    pids = {}
-    for child in psutil.Process(launcher.pid).children(recursive=True):
-        cmd = " ".join(child.cmdline())
-        parent = " ".join(child.parent().cmdline())
-        if "xpt_ds.train" in cmd and "--local_rank=" in cmd and "deepspeed.launcher.launch" in parent:
-            pids[int(cmd.split("--local_rank=")[1].split()[0])] = child.pid
-        elif "xpt_ds.train" in cmd and "torch.distributed.run" in parent:
-            pids[int(child.environ()["LOCAL_RANK"])] = child.pid
-    return pids
 
 
 def read_marker(ckpt_root: Path, tag: str) -> dict:

@@ -1,6 +1,6 @@
 """``xpt_ds.train``'s own ``main``, with a probe around the phase switch: is the engine it drops collectable?
 Writes ``dropped engine collected: True|False`` for each switch to the file named by ``PROBE_OUT``
-(tests/test_collector.py runs it in a forked child, ``conftest.run_main``)."""
+(tests/test_collector.py runs it in a forked child, ``processes.run_main``)."""
 import gc
 import os
 import weakref

@@ -271,7 +271,7 @@ def tool_outcomes(tmp_path_factory, finished_run, corpus, tiny_roberta):
     d = tmp_path_factory.mktemp("tools")
     cases = _tool_cases(finished_run, corpus, d, tiny_roberta)
     elsewhere = tmp_path_factory.mktemp("cwd")  # not the checkout
-    # Each tool's main in a forked child (conftest.run_main): a new interpreter per case took 0.3-10 CPU-s, 9 of
+    # Each tool's main in a forked child (processes.run_main): a new interpreter per case took 0.3-10 CPU-s, 9 of
     # the 11 over 3, mostly imports; the console commands start from another directory in tests/test_install.py.
     return {name: (run_main(argv[0], argv[1:], timeout=300, cwd=elsewhere), culprits)
             for name, (argv, culprits) in cases.items()}

@@ -9,8 +9,8 @@ on one rank, the same checks, with the export's tokenizer, generate and ``xpt_ds
 (Llama's layout; sliding attention over 4 positions, in Qwen2's second layer only) on one rank: both phases,
 frozen, export; Qwen2 under bf16 with DeepSpeed's FusedAdam.
 
-The two-rank runs go through torchrun (``conftest.launch``); one-rank runs are forked from the test process
-(``conftest.run_main``)."""
+The two-rank runs go through torchrun (``processes.launch``); one-rank runs are forked from the test process
+(``processes.run_main``)."""
 import json
 import math
 import shutil

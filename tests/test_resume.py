@@ -1,4 +1,4 @@
-"""Resume is exact: straight through vs. stopped and resumed, 2 ranks through torchrun (``conftest.launch``)."""
+"""Resume is exact: straight through vs. stopped and resumed, 2 ranks through torchrun (``processes.launch``)."""
 import json
 import shutil
 from pathlib import Path
