@@ -11,15 +11,16 @@
 #                    measured in full on 2026-11-27), plus xpt_ds rows with the shipped lean engine configs
 #                    (MAIN_VARIANTS, default "zero1_lean") and HF rows with the same engine JSON
 #                    (MAIN_HF_VARIANTS, default "zero1_lean"): 8 rows. A row took 21 s on 2026-11-26 and 30 s on
-#                    2026-11-27 (15 rows in 444 s);
+#                    2026-11-27 (15 rows in 444 s); the 8 rows took 219 s in 2026-11-27's second session;
 #   gpu_tests        pytest -m gpu tests/gpu (4 workers on the one GPU, a line per test as it ends), its report
 #                    figures under OUT/gpu_report: 12 tests, encoder and decoder, 154 s on 2026-11-26; on
-#                    2026-11-27 11 had passed when the budget stopped it at 192 s (the 12th in its export);
+#                    2026-11-27 11 had passed when the budget stopped it at 192 s (the 12th in its export), and
+#                    in that day's second session all 12 passed in 198 s;
 #   bench_big        the main table at 65,536 tokens per micro-batch (512 x 128 first, phase 2 first: the rows
 #                    no session has reached; then 128 x 512), both trainers, plain and zero1_lean engine JSON:
 #                    the largest micro-batch HF fits at 512 in phase 2 (bench_max_batch, 2026-11-24), so launch
 #                    work per step is spread over 4x the tokens; 5 warm-up + 30 timed steps (2026-11-26: 6 rows
-#                    in 156 s);
+#                    in 156 s; 2026-11-27: 7 rows in 225 s);
 #   bench_variants   engine settings against DeepSpeed's per-step host work, one xpt_ds row each at 512 x 32,
 #                    phase 2, with a torch.profiler table per row (VARIANTS in throughput_variants.py): lean, nosync,
 #                    zero1_lean, zero1, autocast, no_tput_timer (7 rows with the plain one: 194 s; the 2026-11-24
