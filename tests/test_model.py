@@ -131,3 +131,39 @@ def test_source_without_mlm_head_marks_head_new(tmp_path, tiny_bert, corpus_bert
     built, _, _ = _build(tmp_path, corpus_bert)
     assert "@new" in built.tags["cls.predictions.transform.dense.weight"]
     assert "@source" in built.tags["bert.encoder.layer.1.attention.self.query.weight"]
+
+
+def _blank_takes_every_value(model):
+    """A blank skeleton of ``model``'s config holds NaN in every parameter; loaded with ``model``'s parameters as
+    the trainer hands them over (tied duplicates left out), it equals ``model`` in every parameter and buffer."""
+    from xpt_ds.model.build import build_skeleton, load_fp32_state
+    blank = build_skeleton(model.config, blank=True)
+    assert all(torch.isnan(p).all() for p in blank.parameters())
+    load_fp32_state(blank, {n: p.detach().clone() for n, p in model.named_parameters()}, "the built model")
+    want, got = model.state_dict(), blank.state_dict()
+    assert want.keys() == got.keys()
+    assert [k for k in want if not torch.equal(want[k], got[k])] == []
+    assert type(blank) is type(model)
+
+
+BLANK_KINDS = [("roberta", "xpt"), ("bert", "xpt"), ("roberta", "adapters"), ("bert", "scratch"),
+               ("gpt2-tied", "xpt"), ("llama-untied", "xpt"), ("mistral-untied", "xpt"), ("qwen2-tied", "xpt"),
+               ("llama-untied", "lora")]
+
+
+@pytest.mark.parametrize("source,method", BLANK_KINDS, ids=[f"{s}-{m}" for s, m in BLANK_KINDS])
+def test_a_blank_skeleton_takes_every_value_it_is_loaded_with(source, method, tiny_roberta, tiny_bert, tiny_decoder,
+                                                               corpus, corpus_bert):
+    """Resume, phase hand-over and export build their model blank (no random init: seconds a rank for a large
+    model) and load every weight into it. Nothing may stay as the blank build left it: not a parameter (NaN until
+    loaded), not a buffer (position ids, rotary frequencies: the constructors' values, which the random init
+    would have written again), not a tied head."""
+    from xpt_ds.data.tokenizer import build_tokenizer as tokenizer
+    from xpt_ds.config import DataConfig
+    family, _, tied = source.partition("-")
+    path = {"roberta": tiny_roberta, "bert": tiny_bert}.get(family) or tiny_decoder(family, tied == "tied")
+    corp = corpus_bert if family == "bert" else corpus
+    cfg = ModelConfig(source=str(path), tokenizer=str(corp / "spm.model"), method=method,
+                      **({"adapter_size": 8} if method == "adapters" else {}))
+    built = build_model(cfg, tokenizer(cfg.tokenizer), DataConfig(train_shards=[f"{corp}/manifest.json:train"]))
+    _blank_takes_every_value(built.model)

@@ -7,6 +7,7 @@ layers 1..C are the reused source encoder layers, layer C+1 is ITL_out. Export i
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import logging
@@ -227,10 +228,10 @@ def build_for_resume(cfg: ModelConfig, tok: TargetTokenizer, tags: dict) -> Buil
     """A resumed run's model without the source's weights: the architecture ``build_model`` makes (from
     ``model.source``'s config.json, the tokenizer and the run config), the parameter tags the checkpoint recorded
     (``tags``: name -> list of tags; which weights came from the source depends on what the source's files held),
-    the skeleton's seeded values, which the checkpoint then overwrites, every one. A resume thereby neither reads
-    gigabytes of source weights on every rank nor needs them still there. None when this config builds other
-    parameter names than the checkpoint's (another method or source): ``build_model`` then runs, and the resume's
-    model check names the difference."""
+    and a blank skeleton (``build_skeleton``'s ``blank``: NaN), which the checkpoint then overwrites, every one. A
+    resume thereby neither reads gigabytes of source weights on every rank nor needs them still there, nor draws
+    random values it throws away. None when this config builds other parameter names than the checkpoint's
+    (another method or source): ``build_model`` then runs, and the resume's model check names the difference."""
     src_cfg = source_config(cfg)
     if is_decoder(src_cfg):
         check_decoder_method(cfg.method, src_cfg.model_type)
@@ -239,9 +240,8 @@ def build_for_resume(cfg: ModelConfig, tok: TargetTokenizer, tags: dict) -> Buil
         _check_encoder_source(cfg, src_cfg)
         _check_kept_vocabulary(cfg)
         family, tcfg = FAMILIES[src_cfg.model_type], _target_config(src_cfg, cfg, tok)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(cfg.init_seed)
-        model = build_skeleton(tcfg)
+    with torch.random.fork_rng(devices=[]):  # the global generator as it was, whatever a module's constructor draws
+        model = build_skeleton(tcfg, blank=True)  # the checkpoint sets every weight
     if {n for n, _ in model.named_parameters()} != set(tags):
         return None
     return BuiltModel(model=model, family=family, tags={n: set(t) for n, t in tags.items()}, embedding_init=None)
@@ -252,16 +252,37 @@ def saved_tags(tags: dict[str, set[str]]) -> dict[str, list[str]]:
     return {name: sorted(t) for name, t in tags.items()}
 
 
-def build_skeleton(tcfg) -> nn.Module:
-    """The target architecture from its HF config (fp32, SDPA); adapters when the config asks for them."""
-    if is_decoder(tcfg):
-        return decoder_skeleton(tcfg)
+def build_skeleton(tcfg, blank: bool = False) -> nn.Module:
+    """The target architecture from its HF config (fp32, SDPA); adapters when the config asks for them.
+    ``blank``: the caller sets every parameter next (a resume, a phase hand-over, an export), so the random init is
+    skipped (seconds a rank for a large model, on every resume and phase switch) and every parameter holds NaN
+    until then: one left unset cannot pass unnoticed. Buffers keep the values the modules' constructors give."""
+    with _no_init_weights() if blank else contextlib.nullcontext():
+        model = decoder_skeleton(tcfg) if is_decoder(tcfg) else _encoder_skeleton(tcfg)
+    if blank:
+        model.tie_weights()  # init_weights ties a tied head, and the blank build skipped it
+        with torch.no_grad():
+            for p in model.parameters():
+                p.fill_(float("nan"))
+    return model
+
+
+def _encoder_skeleton(tcfg) -> nn.Module:
     model = AutoModelForMaskedLM.from_config(copy.deepcopy(tcfg), attn_implementation="sdpa").float()
     if getattr(tcfg, "xpt_adapter_size", None):
         add_adapters(model, tcfg.xpt_adapter_size)
     if getattr(tcfg, "xpt_trelm_source_vocab_size", None):
         add_trelm(model)
     return model
+
+
+def _no_init_weights():
+    """transformers' context that skips torch.nn.init and ``init_weights`` (its module moved in v5)."""
+    try:
+        from transformers.initialization import no_init_weights
+    except ImportError:  # transformers 4
+        from transformers.modeling_utils import no_init_weights
+    return no_init_weights()
 
 
 class StateMismatch(UserError, RuntimeError):

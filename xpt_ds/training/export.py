@@ -59,7 +59,7 @@ def load_model(run_dir: Path, tag: str | None = None, allow_pickle: bool = False
     if tag is None:
         raise FileNotFoundError(f"no complete checkpoint in {ckpt_root}")
     tag_dir = ckpt_root / tag
-    model = build_skeleton(AutoConfig.from_pretrained(tag_dir / "hf_config", trust_remote_code=False))
+    model = build_skeleton(AutoConfig.from_pretrained(tag_dir / "hf_config", trust_remote_code=False), blank=True)
     load_fp32_state(model, load_checkpoint_fp32(ckpt_root, tag, allow_pickle), f"checkpoint {tag_dir}")
     return model, tag_dir
 
@@ -79,7 +79,7 @@ def trelm_export_model(model: torch.nn.Module) -> torch.nn.Module:
     token_types = f"{prefix}.embeddings.token_type_embeddings.weight"
     state[token_types] = state[token_types] + lang
     if parts.trilayer is None:  # trelm_no_tri: with the row folded, a stock model computes the same
-        exported = build_skeleton(cfg).eval()
+        exported = build_skeleton(cfg, blank=True).eval()
         exported.load_state_dict(state, strict=True)
         return exported
     cfg.auto_map = trelm_hf.auto_map(cfg.model_type)

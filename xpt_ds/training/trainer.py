@@ -295,7 +295,7 @@ class Trainer:
         self.state.phase_step = 0
         self.use_phase_objectives()
         with torch.random.fork_rng(devices=[]):  # the rebuild must not shift the dropout stream
-            hf = build_skeleton(self.hf_config)
+            hf = build_skeleton(self.hf_config, blank=True)
             load_fp32_state(hf, strip_prefix(fp32), f"phase '{self.phase.name}' hand-over")
             objective = build_objective(hf)
             self.engine, self.optimizer, self.frozen = build_engine(
