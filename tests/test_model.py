@@ -2,7 +2,7 @@ import pytest
 import torch
 from transformers import AutoModelForMaskedLM
 
-from xpt_ds.config import ModelConfig, TrainConfig, PhaseConfig
+from xpt_ds.config import DataConfig, ModelConfig, TrainConfig, PhaseConfig
 from xpt_ds.model.build import build_model
 from xpt_ds.model.phases import build_phase_trainables
 from xpt_ds.data.tokenizer import build_tokenizer
@@ -158,12 +158,10 @@ def test_a_blank_skeleton_takes_every_value_it_is_loaded_with(source, method, ti
     model) and load every weight into it. Nothing may stay as the blank build left it: not a parameter (NaN until
     loaded), not a buffer (position ids, rotary frequencies: the constructors' values, which the random init
     would have written again), not a tied head."""
-    from xpt_ds.data.tokenizer import build_tokenizer as tokenizer
-    from xpt_ds.config import DataConfig
     family, _, tied = source.partition("-")
     path = {"roberta": tiny_roberta, "bert": tiny_bert}.get(family) or tiny_decoder(family, tied == "tied")
     corp = corpus_bert if family == "bert" else corpus
     cfg = ModelConfig(source=str(path), tokenizer=str(corp / "spm.model"), method=method,
                       **({"adapter_size": 8} if method == "adapters" else {}))
-    built = build_model(cfg, tokenizer(cfg.tokenizer), DataConfig(train_shards=[f"{corp}/manifest.json:train"]))
+    built = build_model(cfg, build_tokenizer(cfg.tokenizer), DataConfig(train_shards=[f"{corp}/manifest.json:train"]))
     _blank_takes_every_value(built.model)
