@@ -53,7 +53,7 @@ from pathlib import Path
 # benchmarks/: this script's own folder is on sys.path
 from throughput_facts import LinearOutputDtype, engine_facts, frozen_matmul, optimizer_state_gib
 from throughput_profile import profile_steps, synchronize
-from throughput_report import add_ratios, machine, markdown, max_batch_markdown
+from throughput_report import machine, render
 from throughput_variants import ENGINE_ONLY, VARIANTS, engine_json
 from xpt_ds import config
 from xpt_ds.training.ports import free_port
@@ -136,10 +136,9 @@ def main(argv=None) -> int:
                     failed |= "error" in rows[-1]
                     Path(a.out).write_text(json.dumps({**head, "partial": True, "results": rows}, indent=1))
     report = {**head, "results": rows}
-    if not a.max_batch:
-        add_ratios(rows)
+    table = render(report)  # and the ratios into the rows, which the report keeps
     Path(a.out).write_text(json.dumps(report, indent=1))
-    print(max_batch_markdown(report) if a.max_batch else markdown(report))
+    print(table)
     return 1 if failed else 0
 
 

@@ -1,8 +1,11 @@
 """The ratios and markdown tables of benchmarks/bench_throughput.py's report (BENCHMARKS.md)."""
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import time
+from pathlib import Path
 
 
 def add_ratios(rows: list[dict]) -> None:
@@ -109,12 +112,17 @@ def max_batch_markdown(report: dict) -> str:
     return "\n".join(lines)
 
 
+def render(report: dict) -> str:
+    """A report's markdown: the largest-batch table (``--max-batch``), else the main table with its ratios, which
+    this adds to the rows (bench_throughput.py writes them into the report)."""
+    if report["args"].get("max_batch"):
+        return max_batch_markdown(report)
+    add_ratios(report["results"])
+    return markdown(report)
+
+
 def main(argv=None) -> int:
     """Print the markdown of a report bench_throughput.py wrote, finished or stopped mid-table (``partial``)."""
-    import argparse
-    import json
-    from pathlib import Path
-
     p = argparse.ArgumentParser(description=main.__doc__)
     p.add_argument("report", type=Path, help="the --out JSON of benchmarks/bench_throughput.py")
     path = p.parse_args(argv).report
@@ -122,11 +130,7 @@ def main(argv=None) -> int:
     if "machine" not in report:  # a partial report from before 2026-11-27 recorded only its rows
         raise SystemExit(f"{path}: no 'machine' entry (a partial report from before bench_throughput.py "
                          "wrote one with its first row)")
-    if report["args"].get("max_batch"):
-        print(max_batch_markdown(report))
-        return 0
-    add_ratios(report["results"])
-    print(markdown(report))
+    print(render(report))
     return 0
 
 
