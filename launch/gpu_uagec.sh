@@ -16,6 +16,7 @@
 #   1. unpack the payload; on the GPU install .gpu-kit/ and xpt-ds;
 #   2. steps per phase: PHASE_STEPS (default 3000, uagec_gpu.yaml's cap; one-phase methods get both phases'),
 #      every phase ending early when 5 validations in a row (every 100 steps) do not lower the validation loss,
+#      or when it used its share of TRAIN_S (default 150 s on the GPU, 0 = no limit: guard.max_train_minutes),
 #      and every run scored from its best checkpoint; OUT/pilot.json records the rule. PILOT_STEPS=N (> 0) runs
 #      a pilot first instead: Scratch and XPT at the largest size, capped at N steps per phase; the sweeps' steps
 #      per phase are then 1.25x the later of their best-checkpoint steps, rounded up to 100, halved per phase;
@@ -94,7 +95,7 @@ P=$(cd "$PAYLOAD/payload" && pwd)
 if [ "$MODE" = rehearse ]; then
   export DS_ACCELERATOR=cpu OMP_NUM_THREADS=1
   SIZES=${SIZES:-20K 160K} PILOT_STEPS=${PILOT_STEPS:-0} PHASE_STEPS=${PHASE_STEPS:-6} PARALLEL=${PARALLEL:-2}
-  FT_SEEDS=${FT_SEEDS:-1 2} SEEDS=${SEEDS:-1 2} FT_ROWS=${FT_ROWS:-64}
+  FT_SEEDS=${FT_SEEDS:-1 2} SEEDS=${SEEDS:-1 2} FT_ROWS=${FT_ROWS:-64} TRAIN_S=${TRAIN_S:-0}
   ENGINE=(optim.micro_batch_size=4 logging.eval_every=2
           logging.eval_batches=2 logging.log_every=2 data.num_workers=0 guard.early_stop_patience=2)
   EVAL=(--eval-batch-size 4 --eval-max-batches 4)
@@ -107,6 +108,7 @@ else
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$OUT/gpu.txt" 2>&1
   SIZES=${SIZES:-75K 150K 300K 600K} PILOT_STEPS=${PILOT_STEPS:-0} PARALLEL=${PARALLEL:-4}
   FT_SEEDS=${FT_SEEDS:-1 2 3} SEEDS=${SEEDS:-1 2} FT_ROWS=${FT_ROWS:-0} BUDGET_S=${BUDGET_S-540}
+  TRAIN_S=${TRAIN_S:-150}
   ENGINE=()
   EVAL=(--eval-batch-size 64)
   FT=(--finetune-epochs 3 --finetune-max-length 64)
@@ -121,9 +123,13 @@ if [ "$FT_ROWS" -gt 0 ]; then  # the rehearsal fine-tunes and scores on FT_ROWS 
 fi
 # shellcheck disable=SC2206
 FT+=(--finetune-train "$FT_TRAIN" --finetune-test "$FT_TEST" --finetune-seeds $FT_SEEDS)
-# The --set items every run shares: the payload's source and target-language data, the rehearsal's engine.
+# The --set items every run shares: the payload's source and target-language data, the rehearsal's engine, and
+# the training loop's time budget (TRAIN_S seconds, 0 = none): a run must end, scored, inside RUN_S, or it starts
+# over in the next session (no checkpoint comes back from the device), so a run slower than planned ends its
+# phases early on time (guard.max_train_minutes, each phase a share) and is scored from its best checkpoint.
 SET=(model.source="$P/source" model.tokenizer="$P/uk/spm.model" "data.train_shards=[$P/uk/manifest.json:train]"
      "data.valid_shards=[$P/uk/manifest.json:valid]" "${ENGINE[@]}")
+[ "$TRAIN_S" -gt 0 ] && SET+=("guard.max_train_minutes=$(awk -v s="$TRAIN_S" 'BEGIN {print s / 60}')")
 
 # base STEPS: OUT/base_STEPS.yaml, launch/configs/uagec_gpu.yaml with STEPS per phase (warm-up at most a tenth). The steps go into the
 # base, not --set, so that each method's schedule is laid over their total (TreLM's graph by its shares).
@@ -154,11 +160,11 @@ if [ "$PILOT_STEPS" -gt 0 ]; then
     --seeds 1 --parallel 2 --test-shards "$P/uk/manifest.json:test" --unigram "$P/uk/manifest.json:train" \
     --set "${SET[@]}"
 fi
-PHASE_STEPS=$("$PY" - "$OUT" "$PILOT_STEPS" "${PHASE_STEPS:-}" <<'PY'
+PHASE_STEPS=$("$PY" - "$OUT" "$PILOT_STEPS" "${PHASE_STEPS:-}" "$TRAIN_S" <<'PY'
 import json, math, sys
 from pathlib import Path
 import yaml
-out, cap, fixed = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+out, cap, fixed, train_s = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 if cap <= 0:  # no pilot: the fixed cap, every phase stopped early on its validation loss
     per_phase = int(fixed) if fixed else yaml.safe_load(open("launch/configs/uagec_gpu.yaml"))["phases"][0]["steps"]
     record = {"pilot_steps_per_phase": 0, "sweep_steps_per_phase": per_phase,
@@ -176,6 +182,7 @@ else:
               "train_seconds": {r["method"]: r["train_seconds"] for r in rows},
               "rule": "sweep steps per phase = ceil(1.25 x the later best step / 100) x 100 / 2 (one-phase methods: "
                       "both)", "sweep_steps_per_phase": per_phase}
+record["train_seconds_budget"] = train_s  # guard.max_train_minutes x 60 of every run; 0 = none
 (out / "pilot.json").write_text(json.dumps(record, indent=1) + "\n")
 print(per_phase)
 PY

@@ -68,6 +68,23 @@ def test_a_clear_order_is_reproduced_and_every_claim_gets_a_verdict(tmp_path):
     assert "| 70.00 ± 0.00 (n=2) |" in md  # fine-tuned: one fine-tuning seed of each of two replicates, pooled
 
 
+def test_runs_the_time_budget_cut_short_are_listed(tmp_path):
+    ppl = {"scratch": 400.0, "adapters": 300.0, "xpt_sp": 200.0, "xpt": 100.0}
+    rows = _main_rows(ppl, {m: 0.2 for m in ppl}, spread=5.0)
+    rows[0]["time_stopped"] = ["phase1", "phase2"]  # scratch 80K seed 1
+    _sweep(tmp_path, "main", rows)
+    trelm = _row("trelm", 80_000, 2, 150.0, 0.2)
+    trelm["time_stopped"] = ["phase3"]
+    _sweep(tmp_path, "other_trelm", [trelm])
+    result = write(tmp_path)
+    assert result["time_stopped"] == ["main: scratch 80K seed 1 (phase1, phase2)",
+                                      "other_trelm: trelm 80K seed 2 (phase3)"]
+    md = (tmp_path / "claims.md").read_text()
+    assert "- main: scratch 80K seed 1 (phase1, phase2)\n- other_trelm: trelm 80K seed 2 (phase3)\n" in md
+    (tmp_path / "main" / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[1:]))
+    assert write(tmp_path)["time_stopped"] == ["other_trelm: trelm 80K seed 2 (phase3)"]
+
+
 def test_differences_inside_the_seed_spread_are_not_called(tmp_path):
     ppl = {"scratch": 400.0, "adapters": 390.0, "xpt_sp": 410.0, "xpt": 380.0}
     hits = {m: 0.1 for m in ppl}

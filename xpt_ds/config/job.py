@@ -208,6 +208,13 @@ class GuardConfig:
                                       "its schedule); 0 = off. Needs data.valid_shards and logging.eval_every > 0.")
     early_stop_min_delta: float = doc(0.0, "guard.early_stop_patience: the least decrease of valid/loss that counts "
                                            "as an improvement.")
+    max_train_minutes: float = doc(0.0, "A wall-clock budget for the training loop (steps, validation passes and "
+                                        "saves; not start-up, resume or export), summed over resumes; 0 = off. "
+                                        "Each phase gets a share of what is left when it starts, in proportion to "
+                                        "its planned steps among those of the phases still to run; a phase that "
+                                        "uses its share ends at the next step like an early stop (validation pass, "
+                                        "checkpoint), and the next phase starts. Where it ends depends on speed, so "
+                                        "such a run is not reproducible step for step.")
     inject_nan_steps: list[int] = doc([], "Testing: rank 0's loss is made NaN at these global steps (1-based).")
 
 

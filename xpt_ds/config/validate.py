@@ -118,6 +118,9 @@ def validate(cfg: TrainConfig) -> None:
     for k in ("loss_spike_window", "slow_step_window"):
         if getattr(g, k) < 2:
             raise ConfigError(f"config key 'guard.{k}' must be >= 2, got {getattr(g, k)}")
+    if not 0 <= g.max_train_minutes < math.inf:
+        raise ConfigError(f"config key 'guard.max_train_minutes' must be a finite number >= 0 (0 = off), got "
+                          f"{g.max_train_minutes}")
     check_best(cfg)
 
 

@@ -107,8 +107,20 @@ def judge(out: Path) -> dict:
                                                                                          base, smallest)
     claims["004 Table 5 and 003: the start of the new embeddings matters"] = starts_claim(top)
     return {"largest": largest, "smallest": smallest, "unigram": unigram, "claims": claims,
-            "arms": dict(top),
+            "arms": dict(top), "time_stopped": time_stopped_runs(out),
             "keep_vocab": sweeps["other_keep_vocab"], "keep_vocab_unigram": read_unigram(out / "other_keep_vocab")}
+
+
+def time_stopped_runs(out: Path) -> list[str]:
+    """'sweep: method size seed N (phases)' for every run whose phases its time budget ended
+    (guard.max_train_minutes; the row's ``time_stopped``), in sweep order."""
+    found = []
+    for name in SWEEPS:
+        for r in read_rows(out / name / "results.jsonl").values():
+            if r.get("time_stopped"):
+                found.append(f"{name}: {r['method']} {size_label(r['size'])} seed {r['seed']} "
+                             f"({', '.join(r['time_stopped'])})")
+    return found
 
 
 def efficiency_claim(out: Path) -> dict:
@@ -195,6 +207,10 @@ def write(out: Path) -> dict:
                          f"{_pm(r, 'mrr', 1, 4)} | {_pm(r, 'bits_per_char', 1, 3)} | {_pm(r, 'steps_done', 1, 0)} | "
                          f"{_pm(r, 'downstream_mean', 100)} |")
         lines += ["", "PPL, Hits@1 and MRR compare only within one vocabulary; bits per character compare across.", ""]
+    if result.get("time_stopped"):
+        lines += ["Runs whose time budget (guard.max_train_minutes) ended phases before their validation loss stopped "
+                  "improving or their planned steps (the phases in brackets):", ""]
+        lines += [f"- {line}" for line in result["time_stopped"]] + [""]
     lines += ["## Verdicts", ""]
     for claim, v in result["claims"].items():
         lines += [f"- **{claim}: {v['verdict']}.**"] + [f"  - {e}" for e in v["evidence"]]

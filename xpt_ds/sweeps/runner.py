@@ -222,6 +222,7 @@ def run_one(plan: Plan, run: Run, stages: Stages, say=print) -> dict:
     tokens_seen = status.get("target_tokens_seen", status.get("tokens_seen", 0))  # target MLM rows (TreLM has more)
     row["epochs"] = tokens_seen * (seq_len - 2) / seq_len / run.size  # a packed sequence is cls + body + sep
     row["steps_done"] = status.get("global_step")
+    row["time_stopped"] = status.get("time_stopped") or []  # phases guard.max_train_minutes ended
     best = run_dir / "best.json"
     if best.is_file():
         row["best"] = json.loads(best.read_text())

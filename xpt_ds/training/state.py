@@ -1,5 +1,5 @@
-"""The training loop's own counters: where the run is (phase, steps, tokens) and which phase ends it kept. Every
-checkpoint carries them (``state_dict``), and a resume restores them from its client state."""
+"""The training loop's own counters: where the run is (phase, steps, tokens, seconds) and which phase ends it kept.
+Every checkpoint carries them (``state_dict``), and a resume restores them from its client state."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -13,6 +13,11 @@ class TrainerState:
     tokens_seen: int = 0  # every rank's tokens of every row trained on (TreLM: MLM, English MLM and CdLM rows)
     target_tokens_seen: int = 0  # of target MLM rows only: data.train_shards' epochs (the sweep)
     phase_ends: dict[str, str] = field(default_factory=dict)  # kept phase end (start_from/merge) -> its blake2b
+    # guard.max_train_minutes (xpt_ds.training.time_budget): the loop's seconds so far (the slowest rank's, so the
+    # same on every rank), their count when the current phase started, and the phases its budget ended
+    train_seconds: float = 0.0
+    phase_start_seconds: float = 0.0
+    time_stopped: list[int] = field(default_factory=list)
 
     def state_dict(self) -> dict:
         return asdict(self)

@@ -48,6 +48,7 @@ from xpt_ds.training.guards import (
 from xpt_ds.training.preemption import Preempted, PreemptionWatcher
 from xpt_ds.training.state import TrainerState
 from xpt_ds.training.status import planned_steps, write_status
+from xpt_ds.training.time_budget import phase_share, share_used
 from xpt_ds.trelm.data import TreLMBatchStream, build_trelm_stream
 from xpt_ds.trelm.valid import build_cdlm_validation
 from xpt_ds.trelm.work import micro_batch_work
@@ -126,6 +127,9 @@ class Trainer:
         self.slow_steps = SlowSteps(g.slow_step_ratio, g.slow_step_window, self.world)
         self.inject_nan = set(g.inject_nan_steps) if self.rank == 0 else set()
         self.best = BestTracker(cfg.checkpoint.keep_best, g.early_stop_patience, g.early_stop_min_delta)
+        self.budget_s = g.max_train_minutes * 60  # xpt_ds.training.time_budget; 0 = off
+        self.time_up = False  # the current phase used its share of the budget: it ends at the next step
+        self.tick = 0.0  # perf_counter() at the last step's end: the loop's time (state.train_seconds) counts from it
         self.data_wait = 0.0  # seconds this rank waited for batches in the current step
         self.logger = MetricsLogger(self.run_dir, self.rank == 0, cfg.logging.tensorboard, cfg.logging.progress_bar)
 
@@ -218,8 +222,11 @@ class Trainer:
 
     @property
     def total_steps(self) -> int:  # the progress bar's and status.json's total
-        i = self.state.phase_index
-        return planned_steps(self.state, [p.steps for p in self.cfg.phases], self.best.phase_stopped(i))
+        return planned_steps(self.state, [p.steps for p in self.cfg.phases], self.phase_ended(self.state.phase_index))
+
+    def phase_ended(self, index: int) -> bool:
+        """Phase ``index`` ended before its planned steps: early stopping, or its share of the time budget."""
+        return self.best.phase_stopped(index) or index in self.state.time_stopped
 
     def _info(self, msg: str) -> None:
         if self.rank == 0:
@@ -227,8 +234,10 @@ class Trainer:
 
     def train(self) -> None:
         window = LogWindow(self.device)
+        self.tick = time.perf_counter()
+        self.time_up = self._share_used()
         while True:
-            if self.state.phase_step >= self.phase.steps or self.best.phase_stopped(self.state.phase_index):
+            if self.state.phase_step >= self.phase.steps or self.phase_ended(self.state.phase_index):
                 self.logger.set_total(self.total_steps)  # less than planned after an early stop
                 if not self.maybe_switch_phase():
                     break
@@ -239,7 +248,7 @@ class Trainer:
             window.add(loss, skipped, *self.step_work)
             halt = self.count_bad_step(skipped)
             self.logger.advance()
-            phase_done = self.state.phase_step == self.phase.steps
+            phase_done = self.state.phase_step == self.phase.steps or self.maybe_stop_for_time()
             if self.state.global_step % self.cfg.logging.log_every == 0 or phase_done:
                 self.log(window)
                 window.reset()
@@ -284,6 +293,27 @@ class Trainer:
     def _to_device(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return {k: v.to(self.device, non_blocking=True) for k, v in batch.items() if k != "seq_ids"}
 
+    def _share_used(self) -> bool:
+        return share_used(self.budget_s, self.state, [p.steps for p in self.cfg.phases])
+
+    def maybe_stop_for_time(self) -> bool:
+        """End the current phase at this step when the last step's exchange found its share of
+        guard.max_train_minutes used (the same on every rank); True when it ends here."""
+        if not self.time_up or self.state.phase_step >= self.phase.steps:
+            return False
+        s, i = self.state, self.state.phase_index
+        s.time_stopped.append(i)
+        if self.rank == 0:
+            share = phase_share(self.budget_s, s.phase_start_seconds, [p.steps for p in self.cfg.phases], i)
+            then = (f"phase '{self.cfg.phases[i + 1].name}' starts next" if i + 1 < len(self.cfg.phases)
+                    else "the run ends")
+            budget = f"guard.max_train_minutes={self.cfg.guard.max_train_minutes:g}"
+            used = (f"it trained {s.train_seconds - s.phase_start_seconds:.1f} s of its {share:.1f} s share of {budget}"
+                    if share else f"the earlier phases had used all of {budget}")
+            log.info("time budget: phase '%s' ends at its step %d of %d (global step %d): %s; %s", self.phase.name,
+                     s.phase_step, self.phase.steps, s.global_step, used, then)
+        return True
+
     def maybe_switch_phase(self) -> bool:
         """At a phase boundary: rebuild module + engine for the next phase with exact fp32 weights."""
         if self.state.phase_index + 1 >= len(self.cfg.phases):
@@ -293,6 +323,8 @@ class Trainer:
         self.engine = self.optimizer = None
         self.state.phase_index += 1
         self.state.phase_step = 0
+        self.state.phase_start_seconds = self.state.train_seconds  # its share of the time budget is fixed now
+        self.time_up = self._share_used()
         self.use_phase_objectives()
         with torch.random.fork_rng(devices=[]):  # the rebuild must not shift the dropout stream
             hf = build_skeleton(self.hf_config, blank=True)
@@ -458,8 +490,12 @@ class Trainer:
 
     def after_step(self, halt: bool, seconds: float) -> None:
         """Once per step, on every rank: one host exchange, the slow-step check, then halt or preemption."""
-        rows = self.exchange.gather([float(self.preemption.requested), seconds, self.data_wait])
-        line = self.slow_steps.check(self.state.global_step, rows[:, 1:])
+        now = time.perf_counter()
+        rows = self.exchange.gather([float(self.preemption.requested), seconds, self.data_wait, now - self.tick])
+        self.tick = now
+        self.state.train_seconds += float(rows[:, 3].max())  # the slowest rank's: the same sum on every rank
+        self.time_up = self._share_used()
+        line = self.slow_steps.check(self.state.global_step, rows[:, 1:3])
         if line is not None and self.rank == 0:
             log.warning(line)
         if halt:
@@ -485,4 +521,6 @@ class Trainer:
         write_status(self.run_dir, state=state, phase=self.phase.name, phase_index=s.phase_index,
                      phase_step=s.phase_step, global_step=s.global_step, total_steps=total, tokens_seen=s.tokens_seen,
                      target_tokens_seen=s.target_tokens_seen, skipped_steps=self.bad_steps.total,
-                     last_complete_checkpoint=self.last_saved, tokens_per_s=self.last_tokens_per_s, eta_s=eta, **extra)
+                     last_complete_checkpoint=self.last_saved, tokens_per_s=self.last_tokens_per_s, eta_s=eta,
+                     train_seconds=round(s.train_seconds, 1),
+                     time_stopped=[self.cfg.phases[i].name for i in s.time_stopped], **extra)
