@@ -209,7 +209,8 @@ class GuardConfig:
     early_stop_min_delta: float = doc(0.0, "guard.early_stop_patience: the least decrease of valid/loss that counts "
                                            "as an improvement.")
     max_train_minutes: float = doc(0.0, "A wall-clock budget for the training loop (steps, validation passes and "
-                                        "saves; not start-up, resume or export), summed over resumes; 0 = off. "
+                                        "saves; not start-up, resume or export), summed over resumes while it is "
+                                        "set; 0 = off (no clock reading in the checkpoints). "
                                         "Each phase gets a share of what is left when it starts, in proportion to "
                                         "its planned steps among those of the phases still to run; a phase that "
                                         "uses its share ends at the next step like an early stop (validation pass, "

@@ -245,7 +245,7 @@ def write_markdown(out: Path, rows: list[dict], failures: list[dict]) -> None:
     lines = ["# Sweep results", "",
              f"Intrinsic metrics on {scored_tokens(rows)} of the test shards (002 Table 2: Hits@k ×100; best in bold; "
              "mean ± standard deviation over the seeds when there are several). Every run has the same number of "
-             "steps (fewer with early stopping), so smaller data sizes are seen for more epochs.", ""]
+             "steps (fewer with early stopping or a time budget), so smaller data sizes are seen for more epochs.", ""]
     lines += size_tables(rows, unigram)
     lines += unigram_lines(rows, unigram)
     lines += ["## Data efficiency", "",

@@ -13,8 +13,9 @@ class TrainerState:
     tokens_seen: int = 0  # every rank's tokens of every row trained on (TreLM: MLM, English MLM and CdLM rows)
     target_tokens_seen: int = 0  # of target MLM rows only: data.train_shards' epochs (the sweep)
     phase_ends: dict[str, str] = field(default_factory=dict)  # kept phase end (start_from/merge) -> its blake2b
-    # guard.max_train_minutes (xpt_ds.training.time_budget): the loop's seconds so far (the slowest rank's, so the
-    # same on every rank), their count when the current phase started, and the phases its budget ended
+    # guard.max_train_minutes (xpt_ds.training.time_budget), counted only while it is on: the loop's seconds so far
+    # (the slowest rank's, so the same on every rank), their count when the current phase started, and the phases
+    # its budget ended
     train_seconds: float = 0.0
     phase_start_seconds: float = 0.0
     time_stopped: list[int] = field(default_factory=list)

@@ -493,8 +493,9 @@ class Trainer:
         now = time.perf_counter()
         rows = self.exchange.gather([float(self.preemption.requested), seconds, self.data_wait, now - self.tick])
         self.tick = now
-        self.state.train_seconds += float(rows[:, 3].max())  # the slowest rank's: the same sum on every rank
-        self.time_up = self._share_used()
+        if self.budget_s:  # off, the checkpoints hold no clock reading: reruns save the same bits
+            self.state.train_seconds += float(rows[:, 3].max())  # the slowest rank's: the same sum on every rank
+            self.time_up = self._share_used()
         line = self.slow_steps.check(self.state.global_step, rows[:, 1:3])
         if line is not None and self.rank == 0:
             log.warning(line)
@@ -522,5 +523,6 @@ class Trainer:
                      phase_step=s.phase_step, global_step=s.global_step, total_steps=total, tokens_seen=s.tokens_seen,
                      target_tokens_seen=s.target_tokens_seen, skipped_steps=self.bad_steps.total,
                      last_complete_checkpoint=self.last_saved, tokens_per_s=self.last_tokens_per_s, eta_s=eta,
-                     train_seconds=round(s.train_seconds, 1),
-                     time_stopped=[self.cfg.phases[i].name for i in s.time_stopped], **extra)
+                     **({"train_seconds": round(s.train_seconds, 1),
+                         "time_stopped": [self.cfg.phases[i].name for i in s.time_stopped]} if self.budget_s else {}),
+                     **extra)
