@@ -277,11 +277,8 @@ def _encoder_skeleton(tcfg) -> nn.Module:
 
 
 def _no_init_weights():
-    """transformers' context that skips torch.nn.init and ``init_weights`` (its module moved in v5)."""
-    try:
-        from transformers.initialization import no_init_weights
-    except ImportError:  # transformers 4
-        from transformers.modeling_utils import no_init_weights
+    """transformers' context that skips torch.nn.init and ``init_weights``."""
+    from transformers.initialization import no_init_weights
     return no_init_weights()
 
 
