@@ -54,7 +54,44 @@ def launch(args: list[str], nproc: int = 1, timeout: int = 600, env: dict | None
     if nproc == 1:
         return run_main("xpt_ds.train", args, env, timeout)
     cmd, full_env = _command(args, nproc, env, launcher)
-    return subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=timeout)
+    # PYTHONFAULTHANDLER: a rank given SIGABRT (a job still running at the timeout, ``_stacks_then_kill``) prints
+    # every thread's Python stack before it dies
+    proc = subprocess.Popen(cmd, cwd=REPO, env={**full_env, "PYTHONFAULTHANDLER": "1"}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        err = _stacks_then_kill(proc)
+        raise AssertionError(f"{' '.join(cmd[2:])} was still running after {timeout} s: every rank was sent SIGABRT; "
+                             f"the end of its stderr, with the ranks' stacks:\n{err[-STACKS_KEPT:]}") from None
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+STACKS_KEPT = 30_000  # characters of a hung job's stderr that its AssertionError shows
+
+
+def _stacks_then_kill(proc: subprocess.Popen) -> str:
+    """A launched job that hangs: SIGABRT to each rank (faulthandler prints its threads' stacks), then, once the
+    launcher has gone or 30 s have passed, SIGKILL to the whole process group; the job's stderr."""
+    import signal
+    for pid in rank_pids(proc).values():
+        try:
+            os.kill(pid, signal.SIGABRT)
+        except ProcessLookupError:
+            pass
+    try:
+        _, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        _, err = proc.communicate()
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # DataLoader workers or a rank the launcher left behind
+    except ProcessLookupError:
+        pass
+    port = proc.args[proc.args.index("--master_port") + 1]  # its ranks' DeepSpeed all-reduce buffers stay behind
+    for leftover in Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_{os.getuid()}_*_{port}_*"):
+        leftover.unlink(missing_ok=True)
+    return err
 
 
 def _run_in_child(module: str, argv: list[str], env: dict | None, cwd: Path, out: int, err: int,
