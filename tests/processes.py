@@ -70,6 +70,17 @@ def launch(args: list[str], nproc: int = 1, timeout: int = 600, env: dict | None
 STACKS_KEPT = 30_000  # characters of a hung job's stderr that its AssertionError shows
 
 
+def _no_core_files() -> None:
+    """No core dumps from the tests' processes (inherited by every job they start): a rank aborted by
+    ``_stacks_then_kill`` would otherwise leave one in the repository, where a machine allows them."""
+    import resource
+    _, hard = resource.getrlimit(resource.RLIMIT_CORE)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, hard))
+
+
+_no_core_files()
+
+
 def _stacks_then_kill(proc: subprocess.Popen) -> str:
     """A launched job that hangs: SIGABRT to each rank (faulthandler prints its threads' stacks), then, once the
     launcher has gone or 30 s have passed, SIGKILL to the whole process group; the job's stderr."""
