@@ -84,21 +84,18 @@ _no_core_files()
 def _stacks_then_kill(proc: subprocess.Popen) -> str:
     """A launched job that hangs: SIGABRT to each rank (faulthandler prints its threads' stacks), then, once the
     launcher has gone or 30 s have passed, SIGKILL to the whole process group; the job's stderr."""
+    import contextlib
     import signal
     for pid in rank_pids(proc).values():
-        try:
+        with contextlib.suppress(ProcessLookupError):  # a rank that ended meanwhile
             os.kill(pid, signal.SIGABRT)
-        except ProcessLookupError:
-            pass
     try:
         _, err = proc.communicate(timeout=30)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         _, err = proc.communicate()
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # DataLoader workers or a rank the launcher left behind
-    except ProcessLookupError:
-        pass
+    with contextlib.suppress(ProcessLookupError):  # DataLoader workers or a rank the launcher left behind
+        os.killpg(proc.pid, signal.SIGKILL)
     port = proc.args[proc.args.index("--master_port") + 1]  # its ranks' DeepSpeed all-reduce buffers stay behind
     for leftover in Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_{os.getuid()}_*_{port}_*"):
         leftover.unlink(missing_ok=True)

@@ -337,6 +337,24 @@ def abandon_phase_ends(ckpt_root: Path, tag: str | None, kept: set[str], dest: P
     return later, out
 
 
+def start_branch(ckpt_root: Path, tag: str | None, kept: set[str], rank: int) -> None:
+    """An explicit resume from ``tag`` (or ``none``) leaves the later checkpoints' trajectory, and the phase ends
+    that branch kept after ``tag`` (those the state at ``tag`` does not record, ``kept``): rank 0 moves them aside
+    (``abandon_later``, ``abandon_phase_ends``), and every rank waits for it."""
+    if rank == 0:
+        moved, dest = abandon_later(ckpt_root, tag)
+        if moved:
+            log.warning("resuming from %s starts a new branch: moved %d later checkpoint(s) of the abandoned "
+                        "branch (%s) to %s; resume: auto now continues this branch", tag or "scratch",
+                        len(moved), ", ".join(moved), dest)
+        ends, where = abandon_phase_ends(ckpt_root, tag, kept, dest)
+        if ends:
+            log.warning("resuming from %s: moved the end of phase(s) %s, which the branch it leaves kept after "
+                        "%s, to %s; this branch keeps its own", tag or "scratch", ", ".join(ends),
+                        tag or "the start", where)
+    deepspeed.comm.barrier()
+
+
 def save_phase_end(ckpt_root: Path, name: str, weights: dict[str, torch.Tensor], data: dict) -> str:
     """Keep what phase ``name`` ended with: exact fp32 weights (every rank passes the same) and the data stream
     position. Rank 0 writes ``phase_ends/NAME.pt`` atomically; the trainer calls this before the phase's last

@@ -48,7 +48,7 @@ from xpt_ds.training.guards import (
 from xpt_ds.training.preemption import Preempted, PreemptionWatcher
 from xpt_ds.training.state import TrainerState
 from xpt_ds.training.status import planned_steps, write_status
-from xpt_ds.training.time_budget import phase_share, share_used
+from xpt_ds.training.time_budget import TimeBudget
 from xpt_ds.trelm.data import TreLMBatchStream, build_trelm_stream
 from xpt_ds.trelm.valid import build_cdlm_validation
 from xpt_ds.trelm.work import micro_batch_work
@@ -127,9 +127,7 @@ class Trainer:
         self.slow_steps = SlowSteps(g.slow_step_ratio, g.slow_step_window, self.world)
         self.inject_nan = set(g.inject_nan_steps) if self.rank == 0 else set()
         self.best = BestTracker(cfg.checkpoint.keep_best, g.early_stop_patience, g.early_stop_min_delta)
-        self.budget_s = g.max_train_minutes * 60  # xpt_ds.training.time_budget; 0 = off
-        self.time_up = False  # the current phase used its share of the budget: it ends at the next step
-        self.tick = 0.0  # perf_counter() at the last step's end: the loop's time (state.train_seconds) counts from it
+        self.budget = TimeBudget(g.max_train_minutes, cfg.phases)
         self.data_wait = 0.0  # seconds this rank waited for batches in the current step
         self.logger = MetricsLogger(self.run_dir, self.rank == 0, cfg.logging.tensorboard, cfg.logging.progress_bar)
 
@@ -153,8 +151,9 @@ class Trainer:
 
     def setup(self) -> None:
         tag = self.resume_tag
-        if self.cfg.checkpoint.resume != "auto":
-            self.start_branch(tag)
+        if self.cfg.checkpoint.resume != "auto":  # a new branch: what the abandoned one wrote after tag moves aside
+            kept = set(self.resume_client["trainer"].get("phase_ends", {})) if tag is not None else set()
+            checkpoint.start_branch(self.ckpt_root, tag, kept, self.rank)
         objective = build_objective(self.built.model)
         fp32 = {n: p.detach().clone() for n, p in objective.named_parameters()}
         torch.manual_seed(self.cfg.seed + self.rank)  # dropout stream of this rank, unless a checkpoint has it
@@ -199,23 +198,6 @@ class Trainer:
         self._info(f"model: {sum(v.numel() for v in fp32.values()):,} parameters; phase '{self.phase.name}' trains "
                    f"{n_train:,} on {self.objective_names()}")
 
-    def start_branch(self, tag: str | None) -> None:
-        """An explicit resume (or ``none``) leaves the later checkpoints' trajectory, and the phase ends that
-        branch kept after ``tag``: move them aside."""
-        if self.rank == 0:
-            moved, dest = checkpoint.abandon_later(self.ckpt_root, tag)
-            if moved:
-                log.warning("resuming from %s starts a new branch: moved %d later checkpoint(s) of the abandoned "
-                            "branch (%s) to %s; resume: auto now continues this branch", tag or "scratch",
-                            len(moved), ", ".join(moved), dest)
-            kept = set(self.resume_client["trainer"].get("phase_ends", {})) if tag is not None else set()
-            ends, where = checkpoint.abandon_phase_ends(self.ckpt_root, tag, kept, dest)
-            if ends:
-                log.warning("resuming from %s: moved the end of phase(s) %s, which the branch it leaves kept after "
-                            "%s, to %s; this branch keeps its own", tag or "scratch", ", ".join(ends),
-                            tag or "the start", where)
-        deepspeed.comm.barrier()
-
     @property
     def phase(self):
         return self.cfg.phases[self.state.phase_index]
@@ -234,8 +216,7 @@ class Trainer:
 
     def train(self) -> None:
         window = LogWindow(self.device)
-        self.tick = time.perf_counter()
-        self.time_up = self._share_used()
+        self.budget.start_loop(self.state)
         while True:
             if self.state.phase_step >= self.phase.steps or self.phase_ended(self.state.phase_index):
                 self.logger.set_total(self.total_steps)  # less than planned after an early stop
@@ -293,26 +274,12 @@ class Trainer:
     def _to_device(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return {k: v.to(self.device, non_blocking=True) for k, v in batch.items() if k != "seq_ids"}
 
-    def _share_used(self) -> bool:
-        return share_used(self.budget_s, self.state, [p.steps for p in self.cfg.phases])
-
     def maybe_stop_for_time(self) -> bool:
-        """End the current phase at this step when the last step's exchange found its share of
-        guard.max_train_minutes used (the same on every rank); True when it ends here."""
-        if not self.time_up or self.state.phase_step >= self.phase.steps:
-            return False
-        s, i = self.state, self.state.phase_index
-        s.time_stopped.append(i)
-        if self.rank == 0:
-            share = phase_share(self.budget_s, s.phase_start_seconds, [p.steps for p in self.cfg.phases], i)
-            then = (f"phase '{self.cfg.phases[i + 1].name}' starts next" if i + 1 < len(self.cfg.phases)
-                    else "the run ends")
-            budget = f"guard.max_train_minutes={self.cfg.guard.max_train_minutes:g}"
-            used = (f"it trained {s.train_seconds - s.phase_start_seconds:.1f} s of its {share:.1f} s share of {budget}"
-                    if share else f"the earlier phases had used all of {budget}")
-            log.info("time budget: phase '%s' ends at its step %d of %d (global step %d): %s; %s", self.phase.name,
-                     s.phase_step, self.phase.steps, s.global_step, used, then)
-        return True
+        """Whether the time budget ends the current phase at this step (``TimeBudget.stop_here``)."""
+        line = self.budget.stop_here(self.state)
+        if line is not None:
+            self._info(line)
+        return line is not None
 
     def maybe_switch_phase(self) -> bool:
         """At a phase boundary: rebuild module + engine for the next phase with exact fp32 weights."""
@@ -323,8 +290,7 @@ class Trainer:
         self.engine = self.optimizer = None
         self.state.phase_index += 1
         self.state.phase_step = 0
-        self.state.phase_start_seconds = self.state.train_seconds  # its share of the time budget is fixed now
-        self.time_up = self._share_used()
+        self.budget.start_phase(self.state)
         self.use_phase_objectives()
         with torch.random.fork_rng(devices=[]):  # the rebuild must not shift the dropout stream
             hf = build_skeleton(self.hf_config, blank=True)
@@ -490,12 +456,8 @@ class Trainer:
 
     def after_step(self, halt: bool, seconds: float) -> None:
         """Once per step, on every rank: one host exchange, the slow-step check, then halt or preemption."""
-        now = time.perf_counter()
-        rows = self.exchange.gather([float(self.preemption.requested), seconds, self.data_wait, now - self.tick])
-        self.tick = now
-        if self.budget_s:  # off, the checkpoints hold no clock reading: reruns save the same bits
-            self.state.train_seconds += float(rows[:, 3].max())  # the slowest rank's: the same sum on every rank
-            self.time_up = self._share_used()
+        rows = self.exchange.gather([float(self.preemption.requested), seconds, self.data_wait, self.budget.lap()])
+        self.budget.add(self.state, float(rows[:, 3].max()))  # the slowest rank's: the same sum on every rank
         line = self.slow_steps.check(self.state.global_step, rows[:, 1:3])
         if line is not None and self.rank == 0:
             log.warning(line)
@@ -523,6 +485,4 @@ class Trainer:
                      phase_step=s.phase_step, global_step=s.global_step, total_steps=total, tokens_seen=s.tokens_seen,
                      target_tokens_seen=s.target_tokens_seen, skipped_steps=self.bad_steps.total,
                      last_complete_checkpoint=self.last_saved, tokens_per_s=self.last_tokens_per_s, eta_s=eta,
-                     **({"train_seconds": round(s.train_seconds, 1),
-                         "time_stopped": [self.cfg.phases[i].name for i in s.time_stopped]} if self.budget_s else {}),
-                     **extra)
+                     **self.budget.status(s), **extra)
