@@ -11,7 +11,8 @@
 # session has 15 minutes of device time in all), packed: no run starts later than RUN_S (its planned length,
 # default 240 s) before the end, runs still going at the end are stopped (SIGTERM: they checkpoint, as when
 # preempted), and the last PACK_S seconds (default 45) pack what finished. A later session unpacks the
-# results.tgz into its OUT and goes on: finished runs are skipped.
+# results.tgz into its OUT and goes on: finished runs are skipped, unless their config or arguments changed
+# (xpt-ds sweep --rerun-changed: the old row and run directory are kept aside, the run starts over).
 # Steps, each one's log in OUT/NAME.log and exit code and seconds in OUT/steps.tsv as it finishes:
 #   1. unpack the payload; on the GPU install .gpu-kit/ and xpt-ds;
 #   2. steps per phase: PHASE_STEPS (default 3000, uagec_gpu.yaml's cap; one-phase methods get both phases'),
@@ -200,7 +201,7 @@ fi
 run_sweeps() {
   TEST=(--test-shards "$P/uk/manifest.json:test" --unigram "$P/uk/manifest.json:train")
   # shellcheck disable=SC2086
-  COMMON=(--seeds $SEEDS "${DEADLINE[@]}" "${FT[@]}")
+  COMMON=(--seeds $SEEDS --rerun-changed "${DEADLINE[@]}" "${FT[@]}")
   RESERVE_S=$PACK_S
   step sweep_main sweep main "$PHASE_STEPS" --methods scratch adapters xpt_sp xpt --sizes "${SIZE_LIST[@]}" \
     --parallel "$PARALLEL" --largest-first "${TEST[@]}" "${COMMON[@]}" --set "${SET[@]}" &

@@ -243,6 +243,37 @@ def test_a_moved_sweep_folder_still_matches_its_rows(tmp_path, sweep_config, cap
         assert "skip xpt 100: its row is in" in said and ("another config" in said) == warned, said
 
 
+def test_rerun_changed_runs_again_only_the_changed_arm_and_keeps_the_old_run(tmp_path, sweep_config, capsys):
+    """--rerun-changed (a later GPU session fixing one arm's learning rate): the arm whose config changed is
+    pending again, its old row moved to results.superseded.jsonl and its run directory set aside; the other
+    arm's row is kept and skipped. Without the flag both are skipped, the changed one with a warning."""
+    import shlex
+
+    from xpt_ds.sweep import parse_args
+    from xpt_ds.sweeps.plan import Run, build_plan
+    from xpt_ds.sweeps.runner import _Sweep
+    config, test_shards = sweep_config
+    out = tmp_path / "sweep"
+    args = ["--config", str(config), "--methods", "xpt", "scratch", "--sizes", "100", "--test-shards",
+            *test_shards, "--out", str(out)]
+    old = build_plan(parse_args(args))
+    rows = [{"method": m, "size": 100, "seed": None, "config_sha256": old.config_sha[m], "ppl": 1.0,
+             "train_args": shlex.join(old.train_args(Run(m, 100)))} for m in ("xpt", "scratch")]
+    (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (out / "runs/scratch/100").mkdir(parents=True)
+    (out / "runs/scratch/100/status.json").write_text('{"state": "finished"}')
+    changed = [*args, "--set", "scratch:phases.0.lr=1e-4"]
+    assert _Sweep(build_plan(parse_args(changed))).pending() == []
+    assert "scratch 100 in" in capsys.readouterr().out and _rows(out) == rows
+
+    assert _Sweep(build_plan(parse_args([*changed, "--rerun-changed"]))).pending() == [Run("scratch", 100)]
+    said = capsys.readouterr().out
+    assert "skip xpt 100: its row is in" in said and "rerun scratch 100: its row was made with another config" in said
+    assert _rows(out) == rows[:1]
+    assert [json.loads(line) for line in (out / "results.superseded.jsonl").read_text().splitlines()] == rows[1:]
+    assert (out / "runs/scratch/100.superseded/status.json").is_file() and not (out / "runs/scratch/100").exists()
+
+
 def test_size_to_match_interpolates_scratch_in_log_size():
     ppl = [(1600, 4.0), (100, 10.0), (400, 6.0)]  # lower is better; any order
     assert size_to_match(ppl, 8.0, False) == Match("=", pytest.approx(200))  # halfway in log2 from 100 to 400

@@ -10,7 +10,8 @@ is in the run's log.
 Writes ``DIR/results.jsonl`` (one row per finished run, written when it finishes), ``DIR/results.md`` (mean ±
 std over seeds), ``DIR/plot_<metric>.png``, TensorBoard scalars under ``DIR/tb`` and ``DIR/summary.json`` with
 the data-efficiency ratio (how much data Scratch needs to match each arm; ``xpt_ds.sweeps.report``). A run
-whose row is in ``results.jsonl`` is not run again; a failed one is reported with its log and the sweep goes on.
+whose row is in ``results.jsonl`` is not run again (``--rerun-changed``: unless the row was made with another
+config or arguments); a failed one is reported with its log and the sweep goes on.
 """
 from __future__ import annotations
 
@@ -52,6 +53,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--largest-first", action="store_true",
                    help="run the largest size (every seed) before the others, so a sweep cut short by its deadline "
                         "has the headline comparison replicated; default: seed by seed, smallest size first")
+    p.add_argument("--rerun-changed", action="store_true",
+                   help="run again every run whose row in results.jsonl was made with another config or arguments "
+                        "(default: keep it, with a warning); its rows move to results.superseded.jsonl and its run "
+                        "directory to RUN.superseded, so nothing is lost")
     p.add_argument("--test-shards", nargs="+", default=[], metavar="SPEC",
                    help="held-out shards for xpt_ds.evaluate (default: the base config's data.valid_shards)")
     p.add_argument("--unigram", nargs="+", default=[], metavar="TRAIN_SPEC",

@@ -124,6 +124,7 @@ class Plan:
     config_sha: dict[str, str]  # the hash of DIR/configs/ARM.yaml, to notice a changed config on a rerun
     deadline: float | None = None  # time.time() after which no new run starts
     largest_first: bool = False  # the largest size's runs (every seed) before the rest
+    rerun_changed: bool = False  # run again a run whose row was made with another config or arguments
 
     @property
     def methods(self) -> list[str]:
@@ -269,7 +270,7 @@ def build_plan(a: argparse.Namespace) -> Plan:
     deadline = time.time() + a.deadline_minutes * 60 if a.deadline_minutes else None
     return Plan(a.out, arms, sizes, seeds, a.nproc, a.parallel, test_shards, evaluate_args, list(a.unigram),
                 finetune_args, finetune_sizes, overrides, steps, seq_len, best, sha, deadline,
-                a.largest_first)
+                a.largest_first, a.rerun_changed)
 
 
 def _finetune_args(a: argparse.Namespace) -> list[str] | None:

@@ -25,7 +25,7 @@ import torch
 from xpt_ds.errors import INTERRUPTED_EXIT_CODE
 from xpt_ds.sweeps.plan import Plan, Run
 from xpt_ds.sweeps.report import size_label
-from xpt_ds.sweeps.rows import INTRINSIC_KEYS, OPTIONAL_KEYS, read_rows
+from xpt_ds.sweeps.rows import INTRINSIC_KEYS, OPTIONAL_KEYS, read_rows, row_key
 from xpt_ds.training.checkpoint import complete_tags
 
 
@@ -277,12 +277,39 @@ class _Sweep:
             if old is None:
                 todo.append(run)
                 continue
+            changed = (_settings(old.get("train_args") or ""), old.get("config_sha256")) != (
+                _settings(shlex.join(self.plan.train_args(run))), self.plan.config_sha[run.arm])
+            if changed and self.plan.rerun_changed:
+                self.supersede(run)
+                todo.append(run)
+                continue
             self.say(f"skip {run.label}: its row is in {self.results}")
-            if (_settings(old.get("train_args") or ""), old.get("config_sha256")) != (
-                    _settings(shlex.join(self.plan.train_args(run))), self.plan.config_sha[run.arm]):
+            if changed:
                 self.say(f"warning: {run.label} in {self.results} was trained with another config or arguments "
-                         f"({old.get('train_args')}); delete its row and run directory to run it again")
+                         f"({old.get('train_args')}); --rerun-changed runs it again")
         return todo
+
+    def supersede(self, run: Run) -> None:
+        """Take ``run``'s rows out of results.jsonl (appended to results.superseded.jsonl first, then the file
+        replaced whole) and move its run directory aside to RUN.superseded, so that it trains from the start."""
+        key = (run.arm, run.size, run.seed)
+        lines = self.results.read_text().splitlines(keepends=True)
+        mine = [line for line in lines if line.strip() and row_key(json.loads(line)) == key]
+        with open(self.plan.out / "results.superseded.jsonl", "a") as f:
+            f.writelines(mine)
+            f.flush()
+            os.fsync(f.fileno())
+        tmp = self.results.with_name(self.results.name + ".tmp")
+        tmp.write_text("".join(line for line in lines if line not in mine))
+        os.replace(tmp, self.results)
+        del self.done[key]
+        run_dir, moved = self.plan.run_dir(run), ""
+        if run_dir.exists():
+            aside = _free_name(run_dir, ".superseded")
+            run_dir.rename(aside)
+            moved = f" and {run_dir} to {aside.name}"
+        self.say(f"rerun {run.label}: its row was made with another config or arguments; moved it to "
+                 f"{self.plan.out / 'results.superseded.jsonl'}{moved}")
 
     def one(self, run: Run) -> None:
         plan = self.plan
