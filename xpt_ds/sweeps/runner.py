@@ -293,8 +293,8 @@ class _Sweep:
         """Take ``run``'s rows out of results.jsonl (appended to results.superseded.jsonl first, then the file
         replaced whole) and move its run directory aside to RUN.superseded, so that it trains from the start."""
         key = (run.arm, run.size, run.seed)
-        lines = self.results.read_text().splitlines(keepends=True)
-        mine = [line for line in lines if line.strip() and row_key(json.loads(line)) == key]
+        lines = self.results.read_text().splitlines(keepends=True)  # a tail without its newline stays as it was
+        mine = [line for line in lines if line.endswith("\n") and line.strip() and row_key(json.loads(line)) == key]
         with open(self.plan.out / "results.superseded.jsonl", "a") as f:
             f.writelines(mine)
             f.flush()
