@@ -274,6 +274,32 @@ def test_rerun_changed_runs_again_only_the_changed_arm_and_keeps_the_old_run(tmp
     assert (out / "runs/scratch/100.superseded/status.json").is_file() and not (out / "runs/scratch/100").exists()
 
 
+def test_a_row_cut_short_is_set_aside_before_the_sweep_appends(tmp_path, sweep_config, capsys):
+    """A results.jsonl ending inside a row (a full disk or a crash while it was written) is cut back to its last
+    whole row before the sweep appends: the tail is kept in results.partial.txt, the finished run still skipped,
+    and the cut-short one pending again."""
+    import shlex
+
+    from xpt_ds.sweep import parse_args
+    from xpt_ds.sweeps.plan import Run, build_plan
+    from xpt_ds.sweeps.runner import _Sweep
+    config, test_shards = sweep_config
+    out = tmp_path / "sweep"
+    args = ["--config", str(config), "--methods", "xpt", "scratch", "--sizes", "100", "--test-shards",
+            *test_shards, "--out", str(out)]
+    plan = build_plan(parse_args(args))
+    row = json.dumps({"method": "xpt", "size": 100, "seed": None, "config_sha256": plan.config_sha["xpt"],
+                      "train_args": shlex.join(plan.train_args(Run("xpt", 100)))}) + "\n"
+    tail = '{"method": "scratch", "size": 100, "ppl": 12'
+    (out / "results.jsonl").write_text(row + tail)
+    assert _Sweep(plan).pending() == [Run("scratch", 100)]
+    said = capsys.readouterr().out
+    assert f"its last line ({len(tail)} bytes) was not a whole row; moved it to {out}/results.partial.txt" in said
+    assert (out / "results.jsonl").read_text() == row and (out / "results.partial.txt").read_text() == tail + "\n"
+    _Sweep(plan)  # nothing more to set aside
+    assert (out / "results.partial.txt").read_text() == tail + "\n" and "not a whole row" not in capsys.readouterr().out
+
+
 def test_size_to_match_interpolates_scratch_in_log_size():
     ppl = [(1600, 4.0), (100, 10.0), (400, 6.0)]  # lower is better; any order
     assert size_to_match(ppl, 8.0, False) == Match("=", pytest.approx(200))  # halfway in log2 from 100 to 400

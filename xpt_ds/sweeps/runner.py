@@ -260,11 +260,29 @@ class _Sweep:
 
     def __init__(self, plan: Plan):
         self.plan, self.results = plan, plan.out / "results.jsonl"
-        self.done, self.failures = read_rows(self.results), []
         self.lock, self.call_lock, self.slots = threading.Lock(), threading.Lock(), queue.Queue()
         self.stdout = sys.stdout  # the stream as the sweep started: _call redirects sys.stdout while it runs
+        self.set_aside_partial_row()
+        self.done, self.failures = read_rows(self.results), []
         for slot in range(plan.parallel):
             self.slots.put(slot)
+
+    def set_aside_partial_row(self) -> None:
+        """A results.jsonl whose last line has no newline (a row cut short, by a full disk or a crash while it was
+        written) would have the next row appended onto that line: the tail goes to results.partial.txt (kept)
+        and the file is cut back to its last complete row, before this sweep appends anything."""
+        data = self.results.read_bytes() if self.results.is_file() else b""
+        if not data or data.endswith(b"\n"):
+            return
+        keep = data.rfind(b"\n") + 1
+        with open(self.plan.out / "results.partial.txt", "ab") as f:
+            f.write(data[keep:] + b"\n")
+            f.flush()
+            os.fsync(f.fileno())
+        with open(self.results, "r+b") as f:
+            f.truncate(keep)
+        self.say(f"{self.results}: its last line ({len(data) - keep} bytes) was not a whole row; moved it to "
+                 f"{self.plan.out / 'results.partial.txt'}")
 
     def say(self, text: str) -> None:
         with self.lock:
@@ -293,8 +311,8 @@ class _Sweep:
         """Take ``run``'s rows out of results.jsonl (appended to results.superseded.jsonl first, then the file
         replaced whole) and move its run directory aside to RUN.superseded, so that it trains from the start."""
         key = (run.arm, run.size, run.seed)
-        lines = self.results.read_text().splitlines(keepends=True)  # a tail without its newline stays as it was
-        mine = [line for line in lines if line.endswith("\n") and line.strip() and row_key(json.loads(line)) == key]
+        lines = self.results.read_text().splitlines(keepends=True)  # whole rows only (set_aside_partial_row)
+        mine = [line for line in lines if line.strip() and row_key(json.loads(line)) == key]
         with open(self.plan.out / "results.superseded.jsonl", "a") as f:
             f.writelines(mine)
             f.flush()
