@@ -144,7 +144,7 @@ def efficiency_claim(out: Path) -> dict:
             parts.append(f"{name}: not measurable here")
             continue
         top = max(r for _, r in counted)
-        bounded = [r for size, r in counted if dict(by_size)[size]["bound"] == ">"]
+        bounded = [m["ratio"] for _, m in by_size if m["bound"] == ">"]
         if top >= 2:
             parts.append(f"{name}: reproduced (at least {top:.3g}×)" if top in bounded
                          else f"{name}: reproduced ({top:.3g}×)")

@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from xpt_ds.errors import INTERRUPTED_EXIT_CODE
+from xpt_ds.io.paths import write_text_atomic
 from xpt_ds.sweeps.plan import Plan, Run
 from xpt_ds.sweeps.report import size_label
 from xpt_ds.sweeps.rows import INTRINSIC_KEYS, OPTIONAL_KEYS, read_rows, row_key
@@ -167,6 +168,14 @@ def train(plan: Plan, run: Run, stages: Stages, say=print) -> None:
     _add_seconds(run_dir, "train", stages.process(plan.train_command(run), run_dir / "train.log", "train"))
 
 
+def _append_durably(path: Path, text: str) -> None:
+    """Append ``text`` to ``path`` and have it on disk before the caller removes it from elsewhere."""
+    with open(path, "a") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+
+
 def _free_name(path: Path, suffix: str) -> Path:
     """``path`` + ``suffix``, or + ``suffix-2``, ``-3``... : the first that does not exist."""
     candidate, n = path.with_name(path.name + suffix), 1
@@ -275,12 +284,8 @@ class _Sweep:
         if not data or data.endswith(b"\n"):
             return
         keep = data.rfind(b"\n") + 1
-        with open(self.plan.out / "results.partial.txt", "ab") as f:
-            f.write(data[keep:] + b"\n")
-            f.flush()
-            os.fsync(f.fileno())
-        with open(self.results, "r+b") as f:
-            f.truncate(keep)
+        _append_durably(self.plan.out / "results.partial.txt", data[keep:].decode(errors="replace") + "\n")
+        write_text_atomic(self.results, data[:keep].decode(), fsync=True)
         self.say(f"{self.results}: its last line ({len(data) - keep} bytes) was not a whole row; moved it to "
                  f"{self.plan.out / 'results.partial.txt'}")
 
@@ -313,13 +318,8 @@ class _Sweep:
         key = (run.arm, run.size, run.seed)
         lines = self.results.read_text().splitlines(keepends=True)  # whole rows only (set_aside_partial_row)
         mine = [line for line in lines if line.strip() and row_key(json.loads(line)) == key]
-        with open(self.plan.out / "results.superseded.jsonl", "a") as f:
-            f.writelines(mine)
-            f.flush()
-            os.fsync(f.fileno())
-        tmp = self.results.with_name(self.results.name + ".tmp")
-        tmp.write_text("".join(line for line in lines if line not in mine))
-        os.replace(tmp, self.results)
+        _append_durably(self.plan.out / "results.superseded.jsonl", "".join(mine))
+        write_text_atomic(self.results, "".join(line for line in lines if line not in mine), fsync=True)
         del self.done[key]
         run_dir, moved = self.plan.run_dir(run), ""
         if run_dir.exists():
