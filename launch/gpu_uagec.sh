@@ -203,13 +203,12 @@ run_sweeps() {
   # shellcheck disable=SC2086
   COMMON=(--seeds $SEEDS --rerun-changed "${DEADLINE[@]}" "${FT[@]}")
   RESERVE_S=$PACK_S
-  # Scratch and XPT-SP train every weight from their first step: at the base's phase-1 lr (1e-3, meant for XPT's
-  # new parameters alone) both stayed at the unigram predictor for all of 2026-11-27's H200 runs (RESULTS.md), so
-  # they train at XPT's phase-2 lr, the one this base gives every weight: XPT-SP is then XPT without its frozen
-  # phase, as 002 defines it. Adapters train only new parameters and keep 1e-3.
+  # Scratch and XPT-SP train every weight from their first step, so the plan gives them the base's phase-2 lr
+  # (3e-4, the one it gives every weight; xpt_ds.sweeps.plan.schedule_source): at its phase-1 lr (1e-3, meant for
+  # XPT's new parameters alone) both stayed at the unigram predictor in 2026-11-27's H200 runs (RESULTS.md).
+  # XPT-SP is then XPT without its frozen phase, as 002 defines it. Adapters train only new parameters: 1e-3.
   step sweep_main sweep main "$PHASE_STEPS" --methods scratch adapters xpt_sp xpt --sizes "${SIZE_LIST[@]}" \
-    --parallel "$PARALLEL" --largest-first "${TEST[@]}" "${COMMON[@]}" --set "${SET[@]}" \
-    scratch:phases.0.lr=3e-4 xpt_sp:phases.0.lr=3e-4 &
+    --parallel "$PARALLEL" --largest-first "${TEST[@]}" "${COMMON[@]}" --set "${SET[@]}" &
   step sweep_init sweep init "$PHASE_STEPS" --methods xpt_source_mean=xpt xpt_frequency_rank=xpt \
     xpt_from_file=xpt --sizes "$LARGEST" "${TEST[@]}" "${COMMON[@]}" --set "${SET[@]}" \
     xpt_source_mean:model.embedding_init=source_mean xpt_frequency_rank:model.embedding_init=frequency_rank \

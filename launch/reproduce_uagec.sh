@@ -29,8 +29,11 @@ random.Random(0).shuffle(lines)
 out = os.path.join(os.environ["OUT"], "finetune_train.jsonl")
 open(out, "w", encoding="utf-8").write("\n".join(lines[: int(os.environ["FT_TRAIN"])]) + "\n")
 PY
+# Scratch and XPT-SP at the base's phase-1 lr (1e-3), as RESULTS.md's recorded runs were: the sweep now gives a
+# one-phase method that trains every weight the base's phase-2 lr (xpt_ds.sweeps.plan.schedule_source).
 SWEEP=("$PY" -m xpt_ds.sweep --config launch/configs/uagec_repro.yaml --out "$OUT"
-       --test-shards demo_out/uk/manifest.json:test --set "model.source=$SOURCE")
+       --test-shards demo_out/uk/manifest.json:test
+       --set "model.source=$SOURCE" scratch:phases.0.lr=1e-3 xpt_sp:phases.0.lr=1e-3)
 "${SWEEP[@]}" --methods scratch xpt --sizes 25K 50K 100K 200K 400K
 "${SWEEP[@]}" --methods adapters xpt_sp --sizes 100K 400K
 # Downstream: the four methods at the largest size, two seeds each.

@@ -274,6 +274,56 @@ def test_rerun_changed_runs_again_only_the_changed_arm_and_keeps_the_old_run(tmp
     assert (out / "runs/scratch/100.superseded/status.json").is_file() and not (out / "runs/scratch/100").exists()
 
 
+def test_one_phase_methods_take_the_lr_of_the_base_phase_that_trains_what_they_train(tmp_path, sweep_config):
+    """On a two-phase XPT base (phase 1: new parameters at 1e-3, phase 2: every weight at 5e-4), a one-phase method
+    that trains every weight (Scratch, XPT-SP, keep_vocab) gets phase 2's lr and warm-up over both phases' steps;
+    Adapters (new parameters only) phase 1's; XPT keeps both phases."""
+    from xpt_ds.sweep import parse_args
+    from xpt_ds.sweeps.plan import build_plan
+    config, test_shards = sweep_config
+    cfg = yaml.safe_load(config.read_text())
+    cfg["phases"] = [{"name": "phase1", "steps": 2, "lr": 1e-3, "warmup_steps": 1, "min_lr_ratio": 0.1},
+                     {"name": "phase2", "steps": 2, "lr": 5e-4, "warmup_steps": 2, "decay": "cosine"}]
+    config.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    plan = build_plan(parse_args(["--config", str(config), "--methods", "scratch", "xpt_sp", "adapters", "xpt",
+                                  "--sizes", "200", "--out", str(tmp_path / "sweep"), "--test-shards", *test_shards]))
+    one = {m: [(p.name, p.steps, p.lr, p.warmup_steps, p.decay, p.min_lr_ratio) for p in _loaded(plan, m, 200).phases]
+           for m in ("scratch", "xpt_sp", "adapters")}
+    assert one == {"scratch": [("phase1", 4, 5e-4, 2, "cosine", 0.0)], "xpt_sp": [("phase1", 4, 5e-4, 2, "cosine", 0.0)],
+                   "adapters": [("phase1", 4, 1e-3, 1, "linear", 0.1)]}
+    assert [(p.steps, p.lr) for p in _loaded(plan, "xpt", 200).phases] == [(2, 1e-3), (2, 5e-4)]
+
+
+def test_a_row_whose_config_resolves_the_same_is_not_trained_again(tmp_path, sweep_config, capsys):
+    """A row whose arm config or --set list reads differently (here: an lr that is now the arm's default, given
+    by --set) but resolves to the config its run recorded (RUN_DIR/config.yaml) is skipped without a warning, also
+    under --rerun-changed; one that resolves differently is rerun."""
+    import shlex
+
+    from xpt_ds.config import load_config, save_config
+    from xpt_ds.sweep import parse_args
+    from xpt_ds.sweeps.plan import Run, build_plan
+    from xpt_ds.sweeps.runner import _Sweep
+    config, test_shards = sweep_config  # phase 2's lr 5e-4: Scratch's one phase
+    out = tmp_path / "sweep"
+    args = ["--config", str(config), "--methods", "scratch", "--sizes", "100", "--test-shards", *test_shards,
+            "--out", str(out), "--rerun-changed"]
+    old = build_plan(parse_args(args))
+    train_args = old.train_args(Run("scratch", 100))
+    row = {"method": "scratch", "size": 100, "seed": None, "config_sha256": "written-otherwise", "ppl": 1.0,
+           "train_args": shlex.join(train_args)}
+    (out / "results.jsonl").write_text(json.dumps(row) + "\n")
+    (out / "runs/scratch/100").mkdir(parents=True)
+    save_config(load_config(train_args[1], train_args[2:]), out / "runs/scratch/100/config.yaml")
+    assert _Sweep(build_plan(parse_args([*args, "--set", "scratch:phases.0.lr=5e-4"]))).pending() == []
+    said = capsys.readouterr().out
+    assert "skip scratch 100: its row is in" in said and "warning" not in said and _rows(out) == [row]
+
+    assert _Sweep(build_plan(parse_args([*args, "--set", "scratch:phases.0.lr=1e-4"]))).pending() == [Run("scratch", 100)]
+    assert "rerun scratch 100: its row was made with another config" in capsys.readouterr().out
+    assert not (out / "results.jsonl").read_text() and (out / "runs/scratch/100.superseded/config.yaml").is_file()
+
+
 def test_a_row_cut_short_is_set_aside_before_the_sweep_appends(tmp_path, sweep_config, capsys):
     """A results.jsonl ending inside a row (a full disk or a crash while it was written) is cut back to its last
     whole row before the sweep appends: the tail is kept in results.partial.txt, the finished run still skipped,
@@ -366,6 +416,8 @@ def test_a_trelm_sweep_builds_its_phase_graph_from_an_xpt_base(tmp_path, sweep_c
     assert [p.trainable for p in trelm.phases] == [["@all", "!@encoder"], ["@all", "!@lower"], ["@all", "!@upper"],
                                                    ["@all"]]
     assert [p.steps for p in trelm.phases] == [3, 1, 1, 1] and trelm.phases[3].lr == 2e-4
+    # the commonality phase leaves the encoder out: the base's phase-1 lr (new parameters); the rest train it: phase 2's
+    assert [p.lr for p in trelm.phases[:3]] == [1e-3, 5e-4, 5e-4]
     assert plan.steps["trelm", 200] == 6 and plan.steps["xpt", 200] == 4 and plan.steps["scratch", 200] == 4
     xpt = _loaded(plan, "xpt", 200)
     assert [p.name for p in xpt.phases] == ["phase1", "phase2"] and not xpt.data.parallel_shards
@@ -388,7 +440,8 @@ def test_a_trelm_graph_base_sweeps_every_method(tmp_path, tiny_roberta, corpus):
     xpt, scratch, no_tri = (_loaded(plan, m, 10**6) for m in ("xpt", "scratch", "trelm_no_tri"))
     assert [(p.name, p.steps, p.trainable, p.objectives, p.reads()) for p in xpt.phases] == [
         ("phase1", 70000, [], [], []), ("phase2", 70000, [], [], [])]
-    assert [(p.steps, p.lr, p.warmup_steps) for p in scratch.phases] == [(140000, 3e-5, 1000)]
+    # Scratch trains every weight: the schedule of the base's last phase (where every weight trains)
+    assert [(p.steps, p.lr, p.warmup_steps) for p in scratch.phases] == [(140000, 2e-5, 4000)]
     for c in (xpt, scratch):
         assert (c.data.parallel_shards, c.data.source_shards, c.data.parallel_valid_shards) == ([], [], [])
     assert trelm.data.parallel_valid_shards == ["data/en_uk/manifest.json:valid"]

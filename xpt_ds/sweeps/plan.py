@@ -32,11 +32,14 @@ def method_config(base: dict, method: str) -> dict:
     - a graph method (trelm: ``Method.graph``) on a base whose phases are no phase graph, or a graph written for
       another method's graph, gets its graph: each phase's schedule (steps, lr, warmup, decay) from the base
       phase at the same index when the counts match, else the total steps split by the graph's shares and the
-      first phase's lr, decay and (at most the phase's steps) warmup;
+      lr, decay and (at most the phase's steps) warmup of the base phase that trains the same kind of weights
+      (``schedule_source``);
     - a method without a graph on a phase graph written for a graph method, or whose phases leave trainable
       to the presets, gets its presets the same way;
     - a one-phase method (xpt_sp, adapters, scratch) on a multi-phase base whose phases use the presets gets one
-      phase: the first phase's schedule with the total steps, as launch/configs/roberta_base_xpt.yaml describes.
+      phase of the total steps, named as the base's first, with the schedule of ``schedule_source``: Adapters
+      (new parameters only) the base's first phase's, Scratch and XPT-SP (every weight) its last phase's, the
+      lr the base gives every weight.
 
     Every method trains the same number of (global) steps. The English and parallel data keys go when no phase
     of the method reads them (a non-trelm method on a TreLM base)."""
@@ -50,10 +53,43 @@ def method_config(base: dict, method: str) -> dict:
     elif not m.graph and graph and (written_for_graph or not any(p.get("trainable") for p in phases)):
         cfg["phases"] = preset_phases(m, phases)
     elif m.phases == 1 < len(phases) and not any(p.get("trainable") for p in phases):
-        cfg["phases"] = [{**phases[0], "steps": sum(int(p.get("steps", 0)) for p in phases)}]
+        steps, src = sum(int(p.get("steps", 0)) for p in phases), schedule_source(m, 0, phases)
+        phase = {**phases[0], "steps": steps, **_schedule(src, steps)}  # the first phase's keys, in its order
+        cfg["phases"] = [{k: v for k, v in phase.items() if k not in SCHEDULE or k in src}]
     _drop_unread_data(cfg, m)
     cfg.setdefault("model", {})["method"] = method
     return cfg
+
+
+SCHEDULE = ("lr", "warmup_steps", "decay", "min_lr_ratio")  # what a phase takes from the base phase it follows
+
+
+def trains_reused(m: Method, index: int) -> bool:
+    """Whether phase ``index`` of ``m.schedule`` trains weights the model reuses (or, for Scratch, every
+    weight): not for Adapters or LoRA (the source stays as copied), a preset of new parameters only (XPT's
+    phase 1: ``@new``) or a graph phase that leaves the encoder out (TreLM's commonality phase)."""
+    if m.adapters or m.lora:
+        return False
+    trainable = m.schedule[index].trainable or m.presets[min(index, len(m.presets) - 1)]
+    return not (set(trainable) <= {"@new"} or "!@encoder" in trainable)
+
+
+def schedule_source(m: Method, index: int, base: list[dict]) -> dict:
+    """The base phase whose schedule phase ``index`` of ``m.schedule`` takes when the base's phases are not one
+    per phase of the method: the first, for a phase that trains new parameters only (on an XPT base, the
+    phase written for them); else the last, where the base trains every weight. So a one-phase method that
+    trains every weight is not run at an lr meant for new parameters alone: Scratch and XPT-SP at uagec_gpu.yaml's
+    phase-1 lr (1e-3) never left the unigram predictor on an H200 (RESULTS.md)."""
+    if not base:
+        return {}
+    return base[-1] if trains_reused(m, index) else base[0]
+
+
+def _schedule(src: dict, steps: int) -> dict:
+    """``src``'s lr, decay and min_lr_ratio (those it sets), then its warm-up, at most ``steps``."""
+    out = {k: src[k] for k in ("lr", "decay", "min_lr_ratio") if k in src}
+    out["warmup_steps"] = min(int(src.get("warmup_steps", 0)), steps)
+    return out
 
 
 def preset_phases(m: Method, base: list[dict]) -> list[dict]:
@@ -62,13 +98,10 @@ def preset_phases(m: Method, base: list[dict]) -> list[dict]:
     same = len(base) == len(schedule)
     out, left = [], total
     for i, preset in enumerate(schedule):
-        src = base[i] if same else (base[0] if base else {})
+        src = base[i] if same else schedule_source(m, i, base)
         steps = int(src.get("steps", 0)) if same else left if i == len(schedule) - 1 else round(preset.share * total)
         left -= steps
-        phase = {**preset.as_config(), "steps": steps}
-        phase.update({k: src[k] for k in ("lr", "decay", "min_lr_ratio") if k in src})
-        phase["warmup_steps"] = min(int(src.get("warmup_steps", 0)), steps)
-        out.append(phase)
+        out.append({**preset.as_config(), "steps": steps, **_schedule(src, steps)})
     return out
 
 

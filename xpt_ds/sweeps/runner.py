@@ -21,7 +21,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
+import yaml
 
+from xpt_ds.config import ConfigError, load_config, to_dict
 from xpt_ds.errors import INTERRUPTED_EXIT_CODE
 from xpt_ds.io.paths import write_text_atomic
 from xpt_ds.sweeps.plan import Plan, Run
@@ -264,6 +266,24 @@ def _settings(train_args: str) -> list[str]:
             if a != "--config" and (i == 0 or args[i - 1] != "--config") and not a.startswith("--run_dir=")]
 
 
+def _trains_as_recorded(plan: Plan, run: Run) -> bool:
+    """Whether ``run`` would train with the config its run directory recorded (RUN_DIR/config.yaml, the trainer's
+    resolved config), ``run_dir`` aside: the arm's config file under this sweep's arguments, resolved. A row whose
+    config file or arguments read differently but resolve to the same training (a base rewritten, a default now
+    also given by --set) is not changed."""
+    args = plan.train_args(run)
+    try:
+        recorded = yaml.safe_load((plan.run_dir(run) / "config.yaml").read_text())
+        now = yaml.safe_load(yaml.safe_dump(to_dict(load_config(args[1], args[2:])), sort_keys=False))
+    except (OSError, yaml.YAMLError, ConfigError):
+        return False
+    if not isinstance(recorded, dict):
+        return False
+    recorded.pop("run_dir", None)
+    now.pop("run_dir", None)
+    return recorded == now
+
+
 class _Sweep:
     """The runs not yet in results.jsonl, ``plan.parallel`` at a time; rows appended as runs finish."""
 
@@ -301,7 +321,8 @@ class _Sweep:
                 todo.append(run)
                 continue
             changed = (_settings(old.get("train_args") or ""), old.get("config_sha256")) != (
-                _settings(shlex.join(self.plan.train_args(run))), self.plan.config_sha[run.arm])
+                _settings(shlex.join(self.plan.train_args(run))), self.plan.config_sha[run.arm]) \
+                and not _trains_as_recorded(self.plan, run)
             if changed and self.plan.rerun_changed:
                 self.supersede(run)
                 todo.append(run)
