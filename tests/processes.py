@@ -63,11 +63,19 @@ def launch(args: list[str], nproc: int = 1, timeout: int = 600, env: dict | None
     except subprocess.TimeoutExpired:
         err = _stacks_then_kill(proc)
         raise AssertionError(f"{' '.join(cmd[2:])} was still running after {timeout} s: every rank was sent SIGABRT; "
-                             f"the end of its stderr, with the ranks' stacks:\n{err[-STACKS_KEPT:]}") from None
+                             f"the end of its stderr, with the ranks' stacks:\n{_stacks(err)}") from None
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
-STACKS_KEPT = 30_000  # characters of a hung job's stderr that its AssertionError shows
+STACKS_KEPT = 30_000  # characters of a hung job's stderr before its ranks' stacks that its AssertionError shows
+
+
+def _stacks(err: str) -> str:
+    """A hung job's stderr from STACKS_KEPT characters before the first rank's stacks (faulthandler's "Fatal Python
+    error") to the end: every rank's stacks, however long (threads, DataLoader workers, the extension module list),
+    where the last STACKS_KEPT characters alone cut the first rank's off."""
+    first = err.find("Fatal Python error")
+    return err[max(0, first - STACKS_KEPT):] if first >= 0 else err[-STACKS_KEPT:]
 
 
 def _no_core_files() -> None:

@@ -57,6 +57,7 @@ def test_repeated_nans_checkpoint_and_halt_then_resume(tmp_path, tiny_roberta, c
         "error: 3 steps in a row had a non-finite loss or gradient norm (more than guard.max_bad_steps=2); "
         f"stopped at step 6 with checkpoint {tag_for(6)}")
     assert "Traceback" not in proc.stderr
+    assert sum("error:" in line for line in proc.stderr.splitlines()) == 1  # both ranks halt: said once
     assert _status(run)["state"] == "halted"
     ckpt = run / "checkpoints"
     assert complete_tags(ckpt) == [tag_for(3), tag_for(4), tag_for(6)]  # 4: the end of phase 1

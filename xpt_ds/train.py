@@ -12,8 +12,9 @@ import sys
 from pathlib import Path
 
 from xpt_ds.config import help_text, load_config
-from xpt_ds.errors import INTERRUPTED_EXIT_CODE, UserError, cli_errors, error_line, say
-from xpt_ds.training import collector
+from xpt_ds.errors import INTERRUPTED_EXIT_CODE, UserError, cli_errors, error_line
+from xpt_ds.training import collector, rank_say
+from xpt_ds.training.rank_say import say_once
 from xpt_ds.training.ports import free_port
 
 
@@ -41,7 +42,12 @@ def _single_process_env() -> None:
 @cli_errors
 def main(argv: list[str] | None = None) -> int:
     args, overrides = parse_args(sys.argv[1:] if argv is None else argv)
-    cfg = load_config(args.config, overrides)
+    rank_say.forget()
+    try:
+        cfg = load_config(args.config, overrides)
+    except UserError as e:  # every rank reads the same config: one line per machine
+        say_once(f"error: {error_line(e)}")
+        return 2
     _single_process_env()
     with collector.importing():  # no collector passes over the imports, frozen after (xpt_ds.training.collector)
         import deepspeed
@@ -54,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     init_distributed()  # and unlink DeepSpeed's CPU shared-memory buffer names (xpt_ds.training.distributed)
     level = logging.INFO if deepspeed.comm.get_rank() == 0 else logging.WARNING
     logging.basicConfig(level=level, format="%(asctime)s %(name)s: %(message)s")
-    trainer = None
+    trainer, end = None, None  # end: the line every rank says and the exit status, once the job has closed
     try:
         with collector.paused():  # nor over the build, which stays collectable
             trainer = Trainer(cfg)
@@ -62,26 +68,28 @@ def main(argv: list[str] | None = None) -> int:
         trainer.train()
     except (UserError, OSError) as e:  # OSError: a file outside the checks
         _failed(trainer, cfg, error_line(e))
-        raise
+        end = f"error: {error_line(e)}", 2
     except Halted as e:
-        say(f"error: {e}")
-        return HALTED_EXIT_CODE
+        end = f"error: {e}", HALTED_EXIT_CODE
     except Preempted as e:
         if trainer.preemption.interrupted:
-            say(f"interrupted: checkpoint {e} is complete; the same command resumes from it")
-            return INTERRUPTED_EXIT_CODE
-        say(f"preempted: checkpoint {e} is complete; exiting with {PREEMPTED_EXIT_CODE} so the job is requeued")
-        return PREEMPTED_EXIT_CODE
+            end = f"interrupted: checkpoint {e} is complete; the same command resumes from it", INTERRUPTED_EXIT_CODE
+        else:
+            end = (f"preempted: checkpoint {e} is complete; exiting with {PREEMPTED_EXIT_CODE} so the job is "
+                   "requeued", PREEMPTED_EXIT_CODE)
     except KeyboardInterrupt:  # a Ctrl-C before the trainer watches for it, or a second one
         _failed(trainer, cfg, "stopped at once by Ctrl-C", state="interrupted")
-        say("interrupted: stopped at once; the same command resumes from the newest complete checkpoint")
-        return INTERRUPTED_EXIT_CODE
+        end = "interrupted: stopped at once; the same command resumes from the newest complete checkpoint", \
+            INTERRUPTED_EXIT_CODE
     finally:
         if trainer is not None:
             trainer.close()
         if deepspeed.comm.is_initialized():
             deepspeed.comm.destroy_process_group()
-    return 0
+    if end is None:
+        return 0
+    say_once(end[0])  # once per machine where the ranks say the same (xpt_ds.training.rank_say)
+    return end[1]
 
 
 def _failed(trainer, cfg, line: str, state: str = "failed") -> None:

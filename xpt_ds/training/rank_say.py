@@ -1,0 +1,90 @@
+"""What a training job's ranks say as they end (an ``error:`` line, ``preempted: ...``): once per machine when
+they say the same, each rank's own line (``[rank N] ...``) when it differs.
+
+A bad config key, a missing file or a NaN loss stops every rank with the same line: 64 ranks printed it 64 times.
+No collective can be trusted once a rank has failed, so the ranks of one machine compare through a file instead:
+local rank 0 writes its line to ``TMPDIR/xpt_ds_said_UID_PPID`` (the ranks of one launch on one machine share a
+parent: the ``deepspeed`` launcher's per-node process, the torchrun agent, or srun's step daemon) before it prints
+it; another rank prints its line only if local rank 0's differs, or none came within ``WAIT_S``. A rank that
+fails alone (its own shard) still says why, a moment later.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from xpt_ds.errors import say
+
+WAIT_S = 0.5  # how long another rank waits for local rank 0's line before it prints its own
+STALE_S = 3600  # older markers (a launch's parent whose PID came round again) are not read, and are removed
+
+
+def _env_int(*names: str, default: int) -> int:
+    for name in names:
+        if os.environ.get(name, "").strip().lstrip("-").isdigit():
+            return int(os.environ[name])
+    return default
+
+
+def _marker() -> Path:
+    return Path(tempfile.gettempdir()) / f"xpt_ds_said_{os.getuid()}_{os.getppid()}"
+
+
+def _fresh_line(path: Path) -> str | None:
+    """The line local rank 0 wrote for this launch, or None (none yet, or one left by an earlier launch)."""
+    try:
+        if time.time() - path.stat().st_mtime > STALE_S:
+            return None
+        return path.read_text(encoding="utf-8")
+    except OSError:
+        return None
+
+
+def _remove_stale(directory: Path) -> None:
+    try:
+        for old in directory.glob(f"xpt_ds_said_{os.getuid()}_*"):
+            if time.time() - old.stat().st_mtime > STALE_S:
+                old.unlink()
+    except OSError:
+        pass
+
+
+def _local_rank() -> int:
+    return _env_int("LOCAL_RANK", "SLURM_LOCALID", default=0)
+
+
+def forget() -> None:
+    """Local rank 0, as the job starts: no line of an earlier launch with the same parent is read as this one's."""
+    if _local_rank() == 0 and _env_int("WORLD_SIZE", "SLURM_NTASKS", default=1) > 1:
+        try:
+            _marker().unlink()
+        except OSError:
+            pass
+
+
+def say_once(line: str, wait_s: float = WAIT_S) -> None:
+    """Print ``line`` (one line) for this rank, unless local rank 0 of this launch printed the same line."""
+    world = _env_int("WORLD_SIZE", "SLURM_NTASKS", default=1)
+    if world <= 1:
+        say(line)
+        return
+    marker = _marker()
+    if _local_rank() == 0:
+        _remove_stale(marker.parent)
+        try:  # a whole file or none: written aside, then renamed
+            part = marker.with_name(f"{marker.name}.{os.getpid()}")
+            part.write_text(line, encoding="utf-8")
+            os.replace(part, marker)
+        except OSError:
+            pass
+        say(line)
+        return
+    deadline = time.monotonic() + wait_s
+    said = _fresh_line(marker)
+    while said is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+        said = _fresh_line(marker)
+    if said != line:
+        say(f"[rank {_env_int('RANK', 'SLURM_PROCID', default=-1)}] {line}")
