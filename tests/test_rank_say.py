@@ -26,16 +26,16 @@ def _forget():
                    env=env, check=True)
 
 
-def test_a_line_local_rank_0_said_is_not_repeated_and_another_is_said_with_its_rank():
+def test_a_line_local_rank_0_said_is_not_repeated_and_another_is_said():
     _forget()
     assert _say("error: bad key", 0, 0).stderr.read() == "error: bad key\n"
     assert _say("error: bad key", 1, 1).stderr.read() == ""  # said once for this machine
-    assert _say("error: shard 3 is corrupt", 1, 1).stderr.read() == "[rank 1] error: shard 3 is corrupt\n"
+    assert _say("error: shard 3 is corrupt", 1, 1).stderr.read() == "error: shard 3 is corrupt\n"
     assert _say("error: bad key", 1, 3, world=4).stderr.read() == ""
 
     _forget()  # a new launch: the earlier line is not this one's, so a rank alone says its own after a wait
     started = time.monotonic()
-    assert _say("error: bad key", 1, 1).stderr.read() == "[rank 1] error: bad key\n"
+    assert _say("error: bad key", 1, 1).stderr.read() == "error: bad key\n"
     assert time.monotonic() - started >= 0.5
 
 

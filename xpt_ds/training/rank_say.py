@@ -1,5 +1,5 @@
 """What a training job's ranks say as they end (an ``error:`` line, ``preempted: ...``): once per machine when
-they say the same, each rank's own line (``[rank N] ...``) when it differs.
+they say the same, and a rank's own line too when it differs (a message that depends on the rank names it).
 
 A bad config key, a missing file or a NaN loss stops every rank with the same line: 64 ranks printed it 64 times.
 No collective can be trusted once a rank has failed, so the ranks of one machine compare through a file instead:
@@ -87,4 +87,4 @@ def say_once(line: str, wait_s: float = WAIT_S) -> None:
         time.sleep(0.02)
         said = _fresh_line(marker)
     if said != line:
-        say(f"[rank {_env_int('RANK', 'SLURM_PROCID', default=-1)}] {line}")
+        say(line)
