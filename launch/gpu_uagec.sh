@@ -2,11 +2,14 @@
 # Issue 22 on one lent GPU: does XPT work at a compute where the models leave the unigram regime?
 # English all-MiniLM-L6-v2 -> Ukrainian UA-GEC, bf16 (launch/configs/uagec_gpu.yaml), every run stopped early
 # on its validation loss and scored, exported and fine-tuned from its best checkpoint.
-#   bash launch/gpu_uagec.sh OUT [--payload DIR] [--rehearse | --pack]
+#   bash launch/gpu_uagec.sh OUT [--payload DIR] [--rehearse | --pack | --dry-run]
 # --payload DIR: where the device calls left launch/gpu_payload.sh's slices (default /tmp/xpt_payload); they
 #   are joined, checked against payload.sha256 and unpacked into DIR/payload once.
 # --rehearse: the same steps on this CPU with tiny settings (steps, sizes, batch; the same bf16 ZeRO-1 engine),
 #   to keep the script working; launch/gpu_payload.sh .gpu-payload first, then --payload .gpu-payload.
+# --dry-run: on any machine, what the GPU's sweeps would do with OUT (xpt-ds sweep --dry-run: skip, rerun,
+#   resume or start, run by run), with the GPU's settings and nothing written to OUT. Give the payload the
+#   GPU's path, whose files the runs' configs name: ln -sfn "$PWD/.gpu-payload/payload" /tmp/xpt_payload/payload.
 # The script ends within BUDGET_S seconds of its start (GPU default 540: a device call runs at most 600 s, and a
 # session has 15 minutes of device time in all), packed: no run starts later than RUN_S (its planned length,
 # default 240 s) before the end, runs still going at the end are stopped (SIGTERM: they checkpoint, as when
@@ -37,7 +40,7 @@
 #   scalars: those stay the sweep's own), then claims.md and results.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${1:?usage: bash launch/gpu_uagec.sh OUT [--payload DIR] [--rehearse | --pack]}
+OUT=${1:?usage: bash launch/gpu_uagec.sh OUT [--payload DIR] [--rehearse | --pack | --dry-run]}
 shift
 PAYLOAD=/tmp/xpt_payload MODE=gpu
 while [ $# -gt 0 ]; do
@@ -45,6 +48,7 @@ while [ $# -gt 0 ]; do
     --payload) PAYLOAD=${2:?--payload needs a directory}; shift 2 ;;
     --rehearse) MODE=rehearse; shift ;;
     --pack) MODE=pack; shift ;;
+    --dry-run) MODE=dry; shift ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -90,6 +94,15 @@ unpack() {
   [ -n "$want" ] && [ "$want" = "$got" ] || { echo "payload in $PAYLOAD: sha256 $got, expected '$want'" >&2; return 1; }
   cat "$PAYLOAD"/part*/slice* | tar -C "$PAYLOAD" -xzf -
 }
+# WORK: where the script writes its base configs and pilot.json (a dry run: a temporary folder, OUT untouched)
+WORK=$OUT
+if [ "$MODE" = dry ]; then  # each step's output on stdout, labelled; no budget, no log, no steps.tsv
+  WORK=$(mktemp -d)
+  trap 'rm -rf "$WORK"' EXIT
+  step() { local name=$1; shift; "$@" 2>&1 | sed -e "/Setting accelerator to CPU/d" -e "s/^/$name: /"; }
+  budget_run() { "$@"; }
+  BUDGET_S=
+fi
 step unpack unpack || exit 1
 P=$(cd "$PAYLOAD/payload" && pwd)
 
@@ -101,12 +114,16 @@ if [ "$MODE" = rehearse ]; then
           logging.eval_batches=2 logging.log_every=2 data.num_workers=0 guard.early_stop_patience=2)
   EVAL=(--eval-batch-size 4 --eval-max-batches 4)
   FT=(--finetune-epochs 1 --finetune-max-length 32)
+elif [ "$MODE" = dry ]; then  # the GPU's settings below
+  export DS_ACCELERATOR=cpu
 else
   export DS_ACCELERATOR=cuda
   step install "$PY" -m pip install -q --no-deps --no-build-isolation --no-index --find-links .gpu-kit \
     hjson pydantic pydantic-core annotated-types typing-inspection webdataset braceexpand deepspeed || exit 1
   step install_xpt "$PY" -m pip install -q --no-deps --no-build-isolation -e . || exit 1
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$OUT/gpu.txt" 2>&1
+fi
+if [ "$MODE" != rehearse ]; then
   SIZES=${SIZES:-75K 150K 300K 600K} PILOT_STEPS=${PILOT_STEPS:-0} PARALLEL=${PARALLEL:-4}
   FT_SEEDS=${FT_SEEDS:-1 2 3} SEEDS=${SEEDS:-1 2} FT_ROWS=${FT_ROWS:-0} BUDGET_S=${BUDGET_S-540}
   TRAIN_S=${TRAIN_S:-150}
@@ -135,7 +152,7 @@ SET=(model.source="$P/source" model.tokenizer="$P/uk/spm.model" "data.train_shar
 # base STEPS: OUT/base_STEPS.yaml, launch/configs/uagec_gpu.yaml with STEPS per phase (warm-up at most a tenth). The steps go into the
 # base, not --set, so that each method's schedule is laid over their total (TreLM's graph by its shares).
 base() {
-  "$PY" - "$1" "$OUT/base_$1.yaml" <<'PY'
+  "$PY" - "$1" "$WORK/base_$1.yaml" <<'PY'
 import sys, yaml
 cfg = yaml.safe_load(open("launch/configs/uagec_gpu.yaml"))
 for phase in cfg["phases"]:  # warm-up at most a tenth of the phase (the rehearsal's phases are a few steps)
@@ -143,7 +160,7 @@ for phase in cfg["phases"]:  # warm-up at most a tenth of the phase (the rehears
     phase["warmup_steps"] = min(phase["warmup_steps"], max(1, phase["steps"] // 10))
 yaml.safe_dump(cfg, open(sys.argv[2], "w"), sort_keys=False)
 PY
-  echo "$OUT/base_$1.yaml"
+  echo "$WORK/base_$1.yaml"
 }
 # sweep NAME STEPS [ARG...]: python -m xpt_ds.sweep into OUT/NAME, STEPS per phase of the base, stopped when the
 # budget (less RESERVE_S) ends.
@@ -161,7 +178,7 @@ if [ "$PILOT_STEPS" -gt 0 ]; then
     --seeds 1 --parallel 2 --test-shards "$P/uk/manifest.json:test" --unigram "$P/uk/manifest.json:train" \
     --set "${SET[@]}"
 fi
-PHASE_STEPS=$("$PY" - "$OUT" "$PILOT_STEPS" "${PHASE_STEPS:-}" "$TRAIN_S" <<'PY'
+PHASE_STEPS=$("$PY" - "$WORK" "$PILOT_STEPS" "${PHASE_STEPS:-}" "$TRAIN_S" <<'PY'
 import json, math, sys
 from pathlib import Path
 import yaml
@@ -188,7 +205,7 @@ record["train_seconds_budget"] = train_s  # guard.max_train_minutes x 60 of ever
 print(per_phase)
 PY
 ) || { echo "no steps per phase: see $OUT/pilot.log" >&2; exit 1; }
-echo "sweep steps per phase: $PHASE_STEPS" | tee -a "$OUT/session.log"
+echo "sweep steps per phase: $PHASE_STEPS" | tee -a "$WORK/session.log"
 
 # 3. The sweeps, side by side (PARALLEL + 3 runs at a time on the one GPU). Under BUDGET_S no run starts later
 # than RUN_S + PACK_S seconds before the end, and whatever still runs at PACK_S before the end is stopped.
@@ -202,6 +219,7 @@ run_sweeps() {
   TEST=(--test-shards "$P/uk/manifest.json:test" --unigram "$P/uk/manifest.json:train")
   # shellcheck disable=SC2086
   COMMON=(--seeds $SEEDS --rerun-changed "${DEADLINE[@]}" "${FT[@]}")
+  [ "$MODE" = dry ] && COMMON+=(--dry-run)
   RESERVE_S=$PACK_S
   # Scratch and XPT-SP train every weight from their first step, so the plan gives them the base's phase-2 lr
   # (3e-4, the one it gives every weight; xpt_ds.sweeps.plan.schedule_source): at its phase-1 lr (1e-3, meant for
@@ -231,6 +249,7 @@ else
   run_sweeps
 fi
 
+[ "$MODE" = dry ] && exit 0
 # 4. The verdicts and the results file.
 step pack pack
 echo "[$(date +%T)] done: $OUT/results.tgz" | tee -a "$OUT/session.log"

@@ -1,6 +1,7 @@
 """python -m xpt_ds.sweep: real tiny runs through the CLI, resumability, failures, the report and the
 data-efficiency interpolation."""
 import json
+import shutil
 
 import pytest
 import yaml
@@ -322,6 +323,39 @@ def test_a_row_whose_config_resolves_the_same_is_not_trained_again(tmp_path, swe
     assert _Sweep(build_plan(parse_args([*args, "--set", "scratch:phases.0.lr=1e-4"]))).pending() == [Run("scratch", 100)]
     assert "rerun scratch 100: its row was made with another config" in capsys.readouterr().out
     assert not (out / "results.jsonl").read_text() and (out / "runs/scratch/100.superseded/config.yaml").is_file()
+
+
+def test_a_dry_run_says_what_the_sweep_would_do_and_changes_nothing(tmp_path, sweep_config, capsys):
+    """--dry-run on a sweep folder with a finished row, a changed one (--rerun-changed), a run directory without a
+    checkpoint and a row cut short: each is said, and no file in the folder changes (no configs written either)."""
+    import hashlib
+    import shlex
+
+    from xpt_ds.sweep import main, parse_args
+    from xpt_ds.sweeps.plan import Run, build_plan
+    config, test_shards = sweep_config
+    out = tmp_path / "sweep"
+    args = ["--config", str(config), "--methods", "xpt", "scratch", "adapters", "--sizes", "100", "--test-shards",
+            *test_shards, "--out", str(out)]
+    old = build_plan(parse_args(args))
+    rows = [{"method": m, "size": 100, "seed": None, "config_sha256": old.config_sha[m], "ppl": 1.0,
+             "train_args": shlex.join(old.train_args(Run(m, 100)))} for m in ("xpt", "scratch")]
+    (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"method": "adap')
+    (out / "runs/adapters/100").mkdir(parents=True)
+    (out / "runs/adapters/100/status.json").write_text('{"state": "running"}')
+    shutil.rmtree(out / "configs")
+
+    def files():
+        return {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in out.rglob("*") if p.is_file()}
+
+    before = files()
+    assert main([*args, "--dry-run", "--rerun-changed", "--set", "scratch:phases.0.lr=1e-4"]) == 0
+    said = capsys.readouterr().out
+    assert files() == before and not (out / "configs").exists()
+    assert "would cut" in said and "skip xpt 100: its row is in" in said
+    assert "would rerun scratch 100: its row was made with another config" in said
+    assert "would start adapters 100 over: " in said and "has no complete checkpoint" in said
+    assert "dry run: 2 of 3 runs would start; nothing was changed in" in said
 
 
 def test_a_row_cut_short_is_set_aside_before_the_sweep_appends(tmp_path, sweep_config, capsys):

@@ -57,6 +57,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="run again every run whose row in results.jsonl was made with another config or arguments "
                         "(default: keep it, with a warning); its rows move to results.superseded.jsonl and its run "
                         "directory to RUN.superseded, so nothing is lost")
+    p.add_argument("--dry-run", action="store_true",
+                   help="say what the sweep would do, run by run (skip, rerun, resume, start), and change nothing: "
+                        "no run starts, no row or run directory moves, the arm configs go to a temporary folder")
     p.add_argument("--test-shards", nargs="+", default=[], metavar="SPEC",
                    help="held-out shards for xpt_ds.evaluate (default: the base config's data.valid_shards)")
     p.add_argument("--unigram", nargs="+", default=[], metavar="TRAIN_SPEC",
@@ -106,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     from xpt_ds.sweeps.report import write_report
     from xpt_ds.sweeps.rows import read_rows
     from xpt_ds.sweeps.runner import Interrupted, sweep
+    if a.dry_run:
+        return _dry_run(a)
     try:
         plan = build_plan(a)
     except ValueError as e:  # a size or --set item that does not parse
@@ -123,6 +128,22 @@ def main(argv: list[str] | None = None) -> int:
     for f in failures:
         print(f"failed: {f['run']} ({f['stage']} exited {f['exit']}); log: {f['log']}", file=sys.stderr)
     return 1 if failures else 0
+
+
+def _dry_run(a: argparse.Namespace) -> int:
+    import tempfile
+
+    from xpt_ds.config import ConfigError
+    from xpt_ds.sweeps.plan import build_plan
+    from xpt_ds.sweeps.runner import dry_run
+    with tempfile.TemporaryDirectory(prefix="xpt_sweep_configs_") as configs:
+        try:
+            plan = build_plan(a, Path(configs))
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        todo = dry_run(plan)
+    print(f"dry run: {len(todo)} of {len(plan.runs())} runs would start; nothing was changed in {plan.out}")
+    return 0
 
 
 if __name__ == "__main__":

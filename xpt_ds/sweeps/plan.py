@@ -158,6 +158,7 @@ class Plan:
     deadline: float | None = None  # time.time() after which no new run starts
     largest_first: bool = False  # the largest size's runs (every seed) before the rest
     rerun_changed: bool = False  # run again a run whose row was made with another config or arguments
+    configs: Path | None = None  # where the arm configs are (default DIR/configs; a dry run's: a temporary folder)
 
     @property
     def methods(self) -> list[str]:
@@ -178,7 +179,7 @@ class Plan:
         return d if run.seed is None else d / f"seed{run.seed}"
 
     def config_path(self, arm: str) -> Path:
-        return config_path(self.out, arm)
+        return self.configs / f"{arm}.yaml" if self.configs is not None else config_path(self.out, arm)
 
     def train_args(self, run: Run) -> list[str]:
         seeds = [] if run.seed is None else [f"--model.init_seed={run.seed}", f"--seed={run.seed}",
@@ -262,8 +263,9 @@ def _size_range(text: str) -> tuple[int, int | None]:
     return (parse_size(first) if first else 0), (parse_size(last) if last else None)
 
 
-def build_plan(a: argparse.Namespace) -> Plan:
-    """Parse sizes and arms, write each arm's config, and load it with every override (the trainer's own checks)."""
+def build_plan(a: argparse.Namespace, configs: Path | None = None) -> Plan:
+    """Parse sizes and arms, write each arm's config (to DIR/configs, or ``configs``: a dry run leaves the sweep
+    folder as it is), and load it with every override (the trainer's own checks)."""
     sizes = sorted({parse_size(s) for s in a.sizes})
     arms = parse_arms(a.methods)
     seeds = list(dict.fromkeys(a.seeds)) if a.seeds else [None]
@@ -278,17 +280,18 @@ def build_plan(a: argparse.Namespace) -> Plan:
     if not finetune_sizes <= set(sizes):
         raise ConfigError(f"--finetune-sizes: {', '.join(size_label(s) for s in sorted(finetune_sizes - set(sizes)))} "
                           "is not one of --sizes")
-    (a.out / "configs").mkdir(parents=True, exist_ok=True)
+    folder = configs if configs is not None else a.out / "configs"
+    folder.mkdir(parents=True, exist_ok=True)
     steps, seq_len, best, sha, test_shards, mask_seed = {}, {}, {}, {}, list(a.test_shards), None
     for arm, method in arms.items():
         text = yaml.safe_dump(method_config(base, method), sort_keys=False)
-        config_path(a.out, arm).write_text(text)
+        (folder / f"{arm}.yaml").write_text(text)
         sha[arm] = hashlib.sha256(text.encode()).hexdigest()[:16]
         for size in sizes:
             args = [f"--model.method={method}", f"--data.train_tokens={size}",
                     *(o.arg for o in overrides if o.applies(arm, method, size))]
             try:
-                cfg = load_config(str(config_path(a.out, arm)), args)
+                cfg = load_config(str(folder / f"{arm}.yaml"), args)
             except ConfigError as e:  # the same --set fits one arm and not another (a one-phase method)
                 raise ConfigError(f"arm '{arm}' (model.method {method}), size {size_label(size)}: {e}") from None
             steps[arm, size], seq_len[arm, size] = sum(p.steps for p in cfg.phases), cfg.data.seq_len
@@ -303,7 +306,7 @@ def build_plan(a: argparse.Namespace) -> Plan:
     deadline = time.time() + a.deadline_minutes * 60 if a.deadline_minutes else None
     return Plan(a.out, arms, sizes, seeds, a.nproc, a.parallel, test_shards, evaluate_args, list(a.unigram),
                 finetune_args, finetune_sizes, overrides, steps, seq_len, best, sha, deadline,
-                a.largest_first, a.rerun_changed)
+                a.largest_first, a.rerun_changed, configs)
 
 
 def _finetune_args(a: argparse.Namespace) -> list[str] | None:

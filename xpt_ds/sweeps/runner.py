@@ -287,8 +287,8 @@ def _trains_as_recorded(plan: Plan, run: Run) -> bool:
 class _Sweep:
     """The runs not yet in results.jsonl, ``plan.parallel`` at a time; rows appended as runs finish."""
 
-    def __init__(self, plan: Plan):
-        self.plan, self.results = plan, plan.out / "results.jsonl"
+    def __init__(self, plan: Plan, dry: bool = False):
+        self.plan, self.results, self.dry = plan, plan.out / "results.jsonl", dry  # dry: say, change nothing
         self.lock, self.call_lock, self.slots = threading.Lock(), threading.Lock(), queue.Queue()
         self.stdout = sys.stdout  # the stream as the sweep started: _call redirects sys.stdout while it runs
         self.set_aside_partial_row()
@@ -304,6 +304,10 @@ class _Sweep:
         if not data or data.endswith(b"\n"):
             return
         keep = data.rfind(b"\n") + 1
+        if self.dry:
+            self.say(f"would cut {self.results} back to its last whole row ({len(data) - keep} bytes to "
+                     "results.partial.txt)")
+            return
         _append_durably(self.plan.out / "results.partial.txt", data[keep:].decode(errors="replace") + "\n")
         write_text_atomic(self.results, data[:keep].decode(), fsync=True)
         self.say(f"{self.results}: its last line ({len(data) - keep} bytes) was not a whole row; moved it to "
@@ -324,7 +328,10 @@ class _Sweep:
                 _settings(shlex.join(self.plan.train_args(run))), self.plan.config_sha[run.arm]) \
                 and not _trains_as_recorded(self.plan, run)
             if changed and self.plan.rerun_changed:
-                self.supersede(run)
+                if self.dry:
+                    self.say(f"would rerun {run.label}: its row was made with another config or arguments")
+                else:
+                    self.supersede(run)
                 todo.append(run)
                 continue
             self.say(f"skip {run.label}: its row is in {self.results}")
@@ -384,6 +391,29 @@ class _Sweep:
             with self.lock:
                 self.failures.append({"method": "unigram", "size": run.size, "seed": None, "run": "unigram",
                                       "stage": e.stage, "exit": e.code, "log": str(e.log)})
+
+
+def dry_run(plan: Plan) -> list[Run]:
+    """What ``sweep(plan)`` would do, said run by run (skip, rerun, resume, start), with nothing changed: no
+    stage starts, no row or run directory moves. The runs it would start, in order."""
+    s = _Sweep(plan, dry=True)
+    todo = s.pending()
+    rerun = {(r.arm, r.size, r.seed) for r in todo} & set(s.done)
+    for run in todo:
+        if (run.arm, run.size, run.seed) in rerun:
+            continue  # said by pending
+        run_dir = plan.run_dir(run)
+        tags = complete_tags(run_dir / "checkpoints")
+        if (run_dir / "status.json").is_file() and not tags:
+            s.say(f"would start {run.label} over: {run_dir} has no complete checkpoint (moved to "
+                  f"{run_dir.name}.no_checkpoint)")
+        elif _status(run_dir).get("state") == "finished":
+            s.say(f"would score {run.label}: trained, with no row yet")
+        elif tags:
+            s.say(f"would resume {run.label} from {tags[-1]}")
+        else:
+            s.say(f"would run {run.label}: {plan.steps[run.arm, run.size]} steps on {run.size:,} tokens")
+    return todo
 
 
 def sweep(plan: Plan) -> list[dict]:
