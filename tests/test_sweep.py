@@ -327,22 +327,28 @@ def test_a_row_whose_config_resolves_the_same_is_not_trained_again(tmp_path, swe
 
 def test_a_dry_run_says_what_the_sweep_would_do_and_changes_nothing(tmp_path, sweep_config, capsys):
     """--dry-run on a sweep folder with a finished row, a changed one (--rerun-changed), a run directory without a
-    checkpoint and a row cut short: each is said, and no file in the folder changes (no configs written either)."""
+    checkpoint, one with a complete checkpoint, a new run and a row cut short: each is said, and no file in the
+    folder changes (no configs written either)."""
     import hashlib
     import shlex
 
     from xpt_ds.sweep import main, parse_args
     from xpt_ds.sweeps.plan import Run, build_plan
+    from xpt_ds.training.checkpoint import MARKER
     config, test_shards = sweep_config
     out = tmp_path / "sweep"
-    args = ["--config", str(config), "--methods", "xpt", "scratch", "adapters", "--sizes", "100", "--test-shards",
-            *test_shards, "--out", str(out)]
+    args = ["--config", str(config), "--methods", "xpt", "scratch", "adapters", "xpt_sp", "xpt_no_itl", "--sizes",
+            "100", "--test-shards", *test_shards, "--out", str(out)]
     old = build_plan(parse_args(args))
     rows = [{"method": m, "size": 100, "seed": None, "config_sha256": old.config_sha[m], "ppl": 1.0,
              "train_args": shlex.join(old.train_args(Run(m, 100)))} for m in ("xpt", "scratch")]
     (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"method": "adap')
     (out / "runs/adapters/100").mkdir(parents=True)
     (out / "runs/adapters/100/status.json").write_text('{"state": "running"}')
+    tag = out / "runs/xpt_sp/100/checkpoints/global_step000000003"
+    tag.mkdir(parents=True)
+    (tag / MARKER).write_text('{"global_step": 3}')
+    (out / "runs/xpt_sp/100/status.json").write_text('{"state": "preempted"}')
     shutil.rmtree(out / "configs")
 
     def files():
@@ -355,7 +361,8 @@ def test_a_dry_run_says_what_the_sweep_would_do_and_changes_nothing(tmp_path, sw
     assert "would cut" in said and "skip xpt 100: its row is in" in said
     assert "would rerun scratch 100: its row was made with another config" in said
     assert "would start adapters 100 over: " in said and "has no complete checkpoint" in said
-    assert "dry run: 2 of 3 runs would start; nothing was changed in" in said
+    assert "would resume xpt_sp 100 from global_step000000003" in said and "would run xpt_no_itl 100: 4 steps" in said
+    assert "dry run: 4 of 5 runs would start; nothing was changed in" in said
 
 
 def test_a_row_cut_short_is_set_aside_before_the_sweep_appends(tmp_path, sweep_config, capsys):

@@ -405,7 +405,7 @@ def dry_run(plan: Plan) -> list[Run]:
         run_dir = plan.run_dir(run)
         tags = complete_tags(run_dir / "checkpoints")
         if (run_dir / "status.json").is_file() and not tags:
-            s.say(f"would start {run.label} over: {run_dir} has no complete checkpoint (moved to "
+            s.say(f"would start {run.label} over: {run_dir} has no complete checkpoint (it would move to "
                   f"{run_dir.name}.no_checkpoint)")
         elif _status(run_dir).get("state") == "finished":
             s.say(f"would score {run.label}: trained, with no row yet")
