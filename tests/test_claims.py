@@ -66,6 +66,11 @@ def test_a_clear_order_is_reproduced_and_every_claim_gets_a_verdict(tmp_path):
     assert "| *unigram predictor* | 900.00 | 6.00 |" in md and "| *majority class* |" in md
     assert "100.00 ± 7.07 (n=2)" in md  # XPT's PPL: mean and sample std of 95 and 105
     assert "| 70.00 ± 0.00 (n=2) |" in md  # fine-tuned: one fine-tuning seed of each of two replicates, pooled
+    # the main sweep's data-efficiency figure and tables (two sizes), before the verdicts
+    data = md.index("## Data efficiency (the main sweep")
+    assert data < md.index("## Verdicts") and "![PPL against training tokens](efficiency_ppl.png)" in md
+    assert (tmp_path / "efficiency_ppl.png").read_bytes() == (tmp_path / "main/plot_ppl.png").read_bytes()
+    assert "Scratch data needed to match each method's PPL" in md[data:] and "| XPT | > 80K (> 8×) |" in md[data:]
 
 
 def test_runs_the_time_budget_cut_short_are_listed(tmp_path):
