@@ -5,6 +5,7 @@ import subprocess
 import time
 
 from conftest import REPO
+from test_trelm import source_dir  # noqa: F401  (fixture)
 
 
 def _run(tmp_path, script: str, budget: str | None) -> tuple[subprocess.CompletedProcess, float]:
@@ -80,3 +81,40 @@ def test_budget_run_inside_a_shell_function_and_with_nothing_left(tmp_path):
     proc, seconds = _run(tmp_path, script, "1")
     assert seconds < 10 and "f=124" in proc.stdout and "none=124" in proc.stdout
     assert not (tmp_path / "never").exists() and "no time left in the budget for: touch never" in proc.stderr
+
+
+def test_gpu_uagec_dry_run_says_what_each_sweep_would_do_and_writes_nothing(tmp_path, source_dir, corpus_bert):
+    """``launch/gpu_uagec.sh OUT --dry-run`` (docs/testing.md's step 0 before a GPU session) on a payload of the
+    test fixtures: the GPU's four sweeps say their plans (every run new here: 32 + 6 + 2 + 2) with the GPU's
+    settings, and OUT holds only what it held (no steps.tsv, logs, base configs or arm configs)."""
+    import hashlib
+    import shutil
+
+    import numpy as np
+    payload = tmp_path / "xpt_payload" / "payload"
+    shutil.copytree(source_dir, payload / "source")
+    for name in ("uk", "uk_src", "en_src", "parallel"):  # the shard paths are read only when a run starts
+        shutil.copytree(corpus_bert, payload / name)
+    (payload / "emb").mkdir()
+    np.save(payload / "emb/uk_on_minilm.npy", np.zeros((8, 4), dtype=np.float32))
+    (payload / "labels").mkdir()
+    for name in ("finetune_train", "test"):
+        (payload / f"labels/{name}.jsonl").write_text('{"text": "a", "label": "0"}\n{"text": "b", "label": "1"}\n')
+    out = tmp_path / "gu"
+    (out / "main").mkdir(parents=True)
+    (out / "main/results.jsonl").write_text("")
+
+    def files():
+        return {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in out.rglob("*") if p.is_file()}
+
+    before = files()
+    proc = subprocess.run(["bash", str(REPO / "launch/gpu_uagec.sh"), str(out), "--dry-run", "--payload",
+                           str(payload.parent)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    said = proc.stdout.splitlines()
+    for sweep, runs in (("sweep_main", 32), ("sweep_init", 6), ("sweep_other_trelm", 2),
+                        ("sweep_other_keep_vocab", 2)):
+        assert f"{sweep}: dry run: {runs} of {runs} runs would start; nothing was changed in {out / sweep[6:]}" \
+            in said, proc.stdout[-3000:]
+    assert "sweep_main: would run scratch 600K seed 1: 6000 steps on 600,000 tokens" in said
+    assert files() == before and sorted(p.name for p in out.iterdir()) == ["main"]
