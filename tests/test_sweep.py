@@ -1,7 +1,6 @@
 """python -m xpt_ds.sweep: real tiny runs through the CLI, resumability, failures, the report and the
 data-efficiency interpolation."""
 import json
-import shutil
 
 import pytest
 import yaml
@@ -221,60 +220,6 @@ def test_labelled_arms_and_seeds_plan_their_own_runs(tmp_path, sweep_config):
             build_plan(parse_args([*base, "--methods", *methods, *extra]))
 
 
-def test_a_moved_sweep_folder_still_matches_its_rows(tmp_path, sweep_config, capsys):
-    """The rows of a sweep unpacked elsewhere (a later GPU session continuing launch/gpu_uagec.sh's results.tgz)
-    are skipped without the changed-config warning; a changed setting still warns."""
-    import shlex
-    import shutil
-
-    from xpt_ds.sweep import parse_args
-    from xpt_ds.sweeps.plan import Run, build_plan
-    from xpt_ds.sweeps.runner import _Sweep
-    config, test_shards = sweep_config
-    args = ["--config", str(config), "--methods", "xpt", "--sizes", "100", "--test-shards", *test_shards]
-    old = build_plan(parse_args([*args, "--out", str(tmp_path / "first")]))
-    row = {"method": "xpt", "size": 100, "seed": None, "config_sha256": old.config_sha["xpt"],
-           "train_args": shlex.join(old.train_args(Run("xpt", 100)))}
-    (tmp_path / "first/results.jsonl").write_text(json.dumps(row) + "\n")
-    shutil.copytree(tmp_path / "first", tmp_path / "moved")
-    for extra, warned in (([], False), (["--set", "optim.grad_accum=3"], True)):
-        plan = build_plan(parse_args([*args, "--out", str(tmp_path / "moved"), *extra]))
-        assert _Sweep(plan).pending() == []
-        said = capsys.readouterr().out
-        assert "skip xpt 100: its row is in" in said and ("another config" in said) == warned, said
-
-
-def test_rerun_changed_runs_again_only_the_changed_arm_and_keeps_the_old_run(tmp_path, sweep_config, capsys):
-    """--rerun-changed (a later GPU session fixing one arm's learning rate): the arm whose config changed is
-    pending again, its old row moved to results.superseded.jsonl and its run directory set aside; the other
-    arm's row is kept and skipped. Without the flag both are skipped, the changed one with a warning."""
-    import shlex
-
-    from xpt_ds.sweep import parse_args
-    from xpt_ds.sweeps.plan import Run, build_plan
-    from xpt_ds.sweeps.runner import _Sweep
-    config, test_shards = sweep_config
-    out = tmp_path / "sweep"
-    args = ["--config", str(config), "--methods", "xpt", "scratch", "--sizes", "100", "--test-shards",
-            *test_shards, "--out", str(out)]
-    old = build_plan(parse_args(args))
-    rows = [{"method": m, "size": 100, "seed": None, "config_sha256": old.config_sha[m], "ppl": 1.0,
-             "train_args": shlex.join(old.train_args(Run(m, 100)))} for m in ("xpt", "scratch")]
-    (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (out / "runs/scratch/100").mkdir(parents=True)
-    (out / "runs/scratch/100/status.json").write_text('{"state": "finished"}')
-    changed = [*args, "--set", "scratch:phases.0.lr=1e-4"]
-    assert _Sweep(build_plan(parse_args(changed))).pending() == []
-    assert "scratch 100 in" in capsys.readouterr().out and _rows(out) == rows
-
-    assert _Sweep(build_plan(parse_args([*changed, "--rerun-changed"]))).pending() == [Run("scratch", 100)]
-    said = capsys.readouterr().out
-    assert "skip xpt 100: its row is in" in said and "rerun scratch 100: its row was made with another config" in said
-    assert _rows(out) == rows[:1]
-    assert [json.loads(line) for line in (out / "results.superseded.jsonl").read_text().splitlines()] == rows[1:]
-    assert (out / "runs/scratch/100.superseded/status.json").is_file() and not (out / "runs/scratch/100").exists()
-
-
 def test_one_phase_methods_take_the_lr_of_the_base_phase_that_trains_what_they_train(tmp_path, sweep_config):
     """On a two-phase XPT base (phase 1: new parameters at 1e-3, phase 2: every weight at 5e-4), a one-phase method
     that trains every weight (Scratch, XPT-SP, keep_vocab) gets phase 2's lr and warm-up over both phases' steps;
@@ -293,102 +238,6 @@ def test_one_phase_methods_take_the_lr_of_the_base_phase_that_trains_what_they_t
     assert one == {"scratch": [("phase1", 4, 5e-4, 2, "cosine", 0.0)], "xpt_sp": [("phase1", 4, 5e-4, 2, "cosine", 0.0)],
                    "adapters": [("phase1", 4, 1e-3, 1, "linear", 0.1)]}
     assert [(p.steps, p.lr) for p in _loaded(plan, "xpt", 200).phases] == [(2, 1e-3), (2, 5e-4)]
-
-
-def test_a_row_whose_config_resolves_the_same_is_not_trained_again(tmp_path, sweep_config, capsys):
-    """A row whose arm config or --set list reads differently (here: an lr that is now the arm's default, given
-    by --set) but resolves to the config its run recorded (RUN_DIR/config.yaml) is skipped without a warning, also
-    under --rerun-changed; one that resolves differently is rerun."""
-    import shlex
-
-    from xpt_ds.config import load_config, save_config
-    from xpt_ds.sweep import parse_args
-    from xpt_ds.sweeps.plan import Run, build_plan
-    from xpt_ds.sweeps.runner import _Sweep
-    config, test_shards = sweep_config  # phase 2's lr 5e-4: Scratch's one phase
-    out = tmp_path / "sweep"
-    args = ["--config", str(config), "--methods", "scratch", "--sizes", "100", "--test-shards", *test_shards,
-            "--out", str(out), "--rerun-changed"]
-    old = build_plan(parse_args(args))
-    train_args = old.train_args(Run("scratch", 100))
-    row = {"method": "scratch", "size": 100, "seed": None, "config_sha256": "written-otherwise", "ppl": 1.0,
-           "train_args": shlex.join(train_args)}
-    (out / "results.jsonl").write_text(json.dumps(row) + "\n")
-    (out / "runs/scratch/100").mkdir(parents=True)
-    save_config(load_config(train_args[1], train_args[2:]), out / "runs/scratch/100/config.yaml")
-    assert _Sweep(build_plan(parse_args([*args, "--set", "scratch:phases.0.lr=5e-4"]))).pending() == []
-    said = capsys.readouterr().out
-    assert "skip scratch 100: its row is in" in said and "warning" not in said and _rows(out) == [row]
-
-    assert _Sweep(build_plan(parse_args([*args, "--set", "scratch:phases.0.lr=1e-4"]))).pending() == [Run("scratch", 100)]
-    assert "rerun scratch 100: its row was made with another config" in capsys.readouterr().out
-    assert not (out / "results.jsonl").read_text() and (out / "runs/scratch/100.superseded/config.yaml").is_file()
-
-
-def test_a_dry_run_says_what_the_sweep_would_do_and_changes_nothing(tmp_path, sweep_config, capsys):
-    """--dry-run on a sweep folder with a finished row, a changed one (--rerun-changed), a run directory without a
-    checkpoint, one with a complete checkpoint, a new run and a row cut short: each is said, and no file in the
-    folder changes (no configs written either)."""
-    import hashlib
-    import shlex
-
-    from xpt_ds.sweep import main, parse_args
-    from xpt_ds.sweeps.plan import Run, build_plan
-    from xpt_ds.training.checkpoint import MARKER
-    config, test_shards = sweep_config
-    out = tmp_path / "sweep"
-    args = ["--config", str(config), "--methods", "xpt", "scratch", "adapters", "xpt_sp", "xpt_no_itl", "--sizes",
-            "100", "--test-shards", *test_shards, "--out", str(out)]
-    old = build_plan(parse_args(args))
-    rows = [{"method": m, "size": 100, "seed": None, "config_sha256": old.config_sha[m], "ppl": 1.0,
-             "train_args": shlex.join(old.train_args(Run(m, 100)))} for m in ("xpt", "scratch")]
-    (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"method": "adap')
-    (out / "runs/adapters/100").mkdir(parents=True)
-    (out / "runs/adapters/100/status.json").write_text('{"state": "running"}')
-    tag = out / "runs/xpt_sp/100/checkpoints/global_step000000003"
-    tag.mkdir(parents=True)
-    (tag / MARKER).write_text('{"global_step": 3}')
-    (out / "runs/xpt_sp/100/status.json").write_text('{"state": "preempted"}')
-    shutil.rmtree(out / "configs")
-
-    def files():
-        return {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in out.rglob("*") if p.is_file()}
-
-    before = files()
-    assert main([*args, "--dry-run", "--rerun-changed", "--set", "scratch:phases.0.lr=1e-4"]) == 0
-    said = capsys.readouterr().out
-    assert files() == before and not (out / "configs").exists()
-    assert "would cut" in said and "skip xpt 100: its row is in" in said
-    assert "would rerun scratch 100: its row was made with another config" in said
-    assert "would start adapters 100 over: " in said and "has no complete checkpoint" in said
-    assert "would resume xpt_sp 100 from global_step000000003" in said and "would run xpt_no_itl 100: 4 steps" in said
-    assert "dry run: 4 of 5 runs would start; nothing was changed in" in said
-
-
-def test_a_row_cut_short_is_set_aside_before_the_sweep_appends(tmp_path, sweep_config, capsys):
-    """A results.jsonl ending inside a row (a full disk or a crash while it was written) is cut back to its last
-    whole row before the sweep appends: the tail is kept in results.partial.txt, the finished run still skipped,
-    and the cut-short one pending again."""
-    import shlex
-
-    from xpt_ds.sweep import parse_args
-    from xpt_ds.sweeps.plan import Run, build_plan
-    from xpt_ds.sweeps.runner import _Sweep
-    config, test_shards = sweep_config
-    out = tmp_path / "sweep"
-    args = ["--config", str(config), "--methods", "xpt", "scratch", "--sizes", "100", "--test-shards",
-            *test_shards, "--out", str(out)]
-    plan = build_plan(parse_args(args))
-    row = json.dumps({"method": "xpt", "size": 100, "seed": None, "config_sha256": plan.config_sha["xpt"],
-                      "train_args": shlex.join(plan.train_args(Run("xpt", 100)))}) + "\n"
-    tail = '{"method": "scratch", "size": 100, "ppl": 12'
-    (out / "results.jsonl").write_text(row + tail)
-    assert _Sweep(plan).pending() == [Run("scratch", 100)]
-    said = capsys.readouterr().out
-    assert f"its last line ({len(tail)} bytes) was not a whole row; moved it to {out}/results.partial.txt" in said
-    assert (out / "results.jsonl").read_text() == row and (out / "results.partial.txt").read_text() == tail + "\n"
-    _Sweep(plan)  # nothing more to set aside
-    assert (out / "results.partial.txt").read_text() == tail + "\n" and "not a whole row" not in capsys.readouterr().out
 
 
 def test_size_to_match_interpolates_scratch_in_log_size():

@@ -22,6 +22,7 @@ from pathlib import Path
 from xpt_ds.errors import cli_errors
 from xpt_ds.sweeps.curves import curve, finish_plot
 from xpt_ds.sweeps.report import METHOD_NAMES, parse_size, read_unigram, size_label
+from xpt_ds.sweeps.report import efficiency_section as report_efficiency
 from xpt_ds.sweeps.rows import read_json, read_rows
 from xpt_ds.sweeps.seeds import aggregate
 
@@ -223,25 +224,19 @@ def plot_curves(out: Path, size: int, unigram_bpc: float | None) -> bool:
     return True
 
 
-def efficiency_section(out: Path) -> list[str]:
+def efficiency_section(out: Path, main: list[dict]) -> list[str]:
     """The main sweep's data-efficiency figure (PPL against training tokens, 002 Figure 3's style: its report's
     plot_ppl.png, copied to OUT/efficiency_ppl.png beside claims.md) and its "Scratch data needed to match" tables
-    (its results.md's section), when it ran two sizes or more; else nothing."""
-    report, plot = out / "main" / "results.md", out / "main" / "plot_ppl.png"
-    text = report.read_text() if report.is_file() else ""
-    start = text.find("\n## Data efficiency")
-    if start < 0 or len({r["size"] for r in load(out).get("main", [])}) < 2:
+    (``report.efficiency_section`` of its rows ``main``, folded over seeds), when it ran two sizes or more."""
+    if len({r["size"] for r in main}) < 2:
         return []
-    end = text.find("\n## ", start + 1)
-    body = text[start + 1:end if end >= 0 else len(text)].strip().splitlines()[1:]  # its own heading goes
     lines = ["## Data efficiency (the main sweep: 002 Figure 3 and the Scratch data needed to match)", ""]
+    plot = out / "main" / "plot_ppl.png"
     if plot.is_file():
         shutil.copyfile(plot, out / "efficiency_ppl.png")
         lines += ["PPL against training tokens, every arm (the main sweep's plot_ppl.png; its plot_downstream.png "
                   "is the fine-tuned accuracy):", "", "![PPL against training tokens](efficiency_ppl.png)", ""]
-    while body and not body[0].strip():
-        body.pop(0)
-    return lines + [line.replace("### ", "#### ") for line in body] + [""]
+    return lines + report_efficiency(main)
 
 
 def write(out: Path) -> dict:
@@ -275,7 +270,7 @@ def write(out: Path) -> dict:
     if result.get("arms") and plot_curves(out, result["largest"], (result.get("unigram") or {}).get("bits_per_char")):
         lines += ["Validation bits per character against step, every run at that size (one line per seed):", "",
                   "![validation curves](valid_curves.png)", ""]
-    lines += efficiency_section(out)
+    lines += efficiency_section(out, load(out)["main"])
     lines += ["## Verdicts", ""]
     for claim, v in result["claims"].items():
         lines += [f"- **{claim}: {v['verdict']}.**"] + [f"  - {e}" for e in v["evidence"]]

@@ -240,6 +240,14 @@ def scored_tokens(rows: list[dict]) -> str:
     return "masked tokens (every next token for decoders)" if causal == {True, False} else "masked tokens"
 
 
+def efficiency_section(rows: list[dict]) -> list[str]:
+    """How the ratio is read, then the "Scratch data needed to match" tables: PPL, and downstream when scored."""
+    return ["For each method and data size s: the amount of data Scratch needs to reach the same value, "
+            "interpolated linearly in log2(size) between Scratch's two sizes around the first crossing; "
+            "'> X' = Scratch's largest size X does not reach it, '≤ X' = its smallest size X already does.", "",
+            *efficiency_tables(rows, ["ppl"] + [DOWNSTREAM] * (DOWNSTREAM in metric_titles(rows)))]
+
+
 def write_markdown(out: Path, rows: list[dict], failures: list[dict]) -> None:
     unigram = read_unigram(out)
     lines = ["# Sweep results", "",
@@ -248,11 +256,7 @@ def write_markdown(out: Path, rows: list[dict], failures: list[dict]) -> None:
              "steps (fewer with early stopping or a time budget), so smaller data sizes are seen for more epochs.", ""]
     lines += size_tables(rows, unigram)
     lines += unigram_lines(rows, unigram)
-    lines += ["## Data efficiency", "",
-              "For each method and data size s: the amount of data Scratch needs to reach the same value, "
-              "interpolated linearly in log2(size) between Scratch's two sizes around the first crossing; "
-              "'> X' = Scratch's largest size X does not reach it, '≤ X' = its smallest size X already does.", ""]
-    lines += efficiency_tables(rows, ["ppl"] + [DOWNSTREAM] * (DOWNSTREAM in metric_titles(rows)))
+    lines += ["## Data efficiency", ""] + efficiency_section(rows)
     if failures:
         lines += ["## Failed runs (this invocation)", ""]
         lines += [f"- {f.get('run') or _name(f['method']) + ' ' + size_label(f['size'])}: {f['stage']} exited "

@@ -152,6 +152,11 @@ def _add_seconds(run_dir: Path, stage: str, seconds: float) -> None:
     path.write_text(json.dumps(times) + "\n")
 
 
+def _started_without_checkpoint(run_dir: Path) -> bool:
+    """Its training started (status.json) but left no complete checkpoint: ``train`` sets it aside."""
+    return (run_dir / "status.json").is_file() and not complete_tags(run_dir / "checkpoints")
+
+
 def train(plan: Plan, run: Run, stages: Stages, say=print) -> None:
     """Train the run, or resume it from its newest complete checkpoint. A run directory whose training started
     but holds no complete checkpoint (copied without its weights, as a GPU session's results.tgz is unpacked
@@ -159,7 +164,7 @@ def train(plan: Plan, run: Run, stages: Stages, say=print) -> None:
     so no file of it (status, best.json, scores, fine-tuning results, TensorBoard events) mixes with the new
     run, and the run starts over."""
     run_dir = plan.run_dir(run)
-    if (run_dir / "status.json").is_file() and not complete_tags(run_dir / "checkpoints"):
+    if _started_without_checkpoint(run_dir):
         aside = _free_name(run_dir, ".no_checkpoint")
         run_dir.rename(aside)
         say(f"{run.label}: {run_dir} has no complete checkpoint to resume or score (state "
@@ -404,7 +409,7 @@ def dry_run(plan: Plan) -> list[Run]:
             continue  # said by pending
         run_dir = plan.run_dir(run)
         tags = complete_tags(run_dir / "checkpoints")
-        if (run_dir / "status.json").is_file() and not tags:
+        if _started_without_checkpoint(run_dir):
             s.say(f"would start {run.label} over: {run_dir} has no complete checkpoint (it would move to "
                   f"{run_dir.name}.no_checkpoint)")
         elif _status(run_dir).get("state") == "finished":

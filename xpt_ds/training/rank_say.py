@@ -10,12 +10,14 @@ fails alone (its own shard) still says why, a moment later.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import time
 from pathlib import Path
 
 from xpt_ds.errors import say
+from xpt_ds.io.paths import write_text_atomic
 
 WAIT_S = 0.5  # how long another rank waits for local rank 0's line before it prints its own
 STALE_S = 3600  # older markers (a launch's parent whose PID came round again) are not read, and are removed
@@ -42,43 +44,43 @@ def _fresh_line(path: Path) -> str | None:
         return None
 
 
+# Every file operation here is best effort: a temp folder that cannot be written or read only means that the
+# other ranks of the machine print their line too, as they all did before.
+_BEST_EFFORT = contextlib.suppress(OSError, ValueError)  # ValueError: a line the locale cannot encode
+
+
 def _remove_stale(directory: Path) -> None:
-    try:
+    with _BEST_EFFORT:
         for old in directory.glob(f"xpt_ds_said_{os.getuid()}_*"):
             if time.time() - old.stat().st_mtime > STALE_S:
                 old.unlink()
-    except OSError:
-        pass
 
 
 def _local_rank() -> int:
     return _env_int("LOCAL_RANK", "SLURM_LOCALID", default=0)
 
 
+def _world() -> int:
+    return _env_int("WORLD_SIZE", "SLURM_NTASKS", default=1)
+
+
 def forget() -> None:
     """Local rank 0, as the job starts: no line of an earlier launch with the same parent is read as this one's."""
-    if _local_rank() == 0 and _env_int("WORLD_SIZE", "SLURM_NTASKS", default=1) > 1:
-        try:
+    if _local_rank() == 0 and _world() > 1:
+        with _BEST_EFFORT:
             _marker().unlink()
-        except OSError:
-            pass
 
 
 def say_once(line: str, wait_s: float = WAIT_S) -> None:
     """Print ``line`` (one line) for this rank, unless local rank 0 of this launch printed the same line."""
-    world = _env_int("WORLD_SIZE", "SLURM_NTASKS", default=1)
-    if world <= 1:
+    if _world() <= 1:
         say(line)
         return
     marker = _marker()
     if _local_rank() == 0:
         _remove_stale(marker.parent)
-        try:  # a whole file or none: written aside, then renamed
-            part = marker.with_name(f"{marker.name}.{os.getpid()}")
-            part.write_text(line, encoding="utf-8")
-            os.replace(part, marker)
-        except OSError:
-            pass
+        with _BEST_EFFORT:  # a whole line or none, for the ranks polling it
+            write_text_atomic(marker, line)
         say(line)
         return
     deadline = time.monotonic() + wait_s
