@@ -10,10 +10,13 @@ import pytest
 from conftest import REPO, base_config, launch, write_config
 
 
-def _say(line: str, local_rank: int, rank: int, world: int = 2, wait: bool = True) -> subprocess.Popen:
-    """A rank, a child of this test process as the ranks of one launch are children of one launcher process."""
+def _say(line: str, local_rank: int, rank: int, world: int = 2, wait: bool = True,
+         wait_s: float | None = None) -> subprocess.Popen:
+    """A rank, a child of this test process as the ranks of one launch are children of one launcher process;
+    ``wait_s``: how long it waits for local rank 0's line (default rank_say.WAIT_S)."""
     env = {**os.environ, "WORLD_SIZE": str(world), "LOCAL_RANK": str(local_rank), "RANK": str(rank)}
-    code = f"from xpt_ds.training.rank_say import say_once; say_once({line!r})"
+    extra = "" if wait_s is None else f", wait_s={wait_s}"
+    code = f"from xpt_ds.training.rank_say import say_once; say_once({line!r}{extra})"
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)
     if wait:
         proc.wait(60)
@@ -41,10 +44,12 @@ def test_a_line_local_rank_0_said_is_not_repeated_and_another_is_said():
 
 def test_a_rank_waits_for_local_rank_0_and_a_world_of_one_says_everything():
     _forget()
-    later = _say("preempted: checkpoint global_step000000004 is complete", 1, 1, wait=False)
+    # a long wait, so a loaded machine cannot start local rank 0 too late: rank 1 ends silent only if it read
+    # local rank 0's line (at the end of its wait it would say its own)
+    later = _say("preempted: checkpoint global_step000000004 is complete", 1, 1, wait=False, wait_s=60)
     time.sleep(0.1)
     _say("preempted: checkpoint global_step000000004 is complete", 0, 0)
-    assert later.wait(60) == 0 and later.stderr.read() == ""
+    assert later.wait(120) == 0 and later.stderr.read() == ""
     assert _say("error: x", 0, 0, world=1).stderr.read() == "error: x\n"
     assert _say("error: x", 1, 1, world=1).stderr.read() == "error: x\n"
 
