@@ -33,7 +33,8 @@ prints a markdown table for BENCHMARKS.md and writes every figure to ``--out``, 
 ran (``engine``: ZeRO stage, dtypes, autocast, clipping, the ZeRO optimizer's settings; ``ds_config``: the engine
 JSON it was given) and what else ran as it started (``busy``: host load, other GPU processes; the table names
 rows started beside other work). ``--variants`` adds an xpt_ds row per optimisation tried
-(throughput_variants.VARIANTS: compile, engine settings), ``--hf-variants`` an HF row on an engine setting,
+(throughput_variants.VARIANTS: compile, engine settings, activation checkpointing), ``--hf-variants`` an HF row
+on an engine setting or with activation checkpointing,
 ``--profile`` a torch.profiler table per xpt_ds row, and ``--max-batch`` replaces the timing by the search for the
 largest micro-batch that fits. ``benchmarks/gpu_session.sh`` installs
 the missing packages on a bare GPU machine and runs all of this at full size.
@@ -54,7 +55,7 @@ from pathlib import Path
 from throughput_facts import LinearOutputDtype, engine_facts, frozen_matmul, optimizer_state_gib
 from throughput_profile import profile_steps, synchronize
 from throughput_report import machine, render
-from throughput_variants import ENGINE_ONLY, VARIANTS, engine_json
+from throughput_variants import HF_VARIANTS, VARIANTS, engine_json
 from xpt_ds import config
 from xpt_ds.training.ports import free_port
 
@@ -89,7 +90,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="which trainers' plain rows to run (none: only --variants)")
     p.add_argument("--variants", nargs="*", default=[], choices=sorted(VARIANTS),
                    help="extra xpt_ds rows, one per optimisation tried (VARIANTS), beside the plain rows")
-    p.add_argument("--hf-variants", nargs="*", default=[], choices=ENGINE_ONLY,
+    p.add_argument("--hf-variants", nargs="*", default=[], choices=HF_VARIANTS,
                    help="extra HF rows with an engine-JSON variant, so xpt_ds's row with the same variant has a "
                         "peer on the same DeepSpeed settings ('vs HF' then also gives that ratio)")
     p.add_argument("--profile", metavar="DIR", help="also profile 3 steps of each xpt_ds row with torch.profiler: "
@@ -201,7 +202,8 @@ def machine_busy() -> dict:
 
 def build_side_model(spec: dict):
     """The XPT target model, its run config and the HF names that train in ``spec['phase']`` (both sides)."""
-    from xpt_ds.config import DataConfig, LoggingConfig, ModelConfig, OptimConfig, PhaseConfig, TrainConfig
+    from xpt_ds.config import (ActivationsConfig, DataConfig, LoggingConfig, ModelConfig, OptimConfig, PhaseConfig,
+                               TrainConfig)
     from xpt_ds.model.build import build_model
     from xpt_ds.model.phases import build_phase_trainables
     from xpt_ds.data.tokenizer import TargetTokenizer
@@ -219,7 +221,8 @@ def build_side_model(spec: dict):
     cfg = TrainConfig(deepspeed=str(ds_path), compile=bool(spec.get("compile")),
                       model=ModelConfig(source=spec["source"], method="xpt"), phases=phases,
                       data=DataConfig(seq_len=spec["seq_len"]), optim=optim,
-                      logging=LoggingConfig(peak_tflops=spec["peak_tflops"]))
+                      logging=LoggingConfig(peak_tflops=spec["peak_tflops"]),
+                      activations=ActivationsConfig(checkpoint_every=spec.get("activations", 0)))
     # build_model needs only the special ids and the size of the target vocabulary (RoBERTa layout), so no
     # SentencePiece model is trained here; ``path`` is never read.
     pad = spec.get("pad_vocab") or 1
@@ -370,7 +373,8 @@ def _hf_train(spec: dict):
         weight_decay=o.weight_decay, adam_beta1=o.betas[0], adam_beta2=o.betas[1], adam_epsilon=o.eps,
         max_grad_norm=o.grad_clip, bf16=spec["precision"] == "bf16", deepspeed=hf_deepspeed_config(spec),
         logging_strategy="no", save_strategy="no", eval_strategy="no", report_to="none", disable_tqdm=True,
-        dataloader_num_workers=0, seed=cfg.seed, use_cpu=not _on_cuda())
+        dataloader_num_workers=0, seed=cfg.seed, use_cpu=not _on_cuda(),
+        gradient_checkpointing=bool(spec.get("activations")), gradient_checkpointing_kwargs={"use_reentrant": False})
     trainer = Trainer(model=model, args=args, train_dataset=Repeated(), callbacks=[clock])
     trainer.train()
     return clock.seconds, trainer, model, trainable

@@ -46,10 +46,13 @@ VARIANTS = {
     # torch.autocast to bf16 inside the engine's forward instead of a bf16 module: fp32 parameters, fp32 ZeRO-2
     # (no overflow check: DeepSpeed runs it for fp16/bf16 modules only), bf16 matmuls.
     "autocast": {"ds": {"bf16": None, "torch_autocast": {"enabled": True, "dtype": "bfloat16"}}},
+    # activations.checkpoint_every: 1 (xpt_ds.training.activations): every layer recomputed in the backward. The HF
+    # row of this variant is TrainingArguments(gradient_checkpointing=True), non-reentrant like it.
+    "recompute": {"activations": 1},
 }
-# The variants that change only the engine JSON, which the HF side reads too (--hf-variants): the peer with the
-# same DeepSpeed settings, not only as shipped.
-ENGINE_ONLY = sorted(v for v, change in VARIANTS.items() if set(change) <= {"ds", "ds_file", "ds_base"})
+# The variants the HF side can run too (--hf-variants): those that change only the engine JSON, which it reads,
+# and activation checkpointing, which TrainingArguments has: the peer with the same settings, not only as shipped.
+HF_VARIANTS = sorted(v for v, change in VARIANTS.items() if set(change) <= {"ds", "ds_file", "ds_base", "activations"})
 
 
 def engine_json(spec: dict) -> dict:

@@ -132,10 +132,10 @@ def test_an_xpt_variant_row_is_set_against_hf_on_the_same_engine_json():
     import sys
     sys.path.insert(0, str(REPO / "benchmarks"))
     from bench_throughput import hf_deepspeed_config, parse_args
-    from throughput_variants import ENGINE_ONLY, VARIANTS
+    from throughput_variants import HF_VARIANTS, VARIANTS
     from throughput_report import add_ratios, markdown
 
-    assert {"lean", "zero1_lean", "zero1", "autocast"} <= set(ENGINE_ONLY) and "compile" not in ENGINE_ONLY
+    assert {"lean", "zero1_lean", "zero1", "autocast", "recompute"} <= set(HF_VARIANTS) and "compile" not in HF_VARIANTS
     lean = json.loads((REPO / "ds_configs/zero1_bf16_lean.json").read_text())
     hf_ds = hf_deepspeed_config({"precision": "bf16", "optimizer": "fused", **VARIANTS["zero1_lean"]})
     assert {k: hf_ds[k] for k in lean} == lean and hf_ds["optimizer"]["type"] == "AdamW"  # the HF row's engine

@@ -166,6 +166,15 @@ class OptimConfig:
 
 
 @dataclass
+class ActivationsConfig:
+    checkpoint_every: int = doc(0, "Activation checkpointing: every Nth layer of the stack (ITL_in and ITL_out and "
+                                   "TreLM's TRILayer count as layers) keeps only its input in the forward and "
+                                   "recomputes the rest in the backward: the same gradients, bit for bit, for a "
+                                   "second forward pass of those layers; 1 = every layer, 0 = off. Not with "
+                                   "compile: true.")
+
+
+@dataclass
 class CheckpointConfig:
     every_steps: int = doc(1000, "Save every N global steps (and always at the end of each phase); 0 = phase ends only.")
     resume: str = doc("auto", "'auto' = newest complete checkpoint in the run, 'none' = start fresh, 'best' = the "
@@ -231,6 +240,7 @@ class TrainConfig:
     phases: list[PhaseConfig] = doc([], "List of phases (PhaseConfig).")
     data: DataConfig = doc(None, "Shards, packing and masking.")
     optim: OptimConfig = doc(None, "Optimizer, batch and clipping.")
+    activations: ActivationsConfig = doc(None, "What the forward pass keeps for the backward.")
     checkpoint: CheckpointConfig = doc(None, "Saving and resuming.")
     logging: LoggingConfig = doc(None, "Logging, validation and TensorBoard.")
     guard: GuardConfig = doc(None, "Non-finite steps, loss spikes and slow steps.")

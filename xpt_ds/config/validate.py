@@ -103,6 +103,7 @@ def validate(cfg: TrainConfig) -> None:
         raise ConfigError(f"config key 'optim.weight_decay' must be a finite number >= 0, got {o.weight_decay}")
     if not 0 <= o.grad_clip < math.inf:
         raise ConfigError(f"config key 'optim.grad_clip' must be a finite number >= 0 (0 = off), got {o.grad_clip}")
+    check_activations(cfg)
     if not m.dropout < 1 or m.dropout != m.dropout:
         raise ConfigError(f"config key 'model.dropout' must be in [0, 1) (negative: the source's), got {m.dropout}")
     if cfg.checkpoint.keep_last < 0:
@@ -122,6 +123,15 @@ def validate(cfg: TrainConfig) -> None:
         raise ConfigError(f"config key 'guard.max_train_minutes' must be a finite number >= 0 (0 = off), got "
                           f"{g.max_train_minutes}")
     check_best(cfg)
+
+
+def check_activations(cfg: TrainConfig) -> None:
+    every = cfg.activations.checkpoint_every
+    if every < 0:
+        raise ConfigError(f"config key 'activations.checkpoint_every' must be >= 0 (0 = off), got {every}")
+    if every and cfg.compile:  # the two together are untested: compiling on 2 CPU cores takes minutes
+        raise ConfigError("config key 'activations.checkpoint_every' is set with compile: true; use one of them "
+                          "(activation checkpointing under torch.compile is not tested here)")
 
 
 def check_best(cfg: TrainConfig) -> None:

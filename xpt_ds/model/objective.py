@@ -26,7 +26,9 @@ class MaskedLMObjective(nn.Module):
         # Packed training sequences have no padding: no attention mask, so SDPA takes its fastest kernel.
         # Only the last validation batch is padded and carries a mask.
         base = getattr(self.hf, self.hf.base_model_prefix)
-        hidden = base(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # [B, T, d]
+        # use_cache=False: an encoder has no cache; said here, transformers does not warn under activation
+        # checkpointing that it turned RoBERTa's config default (True) off.
+        hidden = base(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state  # [B,T,d]
         picked = hidden.flatten(0, 1).index_select(0, mlm_positions)  # [M, d]
         # BERT's cls / RoBERTa's lm_head: transform (dense, gelu, LayerNorm), then tied decoder + bias.
         head = self.hf.cls if hasattr(self.hf, "cls") else self.hf.lm_head

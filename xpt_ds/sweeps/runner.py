@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 import yaml
 
-from xpt_ds.config import ConfigError, load_config, to_dict
+from xpt_ds.config import ConfigError, load_config, read_checkpoint_config, to_dict
 from xpt_ds.errors import INTERRUPTED_EXIT_CODE
 from xpt_ds.io.paths import write_text_atomic
 from xpt_ds.sweeps.plan import Plan, Run
@@ -279,14 +279,22 @@ def _trains_as_recorded(plan: Plan, run: Run) -> bool:
     args = plan.train_args(run)
     try:
         recorded = yaml.safe_load((plan.run_dir(run) / "config.yaml").read_text())
-        now = yaml.safe_load(yaml.safe_dump(to_dict(load_config(args[1], args[2:])), sort_keys=False))
+        if not isinstance(recorded, dict):
+            return False
+        # Resolved as a checkpoint's config is: a key added to the config tree since the run is at its default
+        # on both sides, and a renamed key under its new name.
+        recorded = _plain(to_dict(read_checkpoint_config(recorded)))
+        now = _plain(to_dict(load_config(args[1], args[2:])))
     except (OSError, yaml.YAMLError, ConfigError):
-        return False
-    if not isinstance(recorded, dict):
         return False
     recorded.pop("run_dir", None)
     now.pop("run_dir", None)
     return recorded == now
+
+
+def _plain(d: dict) -> dict:
+    """``d`` as YAML reads it back (tuples as lists)."""
+    return yaml.safe_load(yaml.safe_dump(d, sort_keys=False))
 
 
 class _Sweep:

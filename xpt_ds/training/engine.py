@@ -21,6 +21,7 @@ from deepspeed.utils import safe_get_full_fp32_param, safe_set_full_fp32_param
 from torch import nn
 
 from xpt_ds.config import ConfigError, OptimConfig, PhaseConfig, TrainConfig
+from xpt_ds.training.activations import checkpoint_layers
 from xpt_ds.training.compile import compile_blocks
 
 log = logging.getLogger(__name__)
@@ -210,6 +211,8 @@ def build_engine(model: nn.Module, trainable: set[str], cfg: TrainConfig, fp32: 
     optimizer = build_optimizer(model, cfg.optim, ds)
     if cfg.compile:
         compile_blocks(model, zero_stage(ds))
+    if cfg.activations.checkpoint_every:  # on every engine: a phase switch builds a new module
+        checkpoint_layers(model.hf, cfg.activations.checkpoint_every)
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=ds)
     restore_fp32(engine, fp32)
     frozen = {n: fp32[n] for n, p in model.named_parameters() if n not in trainable}

@@ -23,6 +23,7 @@ from xpt_ds.model.decoder import is_decoder
 from xpt_ds.model.objective import build_objective, strip_prefix
 from xpt_ds.model.phases import build_phase_starts, build_phase_trainables, phases_read_later, weights_from_ends
 from xpt_ds.training import checkpoint, tag_checks
+from xpt_ds.training.activations import recomputed_layers
 from xpt_ds.training.best import BestTracker
 from xpt_ds.training.engine import (
     agree_on_initial_weights,
@@ -197,6 +198,9 @@ class Trainer:
         self.logger.start(self.state.global_step, self.total_steps)
         self._info(f"model: {sum(v.numel() for v in fp32.values()):,} parameters; phase '{self.phase.name}' trains "
                    f"{n_train:,} on {self.objective_names()}")
+        if self.cfg.activations.checkpoint_every:
+            recompute, layers = recomputed_layers(self.engine.module.hf)
+            self._info(f"activation checkpointing: {recompute} of {layers} layers recompute in the backward")
 
     @property
     def phase(self):
