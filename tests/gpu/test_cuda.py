@@ -1,5 +1,5 @@
 """CUDA paths on one GPU: bf16 and FusedAdam under every ZeRO stage, exact resume, export on the device, TreLM,
-a non-random embedding start, torch.compile and fine-tuning (issue 24). ``pytest -m gpu tests/gpu``.
+a non-random embedding start, torch.compile, activation checkpointing and fine-tuning (issue 24). ``pytest -m gpu tests/gpu``.
 
 Skipped without CUDA, so CI (CPU) is unchanged. ``XPT_GPU_TESTS_ON_CPU=1`` runs them on the CPU instead
 (``DS_ACCELERATOR=cpu``), to rehearse them before GPU time is spent (``benchmarks/gpu_session.sh --rehearse``).
@@ -228,6 +228,24 @@ def test_compile_trains_like_eager(straight, tmp_path, tiny_roberta, corpus):
     a = load_checkpoint_fp32(straight / "run/checkpoints", tag_for(2 * STEPS))
     b = load_checkpoint_fp32(tmp_path / "run/checkpoints", tag_for(2 * STEPS))
     assert a.keys() == b.keys()
+
+
+def test_recomputed_layers_train_the_same_bits(straight, tmp_path):
+    """``activations.checkpoint_every: 1`` on the straight run (ZeRO-2, bf16, FusedAdam, dropout): the recomputed
+    forward restores the CUDA generator, so every loss and the last weights are the same bits
+    (tests/test_activations.py checks this on the CPU)."""
+    cfg = yaml.safe_load((straight / "cfg.yaml").read_text())
+    cfg.update(run_dir=str(tmp_path / "run"), activations={"checkpoint_every": 1})
+    cfg["checkpoint"] = {"every_steps": 0}
+    proc = train(tmp_path, cfg)
+    assert "activation checkpointing: 4 of 4 layers recompute in the backward" in proc.stderr
+    want, got = losses(straight / "run"), losses(tmp_path / "run")
+    a = load_checkpoint_fp32(straight / "run/checkpoints", tag_for(2 * STEPS))
+    b = load_checkpoint_fp32(tmp_path / "run/checkpoints", tag_for(2 * STEPS))
+    report("recompute", {"loss_differences": [g - w for g, w in zip(got, want)],
+                         "tensors_differing": [k for k in a if not torch.equal(a[k], b[k])]})
+    assert got == want
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
 def test_fine_tuning_classification_on_the_gpu(straight, tmp_path, corpus_text):
