@@ -45,7 +45,7 @@ def wrong_type_bool_as_int(cfg, d, fx):
 
 def missing_source_model(cfg, d, fx):
     cfg["model"]["source"] = str(d / "no_such_model")
-    return [], ["'model.source'", str(d / "no_such_model")]
+    return [], ["'model.source': no such directory", str(d / "no_such_model")]
 
 
 def missing_tokenizer_file(cfg, d, fx):

@@ -10,6 +10,7 @@ from transformers import (AutoModel, AutoModelForMaskedLM, AutoModelForMultipleC
 
 from conftest import REPO, free_port, launch, run_main
 from xpt_ds.export import main as export_main
+from xpt_ds.training.checkpoint import tag_for
 
 pytestmark = pytest.mark.multiproc
 
@@ -83,6 +84,30 @@ def test_a_complete_tag_missing_a_rank_file_is_one_line_and_leaves_no_out(stage,
     proc = run_main("xpt_ds.export", ["--run", str(run), "--tag", "global_step999999999", "--out",
                                       str(tmp_path / "hf2")])
     assert proc.returncode != 0 and "global_step999999999" in proc.stderr and not (tmp_path / "hf2").exists()
+
+
+def test_export_replaces_an_earlier_export_whole_and_refuses_other_folders(straight_runs, tmp_path):
+    """A second export into the same --out replaces the first whole (a file only the first wrote does not stay:
+    evaluate would read a stale spm.model); a non-empty folder that is not an export is refused in one line and
+    left as it was; no staging folder is left beside --out."""
+    run, out = straight_runs(1) / "run", tmp_path / "hf"
+    proc = run_main("xpt_ds.export", ["--run", str(run), "--tag", tag_for(4), "--out", str(out)])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (out / "stale.txt").write_text("from an earlier export")
+    first = (out / "model.safetensors").read_bytes()
+    proc = run_main("xpt_ds.export", ["--run", str(run), "--tag", tag_for(8), "--out", str(out)])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert not (out / "stale.txt").exists() and (out / "model.safetensors").read_bytes() != first
+    assert AutoModelForMaskedLM.from_pretrained(out) is not None
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "todo.txt").write_text("mine")
+    proc = run_main("xpt_ds.export", ["--run", str(run), "--out", str(other)])
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-2000:]
+    assert lines[0].startswith(f"error: --out {other}: is not empty and holds no earlier xpt-ds export")
+    assert [f.name for f in other.iterdir()] == ["todo.txt"] and (other / "todo.txt").read_text() == "mine"
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["hf", "notes"]
 
 
 def test_bert_layout_pairs_use_two_segments(tmp_path, corpus_bert):

@@ -400,3 +400,18 @@ def test_cli_bad_input_has_no_traceback(tmp_path):
                           env={**os.environ})
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [f"error: --train file not found: {tmp_path / 'nope.jsonl'}"]
+
+
+def test_one_seed_is_reported_without_a_spread():
+    """A spread needs two seeds: one seed's table says n=1 instead of '± 0.00'."""
+    from xpt_ds.finetuning.metrics import summarize
+    from xpt_ds.finetuning.run import format_table
+
+    def results(values):
+        seeds = [{"seed": i + 1, "test": {"accuracy": v}} for i, v in enumerate(values)]
+        return {"seeds": seeds, "summary": summarize([r["test"] for r in seeds]), "selection": "last epoch",
+                "config": {"task": "classification", "model": "m"}}
+
+    one, two = format_table(results([0.5])).splitlines()[-1], format_table(results([0.5, 0.7])).splitlines()[-1]
+    assert one.split() == ["accuracy", "50.00", "50.00", "(n=1)"]
+    assert two.split() == ["accuracy", "50.00", "70.00", "60.00", "±", "14.14"]

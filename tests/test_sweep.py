@@ -97,6 +97,15 @@ def test_sweep_trains_evaluates_reports_and_skips_finished_runs(tmp_path, sweep_
     assert (moved / "runs/xpt/200/checkpoints").is_dir()  # trained again, here
     assert _rows(moved)[:3] == kept and (_rows(moved)[3]["method"], _rows(moved)[3]["size"]) == ("xpt", 200)
 
+    # Its row lost again, its checkpoints kept: the sweep scores it and says so, without training it.
+    trained = (moved / "runs/xpt/200/train.log").stat().st_mtime_ns
+    (moved / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
+    again = _sweep([*args[:-3], str(moved), *args[-2:]])
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-3000:]
+    assert f"score xpt 200: trained, with no row yet -> {moved}/runs/xpt/200" in again.stdout
+    assert "run xpt 200" not in again.stdout and (moved / "runs/xpt/200/train.log").stat().st_mtime_ns == trained
+    assert (_rows(moved)[3]["method"], _rows(moved)[3]["size"]) == ("xpt", 200)
+
 
 def test_sweep_replicates_in_parallel_scores_the_best_checkpoint_and_reports_a_failed_run(tmp_path, sweep_config,
                                                                                            corpus, corpus_text):
@@ -130,11 +139,12 @@ def test_sweep_replicates_in_parallel_scores_the_best_checkpoint_and_reports_a_f
         assert r["checkpoint"] == best["tag"] == r["best"]["tag"]  # evaluate scored the best checkpoint
         assert "--tag best" in (out / r["run_dir"] / "finetune.log").read_text()  # and export exported it
         assert (r["downstream_metric"], r["downstream_seeds"], len(r["downstream_values"])) == ("accuracy", 1, 1)
+        assert r["downstream_std"] is None  # one fine-tuning seed: no spread, not a spread of 0
     assert rows[0]["loss"] != rows[1]["loss"]  # other seeds, other runs, scored on the same masks
     evals = [json.loads((out / r["run_dir"] / "eval.json").read_text()) for r in rows]
     assert evals[0]["seed"] == evals[1]["seed"] == 0 and evals[0]["tokens"] == evals[1]["tokens"]
     for log in out.glob("runs/*/*/*/*.log"):  # the sweep's own lines never land in a run's redirected log
-        assert not any(x.startswith(("run ", "done ", "FAILED ")) for x in log.read_text().splitlines()), log
+        assert not any(x.startswith(("run ", "score ", "resume ", "start ", "done ", "FAILED ")) for x in log.read_text().splitlines()), log
     unigram = json.loads((out / "unigram.json").read_text())
     assert unigram["unigram"] == [f"{corpus}/manifest.json:train"] and unigram["tokens"] == evals[0]["tokens"]
 

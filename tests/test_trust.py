@@ -193,11 +193,52 @@ def test_a_checkpoint_file_that_runs_code_is_refused(tmp_path, tiny_roberta, vic
     assert marker.read_text() == "ran"
 
 
-def test_a_truncated_checkpoint_file_is_one_line_naming_the_checkpoint(tmp_path, tiny_roberta):
+@pytest.mark.parametrize("victim", ["zero_pp_rank_0_mp_rank_00_optim_states.pt", "mp_rank_00_model_states.pt"])
+def test_a_truncated_checkpoint_file_is_one_line_naming_the_checkpoint(tmp_path, tiny_roberta, victim):
+    """The optimizer file, or the model-states file the trainer reads the client state from before any other:
+    one line naming the checkpoint and the file, and status.json says the run failed."""
     tag_dir = _copy_old_checkpoint(tmp_path / "run")
-    f = tag_dir / "zero_pp_rank_0_mp_rank_00_optim_states.pt"
+    f = tag_dir / victim
     f.write_bytes(f.read_bytes()[:1000])
-    _one_error_line(launch(["--config", str(_old_config(tmp_path, tiny_roberta))]), "cannot read checkpoint", OLD_TAG)
+    line = _one_error_line(launch(["--config", str(_old_config(tmp_path, tiny_roberta))]), "cannot read checkpoint",
+                           OLD_TAG, victim)
+    status = json.loads((tmp_path / "run/status.json").read_text())
+    assert status["state"] == "failed" and status["error"] == line[len("error: "):]
+
+
+def _damaged(model_dir: Path, out: Path, damage: str, marker: Path) -> Path:
+    """``model_dir`` with its weights cut in half, or as a pytorch_model.bin pickle that runs code."""
+    shutil.copytree(model_dir, out)
+    weights = out / "model.safetensors"
+    if damage == "truncated":
+        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    else:
+        from safetensors.torch import load_file
+        state = {**load_file(str(weights)), "hostile": RunsCode(marker)}
+        weights.unlink()
+        torch.save(state, out / "pytorch_model.bin")
+    return out
+
+
+@pytest.mark.parametrize("damage", ["truncated", "pickle"])
+def test_model_weights_cut_short_or_running_code_are_one_line_everywhere(tmp_path, model_dir, corpus, damage):
+    """A model directory's weights that transformers cannot read, or a .bin pickle that would run code: as the
+    run's source (status.json says failed), under evaluate --model and finetune --model, one line naming the
+    directory; nothing runs."""
+    marker = tmp_path / "ran"
+    bad = _damaged(model_dir, tmp_path / "bad", damage, marker)
+    needle = "cannot read its weights" if damage == "truncated" else "not plain data and would run code"
+    cfg = write_config(tmp_path / "cfg.yaml", base_config(tmp_path / "run", bad, corpus))
+    line = _one_error_line(run_main("xpt_ds.train", ["--config", str(cfg)]), f"config key 'model.source': {bad}",
+                           needle)
+    assert json.loads((tmp_path / "run/status.json").read_text())["error"] == line[len("error: "):]
+    _one_error_line(_cli("xpt_ds.evaluate", "--model", str(bad), "--shards", f"{corpus}/manifest.json:test"),
+                    f"--model {bad}", needle)
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"text": t, "label": t[0]}) + "\n" for t in ("a b", "b a", "a a", "b b")))
+    _one_error_line(_cli("xpt_ds.finetune", "--model", str(bad), "--train", str(data), "--test", str(data), "--out",
+                         str(tmp_path / "ft"), "--epochs", "1", "--seeds", "1"), f"--model {bad}", needle)
+    assert not marker.exists()
 
 
 def test_client_state_of_the_fixture_reads_as_plain_data():

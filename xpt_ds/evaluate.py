@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, help="mask seed (default: the run's data.seed, else 0)")
     p.add_argument("--masking", choices=MASKINGS, help="what the evaluation masks (default: the run's data.masking, "
                    "else token); runs trained with different data.masking compare only under the same --masking")
-    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--batch-size", type=int, default=16, help="sequences per forward pass")
     p.add_argument("--max-batches", type=int, default=0, help="stop after N batches (0 = every token)")
     baseline = p.add_mutually_exclusive_group()
     baseline.add_argument("--unigram", nargs="+", metavar="TRAIN_SPEC", help="score the unigram predictor of these "

@@ -7,9 +7,11 @@ weights' sha256. A model has no per-token frequencies: ``counts`` is absent and 
 """
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
 import numpy as np
+from safetensors import SafetensorError
 
 from data_tools.errors import PrepareError
 from data_tools.piece_tokenizers import HfTokenizer, sha256_file
@@ -23,7 +25,11 @@ def input_embeddings(model_dir: Path) -> tuple[np.ndarray, dict]:
         raise PrepareError(f"not a Hugging Face model directory (no config.json): {model_dir}")
     import transformers
     transformers.logging.set_verbosity_error()  # "weights not used" for heads we do not need
-    model = transformers.AutoModel.from_pretrained(str(model_dir), trust_remote_code=False)
+    try:
+        model = transformers.AutoModel.from_pretrained(str(model_dir), trust_remote_code=False)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, SafetensorError) as e:  # code in a pickle, a truncated file
+        why = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
+        raise PrepareError(f"{model_dir}: cannot load its weights ({why[:200]})") from None
     matrix = model.get_input_embeddings().weight.detach().float().numpy()
     tokenizer = HfTokenizer(model_dir)
     if tokenizer.vocab_size > len(matrix):

@@ -35,7 +35,7 @@ from xpt_ds.data.causal import NextTokenTargets
 from xpt_ds.data.mlm import MLMBatchStream, MLMMasker, build_stream, expand_shards, manifest_counts
 from xpt_ds.data.tokenizer import TargetTokenizer, saved_tokenizer
 from xpt_ds.embedding_init.context import count_pieces
-from xpt_ds.io.trust import read_config_dict, remote_code_consent
+from xpt_ds.io.trust import read_config_dict, reading_weights, remote_code_consent
 from xpt_ds.metrics.mlm import MLMStats, piece_byte_lengths, piece_char_lengths, piece_word_starts
 from xpt_ds.model.decoder import is_decoder
 from xpt_ds.model.objective import build_objective
@@ -55,7 +55,9 @@ def load_export(model_dir: Path, trust_remote_code: bool = False):
                                 "shards); xpt_ds.export writes one")
     trusted = remote_code_consent(str(model_dir), trust_remote_code)
     auto = AutoModelForCausalLM if is_decoder(config) else AutoModelForMaskedLM
-    return auto.from_pretrained(model_dir, trust_remote_code=trusted), saved_tokenizer(model_dir)
+    with reading_weights(f"--model {model_dir}"):
+        model = auto.from_pretrained(model_dir, trust_remote_code=trusted)
+    return model, saved_tokenizer(model_dir)
 
 
 def export_data_config(config, model_dir: Path) -> DataConfig:

@@ -107,11 +107,12 @@ def load_relation_model(path: str | Path, trust_remote_code: bool = False) -> tu
     from safetensors.torch import load_file
     from transformers import AutoModel
 
-    from xpt_ds.io.trust import remote_code_consent
+    from xpt_ds.io.trust import reading_weights, remote_code_consent
     path = Path(path)
     meta = json.loads((path / META_FILE).read_text(encoding="utf-8"))
     remote = remote_code_consent(str(path), trust_remote_code)
-    encoder = AutoModel.from_pretrained(path, trust_remote_code=remote)
+    with reading_weights(str(path)):
+        encoder = AutoModel.from_pretrained(path, trust_remote_code=remote)
     model = RelationClassifier(encoder, len(meta["labels"]), meta["dropout"])
     model.head.load_state_dict(load_file(str(path / HEAD_FILE)))
     return model.eval(), meta

@@ -33,7 +33,7 @@ from xpt_ds.finetuning.relation_model import (
     save_relation_model,
 )
 from xpt_ds.io.paths import unwritable
-from xpt_ds.io.trust import UntrustedError, read_config_dict, remote_code_consent
+from xpt_ds.io.trust import UntrustedError, read_config_dict, reading_weights, remote_code_consent
 
 log = logging.getLogger("xpt_ds.finetune")
 
@@ -154,12 +154,13 @@ def build_model(cfg: FinetuneConfig, prep: Prepared):
                   label2id={n: i for i, n in enumerate(prep.labels)})
         if cfg.task == "classification":
             kw["problem_type"] = "single_label_classification"
-    try:
-        # prep.remote_code: remote_code_consent's answer, in prepare
-        model = auto_cls.from_pretrained(cfg.model, trust_remote_code=prep.remote_code, **kw)
-    except (OSError, ValueError) as e:
-        raise FinetuneError(f"--model {cfg.model}: cannot load it as {auto_cls.__name__} "
-                            f"({str(e).splitlines()[0]})") from None
+    # prep.remote_code: remote_code_consent's answer, in prepare
+    with reading_weights(f"--model {cfg.model}", FinetuneError):
+        try:
+            model = auto_cls.from_pretrained(cfg.model, trust_remote_code=prep.remote_code, **kw)
+        except (OSError, ValueError) as e:
+            raise FinetuneError(f"--model {cfg.model}: cannot load it as {auto_cls.__name__} "
+                                f"({str(e).splitlines()[0]})") from None
     if cfg.task != "relation":
         return model
     init_marker_rows(model, prep.tokenizer, prep.markers)
@@ -340,7 +341,8 @@ def format_table(results: dict) -> str:
     fmt = lambda v: "nan" if v is None else f"{100 * v:.2f}"  # noqa: E731
     for name, s in results["summary"].items():
         cells = "".join(f"{fmt(r['test'][name]):>11}" for r in seeds)
-        mean = "nan" if s["mean"] is None else f"{fmt(s['mean'])} ± {fmt(s['std'])}"
+        mean = "nan" if s["mean"] is None else f"{fmt(s['mean'])} ± {fmt(s['std'])}" if len(seeds) > 1 else \
+            f"{fmt(s['mean'])} (n=1)"  # one seed has no spread
         lines.append(f"{name:<18}{cells}{mean:>18}")
     if "majority_baseline" in results:
         m = results["majority_baseline"]

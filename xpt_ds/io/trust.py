@@ -17,6 +17,7 @@ Two kinds of file can carry code:
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import pickle
@@ -83,6 +84,33 @@ def load_plain(path: Path, *, allow_pickle: bool = False, mmap: bool = False,
             if mmap and "zip" in str(e).lower():
                 return load_plain(path, flag=flag)
             raise
+
+
+@contextlib.contextmanager
+def reading_weights(what: str, error: type[UserError] = UserError):
+    """Around a ``from_pretrained`` of a model directory xpt-ds did not write: weights that would run code when
+    unpickled (transformers reads a ``.bin`` with ``weights_only=True`` and refuses the pickle) are an
+    UntrustedError, and weights it cannot read (a truncated safetensors or zip file) an ``error``, each one line
+    that starts with ``what`` (the flag or config key that named the directory)."""
+    try:
+        yield
+    except pickle.UnpicklingError as e:
+        raise UntrustedError(f"{what}: its weights file is not plain data and would run code when loaded "
+                             f"({_first_line(e)[:160]}); xpt-ds does not load it (save the model as safetensors)") \
+            from None
+    except (RuntimeError, EOFError, _safetensor_error()) as e:  # truncated or not a weights file
+        raise error(f"{what}: cannot read its weights ({_first_line(e)[:200]})") from None
+
+
+def _first_line(e: Exception) -> str:
+    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
+    named = next((ln for ln in lines if "GLOBAL" in ln), lines[0] if lines else type(e).__name__)
+    return named
+
+
+def _safetensor_error() -> type[Exception]:
+    from safetensors import SafetensorError
+    return SafetensorError
 
 
 def check_plain(paths: list[Path], *, allow_pickle: bool = False,

@@ -24,6 +24,7 @@ from xpt_ds.data.tokenizer import TargetTokenizer
 from xpt_ds.embedding_init.context import InitContext, kept_vocabulary_report
 from xpt_ds.embedding_init.registry import init_embeddings
 from xpt_ds.errors import UserError
+from xpt_ds.io.trust import reading_weights
 from xpt_ds.model.adapters import add_adapters
 from xpt_ds.model.decoder import (
     DECODER_FAMILIES,
@@ -98,6 +99,9 @@ def _source_config(src: str, stamp: tuple | None):
         raise ConfigError(f"config key 'model.source': reading {src} needs the gguf package "
                           f"(pip install gguf): {str(e).strip().splitlines()[0]}") from None
     except (OSError, ValueError) as e:
+        if not Path(src).exists() and (src.startswith(("/", "./", "../", "~")) or src.count("/") > 1):
+            raise ConfigError(f"config key 'model.source': no such directory: {src} (a hub id is 'org/name')") \
+                from None  # a path, not a hub id: transformers' own message speaks of repo ids
         where = "local directory" if Path(src).exists() else "hub id or path"
         raise ConfigError(f"config key 'model.source': cannot load '{src}' ({where}): "
                           f"{str(e).strip().splitlines()[0]}") from None
@@ -130,8 +134,8 @@ def _load_source(cfg: ModelConfig):
     _check_encoder_source(cfg, src_cfg)
     if METHODS[cfg.method].source == "random":
         return AutoModelForMaskedLM.from_config(src_cfg), set()
-    model, info = AutoModelForMaskedLM.from_pretrained(src, output_loading_info=True,
-                                                        trust_remote_code=False)
+    with reading_weights(f"config key 'model.source': {src}", ConfigError):
+        model, info = AutoModelForMaskedLM.from_pretrained(src, output_loading_info=True, trust_remote_code=False)
     missing = set(info["missing_keys"])
     if missing:
         log.warning("source %s lacks %d MLM weights (%s...); they start fresh and count as @new", src,

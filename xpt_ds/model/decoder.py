@@ -29,6 +29,7 @@ from xpt_ds.config.methods import METHODS
 from xpt_ds.data.tokenizer import TargetTokenizer
 from xpt_ds.embedding_init.context import InitContext
 from xpt_ds.embedding_init.registry import init_embeddings
+from xpt_ds.io.trust import reading_weights
 from xpt_ds.model import lora
 
 
@@ -77,8 +78,9 @@ def load_decoder_source(source: str, src_cfg, method: str):
     if METHODS[method].source == "random":
         return AutoModelForCausalLM.from_config(src_cfg), set()
     location, gguf = source_location(source)
-    model, info = AutoModelForCausalLM.from_pretrained(location, output_loading_info=True, trust_remote_code=False,
-                                                       **gguf)
+    with reading_weights(f"config key 'model.source': {source}", ConfigError):
+        model, info = AutoModelForCausalLM.from_pretrained(location, output_loading_info=True,
+                                                           trust_remote_code=False, **gguf)
     return model, set(info["missing_keys"])  # a GGUF source is dequantized to fp32 (and refuses .float())
 
 

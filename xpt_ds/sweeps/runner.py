@@ -220,7 +220,8 @@ def downstream(plan: Plan, run: Run, stages: Stages) -> dict:
     r = json.loads(results.read_text())
     metric = r["config"]["metric"]
     row = {"downstream_metric": metric, "downstream_mean": r["summary"][metric]["mean"],
-           "downstream_std": r["summary"][metric]["std"], "downstream_seeds": len(r["seeds"]),
+           "downstream_std": r["summary"][metric]["std"] if len(r["seeds"]) > 1 else None,  # one seed: no spread
+           "downstream_seeds": len(r["seeds"]),
            "downstream_values": [s["test"][metric] for s in r["seeds"]]}
     if "majority_baseline" in r:
         row["majority_accuracy"] = r["majority_baseline"]["accuracy"]
@@ -379,8 +380,7 @@ class _Sweep:
             return
         slot = self.slots.get()
         try:
-            self.say(f"run {run.label}: {plan.steps[run.arm, run.size]} steps on {run.size:,} tokens -> "
-                     f"{plan.run_dir(run)}")
+            self.say(f"{_next_step(plan, run)} -> {plan.run_dir(run)}")
             stages = Stages(plan, slot, self.call_lock)
             row = run_one(plan, run, stages, self.say)
         except StepFailed as e:
@@ -415,18 +415,22 @@ def dry_run(plan: Plan) -> list[Run]:
     for run in todo:
         if (run.arm, run.size, run.seed) in rerun:
             continue  # said by pending
-        run_dir = plan.run_dir(run)
-        tags = complete_tags(run_dir / "checkpoints")
-        if _started_without_checkpoint(run_dir):
-            s.say(f"would start {run.label} over: {run_dir} has no complete checkpoint (it would move to "
-                  f"{run_dir.name}.no_checkpoint)")
-        elif _status(run_dir).get("state") == "finished":
-            s.say(f"would score {run.label}: trained, with no row yet")
-        elif tags:
-            s.say(f"would resume {run.label} from {tags[-1]}")
-        else:
-            s.say(f"would run {run.label}: {plan.steps[run.arm, run.size]} steps on {run.size:,} tokens")
+        s.say(f"would {_next_step(plan, run)}")
     return todo
+
+
+def _next_step(plan: Plan, run: Run) -> str:
+    """What the sweep does next with ``run`` (not a rerun), as its line says it: start over, score, resume or run."""
+    run_dir = plan.run_dir(run)
+    if _started_without_checkpoint(run_dir):
+        return (f"start {run.label} over: {run_dir} has no complete checkpoint (it moves to "
+                f"{run_dir.name}.no_checkpoint)")
+    if _status(run_dir).get("state") == "finished":
+        return f"score {run.label}: trained, with no row yet"
+    tags = complete_tags(run_dir / "checkpoints")
+    if tags:
+        return f"resume {run.label} from {tags[-1]}"
+    return f"run {run.label}: {plan.steps[run.arm, run.size]} steps on {run.size:,} tokens"
 
 
 def sweep(plan: Plan) -> list[dict]:

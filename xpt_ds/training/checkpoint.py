@@ -7,7 +7,8 @@ Layout of ``RUN_DIR/checkpoints/TAG/``:
   data (tensors, ints, lists) that ``torch.load(weights_only=True)`` reads;
 - ``frozen_fp32.pt``: exact fp32 values of the parameters frozen in the current phase (the engine holds
   them only in the compute dtype);
-- ``hf_config/``: the target model's HF config (export builds the skeleton from it) and ``spm.model``;
+- ``hf_config/``: the target model's HF config (export builds the skeleton from it); beside it ``spm.model``,
+  the target tokenizer (a keep_vocab run: the source's tokenizer files in ``hf_tokenizer/``);
 - ``COMPLETE``: written by rank 0 after a barrier, last; it records the step, world size and ZeRO stage.
   A tag without it does not count. DeepSpeed's ``latest`` file is not written (``save_latest=False``) and
   never trusted;
@@ -45,7 +46,7 @@ from xpt_ds.config import ConfigError, TrainConfig, read_checkpoint_config
 from xpt_ds.data.tokenizer import HF_TOKENIZER_DIR, copy_hf_tokenizer
 from xpt_ds.errors import UserError
 from xpt_ds.io.paths import unwritable
-from xpt_ds.io.trust import load_plain
+from xpt_ds.io.trust import UntrustedError, load_plain
 from xpt_ds.training.engine import state_digest, zero_stage
 
 MARKER = "COMPLETE"
@@ -418,7 +419,13 @@ def read_client_state(ckpt_root: Path, tag: str, allow_pickle: bool = False) -> 
     files = sorted((ckpt_root / tag).glob("*mp_rank_00_model_states.pt"))
     if not files:
         raise CheckpointError(f"checkpoint {ckpt_root / tag} has no model-states file (*mp_rank_00_model_states.pt)")
-    return load_plain(files[0], allow_pickle=allow_pickle, mmap=True)
+    try:
+        return load_plain(files[0], allow_pickle=allow_pickle, mmap=True)
+    except UntrustedError:
+        raise
+    except (OSError, RuntimeError, EOFError, ValueError) as e:  # truncated, or not a torch file
+        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError(f"cannot read checkpoint {ckpt_root / tag}: {files[0].name}: {why}") from None
 
 
 def read_config(ckpt_root: Path, tag: str, allow_pickle: bool = False) -> TrainConfig:

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -118,24 +120,62 @@ def save_model(model: torch.nn.Module, out: Path) -> None:
 
 
 def export(run_dir: Path, out: Path, tag: str | None = None, allow_pickle: bool = False) -> Path:
-    made = not out.exists()
-    why = unwritable(out)  # before the checkpoint is read (minutes for a large model)
+    """Write the export into a new folder beside ``out``, then put it in place of ``out``: an export stopped
+    half-way leaves ``out`` as it was, and an earlier export there is replaced whole (no file of it, such as a
+    ``spm.model`` a keep_vocab export does not write, stays beside the new one). A non-empty ``out`` that is not
+    an xpt-ds export is refused before the checkpoint is read."""
+    check_export_out(out)
+    why = unwritable(out.parent)  # before the checkpoint is read (minutes for a large model)
     if why is not None:
         raise OSError(f"--out {out}: cannot write there ({why})")
-    try:
-        model, tag_dir = load_model(run_dir, tag, allow_pickle)
-    except BaseException:  # a bad --run or --tag, or a refused checkpoint: no empty --out left behind
-        if made and out.is_dir() and not any(out.iterdir()):
-            out.rmdir()
-        raise
+    model, tag_dir = load_model(run_dir, tag, allow_pickle)
     hf_config = model.config
     data = checkpoint.read_config(tag_dir.parent, tag_dir.name, allow_pickle).data
     hf_config.xpt_data = {k: getattr(data, k) for k in MASKING_KEYS}  # evaluate --model masks as the run did
-    save_model(model, out)
-    tok = saved_tokenizer(tag_dir)
-    if tok.kind == "huggingface":  # keep_vocab: the source's own tokenizer, as the checkpoint saved it
-        copy_hf_tokenizer(tok.path, out)
-    else:
-        save_hf_tokenizer(tok, out, model_max_length=hf_config.xpt_max_length, causal=is_decoder(hf_config),
-                          token_types=getattr(hf_config, "type_vocab_size", 1))
+    staging = out.parent / f".{out.name}.writing-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    try:
+        save_model(model, staging)
+        tok = saved_tokenizer(tag_dir)
+        if tok.kind == "huggingface":  # keep_vocab: the source's own tokenizer, as the checkpoint saved it
+            copy_hf_tokenizer(tok.path, staging)
+        else:
+            save_hf_tokenizer(tok, staging, model_max_length=hf_config.xpt_max_length, causal=is_decoder(hf_config),
+                              token_types=getattr(hf_config, "type_vocab_size", 1))
+        _put_in_place(staging, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return out
+
+
+def check_export_out(out: Path) -> None:
+    """``out`` may be missing, empty, or an earlier export (its config.json names an ``xpt_method``, read as
+    JSON); anything else would be mixed with the export's files or replaced, so it is refused."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise OSError(f"--out {out}: is not a directory")
+    if not any(out.iterdir()):
+        return
+    try:
+        earlier = "xpt_method" in json.loads((out / "config.json").read_text())
+    except (OSError, ValueError, TypeError):
+        earlier = False
+    if not earlier:
+        raise OSError(f"--out {out}: is not empty and holds no earlier xpt-ds export (no config.json with "
+                      "xpt_method); give a new or empty directory")
+
+
+def _put_in_place(staging: Path, out: Path) -> None:
+    """``staging`` becomes ``out``; the earlier ``out`` is moved aside first and removed after."""
+    aside = out.parent / f".{out.name}.replaced-{os.getpid()}"
+    if out.exists():
+        out.rename(aside)
+    try:
+        staging.rename(out)
+    except OSError:
+        if aside.exists():
+            aside.rename(out)
+        raise
+    shutil.rmtree(aside, ignore_errors=True)

@@ -74,21 +74,24 @@ def check_files(tag_dir: Path, allow_pickle: bool, distributed: bool = True) -> 
     is missing, refused or unreadable."""
     files = sorted(tag_dir.rglob("*.pt"))
     rank, world = (deepspeed.comm.get_rank(), deepspeed.comm.get_world_size()) if distributed else (0, 1)
-    error = None
+    error, reading = None, tag_dir
     try:
         missing = missing_files(tag_dir)
         if missing:
             raise CheckpointError(f"checkpoint {tag_dir} is incomplete although it has its {MARKER} marker: "
                                   f"{', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''} missing "
                                   f"({len(missing)} file(s); copied without every rank's files?)")
-        check_plain(files[rank::world], allow_pickle=allow_pickle)
+        for path in files[rank::world]:
+            reading = path
+            check_plain([path], allow_pickle=allow_pickle)
     except CheckpointError as e:
         error = e
     except UntrustedError as e:
         error = e
     except (OSError, RuntimeError, EOFError, ValueError) as e:  # truncated, or not a torch file
         why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        error = CheckpointError(f"cannot read checkpoint {tag_dir}: {why}")
+        where = "" if reading == tag_dir else f"{reading.relative_to(tag_dir)}: "
+        error = CheckpointError(f"cannot read checkpoint {tag_dir}: {where}{why}")
     if distributed and agree(None if error is None else str(error)) and error is None:
         error = CheckpointError(f"another rank refused a file of checkpoint {tag_dir} (see its error)")
     if error is not None:
