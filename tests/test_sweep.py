@@ -389,7 +389,7 @@ def test_a_trelm_graph_sweep_runs_resumes_and_skips(tmp_path, source_dir, corpus
 def test_a_killed_sweep_stops_its_running_stages(tmp_path, sweep_config):
     """``kill PID`` (SIGTERM to the sweep alone, as ``timeout`` or a scheduler sends it) while two runs train side
     by side (--parallel 2): both trainers checkpoint and stop with it, none goes on training on its own, no
-    further run starts, and the sweep ends with one error line."""
+    further run starts, and the sweep ends with one 'interrupted' line."""
     import os
     import signal
     import time
@@ -414,7 +414,7 @@ def test_a_killed_sweep_stops_its_running_stages(tmp_path, sweep_config):
     os.kill(sweep.pid, signal.SIGTERM)  # the sweep alone
     sweep.wait(timeout=300)
     err = log.read_text()
-    assert sweep.returncode == 130 and err.strip().splitlines()[-1].startswith("error: sweep interrupted"), err
+    assert sweep.returncode == 130 and err.strip().splitlines()[-1].startswith("interrupted: sweep stopped"), err
     assert not [p for p in trainers if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     for p in status:
         assert json.loads(p.read_text())["state"] == "preempted", p.read_text()

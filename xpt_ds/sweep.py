@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         with _sigterm_interrupts():
             failures = sweep(plan)
     except (KeyboardInterrupt, Interrupted):  # the running stages were stopped (runner.stop_stages)
-        print(f"error: sweep interrupted; its finished runs are in {plan.out / 'results.jsonl'}: rerun the same "
+        print(f"interrupted: sweep stopped; its finished runs are in {plan.out / 'results.jsonl'}: rerun the same "
               "command to go on", file=sys.stderr)
         return INTERRUPTED_EXIT_CODE
     rows = list(read_rows(plan.out / "results.jsonl").values())
