@@ -338,6 +338,8 @@ def test_a_resume_with_other_lengths_says_what_it_does(finished_run, tmp_path):
     (["xpt_ds.evaluate", "--model", "m", "--shards", "s", "--seq-len", "2"], "--seq-len must be >= 8, got 2"),
     (["xpt_ds.evaluate", "--model", "m", "--shards", "s", "--batch-size", "0"], "--batch-size must be >= 1, got 0"),
     (["xpt_ds.evaluate", "--model", "m", "--shards", "s", "--max-batches", "-1"], "--max-batches must be >= 0"),
+    (["xpt_ds.evaluate", "--model", "m", "--shards", "s", "--seed", "-5"], "--seed must be >= 0, got -5"),
+    (["xpt_ds.evaluate", "--model", "m", "--shards", "s", "--tag", "t"], "--tag picks a checkpoint of --run"),
     (["xpt_ds.probe", "--run", "r", "--source-text", "t", "--batch-size", "0"], "--batch-size >= 1"),
     (["data_tools.prepare", "--input", "t", "--out", "o", "--workers", "x"], "\nxpt-data prepare: error: argument"),
 ])

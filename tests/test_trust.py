@@ -193,15 +193,18 @@ def test_a_checkpoint_file_that_runs_code_is_refused(tmp_path, tiny_roberta, vic
     assert marker.read_text() == "ran"
 
 
-@pytest.mark.parametrize("victim", ["zero_pp_rank_0_mp_rank_00_optim_states.pt", "mp_rank_00_model_states.pt"])
-def test_a_truncated_checkpoint_file_is_one_line_naming_the_checkpoint(tmp_path, tiny_roberta, victim):
-    """The optimizer file, or the model-states file the trainer reads the client state from before any other:
-    one line naming the checkpoint and the file, and status.json says the run failed."""
+@pytest.mark.parametrize("victim,garbage", [("zero_pp_rank_0_mp_rank_00_optim_states.pt", False),
+                                            ("mp_rank_00_model_states.pt", False), ("frozen_fp32.pt", True)])
+def test_a_truncated_checkpoint_file_is_one_line_naming_the_checkpoint(tmp_path, tiny_roberta, victim, garbage):
+    """The optimizer file, or the model-states file the trainer reads the client state from before any other, cut
+    short; a file overwritten with text (which tripped torch's unpickler with a KeyError): one line naming the
+    checkpoint and the file, not calling it code, and status.json says the run failed."""
     tag_dir = _copy_old_checkpoint(tmp_path / "run")
     f = tag_dir / victim
-    f.write_bytes(f.read_bytes()[:1000])
+    f.write_bytes(b"junk\n" if garbage else f.read_bytes()[:1000])
     line = _one_error_line(launch(["--config", str(_old_config(tmp_path, tiny_roberta))]), "cannot read checkpoint",
                            OLD_TAG, victim)
+    assert "allow" not in line
     status = json.loads((tmp_path / "run/status.json").read_text())
     assert status["state"] == "failed" and status["error"] == line[len("error: "):]
 
@@ -291,3 +294,19 @@ def test_no_code_path_loads_code_without_a_flag_or_an_identity_check():
             for call in (n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Call)):
                 if ast.unparse(call.func) == "torch.load":
                     assert any(k.arg == "weights_only" for k in call.keywords), (path, ast.unparse(call))
+
+
+def test_a_source_auto_map_does_not_reach_the_target(tmp_path, model_dir, tiny_decoder, corpus):
+    """A source whose config.json maps code (never run: trust_remote_code=False) builds a target whose config,
+    and so its checkpoints' and export's, names no code it does not carry."""
+    from xpt_ds.config import ModelConfig
+    from xpt_ds.data.tokenizer import build_tokenizer
+    from xpt_ds.model.build import build_model
+    for name, source in (("encoder", model_dir), ("decoder", tiny_decoder("llama", False))):
+        mapped = shutil.copytree(source, tmp_path / name)
+        cfg = json.loads((mapped / "config.json").read_text())
+        cfg["auto_map"] = {"AutoConfig": "evil.EvilConfig", "AutoModelForCausalLM": "evil.EvilModel"}
+        (mapped / "config.json").write_text(json.dumps(cfg))
+        model_cfg = ModelConfig(source=str(mapped), tokenizer=str(corpus / "spm.model"))
+        built = build_model(model_cfg, build_tokenizer(model_cfg.tokenizer))
+        assert not hasattr(built.model.config, "auto_map") and "auto_map" not in built.model.config.to_dict()

@@ -51,9 +51,12 @@ def main(argv: list[str] | None = None) -> int:
                    "plain data (they can run code): only for a checkpoint you trust")
     a = p.parse_args(argv)
     for flag, value, least in (("--seq-len", a.seq_len, 8), ("--batch-size", a.batch_size, 1),
-                               ("--max-batches", a.max_batches, 0), ("--samples", a.samples, 0)):
+                               ("--max-batches", a.max_batches, 0), ("--samples", a.samples, 0),
+                               ("--seed", a.seed, 0)):
         if value is not None and value < least:
             p.error(f"{flag} must be >= {least}, got {value}")
+    if a.model is not None and a.tag is not None:
+        p.error("--tag picks a checkpoint of --run; an export (--model) has none")
     import torch
 
     from xpt_ds.config import ConfigError

@@ -77,6 +77,8 @@ def validate(cfg: TrainConfig) -> None:
         raise ConfigError(f"config key 'data.on_corrupt_shard' is '{d.on_corrupt_shard}'; valid: fail, skip")
     if d.train_tokens < 0:
         raise ConfigError(f"config key 'data.train_tokens' must be >= 0 (0 = all), got {d.train_tokens}")
+    if d.seed < 0:  # numpy's generators take no negative seed
+        raise ConfigError(f"config key 'data.seed' must be >= 0, got {d.seed}")
     if d.num_workers < 0:
         raise ConfigError(f"config key 'data.num_workers' must be >= 0, got {d.num_workers}")
     if d.parallel_shards and not METHODS[m.method].trelm:
@@ -106,6 +108,9 @@ def validate(cfg: TrainConfig) -> None:
     check_activations(cfg)
     if not m.dropout < 1 or m.dropout != m.dropout:
         raise ConfigError(f"config key 'model.dropout' must be in [0, 1) (negative: the source's), got {m.dropout}")
+    if cfg.checkpoint.every_steps < 0:
+        raise ConfigError(f"config key 'checkpoint.every_steps' must be >= 0 (0 = phase ends only), got "
+                          f"{cfg.checkpoint.every_steps}")
     if cfg.checkpoint.keep_last < 0:
         raise ConfigError(f"config key 'checkpoint.keep_last' must be >= 0, got {cfg.checkpoint.keep_last}")
     if cfg.logging.log_every < 1:

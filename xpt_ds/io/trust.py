@@ -79,7 +79,12 @@ def load_plain(path: Path, *, allow_pickle: bool = False, mmap: bool = False,
         try:
             return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
         except pickle.UnpicklingError as e:
-            raise _refusal(path, e, flag) from None
+            if "GLOBAL" in str(e) or "global" in str(e):  # it names code to run
+                raise _refusal(path, e, flag) from None
+            why = next((ln.strip() for ln in str(e).splitlines() if "Unsupported" in ln), _first_line(e))
+            raise ValueError(f"not a torch file ({why[:120]})") from None
+        except (KeyError, IndexError, TypeError, AttributeError, UnicodeDecodeError) as e:  # garbage bytes
+            raise ValueError(f"not a torch file ({type(e).__name__}: {e})") from None
         except RuntimeError as e:  # mmap needs torch.save's zip format; an old-format file is read whole
             if mmap and "zip" in str(e).lower():
                 return load_plain(path, flag=flag)

@@ -31,6 +31,7 @@ from xpt_ds.model.decoder import (
     build_decoder,
     check_decoder_method,
     decoder_skeleton,
+    drop_source_code,
     is_decoder,
     load_decoder_source,
     source_location,
@@ -145,6 +146,7 @@ def _load_source(cfg: ModelConfig):
 
 def _target_config(src_cfg, cfg: ModelConfig, tok: TargetTokenizer):
     tcfg = copy.deepcopy(src_cfg)
+    drop_source_code(tcfg)
     tcfg.vocab_size = tok.vocab_size
     if METHODS[cfg.method].vocab == "source":  # the source's rows as they are (some checkpoints pad the matrix)
         if tok.vocab_size > src_cfg.vocab_size:

@@ -91,6 +91,7 @@ def target_config(src_cfg, cfg: ModelConfig, tok: TargetTokenizer):
                           "(scale_attn_by_inverse_layer_idx), so the reused layers would compute differently "
                           "one index later; not supported")
     tcfg = copy.deepcopy(src_cfg)
+    drop_source_code(tcfg)
     tcfg.vocab_size = tok.vocab_size
     L = src_cfg.num_hidden_layers
     if METHODS[cfg.method].has_itl:
@@ -108,6 +109,14 @@ def target_config(src_cfg, cfg: ModelConfig, tok: TargetTokenizer):
             if hasattr(tcfg, key):
                 setattr(tcfg, key, cfg.dropout)
     return tcfg
+
+
+def drop_source_code(tcfg) -> None:
+    """The source's ``auto_map`` (code its directory ships, which xpt-ds never runs) names files the target's
+    checkpoints and export do not carry: it is not the target's. An export that needs code of its own (adapters,
+    TreLM) writes its own map (``xpt_ds.training.export.save_model``)."""
+    if hasattr(tcfg, "auto_map"):
+        del tcfg.auto_map
 
 
 def decoder_skeleton(tcfg) -> nn.Module:
