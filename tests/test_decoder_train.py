@@ -247,7 +247,7 @@ def test_gpt2_zero0_one_rank_resume_export_generate_evaluate(tmp_path, tiny_deco
 
 @pytest.mark.parametrize("family,tied,ds", [("mistral", False, "zero2_fp32"), ("qwen2", True, "zero2_bf16")],
                          ids=["mistral-untied", "qwen2-tied-bf16"])
-def test_mistral_and_qwen2_one_rank_two_phases_and_export(family, tied, ds, tmp_path, tiny_decoder, corpus):
+def test_mistral_and_qwen2_one_rank_two_phases_and_export(family, tied, ds, tmp_path, tiny_decoder, corpus, capfd):
     """Qwen2 under bf16 with DeepSpeed's FusedAdam (the production optimizer; no resume here)."""
     source = tiny_decoder(family, tied, 0.0)
     cfg = _config(tmp_path, source, corpus, ds)
@@ -263,3 +263,24 @@ def test_mistral_and_qwen2_one_rank_two_phases_and_export(family, tied, ds, tmp_
     if family == "qwen2":
         assert model.config.layer_types == ["full_attention", "full_attention", "sliding_attention",
                                             "sliding_attention"]
+    warned = "warning: stock AutoTokenizer loads this export's tokenizer as Qwen2Tokenizer" in capfd.readouterr().err
+    assert warned == (family == "qwen2")
+    _check_stock_tokenizer(tmp_path / "exported", corpus, overridden=family == "qwen2")
+
+
+def _check_stock_tokenizer(out, corpus, overridden: bool) -> None:
+    """Stock AutoTokenizer gives the SentencePiece ids, except where transformers swaps in a class of its own for
+    the model type (Qwen2: a byte-level BPE rebuilt from the vocabulary), which the export finds and names, with
+    the loader that works; that loader gives the SentencePiece ids."""
+    import sentencepiece as spm
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    from xpt_ds.data.tokenizer import saved_tokenizer
+    from xpt_ds.training.export import auto_tokenizer_override
+    sp = spm.SentencePieceProcessor(model_file=str(corpus / "spm.model"))
+    text = sp.decode(list(range(5, 60)))
+    want = [sp.bos_id(), *sp.encode(text)]
+    found = auto_tokenizer_override(out, saved_tokenizer(out))
+    assert (found == "Qwen2Tokenizer") if overridden else found is None, found
+    assert (AutoTokenizer.from_pretrained(out)(text)["input_ids"] == want) != overridden
+    assert PreTrainedTokenizerFast.from_pretrained(out)(text)["input_ids"] == want

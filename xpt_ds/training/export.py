@@ -143,10 +143,35 @@ def export(run_dir: Path, out: Path, tag: str | None = None, allow_pickle: bool 
         else:
             save_hf_tokenizer(tok, staging, model_max_length=hf_config.xpt_max_length, causal=is_decoder(hf_config),
                               token_types=getattr(hf_config, "type_vocab_size", 1))
+            overridden = auto_tokenizer_override(staging, tok)
+            if overridden:
+                print(f"warning: stock AutoTokenizer loads this export's tokenizer as {overridden}, which rebuilds it "
+                      f"and gives other ids than its spm.model (transformers overrides the class it reads for "
+                      f"model_type {hf_config.model_type}); load it with "
+                      f"PreTrainedTokenizerFast.from_pretrained('{out}')", file=sys.stderr)
         _put_in_place(staging, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return out
+
+
+def auto_tokenizer_override(model_dir: Path, tok) -> str | None:
+    """The class name stock ``AutoTokenizer`` gives ``model_dir``'s tokenizer when it encodes text otherwise than
+    the fast tokenizer written there (transformers 5 replaces the class a tokenizer_config.json names for some
+    model types, Qwen2's among them, by their own, which rebuilds a byte-level BPE from the vocabulary); None when
+    they agree, or when AutoTokenizer cannot load the directory without its code (an adapters export)."""
+    import sentencepiece as spm
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    sp = spm.SentencePieceProcessor(model_file=str(tok.path))
+    text = sp.decode([i for i in range(sp.get_piece_size()) if not sp.is_control(i) and not sp.is_unknown(i)][:200])
+    try:
+        auto = AutoTokenizer.from_pretrained(str(model_dir), trust_remote_code=False)
+    except Exception:  # noqa: BLE001 - a directory that needs its code to load: nothing to compare here
+        return None
+    written = PreTrainedTokenizerFast.from_pretrained(str(model_dir))
+    same = auto.backend_tokenizer.encode(text).ids == written.backend_tokenizer.encode(text).ids
+    return None if same else type(auto).__name__
 
 
 def check_export_out(out: Path) -> None:
