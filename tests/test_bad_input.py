@@ -117,6 +117,13 @@ def keep_vocab_on_a_decoder(cfg, d, fx):
     return [], ["'model.method'", "'keep_vocab' is not available for a decoder source (gpt2)"]
 
 
+def span_masking_on_a_decoder(cfg, d, fx):
+    """Was ignored: a decoder trains on every next token."""
+    cfg["model"]["source"] = str(fx.gpt2)
+    cfg["data"]["masking"] = "span"
+    return [], ["'data.masking' is 'span'", "decoder"]
+
+
 def missing_shard(cfg, d, fx):
     shutil.copytree(fx.corpus, d / "corpus")
     manifest = json.loads((d / "corpus/manifest.json").read_text())
@@ -161,7 +168,7 @@ CASES = {f.__name__: f for f in [
     missing_tokenizer_file, tokenizer_with_default_special_ids, tokenizer_without_mask_piece,
     trainable_pattern_matching_nothing, ds_json_sets_train_batch_size, ds_json_sets_optimizer_lr,
     ds_json_bf16_at_stage0, ds_json_fp16_on_cpu, ds_json_nvme_offload_without_path, missing_shard,
-    tokenizer_smaller_than_corpus_vocab, keep_vocab_on_a_decoder]}
+    tokenizer_smaller_than_corpus_vocab, keep_vocab_on_a_decoder, span_masking_on_a_decoder]}
 
 
 def _free_ports(n: int) -> list[int]:

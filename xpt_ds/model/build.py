@@ -116,6 +116,14 @@ def check_source(cfg: ModelConfig) -> None:
         check_decoder_method(cfg.method, src_cfg.model_type)
 
 
+def check_source_data(cfg: ModelConfig, data: DataConfig) -> None:
+    """Data settings the source's kind has no use for are refused, not ignored: a decoder trains on every next
+    token, so nothing is masked."""
+    if is_decoder(source_config(cfg)) and data.masking != "token":
+        raise ConfigError(f"config key 'data.masking' is '{data.masking}', but model.source is a decoder, which "
+                          "trains on every next token (nothing is masked); leave it at 'token'")
+
+
 def _check_encoder_source(cfg: ModelConfig, src_cfg) -> None:
     if METHODS[cfg.method].lora:
         raise ConfigError(f"config key 'model.method': lora is for decoder sources "

@@ -17,6 +17,7 @@ layers, with ``@lower``/``@upper``), ``@embeddings`` (input rows), ``@output_emb
 from __future__ import annotations
 
 import copy
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +32,8 @@ from xpt_ds.embedding_init.context import InitContext
 from xpt_ds.embedding_init.registry import init_embeddings
 from xpt_ds.io.trust import reading_weights
 from xpt_ds.model import lora
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -81,7 +84,11 @@ def load_decoder_source(source: str, src_cfg, method: str):
     with reading_weights(f"config key 'model.source': {source}", ConfigError):
         model, info = AutoModelForCausalLM.from_pretrained(location, output_loading_info=True,
                                                            trust_remote_code=False, **gguf)
-    return model, set(info["missing_keys"])  # a GGUF source is dequantized to fp32 (and refuses .float())
+    missing = set(info["missing_keys"])
+    if missing:
+        log.warning("source %s lacks %d weights (%s...); they start fresh and count as @new", source, len(missing),
+                    sorted(missing)[0])
+    return model, missing  # a GGUF source is dequantized to fp32 (and refuses .float())
 
 
 def target_config(src_cfg, cfg: ModelConfig, tok: TargetTokenizer):
