@@ -211,6 +211,21 @@ def read_metrics(run_dir: Path) -> dict[int, dict]:
     return rows
 
 
+def logged_since(metrics: Path, since: float) -> list[int]:
+    """The steps of metrics.jsonl's rows logged at or after time ``since``. A resume rewrites the file (rows past
+    its checkpoint move to metrics.superseded.jsonl), so byte offsets or line counts into it do not last."""
+    import json
+    steps = []
+    for line in (metrics.read_text().splitlines() if metrics.exists() else []):
+        try:
+            row = json.loads(line)
+        except ValueError:  # the line being written
+            continue
+        if row["time"] >= since:
+            steps.append(row["step"])
+    return steps
+
+
 def made_once(tmp_path_factory, name: str, make) -> Path:
     """``make(DIR)`` once per test session, whichever pytest-xdist worker asks first; the others wait on a lock
     and reuse DIR (the fixtures it is made from are byte-identical on every worker). Treat DIR as read-only:

@@ -12,8 +12,8 @@ import time
 import pytest
 import torch
 
-from conftest import (LONG_STEPS, REPO, _command, base_config, free_port, launch, long_config, read_metrics, start_main,
-                      write_config)
+from conftest import (LONG_STEPS, REPO, _command, base_config, free_port, launch, logged_since, long_config,
+                      read_metrics, start_main, write_config)
 from data_tools.pipeline.shards import write_shard
 from xpt_ds.training.checkpoint import ABANDONED, complete_tags, tag_for
 from xpt_ds.training.export import load_checkpoint_fp32
@@ -181,10 +181,10 @@ def test_a_rollback_starts_a_branch_that_a_requeue_continues(tmp_path, tiny_robe
     assert old[-1] == tag_for(12)
     # roll back to step 4 with another phase-2 learning rate; the job is preempted at step >= 7
     branch = ["--config", str(path), "--phases.1.lr=2e-3"]
-    logged = len((run / "metrics.jsonl").read_text().splitlines())
+    since = time.time()
     job = _start_session([*branch, "--resume", tag_for(4)], tmp_path / "b.log", 1, "single")
     deadline = time.time() + 300
-    while [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()[logged:]].count(7) == 0:
+    while 7 not in logged_since(run / "metrics.jsonl", since):
         assert job.poll() is None and time.time() < deadline, "the branch ended before it could be preempted"
         time.sleep(0.05)
     os.killpg(job.pid, signal.SIGUSR1)
@@ -205,6 +205,16 @@ def test_a_rollback_starts_a_branch_that_a_requeue_continues(tmp_path, tiny_robe
     rows = read_metrics(run)
     assert rows[8]["train/lr"] > 1e-3  # the branch's phase-2 rate (2e-3, decaying), not the old 5e-4
     assert json.loads((run / "status.json").read_text())["state"] == "finished"
+    # the abandoned branch's rows after step 4 moved aside; TensorBoard shows each step once
+    logged = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert all(r["time"] >= since for r in logged if r["step"] > 4)
+    assert {json.loads(x)["step"] for x in (run / "metrics.superseded.jsonl").read_text().splitlines()} >= set(
+        range(5, 13))
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    events = EventAccumulator(str(run / "tb"))
+    events.Reload()
+    steps = [e.step for e in events.Scalars("train/loss")]
+    assert sorted(steps) == sorted(set(steps)) and max(steps) == 12, steps
 
 
 def test_out_of_vocabulary_shard_fails_at_start_or_is_skipped(tmp_path, tiny_roberta, corpus):

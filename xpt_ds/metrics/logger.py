@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from xpt_ds.config import H100_PEAK_TFLOPS
+from xpt_ds.io.paths import write_text_atomic
 
 
 def matmul_params(hf_config, mask_prob: float) -> float:
@@ -90,16 +91,38 @@ class MetricsLogger:
         self.writer = self.bar = self.jsonl = None
 
     def start(self, initial_step: int, total_steps: int) -> None:
+        """Open the logs at ``initial_step`` (0, or the step of the checkpoint a resume starts from). What an earlier
+        attempt logged after that step is trained again, or left on an abandoned branch: its metrics.jsonl rows move
+        to metrics.superseded.jsonl, and TensorBoard hides its events from that step on (``purge_step``), so no step
+        is logged twice."""
         if not self.enabled:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._supersede_after(initial_step)
         self.jsonl = open(self.run_dir / "metrics.jsonl", "a")
         if self.tensorboard:
             from torch.utils.tensorboard import SummaryWriter
-            self.writer = SummaryWriter(str(self.run_dir / "tb"))
+            self.writer = SummaryWriter(str(self.run_dir / "tb"), purge_step=initial_step + 1 if initial_step else None)
         if self.progress:
             from tqdm import tqdm
             self.bar = tqdm(total=total_steps, initial=initial_step, dynamic_ncols=True, desc="train")
+
+    def _supersede_after(self, step: int) -> None:
+        path = self.run_dir / "metrics.jsonl"
+        if not path.is_file():
+            return
+        kept, later = [], []
+        for line in path.read_text().splitlines(keepends=True):
+            try:
+                row_step = json.loads(line)["step"]
+            except (ValueError, KeyError, TypeError):  # a line cut by a crash mid-write: not a row
+                continue
+            (later if row_step > step else kept).append(line if line.endswith("\n") else line + "\n")
+        if not later:
+            return
+        with open(self.run_dir / "metrics.superseded.jsonl", "a") as f:
+            f.writelines(later)
+        write_text_atomic(path, "".join(kept))
 
     def log(self, step: int, scalars: dict[str, float]) -> None:
         if self.jsonl is None:
