@@ -102,7 +102,7 @@ class MetricsLogger:
         self.jsonl = open(self.run_dir / "metrics.jsonl", "a")
         if self.tensorboard:
             from torch.utils.tensorboard import SummaryWriter
-            self.writer = SummaryWriter(str(self.run_dir / "tb"), purge_step=initial_step + 1 if initial_step else None)
+            self.writer = SummaryWriter(str(self.run_dir / "tb"), purge_step=initial_step + 1)
         if self.progress:
             from tqdm import tqdm
             self.bar = tqdm(total=total_steps, initial=initial_step, dynamic_ncols=True, desc="train")

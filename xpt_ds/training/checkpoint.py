@@ -32,6 +32,7 @@ import errno
 import json
 import logging
 import os
+import pickle
 import random
 import shutil
 import subprocess
@@ -423,7 +424,7 @@ def read_client_state(ckpt_root: Path, tag: str, allow_pickle: bool = False) -> 
         return load_plain(files[0], allow_pickle=allow_pickle, mmap=True)
     except UntrustedError:
         raise
-    except (OSError, RuntimeError, EOFError, ValueError) as e:  # truncated, or not a torch file
+    except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError) as e:  # truncated, not a torch file
         why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise CheckpointError(f"cannot read checkpoint {ckpt_root / tag}: {files[0].name}: {why}") from None
 
