@@ -95,7 +95,8 @@ def test_every_nth_layer(request):
 
 
 def _cfg(**top) -> TrainConfig:
-    return from_dict(TrainConfig, {"model": {"source": "s", "tokenizer": "t.model"}, "phases": [{"name": "p", "steps": 1}],
+    return from_dict(TrainConfig, {"model": {"source": "s", "tokenizer": "t.model"},
+                                   "phases": [{"name": "p", "steps": 1}],
                       "data": {"train_shards": ["x.tar"]}, **top})
 
 

@@ -144,7 +144,8 @@ def test_sweep_replicates_in_parallel_scores_the_best_checkpoint_and_reports_a_f
     evals = [json.loads((out / r["run_dir"] / "eval.json").read_text()) for r in rows]
     assert evals[0]["seed"] == evals[1]["seed"] == 0 and evals[0]["tokens"] == evals[1]["tokens"]
     for log in out.glob("runs/*/*/*/*.log"):  # the sweep's own lines never land in a run's redirected log
-        assert not any(x.startswith(("run ", "score ", "resume ", "start ", "done ", "FAILED ")) for x in log.read_text().splitlines()), log
+        said = ("run ", "score ", "resume ", "start ", "done ", "FAILED ")
+        assert not any(x.startswith(said) for x in log.read_text().splitlines()), log
     unigram = json.loads((out / "unigram.json").read_text())
     assert unigram["unigram"] == [f"{corpus}/manifest.json:train"] and unigram["tokens"] == evals[0]["tokens"]
 

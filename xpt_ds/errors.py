@@ -27,6 +27,13 @@ def os_error_line(e: OSError) -> str:
     return f"{e.filename} -> {e.filename2}: {e.strerror or e}"
 
 
+def first_line(e: Exception, prefer: str = "") -> str:
+    """The line of ``e``'s message that holds ``prefer`` (when given), else its first non-blank line, else its
+    type's name: a library's multi-line message as part of one error line."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return next((ln for ln in lines if prefer and prefer in ln), lines[0] if lines else type(e).__name__)
+
+
 def error_line(e: Exception) -> str:
     return os_error_line(e) if isinstance(e, OSError) else str(e)
 

@@ -1,5 +1,6 @@
 """CUDA paths on one GPU: bf16 and FusedAdam under every ZeRO stage, exact resume, export on the device, TreLM,
-a non-random embedding start, torch.compile, activation checkpointing and fine-tuning (issue 24). ``pytest -m gpu tests/gpu``.
+a non-random embedding start, torch.compile, activation checkpointing and fine-tuning (issue 24).
+``pytest -m gpu tests/gpu``.
 
 Skipped without CUDA, so CI (CPU) is unchanged. ``XPT_GPU_TESTS_ON_CPU=1`` runs them on the CPU instead
 (``DS_ACCELERATOR=cpu``), to rehearse them before GPU time is spent (``benchmarks/gpu_session.sh --rehearse``).

@@ -43,8 +43,8 @@ from xpt_ds.config.manager import (
 from xpt_ds.config.validate import validate
 from xpt_ds.config.values import Override, coerce
 
-__all__ = ["DECAYS", "H100_PEAK_TFLOPS", "MASKING_KEYS", "MASKINGS", "OBJECTIVE_DATA", "OBJECTIVES", "ActivationsConfig",
-           "CheckpointConfig",
-           "ConfigError", "DataConfig", "GuardConfig", "LoggingConfig", "LoraConfig", "MergeConfig", "ModelConfig",
+__all__ = ["DECAYS", "H100_PEAK_TFLOPS", "MASKING_KEYS", "MASKINGS", "OBJECTIVE_DATA", "OBJECTIVES",
+           "ActivationsConfig", "CheckpointConfig", "ConfigError", "DataConfig", "GuardConfig", "LoggingConfig",
+           "LoraConfig", "MergeConfig", "ModelConfig",
            "OptimConfig", "Override", "PhaseConfig", "TrainConfig", "coerce", "doc", "from_dict", "help_text",
            "load_config", "read_checkpoint_config", "read_config_file", "save_config", "to_dict", "validate"]

@@ -12,6 +12,7 @@ from pathlib import Path
 import sentencepiece as spm
 
 from xpt_ds.config import ConfigError
+from xpt_ds.errors import first_line
 
 MASK_CANDIDATES = ("<mask>", "[MASK]")
 HF_TOKENIZER_DIR = "hf_tokenizer"  # in a checkpoint tag directory: the Hugging Face tokenizer of keep_vocab
@@ -72,7 +73,7 @@ def build_hf_tokenizer(path: str, what: str = "config key 'model.tokenizer'") ->
     try:
         hf = _load_hf(path)
     except (OSError, ValueError, TypeError) as e:
-        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        why = first_line(e)
         raise ConfigError(f"{what}: cannot load a Hugging Face tokenizer from {path} ({why})") from None
     ids = {"pad": hf.pad_token_id, "cls": hf.cls_token_id, "sep": hf.sep_token_id, "unk": hf.unk_token_id,
            "mask": hf.mask_token_id}

@@ -15,6 +15,7 @@ import torch
 from xpt_ds.config import ConfigError
 from xpt_ds.data.tokenizer import TargetTokenizer
 from xpt_ds.embedding_init.files import HF_TOKENIZER_FILES
+from xpt_ds.errors import first_line
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +88,7 @@ def load_source_tokenizer(source: str):
     try:
         return transformers.AutoTokenizer.from_pretrained(source, trust_remote_code=False)
     except (OSError, ValueError, TypeError) as e:
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        reason = first_line(e)
         raise ConfigError(f"config key 'model.source': {source} has no usable tokenizer, which model.embedding_init "
                           f"needs ({reason[:200]})") from None
 

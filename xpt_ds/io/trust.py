@@ -25,8 +25,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 
-from xpt_ds.errors import UserError
+from xpt_ds.errors import UserError, first_line
 
 _PACKAGE = Path(__file__).resolve().parents[1]
 # export name -> the installed file it is a copy of (self-contained: torch and transformers only)
@@ -61,10 +62,9 @@ def plain_globals() -> list:
 
 
 def _refusal(path: Path, e: Exception, flag: str) -> UntrustedError:
-    why = str(e).strip().splitlines()
-    named = next((ln.strip() for ln in why if "GLOBAL" in ln or "global" in ln), why[0] if why else type(e).__name__)
-    return UntrustedError(f"{path} is not plain data and would run code when loaded ({named[:160]}); xpt-ds "
-                          f"does not load it. If you wrote this checkpoint and trust it, pass {flag}")
+    return UntrustedError(f"{path} is not plain data and would run code when loaded "
+                          f"({first_line(e, 'GLOBAL')[:160]}); xpt-ds does not load it. If you wrote this checkpoint "
+                          f"and trust it, pass {flag}")
 
 
 def load_plain(path: Path, *, allow_pickle: bool = False, mmap: bool = False,
@@ -81,8 +81,7 @@ def load_plain(path: Path, *, allow_pickle: bool = False, mmap: bool = False,
         except pickle.UnpicklingError as e:
             if "GLOBAL" in str(e) or "global" in str(e):  # it names code to run
                 raise _refusal(path, e, flag) from None
-            why = next((ln.strip() for ln in str(e).splitlines() if "Unsupported" in ln), _first_line(e))
-            raise ValueError(f"not a torch file ({why[:120]})") from None
+            raise ValueError(f"not a torch file ({first_line(e, 'Unsupported')[:120]})") from None
         except (KeyError, IndexError, TypeError, AttributeError, UnicodeDecodeError) as e:  # garbage bytes
             raise ValueError(f"not a torch file ({type(e).__name__}: {e})") from None
         except RuntimeError as e:  # mmap needs torch.save's zip format; an old-format file is read whole
@@ -101,21 +100,10 @@ def reading_weights(what: str, error: type[UserError] = UserError):
         yield
     except pickle.UnpicklingError as e:
         raise UntrustedError(f"{what}: its weights file is not plain data and would run code when loaded "
-                             f"({_first_line(e)[:160]}); xpt-ds does not load it (save the model as safetensors)") \
-            from None
-    except (RuntimeError, EOFError, _safetensor_error()) as e:  # truncated or not a weights file
-        raise error(f"{what}: cannot read its weights ({_first_line(e)[:200]})") from None
-
-
-def _first_line(e: Exception) -> str:
-    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
-    named = next((ln for ln in lines if "GLOBAL" in ln), lines[0] if lines else type(e).__name__)
-    return named
-
-
-def _safetensor_error() -> type[Exception]:
-    from safetensors import SafetensorError
-    return SafetensorError
+                             f"({first_line(e, 'GLOBAL')[:160]}); xpt-ds does not load it (save the model as "
+                             "safetensors)") from None
+    except (RuntimeError, EOFError, SafetensorError) as e:  # truncated or not a weights file
+        raise error(f"{what}: cannot read its weights ({first_line(e)[:200]})") from None
 
 
 def check_plain(paths: list[Path], *, allow_pickle: bool = False,

@@ -108,20 +108,16 @@ def _source_config(src: str, stamp: tuple | None):
                           f"{str(e).strip().splitlines()[0]}") from None
 
 
-def check_source(cfg: ModelConfig) -> None:
+def check_source(cfg: ModelConfig, data: DataConfig) -> None:
     """Before the tokenizer is read: a method the source's kind (decoder or masked LM) does not take is the
-    error, not what its tokenizer lacks for it (keep_vocab on GPT-2: no mask token)."""
+    error, not what its tokenizer lacks for it (keep_vocab on GPT-2: no mask token); so is a data setting it has
+    no use for (a decoder trains on every next token: nothing is masked)."""
     src_cfg = source_config(cfg)
     if is_decoder(src_cfg):
         check_decoder_method(cfg.method, src_cfg.model_type)
-
-
-def check_source_data(cfg: ModelConfig, data: DataConfig) -> None:
-    """Data settings the source's kind has no use for are refused, not ignored: a decoder trains on every next
-    token, so nothing is masked."""
-    if is_decoder(source_config(cfg)) and data.masking != "token":
-        raise ConfigError(f"config key 'data.masking' is '{data.masking}', but model.source is a decoder, which "
-                          "trains on every next token (nothing is masked); leave it at 'token'")
+        if data.masking != "token":
+            raise ConfigError(f"config key 'data.masking' is '{data.masking}', but model.source is a decoder, "
+                              "which trains on every next token (nothing is masked); leave it at 'token'")
 
 
 def _check_encoder_source(cfg: ModelConfig, src_cfg) -> None:

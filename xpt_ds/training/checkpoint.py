@@ -45,7 +45,7 @@ import torch
 
 from xpt_ds.config import ConfigError, TrainConfig, read_checkpoint_config
 from xpt_ds.data.tokenizer import HF_TOKENIZER_DIR, copy_hf_tokenizer
-from xpt_ds.errors import UserError
+from xpt_ds.errors import UserError, first_line
 from xpt_ds.io.paths import unwritable
 from xpt_ds.io.trust import UntrustedError, load_plain
 from xpt_ds.training.engine import state_digest, zero_stage
@@ -425,7 +425,7 @@ def read_client_state(ckpt_root: Path, tag: str, allow_pickle: bool = False) -> 
     except UntrustedError:
         raise
     except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError) as e:  # truncated, not a torch file
-        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        why = first_line(e)
         raise CheckpointError(f"cannot read checkpoint {ckpt_root / tag}: {files[0].name}: {why}") from None
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import deepspeed
 
 from xpt_ds.config import ConfigError
+from xpt_ds.errors import first_line
 from xpt_ds.io.trust import UntrustedError, check_plain
 from xpt_ds.training.checkpoint import MARKER, CheckpointError, agree
 
@@ -89,7 +90,7 @@ def check_files(tag_dir: Path, allow_pickle: bool, distributed: bool = True) -> 
     except UntrustedError as e:
         error = e
     except (OSError, RuntimeError, EOFError, ValueError) as e:  # truncated, or not a torch file
-        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        why = first_line(e)
         where = "" if reading == tag_dir else f"{reading.relative_to(tag_dir)}: "
         error = CheckpointError(f"cannot read checkpoint {tag_dir}: {where}{why}")
     if distributed and agree(None if error is None else str(error)) and error is None:

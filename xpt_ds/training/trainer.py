@@ -18,15 +18,7 @@ from xpt_ds.errors import UserError
 from xpt_ds.io.paths import unwritable
 from xpt_ds.metrics.logger import LogWindow, MetricsLogger, flops_per_token, peak_flops
 from xpt_ds.metrics.mlm import MLMStats, piece_byte_lengths, piece_char_lengths, piece_word_starts
-from xpt_ds.model.build import (
-    build_for_resume,
-    build_model,
-    build_skeleton,
-    check_source,
-    check_source_data,
-    load_fp32_state,
-    saved_tags,
-)
+from xpt_ds.model.build import build_for_resume, build_model, build_skeleton, check_source, load_fp32_state, saved_tags
 from xpt_ds.model.decoder import is_decoder
 from xpt_ds.model.objective import build_objective, strip_prefix
 from xpt_ds.model.phases import build_phase_starts, build_phase_trainables, phases_read_later, weights_from_ends
@@ -78,8 +70,7 @@ class Trainer:
         checkpoint.check_writable(self.ckpt_root, self.rank)  # now, not at the first save
         self.ds_config = load_ds_config(cfg.deepspeed)  # the engine JSON as the user wrote it, checked before the
         check_device_support(self.ds_config, cfg.deepspeed)  # model is built
-        check_source(cfg.model)  # a method the source cannot take, before its tokenizer is read
-        check_source_data(cfg.model, cfg.data)
+        check_source(cfg.model, cfg.data)  # what the source cannot take, before its tokenizer is read
         self.tok = tokenizer_for(cfg.model)
         self.char_lengths = piece_char_lengths(self.tok)  # valid/bits_per_char: compares across vocabularies
         self.word_starts = piece_word_starts(self.tok)  # valid/bits_per_word: so does this
