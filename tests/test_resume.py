@@ -124,3 +124,35 @@ def test_a_resume_needs_neither_the_embedding_init_nor_the_source_weights(tmp_pa
     assert all(torch.equal(a[k], b[k]) for k in a)
     one, two = (load_checkpoint_fp32(tmp_path / "straight/checkpoints", tag_for(s)) for s in (1, 2))
     assert not torch.equal(one["lm_head.dense.weight"], two["lm_head.dense.weight"])  # the new head trains in phase 1
+
+
+def test_a_resume_mid_log_window_logs_the_uninterrupted_mean(tiny_roberta, corpus, tmp_path):
+    """log_every=3 with a checkpoint every step: a resume from step 5 is one step into the window that logs at step
+    6. The checkpoint carries that step's loss (each rank's sum), so the resumed run logs the mean over steps 5
+    and 6 at step 6, bit for bit the uninterrupted run's, not step 6's loss alone."""
+    from conftest import base_config
+    straight = base_config(tmp_path / "straight", tiny_roberta, corpus, checkpoint={"every_steps": 1},
+                           deepspeed=str(Path(__file__).parents[1] / "ds_configs/zero1_fp32.json"),
+                           logging={"log_every": 3, "eval_every": 0, "progress_bar": False})
+    proc = launch(["--config", str(write_config(tmp_path / "straight.yaml", straight))], nproc=2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    want = read_metrics(tmp_path / "straight")
+    assert sorted(s for s in want if "train/loss" in want[s]) == [3, 4, 6, 8]  # 4 and 8 end a phase
+    run = tmp_path / "run"
+    shutil.copytree(tmp_path / "straight/checkpoints" / tag_for(5), run / "checkpoints" / tag_for(5))
+    proc = launch(["--config", str(write_config(tmp_path / "run.yaml", {**straight, "run_dir": str(run)}))], nproc=2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = read_metrics(run)
+    assert sorted(s for s in got if "train/loss" in got[s]) == [6, 8]
+    assert [got[s]["train/loss"] for s in (6, 8)] == [want[s]["train/loss"] for s in (6, 8)]
+
+
+def test_a_log_window_restored_on_another_world_size_keeps_the_old_ranks_mean():
+    from xpt_ds.metrics.logger import LogWindow
+    window = LogWindow(torch.device("cpu"))
+    window.load_state_dict({"steps": 2, "good": 2, "loss_sums": [3.0, 5.0]}, rank=0, world=1)
+    window.add(torch.tensor(2.0), skipped=False)
+    assert (window.steps, window.timed, window.good) == (3, 1, 3)
+    assert window.mean_loss().item() == (4.0 + 2.0) / 3  # the old world's mean of steps 1-2, then step 3's
+    window.load_state_dict({"steps": 2, "good": 1, "loss_sums": [3.0, 5.0]}, rank=1, world=2)
+    assert window.loss_sum.item() == 5.0 and window.timed == 0

@@ -54,7 +54,10 @@ def peak_flops(configured_tflops: float) -> float | None:
 
 class LogWindow:
     """What the trainer accumulates between two log steps. The loss sum stays on the device, so a step costs no
-    host sync; ``good`` counts the steps whose loss is in it (a skipped step's loss is not finite)."""
+    host sync; ``good`` counts the steps whose loss is in it (a skipped step's loss is not finite). ``steps``
+    counts every step not logged yet, ``timed`` those this process ran (the window's seconds, tokens and FLOPs):
+    a checkpoint written mid-window carries the loss part (``state_dict``), so the first loss logged after a
+    resume averages the same steps as the uninterrupted run's."""
 
     def __init__(self, device: torch.device):
         self.loss_sum = torch.zeros((), device=device)
@@ -62,12 +65,13 @@ class LogWindow:
 
     def reset(self) -> None:
         self.loss_sum.zero_()
-        self.steps = self.good = 0
+        self.steps = self.good = self.timed = 0
         self.tokens, self.flops = 0, 0.0  # every rank's, of every row the window's steps trained on
         self.started = time.perf_counter()
 
     def add(self, loss: torch.Tensor, skipped: bool, tokens: int = 0, flops: float = 0.0) -> None:
         self.steps += 1
+        self.timed += 1
         self.tokens += tokens
         self.flops += flops
         if not skipped:
@@ -79,6 +83,21 @@ class LogWindow:
 
     def seconds(self) -> float:
         return time.perf_counter() - self.started
+
+    def state_dict(self, rank_sums: list[float]) -> dict:
+        """The steps not logged yet, with every rank's loss sum (``rank_sums``, gathered by the caller: the sum
+        is this rank's share of a mean that the log step all-reduces)."""
+        return {"steps": self.steps, "good": self.good, "loss_sums": rank_sums}
+
+    def load_state_dict(self, sd: dict, rank: int, world: int) -> None:
+        """Continue a window a checkpoint carries. On the world size it was written with, each rank takes its own
+        sum back (the logged mean is then the uninterrupted run's, bit for bit); on another, each takes the old
+        ranks' mean, which the log step's all-reduce and division by the new world size turn into the same mean
+        of the restored steps' losses."""
+        sums = sd["loss_sums"]
+        self.reset()
+        self.steps, self.good = sd["steps"], sd["good"]
+        self.loss_sum.fill_(sums[rank] if len(sums) == world else sum(sums) / len(sums))
 
 
 class MetricsLogger:

@@ -111,6 +111,7 @@ class Trainer:
                                               1.0 if self.causal else cfg.data.mask_prob) * self.tokens_per_step
         self.step_work = (0, 0.0)  # (tokens, FLOPs) of the last step, every rank's rows (TreLM: xpt_ds.trelm.work)
         self.step_seconds: float | None = None  # mean of the last log window, for the ETA
+        self.window = LogWindow(self.device)  # the steps since the last log step (a resume continues it)
         self.peak = peak_flops(cfg.logging.peak_tflops)
         if reason := no_skip_reason(self.ds_config):  # else DeepSpeed skips a non-finite step (guards)
             self._info(f"non-finite steps are not skipped ({reason}): a non-finite loss halts the run at the next "
@@ -169,6 +170,8 @@ class Trainer:
             self.state.load_state_dict(client["trainer"])
             for key in [k for k in ("bad_steps", "best") if k in client]:  # absent from older checkpoints
                 getattr(self, key).load_state_dict(client[key])
+            if "log_window" in client:  # absent before 2026-11-28
+                self.window.load_state_dict(client["log_window"], self.rank, self.world)
             saved_data = client.get("config", {}).get("data", {})
             saved_len = saved_data.get("seq_len")  # for data states written before 2026-11-27
             self.train_stream.load_state_dict({"seq_len": saved_len, **client["data"]} if saved_len else client["data"])
@@ -219,7 +222,7 @@ class Trainer:
             log.info(msg)
 
     def train(self) -> None:
-        window = LogWindow(self.device)
+        window = self.window
         self.budget.start_loop(self.state)
         while True:
             if self.state.phase_step >= self.phase.steps or self.phase_ended(self.state.phase_index):
@@ -342,7 +345,7 @@ class Trainer:
 
     def log(self, window: LogWindow) -> None:
         """The window's steps that were not skipped are the same on every rank (the skip decision is global)."""
-        loss, seconds, steps = None, window.seconds(), window.steps
+        loss, seconds = None, window.seconds()
         if window.good:
             mean_loss = window.mean_loss()
             deepspeed.comm.all_reduce(mean_loss)
@@ -357,7 +360,7 @@ class Trainer:
                 log.warning("loss spike at step %d: %.4f is %.1fx the median %.4f of the last %d logged losses",
                             self.state.global_step, loss, loss / median, median, len(self.loss_spikes.history) - 1)
         tps = self.last_tokens_per_s = window.tokens / max(seconds, 1e-9)
-        self.step_seconds = seconds / max(steps, 1)
+        self.step_seconds = seconds / max(window.timed, 1)
         grad_norm = self.engine.get_global_grad_norm()
         self.logger.log(self.state.global_step, {
             "train/loss": loss, "train/lr": lr_at(self.phase, self.state.phase_step - 1),
@@ -427,7 +430,9 @@ class Trainer:
             raise Halted(f"weights are not finite at step {self.state.global_step}: checkpoint {tag} not written "
                          f"(a non-finite update went through; {self.unskipped}). Newest complete checkpoint: "
                          f"{self.last_saved or 'none'}")
+        sums = self.exchange.gather([self.window.loss_sum.item()])[:, 0].tolist()  # collective, as the save is
         client = {"trainer": self.state.state_dict(), "data": self.train_stream.state_dict(),
+                  "log_window": self.window.state_dict(sums),
                   "bad_steps": self.bad_steps.state_dict(), "best": self.best.state_dict(), "config": to_dict(self.cfg),
                   "embedding_init": self.built.embedding_init, "tags": saved_tags(self.built.tags)}
         checkpoint.save(self.engine, self.ckpt_root, tag, client, self.frozen, self.hf_config, self.tok.path)
