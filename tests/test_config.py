@@ -450,3 +450,27 @@ def test_help_lists_every_key_with_its_default_phase_keys_included():
     for f in dataclasses.fields(PhaseConfig):
         assert f"--phases.N.{f.name}=" in text or f"--phases.N.{f.name}." in text, f.name
     assert "--optim.micro_batch_size=" in text and "--phases.N.lr=0.0001" in text
+
+
+def test_the_config_reference_is_current_and_lists_every_key():
+    """docs/config.md is written from the config tree; a key added, renamed or re-described without regenerating
+    it fails here (``python -m xpt_ds.config.reference > docs/config.md``)."""
+    import dataclasses
+    import typing
+
+    from xpt_ds.config.job import _element_type, _field_type
+    from xpt_ds.config.reference import markdown
+    text = (Path(__file__).parents[1] / "docs/config.md").read_text()
+    assert text == markdown(), "docs/config.md is stale: python -m xpt_ds.config.reference > docs/config.md"
+
+    def keys(cls, prefix=""):
+        for f in dataclasses.fields(cls):
+            typ = _field_type(f)
+            if dataclasses.is_dataclass(typ):
+                yield from keys(typ, f"{prefix}{f.name}.")
+            else:
+                yield f"{prefix}{f.name}"
+                if typing.get_origin(typ) is list and dataclasses.is_dataclass(_element_type(typ)):
+                    yield from keys(_element_type(typ), f"{prefix}{f.name}.N.")
+    every = list(keys(TrainConfig))
+    assert len(every) > 70 and all(f"| `{k}` |" in text for k in every), [k for k in every if f"| `{k}` |" not in text]
