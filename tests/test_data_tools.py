@@ -148,6 +148,12 @@ def test_pluggable_splitter(tmp_path, monkeypatch):
     assert _corpus_docs(tmp_path / "c") == [["하나요", "둘이다. 셋이요", "넷이요"]]
     with pytest.raises(PrepareError, match="cannot import"):
         clean([src], tmp_path / "d", DEFAULTS.replace(splitter="no_such_module:f"))
+    (tmp_path / "bad_splitter.py").write_text("def split(text):\n    raise ValueError('no rule for ' + text[:3])\n")
+    for workers in (1, 2):  # raised in this process, and in a worker process
+        assert_one_line_error(cli("clean", "--input", src, "--out", tmp_path / f"e{workers}", "--workers", workers,
+                                  "--splitter", "bad_splitter:split", env={"PYTHONPATH": str(tmp_path)}),
+                              "sentence splitter bad_splitter:split raised ValueError: no rule for 하나요",
+                              "on the paragraph '하나요, 둘이다.")
 
 
 def test_dedupe_and_length_filters(tmp_path):
@@ -281,6 +287,26 @@ def test_rerun_skips_complete_shards_and_redoes_interrupted_ones(tmp_path, synth
     proc = cli("tokenize", "--out", out, "--shard-docs", 7)  # the tokenize stage alone: nothing left to do
     assert proc.returncode == 0 and f"{len(shards)} of {len(shards)} shards already complete" in proc.stderr
     assert {p.name: p.stat().st_mtime_ns for p in shards} == {k: v[0] for k, v in after.items()}
+
+
+def test_a_tokenize_stopped_while_removing_an_old_plans_shards_leaves_no_manifest(tmp_path, synthetic):
+    """A new shard plan (--shard-docs 14 after 7) removes the old plan's extra shards. A run that stops part way
+    through (here: the last of them is a directory, which cannot be unlinked, standing in for a kill at that
+    point) must not leave the old manifest.json naming shards already gone; the rerun then writes a manifest
+    that matches the directory."""
+    out = tmp_path / "out"
+    _run(synthetic, out)
+    old = json.loads((out / "manifest.json").read_text())["splits"]["train"]["shards"]
+    (out / "train-000099.tar").mkdir()
+    proc = cli("tokenize", "--out", out, "--shard-docs", 14)
+    assert_one_line_error(proc, "train-000099.tar")
+    assert not (out / old[-1]).exists()  # one of the old plan's shards was removed before the stop
+    assert not (out / "manifest.json").exists()
+    (out / "train-000099.tar").rmdir()
+    assert cli("tokenize", "--out", out, "--shard-docs", 14).returncode == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert len(manifest["splits"]["train"]["shards"]) < len(old)
+    assert all((out / n).is_file() for s in SPLITS for n in manifest["splits"][s]["shards"])
 
 
 def test_stage_subcommands_match_the_single_command(tmp_path, synthetic):

@@ -71,22 +71,26 @@ def tokenize(out: Path, opts: PrepareOptions = DEFAULTS, workers: int = 1, force
     planned = {t.name for t in tasks}
     # Shards (and temp files) of an earlier plan that this one does not produce would confuse a glob reader.
     # Temp files are from killed runs (runs through the CLI or run_pipeline hold the directory's lock).
+    stale = []
     for f in sorted(out.iterdir()):
         m = re.fullmatch(rf"((?:{'|'.join(SPLITS)})-\d{{6}}\.tar)(\.tmp\d*)?", f.name)
         if m and (m.group(2) or m.group(1) not in planned):
-            f.unlink()
-            if not m.group(2):
-                (out / RECORDS / f"{f.name}.json").unlink(missing_ok=True)
-                log(f"tokenize: removed {f.name} (not part of this plan)")
+            stale.append((f, not m.group(2)))
     if force:
         for t in tasks:
             forget(t)
     records = {t.name: rec for t in tasks if (rec := completed(t))}
     todo = [t for t in tasks if t.name not in records]
+    if todo or any(shard for _, shard in stale):  # first: a run killed from here on leaves no manifest that names
+        (out / "manifest.json").unlink(missing_ok=True)  # a shard it removed or is rewriting
+    for f, shard in stale:
+        f.unlink()
+        if shard:
+            (out / RECORDS / f"{f.name}.json").unlink(missing_ok=True)
+            log(f"tokenize: removed {f.name} (not part of this plan)")
     if records:
         log(f"tokenize: {len(records)} of {len(tasks)} shards already complete, skipped")
     if todo:
-        (out / "manifest.json").unlink(missing_ok=True)  # never leave a manifest describing other shards
         log(f"tokenize: writing {len(todo)} shard(s) with {min(workers, len(todo))} worker(s)")
         t1 = time.perf_counter()
         bar = progress_bar(progress, desc="tokenize", unit="doc", total=sum(t.n_docs for t in todo))

@@ -133,7 +133,12 @@ def clean_document(paragraphs: list[str], splitter: Callable[[str], list[str]], 
         para = clean_text(para, normalize)
         if not para:
             continue
-        pieces = splitter(para)
+        try:
+            pieces = splitter(para)
+        except Exception as e:  # the user's code: which splitter, on which text, and its own message
+            msg = str(e).strip().splitlines()
+            raise PrepareError(f"sentence splitter {splitter_name(splitter)} raised {type(e).__name__}"
+                               f"{': ' + msg[0] if msg else ''} (on the paragraph {para[:60]!r})") from None
         if isinstance(pieces, str) or not isinstance(pieces, (list, tuple)):
             raise PrepareError(f"sentence splitter {splitter_name(splitter)} returned {type(pieces).__name__}, "
                                "expected a list of strings")
