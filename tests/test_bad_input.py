@@ -12,7 +12,7 @@ import pytest
 import sentencepiece as spm
 import yaml
 
-from conftest import base_config, free_port, launch, run_main, write_config, write_synthetic_corpus
+from conftest import base_config, config_only, free_port, launch, run_main, write_config, write_synthetic_corpus
 from data_tools.pipeline.shards import write_shard
 from data_tools.pipeline.spm_layouts import LAYOUTS
 
@@ -22,6 +22,7 @@ class Fixtures:
     corpus: Path
     corpus_text: Path
     gpt2: Path  # a tiny GPT-2 source
+    weightless: Path  # the tiny RoBERTa source without its weights: a case that uses it must fail before the load
 
 
 def unknown_key(cfg, d, fx):
@@ -125,6 +126,7 @@ def span_masking_on_a_decoder(cfg, d, fx):
 
 
 def missing_shard(cfg, d, fx):
+    cfg["model"]["source"] = str(fx.weightless)  # the shards are checked before any source weight is read
     shutil.copytree(fx.corpus, d / "corpus")
     manifest = json.loads((d / "corpus/manifest.json").read_text())
     shard = d / "corpus" / manifest["splits"]["train"]["shards"][0]
@@ -134,6 +136,7 @@ def missing_shard(cfg, d, fx):
 
 
 def corrupt_shard(cfg, d, fx):
+    cfg["model"]["source"] = str(fx.weightless)
     shutil.copytree(fx.corpus, d / "corpus")
     shard = d / "corpus" / json.loads((d / "corpus/manifest.json").read_text())["splits"]["train"]["shards"][0]
     shard.write_bytes(shard.read_bytes()[:1500])
@@ -149,7 +152,14 @@ def out_of_vocabulary_shard(cfg, d, fx):
     bad = d / "oov-000000.tar"
     write_shard(bad, "train", 0, [[[5, 6, 7, 60000, 8]]] * 4, vocab_size=65536)
     cfg["data"]["train_shards"] = [f"{fx.corpus}/manifest.json:train", str(bad)]
+    cfg["model"]["source"] = str(fx.weightless)
     return [], [str(bad), "60000"]
+
+
+def seq_len_past_the_source_positions(cfg, d, fx):
+    cfg["model"]["source"] = str(fx.weightless)  # from config.json alone
+    cfg["data"]["seq_len"] = 4096
+    return [], ["'data.seq_len' is 4096", "at most 78"]
 
 
 def run_dir_under_a_file(cfg, d, fx):
@@ -168,7 +178,8 @@ CASES = {f.__name__: f for f in [
     missing_tokenizer_file, tokenizer_with_default_special_ids, tokenizer_without_mask_piece,
     trainable_pattern_matching_nothing, ds_json_sets_train_batch_size, ds_json_sets_optimizer_lr,
     ds_json_bf16_at_stage0, ds_json_fp16_on_cpu, ds_json_nvme_offload_without_path, missing_shard,
-    tokenizer_smaller_than_corpus_vocab, keep_vocab_on_a_decoder, span_masking_on_a_decoder]}
+    tokenizer_smaller_than_corpus_vocab, keep_vocab_on_a_decoder, span_masking_on_a_decoder,
+    seq_len_past_the_source_positions]}
 
 
 def _free_ports(n: int) -> list[int]:
@@ -181,7 +192,8 @@ def _free_ports(n: int) -> list[int]:
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory, tiny_roberta, corpus, corpus_text, tiny_decoder):
     """name -> (CompletedProcess, culprits); the launches run concurrently to keep the module fast."""
-    fx = Fixtures(corpus, corpus_text, tiny_decoder("gpt2", True))
+    fx = Fixtures(corpus, corpus_text, tiny_decoder("gpt2", True),
+                  config_only(tiny_roberta, tmp_path_factory.mktemp("weightless") / "source"))
     jobs = {}
     for (name, build), port in zip(CASES.items(), _free_ports(len(CASES))):
         d = tmp_path_factory.mktemp(name)

@@ -120,6 +120,17 @@ def check_source(cfg: ModelConfig, data: DataConfig) -> None:
                               "which trains on every next token (nothing is masked); leave it at 'token'")
 
 
+def check_data_fits(tcfg, data: DataConfig) -> None:
+    """What the data settings ask of the target model (``planned_target``'s config): rows within the positions
+    the source trained, and for a decoder the separator its document boundaries come from."""
+    if data.seq_len > tcfg.xpt_max_length:
+        raise ConfigError(f"config key 'data.seq_len' is {data.seq_len}; the source model's positions "
+                          f"allow at most {tcfg.xpt_max_length}")
+    if is_decoder(tcfg) and not data.doc_separator:
+        raise ConfigError("config key 'data.doc_separator' is false, but a decoder source needs the separator "
+                          "to find document boundaries (position restarts, no attention across documents)")
+
+
 def _check_encoder_source(cfg: ModelConfig, src_cfg) -> None:
     if METHODS[cfg.method].lora:
         raise ConfigError(f"config key 'model.method': lora is for decoder sources "
@@ -234,6 +245,19 @@ def _check_kept_vocabulary(cfg: ModelConfig) -> None:
                           "embeddings; leave embedding_init at its default")
 
 
+def planned_target(cfg: ModelConfig, tok: TargetTokenizer):
+    """(family, the target model's HF config) from ``model.source``'s config.json and the tokenizer alone, no
+    weights: what ``build_model`` and ``build_for_resume`` build. The trainer checks the data against it before
+    it reads gigabytes of source weights (a shard path's typo is an error in seconds, not after the load)."""
+    src_cfg = source_config(cfg)
+    if is_decoder(src_cfg):
+        check_decoder_method(cfg.method, src_cfg.model_type)
+        return DECODER_FAMILIES[src_cfg.model_type], decoder_target_config(src_cfg, cfg, tok)
+    _check_encoder_source(cfg, src_cfg)
+    _check_kept_vocabulary(cfg)
+    return FAMILIES[src_cfg.model_type], _target_config(src_cfg, cfg, tok)
+
+
 def build_for_resume(cfg: ModelConfig, tok: TargetTokenizer, tags: dict) -> BuiltModel | None:
     """A resumed run's model without the source's weights: the architecture ``build_model`` makes (from
     ``model.source``'s config.json, the tokenizer and the run config), the parameter tags the checkpoint recorded
@@ -242,14 +266,7 @@ def build_for_resume(cfg: ModelConfig, tok: TargetTokenizer, tags: dict) -> Buil
     resume thereby neither reads gigabytes of source weights on every rank nor needs them still there, nor draws
     random values it throws away. None when this config builds other parameter names than the checkpoint's
     (another method or source): ``build_model`` then runs, and the resume's model check names the difference."""
-    src_cfg = source_config(cfg)
-    if is_decoder(src_cfg):
-        check_decoder_method(cfg.method, src_cfg.model_type)
-        family, tcfg = DECODER_FAMILIES[src_cfg.model_type], decoder_target_config(src_cfg, cfg, tok)
-    else:
-        _check_encoder_source(cfg, src_cfg)
-        _check_kept_vocabulary(cfg)
-        family, tcfg = FAMILIES[src_cfg.model_type], _target_config(src_cfg, cfg, tok)
+    family, tcfg = planned_target(cfg, tok)
     with torch.random.fork_rng(devices=[]):  # the global generator as it was, whatever a module's constructor draws
         model = build_skeleton(tcfg, blank=True)  # the checkpoint sets every weight
     if {n for n, _ in model.named_parameters()} != set(tags):

@@ -18,7 +18,8 @@ from xpt_ds.errors import UserError
 from xpt_ds.io.paths import unwritable
 from xpt_ds.metrics.logger import LogWindow, MetricsLogger, flops_per_token, peak_flops
 from xpt_ds.metrics.mlm import MLMStats, piece_byte_lengths, piece_char_lengths, piece_word_starts
-from xpt_ds.model.build import build_for_resume, build_model, build_skeleton, check_source, load_fp32_state, saved_tags
+from xpt_ds.model.build import build_for_resume, build_model, build_skeleton, check_data_fits, check_source
+from xpt_ds.model.build import load_fp32_state, planned_target, saved_tags
 from xpt_ds.model.decoder import is_decoder
 from xpt_ds.model.objective import build_objective, strip_prefix
 from xpt_ds.model.phases import build_phase_starts, build_phase_trainables, phases_read_later, weights_from_ends
@@ -75,6 +76,15 @@ class Trainer:
         self.char_lengths = piece_char_lengths(self.tok)  # valid/bits_per_char: compares across vocabularies
         self.word_starts = piece_word_starts(self.tok)  # valid/bits_per_word: so does this
         self.byte_lengths = piece_byte_lengths(self.tok)  # valid/bits_per_byte: and this
+        _, self.hf_config = planned_target(cfg.model, self.tok)  # from config.json: the checks before the weights
+        check_data_fits(self.hf_config, cfg.data)
+        self.causal = is_decoder(self.hf_config)  # next-token loss on the same packed rows (docs/decoders.md)
+        try:  # a problem on one rank stops them all (check_streams_agree), not it alone
+            self.open_streams()
+            problem = None
+        except (UserError, OSError) as e:
+            problem = e
+        check_streams_agree(problem, [] if problem else self.skipped_shards())
         self.resume_tag = checkpoint.resolve_tag(self.ckpt_root, cfg.checkpoint.resume)
         self.resume_client = None if self.resume_tag is None else checkpoint.read_client_state(
             self.ckpt_root, self.resume_tag, cfg.checkpoint.allow_pickle)
@@ -86,24 +96,11 @@ class Trainer:
         if self.rank == 0:
             log_report(self.built.embedding_init, cfg.model.embedding_init, self.resume_tag, self.run_dir)
         self.hf_config = self.built.model.config
-        if cfg.data.seq_len > self.hf_config.xpt_max_length:
-            raise ConfigError(f"config key 'data.seq_len' is {cfg.data.seq_len}; the source model's positions "
-                              f"allow at most {self.hf_config.xpt_max_length}")
         # Module-relative names: the engine wraps the objective, whose HF model is ``hf``.
         self.trainables = [{f"hf.{n}" for n in s} for s in build_phase_trainables(cfg, self.built.tags)]
         self.starts = [None if s is None else {f"hf.{n}": p for n, p in s.items()}
                        for s in build_phase_starts(cfg, self.built.tags)]
         self.kept_ends = phases_read_later(cfg)
-        self.causal = is_decoder(self.hf_config)  # next-token loss on the same packed rows (docs/decoders.md)
-        if self.causal and not cfg.data.doc_separator:
-            raise ConfigError("config key 'data.doc_separator' is false, but a decoder source needs the separator "
-                              "to find document boundaries (position restarts, no attention across documents)")
-        try:  # a problem on one rank stops them all (check_streams_agree), not it alone
-            self.open_streams()
-            problem = None
-        except (UserError, OSError) as e:
-            problem = e
-        check_streams_agree(problem, [] if problem else self.skipped_shards())
         self.state = TrainerState()
         self.device = torch.device(deepspeed.get_accelerator().current_device_name())
         self.tokens_per_step = cfg.optim.micro_batch_size * cfg.optim.grad_accum * self.world * cfg.data.seq_len
