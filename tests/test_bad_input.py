@@ -78,6 +78,7 @@ def tokenizer_smaller_than_corpus_vocab(cfg, d, fx):
 
 def trainable_pattern_matching_nothing(cfg, d, fx):
     cfg["phases"][0]["trainable"] = ["nope\\..*"]
+    cfg["model"]["source"] = str(fx.weightless)  # patterns are checked before any source weight is read
     return [], ["'phases[0].trainable'", "'nope\\..*'"]
 
 

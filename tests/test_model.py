@@ -165,3 +165,46 @@ def test_a_blank_skeleton_takes_every_value_it_is_loaded_with(source, method, ti
                       **({"adapter_size": 8} if method == "adapters" else {}))
     built = build_model(cfg, build_tokenizer(cfg.tokenizer), DataConfig(train_shards=[f"{corp}/manifest.json:train"]))
     _blank_takes_every_value(built.model)
+
+
+PLANNED_KINDS = BLANK_KINDS + [("roberta", "trelm"), ("roberta", "xpt_no_itl"), ("gpt2-tied", "scratch")]
+# keep_vocab needs a source with its tokenizer files: tests/test_keep_vocab.py trains it, through this check
+
+
+@pytest.mark.parametrize("source,method", PLANNED_KINDS, ids=[f"{s}-{m}" for s, m in PLANNED_KINDS])
+def test_planned_tags_are_the_built_models_from_its_config_alone(source, method, tiny_roberta, tiny_bert,
+                                                                  tiny_decoder, corpus, corpus_bert, tmp_path):
+    """The trainer checks phase patterns against ``planned_tags`` before any source weight is read: the same
+    parameter names as the built model, each with every tag it has there (plus @source/@new, which depends on the
+    source's files), made on the meta device from a copy of the source without its weights."""
+    import shutil
+
+    from xpt_ds.data.tokenizer import tokenizer_for
+    from xpt_ds.model.build import planned_tags, planned_target
+    family, _, tied = source.partition("-")
+    path = {"roberta": tiny_roberta, "bert": tiny_bert}.get(family) or tiny_decoder(family, tied == "tied")
+    corp = corpus_bert if family == "bert" else corpus
+    cfg = ModelConfig(source=str(path), tokenizer=str(corp / "spm.model"), method=method)
+    tok = tokenizer_for(cfg)
+    built = build_model(cfg, tok, DataConfig(train_shards=[f"{corp}/manifest.json:train"]))
+    weightless = tmp_path / "weightless"
+    shutil.copytree(path, weightless, ignore=shutil.ignore_patterns("*.safetensors", "*.bin"))
+    planned_cfg = ModelConfig(source=str(weightless), tokenizer=cfg.tokenizer, method=method)
+    planned = planned_tags(planned_cfg, *planned_target(planned_cfg, tok))
+    assert planned.keys() == built.tags.keys()
+    assert [n for n, t in built.tags.items() if not t <= planned[n] or planned[n] - t - {"@source", "@new"}] == []
+
+
+def test_a_pattern_that_matches_nothing_is_found_before_the_source_weights(tiny_roberta, corpus, tmp_path):
+    from xpt_ds.config import ConfigError
+    from xpt_ds.model.build import planned_tags, planned_target
+    from xpt_ds.model.phases import check_patterns
+    cfg = ModelConfig(source=str(tiny_roberta), tokenizer=str(corpus / "spm.model"), method="xpt")
+    tags = planned_tags(cfg, *planned_target(cfg, build_tokenizer(cfg.tokenizer)))
+    good = TrainConfig(model=cfg, phases=[PhaseConfig(name="a", steps=1), PhaseConfig(
+        name="b", steps=1, trainable=["@all", "!@itl", r"roberta\.encoder\.layer\.1\..*"])])
+    check_patterns(good, tags)
+    for patterns, culprit in ((["@al"], "'@al'"), (["@all", "!roberta.nope.*"], "'roberta.nope.*'")):
+        bad = TrainConfig(model=cfg, phases=[PhaseConfig(name="a", steps=1, trainable=patterns)])
+        with pytest.raises(ConfigError, match=f"phases\\[0\\].trainable.*{culprit}.*matches no parameter"):
+            check_patterns(bad, tags)

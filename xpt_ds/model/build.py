@@ -36,6 +36,7 @@ from xpt_ds.model.decoder import (
     load_decoder_source,
     source_location,
 )
+from xpt_ds.model.decoder import tag_parameters as decoder_tag_parameters
 from xpt_ds.model.decoder import target_config as decoder_target_config
 from xpt_ds.trelm.model import add_trelm, init_trelm, trelm_tags
 
@@ -118,6 +119,20 @@ def check_source(cfg: ModelConfig, data: DataConfig) -> None:
         if data.masking != "token":
             raise ConfigError(f"config key 'data.masking' is '{data.masking}', but model.source is a decoder, "
                               "which trains on every next token (nothing is masked); leave it at 'token'")
+
+
+def planned_tags(cfg: ModelConfig, family, tcfg) -> dict[str, set[str]]:
+    """The parameters ``planned_target``'s config builds, on the meta device (no memory, no weights), each with
+    the tags it may carry: which weights come from the source depends on what its files hold, so every one
+    carries both @source and @new. A phase pattern that matches nothing here matches nothing in the built model
+    (``phases.check_patterns``: the check before the load)."""
+    with torch.device("meta"), torch.random.fork_rng(devices=[]):
+        model = build_skeleton(tcfg, blank=True)
+    method = METHODS[cfg.method]
+    layers = tcfg.num_hidden_layers - (2 if method.has_itl else 0)
+    tag = decoder_tag_parameters if is_decoder(tcfg) else _tag_parameters
+    tags = {n: t | {"@source"} for n, t in tag(model, family, set(), layers, method.has_itl).items()}
+    return {n: t | trelm_tags(n) for n, t in tags.items()} if method.trelm else tags
 
 
 def check_data_fits(tcfg, data: DataConfig) -> None:

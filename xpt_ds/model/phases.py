@@ -64,6 +64,17 @@ def build_phase_trainables(cfg: TrainConfig, tags: dict[str, set[str]]) -> list[
     return out
 
 
+def check_patterns(cfg: TrainConfig, tags: dict[str, set[str]]) -> None:
+    """Every pattern of every phase (trainable or its preset, merge.take) matches some parameter of ``tags``; the
+    same error ``select`` gives, before the source's weights are read (``build.planned_tags``). Whether a phase
+    leaves anything to train is ``build_phase_trainables``' check, on the built model's tags."""
+    for i, phase in enumerate(cfg.phases):
+        for pat in phase.trainable or preset_patterns(cfg, i):
+            _matches(pat.removeprefix("!"), tags, f"phases[{i}].trainable")
+        for pat in phase.merge.take:
+            _matches(pat.removeprefix("!"), tags, f"phases[{i}].merge.take")
+
+
 Sources = dict[str, tuple[str, ...]]  # parameter name -> the phases whose end values it starts from (mean of >1)
 
 

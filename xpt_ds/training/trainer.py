@@ -19,10 +19,11 @@ from xpt_ds.io.paths import unwritable
 from xpt_ds.metrics.logger import LogWindow, MetricsLogger, flops_per_token, peak_flops
 from xpt_ds.metrics.mlm import MLMStats, piece_byte_lengths, piece_char_lengths, piece_word_starts
 from xpt_ds.model.build import build_for_resume, build_model, build_skeleton, check_data_fits, check_source
-from xpt_ds.model.build import load_fp32_state, planned_target, saved_tags
+from xpt_ds.model.build import load_fp32_state, planned_tags, planned_target, saved_tags
 from xpt_ds.model.decoder import is_decoder
 from xpt_ds.model.objective import build_objective, strip_prefix
-from xpt_ds.model.phases import build_phase_starts, build_phase_trainables, phases_read_later, weights_from_ends
+from xpt_ds.model.phases import build_phase_starts, build_phase_trainables, check_patterns, phases_read_later
+from xpt_ds.model.phases import weights_from_ends
 from xpt_ds.training import checkpoint, tag_checks
 from xpt_ds.training.activations import recomputed_layers
 from xpt_ds.training.best import BestTracker
@@ -76,8 +77,9 @@ class Trainer:
         self.char_lengths = piece_char_lengths(self.tok)  # valid/bits_per_char: compares across vocabularies
         self.word_starts = piece_word_starts(self.tok)  # valid/bits_per_word: so does this
         self.byte_lengths = piece_byte_lengths(self.tok)  # valid/bits_per_byte: and this
-        _, self.hf_config = planned_target(cfg.model, self.tok)  # from config.json: the checks before the weights
+        family, self.hf_config = planned_target(cfg.model, self.tok)  # from config.json: checks before the weights
         check_data_fits(self.hf_config, cfg.data)
+        check_patterns(cfg, planned_tags(cfg.model, family, self.hf_config))
         self.causal = is_decoder(self.hf_config)  # next-token loss on the same packed rows (docs/decoders.md)
         try:  # a problem on one rank stops them all (check_streams_agree), not it alone
             self.open_streams()
