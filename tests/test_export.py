@@ -1,4 +1,5 @@
 """Export round trip: stock transformers on the exported directory == the trainer's own model."""
+import json
 import subprocess
 import sys
 
@@ -87,17 +88,27 @@ def test_a_complete_tag_missing_a_rank_file_is_one_line_and_leaves_no_out(stage,
 
 
 def test_export_replaces_an_earlier_export_whole_and_refuses_other_folders(straight_runs, tmp_path):
-    """A second export into the same --out replaces the first whole (a file only the first wrote does not stay:
-    evaluate would read a stale spm.model); a non-empty folder that is not an export is refused in one line and
+    """A second export into the same --out replaces the first's files whole (a file only the first wrote does not
+    stay: evaluate would read a stale spm.model) and keeps the files it did not write (a model card); a non-empty
+    folder that is not an export is refused in one line and
     left as it was; no staging folder is left beside --out."""
     run, out = straight_runs(1) / "run", tmp_path / "hf"
     proc = run_main("xpt_ds.export", ["--run", str(run), "--tag", tag_for(4), "--out", str(out)])
     assert proc.returncode == 0, proc.stderr[-2000:]
-    (out / "stale.txt").write_text("from an earlier export")
+    written = json.loads((out / "xpt_export.json").read_text())["files"]
+    assert set(written) == {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
+    (out / "spm.model").rename(out / "spm.model.old")  # stands for a file only the earlier export wrote
+    record = json.loads((out / "xpt_export.json").read_text())
+    (out / "xpt_export.json").write_text(json.dumps({"files": record["files"] + ["spm.model.old"]}))
+    (out / "card").mkdir()
+    (out / "card/README.md").write_text("the user's model card")  # not an export's: kept
     first = (out / "model.safetensors").read_bytes()
     proc = run_main("xpt_ds.export", ["--run", str(run), "--tag", tag_for(8), "--out", str(out)])
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert not (out / "stale.txt").exists() and (out / "model.safetensors").read_bytes() != first
+    assert not (out / "spm.model.old").exists() and (out / "model.safetensors").read_bytes() != first
+    assert (out / "card/README.md").read_text() == "the user's model card"
+    assert f"kept {out / 'card/README.md'}: not a file of the earlier export" in proc.stderr
+    assert "card/README.md" not in json.loads((out / "xpt_export.json").read_text())["files"]
     assert AutoModelForMaskedLM.from_pretrained(out) is not None
     other = tmp_path / "notes"
     other.mkdir()

@@ -121,9 +121,10 @@ def save_model(model: torch.nn.Module, out: Path) -> None:
 
 def export(run_dir: Path, out: Path, tag: str | None = None, allow_pickle: bool = False) -> Path:
     """Write the export into a new folder beside ``out``, then put it in place of ``out``: an export stopped
-    half-way leaves ``out`` as it was, and an earlier export there is replaced whole (no file of it, such as a
-    ``spm.model`` a keep_vocab export does not write, stays beside the new one). A non-empty ``out`` that is not
-    an xpt-ds export is refused before the checkpoint is read."""
+    half-way leaves ``out`` as it was, and the files of an earlier export there are replaced whole (none of them,
+    such as a ``spm.model`` a keep_vocab export does not write, stays beside the new one). Files the earlier
+    export did not write (its ``xpt_export.json`` lists those it did; a model card a user added) are kept. A
+    non-empty ``out`` that is not an xpt-ds export is refused before the checkpoint is read."""
     check_export_out(out)
     why = unwritable(out.parent)  # before the checkpoint is read (minutes for a large model)
     if why is not None:
@@ -149,6 +150,10 @@ def export(run_dir: Path, out: Path, tag: str | None = None, allow_pickle: bool 
                       f"and gives other ids than its spm.model (transformers overrides the class it reads for "
                       f"model_type {hf_config.model_type}); load it with "
                       f"PreTrainedTokenizerFast.from_pretrained('{out}')", file=sys.stderr)
+        _record_files(staging)
+        for name, replaced in _carry_own_files(out, staging):
+            print(f"{'warning: replaced' if replaced else 'kept'} {out / name}: not a file of the earlier export"
+                  f"{', but this export writes one of that name' if replaced else ''}", file=sys.stderr)
         _put_in_place(staging, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -190,6 +195,35 @@ def check_export_out(out: Path) -> None:
     if not earlier:
         raise OSError(f"--out {out}: is not empty and holds no earlier xpt-ds export (no config.json with "
                       "xpt_method); give a new or empty directory")
+
+
+EXPORT_RECORD = "xpt_export.json"  # the files an export wrote: a later export into its folder replaces only those
+
+
+def _record_files(staging: Path) -> None:
+    files = {str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file()} | {EXPORT_RECORD}
+    (staging / EXPORT_RECORD).write_text(json.dumps({"files": sorted(files)}, indent=1) + "\n")
+
+
+def _carry_own_files(out: Path, staging: Path) -> list[tuple[str, bool]]:
+    """Copy into ``staging`` the files of ``out`` that the earlier export there did not write (not in its
+    record); (name, whether the new export writes a file of that name, which then wins). An export written
+    before the record existed (2026-11-28) is replaced whole, as then."""
+    try:
+        written = set(json.loads((out / EXPORT_RECORD).read_text())["files"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    carried = []
+    for path in sorted(out.rglob("*")):
+        name = str(path.relative_to(out))
+        if not path.is_file() or name in written:
+            continue
+        target = staging / name
+        carried.append((name, target.exists()))
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)  # a copy: ``out`` stays whole until the swap
+    return carried
 
 
 def _put_in_place(staging: Path, out: Path) -> None:
