@@ -226,12 +226,16 @@ def _damaged(model_dir: Path, out: Path, damage: str, marker: Path) -> Path:
 @pytest.mark.parametrize("damage", ["truncated", "pickle"])
 def test_model_weights_cut_short_or_running_code_are_one_line_everywhere(tmp_path, model_dir, corpus, damage):
     """A model directory's weights that transformers cannot read, or a .bin pickle that would run code: as the
-    run's source (status.json says failed), under evaluate --model and finetune --model, one line naming the
+    run's source (a new run directory is removed; an existing one's status.json says failed), under evaluate --model and finetune --model, one line naming the
     directory; nothing runs."""
     marker = tmp_path / "ran"
     bad = _damaged(model_dir, tmp_path / "bad", damage, marker)
     needle = "cannot read its weights" if damage == "truncated" else "not plain data and would run code"
     cfg = write_config(tmp_path / "cfg.yaml", base_config(tmp_path / "run", bad, corpus))
+    line = _one_error_line(run_main("xpt_ds.train", ["--config", str(cfg)]), f"config key 'model.source': {bad}",
+                           needle)
+    assert not (tmp_path / "run").exists()  # a new run that never started leaves no run directory
+    (tmp_path / "run").mkdir()  # one that exists (a sweep's, or a job script's log folder) says why it failed
     line = _one_error_line(run_main("xpt_ds.train", ["--config", str(cfg)]), f"config key 'model.source': {bad}",
                            needle)
     assert json.loads((tmp_path / "run/status.json").read_text())["error"] == line[len("error: "):]

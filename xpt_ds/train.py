@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         from xpt_ds.training.preemption import PREEMPTED_EXIT_CODE, Preempted
         from xpt_ds.training.trainer import Trainer
 
+    fresh = not Path(cfg.run_dir).exists()  # before any rank can make it: init_distributed waits for them all
     init_distributed()  # and unlink DeepSpeed's CPU shared-memory buffer names (xpt_ds.training.distributed)
     level = logging.INFO if deepspeed.comm.get_rank() == 0 else logging.WARNING
     logging.basicConfig(level=level, format="%(asctime)s %(name)s: %(message)s")
@@ -67,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
             trainer.setup()
         trainer.train()
     except (UserError, OSError) as e:  # OSError: a file outside the checks
-        _failed(trainer, cfg, error_line(e))
+        _failed(trainer, cfg, error_line(e), fresh)
         end = f"error: {error_line(e)}", 2
     except Halted as e:
         end = f"error: {e}", HALTED_EXIT_CODE
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
             end = (f"preempted: checkpoint {e} is complete; exiting with {PREEMPTED_EXIT_CODE} so the job is "
                    "requeued", PREEMPTED_EXIT_CODE)
     except KeyboardInterrupt:  # a Ctrl-C before the trainer watches for it, or a second one
-        _failed(trainer, cfg, "stopped at once by Ctrl-C", state="interrupted")
+        _failed(trainer, cfg, "stopped at once by Ctrl-C", fresh, state="interrupted")
         end = "interrupted: stopped at once; the same command resumes from the newest complete checkpoint", \
             INTERRUPTED_EXIT_CODE
     finally:
@@ -92,17 +93,18 @@ def main(argv: list[str] | None = None) -> int:
     return end[1]
 
 
-def _failed(trainer, cfg, line: str, state: str = "failed") -> None:
+def _failed(trainer, cfg, line: str, fresh: bool, state: str = "failed") -> None:
     """status.json says the run failed (it said 'running', or a previous attempt's state, until now): the
     trainer's full status once it is set up, else (it failed while being built or resumed) rank 0 updates the
-    old file's state and error, keeping the steps and checkpoint it names."""
+    old file's state and error, keeping the steps and checkpoint it names. A run directory this attempt made
+    (``fresh``) and left nothing in is removed instead: a config or data error leaves no run behind."""
     import deepspeed
 
-    from xpt_ds.training.status import mark_stopped
+    from xpt_ds.training.status import mark_stopped, remove_unstarted
     try:
         if trainer is not None and trainer.engine is not None:  # set up: its own step and checkpoint
             trainer.write_status(state, error=line)
-        elif deepspeed.comm.get_rank() == 0:
+        elif deepspeed.comm.get_rank() == 0 and not (fresh and remove_unstarted(Path(cfg.run_dir))):
             mark_stopped(Path(cfg.run_dir), state, line)
     except OSError:
         pass  # the run directory itself may be what failed

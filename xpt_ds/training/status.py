@@ -3,6 +3,7 @@ rewritten atomically at every log step, checkpoint and exit."""
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -28,6 +29,21 @@ def mark_stopped(run_dir: Path, state: str, error: str) -> None:
         old = {}
     kept = {k: v for k, v in old.items() if k != "updated"} if isinstance(old, dict) else {}
     write_status(run_dir, **{**kept, "state": state, "error": error})
+
+
+UNSTARTED_FILES = {"embedding_init.json"}  # what a run writes before its first checkpoint or log row
+
+
+def remove_unstarted(run_dir: Path) -> bool:
+    """Remove ``run_dir`` (made by this attempt, which failed before it was set up) when it holds nothing but
+    empty folders and the embedding-init report: a config or data error leaves no run directory behind. False,
+    and nothing removed, when it holds anything else."""
+    if not run_dir.is_dir():
+        return True
+    if any(p.is_file() and p.name not in UNSTARTED_FILES or p.is_symlink() for p in run_dir.rglob("*")):
+        return False
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return True
 
 
 def planned_steps(state, phase_steps: list[int], phase_stopped: bool) -> int:
