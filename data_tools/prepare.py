@@ -65,7 +65,10 @@ def _add_stage(p: argparse.ArgumentParser, stage: str, skip: tuple[str, ...] = (
 def build_parser(implicit_all: bool = False) -> argparse.ArgumentParser:
     """``implicit_all``: the command line named no stage, so ``all``'s usage and errors read 'xpt-data prepare'."""
     p = argparse.ArgumentParser(prog="xpt-data prepare", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="flags: `xpt-data prepare all --help` lists every flag of the whole run\n"
+                                       "(--input, --vocab-size, --family, --workers, ...); `xpt-data prepare STAGE "
+                                       "--help` those of one stage")
     sub = p.add_subparsers(dest="stage", metavar="{all,clean,split,spm,tokenize}")
     for name, help_, workers, stages in [
         ("all", "every stage (the default when no stage is named)", True, STAGES),

@@ -453,3 +453,11 @@ def test_xpt_data_lists_and_runs_every_command():
         sub = cli(name, "--help", module="data_tools")
         assert sub.returncode == 0 and sub.stdout.startswith(f"usage: xpt-data {name}"), (name, sub.stderr)
     assert_one_line_error(cli("bogus", module="data_tools"), "unknown command 'bogus'", "prepare")
+
+
+def test_the_top_help_points_to_the_flags():
+    """`xpt-data prepare --help` shows the stages only; it says where the flags the README uses are listed."""
+    top = cli("--help")
+    assert top.returncode == 0 and "`xpt-data prepare all --help` lists every flag" in top.stdout
+    flags = cli("all", "--help").stdout
+    assert all(f in flags for f in ("--input", "--vocab-size", "--family", "--workers", "--shard-tokens"))
