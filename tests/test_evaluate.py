@@ -5,6 +5,7 @@ import math
 
 import pytest
 import torch
+import yaml
 
 from conftest import base_config, launch, read_metrics, run_main, write_config
 from xpt_ds.metrics.mlm import IGNORE, MLMStats, gold_ranks, piece_word_starts, starts_word
@@ -162,3 +163,24 @@ def test_evaluate_reproduces_the_trainers_validation(tmp_path, tiny_roberta, cor
     out = _evaluate("--model", str(tmp_path / "no_such_export"), "--shards", valid)
     assert out.returncode == 2 and out.stderr.strip().splitlines()[-1] == (
         f"error: --model {tmp_path / 'no_such_export'}: no such directory (an xpt_ds.export output)")
+
+
+def test_a_multi_rank_validation_scores_the_first_eval_batches_global_micro_batches(straight_runs):
+    """2 ranks, logging.eval_batches 2, micro-batch 2: the trainer scores the first 2 global micro-batches (4
+    sequences: rank 0 scores one, rank 1 one, then neither scores its second, which both run), the sequences
+    ``evaluate --run --max-batches 2 --batch-size 2`` scores in one process. Each rank scored 2 of its own before,
+    8 sequences in all, so valid/* changed with the number of ranks."""
+    from xpt_ds.metrics.mlm import scored_batch
+    assert [scored_batch(b, 3, r, 2) for b in range(3) for r in range(2)] == [True, True, True, False, None, None]
+    assert [scored_batch(b, 0, 1, 4) for b in range(3)] == [True] * 3
+    run = straight_runs(2) / "run"
+    cfg = yaml.safe_load((run.parent / "cfg.yaml").read_text())
+    assert (cfg["logging"]["eval_batches"], cfg["optim"]["micro_batch_size"]) == (2, 2)
+    shards = cfg["data"]["valid_shards"]
+    out = _evaluate("--run", str(run), "--tag", "global_step000000008", "--shards", *shards, "--max-batches", "2",
+                    "--batch-size", "2")
+    assert out.returncode == 0, out.stderr[-2000:]
+    single = json.loads(out.stdout)
+    trained = read_metrics(run)[8]
+    for k in ("loss", "hits@1", "mrr", "mr", "bits_per_char"):
+        assert single[k] == pytest.approx(trained[f"valid/{k}"], rel=1e-6), k

@@ -193,7 +193,9 @@ class CheckpointConfig:
 class LoggingConfig:
     log_every: int = doc(10, "Steps between host syncs for loss/lr/grad-norm/throughput logging.")
     eval_every: int = doc(500, "Steps between validation passes; 0 = phase ends only.")
-    eval_batches: int = doc(20, "Validation micro-batches per pass; 0 = the whole validation set.")
+    eval_batches: int = doc(20, "Validation micro-batches per pass: the first N global micro-batches of "
+                                "optim.micro_batch_size sequences, the same on any number of ranks (what "
+                                "evaluate --run --max-batches N --batch-size B scores); 0 = the whole validation set.")
     tensorboard: bool = doc(True, "Write TensorBoard scalars under RUN_DIR/tb.")
     peak_tflops: float = doc(0.0, f"Per-device dense peak TFLOP/s for MFU; 0 = {H100_PEAK_TFLOPS:g} on CUDA (H100 SXM "
                                       "bf16), none on CPU.")

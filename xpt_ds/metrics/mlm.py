@@ -142,6 +142,19 @@ def gold_ranks(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return torch.where(gold[:, 0].isnan(), torch.full_like(ranks, logits.shape[1]), ranks)
 
 
+def scored_batch(b: int, max_batches: int, rank: int, world: int) -> bool | None:
+    """Whether a rank scores the ``b``-th validation micro-batch it is dealt, which is global micro-batch
+    b·world + rank (the validation streams deal them so): only the first ``max_batches`` global micro-batches
+    count, whatever the number of ranks, so the trainer scores the sequences ``evaluate --run --max-batches``
+    scores in one process. None: no rank has one of them left (stop). False: score nothing, but run the
+    forward (collective under ZeRO-3), as every rank does the same number of batches. ``max_batches`` 0: all."""
+    if not max_batches:
+        return True
+    if b * world >= max_batches:
+        return None
+    return b * world + rank < max_batches
+
+
 class MLMStats:
     """Sums over batches (and ranks: ``all_reduce``) of everything the metrics need, on one device."""
 

@@ -17,7 +17,7 @@ from xpt_ds.embedding_init.context import log_report
 from xpt_ds.errors import UserError
 from xpt_ds.io.paths import unwritable
 from xpt_ds.metrics.logger import LogWindow, MetricsLogger, flops_per_token, peak_flops
-from xpt_ds.metrics.mlm import MLMStats, piece_byte_lengths, piece_char_lengths, piece_word_starts
+from xpt_ds.metrics.mlm import MLMStats, piece_byte_lengths, piece_char_lengths, piece_word_starts, scored_batch
 from xpt_ds.model.build import build_for_resume, build_model, build_skeleton, check_data_fits, check_source
 from xpt_ds.model.build import load_fp32_state, planned_tags, planned_target, saved_tags
 from xpt_ds.model.decoder import is_decoder
@@ -402,10 +402,13 @@ class Trainer:
             self.valid_stream.load_state_dict({"sequences": 0})
             stats = MLMStats(self.device, self.char_lengths, self.word_starts, self.byte_lengths)
             for i, batch in enumerate(self.valid_stream):
-                if self.cfg.logging.eval_batches and i >= self.cfg.logging.eval_batches:
+                scored = scored_batch(i, self.cfg.logging.eval_batches, self.rank, self.world)
+                if scored is None:
                     break
                 batch = self._to_device(batch)
-                stats.update(self.engine(**batch, return_logits=True), batch["mlm_targets"])
+                logits = self.engine(**batch, return_logits=True)
+                if scored:  # the first eval_batches global micro-batches, on any number of ranks
+                    stats.update(logits, batch["mlm_targets"])
             stats.all_reduce()
             metrics = {f"valid/{k}": v for k, v in stats.result().items()
                        if k not in ("tokens", "chars", "words", "bytes")}

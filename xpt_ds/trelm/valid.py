@@ -21,7 +21,7 @@ from xpt_ds.config import OBJECTIVES, ConfigError, TrainConfig
 from xpt_ds.config.phase_checks import phase_objectives
 from xpt_ds.data.parallel import PairCorpus, build_pair_corpus, cdlm_rows
 from xpt_ds.data.tokenizer import TargetTokenizer
-from xpt_ds.metrics.mlm import MLMStats
+from xpt_ds.metrics.mlm import MLMStats, scored_batch
 from xpt_ds.trelm.model import ENGLISH, TARGET
 from xpt_ds.trelm.objective import BATCH_KEYS
 
@@ -58,14 +58,18 @@ class CdlmValidation:
     def evaluate(self, logits_of: Callable[[dict[str, torch.Tensor], str], torch.Tensor], device: torch.device,
                  max_batches: int) -> dict[str, float]:
         """``logits_of(batch, objective)``: the model's [M, V] logits at that objective's positions (the
-        trainer's engine, in eval mode). ``max_batches`` > 0 stops each direction after that many batches."""
+        trainer's engine, in eval mode). ``max_batches`` > 0 scores the first that many global batches of each
+        direction (``scored_batch``), on any number of ranks."""
         out = {}
         for objective in self.objectives:
             stats = MLMStats(device)
             for b, batch in enumerate(self.batches(objective)):
-                if max_batches and b >= max_batches:
+                scored = scored_batch(b, max_batches, self.rank, self.world)
+                if scored is None:
                     break
-                stats.update(logits_of(batch, objective), batch[BATCH_KEYS[objective][1]].to(device))
+                logits = logits_of(batch, objective)
+                if scored:
+                    stats.update(logits, batch[BATCH_KEYS[objective][1]].to(device))
             stats.all_reduce()
             out.update({f"valid/{objective}/{k}": v for k, v in stats.result().items() if k != "tokens"})
         return out
