@@ -6,10 +6,11 @@ import sys
 import pytest
 import sentencepiece as spm
 import torch
+import yaml
 from transformers import (AutoModel, AutoModelForMaskedLM, AutoModelForMultipleChoice, AutoModelForQuestionAnswering,
                           AutoModelForSequenceClassification, AutoModelForTokenClassification, AutoTokenizer)
 
-from conftest import REPO, free_port, launch, run_main
+from conftest import REPO, free_port, launch, run_main, write_config
 from xpt_ds.export import main as export_main
 from xpt_ds.training.checkpoint import tag_for
 
@@ -85,6 +86,44 @@ def test_a_complete_tag_missing_a_rank_file_is_one_line_and_leaves_no_out(stage,
     proc = run_main("xpt_ds.export", ["--run", str(run), "--tag", "global_step999999999", "--out",
                                       str(tmp_path / "hf2")])
     assert proc.returncode != 0 and "global_step999999999" in proc.stderr and not (tmp_path / "hf2").exists()
+
+
+def test_a_marker_or_model_config_a_save_did_not_write_is_one_line(straight_runs, tmp_path):
+    """The newest tag's COMPLETE emptied (a sync gone wrong): resume, export and evaluate each stop with one line
+    naming the file, status.json says failed, and the tag is left as it was (its other files may be whole). A
+    tag without hf_config/config.json, or with a broken one: export and evaluate name it."""
+    import shutil
+    run = tmp_path / "run"
+    shutil.copytree(straight_runs(1) / "run", run)
+    cfg = yaml.safe_load((straight_runs(1) / "cfg.yaml").read_text())
+    tag = run / "checkpoints" / tag_for(8)
+    (tag / "COMPLETE").write_text("")
+    culprit = f"checkpoint {tag_for(8)}: {tag / 'COMPLETE'} is not the record a save writes"
+    proc = launch(["--config", str(write_config(tmp_path / "cfg.yaml", {**cfg, "run_dir": str(run)}))])
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith(f"error: {culprit}")
+    assert json.loads((run / "status.json").read_text())["state"] == "failed" and tag.is_dir()
+    for module, args in (("xpt_ds.export", ["--out", str(tmp_path / "hf")]),
+                         ("xpt_ds.evaluate", ["--shards", *cfg["data"]["valid_shards"]])):
+        proc = run_main(module, ["--run", str(run), *args])
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"error: {culprit}"), proc.stderr
+    (tag / "COMPLETE").write_text(json.dumps({"global_step": 8}))
+    shutil.rmtree(tag / "hf_config")
+    for module, args in (("xpt_ds.export", ["--out", str(tmp_path / "hf")]),
+                         ("xpt_ds.evaluate", ["--shards", *cfg["data"]["valid_shards"]])):
+        proc = run_main(module, ["--run", str(run), *args])
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-2000:]
+        assert lines[0] == (f"error: checkpoint {tag} has no hf_config/config.json, the target model's config the "
+                            "export and evaluate build from (copy it from another checkpoint of the run: every one "
+                            "holds the same)")
+    shutil.copytree(run / "checkpoints" / tag_for(4) / "hf_config", tag / "hf_config")
+    (tag / "hf_config/config.json").write_text("{}")
+    proc = run_main("xpt_ds.export", ["--run", str(run), "--out", str(tmp_path / "hf")])
+    assert proc.returncode == 2 and proc.stderr.strip().startswith(
+        f"error: checkpoint {tag}: cannot read {tag / 'hf_config/config.json'}"), proc.stderr[-2000:]
+    assert not (tmp_path / "hf").exists()
 
 
 def test_export_replaces_an_earlier_export_whole_and_refuses_other_folders(straight_runs, tmp_path):

@@ -249,12 +249,28 @@ def remove_incomplete(ckpt_root: Path) -> list[str]:
     return doomed
 
 
+def read_marker(tag_dir: Path) -> dict:
+    """A tag's ``COMPLETE`` record (global_step, and since 2026-11 world_size and zero_stage). A marker a save
+    did not write (it writes it whole, atomically: an emptied or cut file, a sync gone wrong) is a one-line error
+    naming it; nothing is deleted, since the tag's other files may be intact."""
+    path = tag_dir / MARKER
+    try:
+        record = json.loads(path.read_text())
+        if not isinstance(record, dict) or not isinstance(record.get("global_step"), int):
+            raise ValueError(f"no integer global_step in {record!r:.60}")
+    except (ValueError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"checkpoint {tag_dir.name}: {path} is not the record a save writes ({e}); if the "
+                              "tag is otherwise whole, rewrite it as {\"global_step\": STEP}, else move the tag "
+                              "out of the run's checkpoints/") from None
+    return record
+
+
 def complete_tags(ckpt_root: Path) -> list[str]:
     """Complete checkpoint tags, oldest first."""
     if not ckpt_root.is_dir():
         return []
     tags = [d for d in ckpt_root.iterdir() if (d / MARKER).is_file()]
-    return [d.name for d in sorted(tags, key=lambda d: json.loads((d / MARKER).read_text())["global_step"])]
+    return [d.name for d in sorted(tags, key=lambda d: read_marker(d)["global_step"])]
 
 
 BEST_FILE = "best.json"  # RUN_DIR/best.json: the run's best checkpoint (xpt_ds.training.best)
@@ -297,9 +313,8 @@ def abandon_later(ckpt_root: Path, tag: str | None) -> tuple[list[str], Path | N
     checkpoints after ``tag`` belong to the branch it leaves. They move to ``abandoned/branch-N/`` (rank 0;
     moving is a rename, nothing is deleted), where ``resume: auto`` no longer sees them, so a requeued job
     continues the branch it was on, not the old one. Returns the moved tags and where they went."""
-    step = -1 if tag is None else json.loads((ckpt_root / tag / MARKER).read_text())["global_step"]
-    later = [t for t in complete_tags(ckpt_root)
-             if json.loads((ckpt_root / t / MARKER).read_text())["global_step"] > step]
+    step = -1 if tag is None else read_marker(ckpt_root / tag)["global_step"]
+    later = [t for t in complete_tags(ckpt_root) if read_marker(ckpt_root / t)["global_step"] > step]
     if not later:
         return [], None
     dest = _branch_dir(ckpt_root, tag)

@@ -27,6 +27,7 @@ from transformers import AutoConfig
 
 from xpt_ds.config import MASKING_KEYS
 from xpt_ds.config.methods import method_of
+from xpt_ds.errors import first_line
 from xpt_ds.data.tokenizer import copy_hf_tokenizer, save_hf_tokenizer, saved_tokenizer
 from xpt_ds.io.paths import unwritable
 from xpt_ds.io.trust import OWN_CODE, load_plain
@@ -61,7 +62,16 @@ def load_model(run_dir: Path, tag: str | None = None, allow_pickle: bool = False
     if tag is None:
         raise FileNotFoundError(f"no complete checkpoint in {ckpt_root}")
     tag_dir = ckpt_root / tag
-    model = build_skeleton(AutoConfig.from_pretrained(tag_dir / "hf_config", trust_remote_code=False), blank=True)
+    config = tag_dir / "hf_config" / "config.json"  # the target model's config, which a save writes for this
+    if not config.is_file():
+        raise checkpoint.CheckpointError(f"checkpoint {tag_dir} has no hf_config/config.json, the target model's "
+                                         "config the export and evaluate build from (copy it from another "
+                                         "checkpoint of the run: every one holds the same)")
+    try:
+        hf_config = AutoConfig.from_pretrained(config.parent, trust_remote_code=False)
+    except (OSError, ValueError) as e:
+        raise checkpoint.CheckpointError(f"checkpoint {tag_dir}: cannot read {config} ({first_line(e)})") from None
+    model = build_skeleton(hf_config, blank=True)
     load_fp32_state(model, load_checkpoint_fp32(ckpt_root, tag, allow_pickle), f"checkpoint {tag_dir}")
     return model, tag_dir
 

@@ -11,7 +11,7 @@ import deepspeed
 from xpt_ds.config import ConfigError
 from xpt_ds.errors import first_line
 from xpt_ds.io.trust import UntrustedError, check_plain
-from xpt_ds.training.checkpoint import MARKER, CheckpointError, agree
+from xpt_ds.training.checkpoint import MARKER, CheckpointError, agree, read_marker
 
 
 # What decides a model's parameters, in the configs of the encoder and decoder families and xpt-ds's own keys.
@@ -54,7 +54,7 @@ def missing_files(tag_dir: Path) -> list[str]:
     """The files a complete tag holds by its marker's world size and ZeRO stage that are not there (a copy or a
     sync that left some behind): every rank's ``rank_state``, the model states (one file, or one per rank at
     ZeRO-3) and, at ZeRO 1-3, every rank's optimizer states."""
-    record = json.loads((tag_dir / MARKER).read_text())
+    record = read_marker(tag_dir)
     world, stage = record.get("world_size"), record.get("zero_stage")
     if world is None or stage is None:  # a marker from before these were recorded
         return []
