@@ -51,6 +51,9 @@ def test_two_fresh_runs_from_a_headless_source_are_bit_identical(tmp_path, headl
         assert export_main(["--run", str(tmp_path / name / "run"), "--out", str(tmp_path / name / "model")]) == 0
         exported.append(load_file(tmp_path / name / "model" / "model.safetensors"))
     assert len(losses[0]) == 4 and losses[0] == losses[1]
+    for tag in ("global_step000000002", "global_step000000004"):  # every generator's state, Python's and numpy's too
+        a, b = (tmp_path / name / "run/checkpoints" / tag / "rank_state_00000.pt" for name in ("a", "b"))
+        assert a.read_bytes() == b.read_bytes(), tag
     assert exported[0].keys() == exported[1].keys()
     differ = [k for k in exported[0] if not torch.equal(exported[0][k], exported[1][k])]
     assert not differ, differ

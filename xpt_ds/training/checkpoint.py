@@ -82,6 +82,14 @@ def rng_state() -> dict:
     return state
 
 
+def seed_everything(seed: int) -> None:
+    """Seed every generator ``rng_state`` saves (torch's, numpy's and Python's global ones), so that two runs of
+    one config save the same bits in their rank_state files too, whether or not anything draws from the latter."""
+    torch.manual_seed(seed)
+    np.random.seed(seed % 2**32)
+    random.seed(seed)
+
+
 def set_rng_state(state: dict) -> None:
     """Inverse of ``rng_state``; also reads the numpy tuple (an ndarray key) of checkpoints written before."""
     torch.set_rng_state(state["torch"])

@@ -157,7 +157,7 @@ class Trainer:
             checkpoint.start_branch(self.ckpt_root, tag, kept, self.rank)
         objective = build_objective(self.built.model)
         fp32 = {n: p.detach().clone() for n, p in objective.named_parameters()}
-        torch.manual_seed(self.cfg.seed + self.rank)  # dropout stream of this rank, unless a checkpoint has it
+        checkpoint.seed_everything(self.cfg.seed + self.rank)  # dropout stream of this rank, unless a checkpoint has it
         universal = False
         if tag is None:
             agree_on_initial_weights(fp32)
