@@ -61,12 +61,13 @@ def main(argv: list[str] | None = None) -> int:
     init_distributed()  # and unlink DeepSpeed's CPU shared-memory buffer names (xpt_ds.training.distributed)
     level = logging.INFO if deepspeed.comm.get_rank() == 0 else logging.WARNING
     logging.basicConfig(level=level, format="%(asctime)s %(name)s: %(message)s")
-    trainer, end = None, None  # end: the line every rank says and the exit status, once the job has closed
+    trainer, end, finished = None, None, False  # end: the line every rank says and the exit status, once closed
     try:
         with collector.paused():  # nor over the build, which stays collectable
             trainer = Trainer(cfg)
             trainer.setup()
         trainer.train()
+        finished = True
     except (UserError, OSError) as e:  # OSError: a file outside the checks
         _failed(trainer, cfg, error_line(e), fresh)
         end = f"error: {error_line(e)}", 2
@@ -83,10 +84,15 @@ def main(argv: list[str] | None = None) -> int:
         end = "interrupted: stopped at once; the same command resumes from the newest complete checkpoint", \
             INTERRUPTED_EXIT_CODE
     finally:
-        if trainer is not None:
-            trainer.close()
-        if deepspeed.comm.is_initialized():
-            deepspeed.comm.destroy_process_group()
+        try:
+            if trainer is not None:
+                trainer.close()
+            if deepspeed.comm.is_initialized():
+                deepspeed.comm.destroy_process_group()
+        except KeyboardInterrupt:  # a Ctrl-C while the run shuts down: how it ended (a checkpoint line) stands
+            if end is None and not finished:
+                end = ("interrupted: stopped at once; the same command resumes from the newest complete checkpoint",
+                       INTERRUPTED_EXIT_CODE)
     if end is None:
         return 0
     say_once(end[0])  # once per machine where the ranks say the same (xpt_ds.training.rank_say)
