@@ -160,6 +160,34 @@ def test_sweep_replicates_in_parallel_scores_the_best_checkpoint_and_reports_a_f
     assert summary["rows"][0]["ppl"] == pytest.approx(mean_ppl)
     assert sorted(f["stage"] for f in summary["failed"]) == ["train", "train"]
 
+    # Scored again on other shards with other fine-tuning (a later session fixing its evaluation): a row records
+    # its scoring, so without --rerun-changed each is skipped with a warning, and with it each is scored and
+    # fine-tuned again (the old fine-tuning and unigram set aside) without training again.
+    valid = [f"{corpus}/manifest.json:valid"]
+    again = ["--config", str(config), "--methods", "xpt_sp", "--sizes", "300", "--out", str(out), "--seeds", "1", "2",
+             "--test-shards", *valid, "--unigram", f"{corpus}/manifest.json:train", "--finetune-sizes", "300",
+             "--set", f"data.valid_shards=[{corpus}/manifest.json:valid]", "checkpoint.keep_best=true",
+             "logging.eval_every=2", "--finetune-train", str(examples), "--finetune-test", str(examples),
+             "--finetune-seeds", "1", "--finetune-epochs", "2", "--finetune-max-length", "32"]
+    trained = {r["seed"]: (out / r["run_dir"] / "train.log").stat().st_mtime_ns for r in rows}
+    proc = _sweep(again)
+    assert proc.returncode == 0 and proc.stdout.count("scored with other test shards, evaluation or fine-tuning") == 2
+    assert sorted(_rows(out), key=lambda r: r["seed"]) == rows
+    proc = _sweep([*again, "--rerun-changed"])
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert proc.stdout.count("score again xpt_sp 300 seed") == 2 and "run xpt_sp" not in proc.stdout
+    new = sorted(_rows(out), key=lambda r: r["seed"])
+    for r in new:
+        finetune = r["scoring"]["finetune_args"]
+        assert r["scoring"]["test_shards"] == valid and finetune[finetune.index("--epochs") + 1] == "2"
+        assert (out / r["run_dir"] / "train.log").stat().st_mtime_ns == trained[r["seed"]]
+        assert json.loads((out / r["run_dir"] / "finetune/results.json").read_text())["config"]["epochs"] == 2
+        assert (out / r["run_dir"] / "finetune.superseded/results.json").is_file()
+        assert json.loads((out / r["run_dir"] / "eval.json").read_text())["shards"] == valid
+    assert json.loads((out / "unigram.json").read_text())["shards"] == valid
+    assert json.loads((out / "unigram.json.superseded").read_text())["shards"] == test_shards
+    assert f"Intrinsic metrics on masked tokens of `{valid[0]}`" in (out / "results.md").read_text()
+
 
 def test_overrides_by_method_and_size_range(tmp_path, sweep_config):
     """002 Table A1 changes batch, lr and steps between data-size brackets: --set [METHOD:][SIZES:]key=value."""

@@ -195,6 +195,13 @@ class Plan:
         return [sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", str(self.nproc),
                 "--master_port", str(free_port()), "--module", "xpt_ds.train", *args]
 
+    def scoring(self, run: Run) -> dict:
+        """How a run is scored, as its row records it: a rerun whose scoring differs scores it again
+        (``--rerun-changed``) or says so, as for a changed training."""
+        finetune = self.finetune_args if run.size in self.finetune_sizes else None
+        return {"test_shards": list(self.test_shards), "evaluate_args": list(self.evaluate_args),
+                "finetune_args": None if finetune is None else list(finetune)}
+
     def tag_args(self, run: Run) -> list[str]:
         return ["--tag", "best"] if self.keep_best[run.arm, run.size] else []
 

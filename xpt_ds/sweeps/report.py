@@ -240,6 +240,15 @@ def scored_tokens(rows: list[dict]) -> str:
     return "masked tokens (every next token for decoders)" if causal == {True, False} else "masked tokens"
 
 
+def scored_shards(rows: list[dict]) -> str:
+    """Which shards the rows were scored on (each row records them since 2026-11-28)."""
+    shards = {tuple(r["scoring"]["test_shards"]) for r in rows if "scoring" in r}
+    if len(shards) > 1:
+        return ("the shards each row's scoring names, which differ between rows (a rerun with --rerun-changed "
+                "scores them alike)")
+    return ", ".join(f"`{s}`" for s in next(iter(shards))) if shards else "the test shards"
+
+
 def efficiency_section(rows: list[dict]) -> list[str]:
     """How the ratio is read, then the "Scratch data needed to match" tables: PPL, and downstream when scored."""
     return ["For each method and data size s: the amount of data Scratch needs to reach the same value, "
@@ -251,8 +260,8 @@ def efficiency_section(rows: list[dict]) -> list[str]:
 def write_markdown(out: Path, rows: list[dict], failures: list[dict]) -> None:
     unigram = read_unigram(out)
     lines = ["# Sweep results", "",
-             f"Intrinsic metrics on {scored_tokens(rows)} of the test shards (002 Table 2: Hits@k ×100; best in bold; "
-             "mean ± standard deviation over the seeds when there are several). Every run has the same number of "
+             f"Intrinsic metrics on {scored_tokens(rows)} of {scored_shards(rows)} (002 Table 2: Hits@k ×100; best "
+             "in bold; mean ± standard deviation over the seeds when there are several). Every run has the same number of "
              "steps (fewer with early stopping or a time budget), so smaller data sizes are seen for more epochs.", ""]
     lines += size_tables(rows, unigram)
     lines += unigram_lines(rows, unigram)

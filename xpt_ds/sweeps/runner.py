@@ -205,9 +205,13 @@ def intrinsic(plan: Plan, run: Run, stages: Stages) -> dict:
 
 
 def downstream(plan: Plan, run: Run, stages: Stages) -> dict:
-    """Export, fine-tune on every seed, and the headline metric's mean ± std (kept if already there)."""
+    """Export, fine-tune on every seed, and the headline metric's mean ± std. A fine-tuning already there is
+    kept when it was run with this sweep's fine-tuning arguments (``finetune/sweep_args.json``; one from before
+    2026-11-28 has none and is kept); with others it moves to ``finetune.superseded`` and runs again."""
     run_dir = plan.run_dir(run)
-    results = run_dir / "finetune" / "results.json"
+    results, recorded = run_dir / "finetune" / "results.json", run_dir / "finetune" / "sweep_args.json"
+    if results.is_file() and recorded.is_file() and json.loads(recorded.read_text()) != plan.finetune_args:
+        results.parent.rename(_free_name(results.parent, ".superseded"))  # other files or flags: fine-tune again
     if not results.is_file():
         export = run_dir / "export"
         shutil.rmtree(export, ignore_errors=True)
@@ -216,6 +220,7 @@ def downstream(plan: Plan, run: Run, stages: Stages) -> dict:
                                 log, "export")
         seconds += stages.process([sys.executable, "-m", "xpt_ds.finetune", "--model", str(export), "--out",
                                    str(results.parent), *plan.finetune_args], log, "finetune")
+        recorded.write_text(json.dumps(plan.finetune_args) + "\n")
         _add_seconds(run_dir, "finetune", seconds)
     r = json.loads(results.read_text())
     metric = r["config"]["metric"]
@@ -249,7 +254,7 @@ def run_one(plan: Plan, run: Run, stages: Stages, say=print) -> dict:
     seconds = json.loads((run_dir / "sweep_seconds.json").read_text())
     row.update(train_seconds=round(seconds.get("train", 0.0), 1), wall_seconds=round(sum(seconds.values()), 1),
                nproc=plan.nproc, run_dir=str(run_dir), train_args=shlex.join(plan.train_args(run)),
-               config_sha256=plan.config_sha[run.arm])
+               config_sha256=plan.config_sha[run.arm], scoring=plan.scoring(run))
     return row
 
 
@@ -257,8 +262,13 @@ def unigram(plan: Plan, run: Run, stages: Stages) -> None:
     """DIR/unigram.json: the unigram predictor of ``plan.unigram_shards`` on the sweep's test masks (the masks
     and vocabulary of the first finished run; every arm of a sweep shares the tokenizer)."""
     out = plan.out / "unigram.json"
-    if not plan.unigram_shards or out.is_file():
+    if not plan.unigram_shards:
         return
+    if out.is_file():
+        old = json.loads(out.read_text())
+        if (old.get("shards"), old.get("unigram")) == (plan.test_shards, plan.unigram_shards):
+            return
+        out.rename(_free_name(out, ".superseded"))  # scored on other shards: score again
     argv = ["--run", str(plan.run_dir(run)), *plan.tag_args(run), "--shards", *plan.test_shards,
             *plan.evaluate_args, "--unigram", *plan.unigram_shards, "--out", str(out)]
     stages.module("xpt_ds.evaluate", argv, plan.out / "unigram.log", "unigram")
@@ -291,6 +301,10 @@ def _trains_as_recorded(plan: Plan, run: Run) -> bool:
     recorded.pop("run_dir", None)
     now.pop("run_dir", None)
     return recorded == now
+
+
+def _scoring_diff(old: dict, now: dict) -> str:
+    return "; ".join(f"{k} {old.get(k)} -> {now[k]}" for k in now if old.get(k) != now[k])
 
 
 def _plain(d: dict) -> dict:
@@ -341,22 +355,29 @@ class _Sweep:
             changed = (_settings(old.get("train_args") or ""), old.get("config_sha256")) != (
                 _settings(shlex.join(self.plan.train_args(run))), self.plan.config_sha[run.arm]) \
                 and not _trains_as_recorded(self.plan, run)
-            if changed and self.plan.rerun_changed:
+            rescore = not changed and "scoring" in old and old["scoring"] != self.plan.scoring(run)  # rows before
+            if (changed or rescore) and self.plan.rerun_changed:  # 2026-11-28 do not record it
                 if self.dry:
-                    self.say(f"would rerun {run.label}: its row was made with another config or arguments")
+                    self.say(f"would {'rerun' if changed else 'score again'} {run.label}: its row was made with "
+                             f"another {'config or arguments' if changed else 'evaluation or fine-tuning'}")
                 else:
-                    self.supersede(run)
+                    self.supersede(run, keep_run=rescore)
                 todo.append(run)
                 continue
             self.say(f"skip {run.label}: its row is in {self.results}")
             if changed:
                 self.say(f"warning: {run.label} in {self.results} was trained with another config or arguments "
                          f"({old.get('train_args')}); --rerun-changed runs it again")
+            elif rescore:
+                self.say(f"warning: {run.label} in {self.results} was scored with other test shards, evaluation "
+                         f"or fine-tuning ({_scoring_diff(old['scoring'], self.plan.scoring(run))}); "
+                         "--rerun-changed scores it again, without training it again")
         return todo
 
-    def supersede(self, run: Run) -> None:
+    def supersede(self, run: Run, keep_run: bool = False) -> None:
         """Take ``run``'s rows out of results.jsonl (appended to results.superseded.jsonl first, then the file
-        replaced whole) and move its run directory aside to RUN.superseded, so that it trains from the start."""
+        replaced whole) and move its run directory aside to RUN.superseded, so that it trains from the start;
+        ``keep_run``: only the scoring changed, so the trained run stays and is scored again."""
         key = (run.arm, run.size, run.seed)
         lines = self.results.read_text().splitlines(keepends=True)  # whole rows only (set_aside_partial_row)
         mine = [line for line in lines if line.strip() and row_key(json.loads(line)) == key]
@@ -364,12 +385,13 @@ class _Sweep:
         write_text_atomic(self.results, "".join(line for line in lines if line not in mine), fsync=True)
         del self.done[key]
         run_dir, moved = self.plan.run_dir(run), ""
-        if run_dir.exists():
+        if run_dir.exists() and not keep_run:
             aside = _free_name(run_dir, ".superseded")
             run_dir.rename(aside)
             moved = f" and {run_dir} to {aside.name}"
-        self.say(f"rerun {run.label}: its row was made with another config or arguments; moved it to "
-                 f"{self.plan.out / 'results.superseded.jsonl'}{moved}")
+        what = "evaluation or fine-tuning" if keep_run else "config or arguments"
+        self.say(f"{'score again' if keep_run else 'rerun'} {run.label}: its row was made with another {what}; "
+                 f"moved it to {self.plan.out / 'results.superseded.jsonl'}{moved}")
 
     def one(self, run: Run) -> None:
         plan = self.plan
