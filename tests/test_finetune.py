@@ -48,7 +48,8 @@ def test_classification_metrics_by_hand():
     assert b["binary_f1"] == pytest.approx(4 / 5) and b["accuracy"] == 0.75
     assert b["macro_f1"] == pytest.approx((2 / 3 + 4 / 5) / 2)
     assert classification_metrics([1, 1], [1, 1], 3)["macro_f1"] == 1.0
-    assert majority_baseline([2, 0, 2, 1, 0]) == (0, 0.4)  # tie 0/2 -> smallest id
+    assert majority_baseline([2, 0, 2, 1, 0], [2, 0, 2, 1, 0]) == (0, 0.4)  # tie 0/2 -> smallest id
+    assert majority_baseline([1, 1, 1, 0], [0, 0, 1]) == (1, 1 / 3)  # the training majority, scored on test
 
 
 def test_ranks_and_correlations_with_ties():
@@ -186,18 +187,21 @@ def test_cli_learns_sentence_classification_of_an_xpt_export(xpt_model, corpus_t
                      "label": "yes" if label else "no"})
     files = _split(rows, tmp_path / "data")
     out = tmp_path / "out"
-    args = ["--model", str(xpt_model), "--out", str(out), "--seeds", "1", "2", "1"]
+    args = ["--model", str(xpt_model), "--out", str(out), "--seeds", "1", "2", "4"]
     for k, v in {**files, **FAST, "epochs": 5}.items():
         args += [f"--{k.replace('_', '-')}", str(v)]
     proc = run_main("xpt_ds.finetune", args, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "mean ± std" in proc.stdout and "majority class 'no'" in proc.stdout
+    assert "mean ± std" in proc.stdout and "majority class 'no' (of train)" in proc.stdout
     res = json.loads((out / "results.json").read_text())
     majority = res["majority_baseline"]["accuracy"]
     acc = [r["test"]["accuracy"] for r in res["seeds"]]
     assert 0.55 < majority < 0.75
     assert min(acc) > majority + 0.15, (acc, majority)
-    assert res["seeds"][0]["test"] == res["seeds"][2]["test"]  # same seed, same run
+    again = run_main("xpt_ds.finetune", [*args[:4], "--seeds", "1", *args[8:]], timeout=300)  # into the same --out
+    assert again.returncode == 0 and f"kept the earlier {out / 'results.json'} as results.1.json" in again.stderr
+    assert json.loads((out / "results.1.json").read_text()) == res  # the earlier results, whole
+    assert json.loads((out / "results.json").read_text())["seeds"][0]["test"] == res["seeds"][0]["test"]  # same seed
     assert res["seeds"][0]["history"] != res["seeds"][1]["history"]
     s = res["summary"]["accuracy"]
     assert s["n"] == 3 and s["mean"] == pytest.approx(np.mean(acc)) and s["std"] == pytest.approx(np.std(acc, ddof=1))
@@ -375,10 +379,11 @@ def _bad_cases(tmp: Path, good: Path) -> list[tuple[list[str], list[str]]]:
         (["--train", g, "--test", g, "--lr", "0"], ["--lr"]),
         (["--train", g, "--test", g, "--metric", "spearman"], ["'spearman' is not a classification metric"]),
         (["--train", str(tmp / "data.txt"), "--test", g], ["unknown format '.txt'"]),
+        (["--train", g, "--test", g, "--seeds", "1", "2", "1"], ["--seeds gives 1 more than once"]),
     ]
 
 
-def test_bad_input_exits_2_with_one_line(tmp_path, capsys):
+def test_bad_input_exits_2_with_one_line(tmp_path, capsys, monkeypatch):
     good = tmp_path / "good.jsonl"
     good.write_text('{"text": "x", "label": "no"}\n{"text": "y", "label": "yes"}\n')
     (tmp_path / "data.txt").write_text("x\n")
@@ -388,9 +393,14 @@ def test_bad_input_exits_2_with_one_line(tmp_path, capsys):
         assert len(err) == 1 and err[0].startswith("error: "), (args, err)
         for needle in needles:
             assert needle in err[0], (needle, err[0])
+        assert not (tmp_path / "o").exists()  # a failed run leaves no --out folder it made
     # Good data, missing model: named.
     assert main(["--model", str(tmp_path / "no_model"), "--train", str(good), "--test", str(good)]) == 2
     assert capsys.readouterr().err.strip() == f"error: --model {tmp_path / 'no_model'}: no such directory"
+    (tmp_path / "models").mkdir()  # a relative path under a folder that is here is a path, not a hub id
+    monkeypatch.chdir(tmp_path)
+    assert main(["--model", "models/typo", "--train", str(good), "--test", str(good)]) == 2
+    assert capsys.readouterr().err.strip() == "error: --model models/typo: no such directory"
 
 
 def test_cli_bad_input_has_no_traceback(tmp_path):

@@ -140,3 +140,29 @@ def test_a_row_cut_short_is_set_aside_before_the_sweep_appends(tmp_path, sweep_c
     assert (out / "results.jsonl").read_text() == row and (out / "results.partial.txt").read_text() == tail + "\n"
     _Sweep(plan)  # nothing more to set aside
     assert (out / "results.partial.txt").read_text() == tail + "\n" and "not a whole row" not in capsys.readouterr().out
+
+
+def test_bad_scoring_arguments_stop_the_sweep_before_any_run_trains(tmp_path, sweep_config):
+    """Test shards, the unigram's shards and the fine-tuning flags and files are checked when the plan is built
+    (a dry run says so too), as the trainer's config is: not after the first run has trained."""
+    import pytest
+
+    from xpt_ds.config import ConfigError
+    config, test_shards = sweep_config
+    good = tmp_path / "labels.csv"
+    good.write_text("text,label\nx,a\ny,b\n")
+    base = ["--config", str(config), "--methods", "xpt", "--sizes", "100", "--out", str(tmp_path / "sweep")]
+    manifest = test_shards[0].rsplit(":", 1)[0]
+    finetune = ["--finetune-train", str(good), "--finetune-test", str(good)]
+    for extra, culprit in (
+            (["--test-shards", f"{manifest}:nosuch"], "has no split 'nosuch'"),
+            (["--test-shards", *test_shards, "--unigram", str(tmp_path / "nope-000000.tar")], "shard not found"),
+            (["--test-shards", *test_shards, *finetune, "--finetune-metric", "spearman"],
+             "--finetune-*: --metric 'spearman' is not a classification metric"),
+            (["--test-shards", *test_shards, *finetune, "--finetune-label-column", "nosuch"], "no column 'nosuch'"),
+            (["--test-shards", *test_shards, "--finetune-train", str(tmp_path / "missing.csv"), "--finetune-test",
+              str(good)], "--train file not found"),
+            (["--test-shards", *test_shards, *finetune, "--finetune-seeds", "1", "1"], "--seeds gives 1 more than once")):
+        with pytest.raises(ConfigError, match=culprit.replace("*", "\\*")):
+            build_plan(parse_args([*base, *extra]))
+    assert not (tmp_path / "sweep/runs").exists()

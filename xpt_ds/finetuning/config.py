@@ -92,6 +92,10 @@ def validate(cfg: FinetuneConfig) -> None:
               "warmup_ratio": 0 <= cfg.warmup_ratio < 1, "weight_decay": cfg.weight_decay >= 0,
               "grad_clip": cfg.grad_clip >= 0, "max_length": cfg.max_length >= 8, "patience": cfg.patience >= 0,
               "seeds": len(cfg.seeds) >= 1, "device": cfg.device in ("auto", "cpu", "cuda")}
+    twice = sorted({s for s in cfg.seeds if cfg.seeds.count(s) > 1})
+    if twice:
+        raise FinetuneError(f"--seeds gives {twice[0]} more than once: a seed repeated is the same run, counted as "
+                            "another")
     bad = [k for k, ok in checks.items() if not ok]
     if bad:
         raise FinetuneError(f"--{bad[0].replace('_', '-')} has a bad value: {getattr(cfg, bad[0])!r}")

@@ -36,11 +36,12 @@ def classification_metrics(gold: list[int], pred: list[int], num_labels: int) ->
     return out
 
 
-def majority_baseline(gold: list[int]) -> tuple[int, float]:
-    """The class most frequent in ``gold`` and the accuracy of always predicting it (ties: smallest id)."""
-    counts = Counter(gold)
+def majority_baseline(train: list[int], test: list[int]) -> tuple[int, float]:
+    """The class most frequent in the training labels (ties: smallest id) and the accuracy on ``test`` of always
+    predicting it: the classifier that learned only the label distribution."""
+    counts = Counter(train)
     best = min(counts, key=lambda c: (-counts[c], c))
-    return best, counts[best] / len(gold)
+    return best, sum(g == best for g in test) / len(test)
 
 
 def average_ranks(x) -> np.ndarray:

@@ -7,6 +7,7 @@ import dataclasses
 import json
 import logging
 import math
+import sys
 import time
 from dataclasses import dataclass, field
 from functools import partial
@@ -32,7 +33,7 @@ from xpt_ds.finetuning.relation_model import (
     init_marker_rows,
     save_relation_model,
 )
-from xpt_ds.io.paths import unwritable
+from xpt_ds.io.paths import unwritable, write_text_atomic
 from xpt_ds.io.trust import UntrustedError, read_config_dict, reading_weights, remote_code_consent
 
 log = logging.getLogger("xpt_ds.finetune")
@@ -60,7 +61,9 @@ class Prepared:
 def _config_dict(cfg: FinetuneConfig) -> dict:
     """The model's config.json as a dict, read as JSON without instantiating (and so without running) any code."""
     path = Path(cfg.model)
-    if (path.is_absolute() or cfg.model.startswith(".")) and not path.is_dir():
+    local = path.is_absolute() or cfg.model.startswith((".", "~")) or cfg.model.count("/") > 1 or (
+        len(path.parts) > 1 and Path(path.parts[0]).is_dir())  # under a folder that is here: not a hub id
+    if local and not path.is_dir():
         raise FinetuneError(f"--model {cfg.model}: no such directory")
     try:
         return read_config_dict(cfg.model)
@@ -78,9 +81,9 @@ def _max_length(cfg: FinetuneConfig, config_dict: dict, tokenizer) -> int:
     return limit
 
 
-def prepare(cfg: FinetuneConfig) -> Prepared:
-    """Read and check every file before loading the model, so bad data fails in a second."""
-    from transformers import AutoTokenizer
+def read_splits(cfg: FinetuneConfig) -> tuple[dict, list, dict]:
+    """(examples, labels, label ids) of every split file, each checked (columns, labels the training file lacks,
+    ...): no model needed, so a sweep checks its fine-tuning files before its first run trains."""
     cols, files = cfg.columns(), {"train": cfg.train, "valid": cfg.valid, "test": cfg.test}
     if cfg.task == "relation":
         examples = {name: read_relation_examples(path, f"--{name}", cfg.label_column)
@@ -89,7 +92,13 @@ def prepare(cfg: FinetuneConfig) -> Prepared:
     else:
         examples = {name: read_examples(path, f"--{name}", cfg.task, cols) for name, path in files.items() if path}
         labels = build_labels(examples["train"], cfg.task, cfg.train)
-    targets = {name: label_ids(exs, labels, cfg.task) for name, exs in examples.items()}
+    return examples, labels, {name: label_ids(exs, labels, cfg.task) for name, exs in examples.items()}
+
+
+def prepare(cfg: FinetuneConfig) -> Prepared:
+    """Read and check every file before loading the model, so bad data fails in a second."""
+    from transformers import AutoTokenizer
+    examples, labels, targets = read_splits(cfg)
     config_dict = _config_dict(cfg)
     try:  # code the model ships runs only if it is xpt-ds's own export code or the user said so
         remote = remote_code_consent(cfg.model, cfg.trust_remote_code)
@@ -301,9 +310,19 @@ def run_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, device: torch.devic
 def finetune(cfg: FinetuneConfig) -> dict:
     """Every seed, then the summary; writes ``OUT/results.json`` and returns what it wrote."""
     validate(cfg)
-    why = unwritable(Path(cfg.out))  # before the seeds' minutes of training, whose results it will hold
+    out, made = Path(cfg.out), not Path(cfg.out).exists()
+    why = unwritable(out)  # before the seeds' minutes of training, whose results it will hold
     if why is not None:
         raise FinetuneError(f"--out {cfg.out}: cannot write there ({why})")
+    try:
+        return _finetune(cfg, out)
+    except BaseException:
+        if made and out.is_dir() and not any(out.iterdir()):  # a failed run leaves no empty --out it made
+            out.rmdir()
+        raise
+
+
+def _finetune(cfg: FinetuneConfig, out: Path) -> dict:
     started = time.time()
     prep = prepare(cfg)
     device = torch.device("cuda" if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
@@ -317,18 +336,21 @@ def finetune(cfg: FinetuneConfig) -> dict:
     if "valid" in prep.splits:  # 002 reports KHS this way: its test labels are not public
         results["valid_summary"] = summarize([r["valid"] for r in runs])
     if cfg.task == "classification":
-        label, acc = majority_baseline(prep.splits["test"].gold)
+        label, acc = majority_baseline(prep.splits["train"].gold, prep.splits["test"].gold)
         results["majority_baseline"] = {"label": prep.labels[label], "accuracy": acc}
     if cfg.task == "relation":  # scores are over the kept examples; these are left out
         results["dropped"] = prep.dropped
         results["markers"] = list(prep.markers)
     if cfg.save_model:
         results["saved_model"] = str(Path(cfg.out) / "model")
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
     # NaN (an undefined correlation) is not JSON: write null.
     clean = json.loads(json.dumps(results), parse_constant=lambda c: None)
-    (out / "results.json").write_text(json.dumps(clean, indent=2, ensure_ascii=False) + "\n")
+    path = out / "results.json"
+    if path.exists():  # an earlier run's: kept beside, not replaced
+        kept = next(out / f"results.{n}.json" for n in range(1, 10**6) if not (out / f"results.{n}.json").exists())
+        path.rename(kept)
+        print(f"kept the earlier {path} as {kept.name}", file=sys.stderr)
+    write_text_atomic(path, json.dumps(clean, indent=2, ensure_ascii=False) + "\n")
     return clean
 
 
@@ -346,7 +368,7 @@ def format_table(results: dict) -> str:
         lines.append(f"{name:<18}{cells}{mean:>18}")
     if "majority_baseline" in results:
         m = results["majority_baseline"]
-        lines.append(f"majority class '{m['label']}' accuracy on test: {fmt(m['accuracy'])}")
+        lines.append(f"majority class '{m['label']}' (of train) accuracy on test: {fmt(m['accuracy'])}")
     if any(results.get("dropped", {}).values()):
         lines.append("dropped (entity markers farther apart than max_length): " +
                      ", ".join(f"{k} {v}" for k, v in results["dropped"].items()))

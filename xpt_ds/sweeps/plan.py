@@ -283,6 +283,8 @@ def build_plan(a: argparse.Namespace, configs: Path | None = None) -> Plan:
     if a.parallel > 1 and a.nproc > 1:
         raise ConfigError("--parallel runs one-process runs side by side; it cannot be combined with --nproc > 1")
     finetune_args = _finetune_args(a)
+    if finetune_args is not None:
+        check_finetune(finetune_args)
     finetune_sizes = {parse_size(s) for s in a.finetune_sizes} if a.finetune_sizes else set(sizes)
     if not finetune_sizes <= set(sizes):
         raise ConfigError(f"--finetune-sizes: {', '.join(size_label(s) for s in sorted(finetune_sizes - set(sizes)))} "
@@ -307,6 +309,9 @@ def build_plan(a: argparse.Namespace, configs: Path | None = None) -> Plan:
             mask_seed = cfg.data.seed if mask_seed is None else mask_seed
     if not test_shards:
         raise ConfigError("no test shards: give --test-shards or set data.valid_shards in the base config")
+    from xpt_ds.data.mlm import expand_shards
+    for spec in [*test_shards, *a.unigram]:  # that they exist (each run's evaluate checks their tokenizer)
+        expand_shards([spec])
     # Every run is scored on the same masks (the base config's data.seed), whatever seed it trained with.
     evaluate_args = ["--batch-size", str(a.eval_batch_size), "--max-batches", str(a.eval_max_batches),
                      "--seed", str(mask_seed)]
@@ -314,6 +319,21 @@ def build_plan(a: argparse.Namespace, configs: Path | None = None) -> Plan:
     return Plan(a.out, arms, sizes, seeds, a.nproc, a.parallel, test_shards, evaluate_args, list(a.unigram),
                 finetune_args, finetune_sizes, overrides, steps, seq_len, best, sha, deadline,
                 a.largest_first, a.rerun_changed, configs)
+
+
+def check_finetune(args: list[str]) -> None:
+    """The fine-tuning flags and files as ``xpt_ds.finetune`` checks them before it loads a model (a bad metric,
+    a missing file or label column), now: not after the first run has trained."""
+    from xpt_ds.finetune import parse_args as finetune_flags
+    from xpt_ds.finetuning.config import validate
+    from xpt_ds.finetuning.data import FinetuneError
+    from xpt_ds.finetuning.run import read_splits
+    try:
+        cfg = finetune_flags([*args, "--model", "(each run's export)", "--out", "(each run's finetune/)"])
+        validate(cfg)
+        read_splits(cfg)
+    except FinetuneError as e:
+        raise ConfigError(f"--finetune-*: {e}") from None
 
 
 def _finetune_args(a: argparse.Namespace) -> list[str] | None:
