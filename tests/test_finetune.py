@@ -22,7 +22,8 @@ from xpt_ds.finetuning.run import build_model, finetune, prepare
 from xpt_ds.finetune import main, parse_args
 from xpt_ds.finetuning.data import Columns, build_labels, read_examples
 from xpt_ds.finetuning.metrics import (average_ranks, classification_metrics, entity_metrics, entity_spans,
-                                     majority_baseline, pearson, spearman, summarize)
+                                     majority_baseline, pearson, spearman, summarize,
+                                     train_majority)
 
 # Fine-tuning a 2-layer hidden-64 model from random-ish weights needs a far larger step than Table A2's
 # 1e-5..5e-5 for a 125M-parameter RoBERTa.
@@ -48,8 +49,8 @@ def test_classification_metrics_by_hand():
     assert b["binary_f1"] == pytest.approx(4 / 5) and b["accuracy"] == 0.75
     assert b["macro_f1"] == pytest.approx((2 / 3 + 4 / 5) / 2)
     assert classification_metrics([1, 1], [1, 1], 3)["macro_f1"] == 1.0
-    assert majority_baseline([2, 0, 2, 1, 0], [2, 0, 2, 1, 0]) == (0, 0.4)  # tie 0/2 -> smallest id
-    assert majority_baseline([1, 1, 1, 0], [0, 0, 1]) == (1, 1 / 3)  # the training majority, scored on test
+    assert majority_baseline([2, 0, 2, 1, 0]) == (0, 0.4)  # tie 0/2 -> smallest id
+    assert train_majority([1, 1, 1, 0], [0, 0, 1]) == (1, 1 / 3)  # the training majority, scored on test
 
 
 def test_ranks_and_correlations_with_ties():
@@ -192,9 +193,11 @@ def test_cli_learns_sentence_classification_of_an_xpt_export(xpt_model, corpus_t
         args += [f"--{k.replace('_', '-')}", str(v)]
     proc = run_main("xpt_ds.finetune", args, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "mean ± std" in proc.stdout and "majority class 'no' (of train)" in proc.stdout
+    assert "mean ± std" in proc.stdout and "majority class 'no'" in proc.stdout
     res = json.loads((out / "results.json").read_text())
     majority = res["majority_baseline"]["accuracy"]
+    assert res["train_majority"]["label"] == res["majority_baseline"]["label"] == "no"  # both sets' majority
+    assert res["train_majority"]["accuracy"] == majority
     acc = [r["test"]["accuracy"] for r in res["seeds"]]
     assert 0.55 < majority < 0.75
     assert min(acc) > majority + 0.15, (acc, majority)

@@ -36,12 +36,20 @@ def classification_metrics(gold: list[int], pred: list[int], num_labels: int) ->
     return out
 
 
-def majority_baseline(train: list[int], test: list[int]) -> tuple[int, float]:
-    """The class most frequent in the training labels (ties: smallest id) and the accuracy on ``test`` of always
-    predicting it: the classifier that learned only the label distribution."""
-    counts = Counter(train)
+def majority_baseline(gold: list[int]) -> tuple[int, float]:
+    """The class most frequent in ``gold`` and the accuracy of always predicting it (ties: smallest id). On the
+    test labels: the best any one-class prediction scores, the bar a model must pass to have learned more."""
+    counts = Counter(gold)
     best = min(counts, key=lambda c: (-counts[c], c))
-    return best, sum(g == best for g in test) / len(test)
+    return best, counts[best] / len(gold)
+
+
+def train_majority(train: list[int], test: list[int]) -> tuple[int, float]:
+    """The class most frequent in the training labels and its accuracy on ``test``: the classic majority-class
+    baseline, a classifier that learned only the training label distribution (below ``majority_baseline`` of
+    the test labels when the two sets' majorities differ)."""
+    label, _ = majority_baseline(train)
+    return label, sum(g == label for g in test) / len(test)
 
 
 def average_ranks(x) -> np.ndarray:

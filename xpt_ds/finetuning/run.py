@@ -22,6 +22,7 @@ from xpt_ds.finetuning.metrics import (
     classification_metrics,
     entity_metrics,
     majority_baseline,
+    train_majority,
     regression_metrics,
     relation_metrics,
     summarize,
@@ -336,8 +337,10 @@ def _finetune(cfg: FinetuneConfig, out: Path) -> dict:
     if "valid" in prep.splits:  # 002 reports KHS this way: its test labels are not public
         results["valid_summary"] = summarize([r["valid"] for r in runs])
     if cfg.task == "classification":
-        label, acc = majority_baseline(prep.splits["train"].gold, prep.splits["test"].gold)
+        label, acc = majority_baseline(prep.splits["test"].gold)
         results["majority_baseline"] = {"label": prep.labels[label], "accuracy": acc}
+        label, acc = train_majority(prep.splits["train"].gold, prep.splits["test"].gold)
+        results["train_majority"] = {"label": prep.labels[label], "accuracy": acc}
     if cfg.task == "relation":  # scores are over the kept examples; these are left out
         results["dropped"] = prep.dropped
         results["markers"] = list(prep.markers)
@@ -368,7 +371,11 @@ def format_table(results: dict) -> str:
         lines.append(f"{name:<18}{cells}{mean:>18}")
     if "majority_baseline" in results:
         m = results["majority_baseline"]
-        lines.append(f"majority class '{m['label']}' (of train) accuracy on test: {fmt(m['accuracy'])}")
+        line = f"majority class '{m['label']}' accuracy on test: {fmt(m['accuracy'])} (the best one-class guess)"
+        t = results.get("train_majority")
+        if t and t["label"] != m["label"]:
+            line += f"; the training set's majority '{t['label']}': {fmt(t['accuracy'])}"
+        lines.append(line)
     if any(results.get("dropped", {}).values()):
         lines.append("dropped (entity markers farther apart than max_length): " +
                      ", ".join(f"{k} {v}" for k, v in results["dropped"].items()))

@@ -230,6 +230,8 @@ def downstream(plan: Plan, run: Run, stages: Stages) -> dict:
            "downstream_values": [s["test"][metric] for s in r["seeds"]]}
     if "majority_baseline" in r:
         row["majority_accuracy"] = r["majority_baseline"]["accuracy"]
+    if "train_majority" in r:  # fine-tuned since 2026-11-28
+        row["train_majority_accuracy"] = r["train_majority"]["accuracy"]
     return row
 
 
