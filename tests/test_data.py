@@ -1,4 +1,5 @@
 import io
+import json
 import tarfile
 from dataclasses import replace
 
@@ -379,3 +380,17 @@ def test_exported_tokenizer_reads_a_mask_as_training_masks(tmp_path, corpus, cor
             assert hf(text, add_special_tokens=False)["input_ids"] == ids[:i] + [tok.mask_id] + ids[i + 1:], text
             checked += 1
     assert checked > 100
+
+
+def test_shards_named_by_path_are_checked_against_the_manifest_beside_them(tmp_path, corpus, corpus_bert):
+    """A shard given by path (not MANIFEST:split) whose manifest beside it records another tokenizer fails as
+    through the manifest; one with the same tokenizer, or with no manifest listing it, passes."""
+    import shutil
+    tok = build_tokenizer(str(corpus / "spm.model"))
+    mine = json.loads((corpus / "manifest.json").read_text())["splits"]["test"]["shards"][0]
+    other = json.loads((corpus_bert / "manifest.json").read_text())["splits"]["test"]["shards"][0]
+    assert expand_shards([str(corpus / mine)], tok) == [str(corpus / mine)]
+    with pytest.raises(ConfigError, match=f"manifest {corpus_bert / 'manifest.json'} (has vocab_size|was tokenized)"):
+        expand_shards([str(corpus_bert / other)], tok)
+    shutil.copy(corpus_bert / other, tmp_path / other)  # no manifest lists it: nothing to check it against
+    assert expand_shards([str(tmp_path / other)], tok) == [str(tmp_path / other)]

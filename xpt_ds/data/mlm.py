@@ -83,11 +83,28 @@ def expand_shards(specs: list[str], tok: TargetTokenizer | None = None) -> list[
                 raise ConfigError(f"manifest {manifest} has no split '{split}' (has {', '.join(meta['splits'])})")
             out += [str(manifest.parent / s) for s in meta["splits"][split]["shards"]]
         else:
-            out += list(braceexpand.braceexpand(spec))
+            paths = list(braceexpand.braceexpand(spec))
+            if tok is not None:
+                _check_beside_manifest(paths, tok)
+            out += paths
     for s in out:
         if not Path(s).is_file():
             raise ConfigError(f"shard not found: {s}")
     return out
+
+
+def _check_beside_manifest(paths: list[str], tok: TargetTokenizer) -> None:
+    """Shards named by path, not through their manifest: the manifest beside them, when it lists them, is read
+    for the tokenizer it records, so shards of another tokenizer fail by path too (other shards: no record)."""
+    for folder in dict.fromkeys(Path(p).parent for p in paths):
+        manifest = folder / "manifest.json"
+        try:
+            meta = json.loads(manifest.read_text())
+            listed = {name for split in meta["splits"].values() for name in split["shards"]}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+        if any(Path(p).name in listed for p in paths if Path(p).parent == folder):
+            _check_manifest_tokenizer(manifest, meta, tok)
 
 
 def manifest_counts(specs: list[str]) -> dict[str, tuple[int, int]]:
