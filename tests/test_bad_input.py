@@ -166,7 +166,7 @@ def seq_len_past_the_source_positions(cfg, d, fx):
 def run_dir_under_a_file(cfg, d, fx):
     (d / "a_file").write_text("x")
     cfg["run_dir"] = str(d / "a_file" / "run")
-    return [], ["'run_dir'", str(d / "a_file" / "run"), "Not a directory"]
+    return [], ["'run_dir'", str(d / "a_file" / "run"), f"{d / 'a_file'} is a file, not a directory"]
 
 
 def phase_with_zero_steps(cfg, d, fx):

@@ -88,17 +88,20 @@ def validate(cfg: FinetuneConfig) -> None:
     if cfg.metric not in TASK_METRICS[cfg.task]:
         raise FinetuneError(f"--metric '{cfg.metric}' is not a {cfg.task} metric; "
                             f"valid: {', '.join(TASK_METRICS[cfg.task])}")
-    checks = {"lr": cfg.lr > 0, "batch_size": cfg.batch_size >= 1, "epochs": cfg.epochs >= 1,
-              "warmup_ratio": 0 <= cfg.warmup_ratio < 1, "weight_decay": cfg.weight_decay >= 0,
-              "grad_clip": cfg.grad_clip >= 0, "max_length": cfg.max_length >= 8, "patience": cfg.patience >= 0,
-              "seeds": len(cfg.seeds) >= 1, "device": cfg.device in ("auto", "cpu", "cuda")}
+    checks = {"lr": (cfg.lr > 0, "> 0"), "batch_size": (cfg.batch_size >= 1, ">= 1"),
+              "epochs": (cfg.epochs >= 1, ">= 1"), "warmup_ratio": (0 <= cfg.warmup_ratio < 1, "in [0, 1)"),
+              "weight_decay": (cfg.weight_decay >= 0, ">= 0"), "grad_clip": (cfg.grad_clip >= 0, ">= 0"),
+              "max_length": (cfg.max_length >= 8, ">= 8"), "patience": (cfg.patience >= 0, ">= 0"),
+              "seeds": (len(cfg.seeds) >= 1, "at least one"), "device": (cfg.device in ("auto", "cpu", "cuda"),
+                                                                          "auto, cpu or cuda")}
     twice = sorted({s for s in cfg.seeds if cfg.seeds.count(s) > 1})
     if twice:
         raise FinetuneError(f"--seeds gives {twice[0]} more than once: a seed repeated is the same run, counted as "
                             "another")
-    bad = [k for k, ok in checks.items() if not ok]
+    bad = [k for k, (ok, _) in checks.items() if not ok]
     if bad:
-        raise FinetuneError(f"--{bad[0].replace('_', '-')} has a bad value: {getattr(cfg, bad[0])!r}")
+        raise FinetuneError(f"--{bad[0].replace('_', '-')} has a bad value: {getattr(cfg, bad[0])!r} (must be "
+                            f"{checks[bad[0]][1]})")
     if cfg.device == "cuda":
         import torch  # here, not at the top: ``--help`` and the sweep's plan need no torch
         if not torch.cuda.is_available():

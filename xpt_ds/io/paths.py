@@ -10,6 +10,9 @@ def unwritable(directory: Path, tag: str | int = 0) -> str | None:
     """Why files cannot be created in ``directory`` (made if missing), or None. Tries for real, because
     permission bits say nothing to root, and a read-only mount or an immutable directory says no to root too.
     ``tag`` keeps concurrent probes (one per rank) apart."""
+    file = next((p for p in [directory, *directory.parents] if p.exists() and not p.is_dir()), None)
+    if file is not None:  # mkdir would say "File exists" or "Not a directory" without naming it
+        return f"{file} is a file, not a directory"
     try:
         directory.mkdir(parents=True, exist_ok=True)
         probe = directory / f".write_probe_{tag}_{os.getpid()}"
