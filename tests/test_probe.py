@@ -61,7 +61,9 @@ def test_probe_cli_scores_every_row(tmp_path, source, corpus):
     out = run_main("xpt_ds.probe", ["--run", str(run), "--source-text", str(source / "text.txt"),
                                     "--target-shards", f"{corpus}/manifest.json:valid", "--seq-len", "32"])
     assert out.returncode == 0, out.stderr[-3000:]
-    rows = json.loads(out.stdout)["rows"]
+    result = json.loads(out.stdout)
+    rows = result["rows"]
+    assert (result["seq_len"], result["target_seq_len"]) == (32, 32)  # --seq-len; the run's data.seq_len
     assert list(rows) == ["source model, source vocabulary", "post-trained, source vocabulary, with ITLs",
                           "post-trained, source vocabulary, without ITLs",
                           "post-trained, target vocabulary (target text)"]

@@ -149,4 +149,4 @@ def probe(run: Path, source_text: Path, tag: str | None = None, source_id: str |
         rows[f"post-trained, {'its own' if keeps_vocab else 'target'} vocabulary (target text)"] = evaluate(
             post, saved_tokenizer(tag_dir), data, list(target_shards), batch_size)
     return {"run": str(run), "tag": tag_dir.name, "source": source_id, "source_text": str(source_text),
-            "seq_len": seq_len, "rows": rows}
+            "seq_len": seq_len, **({"target_seq_len": data.seq_len} if target_shards else {}), "rows": rows}
