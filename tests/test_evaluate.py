@@ -184,3 +184,19 @@ def test_a_multi_rank_validation_scores_the_first_eval_batches_global_micro_batc
     trained = read_metrics(run)[8]
     for k in ("loss", "hits@1", "mrr", "mr", "bits_per_char"):
         assert single[k] == pytest.approx(trained[f"valid/{k}"], rel=1e-6), k
+
+
+def test_a_resume_from_a_checkpoint_validated_per_rank_says_the_set_changed(tmp_path):
+    """A checkpoint from before eval_batches counted global micro-batches (no log_window in its client state),
+    written by 2 ranks, validated 2 x eval_batches micro-batches: the resume says so, and how to score that set."""
+    from xpt_ds.config import LoggingConfig
+    from xpt_ds.training.tag_checks import validation_change
+    tag = tmp_path / "global_step000000006"
+    tag.mkdir()
+    (tag / "COMPLETE").write_text(json.dumps({"global_step": 6, "world_size": 2, "zero_stage": 2}))
+    line = validation_change(tag, {}, LoggingConfig(eval_batches=3), True)
+    assert "on each of its 2 ranks (6 in all)" in line and "logging.eval_batches=6 scores the set it did" in line
+    assert validation_change(tag, {"log_window": {}}, LoggingConfig(eval_batches=3), True) is None  # written since
+    assert validation_change(tag, {}, LoggingConfig(eval_batches=0), True) is None  # the whole split: the same
+    (tag / "COMPLETE").write_text(json.dumps({"global_step": 6, "world_size": 1}))
+    assert validation_change(tag, {}, LoggingConfig(eval_batches=3), True) is None

@@ -148,6 +148,12 @@ def test_export_replaces_an_earlier_export_whole_and_refuses_other_folders(strai
     assert (out / "card/README.md").read_text() == "the user's model card"
     assert f"kept {out / 'card/README.md'}: not a file of the earlier export" in proc.stderr
     assert "card/README.md" not in json.loads((out / "xpt_export.json").read_text())["files"]
+    (out / "xpt_export.json").unlink()  # an export from before the record: what an export writes goes, the rest stays
+    (out / "vocab.txt").write_text("a keep_vocab export's copy of its source's tokenizer")
+    proc = run_main("xpt_ds.export", ["--run", str(run), "--tag", tag_for(8), "--out", str(out)])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert not (out / "vocab.txt").exists() and (out / "card/README.md").read_text() == "the user's model card"
+    assert f"kept {out / 'card/README.md'}: not a file of the earlier export" in proc.stderr
     assert AutoModelForMaskedLM.from_pretrained(out) is not None
     other = tmp_path / "notes"
     other.mkdir()

@@ -387,7 +387,7 @@ def _bad_cases(tmp: Path, good: Path) -> list[tuple[list[str], list[str]]]:
     ]
 
 
-def test_bad_input_exits_2_with_one_line(tmp_path, capsys, monkeypatch):
+def test_bad_input_exits_2_with_one_line(tmp_path, capsys):
     good = tmp_path / "good.jsonl"
     good.write_text('{"text": "x", "label": "no"}\n{"text": "y", "label": "yes"}\n')
     (tmp_path / "data.txt").write_text("x\n")
@@ -401,10 +401,6 @@ def test_bad_input_exits_2_with_one_line(tmp_path, capsys, monkeypatch):
     # Good data, missing model: named.
     assert main(["--model", str(tmp_path / "no_model"), "--train", str(good), "--test", str(good)]) == 2
     assert capsys.readouterr().err.strip() == f"error: --model {tmp_path / 'no_model'}: no such directory"
-    (tmp_path / "models").mkdir()  # a relative path under a folder that is here is a path, not a hub id
-    monkeypatch.chdir(tmp_path)
-    assert main(["--model", "models/typo", "--train", str(good), "--test", str(good)]) == 2
-    assert capsys.readouterr().err.strip() == "error: --model models/typo: no such directory"
 
 
 def test_cli_bad_input_has_no_traceback(tmp_path):
@@ -429,3 +425,19 @@ def test_one_seed_is_reported_without_a_spread():
     one, two = format_table(results([0.5])).splitlines()[-1], format_table(results([0.5, 0.7])).splitlines()[-1]
     assert one.split() == ["accuracy", "50.00", "50.00", "(n=1)"]
     assert two.split() == ["accuracy", "50.00", "70.00", "60.00", "±", "14.14"]
+
+
+def test_an_earlier_run_in_the_same_out_is_kept_with_its_model(tmp_path, capsys):
+    """A second run into an --out that holds a run saved with --save-model: the earlier results and model move
+    to results.1.json and model.1 (its saved_model path follows), before the new run's first seed saves."""
+    from xpt_ds.finetuning.run import _keep_earlier
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model/config.json").write_text("{}")
+    (tmp_path / "results.json").write_text(json.dumps({"saved_model": str(tmp_path / "model"), "seeds": [1]}))
+    (tmp_path / "results.1.json").write_text("{}")  # taken: the next free number is used
+    _keep_earlier(tmp_path)
+    kept = json.loads((tmp_path / "results.2.json").read_text())
+    assert kept == {"saved_model": str(tmp_path / "model.2"), "seeds": [1]}
+    assert (tmp_path / "model.2/config.json").is_file() and not (tmp_path / "model").exists()
+    assert not (tmp_path / "results.json").exists() and (tmp_path / "results.1.json").read_text() == "{}"
+    assert "as results.2.json (its model as model.2)" in capsys.readouterr().err

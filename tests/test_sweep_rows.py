@@ -166,3 +166,40 @@ def test_bad_scoring_arguments_stop_the_sweep_before_any_run_trains(tmp_path, sw
         with pytest.raises(ConfigError, match=culprit.replace("*", "\\*")):
             build_plan(parse_args([*base, *extra]))
     assert not (tmp_path / "sweep/runs").exists()
+
+
+def test_a_row_scored_otherwise_is_scored_again_only_on_request_and_only_from_a_checkpoint(tmp_path, sweep_config,
+                                                                                           capsys):
+    """A row records its scoring. Rerun without the fine-tuning flags: the row keeps its fine-tuning, no warning.
+    Rerun on other test shards: a warning; with --rerun-changed the row moves to results.superseded.jsonl and the
+    run stays, to be scored from its checkpoint; a run without a complete checkpoint (unpacked without weights)
+    is not scored again (that would train it again), and says why."""
+    config, test_shards = sweep_config
+    out = tmp_path / "sweep"
+    manifest = test_shards[0].rsplit(":", 1)[0]
+    good = tmp_path / "labels.csv"
+    good.write_text("text,label\nx,a\ny,b\n")
+    base = ["--config", str(config), "--methods", "xpt", "--sizes", "100", "--out", str(out)]
+    old = build_plan(parse_args([*base, "--test-shards", *test_shards, "--finetune-train", str(good),
+                                 "--finetune-test", str(good)]))
+    run = Run("xpt", 100)
+    row = {"method": "xpt", "size": 100, "seed": None, "config_sha256": old.config_sha["xpt"], "ppl": 1.0,
+           "train_args": shlex.join(old.train_args(run)), "scoring": old.scoring(run)}
+    (out / "results.jsonl").write_text(json.dumps(row) + "\n")
+    assert _Sweep(build_plan(parse_args([*base, "--test-shards", *test_shards]))).pending() == []
+    said = capsys.readouterr().out
+    assert "skip xpt 100" in said and "warning" not in said
+
+    other = [*base, "--test-shards", f"{manifest}:valid"]
+    assert _Sweep(build_plan(parse_args([*other, "--rerun-changed"]))).pending() == []  # no checkpoint here
+    said = capsys.readouterr().out
+    assert "was scored with other test shards" in said and "holds no complete checkpoint to score again" in said
+    tag = out / "runs/xpt/100/checkpoints/global_step000000004"
+    tag.mkdir(parents=True)
+    (tag / MARKER).write_text(json.dumps({"global_step": 4}))
+    assert _Sweep(build_plan(parse_args(other))).pending() == []
+    assert "--rerun-changed scores it again, without training it again" in capsys.readouterr().out
+    assert _Sweep(build_plan(parse_args([*other, "--rerun-changed"]))).pending() == [run]
+    assert "score again xpt 100: its row was made with another evaluation" in capsys.readouterr().out
+    assert not _rows(out) and tag.is_dir()  # the row moved aside, the run kept
+    assert [json.loads(x) for x in (out / "results.superseded.jsonl").read_text().splitlines()] == [row]

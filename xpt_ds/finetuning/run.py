@@ -62,9 +62,7 @@ class Prepared:
 def _config_dict(cfg: FinetuneConfig) -> dict:
     """The model's config.json as a dict, read as JSON without instantiating (and so without running) any code."""
     path = Path(cfg.model)
-    local = path.is_absolute() or cfg.model.startswith((".", "~")) or cfg.model.count("/") > 1 or (
-        len(path.parts) > 1 and Path(path.parts[0]).is_dir())  # under a folder that is here: not a hub id
-    if local and not path.is_dir():
+    if (path.is_absolute() or cfg.model.startswith((".", "~")) or cfg.model.count("/") > 1) and not path.is_dir():
         raise FinetuneError(f"--model {cfg.model}: no such directory")
     try:
         return read_config_dict(cfg.model)
@@ -323,11 +321,30 @@ def finetune(cfg: FinetuneConfig) -> dict:
         raise
 
 
+def _keep_earlier(out: Path) -> None:
+    """An earlier run's ``results.json`` in ``out`` (and its saved ``model/``) move to ``results.N.json`` (and
+    ``model.N/``), the first N free: a second run into the same folder replaces nothing."""
+    path = out / "results.json"
+    if not path.exists():
+        return
+    n = next(n for n in range(1, 10**6) if not any((out / name).exists() for name in (f"results.{n}.json",
+                                                                                        f"model.{n}")))
+    if (out / "model").is_dir():
+        (out / "model").rename(out / f"model.{n}")
+        earlier = json.loads(path.read_text())
+        earlier["saved_model"] = str(out / f"model.{n}")
+        write_text_atomic(path, json.dumps(earlier, indent=2, ensure_ascii=False) + "\n")
+    path.rename(out / f"results.{n}.json")
+    model = f" (its model as model.{n})" if (out / f"model.{n}").is_dir() else ""
+    print(f"kept the earlier {path} as results.{n}.json{model}", file=sys.stderr)
+
+
 def _finetune(cfg: FinetuneConfig, out: Path) -> dict:
     started = time.time()
     prep = prepare(cfg)
     device = torch.device("cuda" if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
                           else "cpu")
+    _keep_earlier(out)  # before a seed saves its model over the earlier one
     runs = [run_seed(cfg, prep, seed, device, save=cfg.save_model and i == 0) for i, seed in enumerate(cfg.seeds)]
     results = {"config": dataclasses.asdict(cfg), "device": str(device), "max_length": prep.max_length,
                "labels": prep.labels, "sizes": {n: len(s.gold) for n, s in prep.splits.items()},
@@ -348,12 +365,7 @@ def _finetune(cfg: FinetuneConfig, out: Path) -> dict:
         results["saved_model"] = str(Path(cfg.out) / "model")
     # NaN (an undefined correlation) is not JSON: write null.
     clean = json.loads(json.dumps(results), parse_constant=lambda c: None)
-    path = out / "results.json"
-    if path.exists():  # an earlier run's: kept beside, not replaced
-        kept = next(out / f"results.{n}.json" for n in range(1, 10**6) if not (out / f"results.{n}.json").exists())
-        path.rename(kept)
-        print(f"kept the earlier {path} as {kept.name}", file=sys.stderr)
-    write_text_atomic(path, json.dumps(clean, indent=2, ensure_ascii=False) + "\n")
+    write_text_atomic(out / "results.json", json.dumps(clean, indent=2, ensure_ascii=False) + "\n")
     return clean
 
 

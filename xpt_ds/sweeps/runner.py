@@ -263,17 +263,23 @@ def run_one(plan: Plan, run: Run, stages: Stages, say=print) -> dict:
 def unigram(plan: Plan, run: Run, stages: Stages) -> None:
     """DIR/unigram.json: the unigram predictor of ``plan.unigram_shards`` on the sweep's test masks (the masks
     and vocabulary of the first finished run; every arm of a sweep shares the tokenizer)."""
-    out = plan.out / "unigram.json"
+    out, record = plan.out / "unigram.json", plan.out / "unigram.args.json"
     if not plan.unigram_shards:
         return
+    now = {"test_shards": plan.test_shards, "evaluate_args": plan.evaluate_args, "unigram": plan.unigram_shards}
     if out.is_file():
-        old = json.loads(out.read_text())
-        if (old.get("shards"), old.get("unigram")) == (plan.test_shards, plan.unigram_shards):
+        if record.is_file():
+            same = json.loads(record.read_text()) == now
+        else:  # scored before 2026-11-28: its own JSON names the shards
+            old = json.loads(out.read_text())
+            same = (old.get("shards"), old.get("unigram")) == (plan.test_shards, plan.unigram_shards)
+        if same or not plan.rerun_changed:  # as the rows: scored otherwise, it is scored again on request only
             return
-        out.rename(_free_name(out, ".superseded"))  # scored on other shards: score again
+        out.rename(_free_name(out, ".superseded"))
     argv = ["--run", str(plan.run_dir(run)), *plan.tag_args(run), "--shards", *plan.test_shards,
             *plan.evaluate_args, "--unigram", *plan.unigram_shards, "--out", str(out)]
     stages.module("xpt_ds.evaluate", argv, plan.out / "unigram.log", "unigram")
+    record.write_text(json.dumps(now) + "\n")
 
 
 def _settings(train_args: str) -> list[str]:
@@ -305,8 +311,19 @@ def _trains_as_recorded(plan: Plan, run: Run) -> bool:
     return recorded == now
 
 
+def _scoring_keys(now: dict) -> list[str]:
+    """What a rerun compares of a row's scoring (rows record it since 2026-11-28): the test shards and the
+    evaluation arguments, and the fine-tuning arguments when this invocation fine-tunes (left out, the row keeps
+    its fine-tuning)."""
+    return ["test_shards", "evaluate_args"] + (["finetune_args"] if now["finetune_args"] is not None else [])
+
+
+def _rescored(old: dict, now: dict) -> bool:
+    return any(old.get(k) != now[k] for k in _scoring_keys(now))
+
+
 def _scoring_diff(old: dict, now: dict) -> str:
-    return "; ".join(f"{k} {old.get(k)} -> {now[k]}" for k in now if old.get(k) != now[k])
+    return "; ".join(f"{k} {old.get(k)} -> {now[k]}" for k in _scoring_keys(now) if old.get(k) != now[k])
 
 
 def _plain(d: dict) -> dict:
@@ -357,8 +374,14 @@ class _Sweep:
             changed = (_settings(old.get("train_args") or ""), old.get("config_sha256")) != (
                 _settings(shlex.join(self.plan.train_args(run))), self.plan.config_sha[run.arm]) \
                 and not _trains_as_recorded(self.plan, run)
-            rescore = not changed and "scoring" in old and old["scoring"] != self.plan.scoring(run)  # rows before
-            if (changed or rescore) and self.plan.rerun_changed:  # 2026-11-28 do not record it
+            rescore = not changed and "scoring" in old and _rescored(old["scoring"], self.plan.scoring(run))
+            if rescore and not complete_tags(self.plan.run_dir(run) / "checkpoints"):
+                self.say(f"skip {run.label}: its row is in {self.results}")
+                self.say(f"warning: {run.label} in {self.results} was scored with other test shards, evaluation or "
+                         f"fine-tuning ({_scoring_diff(old['scoring'], self.plan.scoring(run))}), and its run "
+                         "directory holds no complete checkpoint to score again (unpacked without weights?)")
+                continue
+            if (changed or rescore) and self.plan.rerun_changed:
                 if self.dry:
                     self.say(f"would {'rerun' if changed else 'score again'} {run.label}: its row was made with "
                              f"another {'config or arguments' if changed else 'evaluation or fine-tuning'}")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import fnmatch
 import json
 import os
 import shutil
@@ -208,6 +209,11 @@ def check_export_out(out: Path) -> None:
 
 
 EXPORT_RECORD = "xpt_export.json"  # the files an export wrote: a later export into its folder replaces only those
+# What an export without that record (written before 2026-11-28) may hold of its own: save_pretrained's model and
+# config files, every tokenizer file (a keep_vocab export copies the source's), the code an export ships.
+EXPORT_FILES = ("config.json", "generation_config.json", "model*.safetensors", "model.safetensors.index.json",
+                "pytorch_model*.bin", "tokenizer*.json", "special_tokens_map.json", "added_tokens.json", "spm.model",
+                "*.bpe.model", "sentencepiece*.model", "vocab.*", "merges.txt", "chat_template.*", "xpt_*.py")
 
 
 def _record_files(staging: Path) -> None:
@@ -217,16 +223,17 @@ def _record_files(staging: Path) -> None:
 
 def _carry_own_files(out: Path, staging: Path) -> list[tuple[str, bool]]:
     """Copy into ``staging`` the files of ``out`` that the earlier export there did not write (not in its
-    record); (name, whether the new export writes a file of that name, which then wins). An export written
-    before the record existed (2026-11-28) is replaced whole, as then."""
+    record; for an export from before the record, none an export writes: ``EXPORT_FILES``); (name, whether the
+    new export writes a file of that name, which then wins)."""
     try:
         written = set(json.loads((out / EXPORT_RECORD).read_text())["files"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return []
+    except (OSError, ValueError, KeyError, TypeError):  # an export from before the record: what one writes
+        written = None
     carried = []
     for path in sorted(out.rglob("*")):
         name = str(path.relative_to(out))
-        if not path.is_file() or name in written:
+        if not path.is_file() or (name in written if written is not None else
+                                  any(fnmatch.fnmatch(name, p) for p in EXPORT_FILES)):
             continue
         target = staging / name
         carried.append((name, target.exists()))

@@ -97,3 +97,32 @@ def check_files(tag_dir: Path, allow_pickle: bool, distributed: bool = True) -> 
         error = CheckpointError(f"another rank refused a file of checkpoint {tag_dir} (see its error)")
     if error is not None:
         raise error
+
+
+def resume_warnings(tag_dir: Path, client: dict, cfg, has_validation: bool) -> list[str]:
+    """What a resume from ``tag_dir`` does otherwise than the run it continues, each a line for the log: other
+    data settings (``data_changes``), a validation set scored otherwise (``validation_change``)."""
+    lines = []
+    changed = data_changes(client.get("config", {}).get("data", {}), cfg.data)
+    if changed:
+        lines.append(f"resuming {tag_dir.name} with other data settings than it was trained with "
+                     f"({'; '.join(changed)}): training goes on at the same position of the stream these settings "
+                     "make")
+    moved = validation_change(tag_dir, client, cfg.logging, has_validation)
+    return lines + ([moved] if moved else [])
+
+
+def validation_change(tag_dir: Path, client: dict, logging_cfg, has_validation: bool) -> str | None:
+    """A warning when the checkpoint's validation passes scored another set than this run's will: before
+    2026-11-28 (no ``log_window`` in its client state) ``logging.eval_batches`` counted micro-batches per rank,
+    so a W-rank run scored W times as many; since, it counts global micro-batches."""
+    if "log_window" in client or not has_validation or not logging_cfg.eval_batches:
+        return None
+    world = read_marker(tag_dir).get("world_size") or 1
+    if world == 1:
+        return None
+    n = logging_cfg.eval_batches
+    return (f"checkpoint {tag_dir.name} was validated on logging.eval_batches={n} micro-batches on each of its "
+            f"{world} ranks ({world * n} in all); a validation pass now scores {n} micro-batches in all, whatever "
+            f"the number of ranks, so valid/*, best.json and early stopping compare with its passes only roughly "
+            f"(logging.eval_batches={world * n} scores the set it did)")

@@ -174,10 +174,9 @@ class Trainer:
             saved_data = client.get("config", {}).get("data", {})
             saved_len = saved_data.get("seq_len")  # for data states written before 2026-11-27
             self.train_stream.load_state_dict({"seq_len": saved_len, **client["data"]} if saved_len else client["data"])
-            changed = tag_checks.data_changes(saved_data, self.cfg.data)
-            if changed and self.rank == 0:
-                log.warning("resuming %s with other data settings than it was trained with (%s): training goes on "
-                            "at the same position of the stream these settings make", tag, "; ".join(changed))
+            warnings = tag_checks.resume_warnings(self.ckpt_root / tag, client, self.cfg, self.valid_stream is not None)
+            for line in warnings if self.rank == 0 else []:
+                log.warning(line)
             universal = checkpoint.prepare_rescale(self.ckpt_root, tag, client, self.world,
                                                    zero_stage(self.ds_config))
         self.use_phase_objectives()
@@ -222,6 +221,7 @@ class Trainer:
 
     def train(self) -> None:
         window = self.window
+        window.started = time.perf_counter()  # its seconds are the loop's, not the engine build's or the load's
         self.budget.start_loop(self.state)
         while True:
             if self.state.phase_step >= self.phase.steps or self.phase_ended(self.state.phase_index):
