@@ -228,9 +228,11 @@ def test_labelled_arms_and_seeds_plan_their_own_runs(tmp_path, sweep_config):
     config, test_shards = sweep_config
     out = tmp_path / "sweep"
     base = ["--config", str(config), "--sizes", "100", "400", "--out", str(out), "--test-shards", *test_shards]
+    labels = tmp_path / "labels.jsonl"  # the plan reads the fine-tuning files as finetune would
+    labels.write_text('{"text": "a", "label": "x"}\n{"text": "b", "label": "y"}\n')
     plan = build_plan(parse_args([*base, "--methods", "xpt", "xpt_mean=xpt", "scratch", "--seeds", "1", "2",
                                   "--set", "xpt_mean:model.embedding_init=source_mean", "xpt:optim.grad_accum=3",
-                                  "--finetune-train", "a.jsonl", "--finetune-test", "b.jsonl",
+                                  "--finetune-train", str(labels), "--finetune-test", str(labels),
                                   "--finetune-sizes", "400"]))
     assert plan.arms == {"xpt": "xpt", "xpt_mean": "xpt", "scratch": "scratch"} and plan.finetune_sizes == {400}
     assert len(plan.runs()) == 12 and plan.runs()[:4] == [Run("xpt", 100, 1), Run("xpt_mean", 100, 1),
@@ -362,7 +364,8 @@ def test_a_trelm_graph_base_sweeps_every_method(tmp_path, tiny_roberta, corpus):
     cfg["model"].update(source=str(tiny_roberta), tokenizer=str(corpus / "spm.model"))
     path = write_config(tmp_path / "trelm.yaml", cfg)
     plan = build_plan(parse_args(["--config", str(path), "--methods", "trelm", "xpt", "scratch", "trelm_no_tri",
-                                  "--sizes", "1M", "--out", str(tmp_path / "sweep"), "--test-shards", "t.tar",
+                                  "--sizes", "1M", "--out", str(tmp_path / "sweep"), "--test-shards",
+                                  f"{corpus}/manifest.json:test",
                                   "--set", "trelm:phases.2.lr=1e-5"]))
     trelm = _loaded(plan, "trelm", 10**6)
     assert [p.reads() for p in trelm.phases] == GRAPH and [p.lr for p in trelm.phases] == [3e-5, 3e-5, 1e-5, 2e-5]

@@ -8,7 +8,6 @@ are those of the epoch with the best validation score; without, of the last epoc
 """
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 from pathlib import Path
@@ -18,15 +17,8 @@ from xpt_ds.errors import cli_errors
 
 def parse_args(argv: list[str]):
     """Defaults < ``--preset`` < flags given; every flag's help is its config field's."""
-    from xpt_ds.config.flags import add_flags
-    from xpt_ds.finetuning.config import PRESETS, REQUIRED, FinetuneConfig, FinetuneError
-    parser = argparse.ArgumentParser(prog="xpt-ds finetune", description=__doc__.split("\n\n")[1])
-    add_flags(parser, FinetuneConfig, required=REQUIRED)
-    given = vars(parser.parse_args(argv))
-    preset = given.get("preset", "")
-    if preset and preset not in PRESETS:
-        raise FinetuneError(f"--preset '{preset}' is unknown; valid: {', '.join(PRESETS)}")
-    return FinetuneConfig(**{**PRESETS.get(preset, {}), **given})
+    from xpt_ds.finetuning.config import parse_flags
+    return parse_flags(argv, __doc__.split("\n\n")[1])
 
 
 @cli_errors

@@ -106,3 +106,18 @@ def validate(cfg: FinetuneConfig) -> None:
         import torch  # here, not at the top: ``--help`` and the sweep's plan need no torch
         if not torch.cuda.is_available():
             raise FinetuneError("--device cuda, but CUDA is not available")
+
+
+def parse_flags(argv: list[str], description: str | None = None) -> FinetuneConfig:
+    """``xpt-ds finetune``'s flags as a config: defaults < ``--preset`` < flags given; every flag's help is its
+    field's. Also how a sweep reads the fine-tuning flags it passes on (``sweeps.plan.check_finetune``)."""
+    import argparse
+
+    from xpt_ds.config.flags import add_flags
+    parser = argparse.ArgumentParser(prog="xpt-ds finetune", description=description)
+    add_flags(parser, FinetuneConfig, required=REQUIRED)
+    given = vars(parser.parse_args(argv))
+    preset = given.get("preset", "")
+    if preset and preset not in PRESETS:
+        raise FinetuneError(f"--preset '{preset}' is unknown; valid: {', '.join(PRESETS)}")
+    return FinetuneConfig(**{**PRESETS.get(preset, {}), **given})

@@ -283,12 +283,12 @@ def build_plan(a: argparse.Namespace, configs: Path | None = None) -> Plan:
     if a.parallel > 1 and a.nproc > 1:
         raise ConfigError("--parallel runs one-process runs side by side; it cannot be combined with --nproc > 1")
     finetune_args = _finetune_args(a)
-    if finetune_args is not None:
-        check_finetune(finetune_args)
     finetune_sizes = {parse_size(s) for s in a.finetune_sizes} if a.finetune_sizes else set(sizes)
     if not finetune_sizes <= set(sizes):
         raise ConfigError(f"--finetune-sizes: {', '.join(size_label(s) for s in sorted(finetune_sizes - set(sizes)))} "
                           "is not one of --sizes")
+    if finetune_args is not None:
+        check_finetune(finetune_args)
     folder = configs if configs is not None else a.out / "configs"
     folder.mkdir(parents=True, exist_ok=True)
     steps, seq_len, best, sha, test_shards, mask_seed = {}, {}, {}, {}, list(a.test_shards), None
@@ -324,12 +324,11 @@ def build_plan(a: argparse.Namespace, configs: Path | None = None) -> Plan:
 def check_finetune(args: list[str]) -> None:
     """The fine-tuning flags and files as ``xpt_ds.finetune`` checks them before it loads a model (a bad metric,
     a missing file or label column), now: not after the first run has trained."""
-    from xpt_ds.finetune import parse_args as finetune_flags
-    from xpt_ds.finetuning.config import validate
+    from xpt_ds.finetuning.config import parse_flags, validate
     from xpt_ds.finetuning.data import FinetuneError
     from xpt_ds.finetuning.run import read_splits
     try:
-        cfg = finetune_flags([*args, "--model", "(each run's export)", "--out", "(each run's finetune/)"])
+        cfg = parse_flags([*args, "--model", "(each run's export)", "--out", "(each run's finetune/)"])
         validate(cfg)
         read_splits(cfg)
     except FinetuneError as e:
