@@ -104,3 +104,23 @@ def test_ctrl_c_on_a_run_checkpoints_exits_130_and_resumes(tmp_path, tiny_robert
     done = launch(["--config", str(cfg_path)])
     assert done.returncode == 0 and f"resumed from {tag_for(stopped)}" in done.stderr, done.stderr[-3000:]
     assert json.loads((run / "status.json").read_text())["state"] == "finished"
+
+
+def test_ctrl_c_that_reaches_one_rank_only_ends_every_rank_as_interrupted(tmp_path, tiny_roberta, corpus):
+    """A Ctrl-C delivered to one rank (rank 1 here) stops the job after the step with a checkpoint, as any stop
+    signal does, and every rank reports it as the interruption it was: one 'interrupted:' line, exit 130 on each,
+    status 'interrupted' (rank 1 said 'interrupted', rank 0 'preempted' and 124 before)."""
+    run = tmp_path / "run"
+    cfg_path = write_config(tmp_path / "c.yaml", long_config(run, tiny_roberta, corpus, every=0))
+    launcher = start(["--config", str(cfg_path)], tmp_path / "run.log")
+    deadline = time.time() + 300
+    while not (run / "metrics.jsonl").exists() or max(read_metrics(run), default=0) < 3:
+        assert launcher.poll() is None and time.time() < deadline, "run ended before it could be interrupted"
+        time.sleep(0.05)
+    os.kill(rank_pids(launcher)[1], signal.SIGINT)
+    launcher.wait(timeout=300)
+    out = (tmp_path / "run.log").read_text()
+    status = json.loads((run / "status.json").read_text())
+    assert launcher.returncode == 130 and "Traceback" not in out, (launcher.returncode, out[-3000:])
+    assert status["state"] == "interrupted" and "preempted" not in out
+    assert out.count(f"interrupted: checkpoint {tag_for(status['global_step'])} is complete") == 1, out[-2000:]

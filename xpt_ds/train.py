@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     except Halted as e:
         end = f"error: {e}", HALTED_EXIT_CODE
     except Preempted as e:
-        if trainer.preemption.interrupted:
+        if trainer.interrupted:  # a Ctrl-C on any rank: every rank says so
             end = f"interrupted: checkpoint {e} is complete; the same command resumes from it", INTERRUPTED_EXIT_CODE
         else:
             end = (f"preempted: checkpoint {e} is complete; exiting with {PREEMPTED_EXIT_CODE} so the job is "

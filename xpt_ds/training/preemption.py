@@ -52,3 +52,9 @@ class PreemptionWatcher:
     def interrupted(self) -> bool:
         """The first stop signal this rank received was Ctrl-C."""
         return self.received == signal.SIGINT
+
+    @property
+    def level(self) -> float:
+        """What the ranks exchange each step: 0 no stop asked, 1 a scheduler's stop, 2 Ctrl-C (which then wins on
+        every rank: the job says 'interrupted' and exits 130 everywhere, wherever the Ctrl-C landed)."""
+        return 2.0 if self.interrupted else float(self.requested)

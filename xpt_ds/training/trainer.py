@@ -120,7 +120,7 @@ class Trainer:
         self.frozen: dict[str, torch.Tensor] = {}
         self.last_saved: str | None = None  # newest complete checkpoint of this run
         self.last_tokens_per_s: float | None = None
-        self.preemption = PreemptionWatcher(rank=self.rank)
+        self.preemption, self.interrupted = PreemptionWatcher(rank=self.rank), False  # Ctrl-C on any rank (after_step)
         self.exchange = RankExchange()  # per-step host all_gather: preemption flags, step times, data waits
         g = cfg.guard
         self.bad_steps = BadStepCounter(g.max_bad_steps)
@@ -467,7 +467,7 @@ class Trainer:
 
     def after_step(self, halt: bool, seconds: float) -> None:
         """Once per step, on every rank: one host exchange, the slow-step check, then halt or preemption."""
-        rows = self.exchange.gather([float(self.preemption.requested), seconds, self.data_wait, self.budget.lap()])
+        rows = self.exchange.gather([self.preemption.level, seconds, self.data_wait, self.budget.lap()])
         self.budget.add(self.state, float(rows[:, 3].max()))  # the slowest rank's: the same sum on every rank
         line = self.slow_steps.check(self.state.global_step, rows[:, 1:3])
         if line is not None and self.rank == 0:
@@ -478,9 +478,10 @@ class Trainer:
             raise Halted(f"{self.bad_steps.in_a_row} steps in a row had a non-finite loss or gradient norm (more "
                          f"than guard.max_bad_steps={self.cfg.guard.max_bad_steps}); stopped at step "
                          f"{self.state.global_step} with checkpoint {self.last_saved}")
-        if rows[:, 0].max() > 0:  # some rank got SIGUSR1/SIGTERM
+        if rows[:, 0].max() > 0:  # some rank got SIGUSR1/SIGTERM, or Ctrl-C (2: then every rank says interrupted)
+            self.interrupted = bool(rows[:, 0].max() >= 2)
             self._save_unless_saved()
-            self.write_status("interrupted" if self.preemption.interrupted else "preempted")
+            self.write_status("interrupted" if self.interrupted else "preempted")
             raise Preempted(self.last_saved)
 
     def _save_unless_saved(self) -> None:
