@@ -198,8 +198,8 @@ def no_shm_left():
 
 def read_marker(ckpt_root: Path, tag: str) -> dict:
     """What a checkpoint's COMPLETE marker records: global_step, world_size, zero_stage."""
-    import json
-    return json.loads((Path(ckpt_root) / tag / "COMPLETE").read_text())
+    from xpt_ds.training.checkpoint import read_marker as read
+    return read(Path(ckpt_root) / tag)
 
 
 def read_metrics(run_dir: Path) -> dict[int, dict]:

@@ -310,8 +310,7 @@ def build_plan(a: argparse.Namespace, configs: Path | None = None) -> Plan:
     if not test_shards:
         raise ConfigError("no test shards: give --test-shards or set data.valid_shards in the base config")
     from xpt_ds.data.mlm import expand_shards
-    for spec in [*test_shards, *a.unigram]:  # that they exist (each run's evaluate checks their tokenizer)
-        expand_shards([spec])
+    expand_shards([*test_shards, *a.unigram])  # that they exist (each run's evaluate checks their tokenizer)
     # Every run is scored on the same masks (the base config's data.seed), whatever seed it trained with.
     evaluate_args = ["--batch-size", str(a.eval_batch_size), "--max-batches", str(a.eval_max_batches),
                      "--seed", str(mask_seed)]

@@ -318,11 +318,8 @@ def _scoring_keys(now: dict) -> list[str]:
     return ["test_shards", "evaluate_args"] + (["finetune_args"] if now["finetune_args"] is not None else [])
 
 
-def _rescored(old: dict, now: dict) -> bool:
-    return any(old.get(k) != now[k] for k in _scoring_keys(now))
-
-
 def _scoring_diff(old: dict, now: dict) -> str:
+    """What differs between a row's recorded scoring and this invocation's; empty when nothing does."""
     return "; ".join(f"{k} {old.get(k)} -> {now[k]}" for k in _scoring_keys(now) if old.get(k) != now[k])
 
 
@@ -374,19 +371,19 @@ class _Sweep:
             changed = (_settings(old.get("train_args") or ""), old.get("config_sha256")) != (
                 _settings(shlex.join(self.plan.train_args(run))), self.plan.config_sha[run.arm]) \
                 and not _trains_as_recorded(self.plan, run)
-            rescore = not changed and "scoring" in old and _rescored(old["scoring"], self.plan.scoring(run))
+            rescore = "" if changed or "scoring" not in old else _scoring_diff(old["scoring"], self.plan.scoring(run))
             if rescore and not complete_tags(self.plan.run_dir(run) / "checkpoints"):
                 self.say(f"skip {run.label}: its row is in {self.results}")
                 self.say(f"warning: {run.label} in {self.results} was scored with other test shards, evaluation or "
-                         f"fine-tuning ({_scoring_diff(old['scoring'], self.plan.scoring(run))}), and its run "
-                         "directory holds no complete checkpoint to score again (unpacked without weights?)")
+                         f"fine-tuning ({rescore}), and its run directory holds no complete checkpoint to score again "
+                         "(unpacked without weights?)")
                 continue
             if (changed or rescore) and self.plan.rerun_changed:
                 if self.dry:
                     self.say(f"would {'rerun' if changed else 'score again'} {run.label}: its row was made with "
                              f"another {'config or arguments' if changed else 'evaluation or fine-tuning'}")
                 else:
-                    self.supersede(run, keep_run=rescore)
+                    self.supersede(run, keep_run=bool(rescore))
                 todo.append(run)
                 continue
             self.say(f"skip {run.label}: its row is in {self.results}")
@@ -395,8 +392,7 @@ class _Sweep:
                          f"({old.get('train_args')}); --rerun-changed runs it again")
             elif rescore:
                 self.say(f"warning: {run.label} in {self.results} was scored with other test shards, evaluation "
-                         f"or fine-tuning ({_scoring_diff(old['scoring'], self.plan.scoring(run))}); "
-                         "--rerun-changed scores it again, without training it again")
+                         f"or fine-tuning ({rescore}); --rerun-changed scores it again, without training it again")
         return todo
 
     def supersede(self, run: Run, keep_run: bool = False) -> None:
