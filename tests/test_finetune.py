@@ -104,6 +104,13 @@ def test_labels_come_from_the_training_file(tmp_path):
     (tmp_path / "t.csv").write_text("text,label\nx,yes\ny,no\n", encoding="utf-8")
     exs = read_examples(tmp_path / "t.csv", "--train", "classification", Columns())
     assert build_labels(exs, "classification", "t") == ["no", "yes"]
+    rows = [{"text": "a", "label": v} for v in (0.5, "4.2", 3, "nan")]  # scores under the default task
+    exs = read_examples(_write_jsonl(tmp_path / "s.jsonl", rows[:3]), "--train", "classification", Columns())
+    with pytest.raises(FinetuneError, match=r"^--train s: the labels are numbers, not all whole \(0.5, 3, 4.2\); "
+                       r"scores need --task regression"):
+        build_labels(exs, "classification", "s")
+    exs = read_examples(_write_jsonl(tmp_path / "s.jsonl", rows), "--train", "classification", Columns())
+    assert build_labels(exs, "classification", "s") == ["0.5", "3", "4.2", "nan"]  # 'nan' is a name, not a score
     rows = [{"tokens": "a b c", "tags": "B-PER I-PER B-LOC"}, {"tokens": ["d"], "tags": ["O"]}]
     exs = read_examples(_write_jsonl(tmp_path / "n.jsonl", rows), "--train", "token_classification", Columns())
     assert exs[0].text == ("a", "b", "c")

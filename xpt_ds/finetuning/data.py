@@ -148,7 +148,19 @@ def build_labels(train: list[Example], task: str, path: str) -> list[str]:
         raise FinetuneError(f"--train {path}: only one label ({', '.join(names)}); classification needs two or more")
     if all(n.lstrip("-").isdigit() for n in names):
         return sorted(names, key=int)
+    scores = sorted(n for n in names if _is_number(n))
+    if len(scores) == len(names):  # 0.8, 3.5, ...: a regression file given to the default task
+        shown = ", ".join(scores[:3]) + (", ..." if len(scores) > 3 else "")
+        raise FinetuneError(f"--train {path}: the labels are numbers, not all whole ({shown}); scores need "
+                            f"--task regression (classification would make each of the {len(names)} values a class)")
     return sorted(names)
+
+
+def _is_number(name: str) -> bool:
+    try:
+        return math.isfinite(float(name))
+    except ValueError:
+        return False
 
 
 def label_ids(examples: list[Example], labels: list[str], task: str) -> list:
