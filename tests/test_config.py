@@ -212,6 +212,8 @@ def _phases(**changes) -> list[dict]:
     (minimal(model={"source": "s", "tokenizer": "t", "dropout": 1.5}), "model.dropout"),
     (minimal(model={"source": "s", "tokenizer": "t", "method": "lora", "itl_init": "copy"}), "model.itl_init"),
     (minimal(model={"source": "s", "tokenizer": "t", "method": "scratch", "itl_init": "copy"}), "model.itl_init"),
+    (minimal(model={"source": "s", "tokenizer": "t", "method": "scratch", "embedding_init": "source_mean"}),
+     "model.embedding_init"),  # Scratch's rows would come from the source's embeddings
     (minimal(data={"train_shards": ["a.tar"], "seed": -1}), "data.seed"),  # was a ValueError traceback in packing
     (minimal(checkpoint={"every_steps": -1}), "checkpoint.every_steps"),
 ])

@@ -105,7 +105,7 @@ METHODS: dict[str, Method] = {m.name: m for m in [
     # TRILayer the branches train English MLM instead of CdLM (004 Table 7's "w/o CdLM & w/o TRILayer").
     Method("trelm", "TreLM", has_itl=False, source="pretrained", presets=_ONE_PHASE, trelm=True,
            export="trelm", graph=_trelm_graph(("cdlm_en_x", "cdlm_x_en"))),
-    Method("trelm_no_tri", "TreLM w/o TRILayer", has_itl=False, source="pretrained", presets=_ONE_PHASE,
+    Method("trelm_no_tri", "TreLM w/o CdLM & w/o TRILayer", has_itl=False, source="pretrained", presets=_ONE_PHASE,
            trelm=True, trilayer=False, export="trelm", graph=_trelm_graph(("mlm_source", "mlm_source"))),
 ]}
 BASELINE = "scratch"  # what the data-efficiency ratio compares against (002 §5.1)

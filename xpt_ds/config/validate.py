@@ -40,6 +40,10 @@ def validate(cfg: TrainConfig) -> None:
     if not m.source:
         raise ConfigError("config key 'model.source' is required (hub id or local path)")
     m.embedding_init_args = check_args(m.embedding_init, m.embedding_init_args)
+    if METHODS[m.method].source == "none" and m.embedding_init != "random":  # every other start reads the source
+        raise ConfigError(f"config key 'model.embedding_init' is '{m.embedding_init}', but model.method "
+                          f"'{m.method}' uses nothing of the source (002 §4.2) and that start reads its embeddings; "
+                          "use random (the default)")
     check_lora(m)
     if not m.tokenizer and METHODS[m.method].vocab == "target":
         raise ConfigError("config key 'model.tokenizer' is required (SentencePiece .model file)")

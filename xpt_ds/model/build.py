@@ -62,7 +62,8 @@ FAMILIES["xlm-roberta"] = FAMILIES["camembert"] = FAMILIES["roberta"]
 
 @dataclass
 class BuiltModel:
-    model: nn.Module  # a stock *ForMaskedLM (plus adapters for method=adapters), or *ForCausalLM (decoder source)
+    model: nn.Module | None  # a stock *ForMaskedLM (plus adapters for method=adapters), or *ForCausalLM (decoder
+    # source); None once the trainer's engine owns it
     family: Family | object  # a decoder source's: xpt_ds.model.decoder.DecoderFamily
     tags: dict[str, set[str]]  # parameter name -> tags
     embedding_init: dict | None  # the embedding_init report (xpt_ds.embedding_init.registry.Rows.report); None
@@ -328,11 +329,12 @@ class StateMismatch(UserError, RuntimeError):
     """A saved state dict does not fit the model its config builds."""
 
 
-def load_fp32_state(model: nn.Module, state: dict, where: str) -> None:
+def load_fp32_state(model: nn.Module, state: dict, where: str, assign: bool = False) -> None:
     """Load a full fp32 state dict; only tied weights may be absent (the MLM decoder weight/bias alias the
     embeddings and the head bias; a tied causal LM head aliases the input embeddings). Anything else missing or
-    extra is an error naming ``where``."""
-    result = model.load_state_dict(state, strict=False)
+    extra is an error naming ``where``. ``assign``: the parameters become ``state``'s tensors instead of copies
+    (one model's worth of host memory less; the caller gives up its own use of them)."""
+    result = model.load_state_dict(state, strict=False, assign=assign)
     tied = ({n for n, _ in model.named_parameters(remove_duplicate=False)}
             - {n for n, _ in model.named_parameters()})
     missing = [k for k in result.missing_keys if k not in tied and not k.endswith(("decoder.weight", "decoder.bias"))]

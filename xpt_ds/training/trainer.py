@@ -156,7 +156,8 @@ class Trainer:
             kept = set(self.resume_client["trainer"].get("phase_ends", {})) if tag is not None else set()
             checkpoint.start_branch(self.ckpt_root, tag, kept, self.rank)
         objective = build_objective(self.built.model)
-        fp32 = {n: p.detach().clone() for n, p in objective.named_parameters()}
+        self.built.model = None  # the engine owns it: a phase switch must be able to free it
+        fp32 = {n: p.detach() for n, p in objective.named_parameters()}  # the module's own fp32 tensors, no copy
         checkpoint.seed_everything(self.cfg.seed + self.rank)  # dropout stream of this rank, unless a checkpoint has it
         universal = False
         if tag is None:
@@ -300,7 +301,7 @@ class Trainer:
         self.use_phase_objectives()
         with torch.random.fork_rng(devices=[]):  # the rebuild must not shift the dropout stream
             hf = build_skeleton(self.hf_config, blank=True)
-            load_fp32_state(hf, strip_prefix(fp32), f"phase '{self.phase.name}' hand-over")
+            load_fp32_state(hf, strip_prefix(fp32), f"phase '{self.phase.name}' hand-over", assign=True)
             objective = build_objective(hf)
             self.engine, self.optimizer, self.frozen = build_engine(
                 objective, self.trainables[self.state.phase_index], self.cfg, fp32)

@@ -93,7 +93,7 @@ class TreLMParts(nn.Module):
         if has_trilayer(cfg):
             self.trilayer = copy.deepcopy(_base(model).encoder.layer[halves(model) - 1])
             self.placeholder = nn.Parameter(torch.zeros(d))
-        else:  # 004 Table 7's "w/o TRILayer": the halves run back to back, nothing to reorder
+        else:  # 004 Table 7's "w/o CdLM & w/o TRILayer": the halves run back to back, nothing to reorder
             self.trilayer = self.placeholder = None
         self.language_embeddings = nn.Embedding(2, d)
         self.source_word_embeddings = nn.Embedding(cfg.xpt_trelm_source_vocab_size, d,
