@@ -51,6 +51,29 @@ def check_streams_agree(problem: Exception | None, skipped: list[str]) -> None:
                         f"skipped {every[r][1] or 'none'}; the shards must read the same on every rank")
 
 
+def config_difference(configs: list[dict]) -> str | None:
+    """One line naming the first rank whose resolved config (``to_dict``) differs from rank 0's and the keys that
+    differ: each node's launcher passes its own overrides, and a node given other ones would otherwise train
+    with them unnoticed (another micro batch, another learning rate) while config.yaml records rank 0's."""
+    flat = [_flatten(c) for c in configs]
+    for rank, other in enumerate(flat[1:], start=1):
+        keys = sorted(k for k in flat[0].keys() | other.keys() if flat[0].get(k) != other.get(k))
+        if keys:
+            shown = "; ".join(f"{k}: {flat[0].get(k)!r} vs {other.get(k)!r}" for k in keys[:3])
+            more = f" and {len(keys) - 3} more" if len(keys) > 3 else ""
+            return (f"rank {rank}'s config differs from rank 0's ({shown}{more}): every node must be given the same "
+                    "config and overrides")
+    return None
+
+
+def _flatten(d, prefix: str = "") -> dict:
+    if isinstance(d, dict):
+        return {k: v for key, value in d.items() for k, v in _flatten(value, f"{prefix}{key}.").items()}
+    if isinstance(d, list) and d and all(isinstance(x, dict) for x in d):
+        return {k: v for i, value in enumerate(d) for k, v in _flatten(value, f"{prefix}{i}.").items()}
+    return {prefix[:-1]: d}
+
+
 class Halted(Exception):
     """A guard stopped the run; the message says why and which checkpoint to look at."""
 

@@ -31,7 +31,7 @@ def mark_stopped(run_dir: Path, state: str, error: str) -> None:
     write_status(run_dir, **{**kept, "state": state, "error": error})
 
 
-UNSTARTED_FILES = {"embedding_init.json"}  # what a run writes before its first checkpoint or log row
+UNSTARTED_FILES = {"embedding_init.json", ".run.lock"}  # what a run writes before its first checkpoint or log row
 
 
 def remove_unstarted(run_dir: Path) -> bool:

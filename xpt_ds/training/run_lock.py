@@ -1,0 +1,53 @@
+"""One job per run directory: rank 0 holds an exclusive ``flock`` on ``RUN_DIR/.run.lock`` while it runs.
+
+Two jobs writing one run directory (the same job submitted twice, a requeue while the old allocation's ranks are
+still alive) interleave checkpoints and logs and lose rows. The kernel drops the lock when the process ends,
+however it ends, so a killed job leaves nothing to clean up; the file only records who held it last. On a file
+system without locks (some Lustre mounts) the run goes on with a warning.
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import socket
+import time
+from pathlib import Path
+from typing import IO
+
+from xpt_ds.errors import UserError
+
+log = logging.getLogger(__name__)
+
+LOCK_NAME = ".run.lock"
+
+
+class RunInUse(UserError):
+    """Another live process holds the run directory's lock."""
+
+
+def hold(run_dir: Path) -> IO | None:
+    """Lock ``run_dir`` (made if missing) for as long as the returned file stays open: keep it until the process
+    ends. RunInUse names the holder when another process has it; None where the file system has no locks."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    f = open(run_dir / LOCK_NAME, "a+", encoding="utf-8")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            f.close()
+            log.warning("cannot lock %s (%s): nothing stops a second job from writing into this run directory",
+                        run_dir / LOCK_NAME, e.strerror or e)
+            return None
+        f.seek(0)
+        holder = f.read().strip() or "another process"
+        f.close()
+        raise RunInUse(f"run directory {run_dir} is in use by {holder}: one job writes a run directory at a time "
+                       "(stop that one first, or give this one another run_dir)") from None
+    f.seek(0)
+    f.truncate()
+    f.write(f"xpt-ds train (pid {os.getpid()} on {socket.gethostname()}, since "
+            f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')})\n")
+    f.flush()
+    return f
