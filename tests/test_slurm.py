@@ -85,15 +85,19 @@ def reference(long_reference):
 # the job requeues on that status alone). A rank's own USR1 handling is test_preemption's. The other two pairings
 # only combine these parts again: USR1 to per-GPU ranks (dropped for the suite's time, 48-53 s) and TERM to
 # torchrun.
-@pytest.mark.parametrize("mode,signal", [("torchrun", "USR1"), ("srun_per_gpu", "TERM")])
+@pytest.mark.parametrize("mode,signal", [("torchrun", "USR1"), ("torchrun", "USR1 to the step"),
+                                         ("srun_per_gpu", "TERM")])
 def test_signal_checkpoints_requeues_and_resumes_exactly(slurm, reference, tmp_path, tiny_roberta, corpus, mode,
                                                          signal):
-    """USR1 to the batch shell (the sbatch --signal notice), or TERM to every process of the job step as
-    `scancel --signal=TERM` sends it: the ranks and their DataLoader workers (2 per rank, the default)."""
+    """USR1 to the batch shell (the sbatch --signal notice), USR1 to the job step alone (`scancel --signal=USR1`
+    without --batch: torchrun passes it on and exits 1, the shell's trap never runs), or TERM to every process of
+    the job step as `scancel --signal=TERM` sends it: the ranks and their DataLoader workers (2 per rank)."""
     job = Job(slurm, tmp_path, tiny_roberta, corpus, SRUN_PER_GPU=str(int(mode == "srun_per_gpu")))
     job.wait_for("training to make progress", lambda: job.steps_logged() >= 5)
     if signal == "USR1":
         slurm("scancel", "--signal=USR1", "--batch", job.id)
+    elif signal == "USR1 to the step":  # torchrun exits 1 and the batch shell saw no signal: status.json requeues
+        slurm("scancel", "--signal=USR1", job.id)
     else:
         slurm("scancel", "--signal=TERM", job.id)
     job.wait_for("the first run to stop at a checkpoint", lambda: job.status().get("state") == "preempted")
