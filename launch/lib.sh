@@ -73,6 +73,51 @@ enter_repo() {
   cd "$REPO" || exit
 }
 
+# The process ids of the training ranks (`python -m xpt_ds.train`, and their forked DataLoader workers, which
+# ignore stop signals) below process PID.
+rank_pids() {
+  local p
+  for p in $(ps -o pid= --ppid "$1" 2>/dev/null); do
+    if tr '\0' '\n' <"/proc/$p/cmdline" 2>/dev/null |
+       awk 'prev == "-m" && $0 == "xpt_ds.train" {found = 1} {prev = $0} END {exit !found}'; then
+      echo "$p"
+    fi
+    rank_pids "$p"
+  done
+}
+
+# run_in_repo_forwarding COMMAND...: enter_repo, print the command, run it in a session of its own and pass
+# each stop signal this script gets (TERM, USR1, INT; HUP as TERM) to the training ranks, once; exit with the
+# command's status. For the deepspeed launcher on one node, which dies of a SIGTERM and leaves its ranks
+# training (a container's PID 1 or `kill PID` signals the script alone); a signal to the script's whole process
+# group reaches the ranks once too, through this script, so a Ctrl-C is still one Ctrl-C.
+run_in_repo_forwarding() {
+  enter_repo
+  echo "+ (cd $REPO &&$(printf ' %q' "$@"))" >&2
+  [[ "${DRY_RUN:-0}" == 1 ]] && exit 0
+  setsid "$@" &
+  local child=$! signals=0 seen rc="" status sig
+  forward() {
+    signals=$((signals + 1))
+    local p
+    for p in $(rank_pids "$child"); do kill -"$1" "$p" 2>/dev/null || true; done
+  }
+  for sig in TERM USR1 INT; do
+    # shellcheck disable=SC2064  # the signal name is fixed now
+    trap "forward $sig" "$sig"
+  done
+  trap "forward TERM" HUP
+  while :; do
+    seen=$signals
+    status=0
+    wait "$child" || status=$?
+    [[ -n "$rc" && "$status" == 127 ]] && break  # the child was collected already
+    rc=$status
+    [[ "$signals" != "$seen" ]] || break  # wait returned for a trap, not because the command ended
+  done
+  exit "$rc"
+}
+
 # exec_in_repo COMMAND...: enter_repo, print the command to stderr, then exec it (with DRY_RUN=1: exit 0).
 exec_in_repo() {
   enter_repo

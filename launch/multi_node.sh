@@ -82,14 +82,24 @@ case "$MODE" in
     [[ -f "$HOSTFILE" ]] || die "hostfile not found: $HOSTFILE"
     HOSTFILE="$(abs_path "$HOSTFILE")"
     hosts=()
+    fewest=""  # the fewest slots of any host
     while read -r line || [[ -n "$line" ]]; do
       line="${line%%#*}"
       [[ -n "${line//[[:space:]]/}" ]] || continue
-      [[ "$line" =~ ^[[:space:]]*([^[:space:]]+)[[:space:]]+slots=([0-9]+)[[:space:]]*$ ]] \
-        || die "bad hostfile line in $HOSTFILE: '$line' (expected 'HOST slots=N')"
+      [[ "$line" =~ ^[[:space:]]*([^[:space:]]+)[[:space:]]+slots=([1-9][0-9]*)[[:space:]]*$ ]] \
+        || die "bad hostfile line in $HOSTFILE: '$line' (expected 'HOST slots=N', N >= 1)"
+      for h in "${hosts[@]}"; do
+        [[ "$h" != "${BASH_REMATCH[1]}" ]] || die "hostfile $HOSTFILE lists ${BASH_REMATCH[1]} twice (one line per host)"
+      done
       hosts+=("${BASH_REMATCH[1]}")
+      slots="${BASH_REMATCH[2]}"
+      [[ -n "$fewest" ]] && ((fewest <= slots)) || fewest=$slots
     done <"$HOSTFILE"
     ((${#hosts[@]} > 0)) || die "hostfile $HOSTFILE lists no hosts"
+    if [[ -n "${NUM_GPUS:-}" ]]; then
+      [[ "$NUM_GPUS" =~ ^[1-9][0-9]*$ ]] || die "NUM_GPUS must be a positive integer, got '$NUM_GPUS'"
+      ((NUM_GPUS <= fewest)) || die "NUM_GPUS=$NUM_GPUS but a host in $HOSTFILE has only slots=$fewest"
+    fi
     MASTER_ADDR="${MASTER_ADDR:-${hosts[0]}}"
     find_launcher "${DEEPSPEED:-}" deepspeed deepspeed.launcher.runner
     sizes=()

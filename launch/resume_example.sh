@@ -87,7 +87,13 @@ case "$cmd_name" in
     for dir in "$CKPT"/*/; do
       [[ -d "$dir" ]] || continue
       t="$(basename "$dir")"
-      if [[ -f "$dir/COMPLETE" ]]; then
+      if [[ "$t" == abandoned ]]; then
+        echo "  $t/  checkpoints of branches left by a resume from an older tag ($(ls "$dir" | paste -sd ' '))"
+        continue
+      elif [[ "$t" == phase_ends ]]; then
+        echo "  $t/  the ends of phases that later phases start from ($(ls "$dir" | paste -sd ' '))"
+        continue
+      elif [[ -f "$dir/COMPLETE" ]]; then
         echo "  $t  complete  $(cat "$dir/COMPLETE")"
         found=1
       else

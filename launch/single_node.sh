@@ -56,7 +56,9 @@ NUM_GPUS="${NUM_GPUS:-$(count_devices)}"
 [[ "$NUM_GPUS" =~ ^[1-9][0-9]*$ ]] || die "NUM_GPUS must be a positive integer, got '$NUM_GPUS'"
 
 if [[ -z "${MASTER_PORT:-}" ]]; then
-  MASTER_PORT="$("$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+  # outside the kernel's ephemeral range, which other jobs' sockets draw from (xpt_ds/training/ports.py)
+  MASTER_PORT="$("$PYTHON" -c 'from xpt_ds.training.ports import free_port; print(free_port())' 2>/dev/null)" ||
+    die "$PYTHON cannot import xpt_ds: install it first (bash launch/install.sh, or pip install PATH_TO_CHECKOUT)"
 fi
 [[ "$MASTER_PORT" =~ ^[0-9]+$ ]] || die "MASTER_PORT must be a port number, got '$MASTER_PORT'"
 
@@ -74,5 +76,7 @@ else
   devices=(--num_gpus "$NUM_GPUS")
 fi
 
-exec_in_repo "${launcher[@]}" "${devices[@]}" --master_port "$MASTER_PORT" "${extra[@]}" \
+# The deepspeed runner dies of a SIGTERM on one node and its launch.py of a SIGUSR1, leaving the ranks behind:
+# the script passes stop signals to the ranks itself (lib.sh).
+run_in_repo_forwarding "${launcher[@]}" "${devices[@]}" --master_port "$MASTER_PORT" "${extra[@]}" \
   --module xpt_ds.train --config "$CONFIG" "${overrides[@]}"

@@ -5,11 +5,14 @@ one 2-rank job and train to the end.
 started, by ``conftest.no_shm_left``; the 2-rank deepspeed-launcher run this file had for it was dropped.)"""
 import json
 import os
+import signal
 import subprocess
+import time
 
 import pytest
 
-from conftest import REPO, base_config, free_port, write_config
+from conftest import LONG_STEPS, REPO, base_config, free_port, long_config, read_metrics, write_config
+from xpt_ds.training.checkpoint import tag_for
 
 pytestmark = pytest.mark.multiproc
 
@@ -26,3 +29,62 @@ def test_two_node_torchrun_job_on_loopback(tmp_path, tiny_roberta, corpus):
     marker = json.loads((tmp_path / "run/checkpoints/global_step000000008/COMPLETE").read_text())
     assert marker == {"global_step": 8, "world_size": 2, "zero_stage": 2}
     assert "phase 'phase2' starts at global step 4" in outs[0]
+
+
+def _single_node(tmp_path, tiny_roberta, corpus):
+    """launch/single_node.sh with 2 ranks (the deepspeed launcher) on a long run, once it has trained a few steps."""
+    run = tmp_path / "run"
+    cfg = write_config(tmp_path / "c.yaml", long_config(run, tiny_roberta, corpus, every=0))
+    env = {**os.environ, "DS_ACCELERATOR": "cpu", "NUM_GPUS": "2", "OMP_NUM_THREADS": "1", "CONFIG": str(cfg),
+           "MASTER_PORT": str(free_port())}
+    log = open(tmp_path / "job.log", "w")
+    script = subprocess.Popen(["bash", str(REPO / "launch/single_node.sh")], env=env, cwd=tmp_path, stdout=log,
+                              stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.time() + 300
+    while not (run / "metrics.jsonl").exists() or max(read_metrics(run), default=0) < 3:
+        assert script.poll() is None and time.time() < deadline, (tmp_path / "job.log").read_text()[-3000:]
+        time.sleep(0.05)
+    return run, script
+
+
+@pytest.mark.parametrize("how", ["TERM to the script alone", "INT to its process group"])
+def test_single_node_passes_a_stop_signal_to_its_ranks_once(tmp_path, tiny_roberta, corpus, how):
+    """The deepspeed runner dies of a SIGTERM on one node and leaves its ranks training (a container's PID 1, or
+    `kill PID`): single_node.sh passes the signal on, so the job checkpoints and exits 124 with nothing left
+    running. A Ctrl-C (INT to the whole foreground group) reaches the ranks once: a checkpoint and 130, not the
+    second Ctrl-C's stop without one."""
+    run, script = _single_node(tmp_path, tiny_roberta, corpus)
+    if how.startswith("TERM"):
+        os.kill(script.pid, signal.SIGTERM)
+    else:
+        os.killpg(script.pid, signal.SIGINT)
+    code = script.wait(timeout=300)
+    out = (tmp_path / "job.log").read_text()
+    status = json.loads((run / "status.json").read_text())
+    state, want = ("preempted", 124) if how.startswith("TERM") else ("interrupted", 130)
+    assert code == want and status["state"] == state, (code, out[-3000:])
+    assert status["last_complete_checkpoint"] == tag_for(status["global_step"]) and status["global_step"] < 2 * LONG_STEPS
+    time.sleep(1)
+    left = subprocess.run(["pgrep", "-f", f"xpt_ds.train.*{run.parent / 'c.yaml'}"], capture_output=True, text=True)
+    assert left.stdout == "", f"processes still running: {left.stdout}"
+
+
+@pytest.mark.parametrize("hostfile,num_gpus,error", [
+    ("localhost slots=0\n", "", "bad hostfile line in HOSTS: 'localhost slots=0' (expected 'HOST slots=N', N >= 1)"),
+    ("a slots=2\nb slots=1\na slots=2\n", "", "hostfile HOSTS lists a twice (one line per host)"),
+    ("a slots=2\nb slots=1\n", "2", "NUM_GPUS=2 but a host in HOSTS has only slots=1"),
+    ("# nothing\n", "", "hostfile HOSTS lists no hosts"),
+    ("a slots=2\nb slots=3\n", "2", None),
+])
+def test_multi_node_checks_its_hostfile_before_launching(tmp_path, hostfile, num_gpus, error):
+    """A hostfile DeepSpeed would start no rank from (slots=0, a run that 'succeeds' with world size 0), reject with a
+    traceback (a host twice) or oversubscribe (NUM_GPUS over a host's slots) is one line from the script."""
+    hosts = tmp_path / "hosts"
+    hosts.write_text(hostfile)
+    env = {**os.environ, "DRY_RUN": "1", "HOSTFILE": str(hosts), "NUM_GPUS": num_gpus,
+           "CONFIG": str(REPO / "launch/configs/demo.yaml")}
+    done = subprocess.run(["bash", str(REPO / "launch/multi_node.sh")], env=env, capture_output=True, text=True)
+    if error is None:
+        assert done.returncode == 0 and "--hostfile" in done.stderr, done.stderr
+    else:
+        assert (done.returncode, done.stderr) == (2, f"multi_node.sh: {error.replace('HOSTS', str(hosts))}\n")
