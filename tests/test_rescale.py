@@ -57,6 +57,7 @@ def _losses(run):
 def _assert_continues(straight, rescaled, proc, saved_by, tol):
     assert f"saved by {saved_by} ranks" in proc.stderr and "through a universal checkpoint" in proc.stderr
     assert f"resumed from {tag_for(CUT)}" in proc.stderr
+    assert "global batch" not in proc.stderr  # grad_accum kept it: no warning
     ref, got = _losses(straight), _losses(rescaled)
     assert sorted(got) == list(range(CUT + 1, STEPS + 1))  # continues after the cut, nothing repeated
     for step in got:
@@ -95,3 +96,20 @@ def test_bf16_two_ranks_to_one(tmp_path, source, corpus):
     rescaled, proc = _run(tmp_path, "bf16_at1", source, corpus, nproc=1, ds="zero1", precision="bf16",
                           resume_from=straight)
     _assert_continues(straight, rescaled, proc, saved_by=2, tol=1e-2)
+
+
+def test_a_resume_at_another_global_batch_says_so_and_how_to_keep_it(tmp_path):
+    """2 ranks x micro 2 x accum 2 = 8 sequences per step; resumed on 1 rank with the same flags it is 4."""
+    import json
+    from xpt_ds.config import OptimConfig
+    from xpt_ds.training.tag_checks import batch_change
+    tag = tmp_path / "global_step000000006"
+    tag.mkdir()
+    (tag / "COMPLETE").write_text(json.dumps({"global_step": 6, "world_size": 2, "zero_stage": 2}))
+    client = {"config": {"optim": {"micro_batch_size": 2, "grad_accum": 2}}}
+    line = batch_change(tag, client, OptimConfig(micro_batch_size=2, grad_accum=2), world=1)
+    assert line == ("resuming global_step000000006 at a global batch of 4 sequences per step (optim.micro_batch_size 2 "
+                    "x optim.grad_accum 2 x 1 ranks), where it trained with 8 (2 ranks): the learning rate schedule is "
+                    "not rescaled for it; optim.grad_accum=4 keeps 8")
+    assert batch_change(tag, client, OptimConfig(micro_batch_size=2, grad_accum=4), world=1) is None
+    assert batch_change(tag, client, OptimConfig(micro_batch_size=3, grad_accum=1), world=1).endswith("rescaled for it")

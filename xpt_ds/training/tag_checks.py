@@ -99,10 +99,11 @@ def check_files(tag_dir: Path, allow_pickle: bool, distributed: bool = True) -> 
         raise error
 
 
-def resume_warnings(tag_dir: Path, client: dict, cfg, has_validation: bool) -> list[str]:
-    """What a resume from ``tag_dir`` does otherwise than the run it continues, each a line for the log: other
-    data settings (``data_changes``), a validation set scored otherwise (``validation_change``)."""
-    lines = []
+def resume_warnings(tag_dir: Path, client: dict, cfg, has_validation: bool, world: int) -> list[str]:
+    """What a resume from ``tag_dir`` on ``world`` ranks does otherwise than the run it continues, each a line for
+    the log: another global batch (``batch_change``), other data settings (``data_changes``), a validation set
+    scored otherwise (``validation_change``)."""
+    lines = [line for line in [batch_change(tag_dir, client, cfg.optim, world)] if line]
     changed = data_changes(client.get("config", {}).get("data", {}), cfg.data)
     if changed:
         lines.append(f"resuming {tag_dir.name} with other data settings than it was trained with "
@@ -110,6 +111,24 @@ def resume_warnings(tag_dir: Path, client: dict, cfg, has_validation: bool) -> l
                      "make")
     moved = validation_change(tag_dir, client, cfg.logging, has_validation)
     return lines + ([moved] if moved else [])
+
+
+def batch_change(tag_dir: Path, client: dict, optim, world: int) -> str | None:
+    """A warning when the global batch (micro batch x grad_accum x ranks) differs from the checkpoint's: a resume
+    on fewer GPUs halves it unless grad_accum grows, and the learning rate schedule is not rescaled for it."""
+    saved = client.get("config", {}).get("optim", {})
+    saved_world = read_marker(tag_dir).get("world_size") or 1
+    before = saved.get("micro_batch_size", optim.micro_batch_size) * saved.get("grad_accum", optim.grad_accum)
+    before *= saved_world
+    now = optim.micro_batch_size * optim.grad_accum * world
+    if before == now:
+        return None
+    keep = before // (optim.micro_batch_size * world)
+    hint = (f"; optim.grad_accum={keep} keeps {before}" if keep * optim.micro_batch_size * world == before
+            else "")
+    return (f"resuming {tag_dir.name} at a global batch of {now} sequences per step (optim.micro_batch_size "
+            f"{optim.micro_batch_size} x optim.grad_accum {optim.grad_accum} x {world} ranks), where it trained with "
+            f"{before} ({saved_world} ranks): the learning rate schedule is not rescaled for it{hint}")
 
 
 def validation_change(tag_dir: Path, client: dict, logging_cfg, has_validation: bool) -> str | None:

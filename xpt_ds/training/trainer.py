@@ -155,8 +155,7 @@ class Trainer:
         if self.cfg.checkpoint.resume != "auto":  # a new branch: what the abandoned one wrote after tag moves aside
             kept = set(self.resume_client["trainer"].get("phase_ends", {})) if tag is not None else set()
             checkpoint.start_branch(self.ckpt_root, tag, kept, self.rank)
-        objective = build_objective(self.built.model)
-        self.built.model = None  # the engine owns it: a phase switch must be able to free it
+        objective, self.built.model = build_objective(self.built.model), None  # the engine owns it from here on
         fp32 = {n: p.detach() for n, p in objective.named_parameters()}  # the module's own fp32 tensors, no copy
         checkpoint.seed_everything(self.cfg.seed + self.rank)  # dropout stream of this rank, unless a checkpoint has it
         universal = False
@@ -175,8 +174,8 @@ class Trainer:
             saved_data = client.get("config", {}).get("data", {})
             saved_len = saved_data.get("seq_len")  # for data states written before 2026-11-27
             self.train_stream.load_state_dict({"seq_len": saved_len, **client["data"]} if saved_len else client["data"])
-            warnings = tag_checks.resume_warnings(self.ckpt_root / tag, client, self.cfg, self.valid_stream is not None)
-            for line in warnings if self.rank == 0 else []:
+            for line in tag_checks.resume_warnings(self.ckpt_root / tag, client, self.cfg,
+                                                   self.valid_stream is not None, self.world) if self.rank == 0 else []:
                 log.warning(line)
             universal = checkpoint.prepare_rescale(self.ckpt_root, tag, client, self.world,
                                                    zero_stage(self.ds_config))
