@@ -61,6 +61,13 @@ if [[ -z "${MASTER_PORT:-}" ]]; then
     die "$PYTHON cannot import xpt_ds: install it first (bash launch/install.sh, or pip install PATH_TO_CHECKOUT)"
 fi
 [[ "$MASTER_PORT" =~ ^[0-9]+$ ]] || die "MASTER_PORT must be a port number, got '$MASTER_PORT'"
+# something listening there already (another job's rendezvous) would be a DistNetworkError traceback per rank
+"$PYTHON" - "$MASTER_PORT" <<'PY' 2>/dev/null || die "MASTER_PORT=$MASTER_PORT is in use on this machine; pick another or leave it unset"
+import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1])))
+PY
 
 find_launcher "${DEEPSPEED:-}" deepspeed deepspeed.launcher.runner
 read_launcher_args

@@ -88,3 +88,17 @@ def test_multi_node_checks_its_hostfile_before_launching(tmp_path, hostfile, num
         assert done.returncode == 0 and "--hostfile" in done.stderr, done.stderr
     else:
         assert (done.returncode, done.stderr) == (2, f"multi_node.sh: {error.replace('HOSTS', str(hosts))}\n")
+
+
+def test_single_node_names_a_master_port_in_use(tmp_path):
+    """A port something listens on already was a DistNetworkError traceback from every rank."""
+    import socket
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {**os.environ, "DRY_RUN": "1", "DS_ACCELERATOR": "cpu", "MASTER_PORT": str(port),
+               "CONFIG": str(REPO / "launch/configs/demo.yaml")}
+        done = subprocess.run(["bash", str(REPO / "launch/single_node.sh")], env=env, capture_output=True, text=True)
+    assert (done.returncode, done.stderr) == (
+        2, f"single_node.sh: MASTER_PORT={port} is in use on this machine; pick another or leave it unset\n")
