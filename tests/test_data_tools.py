@@ -120,6 +120,8 @@ def test_invalid_utf8_names_file_and_line(tmp_path, compress):
     ("Dr. Kim met J. R. Smith in the U.S. It rained.", ["Dr. Kim met J. R. Smith in the U.S.", "It rained."]),
     ("Він живе у м. Київ на вул. Хрещатик. Потім поїхав.", ["Він живе у м. Київ на вул. Хрещатик.", "Потім поїхав."]),
     ("We use e.g. this, etc. and more. Fine.", ["We use e.g. this, etc. and more.", "Fine."]),
+    ("  1. Вступ. Далі.", ["1. Вступ.", "Далі."]),  # a list label after leading spaces
+    ("Mr. " * 3000 + "Smith left. Then", ["Mr. " * 3000 + "Smith left.", "Then"]),  # one long run of kept cuts
 ])
 def test_default_splitter(text, want):
     assert split_sentences(text) == want

@@ -374,6 +374,8 @@ def test_a_trelm_graph_base_sweeps_every_method(tmp_path, tiny_roberta, corpus):
         ("phase1", 70000, [], [], []), ("phase2", 70000, [], [], [])]
     # Scratch trains every weight: the schedule of the base's last phase (where every weight trains)
     assert [(p.steps, p.lr, p.warmup_steps) for p in scratch.phases] == [(140000, 2e-5, 4000)]
+    # the base's source_mean start is every method's but Scratch's, which takes nothing from the source (002 §4.2)
+    assert (xpt.model.embedding_init, scratch.model.embedding_init) == ("source_mean", "random")
     for c in (xpt, scratch):
         assert (c.data.parallel_shards, c.data.source_shards, c.data.parallel_valid_shards) == ([], [], [])
     assert trelm.data.parallel_valid_shards == ["data/en_uk/manifest.json:valid"]

@@ -37,23 +37,27 @@ ABBREVIATIONS = frozenset("""
 """.split())
 
 
+_NEXT_CHAR = re.compile(r"\s*(\S?)")  # the first character after the whitespace that follows a cut
+
+
 def _keep_together(text: str, start: int, m: re.Match) -> bool:
     """Whether the candidate cut at ``m`` is not a sentence end (abbreviation, number, initial, list label)."""
     punct = m.group().rstrip(_CLOSERS)
-    nxt = text[m.end():].lstrip()[:1]
+    nxt = _NEXT_CHAR.match(text, m.end()).group(1)  # not text[m.end():]: a copy per cut is quadratic in a long line
     if punct.startswith(".") and nxt.islower():  # "etc. and", "т.д. і", "wait... what"
         return True
     if punct != ".":
         return False
-    before = text[start:m.start()]
-    word = before[before.rfind(" ") + 1:].lstrip(_OPEN)
+    cut = m.start()  # slices stay short: the text since the last cut grows over a run of kept cuts
+    word = text[text.rfind(" ", start, cut) + 1 or start:cut].lstrip(_OPEN)
     if word[-1:].isdigit() and nxt.isdigit():  # "2010. 11. 12."
         return True
     if word.lower() in ABBREVIATIONS:
         return True
     if len(word) == 1 and (word.isupper() or word.islower()):  # cased single letter: an initial
         return True
-    return _LIST_LABEL.fullmatch(before.strip()) is not None  # "1. 서론", "IV. Results", "가. 목적"
+    # "1. 서론", "IV. Results", "가. 목적": a label of at most 5 characters is all the text since the last cut
+    return cut - start <= 256 and _LIST_LABEL.fullmatch(text[start:cut].strip()) is not None
 
 
 def split_sentences(text: str) -> list[str]:

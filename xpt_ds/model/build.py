@@ -334,9 +334,9 @@ def load_fp32_state(model: nn.Module, state: dict, where: str, assign: bool = Fa
     embeddings and the head bias; a tied causal LM head aliases the input embeddings). Anything else missing or
     extra is an error naming ``where``. ``assign``: the parameters become ``state``'s tensors instead of copies
     (one model's worth of host memory less; the caller gives up its own use of them)."""
-    result = model.load_state_dict(state, strict=False, assign=assign)
-    tied = ({n for n, _ in model.named_parameters(remove_duplicate=False)}
+    tied = ({n for n, _ in model.named_parameters(remove_duplicate=False)}  # before ``assign`` unties them
             - {n for n, _ in model.named_parameters()})
+    result = model.load_state_dict(state, strict=False, assign=assign)
     missing = [k for k in result.missing_keys if k not in tied and not k.endswith(("decoder.weight", "decoder.bias"))]
     if missing or result.unexpected_keys:
         raise StateMismatch(f"{where} does not match its model: missing {missing[:5]}, "

@@ -42,7 +42,9 @@ def method_config(base: dict, method: str) -> dict:
       lr the base gives every weight.
 
     Every method trains the same number of (global) steps. The English and parallel data keys go when no phase
-    of the method reads them (a non-trelm method on a TreLM base)."""
+    of the method reads them (a non-trelm method on a TreLM base), and so does the base's ``embedding_init`` for a
+    method that has no new rows to start from the source (Scratch takes nothing from it, keep_vocab keeps its
+    rows): ``--set ARM:model.embedding_init=...`` still reaches the method's own check."""
     cfg = copy.deepcopy(base)
     phases = cfg.get("phases") or []
     m, base_m = METHODS[method], METHODS.get((cfg.get("model") or {}).get("method") or "xpt")
@@ -57,7 +59,11 @@ def method_config(base: dict, method: str) -> dict:
         phase = {**phases[0], "steps": steps, **_schedule(src, steps)}  # the first phase's keys, in its order
         cfg["phases"] = [{k: v for k, v in phase.items() if k not in SCHEDULE or k in src}]
     _drop_unread_data(cfg, m)
-    cfg.setdefault("model", {})["method"] = method
+    model = cfg.setdefault("model", {})
+    if m.source == "none" or m.vocab == "source":
+        model.pop("embedding_init", None)
+        model.pop("embedding_init_args", None)
+    model["method"] = method
     return cfg
 
 
