@@ -5,6 +5,7 @@ from __future__ import annotations
 import bz2
 import gzip
 import json
+import shutil
 import os
 import subprocess
 import sys
@@ -463,3 +464,23 @@ def test_the_top_help_points_to_the_flags():
     assert top.returncode == 0 and "`xpt-data prepare all --help` lists every flag" in top.stdout
     flags = cli("all", "--help").stdout
     assert all(f in flags for f in ("--input", "--vocab-size", "--family", "--workers", "--shard-tokens"))
+
+
+def test_an_out_folder_inside_the_input_folder_is_not_read_back(tmp_path, synthetic):
+    """`--input dump --out dump/prepared`: a rerun read the first run's own corpus.jsonl, spm.model and shards as
+    text (a changed corpus, or an invalid-UTF-8 error on spm.model); now it is up to date. A link to a directory
+    or to nothing below the input is named, not silently passed over."""
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    shutil.copy(synthetic, dump / "corpus.txt")
+    (dump / "gone").symlink_to(tmp_path / "nowhere")
+    args = ("--input", dump, "--out", dump / "prepared", "--vocab-size", 300, "--valid", 0.1, "--test", 0.1,
+            "--workers", 1)
+    first = cli(*args)
+    assert first.returncode == 0, first.stderr
+    assert "clean: 1 file(s)" in first.stderr
+    assert f"clean: not followed: 1 link(s) to a directory or to nothing ({dump / 'gone'})" in first.stderr
+    manifest = (dump / "prepared/manifest.json").read_bytes()
+    again = cli(*args)
+    assert again.returncode == 0, again.stderr
+    assert "clean: up to date" in again.stderr and (dump / "prepared/manifest.json").read_bytes() == manifest

@@ -86,7 +86,7 @@ def clean(inputs: list[Path | str], out: Path, opts: PrepareOptions = DEFAULTS, 
         raise PrepareError(f"unknown normalization '{normalize}' (valid: {', '.join(NORMALIZE_FORMS)})")
     if min_chars < 0 or max_chars < 0 or max_chars and max_chars < min_chars:
         raise PrepareError(f"bad length filter: --min-chars {min_chars} --max-chars {max_chars}")
-    files = expand_inputs(inputs)
+    files = expand_inputs(inputs, exclude=out, log=lambda line: log(f"clean: {line}"))
     key = fingerprint({"stage": "clean", "v": STAGE_VERSION, "fmt": fmt, "doc_boundary": doc_boundary,
                        "normalize": normalize, "splitter": splitter_name(splitter), "min": min_chars,
                        "max": max_chars, "dedupe": dedupe,

@@ -22,7 +22,7 @@ import lzma
 import re
 import zlib
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Callable, Iterator
 
 from data_tools.errors import PrepareError
 
@@ -35,13 +35,29 @@ _TITLE = re.compile(r"""\btitle=(?:"([^"]*)"|'([^']*)')""")
 _BOM = "\ufeff"
 
 
-def expand_inputs(paths: list[Path | str]) -> list[Path]:
-    """Files as given; a directory stands for every non-hidden file below it (sorted, recursive)."""
+def expand_inputs(paths: list[Path | str], exclude: Path | None = None,
+                  log: Callable[[str], None] | None = None) -> list[Path]:
+    """Files as given; a directory stands for every non-hidden file below it (sorted, recursive), except what lies
+    in ``exclude`` (prepare's --out, whose own files a rerun would otherwise read as text). Links below a
+    directory to a directory, or to nothing, are not followed; ``log`` names them."""
     out: list[Path] = []
+    skip = exclude.resolve() if exclude is not None else None
     for p in map(Path, paths):
         if p.is_dir():
-            out += sorted(f for f in p.rglob("*")
-                          if f.is_file() and not any(part.startswith(".") for part in f.relative_to(p).parts))
+            found, links = [], []
+            for f in sorted(p.rglob("*")):
+                if any(part.startswith(".") for part in f.relative_to(p).parts):
+                    continue
+                if skip is not None and (f.resolve() == skip or skip in f.resolve().parents):
+                    continue
+                if f.is_file():
+                    found.append(f)
+                elif f.is_symlink():
+                    links.append(f)
+            if links and log is not None:
+                log(f"not followed: {len(links)} link(s) to a directory or to nothing ({', '.join(map(str, links[:3]))}"
+                    f"{', ...' if len(links) > 3 else ''})")
+            out += found
         elif p.is_file():
             out.append(p)
         else:
