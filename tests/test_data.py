@@ -10,7 +10,7 @@ import torch
 from xpt_ds.config import ConfigError, DataConfig
 from xpt_ds.data.mlm import (MLMBatchStream, MLMMasker, build_stream, build_streams, expand_shards,
                          shuffle_buffer)
-from xpt_ds.data.shards import DataError, scan_shard, scan_shards
+from xpt_ds.data.shards import DataError, first_special, scan_shard, scan_shards
 from xpt_ds.data.tokenizer import TargetTokenizer, build_tokenizer
 
 # A tokenizer stand-in with a large id space, so every test document can be made of ids unique to it.
@@ -229,6 +229,27 @@ def test_ids_outside_the_vocabulary_are_found_by_the_scan(unique_shards):
     stream = build_stream(shards, _cfg(shards, on_corrupt_shard="skip"), small)
     assert stream.skipped == [shards[-1]] and [i.path for i in stream.indexes] == shards[:-1]
     assert stream.tokens(0, stream.epoch_tokens).max() < small.vocab_size
+
+
+def test_a_special_id_in_a_shard_is_corruption(tmp_path, unique_shards):
+    """Shards hold text only: a mask id (a literal "[MASK]" a tokenizer matched, a flipped byte) or a pad, cls or
+    sep id fails the scan naming the shard and document, or is skipped; unk is text."""
+    shards, _ = unique_shards
+    docs = [np.array([10, 11, 12]), np.array([13, BIG.unk_id, 14]), np.array([15, BIG.mask_id, 16])]
+    bad = _write_shard(tmp_path / "special.tar", docs)
+    with pytest.raises(DataError) as e:
+        build_stream([shards[0], bad], _cfg([shards[0], bad]), BIG)
+    assert str(e.value).startswith(f"shard {bad} (document 2) holds special token id {BIG.mask_id}: shards hold text")
+    stream = build_stream([shards[0], bad], _cfg([shards[0], bad], on_corrupt_shard="skip"), BIG)
+    assert stream.skipped == [bad]
+    assert scan_shard(bad).max_id == 16  # without the tokenizer's special ids, the scan does not look
+    ok = _write_shard(tmp_path / "unk.tar", docs[:2])
+    assert build_stream([ok], _cfg([ok]), BIG).skipped == []
+    raw = tmp_path / "odd.bin"  # data not on an element boundary of the file: read document by document
+    raw.write_bytes(b"x" + np.array([20, 21, 22, 23, BIG.pad_id], np.uint16).tobytes())
+    offsets, lengths = np.array([1, 7]), np.array([3, 2])
+    assert first_special(str(raw), offsets, lengths, np.dtype(np.uint16), BIG.not_in_shards) == (1, BIG.pad_id)
+    assert first_special(str(raw), offsets[:1], lengths[:1], np.dtype(np.uint16), BIG.not_in_shards) is None
 
 
 def test_an_out_of_vocabulary_id_in_a_manifest_shard_is_corruption_and_all_skipped_is_named(unique_shards):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import bz2
 import gzip
 import json
-import shutil
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -484,3 +484,24 @@ def test_an_out_folder_inside_the_input_folder_is_not_read_back(tmp_path, synthe
     again = cli(*args)
     assert again.returncode == 0, again.stderr
     assert "clean: up to date" in again.stderr and (dump / "prepared/manifest.json").read_bytes() == manifest
+
+
+@pytest.mark.parametrize("family,spelled", [("bert", "[MASK]"), ("roberta", "<mask>")])
+def test_a_special_token_spelled_in_the_text_becomes_unk_not_its_id(tmp_path, synthetic, family, spelled):
+    """The mask is a SentencePiece user-defined symbol, which SentencePiece also matches in plain text: a literal
+    "[MASK]" in the corpus became the mask id, and the trainer's MLM would then see a mask it never put there."""
+    text = synthetic.read_text(encoding="utf-8")
+    src = tmp_path / "corpus.txt"
+    src.write_text(f"The token {spelled} stands for a word here.\n\n" + text, encoding="utf-8")
+    out = tmp_path / "out"
+    proc = cli("--input", src, "--out", out, "--vocab-size", 300, "--valid", 0, "--test", 0, "--family", family,
+               "--workers", 1)
+    assert proc.returncode == 0, proc.stderr
+    assert "tokenize: 1 special token(s) spelled out in the text" in proc.stderr
+    sp = spm.SentencePieceProcessor(model_file=str(out / "spm.model"))
+    special = {sp.pad_id(), sp.bos_id(), sp.eos_id(), sp.piece_to_id(spelled)}
+    manifest = json.loads((out / "manifest.json").read_text())
+    indexes = [scan_shard(str(out / s)) for s in manifest["splits"]["train"]["shards"]]
+    reader = DocReader(indexes)
+    ids = np.concatenate([reader.read(s, d) for s, idx in enumerate(indexes) for d in range(len(idx.lengths))])
+    assert not np.isin(ids, list(special)).any() and (ids == sp.unk_id()).sum() >= 1

@@ -102,6 +102,10 @@ def tokenize(out: Path, opts: PrepareOptions = DEFAULTS, workers: int = 1, force
         written = sum(records[t.name]["sentences"] for t in todo)
         dt = time.perf_counter() - t1
         log(f"tokenize: {written} sentences in {dt:.1f}s ({written / max(dt, 1e-9):,.0f} sentences/s)")
+        spelled = sum(records[t.name].get("special_spellings", 0) for t in todo)
+        if spelled:
+            log(f"tokenize: {spelled} special token(s) spelled out in the text (a literal \"[MASK]\" or \"<mask>\") "
+                "became unk: shards hold no special ids")
     summary = {}
     for s in SPLITS:
         recs = [records[t.name] for t in plans[s]]

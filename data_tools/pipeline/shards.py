@@ -184,20 +184,44 @@ class HfEncoder:
         return self.tok(list(lines), add_special_tokens=False, split_special_tokens=True)["input_ids"]
 
 
+class SpmEncoder:
+    """A SentencePiece model behind ``encode(lines, num_threads=)``. The mask is a user-defined symbol, which
+    SentencePiece matches in plain text too: a literal "[MASK]" (or "<mask>") in the corpus became the mask id. It,
+    and any pad, bos or eos id, becomes unk instead (``specials`` counts them), so shards never hold special ids
+    (docs/shard_format.md)."""
+
+    def __init__(self, path: str):
+        import sentencepiece as spm
+        self.sp = spm.SentencePieceProcessor(model_file=path)
+        user = [i for i in range(self.sp.get_piece_size()) if self.sp.is_control(i) or self.sp.is_unknown(i)
+                or self.sp.id_to_piece(i) in ("[MASK]", "<mask>")]
+        self.forbidden = sorted({i for i in user if i != self.sp.unk_id()})
+        self.specials = 0
+
+    def encode(self, lines: list[str], num_threads: int = 1) -> list[list[int]]:
+        pieces = self.sp.encode(lines, num_threads=num_threads)
+        if self.forbidden:
+            bad = set(self.forbidden)
+            for row in pieces:
+                if not bad.isdisjoint(row):  # rare: the loop in Python only then
+                    for j, i in enumerate(row):
+                        if i in bad:
+                            row[j] = self.sp.unk_id()
+                            self.specials += 1
+        return pieces
+
+
 def _processor(path: str):
     """A SentencePiece model file, or a Hugging Face tokenizer directory (``--hf-tokenizer``)."""
     if path not in _PROCESSORS:
-        if Path(path).is_dir():
-            _PROCESSORS[path] = HfEncoder(path)
-        else:
-            import sentencepiece as spm
-            _PROCESSORS[path] = spm.SentencePieceProcessor(model_file=path)
+        _PROCESSORS[path] = HfEncoder(path) if Path(path).is_dir() else SpmEncoder(path)
     return _PROCESSORS[path]
 
 
 def write_shard_task(task: ShardTask) -> dict:
     """Tokenize and write one planned shard atomically, then record its completion. Returns the record."""
     sp = _processor(task.tokenizer)
+    specials_before = getattr(sp, "specials", 0)
     dtype = np.dtype(task.dtype)
     final = Path(task.out_dir) / task.name
     tmp = final.with_name(f"{final.name}.tmp{os.getpid()}")  # per process: an orphan of a killed run may linger
@@ -220,7 +244,8 @@ def write_shard_task(task: ShardTask) -> dict:
         os.fsync(fh.fileno())
     os.replace(tmp, final)
     record = {"key": task.key, "shard": task.name, "documents": task.n_docs, "sentences": n_sent, "tokens": n_tok,
-              "bytes": final.stat().st_size, "task": {k: v for k, v in asdict(task).items() if k != "out_dir"}}
+              "bytes": final.stat().st_size, "task": {k: v for k, v in asdict(task).items() if k != "out_dir"},
+              "special_spellings": getattr(sp, "specials", 0) - specials_before}
     atomic_write_text(_record_path(task), json.dumps(record, indent=1))
     return record
 

@@ -405,7 +405,8 @@ def build_stream(shards: list[str], cfg: DataConfig, tok: TargetTokenizer, max_t
                  expected: dict[str, tuple[int, int]] | None = None) -> TokenStream:
     """``max_tokens`` > 0: every epoch is the same fixed subset of that many tokens (training only).
     ``expected``: ``manifest_counts`` of the specs the shards came from."""
-    indexes, skipped = scan_shards(shards, cfg.on_corrupt_shard, expected, (tok.vocab_size, tok.path))
+    indexes, skipped = scan_shards(shards, cfg.on_corrupt_shard, expected, (tok.vocab_size, tok.path),
+                                   tok.not_in_shards)
     if skipped:
         log.warning("skipped %d corrupt shard(s) of %d: %s", len(skipped), len(shards), ", ".join(skipped))
     return TokenStream(indexes, tok, cfg, skipped, max_tokens)

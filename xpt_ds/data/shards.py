@@ -74,6 +74,33 @@ def document_extrema(path: str, offsets: np.ndarray, lengths: np.ndarray, dtype:
     return lo, hi
 
 
+def first_special(path: str, offsets: np.ndarray, lengths: np.ndarray, dtype: np.dtype, ids: tuple[int, ...]
+                  ) -> tuple[int, int] | None:
+    """(document, id) of the first document that holds one of ``ids``, or None: one vectorised pass over the
+    memory-mapped shard, as ``document_extrema``'s (document by document where the data is not aligned)."""
+    full = np.flatnonzero(lengths > 0)
+    size = dtype.itemsize
+    if (offsets % size).any():
+        with open(path, "rb") as fh:
+            for i in full:
+                fh.seek(int(offsets[i]))
+                doc = np.frombuffer(fh.read(int(lengths[i]) * size), dtype)
+                if np.isin(doc, ids).any():
+                    return int(i), int(doc[np.isin(doc, ids).argmax()])
+        return None
+    data = np.memmap(path, dtype=dtype, mode="r", shape=(Path(path).stat().st_size // size,))
+    starts = offsets[full] // size
+    bounds = np.stack([starts, starts + lengths[full]], 1).reshape(-1)
+    if bounds[-1] >= len(data):
+        raise ValueError(f"document data runs to byte {bounds[-1] * size}, the end of the file")
+    hits = np.add.reduceat(np.isin(data, ids), bounds)[::2]  # per document: how many of its ids are special
+    if not hits.any():
+        return None
+    i = int(full[hits.argmax()])
+    doc = np.asarray(data[offsets[i] // size:offsets[i] // size + lengths[i]])
+    return i, int(doc[np.isin(doc, ids).argmax()])
+
+
 def npy_header(raw: bytes, name: str, allowed: tuple = (np.uint16, np.uint32)) -> tuple[np.dtype, tuple, int]:
     """(dtype, shape, header bytes) of a 1-D ``.npy`` member whose dtype is one of ``allowed``."""
     f = io.BytesIO(raw)
@@ -120,10 +147,12 @@ def out_of_vocab_cause(in_manifest: bool) -> str:
     return "it was made with another tokenizer, or is corrupt"
 
 
-def scan_shard(path: str, expected: tuple[int, int] | None = None, vocab: tuple[int, str] | None = None
-               ) -> ShardIndex:
+def scan_shard(path: str, expected: tuple[int, int] | None = None, vocab: tuple[int, str] | None = None,
+               forbidden: tuple[int, ...] = ()) -> ShardIndex:
     """Index one shard from its headers and its largest id; raises DataError naming the shard if it is corrupt or
-    truncated, or, with ``vocab`` = (vocab size, tokenizer name), if it holds an id outside that vocabulary.
+    truncated, or, with ``vocab`` = (vocab size, tokenizer name), if it holds an id outside that vocabulary, or one
+    of the special ids ``forbidden`` (pad, cls/bos, sep/eos, mask: shards hold text only, docs/shard_format.md;
+    a mask id in the text would be a position the MLM loss never sees as text).
 
     A tar reader takes the first zero block for the end of the archive, so a shard whose tail was zero-filled
     (a torn copy, a file system that lost blocks) would read as a shorter, valid one. Two checks catch it:
@@ -159,15 +188,26 @@ def scan_shard(path: str, expected: tuple[int, int] | None = None, vocab: tuple[
     if vocab is not None and len(maxima) and maxima[worst] >= vocab[0]:
         raise DataError(f"shard {path} (document {worst}) holds token id {maxima[worst]} >= vocab size {vocab[0]} "
                         f"of {vocab[1]}: {out_of_vocab_cause(expected is not None)}")
+    if forbidden and len(lengths):
+        try:
+            found = first_special(path, offsets, lengths, dtype, forbidden)
+        except (OSError, ValueError) as e:
+            raise DataError(f"corrupt shard {path}: {e}") from None
+        if found is not None:
+            raise DataError(f"shard {path} (document {found[0]}) holds special token id {found[1]}: shards hold text "
+                            "only (no pad, cls/bos, sep/eos or mask ids; docs/shard_format.md); it was written by a tool "
+                            "that kept them, or is corrupt")
     return ShardIndex(path, offsets, lengths, dtype, int(maxima.max()) if len(maxima) else -1)
 
 
 def scan_shards(paths: list[str], on_corrupt: str, expected: dict[str, tuple[int, int]] | None = None,
-                vocab: tuple[int, str] | None = None) -> tuple[list[ShardIndex], list[str]]:
+                vocab: tuple[int, str] | None = None, forbidden: tuple[int, ...] = ()
+                ) -> tuple[list[ShardIndex], list[str]]:
     """Indexes of the readable shards, and the names of the skipped ones (``on_corrupt='skip'``).
     ``expected``: path -> (documents, tokens) from the manifest, for the shards it lists. ``vocab``: (vocab size,
-    tokenizer name): a shard holding an id >= the vocab size is corrupt too."""
-    return scan_each(paths, on_corrupt, lambda path: scan_shard(path, (expected or {}).get(path), vocab))
+    tokenizer name): a shard holding an id >= the vocab size is corrupt too, and so is one holding an id of
+    ``forbidden`` (``TargetTokenizer.not_in_shards``)."""
+    return scan_each(paths, on_corrupt, lambda path: scan_shard(path, (expected or {}).get(path), vocab, forbidden))
 
 
 def scan_each(paths: list[str], on_corrupt: str, scan: Callable[[str], T]) -> tuple[list[T], list[str]]:

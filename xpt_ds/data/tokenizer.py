@@ -34,6 +34,11 @@ class TargetTokenizer:
     def special_ids(self) -> list[int]:
         return sorted({self.pad_id, self.cls_id, self.sep_id, self.unk_id, self.mask_id})
 
+    @property
+    def not_in_shards(self) -> tuple[int, ...]:
+        """The ids a shard's text never holds (docs/shard_format.md): every special but unk."""
+        return tuple(sorted({self.pad_id, self.cls_id, self.sep_id, self.mask_id} - {self.unk_id}))
+
     def piece(self, i: int) -> str:
         if self.kind == "huggingface":
             return _load_hf(self.path).convert_ids_to_tokens(i)

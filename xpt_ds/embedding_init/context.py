@@ -59,7 +59,8 @@ def count_pieces(shards: list[str], tok: TargetTokenizer, on_corrupt: str = "fai
     from xpt_ds.data.mlm import expand_shards
     from xpt_ds.data.shards import DataError, DocReader, scan_shards
 
-    indexes, _ = scan_shards(expand_shards(shards, tok), on_corrupt, vocab=(tok.vocab_size, tok.path))
+    indexes, _ = scan_shards(expand_shards(shards, tok), on_corrupt, vocab=(tok.vocab_size, tok.path),
+                             forbidden=tok.not_in_shards)
     counts = np.zeros(tok.vocab_size, np.int64)
     reader = DocReader(indexes)
     try:

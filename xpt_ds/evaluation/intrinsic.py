@@ -93,7 +93,8 @@ class UnigramPredictor(torch.nn.Module):
         if causal:  # documents end with sep in the stream, not in the shards
             from xpt_ds.data.mlm import expand_shards
             from xpt_ds.data.shards import scan_shards
-            indexes, _ = scan_shards(expand_shards(shards, tok), on_corrupt, vocab=(tok.vocab_size, tok.path))
+            indexes, _ = scan_shards(expand_shards(shards, tok), on_corrupt, vocab=(tok.vocab_size, tok.path),
+                                     forbidden=tok.not_in_shards)
             counts[tok.sep_id] += sum(len(ix.lengths) for ix in indexes)
         return cls(counts, tok, causal)
 

@@ -18,7 +18,8 @@ from xpt_ds.data.tokenizer import TargetTokenizer
 def held_out_prompts(shards: list[str], tok: TargetTokenizer, count: int, prompt_pieces: int,
                      on_corrupt: str = "fail") -> list[list[int]]:
     """The first ``prompt_pieces`` ids of each of the first ``count`` documents with at least that many."""
-    indexes, _ = scan_shards(expand_shards(shards, tok), on_corrupt, vocab=(tok.vocab_size, tok.path))
+    indexes, _ = scan_shards(expand_shards(shards, tok), on_corrupt, vocab=(tok.vocab_size, tok.path),
+                             forbidden=tok.not_in_shards)
     reader, prompts = DocReader(indexes), []
     try:
         for shard, index in enumerate(indexes):
