@@ -147,6 +147,18 @@ def test_evaluate_reproduces_the_trainers_validation(tmp_path, tiny_roberta, cor
     assert unigram["loss"] != pytest.approx(from_ckpt["loss"], rel=1e-3)
     assert unigram["chars"] == from_ckpt["chars"]  # the same masked tokens
 
+    # a corrupt shard: the run's data.on_corrupt_shard (fail) stops; --on-corrupt-shard skip scores the rest and
+    # says which it left out, in the JSON too
+    broken = tmp_path / "broken-000000.tar"
+    broken.write_bytes(b"not a tar" * 100)
+    out = _evaluate("--run", str(run), "--shards", valid, str(broken))
+    assert out.returncode == 2 and f"corrupt shard {broken}" in out.stderr.strip().splitlines()[-1], out.stderr[-2000:]
+    out = _evaluate("--run", str(run), "--shards", valid, str(broken), "--on-corrupt-shard", "skip")
+    assert out.returncode == 0, out.stderr[-2000:]
+    skipped = json.loads(out.stdout)
+    assert skipped["skipped_shards"] == [str(broken)] and skipped["tokens"] == from_ckpt["tokens"]
+    assert "skipped_shards" not in from_ckpt
+
     export = tmp_path / "export"
     proc = run_main("xpt_ds.export", ["--run", str(run), "--out", str(export)])
     assert proc.returncode == 0, proc.stderr[-2000:]

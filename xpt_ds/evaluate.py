@@ -34,6 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, help="mask seed (default: the run's data.seed, else 0)")
     p.add_argument("--masking", choices=MASKINGS, help="what the evaluation masks (default: the run's data.masking, "
                    "else token); runs trained with different data.masking compare only under the same --masking")
+    p.add_argument("--on-corrupt-shard", choices=("fail", "skip"), help="a corrupt shard stops the evaluation (fail) "
+                   "or is left out and listed in the JSON's skipped_shards (skip) (default: the run's "
+                   "data.on_corrupt_shard, else fail)")
     p.add_argument("--batch-size", type=int, default=16, help="sequences per forward pass")
     p.add_argument("--max-batches", type=int, default=0, help="stop after N batches (0 = every token)")
     baseline = p.add_mutually_exclusive_group()
@@ -80,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     data.seq_len = a.seq_len or data.seq_len
     data.seed = data.seed if a.seed is None else a.seed
     data.masking = a.masking or data.masking
+    data.on_corrupt_shard = a.on_corrupt_shard or data.on_corrupt_shard
     if data.seq_len > getattr(model.config, "xpt_max_length", data.seq_len):
         raise ConfigError(f"--seq-len {data.seq_len} exceeds the model's {model.config.xpt_max_length} positions")
     causal = is_decoder(model.config)  # next-token scores on every piece (a decoder), else masked ones

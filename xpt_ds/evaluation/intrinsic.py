@@ -117,8 +117,8 @@ def evaluate(model, tok: TargetTokenizer, data: DataConfig, shards: list[str], b
     if causal is None:
         causal = is_decoder(model.config)
     masker = NextTokenTargets(tok) if causal else MLMMasker(data, tok)
-    stream = MLMBatchStream(build_stream(expand_shards(shards, tok), data, tok, 0, manifest_counts(shards)),
-                            masker, batch_size, rank=0, world=1, num_workers=0, single_pass=True)
+    inner = build_stream(expand_shards(shards, tok), data, tok, 0, manifest_counts(shards))
+    stream = MLMBatchStream(inner, masker, batch_size, rank=0, world=1, num_workers=0, single_pass=True)
     # trelm: through the TRILayer
     objective = (model if isinstance(model, UnigramPredictor) else build_objective(model)).to(device).eval()
     stats = MLMStats(device, piece_char_lengths(tok), piece_word_starts(tok), piece_byte_lengths(tok))
@@ -127,7 +127,8 @@ def evaluate(model, tok: TargetTokenizer, data: DataConfig, shards: list[str], b
             break
         batch = {k: v.to(device) for k, v in batch.items() if k != "seq_ids"}
         stats.update(objective(**batch, return_logits=True), batch["mlm_targets"])
-    return stats.result()
+    skipped = list(inner.skipped)  # data.on_corrupt_shard: skip; the scores are of the other shards only
+    return {**stats.result(), **({"skipped_shards": skipped} if skipped else {})}
 
 
 def emit_json(result: dict, out: Path | None) -> None:
