@@ -90,31 +90,34 @@ rank_pids() {
 # each stop signal this script gets (TERM, USR1, INT; HUP as TERM) to the training ranks, once; exit with the
 # command's status. For the deepspeed launcher on one node, which dies of a SIGTERM and leaves its ranks
 # training (a container's PID 1 or `kill PID` signals the script alone); a signal to the script's whole process
-# group reaches the ranks once too, through this script, so a Ctrl-C is still one Ctrl-C.
+# group reaches the ranks once too, through this script, so a Ctrl-C is still one Ctrl-C. A signal that comes
+# before the launcher has started its ranks waits for them.
 run_in_repo_forwarding() {
   enter_repo
   echo "+ (cd $REPO &&$(printf ' %q' "$@"))" >&2
   [[ "${DRY_RUN:-0}" == 1 ]] && exit 0
-  setsid "$@" &
-  local child=$! signals=0 seen rc="" status sig
-  forward() {
-    signals=$((signals + 1))
-    local p
-    for p in $(rank_pids "$child"); do kill -"$1" "$p" 2>/dev/null || true; done
-  }
+  # a script's background job starts with SIGINT ignored, and the ranks would inherit that: undo it
+  ( trap - INT QUIT; exec setsid "$@" ) &
+  local child=$! pending="" pids sig rc=0
   for sig in TERM USR1 INT; do
     # shellcheck disable=SC2064  # the signal name is fixed now
-    trap "forward $sig" "$sig"
+    trap "pending+=' $sig'" "$sig"
   done
-  trap "forward TERM" HUP
-  while :; do
-    seen=$signals
-    status=0
-    wait "$child" || status=$?
-    [[ -n "$rc" && "$status" == 127 ]] && break  # the child was collected already
-    rc=$status
-    [[ "$signals" != "$seen" ]] || break  # wait returned for a trap, not because the command ended
+  trap "pending+=' TERM'" HUP
+  while kill -0 "$child" 2>/dev/null; do  # bash reaps the child when it ends: then kill -0 fails
+    if [[ -n "$pending" ]]; then
+      pids="$(rank_pids "$child")" || true
+      if [[ -n "$pids" ]]; then
+        for sig in $pending; do
+          # shellcheck disable=SC2086  # one word per pid
+          kill -"$sig" $pids 2>/dev/null || true
+        done
+        pending=""
+      fi
+    fi
+    sleep 0.2 || true  # a Ctrl-C to this script's group ends the sleep too: not the script (set -e)
   done
+  wait "$child" || rc=$?
   exit "$rc"
 }
 

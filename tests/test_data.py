@@ -245,6 +245,8 @@ def test_a_special_id_in_a_shard_is_corruption(tmp_path, unique_shards):
     assert scan_shard(bad).max_id == 16  # without the tokenizer's special ids, the scan does not look
     ok = _write_shard(tmp_path / "unk.tar", docs[:2])
     assert build_stream([ok], _cfg([ok]), BIG).skipped == []
+    empty = _write_shard(tmp_path / "empty.tar", [np.array([], np.int64)] * 2)  # nothing to look at: no error
+    assert scan_shards([empty], "fail", forbidden=BIG.not_in_shards)[0][0].max_id == -1
     raw = tmp_path / "odd.bin"  # data not on an element boundary of the file: read document by document
     raw.write_bytes(b"x" + np.array([20, 21, 22, 23, BIG.pad_id], np.uint16).tobytes())
     offsets, lengths = np.array([1, 7]), np.array([3, 2])

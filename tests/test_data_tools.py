@@ -484,6 +484,10 @@ def test_an_out_folder_inside_the_input_folder_is_not_read_back(tmp_path, synthe
     again = cli(*args)
     assert again.returncode == 0, again.stderr
     assert "clean: up to date" in again.stderr and (dump / "prepared/manifest.json").read_bytes() == manifest
+    from data_tools.pipeline.readers import expand_inputs  # the other way round: input below --out, all read
+    (tmp_path / "o/raw").mkdir(parents=True)
+    (tmp_path / "o/raw/x.txt").write_text("text\n")
+    assert expand_inputs([tmp_path / "o/raw"], exclude=tmp_path / "o") == [tmp_path / "o/raw/x.txt"]
 
 
 @pytest.mark.parametrize("family,spelled", [("bert", "[MASK]"), ("roberta", "<mask>")])

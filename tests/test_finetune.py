@@ -111,6 +111,10 @@ def test_labels_come_from_the_training_file(tmp_path):
         build_labels(exs, "classification", "s")
     exs = read_examples(_write_jsonl(tmp_path / "s.jsonl", rows), "--train", "classification", Columns())
     assert build_labels(exs, "classification", "s") == ["0.5", "3", "4.2", "nan"]  # 'nan' is a name, not a score
+    for whole in (["+1", "-1"], ["0.0", "1.0"], ["1e0", "0"]):  # whole numbers written otherwise stay classes
+        exs = read_examples(_write_jsonl(tmp_path / "w.jsonl", [{"text": "a", "label": v} for v in whole]),
+                            "--train", "classification", Columns())
+        assert build_labels(exs, "classification", "w") == sorted(whole)
     rows = [{"tokens": "a b c", "tags": "B-PER I-PER B-LOC"}, {"tokens": ["d"], "tags": ["O"]}]
     exs = read_examples(_write_jsonl(tmp_path / "n.jsonl", rows), "--train", "token_classification", Columns())
     assert exs[0].text == ("a", "b", "c")

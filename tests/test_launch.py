@@ -69,6 +69,27 @@ def test_single_node_passes_a_stop_signal_to_its_ranks_once(tmp_path, tiny_rober
     assert left.stdout == "", f"processes still running: {left.stdout}"
 
 
+def test_single_node_stops_on_a_ctrl_c_before_its_ranks_are_up(tmp_path, tiny_roberta, corpus):
+    """A script's background job starts with SIGINT ignored; the ranks inherited that, so a Ctrl-C during the
+    imports, the rendezvous and the model build did nothing until the trainer's own handler was in place. A Ctrl-C
+    that comes before the launcher has started any rank waits for them: the job stops, and nothing trains."""
+    run = tmp_path / "run"
+    cfg = write_config(tmp_path / "c.yaml", long_config(run, tiny_roberta, corpus, every=0))
+    env = {**os.environ, "DS_ACCELERATOR": "cpu", "NUM_GPUS": "2", "OMP_NUM_THREADS": "1", "CONFIG": str(cfg),
+           "MASTER_PORT": str(free_port())}
+    with open(tmp_path / "job.log", "w") as log:
+        script = subprocess.Popen(["bash", str(REPO / "launch/single_node.sh")], env=env, cwd=tmp_path, stdout=log,
+                                  stderr=subprocess.STDOUT, start_new_session=True)
+    time.sleep(0.5)  # the launcher is starting: no rank yet
+    os.killpg(script.pid, signal.SIGINT)
+    code = script.wait(timeout=300)
+    out = (tmp_path / "job.log").read_text()
+    assert code != 0 and not (run / "metrics.jsonl").exists(), (code, out[-3000:])
+    time.sleep(1)
+    left = subprocess.run(["pgrep", "-f", f"xpt_ds.train.*{tmp_path / 'c.yaml'}"], capture_output=True, text=True)
+    assert left.stdout == "", f"processes still running: {left.stdout}"
+
+
 @pytest.mark.parametrize("hostfile,num_gpus,error", [
     ("localhost slots=0\n", "", "bad hostfile line in HOSTS: 'localhost slots=0' (expected 'HOST slots=N', N >= 1)"),
     ("a slots=2\nb slots=1\na slots=2\n", "", "hostfile HOSTS lists a twice (one line per host)"),

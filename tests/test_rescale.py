@@ -109,7 +109,11 @@ def test_a_resume_at_another_global_batch_says_so_and_how_to_keep_it(tmp_path):
     client = {"config": {"optim": {"micro_batch_size": 2, "grad_accum": 2}}}
     line = batch_change(tag, client, OptimConfig(micro_batch_size=2, grad_accum=2), world=1)
     assert line == ("resuming global_step000000006 at a global batch of 4 sequences per step (optim.micro_batch_size 2 "
-                    "x optim.grad_accum 2 x 1 ranks), where it trained with 8 (2 ranks): the learning rate schedule is "
-                    "not rescaled for it; optim.grad_accum=4 keeps 8")
+                    "x optim.grad_accum 2 x 1 rank(s)), where it trained with 8 (2 rank(s)): the learning rate schedule "
+                    "is not rescaled for it; optim.grad_accum=4 keeps 8")
     assert batch_change(tag, client, OptimConfig(micro_batch_size=2, grad_accum=4), world=1) is None
     assert batch_change(tag, client, OptimConfig(micro_batch_size=3, grad_accum=1), world=1).endswith("rescaled for it")
+    (tag / "COMPLETE").write_text(json.dumps({"global_step": 6}))  # a marker from before world_size was recorded
+    assert batch_change(tag, client, OptimConfig(micro_batch_size=2, grad_accum=2), world=2) is None
+    assert "(2 rank(s))" in batch_change(tag, {**client, "dp_world_size": 2}, OptimConfig(micro_batch_size=2,
+                                                                                          grad_accum=2), world=1)

@@ -4,6 +4,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -60,3 +61,31 @@ def test_config_difference_names_the_rank_and_keys():
     b = {**a, "phases": [{"name": "p1", "steps": 3}], "seed": 1}
     assert config_difference([a, a, b]) == ("rank 2's config differs from rank 0's (phases.0.steps: 2 vs 3; seed: 0 "
                                             "vs 1): every node must be given the same config and overrides")
+
+
+def test_a_job_refused_by_the_lock_never_removes_the_directory_it_found_locked(tmp_path, monkeypatch):
+    """Two jobs started together on a new run_dir both see it missing ('fresh'); the one that loses the lock must
+    leave the winner's directory (only .run.lock in it yet) alone, where it removed it before."""
+    import deepspeed
+    import torch.distributed as dist
+
+    from xpt_ds.config import load_config
+    from xpt_ds.training.run_lock import claim_run
+    run = tmp_path / "run"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from pathlib import Path; "
+                               "from xpt_ds.training.run_lock import hold; f = hold(Path(sys.argv[1])); "
+                               "print('held', flush=True); time.sleep(60)", str(run)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        cfg_path = tmp_path / "c.yaml"
+        cfg_path.write_text(f"run_dir: {run}\nmodel: {{source: s, tokenizer: t.model}}\n"
+                            "phases: [{name: p, steps: 1, lr: 0.1}]\ndata: {train_shards: [a.tar]}\n")
+        monkeypatch.setattr(deepspeed.comm, "get_rank", lambda: 0)
+        monkeypatch.setattr(dist, "get_world_size", lambda: 1)
+        lock, problem = claim_run(load_config(str(cfg_path), []), fresh=True)
+        assert lock is None and problem.startswith(f"run directory {run} is in use by xpt-ds train (pid {holder.pid}")
+        assert (run / ".run.lock").exists()  # the winner's directory and lock file are still there
+    finally:
+        holder.kill()
+        holder.wait()

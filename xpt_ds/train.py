@@ -55,17 +55,15 @@ def main(argv: list[str] | None = None) -> int:
         from xpt_ds.training.distributed import init_distributed
         from xpt_ds.training.guards import HALTED_EXIT_CODE, Halted
         from xpt_ds.training.preemption import PREEMPTED_EXIT_CODE, Preempted
+        from xpt_ds.training.run_lock import claim_run
         from xpt_ds.training.trainer import Trainer
 
     fresh = not Path(cfg.run_dir).exists()  # before any rank can make it: init_distributed waits for them all
     init_distributed()  # and unlink DeepSpeed's CPU shared-memory buffer names (xpt_ds.training.distributed)
     level = logging.INFO if deepspeed.comm.get_rank() == 0 else logging.WARNING
     logging.basicConfig(level=level, format="%(asctime)s %(name)s: %(message)s")
-    lock, problem = _claim_run(cfg)  # lock: held until this process ends
+    lock, problem = claim_run(cfg, fresh)  # lock: held until this process ends
     if problem is not None:  # another job's run directory, or other configs on other nodes: nothing touched
-        if fresh and deepspeed.comm.get_rank() == 0:
-            from xpt_ds.training.status import remove_unstarted
-            remove_unstarted(Path(cfg.run_dir))  # the lock made it
         say_once(f"error: {problem}")
         deepspeed.comm.destroy_process_group()
         return 2
@@ -105,30 +103,6 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     say_once(end[0])  # once per machine where the ranks say the same (xpt_ds.training.rank_say)
     return end[1]
-
-
-def _claim_run(cfg):
-    """(rank 0's lock on the run directory, or None; the problem every rank stops on, or None): another live job
-    holds the run directory (xpt_ds.training.run_lock), or a rank's resolved config differs from rank 0's."""
-    import deepspeed
-    import torch.distributed as dist
-
-    from xpt_ds.config import to_dict
-    from xpt_ds.training.guards import config_difference
-    from xpt_ds.training.run_lock import RunInUse, hold
-    lock, problem = None, None
-    if deepspeed.comm.get_rank() == 0:
-        try:
-            lock = hold(Path(cfg.run_dir))
-        except RunInUse as e:
-            problem = str(e)
-        except OSError:
-            pass  # an unwritable run_dir: the trainer's own checks name it
-    every = [(problem, to_dict(cfg))]
-    if dist.get_world_size() > 1:
-        every = [None] * dist.get_world_size()
-        dist.all_gather_object(every, (problem, to_dict(cfg)))
-    return lock, every[0][0] or config_difference([c for _, c in every])
 
 
 def _failed(trainer, cfg, line: str, fresh: bool, state: str = "failed") -> None:

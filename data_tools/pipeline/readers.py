@@ -45,10 +45,11 @@ def expand_inputs(paths: list[Path | str], exclude: Path | None = None,
     for p in map(Path, paths):
         if p.is_dir():
             found, links = [], []
+            inside = skip is not None and p.resolve() in skip.parents  # --out below this input folder
             for f in sorted(p.rglob("*")):
                 if any(part.startswith(".") for part in f.relative_to(p).parts):
                     continue
-                if skip is not None and (f.resolve() == skip or skip in f.resolve().parents):
+                if inside and (f.resolve() == skip or skip in f.resolve().parents):
                     continue
                 if f.is_file():
                     found.append(f)

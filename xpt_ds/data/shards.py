@@ -45,28 +45,40 @@ class ShardIndex:
         return int(self.lengths.sum())
 
 
-def document_extrema(path: str, offsets: np.ndarray, lengths: np.ndarray, dtype: np.dtype, minima: bool = True
-                     ) -> tuple[np.ndarray, np.ndarray]:
-    """int64 [n_docs] (min, max) of every document's array; (0, -1) for an empty one; ``minima=False`` skips the
-    second pass and returns zeros for the minima. A ``reduceat`` over the memory-mapped shard: npy data starts 64-byte aligned inside 512-byte tar blocks, so every document's first
-    element sits on an element boundary of the whole file."""
-    lo, hi = np.zeros(len(lengths), np.int64), np.full(len(lengths), -1, np.int64)
-    full = lengths > 0
-    if not full.any():
-        return lo, hi
+def _documents(path: str, offsets: np.ndarray, lengths: np.ndarray, dtype: np.dtype):
+    """The non-empty documents' data for one vectorised pass: (memory-mapped shard, reduceat bounds, indexes of
+    the non-empty documents), or (None, None, indexes) where the data is not on element boundaries of the file
+    (then read document by document). npy data starts 64-byte aligned inside 512-byte tar blocks, so every
+    document's first element sits on an element boundary of the whole file."""
+    full = np.flatnonzero(lengths > 0)
     size = dtype.itemsize
-    if (offsets % size).any():  # not written by np.save: read document by document
-        with open(path, "rb") as fh:
-            for i in np.flatnonzero(full):
-                fh.seek(int(offsets[i]))
-                ids = np.frombuffer(fh.read(int(lengths[i]) * size), dtype)
-                lo[i], hi[i] = ids.min(), ids.max()
-        return lo, hi
+    if not len(full) or (offsets % size).any():
+        return None, None, full
     data = np.memmap(path, dtype=dtype, mode="r", shape=(Path(path).stat().st_size // size,))
     starts = offsets[full] // size
     bounds = np.stack([starts, starts + lengths[full]], 1).reshape(-1)  # [start0, end0, start1, ...]
     if bounds[-1] >= len(data):  # reduceat takes indices < len; a scanned shard ends with its end-of-archive marker
         raise ValueError(f"document data runs to byte {bounds[-1] * size}, the end of the file")
+    return data, bounds, full
+
+
+def _each_document(path: str, offsets: np.ndarray, lengths: np.ndarray, dtype: np.dtype, docs: np.ndarray):
+    with open(path, "rb") as fh:
+        for i in docs:
+            fh.seek(int(offsets[i]))
+            yield int(i), np.frombuffer(fh.read(int(lengths[i]) * dtype.itemsize), dtype)
+
+
+def document_extrema(path: str, offsets: np.ndarray, lengths: np.ndarray, dtype: np.dtype, minima: bool = True
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """int64 [n_docs] (min, max) of every document's array; (0, -1) for an empty one; ``minima=False`` skips the
+    second pass and returns zeros for the minima. A ``reduceat`` over the memory-mapped shard."""
+    lo, hi = np.zeros(len(lengths), np.int64), np.full(len(lengths), -1, np.int64)
+    data, bounds, full = _documents(path, offsets, lengths, dtype)
+    if data is None:
+        for i, ids in _each_document(path, offsets, lengths, dtype, full):
+            lo[i], hi[i] = ids.min(), ids.max()
+        return lo, hi
     hi[full] = np.maximum.reduceat(data, bounds)[::2]
     if minima:
         lo[full] = np.minimum.reduceat(data, bounds)[::2]
@@ -74,31 +86,33 @@ def document_extrema(path: str, offsets: np.ndarray, lengths: np.ndarray, dtype:
     return lo, hi
 
 
+def _any_of(data: np.ndarray, ids: tuple[int, ...]) -> np.ndarray:
+    hit = data == ids[0]  # a few comparisons beat np.isin when the ids span a wide range (XLM-R's mask is 250001)
+    for i in ids[1:]:
+        hit |= data == i
+    return hit
+
+
 def first_special(path: str, offsets: np.ndarray, lengths: np.ndarray, dtype: np.dtype, ids: tuple[int, ...]
                   ) -> tuple[int, int] | None:
-    """(document, id) of the first document that holds one of ``ids``, or None: one vectorised pass over the
-    memory-mapped shard, as ``document_extrema``'s (document by document where the data is not aligned)."""
-    full = np.flatnonzero(lengths > 0)
-    size = dtype.itemsize
-    if (offsets % size).any():
-        with open(path, "rb") as fh:
-            for i in full:
-                fh.seek(int(offsets[i]))
-                doc = np.frombuffer(fh.read(int(lengths[i]) * size), dtype)
-                if np.isin(doc, ids).any():
-                    return int(i), int(doc[np.isin(doc, ids).argmax()])
+    """(document, id) of the first document that holds one of ``ids``, or None: one vectorised pass, as
+    ``document_extrema``'s."""
+    if not ids:
         return None
-    data = np.memmap(path, dtype=dtype, mode="r", shape=(Path(path).stat().st_size // size,))
-    starts = offsets[full] // size
-    bounds = np.stack([starts, starts + lengths[full]], 1).reshape(-1)
-    if bounds[-1] >= len(data):
-        raise ValueError(f"document data runs to byte {bounds[-1] * size}, the end of the file")
-    hits = np.add.reduceat(np.isin(data, ids), bounds)[::2]  # per document: how many of its ids are special
+    data, bounds, full = _documents(path, offsets, lengths, dtype)
+    if data is None:
+        for i, doc in _each_document(path, offsets, lengths, dtype, full):
+            hit = _any_of(doc, ids)
+            if hit.any():
+                return i, int(doc[hit.argmax()])
+        return None
+    hits = np.logical_or.reduceat(_any_of(data, ids), bounds)[::2]  # per document: holds a special id
     if not hits.any():
         return None
     i = int(full[hits.argmax()])
-    doc = np.asarray(data[offsets[i] // size:offsets[i] // size + lengths[i]])
-    return i, int(doc[np.isin(doc, ids).argmax()])
+    start = int(offsets[i]) // dtype.itemsize
+    doc = np.asarray(data[start:start + int(lengths[i])])
+    return i, int(doc[_any_of(doc, ids).argmax()])
 
 
 def npy_header(raw: bytes, name: str, allowed: tuple = (np.uint16, np.uint32)) -> tuple[np.dtype, tuple, int]:
@@ -188,7 +202,7 @@ def scan_shard(path: str, expected: tuple[int, int] | None = None, vocab: tuple[
     if vocab is not None and len(maxima) and maxima[worst] >= vocab[0]:
         raise DataError(f"shard {path} (document {worst}) holds token id {maxima[worst]} >= vocab size {vocab[0]} "
                         f"of {vocab[1]}: {out_of_vocab_cause(expected is not None)}")
-    if forbidden and len(lengths):
+    if forbidden:
         try:
             found = first_special(path, offsets, lengths, dtype, forbidden)
         except (OSError, ValueError) as e:
@@ -196,7 +210,8 @@ def scan_shard(path: str, expected: tuple[int, int] | None = None, vocab: tuple[
         if found is not None:
             raise DataError(f"shard {path} (document {found[0]}) holds special token id {found[1]}: shards hold text "
                             "only (no pad, cls/bos, sep/eos or mask ids; docs/shard_format.md); it was written by a tool "
-                            "that kept them, or is corrupt")
+                            "that kept them (xpt-data prepare before 2026-11-28 kept a \"[MASK]\" spelled in the text: "
+                            "run it again, which rewrites its shards), or is corrupt")
     return ShardIndex(path, offsets, lengths, dtype, int(maxima.max()) if len(maxima) else -1)
 
 

@@ -149,7 +149,7 @@ def build_labels(train: list[Example], task: str, path: str) -> list[str]:
     if all(n.lstrip("-").isdigit() for n in names):
         return sorted(names, key=int)
     scores = sorted(n for n in names if _is_number(n))
-    if len(scores) == len(names):  # 0.8, 3.5, ...: a regression file given to the default task
+    if len(scores) == len(names) and any(not float(n).is_integer() for n in scores):  # 0.8, 3.5: regression data
         shown = ", ".join(scores[:3]) + (", ..." if len(scores) > 3 else "")
         raise FinetuneError(f"--train {path}: the labels are numbers, not all whole ({shown}); scores need "
                             f"--task regression (classification would make each of the {len(names)} values a class)")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import IO
 
 from xpt_ds.errors import UserError
+from xpt_ds.training.guards import config_difference
 
 log = logging.getLogger(__name__)
 
@@ -51,3 +52,31 @@ def hold(run_dir: Path) -> IO | None:
             f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')})\n")
     f.flush()
     return f
+
+
+def claim_run(cfg, fresh: bool) -> tuple[IO | None, str | None]:
+    """(rank 0's lock on ``cfg.run_dir``, or None; the line every rank stops on, or None): another live job holds
+    the run directory, or a rank's resolved config differs from rank 0's (each node's launcher passes its own
+    overrides). ``fresh``: the run directory did not exist before this attempt; when this process made it, locked
+    it and stops here, it is removed again. A directory another job locked is never touched."""
+    import deepspeed
+    import torch.distributed as dist
+
+    from xpt_ds.config import to_dict
+    from xpt_ds.training.status import remove_unstarted
+    lock, problem = None, None
+    if deepspeed.comm.get_rank() == 0:
+        try:
+            lock = hold(Path(cfg.run_dir))
+        except RunInUse as e:
+            problem = str(e)
+        except OSError:
+            pass  # an unwritable run_dir: the trainer's own checks name it
+    every = [(problem, to_dict(cfg))]
+    if dist.get_world_size() > 1:
+        every = [None] * dist.get_world_size()
+        dist.all_gather_object(every, (problem, to_dict(cfg)))
+    problem = every[0][0] or config_difference([c for _, c in every])
+    if problem is not None and lock is not None and fresh:
+        remove_unstarted(Path(cfg.run_dir))  # this process made it and holds it: nothing else is in it
+    return lock, problem

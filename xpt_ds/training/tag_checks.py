@@ -117,7 +117,9 @@ def batch_change(tag_dir: Path, client: dict, optim, world: int) -> str | None:
     """A warning when the global batch (micro batch x grad_accum x ranks) differs from the checkpoint's: a resume
     on fewer GPUs halves it unless grad_accum grows, and the learning rate schedule is not rescaled for it."""
     saved = client.get("config", {}).get("optim", {})
-    saved_world = read_marker(tag_dir).get("world_size") or 1
+    saved_world = read_marker(tag_dir).get("world_size") or client.get("dp_world_size")  # older markers: no size
+    if not saved_world:
+        return None
     before = saved.get("micro_batch_size", optim.micro_batch_size) * saved.get("grad_accum", optim.grad_accum)
     before *= saved_world
     now = optim.micro_batch_size * optim.grad_accum * world
@@ -127,8 +129,8 @@ def batch_change(tag_dir: Path, client: dict, optim, world: int) -> str | None:
     hint = (f"; optim.grad_accum={keep} keeps {before}" if keep * optim.micro_batch_size * world == before
             else "")
     return (f"resuming {tag_dir.name} at a global batch of {now} sequences per step (optim.micro_batch_size "
-            f"{optim.micro_batch_size} x optim.grad_accum {optim.grad_accum} x {world} ranks), where it trained with "
-            f"{before} ({saved_world} ranks): the learning rate schedule is not rescaled for it{hint}")
+            f"{optim.micro_batch_size} x optim.grad_accum {optim.grad_accum} x {world} rank(s)), where it trained "
+            f"with {before} ({saved_world} rank(s)): the learning rate schedule is not rescaled for it{hint}")
 
 
 def validation_change(tag_dir: Path, client: dict, logging_cfg, has_validation: bool) -> str | None:
