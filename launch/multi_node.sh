@@ -89,7 +89,8 @@ case "$MODE" in
       [[ "$line" =~ ^[[:space:]]*([^[:space:]]+)[[:space:]]+slots=([1-9][0-9]*)[[:space:]]*$ ]] \
         || die "bad hostfile line in $HOSTFILE: '$line' (expected 'HOST slots=N', N >= 1)"
       for h in "${hosts[@]}"; do
-        [[ "$h" != "${BASH_REMATCH[1]}" ]] || die "hostfile $HOSTFILE lists ${BASH_REMATCH[1]} twice (one line per host)"
+        [[ "$h" != "${BASH_REMATCH[1]}" ]] ||
+          die "hostfile $HOSTFILE lists ${BASH_REMATCH[1]} twice (one line per host)"
       done
       hosts+=("${BASH_REMATCH[1]}")
       slots="${BASH_REMATCH[2]}"

@@ -62,7 +62,8 @@ if [[ -z "${MASTER_PORT:-}" ]]; then
 fi
 [[ "$MASTER_PORT" =~ ^[0-9]+$ ]] || die "MASTER_PORT must be a port number, got '$MASTER_PORT'"
 # something listening there already (another job's rendezvous) would be a DistNetworkError traceback per rank
-"$PYTHON" - "$MASTER_PORT" <<'PY' 2>/dev/null || die "MASTER_PORT=$MASTER_PORT is in use on this machine; pick another or leave it unset"
+in_use="MASTER_PORT=$MASTER_PORT is in use on this machine; pick another or leave it unset"
+"$PYTHON" - "$MASTER_PORT" <<'PY' 2>/dev/null || die "$in_use"
 import socket, sys
 s = socket.socket()
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
