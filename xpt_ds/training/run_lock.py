@@ -1,9 +1,10 @@
 """One job per run directory: rank 0 holds an exclusive ``flock`` on ``RUN_DIR/.run.lock`` while it runs.
 
 Two jobs writing one run directory (the same job submitted twice, a requeue while the old allocation's ranks are
-still alive) interleave checkpoints and logs and lose rows. The kernel drops the lock when the process ends,
-however it ends, so a killed job leaves nothing to clean up; the file only records who held it last. On a file
-system without locks (some Lustre mounts) the run goes on with a warning.
+still alive) interleave checkpoints and logs and lose rows. The kernel drops the lock when rank 0 and the
+DataLoader workers it forked (they share the open file) have ended, however they end, so a killed job leaves
+nothing to clean up; the file only records who held it last. On a file system without locks (some Lustre
+mounts) the run goes on with a warning.
 """
 from __future__ import annotations
 
