@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from pathlib import Path
 from typing import Iterator
 
 
@@ -11,13 +12,16 @@ class PrepareError(ValueError):
 
 
 @contextlib.contextmanager
-def cli_errors() -> Iterator[None]:
-    """For a CLI's ``main``: a PrepareError or OSError becomes one ``error:`` line on stderr and exit status 2."""
+def cli_errors(out: Path | None = None) -> Iterator[None]:
+    """For a CLI's ``main``: a PrepareError or OSError becomes one ``error:`` line on stderr and exit status 2.
+    ``out``: the folder the command writes, named for an OSError that names no file (a full disk: a write to an
+    open file)."""
     try:
         yield
     except PrepareError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     except OSError as e:
-        print(f"error: {e.strerror or e}{f': {e.filename}' if e.filename else ''}", file=sys.stderr)
+        where = f": {e.filename}" if e.filename else (f" (writing under {out})" if out is not None else "")
+        print(f"error: {e.strerror or e}{where}", file=sys.stderr)
         sys.exit(2)

@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     set_quiet(a.quiet)
     progress = False if a.quiet else None
     try:
-        with cli_errors():
+        with cli_errors(a.out):
             a.out.mkdir(parents=True, exist_ok=True)
             with contextlib.nullcontext() if a.stage == "all" else exclusive(a.out):  # run_pipeline locks itself
                 _run_stage(a, progress)

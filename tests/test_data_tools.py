@@ -509,3 +509,22 @@ def test_a_special_token_spelled_in_the_text_becomes_unk_not_its_id(tmp_path, sy
     reader = DocReader(indexes)
     ids = np.concatenate([reader.read(s, d) for s, idx in enumerate(indexes) for d in range(len(idx.lengths))])
     assert not np.isin(ids, list(special)).any() and (ids == sp.unk_id()).sum() >= 1
+
+
+def test_a_full_disk_is_one_line_naming_where_it_wrote(tmp_path, synthetic):
+    """ENOSPC from a write to an open file names no file: the line says which --out it was writing (it said
+    'No space left on device' alone). A real small tmpfs, filled to a few KiB."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("needs root and `mount -t tmpfs` for a real small filesystem")
+    try:
+        (disk / "filler").write_bytes(b"\0" * (1024 * 1024 - 16 * 1024))
+        out = disk / "out"
+        proc = cli("--input", synthetic, "--out", out, "--vocab-size", 300, "--workers", 1)
+        line = proc.stderr.strip().splitlines()[-1]
+        assert proc.returncode == 2 and line.startswith("error: No space left on device") and str(out) in line, \
+            proc.stderr[-2000:]
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=True)
