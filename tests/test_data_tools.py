@@ -1,9 +1,7 @@
-"""data_tools, the writer side of docs/shard_format.md: input formats, cleaning, splitting, SentencePiece,
-parallel/resumable sharding and the manifest, checked against the reader (``xpt_ds.data.shards``)."""
+"""data_tools, the writer side of docs/shard_format.md: SentencePiece, parallel/resumable sharding and the manifest,
+checked against the reader (``xpt_ds.data.shards``), and the CLI. Reading and cleaning text: test_data_text.py."""
 from __future__ import annotations
 
-import bz2
-import gzip
 import json
 import os
 import shutil
@@ -17,21 +15,12 @@ import pytest
 import sentencepiece as spm
 
 from conftest import REPO, write_synthetic_corpus
-from data_tools.errors import PrepareError
-from data_tools.pipeline.clean import clean
 from data_tools.pipeline.options import DEFAULTS
-from data_tools.pipeline.readers import detect_format, read_documents
+from data_tools.pipeline.readers import read_documents
 from data_tools.pipeline.shards import id_dtype, write_shard
-from data_tools.pipeline.split import split
 from data_tools.pipeline.state import SPLITS
-from data_tools.pipeline.text import clean_text, split_sentences
 from data_tools.prepare import run_pipeline
 from xpt_ds.data.shards import DocReader, scan_shard
-
-DOCS = [["대한민국은 동아시아에 있는 나라이다. 수도는 서울이다.", "인구는 약 5천만 명이다."],
-        ["서울은 대한민국의 수도이다."],
-        ["부산은 항구 도시이다.", "해운대가 유명하다!"]]
-TITLES = ["대한민국", "서울", "부산"]
 
 
 def cli(*args, module="data_tools.prepare", env=None) -> subprocess.CompletedProcess:
@@ -47,150 +36,6 @@ def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> s
     for needle in needles:
         assert needle in errors[0], errors[0]
     return errors[0]
-
-
-def _text(docs) -> str:
-    return "\n\n".join("\n".join(d) for d in docs) + "\n"
-
-
-def _wikiextractor(docs) -> str:
-    return "".join(f'<doc id="{i}" url="https://ko.wikipedia.org/wiki?curid={i}" title="{t}">\n{t}\n\n' +
-                   "\n".join(d) + "\n</doc>\n" for i, (t, d) in enumerate(zip(TITLES, docs)))
-
-
-def _jsonl(docs) -> str:
-    return "".join(json.dumps({"id": str(i), "url": "u", "title": t, "text": "\n".join(d)}, ensure_ascii=False)
-                   + "\n" for i, (t, d) in enumerate(zip(TITLES, docs)))
-
-
-def _write(path: Path, text: str, compress: str | None) -> Path:
-    data = text.encode()
-    if compress == "gz":
-        data = gzip.compress(data, mtime=0)
-    elif compress == "bz2":
-        data = bz2.compress(data)
-    path.write_bytes(data)
-    return path
-
-
-@pytest.mark.parametrize("compress,suffix", [(None, ""), ("gz", ".gz"), ("gz", ""), ("bz2", ".bz2")])
-@pytest.mark.parametrize("fmt", ["text", "wikiextractor", "jsonl"])
-def test_each_input_format_is_detected_and_read(tmp_path, fmt, compress, suffix):
-    """Plain text, WikiExtractor (<doc> blocks, title line dropped) and its --json mode; compressed files are
-    recognised from their magic bytes, with or without a .gz suffix."""
-    make = {"text": _text, "wikiextractor": _wikiextractor, "jsonl": _jsonl}[fmt]
-    path = _write(tmp_path / f"wiki_00{suffix}", make(DOCS), compress)
-    assert detect_format(path) == fmt
-    assert list(read_documents(path)) == DOCS
-    assert list(read_documents(path, fmt=fmt)) == DOCS
-
-
-def test_text_doc_boundary_file_and_format_override(tmp_path):
-    files = [_write(tmp_path / f"d{i}.txt", "\n\n".join(d) + "\n", None) for i, d in enumerate(DOCS)]
-    assert [doc for f in files for doc in read_documents(f, doc_boundary="file")] == DOCS
-    assert len([doc for f in files for doc in read_documents(f, doc_boundary="blank")]) > len(DOCS)
-    wiki = _write(tmp_path / "wiki", _wikiextractor(DOCS), None)
-    as_text = list(read_documents(wiki, fmt="text"))  # --format text keeps the markup lines as text
-    assert as_text[0][0].startswith("<doc id=")
-    with pytest.raises(PrepareError, match="outside a <doc> block"):
-        list(read_documents(_write(tmp_path / "plain", _text(DOCS), None), fmt="wikiextractor"))
-    with pytest.raises(PrepareError, match=r"plain:1: invalid JSON"):
-        list(read_documents(tmp_path / "plain", fmt="jsonl"))
-
-
-@pytest.mark.parametrize("compress", [None, "gz"])
-def test_invalid_utf8_names_file_and_line(tmp_path, compress):
-    raw = "첫 문장이다.\n둘째 문장이다.\n".encode() + b"bad \xff\xfe byte\n" + "넷째.\n".encode()
-    path = tmp_path / ("bad.txt.gz" if compress else "bad.txt")
-    path.write_bytes(gzip.compress(raw) if compress else raw)
-    proc = cli("--input", path, "--out", tmp_path / "out", "--vocab-size", 50, "--workers", 1)
-    assert_one_line_error(proc, f"{path}:3: invalid UTF-8")
-
-
-@pytest.mark.parametrize("text,want", [
-    ("대한민국은 민주공화국이다. 주권은 국민에게 있다.", ["대한민국은 민주공화국이다.", "주권은 국민에게 있다."]),
-    ("원주율은 3.14이다. 다음 문장이다.", ["원주율은 3.14이다.", "다음 문장이다."]),
-    ("그는 말했다.그리고 떠났다.", ["그는 말했다.", "그리고 떠났다."]),
-    ("정말요? 네! 알겠습니다… 그럼 안녕.", ["정말요?", "네!", "알겠습니다…", "그럼 안녕."]),
-    ("“좋다.” 그가 말했다.", ["“좋다.”", "그가 말했다."]),
-    ("발의연월일 : 2010. 11. 12. 제안이유", ["발의연월일 : 2010. 11. 12.", "제안이유"]),
-    ("1. 서론 부분이다. 2. 본론", ["1. 서론 부분이다.", "2. 본론"]),
-    ("가. 목적은 이것이다. 나. 범위", ["가. 목적은 이것이다.", "나. 범위"]),
-    ("하지 마. 그럼 가.", ["하지 마.", "그럼 가."]),
-    ("今日は晴れ。明日は雨。", ["今日は晴れ。", "明日は雨。"]),
-    ("Dr. Kim met J. R. Smith in the U.S. It rained.", ["Dr. Kim met J. R. Smith in the U.S.", "It rained."]),
-    ("Він живе у м. Київ на вул. Хрещатик. Потім поїхав.", ["Він живе у м. Київ на вул. Хрещатик.", "Потім поїхав."]),
-    ("We use e.g. this, etc. and more. Fine.", ["We use e.g. this, etc. and more.", "Fine."]),
-    ("  1. Вступ. Далі.", ["1. Вступ.", "Далі."]),  # a list label after leading spaces
-    ("Mr. " * 3000 + "Smith left. Then", ["Mr. " * 3000 + "Smith left.", "Then"]),  # one long run of kept cuts
-])
-def test_default_splitter(text, want):
-    assert split_sentences(text) == want
-
-
-def test_normalisation_and_whitespace():
-    assert clean_text("정말요？\u3000네！\t\ufeff좋아\u200b요") == "정말요? 네! 좋아요"
-    assert clean_text("ﾊﾝｶｸ ①", "NFKC") == "ハンカク 1"
-    assert clean_text("ﾊﾝｶｸ", "NFC") == "ﾊﾝｶｸ"
-    assert clean_text("e\u0301", "NFC") == "\u00e9" and clean_text("e\u0301", "none") == "e\u0301"
-
-
-def _corpus_docs(out: Path) -> list[list[str]]:
-    return [json.loads(line) for line in (out / "sentences/corpus.jsonl").read_text().splitlines()]
-
-
-def test_pluggable_splitter(tmp_path, monkeypatch):
-    (tmp_path / "my_splitter.py").write_text("def by_comma(text):\n    return text.split(',')\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    src = _write(tmp_path / "in.txt", "하나요, 둘이다. 셋이요, 넷이요\n", None)
-    clean([src], tmp_path / "a", DEFAULTS.replace(splitter="my_splitter:by_comma"))
-    assert _corpus_docs(tmp_path / "a") == [["하나요", "둘이다. 셋이요", "넷이요"]]
-    clean([src], tmp_path / "b", DEFAULTS.replace(splitter="none"))
-    assert _corpus_docs(tmp_path / "b") == [["하나요, 둘이다. 셋이요, 넷이요"]]
-    clean([src], tmp_path / "c", DEFAULTS.replace(splitter="my_splitter:by_comma"), workers=2)  # in workers too
-    assert _corpus_docs(tmp_path / "c") == [["하나요", "둘이다. 셋이요", "넷이요"]]
-    with pytest.raises(PrepareError, match="cannot import"):
-        clean([src], tmp_path / "d", DEFAULTS.replace(splitter="no_such_module:f"))
-    (tmp_path / "bad_splitter.py").write_text("def split(text):\n    raise ValueError('no rule for ' + text[:3])\n")
-    for workers in (1, 2):  # raised in this process, and in a worker process
-        assert_one_line_error(cli("clean", "--input", src, "--out", tmp_path / f"e{workers}", "--workers", workers,
-                                  "--splitter", "bad_splitter:split", env={"PYTHONPATH": str(tmp_path)}),
-                              "sentence splitter bad_splitter:split raised ValueError: no rule for 하나요",
-                              "on the paragraph '하나요, 둘이다.")
-
-
-def test_dedupe_and_length_filters(tmp_path):
-    src = _write(tmp_path / "in.txt", "\n".join([
-        "첫 문서의 첫 문장이다. 반복되는 문장이다. 가", "", "반복되는 문장이다. 둘째 문서다.", "",
-        "반복되는 문장이다.", "", "x" * 50 + ". 짧지 않은 문장이다."]) + "\n", None)
-    stats = clean([src], tmp_path / "out", DEFAULTS.replace(min_chars=2, max_chars=40))
-    assert _corpus_docs(tmp_path / "out") == [["첫 문서의 첫 문장이다.", "반복되는 문장이다."], ["둘째 문서다."],
-                                              ["짧지 않은 문장이다."]]
-    assert (stats["duplicates"], stats["too_short"], stats["too_long"], stats["empty_documents"]) == (2, 1, 1, 1)
-    stats = clean([src], tmp_path / "keep", DEFAULTS.replace(min_chars=0, max_chars=0, dedupe=False))
-    assert stats["duplicates"] == 0 and stats["sentences"] == 8
-
-
-def test_split_is_deterministic_by_document(tmp_path):
-    src = write_synthetic_corpus(tmp_path / "c.txt", docs=60)
-    clean([src], tmp_path / "out")
-    corpus = _corpus_docs(tmp_path / "out")
-
-    def run(valid, test, seed):
-        split(tmp_path / "out", DEFAULTS.replace(valid=valid, test=test, seed=seed))
-        return {s: (tmp_path / f"out/sentences/{s}.jsonl").read_text() for s in SPLITS}
-
-    a, b = run(0.1, 5, 1), run(0.1, 5, 1)
-    assert a == b
-    docs = {s: [json.loads(line) for line in a[s].splitlines()] for s in SPLITS}
-    assert [len(docs[s]) for s in SPLITS] == [49, 6, 5]  # --valid 0.1 of 60 documents, --test 5
-    assert sorted(map(json.dumps, sum(docs.values(), []))) == sorted(map(json.dumps, corpus))  # a partition
-    sents = {s: {x for d in docs[s] for x in d} for s in SPLITS}
-    assert not sents["train"] & sents["valid"] and not sents["train"] & sents["test"] and \
-        not sents["valid"] & sents["test"]
-    assert run(0.1, 5, 2) != a
-    with pytest.raises(PrepareError, match="too few documents: 60 documents cannot give 30 valid"):
-        split(tmp_path / "out", DEFAULTS.replace(valid=30, test=30, seed=0))
 
 
 @pytest.fixture(scope="module")
@@ -342,7 +187,8 @@ def test_one_line_errors(tmp_path, synthetic):
     assert_one_line_error(cli("--input", tmp_path / "missing.txt", "--out", out), "input not found", "missing.txt")
     (tmp_path / "empty.txt").write_text("\n\n  \n")
     assert_one_line_error(cli("--input", tmp_path / "empty.txt", "--out", out), "empty input")
-    few = _write(tmp_path / "few.txt", _text(DOCS), None)
+    few = tmp_path / "few.txt"
+    few.write_text("첫째 문서이다.\n\n둘째 문서이다.\n\n셋째 문서이다.\n", encoding="utf-8")  # 3 documents
     assert_one_line_error(cli("--input", few, "--out", out, "--valid", 1, "--test", 2),
                           "too few documents: 3 documents cannot give 1 valid + 2 test")
     line = assert_one_line_error(cli("--input", synthetic, "--out", out, "--vocab-size", 20000, "--workers", 1),
