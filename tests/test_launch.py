@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -17,29 +18,42 @@ from xpt_ds.training.checkpoint import tag_for
 pytestmark = pytest.mark.multiproc
 
 
-def test_two_node_torchrun_job_on_loopback(tmp_path, tiny_roberta, corpus):
-    cfg = write_config(tmp_path / "cfg.yaml", base_config(tmp_path / "run", tiny_roberta, corpus))
+def two_nodes(tmp_path, cfg: Path, extras=((), ())) -> tuple[list[int], list[str]]:
+    """launch/multi_node.sh as two torchrun "nodes" of one process each on loopback, node r given the overrides
+    ``extras[r]``: (exit codes, outputs)."""
     env = {**os.environ, "DS_ACCELERATOR": "cpu", "NNODES": "2", "NPROC_PER_NODE": "1", "OMP_NUM_THREADS": "1",
            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "CONFIG": str(cfg)}
-    nodes = [subprocess.Popen(["bash", str(REPO / "launch/multi_node.sh")], env={**env, "NODE_RANK": str(r)},
+    nodes = [subprocess.Popen(["bash", str(REPO / "launch/multi_node.sh"), *extra], env={**env, "NODE_RANK": str(r)},
                               cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for r in range(2)]
+             for r, extra in enumerate(extras)]
     outs = [n.communicate(timeout=600)[0] for n in nodes]
-    assert [n.returncode for n in nodes] == [0, 0], outs[0][-2000:] + outs[1][-2000:]
+    return [n.returncode for n in nodes], outs
+
+
+def test_two_node_torchrun_job_on_loopback(tmp_path, tiny_roberta, corpus):
+    cfg = write_config(tmp_path / "cfg.yaml", base_config(tmp_path / "run", tiny_roberta, corpus))
+    codes, outs = two_nodes(tmp_path, cfg)
+    assert codes == [0, 0], outs[0][-2000:] + outs[1][-2000:]
     marker = json.loads((tmp_path / "run/checkpoints/global_step000000008/COMPLETE").read_text())
     assert marker == {"global_step": 8, "world_size": 2, "zero_stage": 2}
     assert "phase 'phase2' starts at global step 4" in outs[0]
 
 
-def _single_node(tmp_path, tiny_roberta, corpus):
-    """launch/single_node.sh with 2 ranks (the deepspeed launcher) on a long run, once it has trained a few steps."""
+def _start_single_node(tmp_path, tiny_roberta, corpus) -> tuple[Path, subprocess.Popen]:
+    """launch/single_node.sh with 2 ranks (the deepspeed launcher) on a long run (config tmp_path/c.yaml, output
+    in tmp_path/job.log), in a process group of its own: (run directory, the script's process)."""
     run = tmp_path / "run"
     cfg = write_config(tmp_path / "c.yaml", long_config(run, tiny_roberta, corpus, every=0))
     env = {**os.environ, "DS_ACCELERATOR": "cpu", "NUM_GPUS": "2", "OMP_NUM_THREADS": "1", "CONFIG": str(cfg),
            "MASTER_PORT": str(free_port())}
-    log = open(tmp_path / "job.log", "w")
-    script = subprocess.Popen(["bash", str(REPO / "launch/single_node.sh")], env=env, cwd=tmp_path, stdout=log,
-                              stderr=subprocess.STDOUT, start_new_session=True)
+    with open(tmp_path / "job.log", "w") as log:
+        return run, subprocess.Popen(["bash", str(REPO / "launch/single_node.sh")], env=env, cwd=tmp_path,
+                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _single_node(tmp_path, tiny_roberta, corpus):
+    """``_start_single_node``, once the run has trained a few steps."""
+    run, script = _start_single_node(tmp_path, tiny_roberta, corpus)
     deadline = time.time() + 300
     while not (run / "metrics.jsonl").exists() or max(read_metrics(run), default=0) < 3:
         assert script.poll() is None and time.time() < deadline, (tmp_path / "job.log").read_text()[-3000:]
@@ -73,13 +87,7 @@ def test_single_node_stops_on_a_ctrl_c_before_its_ranks_are_up(tmp_path, tiny_ro
     """A script's background job starts with SIGINT ignored; the ranks inherited that, so a Ctrl-C during the
     imports, the rendezvous and the model build did nothing until the trainer's own handler was in place. A Ctrl-C
     that comes before the launcher has started any rank waits for them: the job stops, and nothing trains."""
-    run = tmp_path / "run"
-    cfg = write_config(tmp_path / "c.yaml", long_config(run, tiny_roberta, corpus, every=0))
-    env = {**os.environ, "DS_ACCELERATOR": "cpu", "NUM_GPUS": "2", "OMP_NUM_THREADS": "1", "CONFIG": str(cfg),
-           "MASTER_PORT": str(free_port())}
-    with open(tmp_path / "job.log", "w") as log:
-        script = subprocess.Popen(["bash", str(REPO / "launch/single_node.sh")], env=env, cwd=tmp_path, stdout=log,
-                                  stderr=subprocess.STDOUT, start_new_session=True)
+    run, script = _start_single_node(tmp_path, tiny_roberta, corpus)
     time.sleep(0.5)  # the launcher is starting: no rank yet
     os.killpg(script.pid, signal.SIGINT)
     code = script.wait(timeout=300)

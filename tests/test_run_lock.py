@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from conftest import REPO, base_config, free_port, launch, long_config, read_metrics, start_main, write_config
+from conftest import base_config, launch, long_config, read_metrics, start_main, write_config
+from test_launch import two_nodes
 from xpt_ds.training.guards import config_difference
 
 pytestmark = pytest.mark.multiproc
@@ -42,13 +43,8 @@ def test_a_second_job_on_a_live_run_directory_stops_and_the_first_loses_nothing(
 
 def test_nodes_given_different_overrides_stop_before_anything_is_written(tmp_path, tiny_roberta, corpus):
     cfg = write_config(tmp_path / "cfg.yaml", base_config(tmp_path / "run", tiny_roberta, corpus))
-    env = {**os.environ, "DS_ACCELERATOR": "cpu", "NNODES": "2", "NPROC_PER_NODE": "1", "OMP_NUM_THREADS": "1",
-           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "CONFIG": str(cfg)}
-    nodes = [subprocess.Popen(["bash", str(REPO / "launch/multi_node.sh"), *extra], env={**env, "NODE_RANK": str(r)},
-                              cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for r, extra in enumerate([[], ["--optim.micro_batch_size=4"]])]
-    outs = [n.communicate(timeout=600)[0] for n in nodes]
-    assert all(n.returncode != 0 for n in nodes), outs
+    codes, outs = two_nodes(tmp_path, cfg, ([], ["--optim.micro_batch_size=4"]))
+    assert all(code != 0 for code in codes), outs
     want = ("error: rank 1's config differs from rank 0's (optim.micro_batch_size: 2 vs 4): every node must be given "
             "the same config and overrides")
     assert all(want in out for out in outs), outs[0][-2000:] + outs[1][-2000:]
