@@ -19,6 +19,7 @@ from typing import TypeVar
 
 import numpy as np
 
+from xpt_ds.data.tar_index import read_index
 from xpt_ds.errors import UserError
 
 T = TypeVar("T")
@@ -118,9 +119,13 @@ def first_special(path: str, offsets: np.ndarray, lengths: np.ndarray, dtype: np
 def npy_header(raw: bytes, name: str, allowed: tuple = (np.uint16, np.uint32)) -> tuple[np.dtype, tuple, int]:
     """(dtype, shape, header bytes) of a 1-D ``.npy`` member whose dtype is one of ``allowed``."""
     f = io.BytesIO(raw)
-    version = np.lib.format.read_magic(f)
-    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-    shape, fortran, dtype = read(f)
+    try:
+        version = np.lib.format.read_magic(f)
+        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = read(f)
+    except Exception as e:  # numpy parses a damaged header with ast and tokenize: ValueError, SyntaxError,
+        # tokenize.TokenError, ...; their text can hold an object's address
+        raise ValueError(f"{name} has no readable .npy header ({type(e).__name__})") from None
     if len(shape) != 1 or dtype not in allowed or fortran:
         raise ValueError(f"{name} has dtype {dtype} shape {shape}, expected 1-D "
                          f"{'/'.join(np.dtype(a).name for a in allowed)}")
@@ -176,15 +181,19 @@ def scan_shard(path: str, expected: tuple[int, int] | None = None, vocab: tuple[
     offsets, lengths, dtypes = [], [], set()
     try:
         size = Path(path).stat().st_size
-        with open(path, "rb") as fh, tarfile.open(fileobj=fh, mode="r:") as tar:
-            for member in tar:
-                if not member.isfile() or not member.name.endswith(".ids.npy"):
-                    continue
-                dtype, length, offset = read_member_header(fh, member, size)
-                offsets.append(offset)
-                lengths.append(length)
-                dtypes.add(dtype)
-            check_archive_end(fh, tar, size)
+        fast = read_index(path, size)  # None: a shard in a form only tarfile reads, or a corrupt one
+        if fast is not None:
+            offsets, lengths, dtypes = fast
+        else:
+            with open(path, "rb") as fh, tarfile.open(fileobj=fh, mode="r:") as tar:
+                for member in tar:
+                    if not member.isfile() or not member.name.endswith(".ids.npy"):
+                        continue
+                    dtype, length, offset = read_member_header(fh, member, size)
+                    offsets.append(offset)
+                    lengths.append(length)
+                    dtypes.add(dtype)
+                check_archive_end(fh, tar, size)
         if expected is not None and (len(lengths), int(sum(lengths))) != tuple(expected):
             raise ValueError(f"holds {len(lengths)} documents / {int(sum(lengths))} tokens, the manifest records "
                              f"{expected[0]} / {expected[1]} (zero-filled, cut or replaced)")
