@@ -158,6 +158,13 @@ def test_evaluate_reproduces_the_trainers_validation(tmp_path, tiny_roberta, cor
     skipped = json.loads(out.stdout)
     assert skipped["skipped_shards"] == [str(broken)] and skipped["tokens"] == from_ckpt["tokens"]
     assert "skipped_shards" not in from_ckpt
+    out = _evaluate("--run", str(run), "--shards", valid, "--unigram", f"{corpus}/manifest.json:train", str(broken),
+                    "--on-corrupt-shard", "skip")  # the unigram's counts leave the broken training shard out
+    assert out.returncode == 0, out.stderr[-2000:]
+    left_out = json.loads(out.stdout)
+    assert left_out["unigram_skipped_shards"] == [str(broken)] and "skipped_shards" not in left_out
+    assert left_out["loss"] == pytest.approx(unigram["loss"], rel=1e-9)  # the same counts as without the shard
+    assert "unigram_skipped_shards" not in unigram
 
     export = tmp_path / "export"
     proc = run_main("xpt_ds.export", ["--run", str(run), "--out", str(export)])

@@ -93,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.unigram:
         model = UnigramPredictor.from_shards(a.unigram, tok, data.on_corrupt_shard, causal)
         source["unigram"] = a.unigram
+        if model.skipped:  # its counts leave these training shards out
+            source["unigram_skipped_shards"] = model.skipped
     elif a.uniform:
         model, source["uniform"] = UnigramPredictor.uniform(tok, causal), True
     device = "cuda" if torch.cuda.is_available() else "cpu"

@@ -48,19 +48,22 @@ class InitContext:
         if not self.train_shards:
             raise ConfigError("config key 'data.train_shards' is empty; the embedding_init strategy counts pieces "
                               "in it")
-        return count_pieces(self.train_shards, self.tok, self.on_corrupt_shard)
+        return count_pieces(self.train_shards, self.tok, self.on_corrupt_shard)[0]
 
     @cached_property
     def source_tokenizer(self):
         return load_source_tokenizer(self.source)
 
 
-def count_pieces(shards: list[str], tok: TargetTokenizer, on_corrupt: str = "fail") -> np.ndarray:
+def count_pieces(shards: list[str], tok: TargetTokenizer, on_corrupt: str = "fail"
+                 ) -> tuple[np.ndarray, int, list[str]]:
+    """(int64 [vocab] occurrences of each id, the documents counted, the shards skipped as corrupt under
+    ``on_corrupt='skip'``) over ``shards``."""
     from xpt_ds.data.mlm import expand_shards
     from xpt_ds.data.shards import DataError, DocReader, scan_shards
 
-    indexes, _ = scan_shards(expand_shards(shards, tok), on_corrupt, vocab=(tok.vocab_size, tok.path),
-                             forbidden=tok.not_in_shards)
+    indexes, skipped = scan_shards(expand_shards(shards, tok), on_corrupt, vocab=(tok.vocab_size, tok.path),
+                                   forbidden=tok.not_in_shards)
     counts = np.zeros(tok.vocab_size, np.int64)
     reader = DocReader(indexes)
     try:
@@ -74,7 +77,7 @@ def count_pieces(shards: list[str], tok: TargetTokenizer, on_corrupt: str = "fai
             counts += np.bincount(ids, minlength=tok.vocab_size)
     finally:
         reader.close()
-    return counts
+    return counts, sum(len(ix.lengths) for ix in indexes), skipped
 
 
 def load_source_tokenizer(source: str):

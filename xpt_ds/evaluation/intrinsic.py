@@ -79,24 +79,23 @@ class UnigramPredictor(torch.nn.Module):
     score -inf; unk keeps its count. ``causal``: sep is a target (a document's end), counted once per document
     as the stream has it."""
 
-    def __init__(self, counts: torch.Tensor, tok: TargetTokenizer, causal: bool = False):
+    def __init__(self, counts: torch.Tensor, tok: TargetTokenizer, causal: bool = False,
+                 skipped: list[str] | None = None):
         super().__init__()
         log_p = torch.log(counts.double() + 1)
         never = [i for i in tok.special_ids if i != tok.unk_id and not (causal and i == tok.sep_id)]
         log_p[never] = -math.inf
         self.register_buffer("log_p", (log_p - torch.logsumexp(log_p, 0)).float())
+        self.skipped = list(skipped or [])  # training shards left out as corrupt (on_corrupt='skip')
 
     @classmethod
     def from_shards(cls, shards: list[str], tok: TargetTokenizer, on_corrupt: str = "fail",
                     causal: bool = False) -> "UnigramPredictor":
-        counts = torch.from_numpy(count_pieces(shards, tok, on_corrupt))
+        counts, documents, skipped = count_pieces(shards, tok, on_corrupt)
+        counts = torch.from_numpy(counts)
         if causal:  # documents end with sep in the stream, not in the shards
-            from xpt_ds.data.mlm import expand_shards
-            from xpt_ds.data.shards import scan_shards
-            indexes, _ = scan_shards(expand_shards(shards, tok), on_corrupt, vocab=(tok.vocab_size, tok.path),
-                                     forbidden=tok.not_in_shards)
-            counts[tok.sep_id] += sum(len(ix.lengths) for ix in indexes)
-        return cls(counts, tok, causal)
+            counts[tok.sep_id] += documents
+        return cls(counts, tok, causal, skipped)
 
     @classmethod
     def uniform(cls, tok: TargetTokenizer, causal: bool = False) -> "UnigramPredictor":
