@@ -13,7 +13,8 @@
 #      NNODES=2 NODE_RANK=0 MASTER_ADDR=node0 CONFIG=run.yaml bash launch/multi_node.sh   # on node0
 #      NNODES=2 NODE_RANK=1 MASTER_ADDR=node0 CONFIG=run.yaml bash launch/multi_node.sh   # on node1
 #    = torchrun --nnodes $NNODES --node_rank $NODE_RANK --nproc_per_node $NPROC_PER_NODE \
-#        --master_addr $MASTER_ADDR --master_port $MASTER_PORT -m xpt_ds.train --config $CONFIG [overrides ...]
+#        --master_addr $MASTER_ADDR --master_port $MASTER_PORT --rdzv_conf timeout=$RDZV_TIMEOUT \
+#        -m xpt_ds.train --config $CONFIG [overrides ...]
 #
 # Every value can also be given as a flag: --config, --hostfile, --master_addr, --master_port, --nnodes,
 # --node_rank, --nproc_per_node, --mode (dashes or underscores). All other arguments (or everything after
@@ -29,6 +30,7 @@
 #   MASTER_PORT     default 29500; the same on every node
 #   NUM_NODES, NUM_GPUS  (A) optional: use only that many hosts / GPUs per host of the hostfile
 #   NNODES, NODE_RANK    (B) required
+#   RDZV_TIMEOUT    (B) seconds a node waits for the others to join (torchrun's --rdzv_conf timeout); default 600
 #   NPROC_PER_NODE  (B) processes per node; default: the visible GPUs (CUDA_VISIBLE_DEVICES, else
 #                   nvidia-smi), 1 if none or DS_ACCELERATOR=cpu
 #   DS_ACCELERATOR  `cpu` for CPU-only clusters (gloo/ccl instead of NCCL)
@@ -118,10 +120,16 @@ case "$MODE" in
     fi
     NPROC_PER_NODE="${NPROC_PER_NODE:-$(count_devices)}"
     [[ "$NPROC_PER_NODE" =~ ^[1-9][0-9]*$ ]] || die "NPROC_PER_NODE must be a positive integer, got '$NPROC_PER_NODE'"
+    RDZV_TIMEOUT="${RDZV_TIMEOUT:-600}"
+    [[ "$RDZV_TIMEOUT" =~ ^[1-9][0-9]*$ ]] || die "RDZV_TIMEOUT must be a positive number of seconds, got '$RDZV_TIMEOUT'"
     find_launcher "${TORCHRUN:-}" torchrun torch.distributed.run
     cmd=("${launcher[@]}" --nnodes "$NNODES" --node_rank "$NODE_RANK" --nproc_per_node "$NPROC_PER_NODE"
-         --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" "${extra[@]}"
+         --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" --rdzv_conf "timeout=$RDZV_TIMEOUT" "${extra[@]}"
          -m xpt_ds.train --config "$CONFIG" "${overrides[@]}")
+    # torchrun says nothing while it waits for the other nodes (a node whose master never started looked hung)
+    echo "multi_node.sh: node $NODE_RANK of $NNODES waits up to ${RDZV_TIMEOUT}s for the rendezvous at" \
+         "$MASTER_ADDR:$MASTER_PORT (every NODE_RANK 0..$((NNODES - 1)) must start, with the same MASTER_ADDR and" \
+         "MASTER_PORT)" >&2
     ;;
   *) die "MODE must be deepspeed or torchrun, got '$MODE'" ;;
 esac

@@ -39,6 +39,25 @@ def test_two_node_torchrun_job_on_loopback(tmp_path, tiny_roberta, corpus):
     assert "phase 'phase2' starts at global step 4" in outs[0]
 
 
+def test_a_torchrun_node_whose_master_never_starts_says_what_it_waits_for_and_gives_up(tmp_path):
+    """torchrun prints nothing while a node waits for the rendezvous (600 s by default): the script says where it
+    waits and for how long, and RDZV_TIMEOUT bounds it."""
+    env = {**os.environ, "DS_ACCELERATOR": "cpu", "NNODES": "2", "NODE_RANK": "1", "NPROC_PER_NODE": "1",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "CONFIG": str(REPO / "launch/configs/demo.yaml"),
+           "RDZV_TIMEOUT": "3"}
+    t0 = time.time()
+    proc = subprocess.run(["bash", str(REPO / "launch/multi_node.sh")], env=env, cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode != 0 and time.time() - t0 < 60, proc.stderr[-2000:]
+    assert (f"multi_node.sh: node 1 of 2 waits up to 3s for the rendezvous at 127.0.0.1:{env['MASTER_PORT']}"
+            in proc.stderr), proc.stderr[-2000:]
+    assert "timed out" in proc.stderr.lower(), proc.stderr[-2000:]
+    bad = subprocess.run(["bash", str(REPO / "launch/multi_node.sh")], env={**env, "RDZV_TIMEOUT": "soon"},
+                         cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and bad.stderr.strip().splitlines()[-1] == \
+        "multi_node.sh: RDZV_TIMEOUT must be a positive number of seconds, got 'soon'", bad.stderr
+
+
 def _start_single_node(tmp_path, tiny_roberta, corpus) -> tuple[Path, subprocess.Popen]:
     """launch/single_node.sh with 2 ranks (the deepspeed launcher) on a long run (config tmp_path/c.yaml, output
     in tmp_path/job.log), in a process group of its own: (run directory, the script's process)."""
