@@ -24,6 +24,9 @@ def parse_args(argv: list[str]):
     parser.add_argument("--config", help="YAML or JSON run config")
     parser.add_argument("--resume", help="checkpoint tag to resume from, 'best' or 'none' (default: newest complete "
                         "one)")
+    parser.add_argument("--print-config", action="store_true", help="print the resolved, checked config (what "
+                        "RUN_DIR/config.yaml will hold: every key, the method's phases written out) as YAML and exit; "
+                        "a starting point for a config file")
     parser.add_argument("--local_rank", "--local-rank", type=int, help=argparse.SUPPRESS)  # set by `deepspeed`
     args, overrides = parser.parse_known_args(argv)
     if args.resume:
@@ -48,6 +51,10 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:  # every rank reads the same config: one line per machine
         say_once(f"error: {error_line(e)}")
         return 2
+    if args.print_config:
+        from xpt_ds.config.manager import config_yaml
+        sys.stdout.write(config_yaml(cfg))
+        return 0
     _single_process_env()
     with collector.importing():  # no collector passes over the imports, frozen after (xpt_ds.training.collector)
         import deepspeed

@@ -123,8 +123,12 @@ def read_checkpoint_config(data: dict) -> TrainConfig:
     return from_dict(TrainConfig, data)
 
 
+def config_yaml(cfg: TrainConfig) -> str:
+    return yaml.safe_dump(to_dict(cfg), sort_keys=False)
+
+
 def save_config(cfg: TrainConfig, path: Path) -> None:
-    path.write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    path.write_text(config_yaml(cfg))
 
 
 def _parse_error(e: Exception) -> str:

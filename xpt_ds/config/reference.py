@@ -12,7 +12,9 @@ HEADER = """# Config reference
 
 Every key of a training config (`python -m xpt_ds.train --config FILE [--section.key=value ...]`), with its
 default. A config file is YAML or JSON with these sections; a key left out takes its default, an unknown key or a
-wrong type is a one-line error naming the key. `python -m xpt_ds.train --help` prints the same list.
+wrong type is a one-line error naming the key. `python -m xpt_ds.train --help` prints the same list;
+`--print-config` (with or without `--config` and overrides) prints the resolved config, every key, as YAML,
+checked as a run checks it, and exits: what `RUN_DIR/config.yaml` will hold, and a config file to start from.
 This file is written by `python -m xpt_ds.config.reference > docs/config.md` (`tests/test_config.py` checks that
 it is current), so edit the help strings in `xpt_ds/config/job.py`, not this file. What each `model.method`
 builds and trains is in [methods.md](methods.md), "The method table"; the engine JSONs are in `ds_configs/`.
