@@ -1,10 +1,14 @@
 """Frozen means frozen: xpt phase 1 on ZeRO-2 with 2 ranks through torchrun (``conftest.engine_runs``: the plain bf16
 run is test_lean_engine's too)."""
+import shutil
+
 import pytest
 import torch
 from transformers import AutoModelForMaskedLM
 
+from conftest import launch
 from xpt_ds.training.checkpoint import tag_for
+from xpt_ds.training.export import load_checkpoint_fp32
 from xpt_ds.model.objective import strip_prefix
 
 pytestmark = pytest.mark.multiproc
@@ -48,3 +52,32 @@ def test_phase1_leaves_source_untouched(ds, engine_runs, tiny_roberta):
     assert trainable + frozen_count == sum(p.numel() for p in AutoModelForMaskedLM.from_pretrained(tiny_roberta).parameters()) \
         + 2 * sum(v.numel() for k, v in src.items() if k.startswith("roberta.encoder.layer.0.")) \
         + (200 - 120) * (64 + 1)
+
+
+def _inode(run, step):
+    return (run / "checkpoints" / tag_for(step) / "frozen_fp32.pt").stat().st_ino
+
+
+def test_a_phase_writes_its_frozen_weights_once_and_links_them(straight_runs, tmp_path, tiny_roberta, corpus):
+    """The frozen weights do not change within a phase: the checkpoints of a phase share one frozen_fp32.pt (hard
+    links), a new phase writes its own, and a resumed run links the file of the checkpoint it resumed from. Every
+    linked file still holds what a save of its own would (the run resumed from them trains the same bits:
+    test_reproducible, test_crash_save)."""
+    straight = straight_runs(2)
+    run = straight / "run"  # a checkpoint every step; phase 1 is steps 1-4 (its end saved before the switch)
+    assert len({_inode(run, s) for s in range(1, 5)}) == 1 and len({_inode(run, s) for s in range(5, 9)}) == 1
+    assert _inode(run, 4) != _inode(run, 5)
+    phase1 = torch.load(run / "checkpoints" / tag_for(1) / "frozen_fp32.pt", weights_only=True)
+    assert phase1 and torch.load(run / "checkpoints" / tag_for(5) / "frozen_fp32.pt", weights_only=True) == {}
+
+    resumed = tmp_path / "run"
+    shutil.copytree(run, resumed)  # separate files: a copy shares no inode
+    for step in range(3, 9):
+        shutil.rmtree(resumed / "checkpoints" / tag_for(step))
+    proc = launch(["--config", str(straight / "cfg.yaml"), f"--run_dir={resumed}"], nproc=2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len({_inode(resumed, s) for s in (2, 3, 4)}) == 1 and _inode(resumed, 1) != _inode(resumed, 2)
+    for step in (3, 8):
+        got = load_checkpoint_fp32(resumed / "checkpoints", tag_for(step))
+        want = load_checkpoint_fp32(run / "checkpoints", tag_for(step))
+        assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want), step

@@ -6,7 +6,9 @@ Layout of ``RUN_DIR/checkpoints/TAG/``:
 - ``rank_state_{rank:05d}.pt`` per rank (RNG states: DeepSpeed saves client state from one rank only), plain
   data (tensors, ints, lists) that ``torch.load(weights_only=True)`` reads;
 - ``frozen_fp32.pt``: exact fp32 values of the parameters frozen in the current phase (the engine holds
-  them only in the compute dtype);
+  them only in the compute dtype). They do not change within a phase, so every later checkpoint of the phase
+  hard-links the file its first (or the one the run resumed from) wrote: no second copy on disk, nothing to
+  write at a preemption (a file system without hard links gets a copy);
 - ``hf_config/``: the target model's HF config (export builds the skeleton from it); beside it ``spm.model``,
   the target tokenizer (a keep_vocab run: the source's tokenizer files in ``hf_tokenizer/``);
 - ``COMPLETE``: written by rank 0 after a barrier, last; it records the step, world size and ZeRO stage.
@@ -48,7 +50,7 @@ from xpt_ds.data.tokenizer import HF_TOKENIZER_DIR, copy_hf_tokenizer
 from xpt_ds.errors import UserError, first_line
 from xpt_ds.io.paths import unwritable
 from xpt_ds.io.trust import UntrustedError, load_plain
-from xpt_ds.training.engine import state_digest, zero_stage
+from xpt_ds.training.engine import FrozenWeights, state_digest, zero_stage
 
 MARKER = "COMPLETE"
 log = logging.getLogger(__name__)
@@ -153,7 +155,7 @@ def save(engine, ckpt_root: Path, tag: str, client_state: dict, frozen: dict, hf
         engine.save_checkpoint(str(ckpt_root), tag=tag, client_state=client_state, save_latest=False)
         _atomic_torch_save({"rng": rng_state()}, tag_dir / f"rank_state_{rank:05d}.pt")
         if rank == 0:
-            _atomic_torch_save(frozen, tag_dir / "frozen_fp32.pt")
+            _save_frozen(frozen, tag_dir / "frozen_fp32.pt")
             hf_config.save_pretrained(tag_dir / "hf_config")
             if Path(tokenizer).is_file():
                 shutil.copyfile(tokenizer, tag_dir / "spm.model")
@@ -173,6 +175,21 @@ def save(engine, ckpt_root: Path, tag: str, client_state: dict, frozen: dict, hf
                                   f"failed (its error names the cause); {intact}") from None
         raise CheckpointError(f"cannot write checkpoint {tag_dir} on rank {rank}: {_write_error(e, tag_dir)}; "
                               f"{intact}") from None
+
+
+def _save_frozen(frozen: dict, dest: Path) -> None:
+    """``frozen`` to ``dest``: a hard link to ``frozen.file`` (``engine.FrozenWeights``) when that file is still
+    there, else a new file, which later saves of the phase link."""
+    earlier = getattr(frozen, "file", None)
+    if earlier is not None and Path(earlier).is_file():
+        try:
+            os.link(earlier, dest)
+            return
+        except OSError as e:  # no hard links here (EPERM, EXDEV, EMLINK, ...): write a copy
+            log.info("cannot link %s to %s (%s): writing the frozen weights again", earlier, dest, e.strerror or e)
+    _atomic_torch_save(dict(frozen), dest)
+    if hasattr(frozen, "file"):
+        frozen.file = dest
 
 
 def _write_marker(tag_dir: Path, record: dict) -> None:
@@ -496,4 +513,4 @@ def load(engine, ckpt_root: Path, tag: str, universal: bool = False, allow_pickl
     rank_file = tag_dir / f"rank_state_{deepspeed.comm.get_rank():05d}.pt"
     if rank_file.is_file():  # plain since issue 19; older ones hold a numpy array, which load_plain allows
         set_rng_state(load_plain(rank_file, allow_pickle=allow_pickle)["rng"])
-    return load_plain(tag_dir / "frozen_fp32.pt", allow_pickle=allow_pickle)
+    return FrozenWeights(load_plain(tag_dir / "frozen_fp32.pt", allow_pickle=allow_pickle), tag_dir / "frozen_fp32.pt")

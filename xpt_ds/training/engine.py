@@ -199,6 +199,16 @@ def restore_frozen(engine, frozen: dict[str, torch.Tensor]) -> None:
             p.data.copy_(frozen[name].to(device=p.device, dtype=p.dtype))
 
 
+class FrozenWeights(dict):
+    """Name -> exact fp32 value of each parameter the phase freezes; ``file``: a complete file that holds exactly
+    these values (the checkpoint they were loaded from or last written to), which the next checkpoint of the phase
+    links instead of writing them again (``checkpoint.save``). They do not change within a phase."""
+
+    def __init__(self, values: dict[str, torch.Tensor], file: Path | None = None):
+        super().__init__(values)
+        self.file = file
+
+
 def build_engine(model: nn.Module, trainable: set[str], cfg: TrainConfig, fp32: dict[str, torch.Tensor],
                  load_universal: bool = False):
     """A new engine for one phase. ``fp32``: exact values of all parameters by name (module-relative).
@@ -215,7 +225,7 @@ def build_engine(model: nn.Module, trainable: set[str], cfg: TrainConfig, fp32: 
         checkpoint_layers(model.hf, cfg.activations.checkpoint_every)
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=ds)
     restore_fp32(engine, fp32)
-    frozen = {n: fp32[n] for n, p in model.named_parameters() if n not in trainable}
+    frozen = FrozenWeights({n: fp32[n] for n, p in model.named_parameters() if n not in trainable})
     return engine, optimizer, frozen
 
 
