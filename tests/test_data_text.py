@@ -84,6 +84,41 @@ def test_invalid_utf8_names_file_and_line(tmp_path, compress):
     assert_one_line_error(proc, f"{path}:3: invalid UTF-8")
 
 
+@pytest.mark.parametrize("encoding,docs", [
+    ("cp949", DOCS),  # older Korean text (a superset of EUC-KR)
+    ("cp1251", [["Київ є столицею України. Він стоїть на Дніпрі."], ["Львів є містом на заході."]]),
+])
+def test_an_input_in_another_encoding_reads_as_its_utf8_copy_does(tmp_path, encoding, docs):
+    """--encoding NAME decodes every input file with that codec, strictly: the same sentences as the UTF-8 copy of the
+    text; read as UTF-8 the file is a one-line error that names --encoding; a rerun with another encoding is not
+    'up to date'."""
+    text = _text(docs)
+    (tmp_path / "utf8.txt").write_text(text, encoding="utf-8")
+    legacy = tmp_path / "legacy.txt"
+    legacy.write_bytes(text.encode(encoding))
+    clean([tmp_path / "utf8.txt"], tmp_path / "a")
+    stats = clean([legacy], tmp_path / "b", DEFAULTS.replace(encoding=encoding))
+    read = [(tmp_path / d / "sentences/corpus.jsonl").read_text(encoding="utf-8") for d in "ab"]
+    assert read[0] == read[1] and stats["sentences"] > 0
+    assert list(read_documents(legacy, encoding=encoding)) == list(read_documents(tmp_path / "utf8.txt"))
+    proc = cli("--input", legacy, "--out", tmp_path / "c", "--vocab-size", 50, "--workers", 1)
+    assert_one_line_error(proc, f"{legacy}:1: invalid UTF-8 (byte 0x")
+    assert "(text in another encoding: --encoding NAME)" in proc.stderr
+    again = clean([legacy], tmp_path / "b", DEFAULTS.replace(encoding="latin-1"))  # another key: cleaned again
+    assert not again.get("skipped") and clean([legacy], tmp_path / "b", DEFAULTS.replace(encoding="latin-1"))["skipped"]
+
+
+@pytest.mark.parametrize("encoding,error", [
+    ("no-such-codec", "--encoding no-such-codec: unknown encoding"),
+    ("utf-16", "--encoding utf-16: lines are split on the byte 0x0a, which utf-16 does not write for a newline"),
+])
+def test_an_encoding_it_cannot_read_is_one_line(tmp_path, encoding, error):
+    src = tmp_path / "a.txt"
+    src.write_text(_text(DOCS), encoding="utf-8")
+    proc = cli("--input", src, "--out", tmp_path / "out", "--vocab-size", 50, "--encoding", encoding)
+    assert_one_line_error(proc, error)
+
+
 @pytest.mark.parametrize("text,want", [
     ("대한민국은 민주공화국이다. 주권은 국민에게 있다.", ["대한민국은 민주공화국이다.", "주권은 국민에게 있다."]),
     ("원주율은 3.14이다. 다음 문장이다.", ["원주율은 3.14이다.", "다음 문장이다."]),

@@ -16,7 +16,8 @@ from typing import Callable, Iterable, Iterator
 from data_tools.errors import PrepareError
 from data_tools.pipeline.log import log, progress_bar
 from data_tools.pipeline.options import DEFAULTS, PrepareOptions
-from data_tools.pipeline.readers import DOC_BOUNDARIES, FORMATS, detect_format, expand_inputs, read_documents
+from data_tools.pipeline.readers import (DOC_BOUNDARIES, FORMATS, check_encoding, detect_format, expand_inputs,
+                                        read_documents)
 from data_tools.pipeline.state import (CORPUS, STAGE_VERSION, HashingWriter, drop_state, fingerprint, save_state,
                                        up_to_date)
 from data_tools.pipeline.text import NORMALIZE_FORMS, clean_document, load_splitter, splitter_name
@@ -86,10 +87,11 @@ def clean(inputs: list[Path | str], out: Path, opts: PrepareOptions = DEFAULTS, 
         raise PrepareError(f"unknown normalization '{normalize}' (valid: {', '.join(NORMALIZE_FORMS)})")
     if min_chars < 0 or max_chars < 0 or max_chars and max_chars < min_chars:
         raise PrepareError(f"bad length filter: --min-chars {min_chars} --max-chars {max_chars}")
+    encoding = check_encoding(opts.encoding)
     files = expand_inputs(inputs, exclude=out, log=lambda line: log(f"clean: {line}"))
     key = fingerprint({"stage": "clean", "v": STAGE_VERSION, "fmt": fmt, "doc_boundary": doc_boundary,
                        "normalize": normalize, "splitter": splitter_name(splitter), "min": min_chars,
-                       "max": max_chars, "dedupe": dedupe,
+                       "max": max_chars, "dedupe": dedupe, **({"encoding": encoding} if encoding != "utf-8" else {}),
                        "files": [(str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files]})
     if not force and (state := up_to_date(out, "clean", key)):
         log(f"clean: up to date ({state['stats']['documents']} documents), skipped")
@@ -101,13 +103,13 @@ def clean(inputs: list[Path | str], out: Path, opts: PrepareOptions = DEFAULTS, 
         except (pickle.PicklingError, AttributeError, TypeError):
             log("clean: the splitter cannot be sent to worker processes; cleaning in this process")
             workers = 1
-    formats = {f: (detect_format(f) if fmt == "auto" else fmt) for f in files}
+    formats = {f: (detect_format(f, encoding) if fmt == "auto" else fmt) for f in files}
     log(f"clean: {len(files)} file(s) (" + ", ".join(f"{k}: {v}" for k, v in
                                                      sorted(collections.Counter(formats.values()).items())) + ")")
 
     def raw_docs() -> Iterator[list[str]]:
         for f in files:
-            yield from read_documents(f, formats[f], doc_boundary)
+            yield from read_documents(f, formats[f], doc_boundary, encoding)
 
     drop_state(out, "clean")
     writer = HashingWriter(out / CORPUS)

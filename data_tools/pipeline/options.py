@@ -18,6 +18,8 @@ from data_tools.pipeline.text import NORMALIZE_FORMS
 class PrepareOptions:
     # reading and cleaning (stage clean)
     fmt: str = option("auto", "input format; auto detects it per file", FORMATS, flag="--format", group="clean")
+    encoding: str = option("utf-8", "text encoding of every input file, decoded strictly (e.g. cp949 or euc-kr for "
+                                     "older Korean text, cp1251 for Cyrillic)", metavar="NAME", group="clean")
     doc_boundary: str = option("blank", "text format: a blank line ends a document, or each file is one document",
                                DOC_BOUNDARIES, group="clean")
     normalize: str = option("NFKC", "Unicode normalisation", NORMALIZE_FORMS, group="clean")

@@ -10,12 +10,15 @@ Formats (auto-detected per file from its first non-blank line, or forced with ``
   text's lines; a leading line equal to ``"title"`` is dropped.
 
 Any of them may be gzip-, bzip2- or xz-compressed (detected from the magic bytes, whatever the suffix).
-Lines are decoded strictly: an undecodable line raises ``PrepareError('FILE:LINE: invalid UTF-8 (...)')``
-with the line number in the decompressed stream.
+Lines are decoded strictly, as UTF-8 or the ``encoding`` given (one for every file: ``--encoding cp949`` for older
+Korean text): an undecodable line raises ``PrepareError('FILE:LINE: invalid UTF-8 (...)')`` with the line number
+in the decompressed stream. Lines are split on the byte 0x0a, so an encoding must write ASCII as ASCII
+(``check_encoding``; UTF-16 and UTF-32 do not).
 """
 from __future__ import annotations
 
 import bz2
+import codecs
 import gzip
 import json
 import lzma
@@ -78,16 +81,36 @@ def open_binary(path: Path) -> BinaryIO:
     return open(path, "rb")
 
 
-def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(line number, decoded line without the newline); strict UTF-8, errors name the file and line."""
+def check_encoding(encoding: str) -> str:
+    """The codec's canonical name; PrepareError for an unknown one, or one that does not write ASCII as ASCII
+    (lines are split on the byte 0x0a)."""
+    try:
+        name = codecs.lookup(encoding).name
+    except LookupError:
+        raise PrepareError(f"--encoding {encoding}: unknown encoding (Python's codec names: utf-8, cp949, euc-kr, "
+                           "cp1251, latin-1, ...)") from None
+    if "\n <doc>{}".encode(encoding, errors="replace") != b"\n <doc>{}":
+        raise PrepareError(f"--encoding {encoding}: lines are split on the byte 0x0a, which {name} does not write "
+                           "for a newline; convert the files to UTF-8 first (iconv -f ENCODING -t UTF-8)")
+    return name
+
+
+def _label(encoding: str) -> str:
+    return "UTF-8" if encoding == "utf-8" else encoding
+
+
+def iter_lines(path: Path, encoding: str = "utf-8") -> Iterator[tuple[int, str]]:
+    """(line number, decoded line without the newline); strict ``encoding`` (a ``check_encoding`` name), errors
+    name the file and line."""
     try:
         with open_binary(path) as f:
             for lineno, raw in enumerate(f, 1):
                 try:
-                    line = raw.decode("utf-8")
+                    line = raw.decode(encoding)
                 except UnicodeDecodeError as e:
-                    raise PrepareError(f"{path}:{lineno}: invalid UTF-8 (byte 0x{raw[e.start]:02x} at column "
-                                       f"{e.start + 1})") from None
+                    hint = " (text in another encoding: --encoding NAME)" if encoding == "utf-8" else ""
+                    raise PrepareError(f"{path}:{lineno}: invalid {_label(encoding)} (byte 0x{raw[e.start]:02x} at "
+                                       f"column {e.start + 1}){hint}") from None
                 if lineno == 1 and line.startswith(_BOM):
                     line = line[1:]
                 yield lineno, line.rstrip("\r\n")
@@ -97,13 +120,13 @@ def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
         raise PrepareError(f"{path}: cannot read ({e})") from None
 
 
-def detect_format(path: Path) -> str:
+def detect_format(path: Path, encoding: str = "utf-8") -> str:
     """'wikiextractor', 'jsonl' or 'text' from the first non-blank line (decoded leniently: errors are
     reported by the real read, with their line number)."""
     try:
         with open_binary(path) as f:
             for raw in f:
-                line = raw.decode("utf-8", errors="replace").lstrip(_BOM).strip()
+                line = raw.decode(encoding, errors="replace").lstrip(_BOM).strip()
                 if not line:
                     continue
                 if _DOC_OPEN.match(line):
@@ -127,9 +150,9 @@ def _paragraphs(lines: list[str], title: str | None) -> list[str]:
     return paras
 
 
-def _read_text(path: Path, doc_boundary: str) -> Iterator[list[str]]:
+def _read_text(path: Path, doc_boundary: str, encoding: str) -> Iterator[list[str]]:
     current: list[str] = []
-    for _, line in iter_lines(path):
+    for _, line in iter_lines(path, encoding):
         line = line.strip()
         if line:
             current.append(line)
@@ -140,10 +163,10 @@ def _read_text(path: Path, doc_boundary: str) -> Iterator[list[str]]:
         yield current
 
 
-def _read_wikiextractor(path: Path) -> Iterator[list[str]]:
+def _read_wikiextractor(path: Path, encoding: str) -> Iterator[list[str]]:
     body: list[str] | None = None
     title = None
-    for lineno, line in iter_lines(path):
+    for lineno, line in iter_lines(path, encoding):
         stripped = line.strip()
         if body is None:
             if _DOC_OPEN.match(stripped):
@@ -167,8 +190,8 @@ def _read_wikiextractor(path: Path) -> Iterator[list[str]]:
             yield paras
 
 
-def _read_jsonl(path: Path, field: str = "text") -> Iterator[list[str]]:
-    for lineno, line in iter_lines(path):
+def _read_jsonl(path: Path, encoding: str, field: str = "text") -> Iterator[list[str]]:
+    for lineno, line in iter_lines(path, encoding):
         if not line.strip():
             continue
         try:
@@ -183,16 +206,18 @@ def _read_jsonl(path: Path, field: str = "text") -> Iterator[list[str]]:
             yield paras
 
 
-def read_documents(path: Path, fmt: str = "auto", doc_boundary: str = "blank") -> Iterator[list[str]]:
+def read_documents(path: Path, fmt: str = "auto", doc_boundary: str = "blank", encoding: str = "utf-8"
+                   ) -> Iterator[list[str]]:
     """Documents of one file, each a list of non-empty paragraphs (stripped, not yet normalised)."""
     if fmt not in FORMATS:
         raise PrepareError(f"unknown format '{fmt}' (valid: {', '.join(FORMATS)})")
     if doc_boundary not in DOC_BOUNDARIES:
         raise PrepareError(f"unknown doc boundary '{doc_boundary}' (valid: {', '.join(DOC_BOUNDARIES)})")
+    encoding = check_encoding(encoding)
     if fmt == "auto":
-        fmt = detect_format(path)
+        fmt = detect_format(path, encoding)
     if fmt == "text":
-        return _read_text(path, doc_boundary)
+        return _read_text(path, doc_boundary, encoding)
     if fmt == "wikiextractor":
-        return _read_wikiextractor(path)
-    return _read_jsonl(path)
+        return _read_wikiextractor(path, encoding)
+    return _read_jsonl(path, encoding)
