@@ -12,6 +12,7 @@ from typing import Iterator
 import numpy as np
 
 from data_tools.errors import PrepareError
+from data_tools.piece_tokenizers import sha256_file
 from data_tools.pipeline.log import log, progress_bar
 from data_tools.pipeline.options import DEFAULTS, PrepareOptions
 from data_tools.pipeline.shards import (RECORDS, HfEncoder, ShardTask, completed, forget, hf_manifest_keys, plan_split,
@@ -111,7 +112,9 @@ def tokenize(out: Path, opts: PrepareOptions = DEFAULTS, workers: int = 1, force
         recs = [records[t.name] for t in plans[s]]
         summary[s] = {"shards": [t.name for t in plans[s]],
                       **{k: sum(r[k] for r in recs) for k in ("documents", "sentences", "tokens")},
-                      "shard_documents": [r["documents"] for r in recs], "shard_tokens": [r["tokens"] for r in recs]}
+                      "shard_documents": [r["documents"] for r in recs], "shard_tokens": [r["tokens"] for r in recs],
+                      # a shard complete from a run before the records held it is hashed now
+                      "shard_sha256": [r.get("sha256") or sha256_file(out / r["shard"]) for r in recs]}
     extra = {"dtype": np.dtype(plans["train"][0].dtype if plans["train"] else
                                ("uint16" if vocab_size <= 65536 else "uint32")).name}
     info = {st: s["stats"] for st in ("clean", "split") if (s := load_state(out, st))}

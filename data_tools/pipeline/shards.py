@@ -27,6 +27,8 @@ from typing import Iterable
 
 import numpy as np
 
+from data_tools.piece_tokenizers import sha256_file
+
 FORMAT_VERSION = 1
 WRITER_VERSION = 2  # bump when the bytes written for the same inputs change (2: special tokens spelled in the text
 # become unk)
@@ -245,7 +247,8 @@ def write_shard_task(task: ShardTask) -> dict:
         os.fsync(fh.fileno())
     os.replace(tmp, final)
     record = {"key": task.key, "shard": task.name, "documents": task.n_docs, "sentences": n_sent, "tokens": n_tok,
-              "bytes": final.stat().st_size, "task": {k: v for k, v in asdict(task).items() if k != "out_dir"},
+              "bytes": final.stat().st_size, "sha256": sha256_file(final),
+              "task": {k: v for k, v in asdict(task).items() if k != "out_dir"},
               "special_spellings": getattr(sp, "specials", 0) - specials_before}
     atomic_write_text(_record_path(task), json.dumps(record, indent=1))
     return record

@@ -107,10 +107,10 @@ def _check_beside_manifest(paths: list[str], tok: TargetTokenizer) -> None:
             _check_manifest_tokenizer(manifest, meta, tok)
 
 
-def manifest_counts(specs: list[str]) -> dict[str, tuple[int, int]]:
-    """Shard path -> (documents, tokens) the manifests among ``specs`` record: per shard
-    (``shard_documents``/``shard_tokens``), or the split's totals when the split has one shard (manifests
-    written before per-shard counts)."""
+def manifest_counts(specs: list[str]) -> dict[str, tuple]:
+    """Shard path -> (documents, tokens, sha256 or None) the manifests among ``specs`` record: per shard
+    (``shard_documents``/``shard_tokens``/``shard_sha256``), or the split's totals when the split has one shard
+    (manifests written before per-shard counts). Manifests written before ``shard_sha256`` give None."""
     counts = {}
     for spec in specs:
         path, _, split = spec.partition(".json:")
@@ -119,10 +119,14 @@ def manifest_counts(specs: list[str]) -> dict[str, tuple[int, int]]:
         manifest = Path(path + ".json")
         entry = json.loads(manifest.read_text())["splits"][split]
         shards = [str(manifest.parent / s) for s in entry["shards"]]
+        digests = entry.get("shard_sha256", [None] * len(shards))
+        if not isinstance(digests, list) or len(digests) != len(shards):
+            raise ConfigError(f"manifest {manifest}: splits.{split}.shard_sha256 must list one sha256 per shard "
+                              f"({len(shards)}), got {str(digests)[:80]}")
         if "shard_documents" in entry and "shard_tokens" in entry:
-            counts.update(zip(shards, zip(entry["shard_documents"], entry["shard_tokens"])))
+            counts.update(zip(shards, zip(entry["shard_documents"], entry["shard_tokens"], digests)))
         elif len(shards) == 1 and "documents" in entry and "tokens" in entry:
-            counts[shards[0]] = (entry["documents"], entry["tokens"])
+            counts[shards[0]] = (entry["documents"], entry["tokens"], digests[0])
     return counts
 
 
@@ -402,7 +406,7 @@ class MLMBatchStream:
 
 
 def build_stream(shards: list[str], cfg: DataConfig, tok: TargetTokenizer, max_tokens: int = 0,
-                 expected: dict[str, tuple[int, int]] | None = None) -> TokenStream:
+                 expected: dict[str, tuple] | None = None) -> TokenStream:
     """``max_tokens`` > 0: every epoch is the same fixed subset of that many tokens (training only).
     ``expected``: ``manifest_counts`` of the specs the shards came from."""
     indexes, skipped = scan_shards(shards, cfg.on_corrupt_shard, expected, (tok.vocab_size, tok.path),

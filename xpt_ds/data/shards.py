@@ -21,6 +21,7 @@ import numpy as np
 
 from xpt_ds.data.tar_index import read_index
 from xpt_ds.errors import UserError
+from xpt_ds.io.digest import sha256_file
 
 T = TypeVar("T")
 
@@ -166,7 +167,7 @@ def out_of_vocab_cause(in_manifest: bool) -> str:
     return "it was made with another tokenizer, or is corrupt"
 
 
-def scan_shard(path: str, expected: tuple[int, int] | None = None, vocab: tuple[int, str] | None = None,
+def scan_shard(path: str, expected: tuple | None = None, vocab: tuple[int, str] | None = None,
                forbidden: tuple[int, ...] = ()) -> ShardIndex:
     """Index one shard from its headers and its largest id; raises DataError naming the shard if it is corrupt or
     truncated, or, with ``vocab`` = (vocab size, tokenizer name), if it holds an id outside that vocabulary, or one
@@ -177,7 +178,8 @@ def scan_shard(path: str, expected: tuple[int, int] | None = None, vocab: tuple[
     (a torn copy, a file system that lost blocks) would read as a shorter, valid one. Two checks catch it:
     after the end-of-archive marker only the tar record's padding may follow (tar pads to whole records of
     ``tarfile.RECORDSIZE`` bytes), and ``expected`` (documents, tokens), the counts the manifest records for
-    this shard, must match what was indexed."""
+    this shard, must match what was indexed. ``expected``'s third item, the shard's sha256 (manifests since
+    2026-11-28), when given, must be the file's: a byte changed inside the token data is found too."""
     offsets, lengths, dtypes = [], [], set()
     try:
         size = Path(path).stat().st_size
@@ -194,9 +196,12 @@ def scan_shard(path: str, expected: tuple[int, int] | None = None, vocab: tuple[
                     lengths.append(length)
                     dtypes.add(dtype)
                 check_archive_end(fh, tar, size)
-        if expected is not None and (len(lengths), int(sum(lengths))) != tuple(expected):
+        if expected is not None and (len(lengths), int(sum(lengths))) != tuple(expected[:2]):
             raise ValueError(f"holds {len(lengths)} documents / {int(sum(lengths))} tokens, the manifest records "
                              f"{expected[0]} / {expected[1]} (zero-filled, cut or replaced)")
+        if expected is not None and len(expected) > 2 and expected[2] and sha256_file(path) != expected[2]:
+            raise ValueError(f"its sha256 is not the {str(expected[2])[:12]}… the manifest records: its bytes changed "
+                             "after it was written (a flipped or overwritten byte, or another shard under its name)")
     except (tarfile.TarError, ValueError, EOFError, OSError) as e:
         raise DataError(f"corrupt shard {path}: {e}") from None
     if len(dtypes) > 1:
@@ -224,11 +229,11 @@ def scan_shard(path: str, expected: tuple[int, int] | None = None, vocab: tuple[
     return ShardIndex(path, offsets, lengths, dtype, int(maxima.max()) if len(maxima) else -1)
 
 
-def scan_shards(paths: list[str], on_corrupt: str, expected: dict[str, tuple[int, int]] | None = None,
+def scan_shards(paths: list[str], on_corrupt: str, expected: dict[str, tuple] | None = None,
                 vocab: tuple[int, str] | None = None, forbidden: tuple[int, ...] = ()
                 ) -> tuple[list[ShardIndex], list[str]]:
     """Indexes of the readable shards, and the names of the skipped ones (``on_corrupt='skip'``).
-    ``expected``: path -> (documents, tokens) from the manifest, for the shards it lists. ``vocab``: (vocab size,
+    ``expected``: path -> (documents, tokens[, sha256]) from the manifest, for the shards it lists. ``vocab``: (vocab size,
     tokenizer name): a shard holding an id >= the vocab size is corrupt too, and so is one holding an id of
     ``forbidden`` (``TargetTokenizer.not_in_shards``)."""
     return scan_each(paths, on_corrupt, lambda path: scan_shard(path, (expected or {}).get(path), vocab, forbidden))

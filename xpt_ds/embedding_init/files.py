@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from xpt_ds.config import ConfigError
+from xpt_ds.io.digest import sha256_file
 
 EMBEDDING_FORMAT = "xpt-static-embeddings"
 # The files that define a Hugging Face tokenizer; a sidecar's "hf" identity hashes those a directory holds
@@ -20,14 +21,6 @@ EMBEDDING_FORMAT = "xpt-static-embeddings"
 HF_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
                       "vocab.txt", "vocab.json", "merges.txt", "spiece.model", "sentencepiece.bpe.model",
                       "tokenizer.model")
-
-
-def sha256_file(path: Path | str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def hf_tokenizer_sha256(directory: Path | str) -> str | None:

@@ -33,7 +33,8 @@ import torch
 from torch import nn
 
 from xpt_ds.config import ConfigError
-from xpt_ds.embedding_init.files import hf_tokenizer_sha256, read_matrix, sha256_file
+from xpt_ds.embedding_init.files import hf_tokenizer_sha256, read_matrix
+from xpt_ds.io.digest import sha256_file
 
 if TYPE_CHECKING:
     from xpt_ds.embedding_init.context import InitContext, Rows

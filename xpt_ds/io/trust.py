@@ -18,7 +18,6 @@ Two kinds of file can carry code:
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import pickle
 from pathlib import Path
@@ -28,6 +27,7 @@ import torch
 from safetensors import SafetensorError
 
 from xpt_ds.errors import UserError, first_line
+from xpt_ds.io.digest import sha256_file
 
 _PACKAGE = Path(__file__).resolve().parents[1]
 # export name -> the installed file it is a copy of (self-contained: torch and transformers only)
@@ -163,13 +163,9 @@ def remote_code_files(model: str) -> list[str]:
     return sorted(set(files))
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def own_code_digests() -> set[str]:
     """sha256 of every code file this installed xpt-ds writes into an export."""
-    return {_sha256(src) for src in OWN_CODE.values()}
+    return {sha256_file(src) for src in OWN_CODE.values()}
 
 
 def remote_code_consent(model: str, trust_remote_code: bool = False, flag: str = "--trust-remote-code") -> bool:
@@ -182,7 +178,7 @@ def remote_code_consent(model: str, trust_remote_code: bool = False, flag: str =
     ours = own_code_digests()
     for name in files:
         path = None if "--" in name else _model_file(model, name)
-        if path is None or _sha256(path) not in ours:
+        if path is None or sha256_file(path) not in ours:
             if trust_remote_code:
                 return True
             why = ("is code from another repository" if "--" in name else "is missing" if path is None
