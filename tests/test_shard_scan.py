@@ -62,6 +62,29 @@ def test_a_corrupt_parallel_shard_fails_or_is_skipped_and_the_pairs_resume_exact
         assert _equal(next(again), want)
 
 
+def test_a_changed_byte_in_a_parallel_shard_is_found_by_its_manifests_sha256(tmp_path, source_dir,  # noqa: F811
+                                                                           corpus_bert):
+    """data_tools.parallel records every shard's sha256 (``files``): a source id changed to another in-vocabulary id
+    passes every other check, and the scan finds it by the digest."""
+    from xpt_ds.io.digest import sha256_file
+    manifest, _ = _write_parallel(tmp_path / "par", corpus_bert)
+    meta = json.loads(manifest.read_text())
+    meta["files"] = {p.name: sha256_file(p) for p in _shards(manifest)}  # as data_tools.pairs.build writes it
+    manifest.write_text(json.dumps(meta))
+    assert _stream(_train_cfg(tmp_path, source_dir, corpus_bert, manifest)).corpus.skipped == []
+    bad = _shards(manifest)[1]
+    src = scan_pair_shard(str(bad)).src
+    with open(bad, "r+b") as f:  # its first pair's first source id becomes another ordinary id
+        f.seek(int(src.offsets[0]))
+        first = int(np.frombuffer(f.read(src.dtype.itemsize), src.dtype)[0])
+        f.seek(int(src.offsets[0]))
+        f.write(np.array([6 if first != 6 else 7], src.dtype).tobytes())
+    with pytest.raises(DataError) as e:
+        _stream(_train_cfg(tmp_path, source_dir, corpus_bert, manifest))
+    assert str(e.value).startswith(f"corrupt parallel shard {bad}: its sha256 is not the {meta['files'][bad.name][:12]}")
+    assert scan_pair_shard(str(bad)).src.lengths.size == 15  # without the digest the shard reads as a good one
+
+
 def _bad_pairs(tmp_path, corpus_bert, what: str, value: int):
     """Parallel shards (3 of them) whose pair 20 (the second shard's pair 5) holds ``value`` in ``what``."""
     from data_tools.pairs.parallel_shards import AlignedCorpus

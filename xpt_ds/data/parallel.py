@@ -42,6 +42,7 @@ from xpt_ds.data.shards import (
     scan_each,
 )
 from xpt_ds.data.tokenizer import TargetTokenizer
+from xpt_ds.io.digest import sha256_file
 
 PARALLEL_FORMAT_VERSION = 1
 MEMBERS = ("src", "tgt", "s2t", "t2s")
@@ -92,6 +93,20 @@ def expand_parallel_shards(specs: list[str], tok: TargetTokenizer, source_tok: T
     return out
 
 
+def parallel_digests(specs: list[str]) -> dict[str, str]:
+    """Shard path -> the sha256 its parallel manifest records (``files``), for the shards named through one."""
+    digests = {}
+    for spec in specs:
+        path, _, split = spec.partition(".json:")
+        if split:
+            manifest = Path(path + ".json")
+            meta = json.loads(manifest.read_text())
+            files = meta.get("files") or {}
+            digests.update({str(manifest.parent / name): files[name] for name in meta["splits"][split]["shards"]
+                            if name in files})
+    return digests
+
+
 @dataclass(frozen=True)
 class PairShard:
     """One parallel shard as four document indexes over the same file: source ids, target ids, both link arrays."""
@@ -101,10 +116,11 @@ class PairShard:
     s2t: ShardIndex
 
 
-def scan_pair_shard(path: str, vocabs: tuple[int, int] | None = None) -> PairShard:
+def scan_pair_shard(path: str, vocabs: tuple[int, int] | None = None, sha256: str | None = None) -> PairShard:
     """Index a parallel shard from its tar and .npy headers; DataError naming the shard if it is corrupt. With
     ``vocabs`` = (source vocab size, target vocab size) it also reads every pair once (a sequential read of the
-    shard), so that an id outside a vocabulary or a link outside its side fails here, before training."""
+    shard), so that an id outside a vocabulary or a link outside its side fails here, before training. ``sha256``
+    (its manifest's record): the file's must be the same."""
     found: dict[str, dict[str, tuple]] = {}  # key -> member -> (dtype, length, offset)
     try:
         size = Path(path).stat().st_size
@@ -117,6 +133,9 @@ def scan_pair_shard(path: str, vocabs: tuple[int, int] | None = None) -> PairSha
                 found.setdefault(key, {})[kind] = read_member_header(fh, member, size,
                                                                      _IDS if kind in ("src", "tgt") else _LINKS)
             check_archive_end(fh, tar, size)
+        if sha256 and sha256_file(path) != sha256:
+            raise ValueError(f"its sha256 is not the {sha256[:12]}… its manifest records: its bytes changed after it "
+                             "was written")
         for key, m in found.items():
             if len(m) != len(MEMBERS):
                 raise ValueError(f"pair {key} lacks {', '.join(k for k in MEMBERS if k not in m)}")
@@ -156,9 +175,11 @@ def _check_pairs(path: str, src: ShardIndex, tgt: ShardIndex, t2s: ShardIndex, s
             for ix, m in zip((src, tgt, t2s, s2t), hi)]
 
 
-def scan_pair_shards(paths: list[str], on_corrupt: str, vocabs: tuple[int, int]) -> tuple[list[PairShard], list[str]]:
-    """The readable parallel shards, and the skipped ones (``on_corrupt='skip'``, as ``shards.scan_shards``)."""
-    return scan_each(paths, on_corrupt, lambda path: scan_pair_shard(path, vocabs))
+def scan_pair_shards(paths: list[str], on_corrupt: str, vocabs: tuple[int, int], digests: dict[str, str] | None = None
+                     ) -> tuple[list[PairShard], list[str]]:
+    """The readable parallel shards, and the skipped ones (``on_corrupt='skip'``, as ``shards.scan_shards``).
+    ``digests``: ``parallel_digests``."""
+    return scan_each(paths, on_corrupt, lambda path: scan_pair_shard(path, vocabs, (digests or {}).get(path)))
 
 
 class PairCorpus:
@@ -237,7 +258,8 @@ def cdlm_rows(pairs: list[tuple[np.ndarray, np.ndarray, np.ndarray]], seq_len: i
 def build_pair_corpus(cfg: TrainConfig, tok: TargetTokenizer, source_tok: TargetTokenizer) -> PairCorpus:
     """The pairs of data.parallel_shards, whose sides must be in ``tok``'s and ``source_tok``'s ids."""
     paths = expand_parallel_shards(cfg.data.parallel_shards, tok, source_tok)
-    shards, skipped = scan_pair_shards(paths, cfg.data.on_corrupt_shard, (source_tok.vocab_size, tok.vocab_size))
+    shards, skipped = scan_pair_shards(paths, cfg.data.on_corrupt_shard, (source_tok.vocab_size, tok.vocab_size),
+                                       parallel_digests(cfg.data.parallel_shards))
     if skipped:
         log.warning("skipped %d corrupt parallel shard(s) of %d: %s", len(skipped), len(paths), ", ".join(skipped))
     return PairCorpus(shards, cfg.data.seed, source_tok.vocab_size, tok.vocab_size, skipped)
