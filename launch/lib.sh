@@ -73,11 +73,23 @@ enter_repo() {
   cd "$REPO" || exit
 }
 
+# child_pids PID: the direct children of PID, read from /proc (procps' ps is missing from slim images, and without
+# it no signal reached the ranks).
+child_pids() {
+  local stat line fields
+  for stat in /proc/[0-9]*/stat; do
+    read -r line 2>/dev/null <"$stat" || continue
+    read -ra fields <<<"${line##*) }"  # after the command name, which may hold spaces and parentheses: state, ppid
+    [[ "${fields[1]:-}" == "$1" ]] && echo "${stat//[^0-9]/}"
+  done
+  return 0
+}
+
 # The process ids of the training ranks (`python -m xpt_ds.train`, and their forked DataLoader workers, which
 # ignore stop signals) below process PID.
 rank_pids() {
   local p
-  for p in $(ps -o pid= --ppid "$1" 2>/dev/null); do
+  for p in $(child_pids "$1"); do
     if tr '\0' '\n' <"/proc/$p/cmdline" 2>/dev/null |
        awk 'prev == "-m" && $0 == "xpt_ds.train" {found = 1} {prev = $0} END {exit !found}'; then
       echo "$p"

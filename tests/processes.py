@@ -241,10 +241,13 @@ def rank_pids(launcher: subprocess.Popen) -> dict[int, int]:
     workers)."""
     pids = {}
     for child in psutil.Process(launcher.pid).children(recursive=True):
-        cmd = " ".join(child.cmdline())
-        parent = " ".join(child.parent().cmdline())
-        if "xpt_ds.train" in cmd and "--local_rank=" in cmd and "deepspeed.launcher.launch" in parent:
-            pids[int(cmd.split("--local_rank=")[1].split()[0])] = child.pid
-        elif "xpt_ds.train" in cmd and "torch.distributed.run" in parent:
-            pids[int(child.environ()["LOCAL_RANK"])] = child.pid
+        try:
+            cmd = " ".join(child.cmdline())
+            parent = " ".join(child.parent().cmdline())
+            if "xpt_ds.train" in cmd and "--local_rank=" in cmd and "deepspeed.launcher.launch" in parent:
+                pids[int(cmd.split("--local_rank=")[1].split()[0])] = child.pid
+            elif "xpt_ds.train" in cmd and "torch.distributed.run" in parent:
+                pids[int(child.environ()["LOCAL_RANK"])] = child.pid
+        except (psutil.NoSuchProcess, psutil.AccessDenied, AttributeError):  # it ended (a zombie too), or its parent
+            continue
     return pids

@@ -58,21 +58,27 @@ def test_a_torchrun_node_whose_master_never_starts_says_what_it_waits_for_and_gi
         "multi_node.sh: RDZV_TIMEOUT must be a positive number of seconds, got 'soon'", bad.stderr
 
 
-def _start_single_node(tmp_path, tiny_roberta, corpus) -> tuple[Path, subprocess.Popen]:
+def _start_single_node(tmp_path, tiny_roberta, corpus, no_ps: bool = False) -> tuple[Path, subprocess.Popen]:
     """launch/single_node.sh with 2 ranks (the deepspeed launcher) on a long run (config tmp_path/c.yaml, output
-    in tmp_path/job.log), in a process group of its own: (run directory, the script's process)."""
+    in tmp_path/job.log), in a process group of its own: (run directory, the script's process). ``no_ps``: a ``ps``
+    that fails comes first in PATH, as in an image without procps."""
     run = tmp_path / "run"
     cfg = write_config(tmp_path / "c.yaml", long_config(run, tiny_roberta, corpus, every=0))
     env = {**os.environ, "DS_ACCELERATOR": "cpu", "NUM_GPUS": "2", "OMP_NUM_THREADS": "1", "CONFIG": str(cfg),
            "MASTER_PORT": str(free_port())}
+    if no_ps:
+        (tmp_path / "bin").mkdir()
+        (tmp_path / "bin/ps").write_text("#!/bin/sh\necho 'ps: not installed' >&2\nexit 127\n")
+        (tmp_path / "bin/ps").chmod(0o755)
+        env["PATH"] = f"{tmp_path / 'bin'}:{env['PATH']}"
     with open(tmp_path / "job.log", "w") as log:
         return run, subprocess.Popen(["bash", str(REPO / "launch/single_node.sh")], env=env, cwd=tmp_path,
                                      stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def _single_node(tmp_path, tiny_roberta, corpus):
+def _single_node(tmp_path, tiny_roberta, corpus, no_ps: bool = False):
     """``_start_single_node``, once the run has trained a few steps."""
-    run, script = _start_single_node(tmp_path, tiny_roberta, corpus)
+    run, script = _start_single_node(tmp_path, tiny_roberta, corpus, no_ps)
     deadline = time.time() + 300
     while not (run / "metrics.jsonl").exists() or max(read_metrics(run), default=0) < 3:
         assert script.poll() is None and time.time() < deadline, (tmp_path / "job.log").read_text()[-3000:]
@@ -80,13 +86,15 @@ def _single_node(tmp_path, tiny_roberta, corpus):
     return run, script
 
 
-@pytest.mark.parametrize("how", ["TERM to the script alone", "INT to its process group"])
+@pytest.mark.parametrize("how", ["TERM to the script alone", "INT to its process group",
+                                 "TERM to the script alone, no ps"])
 def test_single_node_passes_a_stop_signal_to_its_ranks_once(tmp_path, tiny_roberta, corpus, how):
     """The deepspeed runner dies of a SIGTERM on one node and leaves its ranks training (a container's PID 1, or
     `kill PID`): single_node.sh passes the signal on, so the job checkpoints and exits 124 with nothing left
     running. A Ctrl-C (INT to the whole foreground group) reaches the ranks once: a checkpoint and 130, not the
-    second Ctrl-C's stop without one."""
-    run, script = _single_node(tmp_path, tiny_roberta, corpus)
+    second Ctrl-C's stop without one. The script finds the ranks in /proc: an image without procps' ps (it found
+    them with ps, and then no signal reached them) works the same."""
+    run, script = _single_node(tmp_path, tiny_roberta, corpus, no_ps=how.endswith("no ps"))
     if how.startswith("TERM"):
         os.kill(script.pid, signal.SIGTERM)
     else:
