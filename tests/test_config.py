@@ -483,7 +483,8 @@ def test_print_config_prints_what_the_run_saves_and_touches_nothing(tmp_path, ca
     the same text; no run directory, no process group; a bad key is the usual one-line error."""
     from xpt_ds.train import main
     run = tmp_path / "run"
-    args = ["--print-config", f"--run_dir={run}", "--model.source=FacebookAI/roberta-base", "--model.tokenizer=spm.model",
+    args = ["--print-config", f"--run_dir={run}", "--model.source=FacebookAI/roberta-base",
+            "--model.tokenizer=spm.model",
             "--data.train_shards=[data/manifest.json:train]", "--phases=[{name: p1, steps: 10, lr: 1.0e-4}]"]
     assert main(args) == 0
     printed = capsys.readouterr().out

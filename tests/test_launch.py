@@ -43,7 +43,8 @@ def test_a_torchrun_node_whose_master_never_starts_says_what_it_waits_for_and_gi
     """torchrun prints nothing while a node waits for the rendezvous (600 s by default): the script says where it
     waits and for how long, and RDZV_TIMEOUT bounds it."""
     env = {**os.environ, "DS_ACCELERATOR": "cpu", "NNODES": "2", "NODE_RANK": "1", "NPROC_PER_NODE": "1",
-           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "CONFIG": str(REPO / "launch/configs/demo.yaml"),
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
+           "CONFIG": str(REPO / "launch/configs/demo.yaml"),
            "RDZV_TIMEOUT": "3"}
     t0 = time.time()
     proc = subprocess.run(["bash", str(REPO / "launch/multi_node.sh")], env=env, cwd=tmp_path, capture_output=True,

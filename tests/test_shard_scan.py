@@ -81,7 +81,8 @@ def test_a_changed_byte_in_a_parallel_shard_is_found_by_its_manifests_sha256(tmp
         f.write(np.array([6 if first != 6 else 7], src.dtype).tobytes())
     with pytest.raises(DataError) as e:
         _stream(_train_cfg(tmp_path, source_dir, corpus_bert, manifest))
-    assert str(e.value).startswith(f"corrupt parallel shard {bad}: its sha256 is not the {meta['files'][bad.name][:12]}")
+    digest = meta["files"][bad.name]
+    assert str(e.value).startswith(f"corrupt parallel shard {bad}: its sha256 is not the {digest[:12]}")
     assert scan_pair_shard(str(bad)).src.lengths.size == 15  # without the digest the shard reads as a good one
 
 

@@ -233,8 +233,8 @@ def scan_shards(paths: list[str], on_corrupt: str, expected: dict[str, tuple] | 
                 vocab: tuple[int, str] | None = None, forbidden: tuple[int, ...] = ()
                 ) -> tuple[list[ShardIndex], list[str]]:
     """Indexes of the readable shards, and the names of the skipped ones (``on_corrupt='skip'``).
-    ``expected``: path -> (documents, tokens[, sha256]) from the manifest, for the shards it lists. ``vocab``: (vocab size,
-    tokenizer name): a shard holding an id >= the vocab size is corrupt too, and so is one holding an id of
+    ``expected``: path -> (documents, tokens[, sha256]) from the manifest, for the shards it lists. ``vocab``:
+    (vocab size, tokenizer name): a shard holding an id >= the vocab size is corrupt too, and so is one holding an id of
     ``forbidden`` (``TargetTokenizer.not_in_shards``)."""
     return scan_each(paths, on_corrupt, lambda path: scan_shard(path, (expected or {}).get(path), vocab, forbidden))
 
