@@ -1,12 +1,16 @@
 """Frozen means frozen: xpt phase 1 on ZeRO-2 with 2 ranks through torchrun (``conftest.engine_runs``: the plain bf16
 run is test_lean_engine's too)."""
+import json
+import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
 from transformers import AutoModelForMaskedLM
 
-from conftest import launch
+from conftest import REPO, free_port, launch
 from xpt_ds.training.checkpoint import tag_for
 from xpt_ds.training.export import load_checkpoint_fp32
 from xpt_ds.model.objective import strip_prefix
@@ -76,8 +80,25 @@ def test_a_phase_writes_its_frozen_weights_once_and_links_them(straight_runs, tm
         shutil.rmtree(resumed / "checkpoints" / tag_for(step))
     proc = launch(["--config", str(straight / "cfg.yaml"), f"--run_dir={resumed}"], nproc=2)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    halves = sum(-(-t.numel() // 2) for t in phase1.values())  # each rank keeps a half of each frozen value
+    assert f"{halves:,} frozen fp32 values on rank 0" in proc.stderr, proc.stderr[-3000:]
     assert len({_inode(resumed, s) for s in (2, 3, 4)}) == 1 and _inode(resumed, 1) != _inode(resumed, 2)
     for step in (3, 8):
         got = load_checkpoint_fp32(resumed / "checkpoints", tag_for(step))
         want = load_checkpoint_fp32(run / "checkpoints", tag_for(step))
         assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want), step
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_each_rank_keeps_a_slice_of_the_frozen_weights_and_gathers_them_exactly(world, tmp_path):
+    """FrozenWeights under torchrun: each rank holds ceil(numel / world) values of each (sizes that do not divide,
+    a one-element value), and every rank gets every whole value back bit for bit."""
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(world),
+                           "--master_port", str(free_port()), str(REPO / "tests/frozen_shards_probe.py"), str(tmp_path)],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(world)]
+    sizes = {"a.weight": 35, "b.bias": 3, "c.one": 1, "d.weight": 32}
+    for r in rows:
+        assert r["exact"] and r["held"] == {n: -(-k // world) for n, k in sizes.items()}, r
+        assert r["shapes"] == {"a.weight": [7, 5], "b.bias": [3], "c.one": [1], "d.weight": [4, 4, 2]}

@@ -50,7 +50,8 @@ from xpt_ds.data.tokenizer import HF_TOKENIZER_DIR, copy_hf_tokenizer
 from xpt_ds.errors import UserError, first_line
 from xpt_ds.io.paths import unwritable
 from xpt_ds.io.trust import UntrustedError, load_plain
-from xpt_ds.training.engine import FrozenWeights, state_digest, zero_stage
+from xpt_ds.training.engine import state_digest, zero_stage
+from xpt_ds.training.frozen import FrozenWeights
 
 MARKER = "COMPLETE"
 log = logging.getLogger(__name__)
@@ -139,7 +140,8 @@ def check_writable(ckpt_root: Path, rank: int, newest: str | None = None) -> Non
         raise CheckpointError(problem or f"another rank cannot write checkpoints in {ckpt_root} (see its error)")
 
 
-def save(engine, ckpt_root: Path, tag: str, client_state: dict, frozen: dict, hf_config, tokenizer: str) -> None:
+def save(engine, ckpt_root: Path, tag: str, client_state: dict, frozen: FrozenWeights, hf_config,
+         tokenizer: str) -> None:
     """Write checkpoint ``tag`` on every rank; the marker comes last. A rank that cannot write raises
     CheckpointError naming the path and the cause (before writing anything when every rank can tell: not
     writable or too little space); the complete checkpoints already there are never touched."""
@@ -154,8 +156,8 @@ def save(engine, ckpt_root: Path, tag: str, client_state: dict, frozen: dict, hf
         deepspeed.comm.barrier()
         engine.save_checkpoint(str(ckpt_root), tag=tag, client_state=client_state, save_latest=False)
         _atomic_torch_save({"rng": rng_state()}, tag_dir / f"rank_state_{rank:05d}.pt")
+        _save_frozen(frozen, tag_dir / "frozen_fp32.pt", rank)
         if rank == 0:
-            _save_frozen(frozen, tag_dir / "frozen_fp32.pt")
             hf_config.save_pretrained(tag_dir / "hf_config")
             if Path(tokenizer).is_file():
                 shutil.copyfile(tokenizer, tag_dir / "spm.model")
@@ -177,19 +179,27 @@ def save(engine, ckpt_root: Path, tag: str, client_state: dict, frozen: dict, hf
                               f"{intact}") from None
 
 
-def _save_frozen(frozen: dict, dest: Path) -> None:
-    """``frozen`` to ``dest``: a hard link to ``frozen.file`` (``engine.FrozenWeights``) when that file is still
-    there, else a new file, which later saves of the phase link."""
-    earlier = getattr(frozen, "file", None)
-    if earlier is not None and Path(earlier).is_file():
+def _save_frozen(frozen: FrozenWeights, dest: Path, rank: int) -> None:
+    """``frozen`` to ``dest`` (collective): rank 0 hard-links ``frozen.file`` when that file is still there; else
+    every rank sends its slices and rank 0 writes a new file, which later saves of the phase link."""
+    linked = False
+    if rank == 0 and frozen.file is not None and Path(frozen.file).is_file():
         try:
-            os.link(earlier, dest)
-            return
+            os.link(frozen.file, dest)
+            linked = True
         except OSError as e:  # no hard links here (EPERM, EXDEV, EMLINK, ...): write a copy
-            log.info("cannot link %s to %s (%s): writing the frozen weights again", earlier, dest, e.strerror or e)
-    _atomic_torch_save(dict(frozen), dest)
-    if hasattr(frozen, "file"):
-        frozen.file = dest
+            log.info("cannot link %s to %s (%s): writing the frozen weights again", frozen.file, dest, e.strerror or e)
+    flag = torch.tensor([linked], dtype=torch.int32, device=deepspeed.get_accelerator().current_device_name())
+    deepspeed.comm.broadcast(flag, src=0)
+    if not flag.item():
+        values = {}
+        for name in frozen.names():
+            value = frozen.full(name)
+            if rank == 0:
+                values[name] = value
+        if rank == 0:
+            _atomic_torch_save(values, dest)
+    frozen.file = dest
 
 
 def _write_marker(tag_dir: Path, record: dict) -> None:
@@ -513,4 +523,6 @@ def load(engine, ckpt_root: Path, tag: str, universal: bool = False, allow_pickl
     rank_file = tag_dir / f"rank_state_{deepspeed.comm.get_rank():05d}.pt"
     if rank_file.is_file():  # plain since issue 19; older ones hold a numpy array, which load_plain allows
         set_rng_state(load_plain(rank_file, allow_pickle=allow_pickle)["rng"])
-    return FrozenWeights(load_plain(tag_dir / "frozen_fp32.pt", allow_pickle=allow_pickle), tag_dir / "frozen_fp32.pt")
+    # memory-mapped: each rank copies out only its slices, and the file is unmapped once they are taken
+    return FrozenWeights(load_plain(tag_dir / "frozen_fp32.pt", allow_pickle=allow_pickle, mmap=True),
+                         tag_dir / "frozen_fp32.pt", copy=True)

@@ -23,6 +23,7 @@ from torch import nn
 from xpt_ds.config import ConfigError, OptimConfig, PhaseConfig, TrainConfig
 from xpt_ds.training.activations import checkpoint_layers
 from xpt_ds.training.compile import compile_blocks
+from xpt_ds.training.frozen import FrozenWeights
 
 log = logging.getLogger(__name__)
 
@@ -166,12 +167,13 @@ def build_optimizer(model: nn.Module, o: OptimConfig, ds: dict) -> torch.optim.O
     return FusedAdam(groups, lr=0.0, betas=tuple(o.betas), eps=o.eps, adam_w_mode=True)
 
 
-def full_fp32_state(engine, frozen: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Exact fp32 value of every parameter, on CPU, on every rank (collective under ZeRO-3)."""
+def full_fp32_state(engine, frozen: FrozenWeights) -> dict[str, torch.Tensor]:
+    """Exact fp32 value of every parameter, on CPU, on every rank (collective: the frozen ones' slices, and under
+    ZeRO-3 the trainable ones' partitions)."""
     out = {}
     for name, p in engine.module.named_parameters():
         if name in frozen:
-            out[name] = frozen[name]
+            out[name] = frozen.full(name)
             continue
         value = safe_get_full_fp32_param(p)
         out[name] = (p.data if value is None else value).detach().float().cpu().clone()
@@ -190,23 +192,15 @@ def restore_fp32(engine, state: dict[str, torch.Tensor]) -> None:
             p.data.copy_(value)
 
 
-def restore_frozen(engine, frozen: dict[str, torch.Tensor]) -> None:
-    """Put frozen values (kept in fp32 on the host) into the module, in its compute dtype."""
+def restore_frozen(engine, frozen: FrozenWeights) -> None:
+    """Put frozen values (kept in fp32 on the host, a slice per rank) into the module, in its compute dtype
+    (collective)."""
     for name, p in engine.module.named_parameters():
         if name not in frozen:
             continue
+        value = frozen.full(name)
         with deepspeed.zero.GatheredParameters([p], modifier_rank=0, enabled=hasattr(p, "ds_id")):
-            p.data.copy_(frozen[name].to(device=p.device, dtype=p.dtype))
-
-
-class FrozenWeights(dict):
-    """Name -> exact fp32 value of each parameter the phase freezes; ``file``: a complete file that holds exactly
-    these values (the checkpoint they were loaded from or last written to), which the next checkpoint of the phase
-    links instead of writing them again (``checkpoint.save``). They do not change within a phase."""
-
-    def __init__(self, values: dict[str, torch.Tensor], file: Path | None = None):
-        super().__init__(values)
-        self.file = file
+            p.data.copy_(value.to(device=p.device, dtype=p.dtype))
 
 
 def build_engine(model: nn.Module, trainable: set[str], cfg: TrainConfig, fp32: dict[str, torch.Tensor],

@@ -117,7 +117,7 @@ class Trainer:
                        "log step, and no checkpoint is written from non-finite weights")
         self.unskipped = reason or "the engine did not skip it"  # why a non-finite step can reach the weights
         self.engine = self.optimizer = None
-        self.frozen: dict[str, torch.Tensor] = {}
+        self.frozen = None  # the phase's FrozenWeights (xpt_ds.training.frozen), set with the engine
         self.last_saved: str | None = None  # newest complete checkpoint of this run
         self.last_tokens_per_s: float | None = None
         self.preemption, self.interrupted = PreemptionWatcher(rank=self.rank), False  # Ctrl-C on any rank (after_step)
@@ -198,7 +198,7 @@ class Trainer:
             save_config(self.cfg, self.run_dir / "config.yaml")
         self.logger.start(self.state.global_step, self.total_steps)
         self._info(f"model: {sum(v.numel() for v in fp32.values()):,} parameters; phase '{self.phase.name}' trains "
-                   f"{n_train:,} on {self.objective_names()}")
+                   f"{n_train:,} on {self.objective_names()}; {self.frozen.numel():,} frozen fp32 values on rank 0")
         if self.cfg.activations.checkpoint_every:
             recompute, layers = recomputed_layers(self.engine.module.hf)
             self._info(f"activation checkpointing: {recompute} of {layers} layers recompute in the backward")
