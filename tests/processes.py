@@ -91,19 +91,36 @@ _no_core_files()
 
 def _stacks_then_kill(proc: subprocess.Popen) -> str:
     """A launched job that hangs: SIGABRT to each rank (faulthandler prints its threads' stacks), then, once the
-    launcher has gone or 30 s have passed, SIGKILL to the whole process group; the job's stderr."""
+    launcher has gone or 30 s have passed, SIGKILL to the whole process group and to every process that was below
+    the launcher (a rank or DataLoader worker in a session of its own, which would keep the job's pipes open and
+    this wait going for ever); the job's stderr."""
     import contextlib
     import signal
+    try:
+        below = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        below = []
     for pid in rank_pids(proc).values():
         with contextlib.suppress(ProcessLookupError):  # a rank that ended meanwhile
             os.kill(pid, signal.SIGABRT)
     try:
         _, err = proc.communicate(timeout=30)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        _, err = proc.communicate()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        for child in below:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                child.kill()
+        try:
+            _, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:  # a process nobody knew of holds the pipes: stop reading them
+            proc.kill()
+            err = "(stderr not read: the job's pipes stayed open after every process below it was killed)"
     with contextlib.suppress(ProcessLookupError):  # DataLoader workers or a rank the launcher left behind
         os.killpg(proc.pid, signal.SIGKILL)
+    for child in below:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.kill()
     port = proc.args[proc.args.index("--master_port") + 1]  # its ranks' DeepSpeed all-reduce buffers stay behind
     for leftover in Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_{os.getuid()}_*_{port}_*"):
         leftover.unlink(missing_ok=True)

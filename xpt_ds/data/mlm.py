@@ -342,8 +342,19 @@ class _BatchDataset(IterableDataset):
             yield batch
 
 
+WORKER_RESTARTS = 2  # times a stream restarts workers that delivered nothing in worker_timeout_s, before it fails
+
+
 class MLMBatchStream:
-    """This rank's micro-batches: infinite for training, one pass over epoch 0 for validation."""
+    """This rank's micro-batches: infinite for training, one pass over epoch 0 for validation.
+
+    Workers that deliver no batch for ``worker_timeout_s`` are shut down and started again at the sequence the
+    stream is at (its whole state), which gives the same batches. Seen: CPython 3.11 deadlocks a forked child in
+    its after-fork thread cleanup (``PyOS_AfterFork_Child``) when another thread of the rank holds the
+    interpreter's thread-list lock at that instant; a ZeRO-3 rank's validation worker hung so, and the job with it.
+    """
+
+    worker_timeout_s = 120.0  # tests lower it
 
     def __init__(self, stream: TokenStream, masker: MLMMasker | NextTokenTargets, micro_batch: int, rank: int,
                  world: int, num_workers: int, single_pass: bool = False, salt: int | None = None):
@@ -384,7 +395,8 @@ class MLMBatchStream:
         # Pinned host batches: the trainer's non_blocking copy to a CUDA device is then truly asynchronous.
         return iter(DataLoader(ds, batch_size=None, num_workers=self.num_workers, generator=torch.Generator(),
                                prefetch_factor=4 if self.num_workers else None, pin_memory=torch.cuda.is_available(),
-                               worker_init_fn=_ignore_stop_signals if self.num_workers else None))
+                               worker_init_fn=_ignore_stop_signals if self.num_workers else None,
+                               timeout=self.worker_timeout_s if self.num_workers else 0))
 
     def close(self) -> None:
         """Shut the worker processes down (they ignore stop signals, so they wait to be told)."""
@@ -396,9 +408,18 @@ class MLMBatchStream:
         return self
 
     def __next__(self) -> dict[str, torch.Tensor]:
-        if self._it is None:
-            self._it = self._loader()
-        batch = next(self._it)
+        for attempt in range(WORKER_RESTARTS + 1):
+            if self._it is None:
+                self._it = self._loader()
+            try:
+                batch = next(self._it)
+                break
+            except RuntimeError as e:
+                if not str(e).startswith("DataLoader timed out") or attempt == WORKER_RESTARTS:
+                    raise
+                log.warning("rank %d: no batch from the DataLoader workers in %.0f s (a worker stuck at its start?): "
+                            "restarting them at sequence %d", self.rank, self.worker_timeout_s, self.sequences)
+                self.close()
         if isinstance(batch, _WorkerFailure):
             raise DataError(batch.message)
         self.sequences += self.micro_batch * self.world
