@@ -3,8 +3,8 @@
 The engine holds frozen parameters only in its compute dtype (bf16 rounds them) and gives them no fp32 master, so
 their exact fp32 values are kept beside it: for the phase hand-over, for checkpoints (``frozen_fp32.pt``) and for
 a resume. Each rank keeps a 1/world slice of each (flattened, zero-padded to a multiple of the world size), not
-the whole: a node of 8 ranks holds one copy of the frozen source instead of 8 (for a 7B source frozen in
-phase 1, 26 GB instead of 208 GB of host memory). ``full`` and ``gather`` put a whole value back, collectively:
+the whole: a node of 8 ranks holds one copy of the frozen source instead of 8 (4 bytes per frozen parameter per
+node, not per rank). ``full`` and ``gather`` put a whole value back, collectively:
 every rank calls them for the same names in the same order.
 """
 from __future__ import annotations
