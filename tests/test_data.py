@@ -460,8 +460,7 @@ def _stuck_once(marker):
     def init(worker_id):
         import time
         try:
-            with open(marker, "x"):
-                pass
+            marker.touch(exist_ok=False)  # the first worker only
         except FileExistsError:
             return
         time.sleep(3600)

@@ -253,7 +253,7 @@ def test_a_resume_before_a_kept_phase_end_moves_it_aside_and_follows_the_new_bra
     """One rank: common (steps 1-2), other (3-4), branch (5-6) starting from common's end. Resuming from step 1
     with another rate for common starts a new branch: the old end of common moves, not deleted, next to the
     abandoned checkpoints, the new branch keeps its own, and 'branch' starts from it."""
-    from xpt_ds.training.checkpoint import ABANDONED
+    from xpt_ds.training.branches import ABANDONED
     from xpt_ds.training.engine import state_digest
     run = tmp_path / "run"
     cfg = base_config(run, source, corpus, checkpoint={"every_steps": 1})

@@ -13,7 +13,7 @@ on every rank; ``agreed`` checks that with one all-reduce) and keeps, in the tra
   a new phase starts with no best of its own, whatever the run's best is.
 
 The state is branch-local: a resume from an older tag continues with the best that tag recorded (never a
-checkpoint of the abandoned branch, which ``checkpoint.abandon_later`` moved aside), and ``best.json`` is rewritten
+checkpoint of the abandoned branch, which ``branches.abandon_later`` moved aside), and ``best.json`` is rewritten
 from it at the start. A recorded best whose checkpoint no longer exists (pruned by the abandoned branch after it
 stopped being the best) is forgotten with a warning; the next validation pass sets a new one.
 """

@@ -26,7 +26,7 @@ tag name ``best`` resolves to (``xpt_ds.training.best``).
 ``RUN_DIR/checkpoints/phase_ends/NAME.pt``: the fp32 weights and data position phase NAME ended with, kept
 when a later phase starts from them (``start_from``, ``merge``); outside every tag, so ``keep_last`` never
 deletes one. ``RUN_DIR/checkpoints/abandoned/branch-N/``: what a resume from an older tag left behind, the later
-checkpoints and (in ``phase_ends/``) the phase ends they kept after that tag.
+checkpoints and (in ``phase_ends/``) the phase ends they kept after that tag (``xpt_ds.training.branches``).
 """
 from __future__ import annotations
 
@@ -209,7 +209,7 @@ def _write_marker(tag_dir: Path, record: dict) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, tag_dir / MARKER)
-    _fsync_dir(tag_dir)
+    fsync_dir(tag_dir)
 
 
 def _peer_failed(e: Exception) -> bool:
@@ -252,10 +252,10 @@ def _fsync_own_files(tag_dir: Path, rank: int) -> None:
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
     if rank == 0:
-        _fsync_dir(tag_dir)
+        fsync_dir(tag_dir)
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -340,71 +340,7 @@ def resolve_tag(ckpt_root: Path, resume: str) -> str | None:
     return resume
 
 
-ABANDONED = "abandoned"
-
-
-def abandon_later(ckpt_root: Path, tag: str | None) -> tuple[list[str], Path | None]:
-    """A run resumed from an older tag (or started over, ``tag`` None) begins a new branch: the complete
-    checkpoints after ``tag`` belong to the branch it leaves. They move to ``abandoned/branch-N/`` (rank 0;
-    moving is a rename, nothing is deleted), where ``resume: auto`` no longer sees them, so a requeued job
-    continues the branch it was on, not the old one. Returns the moved tags and where they went."""
-    step = -1 if tag is None else read_marker(ckpt_root / tag)["global_step"]
-    later = [t for t in complete_tags(ckpt_root) if read_marker(ckpt_root / t)["global_step"] > step]
-    if not later:
-        return [], None
-    dest = _branch_dir(ckpt_root, tag)
-    for t in later:
-        os.replace(ckpt_root / t, dest / t)
-    _fsync_dir(ckpt_root)
-    return later, dest
-
-
-def _branch_dir(ckpt_root: Path, tag: str | None) -> Path:
-    """A new ``abandoned/branch-N/`` for what a run resumed from ``tag`` leaves behind."""
-    n = len(list((ckpt_root / ABANDONED).glob("branch-*"))) if (ckpt_root / ABANDONED).is_dir() else 0
-    dest = ckpt_root / ABANDONED / f"branch-{n + 1:03d}"
-    dest.mkdir(parents=True)
-    (dest / "README").write_text(f"checkpoints of a branch abandoned when a run resumed from {tag or 'scratch'}\n")
-    return dest
-
-
 PHASE_ENDS = "phase_ends"
-
-
-def abandon_phase_ends(ckpt_root: Path, tag: str | None, kept: set[str], dest: Path | None
-                       ) -> tuple[list[str], Path | None]:
-    """The kept phase ends (``phase_ends/NAME.pt``) that the state at ``tag`` does not record (``kept``) were
-    written after it by the branch a resume from ``tag`` leaves: they move (rank 0; a rename, nothing deleted) to
-    ``dest/phase_ends/`` (the branch's ``abandoned/branch-N/``, made if None), so that the new branch writes and
-    reads its own and the abandoned checkpoints keep theirs. Returns the moved phase names and where they went."""
-    later = sorted(f.stem for f in (ckpt_root / PHASE_ENDS).glob("*.pt") if f.stem not in kept) \
-        if (ckpt_root / PHASE_ENDS).is_dir() else []
-    if not later:
-        return [], None
-    out = (dest or _branch_dir(ckpt_root, tag)) / PHASE_ENDS
-    out.mkdir(parents=True, exist_ok=True)
-    for name in later:
-        os.replace(ckpt_root / PHASE_ENDS / f"{name}.pt", out / f"{name}.pt")
-    _fsync_dir(ckpt_root / PHASE_ENDS)
-    return later, out
-
-
-def start_branch(ckpt_root: Path, tag: str | None, kept: set[str], rank: int) -> None:
-    """An explicit resume from ``tag`` (or ``none``) leaves the later checkpoints' trajectory, and the phase ends
-    that branch kept after ``tag`` (those the state at ``tag`` does not record, ``kept``): rank 0 moves them aside
-    (``abandon_later``, ``abandon_phase_ends``), and every rank waits for it."""
-    if rank == 0:
-        moved, dest = abandon_later(ckpt_root, tag)
-        if moved:
-            log.warning("resuming from %s starts a new branch: moved %d later checkpoint(s) of the abandoned "
-                        "branch (%s) to %s; resume: auto now continues this branch", tag or "scratch",
-                        len(moved), ", ".join(moved), dest)
-        ends, where = abandon_phase_ends(ckpt_root, tag, kept, dest)
-        if ends:
-            log.warning("resuming from %s: moved the end of phase(s) %s, which the branch it leaves kept after "
-                        "%s, to %s; this branch keeps its own", tag or "scratch", ", ".join(ends),
-                        tag or "the start", where)
-    deepspeed.comm.barrier()
 
 
 def save_phase_end(ckpt_root: Path, name: str, weights: dict[str, torch.Tensor], data: dict) -> str:
@@ -419,7 +355,7 @@ def save_phase_end(ckpt_root: Path, name: str, weights: dict[str, torch.Tensor],
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             _atomic_torch_save({"weights": weights, "data": data, "digest": digest}, path)
-            _fsync_dir(path.parent)
+            fsync_dir(path.parent)
         except (OSError, RuntimeError) as e:  # torch.save reports a failed write as a RuntimeError
             problem = f"cannot write {path}: {_write_error(e, path.parent)}"
     if agree(problem):

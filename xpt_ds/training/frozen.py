@@ -4,8 +4,8 @@ The engine holds frozen parameters only in its compute dtype (bf16 rounds them) 
 their exact fp32 values are kept beside it: for the phase hand-over, for checkpoints (``frozen_fp32.pt``) and for
 a resume. Each rank keeps a 1/world slice of each (flattened, zero-padded to a multiple of the world size), not
 the whole: a node of 8 ranks holds one copy of the frozen source instead of 8 (4 bytes per frozen parameter per
-node, not per rank). ``full`` and ``gather`` put a whole value back, collectively:
-every rank calls them for the same names in the same order.
+node, not per rank). ``full`` puts a whole value back, collectively: every rank calls it for the same names
+in the same order.
 """
 from __future__ import annotations
 
@@ -49,9 +49,6 @@ class FrozenWeights:
     def __contains__(self, name: str) -> bool:
         return name in self.shapes
 
-    def __len__(self) -> int:
-        return len(self.shapes)
-
     def names(self) -> list[str]:
         return list(self.shapes)
 
@@ -70,7 +67,3 @@ class FrozenWeights:
         torch.distributed.all_gather(parts, local)
         shape = self.shapes[name]
         return torch.cat(parts).cpu()[:torch.Size(shape).numel()].reshape(shape)
-
-    def gather(self) -> dict[str, torch.Tensor]:
-        """Every whole value, on every rank."""
-        return {name: self.full(name) for name in self.shapes}

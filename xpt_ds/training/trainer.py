@@ -24,7 +24,7 @@ from xpt_ds.model.decoder import is_decoder
 from xpt_ds.model.objective import build_objective, strip_prefix
 from xpt_ds.model.phases import build_phase_starts, build_phase_trainables, check_patterns, phases_read_later
 from xpt_ds.model.phases import weights_from_ends
-from xpt_ds.training import checkpoint, tag_checks
+from xpt_ds.training import branches, checkpoint, tag_checks
 from xpt_ds.training.activations import recomputed_layers
 from xpt_ds.training.best import BestTracker
 from xpt_ds.training.engine import (
@@ -154,7 +154,7 @@ class Trainer:
         tag = self.resume_tag
         if self.cfg.checkpoint.resume != "auto":  # a new branch: what the abandoned one wrote after tag moves aside
             kept = set(self.resume_client["trainer"].get("phase_ends", {})) if tag is not None else set()
-            checkpoint.start_branch(self.ckpt_root, tag, kept, self.rank)
+            branches.start_branch(self.ckpt_root, tag, kept, self.rank)
         objective, self.built.model = build_objective(self.built.model), None  # the engine owns it from here on
         fp32 = {n: p.detach() for n, p in objective.named_parameters()}  # the module's own fp32 tensors, no copy
         checkpoint.seed_everything(self.cfg.seed + self.rank)  # dropout stream of this rank, unless a checkpoint has it
