@@ -472,18 +472,17 @@ def test_workers_that_deliver_nothing_are_restarted_at_the_same_sequence(unique_
     """A DataLoader worker that never starts (CPython 3.11 can deadlock a forked child in its after-fork cleanup)
     held a rank, and the job, for good. A stream whose workers deliver no batch in worker_timeout_s restarts them
     where it is: the same batches as a stream that never stalled."""
-    from xpt_ds.data import mlm
     shards, _ = unique_shards
     cfg = _cfg(shards)
     plain = MLMBatchStream(build_stream(shards, cfg, BIG), MLMMasker(cfg, BIG), 2, 0, 1, 0)
     want = [next(plain) for _ in range(5)]
-    monkeypatch.setattr(mlm, "_ignore_stop_signals", _stuck_once(tmp_path / "stuck"))
+    monkeypatch.setattr(MLMBatchStream, "worker_init_fn", staticmethod(_stuck_once(tmp_path / "stuck")))
     monkeypatch.setattr(MLMBatchStream, "worker_timeout_s", 2.0)
     stream = MLMBatchStream(build_stream(shards, cfg, BIG), MLMMasker(cfg, BIG), 2, 0, 1, 2)
     with caplog.at_level("WARNING"):
         got = [next(stream) for _ in range(5)]
     stream.close()
     assert (tmp_path / "stuck").exists() and "no batch from the DataLoader workers in 2 s" in caplog.text
-    assert "restarting them at sequence" in caplog.text
+    assert "forking new ones at sequence" in caplog.text
     for a, b in zip(got, want, strict=True):
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

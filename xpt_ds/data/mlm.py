@@ -21,21 +21,19 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import signal
-from functools import lru_cache
-from itertools import count
+from functools import lru_cache, partial
 from pathlib import Path
 
 import braceexpand
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from xpt_ds.config import ConfigError, DataConfig
 from xpt_ds.data.causal import NextTokenTargets
 from xpt_ds.data.masking import select_units, span_begins, span_length_cdf, span_lengths, word_begins
 from xpt_ds.data.shards import DataError, DocReader, ShardIndex, scan_shards
 from xpt_ds.data.tokenizer import TargetTokenizer
+from xpt_ds.data.workers import WorkerFailure, Workers, ignore_stop_signals
 from xpt_ds.metrics.mlm import piece_word_starts
 
 FORMAT_VERSION = 1
@@ -276,7 +274,7 @@ class _BatchPlan:
     """Which sequences make up rank r's micro-batch b, and how to build it."""
 
     def __init__(self, stream: TokenStream, masker: MLMMasker | NextTokenTargets, micro_batch: int, rank: int,
-                 world: int, first_sequence: int, single_pass: bool, salt: int):
+                 world: int, first_sequence: int, *, single_pass: bool, salt: int):
         self.stream, self.masker = stream, masker
         self.B, self.rank, self.world, self.first = micro_batch, rank, world, first_sequence
         self.body = stream.cfg.seq_len - 2
@@ -303,58 +301,21 @@ class _BatchPlan:
         return out
 
 
-class _WorkerFailure:
-    """A DataError in a DataLoader worker, passed on as an item: torch would re-raise it in the main process
-    with the worker's traceback in its message (torch.utils.data._utils.ExceptionWrapper), and the user would
-    see that instead of the one line that names the shard."""
-
-    def __init__(self, message: str):
-        self.message = message
-
-
-def _ignore_stop_signals(worker_id: int) -> None:
-    """DataLoader workers ignore SIGTERM, SIGUSR1 and SIGINT. A scheduler's SIGTERM (a Slurm time limit,
-    preemption, ``scancel``, ``kill -TERM`` of the process group) reaches the workers too; a worker that dies of
-    it makes torch's SIGCHLD handler raise in the rank, in the middle of the preemption checkpoint. The rank
-    alone decides to stop, and then shuts its workers down (``MLMBatchStream.close``)."""
-    for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
-        signal.signal(sig, signal.SIG_IGN)
-
-
-class _BatchDataset(IterableDataset):
-    def __init__(self, plan: _BatchPlan):
-        self.plan = plan
-
-    def __iter__(self):
-        info = get_worker_info()
-        w, W = (info.id, info.num_workers) if info else (0, 1)
-        stop = self.plan.n_batches
-        for b in count(w, W):
-            if stop is not None and b >= stop:
-                return
-            try:
-                batch = self.plan.batch(b)
-            except DataError as e:
-                if info is None:
-                    raise
-                yield _WorkerFailure(str(e))
-                return
-            yield batch
-
-
 WORKER_RESTARTS = 2  # times a stream restarts workers that delivered nothing in worker_timeout_s, before it fails
 
 
 class MLMBatchStream:
     """This rank's micro-batches: infinite for training, one pass over epoch 0 for validation.
 
-    Workers that deliver no batch for ``worker_timeout_s`` are shut down and started again at the sequence the
-    stream is at (its whole state), which gives the same batches. Seen: CPython 3.11 deadlocks a forked child in
-    its after-fork thread cleanup (``PyOS_AfterFork_Child``) when another thread of the rank holds the
-    interpreter's thread-list lock at that instant; a ZeRO-3 rank's validation worker hung so, and the job with it.
+    The batches are built in ``num_workers`` DataLoader worker processes (``xpt_ds.data.workers``), forked once:
+    by ``fork_workers``, which the trainer calls once its streams and model are built, or else at the first batch. A new pass,
+    a resume or a rewind restarts the same processes at the stream's sequence, its whole state. Workers that deliver
+    no batch for ``worker_timeout_s`` are shut down and forked again at that sequence, which gives the same batches:
+    seen when CPython deadlocked a worker forked mid-run (gh-112275, ``xpt_ds.data.workers``).
     """
 
     worker_timeout_s = 120.0  # tests lower it
+    worker_init_fn = staticmethod(ignore_stop_signals)  # tests replace it
 
     def __init__(self, stream: TokenStream, masker: MLMMasker | NextTokenTargets, micro_batch: int, rank: int,
                  world: int, num_workers: int, single_pass: bool = False, salt: int | None = None):
@@ -363,7 +324,9 @@ class MLMBatchStream:
         self.num_workers, self.single_pass = num_workers, single_pass
         self.salt = (1 if single_pass else 0) if salt is None else salt  # sequence_seed
         self.sequences = 0  # global sequences consumed, the loader's whole state
-        self._it = None
+        plan = partial(_BatchPlan, stream, masker, micro_batch, rank, world, single_pass=single_pass, salt=self.salt)
+        self.workers = Workers(plan, num_workers, self.worker_timeout_s, self.worker_init_fn)
+        self._it = None  # the workers' iterator from self.sequences on; None: restart them there at the next batch
 
     def state_dict(self) -> dict:
         return {"sequences": self.sequences, "seq_len": self.stream.cfg.seq_len}
@@ -386,41 +349,34 @@ class MLMBatchStream:
     def epoch(self) -> int:
         return self.sequences * (self.stream.cfg.seq_len - 2) // self.stream.epoch_tokens
 
-    def _loader(self):
-        plan = _BatchPlan(self.stream, self.masker, self.micro_batch, self.rank, self.world,
-                          first_sequence=self.sequences, single_pass=self.single_pass, salt=self.salt)
-        ds = _BatchDataset(plan)
-        # Own generator: a DataLoader iterator otherwise draws its base seed from the global RNG, which
-        # would shift the dropout stream whenever the iterator is (re)created, e.g. after a resume.
-        # Pinned host batches: the trainer's non_blocking copy to a CUDA device is then truly asynchronous.
-        return iter(DataLoader(ds, batch_size=None, num_workers=self.num_workers, generator=torch.Generator(),
-                               prefetch_factor=4 if self.num_workers else None, pin_memory=torch.cuda.is_available(),
-                               worker_init_fn=_ignore_stop_signals if self.num_workers else None,
-                               timeout=self.worker_timeout_s if self.num_workers else 0))
+    def fork_workers(self) -> None:
+        """Fork the worker processes now, while the rank runs no other thread that could hold an interpreter lock
+        (``xpt_ds.data.workers``); they wait for the first batch."""
+        self.workers.fork()
 
     def close(self) -> None:
         """Shut the worker processes down (they ignore stop signals, so they wait to be told)."""
-        it, self._it = self._it, None
-        if it is not None and hasattr(it, "_shutdown_workers"):
-            it._shutdown_workers()
+        self._it = None
+        self.workers.close()
 
     def __iter__(self):
         return self
 
     def __next__(self) -> dict[str, torch.Tensor]:
         for attempt in range(WORKER_RESTARTS + 1):
-            if self._it is None:
-                self._it = self._loader()
             try:
+                if self._it is None:
+                    self._it = self.workers.run(self.sequences)
                 batch = next(self._it)
                 break
             except RuntimeError as e:
                 if not str(e).startswith("DataLoader timed out") or attempt == WORKER_RESTARTS:
                     raise
-                log.warning("rank %d: no batch from the DataLoader workers in %.0f s (a worker stuck at its start?): "
-                            "restarting them at sequence %d", self.rank, self.worker_timeout_s, self.sequences)
+                log.warning("rank %d: no batch from the DataLoader workers in %.0f s (a worker deadlocked at its "
+                            "start? CPython 3.8-3.11 before September 2024's releases can: gh-112275): forking new "
+                            "ones at sequence %d", self.rank, self.worker_timeout_s, self.sequences)
                 self.close()
-        if isinstance(batch, _WorkerFailure):
+        if isinstance(batch, WorkerFailure):
             raise DataError(batch.message)
         self.sequences += self.micro_batch * self.world
         return batch

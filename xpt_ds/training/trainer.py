@@ -131,6 +131,8 @@ class Trainer:
         self.budget = TimeBudget(g.max_train_minutes, cfg.phases)
         self.data_wait = 0.0  # seconds this rank waited for batches in the current step
         self.logger = MetricsLogger(self.run_dir, self.rank == 0, cfg.logging.tensorboard, cfg.logging.progress_bar)
+        for stream in filter(None, (self.train_stream, self.valid_stream)):  # before any engine thread: data/workers.py
+            stream.fork_workers()
 
     def open_streams(self) -> None:
         cfg = self.cfg
@@ -331,7 +333,6 @@ class Trainer:
         for name in phase.reads():
             ends[name], data = checkpoint.load_phase_end(self.ckpt_root, name, self.state.phase_ends.get(name))
             if name == phase.start_from:
-                self.train_stream.close()  # its workers prefetch from the old position
                 self.train_stream.load_state_dict(data)
         return weights_from_ends(sources, ends)
 
@@ -452,9 +453,8 @@ class Trainer:
     @torch.no_grad()
     def close(self) -> None:
         """Stop the data loaders' worker processes (they ignore stop signals) and the logger."""
-        for stream in (self.train_stream, self.valid_stream):
-            if stream is not None:
-                stream.close()
+        for stream in filter(None, (self.train_stream, self.valid_stream)):
+            stream.close()
         self.logger.close()
 
     def count_bad_step(self, skipped: bool) -> bool:

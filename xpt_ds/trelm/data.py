@@ -88,7 +88,7 @@ def join(groups: list[Rows], seq_ids: torch.Tensor) -> dict[str, torch.Tensor]:
 class TreLMBatchStream:
     """This rank's training micro-batches for method trelm: each target MLM batch of ``mlm`` joined by the rows of
     the other objectives the current phase trains on (``use``; the trainer calls it at every phase start). Looks
-    like an MLMBatchStream to the trainer (state_dict, epoch, stream, close)."""
+    like an MLMBatchStream to the trainer (state_dict, epoch, stream, fork_workers, close)."""
 
     def __init__(self, mlm: MLMBatchStream, source: MLMBatchStream | None, corpus: PairCorpus | None,
                  pairs_per_batch: int, rank: int, world: int, source_tok: TargetTokenizer, tok: TargetTokenizer):
@@ -129,6 +129,11 @@ class TreLMBatchStream:
         if self.source is not None:
             self.source.load_state_dict({"sequences": int(sd.get("source_sequences", 0)),
                                          **({"seq_len": sd["seq_len"]} if "seq_len" in sd else {})})
+
+    def fork_workers(self) -> None:
+        self.mlm.fork_workers()
+        if self.source is not None:
+            self.source.fork_workers()
 
     def close(self) -> None:
         self.mlm.close()

@@ -1,0 +1,131 @@
+"""xpt_ds.data.workers: a stream's DataLoader workers are forked once and serve every pass, resume and rewind.
+
+A rank that forks while gloo's threads free finished collectives can leave the child deadlocked (CPython
+gh-112275, on the CI machine's Python 3.11.7). So the trainer forks every stream's workers when it is built,
+before the engine exists, and restarts the same processes afterwards: the batches must be those of a stream
+built in the calling process, and no worker may be forked once the engine is built (checked through the real
+``xpt_ds.train`` entry point, with a ZeRO-3 engine and validation after every step)."""
+import os
+
+import pytest
+import torch
+from test_data import BIG, _cfg, unique_shards  # noqa: F401 (a fixture)
+
+from conftest import REPO, base_config, read_metrics, run_main, write_config
+from xpt_ds.data.mlm import MLMBatchStream, MLMMasker, build_stream
+
+
+def _stream(shards, workers: int, single_pass: bool = False) -> MLMBatchStream:
+    cfg = _cfg(shards)
+    return MLMBatchStream(build_stream(shards, cfg, BIG), MLMMasker(cfg, BIG), 2, 0, 1, workers,
+                          single_pass=single_pass)
+
+
+def _pids(stream: MLMBatchStream) -> list[int]:
+    """The live worker processes of ``stream``."""
+    it = stream.workers._loader._iterator
+    return [w.pid for w in it._workers if w.is_alive()]
+
+
+def _same(got: list[dict], want: list[dict]) -> None:
+    for a, b in zip(got, want, strict=True):
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def _take(stream, n: int, at: int | None = None) -> list[dict]:
+    if at is not None:
+        stream.load_state_dict({"sequences": at})
+    return [next(stream) for _ in range(n)]
+
+
+def test_training_workers_forked_once_serve_the_start_a_resume_and_a_rewind(unique_shards):
+    shards, _ = unique_shards
+    plain, stream = _stream(shards, 0), _stream(shards, 2)
+    stream.fork_workers()
+    pids = _pids(stream)
+    assert len(pids) == 2 and stream.workers.forks == 1
+    try:
+        _same(_take(stream, 5, at=6), _take(plain, 5, at=6))  # a resume: the first batch is at sequence 6
+        _same(_take(stream, 3, at=2), _take(plain, 3, at=2))  # a rewind (a phase's start_from), mid-prefetch
+        _same(_take(stream, 4), _take(plain, 4))
+        assert _pids(stream) == pids and stream.workers.forks == 1
+    finally:
+        stream.close()
+    assert not any(os.path.exists(f"/proc/{p}") and open(f"/proc/{p}/stat").read().split()[2] != "Z" for p in pids)
+    _same(_take(stream, 2, at=4), _take(plain, 2, at=4))  # closed: forked again where asked
+    assert stream.workers.forks == 2
+    stream.close()
+
+
+def test_validation_workers_forked_once_give_the_same_pass_every_time(unique_shards):
+    shards, _ = unique_shards
+    plain = list(_stream(shards, 0, single_pass=True))
+    assert len(plain) > 2
+    stream = _stream(shards, 2, single_pass=True)
+    stream.fork_workers()
+    pids = _pids(stream)
+    try:
+        for _ in range(3):  # as the trainer's evaluate: rewind to 0, then to the end
+            stream.load_state_dict({"sequences": 0})
+            _same(list(stream), plain)
+        assert _pids(stream) == pids and stream.workers.forks == 1
+    finally:
+        stream.close()
+
+
+def test_workers_forked_before_their_first_batch_build_none(unique_shards, tmp_path, monkeypatch):
+    """Forked idle: a worker builds no batch until the stream asks for its first (they would come from
+    sequence 0, which a resume would then drop)."""
+    from xpt_ds.data import mlm
+    built = tmp_path / "built"
+    batch = mlm._BatchPlan.batch
+
+    def counted(plan, b):
+        with open(built, "a") as f:
+            f.write(f"{plan.first} {b}\n")
+        return batch(plan, b)
+    monkeypatch.setattr(mlm._BatchPlan, "batch", counted)
+    shards, _ = unique_shards
+    stream = _stream(shards, 2)
+    stream.fork_workers()
+    try:
+        import time
+        time.sleep(1.0)  # time to prefetch, were the workers running
+        assert not built.exists()
+        next(stream)
+    finally:
+        stream.close()
+    assert built.read_text().split("\n")[0].split()[0] == "0"
+
+
+@pytest.mark.multiproc
+def test_no_worker_is_forked_once_the_engine_is_built(tiny_roberta, corpus, tmp_path, monkeypatch):
+    """One rank under ZeRO-3 (its parameter fetches are asynchronous collectives), validation after every step,
+    both phases (a new engine at the switch): the two streams' workers are forked before the first engine, and
+    never again."""
+    from xpt_ds.data import workers
+    from xpt_ds.training import trainer
+    events = tmp_path / "events"
+
+    def note(what):
+        with open(events, "a") as f:
+            f.write(what + "\n")
+    make_loader, build_engine = workers.Workers._make_loader, trainer.build_engine
+
+    def loader(self):
+        note(f"fork {self.num_workers}")
+        return make_loader(self)
+
+    def engine(*args, **kwargs):
+        note("engine")
+        return build_engine(*args, **kwargs)
+    monkeypatch.setattr(workers.Workers, "_make_loader", loader)  # run_main forks: the patches go with it
+    monkeypatch.setattr(trainer, "build_engine", engine)
+    cfg = base_config(tmp_path / "run", tiny_roberta, corpus, deepspeed=str(REPO / "ds_configs/zero3_fp32.json"))
+    cfg["phases"] = [{**p, "steps": 2} for p in cfg["phases"]]
+    cfg["logging"].update(eval_every=1, eval_batches=0)
+    r = run_main("xpt_ds.train", ["--config", str(write_config(tmp_path / "c.yaml", cfg))])
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert events.read_text().split("\n")[:-1] == ["fork 2", "fork 2", "engine", "engine"]
+    valid = [m for m in read_metrics(tmp_path / "run").values() if "valid/loss" in m]
+    assert len(valid) >= 4  # a pass after each step: four on the same two workers

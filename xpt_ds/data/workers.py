@@ -1,0 +1,124 @@
+"""The DataLoader worker processes of a batch stream: forked once, early, and kept for the run.
+
+A rank forks its DataLoader workers. Forking while other threads of the process run is unsafe in the CPython
+releases that have gh-112275 (3.8-3.11 before 3.8.20, 3.9.20, 3.10.15 and 3.11.10, all of September 2024): the
+child deadlocks in its after-fork cleanup (``PyOS_AfterFork_Child``) when another thread held the interpreter's
+thread-list lock at the instant of the fork. A rank that trains has such threads. gloo's (``pt_gloo_runloop``)
+destroy the collectives they finished, and destroying a tensor whose Python object is gone takes the GIL from that
+thread, which creates a thread state under that lock (seen with gdb in a ZeRO-3 rank, hundreds of times a
+minute). A ZeRO-3 rank's validation worker deadlocked so, and its job with it, in 2 of 3 test-suite runs on
+Python 3.11.7.
+
+So a stream's workers are forked once (``Workers.fork``), at the end of the trainer's build: the model is built,
+the engine is not, and no collective has run for seconds. They live for the run (torch's ``persistent_workers``).
+The sequence an iteration starts at is an integer in shared memory, which a worker reads when an iteration starts;
+``Workers.run`` sets it and restarts the same processes, for a new validation pass, a resume or a rewind. Workers
+forked before it is set build nothing. A stall from any cause is still handled by ``MLMBatchStream``, which shuts
+stalled workers down and forks new ones.
+"""
+from __future__ import annotations
+
+import signal
+from itertools import count
+from typing import Callable, Iterator
+
+import torch
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+from xpt_ds.data.shards import DataError
+
+UNSET = -1  # the start of workers forked before their first iteration: they produce nothing
+
+
+class WorkerFailure:
+    """A DataError in a DataLoader worker, passed on as an item: torch would re-raise it in the main process
+    with the worker's traceback in its message (torch.utils.data._utils.ExceptionWrapper), and the user would
+    see that instead of the one line that names the shard."""
+
+    def __init__(self, message: str):
+        self.message = message
+
+
+def ignore_stop_signals(worker_id: int) -> None:
+    """DataLoader workers ignore SIGTERM, SIGUSR1 and SIGINT. A scheduler's SIGTERM (a Slurm time limit,
+    preemption, ``scancel``, ``kill -TERM`` of the process group) reaches the workers too; a worker that dies of
+    it makes torch's SIGCHLD handler raise in the rank, in the middle of the preemption checkpoint. The rank
+    alone decides to stop, and then shuts its workers down (``MLMBatchStream.close``)."""
+    for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
+
+
+class BatchDataset(IterableDataset):
+    """Batches ``plan(first).batch(b)`` for this worker's b (w, w + W, ...), ``first`` read from ``start`` when
+    an iteration starts; ``plan(first).n_batches`` ends a single pass (None: never)."""
+
+    def __init__(self, plan: Callable[[int], object], start: torch.Tensor):
+        self.plan, self.start = plan, start
+
+    def __iter__(self):
+        first = int(self.start[0])
+        if first == UNSET:
+            return
+        info = get_worker_info()
+        w, W = (info.id, info.num_workers) if info else (0, 1)
+        plan = self.plan(first)
+        stop = plan.n_batches
+        for b in count(w, W):
+            if stop is not None and b >= stop:
+                return
+            try:
+                batch = plan.batch(b)
+            except DataError as e:
+                if info is None:
+                    raise
+                yield WorkerFailure(str(e))
+                return
+            yield batch
+
+
+class Workers:
+    """``num_workers`` processes (0: the batches are built in the calling process) building the batches of
+    ``plan``; ``timeout``: seconds ``next`` waits for a batch before torch raises ``DataLoader timed out``."""
+
+    def __init__(self, plan: Callable[[int], object], num_workers: int, timeout: float,
+                 worker_init_fn: Callable[[int], None] | None = None):
+        self.start = torch.full((1,), UNSET, dtype=torch.int64)
+        if num_workers:
+            self.start.share_memory_()  # a forked worker reads what run() writes later
+        self.dataset = BatchDataset(plan, self.start)
+        self.num_workers, self.timeout, self.worker_init_fn = num_workers, timeout, worker_init_fn
+        self._loader: DataLoader | None = None
+        self.forks = 0  # times this object started worker processes
+
+    def _make_loader(self) -> DataLoader:
+        # Own generator: a DataLoader iterator otherwise draws its base seed from the global RNG, which
+        # would shift the dropout stream whenever the iterator is (re)created, e.g. after a resume.
+        # Pinned host batches: the trainer's non_blocking copy to a CUDA device is then truly asynchronous.
+        n = self.num_workers
+        return DataLoader(self.dataset, batch_size=None, num_workers=n, generator=torch.Generator(),
+                          prefetch_factor=4 if n else None, pin_memory=torch.cuda.is_available(),
+                          worker_init_fn=self.worker_init_fn if n else None, timeout=self.timeout if n else 0,
+                          persistent_workers=n > 0)
+
+    def fork(self) -> None:
+        """Start the worker processes now, idle until ``run``; nothing if they run already."""
+        if self.num_workers and self._loader is None:
+            self.start[0] = UNSET
+            self.run(UNSET)
+
+    def run(self, first: int) -> Iterator:
+        """The batches from sequence ``first`` on. The first call forks the workers (unless ``fork`` did);
+        later calls restart the same processes, which drop what they prefetched."""
+        self.start[0] = first
+        if self._loader is None:
+            self._loader = self._make_loader()
+            self.forks += self.num_workers > 0
+        return iter(self._loader)
+
+    def close(self) -> None:
+        """Shut the worker processes down (they ignore stop signals, so they wait to be told); a later ``run``
+        forks new ones."""
+        loader, self._loader = self._loader, None
+        it = getattr(loader, "_iterator", None)
+        if it is not None and hasattr(it, "_shutdown_workers"):
+            it._shutdown_workers()
