@@ -419,6 +419,32 @@ def test_shards_named_by_path_are_checked_against_the_manifest_beside_them(tmp_p
     assert expand_shards([str(tmp_path / other)], tok) == [str(tmp_path / other)]
 
 
+def test_a_shard_named_by_path_is_checked_against_what_the_manifest_beside_it_records(tmp_path, corpus):
+    """Given by path or brace pattern, a shard its manifest lists gets the manifest's counts and sha256, as through
+    MANIFEST:split (and the tokenizer check already): a changed byte is found; a copy no manifest lists is not."""
+    import shutil
+    from xpt_ds.data.mlm import manifest_counts
+    data = tmp_path / "corpus"
+    shutil.copytree(corpus, data)
+    tok = build_tokenizer(str(data / "spm.model"))
+    through = manifest_counts([f"{data}/manifest.json:train", f"{data}/manifest.json:valid"])
+    names = json.loads((data / "manifest.json").read_text())["splits"]["train"]["shards"]
+    first = str(data / names[0])
+    pattern = str(data / names[0]).replace("000000", "{000000..000001}")  # the first and a shard not made
+    assert manifest_counts([first, str(data / names[-1])]) == {p: through[p] for p in (first, str(data / names[-1]))}
+    assert manifest_counts([pattern]) == {first: through[first]} and through[first][2]
+    shutil.copy(first, tmp_path / "copy.tar")
+    assert manifest_counts([str(tmp_path / "copy.tar")]) == {}
+    idx = scan_shard(first)
+    with open(first, "r+b") as f:  # document 0's first id becomes another ordinary id
+        f.seek(int(idx.offsets[0]))
+        was = int(np.frombuffer(f.read(2), np.uint16)[0])
+        f.seek(int(idx.offsets[0]))
+        f.write(np.array([10 if was != 10 else 11], np.uint16).tobytes())
+    with pytest.raises(DataError, match=f"corrupt shard {first}: its sha256 is not the {through[first][2][:12]}"):
+        build_stream(expand_shards([first], tok), _cfg([first]), tok, expected=manifest_counts([first]))
+
+
 def test_a_byte_changed_inside_a_manifest_shard_is_found_by_its_sha256(tmp_path, corpus):
     """A changed id that stays in the vocabulary and is no special id passes every other check (counts, tar, ids):
     the manifest's per-shard sha256 finds it; a manifest written before it (no shard_sha256) cannot."""

@@ -91,41 +91,60 @@ def expand_shards(specs: list[str], tok: TargetTokenizer | None = None) -> list[
     return out
 
 
+def _beside_manifest(folder: Path) -> tuple[dict, set[str]] | None:
+    """(the manifest in ``folder``, the shard names it lists), or None where there is none readable."""
+    try:
+        meta = json.loads((folder / "manifest.json").read_text())
+        return meta, {name for split in meta["splits"].values() for name in split["shards"]}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
 def _check_beside_manifest(paths: list[str], tok: TargetTokenizer) -> None:
     """Shards named by path, not through their manifest: the manifest beside them, when it lists them, is read
     for the tokenizer it records, so shards of another tokenizer fail by path too (other shards: no record)."""
     for folder in dict.fromkeys(Path(p).parent for p in paths):
-        manifest = folder / "manifest.json"
-        try:
-            meta = json.loads(manifest.read_text())
-            listed = {name for split in meta["splits"].values() for name in split["shards"]}
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            continue
-        if any(Path(p).name in listed for p in paths if Path(p).parent == folder):
-            _check_manifest_tokenizer(manifest, meta, tok)
+        found = _beside_manifest(folder)
+        if found and any(Path(p).name in found[1] for p in paths if Path(p).parent == folder):
+            _check_manifest_tokenizer(folder / "manifest.json", found[0], tok)
 
 
 def manifest_counts(specs: list[str]) -> dict[str, tuple]:
-    """Shard path -> (documents, tokens, sha256 or None) the manifests among ``specs`` record: per shard
-    (``shard_documents``/``shard_tokens``/``shard_sha256``), or the split's totals when the split has one shard
-    (manifests written before per-shard counts). Manifests written before ``shard_sha256`` give None."""
+    """Shard path -> (documents, tokens, sha256 or None) the manifests among ``specs`` record; for shards named
+    by path, the manifest beside them records them where it lists them (the tokenizer check's manifest)."""
     counts = {}
     for spec in specs:
         path, _, split = spec.partition(".json:")
-        if not split:
+        if split:
+            manifest = Path(path + ".json")
+            counts.update(_split_counts(manifest, split, json.loads(manifest.read_text())["splits"][split]))
             continue
-        manifest = Path(path + ".json")
-        entry = json.loads(manifest.read_text())["splits"][split]
-        shards = [str(manifest.parent / s) for s in entry["shards"]]
-        digests = entry.get("shard_sha256", [None] * len(shards))
-        if not isinstance(digests, list) or len(digests) != len(shards):
-            raise ConfigError(f"manifest {manifest}: splits.{split}.shard_sha256 must list one sha256 per shard "
-                              f"({len(shards)}), got {str(digests)[:80]}")
-        if "shard_documents" in entry and "shard_tokens" in entry:
-            counts.update(zip(shards, zip(entry["shard_documents"], entry["shard_tokens"], digests)))
-        elif len(shards) == 1 and "documents" in entry and "tokens" in entry:
-            counts[shards[0]] = (entry["documents"], entry["tokens"], digests[0])
+        paths = list(braceexpand.braceexpand(spec))
+        for folder in dict.fromkeys(Path(p).parent for p in paths):
+            if (found := _beside_manifest(folder)) is None:
+                continue
+            listed = {}
+            for name, entry in found[0]["splits"].items():
+                listed.update(_split_counts(folder / "manifest.json", name, entry))
+            counts.update({p: listed[str(folder / Path(p).name)] for p in paths
+                           if Path(p).parent == folder and str(folder / Path(p).name) in listed})
     return counts
+
+
+def _split_counts(manifest: Path, split: str, entry: dict) -> dict[str, tuple]:
+    """What one split records per shard: ``shard_documents``/``shard_tokens``/``shard_sha256``, or the split's
+    totals when it has one shard (manifests written before per-shard counts). Manifests written before
+    ``shard_sha256`` give None for it."""
+    shards = [str(manifest.parent / s) for s in entry["shards"]]
+    digests = entry.get("shard_sha256", [None] * len(shards))
+    if not isinstance(digests, list) or len(digests) != len(shards):
+        raise ConfigError(f"manifest {manifest}: splits.{split}.shard_sha256 must list one sha256 per shard "
+                          f"({len(shards)}), got {str(digests)[:80]}")
+    if "shard_documents" in entry and "shard_tokens" in entry:
+        return dict(zip(shards, zip(entry["shard_documents"], entry["shard_tokens"], digests)))
+    if len(shards) == 1 and "documents" in entry and "tokens" in entry:
+        return {shards[0]: (entry["documents"], entry["tokens"], digests[0])}
+    return {}
 
 
 def shuffle_buffer(ids: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
