@@ -19,8 +19,8 @@ from xpt_ds.data.shards import DataError, document_extrema, scan_shard
 from xpt_ds.data.tokenizer import build_tokenizer
 
 
-def _shards(manifest) -> list:
-    return [manifest.parent / s for s in json.loads(manifest.read_text())["splits"]["train"]["shards"]]
+def _shards(manifest, split: str = "train") -> list:
+    return [manifest.parent / s for s in json.loads(manifest.read_text())["splits"][split]["shards"]]
 
 
 def _equal(a: dict, b: dict) -> bool:
@@ -144,13 +144,13 @@ def test_a_trelm_run_skips_and_counts_a_corrupt_parallel_shard(tmp_path, source_
     assert read_metrics(tmp_path / "run")[2]["data/skipped_shards"] == 1
 
 
-def _check_streams(rank: int, store: str, problem: str | None, skipped: list[str], out) -> None:
+def _check_streams(rank: int, store: str, problem: str | None, skipped: list[str], layouts: dict, out) -> None:
     import torch.distributed as dist
 
     from xpt_ds.training.guards import check_streams_agree
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
     try:
-        check_streams_agree(None if problem is None else DataError(problem), skipped)
+        check_streams_agree(None if problem is None else DataError(problem), skipped, layouts)
         out.put((rank, None))
     except DataError as e:
         out.put((rank, str(e)))
@@ -158,16 +158,22 @@ def _check_streams(rank: int, store: str, problem: str | None, skipped: list[str
         dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("rank1", [(None, ["b.tar", "a.tar"]), (None, ["a.tar"]), ("x.tar: truncated", [])],
-                         ids=["same", "different", "one-rank-failed"])
+LAYOUTS = {"a.tar": (4, 100, "0f"), "b.tar": (3, 90, "1e")}
+
+
+@pytest.mark.parametrize("rank1", [(None, ["b.tar", "a.tar"], LAYOUTS), (None, ["a.tar"], LAYOUTS),
+                                   ("x.tar: truncated", [], {}), (None, ["a.tar", "b.tar"],
+                                                                  {**LAYOUTS, "b.tar": (3, 91, "2d")})],
+                         ids=["same", "different", "one-rank-failed", "another-copy"])
 def test_ranks_whose_streams_differ_stop_together(tmp_path, rank1):
-    """Skipped shards compared across ranks; a rank that could not build its streams (a file that differs on its
-    node) stops the others with its line, at once, instead of leaving them in the next collective."""
+    """Skipped shards and each shard's layout compared across ranks; a rank that could not build its streams (a
+    file that differs on its node) stops the others with its line, at once, instead of leaving them in the next
+    collective; a shard read differently on one rank (its node's copy differs) stops them all, naming it."""
     import multiprocessing
     ctx = multiprocessing.get_context("fork")
     out = ctx.Queue()
     procs = [ctx.Process(target=_check_streams, args=(r, str(tmp_path / "store"), *args, out))
-             for r, args in enumerate([(None, ["a.tar", "b.tar"]), rank1])]
+             for r, args in enumerate([(None, ["a.tar", "b.tar"], LAYOUTS), rank1])]
     for p in procs:
         p.start()
     results = dict(out.get(timeout=60) for _ in procs)
@@ -175,8 +181,38 @@ def test_ranks_whose_streams_differ_stop_together(tmp_path, rank1):
         p.join(timeout=60)
     if rank1[0] is not None:
         assert results == {0: "rank 1 could not build its data streams: x.tar: truncated", 1: "x.tar: truncated"}
+    elif rank1[2] != LAYOUTS:
+        want = ("shard b.tar reads differently on rank 1 (3 documents, 91 tokens) than on rank 0 (3 documents, 90 "
+                "tokens): every rank must read the same files")
+        assert results[0] == results[1] and results[0].startswith(want), results
     elif len(rank1[1]) == 2:
         assert results == {0: None, 1: None}
     else:
         want = "ranks skipped different corrupt shards: rank 0 skipped ['a.tar', 'b.tar'], rank 1 skipped ['a.tar']"
         assert results[0] == results[1] and results[0].startswith(want), results
+
+
+def test_the_layout_the_ranks_compare_covers_every_shard_a_run_reads(tmp_path, source_dir, corpus_bert):  # noqa: F811
+    """shard_layouts names the target, validation and parallel shards of a TreLM run, each with its scan's
+    documents and tokens; another copy of a shard under the same name (a node's other version of the corpus,
+    no manifest record to check it against) has another layout."""
+    from xpt_ds.data.shards import layout
+    from xpt_ds.training.guards import shard_layouts
+    manifest, _ = _write_parallel(tmp_path / "par", corpus_bert)
+    trelm = _stream(_train_cfg(tmp_path, source_dir, corpus_bert, manifest))
+    tok = build_tokenizer(str(corpus_bert / "spm.model"))
+    valid_shards = _shards(corpus_bert / "manifest.json", "valid")
+    cfg = DataConfig(train_shards=[str(s) for s in valid_shards], seq_len=32, num_workers=0)
+    valid = MLMBatchStream(build_stream([str(s) for s in valid_shards], cfg, tok), MLMMasker(cfg, tok), 2, 0, 1, 0)
+    got = shard_layouts(trelm, valid, None)
+    train = [str(s) for s in _shards(corpus_bert / "manifest.json")]
+    assert set(got) == {*train, *map(str, valid_shards), *map(str, _shards(manifest))}
+    idx = scan_shard(train[0])
+    assert got[train[0]] == layout(idx) and got[train[0]][:2] == (len(idx.lengths), idx.tokens)
+    pair = scan_pair_shard(str(_shards(manifest)[0]))
+    assert got[str(_shards(manifest)[0])][:2] == (len(pair.src.lengths), sum(i.tokens for i in
+                                                                             (pair.src, pair.tgt, pair.t2s, pair.s2t)))
+    other = tmp_path / "other" / "train.tar"  # the validation shard's bytes under a training shard's name
+    other.parent.mkdir()
+    shutil.copyfile(valid_shards[0], other)
+    assert layout(scan_shard(str(other))) != layout(idx)

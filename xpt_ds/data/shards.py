@@ -8,6 +8,7 @@ shard made with another tokenizer fails the scan, or is skipped, before training
 """
 from __future__ import annotations
 
+import hashlib
 import io
 import logging
 import os
@@ -45,6 +46,17 @@ class ShardIndex:
     @property
     def tokens(self) -> int:
         return int(self.lengths.sum())
+
+
+def layout(*indexes: ShardIndex) -> tuple[int, int, str]:
+    """(documents, tokens, a digest of the document offsets, lengths and largest id) of one shard, read through
+    ``indexes`` (a parallel shard: its four): what every rank's scan of that shard must agree on, as the data
+    layout, hence every rank's position in it, follows from it."""
+    h = hashlib.blake2b(digest_size=8)
+    for idx in indexes:
+        h.update(idx.offsets.astype(np.int64).tobytes() + idx.lengths.astype(np.int64).tobytes())
+        h.update(str(idx.max_id).encode())
+    return len(indexes[0].lengths), sum(idx.tokens for idx in indexes), h.hexdigest()
 
 
 def _documents(path: str, offsets: np.ndarray, lengths: np.ndarray, dtype: np.dtype):

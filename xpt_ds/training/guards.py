@@ -1,8 +1,9 @@
 """Guards on a running job: non-finite steps are skipped and counted, and too many in a row halt the run after a
 checkpoint; loss spikes get a warning; on a multi-rank run, a step far slower than usual gets a "slow step" line
 naming the rank that waited longest for data (rate-limited: on one rank, or on a busy machine, such lines are
-noise). Before training, the ranks check that every one built its data streams and that they skipped the same
-corrupt shards; before every save, that the weights are finite (``weights_finite``).
+noise). Before training, the ranks check that every one built its data streams, that they skipped the same
+corrupt shards and that every shard reads the same on each; before every save, that the weights are finite
+(``weights_finite``).
 
 DeepSpeed's ZeRO optimizers (stages 1-3, fp32 and bf16) already skip a step whose global gradient norm is NaN or
 inf, which is also what a NaN loss produces, and count it in ``engine.skipped_steps``. The norm is global, so
@@ -20,35 +21,66 @@ import deepspeed
 import torch
 import torch.distributed as dist
 
-from xpt_ds.data.shards import DataError
+from xpt_ds.data.shards import DataError, layout
 from xpt_ds.errors import error_line
 
 HALTED_EXIT_CODE = 3  # not 124: a halted job must not be requeued
 
 
-def check_streams_agree(problem: Exception | None, skipped: list[str]) -> None:
+def skipped_shards(train) -> list[str]:
+    """The corrupt shards left out (data.on_corrupt_shard: skip) of the training stream: target MLM, TreLM's
+    English MLM and its parallel shards."""
+    source, corpus = getattr(train, "source", None), getattr(train, "corpus", None)
+    return (list(train.stream.skipped) + (list(source.stream.skipped) if source is not None else [])
+            + (list(corpus.skipped) if corpus is not None else []))
+
+
+def shard_layouts(*streams) -> dict[str, tuple[int, int, str]]:
+    """Shard path -> ``shards.layout`` of every shard the streams (None: none) read."""
+    out = {}
+    for stream in filter(None, streams):
+        for mlm in filter(None, (getattr(stream, "mlm", stream), getattr(stream, "source", None))):
+            out.update((idx.path, layout(idx)) for idx in mlm.stream.indexes)
+        if (corpus := getattr(stream, "corpus", None)) is not None:
+            out.update((p.src.path, layout(p.src, p.tgt, p.t2s, p.s2t)) for p in corpus.shards)
+    return out
+
+
+def check_streams_agree(problem: Exception | None, skipped: list[str],
+                        layouts: dict[str, tuple[int, int, str]] | None = None) -> None:
     """Every rank builds its data streams and scans the shards itself; the same bytes give the same verdict, but
     a file that differs between nodes or a read error on one rank would fail that rank alone (``problem``, while
     the others went on into the next collective, to fail there with a traceback or wait until its timeout) or
-    give the ranks different corpora, hence different data layouts and positions. One all_gather of each rank's
-    problem and skipped names: a problem on any rank, or a difference, stops every rank with one line."""
+    give the ranks different corpora, hence different data layouts and positions: a node whose copy of the corpus
+    differs (another version, no manifest record to check it against) would read other documents at the same
+    positions, unnoticed. One all_gather of each rank's problem, skipped names and ``layouts``
+    (``shard_layouts``): a problem on any rank, or a difference, stops every rank with one line."""
     world = dist.get_world_size() if dist.is_initialized() else 1
     if world == 1:
         if problem is not None:
             raise problem
         return
     every = [None] * world
-    dist.all_gather_object(every, (None if problem is None else error_line(problem), sorted(skipped)))
-    failed = [r for r, (line, _) in enumerate(every) if line is not None]
+    mine = (None if problem is None else error_line(problem), sorted(skipped), layouts or {})
+    dist.all_gather_object(every, mine)
+    failed = [r for r, (line, _, _) in enumerate(every) if line is not None]
     if problem is not None:
         raise problem
     if failed:
         raise DataError(f"rank {failed[0]} could not build its data streams: {every[failed[0]][0]}")
-    differ = [r for r, (_, names) in enumerate(every) if names != every[0][1]]
+    differ = [r for r, (_, names, _) in enumerate(every) if names != every[0][1]]
     if differ:
         r = differ[0]
         raise DataError(f"ranks skipped different corrupt shards: rank 0 skipped {every[0][1] or 'none'}, rank {r} "
                         f"skipped {every[r][1] or 'none'}; the shards must read the same on every rank")
+    first = every[0][2]
+    for r, (_, _, theirs) in enumerate(every):
+        path = next((p for p in sorted(first.keys() | theirs.keys()) if first.get(p) != theirs.get(p)), None)
+        if path is not None:
+            (d0, t0, _), (d, t, _) = first.get(path, (0, 0, "")), theirs.get(path, (0, 0, ""))
+            raise DataError(f"shard {path} reads differently on rank {r} ({d} documents, {t} tokens) than on rank 0 "
+                            f"({d0} documents, {t0} tokens): every rank must read the same files (does a node hold "
+                            "another copy of the corpus?)")
 
 
 def config_difference(configs: list[dict]) -> str | None:

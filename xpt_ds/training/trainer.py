@@ -46,6 +46,8 @@ from xpt_ds.training.guards import (
     SlowSteps,
     SpikeDetector,
     check_streams_agree,
+    shard_layouts,
+    skipped_shards,
     weights_finite,
 )
 from xpt_ds.training.preemption import Preempted, PreemptionWatcher
@@ -86,7 +88,8 @@ class Trainer:
             problem = None
         except (UserError, OSError) as e:
             problem = e
-        check_streams_agree(problem, [] if problem else self.skipped_shards())
+        check_streams_agree(problem, [] if problem else skipped_shards(self.train_stream),
+                            {} if problem else shard_layouts(self.train_stream, self.valid_stream))
         self.resume_tag = checkpoint.resolve_tag(self.ckpt_root, cfg.checkpoint.resume)
         self.resume_client = None if self.resume_tag is None else checkpoint.read_client_state(
             self.ckpt_root, self.resume_tag, cfg.checkpoint.allow_pickle)
@@ -143,14 +146,6 @@ class Trainer:
                                                    self.hf_config.xpt_trelm_source_vocab_size, self.rank, self.world)
         self.cdlm_valid = None if not isinstance(self.train_stream, TreLMBatchStream) else build_cdlm_validation(
             cfg, self.train_stream.source_tok, self.tok, self.rank, self.world)  # data.parallel_valid_shards
-
-    def skipped_shards(self) -> list[str]:
-        """The corrupt shards left out (data.on_corrupt_shard: skip) of every training stream: target MLM,
-        TreLM's English MLM and its parallel shards."""
-        stream = self.train_stream
-        source, corpus = getattr(stream, "source", None), getattr(stream, "corpus", None)
-        return (list(stream.stream.skipped) + (list(source.stream.skipped) if source is not None else [])
-                + (list(corpus.skipped) if corpus is not None else []))
 
     def setup(self) -> None:
         tag = self.resume_tag
@@ -369,7 +364,7 @@ class Trainer:
             window.flops / max(seconds, 1e-9) / (self.peak * self.world),
             "train/phase": float(self.state.phase_index), "train/step": float(self.state.global_step),
             "train/epoch": float(self.train_stream.epoch),
-            "data/skipped_shards": float(len(self.skipped_shards())),
+            "data/skipped_shards": float(len(skipped_shards(self.train_stream))),
             "train/skipped_steps": float(self.bad_steps.total),
             "train/tokens_seen": float(self.state.tokens_seen)})
         self.write_status("running")
