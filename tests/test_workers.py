@@ -9,7 +9,10 @@ import os
 
 import pytest
 import torch
+import yaml
 from test_data import BIG, _cfg, unique_shards  # noqa: F401 (a fixture)
+from test_trelm import source_dir  # noqa: F401 (a fixture)
+from test_trelm_phases import english  # noqa: F401 (a fixture)
 
 from conftest import REPO, base_config, read_metrics, run_main, write_config
 from xpt_ds.data.mlm import MLMBatchStream, MLMMasker, build_stream
@@ -98,19 +101,16 @@ def test_workers_forked_before_their_first_batch_build_none(unique_shards, tmp_p
     assert built.read_text().split("\n")[0].split()[0] == "0"
 
 
-@pytest.mark.multiproc
-def test_no_worker_is_forked_once_the_engine_is_built(tiny_roberta, corpus, tmp_path, monkeypatch):
-    """One rank under ZeRO-3 (its parameter fetches are asynchronous collectives), validation after every step,
-    both phases (a new engine at the switch): the two streams' workers are forked before the first engine, and
-    never again."""
+def _record(monkeypatch, events):
+    """Patches (run_main forks: they go with it) that write each start of worker processes and each engine
+    build to ``events``, in order."""
     from xpt_ds.data import workers
     from xpt_ds.training import trainer
-    events = tmp_path / "events"
+    make_loader, build_engine = workers.Workers._make_loader, trainer.build_engine
 
     def note(what):
         with open(events, "a") as f:
             f.write(what + "\n")
-    make_loader, build_engine = workers.Workers._make_loader, trainer.build_engine
 
     def loader(self):
         note(f"fork {self.num_workers}")
@@ -119,13 +119,40 @@ def test_no_worker_is_forked_once_the_engine_is_built(tiny_roberta, corpus, tmp_
     def engine(*args, **kwargs):
         note("engine")
         return build_engine(*args, **kwargs)
-    monkeypatch.setattr(workers.Workers, "_make_loader", loader)  # run_main forks: the patches go with it
+    monkeypatch.setattr(workers.Workers, "_make_loader", loader)
     monkeypatch.setattr(trainer, "build_engine", engine)
+
+
+@pytest.mark.multiproc
+def test_no_worker_is_forked_once_the_engine_is_built(tiny_roberta, corpus, tmp_path, monkeypatch):
+    """One rank under ZeRO-3 (its parameter fetches are asynchronous collectives), validation after every step,
+    both phases (a new engine at the switch): the two streams' workers are forked before the first engine, and
+    never again."""
+    _record(monkeypatch, tmp_path / "events")
     cfg = base_config(tmp_path / "run", tiny_roberta, corpus, deepspeed=str(REPO / "ds_configs/zero3_fp32.json"))
     cfg["phases"] = [{**p, "steps": 2} for p in cfg["phases"]]
     cfg["logging"].update(eval_every=1, eval_batches=0)
     r = run_main("xpt_ds.train", ["--config", str(write_config(tmp_path / "c.yaml", cfg))])
     assert r.returncode == 0, r.stderr[-3000:]
-    assert events.read_text().split("\n")[:-1] == ["fork 2", "fork 2", "engine", "engine"]
+    assert (tmp_path / "events").read_text().split("\n")[:-1] == ["fork 2", "fork 2", "engine", "engine"]
     valid = [m for m in read_metrics(tmp_path / "run").values() if "valid/loss" in m]
     assert len(valid) >= 4  # a pass after each step: four on the same two workers
+
+
+@pytest.mark.multiproc
+def test_a_trelm_run_forks_its_english_stream_with_the_target_one(tmp_path, source_dir, corpus_bert, english,  # noqa: F811
+                                                                   monkeypatch):
+    """TreLM's shipped four-phase graph (English MLM beside the target's, branches that rewind the streams to
+    where 'common' ended) with 2 workers per stream: both streams fork before the first engine, never after."""
+    from test_trelm import _write_parallel
+    from test_trelm_phases import _three_phase
+    _record(monkeypatch, tmp_path / "events")
+    parallel, _ = _write_parallel(tmp_path / "par", corpus_bert)
+    config = _three_phase(tmp_path / "run", source_dir, corpus_bert, english, parallel)
+    cfg = yaml.safe_load(config.read_text())
+    cfg["data"]["num_workers"] = 2
+    config.write_text(yaml.safe_dump(cfg))
+    r = run_main("xpt_ds.train", ["--config", str(config)])
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "phase 'x_en' starts at global step 4 from the end of 'common'" in r.stderr
+    assert (tmp_path / "events").read_text().split("\n")[:-1] == ["fork 2", "fork 2"] + ["engine"] * 4
