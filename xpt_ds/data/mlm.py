@@ -327,10 +327,10 @@ class MLMBatchStream:
     """This rank's micro-batches: infinite for training, one pass over epoch 0 for validation.
 
     The batches are built in ``num_workers`` DataLoader worker processes (``xpt_ds.data.workers``), forked once:
-    by ``fork_workers``, which the trainer calls once its streams and model are built, or else at the first batch. A new pass,
-    a resume or a rewind restarts the same processes at the stream's sequence, its whole state. Workers that deliver
-    no batch for ``worker_timeout_s`` are shut down and forked again at that sequence, which gives the same batches:
-    seen when CPython deadlocked a worker forked mid-run (gh-112275, ``xpt_ds.data.workers``).
+    by ``fork_workers``, which the trainer calls at the end of its build, or else at the first batch. A new pass, a
+    resume or a rewind restarts the same processes at the stream's sequence, its whole state. Workers that deliver
+    no batch for ``worker_timeout_s`` are shut down and forked again at that sequence, which gives the same
+    batches: seen when CPython deadlocked a worker forked mid-run (gh-112275, ``xpt_ds.data.workers``).
     """
 
     worker_timeout_s = 120.0  # tests lower it

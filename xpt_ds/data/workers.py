@@ -9,8 +9,9 @@ thread, which creates a thread state under that lock (seen with gdb in a ZeRO-3 
 minute). A ZeRO-3 rank's validation worker deadlocked so, and its job with it, in 2 of 3 test-suite runs on
 Python 3.11.7.
 
-So a stream's workers are forked once (``Workers.fork``), at the end of the trainer's build: the model is built,
-the engine is not, and no collective has run for seconds. They live for the run (torch's ``persistent_workers``).
+So a stream's workers are forked once (``Workers.fork``), at the end of the trainer's build: the engine does not
+exist yet, and the build's own collectives (a few small agreements between ranks) ended before the model was
+built. They live for the run (torch's ``persistent_workers``).
 The sequence an iteration starts at is an integer in shared memory, which a worker reads when an iteration starts;
 ``Workers.run`` sets it and restarts the same processes, for a new validation pass, a resume or a rewind. Workers
 forked before it is set build nothing. A stall from any cause is still handled by ``MLMBatchStream``, which shuts
@@ -103,7 +104,6 @@ class Workers:
     def fork(self) -> None:
         """Start the worker processes now, idle until ``run``; nothing if they run already."""
         if self.num_workers and self._loader is None:
-            self.start[0] = UNSET
             self.run(UNSET)
 
     def run(self, first: int) -> Iterator:
