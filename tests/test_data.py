@@ -254,6 +254,24 @@ def test_a_special_id_in_a_shard_is_corruption(tmp_path, unique_shards):
     assert first_special(str(raw), offsets[:1], lengths[:1], np.dtype(np.uint16), BIG.not_in_shards) is None
 
 
+@pytest.mark.parametrize("dtype", [np.uint16, np.uint32])
+def test_the_special_id_search_finds_the_first_document_for_any_ids(tmp_path, dtype):
+    """uint16 shards are searched through a table of every uint16, uint32 ones id by id: ids a dtype cannot hold
+    (XLM-R's mask 250001 in a uint16 shard) find nothing, and never fail."""
+    rng = np.random.default_rng(0)
+    docs = [rng.integers(10, 60000, 50) for _ in range(6)]
+    docs[3][7], docs[5][0] = 5, 7
+    shard = _write_shard(tmp_path / "s.tar", docs, dtype=dtype)
+    idx = scan_shard(shard)
+    for ids, want in [((5, 7), (3, 5)), ((7, 250001), (5, 7)), ((250001,), None), ((0, 1, 2), None),
+                      ((int(docs[0][0]),), (0, int(docs[0][0])))]:
+        assert first_special(shard, idx.offsets, idx.lengths, idx.dtype, ids) == want, ids
+    if dtype == np.uint32:
+        wide = _write_shard(tmp_path / "w.tar", [np.array([10, 20]), np.array([30, 250001])], dtype=dtype)
+        w = scan_shard(wide)
+        assert first_special(wide, w.offsets, w.lengths, w.dtype, (0, 250001)) == (1, 250001)
+
+
 def test_an_out_of_vocabulary_id_in_a_manifest_shard_is_corruption_and_all_skipped_is_named(unique_shards):
     """A shard its manifest lists was made with the run's tokenizer (the manifest's sha256 was checked), so an id
     outside the vocabulary there is a changed byte, not another tokenizer; and when every shard is skipped the
