@@ -13,6 +13,7 @@ skip nothing for a bf16 model under ``bf16.check_grad_overflow: false`` (ds_conf
 """
 from __future__ import annotations
 
+import hashlib
 import statistics
 from collections import deque
 from dataclasses import dataclass
@@ -53,16 +54,19 @@ def check_streams_agree(problem: Exception | None, skipped: list[str],
     the others went on into the next collective, to fail there with a traceback or wait until its timeout) or
     give the ranks different corpora, hence different data layouts and positions: a node whose copy of the corpus
     differs (another version, no manifest record to check it against) would read other documents at the same
-    positions, unnoticed. One all_gather of each rank's problem, skipped names and ``layouts``
-    (``shard_layouts``): a problem on any rank, or a difference, stops every rank with one line."""
+    positions, unnoticed. One all_gather of each rank's problem, skipped names and a digest of its ``layouts``
+    (``shard_layouts``), and a second of the layouts themselves only where the digests differ (a job's ranks each
+    receive every rank's: kilobytes per rank, not the layouts of thousands of shards): a problem on any rank, or a
+    difference, stops every rank with one line."""
     world = dist.get_world_size() if dist.is_initialized() else 1
     if world == 1:
         if problem is not None:
             raise problem
         return
+    layouts = layouts or {}
+    digest = hashlib.sha256(repr(sorted(layouts.items())).encode()).hexdigest()
     every = [None] * world
-    mine = (None if problem is None else error_line(problem), sorted(skipped), layouts or {})
-    dist.all_gather_object(every, mine)
+    dist.all_gather_object(every, (None if problem is None else error_line(problem), sorted(skipped), digest))
     failed = [r for r, (line, _, _) in enumerate(every) if line is not None]
     if problem is not None:
         raise problem
@@ -73,8 +77,11 @@ def check_streams_agree(problem: Exception | None, skipped: list[str],
         r = differ[0]
         raise DataError(f"ranks skipped different corrupt shards: rank 0 skipped {every[0][1] or 'none'}, rank {r} "
                         f"skipped {every[r][1] or 'none'}; the shards must read the same on every rank")
-    first = every[0][2]
-    for r, (_, _, theirs) in enumerate(every):
+    if all(d == digest for _, _, d in every):
+        return
+    dist.all_gather_object(every, layouts)  # every rank is here: each saw the same digests
+    first = every[0]
+    for r, theirs in enumerate(every):
         path = next((p for p in sorted(first.keys() | theirs.keys()) if first.get(p) != theirs.get(p)), None)
         if path is not None:
             (d0, t0, _), (d, t, _) = first.get(path, (0, 0, "")), theirs.get(path, (0, 0, ""))
