@@ -213,6 +213,26 @@ def test_trelm_and_a_non_random_embedding_start_run_a_phase(tmp_path, tiny_rober
     assert all(torch.isfinite(torch.tensor(r["train/loss"])) for r in rows.values() if "train/loss" in r)
 
 
+def test_worker_processes_with_pinned_batches_train_the_same_bits(straight, tmp_path):
+    """The straight run (0 workers) with 2 DataLoader workers per stream, forked before the engine, restarted in
+    place for every validation pass (after each step here) and pinned for the asynchronous copy to the GPU
+    (``xpt_ds.data.workers``): the same losses, validation losses and final weights, bit for bit."""
+    cfg = yaml.safe_load((straight / "cfg.yaml").read_text())
+    cfg["run_dir"] = str(tmp_path / "run")
+    cfg["data"]["num_workers"] = 2
+    cfg["logging"]["eval_every"] = 1
+    train(tmp_path, cfg)
+    want, got = read_metrics(straight / "run"), read_metrics(tmp_path / "run")
+    valid = {s: r["valid/loss"] for s, r in want.items() if "valid/loss" in r}
+    report("workers", {"losses": losses(tmp_path / "run"), "valid_steps": sorted(valid)})
+    assert losses(tmp_path / "run") == losses(straight / "run")
+    assert valid and all(got[s]["valid/loss"] == v for s, v in valid.items())
+    assert sum("valid/loss" in r for r in got.values()) == 2 * STEPS  # a pass after every step
+    a = load_checkpoint_fp32(straight / "run/checkpoints", tag_for(2 * STEPS))
+    b = load_checkpoint_fp32(tmp_path / "run/checkpoints", tag_for(2 * STEPS))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
 @pytest.mark.skipif(ON_CPU, reason="torch.compile is measured on the GPU; on the CPU it takes minutes per run")
 def test_compile_trains_like_eager(straight, tmp_path, tiny_roberta, corpus):
     """``compile: true`` compiles the layers and the head in place: same parameter names and checkpoints, and the
