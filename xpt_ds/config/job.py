@@ -126,7 +126,9 @@ class DataConfig:
     seed: int = doc(0, "Seed for shard order, document shuffling and masking.")
     shuffle_docs: int = doc(10000, "Shuffle-buffer size in documents (after shuffling the shard order); <= 1 disables.")
     doc_separator: bool = doc(True, "Put the sep token between packed documents (RoBERTa full-sentences).")
-    num_workers: int = doc(2, "DataLoader worker processes per rank (0 = read in the training process).")
+    num_workers: int = doc(2, "DataLoader worker processes per rank and stream (training, validation, TreLM's "
+                              "English), forked once before training and kept for the run (0 = read in the "
+                              "training process).")
     on_corrupt_shard: str = doc("fail", "A corrupt shard is 'fail' (stop, naming it) or 'skip' (logged and counted).")
     train_tokens: int = doc(0, "Use only the first N tokens of the training corpus, in the fixed document order of "
                                "data.seed (pieces plus separators; the last document is cut), the same subset every "
