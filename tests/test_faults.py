@@ -172,6 +172,35 @@ def test_one_rank_whose_streams_fail_stops_every_rank_at_once(tmp_path, tiny_rob
     assert "Traceback" not in proc.stderr
 
 
+def _mount_namespaces() -> bool:
+    return subprocess.run(["unshare", "--mount", "--propagation", "private", "true"], capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not _mount_namespaces(), reason="needs mount namespaces (unshare --mount: root in a container)")
+def test_a_node_whose_copy_of_a_shard_differs_stops_every_rank_naming_it(tmp_path, tiny_roberta, corpus):
+    """Rank 1 reads its own copy of the shards' folder (tests/other_copy_on_rank1.py: a bind mount in a mount
+    namespace of its own), in which the training shard, named by path, is another shard: readable, with no
+    manifest beside it to check it against. Every rank stops with one line naming the shard and both layouts,
+    before the model is built. Before, the ranks trained on different data layouts, unnoticed."""
+    shards, other = tmp_path / "shards", tmp_path / "other"
+    shutil.copytree(corpus, shards)
+    other.mkdir()
+    name = json.loads((corpus / "manifest.json").read_text())["splits"]["train"]["shards"][0]
+    valid = json.loads((corpus / "manifest.json").read_text())["splits"]["valid"]["shards"][0]
+    shutil.copyfile(corpus / valid, other / name)  # another shard under the training shard's name
+    cfg = base_config(tmp_path / "run", tiny_roberta, corpus)
+    cfg["data"]["train_shards"] = [str(shards / name)]
+    cmd, env = _command([], 2, {"SHARDS": str(shards), "OTHER_COPY": str(other)}, launcher="deepspeed")
+    cmd = [*cmd[:cmd.index("--module")], str(REPO / "tests/other_copy_on_rank1.py"),
+           "--config", str(write_config(tmp_path / "c.yaml", cfg))]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=240, check=False)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    lines = [line for line in proc.stderr.splitlines() if "error: " in line]
+    want = f"error: shard {shards / name} reads differently on rank 1 ("
+    assert len(lines) == 1 and want in lines[0] and "than on rank 0 (" in lines[0], lines  # the same line: once
+    assert "Traceback" not in proc.stderr and not (tmp_path / "run/checkpoints").exists()
+
+
 def test_a_rollback_starts_a_branch_that_a_requeue_continues(tmp_path, tiny_roberta, corpus):
     run = tmp_path / "run"
     cfg = _cfg(run, tiny_roberta, corpus, every=2, steps=6)
