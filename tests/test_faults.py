@@ -173,7 +173,8 @@ def test_one_rank_whose_streams_fail_stops_every_rank_at_once(tmp_path, tiny_rob
 
 
 def _mount_namespaces() -> bool:
-    return subprocess.run(["unshare", "--mount", "--propagation", "private", "true"], capture_output=True).returncode == 0
+    probe = ["unshare", "--mount", "--propagation", "private", "true"]
+    return subprocess.run(probe, capture_output=True).returncode == 0
 
 
 @pytest.mark.skipif(not _mount_namespaces(), reason="needs mount namespaces (unshare --mount: root in a container)")

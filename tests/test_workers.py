@@ -140,8 +140,8 @@ def test_no_worker_is_forked_once_the_engine_is_built(tiny_roberta, corpus, tmp_
 
 
 @pytest.mark.multiproc
-def test_a_trelm_run_forks_its_english_stream_with_the_target_one(tmp_path, source_dir, corpus_bert, english,  # noqa: F811
-                                                                   monkeypatch):
+def test_a_trelm_run_forks_its_english_stream_with_the_target_one(tmp_path, source_dir, corpus_bert,  # noqa: F811
+                                                                   english, monkeypatch):  # noqa: F811
     """TreLM's shipped four-phase graph (English MLM beside the target's, branches that rewind the streams to
     where 'common' ended) with 2 workers per stream: both streams fork before the first engine, never after."""
     from test_trelm import _write_parallel
