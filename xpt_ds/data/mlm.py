@@ -340,10 +340,9 @@ class MLMBatchStream:
                  world: int, num_workers: int, single_pass: bool = False, salt: int | None = None):
         self.stream, self.masker = stream, masker
         self.micro_batch, self.rank, self.world = micro_batch, rank, world
-        self.num_workers, self.single_pass = num_workers, single_pass
-        self.salt = (1 if single_pass else 0) if salt is None else salt  # sequence_seed
+        salt = (1 if single_pass else 0) if salt is None else salt  # sequence_seed
         self.sequences = 0  # global sequences consumed, the loader's whole state
-        plan = partial(_BatchPlan, stream, masker, micro_batch, rank, world, single_pass=single_pass, salt=self.salt)
+        plan = partial(_BatchPlan, stream, masker, micro_batch, rank, world, single_pass=single_pass, salt=salt)
         self.workers = Workers(plan, num_workers, self.worker_timeout_s, self.worker_init_fn)
         self._it = None  # the workers' iterator from self.sequences on; None: restart them there at the next batch
 

@@ -54,7 +54,8 @@ def layout(*indexes: ShardIndex) -> tuple[int, int, str]:
     layout, hence every rank's position in it, follows from it."""
     h = hashlib.blake2b(digest_size=8)
     for idx in indexes:
-        h.update(idx.offsets.astype(np.int64).tobytes() + idx.lengths.astype(np.int64).tobytes())
+        for array in (idx.offsets, idx.lengths):
+            h.update(np.ascontiguousarray(array, np.int64))  # no copy: the scan made them int64
         h.update(str(idx.max_id).encode())
     return len(indexes[0].lengths), sum(idx.tokens for idx in indexes), h.hexdigest()
 

@@ -89,7 +89,6 @@ class Workers:
         self.dataset = BatchDataset(plan, self.start)
         self.num_workers, self.timeout, self.worker_init_fn = num_workers, timeout, worker_init_fn
         self._loader: DataLoader | None = None
-        self.forks = 0  # times this object started worker processes
 
     def _make_loader(self) -> DataLoader:
         # Own generator: a DataLoader iterator otherwise draws its base seed from the global RNG, which
@@ -112,7 +111,6 @@ class Workers:
         self.start[0] = first
         if self._loader is None:
             self._loader = self._make_loader()
-            self.forks += self.num_workers > 0
         return iter(self._loader)
 
     def close(self) -> None:
