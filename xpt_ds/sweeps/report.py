@@ -145,6 +145,13 @@ def _downstream_cell(r: dict) -> str:
     return f"{100 * r[DOWNSTREAM]:.2f}" + ("" if std is None else f" ± {100 * std:.2f}")
 
 
+def _steps_run(r: dict) -> str:
+    """The optimizer steps a run took (the seeds' mean), of those planned; rows from before ``steps_done`` was
+    recorded show the plan."""
+    done = r.get("steps_done")
+    return str(r["steps"]) if done is None else f"{done:.0f} of {r['steps']}"
+
+
 def size_tables(rows: list[dict], unigram: dict | None = None) -> list[str]:
     """One 002-Table-2-style table per size (best value per column in bold; mean ± std over replicates), plus
     downstream and run facts, and the unigram predictor's row (``unigram``: its evaluate JSON) at the bottom."""
@@ -154,7 +161,7 @@ def size_tables(rows: list[dict], unigram: dict | None = None) -> list[str]:
     for size in sorted({r["size"] for r in rows}):
         at = sorted((r for r in rows if r["size"] == size), key=lambda r: _methods(rows).index(r["method"]))
         heads = [h for _, h, _, _ in INTRINSIC] + ([f"{metric} (×100)"] if downstream else [])
-        heads += ["steps", "epochs", "train s"] + (["seeds"] if seeded else [])
+        heads += ["steps run", "epochs", "train s"] + (["seeds"] if seeded else [])
         columns = []
         for key, _, higher, percent in INTRINSIC:
             values = [r.get(key) for r in at]
@@ -162,7 +169,7 @@ def size_tables(rows: list[dict], unigram: dict | None = None) -> list[str]:
         if downstream:
             values = [r.get(DOWNSTREAM) for r in at]
             columns.append(_bold_best([_downstream_cell(r) for r in at], values, True))
-        columns += [[str(r["steps"]) for r in at], [f"{r['epochs']:.1f}" for r in at],
+        columns += [[_steps_run(r) for r in at], [f"{r['epochs']:.1f}" for r in at],
                     [f"{r['train_seconds']:.0f}" for r in at]] + ([[str(r.get("seeds", 1)) for r in at]] * seeded)
         title = size_label(size) + ("" if size_label(size) == str(size) else f" ({size:,})")
         lines += [f"### {title} training tokens", "",
@@ -261,8 +268,9 @@ def write_markdown(out: Path, rows: list[dict], failures: list[dict]) -> None:
     unigram = read_unigram(out)
     lines = ["# Sweep results", "",
              f"Intrinsic metrics on {scored_tokens(rows)} of {scored_shards(rows)} (002 Table 2: Hits@k ×100; best "
-             "in bold; mean ± standard deviation over the seeds when there are several). Every run has the same number of "
-             "steps (fewer with early stopping or a time budget), so smaller data sizes are seen for more epochs.", ""]
+             "in bold; mean ± standard deviation over the seeds when there are several). Every run is planned for the "
+             "same number of steps; 'steps run' is fewer where early stopping or a time budget ended a phase, and "
+             "smaller data sizes are seen for more epochs.", ""]
     lines += size_tables(rows, unigram)
     lines += unigram_lines(rows, unigram)
     lines += ["## Data efficiency", ""] + efficiency_section(rows)
