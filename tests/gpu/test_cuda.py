@@ -26,6 +26,7 @@ from test_trelm import _write_parallel, source_dir  # noqa: F401  (fixture)
 from xpt_ds.model.objective import strip_prefix
 from xpt_ds.training.checkpoint import tag_for
 from xpt_ds.training.export import load_checkpoint_fp32
+from xpt_ds.training.op_builds import arch_list_problem
 
 ON_CPU = os.environ.get("XPT_GPU_TESTS_ON_CPU") == "1"
 ACCELERATOR = "cpu" if ON_CPU else "cuda"
@@ -37,8 +38,17 @@ ENV = {"DS_ACCELERATOR": ACCELERATOR, "CUBLAS_WORKSPACE_CONFIG": ":4096:8", "TOK
        "OMP_NUM_THREADS": "1"}
 
 
+def _arch_list() -> dict:
+    """The GPU image sets ``TORCH_CUDA_ARCH_LIST=9.0a``, which DeepSpeed's JIT build of FusedAdam cannot read (the
+    trainer says so in one line, ``xpt_ds.training.op_builds``): the runs build it for this GPU's own capability,
+    as ``benchmarks/gpu_session.sh`` does, so that ``pytest -m gpu tests/gpu`` also runs on its own."""
+    if ON_CPU or arch_list_problem(os.environ.get("TORCH_CUDA_ARCH_LIST", "")) is None:
+        return {}
+    return {"TORCH_CUDA_ARCH_LIST": "%d.%d" % torch.cuda.get_device_capability()}
+
+
 def _env(compile: bool = False) -> dict:
-    env = {**os.environ, **ENV}
+    env = {**os.environ, **ENV, **_arch_list()}
     if compile:
         env.pop("TORCHDYNAMO_DISABLE", None)
     else:
