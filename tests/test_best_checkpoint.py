@@ -180,6 +180,8 @@ def _cfg(**changes) -> dict:
     (dict(guard__early_stop_patience=2, logging__eval_every=0), "guard.early_stop_patience"),
     (dict(guard__early_stop_patience=-1), "guard.early_stop_patience"),
     (dict(guard__early_stop_min_delta=-0.1), "guard.early_stop_min_delta"),
+    (dict(guard__early_stop_rewind=True, guard__early_stop_patience=2), "guard.early_stop_rewind"),
+    (dict(guard__early_stop_rewind=True, checkpoint__keep_best=True), "guard.early_stop_rewind"),
 ])
 def test_config_errors(tmp_path, changes, fragment):
     path = tmp_path / "cfg.yaml"

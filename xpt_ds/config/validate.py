@@ -149,6 +149,10 @@ def check_best(cfg: TrainConfig) -> None:
     g = cfg.guard
     if g.early_stop_patience < 0:
         raise ConfigError(f"config key 'guard.early_stop_patience' must be >= 0 (0 = off), got {g.early_stop_patience}")
+    if g.early_stop_rewind and not (cfg.checkpoint.keep_best and g.early_stop_patience > 0):
+        raise ConfigError("config key 'guard.early_stop_rewind' needs checkpoint.keep_best: true and "
+                          "guard.early_stop_patience > 0 (it rewinds to the best checkpoint when early stopping ends "
+                          "a phase)")
     if g.early_stop_min_delta < 0:
         raise ConfigError(f"config key 'guard.early_stop_min_delta' must be >= 0, got {g.early_stop_min_delta}")
     for key, on in (("checkpoint.keep_best", cfg.checkpoint.keep_best), ("guard.early_stop_patience",

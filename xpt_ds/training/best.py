@@ -39,6 +39,7 @@ class BestTracker:
     keep: bool = False  # checkpoint.keep_best
     patience: int = 0  # guard.early_stop_patience; 0 = off
     min_delta: float = 0.0  # guard.early_stop_min_delta
+    rewind: bool = False  # guard.early_stop_rewind
     best: dict | None = None  # {tag, step, valid_loss, phase}
     phase_index: int = -1  # the phase that phase_loss and stale count for
     phase_loss: float = math.inf  # that phase's lowest validation loss
@@ -103,6 +104,20 @@ class BestTracker:
 
     def phase_stopped(self, phase_index: int) -> bool:
         return phase_index in self.stopped
+
+    def rewind_tag(self, phase_index: int, phase: str, step: int, rank: int) -> str | None:
+        """guard.early_stop_rewind: the checkpoint the next phase starts from instead of global step ``step``,
+        where phase ``phase_index`` (named ``phase``) ended: the run's best, when early stopping ended the phase
+        and the best is one of its earlier steps; else None (the next phase starts where this one ended)."""
+        if not self.rewind or not self.phase_stopped(phase_index) or self.best is None:
+            return None
+        if self.best["phase"] != phase or self.best["step"] >= step:
+            return None
+        if rank == 0:
+            log.info("the next phase starts from the best checkpoint %s (step %d, valid loss %.4f), not from step %d "
+                     "where early stopping ended phase '%s' (guard.early_stop_rewind)", self.best["tag"],
+                     self.best["step"], self.best["valid_loss"], step, phase)
+        return self.best["tag"]
 
     def restore(self, run_dir: Path, complete: list[str], rank: int) -> None:
         """After loading a checkpoint's state (or at a fresh start): forget a best whose checkpoint is gone, and

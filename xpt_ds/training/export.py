@@ -44,6 +44,11 @@ from xpt_ds.trelm import hf as trelm_hf
 def load_checkpoint_fp32(ckpt_root: Path, tag: str, allow_pickle: bool = False) -> dict[str, torch.Tensor]:
     """Full fp32 state dict (HF names) of a checkpoint. Its files must be plain data (``xpt_ds.io.trust``) unless
     ``allow_pickle``: DeepSpeed's zero_to_fp32 unpickles them whole."""
+    return strip_prefix(checkpoint_fp32(ckpt_root, tag, allow_pickle))
+
+
+def checkpoint_fp32(ckpt_root: Path, tag: str, allow_pickle: bool = False) -> dict[str, torch.Tensor]:
+    """``load_checkpoint_fp32`` with the training module's names (``hf.`` first), as ``full_fp32_state`` gives."""
     tag_checks.check_files(ckpt_root / tag, allow_pickle, distributed=False)
     model_states = checkpoint.read_client_state(ckpt_root, tag, allow_pickle)
     if zero_stage(model_states["ds_config"]) == 0:  # fp32 only (engine.load_ds_config rejects bf16 at stage 0): the module is the master
@@ -53,7 +58,7 @@ def load_checkpoint_fp32(ckpt_root: Path, tag: str, allow_pickle: bool = False) 
         with contextlib.redirect_stdout(sys.stderr):  # its progress lines: keep stdout for results (JSON)
             state = get_fp32_state_dict_from_zero_checkpoint(str(ckpt_root), tag=tag, exclude_frozen_parameters=True)
     state.update(load_plain(ckpt_root / tag / "frozen_fp32.pt", allow_pickle=allow_pickle))
-    return strip_prefix(state)
+    return state
 
 
 def load_model(run_dir: Path, tag: str | None = None, allow_pickle: bool = False):

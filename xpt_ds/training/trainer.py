@@ -39,6 +39,7 @@ from xpt_ds.training.engine import (
     set_lr,
     zero_stage,
 )
+from xpt_ds.training.export import checkpoint_fp32
 from xpt_ds.training.guards import (
     BadStepCounter,
     Halted,
@@ -130,7 +131,8 @@ class Trainer:
         self.loss_spikes = SpikeDetector(g.loss_spike_ratio, g.loss_spike_window)
         self.slow_steps = SlowSteps(g.slow_step_ratio, g.slow_step_window, self.world)
         self.inject_nan = set(g.inject_nan_steps) if self.rank == 0 else set()
-        self.best = BestTracker(cfg.checkpoint.keep_best, g.early_stop_patience, g.early_stop_min_delta)
+        self.best = BestTracker(cfg.checkpoint.keep_best, g.early_stop_patience, g.early_stop_min_delta,
+                                g.early_stop_rewind)
         self.budget = TimeBudget(g.max_train_minutes, cfg.phases)
         self.data_wait = 0.0  # seconds this rank waited for batches in the current step
         self.logger = MetricsLogger(self.run_dir, self.rank == 0, cfg.logging.tensorboard, cfg.logging.progress_bar)
@@ -322,8 +324,10 @@ class Trainer:
         branches from one phase see the same batches (as 004 Alg. 1's two models sample the same set P); a
         merge continues the stream where the previous phase left it."""
         phase, sources = self.cfg.phases[index], self.starts[index]
-        if sources is None:
-            return full_fp32_state(self.engine, self.frozen)
+        if sources is None:  # where the previous phase ended, or its best (guard.early_stop_rewind)
+            tag = self.best.rewind_tag(self.state.phase_index, self.phase.name, self.state.global_step, self.rank)
+            return full_fp32_state(self.engine, self.frozen) if tag is None else checkpoint_fp32(
+                self.ckpt_root, tag, self.cfg.checkpoint.allow_pickle)
         ends = {}
         for name in phase.reads():
             ends[name], data = checkpoint.load_phase_end(self.ckpt_root, name, self.state.phase_ends.get(name))

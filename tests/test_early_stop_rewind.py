@@ -1,0 +1,87 @@
+"""guard.early_stop_rewind: when early stopping ends a phase that holds the run's best checkpoint, the next phase
+starts from that checkpoint's exact fp32 weights, not from where the phase stopped; a resume from the phase's end
+rewinds the same way, to the same bits. One rank, the real launcher."""
+import json
+import re
+
+import pytest
+import torch
+from conftest import base_config, launch, read_metrics, write_config
+
+from xpt_ds.training.checkpoint import read_client_state, tag_for
+from xpt_ds.training.export import load_checkpoint_fp32
+
+PHASE2_TRAINS = r"lm_head\.bias"  # phase 2 trains only this: every other weight ends where phase 2 started
+
+
+def _run(root, tiny_roberta, corpus, rewind: bool):
+    """Phase 1 at an lr that makes the validation loss jump about, so that early stopping (2 passes without a new
+    low) ends it before its 8 steps, 2 steps after its best; phase 2 trains the LM head's bias only."""
+    cfg = base_config(root / "run", tiny_roberta, corpus,
+                      checkpoint={"every_steps": 0, "keep_best": True},
+                      guard={"early_stop_patience": 2, "early_stop_rewind": rewind})
+    cfg["phases"] = [{"name": "phase1", "steps": 8, "lr": 0.3},
+                     {"name": "phase2", "steps": 2, "lr": 1e-3, "trainable": [PHASE2_TRAINS]}]
+    cfg["logging"].update(eval_every=1, tensorboard=False)
+    path = write_config(root / "cfg.yaml", cfg)
+    proc = launch(["--config", str(path)])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return root / "run", path, proc
+
+
+@pytest.fixture(scope="module")
+def rewound(tmp_path_factory, tiny_roberta, corpus):
+    return _run(tmp_path_factory.mktemp("rewound"), tiny_roberta, corpus, rewind=True)
+
+
+def _weights(run, step):
+    return load_checkpoint_fp32(run / "checkpoints", tag_for(step))
+
+
+def _held(weights):
+    """The weights phase 2 does not train (the LM head's bias is also named as its decoder's, which it ties)."""
+    return {k: v for k, v in weights.items() if k not in ("lm_head.bias", "lm_head.decoder.bias")}
+
+
+def _stop(proc) -> int:
+    """The global step where early stopping ended phase 1."""
+    return int(re.search(r"early stop: phase 'phase1' ends at its step (\d+) of 8", proc.stderr).group(1))
+
+
+def test_the_next_phase_starts_from_the_best_checkpoint(rewound):
+    run, _, proc = rewound
+    stop = _stop(proc)
+    valid = {s: r["valid/loss"] for s, r in read_metrics(run).items() if "valid/loss" in r}
+    best_step = min(range(1, stop + 1), key=valid.get)
+    assert best_step == stop - 2 and valid[best_step] < min(valid[stop - 1], valid[stop]), valid
+    assert (f"the next phase starts from the best checkpoint {tag_for(best_step)} (step {best_step}, valid loss "
+            f"{valid[best_step]:.4f}), not from step {stop} where early stopping ended phase 'phase1' "
+            "(guard.early_stop_rewind)") in proc.stderr
+    best, end, last = _weights(run, best_step), _weights(run, stop), _weights(run, stop + 2)
+    held = _held(last)
+    assert held.keys() <= best.keys() and len(held) > 10  # a phase-1 checkpoint also names the tied decoder
+    assert all(torch.equal(held[k], best[k]) for k in held)  # phase 2 started from step 1's exact weights
+    assert not all(torch.equal(held[k], end[k]) for k in held)  # ... not from step 3's
+    assert not torch.equal(last["lm_head.bias"], best["lm_head.bias"])  # and it trained
+    assert read_client_state(run / "checkpoints", tag_for(stop + 2))["trainer"]["global_step"] == stop + 2
+    assert json.loads((run / "status.json").read_text())["state"] == "finished"
+
+
+def test_a_resume_from_the_phases_end_rewinds_to_the_same_bits(rewound):
+    run, path, first_proc = rewound
+    stop = _stop(first_proc)
+    first = _weights(run, stop + 2)
+    proc = launch(["--config", str(path), "--resume", tag_for(stop)])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"resumed from {tag_for(stop)}" in proc.stderr
+    assert "the next phase starts from the best checkpoint" in proc.stderr
+    again = _weights(run, stop + 2)
+    assert first.keys() == again.keys() and all(torch.equal(first[k], again[k]) for k in first)
+
+
+def test_without_it_the_next_phase_starts_where_early_stopping_ended(tmp_path, tiny_roberta, corpus):
+    run, _, proc = _run(tmp_path, tiny_roberta, corpus, rewind=False)
+    stop = _stop(proc)
+    assert "the next phase starts from the best checkpoint" not in proc.stderr
+    end, held = _weights(run, stop), _held(_weights(run, stop + 2))
+    assert all(torch.equal(held[k], end[k]) for k in held)
