@@ -24,13 +24,15 @@
 #      and every run scored from its best checkpoint; OUT/pilot.json records the rule. PILOT_STEPS=N (> 0) runs
 #      a pilot first instead: Scratch and XPT at the largest size, capped at N steps per phase; the sweeps' steps
 #      per phase are then 1.25x the later of their best-checkpoint steps, rounded up to 100, halved per phase;
-#   3. four sweeps side by side on the one GPU, each writing a row per run as it finishes, the largest size's
+#   3. five sweeps side by side on the one GPU, each writing a row per run as it finishes, the largest size's
 #      runs (every seed) first, then seed 1 of everything before seed 2:
 #      main: Scratch, Adapters, XPT-SP, XPT at SIZES (nested; the smallest 1/8 of the largest);
 #      init: XPT from source_mean, frequency_rank and from_file starts at the largest size (main's XPT is the
 #            random start);
 #      other: TreLM (its phase graph with English MLM and CdLM over the Bible pairs) in the target vocabulary,
 #            and Gogoulou et al.'s keep-vocabulary transfer in the source's vocabulary (own test shards);
+#      rewind: XPT with guard.early_stop_rewind at the two smallest sizes (phase 2 starts from phase 1's best
+#            checkpoint where early stopping ended phase 1), beside main's XPT;
 #      every run fine-tuned on UA-GEC's sentence label with FT_SEEDS seeds (main: at every size);
 #   4. OUT/claims.md (python -m xpt_ds.sweeps.claims: every arm beside the unigram predictor, one verdict per
 #      claim), and OUT/results.tgz: every sweep's results, plots and TensorBoard events, and each run's status, best.json,
@@ -58,7 +60,7 @@ PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 
 source launch/session_steps.sh  # step, budget_run, budget_left
-SWEEPS=(pilot main init other_trelm other_keep_vocab)
+SWEEPS=(pilot main init other_trelm other_keep_vocab rewind)
 
 # 4 (and --pack): the verdicts (OUT/claims.md), then everything but the weights in OUT/results.tgz.
 pack() {
@@ -207,14 +209,14 @@ PY
 ) || { echo "no steps per phase: see $OUT/pilot.log" >&2; exit 1; }
 echo "sweep steps per phase: $PHASE_STEPS" | tee -a "$WORK/session.log"
 
-# 3. The sweeps, side by side (PARALLEL + 3 runs at a time on the one GPU). Under BUDGET_S no run starts later
+# 3. The sweeps, side by side (PARALLEL + 5 runs at a time on the one GPU). Under BUDGET_S no run starts later
 # than RUN_S + PACK_S seconds before the end, and whatever still runs at PACK_S before the end is stopped.
 DEADLINE=() start_for=1
 if [ -n "${BUDGET_S:-}" ]; then
   start_for=$(budget_left $((RUN_S + PACK_S)))
   DEADLINE=(--deadline-minutes "$(awk -v s="$start_for" 'BEGIN {printf "%.2f", s / 60}')")
 fi
-# run_sweeps: the four sweeps side by side, each a step of its own.
+# run_sweeps: the five sweeps side by side, each a step of its own.
 run_sweeps() {
   TEST=(--test-shards "$P/uk/manifest.json:test" --unigram "$P/uk/manifest.json:train")
   # shellcheck disable=SC2086
@@ -240,6 +242,11 @@ run_sweeps() {
     --test-shards "$P/uk_src/manifest.json:test" --unigram "$P/uk_src/manifest.json:train" "${COMMON[@]}" \
     --set "${SET[@]}" model.tokenizer= "data.train_shards=[$P/uk_src/manifest.json:train]" \
     "data.valid_shards=[$P/uk_src/manifest.json:valid]" phases.0.lr=1e-4 &
+  # 2026-11-28 (H200): XPT's phase 1 at 75K early-stopped 500 steps past its best, and phase 2, starting there,
+  # never validated lower, so XPT at 75K was scored as its phase-1 model (RESULTS.md). The same runs with phase 2
+  # starting from phase 1's best checkpoint; where the time budget ends phase 1 instead, they equal main's XPT.
+  step sweep_rewind sweep rewind "$PHASE_STEPS" --methods xpt_rewind=xpt --sizes "${SIZE_LIST[@]:0:2}" \
+    --parallel 2 "${TEST[@]}" "${COMMON[@]}" --set "${SET[@]}" xpt_rewind:guard.early_stop_rewind=true &
   wait
 }
 if [ "$start_for" -le 0 ]; then

@@ -236,3 +236,23 @@ def test_the_size_tables_show_the_steps_the_runs_took_not_the_plan(tmp_path):
     assert "| steps run | epochs | train s | seeds |" in md
     assert md.split("| XPT |")[1].splitlines()[0].endswith("| 70 of 100 | 1.0 | 1 | 2 |")  # (60 + 81) / 2
     assert md.split("| Scratch |")[1].splitlines()[0].endswith("| 100 | 1.0 | 1 | 1 |")
+
+
+def test_the_rewind_sweep_is_shown_beside_xpt_at_its_sizes(tmp_path):
+    """The rewind sweep (XPT with guard.early_stop_rewind at the two smallest sizes) gets its own section: its rows
+    beside main's XPT and XPT-SP at each of its sizes, and its PPL gap to XPT, called only beyond the spread."""
+    ppl = {"scratch": 400.0, "adapters": 300.0, "xpt_sp": 200.0, "xpt": 250.0}
+    _sweep(tmp_path, "main", _main_rows(ppl, {m: 0.2 for m in ppl}, spread=1.0))
+    md = write(tmp_path) and (tmp_path / "claims.md").read_text()
+    assert "rewind sweep" not in md  # no rows, no section
+    rows = [_row("xpt_rewind", 10_000, s, 380.0 + s, 0.22, 0.7) for s in (1, 2)]  # main's XPT at 10K: 500 +- 1
+    rows += [_row("xpt_rewind", 80_000, 1, 240.0, 0.22)]
+    _sweep(tmp_path, "rewind", rows)
+    md = (write(tmp_path) and (tmp_path / "claims.md").read_text()).split("## XPT's phase hand-over")[1]
+    table = [line for line in md.splitlines() if line.startswith("| 10K")]
+    assert [line.split(" | ")[1] for line in table] == [
+        "XPT, phase 2 from phase 1's best (guard.early_stop_rewind)", "XPT (random start)", "XPT-SP"]
+    assert "| 381.50 ± 0.71 (n=2) |" in table[0]
+    assert "- at 10K: PPL 381.5 against XPT's 500: -118.5" in md
+    assert "- at 80K: PPL 240 against XPT's 250: one seed, no spread to judge by" in md
+    assert md.index("## Verdicts") > 0

@@ -2,7 +2,7 @@
 
     python -m xpt_ds.sweeps.claims --out OUT
 
-Reads ``OUT/{main,init,other_trelm,other_keep_vocab}/results.jsonl`` and their ``unigram.json`` (any may be
+Reads ``OUT/{main,init,other_trelm,other_keep_vocab,rewind}/results.jsonl`` and their ``unigram.json`` (any may be
 missing: a cut-short session judges what finished) and ``OUT/main/summary.json`` (the data-efficiency ratios).
 Writes ``OUT/claims.md`` and ``OUT/claims.json``: every arm at the largest size beside the unigram predictor
 (mean ± std over seeds), the fine-tuning table, and one verdict per claim with the numbers that decide it.
@@ -26,12 +26,13 @@ from xpt_ds.sweeps.report import efficiency_section as report_efficiency
 from xpt_ds.sweeps.rows import read_json, read_rows
 from xpt_ds.sweeps.seeds import aggregate
 
-SWEEPS = ("main", "init", "other_trelm", "other_keep_vocab")
+SWEEPS = ("main", "init", "other_trelm", "other_keep_vocab", "rewind")
 TABLE2_ORDER = ("scratch", "adapters", "xpt_sp", "xpt")  # 002 Table 2: PPL falls, Hits@1 rises in this order
 STARTS = ("xpt", "xpt_source_mean", "xpt_frequency_rank", "xpt_from_file")  # main's xpt: the random start
 NAMES = {**METHOD_NAMES, "xpt": "XPT (random start)", "xpt_source_mean": "XPT, source_mean start",
          "xpt_frequency_rank": "XPT, frequency_rank start", "xpt_from_file": "XPT, from_file start",
-         "keep_vocab": "Gogoulou et al. keep-vocabulary (source vocabulary)"}
+         "keep_vocab": "Gogoulou et al. keep-vocabulary (source vocabulary)",
+         "xpt_rewind": "XPT, phase 2 from phase 1's best (guard.early_stop_rewind)"}
 
 
 def load(out: Path) -> dict[str, list[dict]]:
@@ -255,6 +256,31 @@ def efficiency_section(out: Path, main: list[dict]) -> list[str]:
     return lines + report_efficiency(main)
 
 
+def rewind_section(sweeps: dict[str, list[dict]]) -> list[str]:
+    """The rewind sweep (XPT with guard.early_stop_rewind) beside the main sweep's XPT and XPT-SP at its sizes, and
+    whether it differs from XPT beyond the seed spread."""
+    rewind = {r["size"]: r for r in sweeps["rewind"]}
+    if not rewind:
+        return []
+    lines = ["## XPT's phase hand-over at small data (the rewind sweep)", "",
+             "XPT with `guard.early_stop_rewind`: where early stopping ends phase 1, phase 2 starts from phase 1's "
+             "best checkpoint, not from where phase 1 stopped. Where the time budget ends phase 1 instead, the runs "
+             "are main's XPT runs again.", "",
+             "| size | arm | PPL | Hits@1 ×100 | steps run | fine-tuned accuracy ×100 |", "|---|---|---|---|---|---|"]
+    verdicts = []
+    for size, r in sorted(rewind.items()):
+        main = at_size(sweeps["main"], size)
+        for m, row in (("xpt_rewind", r), ("xpt", main.get("xpt")), ("xpt_sp", main.get("xpt_sp"))):
+            if row:
+                lines.append(f"| {size_label(size)} | {NAMES[m]} | {_pm(row, 'ppl')} | {_pm(row, 'hits@1', 100)} | "
+                             f"{_pm(row, 'steps_done', 1, 0)} | {_pm(row, 'downstream_mean', 100)} |")
+        if main.get("xpt"):
+            gap = real_gap(r, main["xpt"], "ppl")
+            verdicts.append(f"- at {size_label(size)}: PPL {r['ppl']:.4g} against XPT's {main['xpt']['ppl']:.4g}: "
+                            + (no_call(r, main["xpt"], "ppl") if gap is None else f"{gap:+.4g}"))
+    return lines + [""] + verdicts + [""]
+
+
 def write(out: Path) -> dict:
     result = judge(out)
     lines = ["# Issue 22: the papers' claims at GPU compute", ""]
@@ -286,7 +312,8 @@ def write(out: Path) -> dict:
     if result.get("arms") and plot_curves(out, result["largest"], (result.get("unigram") or {}).get("bits_per_char")):
         lines += ["Validation bits per character against step, every run at that size (one line per seed):", "",
                   "![validation curves](valid_curves.png)", ""]
-    lines += efficiency_section(out, load(out)["main"])
+    sweeps = load(out)
+    lines += efficiency_section(out, sweeps["main"]) + rewind_section(sweeps)
     lines += ["## Verdicts", ""]
     for claim, v in result["claims"].items():
         lines += [f"- **{claim}: {v['verdict']}.**"] + [f"  - {e}" for e in v["evidence"]]
