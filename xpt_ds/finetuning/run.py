@@ -206,20 +206,27 @@ def _autocast(device: torch.device):
     return torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
 
 
+class Diverged(Exception):
+    """A seed's training loss became NaN or infinite: its weights are no longer a model to score."""
+
+
 def train_epoch(model, loader, opt, sched, cfg: FinetuneConfig, device: torch.device) -> float:
     model.train()
     total = 0.0
-    for batch in loader:
+    for step, batch in enumerate(loader, 1):
         batch = {k: v.to(device) for k, v in batch.items()}
         with _autocast(device):
             loss = model(**batch).loss
+        value = loss.item()
+        if not math.isfinite(value):
+            raise Diverged(f"train loss {value} at step {step} of {len(loader)}")
         loss.backward()
         if cfg.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         opt.step()
         sched.step()
         opt.zero_grad(set_to_none=True)
-        total += loss.item()
+        total += value
     return total / len(loader)
 
 
@@ -277,7 +284,12 @@ def run_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, device: torch.devic
     evaluate = partial(predict, model, task=cfg.task, pad_id=pad_id, batch_size=2 * cfg.batch_size, device=device)
     history, best, best_state, best_epoch, stale = [], None, None, cfg.epochs, 0
     for epoch in range(1, cfg.epochs + 1):
-        row = {"epoch": epoch, "train_loss": train_epoch(model, loader, opt, sched, cfg, device)}
+        try:
+            row = {"epoch": epoch, "train_loss": train_epoch(model, loader, opt, sched, cfg, device)}
+        except Diverged as e:  # no test score: left out of the summary, and said so
+            log.warning("seed %d diverged in epoch %d (%s): left out of the summary; a lower --lr or --grad-clip 1.0 "
+                        "may help", seed, epoch, e)
+            return {"seed": seed, "epoch": epoch, "diverged": f"epoch {epoch}: {e}", "history": history}
         if valid is not None:
             row["valid"] = score(cfg.task, valid.gold, evaluate(valid), prep.labels, cfg.no_relation_label)
             current = row["valid"][cfg.metric]
@@ -346,13 +358,16 @@ def _finetune(cfg: FinetuneConfig, out: Path) -> dict:
                           else "cpu")
     _keep_earlier(out)  # before a seed saves its model over the earlier one
     runs = [run_seed(cfg, prep, seed, device, save=cfg.save_model and i == 0) for i, seed in enumerate(cfg.seeds)]
+    scored = [r for r in runs if "diverged" not in r]
     results = {"config": dataclasses.asdict(cfg), "device": str(device), "max_length": prep.max_length,
                "labels": prep.labels, "sizes": {n: len(s.gold) for n, s in prep.splits.items()},
                "selection": "best valid epoch" if "valid" in prep.splits else "last epoch",
-               "seeds": runs, "summary": summarize([r["test"] for r in runs]),
+               "seeds": runs, "summary": summarize([r["test"] for r in scored]) if scored else {},
                "seconds": round(time.time() - started, 1)}
-    if "valid" in prep.splits:  # 002 reports KHS this way: its test labels are not public
-        results["valid_summary"] = summarize([r["valid"] for r in runs])
+    if len(scored) < len(runs):
+        results["diverged"] = [r["seed"] for r in runs if "diverged" in r]
+    if "valid" in prep.splits and scored:  # 002 reports KHS this way: its test labels are not public
+        results["valid_summary"] = summarize([r["valid"] for r in scored])
     if cfg.task == "classification":
         label, acc = majority_baseline(prep.splits["test"].gold)
         results["majority_baseline"] = {"label": prep.labels[label], "accuracy": acc}
@@ -361,24 +376,29 @@ def _finetune(cfg: FinetuneConfig, out: Path) -> dict:
     if cfg.task == "relation":  # scores are over the kept examples; these are left out
         results["dropped"] = prep.dropped
         results["markers"] = list(prep.markers)
-    if cfg.save_model:
+    if cfg.save_model and (out / "model").is_dir():
         results["saved_model"] = str(Path(cfg.out) / "model")
     # NaN (an undefined correlation) is not JSON: write null.
     clean = json.loads(json.dumps(results), parse_constant=lambda c: None)
     write_text_atomic(out / "results.json", json.dumps(clean, indent=2, ensure_ascii=False) + "\n")
+    if not scored:
+        which = "; ".join(f"seed {r['seed']}: {r['diverged']}" for r in runs)
+        raise FinetuneError(f"every seed's training loss became NaN or infinite ({which}), so nothing was scored "
+                            f"({out / 'results.json'} records them); a lower --lr or --grad-clip 1.0 may help")
     return clean
 
 
 def format_table(results: dict) -> str:
     """Test metrics ×100, one column per seed, then mean ± std (002 Table 3 style)."""
     seeds = results["seeds"]
+    n = len(seeds) - len(results.get("diverged", []))
     head = f"{'test (x100)':<18}" + "".join(f"{'seed ' + str(r['seed']):>11}" for r in seeds) + f"{'mean ± std':>18}"
     lines = [f"{results['config']['task']} · {results['config']['model']} · {len(seeds)} seed(s) · "
              f"test at the {results['selection']}", head]
     fmt = lambda v: "nan" if v is None else f"{100 * v:.2f}"  # noqa: E731
     for name, s in results["summary"].items():
-        cells = "".join(f"{fmt(r['test'][name]):>11}" for r in seeds)
-        mean = "nan" if s["mean"] is None else f"{fmt(s['mean'])} ± {fmt(s['std'])}" if len(seeds) > 1 else \
+        cells = "".join(f"{'diverged' if 'diverged' in r else fmt(r['test'][name]):>11}" for r in seeds)
+        mean = "nan" if s["mean"] is None else f"{fmt(s['mean'])} ± {fmt(s['std'])}" if n > 1 else \
             f"{fmt(s['mean'])} (n=1)"  # one seed has no spread
         lines.append(f"{name:<18}{cells}{mean:>18}")
     if "majority_baseline" in results:

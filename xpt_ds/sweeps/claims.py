@@ -64,7 +64,9 @@ def _pm(r: dict, key: str, scale: float = 1.0, digits: int = 2) -> str:
     downstream = key == "downstream_mean"
     std = r.get("downstream_std" if downstream else f"{key}_std")
     n = r.get("downstream_seeds") if downstream else r.get("seeds", 1)
-    return f"{scale * r[key]:.{digits}f}" + ("" if std is None else f" ± {scale * std:.{digits}f}") + f" (n={n})"
+    diverged = f", {r['downstream_diverged']} diverged" if downstream and r.get("downstream_diverged") else ""
+    return (f"{scale * r[key]:.{digits}f}" + ("" if std is None else f" ± {scale * std:.{digits}f}")
+            + f" (n={n}{diverged})")
 
 
 def order_verdict(rows: dict[str, dict], key: str, falling: bool) -> tuple[str, list[str]]:

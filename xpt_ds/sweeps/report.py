@@ -141,8 +141,9 @@ def _cell(r: dict, key: str, percent: bool) -> str:
 def _downstream_cell(r: dict) -> str:
     if r.get(DOWNSTREAM) is None:
         return "–"
-    std = r.get("downstream_std")
-    return f"{100 * r[DOWNSTREAM]:.2f}" + ("" if std is None else f" ± {100 * std:.2f}")
+    std, diverged = r.get("downstream_std"), r.get("downstream_diverged")
+    return (f"{100 * r[DOWNSTREAM]:.2f}" + ("" if std is None else f" ± {100 * std:.2f}")
+            + (f" ({diverged} diverged)" if diverged else ""))
 
 
 def _steps_run(r: dict) -> str:

@@ -39,3 +39,21 @@ def read_rows(path: Path) -> dict[tuple[str, int, int | None], dict]:
                 raise UserError(f"{path}:{number}: not a JSON row ({e}); delete or repair that line") from None
             rows[row_key(r)] = r
     return rows
+
+
+def downstream_row(r: dict) -> dict:
+    """A row's fine-tuning keys from ``xpt_ds.finetune``'s ``results.json`` ``r``: its headline metric's mean, its
+    spread (none for one seed) and every seed's value. A seed whose training loss became NaN (``diverged``) has no
+    score: it is left out and counted."""
+    metric = r["config"]["metric"]
+    scored = [s for s in r["seeds"] if "diverged" not in s]
+    row = {"downstream_metric": metric, "downstream_mean": r["summary"][metric]["mean"],
+           "downstream_std": r["summary"][metric]["std"] if len(scored) > 1 else None,
+           "downstream_seeds": len(scored), "downstream_values": [s["test"][metric] for s in scored]}
+    if len(scored) < len(r["seeds"]):
+        row["downstream_diverged"] = len(r["seeds"]) - len(scored)
+    if "majority_baseline" in r:
+        row["majority_accuracy"] = r["majority_baseline"]["accuracy"]
+    if "train_majority" in r:  # fine-tuned since 2026-11-28
+        row["train_majority_accuracy"] = r["train_majority"]["accuracy"]
+    return row

@@ -28,7 +28,7 @@ from xpt_ds.errors import INTERRUPTED_EXIT_CODE
 from xpt_ds.io.paths import write_text_atomic
 from xpt_ds.sweeps.plan import Plan, Run
 from xpt_ds.sweeps.report import size_label
-from xpt_ds.sweeps.rows import INTRINSIC_KEYS, OPTIONAL_KEYS, read_rows, row_key
+from xpt_ds.sweeps.rows import INTRINSIC_KEYS, OPTIONAL_KEYS, downstream_row, read_rows, row_key
 from xpt_ds.training.checkpoint import complete_tags
 
 
@@ -222,17 +222,7 @@ def downstream(plan: Plan, run: Run, stages: Stages) -> dict:
                                    str(results.parent), *plan.finetune_args], log, "finetune")
         recorded.write_text(json.dumps(plan.finetune_args) + "\n")
         _add_seconds(run_dir, "finetune", seconds)
-    r = json.loads(results.read_text())
-    metric = r["config"]["metric"]
-    row = {"downstream_metric": metric, "downstream_mean": r["summary"][metric]["mean"],
-           "downstream_std": r["summary"][metric]["std"] if len(r["seeds"]) > 1 else None,  # one seed: no spread
-           "downstream_seeds": len(r["seeds"]),
-           "downstream_values": [s["test"][metric] for s in r["seeds"]]}
-    if "majority_baseline" in r:
-        row["majority_accuracy"] = r["majority_baseline"]["accuracy"]
-    if "train_majority" in r:  # fine-tuned since 2026-11-28
-        row["train_majority_accuracy"] = r["train_majority"]["accuracy"]
-    return row
+    return downstream_row(json.loads(results.read_text()))
 
 
 def run_one(plan: Plan, run: Run, stages: Stages, say=print) -> dict:

@@ -40,5 +40,8 @@ def aggregate(rows: list[dict]) -> list[dict]:
                       if v is not None]
             row["downstream_mean"], row["downstream_std"] = spread(pooled)
             row["downstream_values"], row["downstream_seeds"] = pooled, len(pooled)
+            diverged = sum(r.get("downstream_diverged", 0) for r in group)
+            if diverged:
+                row["downstream_diverged"] = diverged
         out.append(row)
     return out
