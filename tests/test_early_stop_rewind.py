@@ -1,12 +1,12 @@
 """guard.early_stop_rewind: when early stopping ends a phase that holds the run's best checkpoint, the next phase
 starts from that checkpoint's exact fp32 weights, not from where the phase stopped; a resume from the phase's end
-rewinds the same way, to the same bits. One rank, the real launcher."""
+rewinds the same way, to the same bits. One rank, and two under ZeRO-3 with bf16 through torchrun."""
 import json
 import re
 
 import pytest
 import torch
-from conftest import base_config, launch, read_metrics, write_config
+from conftest import REPO, base_config, launch, read_metrics, write_config
 
 from xpt_ds.training.checkpoint import read_client_state, tag_for
 from xpt_ds.training.export import load_checkpoint_fp32
@@ -14,17 +14,17 @@ from xpt_ds.training.export import load_checkpoint_fp32
 PHASE2_TRAINS = r"lm_head\.bias"  # phase 2 trains only this: every other weight ends where phase 2 started
 
 
-def _run(root, tiny_roberta, corpus, rewind: bool):
+def _run(root, tiny_roberta, corpus, rewind: bool, nproc: int = 1, ds: str = "zero2_fp32"):
     """Phase 1 at an lr that makes the validation loss jump about, so that early stopping (2 passes without a new
     low) ends it before its 8 steps, 2 steps after its best; phase 2 trains the LM head's bias only."""
-    cfg = base_config(root / "run", tiny_roberta, corpus,
+    cfg = base_config(root / "run", tiny_roberta, corpus, deepspeed=str(REPO / f"ds_configs/{ds}.json"),
                       checkpoint={"every_steps": 0, "keep_best": True},
                       guard={"early_stop_patience": 2, "early_stop_rewind": rewind})
     cfg["phases"] = [{"name": "phase1", "steps": 8, "lr": 0.3},
                      {"name": "phase2", "steps": 2, "lr": 1e-3, "trainable": [PHASE2_TRAINS]}]
     cfg["logging"].update(eval_every=1, tensorboard=False)
     path = write_config(root / "cfg.yaml", cfg)
-    proc = launch(["--config", str(path)])
+    proc = launch(["--config", str(path)], nproc=nproc)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return root / "run", path, proc
 
@@ -85,3 +85,15 @@ def test_without_it_the_next_phase_starts_where_early_stopping_ended(tmp_path, t
     assert "the next phase starts from the best checkpoint" not in proc.stderr
     end, held = _weights(run, stop), _held(_weights(run, stop + 2))
     assert all(torch.equal(held[k], end[k]) for k in held)
+
+
+def test_two_ranks_under_zero3_bf16_rewind_to_the_best_checkpoints_bits(tmp_path, tiny_roberta, corpus):
+    """Every rank reads the best checkpoint's partitions whole (as the export does) and the new phase's engine
+    partitions them again; frozen weights come from the checkpoint's exact fp32 copy, not the bf16 module."""
+    run, _, proc = _run(tmp_path, tiny_roberta, corpus, rewind=True, nproc=2, ds="zero3_bf16")
+    stop = _stop(proc)
+    assert "the next phase starts from the best checkpoint" in proc.stderr
+    best = _weights(run, stop - 2)
+    held = _held(_weights(run, stop + 2))
+    assert held.keys() <= best.keys() and all(torch.equal(held[k], best[k]) for k in held)
+    assert not all(torch.equal(held[k], _weights(run, stop)[k]) for k in held)
