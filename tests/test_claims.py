@@ -6,7 +6,7 @@ import tarfile
 
 from conftest import REPO
 
-from xpt_ds.sweeps.claims import judge, real_gap, write
+from xpt_ds.sweeps.claims import judge, largest_at_smallest, real_gap, write
 from xpt_ds.sweeps.report import write_report
 from xpt_ds.sweeps.rows import read_rows
 
@@ -62,7 +62,8 @@ def test_a_clear_order_is_reproduced_and_every_claim_gets_a_verdict(tmp_path):
     assert "XPT, source_mean start PPL 61.5" in starts["evidence"][0]
     efficiency = next(v for k, v in claims.items() if k.startswith("002 Figures"))
     # Scratch at 80K (PPL 400) is worse than XPT at 10K (200): '>' 80K, 8x at 10K; at 80K XPT's 100 is '> 80K', 1x
-    assert efficiency["verdict"].startswith("intrinsic: reproduced (at least 8×); largest at the smallest size: yes")
+    assert efficiency["verdict"].startswith("intrinsic: reproduced (at least 8×); largest at the smallest size: not "
+                                            "measurable here (at the larger sizes Scratch never reached XPT")
     md = (tmp_path / "claims.md").read_text()
     assert "| *unigram predictor* | 900.00 | 6.00 |" in md and "| *majority class* |" in md
     assert "100.00 ± 7.07 (n=2)" in md  # XPT's PPL: mean and sample std of 95 and 105
@@ -78,7 +79,7 @@ def test_runs_the_time_budget_cut_short_are_listed(tmp_path):
     ppl = {"scratch": 400.0, "adapters": 300.0, "xpt_sp": 200.0, "xpt": 100.0}
     rows = _main_rows(ppl, {m: 0.2 for m in ppl}, spread=5.0)
     rows[0]["time_stopped"] = ["phase1", "phase2"]  # scratch 80K seed 1
-    _sweep(tmp_path, "main", rows)
+    _sweep(tmp_path, "main", rows, report=True)
     trelm = _row("trelm", 80_000, 2, 150.0, 0.2)
     trelm["time_stopped"] = ["phase3"]
     _sweep(tmp_path, "other_trelm", [trelm])
@@ -87,8 +88,14 @@ def test_runs_the_time_budget_cut_short_are_listed(tmp_path):
                                       "other_trelm: trelm 80K seed 2 (phase3)"]
     md = (tmp_path / "claims.md").read_text()
     assert "- main: scratch 80K seed 1 (phase1, phase2)\n- other_trelm: trelm 80K seed 2 (phase3)\n" in md
+    efficiency = next(v for k, v in result["claims"].items() if k.startswith("002 Figures"))
+    assert ("Scratch at 80K was ended by the time budget, not by its validation loss: the ratios are against what "
+            "that budget bought Scratch") in efficiency["evidence"]
     (tmp_path / "main" / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[1:]))
-    assert write(tmp_path)["time_stopped"] == ["other_trelm: trelm 80K seed 2 (phase3)"]
+    result = write(tmp_path)
+    assert result["time_stopped"] == ["other_trelm: trelm 80K seed 2 (phase3)"]
+    assert not any("time budget" in e for e in next(v for k, v in result["claims"].items()
+                                                     if k.startswith("002 Figures"))["evidence"])
 
 
 def test_differences_inside_the_seed_spread_are_not_called(tmp_path):
@@ -256,3 +263,16 @@ def test_the_rewind_sweep_is_shown_beside_xpt_at_its_sizes(tmp_path):
     assert "- at 10K: PPL 381.5 against XPT's 500: -118.5" in md
     assert "- at 80K: PPL 240 against XPT's 250: one seed, no spread to judge by" in md
     assert md.index("## Verdicts") > 0
+
+
+def test_where_the_ratio_is_largest_needs_exact_ratios_beyond_the_smallest_size():
+    """A '>' ratio is a lower bound: it can make the smallest size's ratio the larger only against exact ones."""
+    def sizes(*pairs):
+        return [(i, {"bound": b, "ratio": r}) for i, (b, r) in enumerate(pairs)]
+    assert largest_at_smallest(sizes(("=", 6.0), ("=", 3.0), ("=", 2.0))) == "yes"
+    assert largest_at_smallest(sizes((">", 8.0), ("=", 3.0))) == "yes"  # at least 8 against exactly 3
+    assert largest_at_smallest(sizes(("=", 3.0), (">", 4.0))) == "no"  # exactly 3 against at least 4
+    assert largest_at_smallest(sizes(("=", 3.0), ("=", 5.0))) == "no"
+    assert largest_at_smallest(sizes((">", 8.0), (">", 4.0), (">", 1.0))).startswith("not measurable here (at the")
+    assert largest_at_smallest(sizes(("=", 5.0), (">", 4.0))).startswith("not measurable here")  # 4 may be more
+    assert largest_at_smallest(sizes(("=", 5.0), ("<", 0.5))) == "not measurable here (one size)"
