@@ -60,8 +60,8 @@ def test_the_next_phase_starts_from_the_best_checkpoint(rewound):
     best, end, last = _weights(run, best_step), _weights(run, stop), _weights(run, stop + 2)
     held = _held(last)
     assert held.keys() <= best.keys() and len(held) > 10  # a phase-1 checkpoint also names the tied decoder
-    assert all(torch.equal(held[k], best[k]) for k in held)  # phase 2 started from step 1's exact weights
-    assert not all(torch.equal(held[k], end[k]) for k in held)  # ... not from step 3's
+    assert all(torch.equal(held[k], best[k]) for k in held)  # phase 2 started from the best step's exact weights
+    assert not all(torch.equal(held[k], end[k]) for k in held)  # ... not from the stop step's
     assert not torch.equal(last["lm_head.bias"], best["lm_head.bias"])  # and it trained
     assert read_client_state(run / "checkpoints", tag_for(stop + 2))["trainer"]["global_step"] == stop + 2
     assert json.loads((run / "status.json").read_text())["state"] == "finished"
