@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from conftest import run_main
-from test_finetune import FAST, _split  # noqa: F401
+from test_finetune import FAST, _split
 from test_finetune import xpt_model  # noqa: F401  (fixture)
 from xpt_ds.finetuning.metrics import summarize
 from xpt_ds.finetuning.run import format_table
@@ -22,7 +22,7 @@ from xpt_ds.sweeps.seeds import aggregate
 
 
 def _nan_model(xpt_model, out):
-    """The export with one NaN in the last layer's output LayerNorm: every forward pass is NaN."""
+    """The export with one NaN in an encoder layer's output LayerNorm weight: every forward pass is NaN."""
     shutil.copytree(xpt_model, out)
     weights = load_file(out / "model.safetensors")
     name = next(k for k in weights if k.endswith("output.LayerNorm.weight"))
