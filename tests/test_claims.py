@@ -276,3 +276,25 @@ def test_where_the_ratio_is_largest_needs_exact_ratios_beyond_the_smallest_size(
     assert largest_at_smallest(sizes((">", 8.0), (">", 4.0), (">", 1.0))).startswith("not measurable here (at the")
     assert largest_at_smallest(sizes(("=", 5.0), (">", 4.0))).startswith("not measurable here")  # 4 may be more
     assert largest_at_smallest(sizes(("=", 5.0), ("<", 0.5))) == "not measurable here (one size)"
+
+
+def test_the_arms_are_also_compared_at_the_last_step_every_run_validated_at(tmp_path):
+    """A time budget ends runs at different steps (2026-11-28: XPT 2,396-2,601, XPT-SP 1,860-1,868): claims.md
+    adds each arm's validation bits per character at the last step that every run at the largest size has."""
+    ppl = {"scratch": 400.0, "adapters": 300.0, "xpt_sp": 200.0, "xpt": 100.0}
+    _sweep(tmp_path, "main", _main_rows(ppl, {m: 0.2 for m in ppl}, spread=1.0))
+    curves = {("xpt", 1): {100: 3.0, 200: 2.5, 250: 2.4}, ("xpt", 2): {100: 3.1, 200: 2.7, 300: 2.2},
+              ("scratch", 1): {100: 3.2, 200: 3.0, 237: 2.9}, ("scratch", 2): {100: 3.2, 200: 3.1, 300: 2.9}}
+    for (method, seed), points in curves.items():
+        run = tmp_path / "main" / "runs" / method / "80K" / f"seed{seed}"
+        run.mkdir(parents=True)
+        run.joinpath("metrics.jsonl").write_text(
+            "".join(json.dumps({"step": s, "valid/bits_per_char": v}) + "\n" for s, v in points.items()))
+    superseded = tmp_path / "main/runs/xpt/80K/seed1.superseded"  # a replaced run is not one of the arm's
+    superseded.mkdir()
+    superseded.joinpath("metrics.jsonl").write_text(json.dumps({"step": 100, "valid/bits_per_char": 9.0}) + "\n")
+    write(tmp_path)
+    md = (tmp_path / "claims.md").read_text()
+    table = md.split("Validation bits per character at step 200, the last step every run at this size validated")[1]
+    rows = [line for line in table.split("\n\n")[1].splitlines() if line.startswith("| ") and "bits/char" not in line]
+    assert rows == ["| XPT (random start) | 2.600 ± 0.141 (n=2) |", "| Scratch | 3.050 ± 0.071 (n=2) |"]

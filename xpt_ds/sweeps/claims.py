@@ -18,6 +18,7 @@ import itertools
 import json
 import shutil
 from pathlib import Path
+from statistics import mean, stdev
 
 from xpt_ds.errors import cli_errors
 from xpt_ds.sweeps.curves import curve, finish_plot
@@ -236,13 +237,37 @@ def starts_claim(top: dict[str, dict]) -> dict:
     return {"verdict": "reproduced (" + "; ".join(sides) + ")", "evidence": evidence}
 
 
+def size_curves(out: Path, size: int) -> list[tuple[str, str, list[tuple[int, float]]]]:
+    """(arm, seedN, validation bits per character by step) of every run at ``size`` (each sweep's
+    ``runs/METHOD/SIZE/seedN/metrics.jsonl``; not ``seedN.superseded`` and the like)."""
+    runs = sorted(out.glob(f"*/runs/*/{size_label(size)}/seed*/metrics.jsonl"))
+    return [(path.parts[-4], path.parent.name, c) for path in runs
+            if path.parts[-6] in SWEEPS and path.parent.name[4:].isdigit() and (c := curve(path.parent))]
+
+
+def equal_steps_section(curves: list[tuple[str, str, list[tuple[int, float]]]]) -> list[str]:
+    """Every arm's validation bits per character at the last step every run validated at: the time budget gives
+    the arms different numbers of steps (a frozen phase's steps are cheaper), and this compares them at the same
+    number. The validation split, not the test text; bits per character compare across vocabularies."""
+    common = set.intersection(*(set(s for s, _ in points) for _, _, points in curves)) if curves else set()
+    if not common:
+        return []
+    step, values = max(common), {}
+    for arm, _seed, points in curves:
+        values.setdefault(arm, []).append(dict(points)[step])
+    lines = [f"Validation bits per character at step {step}, the last step every run at this size validated at "
+             "(the time budget gives the arms different numbers of steps; the validation split, not the test text):",
+             "", "| arm | bits/char at the same step |", "|---|---|"]
+    for arm, vals in sorted(values.items(), key=lambda kv: sum(kv[1]) / len(kv[1])):
+        spread = f" ± {stdev(vals):.3f}" if len(vals) > 1 else ""
+        lines.append(f"| {NAMES.get(arm, arm)} | {mean(vals):.3f}{spread} (n={len(vals)}) |")
+    return lines + [""]
+
+
 def plot_curves(out: Path, size: int, unigram_bpc: float | None) -> bool:
-    """OUT/valid_curves.png: every run's validation bits per character at ``size`` (each sweep's
-    ``runs/METHOD/SIZE/seedN/metrics.jsonl``), one colour per arm, and the unigram predictor's test figure;
-    False when no run left a curve."""
-    runs = sorted(out.glob(f"*/runs/*/{size_label(size)}/seed*/metrics.jsonl"))  # not seedN.superseded etc.
-    curves = [(path.parts[-4], path.parent.name, c) for path in runs
-              if path.parts[-6] in SWEEPS and path.parent.name[4:].isdigit() and (c := curve(path.parent))]
+    """OUT/valid_curves.png: every run's validation bits per character at ``size``, one colour per arm, and the
+    unigram predictor's test figure; False when no run left a curve."""
+    curves = size_curves(out, size)
     if not curves:
         return False
     import matplotlib
@@ -333,6 +358,7 @@ def write(out: Path) -> dict:
     if result.get("arms") and plot_curves(out, result["largest"], (result.get("unigram") or {}).get("bits_per_char")):
         lines += ["Validation bits per character against step, every run at that size (one line per seed):", "",
                   "![validation curves](valid_curves.png)", ""]
+        lines += equal_steps_section(size_curves(out, result["largest"]))
     sweeps = load(out)
     lines += efficiency_section(out, sweeps["main"]) + rewind_section(sweeps)
     lines += ["## Verdicts", ""]
