@@ -391,7 +391,7 @@ def _finetune(cfg: FinetuneConfig, out: Path) -> dict:
 def format_table(results: dict) -> str:
     """Test metrics ×100, one column per seed, then mean ± std (002 Table 3 style)."""
     seeds = results["seeds"]
-    n = len(seeds) - len(results.get("diverged", []))
+    n = sum("diverged" not in r for r in seeds)  # the seeds the summary is over
     head = f"{'test (x100)':<18}" + "".join(f"{'seed ' + str(r['seed']):>11}" for r in seeds) + f"{'mean ± std':>18}"
     lines = [f"{results['config']['task']} · {results['config']['model']} · {len(seeds)} seed(s) · "
              f"test at the {results['selection']}", head]

@@ -30,6 +30,7 @@ from xpt_ds.sweeps.seeds import aggregate
 SWEEPS = ("main", "init", "other_trelm", "other_keep_vocab", "rewind")
 TABLE2_ORDER = ("scratch", "adapters", "xpt_sp", "xpt")  # 002 Table 2: PPL falls, Hits@1 rises in this order
 STARTS = ("xpt", "xpt_source_mean", "xpt_frequency_rank", "xpt_from_file")  # main's xpt: the random start
+Curves = list[tuple[str, str, list[tuple[int, float]]]]  # (arm, seedN, (step, validation bits per char))
 NAMES = {**METHOD_NAMES, "xpt": "XPT (random start)", "xpt_source_mean": "XPT, source_mean start",
          "xpt_frequency_rank": "XPT, frequency_rank start", "xpt_from_file": "XPT, from_file start",
          "keep_vocab": "Gogoulou et al. keep-vocabulary (source vocabulary)",
@@ -55,6 +56,12 @@ def no_call(a: dict, b: dict, key: str) -> str:
     """Why ``real_gap`` made no call: a row with one seed has no spread to judge by."""
     one = a.get(f"{key}_std") is None or b.get(f"{key}_std") is None
     return "one seed, no spread to judge by" if one else "within the seed spread"
+
+
+def gap_text(a: dict, b: dict, key: str) -> str:
+    """``a[key] - b[key]`` where it counts (``real_gap``), else why it does not (``no_call``)."""
+    gap = real_gap(a, b, key)
+    return no_call(a, b, key) if gap is None else f"{gap:+.4g}"
 
 
 def _pm(r: dict, key: str, scale: float = 1.0, digits: int = 2) -> str:
@@ -226,7 +233,7 @@ def starts_claim(top: dict[str, dict]) -> dict:
             continue
         gap = real_gap(top[m], ref, "ppl")
         evidence.append(f"{NAMES[m]} PPL {top[m]['ppl']:.4g} vs random {ref['ppl']:.4g}: "
-                        + (no_call(top[m], ref, "ppl") if gap is None else f"{gap:+.4g}"))
+                        + gap_text(top[m], ref, "ppl"))
         if gap is not None:
             (better if gap < 0 else worse).append(NAMES[m])
     if not better and not worse:
@@ -237,7 +244,7 @@ def starts_claim(top: dict[str, dict]) -> dict:
     return {"verdict": "reproduced (" + "; ".join(sides) + ")", "evidence": evidence}
 
 
-def size_curves(out: Path, size: int) -> list[tuple[str, str, list[tuple[int, float]]]]:
+def size_curves(out: Path, size: int) -> Curves:
     """(arm, seedN, validation bits per character by step) of every run at ``size`` (each sweep's
     ``runs/METHOD/SIZE/seedN/metrics.jsonl``; not ``seedN.superseded`` and the like)."""
     runs = sorted(out.glob(f"*/runs/*/{size_label(size)}/seed*/metrics.jsonl"))
@@ -245,7 +252,7 @@ def size_curves(out: Path, size: int) -> list[tuple[str, str, list[tuple[int, fl
             if path.parts[-6] in SWEEPS and path.parent.name[4:].isdigit() and (c := curve(path.parent))]
 
 
-def equal_steps_section(curves: list[tuple[str, str, list[tuple[int, float]]]]) -> list[str]:
+def equal_steps_section(curves: Curves) -> list[str]:
     """Every arm's validation bits per character at the last step every run validated at: the time budget gives
     the arms different numbers of steps (a frozen phase's steps are cheaper), and this compares them at the same
     number. The validation split, not the test text; bits per character compare across vocabularies."""
@@ -258,16 +265,15 @@ def equal_steps_section(curves: list[tuple[str, str, list[tuple[int, float]]]]) 
     lines = [f"Validation bits per character at step {step}, the last step every run at this size validated at "
              "(the time budget gives the arms different numbers of steps; the validation split, not the test text):",
              "", "| arm | bits/char at the same step |", "|---|---|"]
-    for arm, vals in sorted(values.items(), key=lambda kv: sum(kv[1]) / len(kv[1])):
+    for arm, vals in sorted(values.items(), key=lambda kv: mean(kv[1])):
         spread = f" ± {stdev(vals):.3f}" if len(vals) > 1 else ""
         lines.append(f"| {NAMES.get(arm, arm)} | {mean(vals):.3f}{spread} (n={len(vals)}) |")
     return lines + [""]
 
 
-def plot_curves(out: Path, size: int, unigram_bpc: float | None) -> bool:
-    """OUT/valid_curves.png: every run's validation bits per character at ``size``, one colour per arm, and the
+def plot_curves(out: Path, curves: Curves, unigram_bpc: float | None) -> bool:
+    """OUT/valid_curves.png: the runs' validation bits per character (``size_curves``), one colour per arm, and the
     unigram predictor's test figure; False when no run left a curve."""
-    curves = size_curves(out, size)
     if not curves:
         return False
     import matplotlib
@@ -321,9 +327,8 @@ def rewind_section(sweeps: dict[str, list[dict]]) -> list[str]:
                 lines.append(f"| {size_label(size)} | {NAMES[m]} | {_pm(row, 'ppl')} | {_pm(row, 'hits@1', 100)} | "
                              f"{_pm(row, 'steps_done', 1, 0)} | {_pm(row, 'downstream_mean', 100)} |")
         if main.get("xpt"):
-            gap = real_gap(r, main["xpt"], "ppl")
             verdicts.append(f"- at {size_label(size)}: PPL {r['ppl']:.4g} against XPT's {main['xpt']['ppl']:.4g}: "
-                            + (no_call(r, main["xpt"], "ppl") if gap is None else f"{gap:+.4g}"))
+                            + gap_text(r, main["xpt"], "ppl"))
     return lines + [""] + verdicts + [""]
 
 
@@ -355,10 +360,11 @@ def write(out: Path) -> dict:
         lines += ["Runs whose time budget (guard.max_train_minutes) ended phases before their validation loss stopped "
                   "improving or their planned steps (the phases in brackets):", ""]
         lines += [f"- {line}" for line in result["time_stopped"]] + [""]
-    if result.get("arms") and plot_curves(out, result["largest"], (result.get("unigram") or {}).get("bits_per_char")):
+    curves = size_curves(out, result["largest"]) if result.get("arms") else []
+    if plot_curves(out, curves, (result.get("unigram") or {}).get("bits_per_char")):
         lines += ["Validation bits per character against step, every run at that size (one line per seed):", "",
                   "![validation curves](valid_curves.png)", ""]
-        lines += equal_steps_section(size_curves(out, result["largest"]))
+        lines += equal_steps_section(curves)
     sweeps = load(out)
     lines += efficiency_section(out, sweeps["main"]) + rewind_section(sweeps)
     lines += ["## Verdicts", ""]
