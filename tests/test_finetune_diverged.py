@@ -74,3 +74,38 @@ def test_a_diverged_seed_is_left_out_of_the_summary_and_counted_in_the_rows():
     assert _pm(folded, "downstream_mean", 100).endswith("(n=3, 1 diverged)")
     assert "downstream_diverged" not in downstream_row({**results, "seeds": [seeds[0]], "diverged": []})
     assert abs(folded["downstream_mean"] - (0.70 + 0.72 + 0.70) / 3) < 1e-12  # the three scored seeds, pooled
+
+
+def test_a_seed_that_diverges_after_a_validated_epoch_is_scored_at_its_best_epoch(xpt_model, tmp_path, monkeypatch):
+    """With --valid, the selection already holds an earlier epoch's weights when a later epoch's loss becomes NaN
+    (here: one LayerNorm weight set to NaN as epoch 2 starts, and the real loop finds the NaN loss): the seed is
+    scored from that epoch, not dropped, and the divergence is recorded beside the score."""
+    from xpt_ds.finetuning import run as ft_run
+    from xpt_ds.finetuning.config import FinetuneConfig
+    import torch
+    real = ft_run.train_epoch
+    epochs = {}
+
+    def poisoned(model, *args):
+        epochs[id(model)] = epochs.get(id(model), 0) + 1
+        if epochs[id(model)] == 2 and len(epochs) == 1:  # the first seed's second epoch only
+            with torch.no_grad():
+                next(m for n, m in model.named_parameters() if n.endswith("output.LayerNorm.weight"))[0] = float("nan")
+        return real(model, *args)
+
+    monkeypatch.setattr(ft_run, "train_epoch", poisoned)
+    rows = [{"text": f"w{i % 7} w{i % 5}", "label": "yes" if i % 3 else "no"} for i in range(60)]
+    files = _split(rows, tmp_path / "data")
+    cfg = FinetuneConfig(model=str(xpt_model), out=str(tmp_path / "out"), seeds=[1, 2], save_model=True,
+                         **files, **{**FAST, "epochs": 3})
+    res = ft_run.finetune(cfg)
+    first, second = res["seeds"]
+    assert first["diverged_after"] == "epoch 2: train loss nan at step 1 of 3" and "diverged" not in first
+    assert first["epoch"] == 1 and len(first["history"]) == 1 and first["valid"] == first["history"][0]["valid"]
+    assert "diverged" not in res and "diverged_after" not in second and len(second["history"]) == 3
+    pooled = [first["test"]["accuracy"], second["test"]["accuracy"]]
+    assert res["summary"]["accuracy"]["mean"] == sum(pooled) / 2
+    saved = load_file(tmp_path / "out" / "model" / "model.safetensors")  # the first seed's scored model
+    assert all(bool(t.isfinite().all()) for t in saved.values() if t.is_floating_point())
+    table = format_table(json.loads((tmp_path / "out" / "results.json").read_text()))
+    assert "seed 1 diverged in epoch 2: train loss nan at step 1 of 3; scored at its best valid epoch 1" in table

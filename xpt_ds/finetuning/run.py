@@ -282,14 +282,21 @@ def run_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, device: torch.devic
     opt, sched = build_optimizer(model, cfg, cfg.epochs * len(loader))
     valid = prep.splits.get("valid")
     evaluate = partial(predict, model, task=cfg.task, pad_id=pad_id, batch_size=2 * cfg.batch_size, device=device)
-    history, best, best_state, best_epoch, stale = [], None, None, cfg.epochs, 0
+    history, best, best_state, best_epoch, stale, diverged = [], None, None, cfg.epochs, 0, None
     for epoch in range(1, cfg.epochs + 1):
         try:
             row = {"epoch": epoch, "train_loss": train_epoch(model, loader, opt, sched, cfg, device)}
-        except Diverged as e:  # no test score: left out of the summary, and said so
-            log.warning("seed %d diverged in epoch %d (%s): left out of the summary; a lower --lr or --grad-clip 1.0 "
-                        "may help", seed, epoch, e)
-            return {"seed": seed, "epoch": epoch, "diverged": f"epoch {epoch}: {e}", "history": history}
+        except Diverged as e:
+            diverged = f"epoch {epoch}: {e}"
+            if best_state is None:  # no test score: left out of the summary, and said so
+                log.warning("seed %d diverged in epoch %d (%s): left out of the summary; a lower --lr or --grad-clip "
+                            "1.0 may help", seed, epoch, e)
+                return {"seed": seed, "epoch": epoch, "diverged": diverged, "history": history}
+            # The selection by validation had already kept an earlier epoch's weights: that model is scored, as
+            # patience would have scored it, and the divergence is recorded beside it.
+            log.warning("seed %d diverged in epoch %d (%s): scored at its best valid epoch %d, before it", seed,
+                        epoch, e, best_epoch)
+            break
         if valid is not None:
             row["valid"] = score(cfg.task, valid.gold, evaluate(valid), prep.labels, cfg.no_relation_label)
             current = row["valid"][cfg.metric]
@@ -313,6 +320,8 @@ def run_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, device: torch.devic
               "history": history}
     if valid is not None:
         result["valid"] = history[best_epoch - 1]["valid"]
+    if diverged is not None:
+        result["diverged_after"] = diverged  # scored all the same, at an epoch before it
     if save:
         save_finetuned(model, cfg, prep, Path(cfg.out) / "model")
     return result
@@ -401,6 +410,10 @@ def format_table(results: dict) -> str:
         mean = "nan" if s["mean"] is None else f"{fmt(s['mean'])} ± {fmt(s['std'])}" if n > 1 else \
             f"{fmt(s['mean'])} (n=1)"  # one seed has no spread
         lines.append(f"{name:<18}{cells}{mean:>18}")
+    for r in seeds:
+        if "diverged_after" in r:
+            lines.append(f"seed {r['seed']} diverged in {r['diverged_after']}; scored at its best valid epoch "
+                         f"{r['epoch']}, before it")
     if "majority_baseline" in results:
         m = results["majority_baseline"]
         line = f"majority class '{m['label']}' accuracy on test: {fmt(m['accuracy'])} (the best one-class guess)"
