@@ -16,12 +16,17 @@ from pathlib import Path
 
 import deepspeed
 
+from xpt_ds.training.op_builds import check_build_lock
+
 SHM_DIR = Path("/dev/shm")
 SHM_PREFIX = "deepspeed_allreduce_buffer"
 
 
 def init_distributed() -> None:
-    """``deepspeed.init_distributed``, then unlink this rank's shared-memory all-reduce buffer (if it made one)."""
+    """``deepspeed.init_distributed``, then unlink this rank's shared-memory all-reduce buffer (if it made one).
+    On the CPU accelerator DeepSpeed loads that all-reduce's op as it joins: a stale build lock stops it first."""
+    if deepspeed.get_accelerator().device_name() == "cpu":
+        check_build_lock("ShareMemCommBuilder")
     deepspeed.init_distributed(dist_init_required=True)
     if deepspeed.get_accelerator().device_name() != "cpu":
         return

@@ -24,7 +24,7 @@ from xpt_ds.config import ConfigError, OptimConfig, PhaseConfig, TrainConfig
 from xpt_ds.training.activations import checkpoint_layers
 from xpt_ds.training.compile import compile_blocks
 from xpt_ds.training.frozen import FrozenWeights
-from xpt_ds.training.op_builds import check_arch_list, fused_adam_is_jit_built
+from xpt_ds.training.op_builds import check_arch_list, check_build_lock, fused_adam_is_jit_built
 
 log = logging.getLogger(__name__)
 
@@ -163,9 +163,11 @@ def build_optimizer(model: nn.Module, o: OptimConfig, ds: dict) -> torch.optim.O
         return torch.optim.AdamW(groups, lr=0.0, betas=tuple(o.betas), eps=o.eps, foreach=False)
     if ds.get("zero_optimization", {}).get("offload_optimizer", {}).get("device") == "cpu":
         from deepspeed.ops.adam import DeepSpeedCPUAdam  # ZeRO-Offload steps on the host
+        check_build_lock("CPUAdamBuilder")
         return DeepSpeedCPUAdam(groups, lr=0.0, betas=tuple(o.betas), eps=o.eps, adamw_mode=True)
     if fused_adam_is_jit_built():
         check_arch_list()
+    check_build_lock("FusedAdamBuilder")
     from deepspeed.ops.adam import FusedAdam
     return FusedAdam(groups, lr=0.0, betas=tuple(o.betas), eps=o.eps, adam_w_mode=True)
 

@@ -1,19 +1,29 @@
-"""What DeepSpeed's JIT build of a CUDA op (FusedAdam's kernel) reads from the environment, checked first.
+"""What DeepSpeed's JIT build of an op (FusedAdam's kernel, the CPU all-reduce) needs, checked before it starts.
 
 DeepSpeed 0.19.8 builds FusedAdam for the entries of ``TORCH_CUDA_ARCH_LIST`` and sorts them by reading each
 dotted part as a number ('9.0', '9.0+PTX', '8.6 9.0'), so an entry torch itself accepts, like '9.0a' (which some
 GPU images set), stops the first optimizer step's build with ``ValueError: invalid literal for int()`` deep in a
 traceback. ``check_arch_list`` says so in one line before the build starts. A DeepSpeed with FusedAdam prebuilt
 (``DS_BUILD_FUSED_ADAM=1`` at install) imports it and reads no arch list.
+
+Every JIT load, built or not, first takes torch's build lock, ``{extensions root}/{op}/lock``, a file that only
+the build's own process removes: a job killed while it built the op (a preemption, ``scancel``, a rank's kill -9
+during a first run on a fresh node) leaves it, and every later run that loads the op waits on it forever, silently
+(torch's ``FileBaton.wait`` has no timeout). ``check_build_lock`` stops such a run with one line naming the file
+to delete, when the lock and everything else in its folder are older than ``STALE_LOCK_S``; a younger lock is a
+build under way, and the rank says it waits for it.
 """
 from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Mapping
+from pathlib import Path
 
-from xpt_ds.errors import UserError
+from xpt_ds.errors import UserError, say
 
+STALE_LOCK_S = 600  # a build of FusedAdam takes 1-3 min and writes its objects as it goes
 _ENTRY = re.compile(r"\d+(\+[^.]*)?(\.\d+(\+[^.]*)?)*")  # what int(part.split('+')[0]) takes for every '.' part
 _SUFFIXED = re.compile(r"(\d+\.\d+)[a-z]*")  # '9.0a', '10.0f': group 1 is what DeepSpeed reads
 
@@ -55,3 +65,50 @@ def fused_adam_is_jit_built() -> bool:
     from deepspeed.accelerator import get_accelerator
     from deepspeed.git_version_info import installed_ops
     return get_accelerator().device_name() == "cuda" and not installed_ops.get("fused_adam", False)
+
+
+def lock_problem(lock: Path, op: str, now: float | None = None) -> str | None:
+    """Why ``lock`` (torch's build lock of DeepSpeed's ``op``) would hold a run forever, or None: it and every other
+    file in its folder (ninja writes the objects and its log as the build goes) are older than ``STALE_LOCK_S``."""
+    now = time.time() if now is None else now
+    try:
+        newest = max(entry.stat().st_mtime for entry in [lock, *lock.parent.iterdir()])
+    except FileNotFoundError:  # the build ended and removed it meanwhile
+        return None
+    if now - newest <= STALE_LOCK_S:
+        return None
+    return (f"{lock} is {(now - lock.stat().st_mtime) / 60:.0f} min old and nothing beside it changed for "
+            f"{(now - newest) / 60:.0f} min: a build of DeepSpeed's {op} op was killed mid-way (a preempted or killed "
+            "job), and every run that loads the op would wait on it forever; delete it (rm "
+            f"'{lock}') unless a process is building {op} now")
+
+
+def jit_lock(builder_name: str) -> tuple[Path, str] | None:
+    """(torch's build lock, op name) of the accelerator's ``builder_name`` (``FusedAdamBuilder``) when loading it
+    here goes through torch's JIT loader (not prebuilt, not loaded in this process yet), else None."""
+    from deepspeed.accelerator import get_accelerator
+    from deepspeed.git_version_info import installed_ops
+    from deepspeed.ops.op_builder.builder import OpBuilder
+    from torch.utils import cpp_extension
+    builder = get_accelerator().create_op_builder(builder_name)
+    if builder is None or builder.name in OpBuilder._loaded_ops or installed_ops.get(builder.name, False):
+        return None
+    directory = getattr(cpp_extension, "_get_build_directory", None)  # torch's own folder rule (private)
+    if directory is None:
+        return None
+    return Path(directory(builder.name, verbose=False)) / "lock", builder.name
+
+
+def check_build_lock(builder_name: str) -> None:
+    """Raise one line when a stale build lock would hold the load of ``builder_name``'s op forever; say (local rank
+    0) that the ranks wait when another process is building it."""
+    found = jit_lock(builder_name)
+    if found is None or not found[0].exists():
+        return
+    problem = lock_problem(*found)
+    if problem:
+        raise UserError(problem)
+    from xpt_ds.training.rank_say import local_rank
+    if local_rank() == 0:  # one line per machine; the other waiting ranks wait for the same build
+        say(f"waiting for {found[0]}: another process is building DeepSpeed's {found[1]} op (a first run with "
+            "this extensions folder; it takes a minute or two)")

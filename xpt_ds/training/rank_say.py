@@ -56,7 +56,7 @@ def _remove_stale(directory: Path) -> None:
                 old.unlink()
 
 
-def _local_rank() -> int:
+def local_rank() -> int:
     return _env_int("LOCAL_RANK", "SLURM_LOCALID", default=0)
 
 
@@ -66,7 +66,7 @@ def _world() -> int:
 
 def forget() -> None:
     """Local rank 0, as the job starts: no line of an earlier launch with the same parent is read as this one's."""
-    if _local_rank() == 0 and _world() > 1:
+    if local_rank() == 0 and _world() > 1:
         with _BEST_EFFORT:
             _marker().unlink()
 
@@ -77,7 +77,7 @@ def say_once(line: str, wait_s: float = WAIT_S) -> None:
         say(line)
         return
     marker = _marker()
-    if _local_rank() == 0:
+    if local_rank() == 0:
         _remove_stale(marker.parent)
         with _BEST_EFFORT:  # a whole line or none, for the ranks polling it
             write_text_atomic(marker, line)
