@@ -2,6 +2,7 @@
 import yaml
 
 from xpt_ds.config import TrainConfig, load_config, to_dict
+from xpt_ds.config.manager import config_yaml
 
 
 def test_print_config_prints_what_the_run_saves_and_touches_nothing(tmp_path, capsys):
@@ -25,3 +26,30 @@ def test_print_config_prints_what_the_run_saves_and_touches_nothing(tmp_path, ca
     assert main([*args, "--optim.micro_batch_size=0"]) == 2
     out = capsys.readouterr()
     assert out.out == "" and out.err.strip().startswith("error: config key 'optim.micro_batch_size'"), out.err
+
+
+def test_print_config_without_a_runnable_config_is_a_config_to_start_from(tmp_path, capsys):
+    """``xpt-ds train --print-config`` alone: every key, the required ones saying what to write there, the
+    method's phases written out, one stderr line naming what to fill in; filled in, it loads as a run's config."""
+    from xpt_ds.config.template import SOURCE
+    from xpt_ds.train import main
+    assert main(["--print-config"]) == 0
+    out = capsys.readouterr()
+    data = yaml.safe_load(out.out)
+    assert data["model"]["source"] == SOURCE and data["model"]["method"] == "xpt"
+    assert [(p["name"], p["steps"]) for p in data["phases"]] == [("phase1", 0), ("phase2", 0)]
+    assert out.err.splitlines() == [
+        "a config to start from, not yet one to run: fill in model.source, model.tokenizer, data.train_shards, "
+        "phases[0].steps, phases[1].steps (every other key is checked; the source, tokenizer, shards and DeepSpeed "
+        "JSON are read when a run starts)"]
+    (tmp_path / "start.yaml").write_text(out.out)
+    assert main(["--print-config", "--config", str(tmp_path / "start.yaml")]) == 0
+    assert capsys.readouterr().out == out.out  # the template reads back as itself
+    filled = ["--model.source=FacebookAI/roberta-base", "--model.tokenizer=spm.model",
+              "--data.train_shards=[data/manifest.json:train]", "--phases.0.steps=100", "--phases.1.steps=200"]
+    assert main(["--print-config", "--config", str(tmp_path / "start.yaml"), *filled]) == 0
+    out = capsys.readouterr()
+    assert out.err == "" and out.out == config_yaml(load_config(str(tmp_path / "start.yaml"), filled))
+    assert main(["--print-config", "--model.method=scratch", "--optim.micro_batch_size=0"]) == 2  # still checked
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.strip() == "error: config key 'optim.micro_batch_size' must be >= 1, got 0"

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from xpt_ds.config import help_text, load_config
-from xpt_ds.errors import INTERRUPTED_EXIT_CODE, UserError, cli_errors, error_line
+from xpt_ds.errors import INTERRUPTED_EXIT_CODE, UserError, cli_errors, error_line, say
 from xpt_ds.training import collector, rank_say
 from xpt_ds.training.rank_say import say_once
 from xpt_ds.training.ports import free_port
@@ -24,9 +24,11 @@ def parse_args(argv: list[str]):
     parser.add_argument("--config", help="YAML or JSON run config")
     parser.add_argument("--resume", help="checkpoint tag to resume from, 'best' or 'none' (default: newest complete "
                         "one)")
-    parser.add_argument("--print-config", action="store_true", help="print the resolved, checked config (what "
-                        "RUN_DIR/config.yaml will hold: every key, the method's phases written out) as YAML and exit; "
-                        "a starting point for a config file")
+    parser.add_argument("--print-config", action="store_true", help="print the resolved config (what "
+                        "RUN_DIR/config.yaml will hold: every key) as YAML, checked as far as a config alone can be, "
+                        "and exit. Without a runnable config (even without --config), a config to start from: the "
+                        "required keys say what to write there, the method's phases are written out, and a line on "
+                        "stderr names what to fill in")
     parser.add_argument("--local_rank", "--local-rank", type=int, help=argparse.SUPPRESS)  # set by `deepspeed`
     args, overrides = parser.parse_known_args(argv)
     if args.resume:
@@ -42,19 +44,28 @@ def _single_process_env() -> None:
             os.environ["MASTER_PORT"] = str(free_port())
 
 
+def print_config(path: str | None, overrides: list[str]) -> int:
+    """The resolved, checked config as YAML; a template (xpt_ds.config.template) when required keys are empty."""
+    from xpt_ds.config.manager import config_yaml, load_unchecked
+    from xpt_ds.config.template import as_template, template_note
+    cfg, filled = as_template(load_unchecked(path, overrides))
+    sys.stdout.write(config_yaml(cfg))
+    if filled:
+        say(template_note(filled))
+    return 0
+
+
 @cli_errors
 def main(argv: list[str] | None = None) -> int:
     args, overrides = parse_args(sys.argv[1:] if argv is None else argv)
     rank_say.forget()
     try:
+        if args.print_config:
+            return print_config(args.config, overrides)
         cfg = load_config(args.config, overrides)
     except UserError as e:  # every rank reads the same config: one line per machine
         say_once(f"error: {error_line(e)}")
         return 2
-    if args.print_config:
-        from xpt_ds.config.manager import config_yaml
-        sys.stdout.write(config_yaml(cfg))
-        return 0
     _single_process_env()
     with collector.importing():  # no collector passes over the imports, frozen after (xpt_ds.training.collector)
         import deepspeed

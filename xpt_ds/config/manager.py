@@ -102,6 +102,13 @@ def read_config_file(path: str | Path) -> dict:
 
 def load_config(path: str | None, overrides: list[str] = ()) -> TrainConfig:
     """Defaults < file < overrides; then validate."""
+    cfg = load_unchecked(path, overrides)
+    validate(cfg)
+    return cfg
+
+
+def load_unchecked(path: str | None, overrides: list[str] = ()) -> TrainConfig:
+    """Defaults < file < overrides, keys and types checked, values not (``validate``)."""
     data: dict = read_config_file(path) if path else {}
     for arg in overrides:
         keys, value = _parse_override(arg)
@@ -109,9 +116,7 @@ def load_config(path: str | None, overrides: list[str] = ()) -> TrainConfig:
     for (section, old), (new_section, new) in RENAMED_KEYS.items():
         if isinstance(data.get(section), dict) and old in data[section]:
             raise ConfigError(f"config key '{section}.{old}' was renamed '{new_section}.{new}'")
-    cfg = from_dict(TrainConfig, data)
-    validate(cfg)
-    return cfg
+    return from_dict(TrainConfig, data)
 
 
 def read_checkpoint_config(data: dict) -> TrainConfig:

@@ -13,8 +13,11 @@ HEADER = """# Config reference
 Every key of a training config (`python -m xpt_ds.train --config FILE [--section.key=value ...]`), with its
 default. A config file is YAML or JSON with these sections; a key left out takes its default, an unknown key or a
 wrong type is a one-line error naming the key. `python -m xpt_ds.train --help` prints the same list;
-`--print-config` (with or without `--config` and overrides) prints the resolved config, every key, as YAML,
-checked as a run checks it, and exits: what `RUN_DIR/config.yaml` will hold, and a config file to start from.
+`--print-config` (with or without `--config` and overrides) prints the resolved config, every key, as YAML, and
+exits: what `RUN_DIR/config.yaml` will hold. Every key is checked as far as a config alone can be (the source,
+tokenizer, shards and DeepSpeed JSON are read when a run starts). Keys a run needs and the config leaves empty
+(`model.source`, `model.tokenizer`, `data.train_shards`, the phases' `steps`) are filled with what to write there,
+an empty `phases` with the method's preset phases, and a line on stderr names them: a config file to start from.
 This file is written by `python -m xpt_ds.config.reference > docs/config.md` (`tests/test_config.py` checks that
 it is current), so edit the help strings in `xpt_ds/config/job.py`, not this file. What each `model.method`
 builds and trains is in [methods.md](methods.md), "The method table"; the engine JSONs are in `ds_configs/`.
