@@ -2,6 +2,7 @@
 two ranks killed in turn). Every new run resumes
 from the newest complete checkpoint and continues, every complete checkpoint stays loadable (and equal to the
 uninterrupted run's checkpoint of the same step), and the run ends exactly where an uninterrupted one ends."""
+import json
 import os
 import random
 import signal
@@ -96,6 +97,15 @@ def test_kill_9_during_saves_leaves_no_unloadable_checkpoint(tmp_path, tiny_robe
         assert launcher.wait(timeout=120) != 0
         out = log.read_text()
         assert (f"resumed from {tags[-1]}:" in out) if tags else ("resumed from" not in out), out[-3000:]
+        if victim == 1:  # rank 0 outlived it: one line, no traceback, and status.json says the run failed (in a
+            # save: the save's own line; elsewhere: the collective's, xpt_ds.training.distributed.lost_peer_line)
+            said = [line for line in out.splitlines() if line.startswith("error: ")]
+            assert len(said) == 1 and ("because another rank failed" in said[0] or said[0].startswith(
+                "error: lost another rank of this job (")), out[-3000:]
+            assert "RuntimeError" not in out, out[-3000:]
+            status = json.loads((run / "status.json").read_text())
+            assert status["state"] == "failed" and status["error"] == said[0][len("error: "):], status
+            print(f"round {i}: rank 0 said: {said[0]}")
         interrupted = not (target / MARKER).exists()  # its save had begun in this run
         mid_save += interrupted
         print(f"round {i}: resumed at step {resumed}, killed rank {victim} once {target.name}/{stage} was written: "

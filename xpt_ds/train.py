@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     with collector.importing():  # no collector passes over the imports, frozen after (xpt_ds.training.collector)
         import deepspeed
 
-        from xpt_ds.training.distributed import init_distributed
+        from xpt_ds.training.distributed import init_distributed, lost_peer, lost_peer_line
         from xpt_ds.training.guards import HALTED_EXIT_CODE, Halted
         from xpt_ds.training.preemption import PREEMPTED_EXIT_CODE, Preempted
         from xpt_ds.training.run_lock import claim_run
@@ -97,6 +97,12 @@ def main(argv: list[str] | None = None) -> int:
         end = f"error: {error_line(e)}", 2
     except Halted as e:
         end = f"error: {e}", HALTED_EXIT_CODE
+    except RuntimeError as e:  # a collective whose peer is gone: one line and status.json, not a traceback
+        if not lost_peer(e):
+            raise
+        line = lost_peer_line(e, trainer.last_saved if trainer is not None else None)
+        _failed(trainer, cfg, line, fresh)
+        end = f"error: {line}", 2
     except Preempted as e:
         if trainer.interrupted:  # a Ctrl-C on any rank: every rank says so
             end = f"interrupted: checkpoint {e} is complete; the same command resumes from it", INTERRUPTED_EXIT_CODE

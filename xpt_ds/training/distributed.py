@@ -35,3 +35,26 @@ def init_distributed() -> None:
             f"{deepspeed.comm.get_rank()}")
     with contextlib.suppress(FileNotFoundError):
         (SHM_DIR / name).unlink()
+
+
+# What a collective raises on a rank whose peer died (kill -9, a node lost, an out-of-memory kill): gloo's TCP pair
+# ("Read error [addr]: Connection reset by peer", "Connection closed by peer") as a RuntimeError; NCCL and the
+# store as torch.distributed.DistError.
+_PEER_LOST = ("Connection reset by peer", "Connection closed by peer", "Broken pipe", "gloo/transport")
+
+
+def lost_peer(e: BaseException) -> bool:
+    """Whether ``e`` is this rank's collective failing because another rank of the job is gone."""
+    import torch.distributed as dist
+    return isinstance(e, dist.DistError) or (isinstance(e, RuntimeError) and any(m in str(e) for m in _PEER_LOST))
+
+
+def lost_peer_line(e: BaseException, newest: str | None) -> str:
+    """The one line a rank says when another rank is gone: what the collective said (its first sentence, without
+    gloo's source path), and how to go on."""
+    said = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    said = said.split("] ", 1)[1] if said.startswith("[") and "] " in said else said
+    said = said.split(". ")[0].rstrip(".")
+    where = f"checkpoint {newest}" if newest else "the newest complete checkpoint"
+    return (f"lost another rank of this job ({said}): a rank or node died, and its own output says why; the same "
+            f"command resumes from {where}")
