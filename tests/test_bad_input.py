@@ -49,6 +49,15 @@ def missing_source_model(cfg, d, fx):
     return [], ["'model.source': no such directory", str(d / "no_such_model")]
 
 
+def source_without_config_json(cfg, d, fx):
+    """A directory with the weights but no config.json (a copy that left it out), not a config that lacks a key."""
+    src = d / "no_config"
+    shutil.copytree(fx.weightless, src)
+    (src / "config.json").unlink()
+    cfg["model"]["source"] = str(src)
+    return [], [f"'model.source': {src} has no config.json (a model directory holds it beside the weights"]
+
+
 def missing_tokenizer_file(cfg, d, fx):
     cfg["model"]["tokenizer"] = str(d / "missing.model")
     return [], ["'model.tokenizer'", str(d / "missing.model")]
@@ -176,6 +185,7 @@ def phase_with_zero_steps(cfg, d, fx):
 CASES = {f.__name__: f for f in [
     corrupt_shard, phase_with_zero_steps, out_of_vocabulary_shard, run_dir_under_a_file,
     unknown_key, unknown_override_key, wrong_type, wrong_type_bool_as_int, missing_source_model,
+    source_without_config_json,
     missing_tokenizer_file, tokenizer_with_default_special_ids, tokenizer_without_mask_piece,
     trainable_pattern_matching_nothing, ds_json_sets_train_batch_size, ds_json_sets_optimizer_lr,
     ds_json_bf16_at_stage0, ds_json_fp16_on_cpu, ds_json_nvme_offload_without_path, missing_shard,

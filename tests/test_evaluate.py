@@ -219,3 +219,12 @@ def test_a_resume_from_a_checkpoint_validated_per_rank_says_the_set_changed(tmp_
     assert validation_change(tag, {}, LoggingConfig(eval_batches=0), True) is None  # the whole split: the same
     (tag / "COMPLETE").write_text(json.dumps({"global_step": 6, "world_size": 1}))
     assert validation_change(tag, {}, LoggingConfig(eval_batches=3), True) is None
+
+
+def test_the_json_shows_the_samples_text_as_itself(tmp_path, capsys):
+    """A decoder's samples are target-language text: printed and written as that text, not \\uXXXX escapes."""
+    from xpt_ds.evaluation.intrinsic import emit_json
+    emit_json({"samples": [{"prompt": "의 안 번 호"}]}, tmp_path / "out.json")
+    printed = capsys.readouterr().out
+    assert '"prompt": "의 안 번 호"' in printed and "\\u" not in printed
+    assert (tmp_path / "out.json").read_text(encoding="utf-8") == printed

@@ -131,8 +131,12 @@ def evaluate(model, tok: TargetTokenizer, data: DataConfig, shards: list[str], b
 
 
 def emit_json(result: dict, out: Path | None) -> None:
-    """Print ``result`` as JSON on stdout, and also write it to ``out`` when given."""
-    text = json.dumps(result, indent=2)
-    print(text)
+    """Print ``result`` as JSON on stdout (the samples' text as itself; escaped where the terminal's encoding
+    cannot show it), and also write it to ``out`` (UTF-8) when given."""
+    text = json.dumps(result, indent=2, ensure_ascii=False)
+    try:
+        print(text)
+    except UnicodeEncodeError:
+        print(json.dumps(result, indent=2))
     if out:
-        out.write_text(text + "\n")
+        out.write_text(text + "\n", encoding="utf-8")

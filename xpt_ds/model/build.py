@@ -105,6 +105,9 @@ def _source_config(src: str, stamp: tuple | None):
         if not Path(src).exists() and (src.startswith(("/", "./", "../", "~")) or src.count("/") > 1):
             raise ConfigError(f"config key 'model.source': no such directory: {src} (a hub id is 'org/name')") \
                 from None  # a path, not a hub id: transformers' own message speaks of repo ids
+        if Path(location).is_dir() and not gguf and not (Path(location) / "config.json").is_file():
+            raise ConfigError(f"config key 'model.source': {src} has no config.json (a model directory holds it "
+                              "beside the weights, as save_pretrained writes them)") from None
         where = "local directory" if Path(src).exists() else "hub id or path"
         raise ConfigError(f"config key 'model.source': cannot load '{src}' ({where}): "
                           f"{str(e).strip().splitlines()[0]}") from None
