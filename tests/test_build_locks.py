@@ -7,6 +7,7 @@ of the one launch/install.sh built (copied with its times, so ninja finds it up 
 import os
 import shutil
 import subprocess
+import threading
 import time
 
 import pytest
@@ -100,3 +101,22 @@ def test_a_build_under_way_is_waited_for_and_said(tmp_path, tiny_roberta, corpus
             proc.kill()
     lines = log.read_text().splitlines()
     assert lines.count(waiting) == 1 and any("saved checkpoint global_step000000002" in line for line in lines)
+
+
+def test_a_lock_held_for_a_moment_is_waited_for_quietly(tmp_path, monkeypatch, capsys):
+    """Every load takes the lock for a moment, built or not (torch's up-to-date check): ranks that start together
+    see each other's. A lock gone within QUIET_WAIT_S is no build, and nothing is said."""
+    from xpt_ds.training import op_builds
+    lock = tmp_path / "fused_adam" / "lock"
+    lock.parent.mkdir()
+    lock.touch()
+    monkeypatch.setattr(op_builds, "jit_lock", lambda name: (lock, "fused_adam"))  # the folder of this test
+    release = threading.Timer(0.5, lock.unlink)
+    release.start()
+    started = time.monotonic()
+    op_builds.check_build_lock("FusedAdamBuilder")
+    release.join()
+    assert capsys.readouterr().err == "" and time.monotonic() - started < op_builds.QUIET_WAIT_S
+    lock.touch()  # held past QUIET_WAIT_S: a build, said once
+    op_builds.check_build_lock("FusedAdamBuilder")
+    assert capsys.readouterr().err.startswith(f"waiting for {lock}: another process is building")

@@ -432,10 +432,14 @@ def prepare_rescale(ckpt_root: Path, tag: str, client: dict, world: int, stage: 
         raise ConfigError(f"checkpoint {tag} was saved at ZeRO stage {saved_stage} and this run uses stage "
                           f"{stage} (config key 'deepspeed'); a resume can change the stage only between 1 and 2")
     if deepspeed.comm.get_rank() == 0:
-        log.info("checkpoint %s was saved by %d rank(s) at ZeRO stage %d; resuming on %d rank(s) at stage %d through "
-                 "a universal checkpoint", tag, saved_world, saved_stage, world, stage)
+        log.info("checkpoint %s was saved by %s at ZeRO stage %d; resuming on %s at stage %d through a universal "
+                 "checkpoint", tag, _ranks(saved_world), saved_stage, _ranks(world), stage)
     make_universal(ckpt_root, tag)
     return True
+
+
+def _ranks(n: int) -> str:
+    return f"{n} rank" if n == 1 else f"{n} ranks"
 
 
 def load(engine, ckpt_root: Path, tag: str, universal: bool = False, allow_pickle: bool = False) -> dict:

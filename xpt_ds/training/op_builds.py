@@ -11,7 +11,8 @@ the build's own process removes: a job killed while it built the op (a preemptio
 during a first run on a fresh node) leaves it, and every later run that loads the op waits on it forever, silently
 (torch's ``FileBaton.wait`` has no timeout). ``check_build_lock`` stops such a run with one line naming the file
 to delete, when the lock and everything else in its folder are older than ``STALE_LOCK_S``; a younger lock is a
-build under way, and the rank says it waits for it.
+build under way (or, for a moment, another process's up-to-date check: the rank says it waits only when the lock
+outlives ``QUIET_WAIT_S``).
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from pathlib import Path
 from xpt_ds.errors import UserError, say
 
 STALE_LOCK_S = 600  # a build of FusedAdam takes 1-3 min and writes its objects as it goes
+QUIET_WAIT_S = 3.0  # a lock held longer than this is a build: say so
 _ENTRY = re.compile(r"\d+(\+[^.]*)?(\.\d+(\+[^.]*)?)*")  # what int(part.split('+')[0]) takes for every '.' part
 _SUFFIXED = re.compile(r"(\d+\.\d+)[a-z]*")  # '9.0a', '10.0f': group 1 is what DeepSpeed reads
 
@@ -108,7 +110,10 @@ def check_build_lock(builder_name: str) -> None:
     problem = lock_problem(*found)
     if problem:
         raise UserError(problem)
+    deadline = time.monotonic() + QUIET_WAIT_S  # every load takes the lock for a moment, built or not: another
+    while found[0].exists() and time.monotonic() < deadline:  # rank's up-to-date check is no build to speak of
+        time.sleep(0.05)
     from xpt_ds.training.rank_say import local_rank
-    if local_rank() == 0:  # one line per machine; the other waiting ranks wait for the same build
+    if found[0].exists() and local_rank() == 0:  # one line per machine; the other ranks wait for the same build
         say(f"waiting for {found[0]}: another process is building DeepSpeed's {found[1]} op (a first run with "
             "this extensions folder; it takes a minute or two)")
