@@ -74,12 +74,13 @@ def lock_problem(lock: Path, op: str, now: float | None = None) -> str | None:
     file in its folder (ninja writes the objects and its log as the build goes) are older than ``STALE_LOCK_S``."""
     now = time.time() if now is None else now
     try:
-        newest = max(entry.stat().st_mtime for entry in [lock, *lock.parent.iterdir()])
-    except FileNotFoundError:  # the build ended and removed it meanwhile
+        made = lock.stat().st_mtime
+        newest = max([made, *(entry.stat().st_mtime for entry in lock.parent.iterdir())])
+    except FileNotFoundError:  # the build ended and removed it (or a file beside it) meanwhile
         return None
     if now - newest <= STALE_LOCK_S:
         return None
-    return (f"{lock} is {(now - lock.stat().st_mtime) / 60:.0f} min old and nothing beside it changed for "
+    return (f"{lock} is {(now - made) / 60:.0f} min old and nothing beside it changed for "
             f"{(now - newest) / 60:.0f} min: a build of DeepSpeed's {op} op was killed mid-way (a preempted or killed "
             "job), and every run that loads the op would wait on it forever; delete it (rm "
             f"'{lock}') unless a process is building {op} now")
