@@ -222,7 +222,7 @@ def test_a_resume_from_a_checkpoint_validated_per_rank_says_the_set_changed(tmp_
 
 
 def test_the_json_shows_the_samples_text_as_itself(tmp_path, capsys):
-    """A decoder's samples are target-language text: printed and written as that text, not \\uXXXX escapes."""
+    """A decoder's samples are target-language text: printed and written as that text, not as JSON's ASCII escapes."""
     from xpt_ds.evaluation.intrinsic import emit_json
     emit_json({"samples": [{"prompt": "의 안 번 호"}]}, tmp_path / "out.json")
     printed = capsys.readouterr().out

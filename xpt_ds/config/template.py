@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 
 from xpt_ds.config.job import PhaseConfig, TrainConfig
+from xpt_ds.config.manager import from_dict
 from xpt_ds.config.methods import METHODS
 from xpt_ds.config.validate import validate
 
@@ -32,7 +33,7 @@ def as_template(cfg: TrainConfig) -> tuple[TrainConfig, list[str]]:
         cfg.data.train_shards = [SHARDS]
         filled.append("data.train_shards")
     if not cfg.phases and method is not None:
-        cfg.phases = [_phase(p.as_config()) for p in method.schedule]
+        cfg.phases = [from_dict(PhaseConfig, p.as_config(), "phases[].") for p in method.schedule]
     unset = [(i, ph.steps, ph.warmup_steps) for i, ph in enumerate(cfg.phases) if ph.steps <= 0]
     filled += [f"phases[{i}].steps" for i, _, _ in unset]
     for i, _, _ in unset:  # the step counts are the user's to choose: any positive count checks the rest
@@ -41,11 +42,6 @@ def as_template(cfg: TrainConfig) -> tuple[TrainConfig, list[str]]:
     for i, steps, warmup in unset:
         cfg.phases[i].steps, cfg.phases[i].warmup_steps = steps, warmup
     return cfg, filled
-
-
-def _phase(entry: dict) -> PhaseConfig:
-    from xpt_ds.config.manager import from_dict
-    return from_dict(PhaseConfig, entry, "phases[].")
 
 
 def template_note(filled: list[str]) -> str:
