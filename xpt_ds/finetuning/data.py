@@ -42,8 +42,9 @@ class Example:
     label: str | float | tuple[str, ...]  # class name, score, or one IOB2 tag per word
 
 
-def _read_rows(path: Path, role: str) -> list[tuple[int, dict]]:
-    """(line number, row) pairs; a CSV/TSV row's number is the line where it ends."""
+def _read_rows(path: Path, role: str) -> tuple[list[str] | None, list[tuple[int, dict]]]:
+    """(a CSV/TSV file's header, or None for JSON lines; (line number, row) pairs); a CSV/TSV row's number is
+    the line where it ends."""
     if not path.is_file():
         raise FinetuneError(f"{role} file not found: {path}")
     fmt = FORMATS.get(path.suffix.lower())
@@ -63,11 +64,12 @@ def _read_rows(path: Path, role: str) -> list[tuple[int, dict]]:
                     if not isinstance(row, dict):
                         raise FinetuneError(f"{path} line {n}: expected one JSON object per line")
                     rows.append((n, row))
-                return rows
+                return None, rows
             # TSV as the GLUE-style releases write it: no quoting, so a '"' inside a sentence is text.
             kw = dict(delimiter="\t", quoting=csv.QUOTE_NONE) if fmt == "tsv" else {}
             reader = csv.DictReader(f, **kw)
-            return [(reader.line_num, row) for row in reader]
+            rows = [(reader.line_num, row) for row in reader]
+            return reader.fieldnames, rows
     except UnicodeDecodeError:
         raise FinetuneError(f"{role} {path} is not UTF-8 text") from None
     except csv.Error as e:
@@ -127,10 +129,20 @@ def _example(row: dict, task: str, cols: Columns, where: str) -> Example:
 def read_examples(path: str | Path, role: str, task: str, cols: Columns) -> list[Example]:
     """All examples of one file; ``role`` ("--train", ...) prefixes file-level errors."""
     path = Path(path)
-    rows = _read_rows(path, role)
+    header, rows = _read_rows(path, role)
+    for column in _columns(task, cols) if header else []:  # a column the header lacks is line 1's problem
+        if column not in header:
+            raise FinetuneError(f"{path} line 1 (the header): no column '{column}' (has: {', '.join(header)})")
     if not rows:
         raise FinetuneError(f"{role} {path} has no examples")
     return [_example(row, task, cols, f"{path} line {n}") for n, row in rows]
+
+
+def _columns(task: str, cols: Columns) -> list[str]:
+    """The columns every example of ``task`` reads."""
+    if task == "token_classification":
+        return [cols.tokens, cols.tags]
+    return [cols.text, *([cols.text_pair] if cols.text_pair else []), cols.label]
 
 
 def build_labels(train: list[Example], task: str, path: str) -> list[str]:
