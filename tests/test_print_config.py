@@ -53,3 +53,18 @@ def test_print_config_without_a_runnable_config_is_a_config_to_start_from(tmp_pa
     assert main(["--print-config", "--model.method=scratch", "--optim.micro_batch_size=0"]) == 2  # still checked
     out = capsys.readouterr()
     assert out.out == "" and out.err.strip() == "error: config key 'optim.micro_batch_size' must be >= 1, got 0"
+
+
+def test_print_config_template_of_trelm_fills_the_shards_its_objectives_read(tmp_path, capsys):
+    """TreLM's preset graph trains English MLM and CdLM: the template names their data keys too, and reads back
+    as itself."""
+    from xpt_ds.config.template import OBJECTIVE_SHARDS
+    from xpt_ds.train import main
+    assert main(["--print-config", "--model.method=trelm"]) == 0
+    out = capsys.readouterr()
+    data = yaml.safe_load(out.out)
+    assert {k: data["data"][k] for k in OBJECTIVE_SHARDS} == {k: [v] for k, v in OBJECTIVE_SHARDS.items()}
+    assert "data.source_shards, data.parallel_shards, phases[0].steps" in out.err, out.err
+    (tmp_path / "trelm.yaml").write_text(out.out)
+    assert main(["--print-config", "--config", str(tmp_path / "trelm.yaml")]) == 0
+    assert capsys.readouterr().out == out.out
