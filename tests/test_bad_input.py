@@ -58,6 +58,21 @@ def source_without_config_json(cfg, d, fx):
     return [], [f"'model.source': {src} has no config.json (a model directory holds it beside the weights"]
 
 
+def source_with_its_own_code(cfg, d, fx):
+    """A stock model_type whose config.json names its own model code, with a weight of that code's layers."""
+    from safetensors.torch import load_file, save_file
+    src = d / "own_code"
+    shutil.copytree(cfg["model"]["source"], src)
+    config = json.loads((src / "config.json").read_text())
+    (src / "config.json").write_text(json.dumps({**config, "auto_map": {"AutoModelForMaskedLM": "m.XForMaskedLM"}}))
+    state = load_file(src / "model.safetensors")
+    save_file({**state, "roberta.encoder.layer.0.glu.weight": state["lm_head.bias"].clone()},
+              src / "model.safetensors", metadata={"format": "pt"})
+    cfg["model"]["source"] = str(src)
+    return [], [f"'model.source': {src} holds 1 weight(s) the stock RobertaForMaskedLM does not use",
+                "AutoModelForMaskedLM -> m.XForMaskedLM"]
+
+
 def missing_tokenizer_file(cfg, d, fx):
     cfg["model"]["tokenizer"] = str(d / "missing.model")
     return [], ["'model.tokenizer'", str(d / "missing.model")]
@@ -185,7 +200,7 @@ def phase_with_zero_steps(cfg, d, fx):
 CASES = {f.__name__: f for f in [
     corrupt_shard, phase_with_zero_steps, out_of_vocabulary_shard, run_dir_under_a_file,
     unknown_key, unknown_override_key, wrong_type, wrong_type_bool_as_int, missing_source_model,
-    source_without_config_json,
+    source_without_config_json, source_with_its_own_code,
     missing_tokenizer_file, tokenizer_with_default_special_ids, tokenizer_without_mask_piece,
     trainable_pattern_matching_nothing, ds_json_sets_train_batch_size, ds_json_sets_optimizer_lr,
     ds_json_bf16_at_stage0, ds_json_fp16_on_cpu, ds_json_nvme_offload_without_path, missing_shard,

@@ -38,6 +38,7 @@ from xpt_ds.model.decoder import (
 )
 from xpt_ds.model.decoder import tag_parameters as decoder_tag_parameters
 from xpt_ds.model.decoder import target_config as decoder_target_config
+from xpt_ds.model.source_weights import checked_missing
 from xpt_ds.trelm.model import add_trelm, init_trelm, trelm_tags
 
 log = logging.getLogger(__name__)
@@ -171,7 +172,8 @@ def _load_source(cfg: ModelConfig):
         return AutoModelForMaskedLM.from_config(src_cfg), set()
     with reading_weights(f"config key 'model.source': {src}", ConfigError):
         model, info = AutoModelForMaskedLM.from_pretrained(src, output_loading_info=True, trust_remote_code=False)
-    missing = set(info["missing_keys"])
+    head = FAMILIES[src_cfg.model_type].head_dense.split(".")[0] + "."  # cls. (BERT) or lm_head. (RoBERTa)
+    missing = checked_missing(src, src_cfg, model, info, (head,))
     if missing:
         log.warning("source %s lacks %d MLM weights (%s...); they start fresh and count as @new", src,
                     len(missing), sorted(missing)[0])

@@ -32,6 +32,7 @@ from xpt_ds.embedding_init.context import InitContext
 from xpt_ds.embedding_init.registry import init_embeddings
 from xpt_ds.io.trust import reading_weights
 from xpt_ds.model import lora
+from xpt_ds.model.source_weights import checked_missing
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +85,7 @@ def load_decoder_source(source: str, src_cfg, method: str):
     with reading_weights(f"config key 'model.source': {source}", ConfigError):
         model, info = AutoModelForCausalLM.from_pretrained(location, output_loading_info=True,
                                                            trust_remote_code=False, **gguf)
-    missing = set(info["missing_keys"])
+    missing = checked_missing(source, src_cfg, model, info, ("lm_head.",))
     if missing:
         log.warning("source %s lacks %d weights (%s...); they start fresh and count as @new", source, len(missing),
                     sorted(missing)[0])

@@ -1,0 +1,49 @@
+"""Whether a source checkpoint is the architecture xpt-ds builds for it.
+
+xpt-ds builds the stock ``transformers`` class of a source's ``model_type`` and never runs code a model directory
+ships (``auto_map`` in its config.json). Some checkpoints keep a stock ``model_type`` for their own modelling code
+(MosaicBERT and Jina BERT say ``bert``, with ALiBi in place of position embeddings): the stock class loads the
+weights whose names it knows and draws the rest at random, and before this check training went on with a warning.
+So:
+- a source that lacks weights of the parts XPT keeps (anything but the LM head, which an encoder-only checkpoint
+  such as a ``BertModel`` lacks by design) is one error line;
+- a source whose config.json names its own model code is one error line if it holds weights the stock class leaves
+  unused (its own layers), and otherwise trains as the stock class, with one warning line that says so.
+"""
+from __future__ import annotations
+
+import logging
+
+from xpt_ds.config import ConfigError
+
+log = logging.getLogger(__name__)
+
+
+def own_code(src_cfg) -> dict[str, str]:
+    """The model classes the source's config.json maps to code it ships: {'AutoModelForMaskedLM': 'mod.Class'}."""
+    auto_map = getattr(src_cfg, "auto_map", None) or {}
+    return {k: str(v) for k, v in auto_map.items() if k.startswith("AutoModel")}
+
+
+def checked_missing(source: str, src_cfg, model, info: dict, head: tuple[str, ...]) -> set[str]:
+    """The weights ``source``'s checkpoint lacks (``info``: ``from_pretrained``'s loading info for ``model``), all
+    of them in the LM head (parameter names starting with one of ``head``); otherwise a ConfigError naming the
+    source, the first weight and the code its config.json names."""
+    missing = set(info["missing_keys"])
+    lost = sorted(k for k in missing if not k.startswith(head))
+    code = own_code(src_cfg)
+    unused = sorted(info["unexpected_keys"]) if code else []  # a plain checkpoint may carry other heads' weights
+    stock = f"stock {type(model).__name__}"
+    named = "; ".join(f"{k} -> {v}" for k, v in sorted(code.items()))
+    if lost or unused:
+        why = (f"lacks {len(lost)} weight(s) the {stock} needs beyond its LM head (first: {lost[0]}), which would "
+               "start random" if lost else
+               f"holds {len(unused)} weight(s) the {stock} does not use (first: {unused[0]})")
+        ships = (f"; its config.json names its own model code ({named}), which xpt-ds does not run" if code
+                 else "")
+        raise ConfigError(f"config key 'model.source': {source} {why}: it is not the {src_cfg.model_type} "
+                          f"architecture transformers defines{ships}")
+    if code:
+        log.warning("source %s: its config.json names its own model code (%s), which xpt-ds does not run; the %s "
+                    "loaded every weight it holds, and it trains as that", source, named, stock)
+    return missing
