@@ -98,12 +98,24 @@ def tiny_bert(tmp_path_factory) -> Path:
     return _save_tiny(tmp_path_factory.mktemp("tiny_bert"), "bert")
 
 
+# The other families of Llama's module layout (xpt_ds.model.decoder.LLAMA_LAYOUT), each with what its tiny config
+# needs: Gemma2 alternates sliding (4 positions) and full attention and softcaps its attention scores and final
+# logits; Gemma3 text slides in its first layer only (a 2-layer pattern) with a local rope of its own.
+OTHER_LLAMA_LAYOUT = {"qwen3": {}, "olmo2": {}, "gemma": {"head_dim": 32},
+                      "gemma2": {"head_dim": 32, "sliding_window": 4},
+                      "gemma3_text": {"head_dim": 32, "sliding_window": 4,
+                                      "layer_types": ["sliding_attention", "full_attention"]}}
+
+
 def save_tiny_decoder(out: Path, family: str, tied: bool, dropout: float = 0.1) -> Path:
-    """A tiny GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM or Qwen2ForCausalLM (2 layers, hidden 64, 120
-    rows), tied or untied head. Mistral and Qwen2 slide their attention over 4 positions: Mistral in every layer,
-    Qwen2 in its second layer only (``layer_types`` [full, sliding])."""
+    """A tiny GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM or a family of
+    ``OTHER_LLAMA_LAYOUT`` (2 layers, hidden 64, 120 rows), tied or untied head. Mistral and Qwen2 slide their
+    attention over 4 positions: Mistral in every layer, Qwen2 in its second layer only (``layer_types`` [full,
+    sliding])."""
     import torch
     from transformers import (
+        AutoConfig,
+        AutoModelForCausalLM,
         GPT2Config,
         GPT2LMHeadModel,
         LlamaConfig,
@@ -126,6 +138,8 @@ def save_tiny_decoder(out: Path, family: str, tied: bool, dropout: float = 0.1) 
     elif family == "qwen2":
         model = Qwen2ForCausalLM(Qwen2Config(use_sliding_window=True, sliding_window=4, max_window_layers=1, **llama))
         assert model.config.layer_types == ["full_attention", "sliding_attention"]
+    elif family in OTHER_LLAMA_LAYOUT:
+        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(family, **llama, **OTHER_LLAMA_LAYOUT[family]))
     else:
         model = LlamaForCausalLM(LlamaConfig(**llama))
     model.save_pretrained(out)

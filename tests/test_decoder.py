@@ -160,6 +160,31 @@ def test_chunked_loss_equals_the_plain_one(tiny_decoder, corpus):
         assert torch.allclose(grads[0][n], grads[1][n], atol=1e-6), n
 
 
+@pytest.mark.parametrize("family", ["gemma2", "gemma3_text", "qwen3"])
+def test_the_objective_scores_the_stock_models_own_logits(family, tiny_decoder, corpus):
+    """The objective's logits and loss are the stock *ForCausalLM's, on packed rows with position restarts:
+    Gemma2's final logits softcapped at 30 as its forward caps them (the head alone would not be), its attention
+    (softcapped at 50) eager as the stock model's default."""
+    tok = build_tokenizer(str(corpus / "spm.model"))
+    model = build_model(ModelConfig(source=str(tiny_decoder(family, True, 0.0)), tokenizer=tok.path), tok).model
+    model.eval()
+    assert model.config._attn_implementation == ("eager" if family == "gemma2" else "sdpa")
+    data = DataConfig(train_shards=[f"{corpus}/manifest.json:train"], seq_len=32, num_workers=0)
+    batch = {k: v for k, v in next(build_streams(data, tok, 3, 0, 1, causal=True)[0]).items() if k != "seq_ids"}
+    objective = build_objective(model)
+    with torch.no_grad():
+        stock = model(input_ids=batch["input_ids"], position_ids=batch["position_ids"]).logits
+        want = stock.flatten(0, 1)[batch["mlm_positions"]]
+        assert torch.allclose(objective(**batch, return_logits=True), want, atol=1e-5)
+        loss = torch.nn.functional.cross_entropy(want, batch["mlm_targets"])
+        assert torch.allclose(objective(**batch), loss, atol=1e-5)
+    if family == "gemma2":
+        assert stock.abs().max() < 30 and model.config.final_logit_softcapping == 30.0
+        uncapped = model.lm_head(model.model(input_ids=batch["input_ids"],
+                                             position_ids=batch["position_ids"]).last_hidden_state)
+        assert not torch.allclose(uncapped, stock, atol=1e-5)  # the cap changes the logits: the check means something
+
+
 @pytest.fixture(scope="module")
 def gpt2_with_tokenizer(tmp_path_factory, corpus_text):
     """An untied GPT-2 source with a byte-level BPE tokenizer trained on the corpus's own text (so pieces overlap)
@@ -318,16 +343,27 @@ def test_from_file_fills_input_rows_and_an_untied_head_with_the_files_rows(famil
 
 
 class _SkipLayer(nn.Module):
-    """A decoder layer that passes its input on (what the Llama-layout stack reads of a layer: its output)."""
+    """A decoder layer that passes its input on (what the Llama-layout stack reads of a layer: its output, and
+    for Gemma2/3 its attention kind, which picks its mask and rope)."""
+
+    def __init__(self, layer: nn.Module):
+        super().__init__()
+        self.attention_type = getattr(layer, "attention_type", None)
 
     def forward(self, hidden_states, *args, **kwargs):
         return hidden_states
 
 
-@pytest.mark.parametrize("family,tied", [("mistral", False), ("qwen2", True)], ids=["mistral-untied", "qwen2-tied"])
-def test_mistral_and_qwen2_build_in_llamas_layout(family, tied, tiny_decoder, corpus, tmp_path):
-    """Stock L+2-layer MistralForCausalLM / Qwen2ForCausalLM: the source layers and final norm bit for bit one index
-    later, tags as Llama's, Qwen2's layer_types [full, sliding] widened to [full, full, sliding, sliding] (and kept
+LLAMA_LAYOUT_KINDS = [("mistral", False), ("qwen2", True), ("qwen3", False), ("olmo2", True), ("gemma", True),
+                      ("gemma2", True), ("gemma3_text", False)]
+
+
+@pytest.mark.parametrize("family,tied", LLAMA_LAYOUT_KINDS, ids=[f"{f}-{'tied' if t else 'untied'}"
+                                                                 for f, t in LLAMA_LAYOUT_KINDS])
+def test_llama_layout_families_build_in_llamas_layout(family, tied, tiny_decoder, corpus, tmp_path):
+    """Stock L+2-layer MistralForCausalLM, Qwen2/Qwen3ForCausalLM, Olmo2ForCausalLM, Gemma/Gemma2/Gemma3ForCausalLM:
+    the source layers and final norm bit for bit one index later, tags as Llama's, a layer_types list (Qwen2's [full,
+    sliding], Gemma2's [sliding, full], Gemma3's [sliding, full]) widened with its first and last kind (and kept
     through the saved config, which export and phase switches rebuild from). With the ITLs skipped, the target's
     stack computes the source's hidden states exactly, on a sequence longer than the 4-position sliding window (a
     reused layer in a slot of the other attention kind would not)."""
@@ -349,10 +385,11 @@ def test_mistral_and_qwen2_build_in_llamas_layout(family, tied, tiny_decoder, co
         set() if tied else {"lm_head.weight"})
     assert {n for n, t in tags.items() if "@decoder" in t} == {n for n in tags if ".1." in n or ".2." in n}
     assert {n for n, t in tags.items() if "@lm_head" in t} == {"model.norm.weight"}
-    if family == "qwen2":
-        assert src.config.layer_types == ["full_attention", "sliding_attention"]
-        assert model.config.layer_types == ["full_attention", "full_attention", "sliding_attention",
-                                            "sliding_attention"]
+    kinds = getattr(src.config, "layer_types", None)
+    if family in ("qwen2", "gemma2", "gemma3_text"):
+        assert len(set(kinds)) == 2, kinds  # a source with both kinds of attention
+    if kinds is not None:
+        assert model.config.layer_types == [kinds[0], *kinds, kinds[-1]]
     model.config.save_pretrained(tmp_path)
     twin = build_skeleton(AutoConfig.from_pretrained(tmp_path)).eval()
     assert getattr(twin.config, "layer_types", None) == getattr(model.config, "layer_types", None)
@@ -361,7 +398,7 @@ def test_mistral_and_qwen2_build_in_llamas_layout(family, tied, tiny_decoder, co
     with torch.no_grad():
         assert torch.equal(twin(ids).logits, model(ids).logits)
         embeds = torch.randn(2, 12, 64, generator=torch.Generator().manual_seed(0))
-        layers[0], layers[3] = _SkipLayer(), _SkipLayer()
+        layers[0], layers[3] = _SkipLayer(layers[0]), _SkipLayer(layers[3])
         assert torch.equal(model.model(inputs_embeds=embeds).last_hidden_state,
                            src.model(inputs_embeds=embeds).last_hidden_state)
 

@@ -24,6 +24,7 @@ from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
     AutoTokenizer,
+    Gemma2ForCausalLM,
     GPT2LMHeadModel,
     LlamaForCausalLM,
     MistralForCausalLM,
@@ -41,7 +42,7 @@ from xpt_ds.training.export import load_checkpoint_fp32, load_model
 pytestmark = pytest.mark.multiproc
 
 CLASSES = {"gpt2": GPT2LMHeadModel, "llama": LlamaForCausalLM, "mistral": MistralForCausalLM,
-           "qwen2": Qwen2ForCausalLM}
+           "qwen2": Qwen2ForCausalLM, "gemma2": Gemma2ForCausalLM}
 # (family, tied head, DeepSpeed config): ZeRO-2 (bf16) and ZeRO-3 for GPT-2, ZeRO-3 for Llama. Llama's
 # partitioned-optimizer stages on one rank: test_mistral_and_qwen2_one_rank_two_phases_and_export; a 2-rank
 # Llama ZeRO-1 case (2 launches, about 45 CPU-s of the 2-core CI machine) was dropped for the suite's time.
@@ -245,10 +246,12 @@ def test_gpt2_zero0_one_rank_resume_export_generate_evaluate(tmp_path, tiny_deco
         assert 0 < r["bits_per_byte"] < r["bits_per_char"] * 1.0001 and math.isfinite(r["ppl"])
 
 
-@pytest.mark.parametrize("family,tied,ds", [("mistral", False, "zero2_fp32"), ("qwen2", True, "zero2_bf16")],
-                         ids=["mistral-untied", "qwen2-tied-bf16"])
+@pytest.mark.parametrize("family,tied,ds", [("mistral", False, "zero2_fp32"), ("qwen2", True, "zero2_bf16"),
+                                           ("gemma2", True, "zero2_fp32")],
+                         ids=["mistral-untied", "qwen2-tied-bf16", "gemma2-tied"])
 def test_mistral_and_qwen2_one_rank_two_phases_and_export(family, tied, ds, tmp_path, tiny_decoder, corpus, capfd):
-    """Qwen2 under bf16 with DeepSpeed's FusedAdam (the production optimizer; no resume here)."""
+    """Qwen2 under bf16 with DeepSpeed's FusedAdam (the production optimizer; no resume here); Gemma2 with its
+    softcapped attention and final logits, sliding and full layers, and sqrt(hidden)-scaled embeddings."""
     source = tiny_decoder(family, tied, 0.0)
     cfg = _config(tmp_path, source, corpus, ds)
     cfg["optim"]["torch_adam"] = "bf16" not in ds

@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 from conftest import base_config, config_only, launch, read_metrics, write_config
-from transformers import AutoModelForCausalLM, GPT2LMHeadModel, LlamaForCausalLM
+from transformers import AutoModelForCausalLM, Gemma2ForCausalLM, GPT2LMHeadModel, LlamaForCausalLM, Qwen3ForCausalLM
 
 from xpt_ds.config import (
     ConfigError,
@@ -31,7 +31,7 @@ from xpt_ds.model.phases import build_phase_trainables
 from xpt_ds.training.checkpoint import tag_for
 from xpt_ds.training.export import load_checkpoint_fp32, load_model
 
-STOCK = {"gpt2": GPT2LMHeadModel, "llama": LlamaForCausalLM}
+STOCK = {"gpt2": GPT2LMHeadModel, "llama": LlamaForCausalLM, "qwen3": Qwen3ForCausalLM, "gemma2": Gemma2ForCausalLM}
 
 
 def _build(source, corpus, **model):
@@ -40,7 +40,7 @@ def _build(source, corpus, **model):
     return build_model(cfg, tok, DataConfig(train_shards=[f"{corpus}/manifest.json:train"])), tok
 
 
-@pytest.mark.parametrize("family,tied", [("gpt2", True), ("llama", False)])
+@pytest.mark.parametrize("family,tied", [("gpt2", True), ("llama", False), ("qwen3", False), ("gemma2", True)])
 def test_build_keeps_the_source_under_the_updates(family, tied, tiny_decoder, corpus):
     source = tiny_decoder(family, tied)
     built, tok = _build(source, corpus, lora=LoraConfig(rank=4, alpha=8.0))
@@ -63,7 +63,8 @@ def test_build_keeps_the_source_under_the_updates(family, tied, tiny_decoder, co
         else:  # new and not LoRA: the new vocabulary's rows only
             assert tags & {"@embeddings", "@output_embeddings"}, name
     new = {n for n, t in built.tags.items() if "@new" in t}
-    rows = {"transformer.wte.weight"} if family == "gpt2" else {"model.embed_tokens.weight", "lm_head.weight"}
+    rows = {"transformer.wte.weight"} if family == "gpt2" else {"model.embed_tokens.weight"} | (
+        set() if tied else {"lm_head.weight"})
     assert new == lora | rows
     # The preset (one phase, @new) trains exactly the updates and the rows.
     cfg = _train_config(source, corpus)

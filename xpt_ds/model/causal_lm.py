@@ -20,20 +20,28 @@ from torch.utils.checkpoint import checkpoint
 CE_CHUNK_ELEMENTS = 2 ** 24  # logits per chunk: 64 MiB in fp32 (V = 49,152: 341 positions per chunk)
 
 
-def _chunk_loss(head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    return F.cross_entropy(head(hidden).float(), targets, reduction="sum")
+def logits_of(head: nn.Module, hidden: torch.Tensor, softcap: float | None = None) -> torch.Tensor:
+    """The model's own logits: ``head(hidden)``, softcapped as its ``*ForCausalLM`` does where the config sets
+    ``final_logit_softcapping`` (Gemma2: ``cap * tanh(logits / cap)``)."""
+    logits = head(hidden)
+    return logits if not softcap else torch.tanh(logits / softcap) * softcap
 
 
-def chunked_cross_entropy(head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor, chunks: int) -> torch.Tensor:
-    """Summed CE of ``head(hidden)`` ([N, d] -> [N, V]) against ``targets`` [N], in ``chunks`` checkpointed
-    pieces. ``chunks`` must not depend on N: under ZeRO-3 every call of ``head`` gathers its weight, a collective,
-    so every rank must make the same number of calls (a chunk may be empty)."""
+def _chunk_loss(head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor, softcap: float | None) -> torch.Tensor:
+    return F.cross_entropy(logits_of(head, hidden, softcap).float(), targets, reduction="sum")
+
+
+def chunked_cross_entropy(head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor, chunks: int,
+                          softcap: float | None = None) -> torch.Tensor:
+    """Summed CE of ``logits_of(head, hidden, softcap)`` ([N, d] -> [N, V]) against ``targets`` [N], in ``chunks``
+    checkpointed pieces. ``chunks`` must not depend on N: under ZeRO-3 every call of ``head`` gathers its weight, a
+    collective, so every rank must make the same number of calls (a chunk may be empty)."""
     size = -(-hidden.shape[0] // chunks)
     total = None
     for c in range(chunks):
         h, y = hidden[c * size:(c + 1) * size], targets[c * size:(c + 1) * size]
-        loss = checkpoint(_chunk_loss, head, h, y, use_reentrant=False) if torch.is_grad_enabled() else \
-            _chunk_loss(head, h, y)
+        loss = checkpoint(_chunk_loss, head, h, y, softcap, use_reentrant=False) if torch.is_grad_enabled() else \
+            _chunk_loss(head, h, y, softcap)
         total = loss if total is None else total + loss
     return total
 
@@ -45,6 +53,7 @@ class CausalLMObjective(nn.Module):
         super().__init__()
         self.hf = hf
         self.chunk_positions = max(1, chunk_elements // hf.config.vocab_size)
+        self.softcap = getattr(hf.config, "final_logit_softcapping", None)  # Gemma2's 30.0; None elsewhere
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, mlm_positions: torch.Tensor,
                 mlm_targets: torch.Tensor, attention_mask: torch.Tensor | None = None,
@@ -57,7 +66,7 @@ class CausalLMObjective(nn.Module):
         picked = hidden.flatten(0, 1).index_select(0, mlm_positions)  # [M, d]
         head = self.hf.get_output_embeddings()
         if return_logits:
-            return head(picked)
+            return logits_of(head, picked, self.softcap)
         chunks = -(-input_ids.numel() // self.chunk_positions)  # from the batch's shape only (ZeRO-3)
         # Sum / max(M, 1), as MaskedLMObjective: M = 0 gives 0, not NaN; M is a host-side shape, no sync.
-        return chunked_cross_entropy(head, picked, mlm_targets, chunks) / max(mlm_targets.numel(), 1)
+        return chunked_cross_entropy(head, picked, mlm_targets, chunks, self.softcap) / max(mlm_targets.numel(), 1)

@@ -15,19 +15,24 @@ from torch import nn
 from xpt_ds.config import ConfigError
 
 # Every linear map of a decoder layer's attention and MLP (peft's names match by the last path component).
-TARGETS = {"gpt2": ("c_attn", "c_proj", "c_fc"),
-           "llama": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")}
-TARGETS["mistral"] = TARGETS["qwen2"] = TARGETS["llama"]
+GPT2_TARGETS = ("c_attn", "c_proj", "c_fc")
+LLAMA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")  # every family of
+# Llama's layout (xpt_ds.model.decoder.LLAMA_LAYOUT)
+
+
+def targets_of(model_type: str) -> tuple[str, ...]:
+    return GPT2_TARGETS if model_type == "gpt2" else LLAMA_TARGETS
 CONFIG_KEY = "xpt_lora"  # the HF config's record of the adapters, so build_skeleton rebuilds them on resume/export
 
 
 def lora_settings(lora_cfg, model_type: str) -> dict:
     """The run's ``model.lora`` section as the plain dict the HF config records, the targets resolved."""
-    targets = list(lora_cfg.targets) or list(TARGETS[model_type])
-    unknown = sorted(set(targets) - set(TARGETS[model_type]))
+    valid = targets_of(model_type)
+    targets = list(lora_cfg.targets) or list(valid)
+    unknown = sorted(set(targets) - set(valid))
     if unknown:
         raise ConfigError(f"config key 'model.lora.targets': {', '.join(unknown)} is not a linear map of a "
-                          f"{model_type} layer; valid: {', '.join(TARGETS[model_type])}")
+                          f"{model_type} layer; valid: {', '.join(valid)}")
     return {"rank": lora_cfg.rank, "alpha": lora_cfg.alpha, "dropout": lora_cfg.dropout, "targets": targets,
             "fan_in_fan_out": model_type == "gpt2"}  # GPT-2's Conv1D stores its weight transposed
 
