@@ -101,7 +101,7 @@ def tiny_bert(tmp_path_factory) -> Path:
 # The other families of Llama's module layout (xpt_ds.model.decoder.LLAMA_LAYOUT), each with what its tiny config
 # needs: Gemma2 alternates sliding (4 positions) and full attention and softcaps its attention scores and final
 # logits; Gemma3 text slides in its first layer only (a 2-layer pattern) with a local rope of its own.
-OTHER_LLAMA_LAYOUT = {"qwen3": {}, "olmo2": {}, "gemma": {"head_dim": 32},
+OTHER_LLAMA_LAYOUT = {"qwen3": {}, "olmo2": {}, "phi3": {}, "gemma": {"head_dim": 32},
                       "gemma2": {"head_dim": 32, "sliding_window": 4},
                       "gemma3_text": {"head_dim": 32, "sliding_window": 4,
                                       "layer_types": ["sliding_attention", "full_attention"]}}

@@ -160,7 +160,7 @@ def test_chunked_loss_equals_the_plain_one(tiny_decoder, corpus):
         assert torch.allclose(grads[0][n], grads[1][n], atol=1e-6), n
 
 
-@pytest.mark.parametrize("family", ["gemma2", "gemma3_text", "qwen3"])
+@pytest.mark.parametrize("family", ["gemma2", "gemma3_text", "qwen3", "phi3"])
 def test_the_objective_scores_the_stock_models_own_logits(family, tiny_decoder, corpus):
     """The objective's logits and loss are the stock *ForCausalLM's, on packed rows with position restarts:
     Gemma2's final logits softcapped at 30 as its forward caps them (the head alone would not be), its attention
@@ -355,13 +355,14 @@ class _SkipLayer(nn.Module):
 
 
 LLAMA_LAYOUT_KINDS = [("mistral", False), ("qwen2", True), ("qwen3", False), ("olmo2", True), ("gemma", True),
-                      ("gemma2", True), ("gemma3_text", False)]
+                      ("gemma2", True), ("gemma3_text", False), ("phi3", False)]
 
 
 @pytest.mark.parametrize("family,tied", LLAMA_LAYOUT_KINDS, ids=[f"{f}-{'tied' if t else 'untied'}"
                                                                  for f, t in LLAMA_LAYOUT_KINDS])
 def test_llama_layout_families_build_in_llamas_layout(family, tied, tiny_decoder, corpus, tmp_path):
-    """Stock L+2-layer MistralForCausalLM, Qwen2/Qwen3ForCausalLM, Olmo2ForCausalLM, Gemma/Gemma2/Gemma3ForCausalLM:
+    """Stock L+2-layer MistralForCausalLM, Qwen2/Qwen3ForCausalLM, Olmo2ForCausalLM, Gemma/Gemma2/Gemma3ForCausalLM,
+    Phi3ForCausalLM:
     the source layers and final norm bit for bit one index later, tags as Llama's, a layer_types list (Qwen2's [full,
     sliding], Gemma2's [sliding, full], Gemma3's [sliding, full]) widened with its first and last kind (and kept
     through the saved config, which export and phase switches rebuild from). With the ITLs skipped, the target's

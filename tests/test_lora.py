@@ -12,7 +12,14 @@ import sys
 import pytest
 import torch
 from conftest import base_config, config_only, launch, read_metrics, write_config
-from transformers import AutoModelForCausalLM, Gemma2ForCausalLM, GPT2LMHeadModel, LlamaForCausalLM, Qwen3ForCausalLM
+from transformers import (
+    AutoModelForCausalLM,
+    Gemma2ForCausalLM,
+    GPT2LMHeadModel,
+    LlamaForCausalLM,
+    Phi3ForCausalLM,
+    Qwen3ForCausalLM,
+)
 
 from xpt_ds.config import (
     ConfigError,
@@ -31,7 +38,8 @@ from xpt_ds.model.phases import build_phase_trainables
 from xpt_ds.training.checkpoint import tag_for
 from xpt_ds.training.export import load_checkpoint_fp32, load_model
 
-STOCK = {"gpt2": GPT2LMHeadModel, "llama": LlamaForCausalLM, "qwen3": Qwen3ForCausalLM, "gemma2": Gemma2ForCausalLM}
+STOCK = {"gpt2": GPT2LMHeadModel, "llama": LlamaForCausalLM, "qwen3": Qwen3ForCausalLM, "gemma2": Gemma2ForCausalLM,
+         "phi3": Phi3ForCausalLM}
 
 
 def _build(source, corpus, **model):
@@ -40,7 +48,8 @@ def _build(source, corpus, **model):
     return build_model(cfg, tok, DataConfig(train_shards=[f"{corpus}/manifest.json:train"])), tok
 
 
-@pytest.mark.parametrize("family,tied", [("gpt2", True), ("llama", False), ("qwen3", False), ("gemma2", True)])
+@pytest.mark.parametrize("family,tied", [("gpt2", True), ("llama", False), ("qwen3", False), ("gemma2", True),
+                                         ("phi3", False)])
 def test_build_keeps_the_source_under_the_updates(family, tied, tiny_decoder, corpus):
     source = tiny_decoder(family, tied)
     built, tok = _build(source, corpus, lora=LoraConfig(rank=4, alpha=8.0))
@@ -49,7 +58,8 @@ def test_build_keeps_the_source_under_the_updates(family, tied, tiny_decoder, co
     assert model.config.vocab_size == tok.vocab_size
     src_state = src.state_dict()
     lora = {n for n, t in built.tags.items() if "@lora" in t}
-    per_layer = 4 if family == "gpt2" else 7  # every linear map: c_attn, c_proj (attention's and MLP's), c_fc
+    # every linear map: c_attn, c_proj (attention's and MLP's), c_fc; Phi-3's qkv_proj, o_proj, gate_up_proj, down_proj
+    per_layer = 4 if family in ("gpt2", "phi3") else 7
     assert len(lora) == 2 * 2 * per_layer  # A and B, per target, per layer
     for name, p in model.named_parameters():
         tags = built.tags[name]

@@ -1,14 +1,14 @@
 """XPT for decoder sources: a GPT-2- or Llama-family *ForCausalLM as the English model (docs/decoders.md).
 
 ``model.source`` is a directory, a hub id or a ``.gguf`` file (``source_location``). The target is a stock
-GPT2LMHeadModel / LlamaForCausalLM (or Mistral, Qwen2, Qwen3, OLMo2, Gemma, Gemma2, Gemma3 text: Llama's layout,
-``LLAMA_LAYOUT``; all tested from tiny configs) with L+2 layers, built from the source's own config, so export is a
-plain ``save_pretrained``: layer 0 is ITL_in, layers 1..L are the reused source layers, layer L+1 is ITL_out, each a
-decoder layer of the source's architecture. Building the L+2-layer model from its config gives every layer its own
-``layer_idx`` (the KV cache slot) and the shared rotary embedding (Llama) or learned positions (GPT-2); only weights
-are copied, so the model is consistent as built. New: the input embeddings of the SentencePiece vocabulary and, for
-an untied source, the output head's rows, both from ``model.embedding_init`` (over the source's input and output
-matrices respectively); the ITLs.
+GPT2LMHeadModel / LlamaForCausalLM (or Mistral, Qwen2, Qwen3, OLMo2, Gemma, Gemma2, Gemma3 text, Phi-3: Llama's
+layout, ``LLAMA_LAYOUT``; all tested from tiny configs) with L+2 layers, built from the source's own config, so
+export is a plain ``save_pretrained``: layer 0 is ITL_in, layers 1..L are the reused source layers, layer L+1 is
+ITL_out, each a decoder layer of the source's architecture. Building the L+2-layer model from its config gives every
+layer its own ``layer_idx`` (the KV cache slot) and the shared rotary embedding (Llama) or learned positions
+(GPT-2); only weights are copied, so the model is consistent as built. New: the input embeddings of the
+SentencePiece vocabulary and, for an untied source, the output head's rows, both from ``model.embedding_init`` (over
+the source's input and output matrices respectively); the ITLs.
 
 Tags as the encoder builder's (``xpt_ds.model.build``): ``@new``/``@source``, ``@itl``, ``@decoder`` (the reused
 layers, with ``@lower``/``@upper``), ``@embeddings`` (input rows), ``@output_embeddings`` (an untied head),
@@ -49,10 +49,11 @@ class DecoderFamily:
 
 _LLAMA = DecoderFamily("model", "layers", "embed_tokens", "norm")
 # Llama's module layout: model.embed_tokens, model.layers, model.norm (each tested from a tiny config). What differs
-# inside a layer (Qwen3's, OLMo2's and Gemma3's q/k norms, Gemma2/3's extra norms, sliding-window layer_types) comes
-# with the layer; Gemma's sqrt(hidden) embedding scale is in its model's forward; Gemma2's final-logit softcap is
-# applied by the objective (xpt_ds.model.causal_lm), its attention softcap needs eager attention (_stock_skeleton).
-LLAMA_LAYOUT = ("llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma", "gemma2", "gemma3_text")
+# inside a layer (Qwen3's, OLMo2's and Gemma3's q/k norms, Gemma2/3's extra norms, Phi-3's fused qkv and gate-up
+# maps, sliding-window layer_types) comes with the layer; Gemma's sqrt(hidden) embedding scale is in its model's
+# forward; Gemma2's final-logit softcap is applied by the objective (xpt_ds.model.causal_lm), its attention softcap
+# needs eager attention (_stock_skeleton).
+LLAMA_LAYOUT = ("llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma", "gemma2", "gemma3_text", "phi3")
 DECODER_FAMILIES = {"gpt2": DecoderFamily("transformer", "h", "wte", "ln_f", positions="wpe"),
                     **{model_type: _LLAMA for model_type in LLAMA_LAYOUT}}
 DECODER_METHODS = tuple(m.name for m in METHODS.values() if not m.adapters and not m.trelm and m.vocab == "target")

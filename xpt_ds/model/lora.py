@@ -16,13 +16,15 @@ from xpt_ds.config import ConfigError
 
 # Every linear map of a decoder layer's attention and MLP (peft's names match by the last path component).
 GPT2_TARGETS = ("c_attn", "c_proj", "c_fc")
-LLAMA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")  # every family of
-# Llama's layout (xpt_ds.model.decoder.LLAMA_LAYOUT)
+LLAMA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")  # every other family
+# of Llama's layout (xpt_ds.model.decoder.LLAMA_LAYOUT)
+FUSED_TARGETS = {"phi3": ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")}  # one map for q, k, v; one for gate, up
+CONFIG_KEY = "xpt_lora"  # the HF config's record of the adapters, so build_skeleton rebuilds them on resume/export
 
 
 def targets_of(model_type: str) -> tuple[str, ...]:
-    return GPT2_TARGETS if model_type == "gpt2" else LLAMA_TARGETS
-CONFIG_KEY = "xpt_lora"  # the HF config's record of the adapters, so build_skeleton rebuilds them on resume/export
+    """The linear maps of one decoder layer of ``model_type`` (a DECODER_FAMILIES key)."""
+    return GPT2_TARGETS if model_type == "gpt2" else FUSED_TARGETS.get(model_type, LLAMA_TARGETS)
 
 
 def lora_settings(lora_cfg, model_type: str) -> dict:
