@@ -362,12 +362,11 @@ LLAMA_LAYOUT_KINDS = [("mistral", False), ("qwen2", True), ("qwen3", False), ("o
                                                                  for f, t in LLAMA_LAYOUT_KINDS])
 def test_llama_layout_families_build_in_llamas_layout(family, tied, tiny_decoder, corpus, tmp_path):
     """Stock L+2-layer MistralForCausalLM, Qwen2/Qwen3ForCausalLM, Olmo2ForCausalLM, Gemma/Gemma2/Gemma3ForCausalLM,
-    Phi3ForCausalLM:
-    the source layers and final norm bit for bit one index later, tags as Llama's, a layer_types list (Qwen2's [full,
-    sliding], Gemma2's [sliding, full], Gemma3's [sliding, full]) widened with its first and last kind (and kept
-    through the saved config, which export and phase switches rebuild from). With the ITLs skipped, the target's
-    stack computes the source's hidden states exactly, on a sequence longer than the 4-position sliding window (a
-    reused layer in a slot of the other attention kind would not)."""
+    Phi3ForCausalLM: the source layers and final norm bit for bit one index later, tags as Llama's, a layer_types list
+    (Qwen2's [full, sliding], Gemma2's [sliding, full], Gemma3's [sliding, full]) widened with its first and last kind
+    (and kept through the saved config, which export and phase switches rebuild from). With the ITLs skipped, the
+    target's stack computes the source's hidden states exactly, on a sequence longer than the 4-position sliding
+    window (a reused layer in a slot of the other attention kind would not)."""
     source = tiny_decoder(family, tied, 0.0)
     src = AutoModelForCausalLM.from_pretrained(source).eval()
     built, tok = _build(source, corpus)

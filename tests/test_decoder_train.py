@@ -6,8 +6,8 @@ bitwise frozen and gives them no optimizer state; a run resumed from the phase-1
 straight run's losses and weights bit for bit (GPT-2 at ZeRO-2, Llama at ZeRO-3); the export is a stock model
 whose logits are the checkpoint's, and which scores the validation set as the trainer's own engine did. ZeRO-0
 on one rank, the same checks, with the export's tokenizer, generate and ``xpt_ds.evaluate``. Mistral and Qwen2
-(Llama's layout; sliding attention over 4 positions, in Qwen2's second layer only) on one rank: both phases,
-frozen, export; Qwen2 under bf16 with DeepSpeed's FusedAdam.
+(Llama's layout; sliding attention over 4 positions, in Qwen2's second layer only) and Gemma2 (softcapped attention
+and logits) on one rank: both phases, frozen, export; Qwen2 under bf16 with DeepSpeed's FusedAdam.
 
 The two-rank runs go through torchrun (``processes.launch``); one-rank runs are forked from the test process
 (``processes.run_main``)."""
