@@ -33,7 +33,7 @@ def _load(source: Path):
     return load_source(ModelConfig(source=str(source), tokenizer="unused.model"))
 
 
-def _drop_position_embeddings(state: dict) -> None:  # ALiBi in place of positions, as MosaicBERT / Jina BERT
+def _drop_position_embeddings(state: dict) -> None:  # ALiBi in place of positions, as MosaicBERT's
     for k in [k for k in state if "position_embeddings" in k]:
         del state[k]
 

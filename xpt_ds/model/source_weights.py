@@ -2,8 +2,9 @@
 
 xpt-ds builds the stock ``transformers`` class of a source's ``model_type`` and never runs code a model directory
 ships (``auto_map`` in its config.json). Some checkpoints keep a stock ``model_type`` for their own modelling code
-(MosaicBERT and Jina BERT say ``bert``, with ALiBi in place of position embeddings): the stock class loads the
-weights whose names it knows and draws the rest at random, and before this check training went on with a warning.
+(MosaicBERT's maps AutoModelForMaskedLM to ``bert_layers.BertForMaskedLM``, ALiBi in place of position embeddings):
+the stock class loads the weights whose names it knows and draws the rest at random, and before this check training
+went on with a warning.
 So:
 - a source that lacks weights of the parts XPT keeps (anything but the LM head, which an encoder-only checkpoint
   such as a ``BertModel`` lacks by design) is one error line;
