@@ -255,11 +255,19 @@ def test_the_rewind_sweep_is_shown_beside_xpt_at_its_sizes(tmp_path):
     rows = [_row("xpt_rewind", 10_000, s, 380.0 + s, 0.22, 0.7) for s in (1, 2)]  # main's XPT at 10K: 500 +- 1
     rows += [_row("xpt_rewind", 80_000, 1, 240.0, 0.22)]
     _sweep(tmp_path, "rewind", rows)
+    logs = tmp_path / "rewind/runs/xpt_rewind/10K"  # which runs rewound: their train.log says so
+    for seed, text in (("seed1", "x\nthe next phase starts from the best checkpoint global_step000000009 (step 9"),
+                       ("seed2", "time budget: phase 'phase1' ends at its step 10\n"),
+                       ("seed2.superseded", "the next phase starts from the best checkpoint")):
+        (logs / seed).mkdir(parents=True)
+        (logs / seed / "train.log").write_text(text)
     md = (write(tmp_path) and (tmp_path / "claims.md").read_text()).split("## XPT's phase hand-over")[1]
     table = [line for line in md.splitlines() if line.startswith("| 10K")]
     assert [line.split(" | ")[1] for line in table] == [
         "XPT, phase 2 from phase 1's best (guard.early_stop_rewind)", "XPT (random start)", "XPT-SP"]
     assert "| 381.50 ± 0.71 (n=2) |" in table[0]
+    assert table[0].endswith("| 1 of 2 |") and table[1].endswith("| – |")
+    assert next(line for line in md.splitlines() if line.startswith("| 80K")).endswith("| – |")  # no logs
     assert "- at 10K: PPL 381.5 against XPT's 500: -118.5" in md
     assert "- at 80K: PPL 240 against XPT's 250: one seed, no spread to judge by" in md
     assert md.index("## Verdicts") > 0

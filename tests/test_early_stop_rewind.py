@@ -1,6 +1,6 @@
-"""guard.early_stop_rewind: when early stopping ends a phase that holds the run's best checkpoint, the next phase
-starts from that checkpoint's exact fp32 weights, not from where the phase stopped; a resume from the phase's end
-rewinds the same way, to the same bits. One rank, and two under ZeRO-3 with bf16 through torchrun."""
+"""guard.early_stop_rewind: when early stopping (or the time budget) ends a phase that holds the run's best checkpoint,
+the next phase starts from that checkpoint's exact fp32 weights, not from where the phase stopped; a resume from the
+phase's end rewinds the same way, to the same bits. One rank, and two under ZeRO-3 with bf16 through torchrun."""
 import json
 import re
 
@@ -14,12 +14,13 @@ from xpt_ds.training.export import load_checkpoint_fp32
 PHASE2_TRAINS = r"lm_head\.bias"  # phase 2 trains only this: every other weight ends where phase 2 started
 
 
-def _run(root, tiny_roberta, corpus, rewind: bool, nproc: int = 1, ds: str = "zero2_fp32"):
+def _run(root, tiny_roberta, corpus, rewind: bool, nproc: int = 1, ds: str = "zero2_fp32", **guard):
     """Phase 1 at an lr that makes the validation loss jump about, so that early stopping (2 passes without a new
-    low) ends it before its 8 steps, 2 steps after its best; phase 2 trains the LM head's bias only."""
+    low) ends it before its 8 steps, 2 steps after its best; phase 2 trains the LM head's bias only. ``guard``:
+    more guard keys, or other values."""
     cfg = base_config(root / "run", tiny_roberta, corpus, deepspeed=str(REPO / f"ds_configs/{ds}.json"),
                       checkpoint={"every_steps": 0, "keep_best": True},
-                      guard={"early_stop_patience": 2, "early_stop_rewind": rewind})
+                      guard={"early_stop_patience": 2, "early_stop_rewind": rewind, **guard})
     cfg["phases"] = [{"name": "phase1", "steps": 8, "lr": 0.3},
                      {"name": "phase2", "steps": 2, "lr": 1e-3, "trainable": [PHASE2_TRAINS]}]
     cfg["logging"].update(eval_every=1, tensorboard=False)
@@ -97,3 +98,29 @@ def test_two_ranks_under_zero3_bf16_rewind_to_the_best_checkpoints_bits(tmp_path
     held = _held(_weights(run, stop + 2))
     assert held.keys() <= best.keys() and all(torch.equal(held[k], best[k]) for k in held)
     assert not all(torch.equal(held[k], _weights(run, stop)[k]) for k in held)
+
+
+def test_the_time_budget_ending_a_phase_past_its_best_rewinds_too(tmp_path, tiny_roberta, corpus):
+    """guard.max_train_minutes=0.0005 (0.03 s, of which phase 1's share is 0.024 s) is used up by phase 1's first
+    step, so the budget ends phase 1 at its step 2, which is validated as every phase's end is, and phase 2, with
+    nothing left, at its first step. At lr 0.3 step 2 validates above step 1: phase 1 ended past its best, and
+    phase 2 starts from step 1's weights. Early stopping's patience (100) never fires here."""
+    run, path, proc = _run(tmp_path, tiny_roberta, corpus, rewind=True, max_train_minutes=0.0005,
+                           early_stop_patience=100)
+    assert "time budget: phase 'phase1' ends at its step 2 of 8" in proc.stderr
+    assert "early stop:" not in proc.stderr
+    valid = {s: r["valid/loss"] for s, r in read_metrics(run).items() if "valid/loss" in r}
+    assert valid[2] > valid[1], valid
+    assert (f"the next phase starts from the best checkpoint {tag_for(1)} (step 1, valid loss {valid[1]:.4f}), not "
+            "from step 2 where the time budget ended phase 'phase1' (guard.early_stop_rewind)") in proc.stderr
+    best, end, last = _weights(run, 1), _weights(run, 2), _weights(run, 3)
+    held = _held(last)
+    assert held.keys() <= best.keys() and len(held) > 10
+    assert all(torch.equal(held[k], best[k]) for k in held)
+    assert not all(torch.equal(held[k], end[k]) for k in held)
+    assert json.loads((run / "status.json").read_text())["time_stopped"] == ["phase1", "phase2"]
+    again = launch(["--config", str(path), "--resume", tag_for(2)])  # the budget's decision is in the checkpoint
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "where the time budget ended phase 'phase1' (guard.early_stop_rewind)" in again.stderr
+    resumed = _weights(run, 3)
+    assert last.keys() == resumed.keys() and all(torch.equal(last[k], resumed[k]) for k in last)

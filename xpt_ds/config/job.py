@@ -221,9 +221,10 @@ class GuardConfig:
                                       "its schedule); 0 = off. Needs data.valid_shards and logging.eval_every > 0.")
     early_stop_min_delta: float = doc(0.0, "guard.early_stop_patience: the least decrease of valid/loss that counts "
                                            "as an improvement.")
-    early_stop_rewind: bool = doc(False, "When early stopping ends a phase whose steps hold the run's best checkpoint, "
-                                         "the next phase starts from that checkpoint's exact fp32 weights, not from "
-                                         "where the phase stopped (guard.early_stop_patience validation passes "
+    early_stop_rewind: bool = doc(False, "When early stopping, or the time budget (guard.max_train_minutes), ends a "
+                                         "phase whose earlier steps hold the run's best checkpoint, the next phase "
+                                         "starts from that checkpoint's exact fp32 weights, not from where the phase "
+                                         "stopped (for early stopping, guard.early_stop_patience validation passes "
                                          "later); the data stream goes on where it was. Not for a next phase with "
                                          "start_from or merge. Needs checkpoint.keep_best and "
                                          "guard.early_stop_patience > 0.")

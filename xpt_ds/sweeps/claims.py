@@ -308,24 +308,38 @@ def efficiency_section(out: Path, main: list[dict]) -> list[str]:
     return lines + report_efficiency(main)
 
 
-def rewind_section(sweeps: dict[str, list[dict]]) -> list[str]:
-    """The rewind sweep (XPT with guard.early_stop_rewind) beside the main sweep's XPT and XPT-SP at its sizes, and
-    whether it differs from XPT beyond the seed spread."""
+REWOUND = "the next phase starts from the best checkpoint"  # the trainer's line where a run rewinds
+
+
+def rewound(out: Path, size: int) -> str:
+    """'K of N': how many of the rewind sweep's runs at ``size`` (``rewind/runs/*/SIZE/seedN/train.log``) did
+    rewind; '–' without their logs."""
+    logs = [p for p in sorted(out.glob(f"rewind/runs/*/{size_label(size)}/seed*/train.log"))
+            if p.parent.name[4:].isdigit()]
+    return f"{sum(REWOUND in p.read_text(errors='replace') for p in logs)} of {len(logs)}" if logs else "–"
+
+
+def rewind_section(out: Path, sweeps: dict[str, list[dict]]) -> list[str]:
+    """The rewind sweep (XPT with guard.early_stop_rewind) beside the main sweep's XPT and XPT-SP at its sizes, how
+    many of its runs did rewind, and whether it differs from XPT beyond the seed spread."""
     rewind = {r["size"]: r for r in sweeps["rewind"]}
     if not rewind:
         return []
     lines = ["## XPT's phase hand-over at small data (the rewind sweep)", "",
-             "XPT with `guard.early_stop_rewind`: where early stopping ends phase 1, phase 2 starts from phase 1's "
-             "best checkpoint, not from where phase 1 stopped. Where the time budget ends phase 1 instead, the runs "
-             "are main's XPT runs again.", "",
-             "| size | arm | PPL | Hits@1 ×100 | steps run | fine-tuned accuracy ×100 |", "|---|---|---|---|---|---|"]
+             "XPT with `guard.early_stop_rewind`: where phase 1 ends past its best checkpoint, phase 2 starts from "
+             "that checkpoint, not from where phase 1 stopped. A run whose phase 1 ended at its best, or by its "
+             "planned steps, is main's XPT run again. Which runs rewound is read from their `train.log` "
+             f"(\"{REWOUND}\").", "",
+             "| size | arm | PPL | Hits@1 ×100 | steps run | fine-tuned accuracy ×100 | runs rewound |",
+             "|---|---|---|---|---|---|---|"]
     verdicts = []
     for size, r in sorted(rewind.items()):
         main = at_size(sweeps["main"], size)
         for m, row in (("xpt_rewind", r), ("xpt", main.get("xpt")), ("xpt_sp", main.get("xpt_sp"))):
             if row:
                 lines.append(f"| {size_label(size)} | {NAMES[m]} | {_pm(row, 'ppl')} | {_pm(row, 'hits@1', 100)} | "
-                             f"{_pm(row, 'steps_done', 1, 0)} | {_pm(row, 'downstream_mean', 100)} |")
+                             f"{_pm(row, 'steps_done', 1, 0)} | {_pm(row, 'downstream_mean', 100)} | "
+                             f"{rewound(out, size) if m == 'xpt_rewind' else '–'} |")
         if main.get("xpt"):
             verdicts.append(f"- at {size_label(size)}: PPL {r['ppl']:.4g} against XPT's {main['xpt']['ppl']:.4g}: "
                             + gap_text(r, main["xpt"], "ppl"))
@@ -366,7 +380,7 @@ def write(out: Path) -> dict:
                   "![validation curves](valid_curves.png)", ""]
         lines += equal_steps_section(curves)
     sweeps = load(out)
-    lines += efficiency_section(out, sweeps["main"]) + rewind_section(sweeps)
+    lines += efficiency_section(out, sweeps["main"]) + rewind_section(out, sweeps)
     lines += ["## Verdicts", ""]
     for claim, v in result["claims"].items():
         lines += [f"- **{claim}: {v['verdict']}.**"] + [f"  - {e}" for e in v["evidence"]]

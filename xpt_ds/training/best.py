@@ -105,18 +105,24 @@ class BestTracker:
     def phase_stopped(self, phase_index: int) -> bool:
         return phase_index in self.stopped
 
-    def rewind_tag(self, phase_index: int, phase: str, step: int, rank: int) -> str | None:
-        """guard.early_stop_rewind: the checkpoint the next phase starts from instead of global step ``step``,
-        where phase ``phase_index`` (named ``phase``) ended: the run's best, when early stopping ended the phase
-        and the best is one of its earlier steps; else None (the next phase starts where this one ended)."""
-        if not self.rewind or not self.phase_stopped(phase_index) or self.best is None:
+    def rewind_tag(self, state, phase: str, rank: int) -> str | None:
+        """guard.early_stop_rewind: the checkpoint the next phase starts from instead of where the current phase
+        (``state``: the trainer's phase_index, global_step and time_stopped; named ``phase``) ended: the run's
+        best, when early stopping or the time budget (guard.max_train_minutes) ended the phase and the best is one
+        of its earlier steps; else None (the next phase starts where this one ended). Either way the phase's last
+        step was validated (the trainer validates where a phase ends), so a best before it means the phase ended
+        past its best."""
+        phase_index, step = state.phase_index, state.global_step
+        why = ("early stopping" if self.phase_stopped(phase_index) else
+               "the time budget" if phase_index in state.time_stopped else None)
+        if not self.rewind or why is None or self.best is None:
             return None
         if self.best["phase"] != phase or self.best["step"] >= step:
             return None
         if rank == 0:
             log.info("the next phase starts from the best checkpoint %s (step %d, valid loss %.4f), not from step %d "
-                     "where early stopping ended phase '%s' (guard.early_stop_rewind)", self.best["tag"],
-                     self.best["step"], self.best["valid_loss"], step, phase)
+                     "where %s ended phase '%s' (guard.early_stop_rewind)", self.best["tag"],
+                     self.best["step"], self.best["valid_loss"], step, why, phase)
         return self.best["tag"]
 
     def restore(self, run_dir: Path, complete: list[str], rank: int) -> None:

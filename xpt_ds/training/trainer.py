@@ -325,7 +325,7 @@ class Trainer:
         merge continues the stream where the previous phase left it."""
         phase, sources = self.cfg.phases[index], self.starts[index]
         if sources is None:  # where the previous phase ended, or its best (guard.early_stop_rewind)
-            tag = self.best.rewind_tag(self.state.phase_index, self.phase.name, self.state.global_step, self.rank)
+            tag = self.best.rewind_tag(self.state, self.phase.name, self.rank)
             return full_fp32_state(self.engine, self.frozen) if tag is None else checkpoint_fp32(
                 self.ckpt_root, tag, self.cfg.checkpoint.allow_pickle)
         ends = {}
