@@ -28,7 +28,7 @@ class InitContext:
     tok: TargetTokenizer
     source_embeddings: torch.Tensor  # float32 [source rows, hidden]: the source model's input embeddings
     source: str  # model.source: where the source tokenizer is
-    generator: torch.Generator  # seeded with model.init_seed
+    generator: torch.Generator  # seeded with model.init_seed and the parameter's name
     std: float  # the source config's initializer_range
     args: dict  # model.embedding_init_args, checked and filled with defaults
     train_shards: list[str] = field(default_factory=list)

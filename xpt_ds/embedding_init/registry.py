@@ -5,10 +5,9 @@ A strategy (``model.embedding_init``, options in ``model.embedding_init_args``) 
 and what each row came from). ``InitContext`` offers, loaded only when a strategy asks for them: the target
 SentencePiece pieces and their counts in ``data.train_shards``, the source model's input-embedding matrix and
 its Hugging Face tokenizer (from ``model.source``, offline), and a ``torch.Generator`` seeded with
-``model.init_seed``. Strategies compute on the CPU in float32/float64, walk ids in order and draw only from that
-generator, so every rank and every rerun gets the same matrix bit for bit (``engine.agree_on_initial_weights``
-checks). ``random`` is the exception that keeps its old bits: it draws from the global generator, which
-``build_model`` seeds with ``init_seed`` just before.
+``model.init_seed`` and the parameter's name (``xpt_ds.model.new_values.param_seed``). Strategies compute on the
+CPU in float32/float64, walk ids in order and draw only from that generator, so every rank and every rerun gets
+the same matrix bit for bit (``xpt_ds.training.fill`` checks).
 
 Every strategy leaves the pad row zero. The report (``Rows.report``) counts rows by kind (``copied``,
 ``special``, ``combined``, ``fallback``, ``random``, ``zero``) with a few examples each; the trainer logs it,

@@ -21,7 +21,8 @@ from xpt_ds.config.methods import method_of
 from xpt_ds.data.mlm import MLMMasker, sequence_seed
 from xpt_ds.data.tokenizer import build_hf_tokenizer, check_vocabulary
 from xpt_ds.metrics.mlm import MLMStats, piece_word_starts
-from xpt_ds.model.build import FAMILIES, build_skeleton, load_source
+from xpt_ds.model.build import FAMILIES, load_source_model
+from xpt_ds.model.skeleton import assign, skeleton
 from xpt_ds.model.decoder import is_decoder
 from xpt_ds.model.objective import MaskedLMObjective
 
@@ -41,7 +42,7 @@ def swap_in_source_vocabulary(post: nn.Module, source: nn.Module, keep_itl: bool
     drop = _has_itl(post) and not keep_itl
     if drop:
         cfg.num_hidden_layers -= 2
-    model = build_skeleton(cfg)
+    model = skeleton(cfg)
     state, src_state = post.state_dict(), source.state_dict()
     out = {}
     for name, value in state.items():
@@ -59,11 +60,9 @@ def swap_in_source_vocabulary(post: nn.Module, source: nn.Module, keep_itl: bool
     pos = f"{base}.embeddings.position_embeddings.weight"
     shift = post.config.pad_token_id - source.config.pad_token_id if family.offset_positions else 0
     out[pos] = torch.roll(state[pos], -shift, dims=0)  # row r <- post row r + shift (wrapped rows are unused)
-    result = model.load_state_dict(out, strict=False)
-    missing = [k for k in result.missing_keys if not k.endswith(("decoder.weight", "decoder.bias"))]
-    assert not missing and not result.unexpected_keys, (missing, result.unexpected_keys)
-    model.tie_weights()
-    return model
+    missing = [n for n, _ in model.named_parameters() if n not in out]
+    assert not missing, missing
+    return assign(model, lambda n: out[n].detach().float().clone())
 
 
 def source_batches(text: Path, tokenizer, seq_len: int, batch_size: int, seed: int, data: DataConfig):
@@ -125,7 +124,7 @@ def probe(run: Path, source_text: Path, tag: str | None = None, source_id: str |
     data = run_cfg.data
     source_id = source_id or run_cfg.model.source
     # The source as the run built it: the same seed draws the same weights a head-less checkpoint lacks.
-    source = load_source(dataclasses.replace(run_cfg.model, source=source_id))[0].float()
+    source = load_source_model(dataclasses.replace(run_cfg.model, source=source_id))[0]
     tokenizer = AutoTokenizer.from_pretrained(source_id, trust_remote_code=False)  # never runs --source's code
     try:
         check_vocabulary(tokenizer, source_id)

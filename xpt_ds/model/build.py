@@ -2,12 +2,18 @@
 
 An XPT model is structurally a stock Bert/RobertaForMaskedLM with C+2 layers: layer 0 is ITL_in,
 layers 1..C are the reused source encoder layers, layer C+1 is ITL_out. Export is therefore a plain
-``save_pretrained``. Every parameter carries tags (``@new``, ``@source``, ``@embeddings``, ``@itl``,
+stock directory. Every parameter carries tags (``@new``, ``@source``, ``@embeddings``, ``@itl``,
 ``@lower``/``@upper`` (halves of the source layers), ...) that phase patterns select on.
+
+One build for every start (``build_plan``): the target's config and tags come from the source's config.json and
+the tokenizer; the module tree is a skeleton without storage (``xpt_ds.model.skeleton``); each parameter then
+gets its value once, when it is filled, by its recipe (``xpt_ds.model.plan``): the source's tensor read from its
+files, a draw from the parameter's own generator, or model.embedding_init's rows. A resume, a phase hand-over and
+an export fill the same skeleton from a checkpoint or the previous engine instead (``xpt_ds.training``).
+Decoder sources: ``xpt_ds.model.decoder``.
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 import functools
 import logging
@@ -23,23 +29,24 @@ from xpt_ds.config.methods import METHODS
 from xpt_ds.data.tokenizer import TargetTokenizer
 from xpt_ds.embedding_init.context import InitContext, kept_vocabulary_report
 from xpt_ds.embedding_init.registry import init_embeddings
-from xpt_ds.errors import UserError
 from xpt_ds.io.trust import reading_weights
-from xpt_ds.model.adapters import add_adapters
+from xpt_ds.model import lora
 from xpt_ds.model.decoder import (
     DECODER_FAMILIES,
-    build_decoder,
     check_decoder_method,
-    decoder_skeleton,
+    decoder_rules,
     drop_source_code,
     is_decoder,
-    load_decoder_source,
     source_location,
 )
 from xpt_ds.model.decoder import tag_parameters as decoder_tag_parameters
 from xpt_ds.model.decoder import target_config as decoder_target_config
+from xpt_ds.model.new_values import StockInit, param_seed
+from xpt_ds.model.plan import CopyRule, PlanValues, Recipe, recipes_for
+from xpt_ds.model.skeleton import assign, no_init_weights, parameters_on_meta, skeleton
+from xpt_ds.model.source_files import RandomSource, SourceFiles, StateSource, local_snapshot
 from xpt_ds.model.source_weights import checked_missing
-from xpt_ds.trelm.model import add_trelm, init_trelm, trelm_tags
+from xpt_ds.trelm.model import trelm_tags
 
 log = logging.getLogger(__name__)
 
@@ -63,23 +70,27 @@ FAMILIES["xlm-roberta"] = FAMILIES["camembert"] = FAMILIES["roberta"]
 
 @dataclass
 class BuiltModel:
-    model: nn.Module | None  # a stock *ForMaskedLM (plus adapters for method=adapters), or *ForCausalLM (decoder
-    # source); None once the trainer's engine owns it
+    model: nn.Module  # a stock *ForMaskedLM (plus adapters for method=adapters, TreLM's parts), or *ForCausalLM
     family: Family | object  # a decoder source's: xpt_ds.model.decoder.DecoderFamily
     tags: dict[str, set[str]]  # parameter name -> tags
-    embedding_init: dict | None  # the embedding_init report (xpt_ds.embedding_init.registry.Rows.report); None
-    # when build_model did not run the strategy (init_embeddings_rows=False)
+    embedding_init: dict | None  # the embedding_init report (xpt_ds.embedding_init.registry.Rows.report)
 
 
-def load_source(cfg: ModelConfig):
-    """(the English model, the names of the MLM weights its checkpoint lacks); random weights of the same
-    shape for a method whose source is 'random'. Random values (missing weights such as the MLM head of an
-    encoder-only checkpoint, which ``from_pretrained`` draws from torch's global generator, or the whole
-    random source) come from ``init_seed + 1``: every rank, every rerun and the probe get the same source. The
-    global RNG state is left as it was."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(cfg.init_seed + 1)
-        return _load_source(cfg)
+@dataclass
+class BuildPlan:
+    """The target of a run before any weight is read: its HF config, family and tags, each parameter's recipe,
+    the embedding_init report, and ``values``, which gives each parameter's float32 value when asked
+    (``xpt_ds.model.plan.PlanValues``). ``close`` drops what ``values`` holds (the source's open files, the new
+    rows)."""
+    tcfg: object
+    family: Family | object
+    tags: dict[str, set[str]]
+    recipes: dict[str, Recipe]
+    embedding_init: dict | None
+    values: PlanValues
+
+    def close(self) -> None:
+        self.values.close()
 
 
 def source_config(cfg: ModelConfig):
@@ -131,8 +142,7 @@ def planned_tags(cfg: ModelConfig, family, tcfg) -> dict[str, set[str]]:
     the tags it may carry: which weights come from the source depends on what its files hold, so every one
     carries both @source and @new. A phase pattern that matches nothing here matches nothing in the built model
     (``phases.check_patterns``: the check before the load)."""
-    with torch.device("meta"), torch.random.fork_rng(devices=[]):
-        model = build_skeleton(tcfg, blank=True)
+    model = skeleton(tcfg)
     method = METHODS[cfg.method]
     layers = tcfg.num_hidden_layers - (2 if method.has_itl else 0)
     tag = decoder_tag_parameters if is_decoder(tcfg) else _tag_parameters
@@ -162,22 +172,64 @@ def _check_encoder_source(cfg: ModelConfig, src_cfg) -> None:
                           f"{', '.join(sorted(DECODER_FAMILIES))} (causal LMs))")
 
 
-def _load_source(cfg: ModelConfig):
-    src = cfg.source
-    src_cfg = source_config(cfg)
-    if is_decoder(src_cfg):
-        return load_decoder_source(src, src_cfg, cfg.method)
-    _check_encoder_source(cfg, src_cfg)
+def source_skeleton(src_cfg) -> nn.Module:
+    """The source model's module tree on the meta device (its parameter names and shapes, no values)."""
+    from transformers import AutoModelForCausalLM
+    auto = AutoModelForCausalLM if is_decoder(src_cfg) else AutoModelForMaskedLM
+    with no_init_weights(), parameters_on_meta():
+        model = auto.from_config(copy.deepcopy(src_cfg), dtype=torch.float32)
+    model.tie_weights()
+    return model
+
+
+def open_source(cfg: ModelConfig, src_cfg, meta_source: nn.Module):
+    """The source's weights, read a tensor at a time (``xpt_ds.model.source_files``); random ones for a method
+    whose source is 'random'. A weight the source lacks (the MLM head of an encoder-only checkpoint) is drawn as
+    the stock class draws it, from ``init_seed + 1`` and its name, and counts as @new; a source lacking others,
+    or holding weights the stock class does not use while naming code of its own, is one error line
+    (``xpt_ds.model.source_weights``)."""
+    what = f"config key 'model.source': {cfg.source}"
+    decoder = is_decoder(src_cfg)
+    if decoder:
+        check_decoder_method(cfg.method, src_cfg.model_type)
+    else:
+        _check_encoder_source(cfg, src_cfg)
     if METHODS[cfg.method].source == "random":
-        return AutoModelForMaskedLM.from_config(src_cfg), set()
-    with reading_weights(f"config key 'model.source': {src}", ConfigError):
-        model, info = AutoModelForMaskedLM.from_pretrained(src, output_loading_info=True, trust_remote_code=False)
-    head = FAMILIES[src_cfg.model_type].head_dense.split(".")[0] + "."  # cls. (BERT) or lm_head. (RoBERTa)
-    missing = checked_missing(src, src_cfg, model, info, (head,))
+        return RandomSource(meta_source, cfg.init_seed + 1)
+    location, gguf = source_location(cfg.source)
+    if gguf:  # transformers dequantizes a GGUF file whole (to fp32); GGUF sources are small quantized models
+        from transformers import AutoModelForCausalLM
+        with reading_weights(what, ConfigError), torch.random.fork_rng(devices=[]):
+            torch.manual_seed(cfg.init_seed + 1)
+            model, info = AutoModelForCausalLM.from_pretrained(location, output_loading_info=True,
+                                                               trust_remote_code=False, **gguf)
+        source = StateSource(dict(model.named_parameters()), set(info["missing_keys"]),
+                             set(info["unexpected_keys"]))
+    else:
+        try:
+            source = SourceFiles(cfg.source, local_snapshot(location, what), meta_source, what)
+        except FileNotFoundError as e:
+            raise ConfigError(f"{what}: {e}") from None
+    head = ("lm_head.",) if decoder else (FAMILIES[src_cfg.model_type].head_dense.split(".")[0] + ".",)
+    missing = checked_missing(cfg.source, src_cfg, type(meta_source).__name__, source.missing, source.unexpected,
+                              head)
     if missing:
-        log.warning("source %s lacks %d MLM weights (%s...); they start fresh and count as @new", src,
-                    len(missing), sorted(missing)[0])
-    return model, missing
+        log.warning("source %s lacks %d %sweights (%s...); they start fresh and count as @new", cfg.source,
+                    len(missing), "" if decoder else "MLM ", sorted(missing)[0])
+    source.fresh = StockInit(meta_source, cfg.init_seed + 1)
+    return source
+
+
+def load_source_model(cfg: ModelConfig) -> tuple[nn.Module, set[str]]:
+    """(the English model in float32, the names of the weights its checkpoint lacks), built as the run builds
+    the source: its missing weights drawn from ``init_seed + 1`` (the probe scores the source itself)."""
+    src_cfg = source_config(cfg)
+    meta = source_skeleton(src_cfg)
+    source = open_source(cfg, src_cfg, meta)
+    try:
+        return assign(meta, source.get), set(source.missing)
+    finally:
+        source.close()
 
 
 def _target_config(src_cfg, cfg: ModelConfig, tok: TargetTokenizer):
@@ -206,58 +258,114 @@ def _target_config(src_cfg, cfg: ModelConfig, tok: TargetTokenizer):
     return tcfg
 
 
-def _copy_position_rows(dst: nn.Embedding, src: nn.Embedding, dst_pad: int, src_pad: int, offset: bool) -> None:
-    """RoBERTa puts token i on row pad+1+i, so a different target pad id shifts every row.
-
-    Copy so that the target's row for position i is the source's row for position i.
-    """
-    shift = (dst_pad - src_pad) if offset else 0  # target row r <- source row r - shift
-    lo, hi = max(0, shift), min(dst.weight.shape[0], src.weight.shape[0] + shift)
-    with torch.no_grad():
-        dst.weight[lo:hi].copy_(src.weight[lo - shift:hi - shift])
-
-
-def build_model(cfg: ModelConfig, tok: TargetTokenizer, data: DataConfig | None = None,
-                init_embeddings_rows: bool = True) -> BuiltModel:
-    """Target model with reused source parameters copied bit-exactly. Every random value comes from
-    ``cfg.init_seed`` (the source's missing or random weights from init_seed + 1, the target's from init_seed),
-    so ranks and reruns build the same weights; the global RNG state is left as it was. ``data`` gives the
-    training shards to the embedding_init strategies that count pieces (frequency_rank).
-
-    ``init_embeddings_rows=False`` (a resume: a checkpoint overwrites every weight) leaves the new word embeddings
-    as the skeleton drew them instead of running ``model.embedding_init``, which may read every training shard or
-    files that are gone; the report is then None. The strategy has its own generator, so nothing else changes."""
+def _encoder_rules(cfg: ModelConfig, family: Family, src_cfg, tcfg) -> list[CopyRule]:
+    """Which target parameters come from which source prefix (002 §3: the source encoder one layer down, its
+    embeddings' token types and norm, its head's transform; 003 keep_vocab: also its word rows and head bias;
+    TreLM: the TRILayer from the layer it follows and the English vocabulary)."""
     method = METHODS[cfg.method]
-    src, missing = load_source(cfg)
-    src_cfg = src.config
-    if is_decoder(src_cfg):
-        model, family, tags, report = build_decoder(cfg, tok, src, missing, data, init_embeddings_rows)
-        return BuiltModel(model=model, family=family, tags=tags, embedding_init=report)
-    with torch.random.fork_rng(devices=[]):
-        family = FAMILIES[src_cfg.model_type]
-        tcfg = _target_config(src_cfg, cfg, tok)
-        torch.manual_seed(cfg.init_seed)
-        model = build_skeleton(tcfg)
-        if method.vocab == "source":  # the source's rows, all of them, copied by _copy_source
-            _check_kept_vocabulary(cfg)
-            report = kept_vocabulary_report(tok.vocab_size)
-        elif not init_embeddings_rows:
-            report = None
-        else:
-            ctx = InitContext(tok, src.get_input_embeddings().weight.detach().float().clone(), cfg.source,
-                              torch.Generator().manual_seed(cfg.init_seed), src_cfg.initializer_range, {},
-                              list(data.train_shards) if data else [], data.on_corrupt_shard if data else "fail")
-            matrix, report = init_embeddings(cfg.embedding_init, cfg.embedding_init_args, ctx)
-            with torch.no_grad():
-                _base(model, family).embeddings.word_embeddings.weight.copy_(matrix)
-        copied = set() if method.source == "none" else _copy_source(src, model, family, cfg, tok)
+    if method.source == "none":
+        return []
+    fb, C = family.base, src_cfg.num_hidden_layers
+    off = 1 if method.has_itl else 0
+    rules = [CopyRule(f"{fb}.encoder.layer.{i + off}.", f"{fb}.encoder.layer.{i}.") for i in range(C)]
+    rules += [CopyRule(p, p) for p in (f"{fb}.embeddings.token_type_embeddings.", f"{fb}.embeddings.LayerNorm.",
+                                       f"{fb}.embeddings.position_embeddings.", family.head_dense + ".",
+                                       family.head_norm + ".")]
+    if method.vocab == "source":  # 003 [lang->en][lang]: the source's word rows and head bias, all of them
+        rules += [CopyRule(f"{fb}.embeddings.word_embeddings.", f"{fb}.embeddings.word_embeddings."),
+                  CopyRule(family.head_bias, family.head_bias)]
+    if off and cfg.itl_init == "copy":  # ITL_in as the first source layer, ITL_out as the last; still new
+        rules += [CopyRule(f"{fb}.encoder.layer.0.", f"{fb}.encoder.layer.0.", tagged=False),
+                  CopyRule(f"{fb}.encoder.layer.{C + 1}.", f"{fb}.encoder.layer.{C - 1}.", tagged=False)]
+    if method.trelm:  # 004 §3.2: the TRILayer as the layer it follows (new), the English vocabulary (the source's)
+        half = (C + 2 * off) // 2
+        rules += [CopyRule("trelm.trilayer.", f"{fb}.encoder.layer.{half - 1 - off}.", tagged=False),
+                  CopyRule("trelm.source_word_embeddings.", f"{fb}.embeddings.word_embeddings."),
+                  CopyRule("trelm.source_lm_bias", family.head_bias)]
+    return rules
+
+
+def _position_shift(cfg: ModelConfig, family: Family, src_cfg, tok: TargetTokenizer) -> dict[str, int]:
+    """RoBERTa puts token i on row pad+1+i, so a target pad id other than the source's shifts every row: the
+    target's row for position i takes the source's row for position i (the rows beyond are drawn)."""
+    shift = tok.pad_id - src_cfg.pad_token_id if family.offset_positions else 0
+    return {f"{family.base}.embeddings.position_embeddings.weight": shift} if shift else {}
+
+
+def _embedding_rows(cfg: ModelConfig, tok: TargetTokenizer, data: DataConfig | None, source, src_matrix: str,
+                    target_name: str, std: float) -> tuple[torch.Tensor, dict]:
+    """model.embedding_init's rows for target parameter ``target_name`` over the source matrix ``src_matrix``,
+    the strategy's generator seeded from init_seed and the parameter's name (as every new parameter's is)."""
+    ctx = InitContext(tok, source.get(src_matrix), cfg.source,
+                      torch.Generator().manual_seed(param_seed(cfg.init_seed, target_name)), std, {},
+                      list(data.train_shards) if data else [], data.on_corrupt_shard if data else "fail")
+    return init_embeddings(cfg.embedding_init, cfg.embedding_init_args, ctx)
+
+
+def _parameter_name(model: nn.Module, param: nn.Parameter) -> str:
+    return next(n for n, p in model.named_parameters() if p is param)
+
+
+def build_plan(cfg: ModelConfig, tok: TargetTokenizer, data: DataConfig | None = None,
+               rows: bool = True) -> BuildPlan:
+    """The target of ``cfg`` and where each of its values comes from (``BuildPlan``), having read of the source's
+    weights only the rows model.embedding_init works from (its input matrix, and an untied head's). ``data``
+    gives the training shards to the strategies that count pieces (frequency_rank). ``rows=False``: the tags
+    only (an old checkpoint's resume); the strategy does not run and the plan's rows have no values."""
+    method = METHODS[cfg.method]
+    src_cfg = source_config(cfg)
+    family, tcfg = planned_target(cfg, tok)
+    meta = skeleton(tcfg)
+    meta_source = source_skeleton(src_cfg)
+    source = open_source(cfg, src_cfg, meta_source)
+    names = [n for n, _ in meta.named_parameters()]
+    source_names = {n for n, _ in meta_source.named_parameters()}
+    decoder = is_decoder(src_cfg)
+    row_params: dict[str, str] = {}
+    if method.vocab == "target":
+        row_params[_parameter_name(meta, meta.get_input_embeddings().weight)] = "input"
+        if decoder and not tcfg.tie_word_embeddings:
+            row_params[_parameter_name(meta, meta.get_output_embeddings().weight)] = "output"
+    if decoder:
+        recipes, copied = recipes_for(names, decoder_rules(cfg, family, src_cfg), source_names, row_params,
+                                      rename=lora.base_name)
+    else:
+        recipes, copied = recipes_for(names, _encoder_rules(cfg, family, src_cfg, tcfg), source_names, row_params,
+                                      _position_shift(cfg, family, src_cfg, tok))
+    copied = {n for n in copied if recipes[n].key not in source.missing}
+    if decoder:  # tagged by the stock name under LoRA's base_layer
+        tags = decoder_tag_parameters(meta, family, {lora.base_name(n) for n in copied}, src_cfg.num_hidden_layers,
+                                      method.has_itl)
+    else:
+        tags = _tag_parameters(meta, family, copied, src_cfg.num_hidden_layers, method.has_itl)
         if method.trelm:
-            copied |= init_trelm(model, src, cfg.init_seed)
-    copied -= missing
-    tags = _tag_parameters(model, family, copied, src_cfg.num_hidden_layers, method.has_itl)
-    if method.trelm:
-        tags = {name: t | trelm_tags(name) for name, t in tags.items()}
-    return BuiltModel(model=model, family=family, tags=tags, embedding_init=report)
+            tags = {name: t | trelm_tags(name) for name, t in tags.items()}
+    matrices, report = {}, None
+    if method.vocab == "source":
+        report = kept_vocabulary_report(tok.vocab_size)
+    elif rows:
+        std = src_cfg.initializer_range
+        by_kind = {kind: name for name, kind in row_params.items()}
+        matrices["input"], report = _embedding_rows(cfg, tok, data, source, _parameter_name(
+            meta_source, meta_source.get_input_embeddings().weight), by_kind["input"], std)
+        if "output" in by_kind:
+            matrices["output"], out_report = _embedding_rows(cfg, tok, data, source, _parameter_name(
+                meta_source, meta_source.get_output_embeddings().weight), by_kind["output"], std)
+            report = {**report, "output_rows": out_report}
+    values = PlanValues(recipes, source, StockInit(meta, cfg.init_seed), matrices)
+    return BuildPlan(tcfg, family, tags, recipes, report, values)
+
+
+def build_model(cfg: ModelConfig, tok: TargetTokenizer, data: DataConfig | None = None) -> BuiltModel:
+    """The target model of ``cfg`` in float32, in this process (evaluation, tests, benchmarks): ``build_plan``'s
+    values assigned to a meta skeleton, each computed once. The trainer builds the same values into its engine
+    (``xpt_ds.training.fill``)."""
+    plan = build_plan(cfg, tok, data)
+    try:
+        model = assign(skeleton(plan.tcfg), plan.values)
+    finally:
+        plan.close()
+    return BuiltModel(model=model, family=plan.family, tags=plan.tags, embedding_init=plan.embedding_init)
 
 
 def _check_kept_vocabulary(cfg: ModelConfig) -> None:
@@ -268,8 +376,9 @@ def _check_kept_vocabulary(cfg: ModelConfig) -> None:
 
 def planned_target(cfg: ModelConfig, tok: TargetTokenizer):
     """(family, the target model's HF config) from ``model.source``'s config.json and the tokenizer alone, no
-    weights: what ``build_model`` and ``build_for_resume`` build. The trainer checks the data against it before
-    it reads gigabytes of source weights (a shard path's typo is an error in seconds, not after the load)."""
+    weights: what every start builds (``build_plan``; a resume, from a checkpoint's tags). The trainer checks the
+    data against it before it reads gigabytes of source weights (a shard path's typo is an error in seconds, not
+    after the load)."""
     src_cfg = source_config(cfg)
     if is_decoder(src_cfg):
         check_decoder_method(cfg.method, src_cfg.model_type)
@@ -279,110 +388,9 @@ def planned_target(cfg: ModelConfig, tok: TargetTokenizer):
     return FAMILIES[src_cfg.model_type], _target_config(src_cfg, cfg, tok)
 
 
-def build_for_resume(cfg: ModelConfig, tok: TargetTokenizer, tags: dict) -> BuiltModel | None:
-    """A resumed run's model without the source's weights: the architecture ``build_model`` makes (from
-    ``model.source``'s config.json, the tokenizer and the run config), the parameter tags the checkpoint recorded
-    (``tags``: name -> list of tags; which weights came from the source depends on what the source's files held),
-    and a blank skeleton (``build_skeleton``'s ``blank``: NaN), which the checkpoint then overwrites, every one. A
-    resume thereby neither reads gigabytes of source weights on every rank nor needs them still there, nor draws
-    random values it throws away. None when this config builds other parameter names than the checkpoint's
-    (another method or source): ``build_model`` then runs, and the resume's model check names the difference."""
-    family, tcfg = planned_target(cfg, tok)
-    with torch.random.fork_rng(devices=[]):  # the global generator as it was, whatever a module's constructor draws
-        model = build_skeleton(tcfg, blank=True)  # the checkpoint sets every weight
-    if {n for n, _ in model.named_parameters()} != set(tags):
-        return None
-    return BuiltModel(model=model, family=family, tags={n: set(t) for n, t in tags.items()}, embedding_init=None)
-
-
 def saved_tags(tags: dict[str, set[str]]) -> dict[str, list[str]]:
     """The tags as a checkpoint's client state keeps them (plain lists, read back without unpickling code)."""
     return {name: sorted(t) for name, t in tags.items()}
-
-
-def build_skeleton(tcfg, blank: bool = False) -> nn.Module:
-    """The target architecture from its HF config (fp32, SDPA); adapters when the config asks for them.
-    ``blank``: the caller sets every parameter next (a resume, a phase hand-over, an export), so the random init is
-    skipped (seconds a rank for a large model, on every resume and phase switch) and every parameter holds NaN
-    until then: one left unset cannot pass unnoticed. Buffers keep the values the modules' constructors give."""
-    with _no_init_weights() if blank else contextlib.nullcontext():
-        model = decoder_skeleton(tcfg) if is_decoder(tcfg) else _encoder_skeleton(tcfg)
-    if blank:
-        model.tie_weights()  # init_weights ties a tied head, and the blank build skipped it
-        with torch.no_grad():
-            for p in model.parameters():
-                p.fill_(float("nan"))
-    return model
-
-
-def _encoder_skeleton(tcfg) -> nn.Module:
-    model = AutoModelForMaskedLM.from_config(copy.deepcopy(tcfg), attn_implementation="sdpa").float()
-    if getattr(tcfg, "xpt_adapter_size", None):
-        add_adapters(model, tcfg.xpt_adapter_size)
-    if getattr(tcfg, "xpt_trelm_source_vocab_size", None):
-        add_trelm(model)
-    return model
-
-
-def _no_init_weights():
-    """transformers' context that skips torch.nn.init and ``init_weights``."""
-    from transformers.initialization import no_init_weights
-    return no_init_weights()
-
-
-class StateMismatch(UserError, RuntimeError):
-    """A saved state dict does not fit the model its config builds."""
-
-
-def load_fp32_state(model: nn.Module, state: dict, where: str, assign: bool = False) -> None:
-    """Load a full fp32 state dict; only tied weights may be absent (the MLM decoder weight/bias alias the
-    embeddings and the head bias; a tied causal LM head aliases the input embeddings). Anything else missing or
-    extra is an error naming ``where``. ``assign``: the parameters become ``state``'s tensors instead of copies
-    (one model's worth of host memory less; the caller gives up its own use of them)."""
-    tied = ({n for n, _ in model.named_parameters(remove_duplicate=False)}  # before ``assign`` unties them
-            - {n for n, _ in model.named_parameters()})
-    result = model.load_state_dict(state, strict=False, assign=assign)
-    missing = [k for k in result.missing_keys if k not in tied and not k.endswith(("decoder.weight", "decoder.bias"))]
-    if missing or result.unexpected_keys:
-        raise StateMismatch(f"{where} does not match its model: missing {missing[:5]}, "
-                           f"unexpected {result.unexpected_keys[:5]}")
-    model.tie_weights()
-
-
-def _base(model: nn.Module, family: Family) -> nn.Module:
-    return getattr(model, family.base)
-
-
-def _copy_source(src, model, family: Family, cfg: ModelConfig, tok: TargetTokenizer) -> set[str]:
-    """Copy reused parameters; return the set of target parameter names that came from the source."""
-    sb, tb = _base(src, family), _base(model, family)
-    off = 1 if METHODS[cfg.method].has_itl else 0
-    C = src.config.num_hidden_layers
-    pairs = [(f"encoder.layer.{i + off}", sb.encoder.layer[i], tb.encoder.layer[i + off]) for i in range(C)]
-    emb = tb.embeddings
-    pairs += [("embeddings.token_type_embeddings", sb.embeddings.token_type_embeddings, emb.token_type_embeddings),
-              ("embeddings.LayerNorm", sb.embeddings.LayerNorm, emb.LayerNorm)]
-    copied = set()
-    with torch.no_grad():
-        for prefix, s, t in pairs:
-            result = t.load_state_dict(s.state_dict(), strict=False)  # strict=False: adapters are extra
-            assert not result.unexpected_keys and all(".adapter." in k for k in result.missing_keys), result
-            copied |= {f"{family.base}.{prefix}.{n}" for n, _ in t.named_parameters()
-                       if ".adapter." not in f".{n}"}
-        _copy_position_rows(emb.position_embeddings, sb.embeddings.position_embeddings, tok.pad_id,
-                            src.config.pad_token_id, family.offset_positions)
-        copied.add(f"{family.base}.embeddings.position_embeddings.weight")
-        for path in (family.head_dense, family.head_norm):
-            model.get_submodule(path).load_state_dict(src.get_submodule(path).state_dict())
-            copied |= {f"{path}.{n}" for n, _ in model.get_submodule(path).named_parameters()}
-        if METHODS[cfg.method].vocab == "source":  # 003 [lang->en][lang]: source word embeddings and head bias
-            emb.word_embeddings.load_state_dict(sb.embeddings.word_embeddings.state_dict())
-            model.get_parameter(family.head_bias).copy_(src.get_parameter(family.head_bias))
-            copied |= {f"{family.base}.embeddings.word_embeddings.weight", family.head_bias}
-        if off and cfg.itl_init == "copy":
-            tb.encoder.layer[0].load_state_dict(sb.encoder.layer[0].state_dict())
-            tb.encoder.layer[C + 1].load_state_dict(sb.encoder.layer[C - 1].state_dict())
-    return copied
 
 
 def layer_halves(family: Family, C: int, has_itl: bool) -> dict[str, str]:

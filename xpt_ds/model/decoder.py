@@ -26,14 +26,11 @@ import torch
 from torch import nn
 from transformers import AutoModelForCausalLM
 
-from xpt_ds.config import ConfigError, DataConfig, ModelConfig
+from xpt_ds.config import ConfigError, ModelConfig
 from xpt_ds.config.methods import METHODS
 from xpt_ds.data.tokenizer import TargetTokenizer
-from xpt_ds.embedding_init.context import InitContext
-from xpt_ds.embedding_init.registry import init_embeddings
-from xpt_ds.io.trust import reading_weights
 from xpt_ds.model import lora
-from xpt_ds.model.source_weights import checked_missing
+from xpt_ds.model.plan import CopyRule
 
 log = logging.getLogger(__name__)
 
@@ -81,22 +78,6 @@ def source_location(source: str) -> tuple[str, dict]:
     if not path.is_file():
         raise ConfigError(f"config key 'model.source': GGUF file not found: {source}")
     return str(path.parent), {"gguf_file": path.name}
-
-
-def load_decoder_source(source: str, src_cfg, method: str):
-    """The English *ForCausalLM (random weights of its shape for a method whose source is 'random')."""
-    check_decoder_method(method, src_cfg.model_type)
-    if METHODS[method].source == "random":
-        return AutoModelForCausalLM.from_config(src_cfg), set()
-    location, gguf = source_location(source)
-    with reading_weights(f"config key 'model.source': {source}", ConfigError):
-        model, info = AutoModelForCausalLM.from_pretrained(location, output_loading_info=True,
-                                                           trust_remote_code=False, **gguf)
-    missing = checked_missing(source, src_cfg, model, info, ("lm_head.",))
-    if missing:
-        log.warning("source %s lacks %d weights (%s...); they start fresh and count as @new", source, len(missing),
-                    sorted(missing)[0])
-    return model, missing  # a GGUF source is dequantized to fp32 (and refuses .float())
 
 
 def target_config(src_cfg, cfg: ModelConfig, tok: TargetTokenizer):
@@ -147,69 +128,28 @@ def attention_kernel(tcfg) -> str:
 
 
 def _stock_skeleton(tcfg) -> nn.Module:
-    return AutoModelForCausalLM.from_config(copy.deepcopy(tcfg), attn_implementation=attention_kernel(tcfg)).float()
+    return AutoModelForCausalLM.from_config(copy.deepcopy(tcfg), attn_implementation=attention_kernel(tcfg),
+                                            dtype=torch.float32)
 
 
-def build_decoder(cfg: ModelConfig, tok: TargetTokenizer, src, missing: set[str], data: DataConfig | None,
-                  init_embeddings_rows: bool):
-    """(the target model, its tags, the embedding_init report) from the loaded source ``src``; every random value
-    from ``cfg.init_seed``, the global RNG state left as it was (``build.build_model``'s contract)."""
+def decoder_rules(cfg: ModelConfig, family: DecoderFamily, src_cfg) -> list[CopyRule]:
+    """Which target parameters are the source's (``xpt_ds.model.plan``): its L layers one index later (past
+    ITL_in), its final norm and GPT-2's learned positions; with ``itl_init: copy`` the ITLs as its first and last
+    layers (still new). LoRA's base weights are the source's under their stock names (``lora.base_name``)."""
     method = METHODS[cfg.method]
-    family = DECODER_FAMILIES[src.config.model_type]
-    with torch.random.fork_rng(devices=[]):
-        tcfg = target_config(src.config, cfg, tok)
-        torch.manual_seed(cfg.init_seed)
-        model = _stock_skeleton(tcfg)
-        report = None
-        if init_embeddings_rows:
-            report = _init_rows(cfg, tok, src, model, data)
-        copied = set() if method.source == "none" else _copy_source(src, model, family, cfg)
-        if method.lora:  # after the copy, which reads the source's names; lora_A from the seeded generator
-            lora.add_lora(model, getattr(tcfg, lora.CONFIG_KEY))
-    copied -= missing
-    return model, family, tag_parameters(model, family, copied, src.config.num_hidden_layers, method.has_itl), report
-
-
-def _init_rows(cfg: ModelConfig, tok: TargetTokenizer, src, model, data: DataConfig | None) -> dict:
-    """New input rows (and an untied head's rows) from model.embedding_init over the source's input (output)
-    matrix. The output rows' strategy has its own generator (init_seed + 2); ``random`` draws both from the global
-    one, seeded by the caller."""
-    def run(matrix: torch.Tensor, seed: int):
-        ctx = InitContext(tok, matrix.detach().float().clone(), cfg.source, torch.Generator().manual_seed(seed),
-                          src.config.initializer_range, {}, list(data.train_shards) if data else [],
-                          data.on_corrupt_shard if data else "fail")
-        return init_embeddings(cfg.embedding_init, cfg.embedding_init_args, ctx)
-
-    matrix, report = run(src.get_input_embeddings().weight, cfg.init_seed)
-    with torch.no_grad():
-        model.get_input_embeddings().weight.copy_(matrix)
-    if not model.config.tie_word_embeddings:
-        out_matrix, out_report = run(src.get_output_embeddings().weight, cfg.init_seed + 2)
-        with torch.no_grad():
-            model.get_output_embeddings().weight.copy_(out_matrix)
-        report = {**report, "output_rows": out_report}
-    return report
-
-
-def _copy_source(src, model, family: DecoderFamily, cfg: ModelConfig) -> set[str]:
-    """Copy the reused parameters bit for bit; return the target names that came from the source."""
-    sb, tb = getattr(src, family.base), getattr(model, family.base)
-    s_layers, t_layers = getattr(sb, family.layers), getattr(tb, family.layers)
-    off = 1 if METHODS[cfg.method].has_itl else 0
-    L = len(s_layers)
-    pairs = [(f"{family.layers}.{i + off}", s_layers[i], t_layers[i + off]) for i in range(L)]
-    pairs.append((family.norm, getattr(sb, family.norm), getattr(tb, family.norm)))
+    if method.source == "none":
+        return []
+    b, L = family.base, src_cfg.num_hidden_layers
+    off = 1 if method.has_itl else 0
+    layers = f"{b}.{family.layers}"
+    rules = [CopyRule(f"{layers}.{i + off}.", f"{layers}.{i}.") for i in range(L)]
+    rules.append(CopyRule(f"{b}.{family.norm}.", f"{b}.{family.norm}."))
     if family.positions:
-        pairs.append((family.positions, getattr(sb, family.positions), getattr(tb, family.positions)))
-    copied = set()
-    with torch.no_grad():
-        for prefix, s, t in pairs:
-            t.load_state_dict(s.state_dict())
-            copied |= {f"{family.base}.{prefix}.{n}" for n, _ in t.named_parameters()}
-        if off and cfg.itl_init == "copy":
-            t_layers[0].load_state_dict(s_layers[0].state_dict())
-            t_layers[L + 1].load_state_dict(s_layers[L - 1].state_dict())
-    return copied
+        rules.append(CopyRule(f"{b}.{family.positions}.", f"{b}.{family.positions}."))
+    if off and cfg.itl_init == "copy":
+        rules += [CopyRule(f"{layers}.0.", f"{layers}.0.", tagged=False),
+                  CopyRule(f"{layers}.{L + 1}.", f"{layers}.{L - 1}.", tagged=False)]
+    return rules
 
 
 def tag_parameters(model, family: DecoderFamily, copied: set[str], L: int, has_itl: bool) -> dict[str, set[str]]:

@@ -10,6 +10,7 @@ source weight and whose ``lora_A``/``lora_B`` are new. The export merges the upd
 """
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from xpt_ds.config import ConfigError
@@ -19,7 +20,7 @@ GPT2_TARGETS = ("c_attn", "c_proj", "c_fc")
 LLAMA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")  # every other family
 # of Llama's layout (xpt_ds.model.decoder.LLAMA_LAYOUT)
 FUSED_TARGETS = {"phi3": ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")}  # one map for q, k, v; one for gate, up
-CONFIG_KEY = "xpt_lora"  # the HF config's record of the adapters, so build_skeleton rebuilds them on resume/export
+CONFIG_KEY = "xpt_lora"  # the HF config's record of the adapters: the skeleton of a resume or export has them
 
 
 def targets_of(model_type: str) -> tuple[str, ...]:
@@ -64,6 +65,51 @@ def base_name(name: str) -> str:
 
 def is_lora(name: str) -> bool:
     return ".lora_A." in name or ".lora_B." in name
+
+
+def _lora_layer(model: nn.Module, path: str):
+    """The peft LoRA layer at module path ``path`` of ``model``, or None."""
+    from peft.tuners.lora import LoraLayer
+    try:
+        module = model.get_submodule(path)
+    except AttributeError:
+        return None
+    return module if isinstance(module, LoraLayer) else None
+
+
+def is_lora_base(model: nn.Module, name: str) -> bool:
+    """Whether ``name`` (a stock model's parameter name) is a weight or bias of a layer ``model`` wraps in LoRA."""
+    return getattr(model.config, CONFIG_KEY, None) is not None and _lora_layer(model, name.rpartition(".")[0]) \
+        is not None
+
+
+@torch.no_grad()
+def merged_value(model: nn.Module, name: str, values) -> torch.Tensor:
+    """The stock parameter ``name`` of the merged model, from the trained model's ``values`` (by name, fp32):
+    a LoRA layer's weight plus its low-rank update, computed by peft's own ``get_delta_weight`` and added as its
+    ``merge(safe_merge=True)`` adds it (one layer's tensors in memory; ``model`` is a skeleton on the meta
+    device, whose LoRA layer holds the values only while the update is computed). A non-finite result is an
+    error naming the layer."""
+    path, _, attr = name.rpartition(".")
+    layer = _lora_layer(model, path)
+    base = values(f"{path}.base_layer.{attr}")
+    if attr != "weight":
+        return base
+    merged = base.clone()
+    for adapter in layer.lora_A:
+        swapped = []
+        for part in (layer.lora_A[adapter], layer.lora_B[adapter]):
+            key = f"{path}.{'lora_A' if part is layer.lora_A[adapter] else 'lora_B'}.{adapter}.weight"
+            swapped.append((part, part._parameters["weight"]))
+            part._parameters["weight"] = nn.Parameter(values(key), requires_grad=False)
+        try:
+            merged += layer.get_delta_weight(adapter).to(merged.dtype)
+        finally:
+            for part, meta in swapped:
+                part._parameters["weight"] = meta
+    if not torch.isfinite(merged).all():
+        raise ValueError(f"the LoRA update of {path} is not finite: its merged weight would be broken")
+    return merged
 
 
 def merged(model: nn.Module) -> nn.Module:

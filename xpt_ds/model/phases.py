@@ -4,6 +4,7 @@ or a merge of earlier phases' ends (``merge``, 004 Alg. 1 line 17)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import torch
 
@@ -117,11 +118,8 @@ def phases_read_later(cfg: TrainConfig) -> set[str]:
     return {name for phase in cfg.phases for name in phase.reads()}
 
 
-def weights_from_ends(sources: Sources, ends: dict[str, dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    """Each parameter's fp32 start value: a phase end's value as it is, or the mean of several, summed in the
-    order merge.average lists them (the same bits on every rank and every rerun)."""
-    out = {}
-    for name, phases in sources.items():
-        values = [ends[p][name] for p in phases]
-        out[name] = values[0] if len(values) == 1 else sum(values[1:], values[0]) / len(values)
-    return out
+def value_from_ends(sources: Sources, ends: dict[str, Callable[[str], torch.Tensor]], name: str) -> torch.Tensor:
+    """Parameter ``name``'s fp32 start value: a phase end's value (``ends[phase](name)``) as it is, or the mean of
+    several, summed in the order merge.average lists them (the same bits on every rank and every rerun)."""
+    values = [ends[p](name) for p in sources[name]]
+    return values[0] if len(values) == 1 else sum(values[1:], values[0]) / len(values)

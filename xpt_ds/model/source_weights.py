@@ -26,15 +26,17 @@ def own_code(src_cfg) -> dict[str, str]:
     return {k: str(v) for k, v in auto_map.items() if k.startswith("AutoModel")}
 
 
-def checked_missing(source: str, src_cfg, model, info: dict, head: tuple[str, ...]) -> set[str]:
-    """The weights ``source``'s checkpoint lacks (``info``: ``from_pretrained``'s loading info for ``model``), all
-    of them in the LM head (parameter names starting with one of ``head``); otherwise a ConfigError naming the
-    source, the first weight and the code its config.json names."""
-    missing = set(info["missing_keys"])
+def checked_missing(source: str, src_cfg, class_name: str, missing: set[str], unexpected: set[str],
+                    head: tuple[str, ...]) -> set[str]:
+    """The weights ``source``'s checkpoint lacks (``missing``, of the stock class ``class_name``), all of them in
+    the LM head (parameter names starting with one of ``head``); otherwise a ConfigError naming the source, the
+    first weight and the code its config.json names. ``unexpected``: the checkpoint's weights the stock class does
+    not use."""
+    missing = set(missing)
     lost = sorted(k for k in missing if not k.startswith(head))
     code = own_code(src_cfg)
-    unused = sorted(info["unexpected_keys"]) if code else []  # a plain checkpoint may carry other heads' weights
-    stock = f"stock {type(model).__name__}"
+    unused = sorted(unexpected) if code else []  # a plain checkpoint may carry other heads' weights
+    stock = f"stock {class_name}"
     named = "; ".join(f"{k} -> {v}" for k, v in sorted(code.items()))
     if lost or unused:
         why = (f"lacks {len(lost)} weight(s) the {stock} needs beyond its LM head (first: {lost[0]}), which would "

@@ -16,7 +16,7 @@ and the state dict is the stock one plus ``trelm.*``:
 - ``trelm.language_embeddings`` (``@lang``): [2, d], row 0 English, row 1 the target. The input language's row is
   added to the word embeddings (before the embedding LayerNorm: E_inp = E_wrd + E_seg + E_pos + E_lng); the
   output language's row and the position rows are added to the TRILayer's input (H_TL = TRILayer(H~ + E_lng +
-  E_pos)). Both rows start orthogonal (``init_trelm``); the authors' code left one row uninitialised.
+  E_pos)). Both rows start orthogonal (``TreLMParts.reset_xpt_parameters``); the authors' code left one row uninitialised.
 - ``trelm.source_word_embeddings`` and ``trelm.source_lm_bias`` (``@source``, ``@embeddings`` / ``@lm_head_bias``):
   the English vocabulary, copied from the source.
 
@@ -34,8 +34,6 @@ From the TRILayer on, sequences have the output's shape, so the TRILayer and the
 output mask (the authors' code kept the source's: wrong whenever the two lengths differ).
 """
 from __future__ import annotations
-
-import copy
 
 import torch
 import torch.nn.functional as F
@@ -90,8 +88,9 @@ class TreLMParts(nn.Module):
         import deepspeed  # register_external_parameter only sets an attribute: no ZeRO needed to call it
         cfg = model.config
         d = cfg.hidden_size
-        if has_trilayer(cfg):
-            self.trilayer = copy.deepcopy(_base(model).encoder.layer[halves(model) - 1])
+        if has_trilayer(cfg):  # a layer of the encoder's class, as the one it follows (whose values it starts from)
+            follows = halves(model) - 1
+            self.trilayer = type(_base(model).encoder.layer[follows])(cfg, layer_idx=follows)
             self.placeholder = nn.Parameter(torch.zeros(d))
         else:  # 004 Table 7's "w/o CdLM & w/o TRILayer": the halves run back to back, nothing to reorder
             self.trilayer = self.placeholder = None
@@ -103,6 +102,22 @@ class TreLMParts(nn.Module):
         for p in (self.source_word_embeddings.weight, self.source_lm_bias):
             deepspeed.zero.register_external_parameter(self.source_decoder, p)
         self.position_offset = cfg.xpt_position_offset  # RoBERTa: position i is row pad + 1 + i
+
+    @torch.no_grad()
+    def reset_xpt_parameters(self) -> None:
+        """004 §3.2's initialisation of what TreLM adds and does not copy (``xpt_ds.model.new_values`` calls it with
+        one parameter real at a time): orthogonal language rows (the authors' code left one row uninitialised),
+        a zero placeholder. The TRILayer and the English vocabulary are copied from the source
+        (``xpt_ds.model.build``); drawn here only where the source lacks them (stock-like values)."""
+        real = lambda p: p is not None and p.device.type != "meta"  # noqa: E731 - the one being drawn
+        if real(self.language_embeddings.weight):
+            nn.init.orthogonal_(self.language_embeddings.weight)
+        if real(self.placeholder):
+            nn.init.zeros_(self.placeholder)
+        if real(self.source_lm_bias):
+            nn.init.zeros_(self.source_lm_bias)
+        if real(self.source_word_embeddings.weight):
+            nn.init.normal_(self.source_word_embeddings.weight, std=0.02)
 
     def forward(self, hidden: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
         """[B, T, d] lower-half output, [B, T'] order -> [B, T', d]: position i takes ``hidden[order[i]]``, or the
@@ -116,26 +131,9 @@ class TreLMParts(nn.Module):
 
 
 def add_trelm(model: nn.Module) -> None:
-    """Attach ``trelm`` (random values; ``init_trelm`` or a checkpoint sets them). The config must carry
+    """Attach ``trelm`` (its values come from the builder or a checkpoint). The config must carry
     ``xpt_trelm_source_vocab_size``, ``xpt_trelm_source_pad_id`` and ``xpt_position_offset``."""
     model.trelm = TreLMParts(model)
-
-
-@torch.no_grad()
-def init_trelm(model: nn.Module, source: nn.Module, init_seed: int) -> set[str]:
-    """004 §3.2's initialisation: the TRILayer as a copy of the layer it follows (already copied from the source),
-    the English vocabulary from ``source``, orthogonal language rows, a zero placeholder. Returns the names of
-    the parameters copied from the source."""
-    parts, base = model.trelm, _base(model)
-    if parts.trilayer is not None:
-        parts.trilayer.load_state_dict(base.encoder.layer[halves(model) - 1].state_dict())
-        parts.placeholder.zero_()
-    parts.source_word_embeddings.load_state_dict(_base(source).get_input_embeddings().state_dict())
-    src_head = source.cls.predictions if hasattr(source, "cls") else source.lm_head
-    parts.source_lm_bias.copy_(src_head.bias)
-    # init_seed + 2: init_seed draws the target's values, init_seed + 1 the source's missing ones.
-    nn.init.orthogonal_(parts.language_embeddings.weight, generator=torch.Generator().manual_seed(init_seed + 2))
-    return {"trelm.source_word_embeddings.weight", "trelm.source_lm_bias"}
 
 
 def trelm_tags(name: str) -> set[str]:
