@@ -14,6 +14,7 @@ from pathlib import Path
 from xpt_ds.config import help_text, load_config
 from xpt_ds.errors import INTERRUPTED_EXIT_CODE, UserError, cli_errors, error_line, say
 from xpt_ds.training import collector, rank_say
+from xpt_ds.training.host_memory import hold_less_heap
 from xpt_ds.training.rank_say import say_once
 from xpt_ds.training.ports import free_port
 
@@ -67,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         say_once(f"error: {error_line(e)}")
         return 2
     _single_process_env()
+    hold_less_heap()  # before a tensor is made: glibc keeps freed heap pages below its mmap threshold
     with collector.importing():  # no collector passes over the imports, frozen after (xpt_ds.training.collector)
         import deepspeed
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import deepspeed
 
-from xpt_ds.training.checkpoint import PHASE_ENDS, fsync_dir, complete_tags, read_marker
+from xpt_ds.training.checkpoint import PHASE_ENDS, complete_tags, fsync_dir, phase_end_files, read_marker
 
 log = logging.getLogger(__name__)
 
@@ -44,18 +44,19 @@ def _branch_dir(ckpt_root: Path, tag: str | None) -> Path:
 
 def abandon_phase_ends(ckpt_root: Path, tag: str | None, kept: set[str], dest: Path | None
                        ) -> tuple[list[str], Path | None]:
-    """The kept phase ends (``phase_ends/NAME.pt``) that the state at ``tag`` does not record (``kept``) were
+    """The kept phase ends (``phase_ends/NAME.*``) that the state at ``tag`` does not record (``kept``) were
     written after it by the branch a resume from ``tag`` leaves: they move (rank 0; a rename, nothing deleted) to
     ``dest/phase_ends/`` (the branch's ``abandoned/branch-N/``, made if None), so that the new branch writes and
     reads its own and the abandoned checkpoints keep theirs. Returns the moved phase names and where they went."""
-    later = sorted(f.stem for f in (ckpt_root / PHASE_ENDS).glob("*.pt") if f.stem not in kept) \
-        if (ckpt_root / PHASE_ENDS).is_dir() else []
+    later = sorted({f.stem for f in (ckpt_root / PHASE_ENDS).iterdir() if f.suffix in (".pt", ".safetensors")
+                    and f.stem not in kept}) if (ckpt_root / PHASE_ENDS).is_dir() else []
     if not later:
         return [], None
     out = (dest or _branch_dir(ckpt_root, tag)) / PHASE_ENDS
     out.mkdir(parents=True, exist_ok=True)
     for name in later:
-        os.replace(ckpt_root / PHASE_ENDS / f"{name}.pt", out / f"{name}.pt")
+        for f in phase_end_files(ckpt_root, name):
+            os.replace(f, out / f.name)
     fsync_dir(ckpt_root / PHASE_ENDS)
     return later, out
 

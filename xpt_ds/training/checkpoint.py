@@ -5,10 +5,11 @@ Layout of ``RUN_DIR/checkpoints/TAG/``:
   parameter's tags (which came from the source: a resume builds the model without the source's weights);
 - ``rank_state_{rank:05d}.pt`` per rank (RNG states: DeepSpeed saves client state from one rank only), plain
   data (tensors, ints, lists) that ``torch.load(weights_only=True)`` reads;
-- ``frozen_fp32.pt``: exact fp32 values of the parameters frozen in the current phase (the engine holds
-  them only in the compute dtype). They do not change within a phase, so every later checkpoint of the phase
-  hard-links the file its first (or the one the run resumed from) wrote: no second copy on disk, nothing to
-  write at a preemption (a file system without hard links gets a copy);
+- ``frozen_fp32.safetensors``: exact fp32 values of the parameters frozen in the current phase (the engine holds
+  them only in the compute dtype), streamed by rank 0 one tensor at a time (checkpoints written before
+  2026-11-28 hold ``frozen_fp32.pt``, which is read as well). They do not change within a phase, so every later
+  checkpoint of the phase hard-links the file its first (or the one the run resumed from) wrote: no second copy
+  on disk, nothing to write at a preemption (a file system without hard links gets a copy);
 - ``hf_config/``: the target model's HF config (export builds the skeleton from it); beside it ``spm.model``,
   the target tokenizer (a keep_vocab run: the source's tokenizer files in ``hf_tokenizer/``);
 - ``COMPLETE``: written by rank 0 after a barrier, last; it records the step, world size and ZeRO stage.
@@ -23,9 +24,9 @@ there before DeepSpeed unpickles them, unless ``checkpoint.allow_pickle`` says t
 ``RUN_DIR/best.json`` (checkpoint.keep_best): the run's best checkpoint, which ``keep_last`` never deletes and the
 tag name ``best`` resolves to (``xpt_ds.training.best``).
 
-``RUN_DIR/checkpoints/phase_ends/NAME.pt``: the fp32 weights and data position phase NAME ended with, kept
-when a later phase starts from them (``start_from``, ``merge``); outside every tag, so ``keep_last`` never
-deletes one. ``RUN_DIR/checkpoints/abandoned/branch-N/``: what a resume from an older tag left behind, the later
+``RUN_DIR/checkpoints/phase_ends/NAME.safetensors`` and ``NAME.json``: the fp32 weights and the data position
+and digest phase NAME ended with (``NAME.pt`` before 2026-11-28), kept when a later phase starts from them
+(``start_from``, ``merge``); outside every tag, so ``keep_last`` never deletes one. ``RUN_DIR/checkpoints/abandoned/branch-N/``: what a resume from an older tag left behind, the later
 checkpoints and (in ``phase_ends/``) the phase ends they kept after that tag (``xpt_ds.training.branches``).
 """
 from __future__ import annotations
@@ -39,6 +40,7 @@ import random
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import deepspeed
@@ -50,6 +52,7 @@ from xpt_ds.data.tokenizer import HF_TOKENIZER_DIR, copy_hf_tokenizer
 from xpt_ds.errors import UserError, first_line
 from xpt_ds.io.paths import unwritable
 from xpt_ds.io.trust import UntrustedError, load_plain
+from xpt_ds.training.checkpoint_values import FROZEN, ValueFile, frozen_file, write_values
 from xpt_ds.training.engine import state_digest, zero_stage
 from xpt_ds.training.frozen import FrozenWeights
 
@@ -154,15 +157,19 @@ def save(engine, ckpt_root: Path, tag: str, client_state: dict, frozen: FrozenWe
             (tag_dir / MARKER).unlink(missing_ok=True)  # nothing, so no file of an earlier save stays
             shutil.rmtree(tag_dir)
         deepspeed.comm.barrier()
-        engine.save_checkpoint(str(ckpt_root), tag=tag, client_state=client_state, save_latest=False)
+        # the frozen parameters are in frozen_fp32.safetensors: DeepSpeed's module states leave them out (at 8B in
+        # phase 1, some 15 GB a checkpoint not written twice)
+        engine.save_checkpoint(str(ckpt_root), tag=tag, client_state=client_state, save_latest=False,
+                               exclude_frozen_parameters=True)
         _atomic_torch_save({"rng": rng_state()}, tag_dir / f"rank_state_{rank:05d}.pt")
-        _save_frozen(frozen, tag_dir / "frozen_fp32.pt", rank)
+        _save_frozen(frozen, tag_dir, rank)
         if rank == 0:
             hf_config.save_pretrained(tag_dir / "hf_config")
             if Path(tokenizer).is_file():
                 shutil.copyfile(tokenizer, tag_dir / "spm.model")
             else:  # keep_vocab: the source's Hugging Face tokenizer (a directory or hub id)
                 copy_hf_tokenizer(tokenizer, tag_dir / HF_TOKENIZER_DIR)
+        deepspeed.comm.barrier()  # rank 0's temporary files (frozen_fp32.safetensors.writing/) are gone
         _fsync_own_files(tag_dir, rank)
         deepspeed.comm.barrier()  # every rank's files are on disk before the marker
         if rank == 0:
@@ -179,11 +186,13 @@ def save(engine, ckpt_root: Path, tag: str, client_state: dict, frozen: FrozenWe
                               f"{intact}") from None
 
 
-def _save_frozen(frozen: FrozenWeights, dest: Path, rank: int) -> None:
-    """``frozen`` to ``dest`` (collective): rank 0 hard-links ``frozen.file`` when that file is still there; else
-    every rank sends its slices and rank 0 writes a new file, which later saves of the phase link."""
+def _save_frozen(frozen: FrozenWeights, tag_dir: Path, rank: int) -> None:
+    """``frozen`` into ``tag_dir`` (collective): rank 0 hard-links ``frozen.file`` when that file is still there;
+    else every rank takes part in gathering each value in turn and rank 0 streams them into
+    ``frozen_fp32.safetensors`` (one tensor in memory at a time), which later saves of the phase link."""
     linked = False
     if rank == 0 and frozen.file is not None and Path(frozen.file).is_file():
+        dest = tag_dir / Path(frozen.file).name  # a resumed old checkpoint's frozen_fp32.pt stays a .pt
         try:
             os.link(frozen.file, dest)
             linked = True
@@ -192,14 +201,11 @@ def _save_frozen(frozen: FrozenWeights, dest: Path, rank: int) -> None:
     flag = torch.tensor([linked], dtype=torch.int32, device=deepspeed.get_accelerator().current_device_name())
     deepspeed.comm.broadcast(flag, src=0)
     if not flag.item():
-        values = {}
-        for name in frozen.names():
-            value = frozen.full(name)
-            if rank == 0:
-                values[name] = value
-        if rank == 0:
-            _atomic_torch_save(values, dest)
-    frozen.file = dest
+        dest = tag_dir / f"{FROZEN}.safetensors"
+        write_values(dest, [(n, frozen.shape(n)) for n in frozen.names()], frozen.full, rank)
+        frozen.file = dest
+    else:
+        frozen.file = tag_dir / Path(frozen.file).name
 
 
 def _write_marker(tag_dir: Path, record: dict) -> None:
@@ -245,7 +251,7 @@ def _write_error(e: Exception, tag_dir: Path) -> str:
 def _fsync_own_files(tag_dir: Path, rank: int) -> None:
     """Flush to disk the files this rank wrote (DeepSpeed does not fsync): its ZeRO shard and RNG file;
     rank 0 also everything that is not per rank. Power loss then cannot leave a marker without its files."""
-    for f in tag_dir.rglob("*"):
+    for f in (tag_dir.rglob("*") if rank == 0 else tag_dir.glob(f"*zero_pp_rank_{rank}_*")):
         mine = f"zero_pp_rank_{rank}_" in f.name  # also bf16_zero_pp_rank_*; rank_state_* is fsynced already
         shared = "zero_pp_rank_" not in f.name and not f.name.startswith("rank_state_")
         if f.is_file() and (mine or (rank == 0 and shared)):
@@ -343,42 +349,75 @@ def resolve_tag(ckpt_root: Path, resume: str) -> str | None:
 PHASE_ENDS = "phase_ends"
 
 
-def save_phase_end(ckpt_root: Path, name: str, weights: dict[str, torch.Tensor], data: dict) -> str:
-    """Keep what phase ``name`` ended with: exact fp32 weights (every rank passes the same) and the data stream
-    position. Rank 0 writes ``phase_ends/NAME.pt`` atomically; the trainer calls this before the phase's last
-    checkpoint is saved, so a complete checkpoint after the phase's end implies the file. Returns the weights'
-    blake2b, which the trainer state records and ``load_phase_end`` checks."""
-    digest = state_digest(weights)
-    path = ckpt_root / PHASE_ENDS / f"{name}.pt"
-    problem = None
-    if deepspeed.comm.get_rank() == 0:
-        try:
+def save_phase_end(ckpt_root: Path, name: str, specs: list[tuple[str, tuple[int, ...]]],
+                   values: Callable[[str], torch.Tensor], data: dict) -> str:
+    """Keep what phase ``name`` ended with: exact fp32 weights (``values``, collective: every rank calls this)
+    and the data stream position. Rank 0 streams ``phase_ends/NAME.safetensors`` (atomically, one tensor in
+    memory at a time) and writes ``NAME.json`` (data position, digest) beside it; the trainer calls this before the
+    phase's last checkpoint is saved, so a complete checkpoint after the phase's end implies the files. Returns the
+    weights' blake2b (``engine.state_digest``'s), which the trainer state records and ``load_phase_end`` checks."""
+    rank = deepspeed.comm.get_rank()
+    path = ckpt_root / PHASE_ENDS / f"{name}.safetensors"
+    problem, digest = None, None
+    try:
+        if rank == 0:
             path.parent.mkdir(parents=True, exist_ok=True)
-            _atomic_torch_save({"weights": weights, "data": data, "digest": digest}, path)
+        digest = write_values(path, sorted(specs), values, rank, digest=True)
+        if rank == 0:
+            _atomic_write_text(path.with_suffix(".json"), json.dumps({"digest": digest, "data": data}))
             fsync_dir(path.parent)
-        except (OSError, RuntimeError) as e:  # torch.save reports a failed write as a RuntimeError
-            problem = f"cannot write {path}: {_write_error(e, path.parent)}"
+    except (OSError, RuntimeError) as e:
+        if _peer_failed(e):
+            raise
+        problem = f"cannot write {path}: {_write_error(e, path.parent)}"
     if agree(problem):
         raise CheckpointError(problem or f"rank 0 could not write {path} (see its error)")
-    return digest
+    box = [digest]
+    torch.distributed.broadcast_object_list(box, src=0)
+    return box[0]
 
 
-def load_phase_end(ckpt_root: Path, name: str, digest: str | None) -> tuple[dict[str, torch.Tensor], dict]:
-    """(weights, data position) phase ``name`` ended with in this run: ``digest`` is what the run recorded
-    when the phase ended; a file from another branch of the run (e.g. one resumed from an older tag with
-    another config) does not match it."""
-    path = ckpt_root / PHASE_ENDS / f"{name}.pt"
+def _atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def phase_end_files(ckpt_root: Path, name: str) -> list[Path]:
+    """The files that hold phase ``name``'s end: ``NAME.safetensors`` and ``NAME.json``, or an older run's
+    ``NAME.pt``."""
+    base = ckpt_root / PHASE_ENDS
+    return [p for p in (base / f"{name}.safetensors", base / f"{name}.json", base / f"{name}.pt") if p.exists()]
+
+
+def load_phase_end(ckpt_root: Path, name: str, digest: str | None) -> tuple[Callable[[str], torch.Tensor], dict]:
+    """(values by parameter name, data position) phase ``name`` ended with in this run, memory-mapped (each value
+    read when asked for): ``digest`` is what the run recorded when the phase ended; a file from another branch of
+    the run (e.g. one resumed from an older tag with another config) does not match it."""
+    base = ckpt_root / PHASE_ENDS
+    path = base / f"{name}.safetensors"
     if digest is None:
         raise CheckpointError(f"this run's state records no end of phase '{name}' (checkpoint older than the phase "
                               f"graph?); cannot start from {path}")
-    if not path.is_file():
+    if (base / f"{name}.pt").is_file() and not path.is_file():  # written before 2026-11-28: read whole, checked
+        blob = torch.load(base / f"{name}.pt", map_location="cpu", weights_only=True)
+        if state_digest(blob["weights"]) != digest:
+            raise CheckpointError(f"{base / f'{name}.pt'} is not what phase '{name}' ended with in this run "
+                                  f"(blake2b differs from the checkpoint's record {digest}); was it written by "
+                                  "another branch of the run?")
+        return (lambda n: blob["weights"][n]), blob["data"]
+    if not path.is_file() or not path.with_suffix(".json").is_file():
         raise CheckpointError(f"{path} is missing: a later phase starts from the weights phase '{name}' ended "
                               f"with, kept there when it ended")
-    blob = torch.load(path, map_location="cpu", weights_only=True)
-    if state_digest(blob["weights"]) != digest:
+    record = json.loads(path.with_suffix(".json").read_text())
+    if record.get("digest") != digest:
         raise CheckpointError(f"{path} is not what phase '{name}' ended with in this run (blake2b differs from "
                               f"the checkpoint's record {digest}); was it written by another branch of the run?")
-    return blob["weights"], blob["data"]
+    file = ValueFile(path)
+    return file.get, record["data"]
 
 
 def make_universal(ckpt_root: Path, tag: str) -> Path:
@@ -442,14 +481,27 @@ def _ranks(n: int) -> str:
     return f"{n} rank" if n == 1 else f"{n} ranks"
 
 
-def load(engine, ckpt_root: Path, tag: str, universal: bool = False, allow_pickle: bool = False) -> dict:
-    """Restore engine + this rank's RNG; returns the frozen fp32 weights saved with the checkpoint. The caller
-    has passed the tag's files through ``tag_checks.check_files``.
+def _mapped_loads(engine, allow_pickle: bool) -> None:
+    """DeepSpeed's torch checkpoint engine reads a file whole (``torch.load``), so every rank of a ZeRO-1/2 run
+    would hold the whole module state file in memory while it loads; memory-mapped (copy-on-write, the file is never
+    written), each rank reads the pages it copies out. The files were checked (``tag_checks``) and are read as
+    plain data here too (``load_plain``), unless ``allow_pickle``."""
+    from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
+    if isinstance(engine.checkpoint_engine, TorchCheckpointEngine):
+        engine.checkpoint_engine.load = lambda path, map_location=None: load_plain(
+            path, allow_pickle=allow_pickle, mmap=True)
+
+
+def load(engine, ckpt_root: Path, tag: str, universal: bool = False, allow_pickle: bool = False) -> ValueFile:
+    """Restore engine + this rank's RNG; returns the checkpoint's frozen fp32 weights file (memory-mapped), whose
+    values the caller puts into the engine and its ``FrozenWeights`` (``xpt_ds.training.fill``). The caller has
+    passed the tag's files through ``tag_checks.check_files``.
 
     ``universal``: the engine was built with ``checkpoint.load_universal`` and loads ``TAG/universal``.
     That path restores only the optimizer's (trainable) parameters, not the module state dict; the
-    caller puts the returned frozen weights back (``engine.restore_frozen``)."""
+    frozen ones come from the returned file either way."""
     tag_dir = ckpt_root / tag
+    _mapped_loads(engine, allow_pickle)
     if universal:
         engine.load_checkpoint(str(tag_dir), tag="universal")
         # DeepSpeed's ZeRO-3 universal load gives every param group the same ``step`` tensor, which torch's
@@ -458,11 +510,10 @@ def load(engine, ckpt_root: Path, tag: str, universal: bool = False, allow_pickl
         for state in base.state.values():
             if torch.is_tensor(state.get("step")):
                 state["step"] = state["step"].clone()
-    else:
-        engine.load_checkpoint(str(ckpt_root), tag=tag, load_module_strict=True)
+    else:  # not strict: the module states hold the trainable parameters only (``save``); the frozen ones come
+        # from the returned file, and the config was checked against the tag's (``tag_checks.resumed_tags``)
+        engine.load_checkpoint(str(ckpt_root), tag=tag, load_module_strict=False)
     rank_file = tag_dir / f"rank_state_{deepspeed.comm.get_rank():05d}.pt"
     if rank_file.is_file():  # plain since issue 19; older ones hold a numpy array, which load_plain allows
         set_rng_state(load_plain(rank_file, allow_pickle=allow_pickle)["rng"])
-    # memory-mapped: each rank copies out only its slices, and the file is unmapped once they are taken
-    return FrozenWeights(load_plain(tag_dir / "frozen_fp32.pt", allow_pickle=allow_pickle, mmap=True),
-                         tag_dir / "frozen_fp32.pt", copy=True)
+    return ValueFile(frozen_file(tag_dir), allow_pickle)

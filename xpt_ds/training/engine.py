@@ -1,10 +1,11 @@
-"""DeepSpeed engine per phase: engine-only JSON + injected batch/optimizer settings, exact fp32 hand-over.
+"""DeepSpeed engine per phase: engine-only JSON + injected batch/optimizer settings.
 
 DeepSpeed ignores ``requires_grad`` changes made after ``deepspeed.initialize`` under ZeRO 1/2/3
 (DeepSpeed issues #1767, #5639), so every phase gets a freshly built module and engine. Only trainable
 parameters are handed to the optimizer, so frozen ones get no gradient, optimizer state or fp32 master.
-Under bf16 the engine casts the module to bf16 before it creates its fp32 masters, which would round
-the weights; ``restore_fp32`` writes the exact fp32 values back into the masters.
+The module comes without values (``engine_module``); ``xpt_ds.training.fill`` writes each parameter's exact fp32
+value into the engine's copy in its dtype and into its fp32 master after ``deepspeed.initialize``, so a bf16 engine
+never rounds a master.
 """
 from __future__ import annotations
 
@@ -17,13 +18,13 @@ from pathlib import Path
 
 import deepspeed
 import torch
-from deepspeed.utils import safe_get_full_fp32_param, safe_set_full_fp32_param
 from torch import nn
 
 from xpt_ds.config import ConfigError, OptimConfig, PhaseConfig, TrainConfig
+from xpt_ds.model.objective import build_objective
+from xpt_ds.model.skeleton import materialize, skeleton
 from xpt_ds.training.activations import checkpoint_layers
 from xpt_ds.training.compile import compile_blocks
-from xpt_ds.training.frozen import FrozenWeights
 from xpt_ds.training.op_builds import check_arch_list, check_build_lock, fused_adam_is_jit_built
 
 log = logging.getLogger(__name__)
@@ -172,45 +173,32 @@ def build_optimizer(model: nn.Module, o: OptimConfig, ds: dict) -> torch.optim.O
     return FusedAdam(groups, lr=0.0, betas=tuple(o.betas), eps=o.eps, adam_w_mode=True)
 
 
-def full_fp32_state(engine, frozen: FrozenWeights) -> dict[str, torch.Tensor]:
-    """Exact fp32 value of every parameter, on CPU, on every rank (collective: the frozen ones' slices, and under
-    ZeRO-3 the trainable ones' partitions)."""
-    out = {}
-    for name, p in engine.module.named_parameters():
-        if name in frozen:
-            out[name] = frozen.full(name)
-            continue
-        value = safe_get_full_fp32_param(p)
-        out[name] = (p.data if value is None else value).detach().float().cpu().clone()
-    return out
+def compute_dtype(ds: dict) -> torch.dtype:
+    """The dtype the engine of DeepSpeed config ``ds`` keeps the module in (it casts a float32 module to it)."""
+    if (ds.get("bf16") or ds.get("bfloat16") or {}).get("enabled"):
+        return torch.bfloat16
+    return torch.float16 if (ds.get("fp16") or {}).get("enabled") else torch.float32
 
 
-def restore_fp32(engine, state: dict[str, torch.Tensor]) -> None:
-    """Write exact fp32 values into every trainable parameter's master (and the module copy)."""
-    for name, p in engine.module.named_parameters():
-        if not p.requires_grad:
-            continue
-        value = state[name].to(p.device)
-        if hasattr(p, "ds_id") or hasattr(p, "_hp_mapping"):
-            safe_set_full_fp32_param(p, value)
-        else:
-            p.data.copy_(value)
+def engine_module(tcfg, cfg: TrainConfig, kept=None) -> nn.Module:
+    """The training module of HF config ``tcfg`` (its objective wrapping the HF model) without values, ready for
+    ``build_engine``: under ZeRO-3 built in ``deepspeed.zero.Init`` (each rank allocates its partition), else on the
+    meta device and given empty storage in the compute dtype on this rank's device, or the storage ``kept`` (the
+    previous phase's values, ``xpt_ds.training.frozen.ShardedValues``) holds of a parameter already.
+    ``xpt_ds.training.fill`` then sets every value once."""
+    ds = build_ds_config(cfg, deepspeed.comm.get_world_size())
+    if zero_stage(ds) == 3:
+        hf = skeleton(tcfg, zero3=ds)
+    else:
+        hf = skeleton(tcfg)
+        dtype, device = compute_dtype(ds), deepspeed.get_accelerator().current_device_name()
+        adopt = None if kept is None else lambda name: kept.local(f"hf.{name}", dtype, device)
+        materialize(hf, dtype, device, adopt)
+    return build_objective(hf)
 
 
-def restore_frozen(engine, frozen: FrozenWeights) -> None:
-    """Put frozen values (kept in fp32 on the host, a slice per rank) into the module, in its compute dtype
-    (collective)."""
-    for name, p in engine.module.named_parameters():
-        if name not in frozen:
-            continue
-        value = frozen.full(name)
-        with deepspeed.zero.GatheredParameters([p], modifier_rank=0, enabled=hasattr(p, "ds_id")):
-            p.data.copy_(value.to(device=p.device, dtype=p.dtype))
-
-
-def build_engine(model: nn.Module, trainable: set[str], cfg: TrainConfig, fp32: dict[str, torch.Tensor],
-                 load_universal: bool = False):
-    """A new engine for one phase. ``fp32``: exact values of all parameters by name (module-relative).
+def build_engine(model: nn.Module, trainable: set[str], cfg: TrainConfig, load_universal: bool = False):
+    """A new engine for one phase over ``model`` (``engine_module``'s, values unset): (engine, optimizer).
     ``load_universal``: the engine will load a universal checkpoint (resume at another scale)."""
     for name, p in model.named_parameters():
         p.requires_grad_(name in trainable)
@@ -223,9 +211,32 @@ def build_engine(model: nn.Module, trainable: set[str], cfg: TrainConfig, fp32: 
     if cfg.activations.checkpoint_every:  # on every engine: a phase switch builds a new module
         checkpoint_layers(model.hf, cfg.activations.checkpoint_every)
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=ds)
-    restore_fp32(engine, fp32)
-    frozen = FrozenWeights({n: fp32[n] for n, p in model.named_parameters() if n not in trainable})
-    return engine, optimizer, frozen
+    return engine, optimizer
+
+
+def destroy_engine(engine) -> None:
+    """``engine.destroy()``, and what it leaves referenced let go. DeepSpeed 0.19.8's ZeRO-3 hooks define autograd
+    Function classes (``DeepSpeedZeRoOffload._register_deepspeed_module``) whose closures outlive the engine, and
+    every ZeRO-3 parameter keeps the optimizer (``_z3_optimizer``): a phase's parameters, fp32 partitions and Adam
+    moments stayed in memory through the next phase (measured: 1.9 GB a rank at a 1B shape, 2 ranks). The
+    caller has kept what it needs of the values; the module's parameters, the parameters' DeepSpeed state and the
+    optimizer's state are dropped here, so whatever still references them holds empty objects."""
+    module, optimizer = engine.module, engine.optimizer
+    engine.destroy()
+    params = list(module.parameters())
+    for m in module.modules():
+        m._parameters.clear()
+    for p in params:
+        p.__dict__.clear()
+        p.data = torch.empty(0, dtype=p.dtype, device=p.device)
+    base = getattr(optimizer, "optimizer", optimizer)
+    if isinstance(base, torch.optim.Optimizer):
+        base.state.clear()
+    if optimizer is not None and optimizer is not base:
+        vars(optimizer).clear()
+    for key, value in list(vars(engine).items()):  # the engine's own tensors (the last global grad norm, ...)
+        if torch.is_tensor(value):
+            vars(engine)[key] = None
 
 
 def state_digest(state: dict[str, torch.Tensor]) -> str:
@@ -236,29 +247,6 @@ def state_digest(state: dict[str, torch.Tensor]) -> str:
         h.update(f"{name}:{t.dtype}:{tuple(t.shape)};".encode())
         h.update(t.reshape(-1).view(torch.uint8).numpy().data)
     return h.hexdigest()
-
-
-def agree_on_initial_weights(state: dict[str, torch.Tensor]) -> None:
-    """Make every rank start from rank 0's weights. Each rank builds them from the same seed, so they should
-    agree already; if a rank's differ (another library version on one node, a nondeterministic loader),
-    rank 0's are broadcast and the ranks that differed are named in a warning. One all_gather of a digest."""
-    world = deepspeed.comm.get_world_size()
-    digest = state_digest(state)
-    digests = [None] * world
-    torch.distributed.all_gather_object(digests, digest)
-    differ = [r for r, d in enumerate(digests) if d != digests[0]]
-    if deepspeed.comm.get_rank() == 0:
-        if differ:
-            log.warning("initial weights differ from rank 0's on rank(s) %s; using rank 0's on every rank",
-                        ", ".join(map(str, differ)))
-        else:
-            log.info("initial weights identical on all %d rank(s) (blake2b %s)", world, digest)
-    if differ:
-        device = deepspeed.get_accelerator().current_device_name()
-        for name in sorted(state):
-            t = state[name].to(device)
-            deepspeed.comm.broadcast(t, src=0)
-            state[name].copy_(t.cpu())
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:

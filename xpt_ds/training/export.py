@@ -1,68 +1,70 @@
 """A checkpoint -> a stock HF model directory (``python -m xpt_ds.export``), and the checkpoint's model in fp32
 for evaluation and the probe (``load_model``).
 
-Works offline on one process from any ZeRO stage and any world size: trainable weights come from the
-fp32 optimizer partitions (DeepSpeed's zero_to_fp32), frozen ones from ``frozen_fp32.pt``. The result is
-a plain ``save_pretrained`` directory (``AutoModelForMaskedLM``, or ``AutoModelForCausalLM`` for a decoder
-source, and ``AutoTokenizer`` load it), with the
-run's SentencePiece model converted to ``tokenizer.json`` (or, for ``keep_vocab``, the source's own tokenizer). Models of
-``method: adapters`` also carry ``xpt_adapters.py``, mapped for the masked LM, the bare encoder and the
-classification, token-classification, question-answering and multiple-choice heads; they load with
-``trust_remote_code=True``. Models of ``method: trelm`` carry ``xpt_trelm.py`` the same way: the TRILayer runs in
-the base model, the target language row is folded into the token-type rows, and the English vocabulary is
-dropped (``xpt_ds.trelm.hf`` says what is kept and why).
+Works offline on one process from any ZeRO stage and any world size, one tensor at a time: every value is read
+from the checkpoint when it is written (``xpt_ds.training.checkpoint_values``: the trainable ones from the fp32
+optimizer partitions, the frozen ones from the frozen-weights file, all memory-mapped) and streamed into
+safetensors files of at most 5 GB (``model.safetensors``, or ``model-0000k-of-0000n.safetensors`` with
+``model.safetensors.index.json``), the names, config.json and generation_config.json being what the stock
+class's ``save_pretrained`` writes (tied weights once), so ``AutoModelForMaskedLM``, or ``AutoModelForCausalLM``
+for a decoder source, and ``AutoTokenizer`` load it. The run's SentencePiece model is converted to
+``tokenizer.json`` (or, for ``keep_vocab``, the source's own tokenizer is copied). Models of ``method: adapters``
+also carry ``xpt_adapters.py``, mapped for the masked LM, the bare encoder and the classification,
+token-classification, question-answering and multiple-choice heads; they load with ``trust_remote_code=True``.
+Models of ``method: trelm`` carry ``xpt_trelm.py`` the same way: the TRILayer runs in the base model, the target
+language row is folded into the token-type rows, and the English vocabulary is dropped (``xpt_ds.trelm.hf`` says
+what is kept and why). ``method: lora`` exports merge each low-rank update into its base weight (peft's own merge
+arithmetic, one layer at a time): a stock model.
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 import fnmatch
 import json
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from torch import nn
 from transformers import AutoConfig
 
 from xpt_ds.config import MASKING_KEYS
 from xpt_ds.config.methods import method_of
-from xpt_ds.errors import first_line
 from xpt_ds.data.tokenizer import copy_hf_tokenizer, save_hf_tokenizer, saved_tokenizer
+from xpt_ds.errors import first_line
 from xpt_ds.io.paths import unwritable
-from xpt_ds.io.trust import OWN_CODE, load_plain
+from xpt_ds.io.safetensors_files import DEFAULT_MAX_SHARD_BYTES, ShardedWriter
+from xpt_ds.io.trust import OWN_CODE
 from xpt_ds.model import adapters, lora
-from xpt_ds.model.build import build_skeleton, load_fp32_state
 from xpt_ds.model.decoder import is_decoder
-from xpt_ds.model.objective import strip_prefix
+from xpt_ds.model.skeleton import assign, no_init_weights, parameters_on_meta, skeleton
 from xpt_ds.training import checkpoint, tag_checks
-from xpt_ds.training.engine import zero_stage
+from xpt_ds.training.checkpoint_values import CheckpointValues
 from xpt_ds.trelm import hf as trelm_hf
+
+Values = Callable[[str], torch.Tensor]  # HF parameter name of the trained model -> its fp32 value
+
+
+def checkpoint_values(ckpt_root: Path, tag: str, allow_pickle: bool = False) -> Values:
+    """The checkpoint's values by HF name, one at a time. Its files must be plain data (``xpt_ds.io.trust``)
+    unless ``allow_pickle``."""
+    tag_checks.check_files(ckpt_root / tag, allow_pickle, distributed=False)
+    values = CheckpointValues(ckpt_root, tag, allow_pickle)
+    return lambda name: values(f"hf.{name}")
 
 
 def load_checkpoint_fp32(ckpt_root: Path, tag: str, allow_pickle: bool = False) -> dict[str, torch.Tensor]:
-    """Full fp32 state dict (HF names) of a checkpoint. Its files must be plain data (``xpt_ds.io.trust``) unless
-    ``allow_pickle``: DeepSpeed's zero_to_fp32 unpickles them whole."""
-    return strip_prefix(checkpoint_fp32(ckpt_root, tag, allow_pickle))
-
-
-def checkpoint_fp32(ckpt_root: Path, tag: str, allow_pickle: bool = False) -> dict[str, torch.Tensor]:
-    """``load_checkpoint_fp32`` with the training module's names (``hf.`` first), as ``full_fp32_state`` gives."""
+    """Every parameter of a checkpoint in fp32, by HF name (a whole model in memory: tests and small models)."""
     tag_checks.check_files(ckpt_root / tag, allow_pickle, distributed=False)
-    model_states = checkpoint.read_client_state(ckpt_root, tag, allow_pickle)
-    if zero_stage(model_states["ds_config"]) == 0:  # fp32 only (engine.load_ds_config rejects bf16 at stage 0): the module is the master
-        state = {k: v.float() for k, v in model_states["module"].items()}
-    else:
-        from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
-        with contextlib.redirect_stdout(sys.stderr):  # its progress lines: keep stdout for results (JSON)
-            state = get_fp32_state_dict_from_zero_checkpoint(str(ckpt_root), tag=tag, exclude_frozen_parameters=True)
-    state.update(load_plain(ckpt_root / tag / "frozen_fp32.pt", allow_pickle=allow_pickle))
-    return state
+    values = CheckpointValues(ckpt_root, tag, allow_pickle)
+    return {n.removeprefix("hf."): values(n) for n in values.names()}
 
 
-def load_model(run_dir: Path, tag: str | None = None, allow_pickle: bool = False):
-    """(the checkpoint's HF model in fp32, its tag directory); ``tag`` None = the newest complete one."""
+def checkpoint_config(run_dir: Path, tag: str | None = None):
+    """(the checkpoint's tag directory, its target model's HF config); ``tag`` None = the newest complete one."""
     ckpt_root = run_dir / "checkpoints"
     tag = checkpoint.resolve_tag(ckpt_root, tag or "auto")
     if tag is None:
@@ -74,68 +76,128 @@ def load_model(run_dir: Path, tag: str | None = None, allow_pickle: bool = False
                                          "config the export and evaluate build from (copy it from another "
                                          "checkpoint of the run: every one holds the same)")
     try:
-        hf_config = AutoConfig.from_pretrained(config.parent, trust_remote_code=False)
+        return tag_dir, AutoConfig.from_pretrained(config.parent, trust_remote_code=False)
     except (OSError, ValueError) as e:
         raise checkpoint.CheckpointError(f"checkpoint {tag_dir}: cannot read {config} ({first_line(e)})") from None
-    model = build_skeleton(hf_config, blank=True)
-    load_fp32_state(model, load_checkpoint_fp32(ckpt_root, tag, allow_pickle), f"checkpoint {tag_dir}")
-    return model, tag_dir
 
 
-@torch.no_grad()
-def trelm_export_model(model: torch.nn.Module) -> torch.nn.Module:
-    """A trained trelm model (stock *ForMaskedLM + ``trelm``) -> the ``xpt_ds.trelm.hf`` class that ships with
-    the export, for target-language input: the target row of ``trelm.language_embeddings`` folded into every
-    token-type row and kept as the TRILayer's ``output_language``; the English vocabulary, the English row and
-    the placeholder left out. Loaded strictly, so a parameter the conversion misses is an error."""
-    from xpt_ds.trelm.model import TARGET
-    cfg = copy.deepcopy(model.config)
-    del cfg.xpt_trelm_source_vocab_size, cfg.xpt_trelm_source_pad_id  # build_skeleton: no training parts
-    prefix, parts = model.base_model_prefix, model.trelm
-    lang = parts.language_embeddings.weight[TARGET]
-    state = {k: v for k, v in model.state_dict().items() if not k.startswith("trelm.")}
-    token_types = f"{prefix}.embeddings.token_type_embeddings.weight"
-    state[token_types] = state[token_types] + lang
-    if parts.trilayer is None:  # trelm_no_tri: with the row folded, a stock model computes the same
-        exported = build_skeleton(cfg, blank=True).eval()
-        exported.load_state_dict(state, strict=True)
-        return exported
-    cfg.auto_map = trelm_hf.auto_map(cfg.model_type)
-    state[f"{prefix}.trelm.output_language"] = lang.clone()
-    state.update({f"{prefix}.trelm.trilayer.{k}": v for k, v in parts.trilayer.state_dict().items()})
-    stock = type(model).__name__
-    exported = getattr(trelm_hf, f"XptTreLM{stock}")(cfg).float().eval()
-    exported.load_state_dict(state, strict=True)
-    exported.config.architectures = [f"XptTreLM{stock}"]
-    return exported
+def load_model(run_dir: Path, tag: str | None = None, allow_pickle: bool = False):
+    """(the checkpoint's HF model in fp32, its tag directory); ``tag`` None = the newest complete one. Each
+    parameter is the value read from the checkpoint (no second copy of the model)."""
+    tag_dir, hf_config = checkpoint_config(run_dir, tag)
+    values = checkpoint_values(tag_dir.parent, tag_dir.name, allow_pickle)
+    return assign(skeleton(hf_config), values), tag_dir
 
 
-def save_model(model: torch.nn.Module, out: Path) -> None:
-    """``save_pretrained``, plus the remote code (and for trelm the conversion) of a method that needs it."""
-    method = method_of(model.config)
-    if getattr(model.config, lora.CONFIG_KEY, None):
-        model = lora.merged(model)
-        print("lora: the low-rank updates are merged into the base weights; the export is a stock model",
-              file=sys.stderr)
-    if method is not None and method.export == "adapters":
-        shutil.copy(OWN_CODE["xpt_adapters.py"], out / "xpt_adapters.py")
-        model.config.auto_map = adapters.auto_map(model.config.model_type)
-    if method is not None and method.export == "trelm":
-        model = trelm_export_model(model)
-        if method.trilayer:
-            shutil.copy(OWN_CODE["xpt_trelm.py"], out / "xpt_trelm.py")
-            print("trelm: the TRILayer ships as xpt_trelm.py (load with trust_remote_code=True); the target language "
-                  "row is folded into the token-type rows; the English vocabulary (source_word_embeddings, "
-                  "source_lm_bias), the English language row and the placeholder are not exported (English input "
-                  "and CdLM: use the checkpoint)", file=sys.stderr)
+class Exported:
+    """What an export of a trained model of ``hf_config`` holds: ``model``, the exported class on the meta device
+    (its config is the export's), and ``value(name)`` of each of its parameters from the trained model's
+    ``values``: as they are, LoRA merged (``lora_merged``), TreLM converted (``trelm_value``)."""
+
+    def __init__(self, hf_config, values: Values):
+        self.values = values
+        self.method = method_of(hf_config)
+        self.trained = skeleton(hf_config)  # the trained model's module tree (LoRA layers, TreLM parts)
+        cfg = copy.deepcopy(hf_config)
+        self.notes: list[str] = []
+        self.code: str | None = None
+        if getattr(cfg, lora.CONFIG_KEY, None):
+            delattr(cfg, lora.CONFIG_KEY)
+            self.notes.append("lora: the low-rank updates are merged into the base weights; the export is a stock "
+                              "model")
+        if self.method is not None and self.method.export == "adapters":
+            cfg.auto_map = adapters.auto_map(cfg.model_type)
+            self.code = "xpt_adapters.py"
+        self.trilayer = self.method is not None and self.method.export == "trelm" and self.method.trilayer
+        if self.method is not None and self.method.export == "trelm":
+            del cfg.xpt_trelm_source_vocab_size, cfg.xpt_trelm_source_pad_id  # skeleton: no training parts
+            self.prefix = self.trained.base_model_prefix
+            if self.trilayer:
+                cfg.auto_map = trelm_hf.auto_map(cfg.model_type)
+                self.code = "xpt_trelm.py"
+                self.notes.append("trelm: the TRILayer ships as xpt_trelm.py (load with trust_remote_code=True); the "
+                                  "target language row is folded into the token-type rows; the English vocabulary "
+                                  "(source_word_embeddings, source_lm_bias), the English language row and the "
+                                  "placeholder are not exported (English input and CdLM: use the checkpoint)")
+            else:
+                self.notes.append(f"{self.method.name}: exported as a stock model, the target language row folded "
+                                  "into the token-type rows; the English vocabulary and language row are not "
+                                  "exported (English input: use the checkpoint)")
+        if self.trilayer:
+            stock = type(self.trained).__name__
+            with no_init_weights(), parameters_on_meta():
+                self.model = getattr(trelm_hf, f"XptTreLM{stock}")(cfg)
+            self.model.tie_weights()  # init_weights ties the head, and no_init_weights skipped it
+            self.model.config.architectures = [f"XptTreLM{stock}"]
         else:
-            print(f"{method.name}: exported as a stock model, the target language row folded into the token-type "
-                  "rows; the English vocabulary and language row are not exported (English input: use the "
-                  "checkpoint)", file=sys.stderr)
-    model.save_pretrained(out)
+            self.model = skeleton(cfg)
+            self.model.config.architectures = [type(self.model).__name__]
+        self.model.config.dtype = "float32"
+        self.params = {n for n, _ in self.model.named_parameters(remove_duplicate=False)}
+
+    def specs(self) -> list[tuple[str, tuple[int, ...]]]:
+        """(name, shape) of every tensor the export's weights hold, in the stock class's order, tied weights once
+        and the keys it never saves left out, as ``save_pretrained`` decides."""
+        from transformers.modeling_utils import remove_tied_weights_from_state_dict
+        state = self.model.state_dict()
+        for key in self.model._keys_to_ignore_on_save or []:
+            state.pop(key, None)
+        state = remove_tied_weights_from_state_dict(state, self.model)
+        return [(name, tuple(t.shape)) for name, t in state.items()]
+
+    def value(self, name: str) -> torch.Tensor:
+        if name not in self.params:  # a persistent buffer: as the constructor made it
+            return self.model.get_buffer(name).detach().float()
+        if self.method is not None and self.method.export == "trelm":
+            return self.trelm_value(name)
+        if lora.is_lora_base(self.trained, name):
+            return lora.merged_value(self.trained, name, self.values)
+        return self.values(name)
+
+    def trelm_value(self, name: str) -> torch.Tensor:
+        """004's export: the target language row folded into the token types, the TRILayer and that row (as
+        ``output_language``) under the base model's ``trelm``."""
+        from xpt_ds.trelm.model import TARGET
+        lang = lambda: self.values("trelm.language_embeddings.weight")[TARGET]  # noqa: E731
+        if name == f"{self.prefix}.embeddings.token_type_embeddings.weight":
+            return self.values(name) + lang()
+        if name == f"{self.prefix}.trelm.output_language":
+            return lang().clone()
+        if name.startswith(f"{self.prefix}.trelm.trilayer."):
+            return self.values(name.removeprefix(f"{self.prefix}."))
+        return self.values(name)
 
 
-def export(run_dir: Path, out: Path, tag: str | None = None, allow_pickle: bool = False) -> Path:
+def write_model(exported: Exported, out: Path, max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES) -> list[str]:
+    """The export's weights (streamed, one tensor in memory at a time), config.json, generation_config.json (a
+    model that generates) and the code it ships into ``out``; returns the weight files written."""
+    specs = exported.specs()
+    writer = ShardedWriter(out, [(n, s, torch.float32) for n, s in specs], max_shard_bytes)
+    try:
+        for name, _ in specs:
+            writer.write(name, exported.value(name))
+        files = writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+    exported.model.config.save_pretrained(out)
+    if exported.model.can_generate():
+        exported.model.generation_config.save_pretrained(out)
+    if exported.code is not None:
+        shutil.copy(OWN_CODE[exported.code], out / exported.code)
+    for note in exported.notes:
+        print(note, file=sys.stderr)
+    return files
+
+
+def save_model(model: nn.Module, out: Path, max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES) -> None:
+    """What ``xpt-ds export`` writes for ``model``, a trained model in memory (its tokenizer aside)."""
+    params = dict(model.named_parameters())
+    write_model(Exported(model.config, lambda name: params[name].detach().float()), out, max_shard_bytes)
+
+
+def export(run_dir: Path, out: Path, tag: str | None = None, allow_pickle: bool = False,
+           max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES) -> Path:
     """Write the export into a new folder beside ``out``, then put it in place of ``out``: an export stopped
     half-way leaves ``out`` as it was, and the files of an earlier export there are replaced whole (none of them,
     such as a ``spm.model`` a keep_vocab export does not write, stays beside the new one). Files the earlier
@@ -145,15 +207,15 @@ def export(run_dir: Path, out: Path, tag: str | None = None, allow_pickle: bool 
     why = unwritable(out.parent)  # before the checkpoint is read (minutes for a large model)
     if why is not None:
         raise OSError(f"--out {out}: cannot write there ({why})")
-    model, tag_dir = load_model(run_dir, tag, allow_pickle)
-    hf_config = model.config
+    tag_dir, hf_config = checkpoint_config(run_dir, tag)
+    values = checkpoint_values(tag_dir.parent, tag_dir.name, allow_pickle)
     data = checkpoint.read_config(tag_dir.parent, tag_dir.name, allow_pickle).data
     hf_config.xpt_data = {k: getattr(data, k) for k in MASKING_KEYS}  # evaluate --model masks as the run did
     staging = out.parent / f".{out.name}.writing-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
     try:
-        save_model(model, staging)
+        write_model(Exported(hf_config, values), staging, max_shard_bytes)
         tok = saved_tokenizer(tag_dir)
         if tok.kind == "huggingface":  # keep_vocab: the source's own tokenizer, as the checkpoint saved it
             copy_hf_tokenizer(tok.path, staging)

@@ -1,10 +1,15 @@
-"""The exact fp32 values of the parameters a phase freezes, sharded over the ranks.
+"""Exact fp32 values of parameters beside a DeepSpeed engine, each kept where it costs least.
 
-The engine holds frozen parameters only in its compute dtype (bf16 rounds them) and gives them no fp32 master, so
-their exact fp32 values are kept beside it: for the phase hand-over, for checkpoints (``frozen_fp32.pt``) and for
-a resume. Each rank keeps a 1/world slice of each (flattened, zero-padded to a multiple of the world size), not
-the whole: a node of 8 ranks holds one copy of the frozen source instead of 8 (4 bytes per frozen parameter per
-node, not per rank). ``full`` puts a whole value back, collectively: every rank calls it for the same names
+The engine holds a parameter it does not train only in its compute dtype, with no fp32 master, so the exact fp32
+value of each frozen parameter is kept beside it: for the phase hand-over, for checkpoints
+(``frozen_fp32.safetensors``) and for a resume. Where the engine's own copy is exact (it computes in float32, or
+the value is a bf16 number, as every weight of a bf16 source is), that copy is the value and nothing more is held:
+the whole tensor at ZeRO 0-2, where every rank holds it, or this rank's partition at ZeRO-3 (``keep`` decides, by
+comparing). Otherwise each rank keeps a 1/world slice of the fp32 value (flattened, zero-padded to a multiple of
+the world size), so a node of 8 ranks holds one copy, not 8. The phase hand-over keeps the trainable parameters'
+values the same way between one engine and the next (``xpt_ds.training.fill.hand_over``).
+
+``full`` puts a whole value back, collectively for partitions and slices: every rank calls it for the same names
 in the same order.
 """
 from __future__ import annotations
@@ -14,6 +19,8 @@ from pathlib import Path
 import deepspeed
 import torch
 
+LOCAL, PARTITION, SLICE = "local", "partition", "slice"
+
 
 def _rank_world() -> tuple[int, int]:
     if torch.distributed.is_available() and torch.distributed.is_initialized():
@@ -21,49 +28,104 @@ def _rank_world() -> tuple[int, int]:
     return 0, 1
 
 
-class FrozenWeights:
-    """Name -> exact fp32 value of each parameter the phase freezes, each rank holding its slice. ``file``: a
-    complete file that holds exactly these values (the checkpoint they were loaded from or last written to), which
-    the next checkpoint of the phase links instead of writing them again (``checkpoint.save``); the values do not
-    change within a phase. ``copy``: the slices never share memory with ``values`` (values read from a file: a
-    one-rank world would otherwise keep the whole file mapped); with one rank and no ``copy`` the values are kept
-    as they are, no copy."""
+def _gather(part: torch.Tensor, numel: int, group=None) -> torch.Tensor:
+    """The flat whole of equal ``part``s of every rank of ``group`` (NCCL gathers device tensors only)."""
+    device = deepspeed.get_accelerator().current_device_name()
+    local = part.to(device)
+    parts = [torch.empty_like(local) for _ in range(torch.distributed.get_world_size(group))]
+    torch.distributed.all_gather(parts, local, group=group)
+    return torch.cat(parts).cpu()[:numel]
 
-    def __init__(self, values: dict[str, torch.Tensor], file: Path | None = None, copy: bool = False):
+
+class ShardedValues:
+    """Name -> exact fp32 value, each held as LOCAL (a whole tensor this rank has, possibly the engine's own in
+    another dtype that holds it exactly), PARTITION (this rank's ZeRO-3 partition of the engine's own copy) or
+    SLICE (this rank's 1/world slice, a copy)."""
+
+    def __init__(self):
         self.rank, self.world = _rank_world()
-        self.shapes = {name: tuple(t.shape) for name, t in values.items()}
-        self.slices = {name: self._slice(t, copy) for name, t in values.items()}
-        self.file = file
+        self.entries: dict[str, tuple[str, torch.Tensor, tuple[int, ...], object]] = {}
 
-    def _slice(self, value: torch.Tensor, copy: bool) -> torch.Tensor:
+    def keep_slice(self, name: str, value: torch.Tensor) -> None:
+        """This rank's slice of the whole fp32 ``value`` (a copy: ``value`` can be freed)."""
         value = value.detach()
         if self.world == 1:
-            return value.clone() if copy else value
-        flat = value.reshape(-1)
-        size = -(-flat.numel() // self.world)
-        part = flat[self.rank * size:(self.rank + 1) * size]
-        out = torch.zeros(size, dtype=flat.dtype)
-        out[:part.numel()] = part  # a copy: the whole value can be freed
-        return out
+            part = value.to("cpu", torch.float32, copy=True)
+        else:
+            flat = value.reshape(-1)
+            size = -(-flat.numel() // self.world)
+            piece = flat[self.rank * size:(self.rank + 1) * size]
+            part = torch.zeros(size, dtype=torch.float32)
+            part[:piece.numel()] = piece
+        self.entries[name] = (SLICE, part, tuple(value.shape), None)
+
+    def keep(self, name: str, value: torch.Tensor, param: torch.nn.Parameter) -> None:
+        """``value`` (exact fp32, whole) of engine parameter ``param``, which holds it already: the engine's copy
+        if it is exact, else a slice."""
+        if param.dtype == torch.float32 or torch.equal(value.to(param.dtype).float(), value):
+            if hasattr(param, "ds_tensor"):  # ZeRO-3: this rank's partition of it
+                self.entries[name] = (PARTITION, param.ds_tensor, tuple(value.shape), param.ds_process_group)
+            else:
+                self.entries[name] = (LOCAL, param.data, tuple(value.shape), None)
+        else:
+            self.keep_slice(name, value)
+
+    def take(self, other: "ShardedValues", name: str) -> None:
+        self.entries[name] = other.entries[name]
+
+    def local(self, name: str, dtype: torch.dtype, device: torch.device) -> torch.Tensor | None:
+        """The whole tensor this rank holds of ``name`` (a LOCAL entry: the previous engine's own storage), if it is
+        of ``dtype`` on ``device``: a new engine's module can take it over instead of allocating its own."""
+        kind, t, _, _ = self.entries.get(name, (None, None, None, None))
+        return t if kind == LOCAL and t.dtype == dtype and t.device == torch.device(device) else None
+
+    def pop_full(self, name: str) -> torch.Tensor:
+        """``full(name)``, and the entry is dropped: what it held is freed once the caller is done with the value."""
+        value = self.full(name)
+        del self.entries[name]
+        return value
 
     def __contains__(self, name: str) -> bool:
-        return name in self.shapes
+        return name in self.entries
 
     def names(self) -> list[str]:
-        return list(self.shapes)
+        return list(self.entries)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self.entries[name][2]
 
     def numel(self) -> int:
-        """Elements this rank holds."""
-        return sum(s.numel() for s in self.slices.values())
+        """fp32 values this rank holds in copies of its own (not in the engine's storage)."""
+        return sum(t.numel() for kind, t, _, _ in self.entries.values() if kind == SLICE)
+
+    def held_by_engine(self) -> int:
+        """Parameters whose exact value is the engine's own copy."""
+        return sum(kind != SLICE for kind, _, _, _ in self.entries.values())
 
     def full(self, name: str) -> torch.Tensor:
-        """The whole fp32 value of ``name``, on the CPU, on every rank (an all-gather of the slices)."""
-        part = self.slices[name]
+        """The whole fp32 value of ``name``, on the CPU, on every rank (collective for PARTITION and SLICE). A
+        LOCAL float32 value is the engine's own tensor, not a copy: read it, do not change it."""
+        kind, t, shape, group = self.entries[name]
+        numel = torch.Size(shape).numel()
+        if kind == LOCAL:
+            return t.detach().to("cpu", torch.float32).reshape(shape)
+        if kind == PARTITION:
+            return _gather(t.detach().reshape(-1), numel, group).float().reshape(shape)
         if self.world == 1:
-            return part
-        device = deepspeed.get_accelerator().current_device_name()  # NCCL gathers CUDA tensors only
-        local = part.to(device)
-        parts = [torch.empty_like(local) for _ in range(self.world)]
-        torch.distributed.all_gather(parts, local)
-        shape = self.shapes[name]
-        return torch.cat(parts).cpu()[:torch.Size(shape).numel()].reshape(shape)
+            return t.reshape(shape)
+        return _gather(t, numel).reshape(shape)
+
+
+class FrozenWeights(ShardedValues):
+    """The values of the parameters a phase freezes. ``file``: a complete file that holds exactly these values
+    (the checkpoint they were loaded from or last written to), which the next checkpoint of the phase links
+    instead of writing them again (``checkpoint.save``); the values do not change within a phase."""
+
+    def __init__(self, file: Path | None = None):
+        super().__init__()
+        self.file = file
+
+    def summary(self) -> str:
+        """How the values are held, for the log."""
+        return (f"{len(self.entries):,} frozen parameters ({self.held_by_engine():,} exact in the engine's own copy, "
+                f"{self.numel():,} fp32 values kept beside it on rank {self.rank})")

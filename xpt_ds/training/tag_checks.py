@@ -11,6 +11,8 @@ import deepspeed
 from xpt_ds.config import ConfigError
 from xpt_ds.errors import first_line
 from xpt_ds.io.trust import UntrustedError, check_plain
+from xpt_ds.model.build import build_plan
+from xpt_ds.model.skeleton import skeleton
 from xpt_ds.training.checkpoint import MARKER, CheckpointError, agree, read_marker
 
 
@@ -34,6 +36,26 @@ def check_same_model(tag_dir: Path, hf_config) -> None:
         raise ConfigError(f"checkpoint {tag_dir} holds another model than this config builds ({'; '.join(diff)}): "
                           "resume with the run's model.source, model.method and model.tokenizer, or use a new "
                           "run_dir (or --resume none)")
+
+
+def resumed_tags(tag_dir: Path, client: dict, model_cfg, tok, hf_config) -> dict[str, set[str]]:
+    """The parameter tags of the model a resume from ``tag_dir`` builds: the checkpoint's record (which weights
+    came from the source depended on its files, which a resume does not read); for a checkpoint from before tags
+    were recorded (2026-11-27), the source's files decide again. A config that builds another model than the
+    checkpoint holds is one error line naming what differs."""
+    check_same_model(tag_dir, hf_config)
+    saved = client.get("tags")
+    if saved is None:
+        plan = build_plan(model_cfg, tok, rows=False)
+        plan.close()
+        return plan.tags
+    names = {n for n, _ in skeleton(hf_config).named_parameters()}
+    if names != set(saved):
+        odd = sorted(names ^ set(saved))
+        raise ConfigError(f"checkpoint {tag_dir} holds other parameters than this config builds ({len(odd)} differ, "
+                          f"first: {odd[0]}): resume with the run's model settings, or use a new run_dir (or "
+                          "--resume none)")
+    return {n: set(t) for n, t in saved.items()}
 
 
 # The data.* keys that decide which tokens the training stream holds, in which order, and how they are masked.

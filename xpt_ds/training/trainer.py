@@ -18,28 +18,28 @@ from xpt_ds.errors import UserError
 from xpt_ds.io.paths import unwritable
 from xpt_ds.metrics.logger import LogWindow, MetricsLogger, flops_per_token, peak_flops
 from xpt_ds.metrics.mlm import MLMStats, piece_byte_lengths, piece_char_lengths, piece_word_starts, scored_batch
-from xpt_ds.model.build import build_for_resume, build_model, build_skeleton, check_data_fits, check_source
-from xpt_ds.model.build import load_fp32_state, planned_tags, planned_target, saved_tags
+from xpt_ds.model.build import build_plan, check_data_fits, check_source, planned_tags, planned_target, saved_tags
 from xpt_ds.model.decoder import is_decoder
-from xpt_ds.model.objective import build_objective, strip_prefix
 from xpt_ds.model.phases import build_phase_starts, build_phase_trainables, check_patterns, phases_read_later
-from xpt_ds.model.phases import weights_from_ends
+from xpt_ds.model.phases import value_from_ends
 from xpt_ds.training import branches, checkpoint, tag_checks
 from xpt_ds.training.activations import recomputed_layers
 from xpt_ds.training.best import BestTracker
+from xpt_ds.training.checkpoint_values import CheckpointValues
 from xpt_ds.training.engine import (
-    agree_on_initial_weights,
     build_engine,
     check_device_support,
-    full_fp32_state,
+    destroy_engine,
+    engine_module,
     load_ds_config,
     lr_at,
     no_skip_reason,
-    restore_frozen,
     set_lr,
     zero_stage,
 )
-from xpt_ds.training.export import checkpoint_fp32
+from xpt_ds.training.fill import engine_values, fill, fill_fresh, hand_over
+from xpt_ds.training.frozen import FrozenWeights
+from xpt_ds.training.host_memory import release_freed
 from xpt_ds.training.guards import (
     BadStepCounter,
     Halted,
@@ -94,18 +94,20 @@ class Trainer:
         self.resume_tag = checkpoint.resolve_tag(self.ckpt_root, cfg.checkpoint.resume)
         self.resume_client = None if self.resume_tag is None else checkpoint.read_client_state(
             self.ckpt_root, self.resume_tag, cfg.checkpoint.allow_pickle)
-        saved = None if self.resume_client is None else self.resume_client.get("tags")  # absent before 2026-11-27
-        self.built = (saved and build_for_resume(cfg.model, self.tok, saved)) or build_model(
-            cfg.model, self.tok, cfg.data, init_embeddings_rows=self.resume_tag is None)
-        if self.resume_tag is not None:  # the first start's report, which every checkpoint carries
-            self.built.embedding_init = self.resume_client.get("embedding_init")
+        self.plan = None  # a fresh start's build plan (xpt_ds.model.build), until its values are in the engine
+        if self.resume_tag is None:
+            self.plan = build_plan(cfg.model, self.tok, cfg.data)
+            self.tags, self.embedding_init = self.plan.tags, self.plan.embedding_init
+        else:  # the parameters' tags and the first start's report, which every checkpoint carries
+            self.tags = tag_checks.resumed_tags(self.ckpt_root / self.resume_tag, self.resume_client, cfg.model,
+                                                self.tok, self.hf_config)
+            self.embedding_init = self.resume_client.get("embedding_init")
         if self.rank == 0:
-            log_report(self.built.embedding_init, cfg.model.embedding_init, self.resume_tag, self.run_dir)
-        self.hf_config = self.built.model.config
+            log_report(self.embedding_init, cfg.model.embedding_init, self.resume_tag, self.run_dir)
         # Module-relative names: the engine wraps the objective, whose HF model is ``hf``.
-        self.trainables = [{f"hf.{n}" for n in s} for s in build_phase_trainables(cfg, self.built.tags)]
+        self.trainables = [{f"hf.{n}" for n in s} for s in build_phase_trainables(cfg, self.tags)]
         self.starts = [None if s is None else {f"hf.{n}": p for n, p in s.items()}
-                       for s in build_phase_starts(cfg, self.built.tags)]
+                       for s in build_phase_starts(cfg, self.tags)]
         self.kept_ends = phases_read_later(cfg)
         self.state = TrainerState()
         self.device = torch.device(deepspeed.get_accelerator().current_device_name())
@@ -154,16 +156,11 @@ class Trainer:
         if self.cfg.checkpoint.resume != "auto":  # a new branch: what the abandoned one wrote after tag moves aside
             kept = set(self.resume_client["trainer"].get("phase_ends", {})) if tag is not None else set()
             branches.start_branch(self.ckpt_root, tag, kept, self.rank)
-        objective, self.built.model = build_objective(self.built.model), None  # the engine owns it from here on
-        fp32 = {n: p.detach() for n, p in objective.named_parameters()}  # the module's own fp32 tensors, no copy
         checkpoint.seed_everything(self.cfg.seed + self.rank)  # dropout stream of this rank, unless a checkpoint has it
         universal = False
-        if tag is None:
-            agree_on_initial_weights(fp32)
-        else:
+        if tag is not None:
             allow_pickle = self.cfg.checkpoint.allow_pickle
             client, self.resume_client = self.resume_client, None
-            tag_checks.check_same_model(self.ckpt_root / tag, self.hf_config)
             tag_checks.check_files(self.ckpt_root / tag, allow_pickle)  # before DeepSpeed unpickles them
             self.state.load_state_dict(client["trainer"])
             for key in [k for k in ("bad_steps", "best") if k in client]:  # absent from older checkpoints
@@ -179,13 +176,22 @@ class Trainer:
             universal = checkpoint.prepare_rescale(self.ckpt_root, tag, client, self.world,
                                                    zero_stage(self.ds_config))
         self.use_phase_objectives()
-        n_train = sum(fp32[n].numel() for n in self.trainables[self.state.phase_index])  # before ZeRO-3 partitions
-        self.engine, self.optimizer, self.frozen = build_engine(
-            objective, self.trainables[self.state.phase_index], self.cfg, fp32, load_universal=universal)
-        if tag is not None:
+        trainable = self.trainables[self.state.phase_index]
+        started = time.perf_counter()
+        with torch.random.fork_rng(devices=[]):  # whatever a constructor draws does not shift the dropout stream
+            self.engine, self.optimizer = build_engine(engine_module(self.hf_config, self.cfg), trainable, self.cfg,
+                                                       load_universal=universal)
+        self._info(f"engine built on an empty skeleton in {time.perf_counter() - started:.1f} s")
+        self.frozen = FrozenWeights()
+        if tag is None:
+            fill_fresh(self.engine, self.plan, trainable, self.frozen)
+            self.plan = None
+        else:
             self.last_saved = tag
-            self.frozen = checkpoint.load(self.engine, self.ckpt_root, tag, universal, self.cfg.checkpoint.allow_pickle)
-            restore_frozen(self.engine, self.frozen)
+            frozen_file = checkpoint.load(self.engine, self.ckpt_root, tag, universal, self.cfg.checkpoint.allow_pickle)
+            fill(self.engine, frozen_file.get, trainable, self.frozen, f"frozen weights of {tag}",
+                 names={n for n, _ in self.engine.module.named_parameters() if n not in trainable})
+            self.frozen.file = frozen_file.path
             self._info(f"resumed from {tag}: phase {self.state.phase_index} step {self.state.phase_step}, "
                        f"global step {self.state.global_step}")
             if self.state.phase_step > self.phase.steps and self.rank == 0:  # the config shrank a phase
@@ -196,8 +202,9 @@ class Trainer:
         if self.rank == 0:
             save_config(self.cfg, self.run_dir / "config.yaml")
         self.logger.start(self.state.global_step, self.total_steps)
-        self._info(f"model: {sum(v.numel() for v in fp32.values()):,} parameters; phase '{self.phase.name}' trains "
-                   f"{n_train:,} on {self.objective_names()}; {self.frozen.numel():,} frozen fp32 values on rank 0")
+        sizes = {n: math.prod(getattr(p, "ds_shape", p.shape)) for n, p in self.engine.module.named_parameters()}
+        self._info(f"model: {sum(sizes.values()):,} parameters; phase '{self.phase.name}' trains "
+                   f"{sum(sizes[n] for n in trainable):,} on {self.objective_names()}; {self.frozen.summary()}")
         if self.cfg.activations.checkpoint_every:
             recompute, layers = recomputed_layers(self.engine.module.hf)
             self._info(f"activation checkpointing: {recompute} of {layers} layers recompute in the backward")
@@ -287,26 +294,39 @@ class Trainer:
         return line is not None
 
     def maybe_switch_phase(self) -> bool:
-        """At a phase boundary: rebuild module + engine for the next phase with exact fp32 weights."""
+        """At a phase boundary: a new module and engine for the next phase (DeepSpeed fixes the trainable set at
+        ``initialize``), filled with the exact fp32 values the phase starts from. The old engine's values are kept
+        as this rank's share (``fill.hand_over``) before it is destroyed, then put into the new one a parameter
+        at a time: no rank holds more than its share of the model plus one tensor between the two engines."""
         if self.state.phase_index + 1 >= len(self.cfg.phases):
             return False
-        fp32 = self.start_weights(self.state.phase_index + 1)
-        self.engine.destroy()
-        self.engine = self.optimizer = None
+        started = time.perf_counter()
+        values, kept = self.start_values(self.state.phase_index + 1)
+        marks = [("kept", time.perf_counter())]
+        destroy_engine(self.engine)
+        self.engine = self.optimizer = self.frozen = None
+        release_freed()  # before the new engine is built
+        marks.append(("old engine freed", time.perf_counter()))
         self.state.phase_index += 1
         self.state.phase_step = 0
         self.budget.start_phase(self.state)
         self.use_phase_objectives()
+        trainable = self.trainables[self.state.phase_index]
         with torch.random.fork_rng(devices=[]):  # the rebuild must not shift the dropout stream
-            hf = build_skeleton(self.hf_config, blank=True)
-            load_fp32_state(hf, strip_prefix(fp32), f"phase '{self.phase.name}' hand-over", assign=True)
-            objective = build_objective(hf)
-            self.engine, self.optimizer, self.frozen = build_engine(
-                objective, self.trainables[self.state.phase_index], self.cfg, fp32)
+            self.engine, self.optimizer = build_engine(engine_module(self.hf_config, self.cfg, kept), trainable,
+                                                       self.cfg)
+        marks.append(("new engine built", time.perf_counter()))
+        self.frozen = FrozenWeights()
+        fill(self.engine, values, trainable, self.frozen, f"phase '{self.phase.name}' hand-over")
+        del values, kept
+        marks.append(("filled", time.perf_counter()))
+        took = ", ".join(f"{what} {t - before:.1f} s" for (what, t), before in
+                         zip(marks, [started] + [t for _, t in marks[:-1]]))
         origin = (f"from the end of '{self.phase.start_from}'" if self.phase.start_from else
                   f"from a merge of {', '.join(self.phase.reads())}" if self.phase.merges else "")
         self._info(f"phase '{self.phase.name}' starts at global step {self.state.global_step} {origin}".rstrip()
-                   + f"; trains on {self.objective_names()}")
+                   + f"; trains on {self.objective_names()}; hand-over {time.perf_counter() - started:.1f} s ({took}); "
+                   + self.frozen.summary())
         return True
 
     def objective_names(self) -> str:
@@ -318,29 +338,35 @@ class Trainer:
         if isinstance(self.train_stream, TreLMBatchStream):
             self.train_stream.use(phase_objectives(self.cfg, self.state.phase_index))
 
-    def start_weights(self, index: int) -> dict[str, torch.Tensor]:
-        """Exact fp32 weights phase ``index`` starts from: where the previous phase ended, or the kept ends of
-        the phases it names. ``start_from`` also rewinds the data stream to where that phase ended, so that
-        branches from one phase see the same batches (as 004 Alg. 1's two models sample the same set P); a
-        merge continues the stream where the previous phase left it."""
+    def start_values(self, index: int):
+        """(the exact fp32 values phase ``index`` starts from, by module parameter name, one at a time (collective
+        under ZeRO: every rank asks for the same names in the same order); what of them the new module can take
+        over, or None): where the previous phase ended (this engine's, kept as each rank's share, each value dropped
+        once it is in the new engine: ``fill.hand_over``), its best checkpoint (guard.early_stop_rewind),
+        or the kept ends of the phases it names. ``start_from`` also rewinds the data stream to where that phase
+        ended, so that branches from one phase see the same batches (as 004 Alg. 1's two models sample the same
+        set P); a merge continues the stream where the previous phase left it."""
         phase, sources = self.cfg.phases[index], self.starts[index]
         if sources is None:  # where the previous phase ended, or its best (guard.early_stop_rewind)
             tag = self.best.rewind_tag(self.state, self.phase.name, self.rank)
-            return full_fp32_state(self.engine, self.frozen) if tag is None else checkpoint_fp32(
-                self.ckpt_root, tag, self.cfg.checkpoint.allow_pickle)
+            if tag is None:
+                kept = hand_over(self.engine, self.frozen)  # the new module takes over what it can of it
+                return kept.pop_full, kept
+            return CheckpointValues(self.ckpt_root, tag, self.cfg.checkpoint.allow_pickle), None
         ends = {}
         for name in phase.reads():
             ends[name], data = checkpoint.load_phase_end(self.ckpt_root, name, self.state.phase_ends.get(name))
             if name == phase.start_from:
                 self.train_stream.load_state_dict(data)
-        return weights_from_ends(sources, ends)
+        return (lambda name: value_from_ends(sources, ends, name)), None
 
     def maybe_keep_phase_end(self, phase_done: bool) -> None:
         """A phase that a later one starts from leaves its end on disk before its last checkpoint completes."""
         if phase_done and self.phase.name in self.kept_ends:
-            weights = full_fp32_state(self.engine, self.frozen)  # collective under ZeRO-3
+            specs = [(n, tuple(getattr(p, "ds_shape", p.shape))) for n, p in self.engine.module.named_parameters()]
             self.state.phase_ends[self.phase.name] = checkpoint.save_phase_end(
-                self.ckpt_root, self.phase.name, weights, self.train_stream.state_dict())
+                self.ckpt_root, self.phase.name, specs, engine_values(self.engine, self.frozen),
+                self.train_stream.state_dict())
 
     def log(self, window: LogWindow) -> None:
         """The window's steps that were not skipped are the same on every rank (the skip decision is global)."""
@@ -436,7 +462,7 @@ class Trainer:
         client = {"trainer": self.state.state_dict(), "data": self.train_stream.state_dict(),
                   "log_window": self.window.state_dict(sums),
                   "bad_steps": self.bad_steps.state_dict(), "best": self.best.state_dict(), "config": to_dict(self.cfg),
-                  "embedding_init": self.built.embedding_init, "tags": saved_tags(self.built.tags)}
+                  "embedding_init": self.embedding_init, "tags": saved_tags(self.tags)}
         checkpoint.save(self.engine, self.ckpt_root, tag, client, self.frozen, self.hf_config, self.tok.path)
         self.last_saved = tag
         if self.rank == 0:
