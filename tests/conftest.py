@@ -181,7 +181,7 @@ def base_config(run_dir: Path, source: Path, corpus: Path, **sections) -> dict:
 
 def config_only(source: Path, out: Path) -> Path:
     """A copy of a model directory without its weights (only the JSON files: config, generation config): a
-    resume must not read the source's weights (xpt_ds.model.build.build_for_resume)."""
+    resume must not read the source's weights (it makes no build plan: xpt_ds.training.trainer.Trainer)."""
     out.mkdir(parents=True)
     for f in Path(source).glob("*.json"):
         (out / f.name).write_bytes(f.read_bytes())
@@ -214,6 +214,29 @@ def read_marker(ckpt_root: Path, tag: str) -> dict:
     """What a checkpoint's COMPLETE marker records: global_step, world_size, zero_stage."""
     from xpt_ds.training.checkpoint import read_marker as read
     return read(Path(ckpt_root) / tag)
+
+
+def twin_of(model):
+    """A second model of ``model``'s config holding copies of its values: the skeleton a resume, a phase hand-over
+    and an export fill (xpt_ds.model.skeleton), assigned every parameter."""
+    from xpt_ds.model.skeleton import assign, skeleton
+    params = dict(model.named_parameters())
+    return assign(skeleton(model.config), lambda n: params[n].detach().clone())
+
+
+def read_frozen(tag_dir: Path) -> dict:
+    """A checkpoint's frozen fp32 weights (module names: ``hf.`` first), as a dict."""
+    from safetensors.torch import load_file
+    return load_file(Path(tag_dir) / "frozen_fp32.safetensors")
+
+
+def read_phase_end(ckpt_root: Path, name: str) -> dict:
+    """A kept phase end as {'weights': {module name: fp32}, 'data': ..., 'digest': ...}."""
+    import json
+
+    from safetensors.torch import load_file
+    base = Path(ckpt_root) / "phase_ends"
+    return {"weights": load_file(base / f"{name}.safetensors"), **json.loads((base / f"{name}.json").read_text())}
 
 
 def read_metrics(run_dir: Path) -> dict[int, dict]:

@@ -1,5 +1,6 @@
 """Run under torchrun (tests/test_frozen.py): FrozenWeights on every rank of a gloo group holds a 1/world slice of
-each value and gives the whole back, exactly, from ``full`` (every rank, the same order); writes OUT/rank{R}.json."""
+each value it must copy and gives the whole back, exactly, from ``full`` (every rank, the same order); a value the
+engine's own bf16 copy holds exactly is kept as that copy, not copied. Writes OUT/rank{R}.json."""
 import json
 import sys
 from pathlib import Path
@@ -13,9 +14,18 @@ rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
 gen = torch.Generator().manual_seed(0)  # the same values on every rank
 shapes = {"a.weight": (7, 5), "b.bias": (3,), "c.one": (1,), "d.weight": (4, 4, 2)}
 values = {name: torch.randn(shape, generator=gen) for name, shape in shapes.items()}
-frozen = FrozenWeights(values)
+frozen = FrozenWeights()
+for name, value in values.items():
+    frozen.keep_slice(name, value)
+# the engine's bf16 copies: one that holds its fp32 value exactly (a bf16 source's weight), one that rounds it
+values["e.exact"] = torch.randn(6, 2, generator=gen).bfloat16().float()
+values["f.rounded"] = torch.randn(6, 2, generator=gen)
+for name in ("e.exact", "f.rounded"):
+    frozen.keep(name, values[name], torch.nn.Parameter(values[name].bfloat16(), requires_grad=False))
 full = {name: frozen.full(name) for name in frozen.names()}
-row = {"rank": rank, "world": world, "held": {n: frozen.slices[n].numel() for n in shapes},
-       "exact": all(torch.equal(full[n], values[n]) for n in shapes), "shapes": {n: list(full[n].shape) for n in shapes}}
+row = {"rank": rank, "world": world, "held": {n: frozen.entries[n][1].numel() for n in shapes},
+       "kinds": {n: frozen.entries[n][0] for n in values}, "copied": frozen.numel(),
+       "exact": all(torch.equal(full[n], values[n]) for n in values),
+       "shapes": {n: list(full[n].shape) for n in shapes}}
 Path(sys.argv[1], f"rank{rank}.json").write_text(json.dumps(row))
 torch.distributed.destroy_process_group()

@@ -18,7 +18,9 @@ from transformers import (
 from xpt_ds.config import ConfigError, DataConfig, ModelConfig
 from xpt_ds.data.mlm import build_streams
 from xpt_ds.data.tokenizer import build_tokenizer
-from xpt_ds.model.build import build_model, build_skeleton
+from conftest import twin_of
+from xpt_ds.model.build import build_model
+from xpt_ds.model.skeleton import assign, skeleton
 from xpt_ds.model.causal_lm import CausalLMObjective
 from xpt_ds.model.objective import build_objective
 
@@ -52,8 +54,7 @@ def test_xpt_target_is_a_stock_model_with_the_source_layers_inside(family, tied,
     assert itl and itl <= new and new == expected | (set() if tied else {"lm_head.weight"})
     assert built.embedding_init["strategy"] == "random" and ("output_rows" in built.embedding_init) == (not tied)
     # The same module tree as the HF config builds (what a phase switch and export rebuild from).
-    twin = build_skeleton(model.config).eval()
-    twin.load_state_dict(model.state_dict())
+    twin = twin_of(model).eval()
     model.eval()
     ids = torch.randint(5, tok.vocab_size, (2, 12))
     with torch.no_grad():
@@ -391,9 +392,9 @@ def test_llama_layout_families_build_in_llamas_layout(family, tied, tiny_decoder
     if kinds is not None:
         assert model.config.layer_types == [kinds[0], *kinds, kinds[-1]]
     model.config.save_pretrained(tmp_path)
-    twin = build_skeleton(AutoConfig.from_pretrained(tmp_path)).eval()
+    params = dict(model.named_parameters())
+    twin = assign(skeleton(AutoConfig.from_pretrained(tmp_path)), lambda n: params[n].detach().clone()).eval()
     assert getattr(twin.config, "layer_types", None) == getattr(model.config, "layer_types", None)
-    twin.load_state_dict(model.state_dict())
     ids = torch.randint(5, tok.vocab_size, (2, 12))
     with torch.no_grad():
         assert torch.equal(twin(ids).logits, model(ids).logits)

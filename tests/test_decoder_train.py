@@ -19,7 +19,7 @@ import subprocess
 import pytest
 import sentencepiece as spm
 import torch
-from conftest import REPO, _command, base_config, launch, read_metrics, write_config
+from conftest import REPO, _command, base_config, launch, read_frozen, read_metrics, write_config
 from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
@@ -33,7 +33,7 @@ from transformers import (
 
 from xpt_ds.evaluate import main as evaluate_main
 from xpt_ds.export import main as export_main
-from xpt_ds.model.build import build_skeleton
+from xpt_ds.model.skeleton import skeleton
 from xpt_ds.model.causal_lm import CausalLMObjective
 from xpt_ds.model.objective import strip_prefix
 from xpt_ds.training.checkpoint import complete_tags, tag_for
@@ -75,18 +75,18 @@ def _reused(source, family: str) -> tuple[dict[str, str], dict[str, torch.Tensor
 
 
 def _check_phase1(tag_dir, source, family: str, stage: int, world: int) -> None:
-    """At the boundary: the frozen parameters are the source's bit for bit (fp32, and in the engine's module,
-    in its dtype, where the checkpoint holds it whole: stages 0-2); the optimizer holds fp32 masters and Adam
+    """At the boundary: the frozen parameters are the source's bit for bit (fp32, in frozen_fp32.safetensors; the
+    module states, which stages 0-2 write whole, leave them out); the optimizer holds fp32 masters and Adam
     moments for exactly the trainable parameters, summed over the ranks' partitions. Loads to the CPU, so it
     also checks a run on a GPU (tests/gpu/test_cuda_decoder.py)."""
     def load(name: str) -> dict:
         return torch.load(tag_dir / name, map_location="cpu", weights_only=False)
 
     reused, src = _reused(source, family)
-    frozen = strip_prefix(torch.load(tag_dir / "frozen_fp32.pt", map_location="cpu", weights_only=True))
+    frozen = strip_prefix(read_frozen(tag_dir))
     assert set(frozen) == set(reused)
     assert all(torch.equal(frozen[t], src[s]) for t, s in reused.items())
-    model = build_skeleton(AutoConfig.from_pretrained(tag_dir / "hf_config"))
+    model = skeleton(AutoConfig.from_pretrained(tag_dir / "hf_config"))
     trainable = {n: p.numel() for n, p in model.named_parameters() if n not in frozen}  # a tied head: one name
     assert trainable and all(n.startswith(("lm_head.", "transformer.wte.", "model.embed_tokens.")) or
                              ".0." in n or ".3." in n for n in trainable)  # embeddings, head, the two ITLs
@@ -98,11 +98,11 @@ def _check_phase1(tag_dir, source, family: str, stage: int, world: int) -> None:
                  for r in range(world)]
         padded = masters = sum(t.numel() for o in optim for t in o["fp32_flat_groups"])
         moments = [o["optimizer_state_dict"]["state"] for o in optim]
-    else:
+    else:  # the module states leave the frozen parameters out: frozen_fp32.safetensors holds them, once
         states = [load("mp_rank_00_model_states.pt")]
         module = strip_prefix(states[0]["module"])
-        dtype = module[next(iter(reused))].dtype
-        assert all(torch.equal(module[t], src[s].to(dtype)) for t, s in reused.items())
+        assert not set(module) & set(reused) and set(trainable) <= set(module)
+        dtype = module[next(iter(trainable))].dtype
         if stage == 0:  # the engine's module is the fp32 master; the torch optimizer's own state, per parameter
             padded = masters = want
             moments = [states[0]["optimizer"]["state"]]

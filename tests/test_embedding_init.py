@@ -218,16 +218,21 @@ def test_source_mean_rows_have_the_source_mean(bert_source, target_bert, max_dim
     assert np.allclose(rows.std(0), src.std(0), rtol=0.3)  # the spread is the source's, not a fixed std
 
 
-def test_random_draws_what_it_drew_before_strategies(bert_source, target_bert):
-    """``random`` is nn.init.normal_(std) over the whole matrix from the global generator, pad row zeroed: the
-    code it replaced, so runs from before keep their weights."""
+def test_random_draws_from_the_parameters_own_generator(bert_source, target_bert):
+    """``random`` is nn.init.normal_(std) over the whole matrix from the context's generator (seeded with init_seed
+    and the parameter's name: xpt_ds.model.new_values), pad row zeroed; the global generator neither decides it
+    nor moves."""
     ctx = _ctx(bert_source, target_bert)
-    torch.manual_seed(5)
+    ctx.generator = torch.Generator().manual_seed(5)
+    torch.manual_seed(1)
     matrix, report = init_embeddings("random", {}, ctx)
-    torch.manual_seed(5)
-    before = torch.nn.init.normal_(torch.empty(ctx.tok.vocab_size, ctx.hidden), std=ctx.std)
-    before[ctx.tok.pad_id] = 0
-    assert torch.equal(matrix, before)
+    moved = torch.rand(1)
+    torch.manual_seed(1)
+    assert torch.equal(moved, torch.rand(1))
+    want = torch.nn.init.normal_(torch.empty(ctx.tok.vocab_size, ctx.hidden), std=ctx.std,
+                                 generator=torch.Generator().manual_seed(5))
+    want[ctx.tok.pad_id] = 0
+    assert torch.equal(matrix, want)
     assert report["random"] == ctx.tok.vocab_size - 1 and report["zero"] == 1
 
 

@@ -204,3 +204,126 @@ def test_export_adapters_loads_with_remote_code(tmp_path, tiny_roberta, corpus):
         with torch.no_grad():
             assert torch.equal(encoder(input_ids=ids).last_hidden_state,
                                model.roberta(input_ids=ids).last_hidden_state)
+
+
+CHECKPOINTS = [("straight", 0), ("straight", 1), ("straight", 2), ("straight", 3), ("engine", "zero2_bf16")]
+
+
+@pytest.mark.parametrize("kind,which", CHECKPOINTS, ids=[f"{k}-{w}" for k, w in CHECKPOINTS])
+def test_a_checkpoint_read_one_value_at_a_time_is_deepspeeds_zero_to_fp32(kind, which, straight_runs, engine_runs):
+    """``CheckpointValues`` (memory-mapped files, each value assembled when asked for) against DeepSpeed's own
+    reconstruction (``zero_to_fp32``, which builds the whole state dict) of every parameter, bit for bit: ZeRO-0's
+    module, ZeRO-1/2's flat groups with their paddings (bf16 runs' too), ZeRO-3's per-rank partitions; frozen ones
+    from the checkpoint's frozen-weights file."""
+    import contextlib
+    import io
+
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+    from xpt_ds.io.trust import load_plain
+    from xpt_ds.training.checkpoint_values import CheckpointValues, ValueFile, frozen_file
+    run = straight_runs(which) / "run" if kind == "straight" else engine_runs(which)
+    root = run / "checkpoints"
+    phase1, phase2 = (tag_for(2), tag_for(6)) if kind == "straight" else (tag_for(4), tag_for(8))
+    for tag in (phase1, phase2):  # phase 1 (the source frozen) and phase 2 (everything trains)
+        values = CheckpointValues(root, tag)
+        frozen = ValueFile(frozen_file(root / tag))
+        if kind == "straight" and which == 0:
+            want = {k: v.float() for k, v in load_plain(root / tag / "mp_rank_00_model_states.pt")["module"].items()}
+        else:
+            with contextlib.redirect_stdout(io.StringIO()):
+                want = get_fp32_state_dict_from_zero_checkpoint(str(root), tag=tag, exclude_frozen_parameters=True)
+        want.update({k: frozen.get(k) for k in frozen.keys})
+        names = values.names()
+        assert names and set(names) <= set(want), tag
+        assert (tag == phase1) == bool(frozen.keys)
+        assert [n for n in names if not torch.equal(values(n), want[n].float())] == [], tag
+
+
+def _same_as_save_pretrained(model, tmp_path, max_shard_bytes):
+    """``save_model`` (streamed, files of at most ``max_shard_bytes``) against the stock ``save_pretrained`` of the
+    same model: the same tensors under the same names, the same config.json and generation config; and stock
+    ``from_pretrained`` loads the sharded directory to the same logits."""
+    from safetensors.torch import load_file
+
+    from xpt_ds.training.export import save_model
+    streamed, stock = tmp_path / "streamed", tmp_path / "stock"
+    streamed.mkdir()
+    save_model(model, streamed, max_shard_bytes=max_shard_bytes)
+    model.save_pretrained(stock)
+    shards = sorted(streamed.glob("model-*-of-*.safetensors"))
+    assert len(shards) > 1 and (streamed / "model.safetensors.index.json").is_file()
+    index = json.loads((streamed / "model.safetensors.index.json").read_text())
+    got = {}
+    for shard in shards:
+        assert shard.stat().st_size <= max_shard_bytes + 100_000  # a tensor larger than the cap gets its own file
+        got.update(load_file(shard))
+    want = {}
+    for f in stock.glob("*.safetensors"):
+        want.update(load_file(f))
+    assert got.keys() == want.keys() == set(index["weight_map"])
+    assert [k for k in want if not torch.equal(got[k], want[k])] == []
+    drop = ("transformers_version", "auto_map")  # auto_map: an adapters export names its shipped classes
+    read = lambda d, f: {k: v for k, v in json.loads((d / f).read_text()).items() if k not in drop}  # noqa: E731
+    assert read(streamed, "config.json") == read(stock, "config.json")
+    assert (streamed / "generation_config.json").is_file() == (stock / "generation_config.json").is_file()
+    if (stock / "generation_config.json").is_file():
+        assert read(streamed, "generation_config.json") == read(stock, "generation_config.json")
+    return streamed
+
+
+EXPORTS = [("roberta", "xpt"), ("bert", "adapters"), ("llama-untied", "xpt"), ("gpt2-tied", "xpt"),
+           ("qwen2-tied", "xpt")]
+
+
+@pytest.mark.parametrize("source,method", EXPORTS, ids=[f"{s}-{m}" for s, m in EXPORTS])
+def test_a_streamed_sharded_export_is_what_save_pretrained_writes(source, method, tiny_roberta, tiny_bert,
+                                                                  tiny_decoder, corpus, corpus_bert, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from xpt_ds.config import ModelConfig
+    from xpt_ds.data.tokenizer import build_tokenizer
+    from xpt_ds.model.build import build_model
+    family, _, tied = source.partition("-")
+    path = {"roberta": tiny_roberta, "bert": tiny_bert}.get(family) or tiny_decoder(family, tied == "tied")
+    corp = corpus_bert if family == "bert" else corpus
+    cfg = ModelConfig(source=str(path), tokenizer=str(corp / "spm.model"), method=method,
+                      **({"adapter_size": 8} if method == "adapters" else {}))
+    model = build_model(cfg, build_tokenizer(cfg.tokenizer)).model.eval()
+    out = _same_as_save_pretrained(model, tmp_path, max_shard_bytes=40_000)
+    if method == "adapters":  # its classes load with trust_remote_code (test_export_adapters_loads_with_remote_code)
+        from xpt_ds.model.adapters import auto_map
+        assert json.loads((out / "config.json").read_text())["auto_map"] == auto_map(family)
+        assert (out / "xpt_adapters.py").is_file()
+        return
+    auto = AutoModelForCausalLM if family not in ("roberta", "bert") else AutoModelForMaskedLM
+    loaded = auto.from_pretrained(out).eval()
+    ids = torch.randint(5, model.config.vocab_size, (2, 12))
+    with torch.no_grad():
+        assert torch.equal(loaded(input_ids=ids).logits, model(input_ids=ids).logits)
+
+
+def test_a_lora_export_merges_each_update_as_peft_does(tiny_decoder, corpus, tmp_path):
+    """The streamed merge (peft's get_delta_weight, one layer at a time) against peft's own ``merge`` of the whole
+    model, bit for bit, with non-zero updates (a fresh LoRA's B is zero: nothing would be tested)."""
+    from safetensors.torch import load_file
+
+    from xpt_ds.config import ModelConfig
+    from xpt_ds.data.tokenizer import build_tokenizer
+    from xpt_ds.model import lora
+    from xpt_ds.model.build import build_model
+    from xpt_ds.training.export import save_model
+    for family in ("llama", "gpt2"):  # GPT-2's Conv1D: fan_in_fan_out
+        cfg = ModelConfig(source=str(tiny_decoder(family, False)), tokenizer=str(corpus / "spm.model"), method="lora")
+        model = build_model(cfg, build_tokenizer(cfg.tokenizer)).model
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if ".lora_B." in name:
+                    p.normal_(generator=torch.Generator().manual_seed(len(name)))
+        out = tmp_path / family
+        out.mkdir()
+        save_model(model, out)
+        got = load_file(out / "model.safetensors")
+        want = lora.merged(model).state_dict()
+        assert not any(".lora_" in k or ".base_layer." in k for k in got)
+        assert [k for k in got if not torch.equal(got[k], want[k])] == [], family

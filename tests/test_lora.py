@@ -32,7 +32,8 @@ from xpt_ds.config import (
 from xpt_ds.config.manager import from_dict
 from xpt_ds.data.tokenizer import build_tokenizer
 from xpt_ds.export import main as export_main
-from xpt_ds.model.build import build_model, build_skeleton
+from xpt_ds.model.build import build_model
+from xpt_ds.model.skeleton import skeleton
 from xpt_ds.model.lora import base_name
 from xpt_ds.model.phases import build_phase_trainables
 from xpt_ds.training.checkpoint import tag_for
@@ -80,7 +81,7 @@ def test_build_keeps_the_source_under_the_updates(family, tied, tiny_decoder, co
     cfg = _train_config(source, corpus)
     assert build_phase_trainables(cfg, built.tags) == [new]
     # The skeleton a resume or the export rebuilds from the HF config has the same parameters, in the same order.
-    twin = build_skeleton(model.config)
+    twin = skeleton(model.config)
     assert [n for n, _ in twin.named_parameters()] == [n for n, _ in model.named_parameters()]
     # B = 0: logits equal those of the stock model with the same rows and source layers.
     plain = STOCK[family](model.config).eval()
@@ -128,7 +129,7 @@ def test_zero3_resume_mid_run_and_merged_export(tmp_path, tiny_decoder, corpus):
 
     run = tmp_path / "resumed"
     shutil.copytree(tmp_path / "straight/checkpoints" / tag_for(2), run / "checkpoints" / tag_for(2))
-    # the resume reads the source's config.json, not its weights (xpt_ds.model.build.build_for_resume)
+    # the resume reads the source's config.json, not its weights (a resume makes no build plan: Trainer.__init__)
     weightless = {**cfg["model"], "source": str(config_only(source, tmp_path / "config_only"))}
     proc = launch(["--config", str(write_config(tmp_path / "cfg.yaml", {**cfg, "run_dir": str(run),
                                                                         "model": weightless}))])

@@ -11,14 +11,14 @@ import torch
 import yaml
 from transformers import RobertaConfig, RobertaForMaskedLM
 
-from conftest import REPO, TINY, base_config, launch, read_metrics, write_config
+from conftest import REPO, TINY, base_config, launch, read_metrics, read_phase_end, write_config
 from xpt_ds.training.checkpoint import (PHASE_ENDS, CheckpointError, complete_tags, load_phase_end, read_client_state,
                                 tag_for)
 from xpt_ds.config import ConfigError, load_config
 from xpt_ds.training.export import load_checkpoint_fp32
 from xpt_ds.model.build import FAMILIES, _tag_parameters
 from xpt_ds.model.objective import strip_prefix
-from xpt_ds.model.phases import build_phase_starts, build_phase_trainables, weights_from_ends
+from xpt_ds.model.phases import build_phase_starts, build_phase_trainables, value_from_ends
 
 MERGE = {"take": {"@lower": "x_to_en", "@upper": "en_to_x"}, "average": ["en_to_x", "x_to_en"]}
 PHASES = [  # 2 steps each: global steps 1-2, 3-4, 5-6, 7-8
@@ -114,7 +114,7 @@ def test_merge_takes_halves_and_averages_the_rest(tmp_path):
     assert sources[0] is None and set(sources[1].values()) == {("common",)}
     gen = torch.Generator().manual_seed(0)
     ends = {p: {n: torch.randn(3, generator=gen) for n in tags} for p in ("en_to_x", "x_to_en")}
-    merged = weights_from_ends(sources[3], ends)
+    merged = {n: value_from_ends(sources[3], {p: v.__getitem__ for p, v in ends.items()}, n) for n in sources[3]}
     assert merged.keys() == tags.keys()
     for n, t in tags.items():
         want = (ends["x_to_en"][n] if "@lower" in t else ends["en_to_x"][n] if "@upper" in t else
@@ -152,7 +152,7 @@ def straight(tmp_path_factory, source, corpus):
 
 
 def _end(run, name):
-    blob = torch.load(run / "checkpoints" / PHASE_ENDS / f"{name}.pt", weights_only=True)
+    blob = read_phase_end(run / "checkpoints", name)
     return strip_prefix(blob["weights"]), blob["data"]
 
 
@@ -222,7 +222,7 @@ def test_resume_between_branches_on_one_rank_keeping_one_checkpoint(straight, so
     assert "deleted checkpoint global_step000000004 (keep_last=1)" in proc.stderr
     assert complete_tags(run / "checkpoints") == [tag_for(STEPS)]
     assert sorted(p.name for p in (run / "checkpoints" / PHASE_ENDS).iterdir()) == [
-        "common.pt", "en_to_x.pt", "x_to_en.pt"]
+        f"{name}.{ext}" for name in ("common", "en_to_x", "x_to_en") for ext in ("json", "safetensors")]
     want, got = read_metrics(straight), read_metrics(run)
     assert sorted(got) == list(range(5, STEPS + 1))
     for s in got:
@@ -239,13 +239,16 @@ def test_a_phase_end_from_another_branch_is_refused(straight, tmp_path):
     shutil.copytree(straight / "checkpoints" / PHASE_ENDS, root / PHASE_ENDS)
     recorded = read_client_state(straight / "checkpoints", tag_for(6))["trainer"]["phase_ends"]
     assert sorted(recorded) == ["common", "en_to_x", "x_to_en"]
-    weights, data = load_phase_end(root, "x_to_en", recorded["x_to_en"])
-    assert _equal(strip_prefix(weights), _end(straight, "x_to_en")[0], strip_prefix(weights)) == []
-    shutil.copyfile(root / PHASE_ENDS / "common.pt", root / PHASE_ENDS / "x_to_en.pt")
-    with pytest.raises(CheckpointError, match="x_to_en.pt is not what phase 'x_to_en' ended with in this run"):
+    values, data = load_phase_end(root, "x_to_en", recorded["x_to_en"])
+    want = _end(straight, "x_to_en")[0]
+    assert [n for n in want if not torch.equal(values(f"hf.{n}"), want[n])] == []
+    for ext in ("json", "safetensors"):
+        shutil.copyfile(root / PHASE_ENDS / f"common.{ext}", root / PHASE_ENDS / f"x_to_en.{ext}")
+    with pytest.raises(CheckpointError, match="x_to_en.safetensors is not what phase 'x_to_en' ended with in this "
+                                              "run"):
         load_phase_end(root, "x_to_en", recorded["x_to_en"])
-    (root / PHASE_ENDS / "x_to_en.pt").unlink()
-    with pytest.raises(CheckpointError, match="x_to_en.pt is missing"):
+    (root / PHASE_ENDS / "x_to_en.safetensors").unlink()
+    with pytest.raises(CheckpointError, match="x_to_en.safetensors is missing"):
         load_phase_end(root, "x_to_en", recorded["x_to_en"])
 
 
@@ -263,15 +266,14 @@ def test_a_resume_before_a_kept_phase_end_moves_it_aside_and_follows_the_new_bra
                       "trainable": ["@all"]}]
     path = str(write_config(tmp_path / "c.yaml", cfg))
     assert launch(["--config", path]).returncode == 0
-    ends = run / "checkpoints" / PHASE_ENDS
-    old = torch.load(ends / "common.pt", weights_only=True)
+    old = read_phase_end(run / "checkpoints", "common")
     old_loss = read_metrics(run)[5]["train/loss"]
     proc = launch(["--config", path, "--phases.0.lr=3e-3", "--resume", tag_for(1)])
     assert proc.returncode == 0, proc.stderr[-3000:]
-    moved = run / "checkpoints" / ABANDONED / "branch-001" / PHASE_ENDS / "common.pt"
+    moved = run / "checkpoints" / ABANDONED / "branch-001"
     assert f"moved the end of phase(s) common, which the branch it leaves kept after {tag_for(1)}, to" in proc.stderr
-    assert state_digest(torch.load(moved, weights_only=True)["weights"]) == old["digest"]  # moved, not deleted
-    new = torch.load(ends / "common.pt", weights_only=True)
+    assert state_digest(read_phase_end(moved, "common")["weights"]) == old["digest"]  # moved, not deleted
+    new = read_phase_end(run / "checkpoints", "common")
     assert new["digest"] != old["digest"]
     assert read_client_state(run / "checkpoints", tag_for(6))["trainer"]["phase_ends"] == {"common": new["digest"]}
     assert "phase 'branch' starts at global step 4 from the end of 'common'" in proc.stderr

@@ -61,31 +61,55 @@ def test_two_fresh_runs_from_a_headless_source_are_bit_identical(tmp_path, headl
 
 AGREE = r'''
 import sys, torch, deepspeed
-from xpt_ds.training.engine import agree_on_initial_weights, state_digest
+from torch import nn
+from xpt_ds.training.fill import Digest, agree_or_broadcast, engine_values, fill
+from xpt_ds.training.frozen import FrozenWeights
 deepspeed.init_distributed(dist_backend="gloo")
 rank = deepspeed.comm.get_rank()
-torch.manual_seed(0)
-state = {"a": torch.randn(4, 3), "b": torch.arange(5.0)}
-if rank == 1:
-    state["a"][1, 2] += 1.0  # one rank built different weights
-agree_on_initial_weights(state)
-digests = [None, None]
-torch.distributed.all_gather_object(digests, state_digest(state))
-torch.manual_seed(0)
-assert torch.equal(state["a"], torch.randn(4, 3)), rank  # rank 0's values, everywhere
-assert digests[0] == digests[1]
+
+
+class Model(nn.Module):  # a trainable matrix and a frozen vector, no values yet
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Parameter(torch.empty(4, 3))
+        self.b = nn.Parameter(torch.empty(5), requires_grad=False)
+
+
+def reference(name):
+    return torch.randn(4, 3, generator=torch.Generator().manual_seed(0)) if name == "a" else torch.arange(5.0)
+
+
+def values(name):
+    value = reference(name)
+    if rank == 1 and name == "a":
+        value[1, 2] += 1.0  # one rank built different weights
+    return value
+
+
+model = Model()
+config = {"train_batch_size": 2, "train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": int(sys.argv[1])},
+          "zero_allow_untested_optimizer": True, "zero_force_ds_cpu_optimizer": False}
+engine, *_ = deepspeed.initialize(model=model, optimizer=torch.optim.AdamW([model.a], lr=0.0), config=config)
+frozen, digest = FrozenWeights(), Digest()
+fill(engine, values, {"a"}, frozen, "test", digest=digest)
+agree_or_broadcast(engine, values, {"a"}, frozen, digest)
+got = engine_values(engine, frozen)  # the masters and the frozen record: rank 0's values, everywhere
+assert all(torch.equal(got(n), reference(n)) for n in ("a", "b")), rank
 print(f"rank {rank} agrees")
 torch.distributed.barrier()
 torch.distributed.destroy_process_group()
 '''
 
 
-def test_a_rank_with_different_weights_gets_rank_0s(tmp_path):
+@pytest.mark.parametrize("stage", [2, 3])
+def test_a_rank_with_different_weights_gets_rank_0s(tmp_path, stage):
+    """xpt_ds.training.fill on a real 2-rank engine: the ranks' crc32s differ, so rank 0's values are broadcast and
+    filled again, into the masters (ZeRO-2's partitions, ZeRO-3's) and the frozen record alike."""
     script = tmp_path / "agree.py"
     script.write_text(AGREE)
     env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "TORCHDYNAMO_DISABLE": "1"}
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-                           str(free_port()), str(script)], cwd=tmp_path, env=env,
+                           str(free_port()), str(script), str(stage)], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("agrees") == 2

@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from xpt_ds.config import ConfigError, ModelConfig
-from xpt_ds.model.build import load_source
+from xpt_ds.model.build import load_source_model
 
 AUTO_MAP = {"AutoConfig": "bert_layers.BertConfig", "AutoModelForMaskedLM": "bert_layers.BertForMaskedLM"}
 
@@ -30,7 +30,7 @@ def _copy(src: Path, dst: Path, auto_map: dict | None = None, edit=None) -> Path
 
 
 def _load(source: Path):
-    return load_source(ModelConfig(source=str(source), tokenizer="unused.model"))
+    return load_source_model(ModelConfig(source=str(source), tokenizer="unused.model"))
 
 
 def _drop_position_embeddings(state: dict) -> None:  # ALiBi in place of positions, as MosaicBERT's

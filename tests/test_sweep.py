@@ -405,7 +405,7 @@ def test_a_trelm_graph_sweep_runs_resumes_and_skips(tmp_path, source_dir, corpus
     assert row["steps"] == 8 and 1 <= row["ppl"]
     assert row["epochs"] == pytest.approx(8 * 2 * 2 * 30 / 800)  # target MLM rows only: 8 steps x 2 x 2 x 30
     run = out / "runs" / "trelm" / "800"
-    assert (run / "checkpoints" / "phase_ends" / "x_en.pt").is_file()
+    assert (run / "checkpoints" / "phase_ends" / "x_en.safetensors").is_file()
 
     (out / "results.jsonl").write_text("")  # cut inside x_en: what a killed sweep leaves
     for tag in complete_tags(run / "checkpoints")[-2:]:  # global steps 6 and 8

@@ -17,7 +17,9 @@ from conftest import TINY, base_config, launch, read_metrics, write_config
 from xpt_ds.training import checkpoint
 from xpt_ds.config import ConfigError, DataConfig, ModelConfig, OptimConfig, TrainConfig, load_config
 from xpt_ds.data.mlm import build_streams
-from xpt_ds.model.build import build_model, build_skeleton
+from xpt_ds.model.build import build_model
+from xpt_ds.model.new_values import StockInit
+from xpt_ds.model.skeleton import assign, skeleton
 from xpt_ds.trelm.data import build_trelm_stream
 from xpt_ds.data.tokenizer import build_tokenizer
 from xpt_ds.trelm.model import ENGLISH, TARGET, encode, halves, lm_logits
@@ -27,7 +29,8 @@ SOURCE_VOCAB = 90
 
 
 def _skeleton(family: str = "bert", layers: int = 2, seed: int = 0) -> nn.Module:
-    """A tiny stock model with ``trelm`` attached (build_skeleton), random values everywhere, no dropout."""
+    """A tiny stock model with ``trelm`` attached (xpt_ds.model.skeleton), random values everywhere (each parameter as
+    the builder draws a new one), no dropout."""
     torch.manual_seed(seed)
     if family == "bert":
         cfg = BertConfig(**{**TINY, "num_hidden_layers": layers}, pad_token_id=0)
@@ -36,7 +39,8 @@ def _skeleton(family: str = "bert", layers: int = 2, seed: int = 0) -> nn.Module
         cfg = RobertaConfig(**{**TINY, "num_hidden_layers": layers}, pad_token_id=1, type_vocab_size=1)
         cfg.xpt_position_offset = 2  # pad + 1
     cfg.xpt_trelm_source_vocab_size, cfg.xpt_trelm_source_pad_id = SOURCE_VOCAB, 0
-    model = build_skeleton(cfg).eval()
+    init = StockInit(skeleton(cfg), seed)
+    model = assign(skeleton(cfg), init.value).eval()
     with torch.no_grad():
         model.trelm.placeholder.normal_()
         model.trelm.language_embeddings.weight.normal_()

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 import yaml
 from transformers import BertForMaskedLM
 
-from conftest import REPO, base_config, launch, read_metrics, write_config
+from conftest import REPO, base_config, launch, read_metrics, read_phase_end, write_config
 from test_trelm import SOURCE_VOCAB, _build, _train_cfg, _write_parallel, source_dir, write_pairs  # noqa: F401
 from xpt_ds.training.checkpoint import PHASE_ENDS, tag_for
 from xpt_ds.config import ConfigError, OptimConfig, load_config
@@ -172,7 +172,7 @@ def _three_phase(run, source_dir, corpus_bert, english, parallel, last_trains=("
 
 
 def _end(run, name):
-    blob = torch.load(run / "checkpoints" / PHASE_ENDS / f"{name}.pt", weights_only=True)
+    blob = read_phase_end(run / "checkpoints", name)
     return strip_prefix(blob["weights"]), blob["data"]
 
 
