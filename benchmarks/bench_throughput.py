@@ -258,13 +258,16 @@ def run_xpt(spec: dict) -> dict:
         from xpt_ds.model.objective import MaskedLMObjective
         from xpt_ds.training.distributed import init_distributed
         from xpt_ds.training.engine import build_engine, lr_at, set_lr
+        from xpt_ds.training.fill import fill
+        from xpt_ds.training.frozen import FrozenWeights
 
     init_distributed()  # as a rank of xpt_ds.train joins
     with collector.paused():
         cfg, tok, model, trainable = build_side_model(spec)
         objective = MaskedLMObjective(model)
         fp32 = {n: p.detach().clone() for n, p in objective.named_parameters()}
-        engine, optimizer, _ = build_engine(objective, {f"hf.{n}" for n in trainable}, cfg, fp32)
+        engine, optimizer = build_engine(objective, {f"hf.{n}" for n in trainable}, cfg)
+        fill(engine, fp32.__getitem__, {f"hf.{n}" for n in trainable}, FrozenWeights(), "bench model")
     probe = None if cfg.compile else LinearOutputDtype(model)  # a hook inside a compiled layer would break its graph
     device = torch.device(deepspeed.get_accelerator().current_device_name())
     phase = cfg.phases[spec["phase"] - 1]

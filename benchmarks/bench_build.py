@@ -1,0 +1,488 @@
+"""Building a large source's target, on CPU: time to the first step, host memory per rank, the phase hand-over,
+the phase-end checkpoint, a resume and an export, beside transformers' ``from_pretrained`` of the same source.
+
+Sources are Llama-3.2-shaped decoders with random weights, written here once in the hub's layout (bf16
+safetensors, files of at most 5 GB, ``model.safetensors.index.json`` when there are several):
+
+- ``1b``: hidden 2048, 16 layers, FFN 8192, 32/8 heads, vocabulary 128,256, tied (Llama-3.2-1B);
+- ``3b``: hidden 3072, 28 layers, FFN 8192, 24/8 heads, vocabulary 128,256, tied (Llama-3.2-3B).
+
+The target language is UA-GEC's Ukrainian text with a 32,000-piece SentencePiece vocabulary. Each run is
+``method: xpt`` through the trainer's command line as a user runs it: one process with ``zero1_fp32`` at world 1,
+two ranks of torchrun with ``zero3_fp32`` at world 2 (fp32: this CPU has no bf16 matmul; ``torch_adam``),
+sequence 128, one row a step. The ``1b`` runs train 2 steps of phase 1 and 1 of phase 2 (the hand-over between);
+the ``3b`` runs train phase 1 only (2 steps). XPT's phase 2 trains every parameter, whose fp32 weights, master,
+gradient and Adam moments (some 20 bytes a parameter: 23 GB at 1B) are more than this machine holds at any world
+size, so the benchmark's phase 2 trains ``@new`` and ``@upper`` (the ITLs, the new rows and the upper half of
+the source's layers, 0.6B of 1.16B): the hand-over still moves every value into a new engine. A run is stopped
+once phase 2's engine is built and filled (its "phase 'phase2' starts" line); phase 2's step is not measured.
+Then the same command runs again, resuming from the phase-end checkpoint (stopped at its "resumed from" line:
+the load), and ``xpt-ds export`` writes the model.
+
+Host memory is sampled every 0.2 s from ``/proc/PID/smaps_rollup`` of every process of the job: ``Pss_Anon``
+(memory the process owns, a page shared with a forked DataLoader worker counted half in each) and ``Pss_File``
+(file pages it has mapped, such as the source's safetensors: page cache the kernel can drop, shared by the
+ranks). A rank's figure is that of its processes together: the rank and the
+DataLoader workers it forks (a worker forked after the model was built shares its pages, which ``Pss`` splits
+between the two). A job whose processes together own more than ``--cap-gib`` GiB of anonymous memory (Pss_Anon) is killed:
+the row then says where it was and how much it held (the machine has 24 GiB and no swap).
+
+The peer, in its own process: ``AutoModelForCausalLM.from_pretrained(SOURCE, dtype=torch.float32)`` then
+``resize_token_embeddings(32000)``, what a user of the stock path runs before training; its wall time includes
+the imports, as the trainer's time to its first step does.
+
+    python benchmarks/bench_build.py --out /tmp/bench_build [--shapes 1b,3b] [--worlds 1,2] [--code DIR]
+                                     [--label after] [--cap-gib 21]
+
+``--code DIR`` runs the trainer of another checkout (``git worktree add DIR COMMIT``: the before figures); the
+sources and data are the same files. Results: ``OUT/LABEL.json`` and a Markdown table on stdout.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+SHAPES = {
+    "1b": dict(hidden_size=2048, num_hidden_layers=16, intermediate_size=8192, num_attention_heads=32,
+               num_key_value_heads=8, head_dim=64),
+    "3b": dict(hidden_size=3072, num_hidden_layers=28, intermediate_size=8192, num_attention_heads=24,
+               num_key_value_heads=8, head_dim=128),
+    # tests/test_bench_build.py: the script keeps working (no measurement)
+    "tiny": dict(hidden_size=64, num_hidden_layers=2, intermediate_size=128, num_attention_heads=2,
+                 num_key_value_heads=1, head_dim=32, vocab_size=300, max_position_embeddings=256),
+}
+LLAMA_32 = dict(vocab_size=128256, tie_word_embeddings=True, max_position_embeddings=131072, rms_norm_eps=1e-5,
+                rope_theta=500000.0, bos_token_id=128000, eos_token_id=128001, initializer_range=0.02,
+                hidden_act="silu", rope_scaling={"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                                                 "original_max_position_embeddings": 8192, "rope_type": "llama3"})
+TARGET_VOCAB = 32000
+GIB = 2**30
+LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
+
+
+# ---------------------------------------------------------------------------------------------- inputs
+
+def write_source(out: Path, shape: str) -> Path:
+    """A Llama-3.2-shaped source with random bf16 weights (N(0, 0.02), norms 1) in the hub's layout."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from xpt_ds.io.safetensors_files import ShardedWriter
+    if (out / "config.json").is_file():
+        return out
+    tmp = out.with_name(out.name + ".writing")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    settings = {**LLAMA_32, **SHAPES[shape]}
+    if shape == "tiny":  # no llama3 rope scaling over 256 positions, special ids inside the 300-word vocabulary
+        del settings["rope_scaling"]
+        settings.update(bos_token_id=0, eos_token_id=2)
+    config = LlamaConfig(**settings, dtype="bfloat16")
+    with torch.device("meta"):
+        skeleton = LlamaForCausalLM(config)
+    specs = [(n, tuple(p.shape), torch.bfloat16) for n, p in skeleton.named_parameters()]
+    writer = ShardedWriter(tmp, specs)
+    g = torch.Generator().manual_seed(0)
+    for name, shp, _ in specs:
+        value = torch.ones(shp) if name.endswith("norm.weight") else torch.empty(shp).normal_(0, 0.02, generator=g)
+        writer.write(name, value)
+    writer.close()
+    config.save_pretrained(tmp)
+    tmp.rename(out)
+    return out
+
+
+def prepare_data(out: Path) -> Path:
+    """UA-GEC's corrected train text, prepared with a 32,000-piece vocabulary in the decoder layout."""
+    if (out / "uk" / "manifest.json").is_file():
+        return out / "uk"
+    subprocess.run([sys.executable, "-m", "data_tools.uagec", "--out", str(out / "uagec")], cwd=REPO, check=True,
+                   capture_output=True)
+    subprocess.run([sys.executable, "-m", "data_tools.prepare", "--input", str(out / "uagec/text/train.txt"),
+                    "--out", str(out / "uk"), "--vocab-size", str(TARGET_VOCAB), "--valid", "0.02", "--test", "0.02",
+                    "--family", "roberta"], cwd=REPO, check=True, capture_output=True)
+    return out / "uk"
+
+
+def run_config(path: Path, run_dir: Path, source: Path, data: Path, shape: str, world: int, phases_n: int) -> Path:
+    import yaml
+    phases = [{"name": "phase1", "steps": 2, "lr": 1e-4, "warmup_steps": 0}]
+    if phases_n == 2:  # XPT's phase 2 trains @all: see the module docstring
+        phases.append({"name": "phase2", "steps": 1, "lr": 1e-5, "warmup_steps": 0,
+                       "trainable": ["@new", "@upper"]})
+    cfg = {"run_dir": str(run_dir),
+           "deepspeed": str(REPO / ("ds_configs/zero1_fp32.json" if world == 1 else "ds_configs/zero3_fp32.json")),
+           "model": {"source": str(source), "tokenizer": str(data / "spm.model"), "method": "xpt"},
+           "phases": phases,
+           "data": {"train_shards": [f"{data}/manifest.json:train"], "seq_len": 128, "num_workers": 0},
+           "optim": {"micro_batch_size": 1, "grad_accum": 1, "torch_adam": True},
+           "checkpoint": {"every_steps": 0, "keep_last": 1},
+           "logging": {"log_every": 1, "eval_every": 0, "progress_bar": False, "tensorboard": False}}
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+# ---------------------------------------------------------------------------------------------- measuring
+
+def _tree(root: int) -> list[int]:
+    """``root`` and every process below it (from /proc's parent links)."""
+    children: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(d.name))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo += children.get(pid, [])
+    return out
+
+
+def _status(pid: int) -> tuple[str, int, int] | None:
+    """(command line, Pss_Anon bytes, Pss_File bytes) of ``pid``, or None when it is gone. Proportional: a page
+    two processes share (a DataLoader worker forked from its rank, the page cache of a file both map) counts half
+    in each, so the processes' figures add up to what the machine holds."""
+    try:
+        text = Path(f"/proc/{pid}/smaps_rollup").read_text()
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return None
+    kb = {k: int(v.split()[0]) for k, v in (line.split(":", 1) for line in text.splitlines()[1:])
+          if k in ("Pss_Anon", "Pss_File")}
+    return cmd, kb.get("Pss_Anon", 0) * 1024, kb.get("Pss_File", 0) * 1024
+
+
+class Sampler(threading.Thread):
+    """Samples a process tree's memory every ``period`` s; kills the tree when it owns more than ``cap`` bytes, or
+    once its log ``log`` holds a line matching ``stop_at`` (what was to be measured is done)."""
+
+    def __init__(self, root: int, cap: int, log: Path, stop_at: str | None = None, period: float = 0.2):
+        super().__init__(daemon=True)
+        self.root, self.cap, self.period = root, cap, period
+        self.log, self.stop_at, self.stopped = log, re.compile(stop_at) if stop_at else None, None
+        self.samples: list[tuple[float, int, int, int, int]] = []  # (time, pid, ppid-is-launcher, anon, file)
+        self.killed: tuple[float, int] | None = None
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            now, total = time.time(), 0
+            for pid in _tree(self.root):
+                st = _status(pid)
+                if st is None:
+                    continue
+                cmd, anon, file = st
+                self.samples.append((now, pid, _rank_of(pid, cmd), anon, file))
+                total += anon
+            if total > self.cap and self.killed is None:
+                self.killed = (now, total)
+                kill_tree(self.root)
+            if self.stop_at is not None and self.stopped is None and self.stop_at.search(
+                    self.log.read_text(errors="replace")):
+                self.stopped = now
+                kill_tree(self.root)
+            self.done.wait(self.period)
+
+
+def kill_tree(root: int) -> None:
+    """SIGKILL ``root`` and every process below it (torchrun's ranks run in sessions of their own, so the launcher's
+    process group is not all of them), and wait until none is left."""
+    pids = _tree(root)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    deadline = time.time() + 30
+    while time.time() < deadline and any(Path(f"/proc/{pid}").exists() and _status(pid) is not None
+                                         for pid in pids[1:]):
+        time.sleep(0.1)
+
+
+def _rank_of(pid: int, cmd: str) -> int:
+    """The rank a process of the job belongs to (its RANK; a DataLoader worker inherits its rank's), -1 for a
+    launcher, -2 for anything else."""
+    if "xpt_ds.train" not in cmd and "xpt_ds.export" not in cmd and "from_pretrained" not in cmd:
+        return -2
+    if "torch.distributed.run" in cmd:
+        return -1
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return -2
+    for item in env:
+        if item.startswith(b"RANK="):
+            return int(item[5:])
+    return 0
+
+
+def peaks(samples, start: float = 0.0, end: float = float("inf")) -> dict:
+    """Per rank, the largest Pss_Anon and Pss_File of the rank's processes together (the rank and the DataLoader
+    workers it forked, which inherit its RANK: a page they share counts once in all), between ``start`` and
+    ``end``; and the largest sum over every process of the job."""
+    per: dict[tuple[float, int], list[int]] = {}
+    by_time: dict[float, int] = {}
+    for t, _, rank, a, f in samples:
+        if not start <= t <= end:
+            continue
+        by_time[t] = by_time.get(t, 0) + a
+        if rank >= 0:
+            cell = per.setdefault((t, rank), [0, 0])
+            cell[0] += a
+            cell[1] += f
+    out = {"ranks": {}}
+    for (t, rank), (a, f) in sorted(per.items()):
+        best = out["ranks"].setdefault(rank, {"anon_gib": 0.0, "file_gib": 0.0})
+        best["anon_gib"] = max(best["anon_gib"], a / GIB)
+        best["file_gib"] = max(best["file_gib"], f / GIB)
+    out["ranks"] = dict(sorted(out["ranks"].items()))
+    out["job_anon_gib"] = max(by_time.values(), default=0) / GIB
+    return out
+
+
+def run_job(cmd: list[str], env: dict, log: Path, cap: int, timeout: float, cwd: Path = REPO,
+            stop_at: str | None = None) -> dict:
+    """Run ``cmd`` (in ``cwd``: ``python -m`` puts it first on the path, so it picks the checkout), sampling its
+    processes' memory; stop it once its output matches ``stop_at``."""
+    started = time.time()
+    with open(log, "w") as f:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        sampler = Sampler(proc.pid, cap, log, stop_at)
+        sampler.start()
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            kill_tree(proc.pid)
+            rc = proc.wait()
+            sampler.killed = sampler.killed or (time.time(), -1)
+        sampler.done.set()
+        sampler.join()
+    return {"rc": rc, "started": started, "ended": time.time(), "samples": sampler.samples,
+            "killed": sampler.killed, "stopped": sampler.stopped}
+
+
+def timeline(samples, started: float, points: int = 400) -> list[list[float]]:
+    """(seconds since start, rank 0's Pss_Anon GiB (with its workers), the job's Pss_Anon GiB), at most ``points``
+    rows."""
+    rows: dict[float, list[float]] = {}
+    for t, _, rank, a, _ in samples:
+        row = rows.setdefault(t, [round(t - started, 1), 0.0, 0.0])
+        row[2] += a / GIB
+        if rank == 0:
+            row[1] += a / GIB
+    out = [rows[t] for t in sorted(rows)]
+    step = max(1, len(out) // points)
+    return [[r[0], round(r[1], 2), round(r[2], 2)] for r in out[::step]]
+
+
+def log_times(log: Path) -> list[tuple[float, str]]:
+    """(epoch seconds, message) of every line the trainer logged with a timestamp."""
+    out = []
+    for line in log.read_text(errors="replace").splitlines():
+        m = LOG_TIME.match(line)
+        if m:
+            t = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            out.append((t, line[m.end():]))
+    return out
+
+
+def step_times(run_dir: Path) -> dict[int, float]:
+    """Step -> the time metrics.jsonl logged it (log_every 1: right after the step)."""
+    out = {}
+    path = run_dir / "metrics.jsonl"
+    for line in (path.read_text().splitlines() if path.is_file() else []):
+        row = json.loads(line)
+        if "train/loss" in row:
+            out[row["step"]] = row["time"]
+    return out
+
+
+def first(lines: list[tuple[float, str]], pattern: str, after: float = 0.0) -> float | None:
+    rx = re.compile(pattern)
+    return next((t for t, msg in lines if t >= after and rx.search(msg)), None)
+
+
+# ---------------------------------------------------------------------------------------------- the rows
+
+def trainer_env(code: Path) -> dict:
+    return {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "TORCHDYNAMO_DISABLE": "1",
+            "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(code)}
+
+
+def train_cmd(cfg: Path, world: int) -> list[str]:
+    if world == 1:
+        return [sys.executable, "-m", "xpt_ds.train", "--config", str(cfg)]
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(world), "--master_port",
+            str(29500 + os.getpid() % 1000), "-m", "xpt_ds.train", "--config", str(cfg)]
+
+
+def measure_trainer(work: Path, code: Path, source: Path, data: Path, shape: str, world: int, cap: int,
+                    phases_n: int) -> dict:
+    run_dir = work / f"run_{shape}_w{world}"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    cfg = run_config(work / f"cfg_{shape}_w{world}.yaml", run_dir, source, data, shape, world, phases_n)
+    env = trainer_env(code)
+    row: dict = {"shape": shape, "world": world, "phases": phases_n}
+    # the hand-over is measured to phase 2's first line: its first step would allocate Adam moments for every
+    # parameter (16 bytes each, 18.6 GB at 1B), more than this machine holds at any world size
+    job = run_job(train_cmd(cfg, world), env, work / f"train_{shape}_w{world}.log", cap, timeout=3600, cwd=code,
+                  stop_at=r"phase 'phase2' starts")
+    lines = log_times(work / f"train_{shape}_w{world}.log")
+    steps = step_times(run_dir)
+    row["rc"], row["killed"] = job["rc"], job["killed"]
+    row["timeline"] = timeline(job["samples"], job["started"])
+    t0 = job["started"]
+    ready = first(lines, r"model: [\d,]+ parameters; phase")
+    row["ready_s"] = None if ready is None else ready - t0
+    row["first_step_s"] = steps[1] - t0 if 1 in steps else None
+    row["to_first_step"] = peaks(job["samples"], end=steps.get(1, job["ended"]))
+    if job["killed"]:
+        row["killed_after_s"] = job["killed"][0] - t0
+        row["killed_job_anon_gib"] = job["killed"][1] / GIB
+        row["at_kill"] = peaks(job["samples"])
+        row["last_log"] = lines[-1][1][:200] if lines else ""
+        return row
+    saved = [t for t, msg in lines if "saved checkpoint" in msg]
+    if 2 in steps and saved:
+        row["phase1_end_save_s"] = saved[0] - steps[2]
+    switch = first(lines, r"phase 'phase2' starts", after=steps.get(2, 0))
+    if switch is not None:  # the hand-over: from the end of phase 1's checkpoint to phase 2's first line
+        row["handover_s"] = switch - (saved[0] if saved else steps[2])
+        row["handover"] = peaks(job["samples"], start=steps[2], end=switch)
+    row["train_peak"] = peaks(job["samples"])
+    # the same command again: resumes from the phase-end checkpoint (measured to its "resumed from" line)
+    job = run_job(train_cmd(cfg, world), env, work / f"resume_{shape}_w{world}.log", cap, timeout=3600, cwd=code,
+                  stop_at=r"resumed from")
+    lines = log_times(work / f"resume_{shape}_w{world}.log")
+    resumed = first(lines, r"resumed from")
+    row["resume"] = {"rc": job["rc"], "killed": job["killed"], "wall_s": job["ended"] - job["started"],
+                     "to_resumed_s": None if resumed is None else resumed - job["started"],
+                     "peak": peaks(job["samples"])}
+    out = work / f"export_{shape}_w{world}"
+    shutil.rmtree(out, ignore_errors=True)
+    job = run_job([sys.executable, "-m", "xpt_ds.export", "--run", str(run_dir), "--out", str(out)], env,
+                  work / f"export_{shape}_w{world}.log", cap, timeout=3600, cwd=code)
+    row["export"] = {"rc": job["rc"], "killed": job["killed"], "wall_s": job["ended"] - job["started"],
+                     "peak": peaks(job["samples"]),
+                     "files": sorted(p.name for p in out.iterdir()) if out.is_dir() else []}
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return row
+
+
+HF_PEER = ("import sys, time, torch; t = time.time(); from transformers import AutoModelForCausalLM; "
+           "m = AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.float32); "
+           "m.resize_token_embeddings(int(sys.argv[2])); print('from_pretrained', time.time() - t)")
+
+
+def measure_hf(work: Path, source: Path, shape: str, cap: int) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    job = run_job([sys.executable, "-c", HF_PEER, str(source), str(TARGET_VOCAB)], env, work / f"hf_{shape}.log",
+                  cap, timeout=3600)
+    return {"shape": shape, "rc": job["rc"], "killed": job["killed"], "wall_s": job["ended"] - job["started"],
+            "peak": peaks(job["samples"])}
+
+
+# ---------------------------------------------------------------------------------------------- report
+
+def _f(x, fmt="{:.1f}") -> str:
+    return "" if x is None else fmt.format(x)
+
+
+def _after(job: dict, seconds) -> str:
+    """A resume's or an export's time, or where the cap killed it."""
+    if job.get("killed"):
+        return f"killed at {job['killed'][1] / GIB:.1f} GiB after {job['wall_s']:.0f} s"
+    return _f(seconds)
+
+
+def table(result: dict) -> str:
+    hf = {r["shape"]: r for r in result["hf"]}
+    lines = ["| source | ranks | first step ready s | first step done s | vs HF | peak PSS anon/rank to step 1 GiB | "
+             "job PSS anon GiB | hand-over s | peak PSS anon/rank hand-over GiB | phase-end save s | resume load s | "
+             "export s | export PSS anon GiB |", "|" + "---|" * 13]
+    for r in result["rows"]:
+        peer = hf.get(r["shape"], {}).get("wall_s")
+        if r.get("killed"):
+            killed = f"killed at {r['killed_job_anon_gib']:.1f} GiB after {r['killed_after_s']:.0f} s"
+            at_kill = " / ".join(_f(v['anon_gib']) for v in r['at_kill']['ranks'].values())
+            if r.get("first_step_s") is None:  # in the build: the peak per rank is the one it was killed at
+                lines.append(f"| {r['shape']} | {r['world']} | {killed} | | | {at_kill} | | | | | | | |")
+            else:  # after its first step: in the hand-over (the last line it logged is phase 1's checkpoint)
+                rank_peak = " / ".join(_f(v["anon_gib"]) for v in r["to_first_step"]["ranks"].values())
+                lines.append(f"| {r['shape']} | {r['world']} | {_f(r['ready_s'])} | {_f(r['first_step_s'])} | "
+                             f"{_f(r['ready_s'] / peer if peer and r['ready_s'] else None, '{:.2f}x')} | {rank_peak} | "
+                             f"{_f(r['to_first_step']['job_anon_gib'])} | {killed} | {at_kill} | | | | |")
+            continue
+        rank_peak = " / ".join(_f(v["anon_gib"]) for v in r["to_first_step"]["ranks"].values())
+        hand = " / ".join(_f(v["anon_gib"]) for v in r.get("handover", {}).get("ranks", {}).values())
+        lines.append(f"| {r['shape']} | {r['world']}{'' if r.get('phases', 2) == 2 else ' (phase 1 only)'} | "
+                     f"{_f(r['ready_s'])} | {_f(r['first_step_s'])} | "
+                     f"{_f(r['ready_s'] / peer if peer and r['ready_s'] else None, '{:.2f}x')} | {rank_peak} | "
+                     f"{_f(r['to_first_step']['job_anon_gib'])} | {_f(r.get('handover_s'))} | {hand} | "
+                     f"{_f(r.get('phase1_end_save_s'))} | {_after(r['resume'], r['resume'].get('to_resumed_s'))} | "
+                     f"{_after(r['export'], r['export']['wall_s'])} | {_f(r['export']['peak']['job_anon_gib'])} |")
+    for shape, r in sorted(hf.items()):
+        lines.append(f"\nHF from_pretrained + resize_token_embeddings, {shape}: {r['wall_s']:.1f} s wall, peak "
+                     f"PSS anon {r['peak']['job_anon_gib']:.1f} GiB (rc {r['rc']})")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--shapes", default="1b,3b")
+    ap.add_argument("--worlds", default="1,2")
+    ap.add_argument("--code", type=Path, default=REPO, help="checkout whose xpt_ds the trainer runs")
+    ap.add_argument("--label", default="after")
+    ap.add_argument("--cap-gib", type=float, default=21.0)
+    ap.add_argument("--skip-hf", action="store_true")
+    ap.add_argument("--data", type=Path, help="a prepared corpus (manifest.json, spm.model) instead of UA-GEC's")
+    ap.add_argument("--phases", type=int, default=0, help="phases to train: 2 (the hand-over) or 1; default 2 for "
+                    "1b, 1 for 3b")
+    a = ap.parse_args()
+    a.out.mkdir(parents=True, exist_ok=True)
+    cap = int(a.cap_gib * GIB)
+    data = a.data or prepare_data(a.out / "data")
+    code_rev = subprocess.run(["git", "-C", str(a.code), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True).stdout.strip()
+    a.code = a.code.resolve()
+    result = {"label": a.label, "code": str(a.code), "commit": code_rev, "machine": platform.processor() or
+              platform.machine(), "cpus": os.cpu_count(), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+              "rows": [], "hf": []}
+    out_json = a.out / f"{a.label}.json"
+    for shape in a.shapes.split(","):
+        source = write_source(a.out / "sources" / shape, shape)
+        if not a.skip_hf:
+            result["hf"].append(measure_hf(a.out, source, shape, cap))
+            out_json.write_text(json.dumps(result, indent=1))
+        for world in map(int, a.worlds.split(",")):
+            phases_n = a.phases or (1 if shape == "3b" else 2)
+            row = measure_trainer(a.out, a.code, source, data, shape, world, cap, phases_n)
+            result["rows"].append(row)
+            print(json.dumps({k: v for k, v in row.items() if k not in ("samples",)}, default=str)[:2000],
+                  flush=True)
+            out_json.write_text(json.dumps(result, indent=1, default=str))
+    print(table(result))
+
+
+if __name__ == "__main__":
+    main()
