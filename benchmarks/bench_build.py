@@ -22,10 +22,10 @@ the load), and ``xpt-ds export`` writes the model.
 Host memory is sampled every 0.2 s from ``/proc/PID/smaps_rollup`` of every process of the job: ``Pss_Anon``
 (memory the process owns, a page shared with a forked DataLoader worker counted half in each) and ``Pss_File``
 (file pages it has mapped, such as the source's safetensors: page cache the kernel can drop, shared by the
-ranks). A rank's figure is that of its processes together: the rank and the
-DataLoader workers it forks (a worker forked after the model was built shares its pages, which ``Pss`` splits
-between the two). A job whose processes together own more than ``--cap-gib`` GiB of anonymous memory (Pss_Anon) is killed:
-the row then says where it was and how much it held (the machine has 24 GiB and no swap).
+ranks). A rank's figure is that of its processes together: the rank and the DataLoader workers it forks (a
+worker forked after the model was built shares its pages, which ``Pss`` splits between the two). A job whose
+processes together own more than ``--cap-gib`` GiB of anonymous memory (Pss_Anon) is killed: the row then says where it
+was and how much it held (the machine has 24 GiB and no swap).
 
 The peer, in its own process: ``AutoModelForCausalLM.from_pretrained(SOURCE, dtype=torch.float32)`` then
 ``resize_token_embeddings(32000)``, what a user of the stock path runs before training; its wall time includes

@@ -63,9 +63,9 @@ def _inode(run, step):
 
 def test_a_phase_writes_its_frozen_weights_once_and_links_them(straight_runs, tmp_path, tiny_roberta, corpus):
     """The frozen weights do not change within a phase: the checkpoints of a phase share one
-    frozen_fp32.safetensors (hard links), a new phase writes its own, and a resumed run links the file of the checkpoint it resumed from. Every
-    linked file still holds what a save of its own would (the run resumed from them trains the same bits:
-    test_reproducible, test_crash_save)."""
+    frozen_fp32.safetensors (hard links), a new phase writes its own, and a resumed run links the file of the
+    checkpoint it resumed from. Every linked file still holds what a save of its own would (the run resumed from them
+    trains the same bits: test_reproducible, test_crash_save)."""
     straight = straight_runs(2)
     run = straight / "run"  # a checkpoint every step; phase 1 is steps 1-4 (its end saved before the switch)
     assert len({_inode(run, s) for s in range(1, 5)}) == 1 and len({_inode(run, s) for s in range(5, 9)}) == 1

@@ -26,8 +26,9 @@ tag name ``best`` resolves to (``xpt_ds.training.best``).
 
 ``RUN_DIR/checkpoints/phase_ends/NAME.safetensors`` and ``NAME.json``: the fp32 weights and the data position
 and digest phase NAME ended with (``NAME.pt`` before 2026-11-28), kept when a later phase starts from them
-(``start_from``, ``merge``); outside every tag, so ``keep_last`` never deletes one. ``RUN_DIR/checkpoints/abandoned/branch-N/``: what a resume from an older tag left behind, the later
-checkpoints and (in ``phase_ends/``) the phase ends they kept after that tag (``xpt_ds.training.branches``).
+(``start_from``, ``merge``); outside every tag, so ``keep_last`` never deletes one.
+``RUN_DIR/checkpoints/abandoned/branch-N/``: what a resume from an older tag left behind, the later checkpoints and (in
+``phase_ends/``) the phase ends they kept after that tag (``xpt_ds.training.branches``).
 """
 from __future__ import annotations
 

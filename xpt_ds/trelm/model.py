@@ -16,7 +16,8 @@ and the state dict is the stock one plus ``trelm.*``:
 - ``trelm.language_embeddings`` (``@lang``): [2, d], row 0 English, row 1 the target. The input language's row is
   added to the word embeddings (before the embedding LayerNorm: E_inp = E_wrd + E_seg + E_pos + E_lng); the
   output language's row and the position rows are added to the TRILayer's input (H_TL = TRILayer(H~ + E_lng +
-  E_pos)). Both rows start orthogonal (``TreLMParts.reset_xpt_parameters``); the authors' code left one row uninitialised.
+  E_pos)). Both rows start orthogonal (``TreLMParts.reset_xpt_parameters``); the authors' code left one row
+  uninitialised.
 - ``trelm.source_word_embeddings`` and ``trelm.source_lm_bias`` (``@source``, ``@embeddings`` / ``@lm_head_bias``):
   the English vocabulary, copied from the source.
 
