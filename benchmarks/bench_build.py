@@ -209,8 +209,8 @@ def kill_tree(root: int) -> None:
     for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
+        except OSError:  # it exited already
+            continue
     deadline = time.time() + 30
     while time.time() < deadline and any(Path(f"/proc/{pid}").exists() and _status(pid) is not None
                                          for pid in pids[1:]):

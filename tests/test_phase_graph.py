@@ -12,8 +12,8 @@ import yaml
 from transformers import RobertaConfig, RobertaForMaskedLM
 
 from conftest import REPO, TINY, base_config, launch, read_metrics, read_phase_end, write_config
-from xpt_ds.training.checkpoint import (PHASE_ENDS, CheckpointError, complete_tags, load_phase_end, read_client_state,
-                                tag_for)
+from xpt_ds.training.checkpoint import CheckpointError, complete_tags, read_client_state, tag_for
+from xpt_ds.training.phase_ends import PHASE_ENDS, load_phase_end
 from xpt_ds.config import ConfigError, load_config
 from xpt_ds.training.export import load_checkpoint_fp32
 from xpt_ds.model.build import FAMILIES, _tag_parameters

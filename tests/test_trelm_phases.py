@@ -15,7 +15,8 @@ from transformers import BertForMaskedLM
 
 from conftest import REPO, base_config, launch, read_metrics, read_phase_end, write_config
 from test_trelm import SOURCE_VOCAB, _build, _train_cfg, _write_parallel, source_dir, write_pairs  # noqa: F401
-from xpt_ds.training.checkpoint import PHASE_ENDS, tag_for
+from xpt_ds.training.checkpoint import tag_for
+from xpt_ds.training.phase_ends import PHASE_ENDS
 from xpt_ds.config import ConfigError, OptimConfig, load_config
 from xpt_ds.config.phase_checks import phase_objectives
 from xpt_ds.data.mlm import build_streams

@@ -180,4 +180,4 @@ class RandomSource:
         return self.init.value(name)
 
     def close(self) -> None:
-        pass
+        """Nothing to release: every value is drawn when asked for."""

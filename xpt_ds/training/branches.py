@@ -10,7 +10,8 @@ from pathlib import Path
 
 import deepspeed
 
-from xpt_ds.training.checkpoint import PHASE_ENDS, complete_tags, fsync_dir, phase_end_files, read_marker
+from xpt_ds.training.checkpoint import complete_tags, fsync_dir, read_marker
+from xpt_ds.training.phase_ends import PHASE_ENDS, phase_end_files
 
 log = logging.getLogger(__name__)
 

@@ -24,9 +24,7 @@ there before DeepSpeed unpickles them, unless ``checkpoint.allow_pickle`` says t
 ``RUN_DIR/best.json`` (checkpoint.keep_best): the run's best checkpoint, which ``keep_last`` never deletes and the
 tag name ``best`` resolves to (``xpt_ds.training.best``).
 
-``RUN_DIR/checkpoints/phase_ends/NAME.safetensors`` and ``NAME.json``: the fp32 weights and the data position
-and digest phase NAME ended with (``NAME.pt`` before 2026-11-28), kept when a later phase starts from them
-(``start_from``, ``merge``); outside every tag, so ``keep_last`` never deletes one.
+``RUN_DIR/checkpoints/phase_ends/``: what phases ended with, for later ones (``xpt_ds.training.phase_ends``).
 ``RUN_DIR/checkpoints/abandoned/branch-N/``: what a resume from an older tag left behind, the later checkpoints and (in
 ``phase_ends/``) the phase ends they kept after that tag (``xpt_ds.training.branches``).
 """
@@ -41,7 +39,6 @@ import random
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import deepspeed
@@ -54,7 +51,7 @@ from xpt_ds.errors import UserError, first_line
 from xpt_ds.io.paths import unwritable
 from xpt_ds.io.trust import UntrustedError, load_plain
 from xpt_ds.training.checkpoint_values import FROZEN, ValueFile, frozen_file, write_values
-from xpt_ds.training.engine import state_digest, zero_stage
+from xpt_ds.training.engine import zero_stage
 from xpt_ds.training.frozen import FrozenWeights
 
 MARKER = "COMPLETE"
@@ -345,80 +342,6 @@ def resolve_tag(ckpt_root: Path, resume: str) -> str | None:
         raise FileNotFoundError(f"checkpoint '{resume}' is not a complete checkpoint in {ckpt_root} "
                                 f"(complete: {', '.join(tags) or 'none'})")
     return resume
-
-
-PHASE_ENDS = "phase_ends"
-
-
-def save_phase_end(ckpt_root: Path, name: str, specs: list[tuple[str, tuple[int, ...]]],
-                   values: Callable[[str], torch.Tensor], data: dict) -> str:
-    """Keep what phase ``name`` ended with: exact fp32 weights (``values``, collective: every rank calls this)
-    and the data stream position. Rank 0 streams ``phase_ends/NAME.safetensors`` (atomically, one tensor in
-    memory at a time) and writes ``NAME.json`` (data position, digest) beside it; the trainer calls this before the
-    phase's last checkpoint is saved, so a complete checkpoint after the phase's end implies the files. Returns the
-    weights' blake2b (``engine.state_digest``'s), which the trainer state records and ``load_phase_end`` checks."""
-    rank = deepspeed.comm.get_rank()
-    path = ckpt_root / PHASE_ENDS / f"{name}.safetensors"
-    problem, digest = None, None
-    try:
-        if rank == 0:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        digest = write_values(path, sorted(specs), values, rank, digest=True)
-        if rank == 0:
-            _atomic_write_text(path.with_suffix(".json"), json.dumps({"digest": digest, "data": data}))
-            fsync_dir(path.parent)
-    except (OSError, RuntimeError) as e:
-        if _peer_failed(e):
-            raise
-        problem = f"cannot write {path}: {_write_error(e, path.parent)}"
-    if agree(problem):
-        raise CheckpointError(problem or f"rank 0 could not write {path} (see its error)")
-    box = [digest]
-    torch.distributed.broadcast_object_list(box, src=0)
-    return box[0]
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def phase_end_files(ckpt_root: Path, name: str) -> list[Path]:
-    """The files that hold phase ``name``'s end: ``NAME.safetensors`` and ``NAME.json``, or an older run's
-    ``NAME.pt``."""
-    base = ckpt_root / PHASE_ENDS
-    return [p for p in (base / f"{name}.safetensors", base / f"{name}.json", base / f"{name}.pt") if p.exists()]
-
-
-def load_phase_end(ckpt_root: Path, name: str, digest: str | None) -> tuple[Callable[[str], torch.Tensor], dict]:
-    """(values by parameter name, data position) phase ``name`` ended with in this run, memory-mapped (each value
-    read when asked for): ``digest`` is what the run recorded when the phase ended; a file from another branch of
-    the run (e.g. one resumed from an older tag with another config) does not match it."""
-    base = ckpt_root / PHASE_ENDS
-    path = base / f"{name}.safetensors"
-    if digest is None:
-        raise CheckpointError(f"this run's state records no end of phase '{name}' (checkpoint older than the phase "
-                              f"graph?); cannot start from {path}")
-    if (base / f"{name}.pt").is_file() and not path.is_file():  # written before 2026-11-28: read whole, checked
-        blob = torch.load(base / f"{name}.pt", map_location="cpu", weights_only=True)
-        if state_digest(blob["weights"]) != digest:
-            raise CheckpointError(f"{base / f'{name}.pt'} is not what phase '{name}' ended with in this run "
-                                  f"(blake2b differs from the checkpoint's record {digest}); was it written by "
-                                  "another branch of the run?")
-        return (lambda n: blob["weights"][n]), blob["data"]
-    if not path.is_file() or not path.with_suffix(".json").is_file():
-        raise CheckpointError(f"{path} is missing: a later phase starts from the weights phase '{name}' ended "
-                              f"with, kept there when it ended")
-    record = json.loads(path.with_suffix(".json").read_text())
-    if record.get("digest") != digest:
-        raise CheckpointError(f"{path} is not what phase '{name}' ended with in this run (blake2b differs from "
-                              f"the checkpoint's record {digest}); was it written by another branch of the run?")
-    file = ValueFile(path)
-    return file.get, record["data"]
 
 
 def make_universal(ckpt_root: Path, tag: str) -> Path:

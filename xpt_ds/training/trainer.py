@@ -22,7 +22,7 @@ from xpt_ds.model.build import build_plan, check_data_fits, check_source, planne
 from xpt_ds.model.decoder import is_decoder
 from xpt_ds.model.phases import build_phase_starts, build_phase_trainables, check_patterns, phases_read_later
 from xpt_ds.model.phases import value_from_ends
-from xpt_ds.training import branches, checkpoint, tag_checks
+from xpt_ds.training import branches, checkpoint, phase_ends, tag_checks
 from xpt_ds.training.activations import recomputed_layers
 from xpt_ds.training.best import BestTracker
 from xpt_ds.training.checkpoint_values import CheckpointValues
@@ -355,7 +355,7 @@ class Trainer:
             return CheckpointValues(self.ckpt_root, tag, self.cfg.checkpoint.allow_pickle), None
         ends = {}
         for name in phase.reads():
-            ends[name], data = checkpoint.load_phase_end(self.ckpt_root, name, self.state.phase_ends.get(name))
+            ends[name], data = phase_ends.load_phase_end(self.ckpt_root, name, self.state.phase_ends.get(name))
             if name == phase.start_from:
                 self.train_stream.load_state_dict(data)
         return (lambda name: value_from_ends(sources, ends, name)), None
@@ -364,7 +364,7 @@ class Trainer:
         """A phase that a later one starts from leaves its end on disk before its last checkpoint completes."""
         if phase_done and self.phase.name in self.kept_ends:
             specs = [(n, tuple(getattr(p, "ds_shape", p.shape))) for n, p in self.engine.module.named_parameters()]
-            self.state.phase_ends[self.phase.name] = checkpoint.save_phase_end(
+            self.state.phase_ends[self.phase.name] = phase_ends.save_phase_end(
                 self.ckpt_root, self.phase.name, specs, engine_values(self.engine, self.frozen),
                 self.train_stream.state_dict())
 

@@ -1,0 +1,89 @@
+"""What a phase ended with, kept for a later phase that starts from it or merges it (``start_from``, ``merge``):
+``RUN_DIR/checkpoints/phase_ends/NAME.safetensors`` (exact fp32 weights) and ``NAME.json`` (the data position and
+the weights' digest), outside every tag, so ``keep_last`` never deletes them (``NAME.pt`` before 2026-11-28)."""
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import deepspeed
+import torch
+
+from xpt_ds.training.checkpoint import CheckpointError, _peer_failed, _write_error, agree, fsync_dir
+from xpt_ds.training.checkpoint_values import ValueFile, write_values
+from xpt_ds.training.engine import state_digest
+
+PHASE_ENDS = "phase_ends"
+
+
+def save_phase_end(ckpt_root: Path, name: str, specs: list[tuple[str, tuple[int, ...]]],
+                   values: Callable[[str], torch.Tensor], data: dict) -> str:
+    """Keep what phase ``name`` ended with: exact fp32 weights (``values``, collective: every rank calls this)
+    and the data stream position. Rank 0 streams ``phase_ends/NAME.safetensors`` (atomically, one tensor in
+    memory at a time) and writes ``NAME.json`` (data position, digest) beside it; the trainer calls this before the
+    phase's last checkpoint is saved, so a complete checkpoint after the phase's end implies the files. Returns the
+    weights' blake2b (``engine.state_digest``'s), which the trainer state records and ``load_phase_end`` checks."""
+    rank = deepspeed.comm.get_rank()
+    path = ckpt_root / PHASE_ENDS / f"{name}.safetensors"
+    problem, digest = None, None
+    try:
+        if rank == 0:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        digest = write_values(path, sorted(specs), values, rank, digest=True)
+        if rank == 0:
+            _atomic_write_text(path.with_suffix(".json"), json.dumps({"digest": digest, "data": data}))
+            fsync_dir(path.parent)
+    except (OSError, RuntimeError) as e:
+        if _peer_failed(e):
+            raise
+        problem = f"cannot write {path}: {_write_error(e, path.parent)}"
+    if agree(problem):
+        raise CheckpointError(problem or f"rank 0 could not write {path} (see its error)")
+    box = [digest]
+    torch.distributed.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def phase_end_files(ckpt_root: Path, name: str) -> list[Path]:
+    """The files that hold phase ``name``'s end: ``NAME.safetensors`` and ``NAME.json``, or an older run's
+    ``NAME.pt``."""
+    base = ckpt_root / PHASE_ENDS
+    return [p for p in (base / f"{name}.safetensors", base / f"{name}.json", base / f"{name}.pt") if p.exists()]
+
+
+def load_phase_end(ckpt_root: Path, name: str, digest: str | None) -> tuple[Callable[[str], torch.Tensor], dict]:
+    """(values by parameter name, data position) phase ``name`` ended with in this run, memory-mapped (each value
+    read when asked for): ``digest`` is what the run recorded when the phase ended; a file from another branch of
+    the run (e.g. one resumed from an older tag with another config) does not match it."""
+    base = ckpt_root / PHASE_ENDS
+    path = base / f"{name}.safetensors"
+    if digest is None:
+        raise CheckpointError(f"this run's state records no end of phase '{name}' (checkpoint older than the phase "
+                              f"graph?); cannot start from {path}")
+    if (base / f"{name}.pt").is_file() and not path.is_file():  # written before 2026-11-28: read whole, checked
+        blob = torch.load(base / f"{name}.pt", map_location="cpu", weights_only=True)
+        if state_digest(blob["weights"]) != digest:
+            raise CheckpointError(f"{base / f'{name}.pt'} is not what phase '{name}' ended with in this run "
+                                  f"(blake2b differs from the checkpoint's record {digest}); was it written by "
+                                  "another branch of the run?")
+        return (lambda n: blob["weights"][n]), blob["data"]
+    if not path.is_file() or not path.with_suffix(".json").is_file():
+        raise CheckpointError(f"{path} is missing: a later phase starts from the weights phase '{name}' ended "
+                              f"with, kept there when it ended")
+    record = json.loads(path.with_suffix(".json").read_text())
+    if record.get("digest") != digest:
+        raise CheckpointError(f"{path} is not what phase '{name}' ended with in this run (blake2b differs from "
+                              f"the checkpoint's record {digest}); was it written by another branch of the run?")
+    file = ValueFile(path)
+    return file.get, record["data"]
