@@ -3,4 +3,4 @@ import sys
 
 from data_tools.cli import main
 
-sys.exit(main())
+sys.exit(main(prog="python -m data_tools"))

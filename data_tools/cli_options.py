@@ -4,7 +4,7 @@ Field defaults, help and choices live only in the dataclass; ``add_options`` der
 (``--field-name``, and the type from the default unless ``option`` names one: the modules use ``from __future__
 import annotations``, so ``field.type`` is a string) and ``options_from_args`` builds the dataclass back from
 the parsed namespace, so the CLI and the Python API cannot drift apart. ``positive_int`` and ``parse_size`` are
-argparse types for such fields.
+argparse types for such fields. ``as_invoked`` writes a command's help the way the user ran it.
 """
 from __future__ import annotations
 
@@ -14,6 +14,23 @@ import re
 from typing import Any, Callable, TypeVar
 
 T = TypeVar("T")
+
+
+# A command as the help texts spell it: ``xpt-data NAME`` or ``python -m data_tools.MODULE``.
+_COMMAND = re.compile(r"\bxpt-data (?P<name>[a-z][a-z-]*[a-z])\b|\bpython -m data_tools\.(?P<module>[a-z_]+)\b")
+
+
+def as_invoked(text: str, prog: str) -> str:
+    """``text`` (a command's help) with every data_tools command it names written the way ``prog`` was run:
+    ``xpt-data NAME``, ``python -m data_tools NAME`` or ``python -m data_tools.MODULE`` (dashes as underscores),
+    so its usage line and the examples under it read as the user typed them."""
+    module_form = prog.startswith("python -m data_tools.")
+    launcher = prog.rsplit(" ", 1)[0]  # "xpt-data", "python -m data_tools"
+
+    def spell(m: re.Match) -> str:
+        name = m["name"] or m["module"].replace("_", "-")
+        return f"python -m data_tools.{name.replace('-', '_')}" if module_form else f"{launcher} {name}"
+    return _COMMAND.sub(spell, text)
 
 
 def option(default: Any, help: str, choices: tuple | None = None, *, flag: str | None = None,

@@ -17,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from data_tools.cli_options import parse_size
+from data_tools.cli_options import as_invoked, parse_size
 from data_tools.errors import cli_errors
 from data_tools.pairs.align import AlignerConfig
 from data_tools.pairs.build import ALIGNERS, ParallelOptions, build_parallel
@@ -26,8 +26,8 @@ from data_tools.pairs.parallel_text import ParallelInput
 from data_tools.pipeline.log import set_quiet
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="xpt-data parallel", description=__doc__,
+def build_parser(prog: str = "xpt-data parallel") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=as_invoked(__doc__, prog),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_argument_group("input (two line-aligned files, or one TSV)")
     g.add_argument("--source-file", type=Path, help="source (English) side, one sentence per line")
@@ -71,8 +71,8 @@ def options_from_args(a: argparse.Namespace) -> ParallelOptions:
         max_pieces=a.max_pieces, dictionary_min_count=a.dictionary_min_count)
 
 
-def main(argv: list[str] | None = None) -> int:
-    a = build_parser().parse_args(argv)
+def main(argv: list[str] | None = None, prog: str = "xpt-data parallel") -> int:
+    a = build_parser(prog).parse_args(argv)
     set_quiet(a.quiet)
     with cli_errors():
         stats = build_parallel(options_from_args(a))
@@ -81,4 +81,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(prog="python -m data_tools.parallel"))

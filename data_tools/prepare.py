@@ -5,8 +5,7 @@
     python -m data_tools.prepare split    --out DIR [--valid --test --seed]      split by document
     python -m data_tools.prepare spm      --out DIR [--vocab-size ...]           train SentencePiece on train
     python -m data_tools.prepare tokenize --out DIR [--workers --shard-tokens]   shards + manifest.json
-    python -m data_tools.prepare --input ... --out DIR --hf-tokenizer SOURCE     no spm stage: the source model's
-                                                                                 own Hugging Face tokenizer
+    python -m data_tools.prepare --input ... --out DIR --hf-tokenizer SOURCE     no spm stage: the source's tokenizer
 
 Layout of DIR: ``sentences/corpus.jsonl`` (clean) and ``sentences/{train,valid,test}.jsonl`` (split), one
 document per line as a JSON list of sentences; ``spm.model``/``spm.vocab``; ``{split}-NNNNNN.tar`` shards and
@@ -23,7 +22,7 @@ import os
 import sys
 from pathlib import Path
 
-from data_tools.cli_options import add_options, options_from_args, positive_int
+from data_tools.cli_options import add_options, as_invoked, options_from_args, positive_int
 from data_tools.errors import cli_errors
 from data_tools.pipeline.clean import clean
 from data_tools.pipeline.log import set_quiet
@@ -62,13 +61,14 @@ def _add_stage(p: argparse.ArgumentParser, stage: str, skip: tuple[str, ...] = (
     add_options(g, PrepareOptions, group=stage, skip=skip)
 
 
-def build_parser(implicit_all: bool = False) -> argparse.ArgumentParser:
-    """``implicit_all``: the command line named no stage, so ``all``'s usage and errors read 'xpt-data prepare'."""
-    p = argparse.ArgumentParser(prog="xpt-data prepare", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="flags: `xpt-data prepare all --help` lists every flag of the whole run\n"
-                                       "(--input, --vocab-size, --family, --workers, ...); `xpt-data prepare STAGE "
-                                       "--help` those of one stage")
+def build_parser(implicit_all: bool = False, prog: str = "xpt-data prepare") -> argparse.ArgumentParser:
+    """``implicit_all``: the command line named no stage, so ``all``'s usage, help and errors read ``prog`` alone:
+    ``xpt-data prepare --help`` is the help of a whole run, every flag, with the stages listed above them."""
+    doc = as_invoked(__doc__, prog)
+    stages_line = (f"stages: {'|'.join(('all', *STAGES))} (default all); `{prog} STAGE --help` lists the flags of "
+                   "one stage")
+    p = argparse.ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=stages_line)
     sub = p.add_subparsers(dest="stage", metavar="{all,clean,split,spm,tokenize}")
     for name, help_, workers, stages in [
         ("all", "every stage (the default when no stage is named)", True, STAGES),
@@ -77,8 +77,12 @@ def build_parser(implicit_all: bool = False) -> argparse.ArgumentParser:
         ("spm", "train SentencePiece on the train split -> spm.model", False, ["spm"]),
         ("tokenize", "tokenize into shards + manifest.json (resumes)", True, ["tokenize"]),
     ]:
-        prog = {"prog": p.prog} if name == "all" and implicit_all else {}
-        q = sub.add_parser(name, help=help_, description=help_, **prog)
+        if name == "all":  # the whole run's help: what the stages do, then every flag
+            kw = {"description": doc, "epilog": stages_line, "formatter_class": argparse.RawDescriptionHelpFormatter,
+                  **({"prog": prog} if implicit_all else {})}
+        else:
+            kw = {"description": help_}
+        q = sub.add_parser(name, help=help_, **kw)
         _add_common(q)
         if workers:
             _add_workers(q)
@@ -105,21 +109,18 @@ def _run_stage(a: argparse.Namespace, progress: bool | None) -> None:
         print(tokenize(a.out, opts, a.workers, force=a.force, progress=progress)["manifest"])
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = "xpt-data prepare") -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    implicit = bool(argv) and argv[0] not in ("all", *STAGES, "-h", "--help")
-    if implicit:
-        argv = ["all", *argv]
-    parser = build_parser(implicit)
-    a = parser.parse_args(argv)
-    if a.stage is None:
-        parser.print_help(sys.stderr)
+    if not argv:  # as `xpt-data` alone: the help, on stderr, exit status 2
+        with contextlib.redirect_stdout(sys.stderr), contextlib.suppress(SystemExit):
+            build_parser(True, prog).parse_args(["all", "--help"])
         return 2
+    implicit = argv[0] not in ("all", *STAGES)  # `--help` too: the flags of a whole run
+    a = build_parser(implicit, prog).parse_args(["all", *argv] if implicit else argv)
     set_quiet(a.quiet)
     progress = False if a.quiet else None
     try:
         with cli_errors(a.out):
-            a.out.mkdir(parents=True, exist_ok=True)
             with contextlib.nullcontext() if a.stage == "all" else exclusive(a.out):  # run_pipeline locks itself
                 _run_stage(a, progress)
     except KeyboardInterrupt:
@@ -129,4 +130,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(prog="python -m data_tools.prepare"))

@@ -15,11 +15,12 @@ from pathlib import Path
 
 from data_tools.embeddings.embedding_files import output_prefix, write_embeddings
 from data_tools.embeddings.source_model import input_embeddings
+from data_tools.cli_options import as_invoked
 from data_tools.errors import cli_errors
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="xpt-data source-embeddings", description=__doc__,
+def main(argv: list[str] | None = None, prog: str = "xpt-data source-embeddings") -> int:
+    p = argparse.ArgumentParser(prog=prog, description=as_invoked(__doc__, prog),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, type=Path, help="Hugging Face model directory")
     p.add_argument("--out", required=True, type=Path, help="output prefix: writes OUT.npy and OUT.json")
@@ -31,4 +32,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(prog="python -m data_tools.source_embeddings"))

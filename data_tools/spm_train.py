@@ -12,14 +12,15 @@ import argparse
 import sys
 from pathlib import Path
 
+from data_tools.cli_options import as_invoked
 from data_tools.errors import cli_errors
 from data_tools.pipeline.options import DEFAULTS
 from data_tools.pipeline.spm_layouts import LAYOUTS, MODEL_TYPES
 from data_tools.pipeline.spm_trainer import train_spm
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="xpt-data spm-train", description=__doc__,
+def main(argv: list[str] | None = None, prog: str = "xpt-data spm-train") -> int:
+    p = argparse.ArgumentParser(prog=prog, description=as_invoked(__doc__, prog),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--input", required=True, type=Path, help="one sentence per line")
     p.add_argument("--out", required=True, type=Path, help="output prefix (writes PREFIX.model/.vocab)")
@@ -38,4 +39,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(prog="python -m data_tools.spm_train"))

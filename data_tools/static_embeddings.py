@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from data_tools.cli_options import add_options, options_from_args
+from data_tools.cli_options import add_options, as_invoked, options_from_args
 from data_tools.embeddings.embedding_files import output_prefix, write_embeddings
 from data_tools.embeddings.fasttext_pieces import FastTextOptions, train_fasttext_embeddings
 from data_tools.embeddings.word2vec import TrainOptions, build_corpus, train_static_embeddings
@@ -38,8 +38,8 @@ METHODS = {"word2vec": (TrainOptions, train_static_embeddings),
            "fasttext": (FastTextOptions, train_fasttext_embeddings)}
 
 
-def build_parser(method: str = "word2vec") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="xpt-data static-embeddings", description=__doc__,
+def build_parser(method: str = "word2vec", prog: str = "xpt-data static-embeddings") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=as_invoked(__doc__, prog),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_argument_group("input")
     g.add_argument("--shards", metavar="MANIFEST[:SPLIT]",
@@ -55,12 +55,12 @@ def build_parser(method: str = "word2vec") -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = "xpt-data static-embeddings") -> int:
     # The training options and their defaults depend on --method, so it is read first.
-    pre = argparse.ArgumentParser(add_help=False)
+    pre = argparse.ArgumentParser(prog=prog, add_help=False)
     pre.add_argument("--method", choices=tuple(METHODS), default="word2vec")
     method = pre.parse_known_args(argv)[0].method
-    a = build_parser(method).parse_args(argv)
+    a = build_parser(method, prog).parse_args(argv)
     options_cls, train = METHODS[method]
     with cli_errors():
         t0 = time.perf_counter()
@@ -74,4 +74,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(prog="python -m data_tools.static_embeddings"))

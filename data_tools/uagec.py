@@ -17,11 +17,12 @@ import sys
 from pathlib import Path
 
 from data_tools.corpora.uagec import LAYERS, export
+from data_tools.cli_options import as_invoked
 from data_tools.errors import cli_errors
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="xpt-data uagec", description=__doc__,
+def main(argv: list[str] | None = None, prog: str = "xpt-data uagec") -> int:
+    p = argparse.ArgumentParser(prog=prog, description=as_invoked(__doc__, prog),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--layer", default="gec-fluency", choices=LAYERS,
@@ -38,4 +39,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(prog="python -m data_tools.uagec"))

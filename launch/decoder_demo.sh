@@ -21,8 +21,10 @@ DATA=demo_out/ko_decoder RUN=runs/decoder_demo_ko
   --model.tokenizer="$DATA/spm.model" --data.train_shards.0="$DATA/manifest.json:train" \
   --data.valid_shards.0="$DATA/manifest.json:valid" "$@"
 "$PY" -m xpt_ds.export --run "$RUN" --out "$DATA/model"
-for who in model unigram; do
-  case $who in model) extra=() ;; unigram) extra=(--unigram "$DATA/manifest.json:train") ;; esac
+for who in model unigram uniform; do
+  case $who in
+    model) extra=() ;; unigram) extra=(--unigram "$DATA/manifest.json:train") ;; uniform) extra=(--uniform) ;;
+  esac
   "$PY" -m xpt_ds.evaluate --model "$DATA/model" --seq-len 64 --shards "$DATA/manifest.json:test" "${extra[@]}" \
     --out "$RUN/test_$who.json" >/dev/null
 done
@@ -36,8 +38,8 @@ torch.manual_seed(0)
 for prompt in ("대한민국은", "제1조"):
     out = model.generate(**tok(prompt, return_tensors="pt"), max_new_tokens=20, do_sample=True, top_p=0.9)
     print(f"{prompt!r} -> {tok.decode(out[0], skip_special_tokens=True)!r}")
-bpb = {w: json.load(open(f"{run}/test_{w}.json"))["bits_per_byte"] for w in ("unigram", "model")}
-print(f"test bits per byte: unigram predictor {bpb['unigram']:.3f}, trained model {bpb['model']:.3f} (lower is better)")
 print(f"exported model: {path} ({type(model).__name__}, {model.config.num_hidden_layers} layers); "
       f"TensorBoard: tensorboard --logdir {run}/tb")
 PY
+"$PY" -m xpt_ds.evaluation.versus --key bits_per_byte --model "$RUN/test_model.json" \
+  unigram="$RUN/test_unigram.json" uniform="$RUN/test_uniform.json"

@@ -53,12 +53,7 @@ for who in model unigram uniform; do
   case $who in model) extra=() ;; unigram) extra=(--unigram "$DATA/manifest.json:train") ;; uniform) extra=(--uniform) ;; esac
   "$PY" -m xpt_ds.evaluate --run "$RUN" --shards "$DATA/manifest.json:test" "${extra[@]}" --out "$RUN/test_$who.json" >/dev/null
 done
-RUN="$RUN" MODEL="$DATA/model" "$PY" - <<'PY'
-import json, os
-run = os.environ["RUN"]
-bpc = {w: json.load(open(f"{run}/test_{w}.json"))["bits_per_char"] for w in ("uniform", "unigram", "model")}
-print(f"test bits per character: uniform guess {bpc['uniform']:.3f}, unigram predictor {bpc['unigram']:.3f}, "
-      f"trained model {bpc['model']:.3f} (lower is better)")
-print(f"exported model: {os.environ['MODEL']} (stock transformers loads it); TensorBoard: tensorboard --logdir {run}/tb")
-print(f"embedding-init report: {run}/embedding_init.json; metrics: {run}/metrics.jsonl; test scores: {run}/test_*.json")
-PY
+"$PY" -m xpt_ds.evaluation.versus --key bits_per_char --model "$RUN/test_model.json" \
+  unigram="$RUN/test_unigram.json" uniform="$RUN/test_uniform.json"
+echo "exported model: $DATA/model (stock transformers loads it); TensorBoard: tensorboard --logdir $RUN/tb"
+echo "embedding-init report: $RUN/embedding_init.json; metrics: $RUN/metrics.jsonl; test scores: $RUN/test_*.json"

@@ -1,5 +1,6 @@
 """data_tools, the writer side of docs/shard_format.md: SentencePiece, parallel/resumable sharding and the manifest,
-checked against the reader (``xpt_ds.data.shards``), and the CLI. Reading and cleaning text: test_data_text.py."""
+checked against the reader (``xpt_ds.data.shards``), and the CLI. Reading and cleaning text: test_data_text.py;
+help, usage lines and an empty input: test_data_cli.py."""
 from __future__ import annotations
 
 import json
@@ -289,27 +290,6 @@ def test_prepare_flags_come_from_prepare_options():
                                                                     shard_docs=5, hf_tokenizer="m")
     a = parser.parse_args(["split", "--out", "o", "--seed", "3"])
     assert options_from_args(PrepareOptions, a) == DEFAULTS.replace(seed=3) and not hasattr(a, "vocab_size")
-
-
-def test_xpt_data_lists_and_runs_every_command():
-    """``python -m data_tools`` is ``xpt-data``: its usage names every command, each command's --help works
-    through it, and an unknown command is one error line."""
-    from data_tools.cli import COMMANDS
-    proc = cli("--help", module="data_tools")
-    assert proc.returncode == 0, proc.stderr
-    for name in COMMANDS:
-        assert f"\n  {name} " in proc.stdout, name
-        sub = cli(name, "--help", module="data_tools")
-        assert sub.returncode == 0 and sub.stdout.startswith(f"usage: xpt-data {name}"), (name, sub.stderr)
-    assert_one_line_error(cli("bogus", module="data_tools"), "unknown command 'bogus'", "prepare")
-
-
-def test_the_top_help_points_to_the_flags():
-    """`xpt-data prepare --help` shows the stages only; it says where the flags the README uses are listed."""
-    top = cli("--help")
-    assert top.returncode == 0 and "`xpt-data prepare all --help` lists every flag" in top.stdout
-    flags = cli("all", "--help").stdout
-    assert all(f in flags for f in ("--input", "--vocab-size", "--family", "--workers", "--shard-tokens"))
 
 
 def test_an_out_folder_inside_the_input_folder_is_not_read_back(tmp_path, synthetic):

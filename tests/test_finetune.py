@@ -453,3 +453,46 @@ def test_an_earlier_run_in_the_same_out_is_kept_with_its_model(tmp_path, capsys)
     assert (tmp_path / "model.2/config.json").is_file() and not (tmp_path / "model").exists()
     assert not (tmp_path / "results.json").exists() and (tmp_path / "results.1.json").read_text() == "{}"
     assert "as results.2.json (its model as model.2)" in capsys.readouterr().err
+
+
+def test_the_default_clips_a_huge_gradient_to_norm_one():
+    """``--grad-clip`` defaults to 1.0 (BERT's fine-tuning clip, Hugging Face Trainer's max_grad_norm; it was 0,
+    RoBERTa's GLUE recipe): one step of plain SGD at lr 1 on a loss whose gradient norm is 2e6 moves the weights
+    by exactly the clipped norm, 1; with --grad-clip 0 by the whole gradient."""
+    from types import SimpleNamespace
+
+    from xpt_ds.finetuning.run import train_epoch
+
+    class Linear(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(4))
+
+        def forward(self, x, labels):
+            return SimpleNamespace(loss=(self.w * x).sum())
+
+    class SGD:  # lr 1 by hand: torch.optim's first step imports the compiler (seconds)
+        def __init__(self, params):
+            self.params = list(params)
+
+        @torch.no_grad()
+        def step(self):
+            for p in self.params:
+                p -= p.grad
+
+        def zero_grad(self, set_to_none):
+            for p in self.params:
+                p.grad = None
+
+    assert FinetuneConfig().grad_clip == parse_args(["--model", "m"]).grad_clip == 1.0
+    assert parse_args(["--preset", "paws-x"]).grad_clip == 1.0
+    moved = {}
+    for clip in (None, 0.0):  # None: the default
+        model = Linear()
+        opt, sched = SGD(model.parameters()), SimpleNamespace(step=lambda: None)
+        cfg = FinetuneConfig() if clip is None else FinetuneConfig(grad_clip=clip)
+        batch = {"x": torch.full((4,), 1e6), "labels": torch.zeros(1)}
+        train_epoch(model, [batch], opt, sched, cfg, torch.device("cpu"))
+        moved[clip] = model.w.detach().norm().item()
+    assert abs(moved[None] - 1.0) < 1e-5, moved
+    assert abs(moved[0.0] - 2e6) < 1.0, moved

@@ -100,7 +100,7 @@ def test_ctrl_c_on_a_run_checkpoints_exits_130_and_resumes(tmp_path, tiny_robert
     assert complete_tags(run / "checkpoints")[-1] == tag_for(stopped)  # (and phase 1's end, had it got there)
     assert out.strip().splitlines()[-1] == f"interrupted: checkpoint {tag_for(stopped)} is complete; the same " \
         "command resumes from it"
-    assert "interrupt: writing a checkpoint after this step" in out
+    assert "interrupt: stopping after this step with a checkpoint; press Ctrl-C again to stop now without one" in out
     done = launch(["--config", str(cfg_path)])
     assert done.returncode == 0 and f"resumed from {tag_for(stopped)}" in done.stderr, done.stderr[-3000:]
     assert json.loads((run / "status.json").read_text())["state"] == "finished"
@@ -124,3 +124,29 @@ def test_ctrl_c_that_reaches_one_rank_only_ends_every_rank_as_interrupted(tmp_pa
     assert launcher.returncode == 130 and "Traceback" not in out, (launcher.returncode, out[-3000:])
     assert status["state"] == "interrupted" and "preempted" not in out
     assert out.count(f"interrupted: checkpoint {tag_for(status['global_step'])} is complete") == 1, out[-2000:]
+
+
+def test_a_second_ctrl_c_mid_save_stops_at_once_and_the_newest_complete_checkpoint_stays(tmp_path, tiny_roberta,
+                                                                                          corpus):
+    """First Ctrl-C after step 3: 'stopping after this step with a checkpoint; press Ctrl-C again ...'. The second
+    lands inside the save of step 3's checkpoint (tests/ctrl_c_probe.py): the run stops there, exit 130 with one
+    line naming the newest complete checkpoint (step 2's), no traceback; status.json says 'interrupted' with that
+    checkpoint; step 3's half-written tag does not count, so a resume ('auto') takes step 2's."""
+    from conftest import base_config, run_main
+    from xpt_ds.training.checkpoint import MARKER, resolve_tag
+    from xpt_ds.training.preemption import INTERRUPT_LINE
+    from xpt_ds.training.status import read_status
+    run = tmp_path / "run"
+    cfg = write_config(tmp_path / "c.yaml", base_config(run, tiny_roberta, corpus, checkpoint={"every_steps": 2}))
+    proc = run_main("ctrl_c_probe", ["--config", str(cfg)], env={"CTRL_C_AT": "3"}, timeout=300)
+    assert proc.returncode == 130 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.stderr.count(INTERRUPT_LINE) == 1
+    assert proc.stderr.strip().splitlines()[-1] == ("interrupted: stopped at once, without a checkpoint; the same "
+                                                    f"command resumes from the newest complete checkpoint "
+                                                    f"({tag_for(2)})"), proc.stderr[-2000:]
+    ckpts = run / "checkpoints"
+    assert complete_tags(ckpts) == [tag_for(2)] and resolve_tag(ckpts, "auto") == tag_for(2)
+    assert (ckpts / tag_for(3)).is_dir() and not (ckpts / tag_for(3) / MARKER).exists()  # cut short: no marker
+    status = read_status(run)
+    assert status["state"] == "interrupted" and status["last_complete_checkpoint"] == tag_for(2), status
+    assert status["global_step"] == 3 and status["error"] == "stopped at once by Ctrl-C, without a checkpoint"

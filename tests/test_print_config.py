@@ -68,3 +68,64 @@ def test_print_config_template_of_trelm_fills_the_shards_its_objectives_read(tmp
     (tmp_path / "trelm.yaml").write_text(out.out)
     assert main(["--print-config", "--config", str(tmp_path / "trelm.yaml")]) == 0
     assert capsys.readouterr().out == out.out
+
+
+def _template(main, capsys, *args) -> tuple[str, dict]:
+    assert main(["--print-config", *args]) == 0
+    out = capsys.readouterr().out
+    return out, yaml.safe_load(out)
+
+
+def test_print_config_template_without_cuda_gets_the_cpu_engine(tmp_path, capsys, monkeypatch):
+    """Without CUDA a template's engine is ZeRO-1 fp32 with torch AdamW, above it the lines that say why and what a
+    GPU run uses; it reads back as itself. An engine the command line or the file names, and a config to run,
+    keep theirs (what the run will use)."""
+    import torch
+
+    from xpt_ds.config.template import CPU_ENGINE
+    from xpt_ds.train import main
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    out, data = _template(main, capsys)
+    assert (data["deepspeed"], data["optim"]["torch_adam"]) == (CPU_ENGINE, True)
+    lines = out.splitlines()
+    at = lines.index(f"deepspeed: {CPU_ENGINE}")
+    assert lines[at - 3] == ("# No CUDA here: the CPU engine, ds_configs/zero1_fp32.json with optim.torch_adam: "
+                             "true (fp32, torch AdamW).")
+    assert lines[at - 2].startswith("# The default, bf16 with DeepSpeed's FusedAdam, steps ~")
+    assert lines[at - 1].endswith(f"A GPU run uses {TrainConfig().deepspeed} with optim.torch_adam: false.")
+    (tmp_path / "start.yaml").write_text(out)
+    assert _template(main, capsys, "--config", str(tmp_path / "start.yaml"))[0] == out
+    named = f"--deepspeed={TrainConfig().deepspeed}"
+    out, data = _template(main, capsys, named)
+    assert (data["deepspeed"], data["optim"]["torch_adam"]) == (TrainConfig().deepspeed, False) and "#" not in out
+    assert _template(main, capsys, "--optim.torch_adam=false")[1]["deepspeed"] == TrainConfig().deepspeed
+    runnable = ["--model.source=src", "--model.tokenizer=spm.model", "--data.train_shards=[m.json:train]",
+                "--phases=[{name: p1, steps: 10, lr: 1.0e-4}]"]
+    out, data = _template(main, capsys, *runnable)
+    assert data["deepspeed"] == TrainConfig().deepspeed and out == config_yaml(load_config(None, runnable))
+
+
+def test_print_config_template_with_cuda_keeps_bf16_and_fused_adam(capsys, monkeypatch):
+    import torch
+
+    from xpt_ds.train import main
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    out, data = _template(main, capsys)
+    assert (data["deepspeed"], data["optim"]["torch_adam"]) == (TrainConfig().deepspeed, False) and "#" not in out
+
+
+def test_a_bf16_engine_on_the_cpu_is_one_warning_line(caplog):
+    """A run whose engine trains in bf16 on the CPU says so once, with the measured factor, and goes on with it;
+    fp32 engines say nothing, whichever optimizer (FusedAdam measured no slower there than torch AdamW)."""
+    import logging
+
+    from xpt_ds.config.template import CPU_SPEEDUP
+    from xpt_ds.training.engine import check_device_support, load_ds_config
+    with caplog.at_level(logging.WARNING, logger="xpt_ds.training.engine"):
+        for name in ("zero2_bf16", "zero1_fp32", "zero2_fp32", "zero3_fp32"):
+            check_device_support(load_ds_config(f"ds_configs/{name}.json"), f"ds_configs/{name}.json")
+    assert [r.getMessage() for r in caplog.records] == [
+        f"DeepSpeed JSON ds_configs/zero2_bf16.json trains in bf16 on the CPU: the demo's setup steps ~{CPU_SPEEDUP}x "
+        "as fast with ds_configs/zero1_fp32.json and optim.torch_adam: true on a CPU without bf16 instructions "
+        "(docs/config.md, On CPU)"]
+    assert CPU_SPEEDUP >= 2

@@ -226,8 +226,8 @@ def _damaged(model_dir: Path, out: Path, damage: str, marker: Path) -> Path:
 @pytest.mark.parametrize("damage", ["truncated", "pickle"])
 def test_model_weights_cut_short_or_running_code_are_one_line_everywhere(tmp_path, model_dir, corpus, damage):
     """A model directory's weights that transformers cannot read, or a .bin pickle that would run code: as the
-    run's source (a new run directory is removed; an existing one's status.json says failed), under evaluate --model and finetune --model, one line naming the
-    directory; nothing runs."""
+    run's source (a new run directory is removed; an existing one's status.json says failed), under evaluate
+    --model and finetune --model, one line naming the directory; nothing runs."""
     marker = tmp_path / "ran"
     bad = _damaged(model_dir, tmp_path / "bad", damage, marker)
     needle = "cannot read its weights" if damage == "truncated" else "not plain data and would run code"
@@ -255,7 +255,7 @@ def test_client_state_of_the_fixture_reads_as_plain_data():
 
 PACKAGES = ("xpt_ds", "data_tools")
 # The only calls that may load code: each sits behind a user flag or xpt_ds.io.trust's identity check.
-CONSENTED = {("xpt_ds/io/trust.py", "load_plain", "weights_only"),  # under ``if allow_pickle``
+CONSENTED = {("xpt_ds/io/trust.py", "load_plain", "weights_only"),  # weights_only=not allow_pickle
              ("xpt_ds/evaluation/intrinsic.py", "load_export", "trust_remote_code"),  # remote_code_consent
              ("xpt_ds/finetuning/run.py", "prepare", "trust_remote_code"),  # remote_code_consent
              ("xpt_ds/finetuning/run.py", "build_model", "trust_remote_code"),  # prepare's answer
@@ -284,12 +284,16 @@ def test_no_code_path_loads_code_without_a_flag_or_an_identity_check():
         if not (isinstance(value, ast.Constant) and value.value is safe[arg]):
             loose.add((path, fn, arg))
     assert loose == CONSENTED
+    # load_plain's one torch.load: restricted exactly when the user did not consent (checkpoint.allow_pickle)
+    assert [ast.unparse(value) for path, fn, arg, value in _keyword_calls() if fn == "load_plain"] == [
+        "not allow_pickle"]
     for path, fn, arg in CONSENTED:
         source = ast.get_source_segment((REPO / path).read_text(), next(
             n for n in ast.walk(ast.parse((REPO / path).read_text()))
             if isinstance(n, ast.FunctionDef) and n.name == fn))
-        assert any(gate in source for gate in ("if allow_pickle", "remote_code_consent", "prep.remote_code")), fn
-    for pkg in PACKAGES:  # no other way in: pickle.load(s), np.load(allow_pickle=True), a torch.load without the keyword
+        assert any(gate in source for gate in ("not allow_pickle", "remote_code_consent", "prep.remote_code")), fn
+    # no other way in: pickle.load(s), np.load(allow_pickle=True), a torch.load without the keyword
+    for pkg in PACKAGES:
         for path in (REPO / pkg).rglob("*.py"):
             text = path.read_text()
             assert "pickle.load" not in text and "allow_pickle=True" not in text, path

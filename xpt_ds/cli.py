@@ -14,6 +14,7 @@ COMMANDS = {  # name -> (module, one line)
     "evaluate": ("xpt_ds.evaluate", "PPL, Hits@k, MRR, bits per char/word on held-out shards (002 Table 2)"),
     "finetune": ("xpt_ds.finetune", "fine-tune any HF encoder on a labelled task, once per seed (002 Table 3)"),
     "sweep": ("xpt_ds.sweep", "every method at every data size: train, evaluate, fine-tune, report"),
+    "status": ("xpt_ds.status", "where runs stand: running, died (no heartbeat since ...), or how they stopped"),
     "probe": ("xpt_ds.probe", "where the source language goes: the source vocabulary swapped back in"),
 }
 

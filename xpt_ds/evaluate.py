@@ -1,4 +1,5 @@
-"""``python -m xpt_ds.evaluate (--run RUN [--tag TAG] | --model DIR) --shards SPEC [SPEC ...] [--out FILE]``
+"""``python -m xpt_ds.evaluate (--run RUN [--tag TAG] | --model DIR) --shards SPEC [SPEC ...] [--out FILE]
+[--card [README]]``
 
 002 Table 2's intrinsic metrics (PPL, Hits@1/3/5/10, MRR, MR, bits per character, per word and per byte) on the
 masked tokens of held-out shards, as JSON (``xpt_ds.evaluation.intrinsic`` says which figure compares what); for
@@ -48,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--samples", type=int, default=3, help="a decoder: sample continuations of the first N test "
                    "documents' openings into the report (seeded, top-p 0.9; 0 = none)")
     p.add_argument("--out", type=Path, help="also write the JSON here")
+    p.add_argument("--card", nargs="?", const="", metavar="README", help="with --model: add the scores to the "
+                   "export's model card (its README.md, or this file), in place of the section of an earlier "
+                   "evaluation of the same shards and settings")
     p.add_argument("--trust-remote-code", action="store_true", help="with --model: run Python the directory "
                    "ships that is not this xpt-ds's own export code (only for a model you trust)")
     p.add_argument("--allow-pickle", action="store_true", help="with --run: read checkpoint files that are not "
@@ -60,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"{flag} must be >= {least}, got {value}")
     if a.model is not None and a.tag is not None:
         p.error("--tag picks a checkpoint of --run; an export (--model) has none")
+    if a.card is not None and a.model is None:
+        p.error("--card adds the scores of an export (--model) to its model card; export the run first")
     import torch
 
     from xpt_ds.config import ConfigError
@@ -69,6 +75,12 @@ def main(argv: list[str] | None = None) -> int:
     from xpt_ds.model.decoder import is_decoder
     if a.out is not None:
         check_output_file(a.out, "--out")
+    card = None
+    if a.card is not None:  # before the model is read and evaluated: the card will hold the result
+        from xpt_ds.evaluation.intrinsic import check_not_a_run
+        from xpt_ds.training.model_card import card_file
+        check_not_a_run(a.model)
+        card = card_file(Path(a.card) if a.card else a.model)
     if a.run is not None:
         from xpt_ds.training.checkpoint import read_config
         from xpt_ds.training.export import load_model
@@ -105,7 +117,21 @@ def main(argv: list[str] | None = None) -> int:
         prompts = held_out_prompts(a.shards, tok, a.samples, prompt_pieces=8, on_corrupt=data.on_corrupt_shard)
         metrics["samples"] = sample_continuations(model, tok, prompts, seed=data.seed, device=device)
     emit_json({**source, "shards": a.shards, "seq_len": data.seq_len, **masked, **metrics}, a.out)
+    if card is not None:
+        add_to_card(card, a, data.seq_len, masked, metrics)
     return 0
+
+
+def add_to_card(card: Path, a: argparse.Namespace, seq_len: int, masked: dict, metrics: dict) -> None:
+    """The scores into the card, keyed by what was scored: the same shards and settings replace their section."""
+    from xpt_ds.training.model_card import add_evaluation
+    scorer = {"scorer": {"unigram": a.unigram}} if a.unigram else {"scorer": "uniform"} if a.uniform else {}
+    part = {"max_batches": a.max_batches, "batch_size": a.batch_size} if a.max_batches else {}
+    setting = {"shards": a.shards, "seq_len": seq_len, **masked, **scorer, **part}
+    who = (f"The unigram predictor of {', '.join(f'`{s}`' for s in a.unigram)} (a baseline)" if a.unigram else
+           "The uniform guess (a baseline)" if a.uniform else "The model")
+    replaced = add_evaluation(card, setting, metrics, who)
+    print(f"{'replaced its section in' if replaced else 'added a section to'} {card}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -6,13 +6,13 @@ Runs unchanged under ``deepspeed --module xpt_ds.train``, ``torchrun -m xpt_ds.t
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from pathlib import Path
 
 from xpt_ds.config import help_text, load_config
 from xpt_ds.errors import INTERRUPTED_EXIT_CODE, UserError, cli_errors, error_line, say
+from xpt_ds.metrics.run_log import finished_line, library_output_to_stderr, setup_logging
 from xpt_ds.training import collector, rank_say
 from xpt_ds.training.host_memory import hold_less_heap
 from xpt_ds.training.rank_say import say_once
@@ -46,13 +46,16 @@ def _single_process_env() -> None:
 
 
 def print_config(path: str | None, overrides: list[str]) -> int:
-    """The resolved, checked config as YAML; a template (xpt_ds.config.template) when required keys are empty."""
+    """The resolved, checked config as YAML; a template (xpt_ds.config.template) when required keys are empty,
+    whose engine on a machine without CUDA is the CPU one unless the config or the command line names one."""
     from xpt_ds.config.manager import config_yaml, load_unchecked
-    from xpt_ds.config.template import as_template, template_note
+    from xpt_ds.config.template import as_template, engine_named, template_note, template_yaml
     cfg, filled = as_template(load_unchecked(path, overrides))
-    sys.stdout.write(config_yaml(cfg))
-    if filled:
-        say(template_note(filled))
+    if not filled:
+        sys.stdout.write(config_yaml(cfg))
+        return 0
+    sys.stdout.write(template_yaml(cfg, engine_named(path, overrides)))
+    say(template_note(filled))
     return 0
 
 
@@ -67,6 +70,11 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:  # every rank reads the same config: one line per machine
         say_once(f"error: {error_line(e)}")
         return 2
+    with library_output_to_stderr():  # a run's every line is on stderr (xpt_ds.metrics.run_log)
+        return _run(cfg)
+
+
+def _run(cfg) -> int:
     _single_process_env()
     hold_less_heap()  # before a tensor is made: glibc keeps freed heap pages below its mmap threshold
     with collector.importing():  # no collector passes over the imports, frozen after (xpt_ds.training.collector)
@@ -75,13 +83,16 @@ def main(argv: list[str] | None = None) -> int:
         from xpt_ds.training.distributed import init_distributed, lost_peer, lost_peer_line
         from xpt_ds.training.guards import HALTED_EXIT_CODE, Halted
         from xpt_ds.training.preemption import PREEMPTED_EXIT_CODE, Preempted
+        from xpt_ds.training.checkpoint import bad_resume
         from xpt_ds.training.run_lock import claim_run
         from xpt_ds.training.trainer import Trainer
 
+    if (line := bad_resume(cfg)) is not None:  # a mistyped --resume: before the run directory is locked or written
+        say_once(f"error: {line}")
+        return 2
     fresh = not Path(cfg.run_dir).exists()  # before any rank can make it: init_distributed waits for them all
     init_distributed()  # and unlink DeepSpeed's CPU shared-memory buffer names (xpt_ds.training.distributed)
-    level = logging.INFO if deepspeed.comm.get_rank() == 0 else logging.WARNING
-    logging.basicConfig(level=level, format="%(asctime)s %(name)s: %(message)s")
+    setup_logging(deepspeed.comm.get_rank() == 0)
     lock, problem = claim_run(cfg, fresh)  # lock: held until this process ends
     if problem is not None:  # another job's run directory, or other configs on other nodes: nothing touched
         say_once(f"error: {problem}")
@@ -110,11 +121,12 @@ def main(argv: list[str] | None = None) -> int:
             end = f"interrupted: checkpoint {e} is complete; the same command resumes from it", INTERRUPTED_EXIT_CODE
         else:
             end = (f"preempted: checkpoint {e} is complete; exiting with {PREEMPTED_EXIT_CODE} so the job is "
-                   "requeued", PREEMPTED_EXIT_CODE)
+                   "requeued (by hand: the same command resumes from it)", PREEMPTED_EXIT_CODE)
     except KeyboardInterrupt:  # a Ctrl-C before the trainer watches for it, or a second one
-        _failed(trainer, cfg, "stopped at once by Ctrl-C", fresh, state="interrupted")
-        end = "interrupted: stopped at once; the same command resumes from the newest complete checkpoint", \
-            INTERRUPTED_EXIT_CODE
+        _failed(trainer, cfg, "stopped at once by Ctrl-C, without a checkpoint", fresh, state="interrupted")
+        newest = f" ({trainer.last_saved})" if trainer is not None and trainer.last_saved else ""
+        end = ("interrupted: stopped at once, without a checkpoint; the same command resumes from the newest "
+               f"complete checkpoint{newest}", INTERRUPTED_EXIT_CODE)
     finally:
         try:
             if trainer is not None:
@@ -126,6 +138,10 @@ def main(argv: list[str] | None = None) -> int:
                 end = ("interrupted: stopped at once; the same command resumes from the newest complete checkpoint",
                        INTERRUPTED_EXIT_CODE)
     if end is None:
+        if trainer.rank == 0:
+            names = [p.name for p in cfg.phases]
+            say(finished_line(cfg.run_dir, trainer.state.global_step, sum(p.steps for p in cfg.phases),
+                              [names[i] for i in trainer.state.time_stopped], cfg.checkpoint.keep_best))
         return 0
     say_once(end[0])  # once per machine where the ranks say the same (xpt_ds.training.rank_say)
     return end[1]

@@ -19,8 +19,7 @@ def run_pipeline(inputs: list[Path | str], out: Path, opts: PrepareOptions = DEF
     ``PrepareOptions`` fields that override ``opts`` (``run_pipeline(inputs, out, vocab_size=8000)``)."""
     opts = opts.replace(**changes) if changes else opts
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    with exclusive(out):
+    with exclusive(out):  # makes out; a failed run leaves no empty folder or lock behind
         return _run_all(inputs, out, opts, workers, force, progress)
 
 

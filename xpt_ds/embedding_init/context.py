@@ -140,7 +140,8 @@ def summary(report: dict) -> str:
     counts = ", ".join(f"{report[k]} {k}" for k in KINDS if report.get(k))
     eg = next((e for k in ("copied", "combined") for e in report["examples"].get(k, [])[:1]), None)
     tail = f"; e.g. {eg['piece']!r} <- {eg['source'][:2]}" if eg else ""
-    return f"embedding_init {report['strategy']}: {counts} of {report['rows']} rows{tail}"
+    bias = f"; head bias {report['head_bias']}" if report.get("head_bias") else ""  # model.head_bias_init
+    return f"embedding_init {report['strategy']}: {counts} of {report['rows']} rows{tail}{bias}"
 
 
 def log_report(report: dict | None, strategy: str, resumed_from: str | None, run_dir: Path) -> None:

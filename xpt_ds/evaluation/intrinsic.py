@@ -48,6 +48,7 @@ def load_export(model_dir: Path, trust_remote_code: bool = False):
     from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
     if not model_dir.is_dir():  # else transformers reads the path as a hub id and says so
         raise FileNotFoundError(f"--model {model_dir}: no such directory (an xpt_ds.export output)")
+    check_not_a_run(model_dir)
     config = read_config_dict(str(model_dir))
     method = method_of(config)
     if not (model_dir / "spm.model").is_file() and not (method is not None and method.vocab == "source"):
@@ -58,6 +59,18 @@ def load_export(model_dir: Path, trust_remote_code: bool = False):
     with reading_weights(f"--model {model_dir}"):
         model = auto.from_pretrained(model_dir, trust_remote_code=trusted)
     return model, saved_tokenizer(model_dir)
+
+
+def check_not_a_run(model_dir: Path) -> None:
+    """A training run directory, or one of its checkpoints, where an export was expected: name the flags that
+    evaluate it (transformers would only say that config.json is missing)."""
+    if (model_dir / "config.json").is_file():
+        return
+    if (model_dir / "checkpoints").is_dir() or (model_dir / "status.json").is_file():
+        raise ConfigError(f"--model {model_dir} is a training run directory, not an export: use --run {model_dir}")
+    if (model_dir / "COMPLETE").is_file() and model_dir.parent.name == "checkpoints":
+        raise ConfigError(f"--model {model_dir} is a checkpoint, not an export: use --run "
+                          f"{model_dir.parent.parent} --tag {model_dir.name}")
 
 
 def export_data_config(config, model_dir: Path) -> DataConfig:

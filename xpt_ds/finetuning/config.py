@@ -31,6 +31,9 @@ TASK_METRICS = {"classification": ("accuracy", "macro_f1", "binary_f1"), "regres
                 "relation": ("micro_f1", "auprc", "accuracy")}
 # The rest is RoBERTa's GLUE recipe, which 002 §4.4 follows except for Table A2 (Liu et al. 2019, Table 10;
 # fairseq examples/roberta/README.glue.md): AdamW betas (0.9, 0.98), eps 1e-6, weight decay 0.1, linear decay.
+# Not its gradient clip: that recipe has none (--clip-norm 0.0), where BERT's fine-tuning (optimization.py,
+# clip_by_global_norm 1.0) and Hugging Face Trainer (max_grad_norm 1.0) clip at 1.0, which bounds the step a loss
+# spike takes; --grad-clip 0 is RoBERTa's recipe exactly.
 ADAM_BETAS, ADAM_EPS = (0.9, 0.98), 1e-6
 # Model types whose position ids start after the pad id (see xpt_ds.model.build.FAMILIES).
 OFFSET_POSITIONS = ("roberta", "xlm-roberta", "camembert")
@@ -58,7 +61,9 @@ class FinetuneConfig:
     epochs: int = doc(10, "Training epochs (Table A2: 15 PAWS-X, 10 the others).")
     warmup_ratio: float = doc(0.06, "Linear warmup as a fraction of all steps, then linear decay to 0 (Table A2).")
     weight_decay: float = doc(0.1, "AdamW weight decay, not on biases and LayerNorm (RoBERTa's GLUE recipe).")
-    grad_clip: float = doc(0.0, "Gradient-norm clip; 0 disables (RoBERTa's GLUE recipe does not clip).")
+    grad_clip: float = doc(1.0, "Gradient-norm clip (the global L2 norm of all gradients); 0 disables. 1.0 is BERT's "
+                                "fine-tuning clip and Hugging Face Trainer's max_grad_norm; RoBERTa's GLUE recipe "
+                                "uses none (fairseq --clip-norm 0.0).")
     max_length: int = doc(512, "Pieces per example, truncated; capped by the model's positions.")
     patience: int = doc(0, "With --valid: stop after this many epochs without improvement; 0 runs every epoch.")
     metric: str = doc("", "Metric for model selection and the headline; empty: accuracy, spearman, entity_f1 or "

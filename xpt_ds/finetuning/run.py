@@ -34,6 +34,7 @@ from xpt_ds.finetuning.relation_model import (
     init_marker_rows,
     save_relation_model,
 )
+from xpt_ds.io.model_source import check_model_source
 from xpt_ds.io.paths import unwritable, write_text_atomic
 from xpt_ds.io.trust import UntrustedError, read_config_dict, reading_weights, remote_code_consent
 
@@ -61,9 +62,7 @@ class Prepared:
 
 def _config_dict(cfg: FinetuneConfig) -> dict:
     """The model's config.json as a dict, read as JSON without instantiating (and so without running) any code."""
-    path = Path(cfg.model)
-    if (path.is_absolute() or cfg.model.startswith((".", "~")) or cfg.model.count("/") > 1) and not path.is_dir():
-        raise FinetuneError(f"--model {cfg.model}: no such directory")
+    check_model_source(cfg.model, f"--model {cfg.model}", FinetuneError)  # before transformers asks the hub
     try:
         return read_config_dict(cfg.model)
     except (OSError, ValueError) as e:
@@ -210,6 +209,11 @@ class Diverged(Exception):
     """A seed's training loss became NaN or infinite: its weights are no longer a model to score."""
 
 
+def remedy(cfg: FinetuneConfig) -> str:
+    """What a diverged seed's line suggests: the clip too, when it is off."""
+    return "a lower --lr may help" if cfg.grad_clip > 0 else "a lower --lr or --grad-clip 1.0 may help"
+
+
 def train_epoch(model, loader, opt, sched, cfg: FinetuneConfig, device: torch.device) -> float:
     model.train()
     total = 0.0
@@ -289,8 +293,8 @@ def run_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, device: torch.devic
         except Diverged as e:
             diverged = f"epoch {epoch}: {e}"
             if best_state is None:  # no test score: left out of the summary, and said so
-                log.warning("seed %d diverged in epoch %d (%s): left out of the summary; a lower --lr or --grad-clip "
-                            "1.0 may help", seed, epoch, e)
+                log.warning("seed %d diverged in epoch %d (%s): left out of the summary; %s", seed, epoch, e,
+                            remedy(cfg))
                 return {"seed": seed, "epoch": epoch, "diverged": diverged, "history": history}
             # The selection by validation had already kept an earlier epoch's weights: that model is scored, as
             # patience would have scored it, and the divergence is recorded beside it.
@@ -393,7 +397,7 @@ def _finetune(cfg: FinetuneConfig, out: Path) -> dict:
     if not scored:
         which = "; ".join(f"seed {r['seed']}: {r['diverged']}" for r in runs)
         raise FinetuneError(f"every seed's training loss became NaN or infinite ({which}), so nothing was scored "
-                            f"({out / 'results.json'} records them); a lower --lr or --grad-clip 1.0 may help")
+                            f"({out / 'results.json'} records them); {remedy(cfg)}")
     return clean
 
 

@@ -73,11 +73,10 @@ def load_plain(path: Path, *, allow_pickle: bool = False, mmap: bool = False,
     With ``allow_pickle`` (the user's explicit consent) a full unpickle. A file that names another global is an
     UntrustedError naming the file and ``flag``."""
     path = Path(path)
-    if allow_pickle:
-        return torch.load(path, map_location="cpu", weights_only=False, mmap=mmap)
-    with torch.serialization.safe_globals(plain_globals()):
+    plain = contextlib.nullcontext() if allow_pickle else torch.serialization.safe_globals(plain_globals())
+    with plain:
         try:
-            return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+            return torch.load(path, map_location="cpu", weights_only=not allow_pickle, mmap=mmap)
         except pickle.UnpicklingError as e:
             if "GLOBAL" in str(e) or "global" in str(e):  # it names code to run
                 raise _refusal(path, e, flag) from None
@@ -86,7 +85,7 @@ def load_plain(path: Path, *, allow_pickle: bool = False, mmap: bool = False,
             raise ValueError(f"not a torch file ({type(e).__name__}: {e})") from None
         except RuntimeError as e:  # mmap needs torch.save's zip format; an old-format file is read whole
             if mmap and "zip" in str(e).lower():
-                return load_plain(path, flag=flag)
+                return load_plain(path, allow_pickle=allow_pickle, flag=flag)
             raise
 
 

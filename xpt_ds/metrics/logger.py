@@ -1,7 +1,10 @@
-"""Throughput, MFU, TensorBoard scalars and the rank-0 progress bar."""
+"""Throughput, MFU, TensorBoard scalars and the rank-0 progress: a bar on a terminal, a line per log step
+otherwise."""
 from __future__ import annotations
 
 import json
+import logging
+import sys
 import time
 from pathlib import Path
 
@@ -10,6 +13,10 @@ import torch
 
 from xpt_ds.config import H100_PEAK_TFLOPS
 from xpt_ds.io.paths import write_text_atomic
+from xpt_ds.metrics.memory import memory_scalars
+
+log = logging.getLogger(__name__)
+BAR_KEYS = ("loss", "lr", "tokens_per_s", "host_rss_gib", "gpu_peak_allocated_gib")  # what the bar's postfix shows
 
 
 def matmul_params(hf_config, mask_prob: float) -> float:
@@ -101,12 +108,15 @@ class LogWindow:
 
 
 class MetricsLogger:
-    """Rank 0 only: TensorBoard, a JSON-lines log and a tqdm bar. Other ranks get a no-op instance. Files are
-    opened and the bar shown by ``start`` (after a resume, at the step the run continues from)."""
+    """Rank 0 only: TensorBoard, a JSON-lines log and the progress. Other ranks get a no-op instance. Files are
+    opened and the bar shown by ``start`` (after a resume, at the step the run continues from). The bar is drawn
+    only when ``progress`` is on and ``stream`` (stderr) is a terminal: in a log file its carriage-return updates
+    would glue the next log line onto its row, so each log step logs a ``progress_line`` there instead (and with
+    the bar off)."""
 
-    def __init__(self, run_dir: Path, enabled: bool, tensorboard: bool, progress: bool):
+    def __init__(self, run_dir: Path, enabled: bool, tensorboard: bool, progress: bool, stream=None):
         self.run_dir, self.enabled = run_dir, enabled
-        self.tensorboard, self.progress = tensorboard, progress
+        self.tensorboard, self.progress, self.stream = tensorboard, progress, stream
         self.writer = self.bar = self.jsonl = None
 
     def start(self, initial_step: int, total_steps: int) -> None:
@@ -122,9 +132,10 @@ class MetricsLogger:
         if self.tensorboard:
             from torch.utils.tensorboard import SummaryWriter
             self.writer = SummaryWriter(str(self.run_dir / "tb"), purge_step=initial_step + 1)
-        if self.progress:
+        stream = sys.stderr if self.stream is None else self.stream
+        if self.progress and stream.isatty():
             from tqdm import tqdm
-            self.bar = tqdm(total=total_steps, initial=initial_step, dynamic_ncols=True, desc="train")
+            self.bar = tqdm(total=total_steps, initial=initial_step, dynamic_ncols=True, desc="train", file=stream)
 
     def _supersede_after(self, step: int) -> None:
         path = self.run_dir / "metrics.jsonl"
@@ -152,8 +163,20 @@ class MetricsLogger:
         self.jsonl.write(json.dumps({"step": step, "time": time.time(), **scalars}) + "\n")
         self.jsonl.flush()
         if self.bar is not None:
-            short = {k.split("/")[-1]: v for k, v in scalars.items() if k.startswith("train/") and v is not None}
-            self.bar.set_postfix({k: f"{v:.4g}" for k, v in short.items() if k in ("loss", "lr", "tokens_per_s")})
+            short = {k.split("/")[-1]: v for k, v in scalars.items() if k.startswith(("train/", "mem/"))
+                     and v is not None}
+            self.bar.set_postfix({k: f"{short[k]:.4g}" for k in BAR_KEYS if k in short})
+
+    def log_step(self, step: int, total_steps: int, scalars: dict[str, float], step_seconds: float,
+                 device: torch.device) -> None:
+        """A training log step: ``scalars`` and this process's memory (``xpt_ds.metrics.memory``) into the logs,
+        and without a bar the progress line, its ETA from the window's ``step_seconds``."""
+        if not self.enabled:
+            return
+        scalars = {**scalars, **memory_scalars(device)}
+        self.log(step, scalars)
+        if self.bar is None:
+            log.info(progress_line(step, total_steps, scalars, (total_steps - step) * step_seconds))
 
     def set_total(self, total_steps: int) -> None:
         """The bar's end, when it moves (early stopping ends a phase before its planned steps)."""
@@ -173,3 +196,28 @@ class MetricsLogger:
         if self.jsonl is not None:
             self.jsonl.close()
         self.writer = self.bar = self.jsonl = None
+
+
+def _duration(seconds: float) -> str:
+    s = max(0, round(seconds))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+def progress_line(step: int, total_steps: int, scalars: dict[str, float], eta_s: float) -> str:
+    """A log step's line where no bar is drawn: step/total, loss, lr, throughput, ETA and memory."""
+    get = scalars.get
+    loss = get("train/loss")
+    parts = [f"step {step}/{total_steps}: loss " + ("n/a (every step skipped)" if loss is None else f"{loss:.4f}"),
+             f"lr {get('train/lr'):.3g}", f"{get('train/tokens_per_s'):.4g} tokens/s"]
+    if get("train/mfu") is not None:
+        parts.append(f"MFU {100 * get('train/mfu'):.1f}%")
+    parts.append(f"ETA {_duration(eta_s)}")
+    memory = []
+    if get("mem/host_rss_gib") is not None:
+        memory.append(f"host RSS {get('mem/host_rss_gib'):.2f} GiB")
+    if get("mem/host_peak_rss_gib") is not None:
+        memory.append(f"host peak {get('mem/host_peak_rss_gib'):.2f} GiB")
+    if get("mem/gpu_peak_allocated_gib") is not None:
+        memory.append(f"GPU peak {get('mem/gpu_peak_allocated_gib'):.2f} GiB allocated, "
+                      f"{get('mem/gpu_peak_reserved_gib'):.2f} reserved")
+    return ", ".join(parts) + ("; " + ", ".join(memory) if memory else "")

@@ -20,6 +20,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 from transformers import AutoConfig, AutoModelForMaskedLM
@@ -27,9 +28,11 @@ from transformers import AutoConfig, AutoModelForMaskedLM
 from xpt_ds.config import ConfigError, DataConfig, ModelConfig
 from xpt_ds.config.methods import METHODS
 from xpt_ds.data.tokenizer import TargetTokenizer
-from xpt_ds.embedding_init.context import InitContext, kept_vocabulary_report
+from xpt_ds.embedding_init.context import InitContext, count_pieces, kept_vocabulary_report
 from xpt_ds.embedding_init.registry import init_embeddings
+from xpt_ds.io.model_source import check_model_source
 from xpt_ds.io.trust import reading_weights
+from xpt_ds.metrics.run_log import quiet_load_report
 from xpt_ds.model import lora
 from xpt_ds.model.decoder import (
     DECODER_FAMILIES,
@@ -108,19 +111,19 @@ def source_config(cfg: ModelConfig):
 @functools.lru_cache(maxsize=4)
 def _source_config(src: str, stamp: tuple | None):
     location, gguf = source_location(src)  # a GGUF file: its directory and {gguf_file: name}
+    # a directory, a hub id the cache or the hub has, or a .gguf file; else one line, before transformers asks
+    # the hub (and retries for 23 s where it cannot reach it)
+    check_model_source(src, "config key 'model.source'", ConfigError, gguf=True)
     try:
         return AutoConfig.from_pretrained(location, trust_remote_code=False, **gguf)
     except ImportError as e:  # transformers reads GGUF through the gguf package
         raise ConfigError(f"config key 'model.source': reading {src} needs the gguf package "
                           f"(pip install gguf): {str(e).strip().splitlines()[0]}") from None
     except (OSError, ValueError) as e:
-        if not Path(src).exists() and (src.startswith(("/", "./", "../", "~")) or src.count("/") > 1):
-            raise ConfigError(f"config key 'model.source': no such directory: {src} (a hub id is 'org/name')") \
-                from None  # a path, not a hub id: transformers' own message speaks of repo ids
         if Path(location).is_dir() and not gguf and not (Path(location) / "config.json").is_file():
             raise ConfigError(f"config key 'model.source': {src} has no config.json (a model directory holds it "
                               "beside the weights, as save_pretrained writes them)") from None
-        where = "local directory" if Path(src).exists() else "hub id or path"
+        where = "local directory" if Path(location).is_dir() else "hub id"
         raise ConfigError(f"config key 'model.source': cannot load '{src}' ({where}): "
                           f"{str(e).strip().splitlines()[0]}") from None
 
@@ -199,7 +202,8 @@ def open_source(cfg: ModelConfig, src_cfg, meta_source: nn.Module):
     location, gguf = source_location(cfg.source)
     if gguf:  # transformers dequantizes a GGUF file whole (to fp32); GGUF sources are small quantized models
         from transformers import AutoModelForCausalLM
-        with reading_weights(what, ConfigError), torch.random.fork_rng(devices=[]):
+        # quiet_load_report: the weights it lacks are this function's warning below, not transformers' table
+        with reading_weights(what, ConfigError), torch.random.fork_rng(devices=[]), quiet_load_report():
             torch.manual_seed(cfg.init_seed + 1)
             model, info = AutoModelForCausalLM.from_pretrained(location, output_loading_info=True,
                                                                trust_remote_code=False, **gguf)
@@ -352,8 +356,30 @@ def build_plan(cfg: ModelConfig, tok: TargetTokenizer, data: DataConfig | None =
             matrices["output"], out_report = _embedding_rows(cfg, tok, data, source, _parameter_name(
                 meta_source, meta_source.get_output_embeddings().weight), by_kind["output"], std)
             report = {**report, "output_rows": out_report}
+    if cfg.head_bias_init == "unigram":
+        report = _unigram_head_bias(cfg, family, decoder, recipes, matrices, report, tok, data, rows)
     values = PlanValues(recipes, source, StockInit(meta, cfg.init_seed), matrices)
     return BuildPlan(tcfg, family, tags, recipes, report, values)
+
+
+def _unigram_head_bias(cfg: ModelConfig, family: Family, decoder: bool, recipes: dict[str, Recipe],
+                       matrices: dict, report: dict, tok: TargetTokenizer, data: DataConfig | None, rows: bool) -> dict:
+    """model.head_bias_init 'unigram': the head's bias is log((count + 1) / (N + V)) over data.train_shards, the
+    logits of ``xpt_ds.evaluate --unigram``'s predictor, so the model starts from piece frequencies. Adam moves a
+    bias by about lr a step, so from zero, learning the ~5 nats between frequent and rare pieces takes hundreds of
+    steps that a small corpus cannot spare. Returns the embedding report with a line on it."""
+    if decoder or family.head_bias not in recipes:
+        raise ConfigError(f"config key 'model.head_bias_init' is 'unigram', but the source {cfg.source!r} has no "
+                          "LM-head bias (decoders' heads have none); use zero (the default)")
+    recipes[family.head_bias] = Recipe("rows", "head_bias")
+    if not rows:
+        return report
+    if data is None or not data.train_shards:
+        raise ConfigError("config key 'model.head_bias_init' is 'unigram', which counts pieces in "
+                          "data.train_shards, and that is empty")
+    counts = count_pieces(list(data.train_shards), tok, data.on_corrupt_shard)[0].astype(np.float64)
+    matrices["head_bias"] = torch.from_numpy(np.log((counts + 1.0) / (counts.sum() + len(counts)))).float()
+    return {**report, "head_bias": f"unigram: log add-one frequency of {int(counts.sum())} train pieces"}
 
 
 def build_model(cfg: ModelConfig, tok: TargetTokenizer, data: DataConfig | None = None) -> BuiltModel:

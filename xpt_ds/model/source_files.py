@@ -35,7 +35,7 @@ LEGACY = ((".LayerNorm.gamma", ".LayerNorm.weight"), (".LayerNorm.beta", ".Layer
 
 def local_snapshot(location: str, what: str) -> Path:
     """The directory of a source given as a directory or a hub id (its snapshot in the Hugging Face cache, the
-    config and weight files only)."""
+    config and weight files only). A name that is neither stopped at its config (``build.source_config``)."""
     path = Path(location)
     if path.is_dir():
         return path
@@ -43,8 +43,7 @@ def local_snapshot(location: str, what: str) -> Path:
     try:
         return Path(snapshot_download(location, allow_patterns=["*.json", "*.safetensors", "*.bin"]))
     except Exception as e:  # noqa: BLE001 - the hub client's errors have no common base worth naming
-        raise ConfigError(f"{what}: cannot fetch the weights of '{location}' (hub id or path): {first_line(e)}") \
-            from None
+        raise ConfigError(f"{what}: cannot fetch the weights of hub id '{location}': {first_line(e)}") from None
 
 
 def weight_files(directory: Path) -> tuple[str, list[Path], dict[str, str] | None]:

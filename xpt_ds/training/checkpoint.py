@@ -328,20 +328,53 @@ def read_best(run_dir: Path) -> str:
     return json.loads(path.read_text())["tag"]
 
 
-def resolve_tag(ckpt_root: Path, resume: str) -> str | None:
+class UnknownTag(CheckpointError):
+    """A tag asked for (``--resume``, ``--tag``) that is not a complete checkpoint of the run."""
+
+
+def _choices(ckpt_root: Path, tags: list[str], names: tuple[str, ...]) -> str:
+    """What a tag argument may be: ``names``, 'best' when the run records one, its complete tags (newest first,
+    the 6 newest of many)."""
+    names += ("best",) if (ckpt_root.parent / BEST_FILE).is_file() else ()
+    newest = tags[::-1][:6] + ([f"... ({len(tags) - 6} older)"] if len(tags) > 6 else [])
+    return ", ".join(names) + (f", or a complete checkpoint: {', '.join(newest)}" if tags else
+                               " (the run has no complete checkpoint)")
+
+
+def resolve_tag(ckpt_root: Path, resume: str, flag: str = "--tag", names: tuple[str, ...] = ("auto",)) -> str | None:
     """'none' -> None; 'auto' -> newest complete tag or None; 'best' -> the run's best (``RUN_DIR/best.json``,
-    written with checkpoint.keep_best); else the tag, which must be complete."""
+    written with checkpoint.keep_best); else the tag, which must be complete. Any other value is an UnknownTag (a
+    NoBestError for 'best' without one) naming ``flag``, the value and what it may be (``names`` and the tags)."""
     if resume == "none":
         return None
     tags = complete_tags(ckpt_root)
     if resume == "auto":
         return tags[-1] if tags else None
+    asked = resume
     if resume == "best":
-        resume = read_best(ckpt_root.parent)
+        try:
+            resume = read_best(ckpt_root.parent)
+        except NoBestError as e:
+            raise NoBestError(f"{flag} best: {e}; valid: {_choices(ckpt_root, tags, names)}") from None
     if resume not in tags:
-        raise FileNotFoundError(f"checkpoint '{resume}' is not a complete checkpoint in {ckpt_root} "
-                                f"(complete: {', '.join(tags) or 'none'})")
+        half = " (an incomplete save: no COMPLETE marker)" if (ckpt_root / resume).is_dir() else ""
+        value = f"best ({BEST_FILE}'s {resume})" if asked == "best" else f"'{resume}'"
+        raise UnknownTag(f"{flag} {value} is not a complete checkpoint of run {ckpt_root.parent}{half}; valid: "
+                         f"{_choices(ckpt_root, tags, names)}")
     return resume
+
+
+def bad_resume(cfg: TrainConfig) -> str | None:
+    """Why ``cfg.checkpoint.resume`` (``--resume``) names no checkpoint of the run, or None: checked before the
+    run directory is locked or written, so a mistyped tag leaves a run (its status.json too) as it was. A marker
+    that cannot be read is left to the trainer's checks, which report it as the run's failure."""
+    try:
+        resolve_tag(Path(cfg.run_dir) / "checkpoints", cfg.checkpoint.resume, "--resume", ("auto", "none"))
+    except (UnknownTag, NoBestError) as e:
+        return str(e)
+    except CheckpointError:
+        pass
+    return None
 
 
 def make_universal(ckpt_root: Path, tag: str) -> Path:

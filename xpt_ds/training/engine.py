@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from xpt_ds.config import ConfigError, OptimConfig, PhaseConfig, TrainConfig
+from xpt_ds.config.template import CPU_ENGINE, CPU_SPEEDUP
 from xpt_ds.model.objective import build_objective
 from xpt_ds.model.skeleton import materialize, skeleton
 from xpt_ds.training.activations import checkpoint_layers
@@ -118,13 +119,19 @@ def load_ds_config(path: str) -> dict:
 
 def check_device_support(ds: dict, path: str) -> None:
     """Refuse a precision this machine's accelerator lacks (fp16 on CPU) before the model is built, not as a
-    ValueError from deepspeed.initialize."""
+    ValueError from deepspeed.initialize. bf16 on the CPU runs, with one warning line (rank 0): on a CPU without
+    bf16 instructions it is several times slower a step than fp32 (docs/config.md, "On CPU")."""
     accelerator = deepspeed.get_accelerator()
     for key, supported in (("fp16", accelerator.is_fp16_supported), ("bf16", accelerator.is_bf16_supported)):
         section = ds.get(key) or (ds.get("bfloat16") if key == "bf16" else None) or {}
         if isinstance(section, dict) and section.get("enabled") and not supported():
             raise ConfigError(f"DeepSpeed JSON {path}: {key}.enabled is true, but this machine's "
                               f"{accelerator.device_name()} accelerator does not support {key}")
+    rank = deepspeed.comm.get_rank() if deepspeed.comm.is_initialized() else 0
+    if accelerator.device_name() == "cpu" and compute_dtype(ds) == torch.bfloat16 and rank == 0:
+        log.warning("DeepSpeed JSON %s trains in bf16 on the CPU: the demo's setup steps ~%dx as fast with %s and "
+                    "optim.torch_adam: true on a CPU without bf16 instructions (docs/config.md, On CPU)", path,
+                    CPU_SPEEDUP, CPU_ENGINE)
 
 
 def build_ds_config(cfg: TrainConfig, world_size: int) -> dict:

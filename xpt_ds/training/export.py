@@ -14,7 +14,8 @@ token-classification, question-answering and multiple-choice heads; they load wi
 Models of ``method: trelm`` carry ``xpt_trelm.py`` the same way: the TRILayer runs in the base model, the target
 language row is folded into the token-type rows, and the English vocabulary is dropped (``xpt_ds.trelm.hf`` says
 what is kept and why). ``method: lora`` exports merge each low-rank update into its base weight (peft's own merge
-arithmetic, one layer at a time): a stock model.
+arithmetic, one layer at a time): a stock model. Every export carries a model card, ``README.md``
+(``xpt_ds.training.model_card``).
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ import torch
 from torch import nn
 from transformers import AutoConfig
 
-from xpt_ds.config import MASKING_KEYS
+from xpt_ds.config import MASKING_KEYS, read_checkpoint_config
 from xpt_ds.config.methods import method_of
 from xpt_ds.data.tokenizer import copy_hf_tokenizer, save_hf_tokenizer, saved_tokenizer
 from xpt_ds.errors import first_line
@@ -43,6 +44,7 @@ from xpt_ds.model.decoder import is_decoder
 from xpt_ds.model.skeleton import assign, no_init_weights, parameters_on_meta, skeleton
 from xpt_ds.training import checkpoint, tag_checks
 from xpt_ds.training.checkpoint_values import CheckpointValues
+from xpt_ds.training.model_card import CARD, build_card, write_card
 from xpt_ds.trelm import hf as trelm_hf
 
 Values = Callable[[str], torch.Tensor]  # HF parameter name of the trained model -> its fp32 value
@@ -202,20 +204,23 @@ def export(run_dir: Path, out: Path, tag: str | None = None, allow_pickle: bool 
     half-way leaves ``out`` as it was, and the files of an earlier export there are replaced whole (none of them,
     such as a ``spm.model`` a keep_vocab export does not write, stays beside the new one). Files the earlier
     export did not write (its ``xpt_export.json`` lists those it did; a model card a user added) are kept. A
-    non-empty ``out`` that is not an xpt-ds export is refused before the checkpoint is read."""
+    non-empty ``out`` that is not an xpt-ds export is refused before the checkpoint is read. The export's model
+    card, ``README.md`` (``xpt_ds.training.model_card``), is written unless ``out`` holds one of the user's own."""
     check_export_out(out)
     why = unwritable(out.parent)  # before the checkpoint is read (minutes for a large model)
     if why is not None:
         raise OSError(f"--out {out}: cannot write there ({why})")
     tag_dir, hf_config = checkpoint_config(run_dir, tag)
     values = checkpoint_values(tag_dir.parent, tag_dir.name, allow_pickle)
-    data = checkpoint.read_config(tag_dir.parent, tag_dir.name, allow_pickle).data
+    client = checkpoint.read_client_state(tag_dir.parent, tag_dir.name, allow_pickle)
+    data = read_checkpoint_config(client["config"]).data
     hf_config.xpt_data = {k: getattr(data, k) for k in MASKING_KEYS}  # evaluate --model masks as the run did
     staging = out.parent / f".{out.name}.writing-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
     try:
-        write_model(Exported(hf_config, values), staging, max_shard_bytes)
+        exported = Exported(hf_config, values)
+        write_model(exported, staging, max_shard_bytes)
         tok = saved_tokenizer(tag_dir)
         if tok.kind == "huggingface":  # keep_vocab: the source's own tokenizer, as the checkpoint saved it
             copy_hf_tokenizer(tok.path, staging)
@@ -228,10 +233,16 @@ def export(run_dir: Path, out: Path, tag: str | None = None, allow_pickle: bool 
                       f"and gives other ids than its spm.model (transformers overrides the class it reads for "
                       f"model_type {hf_config.model_type}); load it with "
                       f"PreTrainedTokenizerFast.from_pretrained('{out}')", file=sys.stderr)
+        users_card = (out / CARD).is_file() and not _written_by_earlier(out)(CARD)  # a card of their own: kept
+        if not users_card:
+            sizes = {n: p.numel() for n, p in exported.trained.named_parameters()}
+            write_card(staging / CARD, build_card(run_dir, tag_dir, client, is_decoder(hf_config), sizes, out.name))
         _record_files(staging)
         for name, replaced in _carry_own_files(out, staging):
             print(f"{'warning: replaced' if replaced else 'kept'} {out / name}: not a file of the earlier export"
-                  f"{', but this export writes one of that name' if replaced else ''}", file=sys.stderr)
+                  f"{', but this export writes one of that name' if replaced else ''}"
+                  f"{'; so the export writes no model card (remove it for one)' if name == CARD else ''}",
+                  file=sys.stderr)
         _put_in_place(staging, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -288,19 +299,24 @@ def _record_files(staging: Path) -> None:
     (staging / EXPORT_RECORD).write_text(json.dumps({"files": sorted(files)}, indent=1) + "\n")
 
 
+def _written_by_earlier(out: Path) -> Callable[[str], bool]:
+    """Whether the earlier export in ``out`` wrote the file of that relative name (its record; for an export
+    from before the record, whether it is a file an export writes: ``EXPORT_FILES``)."""
+    try:
+        return set(json.loads((out / EXPORT_RECORD).read_text())["files"]).__contains__
+    except (OSError, ValueError, KeyError, TypeError):
+        return lambda name: any(fnmatch.fnmatch(name, p) for p in EXPORT_FILES)
+
+
 def _carry_own_files(out: Path, staging: Path) -> list[tuple[str, bool]]:
     """Copy into ``staging`` the files of ``out`` that the earlier export there did not write (not in its
     record; for an export from before the record, none an export writes: ``EXPORT_FILES``); (name, whether the
     new export writes a file of that name, which then wins)."""
-    try:
-        written = set(json.loads((out / EXPORT_RECORD).read_text())["files"])
-    except (OSError, ValueError, KeyError, TypeError):  # an export from before the record: what one writes
-        written = None
+    earlier = _written_by_earlier(out)
     carried = []
     for path in sorted(out.rglob("*")):
         name = str(path.relative_to(out))
-        if not path.is_file() or (name in written if written is not None else
-                                  any(fnmatch.fnmatch(name, p) for p in EXPORT_FILES)):
+        if not path.is_file() or earlier(name):
             continue
         target = staging / name
         carried.append((name, target.exists()))

@@ -4,8 +4,12 @@ A signal may reach the ranks at different steps; the trainer shares each rank's 
 exchange (``guards.RankExchange``), so that all ranks stop after the same step.
 
 Ctrl-C (SIGINT, to the whole foreground process group: a run, or a sweep and its runs) asks the same, once: the
-run checkpoints after the current step and exits 130 (``errors.INTERRUPTED_EXIT_CODE``). A second Ctrl-C stops at
-once, without a checkpoint (KeyboardInterrupt; the newest complete checkpoint stays the newest).
+run checkpoints after the current step, status.json says 'interrupted', and it exits 130
+(``errors.INTERRUPTED_EXIT_CODE``). A second Ctrl-C stops at once, without a checkpoint: a KeyboardInterrupt
+wherever the main thread is, even inside a save. A save is complete only once its ``COMPLETE`` marker is written,
+last (``checkpoint.save``), so a save cut short leaves a tag that does not count and the newest complete checkpoint
+stays the newest; ``xpt_ds.train`` then records 'interrupted' (with the newest complete checkpoint) and exits 130
+too.
 """
 from __future__ import annotations
 
@@ -14,6 +18,8 @@ import signal
 from xpt_ds.errors import say
 
 PREEMPTED_EXIT_CODE = 124  # launch/slurm.sbatch requeues the job on this status
+INTERRUPT_LINE = ("interrupt: stopping after this step with a checkpoint; press Ctrl-C again to stop now without "
+                  "one")
 
 
 class Preempted(Exception):
@@ -41,8 +47,7 @@ class PreemptionWatcher:
             raise KeyboardInterrupt
         self._on_signal(signum, frame)
         if self.rank == 0:
-            say("interrupt: writing a checkpoint after this step, then exiting; Ctrl-C again stops at once, "
-                "without it")
+            say(INTERRUPT_LINE)
 
     @property
     def requested(self) -> bool:

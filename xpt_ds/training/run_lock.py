@@ -5,6 +5,10 @@ still alive) interleave checkpoints and logs and lose rows. The kernel drops the
 DataLoader workers it forked (they share the open file) have ended, however they end, so a killed job leaves
 nothing to clean up; the file only records who held it last. On a file system without locks (some Lustre
 mounts) the run goes on with a warning.
+
+The lock is also how a new job knows that a status.json still saying 'running' (``xpt_ds.training.status``) is a
+dead attempt's: any live writer would hold the lock. The job that takes it says so (``claim_run``), and its own
+status replaces that one once it is set up.
 """
 from __future__ import annotations
 
@@ -64,11 +68,13 @@ def claim_run(cfg, fresh: bool) -> tuple[IO | None, str | None]:
     import torch.distributed as dist
 
     from xpt_ds.config import to_dict
-    from xpt_ds.training.status import remove_unstarted
+    from xpt_ds.training.status import previous_attempt, remove_unstarted
     lock, problem = None, None
     if deepspeed.comm.get_rank() == 0:
         try:
             lock = hold(Path(cfg.run_dir))
+            if (note := previous_attempt(Path(cfg.run_dir))) is not None:  # a 'running' status nobody writes
+                log.warning(note)
         except RunInUse as e:
             problem = str(e)
         except OSError:

@@ -53,7 +53,7 @@ from xpt_ds.training.guards import (
 )
 from xpt_ds.training.preemption import Preempted, PreemptionWatcher
 from xpt_ds.training.state import TrainerState
-from xpt_ds.training.status import planned_steps, write_status
+from xpt_ds.training.status import StatusFile, planned_steps
 from xpt_ds.training.time_budget import TimeBudget
 from xpt_ds.trelm.data import TreLMBatchStream, build_trelm_stream
 from xpt_ds.trelm.valid import build_cdlm_validation
@@ -91,7 +91,7 @@ class Trainer:
             problem = e
         check_streams_agree(problem, [] if problem else skipped_shards(self.train_stream),
                             {} if problem else shard_layouts(self.train_stream, self.valid_stream))
-        self.resume_tag = checkpoint.resolve_tag(self.ckpt_root, cfg.checkpoint.resume)
+        self.resume_tag = checkpoint.resolve_tag(self.ckpt_root, cfg.checkpoint.resume, "--resume", ("auto", "none"))
         self.resume_client = None if self.resume_tag is None else checkpoint.read_client_state(
             self.ckpt_root, self.resume_tag, cfg.checkpoint.allow_pickle)
         self.plan = None  # a fresh start's build plan (xpt_ds.model.build), until its values are in the engine
@@ -138,6 +138,7 @@ class Trainer:
         self.budget = TimeBudget(g.max_train_minutes, cfg.phases)
         self.data_wait = 0.0  # seconds this rank waited for batches in the current step
         self.logger = MetricsLogger(self.run_dir, self.rank == 0, cfg.logging.tensorboard, cfg.logging.progress_bar)
+        self.status = StatusFile(self.run_dir) if self.rank == 0 else None  # status.json, with a heartbeat
         for stream in filter(None, (self.train_stream, self.valid_stream)):  # before any engine thread: data/workers.py
             stream.fork_workers()
 
@@ -226,6 +227,7 @@ class Trainer:
             log.info(msg)
 
     def train(self) -> None:
+        self.write_status("running")  # this attempt's, with its heartbeat: readers see it alive
         window = self.window
         window.started = time.perf_counter()  # its seconds are the loop's, not the engine build's or the load's
         self.budget.start_loop(self.state)
@@ -387,7 +389,7 @@ class Trainer:
         tps = self.last_tokens_per_s = window.tokens / max(seconds, 1e-9)
         self.step_seconds = seconds / max(window.timed, 1)
         grad_norm = self.engine.get_global_grad_norm()
-        self.logger.log(self.state.global_step, {
+        self.logger.log_step(self.state.global_step, self.total_steps, {
             "train/loss": loss, "train/lr": lr_at(self.phase, self.state.phase_step - 1),
             "train/grad_norm": None if grad_norm is None or not math.isfinite(grad_norm) else float(grad_norm),
             "train/tokens_per_s": tps, "train/mfu": None if self.peak is None else
@@ -396,7 +398,7 @@ class Trainer:
             "train/epoch": float(self.train_stream.epoch),
             "data/skipped_shards": float(len(skipped_shards(self.train_stream))),
             "train/skipped_steps": float(self.bad_steps.total),
-            "train/tokens_seen": float(self.state.tokens_seen)})
+            "train/tokens_seen": float(self.state.tokens_seen)}, self.step_seconds, self.device)
         self.write_status("running")
 
     def maybe_eval(self, phase_done: bool) -> bool:
@@ -481,6 +483,8 @@ class Trainer:
         for stream in filter(None, (self.train_stream, self.valid_stream)):
             stream.close()
         self.logger.close()
+        if self.status is not None:
+            self.status.close()
 
     def count_bad_step(self, skipped: bool) -> bool:
         """Count a skipped step; True when too many in a row (the same on every rank: the norm is global)."""
@@ -518,8 +522,8 @@ class Trainer:
             return
         s, total = self.state, self.state.global_step if state == "finished" else self.total_steps
         eta = (total - s.global_step) * self.step_seconds if self.step_seconds is not None else None
-        write_status(self.run_dir, state=state, phase=self.phase.name, phase_index=s.phase_index,
-                     phase_step=s.phase_step, global_step=s.global_step, total_steps=total, tokens_seen=s.tokens_seen,
-                     target_tokens_seen=s.target_tokens_seen, skipped_steps=self.bad_steps.total,
-                     last_complete_checkpoint=self.last_saved, tokens_per_s=self.last_tokens_per_s, eta_s=eta,
-                     **self.budget.status(s), **extra)
+        self.status.write(state=state, phase=self.phase.name, phase_index=s.phase_index,
+                          phase_step=s.phase_step, global_step=s.global_step, total_steps=total,
+                          tokens_seen=s.tokens_seen, target_tokens_seen=s.target_tokens_seen,
+                          skipped_steps=self.bad_steps.total, last_complete_checkpoint=self.last_saved,
+                          tokens_per_s=self.last_tokens_per_s, eta_s=eta, **self.budget.status(s), **extra)
