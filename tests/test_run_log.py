@@ -166,7 +166,18 @@ def test_a_library_logger_made_during_the_run_writes_to_stderr(capsys):
         made.handlers.clear()
 
 
-def test_setup_logging_sends_library_records_through_the_one_handler():
+@pytest.fixture
+def transformers_at_warning():
+    """transformers' logger at its own default, WARNING: a finetune run in this process (xpt_ds.finetune sets
+    verbosity to error) must not decide what these tests see."""
+    lib = logging.getLogger("transformers")
+    level = lib.level
+    lib.setLevel(logging.WARNING)
+    yield
+    lib.setLevel(level)
+
+
+def test_setup_logging_sends_library_records_through_the_one_handler(transformers_at_warning):
     root, names = logging.getLogger(), ("DeepSpeed", "transformers")
     saved = (root.handlers[:], root.level, [(logging.getLogger(n).handlers[:], logging.getLogger(n).propagate)
                                             for n in names])
@@ -185,7 +196,8 @@ def test_setup_logging_sends_library_records_through_the_one_handler():
                                                          "transformers.modeling_utils: from transformers"]
 
 
-def test_quiet_load_report_hides_transformers_table_of_what_the_project_reports(headless_bert):
+def test_quiet_load_report_hides_transformers_table_of_what_the_project_reports(headless_bert,
+                                                                             transformers_at_warning):
     from transformers import BertForMaskedLM
     seen = []
     handler = logging.Handler()

@@ -99,4 +99,5 @@ def test_resume_flag_picks_a_tag_and_names_a_bad_one(run, tmp_path):
     assert "resumed from global_step000000003" in proc.stderr and "saved checkpoint global_step000000006" in proc.stderr
     bad = launch(["--config", str(path), "--resume", "global_step000000005"])
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
-    assert bad.stderr.strip().splitlines()[-1].startswith("error: checkpoint 'global_step000000005'")
+    assert bad.stderr.strip().splitlines()[-1].startswith("error: --resume 'global_step000000005' is not a complete "
+                                                          "checkpoint")
