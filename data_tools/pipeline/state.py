@@ -123,7 +123,7 @@ def _lock(path: Path):
         try:
             if os.stat(path).st_ino == os.fstat(f.fileno()).st_ino:
                 return f
-        except FileNotFoundError:
+        except FileNotFoundError:  # a failed run unlinked the lock file we opened: open the new one
             pass
         f.close()
 

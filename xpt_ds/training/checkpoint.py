@@ -372,8 +372,8 @@ def bad_resume(cfg: TrainConfig) -> str | None:
         resolve_tag(Path(cfg.run_dir) / "checkpoints", cfg.checkpoint.resume, "--resume", ("auto", "none"))
     except (UnknownTag, NoBestError) as e:
         return str(e)
-    except CheckpointError:
-        pass
+    except CheckpointError:  # an unreadable marker: the trainer's own checks report it
+        return None
     return None
 
 
