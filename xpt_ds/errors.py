@@ -1,8 +1,9 @@
-"""The errors a user can fix, and how every command reports them: one ``error:`` line, exit status 2.
+"""The errors a user can fix, and how every command reports them: one ``error:`` line per problem, exit status 2.
 
 Every exception for bad input (a config key, a shard, a checkpoint, a model directory, a fine-tuning file)
-subclasses ``UserError``; its message names the culprit and fits on one line. ``cli_errors`` (a decorator of
-every command's ``main``) turns a UserError or an OSError (a file the checks did not foresee) into that line.
+subclasses ``UserError``; its message names the culprit and fits on one line, except a config's ConfigError,
+which lists every problem of the config a line each (``xpt_ds.config.validate``). ``cli_errors`` (a decorator of
+every command's ``main``) turns a UserError or an OSError (a file the checks did not foresee) into those lines.
 """
 from __future__ import annotations
 
@@ -38,21 +39,29 @@ def error_line(e: Exception) -> str:
     return os_error_line(e) if isinstance(e, OSError) else str(e)
 
 
+def error_lines(e: Exception) -> str:
+    """``error: MESSAGE``, one such line for each line of ``e``'s message: each of a config's problems stands alone
+    (a grep for ``^error:`` finds them all), and a one-line message reads as it always did."""
+    return "\n".join(f"error: {line}" for line in error_line(e).splitlines() or [""])
+
+
 def say(line: str) -> None:
-    """One write per line: every rank may report the same error, and two ranks' lines must not interleave."""
+    """One write per message (a line, or a config's lines together): every rank may report the same error, and
+    two ranks' lines must not interleave."""
     sys.stderr.write(line + "\n")
     sys.stderr.flush()
 
 
 def cli_errors(main: Callable[..., int]) -> Callable[..., int]:
-    """Decorator of every command's ``main(argv) -> int``: a UserError or OSError becomes one ``error:`` line on
-    stderr and exit status 2, a Ctrl-C one ``interrupted`` line and status 130, with no traceback."""
+    """Decorator of every command's ``main(argv) -> int``: a UserError or OSError becomes ``error:`` lines on
+    stderr (one per problem, ``error_lines``) and exit status 2, a Ctrl-C one ``interrupted`` line and status 130,
+    with no traceback."""
     @functools.wraps(main)
     def run(*args, **kwargs) -> int:
         try:
             return main(*args, **kwargs)
         except (UserError, OSError) as e:
-            say(f"error: {error_line(e)}")
+            say(error_lines(e))
             return 2
         except KeyboardInterrupt:
             say("interrupted")

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from xpt_ds.config import help_text, load_config
-from xpt_ds.errors import INTERRUPTED_EXIT_CODE, UserError, cli_errors, error_line, say
+from xpt_ds.errors import INTERRUPTED_EXIT_CODE, UserError, cli_errors, error_line, error_lines, say
 from xpt_ds.metrics.run_log import finished_line, library_output_to_stderr, setup_logging
 from xpt_ds.training import collector, rank_say
 from xpt_ds.training.host_memory import hold_less_heap
@@ -67,8 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.print_config:
             return print_config(args.config, overrides)
         cfg = load_config(args.config, overrides)
-    except UserError as e:  # every rank reads the same config: one line per machine
-        say_once(f"error: {error_line(e)}")
+    except UserError as e:  # every rank reads the same config: its lines once per machine
+        say_once(error_lines(e))
         return 2
     with library_output_to_stderr():  # a run's every line is on stderr (xpt_ds.metrics.run_log)
         return _run(cfg)

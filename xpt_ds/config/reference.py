@@ -15,7 +15,8 @@ default. A config file is YAML or JSON with these sections; a key left out takes
 wrong type is a one-line error naming the key. `python -m xpt_ds.train --help` prints the same list;
 `--print-config` (with or without `--config` and overrides) prints the resolved config, every key, as YAML, and
 exits: what `RUN_DIR/config.yaml` will hold. Every key is checked as far as a config alone can be (the source,
-tokenizer, shards and DeepSpeed JSON are read when a run starts). Keys a run needs and the config leaves empty
+tokenizer, shards and DeepSpeed JSON are read when a run starts). A config that fails several checks lists every
+problem, an `error:` line each naming its key, and exits with status 2. Keys a run needs and the config leaves empty
 (`model.source`, `model.tokenizer`, `data.train_shards`, the phases' `steps`) are filled with what to write there,
 an empty `phases` with the method's preset phases, and a line on stderr names them: a config file to start from.
 This file is written by `python -m xpt_ds.config.reference > docs/config.md` (`tests/test_config.py` checks that

@@ -308,7 +308,8 @@ def build_plan(a: argparse.Namespace, configs: Path | None = None) -> Plan:
             try:
                 cfg = load_config(str(folder / f"{arm}.yaml"), args)
             except ConfigError as e:  # the same --set fits one arm and not another (a one-phase method)
-                raise ConfigError(f"arm '{arm}' (model.method {method}), size {size_label(size)}: {e}") from None
+                where = f"arm '{arm}' (model.method {method}), size {size_label(size)}"
+                raise ConfigError("\n".join(f"{where}: {line}" for line in str(e).splitlines())) from None
             steps[arm, size], seq_len[arm, size] = sum(p.steps for p in cfg.phases), cfg.data.seq_len
             best[arm, size] = cfg.checkpoint.keep_best
             test_shards = test_shards or list(cfg.data.valid_shards)

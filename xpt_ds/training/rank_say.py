@@ -72,7 +72,8 @@ def forget() -> None:
 
 
 def say_once(line: str, wait_s: float = WAIT_S) -> None:
-    """Print ``line`` (one line) for this rank, unless local rank 0 of this launch printed the same line."""
+    """Print ``line`` (one line, or a config's problems a line each) for this rank, unless local rank 0 of this
+    launch printed the same."""
     if _world() <= 1:
         say(line)
         return
