@@ -1,4 +1,4 @@
-"""The README demo's corpus (konlpy's Korean legal text), prepared exactly as launch/demo.sh does."""
+"""The Korean demo corpus (DEMO_CORPUS=ko: konlpy's legal text), prepared exactly as launch/demo.sh does."""
 import importlib.util
 import json
 import subprocess
