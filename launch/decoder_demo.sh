@@ -16,8 +16,8 @@ DATA=demo_out/uk_decoder RUN=runs/decoder_demo_uk
 "$PY" -m pip install --quiet --no-deps "ua-gec==2.1.3"
 "$PY" -m data_tools.uagec --out demo_out/uagec
 # RoBERTa's special-token layout: <s> = 0 (bos), <pad> = 1, </s> = 2 (eos, document end), <unk>, <mask>. 1,000
-# pieces, not the encoder demo's 2,000: with about 50K tokens of training the smaller vocabulary leaves the unigram
-# predictor sooner (docs/demo.md).
+# pieces, not the encoder demo's 2,000: with this few training tokens the smaller vocabulary leaves the unigram
+# predictor sooner (RESULTS.md, "The demos on CPU").
 "$PY" -m data_tools.prepare --input demo_out/uagec/text/train.txt --out "$DATA" \
   --vocab-size 1000 --valid 0.02 --test 0.02 --family roberta
 "$PY" -m xpt_ds.train --config launch/configs/decoder_demo.yaml --model.source="$SOURCE" --run_dir="$RUN" \

@@ -53,6 +53,22 @@ def launch(args: list[str], nproc: int = 1, timeout: int = 600, env: dict | None
     test_launch, test_slurm)."""
     if nproc == 1:
         return run_main("xpt_ds.train", args, env, timeout)
+    for _ in range(3):
+        done = _launch_once(args, nproc, timeout, env, launcher)
+        if not _store_port_taken(done.stderr):
+            return done
+    return done
+
+
+def _store_port_taken(err: str) -> bool:
+    """torchrun's agent could not listen on the port ``free_port`` checked a moment before (another worker's
+    process took it between the check and the listen): it failed before starting any rank, so nothing of the run
+    was written and the same command can run again on a new port."""
+    return "static_tcp_rendezvous" in err and "EADDRINUSE" in err
+
+
+def _launch_once(args: list[str], nproc: int, timeout: int, env: dict | None,
+                 launcher: str) -> subprocess.CompletedProcess:
     cmd, full_env = _command(args, nproc, env, launcher)
     # PYTHONFAULTHANDLER: a rank given SIGABRT (a job still running at the timeout, ``_stacks_then_kill``) prints
     # every thread's Python stack before it dies

@@ -45,3 +45,22 @@ def test_a_port_something_listens_on_is_passed_over(monkeypatch):
         monkeypatch.setattr(ports.random.Random, "randint", lambda self, lo, hi: next(draws))
         assert ports.free_port() != busy
 
+
+
+def test_a_launch_whose_store_port_was_taken_is_told_apart_and_runs_again(tmp_path):
+    """torchrun's agent fails before starting any rank when its --master_port is taken between free_port's check
+    and its listen (the 2026-11-29 CI run, another worker's process on the port): tests.processes.launch runs
+    such a job again on a new port; any other failure is returned as it is."""
+    import subprocess
+    import sys
+
+    from processes import _store_port_taken
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                               "--master_port", str(port), "--no-python", "true"], capture_output=True, text=True,
+                              timeout=120, cwd=tmp_path)
+    assert done.returncode != 0 and _store_port_taken(done.stderr), done.stderr[-2000:]
+    assert not _store_port_taken("RuntimeError: config key 'model.source' ...\nEADDRINUSE in a rank's gloo")
