@@ -14,6 +14,7 @@ COMMANDS = {  # name -> (module, one line)
     "parallel": ("data_tools.parallel", "sentence pairs -> aligned parallel shards + dictionary.tsv (TreLM, 004)"),
     "static-embeddings": ("data_tools.static_embeddings", "word2vec or fastText (FOCUS) piece vectors, row = id"),
     "source-embeddings": ("data_tools.source_embeddings", "a Hugging Face model's input embeddings as NAME.npy"),
+    "extend-vocab": ("data_tools.extend_vocab", "a source tokenizer + target-language pieces (model.method: extend)"),
     "align-embeddings": ("data_tools.align_embeddings", "map target embeddings onto a source space (Procrustes, "
                                                         "adversarial)"),
 }

@@ -29,10 +29,10 @@ DATA_TOOLS_LAYERS = [
     ["data_tools.errors"],
     ["data_tools.cli_options", "data_tools.piece_tokenizers"],
     ["data_tools.pipeline"],
-    ["data_tools.pairs", "data_tools.embeddings", "data_tools.corpora"],
+    ["data_tools.pairs", "data_tools.embeddings", "data_tools.corpora", "data_tools.vocab_merge"],
     ["data_tools.prepare", "data_tools.spm_train", "data_tools.uagec", "data_tools.bible", "data_tools.parallel",
      "data_tools.static_embeddings", "data_tools.source_embeddings", "data_tools.align_embeddings", "data_tools.cli",
-     "data_tools.__main__", "data_tools"],
+     "data_tools.extend_vocab", "data_tools.__main__", "data_tools"],
 ]
 
 

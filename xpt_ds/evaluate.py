@@ -1,5 +1,5 @@
 """``python -m xpt_ds.evaluate (--run RUN [--tag TAG] | --model DIR) --shards SPEC [SPEC ...] [--out FILE]
-[--card [README]]``
+[--card [README]]``, or ``python -m xpt_ds.evaluate --model DIR_OR_GGUF --text FILE [FILE ...] [--out FILE]``
 
 002 Table 2's intrinsic metrics (PPL, Hits@1/3/5/10, MRR, MR, bits per character, per word and per byte) on the
 masked tokens of held-out shards, as JSON (``xpt_ds.evaluation.intrinsic`` says which figure compares what); for
@@ -9,6 +9,11 @@ a decoder, on every next token.
 masked position gets each piece's add-one-smoothed frequency in the training shards. A model whose figures
 equal the unigram predictor's has learned no context yet. ``--uniform`` scores the uniform guess, the figure
 of a model that has learned nothing.
+
+``--text FILE`` scores a decoder on raw text instead, one document a line, tokenized by the model's own tokenizer:
+bits per byte, which compares across tokenizers (``xpt_ds.evaluation.text_bpb``). ``--model`` may then also be a
+stock decoder xpt-ds did not write (the English source) or a ``.gguf`` file: the same English file scored for the
+source and for an export of any method says what the adaptation cost English.
 """
 from __future__ import annotations
 
@@ -25,13 +30,20 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="xpt-ds evaluate", description="\n\n".join(__doc__.split("\n\n")[1:3]))
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--run", type=Path, help="run directory: evaluate a checkpoint")
-    src.add_argument("--model", type=Path, help="an xpt_ds.export directory")
+    src.add_argument("--model", type=Path, help="an xpt_ds.export directory; with --text also a stock decoder "
+                     "directory or a .gguf file")
     p.add_argument("--tag", help="with --run: checkpoint tag, or 'best' (checkpoint.keep_best) (default: newest "
                    "complete)")
-    p.add_argument("--shards", nargs="+", required=True, help="held-out shards: paths, brace patterns, "
-                   "or MANIFEST.json:SPLIT (e.g. data/ko/manifest.json:test)")
+    scored = p.add_mutually_exclusive_group(required=True)
+    scored.add_argument("--shards", nargs="+", help="held-out shards: paths, brace patterns, "
+                        "or MANIFEST.json:SPLIT (e.g. data/ko/manifest.json:test)")
+    scored.add_argument("--text", nargs="+", type=Path, metavar="FILE", help="with --model, a decoder: bits per "
+                        "byte on UTF-8 text files, one document a line, in the model's own tokenizer (English: "
+                        "xpt-data bible's en.txt, the Berean Standard Bible, public domain; Ukrainian: xpt-data "
+                        "uagec's text/test.txt, UA-GEC, CC BY 4.0)")
     p.add_argument("--seq-len", type=int, help="default: the run's data.seq_len (an export carries it; one "
-                   "written before 2026-11-27: 512, capped by the model)")
+                   "written before 2026-11-27: 512, capped by the model); with --text the model's positions, "
+                   "else 1024")
     p.add_argument("--seed", type=int, help="mask seed (default: the run's data.seed, else 0)")
     p.add_argument("--masking", choices=MASKINGS, help="what the evaluation masks (default: the run's data.masking, "
                    "else token); runs trained with different data.masking compare only under the same --masking")
@@ -66,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--tag picks a checkpoint of --run; an export (--model) has none")
     if a.card is not None and a.model is None:
         p.error("--card adds the scores of an export (--model) to its model card; export the run first")
+    if a.text:
+        return evaluate_text(a, p)
     import torch
 
     from xpt_ds.config import ConfigError
@@ -119,6 +133,34 @@ def main(argv: list[str] | None = None) -> int:
     emit_json({**source, "shards": a.shards, "seq_len": data.seq_len, **masked, **metrics}, a.out)
     if card is not None:
         add_to_card(card, a, data.seq_len, masked, metrics)
+    return 0
+
+
+def evaluate_text(a: argparse.Namespace, p: argparse.ArgumentParser) -> int:
+    """``--text``: each file's bits per byte under the model's own tokenizer, as JSON."""
+    for flag, given in (("--run", a.run), ("--card", a.card), ("--unigram", a.unigram), ("--uniform", a.uniform),
+                        ("--masking", a.masking), ("--seed", a.seed), ("--on-corrupt-shard", a.on_corrupt_shard),
+                        ("--max-batches", a.max_batches or None)):
+        if given not in (None, False):
+            p.error(f"{flag} is for --shards; --text scores a --model on every piece of the text")
+    import torch
+
+    from xpt_ds.evaluation.intrinsic import emit_json
+    from xpt_ds.evaluation.text_bpb import DEFAULT_SEQ_LEN, load_decoder, max_positions, read_documents, score_file
+    from xpt_ds.io.paths import check_output_file
+    if a.out is not None:
+        check_output_file(a.out, "--out")
+    for path in a.text:  # every file readable before the model loads
+        read_documents(path)
+    model, tokenizer = load_decoder(a.model, a.trust_remote_code)
+    limit = max_positions(model.config)
+    seq_len = a.seq_len or limit or DEFAULT_SEQ_LEN
+    if limit is not None and seq_len > limit:
+        p.error(f"--seq-len {seq_len} exceeds the model's {limit} positions")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model.to(device)
+    text = {str(path): score_file(model, tokenizer, path, seq_len, a.batch_size, device) for path in a.text}
+    emit_json({"model": str(a.model), "seq_len": seq_len, "objective": "next_token", "text": text}, a.out)
     return 0
 
 

@@ -16,6 +16,7 @@ EMBEDDING_INITS: dict[str, tuple[dict, str]] = {
     "aligned": ({"target": "", "source": "", "top_k": 10, "temperature": 0.1},
                 "WECHSEL: softmax over the top-k most similar source tokens"),
     "from_file": ({"path": ""}, "rows of a .npy + sidecar"),
+    "subword_mean": ({}, "EEVE/SambaLingo: mean of the source rows of the tokens the source cuts its text into"),
 }
 
 

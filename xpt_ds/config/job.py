@@ -48,11 +48,12 @@ class ModelConfig:
     source: str = doc("", "English *ForMaskedLM checkpoint (BERT or RoBERTa family) or *ForCausalLM (GPT-2 or Llama "
                           "family, docs/decoders.md): hub id or local directory.")
     tokenizer: str = doc("", "Target-language SentencePiece .model file; for a method that keeps the source "
-                             "vocabulary (keep_vocab), the source's Hugging Face tokenizer (empty = model.source's).")
+                             "vocabulary (keep_vocab), the source's Hugging Face tokenizer (empty = model.source's); "
+                             "for extend, the directory xpt-data extend-vocab writes.")
     method: str = doc("xpt", f"One of {', '.join(METHODS)}.")
     embedding_init: str = doc("random", "How the new target word embeddings start: a name in "
-                                        "xpt_ds.config.embedding_args.EMBEDDING_INITS (random, source_mean, frequency_rank, "
-                                        "overlap_copy, focus, aligned, from_file).")
+                                        "xpt_ds.config.embedding_args.EMBEDDING_INITS (random, source_mean, "
+                                        "frequency_rank, overlap_copy, focus, aligned, from_file, subword_mean).")
     embedding_init_args: dict = doc({}, "Options of model.embedding_init (e.g. {static: emb/uk.npy} for focus); "
                                         "each strategy names its keys.")
     head_bias_init: str = doc("zero", "How the MLM head's output bias starts for a new vocabulary: 'zero' (the "

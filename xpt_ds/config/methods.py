@@ -50,11 +50,14 @@ class Method:
     export: str = "stock"  # 'stock': a plain save_pretrained directory; 'adapters': + xpt_adapters.py, auto_map;
     # 'trelm': + xpt_trelm.py, auto_map, the target language row folded, the English vocabulary dropped
     vocab: str = "target"  # 'target': a new SentencePiece vocabulary with new embeddings (model.tokenizer);
-    # 'source': the source's own Hugging Face tokenizer, word embeddings and LM head, all copied (003)
+    # 'source': the source's own Hugging Face tokenizer, word embeddings and LM head, all copied (003);
+    # 'extend': the source's tokenizer with target pieces appended (xpt-data extend-vocab), its rows copied and
+    # the new ones from model.embedding_init, the two held apart so either can be frozen (xpt_ds.model.extend)
     trelm: bool = False  # TRILayer, language embeddings and the English vocabulary beside the target's (004,
     # xpt_ds.trelm.model); trains on the objectives each phase lists (config.OBJECTIVES, xpt_ds.trelm.objective)
     trilayer: bool = True  # trelm: the TRILayer between the encoder halves; without it (004 Table 7's "w/o
     # TRILayer") there is no reordering, so no CdLM, and the export is a stock model (the target row folded)
+    phase1_extra: bool = True  # model.phase1_trains_position_and_head applies to the first of two presets
     graph: tuple[PresetPhase, ...] = ()  # the phase graph the method's recipe needs (start_from, merge,
     # objectives: 004 Alg. 1), which a sweep writes for it; empty: one phase per preset
 
@@ -98,6 +101,11 @@ METHODS: dict[str, Method] = {m.name: m for m in [
     # Decoder sources only: the new vocabulary's rows and LoRA on every reused layer train; the source weights
     # never do (the parameter-efficient baseline of decoder adaptation).
     Method("lora", "LoRA", has_itl=False, source="pretrained", presets=(("@new",),), lora=True),
+    # Decoder sources only: vocabulary extension (Chinese-LLaMA, EEVE, SambaLingo). Phase 1 trains the new input
+    # and head rows with everything of the source frozen, bitwise; phase 2 everything. EEVE's finer schedule is a
+    # phase list (launch/configs/extend_eeve.yaml).
+    Method("extend", "Vocab. extension", has_itl=False, source="pretrained",
+           presets=(("@new_rows", "@new_head_rows"), ("@all",)), vocab="extend", phase1_extra=False),
     Method("keep_vocab", "[lang→en][lang] (Gogoulou)", has_itl=False, source="pretrained", presets=_ONE_PHASE,
            vocab="source"),
     # presets: a config's own phases with trainable left empty train @all. graph: 004 §3.2's three phases

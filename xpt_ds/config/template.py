@@ -74,7 +74,7 @@ def as_template(cfg: TrainConfig) -> tuple[TrainConfig, list[str]]:
     if not cfg.model.source:
         cfg.model.source = SOURCE
         filled.append("model.source")
-    if not cfg.model.tokenizer and (method is None or method.vocab == "target"):
+    if not cfg.model.tokenizer and (method is None or method.vocab in ("target", "extend")):
         cfg.model.tokenizer = TOKENIZER
         filled.append("model.tokenizer")
     if not cfg.data.train_shards:

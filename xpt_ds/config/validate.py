@@ -92,7 +92,7 @@ def _model_problems(m: ModelConfig, method: Method | None) -> Iterator[str]:
                f"{'no source layers to copy' if method.has_itl else 'no ITLs'}")
     if m.head_bias_init not in ("zero", "unigram"):
         yield f"config key 'model.head_bias_init' is '{m.head_bias_init}'; valid: zero, unigram"
-    if m.head_bias_init == "unigram" and method is not None and method.vocab != "target":
+    if m.head_bias_init == "unigram" and method is not None and method.vocab == "source":
         yield (f"config key 'model.head_bias_init' is 'unigram', but model.method '{m.method}' keeps the source's "
                "vocabulary and head bias; use zero (the default)")
     if not m.source:
@@ -108,6 +108,9 @@ def _model_problems(m: ModelConfig, method: Method | None) -> Iterator[str]:
     yield from _lora_problems(m)
     if not m.tokenizer and method is not None and method.vocab == "target":
         yield "config key 'model.tokenizer' is required (SentencePiece .model file)"
+    if not m.tokenizer and method is not None and method.vocab == "extend":
+        yield ("config key 'model.tokenizer' is required for method extend (the directory `xpt-data extend-vocab` "
+               "writes)")
 
 
 def _phase_problems(cfg: TrainConfig) -> Iterator[str]:

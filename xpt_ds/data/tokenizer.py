@@ -44,6 +44,12 @@ class TargetTokenizer:
             return _load_hf(self.path).convert_ids_to_tokens(i)
         return _load(self.path).id_to_piece(i)
 
+    def decode(self, ids: list[int]) -> str:
+        """The text of ``ids``, as the tokenizer writes it."""
+        if self.kind == "huggingface":
+            return _load_hf(self.path).decode(ids)
+        return _load(self.path).decode(ids)
+
     @property
     def marker_style(self) -> str:
         """How a piece's text marks word starts (``mlm_metrics.piece_chars``)."""
@@ -71,17 +77,35 @@ def _load_hf(path: str):
     return tok
 
 
-def build_hf_tokenizer(path: str, what: str = "config key 'model.tokenizer'") -> TargetTokenizer:
+def build_hf_tokenizer(path: str, what: str = "config key 'model.tokenizer'",
+                       causal: bool | None = False) -> TargetTokenizer:
     """Special ids of a Hugging Face tokenizer (directory or hub id); a missing tokenizer or special token is a
-    one-line error naming ``what`` and ``path``."""
+    one-line error naming ``what`` and ``path``. ``causal`` (a decoder's, method extend): a document starts with
+    bos and ends with eos (the cls and sep of the shards' rows), unk may be absent (byte-level BPE has none) and
+    nothing is masked; it needs a pad distinct from eos. None: causal if the tokenizer has no mask token (a
+    saved decoder tokenizer)."""
     import hashlib
     try:
         hf = _load_hf(path)
     except (OSError, ValueError, TypeError) as e:
         why = first_line(e)
         raise ConfigError(f"{what}: cannot load a Hugging Face tokenizer from {path} ({why})") from None
+    if causal is None:
+        causal = hf.mask_token_id is None
     ids = {"pad": hf.pad_token_id, "cls": hf.cls_token_id, "sep": hf.sep_token_id, "unk": hf.unk_token_id,
            "mask": hf.mask_token_id}
+    if causal:
+        ids = {"pad": hf.pad_token_id, "cls": hf.bos_token_id, "sep": hf.eos_token_id}
+        missing = [k for k, v in zip(("pad", "bos", "eos"), ids.values()) if v is None]
+        if missing:
+            raise ConfigError(f"{what}: Hugging Face tokenizer {path} has no {', '.join(missing)} token, which a "
+                              "decoder's rows need (xpt-data extend-vocab adds a pad)")
+        if ids["pad"] == ids["sep"]:
+            raise ConfigError(f"{what}: Hugging Face tokenizer {path} pads with its eos token "
+                              f"{hf.eos_token!r}; a decoder's rows need a pad of their own (xpt-data extend-vocab "
+                              "adds one)")
+        ids["unk"] = hf.unk_token_id if hf.unk_token_id is not None else ids["sep"]
+        ids["mask"] = ids["pad"]  # nothing is masked; an id the shards never hold
     missing = [k for k, v in ids.items() if v is None]
     if missing:
         raise ConfigError(f"{what}: Hugging Face tokenizer {path} has no {', '.join(missing)} token")
@@ -100,6 +124,11 @@ def tokenizer_for(model_cfg) -> TargetTokenizer:
     if METHODS[model_cfg.method].vocab == "source":
         key = "model.tokenizer" if model_cfg.tokenizer else "model.source"
         return build_hf_tokenizer(model_cfg.tokenizer or model_cfg.source, f"config key '{key}'")
+    if METHODS[model_cfg.method].vocab == "extend":  # the source's, extended (xpt-data extend-vocab)
+        if not Path(model_cfg.tokenizer).is_dir():
+            raise ConfigError(f"config key 'model.tokenizer': {model_cfg.tokenizer!r} is not a directory; method "
+                              "extend takes the directory `xpt-data extend-vocab --out DIR` writes")
+        return build_hf_tokenizer(model_cfg.tokenizer, causal=True)
     return build_tokenizer(model_cfg.tokenizer, model_cfg.mask_token)
 
 
@@ -111,7 +140,7 @@ def saved_tokenizer(directory: Path) -> TargetTokenizer:
         return build_tokenizer(str(directory / "spm.model"))
     for d in (directory / HF_TOKENIZER_DIR, directory):
         if (d / "tokenizer_config.json").is_file():
-            return build_hf_tokenizer(str(d), f"saved tokenizer {d}")
+            return build_hf_tokenizer(str(d), f"saved tokenizer {d}", causal=None)
     raise FileNotFoundError(f"{directory} has no spm.model and no Hugging Face tokenizer")
 
 

@@ -13,8 +13,8 @@ Every strategy leaves the pad row zero. The report (``Rows.report``) counts rows
 ``special``, ``combined``, ``fallback``, ``random``, ``zero``) with a few examples each; the trainer logs it,
 writes ``RUN_DIR/embedding_init.json`` and puts it into every checkpoint's client state.
 
-The strategies are in ``xpt_ds/embedding_init/strategies.py``; the files they read (made by ``data_tools``) are
-read and checked by ``xpt_ds/embedding_init/files.py``.
+The strategies are in ``xpt_ds/embedding_init/strategies.py`` (``subword_mean`` in ``subword_mean.py``); the files
+they read (made by ``data_tools``) are read and checked by ``xpt_ds/embedding_init/files.py``.
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ import torch
 from xpt_ds.config.embedding_args import EMBEDDING_INITS, check_args
 from xpt_ds.embedding_init import strategies as s
 from xpt_ds.embedding_init.context import InitContext, Rows
+from xpt_ds.embedding_init.subword_mean import init_subword_mean
 
 # name -> fn(ctx, rows); the options each takes, their defaults and a line of help are config's (embedding_args).
 STRATEGIES = {
@@ -33,6 +34,7 @@ STRATEGIES = {
     "focus": s.init_focus,
     "aligned": s.init_aligned,
     "from_file": s.init_from_file,
+    "subword_mean": init_subword_mean,
 }
 assert STRATEGIES.keys() == EMBEDDING_INITS.keys()
 

@@ -242,6 +242,17 @@ def vocab_style(tokens: list[str]) -> str:
     return "sentencepiece"
 
 
+def tokenizer_style(stok) -> str:
+    """``vocab_style`` of a Hugging Face tokenizer, from its pipeline where it has one: a byte-level BPE vocabulary
+    holds ``###`` and ``####`` (markdown, code; SmolLM2's does), which ``vocab_style`` takes for WordPiece."""
+    backend = getattr(stok, "backend_tokenizer", None)
+    if backend is None:
+        return vocab_style(list(stok.get_vocab()))
+    if type(backend.model).__name__ == "WordPiece":
+        return "wordpiece"
+    return "byte_bpe" if "ByteLevel" in f"{backend.pre_tokenizer}{backend.decoder}" else "sentencepiece"
+
+
 def source_surface(token: str, style: str) -> tuple[bool, str]:
     """(word-initial, text) of a source token."""
     if style == "wordpiece":
@@ -272,7 +283,7 @@ def _source_tokens(ctx: InitContext) -> list[tuple[int, str]]:
 def overlap(ctx: InitContext) -> dict[int, tuple[int, str]]:
     """Target id -> (source id, source token) for non-special target pieces equal to a source token."""
     tokens = _source_tokens(ctx)
-    style = vocab_style([t for _, t in tokens])
+    style = tokenizer_style(ctx.source_tokenizer)
     by_surface: dict[tuple[bool, str], tuple[int, str]] = {}
     for i, t in tokens:
         initial, text = source_surface(t, style)
@@ -290,7 +301,7 @@ def overlap(ctx: InitContext) -> dict[int, tuple[int, str]]:
 def source_ranked(ctx: InitContext) -> list[tuple[int, str]]:
     """Source (id, token) by rank: id order without placeholders and single characters (module docstring)."""
     tokens = _source_tokens(ctx)
-    style = vocab_style([t for _, t in tokens])
+    style = tokenizer_style(ctx.source_tokenizer)
     out = []
     for i, t in tokens:
         if not UNUSED.match(t) and len(source_surface(t, style)[1]) > 1:

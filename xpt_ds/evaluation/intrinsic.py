@@ -51,7 +51,7 @@ def load_export(model_dir: Path, trust_remote_code: bool = False):
     check_not_a_run(model_dir)
     config = read_config_dict(str(model_dir))
     method = method_of(config)
-    if not (model_dir / "spm.model").is_file() and not (method is not None and method.vocab == "source"):
+    if not (model_dir / "spm.model").is_file() and not (method is not None and method.vocab in ("source", "extend")):
         raise FileNotFoundError(f"--model {model_dir} has no spm.model (the SentencePiece model that made the "
                                 "shards); xpt_ds.export writes one")
     trusted = remote_code_consent(str(model_dir), trust_remote_code)

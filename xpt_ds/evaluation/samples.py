@@ -7,7 +7,6 @@ how good a model is; the samples show what it writes.
 """
 from __future__ import annotations
 
-import sentencepiece as spm
 import torch
 
 from xpt_ds.data.mlm import expand_shards
@@ -37,7 +36,6 @@ def held_out_prompts(shards: list[str], tok: TargetTokenizer, count: int, prompt
 def sample_continuations(model, tok: TargetTokenizer, prompts: list[list[int]], new_pieces: int = 24,
                          seed: int = 0, device: str = "cpu") -> list[dict]:
     """[{prompt, continuation}] as text: ``new_pieces`` sampled pieces after each prompt, stopping at ``</s>``."""
-    sp = spm.SentencePieceProcessor(model_file=tok.path)
     model = model.to(device).eval()
     out = []
     for i, ids in enumerate(prompts):
@@ -48,5 +46,5 @@ def sample_continuations(model, tok: TargetTokenizer, prompts: list[list[int]], 
                                do_sample=True, top_p=0.9, top_k=0, pad_token_id=tok.pad_id,
                                eos_token_id=tok.sep_id)
         new = [t for t in y[0, x.shape[1]:].tolist() if t not in (tok.sep_id, tok.pad_id)]
-        out.append({"prompt": sp.decode(ids), "continuation": sp.decode(new)})
+        out.append({"prompt": tok.decode(ids), "continuation": tok.decode(new)})
     return out

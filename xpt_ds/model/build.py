@@ -33,7 +33,7 @@ from xpt_ds.embedding_init.registry import init_embeddings
 from xpt_ds.io.model_source import check_model_source
 from xpt_ds.io.trust import reading_weights
 from xpt_ds.metrics.run_log import quiet_load_report
-from xpt_ds.model import lora
+from xpt_ds.model import extend, lora
 from xpt_ds.model.decoder import (
     DECODER_FAMILIES,
     check_decoder_method,
@@ -165,6 +165,10 @@ def check_data_fits(tcfg, data: DataConfig) -> None:
 
 
 def _check_encoder_source(cfg: ModelConfig, src_cfg) -> None:
+    if METHODS[cfg.method].vocab == "extend":
+        raise ConfigError(f"config key 'model.method': extend is for decoder sources "
+                          f"({', '.join(sorted(DECODER_FAMILIES))}); {cfg.source} is a {src_cfg.model_type} masked "
+                          "LM (its vocabulary methods are xpt and keep_vocab)")
     if METHODS[cfg.method].lora:
         raise ConfigError(f"config key 'model.method': lora is for decoder sources "
                           f"({', '.join(sorted(DECODER_FAMILIES))}); {cfg.source} is a {src_cfg.model_type} masked "
@@ -306,6 +310,13 @@ def _embedding_rows(cfg: ModelConfig, tok: TargetTokenizer, data: DataConfig | N
     return init_embeddings(cfg.embedding_init, cfg.embedding_init_args, ctx)
 
 
+def _source_matrices(meta_source: nn.Module) -> dict[str, str]:
+    """Target stock name -> the source's parameter name, for the input embedding and the head (a tied head's
+    name is the embedding's)."""
+    emb = _parameter_name(meta_source, meta_source.get_input_embeddings().weight)
+    return {emb: emb, "lm_head.weight": _parameter_name(meta_source, meta_source.get_output_embeddings().weight)}
+
+
 def _parameter_name(model: nn.Module, param: nn.Parameter) -> str:
     return next(n for n, p in model.named_parameters() if p is param)
 
@@ -326,13 +337,20 @@ def build_plan(cfg: ModelConfig, tok: TargetTokenizer, data: DataConfig | None =
     source_names = {n for n, _ in meta_source.named_parameters()}
     decoder = is_decoder(src_cfg)
     row_params: dict[str, str] = {}
-    if method.vocab == "target":
-        row_params[_parameter_name(meta, meta.get_input_embeddings().weight)] = "input"
+    old_rows = extend.extended_rows(tcfg)
+    if method.vocab in ("target", "extend"):  # extend: the new rows' parameters only
+        part = "new_rows" if old_rows else "weight"
+        row_params[_parameter_name(meta, getattr(meta.get_input_embeddings(), part))] = "input"
         if decoder and not tcfg.tie_word_embeddings:
-            row_params[_parameter_name(meta, meta.get_output_embeddings().weight)] = "output"
+            row_params[_parameter_name(meta, getattr(meta.get_output_embeddings(), part))] = "output"
     if decoder:
         recipes, copied = recipes_for(names, decoder_rules(cfg, family, src_cfg), source_names, row_params,
                                       rename=lora.base_name)
+        if old_rows:  # the source's rows for the pieces it had, as they are
+            src_matrices = _source_matrices(meta_source)
+            for stock, (old_name, _) in extend.stock_names(meta).items():
+                recipes[old_name] = Recipe("source", src_matrices[stock], rows=old_rows)
+                copied.add(old_name)
     else:
         recipes, copied = recipes_for(names, _encoder_rules(cfg, family, src_cfg, tcfg), source_names, row_params,
                                       _position_shift(cfg, family, src_cfg, tok))
@@ -356,6 +374,10 @@ def build_plan(cfg: ModelConfig, tok: TargetTokenizer, data: DataConfig | None =
             matrices["output"], out_report = _embedding_rows(cfg, tok, data, source, _parameter_name(
                 meta_source, meta_source.get_output_embeddings().weight), by_kind["output"], std)
             report = {**report, "output_rows": out_report}
+        if old_rows:  # the strategy ran over the whole extended vocabulary; the old rows are the source's
+            matrices = {kind: m[old_rows:].contiguous() for kind, m in matrices.items()}
+            report = {**report, "extend": f"rows {old_rows}.. of {tok.vocab_size} new; 0..{old_rows - 1} the "
+                                          "source's, copied"}
     if cfg.head_bias_init == "unigram":
         report = _unigram_head_bias(cfg, family, decoder, recipes, matrices, report, tok, data, rows)
     values = PlanValues(recipes, source, StockInit(meta, cfg.init_seed), matrices)

@@ -13,7 +13,9 @@ the source's input and output matrices respectively); the ITLs.
 Tags as the encoder builder's (``xpt_ds.model.build``): ``@new``/``@source``, ``@itl``, ``@decoder`` (the reused
 layers, with ``@lower``/``@upper``), ``@embeddings`` (input rows), ``@output_embeddings`` (an untied head),
 ``@position`` (GPT-2's learned positions), ``@lm_head`` (the final norm, the decoder's head-side transform) and
-``@lora`` (``method: lora``'s low-rank updates, ``xpt_ds.model.lora``; new, inside the reused layers).
+``@lora`` (``method: lora``'s low-rank updates, ``xpt_ds.model.lora``; new, inside the reused layers) and
+``method: extend``'s row groups ``@old_rows`` / ``@new_rows`` and ``@old_head_rows`` / ``@new_head_rows``
+(``xpt_ds.model.extend``).
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ from transformers import AutoModelForCausalLM
 from xpt_ds.config import ConfigError, ModelConfig
 from xpt_ds.config.methods import METHODS
 from xpt_ds.data.tokenizer import TargetTokenizer
-from xpt_ds.model import lora
+from xpt_ds.model import extend, lora
 from xpt_ds.model.plan import CopyRule
 
 log = logging.getLogger(__name__)
@@ -53,7 +55,8 @@ _LLAMA = DecoderFamily("model", "layers", "embed_tokens", "norm")
 LLAMA_LAYOUT = ("llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma", "gemma2", "gemma3_text", "phi3")
 DECODER_FAMILIES = {"gpt2": DecoderFamily("transformer", "h", "wte", "ln_f", positions="wpe"),
                     **{model_type: _LLAMA for model_type in LLAMA_LAYOUT}}
-DECODER_METHODS = tuple(m.name for m in METHODS.values() if not m.adapters and not m.trelm and m.vocab == "target")
+DECODER_METHODS = tuple(m.name for m in METHODS.values()
+                        if not m.adapters and not m.trelm and m.vocab in ("target", "extend"))
 
 
 def is_decoder(config) -> bool:
@@ -98,6 +101,8 @@ def target_config(src_cfg, cfg: ModelConfig, tok: TargetTokenizer):
     tcfg.tie_word_embeddings = bool(getattr(src_cfg, "tie_word_embeddings", False))
     tcfg.xpt_method = cfg.method
     tcfg.xpt_max_length = src_cfg.max_position_embeddings
+    if METHODS[cfg.method].vocab == "extend":
+        setattr(tcfg, extend.CONFIG_KEY, extend.source_rows(tok.path, tok.vocab_size, src_cfg, cfg.source))
     if METHODS[cfg.method].lora:
         setattr(tcfg, lora.CONFIG_KEY, lora.lora_settings(cfg.lora, src_cfg.model_type))
     if cfg.dropout >= 0:
@@ -116,10 +121,16 @@ def drop_source_code(tcfg) -> None:
 
 
 def decoder_skeleton(tcfg) -> nn.Module:
-    """The target architecture from its HF config (fp32, SDPA), with the LoRA layers it records."""
+    """The target architecture from its HF config (fp32, SDPA), with the LoRA layers it records and the split rows
+    of ``method: extend`` (``xpt_ds.model.extend``)."""
     model = _stock_skeleton(tcfg)
     settings = getattr(tcfg, lora.CONFIG_KEY, None)
-    return lora.add_lora(model, settings) if settings else model
+    if settings:
+        model = lora.add_lora(model, settings)
+    if extend.extended_rows(tcfg):
+        model.tie_weights()  # tied first (the stock tie), then split: the head takes the embedding's parts
+        extend.split_rows(model, extend.extended_rows(tcfg))
+    return model
 
 
 def attention_kernel(tcfg) -> str:
@@ -152,14 +163,27 @@ def decoder_rules(cfg: ModelConfig, family: DecoderFamily, src_cfg) -> list[Copy
     return rules
 
 
+def _row_tags(name: str, tied: bool) -> set[str]:
+    """method extend's row groups: @old_rows / @new_rows of the input embedding, @old_head_rows / @new_head_rows
+    of the head (of a tied head, the same two parameters)."""
+    part = name.rsplit(".", 1)[-1]
+    if part not in (extend.OLD, extend.NEW):
+        return set()
+    kind = part.removesuffix("_rows")
+    if name.startswith("lm_head."):
+        return {f"@{kind}_head_rows"}
+    return {f"@{kind}_rows", f"@{kind}_head_rows"} if tied else {f"@{kind}_rows"}
+
+
 def tag_parameters(model, family: DecoderFamily, copied: set[str], L: int, has_itl: bool) -> dict[str, set[str]]:
     off = 1 if has_itl else 0
     layers = f"{family.base}.{family.layers}."
     itl = (f"{layers}0.", f"{layers}{L + 1}.") if has_itl else ()
     halves = {f"{layers}{i + off}.": "@lower" if i < L // 2 else "@upper" for i in range(L)}
+    tied = bool(getattr(model.config, "tie_word_embeddings", False))
     tags = {}
     for name, _ in model.named_parameters():
-        t = {"@all", "@source" if lora.base_name(name) in copied else "@new"}
+        t = {"@all", "@source" if lora.base_name(name) in copied else "@new"} | _row_tags(name, tied)
         if lora.is_lora(name):
             t.add("@lora")
         if name.startswith(itl):

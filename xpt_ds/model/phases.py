@@ -20,7 +20,8 @@ def preset_patterns(cfg: TrainConfig, index: int) -> list[str]:
         raise ConfigError(f"config key 'phases[{index}].trainable' is empty and method '{cfg.model.method}' has a "
                           f"preset for {len(presets)} phase(s) only; list the patterns")
     patterns = list(presets[index])
-    if index == 0 and len(presets) > 1 and cfg.model.phase1_trains_position_and_head:
+    if index == 0 and len(presets) > 1 and cfg.model.phase1_trains_position_and_head and \
+            METHODS[cfg.model.method].phase1_extra:
         patterns += XPT_PHASE1_EXTRA
     return patterns
 

@@ -24,6 +24,7 @@ class Recipe:
     kind: str  # "source" | "init" | "rows"
     key: str = ""  # source: the source model's parameter name; rows: "input" or "output"
     shift: int = 0  # source: target row r is the source's row r - shift; rows outside it are drawn (init)
+    rows: int = 0  # source: only its first ``rows`` rows (method extend's old rows; 0: all of it)
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,8 @@ class PlanValues:
         if recipe.kind == "init":
             return self.init.value(name)
         value = self.source.get(recipe.key)
+        if recipe.rows:
+            return value[:recipe.rows].clone()
         if recipe.shift:
             drawn = self.init.value(name)
             lo, hi = max(0, recipe.shift), min(drawn.shape[0], value.shape[0] + recipe.shift)

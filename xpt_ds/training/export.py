@@ -14,7 +14,8 @@ token-classification, question-answering and multiple-choice heads; they load wi
 Models of ``method: trelm`` carry ``xpt_trelm.py`` the same way: the TRILayer runs in the base model, the target
 language row is folded into the token-type rows, and the English vocabulary is dropped (``xpt_ds.trelm.hf`` says
 what is kept and why). ``method: lora`` exports merge each low-rank update into its base weight (peft's own merge
-arithmetic, one layer at a time): a stock model. Every export carries a model card, ``README.md``
+arithmetic, one layer at a time): a stock model; so are ``method: extend`` exports, their old and new rows joined
+(``xpt_ds.model.extend``). Every export carries a model card, ``README.md``
 (``xpt_ds.training.model_card``).
 """
 from __future__ import annotations
@@ -39,7 +40,7 @@ from xpt_ds.errors import first_line
 from xpt_ds.io.paths import unwritable
 from xpt_ds.io.safetensors_files import DEFAULT_MAX_SHARD_BYTES, ShardedWriter
 from xpt_ds.io.trust import OWN_CODE
-from xpt_ds.model import adapters, lora
+from xpt_ds.model import adapters, extend, lora
 from xpt_ds.model.decoder import is_decoder
 from xpt_ds.model.skeleton import assign, no_init_weights, parameters_on_meta, skeleton
 from xpt_ds.training import checkpoint, tag_checks
@@ -107,6 +108,11 @@ class Exported:
             delattr(cfg, lora.CONFIG_KEY)
             self.notes.append("lora: the low-rank updates are merged into the base weights; the export is a stock "
                               "model")
+        self.joined = extend.stock_names(self.trained) if extend.extended_rows(hf_config) else {}
+        if self.joined:  # method extend: the old and new rows concatenated into the stock matrices
+            delattr(cfg, extend.CONFIG_KEY)
+            self.notes.append("extend: the source's rows and the new rows are joined into the stock embedding (and "
+                              "head) matrices; the export is a stock model")
         if self.method is not None and self.method.export == "adapters":
             cfg.auto_map = adapters.auto_map(cfg.model_type)
             self.code = "xpt_adapters.py"
@@ -150,6 +156,8 @@ class Exported:
     def value(self, name: str) -> torch.Tensor:
         if name not in self.params:  # a persistent buffer: as the constructor made it
             return self.model.get_buffer(name).detach().float()
+        if name in self.joined:
+            return extend.stock_value(self.joined[name], self.values)
         if self.method is not None and self.method.export == "trelm":
             return self.trelm_value(name)
         if lora.is_lora_base(self.trained, name):

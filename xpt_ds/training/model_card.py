@@ -166,9 +166,12 @@ def _embeddings(cfg: TrainConfig, client: dict, run_dir: Path) -> str:
         except (OSError, ValueError):  # none (a run from before the reports), or unreadable: the card says so
             report = None
     args = json.dumps(cfg.model.embedding_init_args, ensure_ascii=False) if cfg.model.embedding_init_args else ""
+    vocab = METHODS[cfg.model.method].vocab
     start = (f"`model.embedding_init: {cfg.model.embedding_init}`" + (f" with `{args}`" if args else "") + "."
-             if METHODS[cfg.model.method].vocab == "target" else
+             if vocab != "source" else
              f"`model.method: {cfg.model.method}` keeps the source's vocabulary and its embedding rows.")
+    if vocab == "extend":
+        start = f"The source's rows are kept for its own pieces; the new pieces' rows start from {start}"
     lines = ["## Embedding start", "", start]
     if report is None:
         lines += ["", "The checkpoint records no embedding-init report (written before the reports were)."]

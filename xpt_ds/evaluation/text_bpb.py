@@ -1,0 +1,163 @@
+"""Bits per byte of raw text under a decoder's own tokenizer: ``xpt-ds evaluate --model M --text FILE [FILE ...]``.
+
+``M`` is any decoder: an ``xpt-ds export`` of any method (xpt, extend, lora, keep_vocab, ...), a stock Hugging Face
+directory xpt-ds did not write (the English source itself), or a ``.gguf`` file (transformers dequantizes it).
+Loading runs no code from the directory (``xpt_ds.io.trust``: only this xpt-ds's own export code, or
+``--trust-remote-code``); the tokenizer never runs any. So "what did the adaptation cost English?" is two
+commands on the same English file, one for the source and one for the export, whatever the method.
+
+Each non-blank line of a UTF-8 file is a document. It is tokenized alone by the model's own tokenizer (no special
+tokens), and the tokenizer's bos, when it has one, is put first: the document's first piece is then predicted
+from bos and scored; without a bos it has no context and is not scored (the JSON's ``first_token`` says which).
+Documents never see each other. A document longer than ``seq_len`` predictions is cut into windows of
+``seq_len``: window k reads pieces kL .. kL+L-1 (bos counted) and predicts the next one each, so every piece is
+predicted once, and a window's first prediction has the previous window's last piece as its only context
+(lm-evaluation-harness's rolling windows do the same).
+
+Reported per file: ``nats`` (summed next-piece cross-entropy), ``tokens`` (pieces predicted), ``bytes`` (UTF-8
+bytes of the documents, line ends not counted; nothing predicts a document's end), ``bits_per_byte`` = nats /
+ln 2 / bytes, and ``pieces_per_word`` (the documents' pieces over their whitespace-separated words). Bits per
+byte is the figure that compares across tokenizers: every model pays for the same bytes, however it cuts them.
+
+Offline English text: the English side of the Bible pairs, ``xpt-data bible extract`` -> ``en.txt`` (the Berean
+Standard Bible, public domain as the ``bible-alignments`` 0.4.2 package states it; the package's code is MIT,
+its alignment data CC BY 4.0). Ukrainian: ``xpt-data uagec`` -> ``text/test.txt`` (UA-GEC, ``ua-gec`` 2.1.3,
+CC BY 4.0).
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+
+from xpt_ds.errors import UserError, first_line
+
+DEFAULT_SEQ_LEN = 1024  # a model whose config states no maximum
+BATCH_TOKENS = 4096  # padded pieces per forward pass: fp32 logits [4096, vocab] are 0.8 GB at 49K pieces
+
+
+def load_decoder(path: Path, trust_remote_code: bool = False):
+    """(causal LM, its own Hugging Face tokenizer) of an export or stock decoder directory, or of a .gguf file;
+    a missing path or tokenizer, an encoder, or weights that would run code is one line naming ``--model``."""
+    from transformers import AutoModelForCausalLM
+
+    from xpt_ds.io.trust import read_config_dict, reading_weights, remote_code_consent
+    what = f"--model {path}"
+    if path.suffix == ".gguf" and path.is_file():  # transformers reads GGUF decoders only, and runs no code
+        location, extra, trusted = str(path.parent), {"gguf_file": path.name}, False
+    elif path.is_dir():
+        from xpt_ds.evaluation.intrinsic import check_not_a_run
+        check_not_a_run(path)
+        check_decoder(read_config_dict(str(path)), what)
+        location, extra, trusted = str(path), {}, remote_code_consent(str(path), trust_remote_code)
+    else:
+        raise UserError(f"{what}: no such directory or .gguf file")
+    tokenizer = own_tokenizer(path, location, extra)  # before the weights: a missing tokenizer fails at once
+    with reading_weights(what):
+        model = AutoModelForCausalLM.from_pretrained(location, trust_remote_code=trusted, **extra)
+    return model.eval(), tokenizer
+
+
+def check_decoder(config: dict, what: str) -> None:
+    from xpt_ds.model.decoder import is_decoder
+    archs = config.get("architectures") or []
+    if is_decoder(config) or any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs):
+        return
+    raise UserError(f"{what} is a {config.get('model_type', '?')} model ({', '.join(archs) or 'no architectures'}), "
+                    "not a decoder: --text scores next-token prediction; score a masked LM on shards (--shards)")
+
+
+def own_tokenizer(path: Path, location: str, extra: dict):
+    """The model's Hugging Face tokenizer, loaded without running code."""
+    from transformers import AutoTokenizer
+
+    from xpt_ds.data.tokenizer import check_vocabulary
+    from xpt_ds.embedding_init.files import HF_TOKENIZER_FILES
+    if not extra and not any((path / f).is_file() for f in HF_TOKENIZER_FILES):
+        raise UserError(f"--model {path} has no tokenizer files ({', '.join(HF_TOKENIZER_FILES[:3])}, ...); "
+                        "--text tokenizes with the model's own tokenizer")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(location, trust_remote_code=False, **extra)
+        check_vocabulary(tokenizer, path)
+    except (OSError, ValueError, TypeError) as e:
+        raise UserError(f"--model {path}: cannot load its tokenizer ({first_line(e)[:200]})") from None
+    return tokenizer
+
+
+def max_positions(config) -> int | None:
+    for key in ("xpt_max_length", "max_position_embeddings", "n_positions"):
+        if isinstance(getattr(config, key, None), int):
+            return getattr(config, key)
+    return None
+
+
+def read_documents(path: Path) -> list[str]:
+    """The non-blank lines of a UTF-8 file, line ends removed; one line naming the file if it cannot be read."""
+    if not path.is_file():
+        raise UserError(f"--text {path}: no such file")
+    docs = []
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as e:
+                raise UserError(f"--text {path}: line {n} is not UTF-8 ({e.reason} at byte {e.start})") from None
+            if line.strip():
+                docs.append(line)
+    if not docs:
+        raise UserError(f"--text {path}: no text (every line is blank)")
+    return docs
+
+
+def windows(ids: list[int], seq_len: int) -> list[tuple[list[int], list[int]]]:
+    """(inputs, targets) of one document's pieces ``ids`` (bos first, if any): targets are inputs shifted by one;
+    at most ``seq_len`` each, every piece after the first a target once (module docstring)."""
+    n = len(ids) - 1  # predictions
+    return [(ids[k:min(k + seq_len, n)], ids[k + 1:min(k + seq_len, n) + 1]) for k in range(0, n, seq_len)]
+
+
+@torch.no_grad()
+def summed_nats(model, pairs: list[tuple[list[int], list[int]]], batch_size: int, device: str) -> float:
+    """Sum of -log p(target | inputs so far) over every target of ``pairs``, in float64. Windows go longest
+    first (ties by index: the same batches every run), right-padded, at most ``batch_size`` rows and
+    ``BATCH_TOKENS`` padded pieces (one window always) per forward pass."""
+    order = sorted(range(len(pairs)), key=lambda k: (-len(pairs[k][0]), k))
+    total = torch.zeros((), dtype=torch.float64)
+    start = 0
+    while start < len(order):
+        longest = len(pairs[order[start]][0])
+        chunk = order[start:start + max(1, min(batch_size, BATCH_TOKENS // longest))]
+        start += len(chunk)
+        ids = torch.zeros(len(chunk), longest, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        targets = torch.full_like(ids, -100)
+        for r, k in enumerate(chunk):
+            inputs, out = pairs[k]
+            ids[r, :len(inputs)] = torch.tensor(inputs)
+            mask[r, :len(inputs)] = 1
+            targets[r, :len(out)] = torch.tensor(out)
+        logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits  # [B, T, vocab]
+        nll = torch.nn.functional.cross_entropy(logits.float().transpose(1, 2), targets.to(device), reduction="none")
+        total += nll.double().sum().cpu()  # ignore_index -100 positions are 0
+    return float(total)
+
+
+def score_file(model, tokenizer, path: Path, seq_len: int, batch_size: int = 16, device: str = "cpu") -> dict:
+    """The figures of one text file (module docstring)."""
+    docs = read_documents(path)
+    encoded = tokenizer(docs, add_special_tokens=False)["input_ids"]
+    bos = tokenizer.bos_token_id
+    pieces = [([bos] if bos is not None else []) + ids for ids in encoded]
+    pairs = [w for ids in pieces for w in windows(ids, seq_len)]
+    nats = summed_nats(model, pairs, batch_size, device)
+    tokens = sum(len(t) for _, t in pairs)
+    n_bytes = sum(len(d.encode("utf-8")) for d in docs)
+    words = sum(len(d.split()) for d in docs)
+    n_pieces = sum(len(ids) for ids in encoded)
+    first = (f"predicted from bos {tokenizer.bos_token!r} (id {bos})" if bos is not None
+             else "not scored: the tokenizer has no bos, so a document's first piece has no context")
+    return {"documents": len(docs), "windows": len(pairs), "pieces": n_pieces, "tokens": tokens, "bytes": n_bytes,
+            "words": words, "nats": nats, "loss": nats / max(tokens, 1),
+            "bits_per_byte": nats / math.log(2) / n_bytes, "pieces_per_word": n_pieces / max(words, 1),
+            "first_token": first}
