@@ -257,6 +257,7 @@ PACKAGES = ("xpt_ds", "data_tools")
 # The only calls that may load code: each sits behind a user flag or xpt_ds.io.trust's identity check.
 CONSENTED = {("xpt_ds/io/trust.py", "load_plain", "weights_only"),  # weights_only=not allow_pickle
              ("xpt_ds/evaluation/intrinsic.py", "load_export", "trust_remote_code"),  # remote_code_consent
+             ("xpt_ds/evaluation/text_bpb.py", "load_decoder", "trust_remote_code"),  # remote_code_consent
              ("xpt_ds/finetuning/run.py", "prepare", "trust_remote_code"),  # remote_code_consent
              ("xpt_ds/finetuning/run.py", "build_model", "trust_remote_code"),  # prepare's answer
              ("xpt_ds/finetuning/relation_model.py", "load_relation_model", "trust_remote_code")}  # remote_code_consent
