@@ -14,7 +14,7 @@
 # from_file start); fastText embeddings of the Ukrainian piece strings with FOCUS's defaults (focus; the run
 # focus_word2vec, not in the default NAMES, is focus on the word2vec space instead). NAMES (space-separated)
 # runs only those runs; the Bible is prepared only when one of them needs it, and REPLICATES= runs no replicate.
-# Report: OUT/results.md, OUT/summary.json, OUT/valid_curves.png (python -m xpt_ds.sweeps.compare_init).
+# Report: OUT/results.md, OUT/summary.json, OUT/valid_curves.png (python -m experiments.uagec.compare_init).
 # Rerunning the command skips what is finished.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -81,5 +81,5 @@ for name in $REPLICATES; do
   train "$name.seed2" "$CONFIG" "${ARGS[@]}" --model.init_seed=2
   score "$name" "$SHARDS" .seed2
 done
-"$PY" -m xpt_ds.sweeps.compare_init --out "$OUT" --steps "$STEPS" --batch "$MICRO_BATCH"
+"$PY" -m experiments.uagec.compare_init --out "$OUT" --steps "$STEPS" --batch "$MICRO_BATCH"
 say "done: $OUT/results.md"

@@ -13,7 +13,7 @@
 #   input embeddings by data_tools.align_embeddings adversarial, scaled down), and source_mean.
 # Every run is scored on UA-GEC's test text (bits per word and per character, same seeded masks) beside the
 # vocabulary's unigram predictor; the five full runs are exported and fine-tuned on UA-GEC's sentence label.
-# Report: OUT/results.md, OUT/summary.json, OUT/valid_curves.png (python -m xpt_ds.sweeps.compare_trelm).
+# Report: OUT/results.md, OUT/summary.json, OUT/valid_curves.png (python -m experiments.uagec.compare_trelm).
 # Rerunning the command skips what is finished.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -63,5 +63,5 @@ for start in "${GRID[@]}"; do
   score "common_$start" demo_out/uk
 done
 for name in "${FULL[@]}"; do finetune "$name"; done
-"$PY" -m xpt_ds.sweeps.compare_trelm --out "$OUT" --grid-steps "$GRID_STEPS"
+"$PY" -m experiments.uagec.compare_trelm --out "$OUT" --grid-steps "$GRID_STEPS"
 say "done: $OUT/results.md"

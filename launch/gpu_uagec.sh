@@ -34,12 +34,13 @@
 #      rewind: XPT with guard.early_stop_rewind at the two smallest sizes (phase 2 starts from phase 1's best
 #            checkpoint where early stopping ended phase 1), beside main's XPT;
 #      every run fine-tuned on UA-GEC's sentence label with FT_SEEDS seeds (main: at every size);
-#   4. OUT/claims.md (python -m xpt_ds.sweeps.claims: every arm beside the unigram predictor, one verdict per
-#      claim), and OUT/results.tgz: every sweep's results, plots and TensorBoard events, and each run's status, best.json,
-#      eval and fine-tuning results (no weights).
+#   4. OUT/claims.md (python -m experiments.uagec.claims: every arm beside the unigram predictor, one verdict per
+#      claim), and OUT/results.tgz: every sweep's results, plots and TensorBoard events, and each run's status,
+#      best.json, eval and fine-tuning results (no weights).
 #   bash launch/gpu_uagec.sh OUT --pack   does step 4 at any time, on what has finished: the report of each sweep
 #   not finished (no exit-0 line in steps.tsv) is rewritten from its results.jsonl rows so far (no TensorBoard
 #   scalars: those stay the sweep's own), then claims.md and results.tgz.
+# The decisions are Python, tested (experiments/uagec/: base, pilot, budget, pack); this script runs the steps.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:?usage: bash launch/gpu_uagec.sh OUT [--payload DIR] [--rehearse | --pack | --dry-run]}
@@ -60,25 +61,12 @@ PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 
 source launch/session_steps.sh  # step, budget_run, budget_left
-SWEEPS=(pilot main init other_trelm other_keep_vocab rewind)
 
 # 4 (and --pack): the verdicts (OUT/claims.md), then everything but the weights in OUT/results.tgz.
 pack() {
-  local name label finished unfinished=()
-  # the steps this invocation of the script finished (exit 0; a sweep stopped at the budget's end wrote no
-  # report): steps.tsv's lines after its last unpack
-  finished=$(awk -F'\t' '$1 == "unpack" {n = 0} $2 == "0" {s[n++] = $1} END {for (i = 0; i < n; i++) print s[i]}' \
-    "$OUT/steps.tsv" 2>/dev/null)
-  for name in "${SWEEPS[@]}"; do
-    [ -f "$OUT/$name/results.jsonl" ] || continue
-    [ "$name" = pilot ] && label=pilot || label=sweep_$name
-    grep -qx "$label" <<<"$finished" || unfinished+=("$OUT/$name")
-  done
-  # a failure here still packs the rest (its error is in the log)
-  if [ ${#unfinished[@]} -gt 0 ]; then
-    "$PY" -m xpt_ds.sweeps.report --no-tensorboard "${unfinished[@]}" || echo "pack: a report failed" >&2
-  fi
-  "$PY" -m xpt_ds.sweeps.claims --out "$OUT" || echo "pack: claims failed" >&2
+  # the reports of the sweeps this invocation did not finish, and claims.md; a failure there still packs the rest
+  # (its error is in the log)
+  "$PY" -m experiments.uagec.pack --out "$OUT" || echo "pack: the reports failed" >&2
   pack_results \( -name checkpoints -o -name export -o -name model \) -prune -o -type f \
     \( -name '*.json' -o -name '*.jsonl' -o -name '*.md' -o -name '*.png' -o -name 'events.out.tfevents.*' \
        -o -name '*.log' -o -name '*.tsv' -o -name '*.yaml' -o -name '*.txt' \)
@@ -149,20 +137,11 @@ FT+=(--finetune-train "$FT_TRAIN" --finetune-test "$FT_TEST" --finetune-seeds $F
 # phases early on time (guard.max_train_minutes, each phase a share) and is scored from its best checkpoint.
 SET=(model.source="$P/source" model.tokenizer="$P/uk/spm.model" "data.train_shards=[$P/uk/manifest.json:train]"
      "data.valid_shards=[$P/uk/manifest.json:valid]" "${ENGINE[@]}")
-[ "$TRAIN_S" -gt 0 ] && SET+=("guard.max_train_minutes=$(awk -v s="$TRAIN_S" 'BEGIN {print s / 60}')")
+[ "$TRAIN_S" -gt 0 ] && SET+=("guard.max_train_minutes=$("$PY" -m experiments.uagec.budget "$TRAIN_S")")
 
-# base STEPS: OUT/base_STEPS.yaml, launch/configs/uagec_gpu.yaml with STEPS per phase (warm-up at most a tenth). The steps go into the
-# base, not --set, so that each method's schedule is laid over their total (TreLM's graph by its shares).
+# base STEPS: WORK/base_STEPS.yaml, launch/configs/uagec_gpu.yaml with STEPS per phase (experiments.uagec.base).
 base() {
-  "$PY" - "$1" "$WORK/base_$1.yaml" <<'PY'
-import sys, yaml
-cfg = yaml.safe_load(open("launch/configs/uagec_gpu.yaml"))
-for phase in cfg["phases"]:  # warm-up at most a tenth of the phase (the rehearsal's phases are a few steps)
-    phase["steps"] = int(sys.argv[1])
-    phase["warmup_steps"] = min(phase["warmup_steps"], max(1, phase["steps"] // 10))
-yaml.safe_dump(cfg, open(sys.argv[2], "w"), sort_keys=False)
-PY
-  echo "$WORK/base_$1.yaml"
+  "$PY" -m experiments.uagec.base "$1" "$WORK/base_$1.yaml" && echo "$WORK/base_$1.yaml"
 }
 # sweep NAME STEPS [ARG...]: python -m xpt_ds.sweep into OUT/NAME, STEPS per phase of the base, stopped when the
 # budget (less RESERVE_S) ends.
@@ -180,33 +159,10 @@ if [ "$PILOT_STEPS" -gt 0 ]; then
     --seeds 1 --parallel 2 --test-shards "$P/uk/manifest.json:test" --unigram "$P/uk/manifest.json:train" \
     --set "${SET[@]}"
 fi
-PHASE_STEPS=$("$PY" - "$WORK" "$PILOT_STEPS" "${PHASE_STEPS:-}" "$TRAIN_S" <<'PY'
-import json, math, sys
-from pathlib import Path
-import yaml
-out, cap, fixed, train_s = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
-if cap <= 0:  # no pilot: the fixed cap, every phase stopped early on its validation loss
-    per_phase = int(fixed) if fixed else yaml.safe_load(open("launch/configs/uagec_gpu.yaml"))["phases"][0]["steps"]
-    record = {"pilot_steps_per_phase": 0, "sweep_steps_per_phase": per_phase,
-              "rule": "no pilot: a cap of PHASE_STEPS per phase (default uagec_gpu.yaml's); each phase ends early "
-                      "when guard.early_stop_patience validations in a row do not lower valid/loss, and every run "
-                      "is scored from its best checkpoint (one-phase methods: both phases' steps)"}
-else:
-    rows = [json.loads(line) for line in (out / "pilot" / "results.jsonl").read_text().splitlines() if line.strip()]
-    best = {r["method"]: r["best"]["step"] for r in rows if r.get("best")}
-    later = max(best.values()) if best else 2 * cap
-    unit = 100 if later >= 100 else 1  # the rehearsal's pilot runs a few steps
-    per_phase = min(cap, max(1, math.ceil(1.25 * later / unit) * unit // 2))
-    record = {"pilot_steps_per_phase": cap, "best_step": best,
-              "steps_done": {r["method"]: r.get("steps_done") for r in rows},
-              "train_seconds": {r["method"]: r["train_seconds"] for r in rows},
-              "rule": "sweep steps per phase = ceil(1.25 x the later best step / 100) x 100 / 2 (one-phase methods: "
-                      "both)", "sweep_steps_per_phase": per_phase}
-record["train_seconds_budget"] = train_s  # guard.max_train_minutes x 60 of every run; 0 = none
-(out / "pilot.json").write_text(json.dumps(record, indent=1) + "\n")
-print(per_phase)
-PY
-) || { echo "no steps per phase: see $OUT/pilot.log" >&2; exit 1; }
+# WORK/pilot.json records the rule (experiments.uagec.pilot)
+PHASE_STEPS=$("$PY" -m experiments.uagec.pilot --work "$WORK" --pilot-steps "$PILOT_STEPS" \
+  --phase-steps "${PHASE_STEPS:-}" --train-seconds "$TRAIN_S") \
+  || { echo "no steps per phase: see $OUT/pilot.log" >&2; exit 1; }
 echo "sweep steps per phase: $PHASE_STEPS" | tee -a "$WORK/session.log"
 
 # 3. The sweeps, side by side (PARALLEL + 5 runs at a time on the one GPU). Under BUDGET_S no run starts later
@@ -214,7 +170,7 @@ echo "sweep steps per phase: $PHASE_STEPS" | tee -a "$WORK/session.log"
 DEADLINE=() start_for=1
 if [ -n "${BUDGET_S:-}" ]; then
   start_for=$(budget_left $((RUN_S + PACK_S)))
-  DEADLINE=(--deadline-minutes "$(awk -v s="$start_for" 'BEGIN {printf "%.2f", s / 60}')")
+  DEADLINE=(--deadline-minutes "$("$PY" -m experiments.uagec.budget "$start_for" --decimals 2)")
 fi
 # run_sweeps: the five sweeps side by side, each a step of its own.
 run_sweeps() {
@@ -232,7 +188,8 @@ run_sweeps() {
   step sweep_init sweep init "$PHASE_STEPS" --methods xpt_source_mean=xpt xpt_frequency_rank=xpt \
     xpt_from_file=xpt --sizes "$LARGEST" "${TEST[@]}" "${COMMON[@]}" --set "${SET[@]}" \
     xpt_source_mean:model.embedding_init=source_mean xpt_frequency_rank:model.embedding_init=frequency_rank \
-    xpt_from_file:model.embedding_init=from_file "xpt_from_file:model.embedding_init_args={path: $P/emb/uk_on_minilm.npy}" &
+    xpt_from_file:model.embedding_init=from_file \
+    "xpt_from_file:model.embedding_init_args={path: $P/emb/uk_on_minilm.npy}" &
   step sweep_other_trelm sweep other_trelm "$PHASE_STEPS" --methods trelm --sizes "$LARGEST" "${TEST[@]}" \
     "${COMMON[@]}" --set "${SET[@]}" "data.source_shards=[$P/en_src/manifest.json:train]" \
     "data.parallel_shards=[$P/parallel/manifest.json:train]" &
@@ -250,8 +207,8 @@ run_sweeps() {
   wait
 }
 if [ "$start_for" -le 0 ]; then
-  echo "[$(date +%T)] sweeps: not started: $(budget_left) s of BUDGET_S left, a run needs RUN_S + PACK_S = $((RUN_S + PACK_S))" \
-    | tee -a "$OUT/session.log"
+  echo "[$(date +%T)] sweeps: not started: $(budget_left) s of BUDGET_S left, a run needs RUN_S + PACK_S =" \
+    "$((RUN_S + PACK_S))" | tee -a "$OUT/session.log"
 else
   run_sweeps
 fi

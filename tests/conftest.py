@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,10 @@ import yaml
 from processes import (  # noqa: F401  (tests import these from conftest)
     PORTS, REPO, Started, _command, free_port, launch, rank_pids, run_main, start, start_main)
 
+# experiments/ (the studies) is not installed with the package: the tests import it from this checkout, also under
+# a bare `pytest`, which does not put the working directory on sys.path as `python3 -m pytest` does.
+if str(REPO) not in sys.path:
+    sys.path.append(str(REPO))
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # One intra-op thread here too: the tiny models gain nothing from more on 2 cores, and a process that never

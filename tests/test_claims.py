@@ -1,4 +1,4 @@
-"""xpt_ds.sweeps.claims: issue 22's verdicts from sweep rows. A difference counts only when it exceeds the seed
+"""experiments.uagec.claims: issue 22's verdicts from sweep rows. A difference counts only when it exceeds the seed
 spread, and a missing sweep or arm is 'not measurable', never a verdict."""
 import json
 import subprocess
@@ -6,9 +6,10 @@ import tarfile
 
 from conftest import REPO
 
-from xpt_ds.sweeps.claims import judge, largest_at_smallest, real_gap, write
 from xpt_ds.sweeps.report import write_report
 from xpt_ds.sweeps.rows import read_rows
+
+from experiments.uagec.claims import judge, largest_at_smallest, real_gap, write
 
 UNIGRAM = {"ppl": 900.0, "hits@1": 0.06, "mrr": 0.1, "bits_per_char": 3.2, "tokens": 1000}
 
@@ -124,7 +125,8 @@ def test_reversed_and_missing_arms(tmp_path):
     rows = [r for r in _main_rows(ppl, {m: 0.1 for m in ppl}, 1.0) if r["method"] in ("scratch", "xpt")]
     _sweep(tmp_path / "b", "main", rows)
     claims = judge(tmp_path / "b")["claims"]
-    assert "arms missing: adapters, xpt_sp" in next(v for k, v in claims.items() if k.startswith("002 Table 2"))["verdict"]
+    table2 = next(v for k, v in claims.items() if k.startswith("002 Table 2"))
+    assert "arms missing: adapters, xpt_sp" in table2["verdict"]
     assert judge(tmp_path / "nothing") == {"claims": {}, "note": "no finished run in OUT/main"}
 
 
@@ -157,7 +159,7 @@ def test_pack_reports_what_finished_of_a_session_cut_short(tmp_path):
 
 
 def test_a_corrupt_sweep_file_is_one_error_line_naming_it(tmp_path, capsys):
-    from xpt_ds.sweeps.claims import main as claims_main
+    from experiments.uagec.claims import main as claims_main
     from xpt_ds.sweeps.report import main as report_main
     _sweep(tmp_path, "main", [_row("xpt", 80_000, 1, 100.0, 0.2)])
     (tmp_path / "main/summary.json").write_text("{cut")

@@ -1,4 +1,4 @@
-"""The comparison report's accounting (xpt_ds.sweeps.compare_trelm): the equal-compute claim of
+"""The comparison report's accounting (experiments.uagec.compare_trelm): the equal-compute claim of
 launch/compare_trelm_uagec.sh rests on counting each run's rows of 128 tokens from its resolved config."""
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import yaml
 
 from conftest import REPO
 from xpt_ds.config import load_config
-from xpt_ds.sweeps.compare_trelm import rows_by_step
+
+from experiments.uagec.compare_trelm import rows_by_step
 
 OVERRIDES = ["--model.source=dummy/source", "--optim.micro_batch_size=4", "--optim.grad_accum=1"]
 NO_CDLM = ["--phases.1.objectives=[mlm_target,mlm_source]", "--phases.2.objectives=[mlm_target,mlm_source]",

@@ -14,10 +14,11 @@ from test_finetune import FAST, _split
 from test_finetune import xpt_model  # noqa: F401  (fixture)
 from xpt_ds.finetuning.metrics import summarize
 from xpt_ds.finetuning.run import format_table
-from xpt_ds.sweeps.claims import _pm
 from xpt_ds.sweeps.report import _downstream_cell
 from xpt_ds.sweeps.rows import downstream_row
 from xpt_ds.sweeps.seeds import aggregate
+
+from experiments.uagec.claims import _pm
 
 
 def _nan_model(xpt_model, out):

@@ -151,6 +151,22 @@ def test_xpt_ds_and_data_tools_never_import_each_other(package, other):
             assert not any(n.split(".")[0] == other for n in names), path
 
 
+def test_the_library_never_imports_a_study():
+    """experiments/ (the studies) imports xpt_ds, never the reverse: the library knows no experiment."""
+    def packages(root: str) -> set[str]:
+        found = set()
+        for path in (REPO / root).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Import):
+                    found |= {a.name.split(".")[0] for a in node.names}
+                elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                    found.add(node.module.split(".")[0])
+        return found
+
+    assert "experiments" not in packages("xpt_ds") | packages("data_tools")
+    assert "xpt_ds" in packages("experiments")  # the parse sees the imports it checks
+
+
 def test_data_tools_has_no_import_cycle():
     assert cycles(import_graph("data_tools")) == []
 

@@ -1,5 +1,5 @@
-"""What the launch/ comparisons' reports share: reading a run's files, validation curves as a table and a plot,
-fine-tuning cells. ``compare_init`` and ``compare_trelm`` build the two reports from these."""
+"""What reports that compare runs share: reading a run's files, validation curves as a table and a plot,
+fine-tuning cells (the studies' reports in ``experiments/`` are built from these)."""
 from __future__ import annotations
 
 import json

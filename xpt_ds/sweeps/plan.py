@@ -84,8 +84,8 @@ def schedule_source(m: Method, index: int, base: list[dict]) -> dict:
     """The base phase whose schedule phase ``index`` of ``m.schedule`` takes when the base's phases are not one
     per phase of the method: the first, for a phase that trains new parameters only (on an XPT base, the
     phase written for them); else the last, where the base trains every weight. So a one-phase method that
-    trains every weight is not run at an lr meant for new parameters alone: Scratch and XPT-SP at uagec_gpu.yaml's
-    phase-1 lr (1e-3) never left the unigram predictor on an H200 (RESULTS.md)."""
+    trains every weight is not run at an lr meant for new parameters alone: Scratch and XPT-SP at an XPT base's
+    phase-1 lr (1e-3) never left the unigram predictor in an H200 sweep (RESULTS.md)."""
     if not base:
         return {}
     return base[-1] if trains_reused(m, index) else base[0]

@@ -210,7 +210,7 @@ def efficiency_tables(rows: list[dict], metrics: list[str]) -> list[str]:
 
 def vs_unigram(rows: list[dict], unigram: dict | None) -> dict[str, dict[str, float]]:
     """method -> size label -> its (mean) Hits@1 over the unigram predictor's: at 1 a model predicts no better
-    than word frequencies; issue 22 asks for 2 or more."""
+    than word frequencies, and the report marks a ratio under 2."""
     base = (unigram or {}).get("hits@1")
     if not base:
         return {}
@@ -295,7 +295,8 @@ def write_plots(out: Path, rows: list[dict]) -> list[Path]:
         fig, ax = plt.subplots(figsize=(5, 3.6), dpi=120)
         for method in _methods(rows):
             std = "downstream_std" if key == DOWNSTREAM else f"{key}_std"
-            pts = sorted((r["size"], r[key], r.get(std)) for r in rows if r["method"] == method and r.get(key) is not None)
+            pts = sorted((r["size"], r[key], r.get(std)) for r in rows
+                         if r["method"] == method and r.get(key) is not None)
             if not pts:
                 continue
             xs, ys, errs = zip(*pts)
@@ -373,7 +374,7 @@ def write_report(out: Path, rows: list[dict], failures: list[dict] = (), tensorb
 @cli_errors
 def main(argv: list[str] | None = None) -> int:
     """``python -m xpt_ds.sweeps.report DIR...``: rewrite each sweep folder's report from the rows its
-    results.jsonl holds now, for a sweep cut short or still running (launch/gpu_uagec.sh --pack). Failures are
+    results.jsonl holds now, for a sweep cut short or still running (a session packing what it has). Failures are
     not in results.jsonl, so the report lists none; ``--no-tensorboard`` leaves tb/ to the sweep's own report."""
     import argparse
     p = argparse.ArgumentParser(prog="python -m xpt_ds.sweeps.report", description=main.__doc__)

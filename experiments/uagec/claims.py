@@ -1,6 +1,6 @@
 """The papers' claims, judged from the sweeps of ``launch/gpu_uagec.sh`` (issue 22), rebuilt from its folder alone.
 
-    python -m xpt_ds.sweeps.claims --out OUT
+    python -m experiments.uagec.claims --out OUT
 
 Reads ``OUT/{main,init,other_trelm,other_keep_vocab,rewind}/results.jsonl`` and their ``unigram.json`` (any may be
 missing: a cut-short session judges what finished) and ``OUT/main/summary.json`` (the data-efficiency ratios).
@@ -156,8 +156,8 @@ def efficiency_claim(out: Path) -> dict:
     for metric, name in (("ppl", "intrinsic"), ("downstream_mean", "downstream")):
         by_size = sorted((parse_size(size), m) for size, m in (eff.get(metric, {}).get("xpt") or {}).items())
         for size, m in by_size:
-            evidence.append(f"{name} at {size_label(size)}: Scratch needs {m['bound']} {size_label(m['scratch_tokens'])} "
-                            f"({m['ratio']:.3g}×)")
+            evidence.append(f"{name} at {size_label(size)}: Scratch needs {m['bound']} "
+                            f"{size_label(m['scratch_tokens'])} ({m['ratio']:.3g}×)")
         counted = [(size, m["ratio"]) for size, m in by_size if m["bound"] in ("=", ">")]
         if not counted:
             parts.append(f"{name}: not measurable here")
@@ -391,7 +391,7 @@ def write(out: Path) -> dict:
 
 @cli_errors
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m xpt_ds.sweeps.claims", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m experiments.uagec.claims", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, type=Path, help="launch/gpu_uagec.sh's OUT")
     a = p.parse_args(argv)
     if not a.out.is_dir():

@@ -1,6 +1,6 @@
 """The report of ``launch/compare_init_uagec.sh``, rebuilt from its output folder alone.
 
-    python -m xpt_ds.sweeps.compare_init --out sweeps/init_uagec --steps 400 --batch 4
+    python -m experiments.uagec.compare_init --out sweeps/init_uagec --steps 400 --batch 4
 
 Reads, per run NAME: ``runs/NAME`` (its config, ``embedding_init.json``, ``metrics.jsonl``), ``eval/NAME.json``
 (the test text), ``eval/NAME.unigram.json`` and ``eval/NAME.unigram_valid.json`` (the unigram predictor of the
@@ -71,7 +71,8 @@ def table(rows: dict[str, dict]) -> str:
         lines.append(
             f"| {RUNS[name]} | {_init_cell(r['init'])} | {bpc} | {u.get('bits_per_char', math.nan):.4f} | "
             f"{t['ppl']:.2f} | {u.get('ppl', math.nan):.2f} | {100 * t['hits@1']:.2f} | {t['mrr']:.4f} | "
-            f"{t['mr']:.1f} | {finetune_cell(r['finetune'], 'accuracy')} | {finetune_cell(r['finetune'], 'macro_f1')} | "
+            f"{t['mr']:.1f} | {finetune_cell(r['finetune'], 'accuracy')} | "
+            f"{finetune_cell(r['finetune'], 'macro_f1')} | "
             f"{'–' if r['train_seconds'] is None else round(r['train_seconds'])} |")
     return "\n".join(lines)
 
@@ -108,7 +109,7 @@ def plot(rows: dict[str, dict], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m xpt_ds.sweeps.compare_init", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m experiments.uagec.compare_init", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, required=True, help="the folder compare_init_uagec.sh filled")
     p.add_argument("--steps", type=int, required=True, help="optimizer steps of every run")
     p.add_argument("--batch", type=int, required=True, help="sequences of 128 tokens per step")

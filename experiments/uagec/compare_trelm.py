@@ -1,6 +1,6 @@
 """The report of ``launch/compare_trelm_uagec.sh``, rebuilt from its output folder alone.
 
-    python -m xpt_ds.sweeps.compare_trelm --out sweeps/trelm_uagec --grid-steps 100
+    python -m experiments.uagec.compare_trelm --out sweeps/trelm_uagec --grid-steps 100
 
 Reads, per run NAME: ``runs/NAME`` (config, ``metrics.jsonl``), ``eval/NAME.json`` (UA-GEC's test text),
 ``eval/NAME.unigram.json`` (the 8,000-piece vocabulary's unigram predictor on the same masked tokens),
@@ -106,7 +106,7 @@ def plot(full: dict[str, dict], grid: dict[str, dict], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m xpt_ds.sweeps.compare_trelm", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m experiments.uagec.compare_trelm", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, required=True, help="the folder compare_trelm_uagec.sh filled")
     p.add_argument("--grid-steps", type=int, required=True, help="steps of the commonality-only runs")
     a = p.parse_args(argv)
