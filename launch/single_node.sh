@@ -56,8 +56,8 @@ NUM_GPUS="${NUM_GPUS:-$(count_devices)}"
 [[ "$NUM_GPUS" =~ ^[1-9][0-9]*$ ]] || die "NUM_GPUS must be a positive integer, got '$NUM_GPUS'"
 
 if [[ -z "${MASTER_PORT:-}" ]]; then
-  # outside the kernel's ephemeral range, which other jobs' sockets draw from (xpt_ds/training/ports.py)
-  MASTER_PORT="$("$PYTHON" -c 'from xpt_ds.training.ports import free_port; print(free_port())' 2>/dev/null)" ||
+  # outside the kernel's ephemeral range, which other jobs' sockets draw from (xpt_ds/runtime/ports.py)
+  MASTER_PORT="$("$PYTHON" -c 'from xpt_ds.runtime.ports import free_port; print(free_port())' 2>/dev/null)" ||
     die "$PYTHON cannot import xpt_ds: install it first (bash launch/install.sh, or pip install PATH_TO_CHECKOUT)"
 fi
 [[ "$MASTER_PORT" =~ ^[0-9]+$ ]] || die "MASTER_PORT must be a port number, got '$MASTER_PORT'"

@@ -203,7 +203,7 @@ def no_shm_left():
     """After every test, no DeepSpeed CPU all-reduce buffer of a job this worker started is left in /dev/shm.
 
     Under the deepspeed launcher each rank creates ``/dev/shm/deepspeed_allreduce_buffer_{uid}_{addr}_{port}_{rank}``
-    (64 MiB of RAM) and DeepSpeed never removes it; ``xpt_ds.training.distributed.init_distributed`` does. A rank
+    (64 MiB of RAM) and DeepSpeed never removes it; ``xpt_ds.runtime.distributed.init_distributed`` does. A rank
     that joins another way leaks it for good. The ports are this worker's own, so the other worker's jobs, which
     hold their files until every rank has joined, are not counted. A leak found is removed, then reported."""
     yield
@@ -217,7 +217,7 @@ def no_shm_left():
 
 def read_marker(ckpt_root: Path, tag: str) -> dict:
     """What a checkpoint's COMPLETE marker records: global_step, world_size, zero_stage."""
-    from xpt_ds.training.checkpoint import read_marker as read
+    from xpt_ds.checkpoint.store import read_marker as read
     return read(Path(ckpt_root) / tag)
 
 
@@ -360,7 +360,7 @@ def pytest_collection_finish(session):
     """Every test module is imported now: torch, transformers and DeepSpeed, some 700,000 objects the garbage
     collector tracks, nearly none of them garbage. Frozen (``gc.freeze``), they are no longer walked by this
     worker's collector passes, nor by those of the runs it forks (``run_main``), as a rank of ``xpt_ds.train``
-    freezes its own imports (``xpt_ds.training.collector``)."""
+    freezes its own imports (``xpt_ds.runtime.collector``)."""
     import gc
     gc.freeze()
 

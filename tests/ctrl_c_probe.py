@@ -6,7 +6,7 @@ import signal
 import sys
 
 from xpt_ds import train
-from xpt_ds.training import checkpoint
+from xpt_ds.checkpoint import store as checkpoint
 from xpt_ds.training.trainer import Trainer
 
 

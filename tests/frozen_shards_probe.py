@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from xpt_ds.training.frozen import FrozenWeights
+from xpt_ds.checkpoint.frozen import FrozenWeights
 
 torch.distributed.init_process_group("gloo")
 rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()

@@ -7,12 +7,12 @@ import time
 
 from xpt_ds.data.shards import DataError
 from xpt_ds.train import main
-from xpt_ds.training import trainer
+from xpt_ds.training import streams
 
 if os.environ.get("RANK") == "1":
     def _corrupt_here(*args, **kwargs):
         raise DataError("corrupt shard /node1/train-000000.tar: truncated in this node's copy")
-    trainer.build_streams = _corrupt_here
+    streams.build_streams = _corrupt_here
     # On one node the launcher kills the other ranks as soon as this one exits; a rank on another node would
     # live on. Exit late, so that the test sees what the other ranks print by themselves.
     atexit.register(time.sleep, 3)

@@ -19,8 +19,8 @@ PORTS: set[int] = set()  # every port free_port handed out in this worker: no_sh
 
 def free_port() -> int:
     """A port nothing listens on now, outside the ephemeral range: tests run in parallel (pytest-xdist), so none
-    uses a fixed one, and the other worker's jobs take ephemeral ports all the time (xpt_ds.training.ports)."""
-    from xpt_ds.training.ports import free_port as pick
+    uses a fixed one, and the other worker's jobs take ephemeral ports all the time (xpt_ds.runtime.ports)."""
+    from xpt_ds.runtime.ports import free_port as pick
     port = pick()
     PORTS.add(port)
     return port

@@ -9,13 +9,13 @@ import pytest
 import torch
 
 from conftest import REPO, base_config, launch, read_metrics, write_config
+from xpt_ds.checkpoint.export import load_checkpoint_fp32
+from xpt_ds.checkpoint.store import tag_for
 from xpt_ds.config import ConfigError, ModelConfig, TrainConfig, from_dict, validate
 from xpt_ds.data.tokenizer import build_tokenizer
 from xpt_ds.model.build import build_model
 from xpt_ds.model.objective import build_objective
 from xpt_ds.training.activations import checkpoint_layers, recomputed_layers
-from xpt_ds.training.checkpoint import tag_for
-from xpt_ds.training.export import load_checkpoint_fp32
 
 # model kind -> (source fixture and its arguments, corpus fixture, method, layers: stack + ITLs + TRILayer)
 KINDS = {

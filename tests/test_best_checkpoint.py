@@ -10,7 +10,7 @@ from conftest import base_config, launch, read_metrics, run_main, write_config
 
 from xpt_ds.config import ConfigError, load_config
 from xpt_ds.training.best import BestTracker
-from xpt_ds.training.checkpoint import (
+from xpt_ds.checkpoint.store import (
     NoBestError,
     complete_tags,
     read_client_state,

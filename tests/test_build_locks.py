@@ -1,4 +1,4 @@
-"""xpt_ds.training.op_builds.check_build_lock: torch's JIT loader waits forever on a build lock a killed build
+"""xpt_ds.runtime.op_builds.check_build_lock: torch's JIT loader waits forever on a build lock a killed build
 left (a job killed while it built DeepSpeed's op on a fresh node); the run stops with one line naming the file
 instead, and a lock of a build under way is waited for, with one line saying so.
 
@@ -15,7 +15,7 @@ from torch.utils import cpp_extension
 
 from conftest import base_config, write_config
 from processes import _command
-from xpt_ds.training.op_builds import STALE_LOCK_S, lock_problem
+from xpt_ds.runtime.op_builds import STALE_LOCK_S, lock_problem
 
 OP = "deepspeed_shm_comm"  # the CPU accelerator's all-reduce op, loaded as every run joins its process group
 
@@ -106,7 +106,7 @@ def test_a_build_under_way_is_waited_for_and_said(tmp_path, tiny_roberta, corpus
 def test_a_lock_held_for_a_moment_is_waited_for_quietly(tmp_path, monkeypatch, capsys):
     """Every load takes the lock for a moment, built or not (torch's up-to-date check): ranks that start together
     see each other's. A lock gone within QUIET_WAIT_S is no build, and nothing is said."""
-    from xpt_ds.training import op_builds
+    from xpt_ds.runtime import op_builds
     lock = tmp_path / "fused_adam" / "lock"
     lock.parent.mkdir()
     lock.touch()

@@ -9,8 +9,8 @@ import subprocess
 import pytest
 
 from conftest import REPO, base_config, launch, write_config
-from xpt_ds.training.checkpoint import complete_tags, tag_for
-from xpt_ds.training.export import load_checkpoint_fp32
+from xpt_ds.checkpoint.export import load_checkpoint_fp32
+from xpt_ds.checkpoint.store import complete_tags, tag_for
 
 
 def _retry_cfg(tmp_path, run, tiny_roberta, corpus):

@@ -1,4 +1,4 @@
-"""xpt_ds.training.collector: a rank's imports run without collector passes and end frozen; its build runs
+"""xpt_ds.runtime.collector: a rank's imports run without collector passes and end frozen; its build runs
 without passes and stays collectable, so the engine a phase switch drops is freed (checked through the real
 ``xpt_ds.train`` entry point). The freezes run in forked children, never in this test process."""
 import gc
@@ -10,7 +10,7 @@ import weakref
 import pytest
 
 from conftest import REPO, base_config, free_port, run_main, write_config
-from xpt_ds.training import collector
+from xpt_ds.runtime import collector
 
 
 def in_child(check) -> None:

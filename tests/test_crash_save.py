@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from conftest import base_config, launch, logged_since, rank_pids, read_marker, read_metrics, start, write_config
-from xpt_ds.training.checkpoint import MARKER, complete_tags, read_client_state, tag_for
-from xpt_ds.training.export import load_checkpoint_fp32
+from xpt_ds.checkpoint.export import load_checkpoint_fp32
+from xpt_ds.checkpoint.store import MARKER, complete_tags, read_client_state, tag_for
 
 pytestmark = pytest.mark.multiproc
 
@@ -98,7 +98,7 @@ def test_kill_9_during_saves_leaves_no_unloadable_checkpoint(tmp_path, tiny_robe
         out = log.read_text()
         assert (f"resumed from {tags[-1]}:" in out) if tags else ("resumed from" not in out), out[-3000:]
         if victim == 1:  # rank 0 outlived it: one line, no traceback, and status.json says the run failed (in a
-            # save: the save's own line; elsewhere: the collective's, xpt_ds.training.distributed.lost_peer_line)
+            # save: the save's own line; elsewhere: the collective's, xpt_ds.runtime.distributed.lost_peer_line)
             said = [line for line in out.splitlines() if line.startswith("error: ")]
             assert len(said) == 1 and ("because another rank failed" in said[0] or said[0].startswith(
                 "error: lost another rank of this job (")), out[-3000:]

@@ -31,13 +31,13 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
+from xpt_ds.checkpoint.export import load_checkpoint_fp32, load_model
+from xpt_ds.checkpoint.store import complete_tags, tag_for
 from xpt_ds.evaluate import main as evaluate_main
 from xpt_ds.export import main as export_main
-from xpt_ds.model.skeleton import skeleton
 from xpt_ds.model.causal_lm import CausalLMObjective
 from xpt_ds.model.objective import strip_prefix
-from xpt_ds.training.checkpoint import complete_tags, tag_for
-from xpt_ds.training.export import load_checkpoint_fp32, load_model
+from xpt_ds.model.skeleton import skeleton
 
 pytestmark = pytest.mark.multiproc
 
@@ -279,7 +279,7 @@ def _check_stock_tokenizer(out, corpus, overridden: bool) -> None:
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     from xpt_ds.data.tokenizer import saved_tokenizer
-    from xpt_ds.training.export import auto_tokenizer_override
+    from xpt_ds.checkpoint.export import auto_tokenizer_override
     sp = spm.SentencePieceProcessor(model_file=str(corpus / "spm.model"))
     text = sp.decode(list(range(5, 60)))
     want = [sp.bos_id(), *sp.encode(text)]

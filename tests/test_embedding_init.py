@@ -16,10 +16,10 @@ from transformers import AutoModelForMaskedLM
 
 from conftest import base_config, launch, write_config
 from xpt_ds.config import ConfigError, DataConfig, ModelConfig, load_config
+from xpt_ds.data.tokenizer import build_tokenizer
 from xpt_ds.embedding_init.context import InitContext
 from xpt_ds.embedding_init.registry import init_embeddings
 from xpt_ds.model.build import build_model
-from xpt_ds.data.tokenizer import build_tokenizer
 
 WORDS = ("the of and to in is was for on that with as it his by at from he her they this we be are have had not "
          "but what all were when there can an your which their said if do will each about how up out them then "
@@ -433,7 +433,7 @@ def test_two_ranks_agree_and_report_is_saved(tmp_path, bert_source, target_bert)
     assert "embedding_init frequency_rank:" in out
     report = json.loads((tmp_path / "run/embedding_init.json").read_text())
     assert report["strategy"] == "frequency_rank" and report["special"] == 4
-    from xpt_ds.training.checkpoint import complete_tags, read_client_state
+    from xpt_ds.checkpoint.store import complete_tags, read_client_state
     ckpt = tmp_path / "run/checkpoints"
     tags = complete_tags(ckpt)
     assert len(tags) == 2 and all(read_client_state(ckpt, t)["embedding_init"] == report for t in tags)

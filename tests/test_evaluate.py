@@ -209,7 +209,7 @@ def test_a_resume_from_a_checkpoint_validated_per_rank_says_the_set_changed(tmp_
     """A checkpoint from before eval_batches counted global micro-batches (no log_window in its client state),
     written by 2 ranks, validated 2 x eval_batches micro-batches: the resume says so, and how to score that set."""
     from xpt_ds.config import LoggingConfig
-    from xpt_ds.training.tag_checks import validation_change
+    from xpt_ds.checkpoint.tag_checks import validation_change
     tag = tmp_path / "global_step000000006"
     tag.mkdir()
     (tag / "COMPLETE").write_text(json.dumps({"global_step": 6, "world_size": 2, "zero_stage": 2}))

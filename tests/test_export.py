@@ -11,8 +11,8 @@ from transformers import (AutoModel, AutoModelForMaskedLM, AutoModelForMultipleC
                           AutoModelForSequenceClassification, AutoModelForTokenClassification, AutoTokenizer)
 
 from conftest import REPO, free_port, launch, run_main, write_config
+from xpt_ds.checkpoint.store import tag_for
 from xpt_ds.export import main as export_main
-from xpt_ds.training.checkpoint import tag_for
 
 pytestmark = pytest.mark.multiproc
 
@@ -221,7 +221,7 @@ def test_a_checkpoint_read_one_value_at_a_time_is_deepspeeds_zero_to_fp32(kind, 
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
     from xpt_ds.io.trust import load_plain
-    from xpt_ds.training.checkpoint_values import CheckpointValues, ValueFile, frozen_file
+    from xpt_ds.checkpoint.values import CheckpointValues, ValueFile, frozen_file
     run = straight_runs(which) / "run" if kind == "straight" else engine_runs(which)
     root = run / "checkpoints"
     phase1, phase2 = (tag_for(2), tag_for(6)) if kind == "straight" else (tag_for(4), tag_for(8))
@@ -246,7 +246,7 @@ def _same_as_save_pretrained(model, tmp_path, max_shard_bytes):
     ``from_pretrained`` loads the sharded directory to the same logits."""
     from safetensors.torch import load_file
 
-    from xpt_ds.training.export import save_model
+    from xpt_ds.checkpoint.export import save_model
     streamed, stock = tmp_path / "streamed", tmp_path / "stock"
     streamed.mkdir()
     save_model(model, streamed, max_shard_bytes=max_shard_bytes)
@@ -312,7 +312,7 @@ def test_a_lora_export_merges_each_update_as_peft_does(tiny_decoder, corpus, tmp
     from xpt_ds.data.tokenizer import build_tokenizer
     from xpt_ds.model import lora
     from xpt_ds.model.build import build_model
-    from xpt_ds.training.export import save_model
+    from xpt_ds.checkpoint.export import save_model
     for family in ("llama", "gpt2"):  # GPT-2's Conv1D: fan_in_fan_out
         cfg = ModelConfig(source=str(tiny_decoder(family, False)), tokenizer=str(corpus / "spm.model"), method="lora")
         model = build_model(cfg, build_tokenizer(cfg.tokenizer)).model

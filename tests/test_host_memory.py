@@ -1,4 +1,4 @@
-"""xpt_ds.training.host_memory: with the mmap threshold fixed at 1 MiB, freed tensors of a few MB go back to the OS
+"""xpt_ds.runtime.host_memory: with the mmap threshold fixed at 1 MiB, freed tensors of a few MB go back to the OS
 even below a live small one; with glibc's own (raised by freeing one large block), they stay with the process."""
 import subprocess
 import sys
@@ -7,7 +7,7 @@ import pytest
 
 CHILD = r'''
 import sys, torch
-from xpt_ds.training.host_memory import hold_less_heap
+from xpt_ds.runtime.host_memory import hold_less_heap
 
 def anon_mb():
     return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("RssAnon")) / 1024

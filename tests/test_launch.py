@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import LONG_STEPS, REPO, base_config, free_port, long_config, read_metrics, write_config
-from xpt_ds.training.checkpoint import tag_for
+from xpt_ds.checkpoint.store import tag_for
 
 pytestmark = pytest.mark.multiproc
 

@@ -15,10 +15,12 @@ LAYERS = [
     ["xpt_ds.errors"],
     ["xpt_ds.config"],
     ["xpt_ds.io"],
+    ["xpt_ds.runtime"],
     ["xpt_ds.data", "xpt_ds.metrics"],
     ["xpt_ds.embedding_init"],
     ["xpt_ds.trelm"],
     ["xpt_ds.model"],
+    ["xpt_ds.checkpoint"],
     ["xpt_ds.training"],
     ["xpt_ds.evaluation", "xpt_ds.finetuning"],
     ["xpt_ds.sweeps"],
@@ -184,3 +186,12 @@ def test_data_tools_imports_point_down_the_layers():
     assert across == []
     graph["data_tools.pipeline.options"].add("data_tools.pairs.build")  # the checker catches a back import
     assert upward(graph, DATA_TOOLS_LAYERS) == ["data_tools.pipeline.options -> data_tools.pairs.build"]
+
+
+def test_the_generic_model_code_knows_no_method_package():
+    """TreLM's parts reach the model code through the method table (``Method.extension``, xpt_ds.model.extensions),
+    so that nothing in ``xpt_ds.model`` imports ``xpt_ds.trelm``."""
+    graph = import_graph("xpt_ds")
+    wrong = sorted(f"{m} -> {d}" for m, deps in graph.items() if m.startswith("xpt_ds.model")
+                   for d in deps if d.startswith("xpt_ds.trelm"))
+    assert not wrong, wrong

@@ -29,15 +29,15 @@ from xpt_ds.config import (
     TrainConfig,
     validate,
 )
+from xpt_ds.checkpoint.export import load_checkpoint_fp32, load_model
+from xpt_ds.checkpoint.store import tag_for
 from xpt_ds.config.manager import from_dict
 from xpt_ds.data.tokenizer import build_tokenizer
 from xpt_ds.export import main as export_main
 from xpt_ds.model.build import build_model
-from xpt_ds.model.skeleton import skeleton
 from xpt_ds.model.lora import base_name
 from xpt_ds.model.phases import build_phase_trainables
-from xpt_ds.training.checkpoint import tag_for
-from xpt_ds.training.export import load_checkpoint_fp32, load_model
+from xpt_ds.model.skeleton import skeleton
 
 STOCK = {"gpt2": GPT2LMHeadModel, "llama": LlamaForCausalLM, "qwen3": Qwen3ForCausalLM, "gemma2": Gemma2ForCausalLM,
          "phi3": Phi3ForCausalLM}
@@ -129,7 +129,7 @@ def test_zero3_resume_mid_run_and_merged_export(tmp_path, tiny_decoder, corpus):
 
     run = tmp_path / "resumed"
     shutil.copytree(tmp_path / "straight/checkpoints" / tag_for(2), run / "checkpoints" / tag_for(2))
-    # the resume reads the source's config.json, not its weights (a resume makes no build plan: Trainer.__init__)
+    # the resume reads the source's config.json, not its weights (a resume makes no build plan: xpt_ds.training.build)
     weightless = {**cfg["model"], "source": str(config_only(source, tmp_path / "config_only"))}
     proc = launch(["--config", str(write_config(tmp_path / "cfg.yaml", {**cfg, "run_dir": str(run),
                                                                         "model": weightless}))])

@@ -1,4 +1,4 @@
-"""The model card an export carries (README.md, xpt_ds.training.model_card): it loads with huggingface_hub, its
+"""The model card an export carries (README.md, xpt_ds.checkpoint.model_card): it loads with huggingface_hub, its
 metadata is what ModelCardData takes, its figures are the run's own records; ``evaluate --card`` adds a section
 and replaces it on a second evaluation of the same kind; ``evaluate --model RUN_DIR`` names --run."""
 import inspect
@@ -11,10 +11,10 @@ from huggingface_hub import ModelCard, ModelCardData
 from huggingface_hub.utils import validate_repo_id
 
 from conftest import run_main
+from xpt_ds.checkpoint.model_card import EVALUATIONS, card_metadata, hub_id
+from xpt_ds.checkpoint.store import tag_for
 from xpt_ds.embedding_init.context import summary
 from xpt_ds.export import main as export_main
-from xpt_ds.training.checkpoint import tag_for
-from xpt_ds.training.model_card import EVALUATIONS, card_metadata, hub_id
 
 pytestmark = pytest.mark.multiproc  # straight_runs: made once per session by a 2-rank launch, shared with others
 

@@ -1,4 +1,4 @@
-"""xpt_ds.training.op_builds: a TORCH_CUDA_ARCH_LIST that DeepSpeed's JIT build of FusedAdam cannot read is one
+"""xpt_ds.runtime.op_builds: a TORCH_CUDA_ARCH_LIST that DeepSpeed's JIT build of FusedAdam cannot read is one
 error line before the build, and the check agrees with DeepSpeed's own reading of the list."""
 import pytest
 import torch
@@ -6,8 +6,8 @@ from deepspeed.ops.op_builder.fused_adam import FusedAdamBuilder  # the CUDA one
 
 from xpt_ds.config import OptimConfig
 from xpt_ds.errors import UserError
+from xpt_ds.runtime.op_builds import arch_list_problem, check_arch_list, fused_adam_is_jit_built
 from xpt_ds.training.engine import build_optimizer
-from xpt_ds.training.op_builds import arch_list_problem, check_arch_list, fused_adam_is_jit_built
 
 VALUES = ["9.0", "9.0+PTX", "8.0 8.6 9.0", "7.5;8.0;9.0+PTX", " 9.0 ; 10.0 ", "12.0+PTX", "9.0a", "9.0a;10.0",
           "8.0 9.0 10.0a+PTX", "sm_90", "9.0;abc", "10.0f", "", ";"]

@@ -12,10 +12,10 @@ import yaml
 from transformers import RobertaConfig, RobertaForMaskedLM
 
 from conftest import REPO, TINY, base_config, launch, read_metrics, read_phase_end, write_config
-from xpt_ds.training.checkpoint import CheckpointError, complete_tags, read_client_state, tag_for
-from xpt_ds.training.phase_ends import PHASE_ENDS, load_phase_end
+from xpt_ds.checkpoint.export import load_checkpoint_fp32
+from xpt_ds.checkpoint.phase_ends import PHASE_ENDS, load_phase_end
+from xpt_ds.checkpoint.store import CheckpointError, complete_tags, read_client_state, tag_for
 from xpt_ds.config import ConfigError, load_config
-from xpt_ds.training.export import load_checkpoint_fp32
 from xpt_ds.model.build import FAMILIES, _tag_parameters
 from xpt_ds.model.objective import strip_prefix
 from xpt_ds.model.phases import build_phase_starts, build_phase_trainables, value_from_ends
@@ -256,8 +256,8 @@ def test_a_resume_before_a_kept_phase_end_moves_it_aside_and_follows_the_new_bra
     """One rank: common (steps 1-2), other (3-4), branch (5-6) starting from common's end. Resuming from step 1
     with another rate for common starts a new branch: the old end of common moves, not deleted, next to the
     abandoned checkpoints, the new branch keeps its own, and 'branch' starts from it."""
-    from xpt_ds.training.branches import ABANDONED
-    from xpt_ds.training.engine import state_digest
+    from xpt_ds.checkpoint.branches import ABANDONED
+    from xpt_ds.checkpoint.values import state_digest
     run = tmp_path / "run"
     cfg = base_config(run, source, corpus, checkpoint={"every_steps": 1})
     cfg["phases"] = [{"name": "common", "steps": 2, "lr": 1e-3, "warmup_steps": 1, "trainable": ["@new"]},

@@ -1,8 +1,8 @@
-"""xpt_ds.training.ports: rendezvous ports outside the kernel's ephemeral range, which every other job's sockets
+"""xpt_ds.runtime.ports: rendezvous ports outside the kernel's ephemeral range, which every other job's sockets
 draw from (a port picked there was taken by a neighbouring test's job before the store listened: EADDRINUSE)."""
 import socket
 
-from xpt_ds.training import ports
+from xpt_ds.runtime import ports
 
 
 def test_a_port_is_free_and_outside_the_ephemeral_range():

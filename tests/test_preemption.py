@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from conftest import LONG_STEPS, launch, long_config, rank_pids, read_metrics, start, write_config
-from xpt_ds.training.checkpoint import complete_tags, tag_for
-from xpt_ds.training.export import load_checkpoint_fp32
+from xpt_ds.checkpoint.export import load_checkpoint_fp32
+from xpt_ds.checkpoint.store import complete_tags, tag_for
 
 pytestmark = pytest.mark.multiproc
 END = 2 * LONG_STEPS
@@ -56,7 +56,7 @@ def test_ctrl_c_checkpoints_after_the_step_and_a_second_one_stops_at_once():
     Ctrl-C while that is pending raises KeyboardInterrupt. Both were a traceback before."""
     import threading
 
-    from xpt_ds.training.preemption import PreemptionWatcher
+    from xpt_ds.runtime.preemption import PreemptionWatcher
     previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)}
     try:
         watcher = PreemptionWatcher(rank=1)  # rank 1: no "interrupt:" line
@@ -133,9 +133,9 @@ def test_a_second_ctrl_c_mid_save_stops_at_once_and_the_newest_complete_checkpoi
     line naming the newest complete checkpoint (step 2's), no traceback; status.json says 'interrupted' with that
     checkpoint; step 3's half-written tag does not count, so a resume ('auto') takes step 2's."""
     from conftest import base_config, run_main
-    from xpt_ds.training.checkpoint import MARKER, resolve_tag
-    from xpt_ds.training.preemption import INTERRUPT_LINE
-    from xpt_ds.training.status import read_status
+    from xpt_ds.checkpoint.store import MARKER, resolve_tag
+    from xpt_ds.runtime.preemption import INTERRUPT_LINE
+    from xpt_ds.runtime.status import read_status
     run = tmp_path / "run"
     cfg = write_config(tmp_path / "c.yaml", base_config(run, tiny_roberta, corpus, checkpoint={"every_steps": 2}))
     proc = run_main("ctrl_c_probe", ["--config", str(cfg)], env={"CTRL_C_AT": "3"}, timeout=300)

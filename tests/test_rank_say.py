@@ -1,5 +1,5 @@
 """What the ranks of a job say as they end: once per machine when they say the same, each rank's own line when
-it differs (xpt_ds.training.rank_say), checked with sibling processes and through the real deepspeed launcher."""
+it differs (xpt_ds.runtime.rank_say), checked with sibling processes and through the real deepspeed launcher."""
 import os
 import subprocess
 import sys
@@ -16,7 +16,7 @@ def _say(line: str, local_rank: int, rank: int, world: int = 2, wait: bool = Tru
     ``wait_s``: how long it waits for local rank 0's line (default rank_say.WAIT_S)."""
     env = {**os.environ, "WORLD_SIZE": str(world), "LOCAL_RANK": str(local_rank), "RANK": str(rank)}
     extra = "" if wait_s is None else f", wait_s={wait_s}"
-    code = f"from xpt_ds.training.rank_say import say_once; say_once({line!r}{extra})"
+    code = f"from xpt_ds.runtime.rank_say import say_once; say_once({line!r}{extra})"
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)
     if wait:
         proc.wait(60)
@@ -25,7 +25,7 @@ def _say(line: str, local_rank: int, rank: int, world: int = 2, wait: bool = Tru
 
 def _forget():
     env = {**os.environ, "WORLD_SIZE": "2", "LOCAL_RANK": "0"}
-    subprocess.run([sys.executable, "-c", "from xpt_ds.training import rank_say; rank_say.forget()"], cwd=REPO,
+    subprocess.run([sys.executable, "-c", "from xpt_ds.runtime import rank_say; rank_say.forget()"], cwd=REPO,
                    env=env, check=True)
 
 

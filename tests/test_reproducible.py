@@ -62,8 +62,8 @@ def test_two_fresh_runs_from_a_headless_source_are_bit_identical(tmp_path, headl
 AGREE = r'''
 import sys, torch, deepspeed
 from torch import nn
+from xpt_ds.checkpoint.frozen import FrozenWeights
 from xpt_ds.training.fill import Digest, agree_or_broadcast, engine_values, fill
-from xpt_ds.training.frozen import FrozenWeights
 deepspeed.init_distributed(dist_backend="gloo")
 rank = deepspeed.comm.get_rank()
 

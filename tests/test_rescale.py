@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from conftest import REPO, base_config, launch, read_marker, read_metrics, write_config
-from xpt_ds.training.checkpoint import complete_tags, tag_for
-from xpt_ds.training.export import load_checkpoint_fp32
+from xpt_ds.checkpoint.export import load_checkpoint_fp32
+from xpt_ds.checkpoint.store import complete_tags, tag_for
 
 pytestmark = pytest.mark.multiproc
 
@@ -103,7 +103,7 @@ def test_a_resume_at_another_global_batch_says_so_and_how_to_keep_it(tmp_path):
     """2 ranks x micro 2 x accum 2 = 8 sequences per step; resumed on 1 rank with the same flags it is 4."""
     import json
     from xpt_ds.config import OptimConfig
-    from xpt_ds.training.tag_checks import batch_change
+    from xpt_ds.checkpoint.tag_checks import batch_change
     tag = tmp_path / "global_step000000006"
     tag.mkdir()
     (tag / "COMPLETE").write_text(json.dumps({"global_step": 6, "world_size": 2, "zero_stage": 2}))

@@ -8,8 +8,8 @@ import torch
 import yaml
 
 from conftest import config_only, launch, read_metrics, write_config
-from xpt_ds.training.checkpoint import complete_tags, tag_for
-from xpt_ds.training.export import load_checkpoint_fp32
+from xpt_ds.checkpoint.export import load_checkpoint_fp32
+from xpt_ds.checkpoint.store import complete_tags, tag_for
 
 pytestmark = pytest.mark.multiproc
 
@@ -91,7 +91,7 @@ def test_a_resume_needs_neither_the_embedding_init_nor_the_source_weights(tmp_pa
     from conftest import base_config
     from data_tools.embeddings.embedding_files import write_embeddings
     from data_tools.piece_tokenizers import SpmTokenizer
-    from xpt_ds.training.checkpoint import read_client_state
+    from xpt_ds.checkpoint.store import read_client_state
     spm = SpmTokenizer(corpus / "spm.model")
     matrix = np.random.default_rng(0).normal(0, 0.02, (spm.vocab_size, 64)).astype(np.float32)
     path = write_embeddings(tmp_path / "emb" / "rows", matrix, {"kind": "input-embeddings",

@@ -1,4 +1,4 @@
-"""One job per run directory (xpt_ds.training.run_lock), and one config per job (guards.config_difference): a second
+"""One job per run directory (xpt_ds.runtime.run_lock), and one config per job (run_lock.config_difference): a second
 job on a live run's directory, or a node given other overrides, stops with one line and touches nothing."""
 import json
 import os
@@ -11,7 +11,7 @@ import pytest
 
 from conftest import base_config, launch, long_config, read_metrics, start_main, write_config
 from test_launch import two_nodes
-from xpt_ds.training.guards import config_difference
+from xpt_ds.runtime.run_lock import config_difference
 
 pytestmark = pytest.mark.multiproc
 
@@ -66,10 +66,10 @@ def test_a_job_refused_by_the_lock_never_removes_the_directory_it_found_locked(t
     import torch.distributed as dist
 
     from xpt_ds.config import load_config
-    from xpt_ds.training.run_lock import claim_run
+    from xpt_ds.runtime.run_lock import claim_run
     run = tmp_path / "run"
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from pathlib import Path; "
-                               "from xpt_ds.training.run_lock import hold; f = hold(Path(sys.argv[1])); "
+                               "from xpt_ds.runtime.run_lock import hold; f = hold(Path(sys.argv[1])); "
                                "print('held', flush=True); time.sleep(60)", str(run)],
                               stdout=subprocess.PIPE, text=True)
     try:

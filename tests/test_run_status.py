@@ -1,4 +1,4 @@
-"""A run's status.json between attempts (xpt_ds.training.status): a mistyped --resume leaves a finished run as it
+"""A run's status.json between attempts (xpt_ds.runtime.status): a mistyped --resume leaves a finished run as it
 was; a run whose rank 0 was killed reads as 'died', not 'running', and the next job on it says it takes over."""
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, base_config, run_main, write_config
-from xpt_ds.training.checkpoint import MARKER, tag_for
-from xpt_ds.training.status import describe, read_status, writer_identity
+from xpt_ds.checkpoint.store import MARKER, tag_for
+from xpt_ds.runtime.status import describe, read_status, writer_identity
 
 
 def _files(run: Path) -> dict:
@@ -74,7 +74,7 @@ def test_a_mistyped_resume_on_a_new_run_directory_makes_nothing(tmp_path, tiny_r
 CHILD = """
 import fcntl, sys, time
 from pathlib import Path
-from xpt_ds.training.status import StatusFile
+from xpt_ds.runtime.status import StatusFile
 run = Path(sys.argv[1])
 lock = open(run / ".run.lock", "a+")
 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -91,7 +91,7 @@ def _claim(run: Path, monkeypatch):
     import torch.distributed as dist
 
     from xpt_ds.config import load_config
-    from xpt_ds.training.run_lock import claim_run
+    from xpt_ds.runtime.run_lock import claim_run
     cfg_path = run.parent / "c.yaml"
     cfg_path.write_text(f"run_dir: {run}\nmodel: {{source: s, tokenizer: t.model}}\n"
                         "phases: [{name: p, steps: 1, lr: 0.1}]\ndata: {train_shards: [a.tar]}\n")
@@ -136,7 +136,7 @@ def test_a_run_whose_rank_0_is_killed_reads_as_died_and_the_next_job_takes_over(
     assert shown.returncode == 1 and shown.stdout.startswith(f"{run}: died (no heartbeat since "), shown
     assert "global step 3 of 8; last complete checkpoint global_step000000002" in shown.stdout
 
-    with caplog.at_level(logging.WARNING, logger="xpt_ds.training.run_lock"):
+    with caplog.at_level(logging.WARNING, logger="xpt_ds.runtime.run_lock"):
         lock, problem = _claim(run, monkeypatch)  # the kernel dropped the dead job's lock
     try:
         assert problem is None and lock is not None

@@ -393,7 +393,7 @@ def test_a_trelm_graph_sweep_runs_resumes_and_skips(tmp_path, source_dir, corpus
     import shutil
     from test_trelm import _write_parallel
     from test_trelm_phases import _three_phase
-    from xpt_ds.training.checkpoint import complete_tags
+    from xpt_ds.checkpoint.store import complete_tags
     parallel, _ = _write_parallel(tmp_path / "par", corpus_bert)
     config = _three_phase(tmp_path / "base", source_dir, corpus_bert, english, parallel, every_steps=5)
     out = tmp_path / "sweep"

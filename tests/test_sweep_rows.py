@@ -10,11 +10,11 @@ import shutil
 import yaml
 
 from test_sweep import _rows, sweep_config  # noqa: F401  (fixture)
+from xpt_ds.checkpoint.store import MARKER
 from xpt_ds.config import load_config, to_dict
 from xpt_ds.sweep import main, parse_args
 from xpt_ds.sweeps.plan import Run, build_plan
 from xpt_ds.sweeps.runner import _Sweep
-from xpt_ds.training.checkpoint import MARKER
 
 
 def test_a_moved_sweep_folder_still_matches_its_rows(tmp_path, sweep_config, capsys):

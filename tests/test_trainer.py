@@ -7,9 +7,9 @@ import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from conftest import REPO, base_config, launch, read_metrics, write_config
-from xpt_ds.training.checkpoint import complete_tags, read_client_state
-from xpt_ds.training.engine import lr_at
+from xpt_ds.checkpoint.store import complete_tags, read_client_state
 from xpt_ds.config import PhaseConfig
+from xpt_ds.training.engine import lr_at
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +77,7 @@ def test_phase2_masters_start_from_exact_fp32(run):
     lr * (1 + wd * |w|); starting from bf16(w) would add rounding errors far larger than that."""
     root, cfg, _ = run
     from transformers import AutoModelForMaskedLM
-    from xpt_ds.training.export import load_checkpoint_fp32
+    from xpt_ds.checkpoint.export import load_checkpoint_fp32
     name = "roberta.encoder.layer.1.attention.self.query.weight"
     w = AutoModelForMaskedLM.from_pretrained(cfg["model"]["source"]).state_dict()[name.replace("layer.1", "layer.0")]
     assert torch.equal(load_checkpoint_fp32(root / "run/checkpoints", "global_step000000003")[name], w)

@@ -14,14 +14,14 @@ from torch import nn
 from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast, RobertaConfig
 
 from conftest import TINY, base_config, launch, read_metrics, write_config
-from xpt_ds.training import checkpoint
+from xpt_ds.checkpoint import store as checkpoint
 from xpt_ds.config import ConfigError, DataConfig, ModelConfig, OptimConfig, TrainConfig, load_config
 from xpt_ds.data.mlm import build_streams
+from xpt_ds.data.tokenizer import build_tokenizer
 from xpt_ds.model.build import build_model
 from xpt_ds.model.new_values import StockInit
 from xpt_ds.model.skeleton import assign, skeleton
 from xpt_ds.trelm.data import build_trelm_stream
-from xpt_ds.data.tokenizer import build_tokenizer
 from xpt_ds.trelm.model import ENGLISH, TARGET, encode, halves, lm_logits
 from xpt_ds.trelm.objective import TreLMObjective
 

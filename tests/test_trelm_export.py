@@ -11,12 +11,12 @@ from transformers import AutoModel, AutoModelForMaskedLM, AutoModelForSequenceCl
 
 from conftest import base_config, free_port, launch, read_metrics, write_config
 from test_trelm import SOURCE_VOCAB, _write_parallel, source_dir  # noqa: F401 (a fixture)
+from xpt_ds.checkpoint.export import save_model
 from xpt_ds.config import ModelConfig
+from xpt_ds.data.tokenizer import build_tokenizer
 from xpt_ds.evaluate import main as evaluate_main
 from xpt_ds.export import main as export_main
-from xpt_ds.training.export import save_model
 from xpt_ds.model.build import build_model
-from xpt_ds.data.tokenizer import build_tokenizer
 from xpt_ds.trelm.objective import TreLMObjective
 
 

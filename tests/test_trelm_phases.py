@@ -15,16 +15,16 @@ from transformers import BertForMaskedLM
 
 from conftest import REPO, base_config, launch, read_metrics, read_phase_end, write_config
 from test_trelm import SOURCE_VOCAB, _build, _train_cfg, _write_parallel, source_dir, write_pairs  # noqa: F401
-from xpt_ds.training.checkpoint import tag_for
-from xpt_ds.training.phase_ends import PHASE_ENDS
+from xpt_ds.checkpoint.export import load_checkpoint_fp32
+from xpt_ds.checkpoint.phase_ends import PHASE_ENDS
+from xpt_ds.checkpoint.store import tag_for
 from xpt_ds.config import ConfigError, OptimConfig, load_config
 from xpt_ds.config.phase_checks import phase_objectives
 from xpt_ds.data.mlm import build_streams
-from xpt_ds.training.export import load_checkpoint_fp32
-from xpt_ds.model.objective import strip_prefix
 from xpt_ds.data.tokenizer import build_tokenizer
-from xpt_ds.trelm.model import ENGLISH, TARGET, encode, lm_logits
+from xpt_ds.model.objective import strip_prefix
 from xpt_ds.trelm.data import build_trelm_stream
+from xpt_ds.trelm.model import ENGLISH, TARGET, encode, lm_logits
 from xpt_ds.trelm.objective import TreLMObjective
 
 SHIPPED = REPO / "launch/configs/trelm_three_phase.yaml"

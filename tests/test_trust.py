@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from conftest import REPO, base_config, launch, read_metrics, run_main, write_config
+from xpt_ds.checkpoint.store import read_client_state
 from xpt_ds.io import trust
-from xpt_ds.training.checkpoint import read_client_state
 
 FIXTURE = REPO / "tests/fixtures/checkpoint_before_safe_load"
 OLD_TAG = "global_step000000002"

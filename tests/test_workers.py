@@ -107,8 +107,8 @@ def _record(monkeypatch, events):
     """Patches (run_main forks: they go with it) that write each start of worker processes and each engine
     build to ``events``, in order."""
     from xpt_ds.data import workers
-    from xpt_ds.training import trainer
-    make_loader, build_engine = workers.Workers._make_loader, trainer.build_engine
+    from xpt_ds.training import engine as engines
+    make_loader, build_engine = workers.Workers._make_loader, engines.build_engine
 
     def note(what):
         with open(events, "a") as f:
@@ -122,7 +122,7 @@ def _record(monkeypatch, events):
         note("engine")
         return build_engine(*args, **kwargs)
     monkeypatch.setattr(workers.Workers, "_make_loader", loader)
-    monkeypatch.setattr(trainer, "build_engine", engine)
+    monkeypatch.setattr(engines, "build_engine", engine)
 
 
 @pytest.mark.multiproc

@@ -6,14 +6,13 @@ import deepspeed
 import torch
 
 from xpt_ds.config import load_config
-from xpt_ds.training.distributed import init_distributed
-from xpt_ds.training.trainer import Trainer
+from xpt_ds.runtime.distributed import init_distributed
+from xpt_ds.training.build import build_trainer
 
 
 def save_logits(config: str, out: str) -> None:
     init_distributed()  # as xpt_ds.train does: unlinks DeepSpeed's CPU shared-memory buffer names
-    trainer = Trainer(load_config(config))
-    trainer.setup()
+    trainer = build_trainer(load_config(config))
     ids = torch.load(out + ".ids.pt")
     trainer.engine.eval()
     with torch.no_grad():

@@ -10,7 +10,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 from test_trelm import _skeleton  # noqa: E402
-from xpt_ds.training.distributed import init_distributed  # noqa: E402
+from xpt_ds.runtime.distributed import init_distributed  # noqa: E402
 from xpt_ds.trelm.model import ENGLISH, encode, lm_logits  # noqa: E402
 from xpt_ds.trelm.objective import TreLMObjective  # noqa: E402
 

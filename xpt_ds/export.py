@@ -1,6 +1,6 @@
 """``python -m xpt_ds.export --run RUN_DIR [--tag TAG] --out DIR``: a checkpoint -> a stock HF model directory.
 
-Works offline on one process from any ZeRO stage and any world size (``xpt_ds.training.export``).
+Works offline on one process from any ZeRO stage and any world size (``xpt_ds.checkpoint.export``).
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--allow-pickle", action="store_true", help="read checkpoint files that are not plain data "
                    "(they can run code): only for a checkpoint you trust")
     a = p.parse_args(argv)
-    from xpt_ds.training.export import export  # after the parse: torch, DeepSpeed and transformers take seconds
+    from xpt_ds.checkpoint.export import export  # after the parse: torch, DeepSpeed and transformers take seconds
     print(export(a.run, a.out, a.tag, a.allow_pickle))
     return 0
 

@@ -1,7 +1,7 @@
 """``python -m xpt_ds.status RUN_DIR [RUN_DIR ...]``: where runs stand, one line each.
 
 ``running`` (rank 0's pid and host, the heartbeat's age), ``died (no heartbeat since ...)`` for a run whose
-status.json says running but whose rank 0 is gone, or how it stopped (``xpt_ds.training.status``). Exit 0, or 1
+status.json says running but whose rank 0 is gone, or how it stopped (``xpt_ds.runtime.status``). Exit 0, or 1
 when a run has died.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from xpt_ds.errors import cli_errors
-from xpt_ds.training.status import describe, read_status
+from xpt_ds.runtime.status import describe, read_status
 
 
 @cli_errors

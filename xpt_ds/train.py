@@ -13,10 +13,10 @@ from pathlib import Path
 from xpt_ds.config import help_text, load_config
 from xpt_ds.errors import INTERRUPTED_EXIT_CODE, UserError, cli_errors, error_line, error_lines, say
 from xpt_ds.metrics.run_log import finished_line, library_output_to_stderr, setup_logging
-from xpt_ds.training import collector, rank_say
-from xpt_ds.training.host_memory import hold_less_heap
-from xpt_ds.training.rank_say import say_once
-from xpt_ds.training.ports import free_port
+from xpt_ds.runtime import collector, rank_say
+from xpt_ds.runtime.host_memory import hold_less_heap
+from xpt_ds.runtime.ports import free_port
+from xpt_ds.runtime.rank_say import say_once
 
 
 def parse_args(argv: list[str]):
@@ -77,21 +77,21 @@ def main(argv: list[str] | None = None) -> int:
 def _run(cfg) -> int:
     _single_process_env()
     hold_less_heap()  # before a tensor is made: glibc keeps freed heap pages below its mmap threshold
-    with collector.importing():  # no collector passes over the imports, frozen after (xpt_ds.training.collector)
+    with collector.importing():  # no collector passes over the imports, frozen after (xpt_ds.runtime.collector)
         import deepspeed
 
-        from xpt_ds.training.distributed import init_distributed, lost_peer, lost_peer_line
+        from xpt_ds.runtime.distributed import init_distributed, lost_peer, lost_peer_line
         from xpt_ds.training.guards import HALTED_EXIT_CODE, Halted
-        from xpt_ds.training.preemption import PREEMPTED_EXIT_CODE, Preempted
-        from xpt_ds.training.checkpoint import bad_resume
-        from xpt_ds.training.run_lock import claim_run
-        from xpt_ds.training.trainer import Trainer
+        from xpt_ds.runtime.preemption import PREEMPTED_EXIT_CODE, Preempted
+        from xpt_ds.checkpoint.store import bad_resume
+        from xpt_ds.runtime.run_lock import claim_run
+        from xpt_ds.training.build import build_trainer
 
     if (line := bad_resume(cfg)) is not None:  # a mistyped --resume: before the run directory is locked or written
         say_once(f"error: {line}")
         return 2
     fresh = not Path(cfg.run_dir).exists()  # before any rank can make it: init_distributed waits for them all
-    init_distributed()  # and unlink DeepSpeed's CPU shared-memory buffer names (xpt_ds.training.distributed)
+    init_distributed()  # and unlink DeepSpeed's CPU shared-memory buffer names (xpt_ds.runtime.distributed)
     setup_logging(deepspeed.comm.get_rank() == 0)
     lock, problem = claim_run(cfg, fresh)  # lock: held until this process ends
     if problem is not None:  # another job's run directory, or other configs on other nodes: nothing touched
@@ -101,8 +101,7 @@ def _run(cfg) -> int:
     trainer, end, finished = None, None, False  # end: the line every rank says and the exit status, once closed
     try:
         with collector.paused():  # nor over the build, which stays collectable
-            trainer = Trainer(cfg)
-            trainer.setup()
+            trainer = build_trainer(cfg)
         trainer.train()
         finished = True
     except (UserError, OSError) as e:  # OSError: a file outside the checks
@@ -143,7 +142,7 @@ def _run(cfg) -> int:
             say(finished_line(cfg.run_dir, trainer.state.global_step, sum(p.steps for p in cfg.phases),
                               [names[i] for i in trainer.state.time_stopped], cfg.checkpoint.keep_best))
         return 0
-    say_once(end[0])  # once per machine where the ranks say the same (xpt_ds.training.rank_say)
+    say_once(end[0])  # once per machine where the ranks say the same (xpt_ds.runtime.rank_say)
     return end[1]
 
 
@@ -154,7 +153,7 @@ def _failed(trainer, cfg, line: str, fresh: bool, state: str = "failed") -> None
     (``fresh``) and left nothing in is removed instead: a config or data error leaves no run behind."""
     import deepspeed
 
-    from xpt_ds.training.status import mark_stopped, remove_unstarted
+    from xpt_ds.runtime.status import mark_stopped, remove_unstarted
     try:
         if trainer is not None and trainer.engine is not None:  # set up: its own step and checkpoint
             trainer.write_status(state, error=line)

@@ -23,10 +23,10 @@ import yaml
 
 from conftest import REPO, base_config, free_port, read_metrics, write_config
 from test_trelm import _write_parallel, source_dir  # noqa: F401  (fixture)
+from xpt_ds.checkpoint.export import load_checkpoint_fp32
+from xpt_ds.checkpoint.store import tag_for
 from xpt_ds.model.objective import strip_prefix
-from xpt_ds.training.checkpoint import tag_for
-from xpt_ds.training.export import load_checkpoint_fp32
-from xpt_ds.training.op_builds import arch_list_problem
+from xpt_ds.runtime.op_builds import arch_list_problem
 
 ON_CPU = os.environ.get("XPT_GPU_TESTS_ON_CPU") == "1"
 ACCELERATOR = "cpu" if ON_CPU else "cuda"
@@ -40,7 +40,7 @@ ENV = {"DS_ACCELERATOR": ACCELERATOR, "CUBLAS_WORKSPACE_CONFIG": ":4096:8", "TOK
 
 def _arch_list() -> dict:
     """The GPU image sets ``TORCH_CUDA_ARCH_LIST=9.0a``, which DeepSpeed's JIT build of FusedAdam cannot read (the
-    trainer says so in one line, ``xpt_ds.training.op_builds``): the runs build it for this GPU's own capability,
+    trainer says so in one line, ``xpt_ds.runtime.op_builds``): the runs build it for this GPU's own capability,
     as ``benchmarks/gpu_session.sh`` does, so that ``pytest -m gpu tests/gpu`` also runs on its own."""
     if ON_CPU or arch_list_problem(os.environ.get("TORCH_CUDA_ARCH_LIST", "")) is None:
         return {}

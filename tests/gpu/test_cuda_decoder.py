@@ -26,9 +26,9 @@ from test_cuda import (
 )
 from test_decoder_train import CLASSES, _check_phase1, _ids, _reused
 
+from xpt_ds.checkpoint.export import load_checkpoint_fp32
+from xpt_ds.checkpoint.store import tag_for
 from xpt_ds.export import main as export_main
-from xpt_ds.training.checkpoint import tag_for
-from xpt_ds.training.export import load_checkpoint_fp32
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not (ON_CPU or torch.cuda.is_available()),
                                                   reason="needs CUDA (XPT_GPU_TESTS_ON_CPU=1 rehearses on CPU)")]

@@ -10,7 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from xpt_ds.training import ports
+from xpt_ds.runtime import ports
 
 # A requeued job is held until its old launch credential has expired: it becomes eligible cred_expire + 1 s
 # after the requeue (slurm.conf(5), AuthInfo; default 120 s, 5 is the smallest value Slurm accepts) and then

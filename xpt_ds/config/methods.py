@@ -58,6 +58,8 @@ class Method:
     trilayer: bool = True  # trelm: the TRILayer between the encoder halves; without it (004 Table 7's "w/o
     # TRILayer") there is no reordering, so no CdLM, and the export is a stock model (the target row folded)
     phase1_extra: bool = True  # model.phase1_trains_position_and_head applies to the first of two presets
+    extension: str = ""  # the module of the method's own model parts (tags, modules, objective), which the generic
+    # model code calls through xpt_ds.model.extensions without knowing the method
     graph: tuple[PresetPhase, ...] = ()  # the phase graph the method's recipe needs (start_from, merge,
     # objectives: 004 Alg. 1), which a sweep writes for it; empty: one phase per preset
 
@@ -78,6 +80,7 @@ class Method:
 
 _TWO_PHASES = (("@new",), ("@all",))  # 002 §3.4: phase 1 trains only the new parameters, phase 2 everything
 _ONE_PHASE = (("@all",),)
+TRELM_PARTS = "xpt_ds.trelm.extension"  # TRILayer, English vocabulary, language embeddings, TreLM objective
 
 
 def _trelm_graph(branch_objectives: tuple[str, str]) -> tuple[PresetPhase, ...]:
@@ -112,9 +115,10 @@ METHODS: dict[str, Method] = {m.name: m for m in [
     # (commonality, transfer as two half-models merged, language-specific), which a sweep writes; without the
     # TRILayer the branches train English MLM instead of CdLM (004 Table 7's "w/o CdLM & w/o TRILayer").
     Method("trelm", "TreLM", has_itl=False, source="pretrained", presets=_ONE_PHASE, trelm=True,
-           export="trelm", graph=_trelm_graph(("cdlm_en_x", "cdlm_x_en"))),
+           export="trelm", graph=_trelm_graph(("cdlm_en_x", "cdlm_x_en")), extension=TRELM_PARTS),
     Method("trelm_no_tri", "TreLM w/o CdLM & w/o TRILayer", has_itl=False, source="pretrained", presets=_ONE_PHASE,
-           trelm=True, trilayer=False, export="trelm", graph=_trelm_graph(("mlm_source", "mlm_source"))),
+           trelm=True, trilayer=False, export="trelm", graph=_trelm_graph(("mlm_source", "mlm_source")),
+           extension=TRELM_PARTS),
 ]}
 BASELINE = "scratch"  # what the data-efficiency ratio compares against (002 §5.1)
 

@@ -22,9 +22,9 @@ from xpt_ds.data.mlm import MLMMasker, sequence_seed
 from xpt_ds.data.tokenizer import build_hf_tokenizer, check_vocabulary
 from xpt_ds.metrics.mlm import MLMStats, piece_word_starts
 from xpt_ds.model.build import FAMILIES, load_source_model
-from xpt_ds.model.skeleton import assign, skeleton
 from xpt_ds.model.decoder import is_decoder
 from xpt_ds.model.objective import MaskedLMObjective
+from xpt_ds.model.skeleton import assign, skeleton
 
 
 def _has_itl(model: nn.Module) -> bool:
@@ -112,8 +112,8 @@ def probe(run: Path, source_text: Path, tag: str | None = None, source_id: str |
 
     from xpt_ds.data.tokenizer import saved_tokenizer
     from xpt_ds.evaluation.intrinsic import evaluate
-    from xpt_ds.training.checkpoint import read_config
-    from xpt_ds.training.export import load_model
+    from xpt_ds.checkpoint.store import read_config
+    from xpt_ds.checkpoint.export import load_model
     if not source_text.is_file():
         raise ConfigError(f"--source-text {source_text} not found")
     post, tag_dir = load_model(run, tag, allow_pickle)

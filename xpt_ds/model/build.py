@@ -44,12 +44,12 @@ from xpt_ds.model.decoder import (
 )
 from xpt_ds.model.decoder import tag_parameters as decoder_tag_parameters
 from xpt_ds.model.decoder import target_config as decoder_target_config
+from xpt_ds.model.extensions import extension_of
 from xpt_ds.model.new_values import StockInit, param_seed
 from xpt_ds.model.plan import CopyRule, PlanValues, Recipe, recipes_for
 from xpt_ds.model.skeleton import assign, no_init_weights, parameters_on_meta, skeleton
 from xpt_ds.model.source_files import RandomSource, SourceFiles, StateSource, local_snapshot
 from xpt_ds.model.source_weights import checked_missing
-from xpt_ds.trelm.model import trelm_tags
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +150,8 @@ def planned_tags(cfg: ModelConfig, family, tcfg) -> dict[str, set[str]]:
     layers = tcfg.num_hidden_layers - (2 if method.has_itl else 0)
     tag = decoder_tag_parameters if is_decoder(tcfg) else _tag_parameters
     tags = {n: t | {"@source"} for n, t in tag(model, family, set(), layers, method.has_itl).items()}
-    return {n: t | trelm_tags(n) for n, t in tags.items()} if method.trelm else tags
+    extension = extension_of(method)
+    return {n: t | extension.tags(n) for n, t in tags.items()} if extension is not None else tags
 
 
 def check_data_fits(tcfg, data: DataConfig) -> None:
@@ -360,8 +361,8 @@ def build_plan(cfg: ModelConfig, tok: TargetTokenizer, data: DataConfig | None =
                                       method.has_itl)
     else:
         tags = _tag_parameters(meta, family, copied, src_cfg.num_hidden_layers, method.has_itl)
-        if method.trelm:
-            tags = {name: t | trelm_tags(name) for name, t in tags.items()}
+        if (extension := extension_of(method)) is not None:
+            tags = {name: t | extension.tags(name) for name, t in tags.items()}
     matrices, report = {}, None
     if method.vocab == "source":
         report = kept_vocabulary_report(tok.vocab_size)

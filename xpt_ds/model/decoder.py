@@ -115,7 +115,7 @@ def target_config(src_cfg, cfg: ModelConfig, tok: TargetTokenizer):
 def drop_source_code(tcfg) -> None:
     """The source's ``auto_map`` (code its directory ships, which xpt-ds never runs) names files the target's
     checkpoints and export do not carry: it is not the target's. An export that needs code of its own (adapters,
-    TreLM) writes its own map (``xpt_ds.training.export.save_model``)."""
+    TreLM) writes its own map (``xpt_ds.checkpoint.export.save_model``)."""
     if hasattr(tcfg, "auto_map"):
         del tcfg.auto_map
 

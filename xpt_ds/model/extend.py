@@ -6,7 +6,7 @@ the source's, the new pieces follow. For training, the input embedding matrix (a
 parameters, ``old_rows`` (the source's first ``source_size`` rows, copied) and ``new_rows`` (from
 ``model.embedding_init``), so a phase can train one and freeze the other with the machinery every parameter has: a
 frozen parameter has ``requires_grad=False``, no optimizer state and no weight decay under any ZeRO stage, and is
-checked bitwise at every save (``xpt_ds.training.frozen``). Tools that freeze rows of one matrix instead zero
+checked bitwise at every save (``xpt_ds.checkpoint.frozen``). Tools that freeze rows of one matrix instead zero
 their gradient, which leaves Adam's state and weight decay moving them (axolotl's ``unfrozen_parameters``), or
 have ZeRO-3 gaps (peft's ``trainable_token_indices``).
 

@@ -10,7 +10,7 @@ from torch import nn
 from xpt_ds.config.methods import method_of
 from xpt_ds.model.causal_lm import CausalLMObjective
 from xpt_ds.model.decoder import is_decoder
-from xpt_ds.trelm.objective import TreLMObjective
+from xpt_ds.model.extensions import extension_of
 
 
 class MaskedLMObjective(nn.Module):
@@ -41,13 +41,14 @@ class MaskedLMObjective(nn.Module):
 
 
 def build_objective(hf: nn.Module) -> nn.Module:
-    """The causal LM loss for a decoder (GPT-2, Llama families); TreLM's objective for a trelm model that carries its ``trelm`` training parts (a checkpoint's skeleton),
+    """The causal LM loss for a decoder (GPT-2, Llama families); a method extension's objective (``xpt_ds.model.extensions``: TreLM's, for a model that carries its training parts, a checkpoint's skeleton),
     else MLM: every other method, and a trelm export (``xpt_ds.trelm.hf``), whose base model runs the TRILayer
     itself."""
     if is_decoder(hf.config):  # next-token loss (xpt_ds.model.causal_lm)
         return CausalLMObjective(hf)
-    method = method_of(hf.config)
-    return TreLMObjective(hf) if method is not None and method.trelm and hasattr(hf, "trelm") else MaskedLMObjective(hf)
+    extension = extension_of(method_of(hf.config))
+    own = extension.objective(hf) if extension is not None else None
+    return own if own is not None else MaskedLMObjective(hf)
 
 
 def strip_prefix(state: dict[str, torch.Tensor], prefix: str = "hf.") -> dict[str, torch.Tensor]:

@@ -16,8 +16,8 @@ import yaml
 from xpt_ds.config import ConfigError, load_config, read_config_file
 from xpt_ds.config.methods import METHODS, Method
 from xpt_ds.finetuning.config import FinetuneConfig
+from xpt_ds.runtime.ports import free_port
 from xpt_ds.sweeps.report import parse_size, size_label
-from xpt_ds.training.ports import free_port
 
 SET_BY_SWEEP = ("run_dir", "model.method", "data.train_tokens")
 SET_BY_SEEDS = ("--model.init_seed=", "--seed=", "--data.seed=")  # a replicate's seeds (Plan.train_args)

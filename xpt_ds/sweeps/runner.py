@@ -23,13 +23,13 @@ from pathlib import Path
 import torch
 import yaml
 
+from xpt_ds.checkpoint.store import complete_tags
 from xpt_ds.config import ConfigError, load_config, read_checkpoint_config, to_dict
 from xpt_ds.errors import INTERRUPTED_EXIT_CODE
 from xpt_ds.io.paths import write_text_atomic
 from xpt_ds.sweeps.plan import Plan, Run
 from xpt_ds.sweeps.report import size_label
 from xpt_ds.sweeps.rows import INTRINSIC_KEYS, OPTIONAL_KEYS, downstream_row, read_rows, row_key
-from xpt_ds.training.checkpoint import complete_tags
 
 
 class StepFailed(Exception):
@@ -49,7 +49,7 @@ _stopping = threading.Event()
 
 def stop_stages(grace_s: float = 300.0) -> None:
     """Stop every stage process still running and start no more: SIGTERM, on which a training run checkpoints and
-    exits (``xpt_ds.training.preemption``), then SIGKILL for what is still there after ``grace_s``. A sweep
+    exits (``xpt_ds.runtime.preemption``), then SIGKILL for what is still there after ``grace_s``. A sweep
     stopped by Ctrl-C or ``kill`` calls it, so that no training run goes on without it."""
     _stopping.set()
     with _live_lock:

@@ -1,7 +1,8 @@
-"""The training loop and everything it owns: ``trainer`` (the phase-aware loop), ``engine`` (DeepSpeed per
-phase), ``fill`` (every value put into an engine once: a fresh start, a resume, the phase hand-over),
-``frozen`` (the exact fp32 values beside an engine), ``checkpoint`` (save, resume, rescale), ``checkpoint_values``
-(a checkpoint's values one at a time, and the value files beside DeepSpeed's), ``guards`` (non-finite steps,
-spikes, slow ranks), ``preemption``, ``status`` (RUN_DIR/status.json) and ``export`` (a checkpoint -> a stock HF
-model directory, streamed).
+"""The training loop and what it is assembled from: ``build`` (``build_trainer``: every check, every component,
+the state each registers for checkpoints), ``trainer`` (the phase-aware loop), ``phase_engine`` (the current
+phase's module and DeepSpeed engine, and the hand-over between phases), ``engine`` (DeepSpeed's config and
+engine), ``fill`` (every value put into an engine once), ``streams`` and ``validation``, ``guards`` (non-finite
+steps, spikes, slow ranks), ``best`` (the best checkpoint, early stopping), ``time_budget``, ``state``,
+``activations`` and ``compile``. Checkpoint files: ``xpt_ds.checkpoint``; processes and the cluster:
+``xpt_ds.runtime``.
 """

@@ -28,8 +28,8 @@ from pathlib import Path
 import deepspeed
 import torch
 
+from xpt_ds.checkpoint.store import BEST_FILE, tag_for
 from xpt_ds.io.paths import write_text_atomic
-from xpt_ds.training.checkpoint import BEST_FILE, tag_for
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,6 @@ never rounds a master.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
@@ -24,9 +23,9 @@ from xpt_ds.config import ConfigError, OptimConfig, PhaseConfig, TrainConfig
 from xpt_ds.config.template import CPU_ENGINE, CPU_SPEEDUP
 from xpt_ds.model.objective import build_objective
 from xpt_ds.model.skeleton import materialize, skeleton
+from xpt_ds.runtime.op_builds import check_arch_list, check_build_lock, fused_adam_is_jit_built
 from xpt_ds.training.activations import checkpoint_layers
 from xpt_ds.training.compile import compile_blocks
-from xpt_ds.training.op_builds import check_arch_list, check_build_lock, fused_adam_is_jit_built
 
 log = logging.getLogger(__name__)
 
@@ -191,7 +190,7 @@ def engine_module(tcfg, cfg: TrainConfig, kept=None) -> nn.Module:
     """The training module of HF config ``tcfg`` (its objective wrapping the HF model) without values, ready for
     ``build_engine``: under ZeRO-3 built in ``deepspeed.zero.Init`` (each rank allocates its partition), else on the
     meta device and given empty storage in the compute dtype on this rank's device, or the storage ``kept`` (the
-    previous phase's values, ``xpt_ds.training.frozen.ShardedValues``) holds of a parameter already.
+    previous phase's values, ``xpt_ds.checkpoint.frozen.ShardedValues``) holds of a parameter already.
     ``xpt_ds.training.fill`` then sets every value once."""
     ds = build_ds_config(cfg, deepspeed.comm.get_world_size())
     if zero_stage(ds) == 3:
@@ -244,16 +243,6 @@ def destroy_engine(engine) -> None:
     for key, value in list(vars(engine).items()):  # the engine's own tensors (the last global grad norm, ...)
         if torch.is_tensor(value):
             vars(engine)[key] = None
-
-
-def state_digest(state: dict[str, torch.Tensor]) -> str:
-    """blake2b over every tensor's name, dtype, shape and bytes, in name order."""
-    h = hashlib.blake2b(digest_size=16)
-    for name in sorted(state):
-        t = state[name].detach().cpu().contiguous()
-        h.update(f"{name}:{t.dtype}:{tuple(t.shape)};".encode())
-        h.update(t.reshape(-1).view(torch.uint8).numpy().data)
-    return h.hexdigest()
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:

@@ -22,8 +22,8 @@ import deepspeed
 import torch
 from deepspeed.utils import safe_get_full_fp32_param, safe_set_full_fp32_param
 
-from xpt_ds.training.frozen import FrozenWeights, ShardedValues
-from xpt_ds.training.host_memory import release_freed
+from xpt_ds.checkpoint.frozen import FrozenWeights, ShardedValues
+from xpt_ds.runtime.host_memory import release_freed
 
 log = logging.getLogger(__name__)
 

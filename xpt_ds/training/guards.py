@@ -90,29 +90,6 @@ def check_streams_agree(problem: Exception | None, skipped: list[str],
                             "another copy of the corpus?)")
 
 
-def config_difference(configs: list[dict]) -> str | None:
-    """One line naming the first rank whose resolved config (``to_dict``) differs from rank 0's and the keys that
-    differ: each node's launcher passes its own overrides, and a node given other ones would otherwise train
-    with them unnoticed (another micro batch, another learning rate) while config.yaml records rank 0's."""
-    flat = [_flatten(c) for c in configs]
-    for rank, other in enumerate(flat[1:], start=1):
-        keys = sorted(k for k in flat[0].keys() | other.keys() if flat[0].get(k) != other.get(k))
-        if keys:
-            shown = "; ".join(f"{k}: {flat[0].get(k)!r} vs {other.get(k)!r}" for k in keys[:3])
-            more = f" and {len(keys) - 3} more" if len(keys) > 3 else ""
-            return (f"rank {rank}'s config differs from rank 0's ({shown}{more}): every node must be given the same "
-                    "config and overrides")
-    return None
-
-
-def _flatten(d, prefix: str = "") -> dict:
-    if isinstance(d, dict):
-        return {k: v for key, value in d.items() for k, v in _flatten(value, f"{prefix}{key}.").items()}
-    if isinstance(d, list) and d and all(isinstance(x, dict) for x in d):
-        return {k: v for i, value in enumerate(d) for k, v in _flatten(value, f"{prefix}{i}.").items()}
-    return {prefix[:-1]: d}
-
-
 class Halted(Exception):
     """A guard stopped the run; the message says why and which checkpoint to look at."""
 
@@ -217,3 +194,25 @@ def weights_finite(engine, optimizer, device: torch.device) -> bool:
         bad += (~torch.isfinite(group)).sum()
     deepspeed.comm.all_reduce(bad)
     return bad.item() == 0
+
+
+class StepGuards:
+    """The per-step checks and their state, one component: skipped (non-finite) steps, loss spikes, slow ranks, the
+    per-step host exchange, and the steps whose loss a test poisons (``guard.inject_nan_steps``, rank 0).
+    ``unskipped``: why a non-finite step can reach the weights (``engine.no_skip_reason``), for the halt lines."""
+
+    def __init__(self, g, rank: int, world: int, unskipped: str):
+        self.exchange = RankExchange()
+        self.bad_steps = BadStepCounter(g.max_bad_steps)
+        self.loss_spikes = SpikeDetector(g.loss_spike_ratio, g.loss_spike_window)
+        self.slow_steps = SlowSteps(g.slow_step_ratio, g.slow_step_window, world)
+        self.inject_nan = set(g.inject_nan_steps) if rank == 0 else set()
+        self.unskipped = unskipped
+
+    def count_bad_step(self, skipped: bool, step: int) -> tuple[bool, str | None]:
+        """Count a skipped step: (whether too many came in a row, the same on every rank since the norm is global;
+        the log line of a skipped one)."""
+        halt = self.bad_steps.update(skipped)
+        line = (f"step {step}: loss or gradient norm not finite, update skipped ({self.bad_steps.in_a_row} in a row, "
+                f"{self.bad_steps.total} in all)") if skipped else None
+        return halt, line

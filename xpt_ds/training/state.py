@@ -24,7 +24,5 @@ class TrainerState:
         return asdict(self)
 
     def load_state_dict(self, sd: dict) -> None:
-        for k, v in sd.items():
+        for k, v in sd.items():  # older layouts: xpt_ds.checkpoint.migrate
             setattr(self, k, v)
-        if "target_tokens_seen" not in sd:  # written when tokens_seen counted target MLM rows only
-            self.target_tokens_seen = self.tokens_seen

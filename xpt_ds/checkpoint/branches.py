@@ -10,8 +10,8 @@ from pathlib import Path
 
 import deepspeed
 
-from xpt_ds.training.checkpoint import complete_tags, fsync_dir, read_marker
-from xpt_ds.training.phase_ends import PHASE_ENDS, phase_end_files
+from xpt_ds.checkpoint.phase_ends import PHASE_ENDS, phase_end_files
+from xpt_ds.checkpoint.store import complete_tags, fsync_dir, read_marker
 
 log = logging.getLogger(__name__)
 

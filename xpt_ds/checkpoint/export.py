@@ -2,7 +2,7 @@
 for evaluation and the probe (``load_model``).
 
 Works offline on one process from any ZeRO stage and any world size, one tensor at a time: every value is read
-from the checkpoint when it is written (``xpt_ds.training.checkpoint_values``: the trainable ones from the fp32
+from the checkpoint when it is written (``xpt_ds.checkpoint.values``: the trainable ones from the fp32
 optimizer partitions, the frozen ones from the frozen-weights file, all memory-mapped) and streamed into
 safetensors files of at most 5 GB (``model.safetensors``, or ``model-0000k-of-0000n.safetensors`` with
 ``model.safetensors.index.json``), the names, config.json and generation_config.json being what the stock
@@ -16,7 +16,7 @@ language row is folded into the token-type rows, and the English vocabulary is d
 what is kept and why). ``method: lora`` exports merge each low-rank update into its base weight (peft's own merge
 arithmetic, one layer at a time): a stock model; so are ``method: extend`` exports, their old and new rows joined
 (``xpt_ds.model.extend``). Every export carries a model card, ``README.md``
-(``xpt_ds.training.model_card``).
+(``xpt_ds.checkpoint.model_card``).
 """
 from __future__ import annotations
 
@@ -33,6 +33,9 @@ import torch
 from torch import nn
 from transformers import AutoConfig
 
+from xpt_ds.checkpoint import store, tag_checks
+from xpt_ds.checkpoint.model_card import CARD, build_card, write_card
+from xpt_ds.checkpoint.values import CheckpointValues
 from xpt_ds.config import MASKING_KEYS, read_checkpoint_config
 from xpt_ds.config.methods import method_of
 from xpt_ds.data.tokenizer import copy_hf_tokenizer, save_hf_tokenizer, saved_tokenizer
@@ -43,9 +46,6 @@ from xpt_ds.io.trust import OWN_CODE
 from xpt_ds.model import adapters, extend, lora
 from xpt_ds.model.decoder import is_decoder
 from xpt_ds.model.skeleton import assign, no_init_weights, parameters_on_meta, skeleton
-from xpt_ds.training import checkpoint, tag_checks
-from xpt_ds.training.checkpoint_values import CheckpointValues
-from xpt_ds.training.model_card import CARD, build_card, write_card
 from xpt_ds.trelm import hf as trelm_hf
 
 Values = Callable[[str], torch.Tensor]  # HF parameter name of the trained model -> its fp32 value
@@ -69,19 +69,19 @@ def load_checkpoint_fp32(ckpt_root: Path, tag: str, allow_pickle: bool = False) 
 def checkpoint_config(run_dir: Path, tag: str | None = None):
     """(the checkpoint's tag directory, its target model's HF config); ``tag`` None = the newest complete one."""
     ckpt_root = run_dir / "checkpoints"
-    tag = checkpoint.resolve_tag(ckpt_root, tag or "auto")
+    tag = store.resolve_tag(ckpt_root, tag or "auto")
     if tag is None:
         raise FileNotFoundError(f"no complete checkpoint in {ckpt_root}")
     tag_dir = ckpt_root / tag
     config = tag_dir / "hf_config" / "config.json"  # the target model's config, which a save writes for this
     if not config.is_file():
-        raise checkpoint.CheckpointError(f"checkpoint {tag_dir} has no hf_config/config.json, the target model's "
+        raise store.CheckpointError(f"checkpoint {tag_dir} has no hf_config/config.json, the target model's "
                                          "config the export and evaluate build from (copy it from another "
                                          "checkpoint of the run: every one holds the same)")
     try:
         return tag_dir, AutoConfig.from_pretrained(config.parent, trust_remote_code=False)
     except (OSError, ValueError) as e:
-        raise checkpoint.CheckpointError(f"checkpoint {tag_dir}: cannot read {config} ({first_line(e)})") from None
+        raise store.CheckpointError(f"checkpoint {tag_dir}: cannot read {config} ({first_line(e)})") from None
 
 
 def load_model(run_dir: Path, tag: str | None = None, allow_pickle: bool = False):
@@ -213,14 +213,14 @@ def export(run_dir: Path, out: Path, tag: str | None = None, allow_pickle: bool 
     such as a ``spm.model`` a keep_vocab export does not write, stays beside the new one). Files the earlier
     export did not write (its ``xpt_export.json`` lists those it did; a model card a user added) are kept. A
     non-empty ``out`` that is not an xpt-ds export is refused before the checkpoint is read. The export's model
-    card, ``README.md`` (``xpt_ds.training.model_card``), is written unless ``out`` holds one of the user's own."""
+    card, ``README.md`` (``xpt_ds.checkpoint.model_card``), is written unless ``out`` holds one of the user's own."""
     check_export_out(out)
     why = unwritable(out.parent)  # before the checkpoint is read (minutes for a large model)
     if why is not None:
         raise OSError(f"--out {out}: cannot write there ({why})")
     tag_dir, hf_config = checkpoint_config(run_dir, tag)
     values = checkpoint_values(tag_dir.parent, tag_dir.name, allow_pickle)
-    client = checkpoint.read_client_state(tag_dir.parent, tag_dir.name, allow_pickle)
+    client = store.read_client_state(tag_dir.parent, tag_dir.name, allow_pickle)
     data = read_checkpoint_config(client["config"]).data
     hf_config.xpt_data = {k: getattr(data, k) for k in MASKING_KEYS}  # evaluate --model masks as the run did
     staging = out.parent / f".{out.name}.writing-{os.getpid()}"

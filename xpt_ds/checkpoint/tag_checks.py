@@ -8,12 +8,13 @@ from pathlib import Path
 
 import deepspeed
 
+from xpt_ds.checkpoint import migrate
+from xpt_ds.checkpoint.store import MARKER, CheckpointError, agree, read_marker
 from xpt_ds.config import ConfigError
 from xpt_ds.errors import first_line
 from xpt_ds.io.trust import UntrustedError, check_plain
 from xpt_ds.model.build import build_plan
 from xpt_ds.model.skeleton import skeleton
-from xpt_ds.training.checkpoint import MARKER, CheckpointError, agree, read_marker
 
 
 # What decides a model's parameters, in the configs of the encoder and decoder families and xpt-ds's own keys.
@@ -139,7 +140,7 @@ def batch_change(tag_dir: Path, client: dict, optim, world: int) -> str | None:
     """A warning when the global batch (micro batch x grad_accum x ranks) differs from the checkpoint's: a resume
     on fewer GPUs halves it unless grad_accum grows, and the learning rate schedule is not rescaled for it."""
     saved = client.get("config", {}).get("optim", {})
-    saved_world = read_marker(tag_dir).get("world_size") or client.get("dp_world_size")  # older markers: no size
+    saved_world = migrate.saved_world_size(read_marker(tag_dir), client)
     if not saved_world:
         return None
     before = saved.get("micro_batch_size", optim.micro_batch_size) * saved.get("grad_accum", optim.grad_accum)

@@ -6,7 +6,7 @@ DataLoader workers it forked (they share the open file) have ended, however they
 nothing to clean up; the file only records who held it last. On a file system without locks (some Lustre
 mounts) the run goes on with a warning.
 
-The lock is also how a new job knows that a status.json still saying 'running' (``xpt_ds.training.status``) is a
+The lock is also how a new job knows that a status.json still saying 'running' (``xpt_ds.runtime.status``) is a
 dead attempt's: any live writer would hold the lock. The job that takes it says so (``claim_run``), and its own
 status replaces that one once it is set up.
 """
@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import IO
 
 from xpt_ds.errors import UserError
-from xpt_ds.training.guards import config_difference
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +67,7 @@ def claim_run(cfg, fresh: bool) -> tuple[IO | None, str | None]:
     import torch.distributed as dist
 
     from xpt_ds.config import to_dict
-    from xpt_ds.training.status import previous_attempt, remove_unstarted
+    from xpt_ds.runtime.status import previous_attempt, remove_unstarted
     lock, problem = None, None
     if deepspeed.comm.get_rank() == 0:
         try:
@@ -87,3 +86,26 @@ def claim_run(cfg, fresh: bool) -> tuple[IO | None, str | None]:
     if problem is not None and lock is not None and fresh:
         remove_unstarted(Path(cfg.run_dir))  # this process made it and holds it: nothing else is in it
     return lock, problem
+
+
+def config_difference(configs: list[dict]) -> str | None:
+    """One line naming the first rank whose resolved config (``to_dict``) differs from rank 0's and the keys that
+    differ: each node's launcher passes its own overrides, and a node given other ones would otherwise train
+    with them unnoticed (another micro batch, another learning rate) while config.yaml records rank 0's."""
+    flat = [_flatten(c) for c in configs]
+    for rank, other in enumerate(flat[1:], start=1):
+        keys = sorted(k for k in flat[0].keys() | other.keys() if flat[0].get(k) != other.get(k))
+        if keys:
+            shown = "; ".join(f"{k}: {flat[0].get(k)!r} vs {other.get(k)!r}" for k in keys[:3])
+            more = f" and {len(keys) - 3} more" if len(keys) > 3 else ""
+            return (f"rank {rank}'s config differs from rank 0's ({shown}{more}): every node must be given the same "
+                    "config and overrides")
+    return None
+
+
+def _flatten(d, prefix: str = "") -> dict:
+    if isinstance(d, dict):
+        return {k: v for key, value in d.items() for k, v in _flatten(value, f"{prefix}{key}.").items()}
+    if isinstance(d, list) and d and all(isinstance(x, dict) for x in d):
+        return {k: v for i, value in enumerate(d) for k, v in _flatten(value, f"{prefix}{i}.").items()}
+    return {prefix[:-1]: d}

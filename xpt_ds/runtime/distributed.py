@@ -16,7 +16,7 @@ from pathlib import Path
 
 import deepspeed
 
-from xpt_ds.training.op_builds import check_build_lock
+from xpt_ds.runtime.op_builds import check_build_lock
 
 SHM_DIR = Path("/dev/shm")
 SHM_PREFIX = "deepspeed_allreduce_buffer"

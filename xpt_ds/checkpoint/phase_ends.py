@@ -11,9 +11,8 @@ from pathlib import Path
 import deepspeed
 import torch
 
-from xpt_ds.training.checkpoint import CheckpointError, _peer_failed, _write_error, agree, fsync_dir
-from xpt_ds.training.checkpoint_values import ValueFile, write_values
-from xpt_ds.training.engine import state_digest
+from xpt_ds.checkpoint.store import CheckpointError, _peer_failed, _write_error, agree, fsync_dir
+from xpt_ds.checkpoint.values import ValueFile, state_digest, write_values
 
 PHASE_ENDS = "phase_ends"
 
@@ -24,7 +23,7 @@ def save_phase_end(ckpt_root: Path, name: str, specs: list[tuple[str, tuple[int,
     and the data stream position. Rank 0 streams ``phase_ends/NAME.safetensors`` (atomically, one tensor in
     memory at a time) and writes ``NAME.json`` (data position, digest) beside it; the trainer calls this before the
     phase's last checkpoint is saved, so a complete checkpoint after the phase's end implies the files. Returns the
-    weights' blake2b (``engine.state_digest``'s), which the trainer state records and ``load_phase_end`` checks."""
+    weights' blake2b (``values.state_digest``'s), which the trainer state records and ``load_phase_end`` checks."""
     rank = deepspeed.comm.get_rank()
     path = ckpt_root / PHASE_ENDS / f"{name}.safetensors"
     problem, digest = None, None

@@ -114,7 +114,7 @@ def check_build_lock(builder_name: str) -> None:
     deadline = time.monotonic() + QUIET_WAIT_S  # every load takes the lock for a moment, built or not: another
     while found[0].exists() and time.monotonic() < deadline:  # rank's up-to-date check is no build to speak of
         time.sleep(0.05)
-    from xpt_ds.training.rank_say import local_rank
+    from xpt_ds.runtime.rank_say import local_rank
     if found[0].exists() and local_rank() == 0:  # one line per machine; the other ranks wait for the same build
         say(f"waiting for {found[0]}: another process is building DeepSpeed's {found[1]} op (a first run with "
             "this extensions folder; it takes a minute or two)")

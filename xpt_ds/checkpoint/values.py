@@ -23,10 +23,10 @@ from pathlib import Path
 
 import torch
 
+from xpt_ds.checkpoint.migrate import frozen_file
 from xpt_ds.io.safetensors_files import ShardedWriter
 from xpt_ds.io.trust import load_plain
 
-FROZEN = "frozen_fp32"  # FROZEN.safetensors in a tag directory
 NO_SHARDS = 2**62  # one file, however large
 
 
@@ -42,12 +42,6 @@ def _range(chunks: list[torch.Tensor], start: int, length: int) -> torch.Tensor:
         if base >= start + length:
             break
     return torch.cat(pieces) if len(pieces) != 1 else pieces[0]
-
-
-def frozen_file(tag_dir: Path) -> Path:
-    """The tag's frozen-weights file: ``frozen_fp32.safetensors``, or the ``.pt`` of an older checkpoint."""
-    new = tag_dir / f"{FROZEN}.safetensors"
-    return new if new.is_file() or not (tag_dir / f"{FROZEN}.pt").is_file() else tag_dir / f"{FROZEN}.pt"
 
 
 class ValueFile:
@@ -147,7 +141,7 @@ def write_values(path: Path, specs: list[tuple[str, tuple[int, ...]]], values: C
                  rank: int, digest: bool = False) -> str | None:
     """Every rank calls ``values(name)`` for each of ``specs`` in order (collective under ZeRO); rank 0 writes them
     as one float32 safetensors file ``path`` (atomically: a temporary name, renamed once complete and synced).
-    With ``digest``, the blake2b of names, dtypes, shapes and bytes in that order (``engine.state_digest``'s, when
+    With ``digest``, the blake2b of names, dtypes, shapes and bytes in that order (``state_digest``'s, when
     ``specs`` is sorted by name)."""
     h = hashlib.blake2b(digest_size=16) if digest else None
     writer = None
@@ -174,3 +168,13 @@ def write_values(path: Path, specs: list[tuple[str, tuple[int, ...]]], values: C
             writer.abort()
         raise
     return h.hexdigest() if h is not None else None
+
+
+def state_digest(state: dict[str, torch.Tensor]) -> str:
+    """blake2b over every tensor's name, dtype, shape and bytes, in name order."""
+    h = hashlib.blake2b(digest_size=16)
+    for name in sorted(state):
+        t = state[name].detach().cpu().contiguous()
+        h.update(f"{name}:{t.dtype}:{tuple(t.shape)};".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().data)
+    return h.hexdigest()

@@ -24,9 +24,9 @@ there before DeepSpeed unpickles them, unless ``checkpoint.allow_pickle`` says t
 ``RUN_DIR/best.json`` (checkpoint.keep_best): the run's best checkpoint, which ``keep_last`` never deletes and the
 tag name ``best`` resolves to (``xpt_ds.training.best``).
 
-``RUN_DIR/checkpoints/phase_ends/``: what phases ended with, for later ones (``xpt_ds.training.phase_ends``).
+``RUN_DIR/checkpoints/phase_ends/``: what phases ended with, for later ones (``xpt_ds.checkpoint.phase_ends``).
 ``RUN_DIR/checkpoints/abandoned/branch-N/``: what a resume from an older tag left behind, the later checkpoints and (in
-``phase_ends/``) the phase ends they kept after that tag (``xpt_ds.training.branches``).
+``phase_ends/``) the phase ends they kept after that tag (``xpt_ds.checkpoint.branches``).
 """
 from __future__ import annotations
 
@@ -35,24 +35,23 @@ import json
 import logging
 import os
 import pickle
-import random
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import deepspeed
-import numpy as np
 import torch
 
+from xpt_ds.checkpoint.frozen import FrozenWeights
+from xpt_ds.checkpoint.migrate import FROZEN, frozen_file
+from xpt_ds.checkpoint.rng import rng_state
+from xpt_ds.checkpoint.values import ValueFile, write_values
 from xpt_ds.config import ConfigError, TrainConfig, read_checkpoint_config
 from xpt_ds.data.tokenizer import HF_TOKENIZER_DIR, copy_hf_tokenizer
 from xpt_ds.errors import UserError, first_line
 from xpt_ds.io.paths import unwritable
 from xpt_ds.io.trust import UntrustedError, load_plain
-from xpt_ds.training.checkpoint_values import FROZEN, ValueFile, frozen_file, write_values
-from xpt_ds.training.engine import zero_stage
-from xpt_ds.training.frozen import FrozenWeights
 
 MARKER = "COMPLETE"
 log = logging.getLogger(__name__)
@@ -73,36 +72,6 @@ def _atomic_torch_save(obj, path: Path) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-
-
-def rng_state() -> dict:
-    """Every generator's state as plain data: numpy's ('MT19937', uint32 key, pos, has_gauss, cached) with the
-    key as an int64 tensor, Python's (version, 625 ints, gauss) as it is."""
-    kind, key, pos, has_gauss, cached = np.random.get_state()
-    state = {"torch": torch.get_rng_state(), "python": random.getstate(),
-             "numpy": [kind, torch.from_numpy(key.astype(np.int64)), int(pos), int(has_gauss), float(cached)]}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state()
-    return state
-
-
-def seed_everything(seed: int) -> None:
-    """Seed every generator ``rng_state`` saves (torch's, numpy's and Python's global ones), so that two runs of
-    one config save the same bits in their rank_state files too, whether or not anything draws from the latter."""
-    torch.manual_seed(seed)
-    np.random.seed(seed % 2**32)
-    random.seed(seed)
-
-
-def set_rng_state(state: dict) -> None:
-    """Inverse of ``rng_state``; also reads the numpy tuple (an ndarray key) of checkpoints written before."""
-    torch.set_rng_state(state["torch"])
-    kind, key, pos, has_gauss, cached = state["numpy"]
-    key = key.numpy() if torch.is_tensor(key) else np.asarray(key)
-    np.random.set_state((kind, key.astype(np.uint32), pos, has_gauss, cached))
-    random.setstate(tuple(state["python"]))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state(state["cuda"])
 
 
 def agree(problem: str | None) -> bool:
@@ -142,8 +111,9 @@ def check_writable(ckpt_root: Path, rank: int, newest: str | None = None) -> Non
 
 
 def save(engine, ckpt_root: Path, tag: str, client_state: dict, frozen: FrozenWeights, hf_config,
-         tokenizer: str) -> None:
-    """Write checkpoint ``tag`` on every rank; the marker comes last. A rank that cannot write raises
+         tokenizer: str, rank_state: dict | None = None) -> None:
+    """Write checkpoint ``tag`` on every rank, ``client_state`` (rank 0's) in DeepSpeed's files and ``rank_state``
+    (default: this rank's RNG) in ``rank_state_RANK.pt``; the marker comes last. A rank that cannot write raises
     CheckpointError naming the path and the cause (before writing anything when every rank can tell: not
     writable or too little space); the complete checkpoints already there are never touched."""
     rank = deepspeed.comm.get_rank()
@@ -159,7 +129,8 @@ def save(engine, ckpt_root: Path, tag: str, client_state: dict, frozen: FrozenWe
         # phase 1, some 15 GB a checkpoint not written twice)
         engine.save_checkpoint(str(ckpt_root), tag=tag, client_state=client_state, save_latest=False,
                                exclude_frozen_parameters=True)
-        _atomic_torch_save({"rng": rng_state()}, tag_dir / f"rank_state_{rank:05d}.pt")
+        _atomic_torch_save({"rng": rng_state()} if rank_state is None else rank_state,
+                           tag_dir / f"rank_state_{rank:05d}.pt")
         _save_frozen(frozen, tag_dir, rank)
         if rank == 0:
             hf_config.save_pretrained(tag_dir / "hf_config")
@@ -421,7 +392,8 @@ def prepare_rescale(ckpt_root: Path, tag: str, client: dict, world: int, stage: 
     ``stage`` (DeepSpeed records both in the model-states file ``client`` comes from): it is then loaded
     through a universal checkpoint, made here once. The loader state is world-size independent already.
     A stage change other than 1 <-> 2 is refused: DeepSpeed's universal format differs for stage 3 and 0."""
-    saved_stage, saved_world = zero_stage(client["ds_config"]), client["dp_world_size"]
+    saved_stage = int(client["ds_config"].get("zero_optimization", {}).get("stage", 0))
+    saved_world = client["dp_world_size"]
     if saved_stage == stage and (saved_world == world or stage == 0):
         return False  # stage 0 keeps whole optimizer states: any world size loads them
     if saved_stage != stage and {saved_stage, stage} != {1, 2}:
@@ -449,9 +421,11 @@ def _mapped_loads(engine, allow_pickle: bool) -> None:
             path, allow_pickle=allow_pickle, mmap=True)
 
 
-def load(engine, ckpt_root: Path, tag: str, universal: bool = False, allow_pickle: bool = False) -> ValueFile:
-    """Restore engine + this rank's RNG; returns the checkpoint's frozen fp32 weights file (memory-mapped), whose
-    values the caller puts into the engine and its ``FrozenWeights`` (``xpt_ds.training.fill``). The caller has
+def load(engine, ckpt_root: Path, tag: str, universal: bool = False,
+         allow_pickle: bool = False) -> tuple[ValueFile, dict]:
+    """Restore the engine; returns (the checkpoint's frozen fp32 weights file (memory-mapped), whose values the caller
+    puts into the engine and its ``FrozenWeights`` (``xpt_ds.training.fill``); this rank's state file, for the
+    registry's per-rank pieces (``xpt_ds.checkpoint.registry``), empty where the tag has none). The caller has
     passed the tag's files through ``tag_checks.check_files``.
 
     ``universal``: the engine was built with ``checkpoint.load_universal`` and loads ``TAG/universal``.
@@ -471,6 +445,6 @@ def load(engine, ckpt_root: Path, tag: str, universal: bool = False, allow_pickl
         # from the returned file, and the config was checked against the tag's (``tag_checks.resumed_tags``)
         engine.load_checkpoint(str(ckpt_root), tag=tag, load_module_strict=False)
     rank_file = tag_dir / f"rank_state_{deepspeed.comm.get_rank():05d}.pt"
-    if rank_file.is_file():  # plain since issue 19; older ones hold a numpy array, which load_plain allows
-        set_rng_state(load_plain(rank_file, allow_pickle=allow_pickle)["rng"])
-    return ValueFile(frozen_file(tag_dir), allow_pickle)
+    # plain since issue 19; older ones hold a numpy array, which load_plain allows (``migrate.numpy_rng_key``)
+    rank_state = load_plain(rank_file, allow_pickle=allow_pickle) if rank_file.is_file() else {}
+    return ValueFile(frozen_file(tag_dir), allow_pickle), rank_state

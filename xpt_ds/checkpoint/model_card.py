@@ -19,6 +19,7 @@ import json
 import os
 from pathlib import Path
 
+from xpt_ds.checkpoint.store import read_marker
 from xpt_ds.config import TrainConfig, read_checkpoint_config
 from xpt_ds.config.manager import config_yaml
 from xpt_ds.config.methods import METHODS
@@ -26,7 +27,6 @@ from xpt_ds.config.phase_checks import phase_objectives
 from xpt_ds.embedding_init.context import summary
 from xpt_ds.errors import UserError, first_line
 from xpt_ds.model.phases import preset_patterns, select
-from xpt_ds.training.checkpoint import read_marker
 
 CARD = "README.md"
 TAG = "xpt-ds"  # every card's first tag: what ``evaluate --card`` takes as a card of an export

@@ -1,0 +1,58 @@
+"""The run's checkpoints as one component: where they are, what each holds besides the engine (its
+``StateRegistry``), the newest complete one, and keep_last. The files themselves: ``xpt_ds.checkpoint.store``."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from xpt_ds.checkpoint import migrate, store
+from xpt_ds.checkpoint.registry import StateRegistry
+from xpt_ds.checkpoint.rng import RNGState
+from xpt_ds.checkpoint.values import ValueFile
+
+log = logging.getLogger(__name__)
+
+
+class Checkpointer:
+    def __init__(self, run_dir: Path, ckpt_cfg, rank: int):
+        self.root = Path(run_dir) / "checkpoints"
+        self.keep_last, self.allow_pickle, self.rank = ckpt_cfg.keep_last, ckpt_cfg.allow_pickle, rank
+        self.registry = StateRegistry()
+        self.registry.register("rng", RNGState(), per_rank=True)
+        self.last_saved: str | None = None  # newest complete checkpoint of this run
+        self.hf_config = self.tokenizer = None  # written beside each checkpoint: set once the model is planned
+
+    def resume_point(self, resume: str) -> tuple[str | None, dict | None]:
+        """(the tag ``checkpoint.resume`` names, its client state in today's layout), or (None, None)."""
+        tag = store.resolve_tag(self.root, resume, "--resume", ("auto", "none"))
+        if tag is None:
+            return None, None
+        return tag, migrate.client_state(store.read_client_state(self.root, tag, self.allow_pickle))
+
+    def restore_client(self, client: dict) -> list[str]:
+        """Every registered piece from ``client``; returns the pieces it lacks (an older checkpoint's)."""
+        return self.registry.load_client(client)
+
+    def restore_engine(self, engine, tag: str, universal: bool) -> ValueFile:
+        """The engine and this rank's pieces (RNG) from ``tag``; returns its frozen fp32 weights file."""
+        values, rank_state = store.load(engine, self.root, tag, universal, self.allow_pickle)
+        self.registry.load_rank(rank_state)
+        self.last_saved = tag
+        return values
+
+    def save(self, engine, frozen, global_step: int) -> str:
+        tag = store.tag_for(global_step)
+        store.save(engine, self.root, tag, self.registry.client_state(), frozen, self.hf_config, self.tokenizer,
+                   rank_state=self.registry.rank_state())
+        self.last_saved = tag
+        return tag
+
+    def saved_at(self, global_step: int) -> bool:
+        return self.last_saved == store.tag_for(global_step)
+
+    def prune(self, protected: str | None) -> None:
+        """Rank 0: what keep_last and incomplete saves leave behind."""
+        for old in store.prune(self.root, self.keep_last, protected):
+            log.info("deleted checkpoint %s (keep_last=%d)", old, self.keep_last)
+        for old in store.remove_incomplete(self.root):
+            log.info("deleted incomplete checkpoint %s", old)

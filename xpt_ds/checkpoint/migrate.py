@@ -1,0 +1,48 @@
+"""Checkpoints written by earlier versions, read in today's layout: every rule of the form "an older checkpoint
+lacks X / holds Y instead" is here, with when it changed, and nowhere else. Readers call these functions and then
+see one layout only.
+
+- client state (``client_state``): a data state without ``seq_len`` (before 2026-11-27) gets the run's
+  ``data.seq_len``; a trainer state without ``target_tokens_seen`` (from when ``tokens_seen`` counted target MLM
+  rows only) gets ``tokens_seen``. Pieces that later versions added (``bad_steps``, ``best``, ``log_window``) are
+  simply absent: the registry leaves them as constructed (``xpt_ds.checkpoint.registry``);
+- the completion marker without ``world_size`` (``saved_world_size``): DeepSpeed's ``dp_world_size``;
+- rank state files of before issue 19 (``numpy_rng_key``): numpy's RNG key as an ndarray, not a tensor;
+- the frozen-weights file of before 2026-11-28 (``frozen_file``): ``frozen_fp32.pt``, not ``.safetensors``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+FROZEN = "frozen_fp32"  # TAG/frozen_fp32.safetensors: the exact fp32 values of the phase's frozen parameters
+
+
+def client_state(client: dict) -> dict:
+    """``client`` (a checkpoint's client state) as this version writes it; a new dict where anything changed."""
+    data, saved_len = client.get("data"), client.get("config", {}).get("data", {}).get("seq_len")
+    if isinstance(data, dict) and saved_len and "seq_len" not in data:
+        client = {**client, "data": {"seq_len": saved_len, **data}}
+    trainer = client.get("trainer")
+    if isinstance(trainer, dict) and "target_tokens_seen" not in trainer and "tokens_seen" in trainer:
+        client = {**client, "trainer": {**trainer, "target_tokens_seen": trainer["tokens_seen"]}}
+    return client
+
+
+def saved_world_size(marker: dict, client: dict) -> int | None:
+    """The data-parallel world size a checkpoint was written on: its marker's, else DeepSpeed's record."""
+    return marker.get("world_size") or client.get("dp_world_size")
+
+
+def numpy_rng_key(key) -> np.ndarray:
+    """numpy's MT19937 key from a rank state file: an int64 tensor, or an older file's ndarray."""
+    key = key.numpy() if torch.is_tensor(key) else np.asarray(key)
+    return key.astype(np.uint32)
+
+
+def frozen_file(tag_dir: Path) -> Path:
+    """The tag's frozen-weights file: ``frozen_fp32.safetensors``, or the ``.pt`` of an older checkpoint."""
+    new = tag_dir / f"{FROZEN}.safetensors"
+    return new if new.is_file() or not (tag_dir / f"{FROZEN}.pt").is_file() else tag_dir / f"{FROZEN}.pt"

@@ -1,0 +1,76 @@
+"""The run's batch streams as one component: the training stream (TreLM: the phase's other objectives beside MLM),
+validation, and TreLM's CdLM validation. It owns their worker processes; its state, where the training stream is,
+is checkpointed as ``data``."""
+from __future__ import annotations
+
+import torch
+
+from xpt_ds.config import TrainConfig
+from xpt_ds.config.phase_checks import phase_objectives
+from xpt_ds.data.mlm import build_streams
+from xpt_ds.errors import UserError
+from xpt_ds.training.guards import check_streams_agree, shard_layouts, skipped_shards
+from xpt_ds.trelm.data import TreLMBatchStream, build_trelm_stream
+from xpt_ds.trelm.valid import build_cdlm_validation
+
+
+class Streams:
+    def __init__(self, train, valid, cdlm_valid):
+        self.train, self.valid, self.cdlm_valid = train, valid, cdlm_valid
+
+    @property
+    def trelm(self) -> bool:
+        return isinstance(self.train, TreLMBatchStream)
+
+    def use_phase(self, cfg: TrainConfig, index: int) -> None:
+        """TreLM's stream builds the phase's objectives' rows; a plain MLM stream has target MLM only."""
+        if self.trelm:
+            self.train.use(phase_objectives(cfg, index))
+
+    def next_batch(self) -> tuple[dict[str, torch.Tensor], list]:
+        """The next micro-batch and, for TreLM, the rows it holds (``xpt_ds.trelm.work`` counts their FLOPs)."""
+        batch = next(self.train)
+        return batch, (self.train.last_rows if self.trelm else [])
+
+    def state_dict(self) -> dict:
+        return self.train.state_dict()
+
+    def load_state_dict(self, sd: dict) -> None:
+        self.train.load_state_dict(sd)
+
+    @property
+    def epoch(self) -> int:
+        return self.train.epoch
+
+    def skipped_shards(self) -> list[str]:
+        return skipped_shards(self.train)
+
+    def fork_workers(self) -> None:
+        """Before any engine thread exists (``xpt_ds.data.workers``)."""
+        for stream in filter(None, (self.train, self.valid)):
+            stream.fork_workers()
+
+    def close(self) -> None:
+        """Stop the loaders' worker processes (they ignore stop signals)."""
+        for stream in filter(None, (self.train, self.valid)):
+            stream.close()
+
+
+def open_streams(cfg: TrainConfig, tok, hf_config, rank: int, world: int, causal: bool) -> Streams:
+    """Every rank's streams; a problem on one rank stops them all (``check_streams_agree``), not it alone."""
+    try:
+        train, valid = build_streams(cfg.data, tok, cfg.optim.micro_batch_size, rank, world, causal=causal)
+        if cfg.data.parallel_shards or cfg.data.source_shards:  # TreLM: the phase's other objectives join MLM
+            train = build_trelm_stream(train, cfg, tok, hf_config.xpt_trelm_source_vocab_size, rank, world)
+        cdlm = None if not isinstance(train, TreLMBatchStream) else build_cdlm_validation(
+            cfg, train.source_tok, tok, rank, world)  # data.parallel_valid_shards
+        streams, problem = Streams(train, valid, cdlm), None
+    except (UserError, OSError) as e:
+        streams, problem = None, e
+    check_streams_agree(problem, [] if problem else streams.skipped_shards(),
+                        {} if problem else shard_layouts(streams.train, streams.valid))
+    return streams
+
+
+def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    return {k: v.to(device, non_blocking=True) for k, v in batch.items() if k != "seq_ids"}
