@@ -195,3 +195,23 @@ def test_the_generic_model_code_knows_no_method_package():
     wrong = sorted(f"{m} -> {d}" for m, deps in graph.items() if m.startswith("xpt_ds.model")
                    for d in deps if d.startswith("xpt_ds.trelm"))
     assert not wrong, wrong
+
+
+def test_readers_of_checkpoints_never_load_the_training_loop():
+    """Export, evaluation, fine-tuning, the probe and sweeps read checkpoints through ``xpt_ds.checkpoint``; none of
+    them imports ``xpt_ds.training``, directly or through another module."""
+    graph = import_graph("xpt_ds")
+    readers = [m for m in graph if m.startswith(("xpt_ds.checkpoint", "xpt_ds.evaluation", "xpt_ds.finetuning",
+                                                  "xpt_ds.sweeps")) or m in ("xpt_ds.export", "xpt_ds.evaluate",
+                                                                             "xpt_ds.probe", "xpt_ds.status")]
+    assert len(readers) > 20
+    wrong = []
+    for reader in readers:
+        seen, todo = set(), [reader]
+        while todo:
+            for dep in graph.get(todo.pop(), ()):
+                if dep not in seen:
+                    seen.add(dep)
+                    todo.append(dep)
+        wrong += [f"{reader} -> {d}" for d in sorted(seen) if d.startswith("xpt_ds.training")]
+    assert not wrong, wrong[:5]
