@@ -204,9 +204,9 @@ def build_side_model(spec: dict):
     """The XPT target model, its run config and the HF names that train in ``spec['phase']`` (both sides)."""
     from xpt_ds.config import (ActivationsConfig, DataConfig, LoggingConfig, ModelConfig, OptimConfig, PhaseConfig,
                                TrainConfig)
+    from xpt_ds.data.tokenizer import TargetTokenizer
     from xpt_ds.model.build import build_model
     from xpt_ds.model.phases import build_phase_trainables
-    from xpt_ds.data.tokenizer import TargetTokenizer
 
     if not Path(spec["source"]).is_dir():  # workers run one at a time
         save_source(Path(spec["source"]), spec["size"], spec["max_len"])
@@ -255,11 +255,11 @@ def run_xpt(spec: dict) -> dict:
         import deepspeed
         import torch
 
+        from xpt_ds.checkpoint.frozen import FrozenWeights
         from xpt_ds.model.objective import MaskedLMObjective
         from xpt_ds.runtime.distributed import init_distributed
         from xpt_ds.training.engine import build_engine, lr_at, set_lr
         from xpt_ds.training.fill import fill
-        from xpt_ds.checkpoint.frozen import FrozenWeights
 
     init_distributed()  # as a rank of xpt_ds.train joins
     with collector.paused():

@@ -91,13 +91,13 @@ def main(argv: list[str] | None = None) -> int:
         check_output_file(a.out, "--out")
     card = None
     if a.card is not None:  # before the model is read and evaluated: the card will hold the result
-        from xpt_ds.evaluation.intrinsic import check_not_a_run
         from xpt_ds.checkpoint.model_card import card_file
+        from xpt_ds.evaluation.intrinsic import check_not_a_run
         check_not_a_run(a.model)
         card = card_file(Path(a.card) if a.card else a.model)
     if a.run is not None:
-        from xpt_ds.checkpoint.store import read_config
         from xpt_ds.checkpoint.export import load_model
+        from xpt_ds.checkpoint.store import read_config
         model, tag_dir = load_model(a.run, a.tag, a.allow_pickle)
         tok = saved_tokenizer(tag_dir)
         data = read_config(tag_dir.parent, tag_dir.name, a.allow_pickle).data

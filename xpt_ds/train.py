@@ -80,12 +80,12 @@ def _run(cfg) -> int:
     with collector.importing():  # no collector passes over the imports, frozen after (xpt_ds.runtime.collector)
         import deepspeed
 
-        from xpt_ds.runtime.distributed import init_distributed, lost_peer, lost_peer_line
-        from xpt_ds.training.guards import HALTED_EXIT_CODE, Halted
-        from xpt_ds.runtime.preemption import PREEMPTED_EXIT_CODE, Preempted
         from xpt_ds.checkpoint.store import bad_resume
+        from xpt_ds.runtime.distributed import init_distributed, lost_peer, lost_peer_line
+        from xpt_ds.runtime.preemption import PREEMPTED_EXIT_CODE, Preempted
         from xpt_ds.runtime.run_lock import claim_run
         from xpt_ds.training.build import build_trainer
+        from xpt_ds.training.guards import HALTED_EXIT_CODE, Halted
 
     if (line := bad_resume(cfg)) is not None:  # a mistyped --resume: before the run directory is locked or written
         say_once(f"error: {line}")

@@ -110,10 +110,10 @@ def probe(run: Path, source_text: Path, tag: str | None = None, source_id: str |
 
     from transformers import AutoTokenizer
 
+    from xpt_ds.checkpoint.export import load_model
+    from xpt_ds.checkpoint.store import read_config
     from xpt_ds.data.tokenizer import saved_tokenizer
     from xpt_ds.evaluation.intrinsic import evaluate
-    from xpt_ds.checkpoint.store import read_config
-    from xpt_ds.checkpoint.export import load_model
     if not source_text.is_file():
         raise ConfigError(f"--source-text {source_text} not found")
     post, tag_dir = load_model(run, tag, allow_pickle)

@@ -63,8 +63,7 @@ def skeleton(tcfg, zero3: dict | None = None) -> nn.Module:
     the config computes in."""
     from xpt_ds.model.adapters import add_adapters
     from xpt_ds.model.decoder import decoder_skeleton, is_decoder
-    from xpt_ds.config.methods import method_of
-    from xpt_ds.model.extensions import extension_of
+    from xpt_ds.model.extensions import all_extensions
     if zero3 is not None:
         # dtype from the config: DeepSpeed 0.19.8's Init takes a dtype given to it for float16 wherever the
         # accelerator supports float16, and else for bfloat16 (an operator-precedence slip in Init._set_dtype)
@@ -79,7 +78,7 @@ def skeleton(tcfg, zero3: dict | None = None) -> nn.Module:
             model = AutoModelForMaskedLM.from_config(_plain(tcfg), attn_implementation="sdpa", dtype=torch.float32)
             if getattr(tcfg, "xpt_adapter_size", None):
                 add_adapters(model, tcfg.xpt_adapter_size)
-            if (extension := extension_of(method_of(tcfg))) is not None:
+            for extension in all_extensions():  # each adds what tcfg asks of it (TreLM's parts)
                 extension.add_modules(model, tcfg)
     model.tie_weights()  # init_weights ties a tied head, and no_init_weights skipped it
     return model
