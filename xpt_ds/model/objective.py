@@ -1,6 +1,6 @@
-"""MLM loss with the LM head computed only on masked positions (~15% of tokens); ``build_objective`` picks it,
-TreLM's (``xpt_ds.trelm.objective``) by the method that built the model, or the next-token loss of a decoder
-(``xpt_ds.model.causal_lm``)."""
+"""MLM loss with the LM head computed only on masked positions (~15% of tokens); ``build_objective`` picks it, a
+method extension's (TreLM's: ``xpt_ds.trelm.objective``) by the method that built the model, or the next-token loss
+of a decoder (``xpt_ds.model.causal_lm``)."""
 from __future__ import annotations
 
 import torch
@@ -41,7 +41,8 @@ class MaskedLMObjective(nn.Module):
 
 
 def build_objective(hf: nn.Module) -> nn.Module:
-    """The causal LM loss for a decoder (GPT-2, Llama families); a method extension's objective (``xpt_ds.model.extensions``: TreLM's, for a model that carries its training parts, a checkpoint's skeleton),
+    """The causal LM loss for a decoder (GPT-2, Llama families); a method extension's objective
+    (``xpt_ds.model.extensions``: TreLM's, for a model that carries its training parts, a checkpoint's skeleton);
     else MLM: every other method, and a trelm export (``xpt_ds.trelm.hf``), whose base model runs the TRILayer
     itself."""
     if is_decoder(hf.config):  # next-token loss (xpt_ds.model.causal_lm)
