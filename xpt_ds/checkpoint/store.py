@@ -101,7 +101,7 @@ def _preflight(ckpt_root: Path, newest: str | None, rank: int) -> str | None:
 
 def check_writable(ckpt_root: Path, rank: int, newest: str | None = None) -> None:
     """Raise CheckpointError on every rank when any rank cannot write in ``ckpt_root`` (``_preflight``; with
-    ``newest``, also when it has less free space than that checkpoint takes). The trainer calls it at start,
+    ``newest``, also when it has less free space than that checkpoint takes). ``build_trainer`` calls it at start,
     before the model is built, so that a directory no rank can write in (permissions, a read-only mount, an
     immutable directory) fails the run then, not at its first save after ``checkpoint.every_steps`` steps of
     training; ``save`` calls it with ``newest`` before writing: free space changes while a run trains."""
