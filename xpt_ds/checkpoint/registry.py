@@ -20,54 +20,48 @@ class Stateful(Protocol):
     def load_state_dict(self, state: Any) -> None: ...
 
 
-class Recorded:
-    """A value saved for readers (export, model card, resume checks), never restored into the run: the config,
-    the parameters' tags, the embedding start's report."""
-
-    def __init__(self, get: Callable[[], Any]):
-        self.get = get
-
-    def state_dict(self) -> Any:
-        return self.get()
-
-    def load_state_dict(self, state: Any) -> None:
-        pass
-
-
 class StateRegistry:
     def __init__(self) -> None:
-        self.client: dict[str, Stateful] = {}
-        self.per_rank: dict[str, Stateful] = {}
+        # key -> (save, load): a piece's state_dict and load_state_dict; a recorded value has no load
+        self.client: dict[str, tuple[Callable[[], Any], Callable[[Any], None] | None]] = {}
+        self.per_rank: dict[str, tuple[Callable[[], Any], Callable[[Any], None] | None]] = {}
 
     def register(self, key: str, piece: Stateful, per_rank: bool = False) -> None:
-        if key in self.client or key in self.per_rank:
-            raise ValueError(f"checkpoint state '{key}' is registered twice")
-        (self.per_rank if per_rank else self.client)[key] = piece
+        self._add(key, (piece.state_dict, piece.load_state_dict), per_rank)
 
     def record(self, key: str, get: Callable[[], Any]) -> None:
-        self.register(key, Recorded(get))
+        """A value saved for readers (export, model card, resume checks), never restored into the run: the config,
+        the parameters' tags, the embedding start's report."""
+        self._add(key, (get, None), False)
+
+    def _add(self, key: str, entry, per_rank: bool) -> None:
+        if key in self.client or key in self.per_rank:
+            raise ValueError(f"checkpoint state '{key}' is registered twice")
+        (self.per_rank if per_rank else self.client)[key] = entry
 
     def client_state(self) -> dict[str, Any]:
         """Every client piece's state, in registration order (collective where a piece's ``state_dict`` is)."""
-        return {key: piece.state_dict() for key, piece in self.client.items()}
+        return {key: save() for key, (save, _) in self.client.items()}
 
     def rank_state(self) -> dict[str, Any]:
-        return {key: piece.state_dict() for key, piece in self.per_rank.items()}
+        return {key: save() for key, (save, _) in self.per_rank.items()}
 
     def load_client(self, client: dict[str, Any]) -> list[str]:
         """Restore every registered client piece from ``client`` (already migrated); returns the registered keys it
-        lacks (``Recorded`` values aside), whose pieces stay as constructed."""
+        lacks (recorded values aside), whose pieces stay as constructed."""
         return _load(self.client, client)
 
     def load_rank(self, state: dict[str, Any]) -> list[str]:
         return _load(self.per_rank, state)
 
 
-def _load(pieces: dict[str, Stateful], state: dict[str, Any]) -> list[str]:
+def _load(entries: dict, state: dict[str, Any]) -> list[str]:
     missing = []
-    for key, piece in pieces.items():
+    for key, (_, load) in entries.items():
+        if load is None:
+            continue
         if key in state:
-            piece.load_state_dict(state[key])
-        elif not isinstance(piece, Recorded):
+            load(state[key])
+        else:
             missing.append(key)
     return missing
