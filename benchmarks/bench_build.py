@@ -61,7 +61,7 @@ SHAPES = {
                num_key_value_heads=8, head_dim=64),
     "3b": dict(hidden_size=3072, num_hidden_layers=28, intermediate_size=8192, num_attention_heads=24,
                num_key_value_heads=8, head_dim=128),
-    # tests/test_bench_build.py: the script keeps working (no measurement)
+    # tests/benchmarks/test_bench_build.py: the script keeps working (no measurement)
     "tiny": dict(hidden_size=64, num_hidden_layers=2, intermediate_size=128, num_attention_heads=2,
                  num_key_value_heads=1, head_dim=32, vocab_size=300, max_position_embeddings=256),
 }
@@ -110,9 +110,9 @@ def prepare_data(out: Path) -> Path:
     """UA-GEC's corrected train text, prepared with a 32,000-piece vocabulary in the decoder layout."""
     if (out / "uk" / "manifest.json").is_file():
         return out / "uk"
-    subprocess.run([sys.executable, "-m", "data_tools.uagec", "--out", str(out / "uagec")], cwd=REPO, check=True,
+    subprocess.run([sys.executable, "-m", "data_tools.cli.uagec", "--out", str(out / "uagec")], cwd=REPO, check=True,
                    capture_output=True)
-    subprocess.run([sys.executable, "-m", "data_tools.prepare", "--input", str(out / "uagec/text/train.txt"),
+    subprocess.run([sys.executable, "-m", "data_tools.cli.prepare", "--input", str(out / "uagec/text/train.txt"),
                     "--out", str(out / "uk"), "--vocab-size", str(TARGET_VOCAB), "--valid", "0.02", "--test", "0.02",
                     "--family", "roberta"], cwd=REPO, check=True, capture_output=True)
     return out / "uk"
@@ -220,7 +220,7 @@ def kill_tree(root: int) -> None:
 def _rank_of(pid: int, cmd: str) -> int:
     """The rank a process of the job belongs to (its RANK; a DataLoader worker inherits its rank's), -1 for a
     launcher, -2 for anything else."""
-    if "xpt_ds.train" not in cmd and "xpt_ds.export" not in cmd and "from_pretrained" not in cmd:
+    if "xpt_ds.cli.train" not in cmd and "xpt_ds.cli.export" not in cmd and "from_pretrained" not in cmd:
         return -2
     if "torch.distributed.run" in cmd:
         return -1
@@ -329,9 +329,9 @@ def trainer_env(code: Path) -> dict:
 
 def train_cmd(cfg: Path, world: int) -> list[str]:
     if world == 1:
-        return [sys.executable, "-m", "xpt_ds.train", "--config", str(cfg)]
+        return [sys.executable, "-m", "xpt_ds.cli.train", "--config", str(cfg)]
     return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(world), "--master_port",
-            str(29500 + os.getpid() % 1000), "-m", "xpt_ds.train", "--config", str(cfg)]
+            str(29500 + os.getpid() % 1000), "-m", "xpt_ds.cli.train", "--config", str(cfg)]
 
 
 def measure_trainer(work: Path, code: Path, source: Path, data: Path, shape: str, world: int, cap: int,
@@ -378,7 +378,7 @@ def measure_trainer(work: Path, code: Path, source: Path, data: Path, shape: str
                      "peak": peaks(job["samples"])}
     out = work / f"export_{shape}_w{world}"
     shutil.rmtree(out, ignore_errors=True)
-    job = run_job([sys.executable, "-m", "xpt_ds.export", "--run", str(run_dir), "--out", str(out)], env,
+    job = run_job([sys.executable, "-m", "xpt_ds.cli.export", "--run", str(run_dir), "--out", str(out)], env,
                   work / f"export_{shape}_w{world}.log", cap, timeout=3600, cwd=code)
     row["export"] = {"rc": job["rc"], "killed": job["killed"], "wall_s": job["ended"] - job["started"],
                      "peak": peaks(job["samples"]),

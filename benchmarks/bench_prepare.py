@@ -1,10 +1,10 @@
-"""Throughput of ``data_tools.prepare`` with 1 and 2 (or more) workers; prints a markdown table.
+"""Throughput of ``data_tools.cli.prepare`` with 1 and 2 (or more) workers; prints a markdown table.
 
     python benchmarks/bench_prepare.py [--corpora konlpy uagec] [--workers 1 2] [--repeats 3] [--work DIR]
 
 Corpora: ``konlpy`` is the demo's Korean text (konlpy's kolaw/*.txt + kobill/*.txt, one document per file,
 vocab 2000, BERT layout, as launch/demo.sh); ``uagec`` is UA-GEC's corrected Ukrainian text (written by
-``data_tools.uagec``; needs ``pip install --no-deps ua-gec==2.1.3``), vocab 8000; ``uagec_x10`` is that text
+``data_tools.cli.uagec``; needs ``pip install --no-deps ua-gec==2.1.3``), vocab 8000; ``uagec_x10`` is that text
 ten times over with dedupe off and SentencePiece on a 50k-sentence sample, a corpus big enough for worker
 start-up (about 0.2 s per stage with the spawn start method) not to dominate. Each run is the whole
 pipeline into a fresh directory; shards are cut small (``--shard-docs``) so that there are more shards than
@@ -28,7 +28,7 @@ from pathlib import Path
 import sentencepiece
 
 from data_tools.pipeline.log import set_quiet
-from data_tools.prepare import run_pipeline
+from data_tools.pipeline.run import run_pipeline
 
 
 def konlpy_inputs() -> list[Path]:

@@ -26,18 +26,18 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-# The peer: the same entry point with xpt_ds.runtime.collector's blocks made no-ops before xpt_ds.train is
+# The peer: the same entry point with xpt_ds.runtime.collector's blocks made no-ops before xpt_ds.cli.train is
 # imported, so the collector runs as Python's defaults have it (as xpt_ds did before).
 COLLECTOR_ON = ("import contextlib, sys, xpt_ds.runtime.collector as c; "
                 "c.importing = c.paused = contextlib.nullcontext; "
-                "from xpt_ds.train import main; sys.exit(main(sys.argv[1:]))")
+                "from xpt_ds.cli.train import main; sys.exit(main(sys.argv[1:]))")
 
 
 def prepare_demo_data(out: Path) -> Path:
     """konlpy's kolaw + kobill, prepared with the demo's settings (launch/demo.sh)."""
     from bench_prepare import konlpy_inputs  # this folder is the script's sys.path[0]
     inputs = konlpy_inputs()
-    subprocess.run([sys.executable, "-m", "data_tools.prepare", "--input", *map(str, inputs), "--out", str(out),
+    subprocess.run([sys.executable, "-m", "data_tools.cli.prepare", "--input", *map(str, inputs), "--out", str(out),
                     "--vocab-size", "2000", "--valid", "0.2", "--test", "0.1", "--doc-boundary", "file",
                     "--family", "bert"], cwd=REPO, check=True, capture_output=True)
     return out
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     env = {**os.environ, "DS_ACCELERATOR": os.environ.get("DS_ACCELERATOR", "cpu"), "OMP_NUM_THREADS": "1",
            "TOKENIZERS_PARALLELISM": "false"}
-    variants = {"xpt_ds (imports frozen for the collector)": [sys.executable, "-m", "xpt_ds.train"],
+    variants = {"xpt_ds (imports frozen for the collector)": [sys.executable, "-m", "xpt_ds.cli.train"],
                 "collector on (Python's default)": [sys.executable, "-c", COLLECTOR_ON]}
     samples: dict[str, list[tuple[float, float, float]]] = {name: [] for name in variants}
     with tempfile.TemporaryDirectory() as tmp:

@@ -9,7 +9,7 @@ last step, with a device synchronisation at both ends:
 - xpt: ``xpt_ds.model.build.build_model`` -> ``MaskedLMObjective`` -> ``xpt_ds.training.engine.build_engine`` with
   ``ds_configs/zero2_bf16.json`` and the phase's trainable set from ``xpt_ds.model.phases`` (phase 1: ``@new``,
   phase 2: ``@all``); each step is ``Trainer.train_step``'s body (set_lr, forward, backward, step). The LM
-  head runs on the masked positions only. As in a rank of ``xpt_ds.train``, the imports are frozen for the
+  head runs on the masked positions only. As in a rank of ``xpt_ds.cli.train``, the imports are frozen for the
   garbage collector and the build runs without its passes (``xpt_ds.runtime.collector``).
 - hf: the same stock ``RobertaForMaskedLM`` (same weights, same frozen set) under ``transformers.Trainer``
   with ``TrainingArguments(deepspeed=<the same JSON plus the "auto" batch/optimizer keys>)``; labels are -100
@@ -251,7 +251,7 @@ def synthetic_batches(cfg, tok, n: int = 4, micro_batch: int | None = None) -> l
 
 def run_xpt(spec: dict) -> dict:
     from xpt_ds.runtime import collector
-    with collector.importing():  # as a rank of xpt_ds.train starts: its imports frozen for the collector
+    with collector.importing():  # as a rank of xpt_ds.cli.train starts: its imports frozen for the collector
         import deepspeed
         import torch
 
@@ -261,7 +261,7 @@ def run_xpt(spec: dict) -> dict:
         from xpt_ds.training.engine import build_engine, lr_at, set_lr
         from xpt_ds.training.fill import fill
 
-    init_distributed()  # as a rank of xpt_ds.train joins
+    init_distributed()  # as a rank of xpt_ds.cli.train joins
     with collector.paused():
         cfg, tok, model, trainable = build_side_model(spec)
         objective = MaskedLMObjective(model)

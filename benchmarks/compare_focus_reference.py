@@ -25,9 +25,9 @@ Arms:
   machine (``processes`` = all cores); fastText's threads update shared weights without locks, so two runs
   differ: the retrain noise. fastText 0.9.3's ``seed`` does not change the trained model (seeds 0 and 1 gave
   byte-identical models), so a seed cannot be the retrain's difference.
-* ``xpt_ds fasttext sN``: ``data_tools.static_embeddings --method fasttext --seed N`` on the same text, then
+* ``xpt_ds fasttext sN``: ``data_tools.cli.static_embeddings --method fasttext --seed N`` on the same text, then
   ``model.embedding_init: focus`` on it.
-* ``xpt_ds word2vec``: the old space, ``data_tools.static_embeddings`` (word2vec) at dim 384 as
+* ``xpt_ds word2vec``: the old space, ``data_tools.cli.static_embeddings`` (word2vec) at dim 384 as
   launch/compare_init_uagec.sh made it.
 * ``xpt_ds on deepfocus vectors``: xpt_ds's combination fed deepfocus's own fastText vectors (written in
   the embedding format): checks the combination step alone.
@@ -135,12 +135,12 @@ def deepfocus_arm(name: str, threads: int, text: Path, target, stok, emb: torch.
 
 
 def static_file(method: str, seed: int, text: Path, spm: Path, out: Path) -> Path:
-    """``data_tools.static_embeddings`` in its own process (gensim's 2M n-gram buckets take 800 MB)."""
+    """``data_tools.cli.static_embeddings`` in its own process (gensim's 2M n-gram buckets take 800 MB)."""
     prefix = out / f"xpt_{method}_s{seed}"
     if not prefix.with_suffix(".npy").is_file():
         extra = ["--dim", "384"] if method == "word2vec" else []
-        subprocess.run([sys.executable, "-m", "data_tools.static_embeddings", "--text", str(text), "--spm", str(spm),
-                        "--out", str(prefix), "--method", method, "--seed", str(seed), *extra], check=True)
+        subprocess.run([sys.executable, "-m", "data_tools.cli.static_embeddings", "--text", str(text),
+                        "--spm", str(spm), "--out", str(prefix), "--method", method, "--seed", str(seed), *extra], check=True)
     return prefix.with_suffix(".npy")
 
 

@@ -37,7 +37,7 @@
 # Usage, from the repository root:  bash benchmarks/gpu_session.sh OUT [--rehearse]
 # --rehearse: the same steps on the CPU with the tiny model (DS_ACCELERATOR=cpu, no install, no budget unless
 # BUDGET_S is set), bench_max_batch included; tests/gpu only collected unless XPT_GPU_TESTS_ON_CPU=1.
-# tests/test_bench_throughput.py runs it so the script keeps working.
+# tests/benchmarks/test_bench_throughput.py runs it so the script keeps working.
 # SESSION_STEPS, MAIN_SEQ_LENS, MAIN_VARIANTS, VARIANTS (space-separated) and BUDGET_S override the defaults.
 # OUT/steps.tsv has each step's exit code ("skip": no time left for it; 124: stopped at the budget's end) and
 # seconds; OUT/results.tgz holds every report, log and profile (one file for the device call's $OUT to bring

@@ -32,7 +32,7 @@ VARIANTS = {
     # bf16 has fp32's exponent range: without the check a step with a non-finite gradient is taken, not skipped.
     "no_overflow_check": {"ds": {"bf16": {"check_grad_overflow": False}}},
     # The three above together, as shipped (ds_configs/zero2_bf16_lean.json): ZeRO-2, clipping kept, one wait left
-    # (clipping's). Non-finite steps are no longer skipped: the trainer halts on one (tests/test_guards.py).
+    # (clipping's). Non-finite steps are no longer skipped: the trainer halts on one (tests/training/test_guards.py).
     "lean": {"ds_file": "zero2_bf16_lean"},
     # lean without clipping or its norms (compute_grad_norm off needs gradient_clipping 0): no wait left in the
     # step. It trains differently (no clipping): it prices clipping, it is no row to set against HF.

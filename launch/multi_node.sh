@@ -4,7 +4,7 @@
 # A) hostfile + passwordless ssh (DeepSpeed's pdsh launcher): run ONCE, on the first host of the hostfile.
 #      HOSTFILE=launch/hostfile CONFIG=run.yaml bash launch/multi_node.sh [overrides ...]
 #    = deepspeed --hostfile $HOSTFILE --master_addr $MASTER_ADDR --master_port $MASTER_PORT \
-#        --module xpt_ds.train --config $CONFIG [overrides ...]
+#        --module xpt_ds.cli.train --config $CONFIG [overrides ...]
 #    Format of the hostfile: launch/hostfile.example (`host slots=N`). The repo and the Python environment
 #    must sit at the same paths on every node. pdsh carries only PYTHON*/NCCL* variables and the KEY=VALUE
 #    lines of `.deepspeed_env` (repo root or $HOME): put e.g. DS_ACCELERATOR=cpu or NCCL_SOCKET_IFNAME there.
@@ -14,11 +14,11 @@
 #      NNODES=2 NODE_RANK=1 MASTER_ADDR=node0 CONFIG=run.yaml bash launch/multi_node.sh   # on node1
 #    = torchrun --nnodes $NNODES --node_rank $NODE_RANK --nproc_per_node $NPROC_PER_NODE \
 #        --master_addr $MASTER_ADDR --master_port $MASTER_PORT --rdzv_conf timeout=$RDZV_TIMEOUT \
-#        -m xpt_ds.train --config $CONFIG [overrides ...]
+#        -m xpt_ds.cli.train --config $CONFIG [overrides ...]
 #
 # Every value can also be given as a flag: --config, --hostfile, --master_addr, --master_port, --nnodes,
 # --node_rank, --nproc_per_node, --mode (dashes or underscores). All other arguments (or everything after
-# `--`) go to `python -m xpt_ds.train` unchanged: config overrides (--section.key=value) or --resume TAG.
+# `--`) go to `python -m xpt_ds.cli.train` unchanged: config overrides (--section.key=value) or --resume TAG.
 # Rerunning the same command resumes from the newest complete checkpoint (checkpoint.resume: auto).
 #
 # environment:
@@ -109,7 +109,7 @@ case "$MODE" in
     [[ -z "${NUM_NODES:-}" ]] || sizes+=(--num_nodes "$NUM_NODES")
     [[ -z "${NUM_GPUS:-}" ]] || sizes+=(--num_gpus "$NUM_GPUS")
     cmd=("${launcher[@]}" --hostfile "$HOSTFILE" "${sizes[@]}" --master_addr "$MASTER_ADDR"
-         --master_port "$MASTER_PORT" "${extra[@]}" --module xpt_ds.train --config "$CONFIG" "${overrides[@]}")
+         --master_port "$MASTER_PORT" "${extra[@]}" --module xpt_ds.cli.train --config "$CONFIG" "${overrides[@]}")
     ;;
   torchrun)
     [[ -n "${NNODES:-}" && -n "${NODE_RANK:-}" && -n "${MASTER_ADDR:-}" ]] \
@@ -125,7 +125,7 @@ case "$MODE" in
     find_launcher "${TORCHRUN:-}" torchrun torch.distributed.run
     cmd=("${launcher[@]}" --nnodes "$NNODES" --node_rank "$NODE_RANK" --nproc_per_node "$NPROC_PER_NODE"
          --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" --rdzv_conf "timeout=$RDZV_TIMEOUT" "${extra[@]}"
-         -m xpt_ds.train --config "$CONFIG" "${overrides[@]}")
+         -m xpt_ds.cli.train --config "$CONFIG" "${overrides[@]}")
     # torchrun says nothing while it waits for the other nodes (a node whose master never started looked hung)
     echo "multi_node.sh: node $NODE_RANK of $NNODES waits up to ${RDZV_TIMEOUT}s for the rendezvous at" \
          "$MASTER_ADDR:$MASTER_PORT (every NODE_RANK 0..$((NNODES - 1)) must start, with the same MASTER_ADDR and" \

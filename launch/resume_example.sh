@@ -17,7 +17,7 @@
 #     (docs/cluster.md, "Resuming at another scale").
 #   * `--resume TAG` resumes from a chosen complete checkpoint instead (`resume TAG` below does that);
 #     `--checkpoint.resume=none` ignores the checkpoints (better: a fresh run_dir).
-#   * `python -m xpt_ds.export --run RUN_DIR [--tag TAG] --out DIR` turns a checkpoint of any ZeRO stage and
+#   * `python -m xpt_ds.cli.export --run RUN_DIR [--tag TAG] --out DIR` turns a checkpoint of any ZeRO stage and
 #     world size into a `save_pretrained` directory (model + tokenizer), on one process, without GPUs.
 #
 # subcommands:
@@ -123,8 +123,8 @@ case "$cmd_name" in
   export)
     export_args=(--run "$RUN_DIR" --out "$out")
     [[ -z "$tag" ]] || export_args+=(--tag "$tag")
-    echo "+ $PYTHON -m xpt_ds.export ${export_args[*]}" >&2
-    "$PYTHON" -m xpt_ds.export "${export_args[@]}"
+    echo "+ $PYTHON -m xpt_ds.cli.export ${export_args[*]}" >&2
+    "$PYTHON" -m xpt_ds.cli.export "${export_args[@]}"
     echo "load it with: AutoModelForMaskedLM.from_pretrained('$out'), AutoTokenizer.from_pretrained('$out')" >&2
     ;;
 esac

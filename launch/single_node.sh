@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Train on one node with N processes through the DeepSpeed launcher (`deepspeed --module xpt_ds.train`).
+# Train on one node with N processes through the DeepSpeed launcher (`deepspeed --module xpt_ds.cli.train`).
 #
 # usage:
 #   CONFIG=run.yaml [NUM_GPUS=N] [MASTER_PORT=P] bash launch/single_node.sh [--section.key=value ...] [--resume TAG]
 #   bash launch/single_node.sh --config run.yaml [--num_gpus N] [--master_port P] [--] [overrides ...]
 #
-# Every argument that is not one of the flags above is handed to `python -m xpt_ds.train` unchanged
+# Every argument that is not one of the flags above is handed to `python -m xpt_ds.cli.train` unchanged
 # (config overrides such as --optim.micro_batch_size=4, or --resume TAG). Rerunning the same command
 # resumes from the newest complete checkpoint in RUN_DIR/checkpoints (checkpoint.resume: auto).
 #
@@ -87,4 +87,4 @@ fi
 # The deepspeed runner dies of a SIGTERM on one node and its launch.py of a SIGUSR1, leaving the ranks behind:
 # the script passes stop signals to the ranks itself (lib.sh).
 run_in_repo_forwarding "${launcher[@]}" "${devices[@]}" --master_port "$MASTER_PORT" "${extra[@]}" \
-  --module xpt_ds.train --config "$CONFIG" "${overrides[@]}"
+  --module xpt_ds.cli.train --config "$CONFIG" "${overrides[@]}"

@@ -18,10 +18,10 @@ say() { echo "[$(date +%H:%M:%S)] $*"; }
 # Target text: 8,000-piece SentencePiece shards of UA-GEC's corrected train text (as launch/reproduce_uagec.sh),
 # and the same documents made by the source's own tokenizer (the kept-vocabulary transfer).
 prepare_uagec() {
-  [ -f demo_out/uagec/labels/test.jsonl ] || "$PY" -m data_tools.uagec --out demo_out/uagec
-  [ -f demo_out/uk/manifest.json ] || "$PY" -m data_tools.prepare --input demo_out/uagec/text/train.txt \
+  [ -f demo_out/uagec/labels/test.jsonl ] || "$PY" -m data_tools.cli.uagec --out demo_out/uagec
+  [ -f demo_out/uk/manifest.json ] || "$PY" -m data_tools.cli.prepare --input demo_out/uagec/text/train.txt \
     --out demo_out/uk --vocab-size 8000 --valid 0.05 --test 0.05 --family bert
-  [ -f demo_out/uk_src/manifest.json ] || "$PY" -m data_tools.prepare --input demo_out/uagec/text/train.txt \
+  [ -f demo_out/uk_src/manifest.json ] || "$PY" -m data_tools.cli.prepare --input demo_out/uagec/text/train.txt \
     --out demo_out/uk_src --hf-tokenizer "$SOURCE" --valid 0.05 --test 0.05
 }
 
@@ -30,9 +30,9 @@ prepare_uagec() {
 prepare_bible() {
   [ -f "$PREP/parallel/dictionary.tsv" ] && return
   say "bible pairs and alignments"
-  [ -d "$PREP/bible_packages" ] || "$PY" -m data_tools.bible install --packages "$PREP/bible_packages"
-  [ -f "$PREP/bible/en.txt" ] || "$PY" -m data_tools.bible extract --packages "$PREP/bible_packages" --out "$PREP/bible"
-  "$PY" -m data_tools.parallel --source-file "$PREP/bible/en.txt" --target-file "$PREP/bible/uk.txt" \
+  [ -d "$PREP/bible_packages" ] || "$PY" -m data_tools.cli.bible install --packages "$PREP/bible_packages"
+  [ -f "$PREP/bible/en.txt" ] || "$PY" -m data_tools.cli.bible extract --packages "$PREP/bible_packages" --out "$PREP/bible"
+  "$PY" -m data_tools.cli.parallel --source-file "$PREP/bible/en.txt" --target-file "$PREP/bible/uk.txt" \
     --docs "$PREP/bible/chapters.txt" --source-tokenizer "$SOURCE" --target-tokenizer demo_out/uk/spm.model \
     --out "$PREP/parallel" --valid 0 --test 0
 }
@@ -40,13 +40,13 @@ prepare_bible() {
 # word2vec embeddings of the Ukrainian pieces of UA-GEC train at the source's hidden size (uk: the space the
 # Procrustes maps start from).
 prepare_target_static() {
-  [ -f "$PREP/emb/uk.npy" ] || "$PY" -m data_tools.static_embeddings --shards demo_out/uk/manifest.json:train \
+  [ -f "$PREP/emb/uk.npy" ] || "$PY" -m data_tools.cli.static_embeddings --shards demo_out/uk/manifest.json:train \
     --out "$PREP/emb/uk" --dim 384
 }
 
 # FOCUS's auxiliary space: fastText over the Ukrainian piece strings of UA-GEC train with FOCUS's defaults.
 prepare_focus_static() {
-  [ -f "$PREP/emb/uk_focus.npy" ] || "$PY" -m data_tools.static_embeddings --method fasttext \
+  [ -f "$PREP/emb/uk_focus.npy" ] || "$PY" -m data_tools.cli.static_embeddings --method fasttext \
     --shards demo_out/uk/manifest.json:train --out "$PREP/emb/uk_focus"
 }
 
@@ -54,9 +54,9 @@ prepare_focus_static() {
 # (dimension = the source's hidden size), and the source's input embeddings.
 prepare_static() {
   prepare_target_static
-  [ -f "$PREP/emb/en.npy" ] || "$PY" -m data_tools.static_embeddings --text "$PREP/bible/en.txt" \
+  [ -f "$PREP/emb/en.npy" ] || "$PY" -m data_tools.cli.static_embeddings --text "$PREP/bible/en.txt" \
     --hf-tokenizer "$SOURCE" --out "$PREP/emb/en" --dim 384
-  [ -f "$PREP/emb/minilm.npy" ] || "$PY" -m data_tools.source_embeddings --model "$SOURCE" --out "$PREP/emb/minilm"
+  [ -f "$PREP/emb/minilm.npy" ] || "$PY" -m data_tools.cli.source_embeddings --model "$SOURCE" --out "$PREP/emb/minilm"
 }
 
 # FT_TRAIN sentences of UA-GEC's sentence-label train split, drawn with a fixed seed.
@@ -82,7 +82,7 @@ train() {
   shift 2
   grep -q '"state": "finished"' "$run/status.json" 2>/dev/null && return
   say "train $name"
-  /usr/bin/time -f "%e" -o "$OUT/logs/$name.seconds" "$PY" -m xpt_ds.train --config "launch/configs/$config.yaml" \
+  /usr/bin/time -f "%e" -o "$OUT/logs/$name.seconds" "$PY" -m xpt_ds.cli.train --config "launch/configs/$config.yaml" \
     --run_dir="$run" --model.source="$SOURCE" "${COMMON[@]}" "$@" >"$OUT/logs/$name.train.log" 2>&1 \
     || { tail -3 "$OUT/logs/$name.train.log"; return 1; }
 }
@@ -91,9 +91,9 @@ train() {
 # -> OUT/eval/NAME[SUFFIX].json, and that vocabulary's unigram predictor -> OUT/eval/NAME.unigram.json.
 score() {
   local name=$1 shards=$2 run=$OUT/runs/$1${3:-}
-  [ -f "$OUT/eval/$name${3:-}.json" ] || "$PY" -m xpt_ds.evaluate --run "$run" --shards "$shards/manifest.json:test" \
+  [ -f "$OUT/eval/$name${3:-}.json" ] || "$PY" -m xpt_ds.cli.evaluate --run "$run" --shards "$shards/manifest.json:test" \
     --out "$OUT/eval/$name${3:-}.json" >/dev/null
-  [ -n "${3:-}" ] || [ -f "$OUT/eval/$name.unigram.json" ] || "$PY" -m xpt_ds.evaluate --run "$run" \
+  [ -n "${3:-}" ] || [ -f "$OUT/eval/$name.unigram.json" ] || "$PY" -m xpt_ds.cli.evaluate --run "$run" \
     --shards "$shards/manifest.json:test" --unigram "$shards/manifest.json:train" --out "$OUT/eval/$name.unigram.json" \
     >/dev/null
 }
@@ -104,9 +104,9 @@ finetune() {
   [ -f "$OUT/finetune/$name/results.json" ] && return
   say "fine-tune $name"
   rm -rf "$OUT/models/$name"
-  "$PY" -m xpt_ds.export --run "$OUT/runs/$name" --out "$OUT/models/$name" >"$OUT/logs/$name.export.log" 2>&1
+  "$PY" -m xpt_ds.cli.export --run "$OUT/runs/$name" --out "$OUT/models/$name" >"$OUT/logs/$name.export.log" 2>&1
   # shellcheck disable=SC2046
-  "$PY" -m xpt_ds.finetune --model "$OUT/models/$name" --out "$OUT/finetune/$name" \
+  "$PY" -m xpt_ds.cli.finetune --model "$OUT/models/$name" --out "$OUT/finetune/$name" \
     --train "$OUT/finetune_train.jsonl" --test demo_out/uagec/labels/test.jsonl --seeds $(seq -s ' ' 1 "$FT_SEEDS") \
     --epochs 2 --max-length 64 >"$OUT/logs/$name.finetune.log" 2>&1
 }
@@ -123,6 +123,6 @@ verses, chapters = (d / "en.txt").read_text().splitlines(), (d / "chapters.txt")
 lines = [v if i == 0 or chapters[i] == chapters[i - 1] else "\n" + v for i, v in enumerate(verses)]
 (d / "en_chapters.txt").write_text("\n".join(lines) + "\n")
 PY
-  "$PY" -m data_tools.prepare --input "$PREP/bible/en_chapters.txt" --out "$PREP/en_src" --hf-tokenizer "$SOURCE" \
+  "$PY" -m data_tools.cli.prepare --input "$PREP/bible/en_chapters.txt" --out "$PREP/en_src" --hf-tokenizer "$SOURCE" \
     --valid 0 --test 0
 }

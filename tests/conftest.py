@@ -1,8 +1,10 @@
 """Shared fixtures: tiny source models (2 layers, hidden 64), tiny SentencePiece models, tiny shards."""
 from __future__ import annotations
 
+import io
 import os
 import sys
+import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +18,12 @@ from processes import (  # noqa: F401  (tests import these from conftest)
 # a bare `pytest`, which does not put the working directory on sys.path as `python3 -m pytest` does.
 if str(REPO) not in sys.path:
     sys.path.append(str(REPO))
+# The test folders mirror the package (tests/checkpoint for xpt_ds/checkpoint, ...). A few modules share plain
+# helpers (tests/trelm/test_trelm.py's parallel shards, tests/data/test_data.py's stream config): every folder is
+# importable by module name, as pytest's own imports of the test files make them (their basenames are unique).
+for _folder in sorted(p for p in Path(__file__).parent.iterdir() if p.is_dir() and any(p.glob("test_*.py"))):
+    if str(_folder) not in sys.path:
+        sys.path.append(str(_folder))
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # One intra-op thread here too: the tiny models gain nothing from more on 2 cores, and a process that never
@@ -49,7 +57,7 @@ def corpus_text(tmp_path_factory) -> Path:
 
 
 def _prepare(out: Path, text: Path, family: str) -> Path:
-    from data_tools.prepare import prepare
+    from data_tools.pipeline.run import prepare
     return prepare([text], out, vocab_size=200, family=family, valid=0.1, test=0.05, seed=0)
 
 
@@ -359,7 +367,7 @@ HEAVY_FIRST = ["test_resume.py", "test_crash_save.py", "test_slurm.py", "test_ch
 def pytest_collection_finish(session):
     """Every test module is imported now: torch, transformers and DeepSpeed, some 700,000 objects the garbage
     collector tracks, nearly none of them garbage. Frozen (``gc.freeze``), they are no longer walked by this
-    worker's collector passes, nor by those of the runs it forks (``run_main``), as a rank of ``xpt_ds.train``
+    worker's collector passes, nor by those of the runs it forks (``run_main``), as a rank of ``xpt_ds.cli.train``
     freezes its own imports (``xpt_ds.runtime.collector``)."""
     import gc
     gc.freeze()
@@ -379,3 +387,89 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+# --- fixtures several test modules share ----------------------------------------------------------------------
+
+SOURCE_VOCAB = 90  # the TreLM source tokenizer's size (``source_dir``)
+
+
+@pytest.fixture(scope="module")
+def source_dir(tmp_path_factory):
+    """A tiny 4-layer BERT with a WordPiece tokenizer of SOURCE_VOCAB entries saved next to it."""
+    import torch
+    import transformers
+    out = tmp_path_factory.mktemp("trelm_source")
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *(f"w{i}" for i in range(5, SOURCE_VOCAB))]
+    tokenizer = transformers.BertTokenizerFast(vocab={p: i for i, p in enumerate(vocab)}, model_max_length=78)
+    tokenizer.save_pretrained(out)
+    torch.manual_seed(5)
+    config = transformers.BertConfig(**{**TINY, "num_hidden_layers": 4, "vocab_size": SOURCE_VOCAB}, pad_token_id=0)
+    transformers.BertForMaskedLM(config).save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def english(tmp_path_factory, source_dir):
+    """English MLM shards in the tiny source tokenizer's ids (its words w5..w89), made by data_tools.cli.prepare
+    --hf-tokenizer."""
+    from data_tools.pipeline.run import prepare
+    root = tmp_path_factory.mktemp("english")
+    rng = np.random.default_rng(1)
+    lines = []
+    for _ in range(30):
+        lines += [" ".join(f"w{i}" for i in rng.integers(5, SOURCE_VOCAB, rng.integers(4, 12))) + "."
+                  for _ in range(rng.integers(2, 5))] + [""]
+    (root / "en.txt").write_text("\n".join(lines))
+    return prepare([root / "en.txt"], root / "data", hf_tokenizer=str(source_dir), valid=0.0, test=0.0, seed=0)
+
+
+def write_shard(path, docs, dtype=np.uint16):
+    """Written by hand from docs/shard_format.md, independently of data_tools."""
+    with tarfile.open(path, "w") as tar:
+        for i, doc in enumerate(docs):
+            buf = io.BytesIO()
+            np.save(buf, np.asarray(doc, dtype=dtype))
+            info = tarfile.TarInfo(f"{path.stem}-{i:08d}.ids.npy")
+            info.size = buf.tell()
+            buf.seek(0)
+            tar.addfile(info, buf)
+    return str(path)
+
+
+@pytest.fixture
+def unique_shards(tmp_path):
+    """5 shards (an odd number) of documents whose ids are unique to them: doc d = range(base_d, base_d + n_d)."""
+    rng = np.random.default_rng(0)
+    shards, docs, base = [], {}, 10
+    for s in range(5):
+        shard_docs = []
+        for _ in range(rng.integers(3, 9)):
+            n = int(rng.integers(1, 60))
+            shard_docs.append(np.arange(base, base + n))
+            docs[base] = n
+            base += n
+        shards.append(write_shard(tmp_path / f"train-{s:06d}.tar", shard_docs))
+    return shards, docs
+
+
+@pytest.fixture
+def sweep_config(tmp_path, tiny_roberta, corpus):
+    cfg = base_config(tmp_path / "unused", tiny_roberta, corpus,
+                      phases=[{"name": "phase1", "steps": 2, "lr": 1e-3}, {"name": "phase2", "steps": 2, "lr": 5e-4}])
+    cfg["data"].update(valid_shards=[], num_workers=0)
+    return write_config(tmp_path / "base.yaml", cfg), [f"{corpus}/manifest.json:test"]
+
+
+@pytest.fixture(scope="module")
+def xpt_model(tmp_path_factory, tiny_roberta, corpus) -> Path:
+    """A real XPT export: two phases of post-training by ``xpt_ds.cli.train``, then ``xpt_ds.cli.export``."""
+    from xpt_ds.cli.export import main as export_main
+    root = tmp_path_factory.mktemp("xpt")
+    cfg = base_config(root / "run", tiny_roberta, corpus, deepspeed=str(REPO / "ds_configs/zero1_fp32.json"))
+    cfg["phases"] = [{"name": "phase1", "steps": 2, "lr": 1e-3}, {"name": "phase2", "steps": 2, "lr": 5e-4}]
+    cfg["logging"].update(tensorboard=False)
+    proc = launch(["--config", str(write_config(root / "cfg.yaml", cfg))])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert export_main(["--run", str(root / "run"), "--out", str(root / "model")]) == 0
+    return root / "model"

@@ -1,5 +1,5 @@
-"""``xpt_ds.train``'s own ``main`` with Ctrl-C pressed twice (tests/test_preemption.py runs it in a forked child,
-``processes.run_main``): the first SIGINT after step ``CTRL_C_AT``, the second inside the checkpoint save the first
+"""``xpt_ds.cli.train``'s own ``main`` with Ctrl-C pressed twice (tests/runtime/test_preemption.py runs it in a
+forked child, ``processes.run_main``): the first SIGINT after step ``CTRL_C_AT``, the second inside the checkpoint save the first
 asks for, after DeepSpeed has written that tag's files and before its frozen weights and COMPLETE marker."""
 import os
 import signal

@@ -1,5 +1,5 @@
-"""Run under torchrun (tests/test_frozen.py): FrozenWeights on every rank of a gloo group holds a 1/world slice of
-each value it must copy and gives the whole back, exactly, from ``full`` (every rank, the same order); a value the
+"""Run under torchrun (tests/training/test_frozen.py): FrozenWeights on every rank of a gloo group holds a 1/world
+slice of each value it must copy and gives the whole back, exactly, from ``full`` (every rank, the same order); a value the
 engine's own bf16 copy holds exactly is kept as that copy, not copied. Writes OUT/rank{R}.json."""
 import json
 import sys

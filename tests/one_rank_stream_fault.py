@@ -1,12 +1,12 @@
-"""Run under a launcher: ``xpt_ds.train`` with rank 1's data streams failing, as they do when a shard is corrupt in
-that node's copy only (tests/test_faults.py). Every other rank builds its streams from the real shards."""
+"""Run under a launcher: ``xpt_ds.cli.train`` with rank 1's data streams failing, as they do when a shard is corrupt in
+that node's copy only (tests/runtime/test_faults.py). Every other rank builds its streams from the real shards."""
 import atexit
 import os
 import sys
 import time
 
 from xpt_ds.data.shards import DataError
-from xpt_ds.train import main
+from xpt_ds.cli.train import main
 from xpt_ds.training import streams
 
 if os.environ.get("RANK") == "1":

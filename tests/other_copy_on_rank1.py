@@ -1,5 +1,5 @@
-"""Run under a launcher: ``xpt_ds.train`` where rank 1 sees another copy of one folder of shards, as a node whose
-own copy of the corpus is another version does (tests/test_faults.py). Rank 1 runs again in a mount namespace of
+"""Run under a launcher: ``xpt_ds.cli.train`` where rank 1 sees another copy of one folder of shards, as a node whose
+own copy of the corpus is another version does (tests/runtime/test_faults.py). Rank 1 runs again in a mount namespace of
 its own, in which the folder OTHER_COPY is bind-mounted over the folder SHARDS; every other rank reads SHARDS."""
 import os
 import sys
@@ -10,7 +10,7 @@ if os.environ.get("RANK") == "1" and not os.environ.get("XPT_OTHER_COPY_MOUNTED"
     os.execvp("unshare", ["unshare", "--mount", "--propagation", "private", "sh", "-c", mount, "sh",
                           os.environ["OTHER_COPY"], os.environ["SHARDS"], sys.executable, *sys.argv])
 
-from xpt_ds.train import main  # noqa: E402 (after the re-execution)
+from xpt_ds.cli.train import main  # noqa: E402 (after the re-execution)
 
 if __name__ == "__main__":
     sys.exit(main([a for a in sys.argv[1:] if not a.startswith("--local_rank")]))

@@ -1,7 +1,7 @@
-"""``xpt_ds.train``'s own ``main``, with a probe around the phase switch: is the engine it drops collectable, and is
+"""``xpt_ds.cli.train``'s own ``main``, with a probe around the phase switch: is the engine it drops collectable, and is
 its optimizer's state (fp32 masters or partitions, Adam moments) freed? Writes ``dropped engine collected:
 True|False; its optimizer state freed: True|False`` for each switch to the file named by ``PROBE_OUT`` (with
-``.rank{R}`` under a launcher) (tests/test_collector.py runs it in a forked child, ``processes.run_main``, and
+``.rank{R}`` under a launcher) (tests/runtime/test_collector.py runs it in a forked child, ``processes.run_main``, and
 under torchrun)."""
 import gc
 import os

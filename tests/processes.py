@@ -32,19 +32,19 @@ def _command(args: list[str], nproc: int, env: dict | None, launcher: str = "tor
     full_env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1",
                 "TORCHDYNAMO_DISABLE": "1", **(env or {})}
     if nproc == 1:
-        return [sys.executable, "-m", "xpt_ds.train", *args], full_env
+        return [sys.executable, "-m", "xpt_ds.cli.train", *args], full_env
     port = str(free_port())
     if launcher == "torchrun":
         return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port", port,
-                "-m", "xpt_ds.train", *args], full_env
+                "-m", "xpt_ds.cli.train", *args], full_env
     assert launcher == "deepspeed", launcher
     return [sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", str(nproc), "--master_port", port,
-            "--module", "xpt_ds.train", *args], full_env
+            "--module", "xpt_ds.cli.train", *args], full_env
 
 
 def launch(args: list[str], nproc: int = 1, timeout: int = 600, env: dict | None = None,
            launcher: str = "torchrun") -> subprocess.CompletedProcess:
-    """Run ``xpt_ds.train ARGS`` as one process (``run_main``), or ``nproc`` ranks through a real launcher.
+    """Run ``xpt_ds.cli.train ARGS`` as one process (``run_main``), or ``nproc`` ranks through a real launcher.
 
     torchrun by default: one launcher process instead of the deepspeed launcher's two (runner, then launch.py),
     about 5 s less per run on the 2-core CI machine, and the same ranks computing the same bits. A test that
@@ -52,7 +52,7 @@ def launch(args: list[str], nproc: int = 1, timeout: int = 600, env: dict | None
     ``launcher="deepspeed"``, which returns the ranks' own code; both launchers are covered (test_faults,
     test_launch, test_slurm)."""
     if nproc == 1:
-        return run_main("xpt_ds.train", args, env, timeout)
+        return run_main("xpt_ds.cli.train", args, env, timeout)
     for _ in range(3):
         done = _launch_once(args, nproc, timeout, env, launcher)
         if not _store_port_taken(done.stderr):
@@ -277,9 +277,9 @@ def rank_pids(launcher: subprocess.Popen) -> dict[int, int]:
         try:
             cmd = " ".join(child.cmdline())
             parent = " ".join(child.parent().cmdline())
-            if "xpt_ds.train" in cmd and "--local_rank=" in cmd and "deepspeed.launcher.launch" in parent:
+            if "xpt_ds.cli.train" in cmd and "--local_rank=" in cmd and "deepspeed.launcher.launch" in parent:
                 pids[int(cmd.split("--local_rank=")[1].split()[0])] = child.pid
-            elif "xpt_ds.train" in cmd and "torch.distributed.run" in parent:
+            elif "xpt_ds.cli.train" in cmd and "torch.distributed.run" in parent:
                 pids[int(child.environ()["LOCAL_RANK"])] = child.pid
         except (psutil.NoSuchProcess, psutil.AccessDenied, AttributeError):  # it ended (a zombie too), or its parent
             continue

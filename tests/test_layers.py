@@ -24,17 +24,14 @@ LAYERS = [
     ["xpt_ds.training"],
     ["xpt_ds.evaluation", "xpt_ds.finetuning"],
     ["xpt_ds.sweeps"],
-    ["xpt_ds.train", "xpt_ds.export", "xpt_ds.evaluate", "xpt_ds.finetune", "xpt_ds.sweep", "xpt_ds.probe",
-     "xpt_ds.cli", "xpt_ds.__main__", "xpt_ds"],
+    ["xpt_ds.cli", "xpt_ds.__main__", "xpt_ds"],
 ]
 DATA_TOOLS_LAYERS = [
     ["data_tools.errors"],
-    ["data_tools.cli_options", "data_tools.piece_tokenizers"],
+    ["data_tools.typed_options", "data_tools.piece_tokenizers"],
     ["data_tools.pipeline"],
     ["data_tools.pairs", "data_tools.embeddings", "data_tools.corpora", "data_tools.vocab_merge"],
-    ["data_tools.prepare", "data_tools.spm_train", "data_tools.uagec", "data_tools.bible", "data_tools.parallel",
-     "data_tools.static_embeddings", "data_tools.source_embeddings", "data_tools.align_embeddings", "data_tools.cli",
-     "data_tools.extend_vocab", "data_tools.__main__", "data_tools"],
+    ["data_tools.cli", "data_tools.__main__", "data_tools"],
 ]
 
 
@@ -202,8 +199,8 @@ def test_readers_of_checkpoints_never_load_the_training_loop():
     them imports ``xpt_ds.training``, directly or through another module."""
     graph = import_graph("xpt_ds")
     readers = [m for m in graph if m.startswith(("xpt_ds.checkpoint", "xpt_ds.evaluation", "xpt_ds.finetuning",
-                                                  "xpt_ds.sweeps")) or m in ("xpt_ds.export", "xpt_ds.evaluate",
-                                                                             "xpt_ds.probe", "xpt_ds.status")]
+                                                  "xpt_ds.sweeps")) or m in ("xpt_ds.cli.export", "xpt_ds.cli.evaluate",
+                                                                             "xpt_ds.cli.probe", "xpt_ds.cli.status")]
     assert len(readers) > 20
     wrong = []
     for reader in readers:
@@ -215,3 +212,19 @@ def test_readers_of_checkpoints_never_load_the_training_loop():
                     todo.append(dep)
         wrong += [f"{reader} -> {d}" for d in sorted(seen) if d.startswith("xpt_ds.training")]
     assert not wrong, wrong[:5]
+
+
+@pytest.mark.parametrize("package", ["xpt_ds", "data_tools"])
+def test_commands_live_in_cli_and_the_top_level_is_folders(package):
+    """Each command is a module of ``cli/`` that its dispatcher lists, and the package's top level holds folders
+    and a few leaves, so that no command file sits beside a subpackage of a similar name (``export.py`` beside
+    ``checkpoint/export.py``, ``sweep.py`` beside ``sweeps/``)."""
+    import importlib
+    root = REPO / package
+    top = sorted(p.name for p in root.glob("*.py"))
+    leaves = {"xpt_ds": ["__init__.py", "__main__.py", "errors.py"],
+              "data_tools": ["__init__.py", "__main__.py", "errors.py", "piece_tokenizers.py", "typed_options.py"]}
+    assert top == leaves[package]
+    files = sorted(p.stem for p in (root / "cli").glob("*.py") if p.stem != "__init__")
+    listed = sorted(m.rsplit(".", 1)[1] for m, _ in importlib.import_module(f"{package}.cli").COMMANDS.values())
+    assert files == listed and len(files) >= 7

@@ -11,7 +11,7 @@ from xpt_ds.training.build import build_trainer
 
 
 def save_logits(config: str, out: str) -> None:
-    init_distributed()  # as xpt_ds.train does: unlinks DeepSpeed's CPU shared-memory buffer names
+    init_distributed()  # as xpt_ds.cli.train does: unlinks DeepSpeed's CPU shared-memory buffer names
     trainer = build_trainer(load_config(config))
     ids = torch.load(out + ".ids.pt")
     trainer.engine.eval()

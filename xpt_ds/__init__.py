@@ -2,11 +2,17 @@
 
 Code map (lower layers never import higher ones; ``tests/test_layers.py`` checks):
 
-- commands: ``train``, ``export``, ``evaluate``, ``finetune``, ``sweep``, ``probe`` (each ``python -m xpt_ds.<name>``
-  and ``xpt-ds <name>``; ``cli`` is the ``xpt-ds`` dispatcher), thin: parse, call the library, report;
+- ``cli/``: the commands ``train``, ``export``, ``evaluate``, ``finetune``, ``sweep``, ``status``, ``probe`` (each
+  ``python -m xpt_ds.cli.<name>`` and ``xpt-ds <name>``; ``cli/__init__`` is the ``xpt-ds`` dispatcher), thin:
+  parse, call the library, report;
 - ``sweeps/``: every method at every data size, and the comparison reports;
 - ``evaluation/``, ``finetuning/``: intrinsic metrics and the probe; downstream fine-tuning;
-- ``training/``: the phase-aware loop, the DeepSpeed engine, checkpoints, guards, preemption, status, export;
+- ``training/``: ``build_trainer`` and its components, the phase-aware loop, the DeepSpeed engine, guards, the
+  time budget;
+- ``checkpoint/``: save and load through a state registry, older formats (``migrate``), tag checks, branches,
+  frozen values, export and the model card;
+- ``runtime/``: processes and the cluster: distributed setup, ports, the run lock, rank messages, preemption,
+  status heartbeat, the collector, op builds;
 - ``model/``: the ITL-extended model, adapters, per-phase trainable parameters, the MLM objective;
 - ``trelm/``: TreLM's TRILayer, objective, batches and exported model (004);
 - ``embedding_init/``: where the new word embeddings start (random, source_mean, focus, aligned, ...);

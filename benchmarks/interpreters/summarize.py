@@ -13,7 +13,7 @@ from pathlib import Path
 
 def kind(argv: str) -> str:
     """What a process was, from its command line: a training rank, a launcher, pytest, or the script's name."""
-    if "xpt_ds.train" in argv or "xpt_ds/train.py" in argv:
+    if "xpt_ds.cli.train" in argv or "xpt_ds/cli/train.py" in argv:
         return "training rank"
     if "torch/distributed/run.py" in argv or "torchrun" in argv.split(" ")[0]:
         return "torchrun"

@@ -57,7 +57,7 @@ def install_packages(target: Path) -> None:
 def _need(packages: Path, rel: str) -> Path:
     path = packages / rel
     if not path.is_file():
-        raise PrepareError(f"{path} not found: install the packages first (python -m data_tools.bible install "
+        raise PrepareError(f"{path} not found: install the packages first (python -m data_tools.cli.bible install "
                            f"--packages {packages})")
     return path
 

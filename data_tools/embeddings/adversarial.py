@@ -27,7 +27,7 @@ from typing import Callable
 
 import numpy as np
 
-from data_tools.cli_options import option
+from data_tools.typed_options import option
 from data_tools.embeddings.alignment import NORMALIZE, Space, mean_cosine_criterion, precision_at_1, refine, unit
 from data_tools.errors import PrepareError
 

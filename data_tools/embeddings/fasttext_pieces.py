@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from data_tools.cli_options import option
+from data_tools.typed_options import option
 from data_tools.embeddings.token_corpus import ShardCorpus, TextCorpus, count_ids
 from data_tools.embeddings.word2vec import PieceSentences, check_options, import_gensim, stable_hash
 from data_tools.errors import PrepareError
@@ -102,5 +102,5 @@ def train_fasttext_embeddings(corpus: ShardCorpus | TextCorpus, opts: FastTextOp
             "seen_count": int(seen.sum()), "unseen_ids": np.flatnonzero(~seen).tolist(),
             "counts": counts.tolist(), "corpus": {**corpus.info, "sequences": sequences, "tokens": int(counts.sum())},
             "library": {"name": "gensim", "version": gensim.__version__, "model": "FastText"},
-            "options": {"method": "fasttext", **asdict(opts)}, "created_by": "data_tools.static_embeddings"}
+            "options": {"method": "fasttext", **asdict(opts)}, "created_by": "data_tools.cli.static_embeddings"}
     return matrix, meta

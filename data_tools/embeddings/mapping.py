@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from data_tools.cli_options import option
+from data_tools.typed_options import option
 from data_tools.embeddings.adversarial import AdversarialOptions, fit_adversarial
 from data_tools.embeddings.alignment import NORMALIZE, Space, apply_map, build_space, procrustes, rank_rows, unit
 from data_tools.embeddings.bilingual_dict import WEIGHTS, Dictionary, read_dictionary
@@ -119,7 +119,7 @@ def write_output(out: Path, kind: str, ld: Loaded, w: np.ndarray, options: dict,
             "unseen_ids": np.flatnonzero(unseen).tolist(), "inputs": inputs,
             "map": {"normalize": options["normalize"], "x_mean": ld.xs.mean.tolist(), "y_mean": ld.ys.mean.tolist(),
                     "scale": ld.ys.scale / ld.xs.scale},
-            "options": options, "diagnostics": diagnostics, "created_by": "data_tools.align_embeddings"}
+            "options": options, "diagnostics": diagnostics, "created_by": "data_tools.cli.align_embeddings"}
     if ld.target.counts is not None:
         meta["counts"] = ld.target.counts.tolist()
     return write_embeddings(out, matrix, meta, extra={"map": w})

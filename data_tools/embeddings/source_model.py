@@ -38,5 +38,5 @@ def input_embeddings(model_dir: Path) -> tuple[np.ndarray, dict]:
     meta = {"kind": "input-embeddings", "tokenizer": tokenizer.identity(), "unseen_ids": [],
             "model": {"path": str(model_dir.resolve()), "model_type": model.config.model_type,
                       "weights": {n: sha256_file(model_dir / n) for n in WEIGHT_FILES if (model_dir / n).is_file()}},
-            "created_by": "data_tools.source_embeddings"}
+            "created_by": "data_tools.cli.source_embeddings"}
     return matrix, meta

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from data_tools.cli_options import option
+from data_tools.typed_options import option
 from data_tools.embeddings.token_corpus import ShardCorpus, TextCorpus, count_ids
 from data_tools.errors import PrepareError
 from data_tools.piece_tokenizers import HfTokenizer, SpmTokenizer
@@ -119,7 +119,7 @@ def train_static_embeddings(corpus: ShardCorpus | TextCorpus, opts: TrainOptions
             "unseen_rows": "zeros", "seen_count": int(seen.sum()), "unseen_ids": np.flatnonzero(~seen).tolist(),
             "counts": counts.tolist(), "corpus": {**corpus.info, "sequences": sequences, "tokens": int(counts.sum())},
             "library": {"name": "gensim", "version": gensim.__version__, "model": "Word2Vec"},
-            "options": {"method": "word2vec", **asdict(opts)}, "created_by": "data_tools.static_embeddings"}
+            "options": {"method": "word2vec", **asdict(opts)}, "created_by": "data_tools.cli.static_embeddings"}
     return matrix, meta
 
 

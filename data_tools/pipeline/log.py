@@ -1,4 +1,4 @@
-"""Log lines and progress bars of ``data_tools.prepare``, on stderr; ``set_quiet(True)`` silences both."""
+"""Log lines and progress bars of ``data_tools.cli.prepare``, on stderr; ``set_quiet(True)`` silences both."""
 from __future__ import annotations
 
 import sys

@@ -1,5 +1,5 @@
 """Every option of the preparation pipeline with its one default, help, choices and flag: ``xpt-data prepare``'s
-per-stage flags (``data_tools.prepare``, through ``data_tools.cli_options``) and the stages' arguments both come
+per-stage flags (``data_tools.cli.prepare``, through ``data_tools.typed_options``) and the stages' arguments both come
 from ``PrepareOptions``. A field's ``group`` is the stage (or stages) whose subcommand takes its flag; field
 order is the order of the flags in ``--help``."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from data_tools.cli_options import option, parse_size, positive_int
+from data_tools.typed_options import option, parse_size, positive_int
 from data_tools.pipeline.readers import DOC_BOUNDARIES, FORMATS
 from data_tools.pipeline.spm_layouts import LAYOUTS, MODEL_TYPES
 from data_tools.pipeline.text import NORMALIZE_FORMS

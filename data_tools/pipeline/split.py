@@ -1,5 +1,5 @@
 """Stage (b), split: assign whole documents to train/valid/test -> ``sentences/{train,valid,test}.jsonl``;
-``--valid``/``--test`` sizes are document counts or fractions (``data_tools.cli_options.parse_size``)."""
+``--valid``/``--test`` sizes are document counts or fractions (``data_tools.typed_options.parse_size``)."""
 from __future__ import annotations
 
 import collections
@@ -37,7 +37,7 @@ def split_counts(n: int, valid: int | float, test: int | float) -> tuple[int, in
 
 def assign_documents(n: int, n_valid: int, n_test: int, seed: int) -> np.ndarray:
     """(n,) int8, the split of each document (index into SPLITS): a seeded permutation, the first ``n_valid``
-    documents of it to valid, the next ``n_test`` to test. ``data_tools.parallel`` splits the same way."""
+    documents of it to valid, the next ``n_test`` to test. ``data_tools.cli.parallel`` splits the same way."""
     order = np.random.default_rng(seed).permutation(n)
     assign = np.zeros(n, np.int8)
     assign[order[:n_valid]] = 1

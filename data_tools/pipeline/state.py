@@ -119,7 +119,7 @@ def _lock(path: Path):
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             f.close()
-            raise PrepareError(f"another data_tools.prepare is working in {path.parent.parent}") from None
+            raise PrepareError(f"another data_tools.cli.prepare is working in {path.parent.parent}") from None
         try:
             if os.stat(path).st_ino == os.fstat(f.fileno()).st_ino:
                 return f

@@ -4,7 +4,7 @@ a non-random embedding start, torch.compile, activation checkpointing and fine-t
 
 Skipped without CUDA, so CI (CPU) is unchanged. ``XPT_GPU_TESTS_ON_CPU=1`` runs them on the CPU instead
 (``DS_ACCELERATOR=cpu``), to rehearse them before GPU time is spent (``benchmarks/gpu_session.sh --rehearse``).
-Every run is its own ``python -m xpt_ds.train`` process (never a fork: this process may hold a CUDA context).
+Every run is its own ``python -m xpt_ds.cli.train`` process (never a fork: this process may hold a CUDA context).
 Figures the assertions rest on (loss differences, weight differences) go to ``$XPT_GPU_REPORT/*.json`` when
 that is set, so a failing run on a lent GPU still says by how much it missed.
 """
@@ -22,7 +22,7 @@ import torch
 import yaml
 
 from conftest import REPO, base_config, free_port, read_metrics, write_config
-from test_trelm import _write_parallel, source_dir  # noqa: F401  (fixture)
+from test_trelm import _write_parallel
 from xpt_ds.checkpoint.export import load_checkpoint_fp32
 from xpt_ds.checkpoint.store import tag_for
 from xpt_ds.model.objective import strip_prefix
@@ -66,7 +66,7 @@ def report(name: str, figures: dict) -> None:
 def train(root: Path, cfg: dict, compile: bool = False) -> subprocess.CompletedProcess:
     root.mkdir(parents=True, exist_ok=True)
     cfg_path = write_config(root / "cfg.yaml", cfg)
-    proc = subprocess.run([sys.executable, "-m", "xpt_ds.train", "--config", str(cfg_path)], cwd=REPO,
+    proc = subprocess.run([sys.executable, "-m", "xpt_ds.cli.train", "--config", str(cfg_path)], cwd=REPO,
                           env=_env(compile), capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return proc
@@ -173,7 +173,7 @@ def test_export_of_a_gpu_run_gives_the_training_logits_on_the_gpu(straight, tmp_
     same ids: the same weights (fp32 masters rounded once) and the same kernels, so the same bits."""
     from transformers import AutoModelForMaskedLM
 
-    from xpt_ds.export import main as export_main
+    from xpt_ds.cli.export import main as export_main
     out = tmp_path / "exported"
     assert export_main(["--run", str(straight / "run"), "--out", str(out)]) == 0
     device = torch.device(ACCELERATOR if not ON_CPU else "cpu")
@@ -264,7 +264,7 @@ def test_compile_trains_like_eager(straight, tmp_path, tiny_roberta, corpus):
 def test_recomputed_layers_train_the_same_bits(straight, tmp_path):
     """``activations.checkpoint_every: 1`` on the straight run (ZeRO-2, bf16, FusedAdam, dropout): the recomputed
     forward restores the CUDA generator, so every loss and the last weights are the same bits
-    (tests/test_activations.py checks this on the CPU)."""
+    (tests/training/test_activations.py checks this on the CPU)."""
     cfg = yaml.safe_load((straight / "cfg.yaml").read_text())
     cfg.update(run_dir=str(tmp_path / "run"), activations={"checkpoint_every": 1})
     cfg["checkpoint"] = {"every_steps": 0}
@@ -282,7 +282,7 @@ def test_recomputed_layers_train_the_same_bits(straight, tmp_path):
 def test_fine_tuning_classification_on_the_gpu(straight, tmp_path, corpus_text):
     from test_finetune import FAST, Words, _split
 
-    from xpt_ds.export import main as export_main
+    from xpt_ds.cli.export import main as export_main
     model = tmp_path / "model"
     assert export_main(["--run", str(straight / "run"), "--out", str(model)]) == 0
     w = Words(corpus_text, model)
@@ -292,7 +292,7 @@ def test_fine_tuning_classification_on_the_gpu(straight, tmp_path, corpus_text):
         rows.append({"text": " ".join(w.sentence(*([w.keys[0]] if positive else []), lo=1, hi=3)),
                      "label": "yes" if positive else "no"})
     files = _split(rows, tmp_path / "data")
-    args = [sys.executable, "-m", "xpt_ds.finetune", "--model", str(model), "--out", str(tmp_path / "out"),
+    args = [sys.executable, "-m", "xpt_ds.cli.finetune", "--model", str(model), "--out", str(tmp_path / "out"),
             "--seeds", "1", "--device", ACCELERATOR]
     for k, v in {**files, **FAST, "epochs": 5}.items():
         args += [f"--{k.replace('_', '-')}", str(v)]

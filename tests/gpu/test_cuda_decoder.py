@@ -1,6 +1,6 @@
 """Decoder sources on one GPU (docs/decoders.md): GPT-2 (tied head, dropout on) under ZeRO-2 and Llama (untied)
 under ZeRO-3, both bf16 with DeepSpeed's FusedAdam. Each runs XPT's two phases, checks phase 1's freezing and
-optimizer state at the boundary (tests/test_decoder_train.py's ``_check_phase1``, which loads to the CPU),
+optimizer state at the boundary (tests/training/test_decoder_train.py's ``_check_phase1``, which loads to the CPU),
 resumes from the boundary with the same losses and weights bit for bit, and exports a stock *ForCausalLM whose
 bf16 logits on the GPU are the training engine's own. ``pytest -m gpu tests/gpu``; skipped without CUDA,
 ``XPT_GPU_TESTS_ON_CPU=1`` rehearses on the CPU (there with torch AdamW: DeepSpeed's CPU FusedAdam is not
@@ -28,7 +28,7 @@ from test_decoder_train import CLASSES, _check_phase1, _ids, _reused
 
 from xpt_ds.checkpoint.export import load_checkpoint_fp32
 from xpt_ds.checkpoint.store import tag_for
-from xpt_ds.export import main as export_main
+from xpt_ds.cli.export import main as export_main
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not (ON_CPU or torch.cuda.is_available()),
                                                   reason="needs CUDA (XPT_GPU_TESTS_ON_CPU=1 rehearses on CPU)")]

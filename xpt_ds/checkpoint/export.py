@@ -1,4 +1,4 @@
-"""A checkpoint -> a stock HF model directory (``python -m xpt_ds.export``), and the checkpoint's model in fp32
+"""A checkpoint -> a stock HF model directory (``python -m xpt_ds.cli.export``), and the checkpoint's model in fp32
 for evaluation and the probe (``load_model``).
 
 Works offline on one process from any ZeRO stage and any world size, one tensor at a time: every value is read

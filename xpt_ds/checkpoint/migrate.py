@@ -8,7 +8,9 @@ see one layout only.
   simply absent: the registry leaves them as constructed (``xpt_ds.checkpoint.registry``);
 - the completion marker without ``world_size`` (``saved_world_size``): DeepSpeed's ``dp_world_size``;
 - rank state files of before issue 19 (``numpy_rng_key``): numpy's RNG key as an ndarray, not a tensor;
-- the frozen-weights file of before 2026-11-28 (``frozen_file``): ``frozen_fp32.pt``, not ``.safetensors``.
+- the frozen-weights file of before 2026-11-28 (``frozen_file``): ``frozen_fp32.pt``, not ``.safetensors``;
+- a kept phase end of before 2026-11-28 (``older_phase_end``): ``NAME.pt`` holding the weights and the data
+  position, not ``NAME.safetensors`` beside ``NAME.json``.
 """
 from __future__ import annotations
 
@@ -46,3 +48,18 @@ def frozen_file(tag_dir: Path) -> Path:
     """The tag's frozen-weights file: ``frozen_fp32.safetensors``, or the ``.pt`` of an older checkpoint."""
     new = tag_dir / f"{FROZEN}.safetensors"
     return new if new.is_file() or not (tag_dir / f"{FROZEN}.pt").is_file() else tag_dir / f"{FROZEN}.pt"
+
+
+def older_phase_end_file(base: Path, name: str) -> Path:
+    """Where a run of before 2026-11-28 kept phase ``name``'s end, under ``CKPTS/phase_ends``."""
+    return base / f"{name}.pt"
+
+
+def older_phase_end(base: Path, name: str) -> tuple[dict, dict] | None:
+    """(weights by parameter name, data position) of phase ``name``'s end from an older run's ``NAME.pt``, read
+    whole; None when the run keeps it the current way (``NAME.safetensors``) or has no ``.pt``."""
+    old = older_phase_end_file(base, name)
+    if (base / f"{name}.safetensors").is_file() or not old.is_file():
+        return None
+    blob = torch.load(old, map_location="cpu", weights_only=True)
+    return blob["weights"], blob["data"]

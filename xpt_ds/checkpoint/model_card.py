@@ -219,7 +219,7 @@ def _reproduce(cfg: TrainConfig, run_dir: Path, tag_dir: Path) -> str:
     world = read_marker(tag_dir).get("world_size", 1)
     config = run_dir.resolve() / "config.yaml"
     train = f"--config {config} --run_dir=NEW_RUN_DIR"
-    train = f"xpt-ds train {train}" if world == 1 else f"torchrun --nproc_per_node {world} -m xpt_ds.train {train}"
+    train = f"xpt-ds train {train}" if world == 1 else f"torchrun --nproc_per_node {world} -m xpt_ds.cli.train {train}"
     return "\n".join([
         "## Reproduce", "",
         f"On {_ranks(world)}, as the run (another world size changes the global batch unless `optim.grad_accum` "

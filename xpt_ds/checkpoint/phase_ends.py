@@ -11,6 +11,7 @@ from pathlib import Path
 import deepspeed
 import torch
 
+from xpt_ds.checkpoint.migrate import older_phase_end, older_phase_end_file
 from xpt_ds.checkpoint.store import CheckpointError, _peer_failed, _write_error, agree, fsync_dir
 from xpt_ds.checkpoint.values import ValueFile, state_digest, write_values
 
@@ -56,9 +57,10 @@ def _atomic_write_text(path: Path, text: str) -> None:
 
 def phase_end_files(ckpt_root: Path, name: str) -> list[Path]:
     """The files that hold phase ``name``'s end: ``NAME.safetensors`` and ``NAME.json``, or an older run's
-    ``NAME.pt``."""
+    (``migrate.older_phase_end_file``)."""
     base = ckpt_root / PHASE_ENDS
-    return [p for p in (base / f"{name}.safetensors", base / f"{name}.json", base / f"{name}.pt") if p.exists()]
+    files = (base / f"{name}.safetensors", base / f"{name}.json", older_phase_end_file(base, name))
+    return [p for p in files if p.exists()]
 
 
 def load_phase_end(ckpt_root: Path, name: str, digest: str | None) -> tuple[Callable[[str], torch.Tensor], dict]:
@@ -70,13 +72,14 @@ def load_phase_end(ckpt_root: Path, name: str, digest: str | None) -> tuple[Call
     if digest is None:
         raise CheckpointError(f"this run's state records no end of phase '{name}' (checkpoint older than the phase "
                               f"graph?); cannot start from {path}")
-    if (base / f"{name}.pt").is_file() and not path.is_file():  # written before 2026-11-28: read whole, checked
-        blob = torch.load(base / f"{name}.pt", map_location="cpu", weights_only=True)
-        if state_digest(blob["weights"]) != digest:
-            raise CheckpointError(f"{base / f'{name}.pt'} is not what phase '{name}' ended with in this run "
-                                  f"(blake2b differs from the checkpoint's record {digest}); was it written by "
-                                  "another branch of the run?")
-        return (lambda n: blob["weights"][n]), blob["data"]
+    older = older_phase_end(base, name)
+    if older is not None:
+        weights, data = older
+        if state_digest(weights) != digest:
+            raise CheckpointError(f"{older_phase_end_file(base, name)} is not what phase '{name}' ended with in "
+                                  f"this run (blake2b differs from the checkpoint's record {digest}); was it "
+                                  "written by another branch of the run?")
+        return weights.__getitem__, data
     if not path.is_file() or not path.with_suffix(".json").is_file():
         raise CheckpointError(f"{path} is missing: a later phase starts from the weights phase '{name}' ended "
                               f"with, kept there when it ended")

@@ -1,7 +1,7 @@
 """The run's typed config tree: one dataclass per section, every field with its default and help.
 
 ``xpt_ds.config.manager`` loads it (defaults < YAML/JSON file < ``--section.key=value``) and
-``xpt_ds.config.validate`` checks it; the help metadata is what ``python -m xpt_ds.train --help`` prints.
+``xpt_ds.config.validate`` checks it; the help metadata is what ``python -m xpt_ds.cli.train --help`` prints.
 """
 from __future__ import annotations
 
@@ -143,13 +143,13 @@ class DataConfig:
                                          "made with model.tokenizer and model.source's tokenizer. Empty = target MLM "
                                          "only.")
     source_shards: list[str] = doc([], "model.method trelm: English shards for the mlm_source objective, made with "
-                                       "model.source's tokenizer (data_tools.prepare --hf-tokenizer SOURCE): "
+                                       "model.source's tokenizer (data_tools.cli.prepare --hf-tokenizer SOURCE): "
                                        "paths, brace patterns or a manifest.json:split. Packed and masked like "
                                        "data.train_shards, optim.micro_batch_size sequences per micro-batch.")
     parallel_micro_batch: int = doc(0, "CdLM sentence pairs joined to each micro-batch of target MLM sequences "
                                        "(data.parallel_shards); 0 = optim.micro_batch_size.")
     parallel_valid_shards: list[str] = doc([], "model.method trelm: validation pairs for CdLM, same forms as "
-                                               "data.parallel_shards (the same data_tools.parallel run's "
+                                               "data.parallel_shards (the same data_tools.cli.parallel run's "
                                                "manifest.json:valid). Every validation pass also scores each CdLM "
                                                "direction a phase trains (valid/cdlm_en_x/*, valid/cdlm_x_en/*), "
                                                "data.parallel_micro_batch pairs per batch. Empty = none.")

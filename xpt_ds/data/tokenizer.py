@@ -166,7 +166,7 @@ def build_tokenizer(path: str, mask_token: str = "") -> TargetTokenizer:
     ids = {"pad": sp.pad_id(), "bos (cls)": sp.bos_id(), "eos (sep)": sp.eos_id(), "unk": sp.unk_id()}
     missing = [k for k, v in ids.items() if v < 0]
     if missing:
-        raise ConfigError(f"tokenizer {path} lacks {', '.join(missing)} id(s); train it with data_tools.prepare "
+        raise ConfigError(f"tokenizer {path} lacks {', '.join(missing)} id(s); train it with data_tools.cli.prepare "
                           "(pad_id/bos_id/eos_id/unk_id must be >= 0)")
     candidates = (mask_token,) if mask_token else MASK_CANDIDATES
     mask_ids = [sp.piece_to_id(t) for t in candidates if sp.piece_to_id(t) != sp.unk_id()]

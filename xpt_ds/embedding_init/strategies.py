@@ -79,7 +79,7 @@ def init_overlap_copy(ctx: InitContext, rows: Rows) -> None:
 def init_focus(ctx: InitContext, rows: Rows) -> None:
     """FOCUS (Dobler & de Melo 2023): overlapping pieces copy; every other piece with a static vector is the
     sparsemax(cosine similarity in the static space) combination of the overlapping pieces' source rows. The
-    static space is FOCUS's auxiliary one when made by ``data_tools.static_embeddings --method fasttext``
+    static space is FOCUS's auxiliary one when made by ``data_tools.cli.static_embeddings --method fasttext``
     (fastText over piece strings; its pieces below min count have no vector, so they fall back, as FOCUS's
     "very rare" pieces do); fed deepfocus 1.0.1's own vectors this gives its rows (benchmarks/
     compare_focus_reference.py)."""

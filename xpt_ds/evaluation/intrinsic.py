@@ -42,18 +42,18 @@ from xpt_ds.model.objective import build_objective
 
 
 def load_export(model_dir: Path, trust_remote_code: bool = False):
-    """(an ``xpt_ds.export`` directory's model, its tokenizer: spm.model, or the source's HF tokenizer of a
+    """(an ``xpt_ds.cli.export`` directory's model, its tokenizer: spm.model, or the source's HF tokenizer of a
     model whose method keeps the source vocabulary). Code the directory ships runs only if it is this xpt-ds's
     own export code or ``trust_remote_code`` (``xpt_ds.io.trust.remote_code_consent``)."""
     from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
     if not model_dir.is_dir():  # else transformers reads the path as a hub id and says so
-        raise FileNotFoundError(f"--model {model_dir}: no such directory (an xpt_ds.export output)")
+        raise FileNotFoundError(f"--model {model_dir}: no such directory (an xpt_ds.cli.export output)")
     check_not_a_run(model_dir)
     config = read_config_dict(str(model_dir))
     method = method_of(config)
     if not (model_dir / "spm.model").is_file() and not (method is not None and method.vocab in ("source", "extend")):
         raise FileNotFoundError(f"--model {model_dir} has no spm.model (the SentencePiece model that made the "
-                                "shards); xpt_ds.export writes one")
+                                "shards); xpt_ds.cli.export writes one")
     trusted = remote_code_consent(str(model_dir), trust_remote_code)
     auto = AutoModelForCausalLM if is_decoder(config) else AutoModelForMaskedLM
     with reading_weights(f"--model {model_dir}"):
@@ -75,7 +75,7 @@ def check_not_a_run(model_dir: Path) -> None:
 
 def export_data_config(config, model_dir: Path) -> DataConfig:
     """The masking and packing of the run an export came from (config.json's ``xpt_data``, written by
-    ``xpt_ds.export``), checked like a config section; an export without it (written before 2026-11-27, or not by
+    ``xpt_ds.cli.export``), checked like a config section; an export without it (written before 2026-11-27, or not by
     xpt_ds): the defaults at sequence 512, capped by the model's positions."""
     saved = getattr(config, "xpt_data", None)
     if saved is None:

@@ -1,4 +1,4 @@
-"""Where does the source language go? (000 §4.4, Table 4; ``python -m xpt_ds.probe``.)
+"""Where does the source language go? (000 §4.4, Table 4; ``python -m xpt_ds.cli.probe``.)
 
 Scores masked-token prediction (``xpt_ds.metrics.mlm``) on source-language text for the source model, and
 for the post-trained model with the source vocabulary swapped back in: the source word embeddings (tied to

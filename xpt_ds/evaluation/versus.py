@@ -1,7 +1,7 @@
 """A model's score beside its baselines, in one line that says plainly whether it beats them.
 
 ``python -m xpt_ds.evaluation.versus --key bits_per_char --model RUN/test_model.json unigram=RUN/test_unigram.json
-uniform=RUN/test_uniform.json`` reads ``xpt_ds.evaluate --out`` files (lower is better for every key it takes) and
+uniform=RUN/test_uniform.json`` reads ``xpt_ds.cli.evaluate --out`` files (lower is better for every key it takes) and
 prints e.g. ``test bits per character (lower is better): trained model 5.201, 0.274 (5.0 %) below the unigram
 predictor (5.475) and 1.221 (19.0 %) below the uniform guess (6.422)``. A model at or above the unigram predictor
 has learned no more than piece frequencies; the line says so rather than leaving the reader to compare numbers.
@@ -34,7 +34,7 @@ def versus_line(model: float, baselines: dict[str, float], key: str, split: str 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m xpt_ds.evaluation.versus", description=__doc__.split("\n\n")[0])
     p.add_argument("--key", default="bits_per_char", choices=sorted(UNITS), help="the score compared")
-    p.add_argument("--model", required=True, help="the model's `xpt_ds.evaluate --out` file")
+    p.add_argument("--model", required=True, help="the model's `xpt_ds.cli.evaluate --out` file")
     p.add_argument("baselines", nargs="+", metavar="NAME=FILE", help="a baseline's `--out` file (unigram, uniform)")
     a = p.parse_args(argv)
     try:

@@ -1,4 +1,4 @@
-"""Fine-tuning's config: ``FinetuneConfig`` (every field a ``--flag`` of ``python -m xpt_ds.finetune``), the
+"""Fine-tuning's config: ``FinetuneConfig`` (every field a ``--flag`` of ``python -m xpt_ds.cli.finetune``), the
 task presets of 002 Table A2 and the checks that need no files."""
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ OFFSET_POSITIONS = ("roberta", "xlm-roberta", "camembert")
 
 @dataclass
 class FinetuneConfig:
-    model: str = doc("", "Hugging Face encoder: local directory (e.g. an xpt_ds.export output) or hub id.")
+    model: str = doc("", "Hugging Face encoder: local directory (e.g. an xpt_ds.cli.export output) or hub id.")
     train: str = doc("", "Training examples: .csv, .tsv or .jsonl (relation: KLUE-RE .json or .jsonl).")
     test: str = doc("", "Test examples, same format; scored once per seed.")
     valid: str = doc("", "Validation examples; if given, test scores come from the best-validation epoch.")

@@ -202,7 +202,7 @@ class Encoded:
 def encode(examples: list[Example], targets: list, tokenizer, task: str, max_length: int,
            token_types: bool) -> Encoded:
     """``token_types``: the model has more than one token type. Asked for explicitly, because some tokenizers
-    (an ``xpt_ds.export`` one) leave them out by default, and dropped otherwise, because some emit type 1
+    (an ``xpt_ds.cli.export`` one) leave them out by default, and dropped otherwise, because some emit type 1
     for a pair's second sentence even for RoBERTa, which has a single type."""
     kw = dict(truncation=True, max_length=max_length, return_token_type_ids=token_types)
     if task == "token_classification":

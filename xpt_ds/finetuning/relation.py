@@ -20,7 +20,7 @@ from pathlib import Path
 
 from xpt_ds.finetuning.data import FinetuneError
 
-log = logging.getLogger("xpt_ds.finetune")
+log = logging.getLogger("xpt_ds.cli.finetune")
 
 ENTITY_FIELDS = ("subject_entity", "object_entity")
 ROLES = {"subject_entity": "subj", "object_entity": "obj"}

@@ -38,7 +38,7 @@ from xpt_ds.io.model_source import check_model_source
 from xpt_ds.io.paths import unwritable, write_text_atomic
 from xpt_ds.io.trust import UntrustedError, read_config_dict, reading_weights, remote_code_consent
 
-log = logging.getLogger("xpt_ds.finetune")
+log = logging.getLogger("xpt_ds.cli.finetune")
 
 
 @dataclass
@@ -146,7 +146,7 @@ def _check_remote_head(model_path: str, config_dict: dict, auto_cls) -> None:
     heads were mapped would load the stock head without its adapters and fine-tune a different model."""
     if config_dict.get("xpt_adapter_size") and auto_cls.__name__ not in (config_dict.get("auto_map") or {}):
         raise FinetuneError(f"--model {model_path}: its config.auto_map has no {auto_cls.__name__}, so the "
-                            "adapters would be dropped; export the run again with python -m xpt_ds.export")
+                            "adapters would be dropped; export the run again with python -m xpt_ds.cli.export")
 
 
 def build_model(cfg: FinetuneConfig, prep: Prepared):

@@ -1,6 +1,6 @@
 """Houlsby bottleneck adapters (Houlsby et al. 2019), the paper's Adapters baseline (002 §4.2).
 
-This file is self-contained (torch + transformers only): ``xpt_ds.export`` copies it next to an
+This file is self-contained (torch + transformers only): ``xpt_ds.cli.export`` copies it next to an
 exported adapters model as ``xpt_adapters.py`` and points ``config.auto_map`` at its classes (``auto_map()``), so
 stock ``AutoModel*.from_pretrained(DIR, trust_remote_code=True)`` rebuilds the adapters for the masked LM and
 for every task head fine-tuning uses.

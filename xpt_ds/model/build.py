@@ -388,7 +388,7 @@ def build_plan(cfg: ModelConfig, tok: TargetTokenizer, data: DataConfig | None =
 def _unigram_head_bias(cfg: ModelConfig, family: Family, decoder: bool, recipes: dict[str, Recipe],
                        matrices: dict, report: dict, tok: TargetTokenizer, data: DataConfig | None, rows: bool) -> dict:
     """model.head_bias_init 'unigram': the head's bias is log((count + 1) / (N + V)) over data.train_shards, the
-    logits of ``xpt_ds.evaluate --unigram``'s predictor, so the model starts from piece frequencies. Adam moves a
+    logits of ``xpt_ds.cli.evaluate --unigram``'s predictor, so the model starts from piece frequencies. Adam moves a
     bias by about lr a step, so from zero, learning the ~5 nats between frequent and rare pieces takes hundreds of
     steps that a small corpus cannot spare. Returns the embedding report with a line on it."""
     if decoder or family.head_bias not in recipes:

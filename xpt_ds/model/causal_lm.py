@@ -1,7 +1,7 @@
 """Next-token loss of a stock *ForCausalLM on packed rows (``xpt_ds.data.causal``), computed in chunks.
 
 The batch names the positions that predict (``mlm_positions``, flat indices into B*T) and what they predict
-(``mlm_targets``), as an MLM batch does, so validation, ``MLMStats`` and ``xpt_ds.evaluate`` work unchanged.
+(``mlm_targets``), as an MLM batch does, so validation, ``MLMStats`` and ``xpt_ds.cli.evaluate`` work unchanged.
 ``position_ids`` restart at every document; with no attention mask and no cache, transformers (5.x,
 ``masking_utils.find_packed_sequence_indices``) turns restarts into a block-diagonal causal mask, so no token
 attends across a document boundary.

@@ -1,7 +1,7 @@
 """``method: extend``: the source's vocabulary kept, the target's pieces appended (Chinese-LLaMA, EEVE, SambaLingo),
 and the rows split so that the old ones can be frozen exactly.
 
-The tokenizer comes from ``xpt-data extend-vocab`` (``data_tools.extend_vocab``): ids ``0 .. source_size - 1`` are
+The tokenizer comes from ``xpt-data extend-vocab`` (``data_tools.cli.extend_vocab``): ids ``0 .. source_size - 1`` are
 the source's, the new pieces follow. For training, the input embedding matrix (and an untied head's) is two
 parameters, ``old_rows`` (the source's first ``source_size`` rows, copied) and ``new_rows`` (from
 ``model.embedding_init``), so a phase can train one and freeze the other with the machinery every parameter has: a

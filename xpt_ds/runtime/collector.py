@@ -15,7 +15,7 @@ What the freeze costs: the cyclic garbage the imports leave (about 13,500 small 
 is never collected; a collection first would cost a full pass (0.59 s on the 2-core CI machine). Only the
 imports are frozen, because a frozen cycle is never freed and the build makes objects that die later: frozen
 with the build, the engine a phase switch drops stayed alive through a full pass, with its parameters and
-optimizer state (on a GPU, their device memory). ``tests/test_collector.py`` checks that it is freed.
+optimizer state (on a GPU, their device memory). ``tests/runtime/test_collector.py`` checks that it is freed.
 """
 from __future__ import annotations
 

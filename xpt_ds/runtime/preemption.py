@@ -8,7 +8,7 @@ run checkpoints after the current step, status.json says 'interrupted', and it e
 (``errors.INTERRUPTED_EXIT_CODE``). A second Ctrl-C stops at once, without a checkpoint: a KeyboardInterrupt
 wherever the main thread is, even inside a save. A save is complete only once its ``COMPLETE`` marker is written,
 last (``checkpoint.save``), so a save cut short leaves a tag that does not count and the newest complete checkpoint
-stays the newest; ``xpt_ds.train`` then records 'interrupted' (with the newest complete checkpoint) and exits 130
+stays the newest; ``xpt_ds.cli.train`` then records 'interrupted' (with the newest complete checkpoint) and exits 130
 too.
 """
 from __future__ import annotations

@@ -197,9 +197,9 @@ class Plan:
     def train_command(self, run: Run) -> list[str]:
         args = self.train_args(run)
         if self.nproc == 1:
-            return [sys.executable, "-m", "xpt_ds.train", *args]
+            return [sys.executable, "-m", "xpt_ds.cli.train", *args]
         return [sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", str(self.nproc),
-                "--master_port", str(free_port()), "--module", "xpt_ds.train", *args]
+                "--master_port", str(free_port()), "--module", "xpt_ds.cli.train", *args]
 
     def scoring(self, run: Run) -> dict:
         """How a run is scored, as its row records it: a rerun whose scoring differs scores it again
@@ -328,7 +328,7 @@ def build_plan(a: argparse.Namespace, configs: Path | None = None) -> Plan:
 
 
 def check_finetune(args: list[str]) -> None:
-    """The fine-tuning flags and files as ``xpt_ds.finetune`` checks them before it loads a model (a bad metric,
+    """The fine-tuning flags and files as ``xpt_ds.cli.finetune`` checks them before it loads a model (a bad metric,
     a missing file or label column), now: not after the first run has trained."""
     from xpt_ds.finetuning.config import parse_flags, validate
     from xpt_ds.finetuning.data import FinetuneError

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from xpt_ds.errors import UserError
 
-# A row's scores, as xpt_ds.sweeps.runner reads them from xpt_ds.evaluate's JSON: 002 Table 2's intrinsic metrics
+# A row's scores, as xpt_ds.sweeps.runner reads them from xpt_ds.cli.evaluate's JSON: 002 Table 2's intrinsic metrics
 # always, bits per character and per word when the shards carry text lengths.
 INTRINSIC_KEYS = ("loss", "ppl", "hits@1", "hits@3", "hits@5", "hits@10", "mrr", "mr")
 OPTIONAL_KEYS = ("bits_per_char", "bits_per_word")
@@ -42,7 +42,7 @@ def read_rows(path: Path) -> dict[tuple[str, int, int | None], dict]:
 
 
 def downstream_row(r: dict) -> dict:
-    """A row's fine-tuning keys from ``xpt_ds.finetune``'s ``results.json`` ``r``: its headline metric's mean, its
+    """A row's fine-tuning keys from ``xpt_ds.cli.finetune``'s ``results.json`` ``r``: its headline metric's mean, its
     spread (none for one seed) and every seed's value. A seed whose training loss became NaN (``diverged``) has no
     score: it is left out and counted."""
     metric = r["config"]["metric"]

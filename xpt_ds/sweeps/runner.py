@@ -1,5 +1,5 @@
 """Running a sweep's plan: each run (arm, size, seed) is trained (a child process, through the deepspeed launcher
-when ``--nproc`` > 1), scored with ``xpt_ds.evaluate`` and, given fine-tuning files, exported and fine-tuned;
+when ``--nproc`` > 1), scored with ``xpt_ds.cli.evaluate`` and, given fine-tuning files, exported and fine-tuned;
 one row per finished run goes to ``results.jsonl`` as soon as it finishes. A run whose row is there is not run
 again; a failed one is recorded with its log and the sweep goes on. ``--parallel K`` keeps K runs going at once
 (evaluation and export one at a time, in this process); ``--deadline-minutes`` starts no run after the deadline."""
@@ -197,7 +197,7 @@ def intrinsic(plan: Plan, run: Run, stages: Stages) -> dict:
     out = run_dir / "eval.json"
     argv = ["--run", str(run_dir), *plan.tag_args(run), "--shards", *plan.test_shards, *plan.evaluate_args,
             "--out", str(out)]
-    _add_seconds(run_dir, "evaluate", stages.module("xpt_ds.evaluate", argv, run_dir / "evaluate.log", "evaluate"))
+    _add_seconds(run_dir, "evaluate", stages.module("xpt_ds.cli.evaluate", argv, run_dir / "evaluate.log", "evaluate"))
     result = json.loads(out.read_text())
     return {**{k: result[k] for k in INTRINSIC_KEYS}, **{k: result[k] for k in OPTIONAL_KEYS if k in result},
             **({"objective": result["objective"]} if "objective" in result else {}),  # a decoder's: next_token
@@ -216,9 +216,9 @@ def downstream(plan: Plan, run: Run, stages: Stages) -> dict:
         export = run_dir / "export"
         shutil.rmtree(export, ignore_errors=True)
         log = run_dir / "finetune.log"
-        seconds = stages.module("xpt_ds.export", ["--run", str(run_dir), *plan.tag_args(run), "--out", str(export)],
+        seconds = stages.module("xpt_ds.cli.export", ["--run", str(run_dir), *plan.tag_args(run), "--out", str(export)],
                                 log, "export")
-        seconds += stages.process([sys.executable, "-m", "xpt_ds.finetune", "--model", str(export), "--out",
+        seconds += stages.process([sys.executable, "-m", "xpt_ds.cli.finetune", "--model", str(export), "--out",
                                    str(results.parent), *plan.finetune_args], log, "finetune")
         recorded.write_text(json.dumps(plan.finetune_args) + "\n")
         _add_seconds(run_dir, "finetune", seconds)
@@ -268,7 +268,7 @@ def unigram(plan: Plan, run: Run, stages: Stages) -> None:
         out.rename(_free_name(out, ".superseded"))
     argv = ["--run", str(plan.run_dir(run)), *plan.tag_args(run), "--shards", *plan.test_shards,
             *plan.evaluate_args, "--unigram", *plan.unigram_shards, "--out", str(out)]
-    stages.module("xpt_ds.evaluate", argv, plan.out / "unigram.log", "unigram")
+    stages.module("xpt_ds.cli.evaluate", argv, plan.out / "unigram.log", "unigram")
     record.write_text(json.dumps(now) + "\n")
 
 

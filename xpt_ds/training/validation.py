@@ -1,5 +1,5 @@
 """Validation during training: 002 Table 2's metrics over the (seeded, hence fixed) validation masks, and with TreLM's
-``data.parallel_valid_shards`` each CdLM direction's (``xpt_ds.trelm.valid``). ``xpt_ds.evaluate`` runs the same
+``data.parallel_valid_shards`` each CdLM direction's (``xpt_ds.trelm.valid``). ``xpt_ds.cli.evaluate`` runs the same
 computation on a checkpoint or an export."""
 from __future__ import annotations
 

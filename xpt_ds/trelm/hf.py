@@ -1,6 +1,6 @@
 """TreLM (004 §3.1) for stock transformers: the target-language model of a ``method: trelm`` run.
 
-This file is self-contained (torch + transformers only): ``xpt_ds.export`` copies it next to an exported trelm
+This file is self-contained (torch + transformers only): ``xpt_ds.cli.export`` copies it next to an exported trelm
 model as ``xpt_trelm.py`` and points ``config.auto_map`` at its classes (``auto_map()``), so stock
 ``AutoModel*.from_pretrained(DIR, trust_remote_code=True)`` runs the TRILayer in the masked LM and in every
 task head fine-tuning uses. The stock class without ``trust_remote_code`` loads the model *without* it.

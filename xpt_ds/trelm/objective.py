@@ -11,7 +11,7 @@ the English head (``trelm.lm_logits``). The loss is the sum of one mean per obje
 updates with both losses): a CdLM row predicts every piece, an MLM row ~15% of its pieces, and a single mean
 over all predictions would let the row counts decide their weight.
 
-A batch without CdLM or English fields (validation, ``xpt_ds.evaluate``, a phase of target MLM only) is plain
+A batch without CdLM or English fields (validation, ``xpt_ds.cli.evaluate``, a phase of target MLM only) is plain
 target MLM through the TRILayer with the identity order, so ``return_logits`` gives the same [M, V] logits as
 ``MaskedLMObjective``'s.
 """

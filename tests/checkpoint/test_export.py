@@ -1,0 +1,329 @@
+"""Export round trip: stock transformers on the exported directory == the trainer's own model."""
+import json
+import subprocess
+import sys
+
+import pytest
+import sentencepiece as spm
+import torch
+import yaml
+from transformers import (AutoModel, AutoModelForMaskedLM, AutoModelForMultipleChoice, AutoModelForQuestionAnswering,
+                          AutoModelForSequenceClassification, AutoModelForTokenClassification, AutoTokenizer)
+
+from conftest import REPO, free_port, launch, run_main, write_config
+from xpt_ds.checkpoint.store import tag_for
+from xpt_ds.cli.export import main as export_main
+
+pytestmark = pytest.mark.multiproc
+
+
+def _trainer_logits(run_root, ids, tmp_path):
+    out = tmp_path / "logits.pt"
+    torch.save(ids, str(out) + ".ids.pt")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
+           str(REPO / "tests/trainer_logits.py"), str(run_root / "cfg.yaml"), str(out)]  # torchrun: one launcher
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600,
+                          env={**__import__("os").environ, "DS_ACCELERATOR": "cpu"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return torch.load(out)
+
+
+@pytest.mark.parametrize("stage", [1, 3])
+def test_export_matches_trainer(stage, straight_runs, tmp_path, corpus):
+    """ZeRO-1 (DeepSpeed's stage-1-and-2 optimizer and checkpoint layout, as ZeRO-2) and ZeRO-3."""
+    import shutil
+
+    import yaml
+    shared = straight_runs(stage)
+    run_root = tmp_path / "straight"  # the shared run stays as it is: trainer_logits starts a Trainer on it
+    shutil.copytree(shared / "run", run_root / "run")
+    cfg = yaml.safe_load((shared / "cfg.yaml").read_text())
+    (run_root / "cfg.yaml").write_text(yaml.safe_dump({**cfg, "run_dir": str(run_root / "run")}))
+    out = tmp_path / "exported"
+    assert export_main(["--run", str(run_root / "run"), "--out", str(out)]) == 0
+
+    model = AutoModelForMaskedLM.from_pretrained(out).eval()
+    tok = AutoTokenizer.from_pretrained(out)
+    text = open(corpus / "spm.vocab", encoding="utf-8").read().split()[40] + " " + \
+        open(corpus / "spm.vocab", encoding="utf-8").read().split()[60]
+    enc = tok(text, return_tensors="pt")
+    sp = spm.SentencePieceProcessor(model_file=str(corpus / "spm.model"))
+    assert enc["input_ids"][0].tolist() == [sp.bos_id(), *sp.encode(text), sp.eos_id()]
+    assert tok.mask_token == "<mask>" and tok.mask_token_id == sp.piece_to_id("<mask>")
+    assert tok.pad_token_id == sp.pad_id() == model.config.pad_token_id
+    # Pairs in RoBERTa's layout (one token type): <s> A </s></s> B </s>, all segment 0, and the model takes them.
+    a, b = text.split()
+    pair = tok(a, b, return_tensors="pt")
+    assert model.config.type_vocab_size == 1
+    assert pair["input_ids"][0].tolist() == [sp.bos_id(), *sp.encode(a), sp.eos_id(), sp.eos_id(), *sp.encode(b),
+                                             sp.eos_id()]
+    assert "token_type_ids" not in pair  # RoBERTa has one token type: the tokenizer returns none
+    with torch.no_grad():
+        model(**pair)
+
+    ids = torch.randint(5, sp.get_piece_size(), (2, 20))
+    ids[:, 0], ids[:, -1] = sp.bos_id(), sp.eos_id()
+    with torch.no_grad():
+        exported = model(input_ids=ids).logits
+    assert torch.equal(exported, _trainer_logits(run_root, ids, tmp_path))
+
+
+@pytest.mark.parametrize("stage,lost", [(1, "zero_pp_rank_1_mp_rank_00_optim_states.pt"),
+                                        (3, "zero_pp_rank_1_mp_rank_00_model_states.pt")])
+def test_a_complete_tag_missing_a_rank_file_is_one_line_and_leaves_no_out(stage, lost, straight_runs, tmp_path):
+    """A tag with its marker but without one rank's file (a copy that left it behind) is refused by name before
+    DeepSpeed reads anything, and a failed export (that, or a tag that does not exist) leaves no empty --out."""
+    import shutil
+    run = tmp_path / "run"
+    shutil.copytree(straight_runs(stage) / "run", run)
+    tag = sorted((run / "checkpoints").glob("global_step*"))[-1]
+    (tag / lost).unlink()
+    proc = run_main("xpt_ds.cli.export", ["--run", str(run), "--tag", tag.name, "--out", str(tmp_path / "hf")])
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode != 0 and len(lines) == 1 and lines[0].startswith("error:"), proc.stderr[-2000:]
+    assert lost in lines[0] and tag.name in lines[0]
+    assert not (tmp_path / "hf").exists()
+    proc = run_main("xpt_ds.cli.export", ["--run", str(run), "--tag", "global_step999999999", "--out",
+                                      str(tmp_path / "hf2")])
+    assert proc.returncode != 0 and "global_step999999999" in proc.stderr and not (tmp_path / "hf2").exists()
+
+
+def test_a_marker_or_model_config_a_save_did_not_write_is_one_line(straight_runs, tmp_path):
+    """The newest tag's COMPLETE emptied (a sync gone wrong): resume, export and evaluate each stop with one line
+    naming the file, status.json says failed, and the tag is left as it was (its other files may be whole). A
+    tag without hf_config/config.json, or with a broken one: export and evaluate name it."""
+    import shutil
+    run = tmp_path / "run"
+    shutil.copytree(straight_runs(1) / "run", run)
+    cfg = yaml.safe_load((straight_runs(1) / "cfg.yaml").read_text())
+    tag = run / "checkpoints" / tag_for(8)
+    (tag / "COMPLETE").write_text("")
+    culprit = f"checkpoint {tag_for(8)}: {tag / 'COMPLETE'} is not the record a save writes"
+    proc = launch(["--config", str(write_config(tmp_path / "cfg.yaml", {**cfg, "run_dir": str(run)}))])
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith(f"error: {culprit}")
+    assert json.loads((run / "status.json").read_text())["state"] == "failed" and tag.is_dir()
+    for module, args in (("xpt_ds.cli.export", ["--out", str(tmp_path / "hf")]),
+                         ("xpt_ds.cli.evaluate", ["--shards", *cfg["data"]["valid_shards"]])):
+        proc = run_main(module, ["--run", str(run), *args])
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"error: {culprit}"), proc.stderr
+    (tag / "COMPLETE").write_text(json.dumps({"global_step": 8}))
+    shutil.rmtree(tag / "hf_config")
+    for module, args in (("xpt_ds.cli.export", ["--out", str(tmp_path / "hf")]),
+                         ("xpt_ds.cli.evaluate", ["--shards", *cfg["data"]["valid_shards"]])):
+        proc = run_main(module, ["--run", str(run), *args])
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-2000:]
+        assert lines[0] == (f"error: checkpoint {tag} has no hf_config/config.json, the target model's config the "
+                            "export and evaluate build from (copy it from another checkpoint of the run: every one "
+                            "holds the same)")
+    shutil.copytree(run / "checkpoints" / tag_for(4) / "hf_config", tag / "hf_config")
+    (tag / "hf_config/config.json").write_text("{}")
+    proc = run_main("xpt_ds.cli.export", ["--run", str(run), "--out", str(tmp_path / "hf")])
+    assert proc.returncode == 2 and proc.stderr.strip().startswith(
+        f"error: checkpoint {tag}: cannot read {tag / 'hf_config/config.json'}"), proc.stderr[-2000:]
+    assert not (tmp_path / "hf").exists()
+
+
+def test_export_replaces_an_earlier_export_whole_and_refuses_other_folders(straight_runs, tmp_path):
+    """A second export into the same --out replaces the first's files whole (a file only the first wrote does not
+    stay: evaluate would read a stale spm.model) and keeps the files it did not write (a model card); a non-empty
+    folder that is not an export is refused in one line and
+    left as it was; no staging folder is left beside --out."""
+    run, out = straight_runs(1) / "run", tmp_path / "hf"
+    proc = run_main("xpt_ds.cli.export", ["--run", str(run), "--tag", tag_for(4), "--out", str(out)])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    written = json.loads((out / "xpt_export.json").read_text())["files"]
+    assert set(written) == {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
+    (out / "spm.model").rename(out / "spm.model.old")  # stands for a file only the earlier export wrote
+    record = json.loads((out / "xpt_export.json").read_text())
+    (out / "xpt_export.json").write_text(json.dumps({"files": record["files"] + ["spm.model.old"]}))
+    (out / "card").mkdir()
+    (out / "card/README.md").write_text("the user's model card")  # not an export's: kept
+    first = (out / "model.safetensors").read_bytes()
+    proc = run_main("xpt_ds.cli.export", ["--run", str(run), "--tag", tag_for(8), "--out", str(out)])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert not (out / "spm.model.old").exists() and (out / "model.safetensors").read_bytes() != first
+    assert (out / "card/README.md").read_text() == "the user's model card"
+    assert f"kept {out / 'card/README.md'}: not a file of the earlier export" in proc.stderr
+    assert "card/README.md" not in json.loads((out / "xpt_export.json").read_text())["files"]
+    (out / "xpt_export.json").unlink()  # an export from before the record: what an export writes goes, the rest stays
+    (out / "vocab.txt").write_text("a keep_vocab export's copy of its source's tokenizer")
+    proc = run_main("xpt_ds.cli.export", ["--run", str(run), "--tag", tag_for(8), "--out", str(out)])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert not (out / "vocab.txt").exists() and (out / "card/README.md").read_text() == "the user's model card"
+    assert f"kept {out / 'card/README.md'}: not a file of the earlier export" in proc.stderr
+    assert AutoModelForMaskedLM.from_pretrained(out) is not None
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "todo.txt").write_text("mine")
+    proc = run_main("xpt_ds.cli.export", ["--run", str(run), "--out", str(other)])
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-2000:]
+    assert lines[0].startswith(f"error: --out {other}: is not empty and holds no earlier xpt-ds export")
+    assert [f.name for f in other.iterdir()] == ["todo.txt"] and (other / "todo.txt").read_text() == "mine"
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["hf", "notes"]
+
+
+def test_bert_layout_pairs_use_two_segments(tmp_path, corpus_bert):
+    from xpt_ds.data.tokenizer import build_tokenizer, save_hf_tokenizer
+    save_hf_tokenizer(build_tokenizer(str(corpus_bert / "spm.model")), tmp_path, model_max_length=64, token_types=2)
+    tok = AutoTokenizer.from_pretrained(tmp_path)
+    sp = spm.SentencePieceProcessor(model_file=str(corpus_bert / "spm.model"))
+    a, b = sp.id_to_piece(40), sp.id_to_piece(60)
+    pair = tok(a, b)
+    la, lb = len(sp.encode(a)), len(sp.encode(b))
+    assert pair["input_ids"] == [sp.bos_id(), *sp.encode(a), sp.eos_id(), *sp.encode(b), sp.eos_id()]
+    assert pair["token_type_ids"] == [0] * (la + 2) + [1] * (lb + 1)
+
+
+def test_export_adapters_loads_with_remote_code(tmp_path, tiny_roberta, corpus):
+    from conftest import base_config, write_config
+    cfg = base_config(tmp_path / "run", tiny_roberta, corpus, deepspeed=str(REPO / "ds_configs/zero1_fp32.json"))
+    cfg["model"].update(method="adapters", adapter_size=8)
+    cfg["phases"] = [{"name": "all", "steps": 2, "lr": 1e-3}]
+    proc = launch(["--config", str(write_config(tmp_path / "cfg.yaml", cfg))])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = tmp_path / "exported"
+    assert export_main(["--run", str(tmp_path / "run"), "--out", str(out)]) == 0
+    model = AutoModelForMaskedLM.from_pretrained(out, trust_remote_code=True).eval()
+    assert type(model).__name__ == "XptAdapterRobertaForMaskedLM"
+    up = model.roberta.encoder.layer[0].output.adapter.up.weight
+    assert up.abs().sum() > 0  # trained adapter weights came through
+    ids = torch.randint(5, 100, (1, 10))
+    plain = AutoModelForMaskedLM.from_pretrained(out).eval()  # stock class: adapters dropped
+    assert not torch.allclose(model(input_ids=ids).logits, plain(input_ids=ids).logits)
+    # Every task head fine-tuning uses loads with the same trained adapters and encoder.
+    for auto in (AutoModel, AutoModelForSequenceClassification, AutoModelForTokenClassification,
+                 AutoModelForQuestionAnswering, AutoModelForMultipleChoice):
+        task = auto.from_pretrained(out, trust_remote_code=True).eval()
+        assert type(task).__name__.startswith("XptAdapterRoberta"), type(task)
+        encoder = getattr(task, "roberta", task)
+        assert torch.equal(encoder.encoder.layer[0].output.adapter.up.weight, up)
+        with torch.no_grad():
+            assert torch.equal(encoder(input_ids=ids).last_hidden_state,
+                               model.roberta(input_ids=ids).last_hidden_state)
+
+
+CHECKPOINTS = [("straight", 0), ("straight", 1), ("straight", 2), ("straight", 3), ("engine", "zero2_bf16")]
+
+
+@pytest.mark.parametrize("kind,which", CHECKPOINTS, ids=[f"{k}-{w}" for k, w in CHECKPOINTS])
+def test_a_checkpoint_read_one_value_at_a_time_is_deepspeeds_zero_to_fp32(kind, which, straight_runs, engine_runs):
+    """``CheckpointValues`` (memory-mapped files, each value assembled when asked for) against DeepSpeed's own
+    reconstruction (``zero_to_fp32``, which builds the whole state dict) of every parameter, bit for bit: ZeRO-0's
+    module, ZeRO-1/2's flat groups with their paddings (bf16 runs' too), ZeRO-3's per-rank partitions; frozen ones
+    from the checkpoint's frozen-weights file."""
+    import contextlib
+    import io
+
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+    from xpt_ds.io.trust import load_plain
+    from xpt_ds.checkpoint.values import CheckpointValues, ValueFile, frozen_file
+    run = straight_runs(which) / "run" if kind == "straight" else engine_runs(which)
+    root = run / "checkpoints"
+    phase1, phase2 = (tag_for(2), tag_for(6)) if kind == "straight" else (tag_for(4), tag_for(8))
+    for tag in (phase1, phase2):  # phase 1 (the source frozen) and phase 2 (everything trains)
+        values = CheckpointValues(root, tag)
+        frozen = ValueFile(frozen_file(root / tag))
+        if kind == "straight" and which == 0:
+            want = {k: v.float() for k, v in load_plain(root / tag / "mp_rank_00_model_states.pt")["module"].items()}
+        else:
+            with contextlib.redirect_stdout(io.StringIO()):
+                want = get_fp32_state_dict_from_zero_checkpoint(str(root), tag=tag, exclude_frozen_parameters=True)
+        want.update({k: frozen.get(k) for k in frozen.keys})
+        names = values.names()
+        assert names and set(names) <= set(want), tag
+        assert (tag == phase1) == bool(frozen.keys)
+        assert [n for n in names if not torch.equal(values(n), want[n].float())] == [], tag
+
+
+def _same_as_save_pretrained(model, tmp_path, max_shard_bytes):
+    """``save_model`` (streamed, files of at most ``max_shard_bytes``) against the stock ``save_pretrained`` of the
+    same model: the same tensors under the same names, the same config.json and generation config; and stock
+    ``from_pretrained`` loads the sharded directory to the same logits."""
+    from safetensors.torch import load_file
+
+    from xpt_ds.checkpoint.export import save_model
+    streamed, stock = tmp_path / "streamed", tmp_path / "stock"
+    streamed.mkdir()
+    save_model(model, streamed, max_shard_bytes=max_shard_bytes)
+    model.save_pretrained(stock)
+    shards = sorted(streamed.glob("model-*-of-*.safetensors"))
+    assert len(shards) > 1 and (streamed / "model.safetensors.index.json").is_file()
+    index = json.loads((streamed / "model.safetensors.index.json").read_text())
+    got = {}
+    for shard in shards:
+        assert shard.stat().st_size <= max_shard_bytes + 100_000  # a tensor larger than the cap gets its own file
+        got.update(load_file(shard))
+    want = {}
+    for f in stock.glob("*.safetensors"):
+        want.update(load_file(f))
+    assert got.keys() == want.keys() == set(index["weight_map"])
+    assert [k for k in want if not torch.equal(got[k], want[k])] == []
+    drop = ("transformers_version", "auto_map")  # auto_map: an adapters export names its shipped classes
+    read = lambda d, f: {k: v for k, v in json.loads((d / f).read_text()).items() if k not in drop}  # noqa: E731
+    assert read(streamed, "config.json") == read(stock, "config.json")
+    assert (streamed / "generation_config.json").is_file() == (stock / "generation_config.json").is_file()
+    if (stock / "generation_config.json").is_file():
+        assert read(streamed, "generation_config.json") == read(stock, "generation_config.json")
+    return streamed
+
+
+EXPORTS = [("roberta", "xpt"), ("bert", "adapters"), ("llama-untied", "xpt"), ("gpt2-tied", "xpt"),
+           ("qwen2-tied", "xpt")]
+
+
+@pytest.mark.parametrize("source,method", EXPORTS, ids=[f"{s}-{m}" for s, m in EXPORTS])
+def test_a_streamed_sharded_export_is_what_save_pretrained_writes(source, method, tiny_roberta, tiny_bert,
+                                                                  tiny_decoder, corpus, corpus_bert, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from xpt_ds.config import ModelConfig
+    from xpt_ds.data.tokenizer import build_tokenizer
+    from xpt_ds.model.build import build_model
+    family, _, tied = source.partition("-")
+    path = {"roberta": tiny_roberta, "bert": tiny_bert}.get(family) or tiny_decoder(family, tied == "tied")
+    corp = corpus_bert if family == "bert" else corpus
+    cfg = ModelConfig(source=str(path), tokenizer=str(corp / "spm.model"), method=method,
+                      **({"adapter_size": 8} if method == "adapters" else {}))
+    model = build_model(cfg, build_tokenizer(cfg.tokenizer)).model.eval()
+    out = _same_as_save_pretrained(model, tmp_path, max_shard_bytes=40_000)
+    if method == "adapters":  # its classes load with trust_remote_code (test_export_adapters_loads_with_remote_code)
+        from xpt_ds.model.adapters import auto_map
+        assert json.loads((out / "config.json").read_text())["auto_map"] == auto_map(family)
+        assert (out / "xpt_adapters.py").is_file()
+        return
+    auto = AutoModelForCausalLM if family not in ("roberta", "bert") else AutoModelForMaskedLM
+    loaded = auto.from_pretrained(out).eval()
+    ids = torch.randint(5, model.config.vocab_size, (2, 12))
+    with torch.no_grad():
+        assert torch.equal(loaded(input_ids=ids).logits, model(input_ids=ids).logits)
+
+
+def test_a_lora_export_merges_each_update_as_peft_does(tiny_decoder, corpus, tmp_path):
+    """The streamed merge (peft's get_delta_weight, one layer at a time) against peft's own ``merge`` of the whole
+    model, bit for bit, with non-zero updates (a fresh LoRA's B is zero: nothing would be tested)."""
+    from safetensors.torch import load_file
+
+    from xpt_ds.config import ModelConfig
+    from xpt_ds.data.tokenizer import build_tokenizer
+    from xpt_ds.model import lora
+    from xpt_ds.model.build import build_model
+    from xpt_ds.checkpoint.export import save_model
+    for family in ("llama", "gpt2"):  # GPT-2's Conv1D: fan_in_fan_out
+        cfg = ModelConfig(source=str(tiny_decoder(family, False)), tokenizer=str(corpus / "spm.model"), method="lora")
+        model = build_model(cfg, build_tokenizer(cfg.tokenizer)).model
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if ".lora_B." in name:
+                    p.normal_(generator=torch.Generator().manual_seed(len(name)))
+        out = tmp_path / family
+        out.mkdir()
+        save_model(model, out)
+        got = load_file(out / "model.safetensors")
+        want = lora.merged(model).state_dict()
+        assert not any(".lora_" in k or ".base_layer." in k for k in got)
+        assert [k for k in got if not torch.equal(got[k], want[k])] == [], family

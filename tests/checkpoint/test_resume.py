@@ -1,0 +1,158 @@
+"""Resume is exact: straight through vs. stopped and resumed, 2 ranks through torchrun (``processes.launch``)."""
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from conftest import config_only, launch, read_metrics, write_config
+from xpt_ds.checkpoint.export import load_checkpoint_fp32
+from xpt_ds.checkpoint.store import complete_tags, tag_for
+
+pytestmark = pytest.mark.multiproc
+
+
+CUTS = {2: "mid-phase1", 4: "boundary", 6: "mid-phase2"}
+# ZeRO-3 mid-phase 1 and mid-phase 2; ZeRO-3 at the boundary is tests/training/test_decoder_train.py's (Llama, 2 ranks,
+# resumed from the phase-1 checkpoint: the same phase switch on the same trainer, bit for bit). ZeRO 1
+# and 2 run the same DeepSpeed optimizer (stage 1 and 2); between them every cut is covered elsewhere, so only
+# ZeRO-1 at the boundary runs here: ZeRO-1 mid-phase-2 is test_checkpoint_from_an_older_version_resumes, ZeRO-2
+# mid-phase-1 is test_crash_save's (its rounds resume from phase-1 checkpoints and must end on the uninterrupted
+# run's losses and weights), ZeRO-2 at the boundary is tests/training/test_decoder_train.py's (GPT-2, bf16, 2 ranks).
+# ZeRO-2's other paths are test_frozen's, test_rescale's and test_checkpoint_errors'.
+CASES = [(3, 2), (1, 4), (3, 6)]
+
+
+@pytest.mark.parametrize("stage,cut", CASES, ids=[f"{CUTS[c]}-{s}" for s, c in CASES])
+def test_resume_bit_identical(stage, cut, straight_runs, tmp_path):
+    """The resumed run's source is a copy of the source without its weights: the checkpoint holds every weight and
+    which of them came from the source (its tags), so a resume reads only the source's config.json."""
+    straight = straight_runs(stage)
+    cfg = yaml.safe_load((straight / "cfg.yaml").read_text())
+    cfg["run_dir"] = str(tmp_path / "run")
+    cfg["model"]["source"] = str(config_only(Path(cfg["model"]["source"]), tmp_path / "source"))
+    shutil.copytree(straight / "run/checkpoints" / tag_for(cut), tmp_path / "run/checkpoints" / tag_for(cut))
+    proc = launch(["--config", str(write_config(tmp_path / "cfg.yaml", cfg))], nproc=2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"resumed from {tag_for(cut)}" in proc.stderr
+
+    want, got = read_metrics(straight / "run"), read_metrics(tmp_path / "run")
+    assert sorted(got) == list(range(cut + 1, 9))
+    for step in got:
+        assert got[step]["train/loss"] == want[step]["train/loss"], step
+        assert got[step]["train/phase"] == want[step]["train/phase"]
+
+    final = tag_for(8)
+    assert complete_tags(tmp_path / "run/checkpoints")[-1] == final
+    a = load_checkpoint_fp32(straight / "run/checkpoints", final)
+    b = load_checkpoint_fp32(tmp_path / "run/checkpoints", final)
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a), [k for k in a if not torch.equal(a[k], b[k])][:5]
+    config = "hf_config/config.json"  # the model the resumed run rebuilt is the one an export writes
+    assert (tmp_path / "run/checkpoints" / final / config).read_bytes() == (straight / "run/checkpoints" / final /
+                                                                            config).read_bytes()
+
+
+def test_checkpoint_from_an_older_version_resumes(straight_runs, tmp_path):
+    """Written before the marker recorded world size and stage and before the guards' state existed; mid-phase 2
+    at ZeRO-1, so this is that cut's exact-resume case too."""
+    straight = straight_runs(1)
+    cfg = yaml.safe_load((straight / "cfg.yaml").read_text())
+    cfg["run_dir"] = str(tmp_path / "run")
+    tag_dir = tmp_path / "run/checkpoints" / tag_for(6)
+    shutil.copytree(straight / "run/checkpoints" / tag_for(6), tag_dir)
+    states = tag_dir / "mp_rank_00_model_states.pt"
+    client = torch.load(states, weights_only=False)
+    del client["bad_steps"], client["tags"]  # without the tags, the model is built from the source's weights
+    torch.save(client, states)
+    (tag_dir / "COMPLETE").write_text(json.dumps({"global_step": 6, "world_size": 2}))
+    proc = launch(["--config", str(write_config(tmp_path / "cfg.yaml", cfg))], nproc=2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"resumed from {tag_for(6)}" in proc.stderr and "universal" not in proc.stderr
+    want, got = read_metrics(straight / "run"), read_metrics(tmp_path / "run")
+    assert sorted(got) == [7, 8]
+    assert [got[s]["train/loss"] for s in (7, 8)] == [want[s]["train/loss"] for s in (7, 8)]
+    a = load_checkpoint_fp32(straight / "run/checkpoints", tag_for(8))
+    b = load_checkpoint_fp32(tmp_path / "run/checkpoints", tag_for(8))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_resume_needs_neither_the_embedding_init_nor_the_source_weights(tmp_path, tiny_roberta, corpus):
+    """The checkpoint holds the word embeddings, so a resume skips model.embedding_init: here its file is gone
+    after the first start, so running it again would fail. It holds every other weight too, and which of them came
+    from the source: the source here is an encoder without an MLM head (a RobertaModel), whose head is new and
+    trains in phase 1, and the resume, in phase 1, reads only its config.json. The resumed run still equals the
+    straight one bit for bit, and logs and keeps the first start's report."""
+    import numpy as np
+    from transformers import RobertaModel
+
+    from conftest import base_config
+    from data_tools.embeddings.embedding_files import write_embeddings
+    from data_tools.piece_tokenizers import SpmTokenizer
+    from xpt_ds.checkpoint.store import read_client_state
+    spm = SpmTokenizer(corpus / "spm.model")
+    matrix = np.random.default_rng(0).normal(0, 0.02, (spm.vocab_size, 64)).astype(np.float32)
+    path = write_embeddings(tmp_path / "emb" / "rows", matrix, {"kind": "input-embeddings",
+                                                                 "tokenizer": spm.identity()})
+    headless = tmp_path / "headless"
+    RobertaModel.from_pretrained(tiny_roberta).save_pretrained(headless)
+    model = {"source": str(headless), "tokenizer": str(corpus / "spm.model"), "method": "xpt",
+             "embedding_init": "from_file", "embedding_init_args": {"path": str(path)}}
+    straight = base_config(tmp_path / "straight", tiny_roberta, corpus, model=model, checkpoint={"every_steps": 1})
+    straight["phases"] = [{**p, "steps": 2} for p in straight["phases"]]
+    proc = launch(["--config", str(write_config(tmp_path / "straight.yaml", straight))])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "embedding_init from_file:" in proc.stderr and "MLM weights" in proc.stderr  # the head is new
+    tags = read_client_state(tmp_path / "straight/checkpoints", tag_for(1))["tags"]
+    assert "@new" in tags["lm_head.dense.weight"] and "@source" in tags["roberta.encoder.layer.1.output.dense.weight"]
+    shutil.rmtree(tmp_path / "emb")
+    run = tmp_path / "run"
+    shutil.copytree(tmp_path / "straight/checkpoints" / tag_for(1), run / "checkpoints" / tag_for(1))
+    model = {**model, "source": str(config_only(headless, tmp_path / "config_only"))}
+    proc = launch(["--config", str(write_config(tmp_path / "run.yaml", {**straight, "run_dir": str(run),
+                                                                        "model": model}))])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"resumed from {tag_for(1)}" in proc.stderr
+    assert f"not run again: the word embeddings come from checkpoint {tag_for(1)}" in proc.stderr
+    assert (run / "embedding_init.json").read_text() == (tmp_path / "straight/embedding_init.json").read_text()
+    want, got = read_metrics(tmp_path / "straight"), read_metrics(run)
+    assert [got[s]["train/loss"] for s in (2, 3, 4)] == [want[s]["train/loss"] for s in (2, 3, 4)]
+    a = load_checkpoint_fp32(tmp_path / "straight/checkpoints", tag_for(4))
+    b = load_checkpoint_fp32(run / "checkpoints", tag_for(4))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    one, two = (load_checkpoint_fp32(tmp_path / "straight/checkpoints", tag_for(s)) for s in (1, 2))
+    assert not torch.equal(one["lm_head.dense.weight"], two["lm_head.dense.weight"])  # the new head trains in phase 1
+
+
+def test_a_resume_mid_log_window_logs_the_uninterrupted_mean(tiny_roberta, corpus, tmp_path):
+    """log_every=3 with a checkpoint every step: a resume from step 5 is one step into the window that logs at step
+    6. The checkpoint carries that step's loss (each rank's sum), so the resumed run logs the mean over steps 5
+    and 6 at step 6, bit for bit the uninterrupted run's, not step 6's loss alone."""
+    from conftest import base_config
+    straight = base_config(tmp_path / "straight", tiny_roberta, corpus, checkpoint={"every_steps": 1},
+                           deepspeed=str(Path(__file__).parents[2] / "ds_configs/zero1_fp32.json"),
+                           logging={"log_every": 3, "eval_every": 0, "progress_bar": False})
+    proc = launch(["--config", str(write_config(tmp_path / "straight.yaml", straight))], nproc=2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    want = read_metrics(tmp_path / "straight")
+    assert sorted(s for s in want if "train/loss" in want[s]) == [3, 4, 6, 8]  # 4 and 8 end a phase
+    run = tmp_path / "run"
+    shutil.copytree(tmp_path / "straight/checkpoints" / tag_for(5), run / "checkpoints" / tag_for(5))
+    proc = launch(["--config", str(write_config(tmp_path / "run.yaml", {**straight, "run_dir": str(run)}))], nproc=2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = read_metrics(run)
+    assert sorted(s for s in got if "train/loss" in got[s]) == [6, 8]
+    assert [got[s]["train/loss"] for s in (6, 8)] == [want[s]["train/loss"] for s in (6, 8)]
+
+
+def test_a_log_window_restored_on_another_world_size_keeps_the_old_ranks_mean():
+    from xpt_ds.metrics.logger import LogWindow
+    window = LogWindow(torch.device("cpu"))
+    window.load_state_dict({"steps": 2, "good": 2, "loss_sums": [3.0, 5.0]}, rank=0, world=1)
+    window.add(torch.tensor(2.0), skipped=False)
+    assert (window.steps, window.timed, window.good) == (3, 1, 3)
+    assert window.mean_loss().item() == (4.0 + 2.0) / 3  # the old world's mean of steps 1-2, then step 3's
+    window.load_state_dict({"steps": 2, "good": 1, "loss_sums": [3.0, 5.0]}, rank=1, world=2)
+    assert window.loss_sum.item() == 5.0 and window.timed == 0

@@ -1,0 +1,191 @@
+"""xpt_ds.data.workers: a stream's DataLoader workers are forked once and serve every pass, resume and rewind.
+
+A rank that forks while gloo's threads free finished collectives can leave the child deadlocked (CPython
+gh-112275, on the CI machine's Python 3.11.7). So the trainer forks every stream's workers when it is built,
+before the engine exists, and restarts the same processes afterwards: the batches must be those of a stream
+built in the calling process, and no worker may be forked once the engine is built (checked through the real
+``xpt_ds.cli.train`` entry point, with a ZeRO-3 engine and validation after every step). Workers that stall anyway
+are forked again at the stream's sequence."""
+import os
+
+import pytest
+import torch
+import yaml
+from test_data import BIG, _cfg
+
+from conftest import REPO, base_config, read_metrics, run_main, write_config
+from xpt_ds.data.mlm import MLMBatchStream, MLMMasker, build_stream
+
+
+def _stream(shards, workers: int, single_pass: bool = False) -> MLMBatchStream:
+    cfg = _cfg(shards)
+    return MLMBatchStream(build_stream(shards, cfg, BIG), MLMMasker(cfg, BIG), 2, 0, 1, workers,
+                          single_pass=single_pass)
+
+
+def _pids(stream: MLMBatchStream) -> list[int]:
+    """The live worker processes of ``stream``."""
+    it = stream.workers._loader._iterator
+    return [w.pid for w in it._workers if w.is_alive()]
+
+
+def _same(got: list[dict], want: list[dict]) -> None:
+    for a, b in zip(got, want, strict=True):
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def _take(stream, n: int, at: int | None = None) -> list[dict]:
+    if at is not None:
+        stream.load_state_dict({"sequences": at})
+    return [next(stream) for _ in range(n)]
+
+
+def test_training_workers_forked_once_serve_the_start_a_resume_and_a_rewind(unique_shards):
+    shards, _ = unique_shards
+    plain, stream = _stream(shards, 0), _stream(shards, 2)
+    stream.fork_workers()
+    pids = _pids(stream)
+    assert len(pids) == 2
+    try:
+        _same(_take(stream, 5, at=6), _take(plain, 5, at=6))  # a resume: the first batch is at sequence 6
+        _same(_take(stream, 3, at=2), _take(plain, 3, at=2))  # a rewind (a phase's start_from), mid-prefetch
+        _same(_take(stream, 4), _take(plain, 4))
+        assert _pids(stream) == pids
+    finally:
+        stream.close()
+    assert not any(os.path.exists(f"/proc/{p}") and open(f"/proc/{p}/stat").read().split()[2] != "Z" for p in pids)
+    _same(_take(stream, 2, at=4), _take(plain, 2, at=4))  # closed: forked again where asked
+    again = _pids(stream)
+    stream.close()
+    assert len(again) == 2 and not set(again) & set(pids)
+
+
+def test_validation_workers_forked_once_give_the_same_pass_every_time(unique_shards):
+    shards, _ = unique_shards
+    plain = list(_stream(shards, 0, single_pass=True))
+    assert len(plain) > 2
+    stream = _stream(shards, 2, single_pass=True)
+    stream.fork_workers()
+    pids = _pids(stream)
+    try:
+        for _ in range(3):  # as the trainer's evaluate: rewind to 0, then to the end
+            stream.load_state_dict({"sequences": 0})
+            _same(list(stream), plain)
+        assert _pids(stream) == pids
+    finally:
+        stream.close()
+
+
+def test_workers_forked_before_their_first_batch_build_none(unique_shards, tmp_path, monkeypatch):
+    """Forked idle: a worker builds no batch until the stream asks for its first (they would come from
+    sequence 0, which a resume would then drop)."""
+    from xpt_ds.data import mlm
+    built = tmp_path / "built"
+    batch = mlm._BatchPlan.batch
+
+    def counted(plan, b):
+        with open(built, "a") as f:
+            f.write(f"{plan.first} {b}\n")
+        return batch(plan, b)
+    monkeypatch.setattr(mlm._BatchPlan, "batch", counted)
+    shards, _ = unique_shards
+    stream = _stream(shards, 2)
+    stream.fork_workers()
+    try:
+        import time
+        time.sleep(1.0)  # time to prefetch, were the workers running
+        assert len(_pids(stream)) == 2 and not built.exists()
+        next(stream)
+    finally:
+        stream.close()
+    assert built.read_text().split("\n")[0].split()[0] == "0"
+
+
+def _record(monkeypatch, events):
+    """Patches (run_main forks: they go with it) that write each start of worker processes and each engine
+    build to ``events``, in order."""
+    from xpt_ds.data import workers
+    from xpt_ds.training import engine as engines
+    make_loader, build_engine = workers.Workers._make_loader, engines.build_engine
+
+    def note(what):
+        with open(events, "a") as f:
+            f.write(what + "\n")
+
+    def loader(self):
+        note(f"fork {self.num_workers}")
+        return make_loader(self)
+
+    def engine(*args, **kwargs):
+        note("engine")
+        return build_engine(*args, **kwargs)
+    monkeypatch.setattr(workers.Workers, "_make_loader", loader)
+    monkeypatch.setattr(engines, "build_engine", engine)
+
+
+@pytest.mark.multiproc
+def test_no_worker_is_forked_once_the_engine_is_built(tiny_roberta, corpus, tmp_path, monkeypatch):
+    """One rank under ZeRO-3 (its parameter fetches are asynchronous collectives), validation after every step,
+    both phases (a new engine at the switch): the two streams' workers are forked before the first engine, and
+    never again."""
+    _record(monkeypatch, tmp_path / "events")
+    cfg = base_config(tmp_path / "run", tiny_roberta, corpus, deepspeed=str(REPO / "ds_configs/zero3_fp32.json"))
+    cfg["phases"] = [{**p, "steps": 2} for p in cfg["phases"]]
+    cfg["logging"].update(eval_every=1, eval_batches=0)
+    r = run_main("xpt_ds.cli.train", ["--config", str(write_config(tmp_path / "c.yaml", cfg))])
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert (tmp_path / "events").read_text().split("\n")[:-1] == ["fork 2", "fork 2", "engine", "engine"]
+    valid = [m for m in read_metrics(tmp_path / "run").values() if "valid/loss" in m]
+    assert len(valid) >= 4  # a pass after each step: four on the same two workers
+
+
+@pytest.mark.multiproc
+def test_a_trelm_run_forks_its_english_stream_with_the_target_one(tmp_path, source_dir, corpus_bert,  # noqa: F811
+                                                                   english, monkeypatch):  # noqa: F811
+    """TreLM's shipped four-phase graph (English MLM beside the target's, branches that rewind the streams to
+    where 'common' ended) with 2 workers per stream: both streams fork before the first engine, never after."""
+    from test_trelm import _write_parallel
+    from test_trelm_phases import _three_phase
+    _record(monkeypatch, tmp_path / "events")
+    parallel, _ = _write_parallel(tmp_path / "par", corpus_bert)
+    config = _three_phase(tmp_path / "run", source_dir, corpus_bert, english, parallel)
+    cfg = yaml.safe_load(config.read_text())
+    cfg["data"]["num_workers"] = 2
+    config.write_text(yaml.safe_dump(cfg))
+    r = run_main("xpt_ds.cli.train", ["--config", str(config)])
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "phase 'x_en' starts at global step 4 from the end of 'common'" in r.stderr
+    assert (tmp_path / "events").read_text().split("\n")[:-1] == ["fork 2", "fork 2"] + ["engine"] * 4
+
+
+def _stuck_once(marker):
+    """A worker_init_fn that blocks the first worker that runs it, as a worker deadlocked at its start would."""
+    def init(worker_id):
+        import time
+        try:
+            marker.touch(exist_ok=False)  # the first worker only
+        except FileExistsError:
+            return
+        time.sleep(3600)
+    return init
+
+
+def test_workers_that_deliver_nothing_are_restarted_at_the_same_sequence(unique_shards, tmp_path, monkeypatch,
+                                                                          caplog):
+    """A DataLoader worker that never starts (CPython 3.11 can deadlock a forked child in its after-fork cleanup)
+    held a rank, and the job, for good. A stream whose workers deliver no batch in worker_timeout_s restarts them
+    where it is: the same batches as a stream that never stalled."""
+    shards, _ = unique_shards
+    cfg = _cfg(shards)
+    plain = MLMBatchStream(build_stream(shards, cfg, BIG), MLMMasker(cfg, BIG), 2, 0, 1, 0)
+    want = [next(plain) for _ in range(5)]
+    monkeypatch.setattr(MLMBatchStream, "worker_init_fn", staticmethod(_stuck_once(tmp_path / "stuck")))
+    monkeypatch.setattr(MLMBatchStream, "worker_timeout_s", 2.0)
+    stream = MLMBatchStream(build_stream(shards, cfg, BIG), MLMMasker(cfg, BIG), 2, 0, 1, 2)
+    with caplog.at_level("WARNING"):
+        got = [next(stream) for _ in range(5)]
+    stream.close()
+    assert (tmp_path / "stuck").exists() and "no batch from the DataLoader workers in 2 s" in caplog.text
+    assert "forking new ones at sequence" in caplog.text
+    for a, b in zip(got, want, strict=True):
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

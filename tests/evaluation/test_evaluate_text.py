@@ -1,0 +1,140 @@
+"""``xpt-ds evaluate --model M --text FILE``: bits per byte on raw text under the model's own tokenizer, on a tiny
+stock GPT-2 xpt-ds did not write, against a hand computation from its logits; documents apart, long documents in
+windows, the JSON, and one-line errors."""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+
+import pytest
+import torch
+
+from xpt_ds.cli.evaluate import main
+from xpt_ds.evaluation.text_bpb import load_decoder, score_file, windows
+
+LINES = ["the cat sat on the mat", "a dog ran to the park and sat down", "привіт світ, the end"]
+
+
+def _tokenizer(out, bos: bool):
+    """A byte-level BPE of a few hundred pieces, GPT-2's kind (bos = eos = <|endoftext|>), or without a bos."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import PreTrainedTokenizerFast
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(LINES * 20, vocab_size=300, min_frequency=2, show_progress=False,
+                            special_tokens=["<|endoftext|>"])
+    specials = {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"} if bos else {"eos_token": "<|endoftext|>"}
+    tok = PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, **specials)
+    tok.save_pretrained(str(out))
+    return tok
+
+
+def _gpt2(out, bos: bool = True):
+    """A stock GPT2LMHeadModel (random weights, 2 layers, hidden 64, 32 positions) and its tokenizer."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+    tok = _tokenizer(out, bos)
+    torch.manual_seed(0)
+    GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_embd=64, n_layer=2, n_head=2, n_positions=32,
+                               bos_token_id=0, eos_token_id=0)).save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def gpt2(tmp_path_factory):
+    return _gpt2(tmp_path_factory.mktemp("gpt2"))
+
+
+@pytest.fixture(scope="module")
+def loaded(gpt2):
+    return load_decoder(gpt2)
+
+
+def _file(path, lines):
+    path.write_text("\n".join(lines) + "\n\n", encoding="utf-8")  # a blank line is no document
+    return path
+
+
+def _hand_nats(model, tok, doc: str) -> float:
+    """Next-piece NLL of one document read whole from bos, from the model's logits in float64."""
+    ids = [tok.bos_token_id] + tok(doc, add_special_tokens=False)["input_ids"]
+    with torch.no_grad():
+        logits = model(torch.tensor([ids])).logits[0].double()
+    logp = torch.log_softmax(logits[:-1], -1)
+    return -float(logp[torch.arange(len(ids) - 1), torch.tensor(ids[1:])].sum())
+
+
+@pytest.mark.parametrize("batch_size", [1, 16])
+def test_bits_per_byte_is_the_hand_computation(loaded, tmp_path, batch_size):
+    model, tok = loaded
+    got = score_file(model, tok, _file(tmp_path / "t.txt", LINES), seq_len=32, batch_size=batch_size)
+    nats = sum(_hand_nats(model, tok, d) for d in LINES)
+    n_bytes = sum(len(d.encode()) for d in LINES)
+    assert got["bytes"] == n_bytes and got["documents"] == 3 and got["words"] == sum(len(d.split()) for d in LINES)
+    assert got["tokens"] == got["pieces"]  # each document's first piece too, predicted from bos
+    assert got["bits_per_byte"] == pytest.approx(nats / math.log(2) / n_bytes, abs=1e-6)
+    assert got["pieces_per_word"] == got["pieces"] / got["words"] and "from bos '<|endoftext|>'" in got["first_token"]
+
+
+def test_documents_do_not_see_each_other(loaded, tmp_path):
+    model, tok = loaded
+    both = score_file(model, tok, _file(tmp_path / "ab.txt", LINES[:2]), seq_len=32)
+    alone = [score_file(model, tok, _file(tmp_path / f"{i}.txt", [d]), seq_len=32)["nats"]
+             for i, d in enumerate(LINES[:2])]
+    assert both["nats"] == pytest.approx(sum(alone), rel=1e-7)  # float32 logits of other batch shapes
+    joined = score_file(model, tok, _file(tmp_path / "j.txt", [" ".join(LINES[:2])]), seq_len=32)
+    assert abs(joined["nats"] - both["nats"]) > 1e-3  # read as one document, the second part has context
+
+
+def test_a_long_document_is_scored_in_windows(loaded, tmp_path):
+    """seq_len 8: every piece predicted once; window k reads pieces 8k .. 8k+7 (bos first)."""
+    model, tok = loaded
+    doc = " ".join(LINES[:2])
+    ids = [tok.bos_token_id] + tok(doc, add_special_tokens=False)["input_ids"]
+    pairs = windows(ids, 8)
+    assert [t for _, t in pairs] == [ids[k + 1:k + 9] for k in range(0, len(ids) - 1, 8)]
+    assert all(i[1:] == t[:-1] for i, t in pairs)
+    got = score_file(model, tok, _file(tmp_path / "w.txt", [doc]), seq_len=8)
+    with torch.no_grad():
+        hand = sum(-float(torch.log_softmax(model(torch.tensor([i])).logits[0].double(), -1)[
+            torch.arange(len(t)), torch.tensor(t)].sum()) for i, t in pairs)
+    assert got["tokens"] == len(ids) - 1 and got["windows"] == math.ceil((len(ids) - 1) / 8)
+    assert got["nats"] == pytest.approx(hand, rel=1e-6)
+
+
+def test_without_bos_the_first_piece_is_not_scored(tmp_path):
+    model, tok = load_decoder(_gpt2(tmp_path / "m", bos=False))
+    got = score_file(model, tok, _file(tmp_path / "t.txt", LINES), seq_len=32)
+    assert got["tokens"] == got["pieces"] - 3 and got["first_token"].startswith("not scored")
+
+
+def test_cli_json(gpt2, tmp_path, capsys):
+    en, uk = _file(tmp_path / "en.txt", LINES[:2]), _file(tmp_path / "uk.txt", LINES[2:])
+    assert main(["--model", str(gpt2), "--text", str(en), str(uk), "--out", str(tmp_path / "o.json")]) == 0
+    printed = capsys.readouterr().out
+    result = json.loads(printed)
+    assert (tmp_path / "o.json").read_text(encoding="utf-8") == printed
+    assert result["model"] == str(gpt2) and result["seq_len"] == 32 and list(result["text"]) == [str(en), str(uk)]
+    assert {"bits_per_byte", "nats", "tokens", "bytes", "pieces_per_word", "first_token"} <= \
+        set(result["text"][str(uk)])
+
+
+def _error(argv, capsys) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("error: "), err
+    return err
+
+
+def test_one_line_errors(gpt2, tmp_path, capsys, tiny_roberta):
+    text = str(_file(tmp_path / "t.txt", LINES))
+    assert "--text nope.txt: no such file" in _error(["--model", str(gpt2), "--text", "nope.txt"], capsys)
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for f in ("config.json", "model.safetensors"):
+        shutil.copy(gpt2 / f, bare / f)
+    assert "has no tokenizer files" in _error(["--model", str(bare), "--text", text], capsys)
+    assert "not a decoder" in _error(["--model", str(tiny_roberta), "--text", text], capsys)
+    assert "no such directory or .gguf file" in _error(["--model", str(tmp_path / "m.gguf"), "--text", text],
+                                                         capsys)
+    (tmp_path / "bad.txt").write_bytes(b"ok\n\xff\xfe\n")
+    assert "line 2 is not UTF-8" in _error(["--model", str(gpt2), "--text", str(tmp_path / "bad.txt")], capsys)

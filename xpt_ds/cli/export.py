@@ -1,0 +1,29 @@
+"""``python -m xpt_ds.cli.export --run RUN_DIR [--tag TAG] --out DIR``: a checkpoint -> a stock HF model directory.
+
+Works offline on one process from any ZeRO stage and any world size (``xpt_ds.checkpoint.export``).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from xpt_ds.errors import cli_errors
+
+
+@cli_errors
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="xpt-ds export", description=__doc__.split("\n\n")[0].split(": ", 1)[1])
+    p.add_argument("--run", required=True, type=Path, help="run directory (the run config's run_dir)")
+    p.add_argument("--tag", help="checkpoint tag, or 'best' (checkpoint.keep_best) (default: newest complete)")
+    p.add_argument("--out", required=True, type=Path, help="output directory")
+    p.add_argument("--allow-pickle", action="store_true", help="read checkpoint files that are not plain data "
+                   "(they can run code): only for a checkpoint you trust")
+    a = p.parse_args(argv)
+    from xpt_ds.checkpoint.export import export  # after the parse: torch, DeepSpeed and transformers take seconds
+    print(export(a.run, a.out, a.tag, a.allow_pickle))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
