@@ -5,7 +5,7 @@ import os
 import signal
 import sys
 
-from xpt_ds import train
+from xpt_ds.cli import train
 from xpt_ds.checkpoint import store as checkpoint
 from xpt_ds.training.trainer import Trainer
 

@@ -10,7 +10,7 @@ import weakref
 
 import torch
 
-from xpt_ds import train
+from xpt_ds.cli import train
 from xpt_ds.training.trainer import Trainer
 
 
