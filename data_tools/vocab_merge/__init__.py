@@ -6,4 +6,5 @@ it lacks, every source id kept.
 - ``bpe``: byte-level BPE sources: new pieces learned as merges on top of the source's own segmentation;
 - ``sentencepiece``: SentencePiece sources: a target model trained and its new pieces appended to the proto;
 - ``fertility``: pieces per word, bytes per piece, round trips and unchanged ids, before and after.
+- ``extend``: the whole extension, written as one output folder (``extend_vocab``; ``xpt-data extend-vocab``).
 """
