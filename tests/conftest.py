@@ -201,6 +201,23 @@ def config_only(source: Path, out: Path) -> Path:
     return out
 
 
+def one_error_line(code: int, err: str, *needles: str) -> str:
+    """A command's refusal: exit status 2, no traceback, exactly one ``error:`` line holding every needle; that
+    line."""
+    assert code == 2, err
+    assert "Traceback" not in err, err
+    errors = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1, err
+    for needle in needles:
+        assert needle in errors[0], errors[0]
+    return errors[0]
+
+
+def one_error_line_of(proc, *needles: str) -> str:
+    """``one_error_line`` of a finished process (``subprocess.CompletedProcess``)."""
+    return one_error_line(proc.returncode, proc.stderr, *needles)
+
+
 def write_config(path: Path, cfg: dict) -> Path:
     path.write_text(yaml.safe_dump(cfg))
     return path

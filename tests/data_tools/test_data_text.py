@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import write_synthetic_corpus
+from conftest import one_error_line_of, write_synthetic_corpus
 from data_tools.errors import PrepareError
 from data_tools.pipeline.clean import clean
 from data_tools.pipeline.options import DEFAULTS
@@ -18,7 +18,7 @@ from data_tools.pipeline.readers import detect_format, read_documents
 from data_tools.pipeline.split import split
 from data_tools.pipeline.state import SPLITS
 from data_tools.pipeline.text import clean_text, split_sentences
-from test_data_tools import assert_one_line_error, cli
+from test_data_tools import cli
 
 DOCS = [["대한민국은 동아시아에 있는 나라이다. 수도는 서울이다.", "인구는 약 5천만 명이다."],
         ["서울은 대한민국의 수도이다."],
@@ -81,7 +81,7 @@ def test_invalid_utf8_names_file_and_line(tmp_path, compress):
     path = tmp_path / ("bad.txt.gz" if compress else "bad.txt")
     path.write_bytes(gzip.compress(raw) if compress else raw)
     proc = cli("--input", path, "--out", tmp_path / "out", "--vocab-size", 50, "--workers", 1)
-    assert_one_line_error(proc, f"{path}:3: invalid UTF-8")
+    one_error_line_of(proc, f"{path}:3: invalid UTF-8")
 
 
 @pytest.mark.parametrize("encoding,docs", [
@@ -102,7 +102,7 @@ def test_an_input_in_another_encoding_reads_as_its_utf8_copy_does(tmp_path, enco
     assert read[0] == read[1] and stats["sentences"] > 0
     assert list(read_documents(legacy, encoding=encoding)) == list(read_documents(tmp_path / "utf8.txt"))
     proc = cli("--input", legacy, "--out", tmp_path / "c", "--vocab-size", 50, "--workers", 1)
-    assert_one_line_error(proc, f"{legacy}:1: invalid UTF-8 (byte 0x")
+    one_error_line_of(proc, f"{legacy}:1: invalid UTF-8 (byte 0x")
     assert "(text in another encoding: --encoding NAME)" in proc.stderr
     again = clean([legacy], tmp_path / "b", DEFAULTS.replace(encoding="latin-1"))  # another key: cleaned again
     assert not again.get("skipped") and clean([legacy], tmp_path / "b", DEFAULTS.replace(encoding="latin-1"))["skipped"]
@@ -116,7 +116,7 @@ def test_an_encoding_it_cannot_read_is_one_line(tmp_path, encoding, error):
     src = tmp_path / "a.txt"
     src.write_text(_text(DOCS), encoding="utf-8")
     proc = cli("--input", src, "--out", tmp_path / "out", "--vocab-size", 50, "--encoding", encoding)
-    assert_one_line_error(proc, error)
+    one_error_line_of(proc, error)
 
 
 @pytest.mark.parametrize("text,want", [
@@ -165,7 +165,7 @@ def test_pluggable_splitter(tmp_path, monkeypatch):
         clean([src], tmp_path / "d", DEFAULTS.replace(splitter="no_such_module:f"))
     (tmp_path / "bad_splitter.py").write_text("def split(text):\n    raise ValueError('no rule for ' + text[:3])\n")
     for workers in (1, 2):  # raised in this process, and in a worker process
-        assert_one_line_error(cli("clean", "--input", src, "--out", tmp_path / f"e{workers}", "--workers", workers,
+        one_error_line_of(cli("clean", "--input", src, "--out", tmp_path / f"e{workers}", "--workers", workers,
                                   "--splitter", "bad_splitter:split", env={"PYTHONPATH": str(tmp_path)}),
                               "sentence splitter bad_splitter:split raised ValueError: no rule for 하나요",
                               "on the paragraph '하나요, 둘이다.")

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 
-from conftest import REPO, write_synthetic_corpus
+from conftest import REPO, one_error_line_of, write_synthetic_corpus
 from data_tools.pipeline.options import DEFAULTS
 from data_tools.pipeline.readers import read_documents
 from data_tools.pipeline.shards import id_dtype, write_shard
@@ -27,16 +27,6 @@ from xpt_ds.data.shards import DocReader, scan_shard
 def cli(*args, module="data_tools.cli.prepare", env=None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=REPO, capture_output=True, text=True,
                           env={**os.environ, **(env or {})}, timeout=300)
-
-
-def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> str:
-    assert proc.returncode == 2, proc.stderr
-    assert "Traceback" not in proc.stderr, proc.stderr
-    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
-    assert len(errors) == 1, proc.stderr
-    for needle in needles:
-        assert needle in errors[0], errors[0]
-    return errors[0]
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +138,7 @@ def test_a_tokenize_stopped_while_removing_an_old_plans_shards_leaves_no_manifes
     old = json.loads((out / "manifest.json").read_text())["splits"]["train"]["shards"]
     (out / "train-000099.tar").mkdir()
     proc = cli("tokenize", "--out", out, "--shard-docs", 14)
-    assert_one_line_error(proc, "train-000099.tar")
+    one_error_line_of(proc, "train-000099.tar")
     assert not (out / old[-1]).exists()  # one of the old plan's shards was removed before the stop
     assert not (out / "manifest.json").exists()
     (out / "train-000099.tar").rmdir()
@@ -185,14 +175,14 @@ def test_uint32_ids_when_the_vocabulary_exceeds_65536(tmp_path):
 
 def test_one_line_errors(tmp_path, synthetic):
     out = tmp_path / "out"
-    assert_one_line_error(cli("--input", tmp_path / "missing.txt", "--out", out), "input not found", "missing.txt")
+    one_error_line_of(cli("--input", tmp_path / "missing.txt", "--out", out), "input not found", "missing.txt")
     (tmp_path / "empty.txt").write_text("\n\n  \n")
-    assert_one_line_error(cli("--input", tmp_path / "empty.txt", "--out", out), "empty input")
+    one_error_line_of(cli("--input", tmp_path / "empty.txt", "--out", out), "empty input")
     few = tmp_path / "few.txt"
     few.write_text("첫째 문서이다.\n\n둘째 문서이다.\n\n셋째 문서이다.\n", encoding="utf-8")  # 3 documents
-    assert_one_line_error(cli("--input", few, "--out", out, "--valid", 1, "--test", 2),
+    one_error_line_of(cli("--input", few, "--out", out, "--valid", 1, "--test", 2),
                           "too few documents: 3 documents cannot give 1 valid + 2 test")
-    line = assert_one_line_error(cli("--input", synthetic, "--out", out, "--vocab-size", 20000, "--workers", 1),
+    line = one_error_line_of(cli("--input", synthetic, "--out", out, "--vocab-size", 20000, "--workers", 1),
                                  "--vocab-size 20000", "maximum of")
     maximum = int(line.split("maximum of ")[1].split()[0])
     assert 300 < maximum < 20000
@@ -205,7 +195,7 @@ def test_a_second_run_on_the_same_directory_is_refused(tmp_path, synthetic):
     (tmp_path / "out/.prepare").mkdir(parents=True)
     with open(tmp_path / "out/.prepare/lock", "w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
-        assert_one_line_error(cli("--input", synthetic, "--out", tmp_path / "out"), "another data_tools.cli.prepare")
+        one_error_line_of(cli("--input", synthetic, "--out", tmp_path / "out"), "another data_tools.cli.prepare")
 
 
 def _fake_uagec(root: Path) -> Path:

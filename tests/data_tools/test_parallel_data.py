@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 
+from conftest import one_error_line
 from data_tools.errors import PrepareError
 from data_tools.pairs.align import AlignerConfig, align_both
 from data_tools.pairs.dictionary import read_dictionary
@@ -126,16 +127,6 @@ def run_cli(capsys, *args) -> tuple[int, str, str]:
         code = e.code
     out = capsys.readouterr()
     return code, out.out, out.err
-
-
-def assert_one_line_error(code: int, err: str, *needles: str) -> str:
-    assert code == 2, err
-    assert "Traceback" not in err, err
-    errors = [ln for ln in err.splitlines() if ln.startswith("error:")]
-    assert len(errors) == 1, err
-    for needle in needles:
-        assert needle in errors[0], errors[0]
-    return errors[0]
 
 
 def test_aligner_recovers_the_known_alignment_in_both_directions(toy):
@@ -362,7 +353,7 @@ def test_bad_input_is_one_error_line(tmp_path, toy_files, capsys, case):
         if flag not in args:
             args += [flag, value]
     code, _, err = run_cli(capsys, *args, "--quiet")
-    assert_one_line_error(code, err, *needles)
+    one_error_line(code, err, *needles)
 
 
 def test_monolingual_output_directory_is_refused(tmp_path, toy_files, capsys):
@@ -370,7 +361,7 @@ def test_monolingual_output_directory_is_refused(tmp_path, toy_files, capsys):
     code, _, err = run_cli(capsys, "--source-file", toy_files["en"], "--target-file", toy_files["uk"],
                            "--source-tokenizer", toy_files["hf"], "--target-tokenizer", toy_files["spm"],
                            "--out", tmp_path)
-    assert_one_line_error(code, err, "monolingual manifest")
+    one_error_line(code, err, "monolingual manifest")
 
 
 def test_eflomal_absent_is_one_error_line(tmp_path, toy_files, capsys, monkeypatch):
@@ -378,7 +369,7 @@ def test_eflomal_absent_is_one_error_line(tmp_path, toy_files, capsys, monkeypat
     code, _, err = run_cli(capsys, "--source-file", toy_files["en"], "--target-file", toy_files["uk"],
                            "--source-tokenizer", toy_files["hf"], "--target-tokenizer", toy_files["spm"],
                            "--out", tmp_path / "o", "--aligner", "eflomal")
-    assert_one_line_error(code, err, "eflomal-align not found")
+    one_error_line(code, err, "eflomal-align not found")
 
 
 @pytest.mark.skipif(shutil.which("eflomal-align") is None, reason="eflomal not installed (GPL; optional)")
@@ -448,7 +439,7 @@ def test_bible_extractor_without_packages_is_one_error_line(tmp_path, capsys):
     from data_tools.cli.bible import main
     with pytest.raises(SystemExit) as e:
         main(["extract", "--packages", str(tmp_path), "--out", str(tmp_path / "out")])
-    assert_one_line_error(e.value.code, capsys.readouterr().err, "ot_BSB.tsv not found", "data_tools.cli.bible install")
+    one_error_line(e.value.code, capsys.readouterr().err, "ot_BSB.tsv not found", "data_tools.cli.bible install")
 
 
 def test_bible_extractor_on_the_real_packages(tmp_path):

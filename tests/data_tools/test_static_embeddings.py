@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REPO
+from conftest import REPO, one_error_line_of
 from data_tools.cli.align_embeddings import main as align_main
 from data_tools.embeddings.adversarial import AdversarialOptions, fit_adversarial
 from data_tools.embeddings.alignment import build_space
@@ -35,16 +35,6 @@ WORDS = ["кіт", "пес", "дім", "ліс", "сад", "рік", "мак", "
 def cli(module: str, *args, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=REPO, capture_output=True,
                           text=True, env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})}, timeout=120)
-
-
-def one_error_line(proc: subprocess.CompletedProcess, *needles: str) -> str:
-    assert proc.returncode == 2, proc.stderr
-    assert "Traceback" not in proc.stderr, proc.stderr
-    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
-    assert len(errors) == 1, proc.stderr
-    for needle in needles:
-        assert needle in errors[0], errors[0]
-    return errors[0]
 
 
 @pytest.fixture(scope="module")
@@ -287,16 +277,16 @@ def test_adversarial_cli_is_deterministic(tmp_path):
 
 def test_one_line_errors(tmp_path, paired_corpus, spm_model):
     se, al = "data_tools.cli.static_embeddings", "data_tools.cli.align_embeddings"
-    one_error_line(cli(se, "--shards", tmp_path / "none/manifest.json", "--out", tmp_path / "o"),
+    one_error_line_of(cli(se, "--shards", tmp_path / "none/manifest.json", "--out", tmp_path / "o"),
                    "manifest not found", "none/manifest.json")
-    one_error_line(cli(se, "--text", tmp_path / "missing.txt", "--spm", spm_model, "--out", tmp_path / "o"),
+    one_error_line_of(cli(se, "--text", tmp_path / "missing.txt", "--spm", spm_model, "--out", tmp_path / "o"),
                    "text file not found", "missing.txt")
-    one_error_line(cli(se, "--shards", paired_corpus, "--out", tmp_path / "o", "--min-count", 10**6),
+    one_error_line_of(cli(se, "--shards", paired_corpus, "--out", tmp_path / "o", "--min-count", 10**6),
                    "no piece occurs --min-count 1000000 times")
     fake = tmp_path / "fake" / "gensim"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("raise ImportError('simulated')\n")
-    one_error_line(cli(se, "--shards", paired_corpus, "--out", tmp_path / "o",
+    one_error_line_of(cli(se, "--shards", paired_corpus, "--out", tmp_path / "o",
                        env={"PYTHONPATH": f"{fake.parent}{os.pathsep}{REPO}"}),
                    "gensim is not installed", "pip install 'xpt-ds[embeddings]'")
 
@@ -305,17 +295,17 @@ def test_one_line_errors(tmp_path, paired_corpus, spm_model):
     write_embeddings(tmp_path / "s16", rng.normal(size=(30, 16)), {"kind": "input-embeddings", "unseen_ids": []})
     write_embeddings(tmp_path / "s8", rng.normal(size=(30, 8)), {"kind": "input-embeddings", "unseen_ids": []})
     common = ["--target", tmp_path / "t.npy", "--out", tmp_path / "m"]
-    one_error_line(cli(al, "adversarial", *common, "--source", tmp_path / "s16.npy"),
+    one_error_line_of(cli(al, "adversarial", *common, "--source", tmp_path / "s16.npy"),
                    "dimension mismatch", "dim 8", "dim 16", "--dim 16")
-    one_error_line(cli(al, "adversarial", *common, "--source", tmp_path / "nope.npy"),
+    one_error_line_of(cli(al, "adversarial", *common, "--source", tmp_path / "nope.npy"),
                    "embedding file not found", "nope.npy")
     tsv = tmp_path / "d.tsv"
     tsv.write_text("0\t1\n99\t2\n5\t99\n")  # unseen target row, target id out of range, source out of range
-    one_error_line(cli(al, "procrustes", *common, "--source", tmp_path / "s8.npy", "--dictionary", tsv,
+    one_error_line_of(cli(al, "procrustes", *common, "--source", tmp_path / "s8.npy", "--dictionary", tsv,
                        "--dictionary-columns", "ids"),
                    "d.tsv: no usable pairs", "3 lines", "1 target unknown", "1 source unknown", "1 target unusable")
-    one_error_line(cli(al, "procrustes", *common, "--source", tmp_path / "s8.npy", "--dictionary", tsv),
+    one_error_line_of(cli(al, "procrustes", *common, "--source", tmp_path / "s8.npy", "--dictionary", tsv),
                    "target embeddings record no tokenizer", "--target-tokenizer")
     (tmp_path / "s8.npy").write_bytes((tmp_path / "s16.npy").read_bytes())
-    one_error_line(cli(al, "procrustes", *common, "--source", tmp_path / "s8.npy", "--dictionary", tsv),
+    one_error_line_of(cli(al, "procrustes", *common, "--source", tmp_path / "s8.npy", "--dictionary", tsv),
                    "s8.npy does not match its sidecar")
