@@ -41,5 +41,12 @@ def main(argv: list[str] | None = None) -> int:
     return importlib.import_module(COMMANDS[argv[0]][0]).main(argv[1:])
 
 
+def run() -> None:
+    """The ``xpt-ds`` console script: ``main``, then the process ends as a command's does
+    (``xpt_ds.runtime.process_exit``)."""
+    from xpt_ds.runtime.process_exit import exit_process
+    exit_process(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

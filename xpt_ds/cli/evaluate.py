@@ -23,6 +23,7 @@ from pathlib import Path
 
 from xpt_ds.config.job import MASKINGS
 from xpt_ds.errors import cli_errors
+from xpt_ds.runtime.process_exit import exit_process
 
 
 @cli_errors
@@ -177,4 +178,4 @@ def add_to_card(card: Path, a: argparse.Namespace, seq_len: int, masked: dict, m
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

@@ -5,10 +5,10 @@ Works offline on one process from any ZeRO stage and any world size (``xpt_ds.ch
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from xpt_ds.errors import cli_errors
+from xpt_ds.runtime.process_exit import exit_process
 
 
 @cli_errors
@@ -26,4 +26,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from xpt_ds.errors import cli_errors
+from xpt_ds.runtime.process_exit import exit_process
 
 
 def parse_args(argv: list[str]):
@@ -37,4 +38,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

@@ -8,10 +8,10 @@ the post-trained model on target text (``xpt_ds.evaluation.probe``).
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from xpt_ds.errors import cli_errors
+from xpt_ds.runtime.process_exit import exit_process
 
 
 @cli_errors
@@ -41,4 +41,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from xpt_ds.errors import cli_errors
+from xpt_ds.runtime.process_exit import exit_process
 from xpt_ds.runtime.status import describe, read_status
 
 
@@ -31,4 +32,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

@@ -23,6 +23,7 @@ import threading
 from pathlib import Path
 
 from xpt_ds.errors import INTERRUPTED_EXIT_CODE, cli_errors
+from xpt_ds.runtime.process_exit import exit_process
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -147,4 +148,4 @@ def _dry_run(a: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

@@ -15,6 +15,7 @@ from xpt_ds.errors import INTERRUPTED_EXIT_CODE, UserError, cli_errors, error_li
 from xpt_ds.metrics.run_log import finished_line, library_output_to_stderr, setup_logging
 from xpt_ds.runtime import collector, rank_say
 from xpt_ds.runtime.host_memory import hold_less_heap
+from xpt_ds.runtime.process_exit import exit_process
 from xpt_ds.runtime.ports import free_port
 from xpt_ds.runtime.rank_say import say_once
 
@@ -164,4 +165,4 @@ def _failed(trainer, cfg, line: str, fresh: bool, state: str = "failed") -> None
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())
