@@ -8,8 +8,8 @@ import sys
 import deepspeed
 import torch
 
-sys.path[:0] = [os.path.dirname(__file__), os.path.join(os.path.dirname(__file__), "trelm")]  # conftest, test_trelm
-from test_trelm import _skeleton  # noqa: E402
+sys.path[:0] = [os.path.dirname(__file__), os.path.join(os.path.dirname(__file__), "trelm")]  # conftest, trelm_builders
+from trelm_builders import trelm_skeleton  # noqa: E402
 from xpt_ds.runtime.distributed import init_distributed  # noqa: E402
 from xpt_ds.trelm.model import ENGLISH, encode, lm_logits  # noqa: E402
 from xpt_ds.trelm.objective import TreLMObjective  # noqa: E402
@@ -17,7 +17,7 @@ from xpt_ds.trelm.objective import TreLMObjective  # noqa: E402
 
 def main(argv: list[str] | None = None) -> int:
     init_distributed()  # as xpt_ds.cli.train does: unlinks DeepSpeed's CPU shared-memory buffer names
-    model = _skeleton("bert", layers=2)
+    model = trelm_skeleton("bert", layers=2)
     plain = copy.deepcopy(model)
     ds = {"train_micro_batch_size_per_gpu": 1,
           "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0}}

@@ -5,25 +5,14 @@ import pytest
 import torch
 
 from conftest import write_shard
+from data_builders import BIG_VOCAB, data_config, original_ids
 from xpt_ds.config import ConfigError, DataConfig
 from xpt_ds.data.mlm import (MLMBatchStream, MLMMasker, build_stream, build_streams, expand_shards,
                          shuffle_buffer)
 from xpt_ds.data.shards import DataError, first_special, scan_shard, scan_shards
-from xpt_ds.data.tokenizer import TargetTokenizer, build_tokenizer
+from xpt_ds.data.tokenizer import build_tokenizer
 
 # A tokenizer stand-in with a large id space, so every test document can be made of ids unique to it.
-BIG = TargetTokenizer(path="<test>", vocab_size=65000, pad_id=1, cls_id=0, sep_id=2, unk_id=3, mask_id=4)
-
-
-def _cfg(shards, **kw):
-    return DataConfig(train_shards=shards, **{"seq_len": 16, "shuffle_docs": 4, **kw})
-
-
-def _original_ids(batch):
-    return batch["input_ids"].flatten().index_put((batch["mlm_positions"],), batch["mlm_targets"]).view_as(
-        batch["input_ids"])
-
-
 def test_masking_statistics(corpus):
     tok = build_tokenizer(str(corpus / "spm.model"))
     ids = torch.randint(0, tok.vocab_size, (64, 512))
@@ -57,7 +46,7 @@ def test_shuffle_buffer_is_a_seeded_permutation():
 
 def test_stream_is_documents_with_separators_in_epoch_order(unique_shards):
     shards, docs = unique_shards
-    stream = build_stream(shards, _cfg(shards), BIG)
+    stream = build_stream(shards, data_config(shards), BIG_VOCAB)
     for epoch in (0, 1):
         order, _ = stream.layout(epoch)
         want = np.concatenate([np.r_[stream.reader.read(int(stream.doc_shard[d]), int(stream.doc_local[d])), 2]
@@ -65,16 +54,16 @@ def test_stream_is_documents_with_separators_in_epoch_order(unique_shards):
         got = stream.tokens(epoch * stream.epoch_tokens, (epoch + 1) * stream.epoch_tokens)
         assert np.array_equal(got, want)
     assert not np.array_equal(stream.layout(0)[0], stream.layout(1)[0])  # epochs re-shuffle
-    no_sep = build_stream(shards, _cfg(shards, doc_separator=False), BIG)
+    no_sep = build_stream(shards, data_config(shards, doc_separator=False), BIG_VOCAB)
     assert no_sep.epoch_tokens == sum(docs.values()) and 2 not in no_sep.tokens(0, no_sep.epoch_tokens)
 
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_every_document_exactly_once_per_epoch_over_ranks_and_workers(unique_shards, workers):
     shards, docs = unique_shards
-    cfg = _cfg(shards)
+    cfg = data_config(shards)
     world, B = 2, 3
-    streams = [MLMBatchStream(build_stream(shards, cfg, BIG), MLMMasker(cfg, BIG), B, r, world, workers)
+    streams = [MLMBatchStream(build_stream(shards, cfg, BIG_VOCAB), MLMMasker(cfg, BIG_VOCAB), B, r, world, workers)
                for r in range(world)]
     body = cfg.seq_len - 2
     epoch_tokens = streams[0].stream.epoch_tokens
@@ -83,7 +72,7 @@ def test_every_document_exactly_once_per_epoch_over_ranks_and_workers(unique_sha
         for s in streams:
             batch = next(s)
             seq_ids += batch["seq_ids"].tolist()
-            seen.append(_original_ids(batch)[:, 1:-1].flatten())
+            seen.append(original_ids(batch)[:, 1:-1].flatten())
     seen = torch.cat(seen)
     assert sorted(seq_ids) == list(range(len(seq_ids)))
     ids, counts = torch.unique(seen[seen >= 10], return_counts=True)
@@ -99,10 +88,10 @@ def test_every_document_exactly_once_per_epoch_over_ranks_and_workers(unique_sha
 @pytest.mark.parametrize("cut", [1, 5, 9])
 def test_resume_gives_identical_batches(unique_shards, workers, cut):
     shards, _ = unique_shards
-    cfg = _cfg(shards)
+    cfg = data_config(shards)
 
     def make(w):
-        return MLMBatchStream(build_stream(shards, cfg, BIG), MLMMasker(cfg, BIG), 2, 1, 2, w)
+        return MLMBatchStream(build_stream(shards, cfg, BIG_VOCAB), MLMMasker(cfg, BIG_VOCAB), 2, 1, 2, w)
 
     straight = make(0)
     want = [next(straight) for _ in range(cut + 6)]  # crosses shard and epoch boundaries on this corpus
@@ -118,10 +107,10 @@ def test_resume_gives_identical_batches(unique_shards, workers, cut):
 
 def test_rescaled_world_continues_without_gaps(unique_shards):
     shards, _ = unique_shards
-    cfg = _cfg(shards)
-    two = [MLMBatchStream(build_stream(shards, cfg, BIG), MLMMasker(cfg, BIG), 2, r, 2, 0) for r in range(2)]
+    cfg = data_config(shards)
+    two = [MLMBatchStream(build_stream(shards, cfg, BIG_VOCAB), MLMMasker(cfg, BIG_VOCAB), 2, r, 2, 0) for r in range(2)]
     used = [i for _ in range(3) for s in two for i in next(s)["seq_ids"].tolist()]
-    one = MLMBatchStream(build_stream(shards, cfg, BIG), MLMMasker(cfg, BIG), 2, 0, 1, 0)
+    one = MLMBatchStream(build_stream(shards, cfg, BIG_VOCAB), MLMMasker(cfg, BIG_VOCAB), 2, 0, 1, 0)
     one.load_state_dict(two[0].state_dict())
     used += [i for _ in range(3) for i in next(one)["seq_ids"].tolist()]
     assert sorted(used) == list(range(18))
@@ -132,11 +121,11 @@ def test_resume_at_another_seq_len_continues_at_the_token_it_stopped(unique_shar
     start at 6 * 22 instead of 6 * 14 tokens (skipping 48); the first new sequence starts at the first boundary at or
     after token 84, and nothing is read twice."""
     shards, _ = unique_shards
-    short = MLMBatchStream(build_stream(shards, _cfg(shards), BIG), MLMMasker(_cfg(shards), BIG), 2, 0, 1, 0)
+    short = MLMBatchStream(build_stream(shards, data_config(shards), BIG_VOCAB), MLMMasker(data_config(shards), BIG_VOCAB), 2, 0, 1, 0)
     seen = [next(short)["seq_ids"].tolist() for _ in range(3)]
     assert seen[-1] == [4, 5] and short.state_dict() == {"sequences": 6, "seq_len": 16}
-    cfg = _cfg(shards, seq_len=24)
-    long = MLMBatchStream(build_stream(shards, cfg, BIG), MLMMasker(cfg, BIG), 2, 0, 1, 0)
+    cfg = data_config(shards, seq_len=24)
+    long = MLMBatchStream(build_stream(shards, cfg, BIG_VOCAB), MLMMasker(cfg, BIG_VOCAB), 2, 0, 1, 0)
     assert torch.equal(torch.from_numpy(long.stream.tokens(0, 300)), torch.from_numpy(short.stream.tokens(0, 300)))
     with caplog.at_level("WARNING"):
         long.load_state_dict(short.state_dict())
@@ -145,23 +134,23 @@ def test_resume_at_another_seq_len_continues_at_the_token_it_stopped(unique_shar
         caplog.text
     batch = next(long)
     assert batch["seq_ids"].tolist() == [4, 5]
-    assert _original_ids(batch)[0, 1:23].tolist() == long.stream.tokens(88, 110).tolist()
+    assert original_ids(batch)[0, 1:23].tolist() == long.stream.tokens(88, 110).tolist()
     long.load_state_dict({"sequences": 4, "seq_len": 24})  # the same length: taken as it is
     assert long.sequences == 4
 
 
 def test_single_pass_covers_every_token_once(unique_shards):
     shards, docs = unique_shards
-    cfg = _cfg(shards)
+    cfg = data_config(shards)
     world = 2
-    streams = [MLMBatchStream(build_stream(shards, cfg, BIG), MLMMasker(cfg, BIG), 3, r, world, 0, single_pass=True)
+    streams = [MLMBatchStream(build_stream(shards, cfg, BIG_VOCAB), MLMMasker(cfg, BIG_VOCAB), 3, r, world, 0, single_pass=True)
                for r in range(world)]
     batches = [list(s) for s in streams]
     assert len(batches[0]) == len(batches[1])  # every rank takes the same number of steps (ZeRO-3 safe)
-    seen = torch.cat([_original_ids(b).flatten() for bs in batches for b in bs])
+    seen = torch.cat([original_ids(b).flatten() for bs in batches for b in bs])
     assert sorted(seen[seen >= 10].tolist()) == [t for d, n in docs.items() for t in range(d, d + n)]
     last = batches[1][-1]
-    assert "attention_mask" in last and torch.equal(last["attention_mask"], (last["input_ids"] != BIG.pad_id).long())
+    assert "attention_mask" in last and torch.equal(last["attention_mask"], (last["input_ids"] != BIG_VOCAB.pad_id).long())
     assert (last["attention_mask"].sum(1) >= 2).all()  # no row is all padding: SDPA would give NaN rows
 
 
@@ -190,12 +179,12 @@ def test_ids_outside_the_vocabulary_are_found_by_the_scan(unique_shards):
     shards, docs = unique_shards
     maxima = [scan_shard(s).max_id for s in shards]
     assert maxima == sorted(maxima) and maxima[-1] == max(b + n - 1 for b, n in docs.items())
-    small = replace(BIG, vocab_size=maxima[-2] + 1)  # only the last shard holds ids outside it
+    small = replace(BIG_VOCAB, vocab_size=maxima[-2] + 1)  # only the last shard holds ids outside it
     with pytest.raises(DataError) as e:
-        build_stream(shards, _cfg(shards), small)
+        build_stream(shards, data_config(shards), small)
     assert str(e.value).startswith(f"shard {shards[-1]} (document ") and \
         f"holds token id {maxima[-1]} >= vocab size {maxima[-2] + 1} of <test>" in str(e.value)
-    stream = build_stream(shards, _cfg(shards, on_corrupt_shard="skip"), small)
+    stream = build_stream(shards, data_config(shards, on_corrupt_shard="skip"), small)
     assert stream.skipped == [shards[-1]] and [i.path for i in stream.indexes] == shards[:-1]
     assert stream.tokens(0, stream.epoch_tokens).max() < small.vocab_size
 
@@ -204,23 +193,23 @@ def test_a_special_id_in_a_shard_is_corruption(tmp_path, unique_shards):
     """Shards hold text only: a mask id (a literal "[MASK]" a tokenizer matched, a flipped byte) or a pad, cls or
     sep id fails the scan naming the shard and document, or is skipped; unk is text."""
     shards, _ = unique_shards
-    docs = [np.array([10, 11, 12]), np.array([13, BIG.unk_id, 14]), np.array([15, BIG.mask_id, 16])]
+    docs = [np.array([10, 11, 12]), np.array([13, BIG_VOCAB.unk_id, 14]), np.array([15, BIG_VOCAB.mask_id, 16])]
     bad = write_shard(tmp_path / "special.tar", docs)
     with pytest.raises(DataError) as e:
-        build_stream([shards[0], bad], _cfg([shards[0], bad]), BIG)
-    assert str(e.value).startswith(f"shard {bad} (document 2) holds special token id {BIG.mask_id}: shards hold text")
-    stream = build_stream([shards[0], bad], _cfg([shards[0], bad], on_corrupt_shard="skip"), BIG)
+        build_stream([shards[0], bad], data_config([shards[0], bad]), BIG_VOCAB)
+    assert str(e.value).startswith(f"shard {bad} (document 2) holds special token id {BIG_VOCAB.mask_id}: shards hold text")
+    stream = build_stream([shards[0], bad], data_config([shards[0], bad], on_corrupt_shard="skip"), BIG_VOCAB)
     assert stream.skipped == [bad]
     assert scan_shard(bad).max_id == 16  # without the tokenizer's special ids, the scan does not look
     ok = write_shard(tmp_path / "unk.tar", docs[:2])
-    assert build_stream([ok], _cfg([ok]), BIG).skipped == []
+    assert build_stream([ok], data_config([ok]), BIG_VOCAB).skipped == []
     empty = write_shard(tmp_path / "empty.tar", [np.array([], np.int64)] * 2)  # nothing to look at: no error
-    assert scan_shards([empty], "fail", forbidden=BIG.not_in_shards)[0][0].max_id == -1
+    assert scan_shards([empty], "fail", forbidden=BIG_VOCAB.not_in_shards)[0][0].max_id == -1
     raw = tmp_path / "odd.bin"  # data not on an element boundary of the file: read document by document
-    raw.write_bytes(b"x" + np.array([20, 21, 22, 23, BIG.pad_id], np.uint16).tobytes())
+    raw.write_bytes(b"x" + np.array([20, 21, 22, 23, BIG_VOCAB.pad_id], np.uint16).tobytes())
     offsets, lengths = np.array([1, 7]), np.array([3, 2])
-    assert first_special(str(raw), offsets, lengths, np.dtype(np.uint16), BIG.not_in_shards) == (1, BIG.pad_id)
-    assert first_special(str(raw), offsets[:1], lengths[:1], np.dtype(np.uint16), BIG.not_in_shards) is None
+    assert first_special(str(raw), offsets, lengths, np.dtype(np.uint16), BIG_VOCAB.not_in_shards) == (1, BIG_VOCAB.pad_id)
+    assert first_special(str(raw), offsets[:1], lengths[:1], np.dtype(np.uint16), BIG_VOCAB.not_in_shards) is None
 
 
 @pytest.mark.parametrize("dtype", [np.uint16, np.uint32])
@@ -247,21 +236,21 @@ def test_an_out_of_vocabulary_id_in_a_manifest_shard_is_corruption_and_all_skipp
     error names them instead of 'no documents in shards []'."""
     shards, _ = unique_shards
     maxima = [scan_shard(s).max_id for s in shards]
-    small = replace(BIG, vocab_size=maxima[0])  # every shard holds an id outside it
+    small = replace(BIG_VOCAB, vocab_size=maxima[0])  # every shard holds an id outside it
     counts = {s: (len(scan_shard(s).lengths), scan_shard(s).tokens) for s in shards}
     with pytest.raises(DataError, match="its manifest records this tokenizer, so the shard's bytes changed"):
-        build_stream(shards, _cfg(shards), small, expected=counts)
+        build_stream(shards, data_config(shards), small, expected=counts)
     with pytest.raises(DataError, match="it was made with another tokenizer, or is corrupt$"):
-        build_stream(shards, _cfg(shards), small)
+        build_stream(shards, data_config(shards), small)
     with pytest.raises(DataError) as e:
-        build_stream(shards, _cfg(shards, on_corrupt_shard="skip"), small)
+        build_stream(shards, data_config(shards, on_corrupt_shard="skip"), small)
     assert str(e.value).startswith("every shard is corrupt and was skipped (data.on_corrupt_shard: skip") and \
         shards[0] in str(e.value)
 
 
 # data.train_tokens: every training epoch is the same fixed subset of N tokens, nested across N.
 
-SEP = BIG.sep_id
+SEP = BIG_VOCAB.sep_id
 
 
 def _epoch(stream, e):
@@ -275,8 +264,8 @@ def _doc_tokens(ids):
 
 def test_each_epoch_is_exactly_n_tokens_of_the_same_subset(unique_shards):
     shards, _ = unique_shards
-    cfg = _cfg(shards)
-    stream = build_stream(shards, cfg, BIG, max_tokens=157)
+    cfg = data_config(shards)
+    stream = build_stream(shards, cfg, BIG_VOCAB, max_tokens=157)
     assert stream.epoch_tokens == 157
     epochs = [_epoch(stream, e) for e in range(4)]
     assert all(len(ids) == 157 for ids in epochs)
@@ -288,10 +277,10 @@ def test_each_epoch_is_exactly_n_tokens_of_the_same_subset(unique_shards):
 
 def test_smaller_subsets_are_prefixes_of_larger_ones(unique_shards):
     shards, docs = unique_shards
-    cfg = _cfg(shards)
-    total = build_stream(shards, cfg, BIG).epoch_tokens
+    cfg = data_config(shards)
+    total = build_stream(shards, cfg, BIG_VOCAB).epoch_tokens
     sizes = [23, 60, 61, 140, total - 5, total]
-    subsets = [set(_doc_tokens(_epoch(build_stream(shards, cfg, BIG, max_tokens=n), 0)).tolist()) for n in sizes]
+    subsets = [set(_doc_tokens(_epoch(build_stream(shards, cfg, BIG_VOCAB, max_tokens=n), 0)).tolist()) for n in sizes]
     for small, large in zip(subsets, subsets[1:]):
         assert small < large
     assert subsets[-1] == {t for d, n in docs.items() for t in range(d, d + n)}
@@ -299,29 +288,29 @@ def test_smaller_subsets_are_prefixes_of_larger_ones(unique_shards):
         for d, length in docs.items():
             held = [t for t in range(d, d + length) if t in subset]
             assert held == list(range(d, d + len(held))), (n, d)
-    other = build_stream(shards, _cfg(shards, seed=1), BIG, max_tokens=60)
+    other = build_stream(shards, data_config(shards, seed=1), BIG_VOCAB, max_tokens=60)
     assert set(_doc_tokens(_epoch(other, 0)).tolist()) != subsets[1]  # the order belongs to data.seed
 
 
 def test_the_whole_corpus_is_the_uncapped_stream(unique_shards):
     shards, _ = unique_shards
-    cfg = _cfg(shards)
-    full = build_stream(shards, cfg, BIG)
-    capped = build_stream(shards, cfg, BIG, max_tokens=full.epoch_tokens)
+    cfg = data_config(shards)
+    full = build_stream(shards, cfg, BIG_VOCAB)
+    capped = build_stream(shards, cfg, BIG_VOCAB, max_tokens=full.epoch_tokens)
     for e in range(3):
         assert np.array_equal(capped.layout(e)[0], full.layout(e)[0])
         assert np.array_equal(_epoch(capped, e), _epoch(full, e))
     with pytest.raises(ConfigError, match="data.train_tokens"):
-        build_stream(shards, cfg, BIG, max_tokens=full.epoch_tokens + 1)
+        build_stream(shards, cfg, BIG_VOCAB, max_tokens=full.epoch_tokens + 1)
 
 
 def test_exactly_once_per_epoch_across_ranks_and_resume(unique_shards):
     shards, _ = unique_shards
-    cfg = _cfg(shards)
+    cfg = data_config(shards)
     n, world, B, body = 98, 2, 3, cfg.seq_len - 2  # 98 = 7 sequences: epochs end mid-sequence and mid-batch
 
     def make(rank, workers=0):
-        return MLMBatchStream(build_stream(shards, cfg, BIG, max_tokens=n), MLMMasker(cfg, BIG), B, rank, world,
+        return MLMBatchStream(build_stream(shards, cfg, BIG_VOCAB, max_tokens=n), MLMMasker(cfg, BIG_VOCAB), B, rank, world,
                               workers)
 
     streams = [make(r) for r in range(world)]
@@ -330,7 +319,7 @@ def test_exactly_once_per_epoch_across_ranks_and_resume(unique_shards):
     for _ in range(steps):
         for s in streams:
             batch = next(s)
-            rows.update(zip(batch["seq_ids"].tolist(), _original_ids(batch)[:, 1:-1]))
+            rows.update(zip(batch["seq_ids"].tolist(), original_ids(batch)[:, 1:-1]))
     assert sorted(rows) == list(range(steps * world * B))
     stream = torch.cat([rows[i] for i in sorted(rows)]).numpy()
     epochs = len(stream) // n
@@ -353,11 +342,11 @@ def test_validation_is_untouched(tmp_path, unique_shards):
     shards, _ = unique_shards
     valid = [write_shard(tmp_path / "valid-000000.tar", [np.arange(60000 - 40 * i, 60000 - 40 * i + 30)
                                                          for i in range(1, 6)])]
-    cfg = _cfg(shards, valid_shards=valid, train_tokens=50, num_workers=0)
-    train, val = build_streams(cfg, BIG, micro_batch=2, rank=0, world=1)
+    cfg = data_config(shards, valid_shards=valid, train_tokens=50, num_workers=0)
+    train, val = build_streams(cfg, BIG_VOCAB, micro_batch=2, rank=0, world=1)
     assert train.stream.epoch_tokens == 50
     assert val.stream.epoch_tokens == 5 * 31
-    seen = torch.cat([_original_ids(b).flatten() for b in val])
+    seen = torch.cat([original_ids(b).flatten() for b in val])
     assert sorted(_doc_tokens(seen).tolist()) == sorted(t for i in range(1, 6)
                                                        for t in range(60000 - 40 * i, 60000 - 40 * i + 30))
 

@@ -4,7 +4,7 @@ import json
 
 import numpy as np
 import pytest
-from test_data import _cfg
+from data_builders import data_config
 
 from xpt_ds.config import ConfigError
 from xpt_ds.data.mlm import build_stream, expand_shards
@@ -49,7 +49,7 @@ def test_a_shard_named_by_path_is_checked_against_what_the_manifest_beside_it_re
         f.seek(int(idx.offsets[0]))
         f.write(np.array([10 if was != 10 else 11], np.uint16).tobytes())
     with pytest.raises(DataError, match=f"corrupt shard {first}: its sha256 is not the {through[first][2][:12]}"):
-        build_stream(expand_shards([first], tok), _cfg([first]), tok, expected=manifest_counts([first]))
+        build_stream(expand_shards([first], tok), data_config([first]), tok, expected=manifest_counts([first]))
 
 
 def test_a_byte_changed_inside_a_manifest_shard_is_found_by_its_sha256(tmp_path, corpus):
@@ -73,15 +73,15 @@ def test_a_byte_changed_inside_a_manifest_shard_is_found_by_its_sha256(tmp_path,
         f.seek(int(idx.offsets[0]))
         f.write(np.array([10 if first != 10 else 11], np.uint16).tobytes())
     with pytest.raises(DataError) as e:
-        build_stream(shards, _cfg(shards), tok, expected=manifest_counts(spec))
+        build_stream(shards, data_config(shards), tok, expected=manifest_counts(spec))
     assert str(e.value).startswith(f"corrupt shard {shards[0]}: its sha256 is not the {entry['shard_sha256'][0][:12]}")
     both = [*spec, f"{data}/manifest.json:valid"]
-    stream = build_stream(expand_shards(both, tok), _cfg(shards, on_corrupt_shard="skip"), tok,
+    stream = build_stream(expand_shards(both, tok), data_config(shards, on_corrupt_shard="skip"), tok,
                           expected=manifest_counts(both))
     assert stream.skipped == [shards[0]] and len(stream.indexes) == len(expand_shards(both, tok)) - 1
     del entry["shard_sha256"]  # as prepare wrote manifests before 2026-11-28
     (data / "manifest.json").write_text(json.dumps(manifest))
-    assert build_stream(shards, _cfg(shards), tok, expected=manifest_counts(spec)).skipped == []
+    assert build_stream(shards, data_config(shards), tok, expected=manifest_counts(spec)).skipped == []
     entry["shard_sha256"] = ["0" * 64] * (len(entry["shards"]) + 1)  # not one per shard
     (data / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(ConfigError, match=r"manifest .*manifest.json: splits.train.shard_sha256 must list one sha256"):

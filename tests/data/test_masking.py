@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from conftest import base_config, launch, read_metrics, run_main, write_config
-from test_data import BIG, _cfg, _original_ids
+from data_builders import BIG_VOCAB, data_config, original_ids
 from xpt_ds.config import ConfigError, DataConfig, load_config
 from xpt_ds.data.masking import span_length_cdf, span_length_mean, span_lengths
 from xpt_ds.data.mlm import MLMBatchStream, MLMMasker, build_stream
@@ -168,11 +168,11 @@ def test_wordpiece_punctuation_begins_a_masking_word():
 def test_resume_from_any_position_is_exact(unique_shards, masking):  # noqa: F811
     """A stream read from position k (2 DataLoader workers, rank 1 of 2) is the tail of one read from 0."""
     shards, _ = unique_shards
-    cfg = _cfg(shards, masking=masking, seq_len=24)
-    starts = (torch.arange(BIG.vocab_size) % 3 == 0).double()  # BIG has no piece texts: every third id begins a word
+    cfg = data_config(shards, masking=masking, seq_len=24)
+    starts = (torch.arange(BIG_VOCAB.vocab_size) % 3 == 0).double()  # BIG_VOCAB has no piece texts: every third id begins a word
 
     def make(workers):
-        return MLMBatchStream(build_stream(shards, cfg, BIG), MLMMasker(cfg, BIG, starts), 2, 1, 2, workers)
+        return MLMBatchStream(build_stream(shards, cfg, BIG_VOCAB), MLMMasker(cfg, BIG_VOCAB, starts), 2, 1, 2, workers)
 
     straight = make(0)
     want = [next(straight) for _ in range(11)]
@@ -184,12 +184,12 @@ def test_resume_from_any_position_is_exact(unique_shards, masking):  # noqa: F81
         assert all(torch.equal(got[k], w[k]) for k in w)
     resumed.close()
     for batch in want:  # whole words on the stream's own text: ids divisible by 3 open a word
-        ids = _original_ids(batch)
+        ids = original_ids(batch)
         sel = _selected(batch, ids.shape)
         if masking != "token":
             for row, s in zip(ids.tolist(), sel.tolist()):
                 for t in range(1, len(row)):
-                    if row[t] % 3 and row[t] not in BIG.special_ids and row[t - 1] not in BIG.special_ids:
+                    if row[t] % 3 and row[t] not in BIG_VOCAB.special_ids and row[t - 1] not in BIG_VOCAB.special_ids:
                         assert s[t] == s[t - 1]  # a continuation piece shares its word's fate
 
 

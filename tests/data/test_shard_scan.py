@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from conftest import SOURCE_VOCAB
-from test_trelm import _stream, _train_cfg, _write_parallel, write_pairs
+from trelm_builders import trelm_stream, trelm_train_config, write_pairs, write_parallel
 from xpt_ds.config import DataConfig
 from xpt_ds.data.mlm import MLMBatchStream, MLMMasker, build_stream
 from xpt_ds.data.parallel import scan_pair_shard
@@ -43,13 +43,13 @@ def test_document_extrema_are_every_documents_min_and_max(corpus):
 
 def test_a_corrupt_parallel_shard_fails_or_is_skipped_and_the_pairs_resume_exactly(tmp_path, source_dir,  # noqa: F811
                                                                                  corpus_bert):
-    manifest, corpus = _write_parallel(tmp_path / "par", corpus_bert)  # 40 pairs, 15 per shard: 3 shards
+    manifest, corpus = write_parallel(tmp_path / "par", corpus_bert)  # 40 pairs, 15 per shard: 3 shards
     bad = _shards(manifest)[1]
     bad.write_bytes(bad.read_bytes()[:1500])
     with pytest.raises(DataError, match=f"corrupt parallel shard {bad}: "):
-        _stream(_train_cfg(tmp_path, source_dir, corpus_bert, manifest))
-    cfg = _train_cfg(tmp_path, source_dir, corpus_bert, manifest, on_corrupt_shard="skip")
-    straight = _stream(cfg)
+        trelm_stream(trelm_train_config(tmp_path, source_dir, corpus_bert, manifest))
+    cfg = trelm_train_config(tmp_path, source_dir, corpus_bert, manifest, on_corrupt_shard="skip")
+    straight = trelm_stream(cfg)
     assert straight.corpus.skipped == [str(bad)] and len(straight.corpus) == 40 - 15
     batches = [next(straight) for _ in range(15)]  # 15 x 2 pairs: past the first epoch of 25 pairs
     good = {(s.tobytes(), t.tobytes()) for k in (*range(15), *range(30, 40)) for s, t in [(corpus.src[k],
@@ -57,7 +57,7 @@ def test_a_corrupt_parallel_shard_fails_or_is_skipped_and_the_pairs_resume_exact
     first = [straight.corpus.pair(k) for k in range(25)]
     assert {(s.astype(corpus.src[0].dtype).tobytes(), t.astype(corpus.tgt[0].dtype).tobytes())
             for s, t, _ in first} == good  # every pair of the two readable shards once per epoch
-    again = _stream(cfg)
+    again = trelm_stream(cfg)
     again.load_state_dict({"sequences": 8, "pairs": 8})
     for want in batches[4:]:
         assert _equal(next(again), want)
@@ -68,11 +68,11 @@ def test_a_changed_byte_in_a_parallel_shard_is_found_by_its_manifests_sha256(tmp
     """data_tools.cli.parallel records every shard's sha256 (``files``): a source id changed to another in-vocabulary id
     passes every other check, and the scan finds it by the digest."""
     from xpt_ds.io.digest import sha256_file
-    manifest, _ = _write_parallel(tmp_path / "par", corpus_bert)
+    manifest, _ = write_parallel(tmp_path / "par", corpus_bert)
     meta = json.loads(manifest.read_text())
     meta["files"] = {p.name: sha256_file(p) for p in _shards(manifest)}  # as data_tools.pairs.build writes it
     manifest.write_text(json.dumps(meta))
-    assert _stream(_train_cfg(tmp_path, source_dir, corpus_bert, manifest)).corpus.skipped == []
+    assert trelm_stream(trelm_train_config(tmp_path, source_dir, corpus_bert, manifest)).corpus.skipped == []
     bad = _shards(manifest)[1]
     src = scan_pair_shard(str(bad)).src
     with open(bad, "r+b") as f:  # its first pair's first source id becomes another ordinary id
@@ -81,7 +81,7 @@ def test_a_changed_byte_in_a_parallel_shard_is_found_by_its_manifests_sha256(tmp
         f.seek(int(src.offsets[0]))
         f.write(np.array([6 if first != 6 else 7], src.dtype).tobytes())
     with pytest.raises(DataError) as e:
-        _stream(_train_cfg(tmp_path, source_dir, corpus_bert, manifest))
+        trelm_stream(trelm_train_config(tmp_path, source_dir, corpus_bert, manifest))
     digest = meta["files"][bad.name]
     assert str(e.value).startswith(f"corrupt parallel shard {bad}: its sha256 is not the {digest[:12]}")
     assert scan_pair_shard(str(bad)).src.lengths.size == 15  # without the digest the shard reads as a good one
@@ -90,7 +90,7 @@ def test_a_changed_byte_in_a_parallel_shard_is_found_by_its_manifests_sha256(tmp
 def _bad_pairs(tmp_path, corpus_bert, what: str, value: int):
     """Parallel shards (3 of them) whose pair 20 (the second shard's pair 5) holds ``value`` in ``what``."""
     from data_tools.pairs.parallel_shards import AlignedCorpus
-    _, corpus = _write_parallel(tmp_path / "ok", corpus_bert)
+    _, corpus = write_parallel(tmp_path / "ok", corpus_bert)
     arrays = {k: [a.copy() for a in getattr(corpus, k)] for k in ("src", "tgt", "s2t", "t2s")}
     arrays[what][20][0] = value
     return write_pairs(tmp_path / "bad", corpus_bert, AlignedCorpus(**arrays, docs=corpus.docs))
@@ -106,9 +106,9 @@ def test_parallel_ids_and_links_are_checked_by_the_scan(tmp_path, source_dir, co
     manifest = _bad_pairs(tmp_path, corpus_bert, what, value)
     bad = _shards(manifest)[1]
     with pytest.raises(DataError) as e:
-        _stream(_train_cfg(tmp_path, source_dir, corpus_bert, manifest))  # no batch read yet
+        trelm_stream(trelm_train_config(tmp_path, source_dir, corpus_bert, manifest))  # no batch read yet
     assert str(e.value) == f"corrupt parallel shard {bad}: {message}"
-    stream = _stream(_train_cfg(tmp_path, source_dir, corpus_bert, manifest, on_corrupt_shard="skip"))
+    stream = trelm_stream(trelm_train_config(tmp_path, source_dir, corpus_bert, manifest, on_corrupt_shard="skip"))
     assert stream.corpus.skipped == [str(bad)] and len(stream.corpus) == 25
     assert scan_pair_shard(str(bad)).src.lengths.size == 15  # the headers alone are fine
 
@@ -131,7 +131,7 @@ def test_a_shard_cut_after_the_scan_ends_a_worker_with_one_line(tmp_path, corpus
 
 def test_a_trelm_run_skips_and_counts_a_corrupt_parallel_shard(tmp_path, source_dir, corpus_bert):  # noqa: F811
     from conftest import base_config, launch, read_metrics, write_config
-    manifest, _ = _write_parallel(tmp_path / "par", corpus_bert)
+    manifest, _ = write_parallel(tmp_path / "par", corpus_bert)
     bad = _shards(manifest)[2]
     bad.write_bytes(bad.read_bytes()[:3000])
     cfg = base_config(tmp_path / "run", source_dir, corpus_bert,
@@ -199,8 +199,8 @@ def test_the_layout_the_ranks_compare_covers_every_shard_a_run_reads(tmp_path, s
     no manifest record to check it against) has another layout."""
     from xpt_ds.data.shards import layout
     from xpt_ds.training.guards import shard_layouts
-    manifest, _ = _write_parallel(tmp_path / "par", corpus_bert)
-    trelm = _stream(_train_cfg(tmp_path, source_dir, corpus_bert, manifest))
+    manifest, _ = write_parallel(tmp_path / "par", corpus_bert)
+    trelm = trelm_stream(trelm_train_config(tmp_path, source_dir, corpus_bert, manifest))
     tok = build_tokenizer(str(corpus_bert / "spm.model"))
     valid_shards = _shards(corpus_bert / "manifest.json", "valid")
     cfg = DataConfig(train_shards=[str(s) for s in valid_shards], seq_len=32, num_workers=0)

@@ -11,15 +11,15 @@ import os
 import pytest
 import torch
 import yaml
-from test_data import BIG, _cfg
+from data_builders import BIG_VOCAB, data_config
 
 from conftest import REPO, base_config, read_metrics, run_main, write_config
 from xpt_ds.data.mlm import MLMBatchStream, MLMMasker, build_stream
 
 
 def _stream(shards, workers: int, single_pass: bool = False) -> MLMBatchStream:
-    cfg = _cfg(shards)
-    return MLMBatchStream(build_stream(shards, cfg, BIG), MLMMasker(cfg, BIG), 2, 0, 1, workers,
+    cfg = data_config(shards)
+    return MLMBatchStream(build_stream(shards, cfg, BIG_VOCAB), MLMMasker(cfg, BIG_VOCAB), 2, 0, 1, workers,
                           single_pass=single_pass)
 
 
@@ -144,10 +144,10 @@ def test_a_trelm_run_forks_its_english_stream_with_the_target_one(tmp_path, sour
                                                                    english, monkeypatch):  # noqa: F811
     """TreLM's shipped four-phase graph (English MLM beside the target's, branches that rewind the streams to
     where 'common' ended) with 2 workers per stream: both streams fork before the first engine, never after."""
-    from test_trelm import _write_parallel
+    from trelm_builders import write_parallel
     from test_trelm_phases import _three_phase
     _record(monkeypatch, tmp_path / "events")
-    parallel, _ = _write_parallel(tmp_path / "par", corpus_bert)
+    parallel, _ = write_parallel(tmp_path / "par", corpus_bert)
     config = _three_phase(tmp_path / "run", source_dir, corpus_bert, english, parallel)
     cfg = yaml.safe_load(config.read_text())
     cfg["data"]["num_workers"] = 2
@@ -176,12 +176,12 @@ def test_workers_that_deliver_nothing_are_restarted_at_the_same_sequence(unique_
     held a rank, and the job, for good. A stream whose workers deliver no batch in worker_timeout_s restarts them
     where it is: the same batches as a stream that never stalled."""
     shards, _ = unique_shards
-    cfg = _cfg(shards)
-    plain = MLMBatchStream(build_stream(shards, cfg, BIG), MLMMasker(cfg, BIG), 2, 0, 1, 0)
+    cfg = data_config(shards)
+    plain = MLMBatchStream(build_stream(shards, cfg, BIG_VOCAB), MLMMasker(cfg, BIG_VOCAB), 2, 0, 1, 0)
     want = [next(plain) for _ in range(5)]
     monkeypatch.setattr(MLMBatchStream, "worker_init_fn", staticmethod(_stuck_once(tmp_path / "stuck")))
     monkeypatch.setattr(MLMBatchStream, "worker_timeout_s", 2.0)
-    stream = MLMBatchStream(build_stream(shards, cfg, BIG), MLMMasker(cfg, BIG), 2, 0, 1, 2)
+    stream = MLMBatchStream(build_stream(shards, cfg, BIG_VOCAB), MLMMasker(cfg, BIG_VOCAB), 2, 0, 1, 2)
     with caplog.at_level("WARNING"):
         got = [next(stream) for _ in range(5)]
     stream.close()

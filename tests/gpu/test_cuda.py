@@ -22,7 +22,7 @@ import torch
 import yaml
 
 from conftest import REPO, base_config, free_port, read_metrics, write_config
-from test_trelm import _write_parallel
+from trelm_builders import write_parallel
 from xpt_ds.checkpoint.export import load_checkpoint_fp32
 from xpt_ds.checkpoint.store import tag_for
 from xpt_ds.model.objective import strip_prefix
@@ -210,7 +210,7 @@ def test_trelm_and_a_non_random_embedding_start_run_a_phase(tmp_path, tiny_rober
     init = json.loads((tmp_path / "mean/run/embedding_init.json").read_text())
     assert init["strategy"] == "source_mean"
 
-    parallel, _ = _write_parallel(tmp_path / "parallel", corpus_bert)
+    parallel, _ = write_parallel(tmp_path / "parallel", corpus_bert)
     cfg = gpu_config(tmp_path / "trelm", source_dir, corpus_bert, "zero2_bf16",
                      model={"source": str(source_dir), "tokenizer": str(corpus_bert / "spm.model"),
                             "method": "trelm"})

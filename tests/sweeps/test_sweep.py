@@ -381,10 +381,10 @@ def test_a_trelm_graph_sweep_runs_resumes_and_skips(tmp_path, source_dir, corpus
     inside the x_en branch (its row gone, checkpoints after step 5 lost) trains on from step 5 with the kept phase
     ends to the same scores (test_sweep_trains_evaluates_reports_and_skips_finished_runs skips finished runs)."""
     import shutil
-    from test_trelm import _write_parallel
+    from trelm_builders import write_parallel
     from test_trelm_phases import _three_phase
     from xpt_ds.checkpoint.store import complete_tags
-    parallel, _ = _write_parallel(tmp_path / "par", corpus_bert)
+    parallel, _ = write_parallel(tmp_path / "par", corpus_bert)
     config = _three_phase(tmp_path / "base", source_dir, corpus_bert, english, parallel, every_steps=5)
     out = tmp_path / "sweep"
     args = ["--config", str(config), "--methods", "trelm", "--sizes", "800", "--out", str(out), "--test-shards",

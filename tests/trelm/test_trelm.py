@@ -3,51 +3,23 @@ against the stock path, the CdLM + MLM objective, the parallel batch stream's ex
 through the real entry point."""
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import json
-
 import numpy as np
 import pytest
 import torch
 from torch import nn
-from transformers import BertConfig, BertForMaskedLM, RobertaConfig
+from transformers import BertForMaskedLM
 
-from conftest import SOURCE_VOCAB, TINY, base_config, launch, read_metrics, write_config
+from conftest import SOURCE_VOCAB, base_config, launch, read_metrics, write_config
+from trelm_builders import build_trelm, trelm_skeleton, trelm_stream, trelm_train_config, write_parallel
 from xpt_ds.checkpoint import store as checkpoint
-from xpt_ds.config import ConfigError, DataConfig, ModelConfig, OptimConfig, TrainConfig, load_config
-from xpt_ds.data.mlm import build_streams
+from xpt_ds.config import ConfigError, DataConfig, load_config
 from xpt_ds.data.tokenizer import build_tokenizer
-from xpt_ds.model.build import build_model
-from xpt_ds.model.new_values import StockInit
-from xpt_ds.model.skeleton import assign, skeleton
-from xpt_ds.trelm.data import build_trelm_stream
 from xpt_ds.trelm.model import ENGLISH, TARGET, encode, halves, lm_logits
 from xpt_ds.trelm.objective import TreLMObjective
 
 
-
-def _skeleton(family: str = "bert", layers: int = 2, seed: int = 0) -> nn.Module:
-    """A tiny stock model with ``trelm`` attached (xpt_ds.model.skeleton), random values everywhere (each parameter as
-    the builder draws a new one), no dropout."""
-    torch.manual_seed(seed)
-    if family == "bert":
-        cfg = BertConfig(**{**TINY, "num_hidden_layers": layers}, pad_token_id=0)
-        cfg.xpt_position_offset = 0
-    else:
-        cfg = RobertaConfig(**{**TINY, "num_hidden_layers": layers}, pad_token_id=1, type_vocab_size=1)
-        cfg.xpt_position_offset = 2  # pad + 1
-    cfg.xpt_trelm_source_vocab_size, cfg.xpt_trelm_source_pad_id = SOURCE_VOCAB, 0
-    init = StockInit(skeleton(cfg), seed)
-    model = assign(skeleton(cfg), init.value).eval()
-    with torch.no_grad():
-        model.trelm.placeholder.normal_()
-        model.trelm.language_embeddings.weight.normal_()
-    return model
-
-
 def test_reorder_takes_aligned_states_and_the_placeholder():
-    parts = _skeleton().trelm
+    parts = trelm_skeleton().trelm
     hidden = torch.arange(4 * 64, dtype=torch.float32).reshape(1, 4, 64)
     out = parts.reorder(hidden, torch.tensor([[2, 0, -1, 1, 3]]))  # 5 target positions from 4 source positions
     assert out.shape == (1, 5, 64)
@@ -59,7 +31,7 @@ def test_upper_half_attends_with_the_target_mask():
     """Source: 3 real positions of 6; target: 5 real of 6. Target position 3 reads the placeholder; with the
     target mask every real output depends on it (with the source mask it would be padding), and nothing real
     depends on the target's padding position 5."""
-    model = _skeleton()
+    model = trelm_skeleton()
     ids = torch.tensor([[2, 10, 11, 0, 0, 0]])
     src_mask, tgt_mask = torch.tensor([[1, 1, 1, 0, 0, 0]]), torch.tensor([[1, 1, 1, 1, 1, 0]])
     order = torch.tensor([[0, 2, 1, -1, 1, -1]])
@@ -94,7 +66,7 @@ class _Undo(nn.Module):
 def test_identity_order_is_the_stock_path(family):
     """With zero language rows and a pass-through TRILayer, encode with the identity order is the stock encoder
     (same embeddings, positions, masks and layers); with the real TRILayer, order=None is the explicit identity."""
-    model = _skeleton(family, layers=4)
+    model = trelm_skeleton(family, layers=4)
     pad = model.config.pad_token_id
     ids = torch.tensor([[5, 6, 7, 8, 9, 10], [11, 12, 13, pad, pad, pad]])
     mask = (ids != pad).long()
@@ -110,20 +82,15 @@ def test_identity_order_is_the_stock_path(family):
     assert torch.allclose(mine[real], stock[real], atol=1e-5)
 
 
-def _build(source_dir, corpus_bert, **kw):
-    cfg = ModelConfig(source=str(source_dir), tokenizer=str(corpus_bert / "spm.model"), method="trelm", **kw)
-    return build_model(cfg, build_tokenizer(cfg.tokenizer))
-
-
 def test_build_initialises_and_tags(source_dir, corpus_bert):
-    built = _build(source_dir, corpus_bert)
+    built = build_trelm(source_dir, corpus_bert)
     model, tags = built.model, built.tags
     src = BertForMaskedLM.from_pretrained(source_dir)
     assert halves(model) == 2
     lang = model.trelm.language_embeddings.weight.detach()
     assert torch.allclose(lang @ lang.T, torch.eye(2), atol=1e-5)  # both rows set, orthonormal
-    assert torch.equal(lang, _build(source_dir, corpus_bert).model.trelm.language_embeddings.weight.detach())
-    other_seed = _build(source_dir, corpus_bert, init_seed=99).model.trelm.language_embeddings.weight
+    assert torch.equal(lang, build_trelm(source_dir, corpus_bert).model.trelm.language_embeddings.weight.detach())
+    other_seed = build_trelm(source_dir, corpus_bert, init_seed=99).model.trelm.language_embeddings.weight
     assert not torch.allclose(lang, other_seed)
     for k, v in model.trelm.trilayer.state_dict().items():
         assert torch.equal(v, src.bert.encoder.layer[1].state_dict()[k]), k
@@ -143,7 +110,7 @@ def test_build_initialises_and_tags(source_dir, corpus_bert):
 
 
 def test_english_logits_use_the_source_vocabulary(source_dir, corpus_bert):
-    model = _build(source_dir, corpus_bert).model.eval()
+    model = build_trelm(source_dir, corpus_bert).model.eval()
     h = torch.randn(3, 64)
     src = BertForMaskedLM.from_pretrained(source_dir).eval()
     assert lm_logits(model, h, ENGLISH).shape == (3, SOURCE_VOCAB)
@@ -153,56 +120,9 @@ def test_english_logits_use_the_source_vocabulary(source_dir, corpus_bert):
 
 # --- parallel shards and the unified batch ---------------------------------------------------------------
 
-def _write_parallel(out, corpus_bert, pairs: int = 40, seed: int = 0):
-    """Random pairs (source ids of the source tokenizer, target spm ids, t2s with some -1) as parallel shards,
-    written by data_tools, with a parallel manifest."""
-    from data_tools.pairs.parallel_shards import AlignedCorpus
-    rng = np.random.default_rng(seed)
-    src, tgt, s2t, t2s = [], [], [], []
-    for _ in range(pairs):
-        ns, nt = int(rng.integers(2, 40)), int(rng.integers(2, 40))
-        src.append(rng.integers(5, SOURCE_VOCAB, ns))
-        tgt.append(rng.integers(5, 200, nt))
-        t2s.append(np.where(rng.random(nt) < 0.2, -1, rng.integers(0, ns, nt)))
-        s2t.append(rng.integers(-1, nt, ns))
-    corpus = AlignedCorpus(src, tgt, s2t, t2s, docs=[str(k // 4) for k in range(pairs)])
-    return write_pairs(out, corpus_bert, corpus), corpus
-
-
-def write_pairs(out, corpus_bert, corpus):
-    """``corpus`` (a data_tools AlignedCorpus) as the train split of parallel shards with a parallel manifest."""
-    from data_tools.pairs.parallel_shards import write_split
-    dtypes = corpus.dtypes(SOURCE_VOCAB, 200)
-    out.mkdir(parents=True, exist_ok=True)
-    entry = write_split(out, "train", corpus, np.arange(len(corpus.src)), dtypes, shard_pairs=15)
-    spm_file = corpus_bert / "spm.model"
-    manifest = {"kind": "parallel", "format_version": 1,
-                "source_tokenizer": {"name": "tiny", "class": "BertTokenizerFast", "vocab_size": SOURCE_VOCAB},
-                "target_tokenizer": {"file": "spm.model", "vocab_size": 200,
-                                     "sha256": hashlib.sha256(spm_file.read_bytes()).hexdigest()},
-                "dtypes": {k: str(v) for k, v in dtypes.items()}, "splits": {"train": entry}}
-    (out / "manifest.json").write_text(json.dumps(manifest))
-    return out / "manifest.json"
-
-
-def _train_cfg(tmp_path, source_dir, corpus_bert, parallel, **data):
-    return TrainConfig(model=ModelConfig(source=str(source_dir), tokenizer=str(corpus_bert / "spm.model"),
-                                         method="trelm"),
-                       data=DataConfig(train_shards=[f"{corpus_bert}/manifest.json:train"], seq_len=32,
-                                       num_workers=0, parallel_shards=[f"{parallel}:train"], **data))
-
-
-def _stream(cfg, rank=0, world=1, micro=2):
-    """Rank ``rank``'s stream: ``micro`` MLM sequences and (data.parallel_micro_batch 0) ``micro`` pairs."""
-    cfg = dataclasses.replace(cfg, optim=OptimConfig(micro_batch_size=micro))
-    tok = build_tokenizer(cfg.model.tokenizer)
-    mlm, _ = build_streams(cfg.data, tok, micro, rank, world)
-    return build_trelm_stream(mlm, cfg, tok, SOURCE_VOCAB, rank, world)
-
-
 def test_cdlm_rows_follow_the_alignment(tmp_path, source_dir, corpus_bert):
-    manifest, corpus = _write_parallel(tmp_path / "par", corpus_bert)
-    stream = _stream(_train_cfg(tmp_path, source_dir, corpus_bert, manifest, parallel_micro_batch=3))
+    manifest, corpus = write_parallel(tmp_path / "par", corpus_bert)
+    stream = trelm_stream(trelm_train_config(tmp_path, source_dir, corpus_bert, manifest, parallel_micro_batch=3))
     batch = next(stream)
     L, Bm = 32, 2
     assert batch["input_ids"].shape == (Bm + 3, L)
@@ -222,32 +142,32 @@ def test_cdlm_rows_follow_the_alignment(tmp_path, source_dir, corpus_bert):
 
 
 def test_parallel_stream_resumes_exactly_and_shards_by_rank(tmp_path, source_dir, corpus_bert):
-    manifest, _ = _write_parallel(tmp_path / "par", corpus_bert)
-    cfg = _train_cfg(tmp_path, source_dir, corpus_bert, manifest)
-    straight = _stream(cfg)
+    manifest, _ = write_parallel(tmp_path / "par", corpus_bert)
+    cfg = trelm_train_config(tmp_path, source_dir, corpus_bert, manifest)
+    straight = trelm_stream(cfg)
     batches = [next(straight) for _ in range(25)]  # 25 x 2 pairs: past the first epoch of 40 pairs
-    resumed = _stream(cfg)
+    resumed = trelm_stream(cfg)
     for _ in range(3):
         next(resumed)
     state = resumed.state_dict()
     assert state == {"sequences": 6, "pairs": 6, "seq_len": cfg.data.seq_len}
-    again = _stream(cfg)
+    again = trelm_stream(cfg)
     again.load_state_dict(state)
     for want in batches[3:]:
         got = next(again)
         assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
     # two ranks with one pair each see, between them, the pairs one rank sees two at a time
-    ranks = [_stream(cfg, rank=r, world=2, micro=1) for r in range(2)]
+    ranks = [trelm_stream(cfg, rank=r, world=2, micro=1) for r in range(2)]
     for want in batches[:3]:
         rows = [next(s)["input_ids"][1] for s in ranks]
         assert torch.equal(torch.stack(rows), want["input_ids"][2:])
 
 
 def test_objective_loss_and_gradients(tmp_path, source_dir, corpus_bert):
-    manifest, _ = _write_parallel(tmp_path / "par", corpus_bert)
-    batch = next(_stream(_train_cfg(tmp_path, source_dir, corpus_bert, manifest)))
+    manifest, _ = write_parallel(tmp_path / "par", corpus_bert)
+    batch = next(trelm_stream(trelm_train_config(tmp_path, source_dir, corpus_bert, manifest)))
     batch.pop("seq_ids")
-    objective = TreLMObjective(_build(source_dir, corpus_bert).model)
+    objective = TreLMObjective(build_trelm(source_dir, corpus_bert).model)
     loss = objective(**batch)
     assert torch.isfinite(loss) and loss > 0
     loss.backward()
@@ -273,11 +193,11 @@ def test_parallel_shards_config_errors(tmp_path, source_dir, corpus_bert):
     with pytest.raises(ConfigError, match="data.parallel_micro_batch"):
         load_config(str(write_config(tmp_path / "b.yaml", cfg)))
     with pytest.raises(ConfigError, match="data.parallel_shards.*not a parallel manifest"):
-        _stream(_train_cfg(tmp_path, source_dir, corpus_bert, corpus_bert / "manifest.json"))
+        trelm_stream(trelm_train_config(tmp_path, source_dir, corpus_bert, corpus_bert / "manifest.json"))
 
 
 def test_trelm_trains_through_the_entry_point(tmp_path, source_dir, corpus_bert):
-    manifest, _ = _write_parallel(tmp_path / "par", corpus_bert)
+    manifest, _ = write_parallel(tmp_path / "par", corpus_bert)
     cfg = base_config(tmp_path / "run", source_dir, corpus_bert,
                       phases=[{"name": "all", "steps": 3, "lr": 1e-3, "warmup_steps": 1}])
     cfg["model"]["method"] = "trelm"
@@ -295,7 +215,7 @@ def test_trelm_trains_through_the_entry_point(tmp_path, source_dir, corpus_bert)
 
 def test_evaluate_runs_trelm_through_the_trilayer(source_dir, corpus_bert):
     from xpt_ds.evaluation.intrinsic import evaluate
-    built = _build(source_dir, corpus_bert)
+    built = build_trelm(source_dir, corpus_bert)
     tok = build_tokenizer(str(corpus_bert / "spm.model"))
     data = DataConfig(seq_len=32)
     shards = [f"{corpus_bert}/manifest.json:valid"]

@@ -10,7 +10,7 @@ import torch
 from transformers import AutoModel, AutoModelForMaskedLM, AutoModelForSequenceClassification, AutoTokenizer
 
 from conftest import base_config, free_port, launch, read_metrics, write_config
-from test_trelm import _write_parallel
+from trelm_builders import write_parallel
 from xpt_ds.checkpoint.export import save_model
 from xpt_ds.config import ModelConfig
 from xpt_ds.data.tokenizer import build_tokenizer
@@ -83,7 +83,7 @@ ZERO3_EVERYTHING = {"zero_optimization": {"stage": 3, "stage3_param_persistence_
 def test_zero3_run_exports_and_evaluates_like_its_checkpoint(tmp_path, source_dir, corpus_bert):  # noqa: F811
     """A trelm run with CdLM rows (which read the placeholder) under ZeRO-3 with no persistent parameters trains,
     validates and checkpoints; its export, loaded by stock transformers, scores as ``--run`` does."""
-    manifest, _ = _write_parallel(tmp_path / "par", corpus_bert)
+    manifest, _ = write_parallel(tmp_path / "par", corpus_bert)
     ds = tmp_path / "zero3.json"
     ds.write_text(json.dumps(ZERO3_EVERYTHING))
     run = tmp_path / "run"
@@ -163,7 +163,7 @@ def test_without_trilayer_exports_a_stock_model(tmp_path, source_dir, corpus_ber
     real = mask.bool()
     assert torch.allclose(got[real], want[real], atol=2e-5), (got[real] - want[real]).abs().max()
 
-    manifest, _ = _write_parallel(tmp_path / "par", corpus_bert)
+    manifest, _ = write_parallel(tmp_path / "par", corpus_bert)
     run_cfg = base_config(tmp_path / "run", source_dir, corpus_bert,
                           phases=[{"name": "all", "steps": 2, "objectives": ["mlm_target", "cdlm_en_x"]}])
     run_cfg["model"]["method"] = "trelm_no_tri"

@@ -15,7 +15,7 @@ from transformers import BertForMaskedLM
 
 from conftest import REPO, base_config, launch, read_metrics, read_phase_end, write_config
 from conftest import SOURCE_VOCAB
-from test_trelm import _build, _train_cfg, _write_parallel, write_pairs
+from trelm_builders import build_trelm, trelm_train_config, write_pairs, write_parallel
 from xpt_ds.checkpoint.export import load_checkpoint_fp32
 from xpt_ds.checkpoint.phase_ends import PHASE_ENDS
 from xpt_ds.checkpoint.store import tag_for
@@ -88,7 +88,7 @@ def test_x_en_rows_and_loss_predict_english_at_the_aligned_positions(tmp_path, s
     pairs = AlignedCorpus([np.array([7, 8, 9, 10])], [np.array([20, 21, 22])], [s2t], [np.array([1, -1, 0])],
                           docs=["0"])
     manifest = write_pairs(tmp_path / "par", corpus_bert, pairs)
-    cfg = _train_cfg(tmp_path, source_dir, corpus_bert, manifest, parallel_micro_batch=1)
+    cfg = trelm_train_config(tmp_path, source_dir, corpus_bert, manifest, parallel_micro_batch=1)
     batch = next(_stream(cfg, ["mlm_target", "cdlm_x_en"], micro=1))
     L = 32  # row 0: target MLM, row 1: the pair; BERT layout on both sides: [PAD]=0 [CLS]=2 [SEP]=3
     pad = [0] * (L - 5)
@@ -100,7 +100,7 @@ def test_x_en_rows_and_loss_predict_english_at_the_aligned_positions(tmp_path, s
     assert batch["cdlm_x_en_targets"].tolist() == [7, 8, 9, 10, 3]  # every English piece, then the English [SEP]
     assert "cdlm_positions" not in batch and "mlm_source_positions" not in batch
 
-    model = _build(source_dir, corpus_bert).model.eval()
+    model = build_trelm(source_dir, corpus_bert).model.eval()
     batch.pop("seq_ids")
     with torch.no_grad():
         loss = TreLMObjective(model)(**batch)
@@ -115,8 +115,8 @@ def test_x_en_rows_and_loss_predict_english_at_the_aligned_positions(tmp_path, s
 
 
 def test_stream_state_holds_every_sub_stream(tmp_path, source_dir, corpus_bert, english):
-    manifest, _ = _write_parallel(tmp_path / "par", corpus_bert)
-    cfg = _train_cfg(tmp_path, source_dir, corpus_bert, manifest)
+    manifest, _ = write_parallel(tmp_path / "par", corpus_bert)
+    cfg = trelm_train_config(tmp_path, source_dir, corpus_bert, manifest)
     cfg.data = dataclasses.replace(cfg.data, source_shards=[f"{english}:train"])
     straight = _stream(cfg, ALL)
     batches = [next(straight) for _ in range(5)]
@@ -169,7 +169,7 @@ def _differ(a, b, names):
 
 def test_three_phase_config_trains_end_to_end(tmp_path, source_dir, corpus_bert, english):
     """One rank. The last phase trains only @lang, so every other weight of the final checkpoint is the merge."""
-    parallel, _ = _write_parallel(tmp_path / "par", corpus_bert)
+    parallel, _ = write_parallel(tmp_path / "par", corpus_bert)
     run = tmp_path / "run"
     proc = launch(["--config", str(_three_phase(run, source_dir, corpus_bert, english, parallel, ["@lang"]))])
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -200,7 +200,7 @@ def test_three_phase_config_trains_end_to_end(tmp_path, source_dir, corpus_bert,
 def straight(tmp_path_factory, source_dir, corpus_bert, english):
     """The three phases on 2 ranks, checkpoints at global step 5 (inside x_en) and at the phase ends."""
     root = tmp_path_factory.mktemp("trelm_phases")
-    parallel, _ = _write_parallel(root / "par", corpus_bert)
+    parallel, _ = write_parallel(root / "par", corpus_bert)
     run = root / "straight"
     proc = launch(["--config", str(_three_phase(run, source_dir, corpus_bert, english, parallel, every_steps=5))],
                   nproc=2)
@@ -276,10 +276,10 @@ def test_micro_batch_work_counts_every_rank_s_rows_at_their_real_lengths(tmp_pat
     (2 of 4 layers) on the input, the TRILayer and the upper half on the output, each head on its predictions."""
     from xpt_ds.metrics.logger import flops_per_token, rows_flops
     from xpt_ds.trelm.work import micro_batch_work
-    manifest, _ = _write_parallel(tmp_path / "par", corpus_bert, seed=2)  # seed 2: pairs shorter than 30 pieces
-    cfg = _train_cfg(tmp_path, source_dir, corpus_bert, manifest)  # as many pairs as MLM rows per micro-batch
+    manifest, _ = write_parallel(tmp_path / "par", corpus_bert, seed=2)  # seed 2: pairs shorter than 30 pieces
+    cfg = trelm_train_config(tmp_path, source_dir, corpus_bert, manifest)  # as many pairs as MLM rows per micro-batch
     cfg.data = dataclasses.replace(cfg.data, source_shards=[f"{english}:train"])
-    hf = _build(source_dir, corpus_bert).model.config
+    hf = build_trelm(source_dir, corpus_bert).model.config
     one = _stream(cfg, ALL, micro=2)
     batch = next(one)
     tokens, flops = micro_batch_work(hf, one.last_rows)
@@ -302,7 +302,7 @@ def test_cdlm_validation_and_every_row_s_throughput(tmp_path, source_dir, corpus
     at every eval point, and tokens_seen / tokens_per_s / MFU over every row; the same run without validation
     trains the same losses and weights (validation moves no data position and no RNG)."""
     import json
-    parallel, _ = _write_parallel(tmp_path / "par", corpus_bert, seed=2)
+    parallel, _ = write_parallel(tmp_path / "par", corpus_bert, seed=2)
     _with_valid_split(parallel)
     metrics = {}
     for name in ("plain", "valid"):
@@ -331,7 +331,7 @@ def test_cdlm_validation_and_every_row_s_throughput(tmp_path, source_dir, corpus
 
     # tokens of every row: per step 2 x 2 target rows of 32; common adds as many English rows; en_x and x_en the
     # same 8 pairs (x_en rewinds to common's end) at their real input lengths, English side then target side
-    cfg_obj = _train_cfg(tmp_path, source_dir, corpus_bert, parallel, parallel_micro_batch=2)
+    cfg_obj = trelm_train_config(tmp_path, source_dir, corpus_bert, parallel, parallel_micro_batch=2)
     en_x, x_en = (_stream(cfg_obj, ["mlm_target", d]) for d in ("cdlm_en_x", "cdlm_x_en"))
     micro = [[int(next(s)["attention_mask"][2:].sum()) for _ in range(4)] for s in (en_x, x_en)]
     pairs = [m[0] + m[1] for m in micro] + [m[2] + m[3] for m in micro]  # steps 3 and 5, then 4 and 6
