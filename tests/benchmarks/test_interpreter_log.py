@@ -34,3 +34,26 @@ def test_each_interpreter_logs_its_test_and_cpu_and_the_summary_adds_them_up(tmp
     assert summarize_main([str(log)]) == 0
     out = capsys.readouterr().out
     assert out.startswith("2 interpreters, ") and "| training rank | 1 |" in out
+
+
+def test_each_test_logs_its_own_and_its_childrens_cpu(tmp_path):
+    """cpu_per_test counts what a test's children spent, which the interpreter log misses for a child that is
+    killed or leaves through os._exit (a forked run, a kill -9 round)."""
+    (tmp_path / "test_burn.py").write_text(
+        "import subprocess, sys\n\n"
+        "def test_child():\n"
+        "    subprocess.run([sys.executable, '-c', 'import os\\nsum(range(3 * 10**7))\\nos._exit(0)'], check=True)\n\n"
+        "def test_nothing():\n"
+        "    pass\n")
+    log = tmp_path / "cpu.jsonl"
+    env = {**os.environ, "PYTHONPATH": str(REPO / "benchmarks" / "interpreters"), "XPT_TEST_CPU_LOG": str(log)}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", "-p",
+                           "cpu_per_test", "-c", os.devnull, "--rootdir", str(tmp_path), str(tmp_path / "test_burn.py")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    rows = {r["id"].split("::")[1]: r for r in map(json.loads, log.read_text().splitlines())}
+    assert set(rows) == {"test_child", "test_nothing"}
+    assert rows["test_child"]["kids"] > 0.2 > rows["test_nothing"]["kids"]
+    summary = _python([str(REPO / "benchmarks/interpreters/cpu_per_test.py"), str(log)], os.environ)
+    assert summary.returncode == 0 and summary.stdout.startswith("2 tests, ")
+    assert "| test_burn.py | " in summary.stdout and "| 2 |" in summary.stdout
