@@ -12,7 +12,7 @@ Code map (lower layers never import higher ones; ``tests/test_layers.py`` checks
 - ``checkpoint/``: save and load through a state registry, older formats (``migrate``), tag checks, branches,
   frozen values, export and the model card;
 - ``runtime/``: processes and the cluster: distributed setup, ports, the run lock, rank messages, preemption,
-  status heartbeat, the collector, op builds;
+  status heartbeat, the collector, op builds, how a command's process ends;
 - ``model/``: the ITL-extended model, adapters, per-phase trainable parameters, the MLM objective;
 - ``trelm/``: TreLM's TRILayer, objective, batches and exported model (004);
 - ``embedding_init/``: where the new word embeddings start (random, source_mean, focus, aligned, ...);

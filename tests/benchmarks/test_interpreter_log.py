@@ -47,9 +47,10 @@ def test_each_test_logs_its_own_and_its_childrens_cpu(tmp_path):
         "    pass\n")
     log = tmp_path / "cpu.jsonl"
     env = {**os.environ, "PYTHONPATH": str(REPO / "benchmarks" / "interpreters"), "XPT_TEST_CPU_LOG": str(log)}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", "-p",
-                           "cpu_per_test", "-c", os.devnull, "--rootdir", str(tmp_path), str(tmp_path / "test_burn.py")],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    args = ["-q", "-n", "0", "-p", "no:cacheprovider", "-p", "cpu_per_test", "-c", os.devnull, "--rootdir",
+            str(tmp_path), str(tmp_path / "test_burn.py")]
+    done = subprocess.run([sys.executable, "-m", "pytest", *args], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     rows = {r["id"].split("::")[1]: r for r in map(json.loads, log.read_text().splitlines())}
     assert set(rows) == {"test_child", "test_nothing"}

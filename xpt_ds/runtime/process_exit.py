@@ -1,9 +1,9 @@
 """How a command's process ends: what interpreter shutdown does that anyone can observe, then ``os._exit``.
 
 A rank has some 5,000 modules loaded (torch, DeepSpeed, transformers); tearing the interpreter down frees their
-objects one by one, about 1 CPU-second a process on the 2-core CI machine, and runs the C++ destructors of
-extension modules whose threads may still be live (the abort "terminate called without an active exception"
-seen once at a ZeRO-3 rank's exit). ``exit_process`` keeps what shutdown does for the program: it lets
+objects one by one, about 0.5 CPU-s a process on the 2-core dev VM (docs/testing.md), and then runs the C++
+static destructors of the extension modules (a 2-rank ZeRO-3 test script's exit aborted once there, with
+"terminate called without an active exception"). ``exit_process`` keeps what shutdown does for the program: it lets
 non-daemon threads finish (``threading._shutdown``, which also ends executors' workers), runs the ``atexit``
 handlers (logging's flush, multiprocessing's reaping of DataLoader workers, TensorBoard's writers), flushes stdout
 and stderr, and exits with the status ``sys.exit`` would give. Only a command's ``__main__`` calls it: ``main``
