@@ -12,6 +12,7 @@ itself returns its status, so in-process callers (the tests, the ``xpt-ds`` disp
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import sys
 import threading
@@ -33,8 +34,6 @@ def exit_process(code: object) -> NoReturn:
     threading._shutdown()  # what Py_Finalize does first: threading's own atexit hooks, then join the others
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe or stream: nothing left to say on it
             stream.flush()
-        except (OSError, ValueError):  # a closed pipe or stream: nothing left to say on it
-            pass
     os._exit(status)
