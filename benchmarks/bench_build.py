@@ -78,6 +78,16 @@ LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
 
 def write_source(out: Path, shape: str) -> Path:
     """A Llama-3.2-shaped source with random bf16 weights (N(0, 0.02), norms 1) in the hub's layout."""
+    settings = {**LLAMA_32, **SHAPES[shape]}
+    if shape == "tiny":  # no llama3 rope scaling over 256 positions, special ids inside the 300-word vocabulary
+        del settings["rope_scaling"]
+        settings.update(bos_token_id=0, eos_token_id=2)
+    return write_llama(out, settings)
+
+
+def write_llama(out: Path, settings: dict) -> Path:
+    """A Llama source of ``settings`` (LlamaConfig keys) with random bf16 weights (N(0, 0.02), norms 1) in the hub's
+    layout, written to a side folder and renamed to ``out`` when complete; an existing ``out`` is kept."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -87,10 +97,6 @@ def write_source(out: Path, shape: str) -> Path:
     tmp = out.with_name(out.name + ".writing")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    settings = {**LLAMA_32, **SHAPES[shape]}
-    if shape == "tiny":  # no llama3 rope scaling over 256 positions, special ids inside the 300-word vocabulary
-        del settings["rope_scaling"]
-        settings.update(bos_token_id=0, eos_token_id=2)
     config = LlamaConfig(**settings, dtype="bfloat16")
     with torch.device("meta"):
         skeleton = LlamaForCausalLM(config)

@@ -54,8 +54,17 @@ from pathlib import Path
 # benchmarks/: this script's own folder is on sys.path
 from throughput_facts import LinearOutputDtype, engine_facts, frozen_matmul, optimizer_state_gib
 from throughput_profile import profile_steps, synchronize
+from throughput_decoder import (
+    DECODER_SHAPES,
+    HF_ONLY,
+    decoder_batches,
+    decoder_tokenizer,
+    documents_per_row,
+    hf_samples,
+    write_decoder_source,
+)
 from throughput_report import machine, render
-from throughput_variants import HF_VARIANTS, VARIANTS, engine_json
+from throughput_variants import DECODER_ONLY, HF_VARIANTS, VARIANTS, engine_json
 from xpt_ds import config
 from xpt_ds.runtime.ports import free_port
 
@@ -71,6 +80,13 @@ SIDES = ("hf", "xpt")
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tiny", action="store_true", help="2 layers, hidden 64, vocab 1000 (CPU smoke run)")
+    p.add_argument("--decoder", choices=sorted(DECODER_SHAPES),
+                   help="the XPT target of a Llama-layout source of this shape on packed next-token rows "
+                        "(benchmarks/throughput_decoder.py) instead of the RoBERTa-base-shaped encoder")
+    p.add_argument("--sources", metavar="DIR", help="keep the written decoder source in DIR/decoder-SHAPE and reuse it "
+                                                    "from there (default: a temporary folder per run)")
+    p.add_argument("--engine", metavar="STEM", help="ds_configs/STEM.json for every row whose variant names no "
+                                                     "engine JSON of its own (default: zero2_<precision>)")
     p.add_argument("--seq-lens", type=int, nargs="+", default=None, help="default 128 512 (tiny: 32 64)")
     p.add_argument("--phases", type=int, nargs="+", default=[1, 2], choices=[1, 2])
     p.add_argument("--tokens-per-batch", type=int, help="micro batch = this // seq len; default 16384 (tiny: 256)")
@@ -90,7 +106,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="which trainers' plain rows to run (none: only --variants)")
     p.add_argument("--variants", nargs="*", default=[], choices=sorted(VARIANTS),
                    help="extra xpt_ds rows, one per optimisation tried (VARIANTS), beside the plain rows")
-    p.add_argument("--hf-variants", nargs="*", default=[], choices=HF_VARIANTS,
+    p.add_argument("--hf-variants", nargs="*", default=[], choices=HF_VARIANTS + sorted(HF_ONLY),
                    help="extra HF rows with an engine-JSON variant, so xpt_ds's row with the same variant has a "
                         "peer on the same DeepSpeed settings ('vs HF' then also gives that ratio)")
     p.add_argument("--profile", metavar="DIR", help="also profile 3 steps of each xpt_ds row with torch.profiler: "
@@ -113,6 +129,8 @@ def main(argv=None) -> int:
     cuda = _on_cuda()
     size = TINY if a.tiny else FULL
     seq_lens = a.seq_lens or ([32, 64] if a.tiny else [128, 512])
+    if not a.decoder and (set(a.variants) & set(DECODER_ONLY) or set(a.hf_variants) & set(HF_ONLY)):
+        raise SystemExit("bench_throughput: --variants flex and --hf-variants docpos are decoder rows (--decoder)")
     optimizer = a.optimizer or ("fused" if cuda else "torch")
     rows, failed = [], False
     # What a report says about its run, written with the first row: a session stopped mid-table keeps it.
@@ -128,11 +146,13 @@ def main(argv=None) -> int:
                 for side, variant in runs:
                     name = f"{side}{'-' + variant if variant else ''}-{seq_len}-{phase}"
                     spec = dict(side=side, variant=variant, phase=phase, seq_len=seq_len, micro_batch=micro_batch,
+                                decoder=a.decoder, **({"ds_file": a.engine} if a.engine else {}),
                                 steps=a.steps, warmup=a.warmup, precision=a.precision, optimizer=optimizer,
-                                source=f"{tmp}/source", size=size, max_len=max(seq_lens), peak_tflops=a.peak_tflops,
+                                source=f"{a.sources}/decoder-{a.decoder}" if a.decoder and a.sources
+                                else f"{tmp}/source", size=size, max_len=max(seq_lens), peak_tflops=a.peak_tflops,
                                 tmp=tmp, result=f"{tmp}/{name}.json", max_batch=a.max_batch,
                                 profile=f"{a.profile}/profile-{name}.txt" if a.profile and side == "xpt" else None,
-                                **VARIANTS.get(variant, {}))
+                                **VARIANTS.get(variant, HF_ONLY.get(variant, {})))
                     rows.append(run_worker(spec, Path(tmp), a.worker_timeout))
                     failed |= "error" in rows[-1]
                     Path(a.out).write_text(json.dumps({**head, "partial": True, "results": rows}, indent=1))
@@ -208,7 +228,9 @@ def build_side_model(spec: dict):
     from xpt_ds.model.build import build_model
     from xpt_ds.model.phases import build_phase_trainables
 
-    if not Path(spec["source"]).is_dir():  # workers run one at a time
+    if spec.get("decoder"):
+        write_decoder_source(Path(spec["source"]), spec["decoder"])
+    elif not Path(spec["source"]).is_dir():  # workers run one at a time
         save_source(Path(spec["source"]), spec["size"], spec["max_len"])
     steps = spec["warmup"] + spec["steps"]
     ds_path = Path(spec["result"]).with_suffix(".ds.json")
@@ -219,27 +241,32 @@ def build_side_model(spec: dict):
     if "grad_clip" in spec:  # a variant's (nosync)
         optim.grad_clip = spec["grad_clip"]
     cfg = TrainConfig(deepspeed=str(ds_path), compile=bool(spec.get("compile")),
-                      model=ModelConfig(source=spec["source"], method="xpt"), phases=phases,
+                      model=ModelConfig(source=spec["source"], method="xpt", attention=spec.get("attention", "sdpa")),
+                      phases=phases,
                       data=DataConfig(seq_len=spec["seq_len"]), optim=optim,
                       logging=LoggingConfig(peak_tflops=spec["peak_tflops"]),
                       activations=ActivationsConfig(checkpoint_every=spec.get("activations", 0)))
     # build_model needs only the special ids and the size of the target vocabulary (RoBERTa layout), so no
     # SentencePiece model is trained here; ``path`` is never read.
     pad = spec.get("pad_vocab") or 1
-    tok = TargetTokenizer(path="", vocab_size=-(-spec["size"]["target_vocab"] // pad) * pad, pad_id=1, cls_id=0,
-                          sep_id=2, unk_id=3, mask_id=4)
+    tok = decoder_tokenizer(spec["decoder"]) if spec.get("decoder") else TargetTokenizer(
+        path="", vocab_size=-(-spec["size"]["target_vocab"] // pad) * pad, pad_id=1, cls_id=0, sep_id=2, unk_id=3,
+        mask_id=4)
     built = build_model(cfg.model, tok)
     trainable = build_phase_trainables(cfg, built.tags)[spec["phase"] - 1]
     return cfg, tok, built.model, trainable
 
 
-def synthetic_batches(cfg, tok, n: int = 4, micro_batch: int | None = None) -> list[dict]:
-    """``n`` packed, masked micro-batches in host memory: cls + random ids + sep, as the packer makes them."""
+def synthetic_batches(spec: dict, cfg, tok, n: int = 4, micro_batch: int | None = None) -> list[dict]:
+    """``n`` packed, masked micro-batches in host memory: cls + random ids + sep, as the packer makes them; for a
+    decoder, packed next-token rows of several documents (``throughput_decoder.decoder_batches``)."""
     import torch
 
     from xpt_ds.data.mlm import MLMMasker
 
     B, T = micro_batch or cfg.optim.micro_batch_size, cfg.data.seq_len
+    if spec.get("decoder"):
+        return decoder_batches(tok, B, T, n)
     g = torch.Generator().manual_seed(0)
     out = []
     for b in range(n):
@@ -256,7 +283,7 @@ def run_xpt(spec: dict) -> dict:
         import torch
 
         from xpt_ds.checkpoint.frozen import FrozenWeights
-        from xpt_ds.model.objective import MaskedLMObjective
+        from xpt_ds.model.objective import build_objective
         from xpt_ds.runtime.distributed import init_distributed
         from xpt_ds.training.engine import build_engine, lr_at, set_lr
         from xpt_ds.training.fill import fill
@@ -264,7 +291,7 @@ def run_xpt(spec: dict) -> dict:
     init_distributed()  # as a rank of xpt_ds.cli.train joins
     with collector.paused():
         cfg, tok, model, trainable = build_side_model(spec)
-        objective = MaskedLMObjective(model)
+        objective = build_objective(model, attention=cfg.model.attention)  # MLM, or next-token for a decoder
         fp32 = {n: p.detach().clone() for n, p in objective.named_parameters()}
         engine, optimizer = build_engine(objective, {f"hf.{n}" for n in trainable}, cfg)
         fill(engine, fp32.__getitem__, {f"hf.{n}" for n in trainable}, FrozenWeights(), "bench model")
@@ -283,11 +310,11 @@ def run_xpt(spec: dict) -> dict:
 
     if spec.get("max_batch"):
         result = _largest_fit(spec, lambda size: [step_(pin(b), s) for s, b in
-                                                  enumerate(synthetic_batches(cfg, tok, 2, micro_batch=size))])
+                                                  enumerate(synthetic_batches(spec, cfg, tok, 2, micro_batch=size))])
         engine.destroy()
         deepspeed.comm.destroy_process_group()
         return result
-    batches = [pin(b) for b in synthetic_batches(cfg, tok)]
+    batches = [pin(b) for b in synthetic_batches(spec, cfg, tok)]
     total, t0 = torch.zeros((), device=device), 0.0  # as train_step: the loss is summed on the device, no sync
     for step in range(spec["warmup"] + spec["steps"]):
         if step == spec["warmup"]:
@@ -300,7 +327,8 @@ def run_xpt(spec: dict) -> dict:
                            frozen_matmul=frozen_matmul(model, trainable), engine=engine_facts(engine),
                            ds_config=engine_json(spec), linear_out_dtype=probe and probe.dtype,
                            resident_gib=resident, optimizer_state_gib=optimizer_state_gib(engine),
-                           final_loss=float(total.item() / (spec["warmup"] + spec["steps"])))
+                           final_loss=float(total.item() / (spec["warmup"] + spec["steps"])),
+                           **({"documents_per_row": documents_per_row(batches)} if spec.get("decoder") else {}))
     if spec.get("profile"):
         result["profile"] = profile_steps(lambda i: step_(batches[i % len(batches)], i), spec["profile"], device)
     engine.destroy()
@@ -341,11 +369,15 @@ def _hf_train(spec: dict):
     cfg, tok, model, trainable = build_side_model(spec)
     for n, p in model.named_parameters():
         p.requires_grad_(n in trainable)
-    samples = []
-    for batch in synthetic_batches(cfg, tok):
-        labels = torch.full_like(batch["input_ids"], -100)
-        labels.view(-1)[batch["mlm_positions"]] = batch["mlm_targets"]
-        samples += [{"input_ids": i, "labels": y} for i, y in zip(batch["input_ids"], labels)]
+    if spec.get("decoder"):  # next-token labels on every position; no KV cache in a training forward
+        model.config.use_cache = False
+        samples = hf_samples(synthetic_batches(spec, cfg, tok), spec.get("positions", "row"))
+    else:
+        samples = []
+        for batch in synthetic_batches(spec, cfg, tok):
+            labels = torch.full_like(batch["input_ids"], -100)
+            labels.view(-1)[batch["mlm_positions"]] = batch["mlm_targets"]
+            samples += [{"input_ids": i, "labels": y} for i, y in zip(batch["input_ids"], labels)]
     warmup, steps = spec["warmup"], spec["steps"]
 
     class Repeated(torch.utils.data.Dataset):
@@ -433,7 +465,7 @@ def _measurements(spec: dict, hf_config, seconds: float, **extra) -> dict:
     tokens_per_s = spec["steps"] * spec["micro_batch"] * spec["seq_len"] / seconds
     cuda = _on_cuda()
     peak = peak_flops(spec["peak_tflops"]) if cuda else None
-    mask_prob = 0.15  # DataConfig.mask_prob, used by the masker on both sides
+    mask_prob = 1.0 if spec.get("decoder") else 0.15  # every next token; DataConfig.mask_prob, the masker's
     mfu = None if peak is None else flops_per_token(hf_config, spec["seq_len"], mask_prob) * tokens_per_s / peak
     # FLOPs the step really does: a frozen layer weight costs 4 per token (forward, input gradient), not 6.
     done = flops_per_token(hf_config, spec["seq_len"], mask_prob) - 2 * extra.get("frozen_matmul", 0)

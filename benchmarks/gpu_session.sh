@@ -28,6 +28,15 @@
 #                    nothing: VARIANTS="vocab64 ..." runs them again);
 #   bench_max_batch  the largest micro-batch at sequence 512 on both sides, phases 1 and 2 (recorded in
 #                    BENCHMARKS.md on 2026-11-24: 196 s; not in the GPU default).
+# Issue 54's decoder steps (DECODER_STEPS, run instead of the encoder's STEPS with SESSION_STEPS="$DECODER_STEPS"):
+#   decoder_1b       the XPT target of a Llama-3.2-1B-shaped source (benchmarks/throughput_decoder.py), seq 2048,
+#                    8 rows a step, ds_configs/zero1_bf16_lean.json, phase 2: xpt_ds on SDPA and on FlexAttention
+#                    (--variants flex), HF Trainer on plain causal rows and with per-document positions
+#                    (--hf-variants docpos); 4 rows;
+#   decoder_1b_p1    phase 1 of the same, xpt_ds only (SDPA and flex): the phase-1 / phase-2 step ratio; 2 rows;
+#   decoder_tests    pytest tests/gpu/test_cuda_document_mask.py: flex against SDPA in bf16, in process and
+#                    through the trainer;
+#   decoder_135m     SmolLM2-135M's shape, phases 2 and 1, the same rows as the two 1B steps (HF in phase 1 too).
 # A step starts only if the budget has at least its NEED seconds left (the PLANNED table below: the least worth
 # starting, since a bench step writes each row as it finishes and pytest prints each test as it ends); one still
 # running when the budget ends is stopped, and what it wrote is packed. One 600 s call with the default budget
@@ -67,6 +76,10 @@ if [ "$MODE" = --rehearse ]; then
     # added) at the cost of the one row it replaced (vocab64)
     read -ra VARIANTS <<< "${VARIANTS-autocast}"
     STEPS="gpu_tests bench_main bench_big bench_variants bench_max_batch"
+    DECODER_STEPS="decoder_1b decoder_1b_p1 decoder_tests decoder_135m"
+    DECODER=(--decoder tiny --seq-lens 64 --micro-batch 4 --engine zero1_bf16_lean)
+    DECODER_135M=(--decoder tiny --seq-lens 32 --micro-batch 4 --engine zero1_bf16_lean)
+    FLEX=()  # FlexAttention has no backward on the CPU: the flex rows run on the GPU only
     PYTEST=(-n 0 -q)
     [ "${XPT_GPU_TESTS_ON_CPU:-0}" = 1 ] || PYTEST+=(--collect-only)
 else
@@ -101,6 +114,10 @@ print('FusedAdam built and stepped')"
     grep -q "^fused_adam	0" "$OUT/steps.tsv" || OPTIMIZER=torch
     read -ra VARIANTS <<< "${VARIANTS-lean nosync zero1_lean zero1 autocast no_tput_timer}"
     STEPS="bench_main gpu_tests bench_big bench_variants"
+    DECODER_STEPS="decoder_1b decoder_1b_p1 decoder_tests decoder_135m"
+    DECODER=(--decoder 1b --seq-lens 2048 --micro-batch 8 --engine zero1_bf16_lean --steps 20 --warmup 5)
+    DECODER_135M=(--decoder 135m --seq-lens 2048 --micro-batch 8 --engine zero1_bf16_lean --steps 20 --warmup 5)
+    FLEX=(--variants flex)
     MAIN_VARIANTS=${MAIN_VARIANTS-zero1_lean}
     MAIN_HF_VARIANTS=${MAIN_HF_VARIANTS-zero1_lean}
     PYTEST=(-n 4 --dist load -v -rA --durations=15)  # which test to trim when the budget stops them
@@ -109,7 +126,9 @@ echo "optimizer: $OPTIMIZER" | tee -a "$OUT/session.log"
 B=(benchmarks/bench_throughput.py --optimizer "$OPTIMIZER" "${SIZE[@]}")
 # The seconds a step needs left in the budget to start: enough for its first rows or tests (a bench row is
 # about 35 s: start-up, 10 + 50 steps; the encoder tests took 85 s).
-declare -A PLANNED=([gpu_tests]=90 [bench_main]=120 [bench_big]=120 [bench_variants]=90 [bench_max_batch]=90)
+declare -A PLANNED=([gpu_tests]=90 [bench_main]=120 [bench_big]=120 [bench_variants]=90 [bench_max_batch]=90
+                   [decoder_1b]=60 [decoder_1b_p1]=50 [decoder_tests]=60 [decoder_135m]=40)
+SOURCES=${SOURCES:-/tmp/xpt_bench_sources}  # the decoder sources, written once, outside OUT (not packed)
 for name in ${SESSION_STEPS:-$STEPS}; do
     need=${PLANNED[$name]:-0}
     [ "$MODE" = --rehearse ] && need=0  # the rehearsal's steps take seconds
@@ -124,6 +143,14 @@ for name in ${SESSION_STEPS:-$STEPS}; do
     bench_big) budget_step bench_big "$need" "$PY" "${B[@]}" "${BIG[@]}" --out "$OUT/bench_big.json" ;;
     bench_max_batch) budget_step bench_max_batch "$need" "$PY" "${B[@]}" "${LONG[@]}" "${MAXB[@]}" \
         --out "$OUT/bench_max_batch.json" ;;
+    decoder_1b) budget_step decoder_1b "$need" "$PY" "${B[@]}" "${DECODER[@]}" --sources "$SOURCES" --phases 2 \
+        "${FLEX[@]}" --hf-variants docpos --out "$OUT/decoder_1b.json" ;;
+    decoder_1b_p1) budget_step decoder_1b_p1 "$need" "$PY" "${B[@]}" "${DECODER[@]}" --sources "$SOURCES" \
+        --phases 1 --sides xpt "${FLEX[@]}" --out "$OUT/decoder_1b_p1.json" ;;
+    decoder_tests) budget_step decoder_tests "$need" env XPT_GPU_REPORT="$OUT/gpu_report" "$PY" -m pytest -m gpu \
+        tests/gpu/test_cuda_document_mask.py -p no:cacheprovider "${PYTEST[@]}" ;;
+    decoder_135m) budget_step decoder_135m "$need" "$PY" "${B[@]}" "${DECODER_135M[@]}" --sources "$SOURCES" \
+        --phases 2 1 "${FLEX[@]}" --hf-variants docpos --out "$OUT/decoder_135m.json" ;;
     *) echo "unknown step $name" >&2; exit 2 ;;
     esac
 done

@@ -41,10 +41,16 @@ def machine(cuda: bool) -> dict:
             "python": platform.python_version()}
 
 
+def engine_words(a: dict) -> str:
+    """What the rows ran on, as the table's header says it: the model and the engine JSON of the plain rows."""
+    model = f"decoder {a['decoder']} (benchmarks/throughput_decoder.py)" if a.get("decoder") else "encoder"
+    return f"{model}, {'ds_configs/' + a['engine'] + '.json' if a.get('engine') else 'ZeRO-2'}"
+
+
 def markdown(report: dict) -> str:
     m, a = report["machine"], report["args"]
     lines = [f"Machine: {m['device']}, torch {m['torch']}, transformers {m['transformers']}, deepspeed "
-             f"{m['deepspeed']}; {m['date']}. {a['precision']}, ZeRO-2, optimizer {report['optimizer']}, "
+             f"{m['deepspeed']}; {m['date']}. {a['precision']}, {engine_words(a)}, optimizer {report['optimizer']}, "
              f"{a['warmup']} warm-up + {a['steps']} timed steps"
              + (f"; MFU against {report['peak_tflops']:g} TFLOP/s." if report["peak_tflops"] else "."), "",
              "| seq len | micro batch | phase | trainer | tokens/s | step ms | MFU | MFU done | peak mem GiB | "
@@ -97,7 +103,7 @@ def crowded_rows(rows: list[dict]) -> list[str]:
 def max_batch_markdown(report: dict) -> str:
     m = report["machine"]
     lines = [f"Machine: {m['device']}, torch {m['torch']}; {m['date']}. Largest micro-batch that ran 2 steps "
-             f"({report['args']['precision']}, ZeRO-2, optimizer {report['optimizer']}):", "",
+             f"({report['args']['precision']}, {engine_words(report['args'])}, optimizer {report['optimizer']}):", "",
              "| seq len | phase | trainer | largest micro-batch | its peak GiB | next size |", "|---:|---:|---|---:|---:|---|"]
     name = {"hf": "HF Trainer + DeepSpeed", "xpt": "xpt_ds"}
     for r in report["results"]:

@@ -49,7 +49,11 @@ VARIANTS = {
     # activations.checkpoint_every: 1 (xpt_ds.training.activations): every layer recomputed in the backward. The HF
     # row of this variant is TrainingArguments(gradient_checkpointing=True), non-reentrant like it.
     "recompute": {"activations": 1},
+    # Decoders (--decoder): FlexAttention with a document BlockMask instead of SDPA on a dense block-diagonal mask
+    # (model.attention, xpt_ds.model.document_mask).
+    "flex": {"attention": "flex"},
 }
+DECODER_ONLY = ("flex",)
 # The variants the HF side can run too (--hf-variants): those that change only the engine JSON, which it reads,
 # and activation checkpointing, which TrainingArguments has: the peer with the same settings, not only as shipped.
 HF_VARIANTS = sorted(v for v, change in VARIANTS.items() if set(change) <= {"ds", "ds_file", "ds_base", "activations"})

@@ -9,6 +9,8 @@ from xpt_ds.checkpoint import migrate, store
 from xpt_ds.checkpoint.registry import StateRegistry
 from xpt_ds.checkpoint.rng import RNGState
 from xpt_ds.checkpoint.values import ValueFile
+from xpt_ds.config import ConfigError
+from xpt_ds.io.paths import unwritable
 
 log = logging.getLogger(__name__)
 
@@ -21,6 +23,18 @@ class Checkpointer:
         self.registry.register("rng", RNGState(), per_rank=True)
         self.last_saved: str | None = None  # newest complete checkpoint of this run
         self.hf_config = self.tokenizer = None  # written beside each checkpoint: set once the model is planned
+
+    @classmethod
+    def open(cls, run_dir: Path, ckpt_cfg, rank: int) -> Checkpointer:
+        """The run's checkpointer, once every rank can write the run directory and its checkpoints (now, before
+        minutes of model building, not at the first save)."""
+        why = unwritable(run_dir, rank)
+        if store.agree(why):
+            raise ConfigError(f"config key 'run_dir': cannot write {run_dir}: "
+                              f"{why or 'another rank cannot (see its error)'}")
+        checkpointer = cls(run_dir, ckpt_cfg, rank)
+        store.check_writable(checkpointer.root, rank)
+        return checkpointer
 
     def resume_point(self, resume: str) -> tuple[str | None, dict | None]:
         """(the tag ``checkpoint.resume`` names, its client state in today's layout), or (None, None)."""

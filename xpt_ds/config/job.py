@@ -67,6 +67,9 @@ class ModelConfig:
     lora: LoraConfig = doc(None, "LoRA on the reused decoder layers (method=lora, decoder sources).")
     mask_token: str = doc("", "Mask piece in the SentencePiece vocab; empty = '<mask>' or '[MASK]', whichever exists.")
     dropout: float = doc(-1.0, "Hidden and attention dropout; negative keeps the source model's values.")
+    attention: str = doc("sdpa", "How a decoder source's attention keeps packed documents apart: 'sdpa' (a dense "
+                                 "block-diagonal mask) or 'flex' (FlexAttention with a document BlockMask that "
+                                 "skips the masked blocks; compiled, no attention dropout). docs/decoders.md.")
     init_seed: int = doc(1234, "Seed for every randomly initialised parameter.")
 
     def __post_init__(self):

@@ -90,6 +90,8 @@ def _model_problems(m: ModelConfig, method: Method | None) -> Iterator[str]:
     if m.itl_init == "copy" and method is not None and not (method.has_itl and method.source != "none"):
         yield (f"config key 'model.itl_init' is 'copy', but model.method '{m.method}' has "
                f"{'no source layers to copy' if method.has_itl else 'no ITLs'}")
+    if m.attention not in ("sdpa", "flex"):
+        yield f"config key 'model.attention' is '{m.attention}'; valid: sdpa, flex"
     if m.head_bias_init not in ("zero", "unigram"):
         yield f"config key 'model.head_bias_init' is '{m.head_bias_init}'; valid: zero, unigram"
     if m.head_bias_init == "unigram" and method is not None and method.vocab == "source":

@@ -2,9 +2,9 @@
 
 The batch names the positions that predict (``mlm_positions``, flat indices into B*T) and what they predict
 (``mlm_targets``), as an MLM batch does, so validation, ``MLMStats`` and ``xpt_ds.cli.evaluate`` work unchanged.
-``position_ids`` restart at every document; with no attention mask and no cache, transformers (5.x,
-``masking_utils.find_packed_sequence_indices``) turns restarts into a block-diagonal causal mask, so no token
-attends across a document boundary.
+``position_ids`` restart at every document, and no token attends across a document boundary: with
+``attention="sdpa"`` transformers turns the restarts into a dense block-diagonal causal mask; with ``"flex"`` the
+objective passes a FlexAttention ``BlockMask`` built from them (``xpt_ds.model.document_mask``).
 
 The head and the cross-entropy run on chunks of at most ``CE_CHUNK_ELEMENTS // V`` predicted positions, each
 under activation checkpointing: the forward keeps only the scalar loss per chunk, the backward recomputes one
@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
+
+from xpt_ds.model.document_mask import FLEX, document_block_mask
 
 CE_CHUNK_ELEMENTS = 2 ** 24  # logits per chunk: 64 MiB in fp32 (V = 49,152: 341 positions per chunk)
 
@@ -47,11 +49,16 @@ def chunked_cross_entropy(head: nn.Module, hidden: torch.Tensor, targets: torch.
 
 
 class CausalLMObjective(nn.Module):
-    """Wraps a stock *ForCausalLM; parameter names are the HF names prefixed with ``hf.``."""
+    """Wraps a stock *ForCausalLM; parameter names are the HF names prefixed with ``hf.``. ``attention``: how
+    documents are kept apart (``xpt_ds.model.document_mask.ATTENTIONS``); ``"flex"`` switches ``hf`` to
+    FlexAttention."""
 
-    def __init__(self, hf: nn.Module, chunk_elements: int = CE_CHUNK_ELEMENTS):
+    def __init__(self, hf: nn.Module, chunk_elements: int = CE_CHUNK_ELEMENTS, attention: str = "sdpa"):
         super().__init__()
         self.hf = hf
+        self.flex = attention == "flex"
+        if self.flex:
+            hf.set_attn_implementation(FLEX)
         self.chunk_positions = max(1, chunk_elements // hf.config.vocab_size)
         self.softcap = getattr(hf.config, "final_logit_softcapping", None)  # Gemma2's 30.0; None elsewhere
 
@@ -61,6 +68,8 @@ class CausalLMObjective(nn.Module):
         """The mean next-token loss over the predicting positions, or (``return_logits``) their [M, V] logits
         (validation: one micro-batch, without gradients)."""
         base = getattr(self.hf, self.hf.base_model_prefix)
+        if self.flex and attention_mask is None:
+            attention_mask = document_block_mask(position_ids)
         hidden = base(input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask,
                       use_cache=False).last_hidden_state  # [B, T, d]
         picked = hidden.flatten(0, 1).index_select(0, mlm_positions)  # [M, d]

@@ -47,6 +47,7 @@ class DecoderFamily:
 
 
 _LLAMA = DecoderFamily("model", "layers", "embed_tokens", "norm")
+ATTENTION_DROPOUT_KEYS = ("attn_pdrop", "attention_dropout")  # GPT-2's, the Llama layout's
 # Llama's module layout: model.embed_tokens, model.layers, model.norm (each tested from a tiny config). What differs
 # inside a layer (Qwen3's, OLMo2's and Gemma3's q/k norms, Gemma2/3's extra norms, Phi-3's fused qkv and gate-up
 # maps, sliding-window layer_types) comes with the layer; Gemma's sqrt(hidden) embedding scale is in its model's
@@ -106,7 +107,7 @@ def target_config(src_cfg, cfg: ModelConfig, tok: TargetTokenizer):
     if METHODS[cfg.method].lora:
         setattr(tcfg, lora.CONFIG_KEY, lora.lora_settings(cfg.lora, src_cfg.model_type))
     if cfg.dropout >= 0:
-        for key in ("resid_pdrop", "embd_pdrop", "attn_pdrop", "attention_dropout"):
+        for key in ("resid_pdrop", "embd_pdrop", *ATTENTION_DROPOUT_KEYS):
             if hasattr(tcfg, key):
                 setattr(tcfg, key, cfg.dropout)
     return tcfg

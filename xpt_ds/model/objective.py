@@ -40,13 +40,14 @@ class MaskedLMObjective(nn.Module):
         return F.cross_entropy(logits.float(), mlm_targets, reduction="sum") / max(mlm_targets.numel(), 1)
 
 
-def build_objective(hf: nn.Module) -> nn.Module:
-    """The causal LM loss for a decoder (GPT-2, Llama families); a method extension's objective
+def build_objective(hf: nn.Module, attention: str = "sdpa") -> nn.Module:
+    """The causal LM loss for a decoder (GPT-2, Llama families), with ``attention`` over its packed documents
+    (``xpt_ds.model.document_mask``); a method extension's objective
     (``xpt_ds.model.extensions``: TreLM's, for a model that carries its training parts, a checkpoint's skeleton);
     else MLM: every other method, and a trelm export (``xpt_ds.trelm.hf``), whose base model runs the TRILayer
     itself."""
     if is_decoder(hf.config):  # next-token loss (xpt_ds.model.causal_lm)
-        return CausalLMObjective(hf)
+        return CausalLMObjective(hf, attention=attention)
     extension = extension_of(method_of(hf.config))
     own = extension.objective(hf) if extension is not None else None
     return own if own is not None else MaskedLMObjective(hf)

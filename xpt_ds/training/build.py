@@ -1,6 +1,7 @@
-"""``build_trainer(cfg)``: the trainer assembled from its components, each built and checked here, in the order that
-fails fast (what a config alone can get wrong, then the tokenizer and the target's HF config, then the data, then
-the checkpoint to resume from) and before minutes of model building. Every piece of checkpointed state registers
+"""``build_trainer(cfg)``: the trainer assembled from its components, each from its own builder, which makes its own
+checks: the checkpointer (``Checkpointer.open``), the engine settings (``engine_settings``), the target model
+(``plan_target``), the data (``open_streams``), then the checkpoint to resume from. They run in the order that fails
+fast, before minutes of model building. Every piece of checkpointed state registers
 with the checkpointer here, once (``register_state``)."""
 from __future__ import annotations
 
@@ -14,19 +15,16 @@ import torch
 from xpt_ds.checkpoint import branches, store, tag_checks
 from xpt_ds.checkpoint.checkpointer import Checkpointer
 from xpt_ds.checkpoint.rng import seed_everything
-from xpt_ds.config import ConfigError, TrainConfig, save_config, to_dict
-from xpt_ds.data.tokenizer import tokenizer_for
+from xpt_ds.config import TrainConfig, save_config, to_dict
 from xpt_ds.embedding_init.context import log_report
-from xpt_ds.io.paths import unwritable
 from xpt_ds.metrics.logger import LogWindow, MetricsLogger, flops_per_token, peak_flops
-from xpt_ds.model.build import build_plan, check_data_fits, check_source, planned_tags, planned_target, saved_tags
+from xpt_ds.model.build import build_plan, plan_target, saved_tags
 from xpt_ds.model.decoder import is_decoder
-from xpt_ds.model.phases import check_patterns
 from xpt_ds.runtime.preemption import PreemptionWatcher
 from xpt_ds.runtime.status import StatusFile
 from xpt_ds.training.activations import recomputed_layers
 from xpt_ds.training.best import BestTracker
-from xpt_ds.training.engine import check_device_support, load_ds_config, no_skip_reason, zero_stage
+from xpt_ds.training.engine import engine_settings, no_skip_reason, zero_stage
 from xpt_ds.training.guards import RankExchange, StepGuards
 from xpt_ds.training.phase_engine import PhaseEngine
 from xpt_ds.training.reporting import Reporter
@@ -69,22 +67,12 @@ def register_state(checkpointer: Checkpointer, cfg: TrainConfig, state: TrainerS
 
 
 def build_trainer(cfg: TrainConfig) -> Trainer:
-    """Check, build, and (on a resume) restore every component; on a failure, nothing is left running."""
+    """Check, build, and (on a resume) restore every component; on a failure, nothing is left running. Each
+    component's builder makes its own checks, in the order that fails fast."""
     rank, world = deepspeed.comm.get_rank(), deepspeed.comm.get_world_size()
-    run_dir = Path(cfg.run_dir)
-    checkpointer = Checkpointer(run_dir, cfg.checkpoint, rank)
-    why = unwritable(run_dir, rank)  # before minutes of model building, on every rank
-    if store.agree(why):
-        raise ConfigError(f"config key 'run_dir': cannot write {run_dir}: "
-                          f"{why or 'another rank cannot (see its error)'}")
-    store.check_writable(checkpointer.root, rank)  # now, not at the first save
-    ds_config = load_ds_config(cfg.deepspeed)  # the engine JSON as the user wrote it, checked before the
-    check_device_support(ds_config, cfg.deepspeed)  # model is built
-    check_source(cfg.model, cfg.data)  # what the source cannot take, before its tokenizer is read
-    tok = tokenizer_for(cfg.model)
-    family, hf_config = planned_target(cfg.model, tok)  # from config.json: checks before the weights
-    check_data_fits(hf_config, cfg.data)
-    check_patterns(cfg, planned_tags(cfg.model, family, hf_config))
+    checkpointer = Checkpointer.open(Path(cfg.run_dir), cfg.checkpoint, rank)  # run_dir and checkpoints writable
+    ds_config = engine_settings(cfg)  # the engine JSON against this machine
+    tok, hf_config = plan_target(cfg)  # the model's checks, from config.json, before any weight is read
     checkpointer.hf_config, checkpointer.tokenizer = hf_config, tok.path
     causal = is_decoder(hf_config)  # next-token loss on the same packed rows (docs/decoders.md)
     streams = open_streams(cfg, tok, hf_config, rank, world, causal)

@@ -19,7 +19,7 @@ import deepspeed
 import torch
 from torch import nn
 
-from xpt_ds.config import ConfigError, OptimConfig, PhaseConfig, TrainConfig
+from xpt_ds.config import ConfigError, ModelConfig, OptimConfig, PhaseConfig, TrainConfig
 from xpt_ds.config.template import CPU_ENGINE, CPU_SPEEDUP
 from xpt_ds.model.objective import build_objective
 from xpt_ds.model.skeleton import materialize, skeleton
@@ -133,6 +133,23 @@ def check_device_support(ds: dict, path: str) -> None:
                     CPU_SPEEDUP, CPU_ENGINE)
 
 
+def engine_settings(cfg: TrainConfig) -> dict:
+    """The engine JSON as the user wrote it, checked against this machine before the model is built: the
+    precision its accelerator supports, and the attention kernel it can train (``model.attention``)."""
+    ds = load_ds_config(cfg.deepspeed)
+    check_device_support(ds, cfg.deepspeed)
+    check_attention_device(cfg.model)
+    return ds
+
+
+def check_attention_device(model: ModelConfig) -> None:
+    """FlexAttention (``model.attention: flex``) trains on CUDA only: torch has no backward for it on the CPU."""
+    name = deepspeed.get_accelerator().device_name()
+    if model.attention == "flex" and name != "cuda":
+        raise ConfigError(f"config key 'model.attention' is 'flex', which trains on CUDA only (torch has no "
+                          f"FlexAttention backward on {name}); use 'sdpa'")
+
+
 def build_ds_config(cfg: TrainConfig, world_size: int) -> dict:
     ds = load_ds_config(cfg.deepspeed)
     o = cfg.optim
@@ -200,7 +217,7 @@ def engine_module(tcfg, cfg: TrainConfig, kept=None) -> nn.Module:
         dtype, device = compute_dtype(ds), deepspeed.get_accelerator().current_device_name()
         adopt = None if kept is None else lambda name: kept.local(f"hf.{name}", dtype, device)
         materialize(hf, dtype, device, adopt)
-    return build_objective(hf)
+    return build_objective(hf, attention=cfg.model.attention)
 
 
 def build_engine(model: nn.Module, trainable: set[str], cfg: TrainConfig, load_universal: bool = False):
