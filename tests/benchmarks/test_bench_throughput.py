@@ -185,3 +185,29 @@ def test_variant_rows_profiles_larger_and_largest_batch(session):
     assert {(r["side"], r["phase"]) for r in largest} == {("hf", 2), ("xpt", 2)}
     assert all(r["largest_fit"] == 4 and not r["ran_out"] for r in largest)  # CPU: nothing runs out
     assert "tests/gpu/test_cuda.py" in (session / "gpu_tests.log").read_text()  # collected, skipped on CPU
+
+
+def test_decoder_rows_set_xpt_against_both_hf_peers_on_the_same_model(tmp_path):
+    """``--decoder``: the XPT target of a Llama-layout source on packed rows of several documents, against HF
+    Trainer on plain causal rows and with per-document positions (docpos), all on the engine JSON named by
+    --engine. (The flex rows need CUDA: FlexAttention has no backward on the CPU.)"""
+    out = tmp_path / "decoder.json"
+    args = ["benchmarks/bench_throughput.py", "--decoder", "tiny", "--seq-lens", "64", "--micro-batch", "4",
+            "--steps", "1", "--warmup", "1", "--phases", "1", "--hf-variants", "docpos", "--engine",
+            "zero1_bf16_lean", "--optimizer", "torch", "--sources", str(tmp_path / "sources"), "--out", str(out)]
+    env = {**os.environ, "DS_ACCELERATOR": "cpu", "TORCHDYNAMO_DISABLE": "1", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(["python3", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {(r["side"], r["variant"]): r for r in json.loads(out.read_text())["results"]}
+    assert set(rows) == {("hf", ""), ("xpt", ""), ("hf", "docpos")}
+    for r in rows.values():
+        assert r["engine"]["zero_stage"] == 1 and r["ds_config"]["zero_optimization"]["stage"] == 1
+        assert (r["num_hidden_layers"], r["vocab_size"]) == (4, 1000)  # 2 source layers + 2 ITLs; the target's
+        assert (r["n_params"], r["n_trainable"]) == (rows["xpt", ""]["n_params"], rows["xpt", ""]["n_trainable"])
+    assert 0 < rows["xpt", ""]["n_trainable"] < rows["xpt", ""]["n_params"]  # phase 1: the new parameters only
+    assert rows["xpt", ""]["documents_per_row"] > 1 and rows["xpt", ""]["final_loss"] > 0
+    assert "decoder tiny (benchmarks/throughput_decoder.py), ds_configs/zero1_bf16_lean.json" in proc.stdout
+    assert (tmp_path / "sources/decoder-tiny/config.json").is_file()  # written once, kept for the next run
+    refused = subprocess.run(["python3", "benchmarks/bench_throughput.py", "--variants", "flex"], cwd=REPO, env=env,
+                             capture_output=True, text=True, timeout=120)
+    assert refused.returncode != 0 and "are decoder rows (--decoder)" in refused.stderr

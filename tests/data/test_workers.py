@@ -145,10 +145,10 @@ def test_a_trelm_run_forks_its_english_stream_with_the_target_one(tmp_path, sour
     """TreLM's shipped four-phase graph (English MLM beside the target's, branches that rewind the streams to
     where 'common' ended) with 2 workers per stream: both streams fork before the first engine, never after."""
     from trelm_builders import write_parallel
-    from test_trelm_phases import _three_phase
+    from trelm_builders import three_phase_config
     _record(monkeypatch, tmp_path / "events")
     parallel, _ = write_parallel(tmp_path / "par", corpus_bert)
-    config = _three_phase(tmp_path / "run", source_dir, corpus_bert, english, parallel)
+    config = three_phase_config(tmp_path / "run", source_dir, corpus_bert, english, parallel)
     cfg = yaml.safe_load(config.read_text())
     cfg["data"]["num_workers"] = 2
     config.write_text(yaml.safe_dump(cfg))

@@ -18,7 +18,7 @@ from data_tools.pipeline.readers import detect_format, read_documents
 from data_tools.pipeline.split import split
 from data_tools.pipeline.state import SPLITS
 from data_tools.pipeline.text import clean_text, split_sentences
-from test_data_tools import cli
+from data_tools_builders import cli
 
 DOCS = [["대한민국은 동아시아에 있는 나라이다. 수도는 서울이다.", "인구는 약 5천만 명이다."],
         ["서울은 대한민국의 수도이다."],

@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
@@ -15,18 +14,14 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 
-from conftest import REPO, one_error_line_of, write_synthetic_corpus
+from conftest import one_error_line_of, write_synthetic_corpus
+from data_tools_builders import cli
 from data_tools.pipeline.options import DEFAULTS
 from data_tools.pipeline.readers import read_documents
 from data_tools.pipeline.shards import id_dtype, write_shard
 from data_tools.pipeline.state import SPLITS
 from data_tools.pipeline.run import run_pipeline
 from xpt_ds.data.shards import DocReader, scan_shard
-
-
-def cli(*args, module="data_tools.cli.prepare", env=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=REPO, capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=300)
 
 
 @pytest.fixture(scope="module")

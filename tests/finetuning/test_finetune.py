@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from conftest import REPO, run_main
+from finetune_builders import FAST, Words, split_files, write_jsonl
 from xpt_ds.finetuning.config import FinetuneConfig
 from xpt_ds.finetuning.data import FinetuneError
 from xpt_ds.finetuning.run import build_model, finetune, prepare
@@ -27,13 +28,11 @@ from xpt_ds.finetuning.metrics import (average_ranks, classification_metrics, en
 
 # Fine-tuning a 2-layer hidden-64 model from random-ish weights needs a far larger step than Table A2's
 # 1e-5..5e-5 for a 125M-parameter RoBERTa.
-FAST = dict(lr=2e-3, batch_size=16, epochs=4, warmup_ratio=0.1, weight_decay=0.01)
 
 
 @pytest.fixture(autouse=True, scope="module")
 def _one_thread(one_thread):
     """Fine-tuning tiny models in-process: one intra-op thread (conftest.one_thread)."""
-
 
 
 def test_classification_metrics_by_hand():
@@ -91,32 +90,26 @@ def test_summary_is_mean_and_sample_std():
     assert summarize([{"a": 0.5}])["a"]["std"] == 0.0
 
 
-
-def _write_jsonl(path: Path, rows: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-    return path
-
-
 def test_labels_come_from_the_training_file(tmp_path):
     rows = [{"text": "a", "label": v} for v in (10, 2, 1, 2)]
-    exs = read_examples(_write_jsonl(tmp_path / "t.jsonl", rows), "--train", "classification", Columns())
+    exs = read_examples(write_jsonl(tmp_path / "t.jsonl", rows), "--train", "classification", Columns())
     assert build_labels(exs, "classification", "t") == ["1", "2", "10"]  # numeric order, not "1" "10" "2"
     (tmp_path / "t.csv").write_text("text,label\nx,yes\ny,no\n", encoding="utf-8")
     exs = read_examples(tmp_path / "t.csv", "--train", "classification", Columns())
     assert build_labels(exs, "classification", "t") == ["no", "yes"]
     rows = [{"text": "a", "label": v} for v in (0.5, "4.2", 3, "nan")]  # scores under the default task
-    exs = read_examples(_write_jsonl(tmp_path / "s.jsonl", rows[:3]), "--train", "classification", Columns())
+    exs = read_examples(write_jsonl(tmp_path / "s.jsonl", rows[:3]), "--train", "classification", Columns())
     with pytest.raises(FinetuneError, match=r"^--train s: the labels are numbers, not all whole \(0.5, 3, 4.2\); "
                        r"scores need --task regression"):
         build_labels(exs, "classification", "s")
-    exs = read_examples(_write_jsonl(tmp_path / "s.jsonl", rows), "--train", "classification", Columns())
+    exs = read_examples(write_jsonl(tmp_path / "s.jsonl", rows), "--train", "classification", Columns())
     assert build_labels(exs, "classification", "s") == ["0.5", "3", "4.2", "nan"]  # 'nan' is a name, not a score
     for whole in (["+1", "-1"], ["0.0", "1.0"], ["1e0", "0"]):  # whole numbers written otherwise stay classes
-        exs = read_examples(_write_jsonl(tmp_path / "w.jsonl", [{"text": "a", "label": v} for v in whole]),
+        exs = read_examples(write_jsonl(tmp_path / "w.jsonl", [{"text": "a", "label": v} for v in whole]),
                             "--train", "classification", Columns())
         assert build_labels(exs, "classification", "w") == sorted(whole)
     rows = [{"tokens": "a b c", "tags": "B-PER I-PER B-LOC"}, {"tokens": ["d"], "tags": ["O"]}]
-    exs = read_examples(_write_jsonl(tmp_path / "n.jsonl", rows), "--train", "token_classification", Columns())
+    exs = read_examples(write_jsonl(tmp_path / "n.jsonl", rows), "--train", "token_classification", Columns())
     assert exs[0].text == ("a", "b", "c")
     assert build_labels(exs, "token_classification", "n") == ["O", "B-LOC", "B-PER", "I-PER"]
 
@@ -131,40 +124,6 @@ def test_defaults_and_presets_are_table_a2():
     assert (sts.task, sts.metric, sts.lr, sts.epochs, sts.seeds) == ("regression", "spearman", 1e-4, 10, [7, 8])
     assert (parse_args(["--preset", "kqp"]).lr, parse_args(["--preset", "khs"]).lr) == (1e-5, 5e-5)
     assert parse_args(["--preset", "khs"]).metric == "macro_f1"
-
-
-class Words:
-    """Sentences of the corpus's own words (so the tokenizer knows them): four key words that are single
-    pieces, and filler words that share no piece with them."""
-
-    def __init__(self, corpus_text: Path, model: Path, seed: int = 0):
-        from transformers import AutoTokenizer
-        tok = AutoTokenizer.from_pretrained(model)
-        counts: dict[str, int] = {}
-        for w in corpus_text.read_text(encoding="utf-8").replace(".", " ").split():
-            counts[w] = counts.get(w, 0) + 1
-        words = sorted(counts, key=lambda w: -counts[w])
-        pieces = {w: tok.tokenize(w) for w in words}
-        single = [w for w in words if len(pieces[w]) == 1]
-        self.keys = single[:4]
-        assert len(self.keys) == 4, "the corpus has too few single-piece words"
-        key_pieces = {pieces[k][0] for k in self.keys}
-        self.filler = [w for w in words if w not in self.keys and not key_pieces & set(pieces[w])][:40]
-        self.rng = np.random.default_rng(seed)
-
-    def sentence(self, *insert: str, lo: int = 4, hi: int = 8) -> list[str]:
-        words = list(self.rng.choice(self.filler, self.rng.integers(lo, hi + 1)))
-        for w in insert:
-            words.insert(self.rng.integers(0, len(words) + 1), w)
-        return words
-
-
-def _split(rows: list[dict], root: Path) -> dict[str, str]:
-    """train / valid / test files of 60 % / 15 % / 25 % of ``rows``."""
-    n = len(rows)
-    cuts = {"train": rows[:int(0.6 * n)], "valid": rows[int(0.6 * n):int(0.75 * n)], "test": rows[int(0.75 * n):]}
-    root.mkdir(parents=True, exist_ok=True)
-    return {k: str(_write_jsonl(root / f"{k}.jsonl", v)) for k, v in cuts.items()}
 
 
 def _run(model: Path, files: dict, out: Path, **kw) -> dict:
@@ -183,7 +142,7 @@ def test_cli_learns_sentence_classification_of_an_xpt_export(xpt_model, corpus_t
         label = positive != (w.rng.random() < 0.1)
         rows.append({"text": " ".join(w.sentence(*([key] if positive else []), lo=1, hi=3)),
                      "label": "yes" if label else "no"})
-    files = _split(rows, tmp_path / "data")
+    files = split_files(rows, tmp_path / "data")
     out = tmp_path / "out"
     args = ["--model", str(xpt_model), "--out", str(out), "--seeds", "1", "2", "4"]
     for k, v in {**files, **FAST, "epochs": 5}.items():
@@ -220,7 +179,7 @@ def test_learns_a_sentence_pair_task(xpt_model, corpus_text, tmp_path):
             w.rng.integers(3)]
         rows.append({"s1": " ".join(w.sentence(*([a] if has_a else []))),
                      "s2": " ".join(w.sentence(*([b] if has_b else []))), "same": int(has_a and has_b)})
-    files = _split(rows, tmp_path / "data")
+    files = split_files(rows, tmp_path / "data")
     res = _run(xpt_model, files, tmp_path / "out", seeds=[1], text_column="s1", text_pair_column="s2",
                label_column="same", epochs=6)
     assert res["labels"] == ["0", "1"]
@@ -238,7 +197,7 @@ def test_a_bert_baseline_gets_token_types_and_roberta_none(xpt_model, tmp_path):
                                intermediate_size=128, pad_token_id=rc.pad_token_id)).save_pretrained(bert)
     save_hf_tokenizer(build_tokenizer(str(xpt_model / "spm.model")), bert, model_max_length=64, token_types=2)
     rows = [{"a": "x y", "b": "z", "label": i % 2} for i in range(8)]
-    files = {"train": str(_write_jsonl(tmp_path / "t.jsonl", rows)), "test": str(tmp_path / "t.jsonl")}
+    files = {"train": str(write_jsonl(tmp_path / "t.jsonl", rows)), "test": str(tmp_path / "t.jsonl")}
     pair = dict(text_column="a", text_pair_column="b", seeds=[1], epochs=1)
     feats = prepare(FinetuneConfig(model=str(bert), **files, **pair)).splits["train"].encoded.features
     assert 1 in feats[0]["token_type_ids"]
@@ -284,7 +243,7 @@ def test_learns_token_classification(xpt_model, corpus_text, tmp_path):
                 at = int(w.rng.integers(0, len(tokens) + 1))
                 tokens[at:at], tags[at:at] = words, labels
         rows.append({"tokens": tokens, "tags": tags})
-    files = _split(rows, tmp_path / "data")
+    files = split_files(rows, tmp_path / "data")
     res = _run(xpt_model, files, tmp_path / "out", task="token_classification", seeds=[1])
     assert res["labels"] == ["O", "B-LOC", "I-LOC", "B-PER"]
     assert res["seeds"][0]["test"]["entity_f1"] > 0.9, res["seeds"][0]

@@ -10,7 +10,7 @@ import shutil
 from safetensors.torch import load_file, save_file
 
 from conftest import run_main
-from test_finetune import FAST, _split
+from finetune_builders import FAST, split_files
 from xpt_ds.finetuning.metrics import summarize
 from xpt_ds.finetuning.run import format_table
 from xpt_ds.sweeps.report import _downstream_cell
@@ -33,7 +33,7 @@ def _nan_model(xpt_model, out):
 def test_every_seed_diverging_is_one_error_line_and_results_json_keeps_them(xpt_model, tmp_path):
     model = _nan_model(xpt_model, tmp_path / "nan_model")
     rows = [{"text": f"w{i % 7} w{i % 5}", "label": "yes" if i % 3 else "no"} for i in range(60)]
-    files = _split(rows, tmp_path / "data")
+    files = split_files(rows, tmp_path / "data")
     out = tmp_path / "out"
     args = ["--model", str(model), "--out", str(out), "--seeds", "1", "2"]
     for k, v in {**files, **FAST, "epochs": 2}.items():
@@ -95,7 +95,7 @@ def test_a_seed_that_diverges_after_a_validated_epoch_is_scored_at_its_best_epoc
 
     monkeypatch.setattr(ft_run, "train_epoch", poisoned)
     rows = [{"text": f"w{i % 7} w{i % 5}", "label": "yes" if i % 3 else "no"} for i in range(60)]
-    files = _split(rows, tmp_path / "data")
+    files = split_files(rows, tmp_path / "data")
     cfg = FinetuneConfig(model=str(xpt_model), out=str(tmp_path / "out"), seeds=[1, 2], save_model=True,
                          **files, **{**FAST, "epochs": 3})
     res = ft_run.finetune(cfg)

@@ -11,7 +11,6 @@ that is set, so a failing run on a lent GPU still says by how much it missed.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -21,71 +20,15 @@ import pytest
 import torch
 import yaml
 
-from conftest import REPO, base_config, free_port, read_metrics, write_config
+from conftest import REPO, free_port, read_metrics
+from gpu_builders import ACCELERATOR, ON_CPU, STEPS, gpu_config, gpu_env, losses, report, train
 from trelm_builders import write_parallel
 from xpt_ds.checkpoint.export import load_checkpoint_fp32
 from xpt_ds.checkpoint.store import tag_for
 from xpt_ds.model.objective import strip_prefix
-from xpt_ds.runtime.op_builds import arch_list_problem
 
-ON_CPU = os.environ.get("XPT_GPU_TESTS_ON_CPU") == "1"
-ACCELERATOR = "cpu" if ON_CPU else "cuda"
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not (ON_CPU or torch.cuda.is_available()),
                                                   reason="needs CUDA (XPT_GPU_TESTS_ON_CPU=1 rehearses on CPU)")]
-STEPS = 5  # per phase
-# CUBLAS_WORKSPACE_CONFIG: cuBLAS picks the same reduction order every call (CUDA's reproducibility notes).
-ENV = {"DS_ACCELERATOR": ACCELERATOR, "CUBLAS_WORKSPACE_CONFIG": ":4096:8", "TOKENIZERS_PARALLELISM": "false",
-       "OMP_NUM_THREADS": "1"}
-
-
-def _arch_list() -> dict:
-    """The GPU image sets ``TORCH_CUDA_ARCH_LIST=9.0a``, which DeepSpeed's JIT build of FusedAdam cannot read (the
-    trainer says so in one line, ``xpt_ds.runtime.op_builds``): the runs build it for this GPU's own capability,
-    as ``benchmarks/gpu_session.sh`` does, so that ``pytest -m gpu tests/gpu`` also runs on its own."""
-    if ON_CPU or arch_list_problem(os.environ.get("TORCH_CUDA_ARCH_LIST", "")) is None:
-        return {}
-    return {"TORCH_CUDA_ARCH_LIST": "%d.%d" % torch.cuda.get_device_capability()}
-
-
-def _env(compile: bool = False) -> dict:
-    env = {**os.environ, **ENV, **_arch_list()}
-    if compile:
-        env.pop("TORCHDYNAMO_DISABLE", None)
-    else:
-        env["TORCHDYNAMO_DISABLE"] = "1"
-    return env
-
-
-def report(name: str, figures: dict) -> None:
-    if os.environ.get("XPT_GPU_REPORT"):
-        out = Path(os.environ["XPT_GPU_REPORT"])
-        out.mkdir(parents=True, exist_ok=True)
-        (out / f"{name}.json").write_text(json.dumps(figures, indent=1, default=str))
-
-
-def train(root: Path, cfg: dict, compile: bool = False) -> subprocess.CompletedProcess:
-    root.mkdir(parents=True, exist_ok=True)
-    cfg_path = write_config(root / "cfg.yaml", cfg)
-    proc = subprocess.run([sys.executable, "-m", "xpt_ds.cli.train", "--config", str(cfg_path)], cwd=REPO,
-                          env=_env(compile), capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return proc
-
-
-def gpu_config(root: Path, source: Path, corpus: Path, ds: str, **sections) -> dict:
-    """Two phases of STEPS steps on the tiny model under ``ds``, with DeepSpeed FusedAdam (not torch AdamW)."""
-    cfg = base_config(root / "run", source, corpus, deepspeed=str(REPO / f"ds_configs/{ds}.json"), **sections)
-    cfg["phases"] = [{"name": "phase1", "steps": STEPS, "lr": 3e-3, "warmup_steps": 1},
-                     {"name": "phase2", "steps": STEPS, "lr": 1e-3, "warmup_steps": 1}]
-    cfg["optim"]["torch_adam"] = False
-    cfg["data"]["num_workers"] = 0
-    cfg["logging"]["tensorboard"] = False
-    return cfg
-
-
-def losses(run: Path) -> list[float]:
-    rows = read_metrics(run)
-    return [rows[s]["train/loss"] for s in sorted(rows) if "train/loss" in rows[s]]
 
 
 def reused_pairs(source: Path) -> dict[str, str]:
@@ -184,7 +127,7 @@ def test_export_of_a_gpu_run_gives_the_training_logits_on_the_gpu(straight, tmp_
     torch.save(ids, str(logits_path) + ".ids.pt")
     cmd = [sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", "1", "--master_port", str(free_port()),
            str(REPO / "tests/trainer_logits.py"), str(straight / "cfg.yaml"), str(logits_path)]
-    proc = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(cmd, cwd=REPO, env=gpu_env(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     trained = torch.load(logits_path)
 
@@ -280,7 +223,7 @@ def test_recomputed_layers_train_the_same_bits(straight, tmp_path):
 
 
 def test_fine_tuning_classification_on_the_gpu(straight, tmp_path, corpus_text):
-    from test_finetune import FAST, Words, _split
+    from finetune_builders import FAST, Words, split_files
 
     from xpt_ds.cli.export import main as export_main
     model = tmp_path / "model"
@@ -291,12 +234,12 @@ def test_fine_tuning_classification_on_the_gpu(straight, tmp_path, corpus_text):
         positive = w.rng.random() < 0.35
         rows.append({"text": " ".join(w.sentence(*([w.keys[0]] if positive else []), lo=1, hi=3)),
                      "label": "yes" if positive else "no"})
-    files = _split(rows, tmp_path / "data")
+    files = split_files(rows, tmp_path / "data")
     args = [sys.executable, "-m", "xpt_ds.cli.finetune", "--model", str(model), "--out", str(tmp_path / "out"),
             "--seeds", "1", "--device", ACCELERATOR]
     for k, v in {**files, **FAST, "epochs": 5}.items():
         args += [f"--{k.replace('_', '-')}", str(v)]
-    proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=600, env=_env())
+    proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=600, env=gpu_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.loads((tmp_path / "out/results.json").read_text())
     report("finetune", {"summary": res["summary"], "majority": res["majority_baseline"]})

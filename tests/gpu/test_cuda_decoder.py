@@ -14,17 +14,17 @@ import sys
 import pytest
 import torch
 from conftest import REPO, free_port, read_metrics
-from test_cuda import (
+from gpu_builders import (
     ACCELERATOR,
     ON_CPU,
     STEPS,
-    _env,
+    gpu_env,
     gpu_config,
     losses,
     report,
     train,
 )
-from test_decoder_train import CLASSES, _check_phase1, _ids, _reused
+from decoder_builders import CLASSES, check_phase1, probe_ids, reused_of
 
 from xpt_ds.checkpoint.export import load_checkpoint_fp32
 from xpt_ds.checkpoint.store import tag_for
@@ -36,12 +36,12 @@ MATRIX = [("gpt2", True, "zero2_bf16"), ("llama", False, "zero3_bf16")]
 
 
 def engine_logits(cfg_path, tmp_path) -> torch.Tensor:
-    """The trainer's engine, loaded from the run's newest checkpoint on the device: its logits on ``_ids()``."""
+    """The trainer's engine, loaded from the run's newest checkpoint on the device: its logits on ``probe_ids()``."""
     out = tmp_path / "engine_logits.pt"
-    torch.save(_ids(), str(out) + ".ids.pt")
+    torch.save(probe_ids(), str(out) + ".ids.pt")
     cmd = [sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", "1", "--master_port", str(free_port()),
            str(REPO / "tests/trainer_logits.py"), str(cfg_path), str(out)]
-    proc = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600, check=False)
+    proc = subprocess.run(cmd, cwd=REPO, env=gpu_env(), capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return torch.load(out)
 
@@ -60,8 +60,8 @@ def test_decoder_two_phases_resume_and_export_on_the_gpu(family, tied, ds, tmp_p
     assert sum(got[-2:]) < sum(got[:2]), got
 
     stage = int(ds[4])
-    _check_phase1(straight / "checkpoints" / tag_for(STEPS), source, family, stage, world=1)
-    reused, src = _reused(source, family)
+    check_phase1(straight / "checkpoints" / tag_for(STEPS), source, family, stage, world=1)
+    reused, src = reused_of(source, family)
     final = load_checkpoint_fp32(straight / "checkpoints", tag_for(2 * STEPS))
     layers = [(t, s) for t, s in reused.items() if ".h." in t or ".layers." in t]
     assert layers and not any(torch.equal(final[t], src[s]) for t, s in layers)  # phase 2 trains them
@@ -88,6 +88,6 @@ def test_decoder_two_phases_resume_and_export_on_the_gpu(family, tied, ds, tmp_p
     model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.bfloat16).to(device).eval()
     assert type(model) is CLASSES[family]
     with torch.no_grad():
-        exported = model(input_ids=_ids().to(device)).logits.float().cpu()
+        exported = model(input_ids=probe_ids().to(device)).logits.float().cpu()
     report(f"decoder_export_{family}_{ds}", {"max_abs_difference": float((exported - trained).abs().max())})
     assert torch.equal(exported, trained)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_cuda import gpu_config, losses, report, train
+from gpu_builders import gpu_config, losses, report, train
 
 from xpt_ds.model.causal_lm import CausalLMObjective
 

@@ -13,21 +13,10 @@ from pathlib import Path
 import pytest
 
 from conftest import LONG_STEPS, REPO, base_config, free_port, long_config, read_metrics, write_config
+from launch_builders import two_nodes
 from xpt_ds.checkpoint.store import tag_for
 
 pytestmark = pytest.mark.multiproc
-
-
-def two_nodes(tmp_path, cfg: Path, extras=((), ())) -> tuple[list[int], list[str]]:
-    """launch/multi_node.sh as two torchrun "nodes" of one process each on loopback, node r given the overrides
-    ``extras[r]``: (exit codes, outputs)."""
-    env = {**os.environ, "DS_ACCELERATOR": "cpu", "NNODES": "2", "NPROC_PER_NODE": "1", "OMP_NUM_THREADS": "1",
-           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "CONFIG": str(cfg)}
-    nodes = [subprocess.Popen(["bash", str(REPO / "launch/multi_node.sh"), *extra], env={**env, "NODE_RANK": str(r)},
-                              cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for r, extra in enumerate(extras)]
-    outs = [n.communicate(timeout=600)[0] for n in nodes]
-    return [n.returncode for n in nodes], outs
 
 
 def test_two_node_torchrun_job_on_loopback(tmp_path, tiny_roberta, corpus):

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from conftest import base_config, launch, long_config, read_metrics, start_main, write_config
-from test_launch import two_nodes
+from launch_builders import two_nodes
 from xpt_ds.runtime.run_lock import config_difference
 
 pytestmark = pytest.mark.multiproc

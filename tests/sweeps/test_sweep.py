@@ -7,6 +7,7 @@ import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from conftest import REPO, run_main, write_config
+from sweep_builders import result_rows
 from xpt_ds.sweeps.report import Match, efficiency, parse_size, size_label, size_to_match
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -20,10 +21,6 @@ def _sweep(args, timeout=600):
     return run_main("xpt_ds.cli.sweep", list(args), timeout=timeout)
 
 
-def _rows(out):
-    return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-
-
 def test_sweep_trains_evaluates_reports_and_skips_finished_runs(tmp_path, sweep_config):
     config, test_shards = sweep_config
     out = tmp_path / "sweep"
@@ -33,7 +30,7 @@ def test_sweep_trains_evaluates_reports_and_skips_finished_runs(tmp_path, sweep_
     proc = _sweep(args)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
 
-    rows = _rows(out)
+    rows = result_rows(out)
     assert sorted((r["method"], r["size"]) for r in rows) == [("scratch", 200), ("scratch", 800), ("xpt", 200),
                                                               ("xpt", 800)]
     for r in rows:
@@ -85,7 +82,8 @@ def test_sweep_trains_evaluates_reports_and_skips_finished_runs(tmp_path, sweep_
     assert (moved / "runs/xpt/200.no_checkpoint/finetune/results.json").is_file()
     assert not (moved / "runs/xpt/200/finetune").exists()
     assert (moved / "runs/xpt/200/checkpoints").is_dir()  # trained again, here
-    assert _rows(moved)[:3] == kept and (_rows(moved)[3]["method"], _rows(moved)[3]["size"]) == ("xpt", 200)
+    moved_rows = result_rows(moved)
+    assert moved_rows[:3] == kept and (moved_rows[3]["method"], moved_rows[3]["size"]) == ("xpt", 200)
 
     # Its row lost again, its checkpoints kept: the sweep scores it and says so, without training it.
     trained = (moved / "runs/xpt/200/train.log").stat().st_mtime_ns
@@ -94,7 +92,7 @@ def test_sweep_trains_evaluates_reports_and_skips_finished_runs(tmp_path, sweep_
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-3000:]
     assert f"score xpt 200: trained, with no row yet -> {moved}/runs/xpt/200" in again.stdout
     assert "run xpt 200" not in again.stdout and (moved / "runs/xpt/200/train.log").stat().st_mtime_ns == trained
-    assert (_rows(moved)[3]["method"], _rows(moved)[3]["size"]) == ("xpt", 200)
+    assert (result_rows(moved)[3]["method"], result_rows(moved)[3]["size"]) == ("xpt", 200)
 
 
 def test_sweep_replicates_in_parallel_scores_the_best_checkpoint_and_reports_a_failed_run(tmp_path, sweep_config,
@@ -121,7 +119,7 @@ def test_sweep_replicates_in_parallel_scores_the_best_checkpoint_and_reports_a_f
         assert f"failed: xpt_sp 10M seed {seed} (train exited 2); log: {failed_log}" in proc.stderr
         assert "data.train_tokens" in failed_log.read_text()  # the corpus holds fewer tokens than that
 
-    rows = sorted(_rows(out), key=lambda r: r["seed"])
+    rows = sorted(result_rows(out), key=lambda r: r["seed"])
     assert [(r["method"], r["size"], r["seed"]) for r in rows] == [("xpt_sp", 300, 1), ("xpt_sp", 300, 2)]
     for r in rows:
         assert f"--model.init_seed={r['seed']}" in r["train_args"] and f"--data.seed={r['seed']}" in r["train_args"]
@@ -162,11 +160,11 @@ def test_sweep_replicates_in_parallel_scores_the_best_checkpoint_and_reports_a_f
     trained = {r["seed"]: (out / r["run_dir"] / "train.log").stat().st_mtime_ns for r in rows}
     proc = _sweep(again)
     assert proc.returncode == 0 and proc.stdout.count("scored with other test shards, evaluation or fine-tuning") == 2
-    assert sorted(_rows(out), key=lambda r: r["seed"]) == rows
+    assert sorted(result_rows(out), key=lambda r: r["seed"]) == rows
     proc = _sweep([*again, "--rerun-changed"])
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert proc.stdout.count("score again xpt_sp 300 seed") == 2 and "run xpt_sp" not in proc.stdout
-    new = sorted(_rows(out), key=lambda r: r["seed"])
+    new = sorted(result_rows(out), key=lambda r: r["seed"])
     for r in new:
         finetune = r["scoring"]["finetune_args"]
         assert r["scoring"]["test_shards"] == valid and finetune[finetune.index("--epochs") + 1] == "2"
@@ -382,16 +380,16 @@ def test_a_trelm_graph_sweep_runs_resumes_and_skips(tmp_path, source_dir, corpus
     ends to the same scores (test_sweep_trains_evaluates_reports_and_skips_finished_runs skips finished runs)."""
     import shutil
     from trelm_builders import write_parallel
-    from test_trelm_phases import _three_phase
+    from trelm_builders import three_phase_config
     from xpt_ds.checkpoint.store import complete_tags
     parallel, _ = write_parallel(tmp_path / "par", corpus_bert)
-    config = _three_phase(tmp_path / "base", source_dir, corpus_bert, english, parallel, every_steps=5)
+    config = three_phase_config(tmp_path / "base", source_dir, corpus_bert, english, parallel, every_steps=5)
     out = tmp_path / "sweep"
     args = ["--config", str(config), "--methods", "trelm", "--sizes", "800", "--out", str(out), "--test-shards",
             f"{corpus_bert}/manifest.json:test", "--eval-batch-size", "4"]
     proc = _sweep(args)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    [row] = _rows(out)
+    [row] = result_rows(out)
     assert row["steps"] == 8 and 1 <= row["ppl"]
     assert row["epochs"] == pytest.approx(8 * 2 * 2 * 30 / 800)  # target MLM rows only: 8 steps x 2 x 2 x 30
     run = out / "runs" / "trelm" / "800"
@@ -405,7 +403,7 @@ def test_a_trelm_graph_sweep_runs_resumes_and_skips(tmp_path, source_dir, corpus
     again = _sweep(args)
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-3000:]
     assert "resumed from global_step000000005" in (run / "train.log").read_text()
-    [resumed] = _rows(out)
+    [resumed] = result_rows(out)
     assert {k: resumed[k] for k in ("ppl", "mrr", "loss", "epochs")} == {k: row[k] for k in ("ppl", "mrr", "loss",
                                                                                                 "epochs")}
 

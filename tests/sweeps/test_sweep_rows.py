@@ -9,7 +9,7 @@ import shutil
 
 import yaml
 
-from test_sweep import _rows
+from sweep_builders import result_rows
 from xpt_ds.checkpoint.store import MARKER
 from xpt_ds.config import load_config, to_dict
 from xpt_ds.cli.sweep import main, parse_args
@@ -50,12 +50,12 @@ def test_rerun_changed_runs_again_only_the_changed_arm_and_keeps_the_old_run(tmp
     (out / "runs/scratch/100/status.json").write_text('{"state": "finished"}')
     changed = [*args, "--set", "scratch:phases.0.lr=1e-4"]
     assert _Sweep(build_plan(parse_args(changed))).pending() == []
-    assert "scratch 100 in" in capsys.readouterr().out and _rows(out) == rows
+    assert "scratch 100 in" in capsys.readouterr().out and result_rows(out) == rows
 
     assert _Sweep(build_plan(parse_args([*changed, "--rerun-changed"]))).pending() == [Run("scratch", 100)]
     said = capsys.readouterr().out
     assert "skip xpt 100: its row is in" in said and "rerun scratch 100: its row was made with another config" in said
-    assert _rows(out) == rows[:1]
+    assert result_rows(out) == rows[:1]
     assert [json.loads(line) for line in (out / "results.superseded.jsonl").read_text().splitlines()] == rows[1:]
     assert (out / "runs/scratch/100.superseded/status.json").is_file() and not (out / "runs/scratch/100").exists()
 
@@ -80,7 +80,7 @@ one that resolves differently is rerun."""
     (out / "runs/scratch/100/config.yaml").write_text(yaml.safe_dump(recorded, sort_keys=False))
     assert _Sweep(build_plan(parse_args([*args, "--set", "scratch:phases.0.lr=5e-4"]))).pending() == []
     said = capsys.readouterr().out
-    assert "skip scratch 100: its row is in" in said and "warning" not in said and _rows(out) == [row]
+    assert "skip scratch 100: its row is in" in said and "warning" not in said and result_rows(out) == [row]
 
     assert _Sweep(build_plan(parse_args([*args, "--set", "scratch:phases.0.lr=1e-4"]))).pending() == [Run("scratch", 100)]
     assert "rerun scratch 100: its row was made with another config" in capsys.readouterr().out
@@ -201,5 +201,5 @@ def test_a_row_scored_otherwise_is_scored_again_only_on_request_and_only_from_a_
     assert "--rerun-changed scores it again, without training it again" in capsys.readouterr().out
     assert _Sweep(build_plan(parse_args([*other, "--rerun-changed"]))).pending() == [run]
     assert "score again xpt 100: its row was made with another evaluation" in capsys.readouterr().out
-    assert not _rows(out) and tag.is_dir()  # the row moved aside, the run kept
+    assert not result_rows(out) and tag.is_dir()  # the row moved aside, the run kept
     assert [json.loads(x) for x in (out / "results.superseded.jsonl").read_text().splitlines()] == [row]

@@ -19,30 +19,18 @@ import subprocess
 import pytest
 import sentencepiece as spm
 import torch
-from conftest import REPO, _command, base_config, launch, read_frozen, read_metrics, write_config
-from transformers import (
-    AutoConfig,
-    AutoModelForCausalLM,
-    AutoTokenizer,
-    Gemma2ForCausalLM,
-    GPT2LMHeadModel,
-    LlamaForCausalLM,
-    MistralForCausalLM,
-    Qwen2ForCausalLM,
-)
+from conftest import REPO, _command, base_config, launch, read_metrics, write_config
+from decoder_builders import CLASSES, check_phase1, probe_ids, reused_of
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from xpt_ds.checkpoint.export import load_checkpoint_fp32, load_model
 from xpt_ds.checkpoint.store import complete_tags, tag_for
 from xpt_ds.cli.evaluate import main as evaluate_main
 from xpt_ds.cli.export import main as export_main
 from xpt_ds.model.causal_lm import CausalLMObjective
-from xpt_ds.model.objective import strip_prefix
-from xpt_ds.model.skeleton import skeleton
 
 pytestmark = pytest.mark.multiproc
 
-CLASSES = {"gpt2": GPT2LMHeadModel, "llama": LlamaForCausalLM, "mistral": MistralForCausalLM,
-           "qwen2": Qwen2ForCausalLM, "gemma2": Gemma2ForCausalLM}
 # (family, tied head, DeepSpeed config): ZeRO-2 (bf16) and ZeRO-3 for GPT-2, ZeRO-3 for Llama. Llama's
 # partitioned-optimizer stages on one rank: test_mistral_and_qwen2_one_rank_two_phases_and_export; a 2-rank
 # Llama ZeRO-1 case (2 launches, about 45 CPU-s of the 2-core CI machine) was dropped for the suite's time.
@@ -61,64 +49,6 @@ def _config(tmp_path, source, corpus, ds):
     cfg["phases"] = [{**p, "steps": 2} for p in cfg["phases"]]
     cfg["logging"]["eval_batches"] = 0
     return cfg
-
-
-def _reused(source, family: str) -> tuple[dict[str, str], dict[str, torch.Tensor]]:
-    """(target name -> source name of every parameter phase 1 keeps frozen, the source's state dict): the L
-    source layers one index later, the final norm, GPT-2's learned positions."""
-    src = CLASSES[family].from_pretrained(source).state_dict()
-    layers, extra = ("transformer.h", ("transformer.wpe", "transformer.ln_f")) if family == "gpt2" else \
-        ("model.layers", ("model.norm",))
-    reused = {k.replace(f"{layers}.{i}.", f"{layers}.{i + 1}.", 1): k for k in src for i in range(2)
-              if k.startswith(f"{layers}.{i}.")}
-    return reused | {k: k for k in src if k.startswith(extra)}, src
-
-
-def _check_phase1(tag_dir, source, family: str, stage: int, world: int) -> None:
-    """At the boundary: the frozen parameters are the source's bit for bit (fp32, in frozen_fp32.safetensors; the
-    module states, which stages 0-2 write whole, leave them out); the optimizer holds fp32 masters and Adam
-    moments for exactly the trainable parameters, summed over the ranks' partitions. Loads to the CPU, so it
-    also checks a run on a GPU (tests/gpu/test_cuda_decoder.py)."""
-    def load(name: str) -> dict:
-        return torch.load(tag_dir / name, map_location="cpu", weights_only=False)
-
-    reused, src = _reused(source, family)
-    frozen = strip_prefix(read_frozen(tag_dir))
-    assert set(frozen) == set(reused)
-    assert all(torch.equal(frozen[t], src[s]) for t, s in reused.items())
-    model = skeleton(AutoConfig.from_pretrained(tag_dir / "hf_config"))
-    trainable = {n: p.numel() for n, p in model.named_parameters() if n not in frozen}  # a tied head: one name
-    assert trainable and all(n.startswith(("lm_head.", "transformer.wte.", "model.embed_tokens.")) or
-                             ".0." in n or ".3." in n for n in trainable)  # embeddings, head, the two ITLs
-    want = sum(trainable.values())
-    if stage == 3:
-        states = [load(f"zero_pp_rank_{r}_mp_rank_00_model_states.pt") for r in range(world)]
-        prefix = "bf16_" if (tag_dir / "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt").exists() else ""
-        optim = [load(f"{prefix}zero_pp_rank_{r}_mp_rank_00_optim_states.pt")["optimizer_state_dict"]
-                 for r in range(world)]
-        padded = masters = sum(t.numel() for o in optim for t in o["fp32_flat_groups"])
-        moments = [o["optimizer_state_dict"]["state"] for o in optim]
-    else:  # the module states leave the frozen parameters out: frozen_fp32.safetensors holds them, once
-        states = [load("mp_rank_00_model_states.pt")]
-        module = strip_prefix(states[0]["module"])
-        assert not set(module) & set(reused) and set(trainable) <= set(module)
-        dtype = module[next(iter(trainable))].dtype
-        if stage == 0:  # the engine's module is the fp32 master; the torch optimizer's own state, per parameter
-            padded = masters = want
-            moments = [states[0]["optimizer"]["state"]]
-            assert len(moments[0]) == len(trainable)
-        else:
-            prefix = "bf16_" if dtype == torch.bfloat16 else ""
-            optim = [load(f"{prefix}zero_pp_rank_{r}_mp_rank_00_optim_states.pt")["optimizer_state_dict"]
-                     for r in range(world)]
-            padded = sum(t.numel() for o in optim for t in o["single_partition_of_fp32_groups"])
-            masters = padded - sum(sum(o["group_paddings"]) for o in optim)
-            moments = [o["base_optimizer_state"]["state"] for o in optim]
-    if stage:  # DeepSpeed's list of the parameters it optimizes, on every rank
-        assert all({n.removeprefix("hf.") for g in s["param_shapes"] for n in g} == set(trainable) for s in states)
-    assert masters == want
-    assert sum(v["exp_avg"].numel() for m in moments for v in m.values()) == padded
-    assert sum(v["exp_avg_sq"].numel() for m in moments for v in m.values()) == padded
 
 
 def _straight_and_resumed(tmp_path, cfg: dict, nproc: int, resume: bool = True):
@@ -156,7 +86,7 @@ def _check_export(run, out, family: str, tied: bool, corpus, engine_loss: float,
     head, inputs = model.get_output_embeddings().weight, model.get_input_embeddings().weight
     assert (head.data_ptr() == inputs.data_ptr()) == tied and torch.equal(head, inputs) == tied
     objective = CausalLMObjective(load_model(run)[0].eval())
-    ids = _ids()
+    ids = probe_ids()
     positions = torch.arange(ids.shape[1])
     with torch.no_grad():
         exported = model(input_ids=ids).logits
@@ -171,17 +101,11 @@ def _check_export(run, out, family: str, tied: bool, corpus, engine_loss: float,
     return model
 
 
-def _ids() -> torch.Tensor:
-    ids = torch.randint(5, 200, (2, 20), generator=torch.Generator().manual_seed(0))
-    ids[:, 0] = 0
-    return ids
-
-
 def _engine_logits(cfg_path, tmp_path) -> torch.Tensor:
-    """The trainer's own engine's fp32 logits on ``_ids()`` after it loads the run's newest checkpoint, on 2
+    """The trainer's own engine's fp32 logits on ``probe_ids()`` after it loads the run's newest checkpoint, on 2
     ranks (tests/trainer_logits.py)."""
     out = tmp_path / "logits.pt"
-    torch.save(_ids(), str(out) + ".ids.pt")
+    torch.save(probe_ids(), str(out) + ".ids.pt")
     cmd, env = _command([], 2, None)
     cmd = cmd[:cmd.index("-m", 3)] + [str(REPO / "tests/trainer_logits.py"), str(cfg_path), str(out)]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False)
@@ -197,8 +121,8 @@ def test_two_ranks_phase1_frozen_resume_across_the_boundary_and_export(family, t
     stage = int(ds[4])
     run, metrics = _straight_and_resumed(tmp_path, _config(tmp_path, source, corpus, ds), nproc=2,
                                          resume=(family, ds) in RESUMED)
-    _check_phase1(tmp_path / "straight/checkpoints" / tag_for(2), source, family, stage, world=2)
-    reused, src = _reused(source, family)
+    check_phase1(tmp_path / "straight/checkpoints" / tag_for(2), source, family, stage, world=2)
+    reused, src = reused_of(source, family)
     state = load_checkpoint_fp32(run / "checkpoints", tag_for(4))
     layers = [(t, s) for t, s in reused.items() if ".h." in t or ".layers." in t]
     assert layers and not any(torch.equal(state[t], src[s]) for t, s in layers)  # phase 2 trains them
@@ -207,13 +131,13 @@ def test_two_ranks_phase1_frozen_resume_across_the_boundary_and_export(family, t
     if stage == 3 and family == "llama":  # the partitioned engine itself, against its export, bit for bit (one
         # case: a third 2-rank launch; the other cases check the engine through its validation loss above)
         with torch.no_grad():
-            assert torch.equal(model(input_ids=_ids()).logits, _engine_logits(tmp_path / "resumed.yaml", tmp_path))
+            assert torch.equal(model(input_ids=probe_ids()).logits, _engine_logits(tmp_path / "resumed.yaml", tmp_path))
 
 
 def test_gpt2_zero0_one_rank_resume_export_generate_evaluate(tmp_path, tiny_decoder, corpus):
     source = tiny_decoder("gpt2", True)  # dropout on: the resume restores the RNG streams
     run, metrics = _straight_and_resumed(tmp_path, _config(tmp_path, source, corpus, "zero0_fp32"), nproc=1)
-    _check_phase1(tmp_path / "straight/checkpoints" / tag_for(2), source, "gpt2", stage=0, world=1)
+    check_phase1(tmp_path / "straight/checkpoints" / tag_for(2), source, "gpt2", stage=0, world=1)
     out = tmp_path / "exported"
     model = _check_export(run, out, "gpt2", True, corpus, metrics[4]["valid/loss"], rel=1e-6)
 
@@ -260,7 +184,7 @@ def test_mistral_and_qwen2_one_rank_two_phases_and_export(family, tied, ds, tmp_
     assert "phase 'phase2' starts at global step 2" in proc.stderr
     metrics = read_metrics(tmp_path / "straight")
     assert all(math.isfinite(metrics[s]["train/loss"]) for s in (1, 2, 3, 4))
-    _check_phase1(tmp_path / "straight/checkpoints" / tag_for(2), source, family, stage=2, world=1)
+    check_phase1(tmp_path / "straight/checkpoints" / tag_for(2), source, family, stage=2, world=1)
     model = _check_export(tmp_path / "straight", tmp_path / "exported", family, tied, corpus, metrics[4]["valid/loss"],
                           rel=1e-3 if "bf16" in ds else 1e-6)
     if family == "qwen2":

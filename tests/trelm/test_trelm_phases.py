@@ -13,9 +13,9 @@ import torch.nn.functional as F
 import yaml
 from transformers import BertForMaskedLM
 
-from conftest import REPO, base_config, launch, read_metrics, read_phase_end, write_config
+from conftest import launch, read_metrics, read_phase_end, write_config
 from conftest import SOURCE_VOCAB
-from trelm_builders import build_trelm, trelm_train_config, write_pairs, write_parallel
+from trelm_builders import SHIPPED, build_trelm, three_phase_config, trelm_train_config, write_pairs, write_parallel
 from xpt_ds.checkpoint.export import load_checkpoint_fp32
 from xpt_ds.checkpoint.phase_ends import PHASE_ENDS
 from xpt_ds.checkpoint.store import tag_for
@@ -28,7 +28,6 @@ from xpt_ds.trelm.data import build_trelm_stream
 from xpt_ds.trelm.model import ENGLISH, TARGET, encode, lm_logits
 from xpt_ds.trelm.objective import TreLMObjective
 
-SHIPPED = REPO / "launch/configs/trelm_three_phase.yaml"
 ALL = ["mlm_target", "mlm_source", "cdlm_en_x", "cdlm_x_en"]
 
 
@@ -143,21 +142,6 @@ def test_stream_state_holds_every_sub_stream(tmp_path, source_dir, corpus_bert, 
         assert torch.equal(rows, want["input_ids"])
 
 
-def _three_phase(run, source_dir, corpus_bert, english, parallel, last_trains=("@all",), every_steps=0):
-    """The shipped config on the tiny model: 2 steps per phase (global steps 1-2 common, 3-4 en_x, 5-6 x_en,
-    7-8 language_specific), fp32, torch AdamW."""
-    cfg = yaml.safe_load(SHIPPED.read_text())
-    for phase in cfg["phases"]:
-        phase.update(steps=2, warmup_steps=1, lr=1e-3)
-    cfg["phases"][3]["trainable"] = list(last_trains)
-    small = base_config(run, source_dir, corpus_bert, checkpoint={"every_steps": every_steps})
-    small["data"].update(source_shards=[f"{english}:train"], parallel_shards=[f"{parallel}:train"],
-                         parallel_micro_batch=2, num_workers=0, valid_shards=[])
-    cfg.update({k: small[k] for k in ("run_dir", "deepspeed", "data", "optim", "checkpoint", "logging")})
-    cfg["model"].update(source=str(source_dir), tokenizer=str(corpus_bert / "spm.model"))
-    return write_config(run.parent / f"{run.name}.yaml", cfg)
-
-
 def _end(run, name):
     blob = read_phase_end(run / "checkpoints", name)
     return strip_prefix(blob["weights"]), blob["data"]
@@ -171,7 +155,7 @@ def test_three_phase_config_trains_end_to_end(tmp_path, source_dir, corpus_bert,
     """One rank. The last phase trains only @lang, so every other weight of the final checkpoint is the merge."""
     parallel, _ = write_parallel(tmp_path / "par", corpus_bert)
     run = tmp_path / "run"
-    proc = launch(["--config", str(_three_phase(run, source_dir, corpus_bert, english, parallel, ["@lang"]))])
+    proc = launch(["--config", str(three_phase_config(run, source_dir, corpus_bert, english, parallel, ["@lang"]))])
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "phase 'common' trains" in proc.stderr and "on mlm_target, mlm_source" in proc.stderr
     assert "phase 'x_en' starts at global step 4 from the end of 'common'; trains on mlm_target, cdlm_x_en" in \
@@ -202,7 +186,7 @@ def straight(tmp_path_factory, source_dir, corpus_bert, english):
     root = tmp_path_factory.mktemp("trelm_phases")
     parallel, _ = write_parallel(root / "par", corpus_bert)
     run = root / "straight"
-    proc = launch(["--config", str(_three_phase(run, source_dir, corpus_bert, english, parallel, every_steps=5))],
+    proc = launch(["--config", str(three_phase_config(run, source_dir, corpus_bert, english, parallel, every_steps=5))],
                   nproc=2)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return run, parallel
@@ -216,7 +200,7 @@ def test_resume_inside_the_x_en_branch_is_bit_identical(straight, tmp_path, sour
     run, cut = tmp_path / "run", 5
     shutil.copytree(full / "checkpoints" / tag_for(cut), run / "checkpoints" / tag_for(cut))
     shutil.copytree(full / "checkpoints" / PHASE_ENDS, run / "checkpoints" / PHASE_ENDS)
-    proc = launch(["--config", str(_three_phase(run, source_dir, corpus_bert, english, parallel, every_steps=5))],
+    proc = launch(["--config", str(three_phase_config(run, source_dir, corpus_bert, english, parallel, every_steps=5))],
                   nproc=2)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"resumed from {tag_for(cut)}: phase 2 step 1" in proc.stderr
@@ -231,7 +215,7 @@ def test_without_cdlm_or_trilayer_trains_the_three_phases(tmp_path, source_dir, 
     """004 Table 7's "w/o CdLM & w/o TRILayer" through the entry point: method trelm_no_tri, the branches on
     English MLM instead of CdLM (target and English MLM rows in one batch, both in the identity order)."""
     run = tmp_path / "run"
-    cfg = yaml.safe_load(_three_phase(run, source_dir, corpus_bert, english, corpus_bert).read_text())
+    cfg = yaml.safe_load(three_phase_config(run, source_dir, corpus_bert, english, corpus_bert).read_text())
     cfg["model"]["method"] = "trelm_no_tri"
     cfg["data"]["parallel_shards"] = []
     for phase in cfg["phases"][1:3]:
@@ -307,7 +291,7 @@ def test_cdlm_validation_and_every_row_s_throughput(tmp_path, source_dir, corpus
     metrics = {}
     for name in ("plain", "valid"):
         run = tmp_path / name
-        cfg = yaml.safe_load(_three_phase(run, source_dir, corpus_bert, english, parallel).read_text())
+        cfg = yaml.safe_load(three_phase_config(run, source_dir, corpus_bert, english, parallel).read_text())
         cfg["logging"]["peak_tflops"] = 1.0
         if name == "valid":
             cfg["data"].update(valid_shards=[f"{corpus_bert}/manifest.json:valid"],

@@ -1,6 +1,6 @@
 """What the TreLM tests build, shared by the tests of the model, its data, its phases, its export, the sweep and the
 GPU session: a tiny model with ``trelm`` attached, a built TreLM model, parallel shards, a training config over
-them and a rank's unified stream."""
+them, the shipped three-phase config on the tiny model and a rank's unified stream."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,10 +9,11 @@ import json
 
 import numpy as np
 import torch
+import yaml
 from torch import nn
 from transformers import BertConfig, RobertaConfig
 
-from conftest import SOURCE_VOCAB, TINY
+from conftest import REPO, SOURCE_VOCAB, TINY, base_config, write_config
 from xpt_ds.config import DataConfig, ModelConfig, OptimConfig, TrainConfig
 from xpt_ds.data.mlm import build_streams
 from xpt_ds.data.tokenizer import build_tokenizer
@@ -20,6 +21,8 @@ from xpt_ds.model.build import build_model
 from xpt_ds.model.new_values import StockInit
 from xpt_ds.model.skeleton import assign, skeleton
 from xpt_ds.trelm.data import build_trelm_stream
+
+SHIPPED = REPO / "launch/configs/trelm_three_phase.yaml"  # the three-phase TreLM config the repo ships
 
 
 def trelm_skeleton(family: str = "bert", layers: int = 2, seed: int = 0) -> nn.Module:
@@ -91,3 +94,18 @@ def trelm_stream(cfg, rank=0, world=1, micro=2):
     tok = build_tokenizer(cfg.model.tokenizer)
     mlm, _ = build_streams(cfg.data, tok, micro, rank, world)
     return build_trelm_stream(mlm, cfg, tok, SOURCE_VOCAB, rank, world)
+
+
+def three_phase_config(run, source_dir, corpus_bert, english, parallel, last_trains=("@all",), every_steps=0):
+    """The shipped config on the tiny model: 2 steps per phase (global steps 1-2 common, 3-4 en_x, 5-6 x_en,
+    7-8 language_specific), fp32, torch AdamW."""
+    cfg = yaml.safe_load(SHIPPED.read_text())
+    for phase in cfg["phases"]:
+        phase.update(steps=2, warmup_steps=1, lr=1e-3)
+    cfg["phases"][3]["trainable"] = list(last_trains)
+    small = base_config(run, source_dir, corpus_bert, checkpoint={"every_steps": every_steps})
+    small["data"].update(source_shards=[f"{english}:train"], parallel_shards=[f"{parallel}:train"],
+                         parallel_micro_batch=2, num_workers=0, valid_shards=[])
+    cfg.update({k: small[k] for k in ("run_dir", "deepspeed", "data", "optim", "checkpoint", "logging")})
+    cfg["model"].update(source=str(source_dir), tokenizer=str(corpus_bert / "spm.model"))
+    return write_config(run.parent / f"{run.name}.yaml", cfg)

@@ -1,0 +1,50 @@
+"""What the fine-tuning tests share (test_finetune, test_finetune_diverged, and the GPU fine-tuning test):
+``FAST`` settings, the ``Words`` sentence maker and ``split_files``/``write_jsonl`` for their JSONL files."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+
+FAST = dict(lr=2e-3, batch_size=16, epochs=4, warmup_ratio=0.1, weight_decay=0.01)
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+class Words:
+    """Sentences of the corpus's own words (so the tokenizer knows them): four key words that are single
+    pieces, and filler words that share no piece with them."""
+
+    def __init__(self, corpus_text: Path, model: Path, seed: int = 0):
+        from transformers import AutoTokenizer
+        tok = AutoTokenizer.from_pretrained(model)
+        counts: dict[str, int] = {}
+        for w in corpus_text.read_text(encoding="utf-8").replace(".", " ").split():
+            counts[w] = counts.get(w, 0) + 1
+        words = sorted(counts, key=lambda w: -counts[w])
+        pieces = {w: tok.tokenize(w) for w in words}
+        single = [w for w in words if len(pieces[w]) == 1]
+        self.keys = single[:4]
+        assert len(self.keys) == 4, "the corpus has too few single-piece words"
+        key_pieces = {pieces[k][0] for k in self.keys}
+        self.filler = [w for w in words if w not in self.keys and not key_pieces & set(pieces[w])][:40]
+        self.rng = np.random.default_rng(seed)
+
+    def sentence(self, *insert: str, lo: int = 4, hi: int = 8) -> list[str]:
+        words = list(self.rng.choice(self.filler, self.rng.integers(lo, hi + 1)))
+        for w in insert:
+            words.insert(self.rng.integers(0, len(words) + 1), w)
+        return words
+
+
+def split_files(rows: list[dict], root: Path) -> dict[str, str]:
+    """train / valid / test files of 60 % / 15 % / 25 % of ``rows``."""
+    n = len(rows)
+    cuts = {"train": rows[:int(0.6 * n)], "valid": rows[int(0.6 * n):int(0.75 * n)], "test": rows[int(0.75 * n):]}
+    root.mkdir(parents=True, exist_ok=True)
+    return {k: str(write_jsonl(root / f"{k}.jsonl", v)) for k, v in cuts.items()}
