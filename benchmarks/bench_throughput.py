@@ -25,9 +25,13 @@ both sides (``xpt_ds.metrics.logger.flops_per_token``: the decoder on the 15 % m
 on GPU and the process's peak RSS on CPU. On CPU (``DS_ACCELERATOR=cpu``) MFU is null; ``--tiny`` keeps the
 script working in CI, and a full-size CPU run (BENCHMARKS.md) measures CPU speed only.
 
-    python benchmarks/bench_throughput.py [--tiny] [--seq-lens 128 512] [--phases 1 2] [--tokens-per-batch 16384]
-        [--micro-batch N] [--steps 100] [--warmup 10] [--sides hf xpt] [--variants compile ...]
-        [--profile DIR] [--max-batch N ...] [--out results.json]
+``--decoder 1b|135m`` measures a decoder instead (``benchmarks/throughput_decoder.py``: the XPT target of a
+Llama-layout source on packed rows of several documents, HF Trainer on plain causal rows and, with ``--hf-variants
+docpos``, on per-document positions; ``--variants flex`` for FlexAttention), with the engine JSON ``--engine``.
+
+    python benchmarks/bench_throughput.py [--tiny] [--decoder SHAPE] [--engine STEM] [--seq-lens 128 512]
+        [--phases 1 2] [--tokens-per-batch 16384] [--micro-batch N] [--steps 100] [--warmup 10] [--sides hf xpt]
+        [--variants compile ...] [--profile DIR] [--max-batch N ...] [--out results.json]
 
 prints a markdown table for BENCHMARKS.md and writes every figure to ``--out``, with what each row's engine really
 ran (``engine``: ZeRO stage, dtypes, autocast, clipping, the ZeRO optimizer's settings; ``ds_config``: the engine

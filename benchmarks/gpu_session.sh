@@ -28,7 +28,8 @@
 #                    nothing: VARIANTS="vocab64 ..." runs them again);
 #   bench_max_batch  the largest micro-batch at sequence 512 on both sides, phases 1 and 2 (recorded in
 #                    BENCHMARKS.md on 2026-11-24: 196 s; not in the GPU default).
-# Issue 54's decoder steps (DECODER_STEPS, run instead of the encoder's STEPS with SESSION_STEPS="$DECODER_STEPS"):
+# Issue 54's decoder steps, not in the default order (SESSION_STEPS="decoder_1b decoder_1b_p1 decoder_tests
+# decoder_135m" runs them; docs/testing.md, "A GPU session"):
 #   decoder_1b       the XPT target of a Llama-3.2-1B-shaped source (benchmarks/throughput_decoder.py), seq 2048,
 #                    8 rows a step, ds_configs/zero1_bf16_lean.json, phase 2: xpt_ds on SDPA and on FlexAttention
 #                    (--variants flex), HF Trainer on plain causal rows and with per-document positions
@@ -76,7 +77,6 @@ if [ "$MODE" = --rehearse ]; then
     # added) at the cost of the one row it replaced (vocab64)
     read -ra VARIANTS <<< "${VARIANTS-autocast}"
     STEPS="gpu_tests bench_main bench_big bench_variants bench_max_batch"
-    DECODER_STEPS="decoder_1b decoder_1b_p1 decoder_tests decoder_135m"
     DECODER=(--decoder tiny --seq-lens 64 --micro-batch 4 --engine zero1_bf16_lean)
     DECODER_135M=(--decoder tiny --seq-lens 32 --micro-batch 4 --engine zero1_bf16_lean)
     FLEX=()  # FlexAttention has no backward on the CPU: the flex rows run on the GPU only
@@ -114,7 +114,6 @@ print('FusedAdam built and stepped')"
     grep -q "^fused_adam	0" "$OUT/steps.tsv" || OPTIMIZER=torch
     read -ra VARIANTS <<< "${VARIANTS-lean nosync zero1_lean zero1 autocast no_tput_timer}"
     STEPS="bench_main gpu_tests bench_big bench_variants"
-    DECODER_STEPS="decoder_1b decoder_1b_p1 decoder_tests decoder_135m"
     DECODER=(--decoder 1b --seq-lens 2048 --micro-batch 8 --engine zero1_bf16_lean --steps 20 --warmup 5)
     DECODER_135M=(--decoder 135m --seq-lens 2048 --micro-batch 8 --engine zero1_bf16_lean --steps 20 --warmup 5)
     FLEX=(--variants flex)

@@ -50,8 +50,8 @@ def chunked_cross_entropy(head: nn.Module, hidden: torch.Tensor, targets: torch.
 
 class CausalLMObjective(nn.Module):
     """Wraps a stock *ForCausalLM; parameter names are the HF names prefixed with ``hf.``. ``attention``: how
-    documents are kept apart (``xpt_ds.config.job.ATTENTIONS``, ``xpt_ds.model.document_mask``); ``"flex"`` switches ``hf`` to
-    FlexAttention."""
+    documents are kept apart (``xpt_ds.config.job.ATTENTIONS``, ``xpt_ds.model.document_mask``); ``"flex"``
+    switches ``hf`` to FlexAttention."""
 
     def __init__(self, hf: nn.Module, chunk_elements: int = CE_CHUNK_ELEMENTS, attention: str = "sdpa"):
         super().__init__()
