@@ -14,16 +14,9 @@ import torch
 from conftest import REPO, base_config, read_metrics, write_config
 from xpt_ds.runtime.op_builds import arch_list_problem
 
-
 ON_CPU = os.environ.get("XPT_GPU_TESTS_ON_CPU") == "1"
-
-
 ACCELERATOR = "cpu" if ON_CPU else "cuda"
-
-
 STEPS = 5  # per phase
-
-
 # CUBLAS_WORKSPACE_CONFIG: cuBLAS picks the same reduction order every call (CUDA's reproducibility notes).
 ENV = {"DS_ACCELERATOR": ACCELERATOR, "CUBLAS_WORKSPACE_CONFIG": ":4096:8", "TOKENIZERS_PARALLELISM": "false",
        "OMP_NUM_THREADS": "1"}
