@@ -12,7 +12,8 @@ from conftest import base_config, one_error_line, write_config
 
 from xpt_ds.config import ConfigError, DataConfig, ModelConfig
 from xpt_ds.data.tokenizer import build_tokenizer
-from xpt_ds.model.build import build_model, check_source
+from xpt_ds.model.build import build_model
+from xpt_ds.model.preflight import check_source
 from xpt_ds.model.causal_lm import CausalLMObjective
 from xpt_ds.model.document_mask import check_window, document_block_mask, document_ids
 from xpt_ds.model.objective import build_objective

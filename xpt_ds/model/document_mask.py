@@ -9,7 +9,7 @@ No token may attend to another document's.
 - ``flex``: FlexAttention with a ``BlockMask`` built here from the same restarts. The kernel skips every
   128 x 128 block that lies wholly across a document boundary or above the diagonal, and reads the mask function
   only in blocks that are partly masked. It is compiled on first use (Triton on CUDA). It has no attention
-  dropout and, on the CPU, no backward (``xpt_ds.model.build.check_source`` and
+  dropout and, on the CPU, no backward (``xpt_ds.model.preflight.check_source`` and
   ``xpt_ds.training.engine.check_attention_device`` refuse those), and one mask serves every layer, so a model
   whose layers slide their attention over a window shorter than the rows is refused too (``check_window``).
 

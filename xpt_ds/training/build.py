@@ -18,7 +18,8 @@ from xpt_ds.checkpoint.rng import seed_everything
 from xpt_ds.config import TrainConfig, save_config, to_dict
 from xpt_ds.embedding_init.context import log_report
 from xpt_ds.metrics.logger import LogWindow, MetricsLogger, flops_per_token, peak_flops
-from xpt_ds.model.build import build_plan, plan_target, saved_tags
+from xpt_ds.model.build import build_plan, saved_tags
+from xpt_ds.model.preflight import plan_target
 from xpt_ds.model.decoder import is_decoder
 from xpt_ds.runtime.preemption import PreemptionWatcher
 from xpt_ds.runtime.status import StatusFile
