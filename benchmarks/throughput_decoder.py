@@ -3,7 +3,8 @@ with random bf16 weights, and packed rows of several documents each.
 
 - Sources (``DECODER_SHAPES``): ``1b`` is Llama-3.2-1B's config (benchmarks/bench_build.py's), ``135m`` is
   SmolLM2-135M's, ``tiny`` keeps the script working on the CPU (tests/benchmarks/test_bench_throughput.py). The
-  target has L + 2 layers (the ITLs) and a 32,000-piece vocabulary (tiny: 1,000), untied from the source's.
+  target has L + 2 layers (the ITLs) and its own 32,000-piece vocabulary (tiny: 1,000), its head tied to the
+  embeddings as the source's is.
 - Rows (``decoder_batches``): ``seq_len`` tokens each, documents of geometric length (mean ``MEAN_DOCUMENT``
   tokens) separated by the target's sep, made into the trainer's next-token batch by ``xpt_ds.data.causal`` (cls
   at each document's start, position ids restarting there, every next token a target).
