@@ -137,10 +137,10 @@ def ds_json_nvme_offload_without_path(cfg, d, fx):
     return [], [path, "zero_optimization.offload_param.nvme_path is not set"]
 
 
-def keep_vocab_on_a_decoder(cfg, d, fx):
-    """Was an error about the source's tokenizer (no mask token, or no files): the method is what does not fit."""
+def keep_vocab_on_a_decoder_without_tokenizer(cfg, d, fx):
+    """Continued pretraining reads the source's own tokenizer, which this source directory lacks."""
     cfg["model"].update(source=str(fx.gpt2), method="keep_vocab", tokenizer="")
-    return [], ["'model.method'", "'keep_vocab' is not available for a decoder source (gpt2)"]
+    return [], ["'model.source'", "cannot load a Hugging Face tokenizer", "holds no tokenizer files"]
 
 
 def span_masking_on_a_decoder(cfg, d, fx):
@@ -204,7 +204,7 @@ CASES = {f.__name__: f for f in [
     missing_tokenizer_file, tokenizer_with_default_special_ids, tokenizer_without_mask_piece,
     trainable_pattern_matching_nothing, ds_json_sets_train_batch_size, ds_json_sets_optimizer_lr,
     ds_json_bf16_at_stage0, ds_json_fp16_on_cpu, ds_json_nvme_offload_without_path, missing_shard,
-    tokenizer_smaller_than_corpus_vocab, keep_vocab_on_a_decoder, span_masking_on_a_decoder,
+    tokenizer_smaller_than_corpus_vocab, keep_vocab_on_a_decoder_without_tokenizer, span_masking_on_a_decoder,
     seq_len_past_the_source_positions]}
 
 

@@ -134,9 +134,9 @@ def save(engine, ckpt_root: Path, tag: str, client_state: dict, frozen: FrozenWe
         _save_frozen(frozen, tag_dir, rank)
         if rank == 0:
             hf_config.save_pretrained(tag_dir / "hf_config")
-            if Path(tokenizer).is_file():
+            if Path(tokenizer).is_file() and not tokenizer.endswith(".gguf"):
                 shutil.copyfile(tokenizer, tag_dir / "spm.model")
-            else:  # keep_vocab: the source's Hugging Face tokenizer (a directory or hub id)
+            else:  # keep_vocab: the source's Hugging Face tokenizer (a directory, hub id or .gguf file)
                 copy_hf_tokenizer(tokenizer, tag_dir / HF_TOKENIZER_DIR)
         deepspeed.comm.barrier()  # rank 0's temporary files (frozen_fp32.safetensors.writing/) are gone
         _fsync_own_files(tag_dir, rank)

@@ -71,19 +71,32 @@ def check_vocabulary(tok, path) -> None:
 
 @functools.lru_cache(maxsize=4)
 def _load_hf(path: str):
+    """A directory's or hub id's tokenizer, or a ``.gguf`` file's (transformers reads it from the file)."""
     from transformers import AutoTokenizer
-    tok = AutoTokenizer.from_pretrained(path, trust_remote_code=False)  # never a directory's own code
+    where, gguf = (str(Path(path).parent), {"gguf_file": Path(path).name}) if path.endswith(".gguf") else (path, {})
+    tok = AutoTokenizer.from_pretrained(where, trust_remote_code=False, **gguf)  # never a directory's own code
     check_vocabulary(tok, path)
     return tok
 
 
+def spare_pad(hf) -> int | None:
+    """The pad of a decoder's rows whose tokenizer pads with eos or not at all, and whose embedding rows must stay
+    the source's (keep_vocab: no row can be added): its first special token that is none of bos, eos and unk
+    (SmolLM2's ``<repo_name>``, Llama 3's reserved tokens). Text never holds it (a shard that does is refused as
+    corrupt); a trailing pad is never predicted nor attended by a position that predicts
+    (``xpt_ds.data.causal``), so its row is never trained. None: the tokenizer has no such token."""
+    taken = {hf.bos_token_id, hf.eos_token_id, hf.unk_token_id}
+    return next((i for i, t in sorted(hf.added_tokens_decoder.items()) if t.special and i not in taken), None)
+
+
 def build_hf_tokenizer(path: str, what: str = "config key 'model.tokenizer'",
                        causal: bool | None = False) -> TargetTokenizer:
-    """Special ids of a Hugging Face tokenizer (directory or hub id); a missing tokenizer or special token is a
-    one-line error naming ``what`` and ``path``. ``causal`` (a decoder's, method extend): a document starts with
-    bos and ends with eos (the cls and sep of the shards' rows), unk may be absent (byte-level BPE has none) and
-    nothing is masked; it needs a pad distinct from eos. None: causal if the tokenizer has no mask token (a
-    saved decoder tokenizer)."""
+    """Special ids of a Hugging Face tokenizer (directory, hub id or ``.gguf`` file); a missing tokenizer or
+    special token is a one-line error naming ``what`` and ``path``. ``causal`` (a decoder's: method extend or
+    keep_vocab): a document starts with bos and ends with eos (the cls and sep of the shards' rows), unk may be
+    absent (byte-level BPE has none) and nothing is masked; it needs a pad distinct from eos, which is
+    ``spare_pad``'s where the tokenizer pads with eos or not at all. None: causal if the tokenizer has no mask or
+    no cls token (a saved decoder tokenizer)."""
     import hashlib
     try:
         hf = _load_hf(path)
@@ -91,19 +104,22 @@ def build_hf_tokenizer(path: str, what: str = "config key 'model.tokenizer'",
         why = first_line(e)
         raise ConfigError(f"{what}: cannot load a Hugging Face tokenizer from {path} ({why})") from None
     if causal is None:
-        causal = hf.mask_token_id is None
+        causal = hf.mask_token_id is None or hf.cls_token_id is None
     ids = {"pad": hf.pad_token_id, "cls": hf.cls_token_id, "sep": hf.sep_token_id, "unk": hf.unk_token_id,
            "mask": hf.mask_token_id}
     if causal:
         ids = {"pad": hf.pad_token_id, "cls": hf.bos_token_id, "sep": hf.eos_token_id}
-        missing = [k for k, v in zip(("pad", "bos", "eos"), ids.values()) if v is None]
+        if ids["pad"] is None or ids["pad"] == ids["sep"]:
+            ids["pad"] = spare_pad(hf)
+        missing = [k for k, v in zip(("bos", "eos"), (ids["cls"], ids["sep"])) if v is None]
         if missing:
             raise ConfigError(f"{what}: Hugging Face tokenizer {path} has no {', '.join(missing)} token, which a "
-                              "decoder's rows need (xpt-data extend-vocab adds a pad)")
-        if ids["pad"] == ids["sep"]:
-            raise ConfigError(f"{what}: Hugging Face tokenizer {path} pads with its eos token "
-                              f"{hf.eos_token!r}; a decoder's rows need a pad of their own (xpt-data extend-vocab "
-                              "adds one)")
+                              "decoder's rows need")
+        if ids["pad"] is None:
+            raise ConfigError(f"{what}: Hugging Face tokenizer {path} has no pad other than its eos "
+                              f"{hf.eos_token!r} and no other special token to pad with, which a decoder's rows "
+                              "need (xpt-data extend-vocab adds one to an extended vocabulary; keep_vocab keeps the "
+                              "source's rows, so only a token the source has can pad)")
         ids["unk"] = hf.unk_token_id if hf.unk_token_id is not None else ids["sep"]
         ids["mask"] = ids["pad"]  # nothing is masked; an id the shards never hold
     missing = [k for k, v in ids.items() if v is None]
@@ -117,13 +133,14 @@ def build_hf_tokenizer(path: str, what: str = "config key 'model.tokenizer'",
                            content_sha256=hashlib.sha256(backend.to_str().encode()).hexdigest())
 
 
-def tokenizer_for(model_cfg) -> TargetTokenizer:
+def tokenizer_for(model_cfg, causal: bool = False) -> TargetTokenizer:
     """The run's tokenizer: the source's Hugging Face tokenizer for a method that keeps the source vocabulary
-    (``model.tokenizer`` names it, or is empty for ``model.source``'s own), else the SentencePiece model."""
+    (``model.tokenizer`` names it, or is empty for ``model.source``'s own: a directory, hub id or ``.gguf`` file),
+    else the SentencePiece model. ``causal``: the source is a decoder (``build_hf_tokenizer``)."""
     from xpt_ds.config.methods import METHODS
     if METHODS[model_cfg.method].vocab == "source":
         key = "model.tokenizer" if model_cfg.tokenizer else "model.source"
-        return build_hf_tokenizer(model_cfg.tokenizer or model_cfg.source, f"config key '{key}'")
+        return build_hf_tokenizer(model_cfg.tokenizer or model_cfg.source, f"config key '{key}'", causal=causal)
     if METHODS[model_cfg.method].vocab == "extend":  # the source's, extended (xpt-data extend-vocab)
         if not Path(model_cfg.tokenizer).is_dir():
             raise ConfigError(f"config key 'model.tokenizer': {model_cfg.tokenizer!r} is not a directory; method "

@@ -408,6 +408,7 @@ def planned_target(cfg: ModelConfig, tok: TargetTokenizer):
     src_cfg = source_config(cfg)
     if is_decoder(src_cfg):
         check_decoder_method(cfg.method, src_cfg.model_type)
+        _check_kept_vocabulary(cfg)
         return DECODER_FAMILIES[src_cfg.model_type], decoder_target_config(src_cfg, cfg, tok)
     _check_encoder_source(cfg, src_cfg)
     _check_kept_vocabulary(cfg)

@@ -56,8 +56,7 @@ ATTENTION_DROPOUT_KEYS = ("attn_pdrop", "attention_dropout")  # GPT-2's, the Lla
 LLAMA_LAYOUT = ("llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma", "gemma2", "gemma3_text", "phi3")
 DECODER_FAMILIES = {"gpt2": DecoderFamily("transformer", "h", "wte", "ln_f", positions="wpe"),
                     **{model_type: _LLAMA for model_type in LLAMA_LAYOUT}}
-DECODER_METHODS = tuple(m.name for m in METHODS.values()
-                        if not m.adapters and not m.trelm and m.vocab in ("target", "extend"))
+DECODER_METHODS = tuple(m.name for m in METHODS.values() if not m.adapters and not m.trelm)
 
 
 def is_decoder(config) -> bool:
@@ -93,6 +92,11 @@ def target_config(src_cfg, cfg: ModelConfig, tok: TargetTokenizer):
     tcfg = copy.deepcopy(src_cfg)
     drop_source_code(tcfg)
     tcfg.vocab_size = tok.vocab_size
+    if METHODS[cfg.method].vocab == "source":  # continued pretraining: the source's rows, as many as it has
+        if tok.vocab_size > src_cfg.vocab_size:
+            raise ConfigError(f"tokenizer {tok.path} has {tok.vocab_size} entries but model.source has only "
+                              f"{src_cfg.vocab_size} embedding rows: it is not the source's tokenizer")
+        tcfg.vocab_size = src_cfg.vocab_size
     L = src_cfg.num_hidden_layers
     if METHODS[cfg.method].has_itl:
         tcfg.num_hidden_layers = L + 2
@@ -147,7 +151,9 @@ def _stock_skeleton(tcfg) -> nn.Module:
 def decoder_rules(cfg: ModelConfig, family: DecoderFamily, src_cfg) -> list[CopyRule]:
     """Which target parameters are the source's (``xpt_ds.model.plan``): its L layers one index later (past
     ITL_in), its final norm and GPT-2's learned positions; with ``itl_init: copy`` the ITLs as its first and last
-    layers (still new). LoRA's base weights are the source's under their stock names (``lora.base_name``)."""
+    layers (still new); for a method that keeps the source's vocabulary (keep_vocab: continued pretraining) its
+    input embeddings and head too, so the target is the source. LoRA's base weights are the source's under their
+    stock names (``lora.base_name``)."""
     method = METHODS[cfg.method]
     if method.source == "none":
         return []
@@ -158,6 +164,8 @@ def decoder_rules(cfg: ModelConfig, family: DecoderFamily, src_cfg) -> list[Copy
     rules.append(CopyRule(f"{b}.{family.norm}.", f"{b}.{family.norm}."))
     if family.positions:
         rules.append(CopyRule(f"{b}.{family.positions}.", f"{b}.{family.positions}."))
+    if method.vocab == "source":  # a tied head is the embedding's parameter: one rule copies both
+        rules += [CopyRule(f"{b}.{family.embeddings}.", f"{b}.{family.embeddings}."), CopyRule("lm_head.", "lm_head.")]
     if off and cfg.itl_init == "copy":
         rules += [CopyRule(f"{layers}.0.", f"{layers}.0.", tagged=False),
                   CopyRule(f"{layers}.{L + 1}.", f"{layers}.{L - 1}.", tagged=False)]

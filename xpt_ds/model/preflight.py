@@ -18,7 +18,7 @@ def plan_target(cfg: TrainConfig) -> tuple[TargetTokenizer, object]:
     read), the tokenizer, the target planned from the source's config.json, what the data settings ask of it, and
     the phases' parameter patterns against its parameter names."""
     check_source(cfg.model, cfg.data)
-    tok = tokenizer_for(cfg.model)
+    tok = tokenizer_for(cfg.model, causal=is_decoder(source_config(cfg.model)))
     family, tcfg = planned_target(cfg.model, tok)
     check_data_fits(tcfg, cfg.data)
     if cfg.model.attention == "flex":
