@@ -12,6 +12,11 @@ std over seeds), ``DIR/plot_<metric>.png``, TensorBoard scalars under ``DIR/tb``
 the data-efficiency ratio (how much data Scratch needs to match each arm; ``xpt_ds.sweeps.report``). A run
 whose row is in ``results.jsonl`` is not run again (``--rerun-changed``: unless the row was made with another
 config or arguments); a failed one is reported with its log and the sweep goes on.
+
+``--score-text en=en.txt uk=uk.txt`` (a decoder source) also scores each run's export on raw text in its own
+tokenizer (``xpt_ds.cli.evaluate --text``: bits per byte, pieces per word) and the source itself on the same
+files (``DIR/source_text.json``): what adapting the source cost each text, English included. ``--drop-weights``
+deletes a run's checkpoints and export once its row is written, for a machine whose disk holds a few runs.
 """
 from __future__ import annotations
 
@@ -66,6 +71,19 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--unigram", nargs="+", default=[], metavar="TRAIN_SPEC",
                    help="also score the unigram predictor of these training shards on the same masked tokens "
                         "(DIR/unigram.json), the reference every report table shows")
+    p.add_argument("--score-text", nargs="+", default=[], metavar="LABEL=FILE",
+                   help="a decoder source: also export each run and score the export on these UTF-8 text files "
+                        "(one document a line) with xpt_ds.cli.evaluate --text, in its own tokenizer, at evaluate's "
+                        "default --seq-len (the model's positions, the source's for every run): bits per byte and "
+                        "pieces per word per LABEL in each row (RUN_DIR/text_LABEL.json) and in results.md, and "
+                        "the source itself (the first arm's model.source) on the same files, once "
+                        "(DIR/source_text.json), e.g. en=en.txt uk=uk_test.txt")
+    p.add_argument("--drop-weights", action="store_true",
+                   help="once a run's row is in results.jsonl, delete its checkpoints (RUN_DIR/checkpoints) and its "
+                        "export (RUN_DIR/export); its scores, logs, config, metrics, status and TensorBoard events "
+                        "stay. Such a run cannot be scored again: resumed later (its row missing, or its training "
+                        "changed under --rerun-changed) it trains again from the start. Runs whose rows earlier "
+                        "invocations wrote keep their weights")
     p.add_argument("--eval-batch-size", type=int, default=16, help="xpt_ds.cli.evaluate --batch-size")
     p.add_argument("--eval-max-batches", type=int, default=0, help="xpt_ds.cli.evaluate --max-batches (0 = all)")
     p.add_argument("--set", nargs="+", action="extend", default=[], metavar="[METHOD:][SIZES:]KEY=VALUE",

@@ -1,11 +1,13 @@
 """A sweep's plan, checked before the first run starts: every (method, size) run's config and command, the
-``--set`` overrides that apply to it, its step count, and the evaluation and fine-tuning arguments."""
+``--set`` overrides that apply to it, its step count, and the evaluation, fine-tuning and text-scoring
+arguments."""
 from __future__ import annotations
 
 import argparse
 import copy
 import dataclasses
 import hashlib
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -23,6 +25,7 @@ SET_BY_SWEEP = ("run_dir", "model.method", "data.train_tokens")
 SET_BY_SEEDS = ("--model.init_seed=", "--seed=", "--data.seed=")  # a replicate's seeds (Plan.train_args)
 # trust_remote_code: the sweep fine-tunes only its own exports, whose code (if any) is xpt-ds's own.
 FINETUNE_SET_BY_SWEEP = ("model", "out", "trust_remote_code")
+TEXT_LABEL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # --score-text LABEL: a column head and RUN_DIR/text_LABEL.json
 
 
 def method_config(base: dict, method: str) -> dict:
@@ -165,6 +168,11 @@ class Plan:
     largest_first: bool = False  # the largest size's runs (every seed) before the rest
     rerun_changed: bool = False  # run again a run whose row was made with another config or arguments
     configs: Path | None = None  # where the arm configs are (default DIR/configs; a dry run's: a temporary folder)
+    # --score-text: label -> {"file": the text file as given, "sha256": its bytes' hash (16 hex)}, in their order
+    score_text: dict[str, dict] = dataclasses.field(default_factory=dict)
+    text_source: str | None = None  # the model.source scored on those files too (DIR/source_text.json)
+    text_args: list[str] = dataclasses.field(default_factory=list)  # evaluate --text's other arguments
+    drop_weights: bool = False  # delete a run's checkpoints and export once its row is written
 
     @property
     def methods(self) -> list[str]:
@@ -206,7 +214,8 @@ class Plan:
         (``--rerun-changed``) or says so, as for a changed training."""
         finetune = self.finetune_args if run.size in self.finetune_sizes else None
         return {"test_shards": list(self.test_shards), "evaluate_args": list(self.evaluate_args),
-                "finetune_args": None if finetune is None else list(finetune)}
+                "finetune_args": None if finetune is None else list(finetune),
+                "score_text": {label: dict(spec) for label, spec in self.score_text.items()} or None}
 
     def tag_args(self, run: Run) -> list[str]:
         return ["--tag", "best"] if self.keep_best[run.arm, run.size] else []
@@ -289,6 +298,7 @@ def build_plan(a: argparse.Namespace, configs: Path | None = None) -> Plan:
     if a.parallel > 1 and a.nproc > 1:
         raise ConfigError("--parallel runs one-process runs side by side; it cannot be combined with --nproc > 1")
     finetune_args = _finetune_args(a)
+    score_text = parse_score_text(a.score_text)
     finetune_sizes = {parse_size(s) for s in a.finetune_sizes} if a.finetune_sizes else set(sizes)
     if not finetune_sizes <= set(sizes):
         raise ConfigError(f"--finetune-sizes: {', '.join(size_label(s) for s in sorted(finetune_sizes - set(sizes)))} "
@@ -298,6 +308,7 @@ def build_plan(a: argparse.Namespace, configs: Path | None = None) -> Plan:
     folder = configs if configs is not None else a.out / "configs"
     folder.mkdir(parents=True, exist_ok=True)
     steps, seq_len, best, sha, test_shards, mask_seed = {}, {}, {}, {}, list(a.test_shards), None
+    models = []  # each arm's model section at its first size (--score-text: its source must be a decoder)
     for arm, method in arms.items():
         text = yaml.safe_dump(method_config(base, method), sort_keys=False)
         (folder / f"{arm}.yaml").write_text(text)
@@ -312,6 +323,8 @@ def build_plan(a: argparse.Namespace, configs: Path | None = None) -> Plan:
                 raise ConfigError("\n".join(f"{where}: {line}" for line in str(e).splitlines())) from None
             steps[arm, size], seq_len[arm, size] = sum(p.steps for p in cfg.phases), cfg.data.seq_len
             best[arm, size] = cfg.checkpoint.keep_best
+            if size == sizes[0]:
+                models.append(cfg.model)
             test_shards = test_shards or list(cfg.data.valid_shards)
             mask_seed = cfg.data.seed if mask_seed is None else mask_seed
     if not test_shards:
@@ -322,9 +335,65 @@ def build_plan(a: argparse.Namespace, configs: Path | None = None) -> Plan:
     evaluate_args = ["--batch-size", str(a.eval_batch_size), "--max-batches", str(a.eval_max_batches),
                      "--seed", str(mask_seed)]
     deadline = time.time() + a.deadline_minutes * 60 if a.deadline_minutes else None
+    text_source = check_text_source(models) if score_text else None
     return Plan(a.out, arms, sizes, seeds, a.nproc, a.parallel, test_shards, evaluate_args, list(a.unigram),
                 finetune_args, finetune_sizes, overrides, steps, seq_len, best, sha, deadline,
-                a.largest_first, a.rerun_changed, configs)
+                a.largest_first, a.rerun_changed, configs, score_text, text_source,
+                ["--batch-size", str(a.eval_batch_size)], a.drop_weights)
+
+
+def parse_score_text(items: list[str]) -> dict[str, dict]:
+    """``--score-text en=/p/en.txt uk=/p/uk.txt`` -> {label: {"file": path as given, "sha256": 16 hex of its bytes}}.
+    A label is a plain identifier (it heads report columns and names RUN_DIR/text_LABEL.json); a file must be
+    UTF-8 with some text, as ``evaluate --text`` reads it. The hash goes into each row's scoring record, so a file
+    rewritten in place counts as other scoring (``--rerun-changed``)."""
+    out: dict[str, dict] = {}
+    for item in items:
+        label, eq, file = item.partition("=")
+        if not eq or not TEXT_LABEL.fullmatch(label):
+            raise ConfigError(f"--score-text '{item}': give LABEL=FILE, LABEL a plain identifier (letters, digits "
+                              "and '_', not starting with a digit)")
+        if label in out:
+            raise ConfigError(f"--score-text: the label '{label}' is given twice")
+        path = Path(file)
+        if not path.is_file():
+            raise ConfigError(f"--score-text '{item}': no such file {file}")
+        data = path.read_bytes()
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"--score-text '{item}': {file} is not UTF-8 ({e.reason} at byte {e.start})") from None
+        if not text.strip():
+            raise ConfigError(f"--score-text '{item}': {file} has no text (every line is blank)")
+        out[label] = {"file": file, "sha256": hashlib.sha256(data).hexdigest()[:16]}
+    return out
+
+
+def check_text_source(models: list) -> str:
+    """The source ``--score-text`` scores as the reference (DIR/source_text.json): the first arm's model.source
+    (the base config's unless ``--set`` changes it). Every arm's source must be a decoder, read from its config
+    alone (no weights): raw text is scored by next-token prediction (``evaluate --text``), which a masked LM's
+    export cannot do. The reference must be a local directory with tokenizer files or a .gguf file, as
+    ``evaluate --text`` loads it."""
+    from xpt_ds.embedding_init.files import HF_TOKENIZER_FILES
+    from xpt_ds.model.build import source_config
+    from xpt_ds.model.decoder import is_decoder
+    for model in models:
+        config = source_config(model)
+        if not is_decoder(config):
+            raise ConfigError(f"--score-text: model.source {model.source} is a {config.model_type} model, not a "
+                              "decoder: only a decoder's export is scored on raw text (evaluate --text)")
+    source = models[0].source
+    if source.endswith(".gguf"):
+        return source  # source_config found the file; its tokenizer is inside
+    if not Path(source).is_dir():
+        raise ConfigError(f"--score-text: model.source {source} is not a local directory or .gguf file: the source "
+                          "is scored on the same text (source_text.json) from its files")
+    if not any((Path(source) / f).is_file() for f in HF_TOKENIZER_FILES):
+        raise ConfigError(f"--score-text: model.source {source} has no tokenizer files "
+                          f"({', '.join(HF_TOKENIZER_FILES[:3])}, ...): the source is scored on the same text "
+                          "(source_text.json) in its own tokenizer")
+    return source
 
 
 def check_finetune(args: list[str]) -> None:

@@ -1,6 +1,7 @@
-"""The sweep's report, rebuilt from ``results.jsonl`` alone: ``results.md`` (002 Table 2 per data size, the
-downstream table, the data-efficiency ratio), ``plot_<metric>.png`` (metric against data size, log-x, one
-line per method, as 002 Figures 3 and 4), TensorBoard scalars under ``tb/`` and ``summary.json``.
+"""The sweep's report, rebuilt from ``results.jsonl`` alone (and the references beside it, ``unigram.json`` and
+``source_text.json``): ``results.md`` (002 Table 2 per data size, the downstream and raw-text columns, the
+data-efficiency ratio), ``plot_<metric>.png`` (metric against data size, log-x, one line per method, as 002
+Figures 3 and 4), TensorBoard scalars under ``tb/`` and ``summary.json``.
 
 The data-efficiency ratio answers 002 §5.1's question, "how much data does Scratch need to match XPT?": for
 each method M and size s, the Scratch size s' whose metric equals M's at s, by linear interpolation of the
@@ -18,7 +19,7 @@ from xpt_ds.config.methods import BASELINE, METHODS
 from xpt_ds.errors import UserError, cli_errors
 from xpt_ds.io.paths import write_text_atomic
 from xpt_ds.sweeps.rows import read_json, read_rows
-from xpt_ds.sweeps.seeds import aggregate
+from xpt_ds.sweeps.seeds import aggregate, spread
 
 # 002 Table 2's columns: (key in the evaluate JSON, header, higher is better, shown ×100).
 INTRINSIC = (("ppl", "PPL", False, False), ("hits@1", "Hits@1", True, True), ("hits@3", "Hits@3", True, True),
@@ -27,6 +28,9 @@ INTRINSIC = (("ppl", "PPL", False, False), ("hits@1", "Hits@1", True, True), ("h
 # Display names in the registry's order (002's table order, then 000's variants).
 METHOD_NAMES = {name: m.display for name, m in METHODS.items()}
 DOWNSTREAM = "downstream_mean"  # the row key of the fine-tuned headline metric's mean (higher is better)
+# --score-text's columns per label: (key in a row's text[label], header after the label, decimals, lower is better;
+# None: no best, as pieces per word is the tokenizer's, not the model's).
+TEXT_COLUMNS = (("bits_per_byte", "bits per byte", 4, True), ("pieces_per_word", "pieces per word", 2, None))
 
 
 def parse_size(text: str) -> int:
@@ -153,15 +157,46 @@ def _steps_run(r: dict) -> str:
     return str(r["steps"]) if done is None else f"{done:.0f} of {r['steps']}"
 
 
-def size_tables(rows: list[dict], unigram: dict | None = None) -> list[str]:
+def text_labels(rows: list[dict], source_text: dict | None = None) -> list[str]:
+    """The ``--score-text`` labels of the rows and of the source's reference, in their order."""
+    return list(dict.fromkeys([label for r in rows for label in r.get("text") or {}] + list(source_text or {})))
+
+
+def _text_value(r: dict, label: str, key: str):
+    return ((r.get("text") or {}).get(label) or {}).get(key)
+
+
+def _text_cell(figures: dict | None, key: str, decimals: int) -> str:
+    """A text figure (``figures``: one label's), with ± the replicates' standard deviation when there is one."""
+    value, std = (figures or {}).get(key), (figures or {}).get(f"{key}_std")
+    if value is None:
+        return "–"
+    return f"{value:.{decimals}f}" + ("" if std is None else f" ± {std:.{decimals}f}")
+
+
+def text_columns(at: list[dict], labels: list[str]) -> list[list[str]]:
+    """Per label, its bits per byte (lowest in bold) and pieces per word, one cell per row of ``at``."""
+    columns = []
+    for label in labels:
+        for key, _, decimals, lower in TEXT_COLUMNS:
+            cells = [_text_cell((r.get("text") or {}).get(label), key, decimals) for r in at]
+            columns.append(cells if lower is None else _bold_best(cells, [_text_value(r, label, key) for r in at],
+                                                                  not lower))
+    return columns
+
+
+def size_tables(rows: list[dict], unigram: dict | None = None, source_text: dict | None = None) -> list[str]:
     """One 002-Table-2-style table per size (best value per column in bold; mean ± std over replicates), plus
-    downstream and run facts, and the unigram predictor's row (``unigram``: its evaluate JSON) at the bottom."""
+    downstream, the raw-text figures per ``--score-text`` label and run facts, and at the bottom the unigram
+    predictor's row (``unigram``: its evaluate JSON) and the source's own raw-text figures (``source_text``)."""
     lines, downstream = [], any(r.get(DOWNSTREAM) is not None for r in rows)
     seeded = any(r.get("seeds") for r in rows)
     metric = next((r["downstream_metric"] for r in rows if r.get("downstream_metric")), "")
+    labels = text_labels(rows, source_text)
     for size in sorted({r["size"] for r in rows}):
         at = sorted((r for r in rows if r["size"] == size), key=lambda r: _methods(rows).index(r["method"]))
         heads = [h for _, h, _, _ in INTRINSIC] + ([f"{metric} (×100)"] if downstream else [])
+        heads += [f"{label} {head}" for label in labels for _, head, _, _ in TEXT_COLUMNS]
         heads += ["steps run", "epochs", "train s"] + (["seeds"] if seeded else [])
         columns = []
         for key, _, higher, percent in INTRINSIC:
@@ -170,6 +205,7 @@ def size_tables(rows: list[dict], unigram: dict | None = None) -> list[str]:
         if downstream:
             values = [r.get(DOWNSTREAM) for r in at]
             columns.append(_bold_best([_downstream_cell(r) for r in at], values, True))
+        columns += text_columns(at, labels)
         columns += [[_steps_run(r) for r in at], [f"{r['epochs']:.1f}" for r in at],
                     [f"{r['train_seconds']:.0f}" for r in at]] + ([[str(r.get("seeds", 1)) for r in at]] * seeded)
         title = size_label(size) + ("" if size_label(size) == str(size) else f" ({size:,})")
@@ -179,6 +215,12 @@ def size_tables(rows: list[dict], unigram: dict | None = None) -> list[str]:
         if unigram:
             cells = [_fmt(key, unigram.get(key), percent) for key, _, _, percent in INTRINSIC]
             lines.append("| *Unigram predictor* | " + " | ".join(cells + ["–"] * (len(heads) - len(cells))) + " |")
+        if source_text:
+            before = ["–"] * (len(INTRINSIC) + downstream)
+            cells = [_text_cell(source_text.get(label), key, decimals) for label in labels
+                     for key, _, decimals, _ in TEXT_COLUMNS]
+            lines.append("| *Source (model.source)* | " + " | ".join(
+                before + cells + ["–"] * (len(heads) - len(before) - len(cells))) + " |")
         lines.append("")
     seeds = next((r["downstream_seeds"] for r in rows if r.get("downstream_seeds")), None)
     majority = next((r["majority_accuracy"] for r in rows if r.get("majority_accuracy") is not None), None)
@@ -240,6 +282,27 @@ def read_unigram(out: Path) -> dict | None:
     return read_json(path) if path.is_file() else None
 
 
+def read_source_text(out: Path) -> dict | None:
+    """DIR/source_text.json (``--score-text``): {label: the source's own figures on that text}."""
+    path = out / "source_text.json"
+    return read_json(path) if path.is_file() else None
+
+
+def text_lines(rows: list[dict], out: Path, source_text: dict | None) -> list[str]:
+    """What the raw-text columns scored: each label's file (as the rows' scoring records it) and the source."""
+    files = next((r["scoring"]["score_text"] for r in rows if (r.get("scoring") or {}).get("score_text")), None) or {}
+    labels = text_labels(rows, source_text)
+    if not labels:
+        return []
+    named = ", ".join(f"{label} = `{files[label]['file']}`" if label in files else label for label in labels)
+    args = out / "source_text.args.json"
+    source = read_json(args).get("source") if args.is_file() and source_text else None
+    return [f"Raw text ({named}): bits per byte (lowest in bold) and pieces per word of each run's export in its own "
+            "tokenizer (`xpt-ds evaluate --text`); bits per byte compares across tokenizers"
+            + ("" if not source_text else f", and *Source (model.source)* is `{source or 'model.source'}` itself "
+               "on the same text (source_text.json): what the adaptation cost it") + ".", ""]
+
+
 def scored_tokens(rows: list[dict]) -> str:
     """What the rows' metrics were computed on: a masked LM's masked tokens, a decoder's every next token."""
     causal = {r.get("objective") == "next_token" for r in rows}
@@ -272,7 +335,9 @@ def write_markdown(out: Path, rows: list[dict], failures: list[dict]) -> None:
              "in bold; mean ± standard deviation over the seeds when there are several). Every run is planned for the "
              "same number of steps; 'steps run' is fewer where early stopping or a time budget ended a phase, and "
              "smaller data sizes are seen for more epochs.", ""]
-    lines += size_tables(rows, unigram)
+    source_text = read_source_text(out)
+    lines += size_tables(rows, unigram, source_text)
+    lines += text_lines(rows, out, source_text)
     lines += unigram_lines(rows, unigram)
     lines += ["## Data efficiency", ""] + efficiency_section(rows)
     if failures:
@@ -344,7 +409,8 @@ def write_tensorboard(out: Path, rows: list[dict]) -> None:
         writer.close()
 
 
-def summary(rows: list[dict], failures: list[dict], unigram: dict | None = None) -> dict:
+def summary(rows: list[dict], failures: list[dict], unigram: dict | None = None,
+            source_text: dict | None = None) -> dict:
     eff = {}
     for metric, (_, higher) in metric_titles(rows).items():
         eff[metric] = {m: {size_label(s): {"scratch_tokens": round(x.size), "bound": x.bound,
@@ -352,6 +418,7 @@ def summary(rows: list[dict], failures: list[dict], unigram: dict | None = None)
                        for m, by_size in efficiency(rows, metric, higher).items()}
     return {"methods": _methods(rows), "sizes": sorted({r["size"] for r in rows}),
             "runs": sum(r.get("seeds", 1) for r in rows), "rows": rows, "unigram": unigram,
+            "source_text": source_text,
             "hits1_over_unigram": vs_unigram(rows, unigram),
             "efficiency_definition": "efficiency[metric][method][size]: the Scratch tokens whose metric equals the "
                                      "method's at that size (log2-linear interpolation on Scratch's curve) and their "
@@ -360,11 +427,32 @@ def summary(rows: list[dict], failures: list[dict], unigram: dict | None = None)
             "efficiency": eff, "failed": failures}
 
 
+def fold_text(rows: list[dict], folded: list[dict]) -> list[dict]:
+    """``folded`` (``aggregate``'s rows of ``rows``) with each seeded row's ``text`` folded as ``aggregate`` folds
+    the flat scores, which it leaves as the first replicate's: per label and figure, the mean over the replicates
+    that have it, and its sample standard deviation as ``KEY_std``."""
+    values: dict[tuple[str, int], dict[str, dict[str, list]]] = {}
+    for r in rows:
+        for label, figures in (r.get("text") or {}).items():
+            for key, value in figures.items():
+                values.setdefault((r["method"], r["size"]), {}).setdefault(label, {}).setdefault(key, []).append(value)
+    out = []
+    for r in folded:
+        text = values.get((r["method"], r["size"]))
+        if text and r.get("seeds"):
+            r = {**r, "text": {label: {k: v for key, vs in figures.items()
+                                       for k, v in zip((key, f"{key}_std"), spread(vs))}
+                               for label, figures in text.items()}}
+        out.append(r)
+    return out
+
+
 def write_report(out: Path, rows: list[dict], failures: list[dict] = (), tensorboard: bool = True) -> None:
-    """Everything from the rows of results.jsonl (replicates folded: ``xpt_ds.sweeps.seeds``)."""
-    rows, failures = aggregate(rows), list(failures)
+    """Everything from the rows of results.jsonl (replicates folded: ``xpt_ds.sweeps.seeds``, ``fold_text``)."""
+    rows, failures = fold_text(rows, aggregate(rows)), list(failures)
     write_markdown(out, rows, failures)
-    write_text_atomic(out / "summary.json", json.dumps(summary(rows, failures, read_unigram(out)), indent=2) + "\n")
+    text = json.dumps(summary(rows, failures, read_unigram(out), read_source_text(out)), indent=2)
+    write_text_atomic(out / "summary.json", text + "\n")
     if rows:
         write_plots(out, rows)
         if tensorboard:

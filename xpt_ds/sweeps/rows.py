@@ -11,6 +11,8 @@ from xpt_ds.errors import UserError
 # always, bits per character and per word when the shards carry text lengths.
 INTRINSIC_KEYS = ("loss", "ppl", "hits@1", "hits@3", "hits@5", "hits@10", "mrr", "mr")
 OPTIONAL_KEYS = ("bits_per_char", "bits_per_word")
+# A row's ``text`` (--score-text): per label, these of xpt_ds.cli.evaluate --text's figures for the file.
+TEXT_KEYS = ("bits_per_byte", "pieces_per_word", "tokens", "bytes")
 
 
 def read_json(path: Path):
@@ -39,6 +41,13 @@ def read_rows(path: Path) -> dict[tuple[str, int, int | None], dict]:
                 raise UserError(f"{path}:{number}: not a JSON row ({e}); delete or repair that line") from None
             rows[row_key(r)] = r
     return rows
+
+
+def text_row(r: dict) -> dict:
+    """A row's figures for one ``--score-text`` file from ``xpt_ds.cli.evaluate --text``'s JSON ``r`` of that one
+    file (its ``text`` section holds the file alone)."""
+    (figures,) = r["text"].values()
+    return {k: figures[k] for k in TEXT_KEYS}
 
 
 def downstream_row(r: dict) -> dict:

@@ -1,8 +1,10 @@
 """Running a sweep's plan: each run (arm, size, seed) is trained (a child process, through the deepspeed launcher
-when ``--nproc`` > 1), scored with ``xpt_ds.cli.evaluate`` and, given fine-tuning files, exported and fine-tuned;
-one row per finished run goes to ``results.jsonl`` as soon as it finishes. A run whose row is there is not run
-again; a failed one is recorded with its log and the sweep goes on. ``--parallel K`` keeps K runs going at once
-(evaluation and export one at a time, in this process); ``--deadline-minutes`` starts no run after the deadline."""
+when ``--nproc`` > 1), scored with ``xpt_ds.cli.evaluate`` and, given fine-tuning files, exported and fine-tuned,
+given ``--score-text`` files, exported and scored on them; one row per finished run goes to ``results.jsonl`` as
+soon as it finishes (``--drop-weights``: then its checkpoints and export are deleted). A run whose row is there is
+not run again; a failed one is recorded with its log and the sweep goes on. ``--parallel K`` keeps K runs going at
+once (evaluation and export one at a time, in this process); ``--deadline-minutes`` starts no run after the
+deadline."""
 from __future__ import annotations
 
 import contextlib
@@ -29,7 +31,7 @@ from xpt_ds.errors import INTERRUPTED_EXIT_CODE
 from xpt_ds.io.paths import write_text_atomic
 from xpt_ds.sweeps.plan import Plan, Run
 from xpt_ds.sweeps.report import size_label
-from xpt_ds.sweeps.rows import INTRINSIC_KEYS, OPTIONAL_KEYS, downstream_row, read_rows, row_key
+from xpt_ds.sweeps.rows import INTRINSIC_KEYS, OPTIONAL_KEYS, downstream_row, read_json, read_rows, row_key, text_row
 
 
 class StepFailed(Exception):
@@ -204,25 +206,52 @@ def intrinsic(plan: Plan, run: Run, stages: Stages) -> dict:
             "eval_tokens": result["tokens"], "checkpoint": result["tag"]}
 
 
-def downstream(plan: Plan, run: Run, stages: Stages) -> dict:
-    """Export, fine-tune on every seed, and the headline metric's mean ± std. A fine-tuning already there is
-    kept when it was run with this sweep's fine-tuning arguments (``finetune/sweep_args.json``; one from before
-    2026-11-28 has none and is kept); with others it moves to ``finetune.superseded`` and runs again."""
+def export_run(plan: Plan, run: Run, stages: Stages, log: Path) -> float:
+    """``xpt_ds.cli.export`` of the checkpoint the run is scored from (its best under checkpoint.keep_best) to
+    RUN_DIR/export, in place of one there; its seconds."""
+    run_dir = plan.run_dir(run)
+    shutil.rmtree(run_dir / "export", ignore_errors=True)
+    argv = ["--run", str(run_dir), *plan.tag_args(run), "--out", str(run_dir / "export")]
+    return stages.module("xpt_ds.cli.export", argv, log, "export")
+
+
+def downstream(plan: Plan, run: Run, stages: Stages) -> tuple[dict, bool]:
+    """Export, fine-tune on every seed, and the headline metric's mean ± std; and whether it exported (the text
+    scores then read that export). A fine-tuning already there is kept when it was run with this sweep's
+    fine-tuning arguments (``finetune/sweep_args.json``; one from before 2026-11-28 has none and is kept); with
+    others it moves to ``finetune.superseded`` and runs again."""
     run_dir = plan.run_dir(run)
     results, recorded = run_dir / "finetune" / "results.json", run_dir / "finetune" / "sweep_args.json"
     if results.is_file() and recorded.is_file() and json.loads(recorded.read_text()) != plan.finetune_args:
         results.parent.rename(_free_name(results.parent, ".superseded"))  # other files or flags: fine-tune again
-    if not results.is_file():
-        export = run_dir / "export"
-        shutil.rmtree(export, ignore_errors=True)
+    exported = not results.is_file()
+    if exported:
         log = run_dir / "finetune.log"
-        seconds = stages.module("xpt_ds.cli.export", ["--run", str(run_dir), *plan.tag_args(run), "--out", str(export)],
-                                log, "export")
-        seconds += stages.process([sys.executable, "-m", "xpt_ds.cli.finetune", "--model", str(export), "--out",
-                                   str(results.parent), *plan.finetune_args], log, "finetune")
+        seconds = export_run(plan, run, stages, log)
+        seconds += stages.process([sys.executable, "-m", "xpt_ds.cli.finetune", "--model", str(run_dir / "export"),
+                                   "--out", str(results.parent), *plan.finetune_args], log, "finetune")
         recorded.write_text(json.dumps(plan.finetune_args) + "\n")
         _add_seconds(run_dir, "finetune", seconds)
-    return downstream_row(json.loads(results.read_text()))
+    return downstream_row(json.loads(results.read_text())), exported
+
+
+def text_scores(plan: Plan, run: Run, stages: Stages, exported: bool) -> dict:
+    """``--score-text``: the run's export (made now, unless ``downstream`` made it for this row) scored on each
+    text file by ``xpt_ds.cli.evaluate --text`` into RUN_DIR/text_LABEL.json, at evaluate's default --seq-len
+    (the model's positions: an export has its source's, so the source and every run read the same windows);
+    the row's ``text``: {label: bits per byte, pieces per word, tokens, bytes}. Output in RUN_DIR/text.log,
+    seconds (export included) under "text" in sweep_seconds.json."""
+    run_dir = plan.run_dir(run)
+    log = run_dir / "text.log"
+    seconds = 0.0 if exported else export_run(plan, run, stages, log)
+    text = {}
+    for label, spec in plan.score_text.items():
+        out = run_dir / f"text_{label}.json"
+        argv = ["--model", str(run_dir / "export"), *plan.text_args, "--text", spec["file"], "--out", str(out)]
+        seconds += stages.module("xpt_ds.cli.evaluate", argv, log, "text")
+        text[label] = text_row(read_json(out))
+    _add_seconds(run_dir, "text", seconds)
+    return {"text": text}
 
 
 def run_one(plan: Plan, run: Run, stages: Stages, say=print) -> dict:
@@ -235,14 +264,19 @@ def run_one(plan: Plan, run: Run, stages: Stages, say=print) -> dict:
     status, seq_len = _status(run_dir), plan.seq_len[key]
     tokens_seen = status.get("target_tokens_seen", status.get("tokens_seen", 0))  # target MLM rows (TreLM has more)
     row["epochs"] = tokens_seen * (seq_len - 2) / seq_len / run.size  # a packed sequence is cls + body + sep
+    row["tokens_seen"] = tokens_seen  # over train_seconds: the run's training tokens per second
     row["steps_done"] = status.get("global_step")
     row["time_stopped"] = status.get("time_stopped") or []  # phases guard.max_train_minutes ended
     best = run_dir / "best.json"
     if best.is_file():
         row["best"] = json.loads(best.read_text())
     row.update(intrinsic(plan, run, stages))
+    exported = False
     if plan.finetune_args is not None and run.size in plan.finetune_sizes:
-        row.update(downstream(plan, run, stages))
+        scores, exported = downstream(plan, run, stages)
+        row.update(scores)
+    if plan.score_text:
+        row.update(text_scores(plan, run, stages, exported))
     seconds = json.loads((run_dir / "sweep_seconds.json").read_text())
     row.update(train_seconds=round(seconds.get("train", 0.0), 1), wall_seconds=round(sum(seconds.values()), 1),
                nproc=plan.nproc, run_dir=str(run_dir), train_args=shlex.join(plan.train_args(run)),
@@ -270,6 +304,63 @@ def unigram(plan: Plan, run: Run, stages: Stages) -> None:
             *plan.evaluate_args, "--unigram", *plan.unigram_shards, "--out", str(out)]
     stages.module("xpt_ds.cli.evaluate", argv, plan.out / "unigram.log", "unigram")
     record.write_text(json.dumps(now) + "\n")
+
+
+def _source_text_args(plan: Plan) -> dict:
+    """What DIR/source_text.json is scored with (DIR/source_text.args.json records it): the source, the files
+    and their hashes, evaluate's arguments."""
+    return {"source": plan.text_source, "score_text": plan.score_text, "text_args": plan.text_args}
+
+
+def source_text_state(plan: Plan) -> str:
+    """'' (nothing to score: no --score-text, or source_text.json scored with these arguments), 'missing', or
+    'changed' (scored with another source, other files or other arguments)."""
+    out, record = plan.out / "source_text.json", plan.out / "source_text.args.json"
+    if not plan.score_text:
+        return ""
+    if not out.is_file():
+        return "missing"
+    return "" if record.is_file() and read_json(record) == _source_text_args(plan) else "changed"
+
+
+def source_text(plan: Plan, stages: Stages, say=print) -> None:
+    """DIR/source_text.json: {label: xpt_ds.cli.evaluate --text's figures} of the source itself on the
+    ``--score-text`` files, the reference beside every run's (what adapting it cost each text), scored in one
+    evaluate (the source loads once: a GGUF is dequantized), output in DIR/source_text.log. As unigram.json:
+    scored with other arguments, it is scored again on request only (``--rerun-changed``), else kept and said."""
+    state = source_text_state(plan)
+    if not state:
+        return
+    out = plan.out / "source_text.json"
+    if state == "changed":
+        if not plan.rerun_changed:
+            say(f"warning: {out} was scored with another source or other text files; --rerun-changed scores it "
+                "again")
+            return
+        out.rename(_free_name(out, ".superseded"))
+    scored = plan.out / "source_text.evaluate.json"
+    files = [spec["file"] for spec in plan.score_text.values()]
+    stages.module("xpt_ds.cli.evaluate", ["--model", plan.text_source, *plan.text_args, "--text", *files,
+                                          "--out", str(scored)], plan.out / "source_text.log", "source text")
+    figures = read_json(scored)["text"]  # keyed by str(Path(file)), as evaluate names each file
+    write_text_atomic(out, json.dumps({label: figures[str(Path(f))] for label, f in zip(plan.score_text, files)},
+                                      indent=1) + "\n")
+    scored.unlink()
+    (plan.out / "source_text.args.json").write_text(json.dumps(_source_text_args(plan)) + "\n")
+
+
+def drop_weights(run_dir: Path) -> list[str]:
+    """``--drop-weights``, once the run's row is written: delete RUN_DIR/checkpoints (every tag, the kept phase
+    ends, abandoned branches, universal conversions: ``xpt_ds.checkpoint.store``) and RUN_DIR/export, the run's
+    only weights; what was there of the two. Everything else stays: status.json, best.json, config.yaml, the
+    scores (eval.json, text_*.json, finetune/), logs, metrics and TensorBoard events. Such a run, resumed later,
+    has no checkpoint: ``train`` sets it aside and trains it from the start."""
+    dropped = []
+    for name in ("checkpoints", "export"):
+        if (run_dir / name).exists():
+            shutil.rmtree(run_dir / name)
+            dropped.append(name)
+    return dropped
 
 
 def _settings(train_args: str) -> list[str]:
@@ -303,9 +394,10 @@ def _trains_as_recorded(plan: Plan, run: Run) -> bool:
 
 def _scoring_keys(now: dict) -> list[str]:
     """What a rerun compares of a row's scoring (rows record it since 2026-11-28): the test shards and the
-    evaluation arguments, and the fine-tuning arguments when this invocation fine-tunes (left out, the row keeps
-    its fine-tuning)."""
-    return ["test_shards", "evaluate_args"] + (["finetune_args"] if now["finetune_args"] is not None else [])
+    evaluation arguments, the fine-tuning arguments when this invocation fine-tunes and the text files
+    (``score_text``, recorded since 2026-11-29) when it scores text; left out, the row keeps its fine-tuning or its
+    text scores, and a row from before either has none, which differs from any given."""
+    return ["test_shards", "evaluate_args"] + [k for k in ("finetune_args", "score_text") if now.get(k) is not None]
 
 
 def _scoring_diff(old: dict, now: dict) -> str:
@@ -366,7 +458,7 @@ class _Sweep:
                 self.say(f"skip {run.label}: its row is in {self.results}")
                 self.say(f"warning: {run.label} in {self.results} was scored with other test shards, evaluation or "
                          f"fine-tuning ({rescore}), and its run directory holds no complete checkpoint to score again "
-                         "(unpacked without weights?)")
+                         "(unpacked without weights, or --drop-weights?)")
                 continue
             if (changed or rescore) and self.plan.rerun_changed:
                 if self.dry:
@@ -437,6 +529,20 @@ class _Sweep:
             with self.lock:
                 self.failures.append({"method": "unigram", "size": run.size, "seed": None, "run": "unigram",
                                       "stage": e.stage, "exit": e.code, "log": str(e.log)})
+        if plan.drop_weights:  # after unigram, which reads the first finished run's checkpoint
+            dropped = drop_weights(plan.run_dir(run))
+            if dropped:
+                self.say(f"dropped {run.label}'s {' and '.join(dropped)} (--drop-weights)")
+
+    def reference_text(self) -> None:
+        """DIR/source_text.json (``source_text``), before the runs; a failure is reported as a run's is and the
+        sweep goes on."""
+        try:
+            source_text(self.plan, Stages(self.plan, 0, self.call_lock), self.say)
+        except StepFailed as e:
+            self.say(f"FAILED source text reference: {e}")
+            self.failures.append({"method": "source", "size": None, "seed": None, "run": "source text",
+                                  "stage": e.stage, "exit": e.code, "log": str(e.log)})
 
 
 def dry_run(plan: Plan) -> list[Run]:
@@ -444,6 +550,12 @@ def dry_run(plan: Plan) -> list[Run]:
     stage starts, no row or run directory moves. The runs it would start, in order."""
     s = _Sweep(plan, dry=True)
     todo = s.pending()
+    state = source_text_state(plan)
+    if state == "missing" or state == "changed" and plan.rerun_changed:
+        s.say(f"would score {plan.text_source} on the --score-text files -> {plan.out / 'source_text.json'}")
+    elif state:
+        s.say(f"warning: {plan.out / 'source_text.json'} was scored with another source or other text files; "
+              "--rerun-changed scores it again")
     rerun = {(r.arm, r.size, r.seed) for r in todo} & set(s.done)
     for run in todo:
         if (run.arm, run.size, run.seed) in rerun:
@@ -471,6 +583,7 @@ def sweep(plan: Plan) -> list[dict]:
     s = _Sweep(plan)
     todo = s.pending()
     _stopping.clear()
+    s.reference_text()
     if plan.parallel == 1:
         for run in todo:
             s.one(run)

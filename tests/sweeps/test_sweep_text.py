@@ -1,0 +1,220 @@
+"""``python -m xpt_ds.cli.sweep --score-text LABEL=FILE ... --drop-weights`` (issue 57: what adapting an English
+decoder costs English): one real tiny decoder sweep (2 arms, 1 size, 2 + 2 steps) shared by the tests, whose
+rows carry each run's export's bits per byte on raw text exactly as ``xpt_ds.cli.evaluate --text`` scores that
+export, beside the source's own (source_text.json), in results.md and summary.json; whose checkpoints and exports
+are gone once the rows are written, the rest of each run kept; and which a second invocation leaves alone. A row
+or source_text.json scored on other text is scored again on request only (``--rerun-changed``). And the one-line
+refusals when the plan is built: a missing file, a bad label, a masked-LM source."""
+import contextlib
+import json
+import shlex
+import shutil
+
+import pytest
+
+from conftest import base_config, one_error_line, run_main, write_config
+from sweep_builders import ENGLISH, decoder_source, result_rows
+from xpt_ds.cli.evaluate import main as evaluate_main
+from xpt_ds.cli.sweep import main as sweep_main
+from xpt_ds.cli.sweep import parse_args
+from xpt_ds.sweeps import runner
+from xpt_ds.sweeps.plan import Run, build_plan
+
+ARMS = ("xpt", "scratch")
+KEPT = ("status.json", "config.yaml", "eval.json", "text_en.json", "text_ko.json", "train.log", "evaluate.log",
+        "text.log", "metrics.jsonl", "sweep_seconds.json", "tb")  # what --drop-weights leaves in a run directory
+
+
+@pytest.fixture(scope="module")
+def decoder_base(tmp_path_factory, tiny_decoder, corpus, corpus_text):
+    """A two-phase xpt base config (2 + 2 steps) on a tiny GPT-2 source with its own tokenizer, the test shards,
+    and two text files: English, and the Hangul of the target corpus."""
+    root = tmp_path_factory.mktemp("decoder_base")
+    source = decoder_source(tiny_decoder("gpt2", True), root / "source")
+    cfg = base_config(root / "unused", source, corpus,
+                      phases=[{"name": "phase1", "steps": 2, "lr": 1e-3}, {"name": "phase2", "steps": 2, "lr": 5e-4}])
+    cfg["data"].update(valid_shards=[], num_workers=0)
+    en, ko = root / "en.txt", root / "ko.txt"
+    en.write_text("\n".join(ENGLISH[:3]) + "\n", encoding="utf-8")
+    ko.write_text("\n".join(corpus_text.read_text(encoding="utf-8").splitlines()[:4]) + "\n", encoding="utf-8")
+    return {"config": write_config(root / "base.yaml", cfg), "source": source, "en": en, "ko": ko,
+            "test_shards": [f"{corpus}/manifest.json:test"]}
+
+
+@pytest.fixture(scope="module")
+def text_sweep(tmp_path_factory, decoder_base):
+    """The sweep, run once through the CLI (in a forked child, ``run_main``): its folder, arguments, stdout, the
+    text files and, per arm, a copy of the export its row was scored with, taken as --drop-weights deletes it
+    (``runner.drop_weights`` wrapped here before the fork, so the child runs the wrapper)."""
+    root = tmp_path_factory.mktemp("text_sweep")
+    en, ko, out = decoder_base["en"], decoder_base["ko"], root / "sweep"
+    args = ["--config", str(decoder_base["config"]), "--methods", *ARMS, "--sizes", "200", "--out", str(out),
+            "--test-shards", *decoder_base["test_shards"], "--score-text", f"en={en}", f"ko={ko}", "--drop-weights"]
+    real = runner.drop_weights
+
+    def keep_export(run_dir):
+        shutil.copytree(run_dir / "export", root / "exports" / run_dir.parent.name)
+        return real(run_dir)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(runner, "drop_weights", keep_export)
+        proc = run_main("xpt_ds.cli.sweep", args)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return {"out": out, "args": args, "stdout": proc.stdout, "source": decoder_base["source"], "en": en, "ko": ko,
+            "exports": root / "exports"}
+
+
+def _evaluate_text(model, files, out):
+    with contextlib.redirect_stdout(None):
+        assert evaluate_main(["--model", str(model), "--text", *map(str, files), "--out", str(out)]) == 0
+    return json.loads(out.read_text())["text"]
+
+
+def test_rows_hold_what_evaluate_text_gives_for_the_runs_export(text_sweep, tmp_path):
+    """Each row's text figures are evaluate --text's for that run's own export, to 1e-9 bits per byte: the sweep
+    adds no scoring of its own. Its seconds are counted under "text"."""
+    rows = {r["method"]: r for r in result_rows(text_sweep["out"])}
+    assert sorted(rows) == sorted(ARMS)
+    for arm, row in rows.items():
+        assert list(row["text"]) == ["en", "ko"] and row["scoring"]["score_text"]["en"]["file"] == str(text_sweep["en"])
+        for label in ("en", "ko"):
+            want = _evaluate_text(text_sweep["exports"] / arm, [text_sweep[label]], tmp_path / f"{arm}_{label}.json")
+            want = want[str(text_sweep[label])]
+            got = row["text"][label]
+            assert set(got) == {"bits_per_byte", "pieces_per_word", "tokens", "bytes"}
+            assert got["bits_per_byte"] == pytest.approx(want["bits_per_byte"], abs=1e-9)
+            assert (got["pieces_per_word"], got["tokens"], got["bytes"]) == (want["pieces_per_word"], want["tokens"],
+                                                                             want["bytes"])
+        seconds = json.loads((text_sweep["out"] / row["run_dir"] / "sweep_seconds.json").read_text())
+        assert seconds["text"] > 0
+    assert rows["xpt"]["text"]["en"]["bits_per_byte"] != rows["scratch"]["text"]["en"]["bits_per_byte"]
+
+
+def test_the_source_is_scored_on_the_same_text_and_reported(text_sweep, tmp_path):
+    """source_text.json is the untouched source on the same files, as evaluate --text scores it; results.md has a
+    bits-per-byte and a pieces-per-word column per label and the source's row; summary.json carries both."""
+    out = text_sweep["out"]
+    source = json.loads((out / "source_text.json").read_text())
+    assert list(source) == ["en", "ko"]
+    want = _evaluate_text(text_sweep["source"], [text_sweep["en"], text_sweep["ko"]], tmp_path / "source.json")
+    for label in ("en", "ko"):
+        assert source[label]["bits_per_byte"] == pytest.approx(want[str(text_sweep[label])]["bits_per_byte"],
+                                                                abs=1e-9)
+    assert json.loads((out / "source_text.args.json").read_text())["source"] == str(text_sweep["source"])
+
+    md = (out / "results.md").read_text()
+    head = next(line for line in md.splitlines() if line.startswith("| Method |"))
+    for column in ("en bits per byte", "en pieces per word", "ko bits per byte", "ko pieces per word"):
+        assert f"| {column} |" in head
+    source_row = next(line for line in md.splitlines() if line.startswith("| *Source (model.source)* |"))
+    assert f"| {source['en']['bits_per_byte']:.4f} | {source['en']['pieces_per_word']:.2f} |" in source_row
+    assert f"en = `{text_sweep['en']}`" in md
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["source_text"] == source and all("text" in r for r in summary["rows"])
+
+
+def test_drop_weights_leaves_the_scores_and_a_rerun_skips_the_runs(text_sweep):
+    """--drop-weights deleted each run's checkpoints and export after its row, nothing else; the same command
+    again skips both runs (no training, no warning, rows unchanged) and scores the source no second time."""
+    out = text_sweep["out"]
+    for arm in ARMS:
+        run_dir = out / "runs" / arm / "200"
+        assert not (run_dir / "checkpoints").exists() and not (run_dir / "export").exists()
+        assert all((run_dir / name).exists() for name in KEPT), sorted(p.name for p in run_dir.iterdir())
+        assert f"dropped {arm} 200's checkpoints and export (--drop-weights)" in text_sweep["stdout"]
+    logs = {arm: (out / "runs" / arm / "200" / "train.log").stat().st_mtime_ns for arm in ARMS}
+    rows = (out / "results.jsonl").read_text()
+    again = run_main("xpt_ds.cli.sweep", text_sweep["args"])
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-3000:]
+    assert again.stdout.count("skip ") == 2 and "warning" not in again.stdout and "dropped" not in again.stdout
+    assert {arm: (out / "runs" / arm / "200" / "train.log").stat().st_mtime_ns for arm in ARMS} == logs
+    assert (out / "results.jsonl").read_text() == rows
+    assert (out / "source_text.log").read_text().count("$ python -m") == 1  # the source scored once
+
+
+def test_text_scored_otherwise_is_scored_again_on_request_only(decoder_base, tmp_path, capsys):
+    """A row records its text files (and their hashes): other files are a warning, or with --rerun-changed a
+    rescoring from the run's checkpoint; a row from before --score-text (no score_text in its scoring) is
+    scored otherwise too; a sweep without --score-text keeps the rows' text scores. source_text.json the same
+    way: kept with a warning, or with --rerun-changed set aside and scored again."""
+    from xpt_ds.checkpoint.store import MARKER
+    out = tmp_path / "sweep"
+    base = ["--config", str(decoder_base["config"]), "--methods", "xpt", "--sizes", "200", "--out", str(out),
+            "--test-shards", *decoder_base["test_shards"]]
+    en, ko = f"en={decoder_base['en']}", f"en={decoder_base['ko']}"
+    plan = build_plan(parse_args([*base, "--score-text", en]))
+    run = Run("xpt", 200)
+    tag = plan.run_dir(run) / "checkpoints" / "global_step000000004"
+    tag.mkdir(parents=True)
+    (tag / MARKER).write_text(json.dumps({"global_step": 4}))  # a checkpoint to score again from
+    row = {"method": "xpt", "size": 200, "seed": None, "config_sha256": plan.config_sha["xpt"],
+           "train_args": shlex.join(plan.train_args(run)), "scoring": plan.scoring(run)}
+    before = {k: v for k, v in row["scoring"].items() if k != "score_text"}  # a row from before --score-text
+    cases = ((row["scoring"], []), (row["scoring"], ["--score-text", ko]), (before, ["--score-text", en]))
+    for scoring, extra in cases:
+        (out / "results.jsonl").write_text(json.dumps({**row, "scoring": scoring}) + "\n")
+        assert runner._Sweep(build_plan(parse_args([*base, *extra]))).pending() == []
+        said = capsys.readouterr().out
+        assert ("scored with other test shards, evaluation or fine-tuning (score_text" in said) == bool(extra), said
+    assert runner._Sweep(build_plan(parse_args([*base, "--score-text", ko, "--rerun-changed"]))).pending() == [run]
+    assert "score again xpt 200" in capsys.readouterr().out
+
+    stages = runner.Stages(plan)
+    with contextlib.redirect_stdout(None):
+        runner.source_text(plan, stages)
+    first = json.loads((out / "source_text.json").read_text())
+    other = build_plan(parse_args([*base, "--score-text", ko]))
+    said = []
+    runner.source_text(other, stages, said.append)
+    assert "source_text.json was scored with another source or other text files" in said[0]
+    assert json.loads((out / "source_text.json").read_text()) == first
+    rerun = build_plan(parse_args([*base, "--score-text", ko, "--rerun-changed"]))
+    with contextlib.redirect_stdout(None):
+        runner.source_text(rerun, stages)
+    assert json.loads((out / "source_text.json.superseded").read_text()) == first
+    assert json.loads((out / "source_text.json").read_text())["en"]["bytes"] == len(
+        "".join(decoder_base["ko"].read_text(encoding="utf-8").splitlines()).encode())
+
+
+@pytest.mark.parametrize("score_text,culprit", [
+    (["en=nope.txt"], "--score-text 'en=nope.txt': no such file nope.txt"),
+    (["1en={en}"], "--score-text '1en="),
+    (["en-us={en}"], "LABEL a plain identifier"),
+    (["en={en}", "en={en}"], "the label 'en' is given twice"),
+], ids=["missing-file", "label-starts-with-a-digit", "label-with-a-dash", "label-twice"])
+def test_bad_text_arguments_are_one_line_errors(score_text, culprit, tmp_path, decoder_base, capsys):
+    """Checked when the plan is built, before any run trains."""
+    argv = ["--config", str(decoder_base["config"]), "--methods", "xpt", "--sizes", "200", "--out",
+            str(tmp_path / "sweep"), "--test-shards", *decoder_base["test_shards"], "--score-text",
+            *(s.format(en=decoder_base["en"]) for s in score_text)]
+    one_error_line(sweep_main(argv), capsys.readouterr().err, culprit)
+    assert not (tmp_path / "sweep/runs").exists()
+
+
+def test_a_masked_lm_source_cannot_be_text_scored(tmp_path, sweep_config, tiny_roberta, decoder_base, capsys):
+    """Raw text is scored by next-token prediction: a masked LM's export cannot be, so the plan refuses it."""
+    config, test_shards = sweep_config
+    argv = ["--config", str(config), "--methods", "xpt", "--sizes", "100", "--out", str(tmp_path / "sweep"),
+            "--test-shards", *test_shards, "--score-text", f"en={decoder_base['en']}"]
+    one_error_line(sweep_main(argv), capsys.readouterr().err, f"model.source {tiny_roberta} is a roberta model, "
+                   "not a decoder")
+
+
+def test_the_report_folds_text_scores_over_seeds(tmp_path):
+    """Replicates' text figures are folded as the other scores are: mean ± sample standard deviation per label,
+    the lower bits per byte in bold; a row from before --score-text shows '–'."""
+    from xpt_ds.sweeps.report import write_report
+    from xpt_ds.sweeps.rows import INTRINSIC_KEYS
+    text = {1: {"en": {"bits_per_byte": 1.0, "pieces_per_word": 1.5, "tokens": 10, "bytes": 40}},
+            2: {"en": {"bits_per_byte": 2.0, "pieces_per_word": 1.5, "tokens": 10, "bytes": 40}}}
+    rows = [{"method": "xpt", "size": 200, "seed": seed, "steps": 4, "epochs": 1.0, "train_seconds": 1.0,
+             "wall_seconds": 1.0, **{k: 2.0 for k in INTRINSIC_KEYS}, "text": text[seed]} for seed in (1, 2)]
+    rows.append({**rows[0], "method": "scratch", "seed": None, "text": {"en": {**text[1]["en"], "bits_per_byte": 3.0}}})
+    rows.append({**rows[0], "method": "xpt_sp", "seed": None})
+    del rows[-1]["text"]
+    write_report(tmp_path, rows, tensorboard=False)
+    md = (tmp_path / "results.md").read_text()
+    assert "| XPT | " in md and "| **1.5000 ± 0.7071** | 1.50 ± 0.00 |" in md
+    assert "| 3.0000 | 1.50 |" in md and "| – | – |" in md
+    folded = next(r for r in json.loads((tmp_path / "summary.json").read_text())["rows"] if r["method"] == "xpt")
+    assert folded["text"]["en"]["bits_per_byte"] == 1.5 and folded["text"]["en"]["tokens_std"] == 0
