@@ -22,6 +22,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR=${1:-.gpu-payload-decoder}
 PART_MB=${PART_MB:-56}
+source launch/session_steps.sh  # slice_payload
 PREP=${PREP:-sweeps/decoder_prep}
 PY=${PYTHON:-python3}
 EN_LINES=${EN_LINES:-2000}
@@ -75,17 +76,4 @@ for d in uk uk_src uk_ext; do
     -exec cp {} "$STAGE/payload/$d/" \;
 done
 cp -r "$PREP/uk_ext_tok" "$PREP/text" "$PREP/wheels" "$STAGE/payload/"
-rm -rf "$DIR"
-mkdir -p "$DIR"
-tar -C "$STAGE" -cf - payload | gzip -1 | split -b "${PART_MB}m" -d -a 1 - "$STAGE/slice"
-n=0
-for slice in "$STAGE"/slice*; do
-  n=$((n + 1))
-  mkdir -p "$DIR/part$n"
-  mv "$slice" "$DIR/part$n/slice$((n - 1))"
-done
-cat "$DIR"/part*/slice* | sha256sum | cut -d' ' -f1 >"$DIR/payload.sha256"
-cp "$DIR/payload.sha256" "$DIR/part1/"
-grep -qxF "/$DIR/" .git/info/exclude 2>/dev/null || echo "/$DIR/" >>.git/info/exclude
-du -sh "$DIR"/part* | sed 's/^/  /'
-say "packed $n part(s) in $DIR: carry one per call, part1 first, and .gpu-kit with the last"
+slice_payload "$STAGE" "$DIR"

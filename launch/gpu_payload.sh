@@ -16,6 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR=${1:-.gpu-payload}
 PART_MB=${PART_MB:-56}
+source launch/session_steps.sh  # slice_payload
 OUT=${PREP_OUT:-sweeps/gpu_prep} MICRO_BATCH=1  # uagec_lib.sh's OUT (its PREP, finetune_train.jsonl)
 FT_TRAIN=${FT_TRAIN:-4000}
 source launch/uagec_lib.sh
@@ -40,17 +41,4 @@ for d in demo_out/uk demo_out/uk_src "$PREP/en_src" "$PREP/parallel"; do
 done
 cp "$OUT/finetune_train.jsonl" demo_out/uagec/labels/test.jsonl "$STAGE/payload/labels/"
 cp "$PREP/emb/uk_on_minilm.npy" "$PREP/emb/uk_on_minilm.json" "$STAGE/payload/emb/"  # the array and its sidecar
-rm -rf "$DIR"
-mkdir -p "$DIR"
-tar -C "$STAGE" -cf - payload | gzip -1 | split -b "${PART_MB}m" -d -a 1 - "$STAGE/slice"
-n=0
-for slice in "$STAGE"/slice*; do
-  n=$((n + 1))
-  mkdir -p "$DIR/part$n"
-  mv "$slice" "$DIR/part$n/slice$((n - 1))"
-done
-cat "$DIR"/part*/slice* | sha256sum | cut -d' ' -f1 >"$DIR/payload.sha256"
-cp "$DIR/payload.sha256" "$DIR/part1/"
-grep -qxF "/$DIR/" .git/info/exclude 2>/dev/null || echo "/$DIR/" >>.git/info/exclude
-du -sh "$DIR"/part* | sed 's/^/  /'
-say "packed $n part(s) in $DIR: carry one per call, part1 first, and .gpu-kit with the last"
+slice_payload "$STAGE" "$DIR"

@@ -60,30 +60,20 @@ OUT=$(cd "$OUT" && pwd)
 PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 
-source launch/session_steps.sh  # step, budget_run, budget_left
+source launch/session_steps.sh  # step, budget_run, budget_left, unpack_payload, pack_scores
 
 # 4 (and --pack): the verdicts (OUT/claims.md), then everything but the weights in OUT/results.tgz.
 pack() {
   # the reports of the sweeps this invocation did not finish, and claims.md; a failure there still packs the rest
   # (its error is in the log)
   "$PY" -m experiments.uagec.pack --out "$OUT" || echo "pack: the reports failed" >&2
-  pack_results \( -name checkpoints -o -name export -o -name model \) -prune -o -type f \
-    \( -name '*.json' -o -name '*.jsonl' -o -name '*.md' -o -name '*.png' -o -name 'events.out.tfevents.*' \
-       -o -name '*.log' -o -name '*.tsv' -o -name '*.yaml' -o -name '*.txt' \)
+  pack_scores
 }
 if [ "$MODE" = pack ]; then
   pack && echo "[$(date +%T)] packed: $OUT/results.tgz" | tee -a "$OUT/session.log"
   exit
 fi
 
-unpack() {
-  [ -f "$PAYLOAD/payload/source/config.json" ] && return 0
-  local want got
-  want=$(cat "$PAYLOAD"/part1/payload.sha256 "$PAYLOAD"/payload.sha256 2>/dev/null | head -1)
-  got=$(cat "$PAYLOAD"/part*/slice* | sha256sum | cut -d' ' -f1)
-  [ -n "$want" ] && [ "$want" = "$got" ] || { echo "payload in $PAYLOAD: sha256 $got, expected '$want'" >&2; return 1; }
-  cat "$PAYLOAD"/part*/slice* | tar -C "$PAYLOAD" -xzf -
-}
 # WORK: where the script writes its base configs and pilot.json (a dry run: a temporary folder, OUT untouched)
 WORK=$OUT
 if [ "$MODE" = dry ]; then  # each step's output on stdout, labelled; no budget, no log, no steps.tsv
@@ -93,7 +83,7 @@ if [ "$MODE" = dry ]; then  # each step's output on stdout, labelled; no budget,
   budget_run() { "$@"; }
   BUDGET_S=
 fi
-step unpack unpack || exit 1
+step unpack unpack_payload source/config.json || exit 1
 P=$(cd "$PAYLOAD/payload" && pwd)
 
 if [ "$MODE" = rehearse ]; then

@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # The step runner shared by the scripts that run unattended on a lent GPU (benchmarks/gpu_session.sh,
-# launch/gpu_uagec.sh): each step's output goes to OUT/NAME.log and its exit code and seconds to OUT/steps.tsv
+# launch/gpu_uagec.sh, launch/gpu_decoder.sh) and the payload they read (launch/gpu_payload.sh,
+# launch/gpu_decoder_payload.sh): each step's output goes to OUT/NAME.log and its exit code and seconds to OUT/steps.tsv
 # the moment it ends, so a session cut short still says what finished. Sourcing this file only defines the
 # functions; they read the caller's OUT and BUDGET_S.
 #
@@ -24,6 +25,47 @@ step() {
 # `find . FIND_ARGS -print0` prints: the one file a device call brings back (it returns at most 8 from its $OUT).
 pack_results() {
   (cd "$OUT" && find . "$@" -print0 | tar --null -czf results.tgz.tmp -T - && mv results.tgz.tmp results.tgz)
+}
+
+# pack_scores: pack_results of a study's results without its weights: every JSON, JSONL, Markdown, PNG, TSV,
+# YAML, text and log file and TensorBoard event outside checkpoints/, export/ and model/ folders.
+pack_scores() {
+  pack_results \( -name checkpoints -o -name export -o -name model \) -prune -o -type f \
+    \( -name '*.json' -o -name '*.jsonl' -o -name '*.md' -o -name '*.png' -o -name 'events.out.tfevents.*' \
+       -o -name '*.log' -o -name '*.tsv' -o -name '*.yaml' -o -name '*.txt' \)
+}
+
+# unpack_payload MARKER: the payload whose slices the device calls left in PAYLOAD (part1/slice0, part2/slice1,
+# ...), joined, checked against the payload.sha256 that came with part1 and unpacked into PAYLOAD/payload, unless
+# PAYLOAD/payload/MARKER shows it was unpacked before (the machine keeps /tmp while it stays warm).
+unpack_payload() {
+  [ -e "$PAYLOAD/payload/$1" ] && return 0
+  local want got
+  want=$(cat "$PAYLOAD"/part1/payload.sha256 "$PAYLOAD"/payload.sha256 2>/dev/null | head -1)
+  got=$(cat "$PAYLOAD"/part*/slice* | sha256sum | cut -d' ' -f1)
+  [ -n "$want" ] && [ "$want" = "$got" ] || { echo "payload in $PAYLOAD: sha256 $got, expected '$want'" >&2; return 1; }
+  cat "$PAYLOAD"/part*/slice* | tar -C "$PAYLOAD" -xzf -
+}
+
+# slice_payload STAGE DIR: STAGE/payload as one .tar.gz cut into slices of at most PART_MB MiB (default 56), in
+# DIR/part1/slice0, DIR/part2/slice1, ..., and its sha256 in DIR/payload.sha256 and DIR/part1/ (a device call
+# carries at most 64 MiB, the working tree included: one part a call, unpack_payload joins them). DIR is
+# replaced, and git-ignored through .git/info/exclude.
+slice_payload() {
+  local stage=$1 dir=$2 n=0 slice
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  tar -C "$stage" -cf - payload | gzip -1 | split -b "${PART_MB:-56}m" -d -a 1 - "$stage/slice"
+  for slice in "$stage"/slice*; do
+    n=$((n + 1))
+    mkdir -p "$dir/part$n"
+    mv "$slice" "$dir/part$n/slice$((n - 1))"
+  done
+  cat "$dir"/part*/slice* | sha256sum | cut -d' ' -f1 >"$dir/payload.sha256"
+  cp "$dir/payload.sha256" "$dir/part1/"
+  [ -d .git/info ] && { grep -qxF "/$dir/" .git/info/exclude 2>/dev/null || echo "/$dir/" >>.git/info/exclude; }
+  du -sh "$dir"/part* | sed 's/^/  /'
+  echo "packed $n part(s) in $dir: carry one per call, part1 first, and .gpu-kit with the last"
 }
 
 # budget_left [RESERVE]: seconds of BUDGET_S left after RESERVE more (a large number without a budget).

@@ -1,6 +1,7 @@
 """launch/session_steps.sh, the step runner of the unattended GPU scripts (benchmarks/gpu_session.sh,
-launch/gpu_uagec.sh): under BUDGET_S a step that would not fit is skipped, and one that overruns is stopped with
-every process it started, so a device call still ends with its results packed."""
+launch/gpu_uagec.sh, launch/gpu_decoder.sh): under BUDGET_S a step that would not fit is skipped, and one that
+overruns is stopped with every process it started, so a device call still ends with its results packed; and the
+payload those scripts read, cut into slices a device call can carry and joined on the machine."""
 import subprocess
 import time
 
@@ -119,3 +120,32 @@ def test_gpu_uagec_dry_run_says_what_each_sweep_would_do_and_writes_nothing(tmp_
     assert "sweep_rewind: would run xpt_rewind 75K seed 1: 6000 steps on 75,000 tokens" in said  # the two smallest
     assert not any(line.startswith("sweep_rewind: would run xpt_rewind 300K") for line in said)
     assert files() == before and sorted(p.name for p in out.iterdir()) == ["main"]
+
+
+def test_a_payload_sliced_for_the_device_calls_unpacks_whole_and_a_bad_slice_is_refused(tmp_path):
+    """slice_payload cuts a payload into slices a device call can carry (PART_MB MiB each); unpack_payload joins
+    the parts wherever the calls left them, checks the sha256 that came with part1 and unpacks once; a slice that
+    changed on the way is refused in one line, nothing unpacked."""
+    import os
+    import shutil
+    stage = tmp_path / "stage"
+    (stage / "payload/source").mkdir(parents=True)
+    data = os.urandom(int(2.5 * 2**20))  # random: gzip keeps it 2.5 MiB, so 3 slices of 1 MiB
+    (stage / "payload/source/config.json").write_bytes(data)
+    script = f"source {REPO}/launch/session_steps.sh; cd {tmp_path}; PART_MB=1 slice_payload {stage} parts"
+    proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "packed 3 part(s) in parts" in proc.stdout
+    assert sorted(p.relative_to(tmp_path / "parts").as_posix() for p in (tmp_path / "parts").rglob("slice*")) == [
+        "part1/slice0", "part2/slice1", "part3/slice2"]
+    shutil.copytree(tmp_path / "parts", tmp_path / "machine")  # where the calls leave them: /tmp/xpt_payload
+    unpack = f"source {REPO}/launch/session_steps.sh; PAYLOAD={tmp_path}/machine unpack_payload source/config.json"
+    proc = subprocess.run(["bash", "-c", unpack], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "machine/payload/source/config.json").read_bytes() == data
+    (tmp_path / "machine/part3/slice2").write_bytes(b"changed")  # unpacked already: the marker spares the check
+    assert subprocess.run(["bash", "-c", unpack], timeout=60).returncode == 0
+    shutil.rmtree(tmp_path / "machine/payload")
+    proc = subprocess.run(["bash", "-c", unpack], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and not (tmp_path / "machine/payload").exists()
+    assert proc.stderr.startswith(f"payload in {tmp_path}/machine: sha256 ") and proc.stderr.count("\n") == 1
