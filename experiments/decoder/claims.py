@@ -115,8 +115,8 @@ def read_session(out: Path) -> dict:
 
 
 def plan_sizes(sizes: dict | None, runs: dict[str, list[dict]]) -> dict[str, list[int]]:
-    """Each sweep's training sizes, smallest first: sizes.json's list (whole numbers, which experiments.decoder.sizes
-    may write as 150000.0), else the sizes its runs have."""
+    """Each sweep's training sizes, smallest first: sizes.json's list (whole numbers; one written as 150000.0 is
+    read as 150000), else the sizes its runs have."""
     listed = (sizes or {}).get("sweeps") or {}
     return {name: [int(s) for s in listed[name]] if name in listed else sorted({r["size"] for r in runs.get(name, [])})
             for name in SWEEPS if name in listed or name in runs}

@@ -37,8 +37,9 @@ def reused_pairs(source: Path) -> dict[str, str]:
     src = AutoModelForMaskedLM.from_pretrained(source).state_dict()
     pairs = {f"roberta.encoder.layer.{i + 1}.{k[len(f'roberta.encoder.layer.{i}.'):]}": k
              for k in src for i in range(2) if k.startswith(f"roberta.encoder.layer.{i}.")}
-    pairs |= {k: k for k in src if k.startswith(("roberta.embeddings.position", "roberta.embeddings.token_type",
-                                                 "roberta.embeddings.LayerNorm", "lm_head.dense", "lm_head.layer_norm"))}
+    kept = ("roberta.embeddings.position", "roberta.embeddings.token_type", "roberta.embeddings.LayerNorm",
+            "lm_head.dense", "lm_head.layer_norm")
+    pairs |= {k: k for k in src if k.startswith(kept)}
     return pairs
 
 

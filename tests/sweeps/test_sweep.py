@@ -264,7 +264,8 @@ def test_one_phase_methods_take_the_lr_of_the_base_phase_that_trains_what_they_t
                                   "--sizes", "200", "--out", str(tmp_path / "sweep"), "--test-shards", *test_shards]))
     one = {m: [(p.name, p.steps, p.lr, p.warmup_steps, p.decay, p.min_lr_ratio) for p in _loaded(plan, m, 200).phases]
            for m in ("scratch", "xpt_sp", "adapters")}
-    assert one == {"scratch": [("phase1", 4, 5e-4, 2, "cosine", 0.0)], "xpt_sp": [("phase1", 4, 5e-4, 2, "cosine", 0.0)],
+    assert one == {"scratch": [("phase1", 4, 5e-4, 2, "cosine", 0.0)],
+                   "xpt_sp": [("phase1", 4, 5e-4, 2, "cosine", 0.0)],
                    "adapters": [("phase1", 4, 1e-3, 1, "linear", 0.1)]}
     assert [(p.steps, p.lr) for p in _loaded(plan, "xpt", 200).phases] == [(2, 1e-3), (2, 5e-4)]
 

@@ -82,7 +82,8 @@ one that resolves differently is rerun."""
     said = capsys.readouterr().out
     assert "skip scratch 100: its row is in" in said and "warning" not in said and result_rows(out) == [row]
 
-    assert _Sweep(build_plan(parse_args([*args, "--set", "scratch:phases.0.lr=1e-4"]))).pending() == [Run("scratch", 100)]
+    changed = build_plan(parse_args([*args, "--set", "scratch:phases.0.lr=1e-4"]))
+    assert _Sweep(changed).pending() == [Run("scratch", 100)]
     assert "rerun scratch 100: its row was made with another config" in capsys.readouterr().out
     assert not (out / "results.jsonl").read_text() and (out / "runs/scratch/100.superseded/config.yaml").is_file()
 
@@ -162,7 +163,8 @@ def test_bad_scoring_arguments_stop_the_sweep_before_any_run_trains(tmp_path, sw
             (["--test-shards", *test_shards, *finetune, "--finetune-label-column", "nosuch"], "no column 'nosuch'"),
             (["--test-shards", *test_shards, "--finetune-train", str(tmp_path / "missing.csv"), "--finetune-test",
               str(good)], "--train file not found"),
-            (["--test-shards", *test_shards, *finetune, "--finetune-seeds", "1", "1"], "--seeds gives 1 more than once")):
+            (["--test-shards", *test_shards, *finetune, "--finetune-seeds", "1", "1"],
+             "--seeds gives 1 more than once")):
         with pytest.raises(ConfigError, match=culprit.replace("*", "\\*")):
             build_plan(parse_args([*base, *extra]))
     assert not (tmp_path / "sweep/runs").exists()

@@ -88,8 +88,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--eval-max-batches", type=int, default=0, help="xpt_ds.cli.evaluate --max-batches (0 = all)")
     p.add_argument("--set", nargs="+", action="extend", default=[], metavar="[METHOD:][SIZES:]KEY=VALUE",
                    help="train config override for every run (e.g. optim.micro_batch_size=16), only one arm's "
-                        "(a label, or a method: its every arm; e.g. scratch:phases.0.lr=5e-4), only one size's or a size range's, inclusive (e.g. "
-                        "800K..:optim.grad_accum=8, xpt:100K..400K:phases.0.lr=1e-4)")
+                        "(a label, or a method: its every arm; e.g. scratch:phases.0.lr=5e-4), only one size's or a "
+                        "size range's, inclusive (e.g. 800K..:optim.grad_accum=8, xpt:100K..400K:phases.0.lr=1e-4)")
     ft = p.add_argument_group("downstream (xpt_ds.cli.finetune on each run's export; needs --finetune-train and "
                               "--finetune-test)")
     add_flags(ft, FinetuneConfig, prefix="finetune-", dest_prefix="finetune_", skip=FINETUNE_SET_BY_SWEEP)
