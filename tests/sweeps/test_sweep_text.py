@@ -133,8 +133,9 @@ def test_drop_weights_leaves_the_scores_and_a_rerun_skips_the_runs(text_sweep):
 
 
 def test_text_scored_otherwise_is_scored_again_on_request_only(decoder_base, tmp_path, capsys):
-    """A row records its text files (and their hashes): other files are a warning, or with --rerun-changed a
-    rescoring from the run's checkpoint; a row from before --score-text (no score_text in its scoring) is
+    """A row records its text files (and their hashes): other text under a label is a warning, or with
+    --rerun-changed a rescoring from the run's checkpoint, but the same text elsewhere (a session unpacked in
+    another folder) is the same scoring; a row from before --score-text (no score_text in its scoring) is
     scored otherwise too; a sweep without --score-text keeps the rows' text scores. source_text.json the same
     way: kept with a warning, or with --rerun-changed set aside and scored again."""
     from xpt_ds.checkpoint.store import MARKER
@@ -150,12 +151,16 @@ def test_text_scored_otherwise_is_scored_again_on_request_only(decoder_base, tmp
     row = {"method": "xpt", "size": 200, "seed": None, "config_sha256": plan.config_sha["xpt"],
            "train_args": shlex.join(plan.train_args(run)), "scoring": plan.scoring(run)}
     before = {k: v for k, v in row["scoring"].items() if k != "score_text"}  # a row from before --score-text
-    cases = ((row["scoring"], []), (row["scoring"], ["--score-text", ko]), (before, ["--score-text", en]))
-    for scoring, extra in cases:
+    moved = tmp_path / "elsewhere" / "en.txt"
+    moved.parent.mkdir()
+    moved.write_bytes(decoder_base["en"].read_bytes())
+    cases = ((row["scoring"], [], False), (row["scoring"], ["--score-text", ko], True),
+             (before, ["--score-text", en], True), (row["scoring"], ["--score-text", f"en={moved}"], False))
+    for scoring, extra, warned in cases:
         (out / "results.jsonl").write_text(json.dumps({**row, "scoring": scoring}) + "\n")
         assert runner._Sweep(build_plan(parse_args([*base, *extra]))).pending() == []
         said = capsys.readouterr().out
-        assert ("scored with other test shards, evaluation or fine-tuning (score_text" in said) == bool(extra), said
+        assert ("scored with other test shards, evaluation or fine-tuning (score_text" in said) == warned, said
     assert runner._Sweep(build_plan(parse_args([*base, "--score-text", ko, "--rerun-changed"]))).pending() == [run]
     assert "score again xpt 200" in capsys.readouterr().out
 
@@ -163,6 +168,7 @@ def test_text_scored_otherwise_is_scored_again_on_request_only(decoder_base, tmp
     with contextlib.redirect_stdout(None):
         runner.source_text(plan, stages)
     first = json.loads((out / "source_text.json").read_text())
+    assert runner.source_text_state(build_plan(parse_args([*base, "--score-text", f"en={moved}"]))) == ""
     other = build_plan(parse_args([*base, "--score-text", ko]))
     said = []
     runner.source_text(other, stages, said.append)

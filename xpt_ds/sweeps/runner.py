@@ -314,13 +314,19 @@ def _source_text_args(plan: Plan) -> dict:
 
 def source_text_state(plan: Plan) -> str:
     """'' (nothing to score: no --score-text, or source_text.json scored with these arguments), 'missing', or
-    'changed' (scored with another source, other files or other arguments)."""
+    'changed' (scored with another source, other text under a label (by content, wherever the file is) or other
+    arguments)."""
     out, record = plan.out / "source_text.json", plan.out / "source_text.args.json"
     if not plan.score_text:
         return ""
     if not out.is_file():
         return "missing"
-    return "" if record.is_file() and read_json(record) == _source_text_args(plan) else "changed"
+    if not record.is_file():
+        return "changed"
+    old, now = read_json(record), _source_text_args(plan)
+    same = old.get("source") == now["source"] and old.get("text_args") == now["text_args"] and \
+        _text_content(old.get("score_text")) == _text_content(now["score_text"])
+    return "" if same else "changed"
 
 
 def source_text(plan: Plan, stages: Stages, say=print) -> None:
@@ -401,8 +407,19 @@ def _scoring_keys(now: dict) -> list[str]:
 
 
 def _scoring_diff(old: dict, now: dict) -> str:
-    """What differs between a row's recorded scoring and this invocation's; empty when nothing does."""
-    return "; ".join(f"{k} {old.get(k)} -> {now[k]}" for k in _scoring_keys(now) if old.get(k) != now[k])
+    """What differs between a row's recorded scoring and this invocation's; empty when nothing does. The text
+    files compare by label and content (``_text_content``), not by where they are."""
+    def seen(k: str, scoring: dict):
+        return _text_content(scoring.get(k)) if k == "score_text" else scoring.get(k)
+    return "; ".join(f"{k} {old.get(k)} -> {now[k]}" for k in _scoring_keys(now) if seen(k, old) != seen(k, now))
+
+
+def _text_content(score_text: dict | None) -> dict | None:
+    """``--score-text``'s record as what it scores: label -> the file's hash, wherever the file is (a session
+    unpacked elsewhere, or a rehearsal whose texts are copies in its own folder, scores the same text)."""
+    if not isinstance(score_text, dict):
+        return score_text
+    return {label: (spec or {}).get("sha256") for label, spec in score_text.items()}
 
 
 def _plain(d: dict) -> dict:
