@@ -17,8 +17,8 @@
 # the last PACK_S seconds pack what finished. A later session unpacks results.tgz into its OUT and goes on: the
 # scored runs are skipped (xpt-ds sweep: a row per run in results.jsonl), unless their config or arguments
 # changed (--rerun-changed). No weights come back: every run's checkpoints and export are deleted once it is
-# scored (--drop-weights; a 135M run's bf16 checkpoint, 14 bytes a parameter, is some 1.9 GB, and the machine
-# has 64 GB of disk).
+# scored (--drop-weights: an XPT run's phase-2 checkpoint is 1.6 GB, its best and newest 3.1 GB together, in
+# the CPU rehearsal's bf16 engine; 8 runs at once on a machine with 64 GB of disk).
 # Steps, each one's log in OUT/NAME.log and exit code and seconds in OUT/steps.tsv:
 #   1. unpack the payload; on the GPU install .gpu-kit/, gguf and xpt-ds;
 #   2. source: the GGUF dequantized into a model directory once (experiments.decoder.source); sizes: the
