@@ -82,7 +82,7 @@ def _load_hf(path: str):
 def spare_pad(hf) -> int | None:
     """The pad of a decoder's rows whose tokenizer pads with eos or not at all, and whose embedding rows must stay
     the source's (keep_vocab: no row can be added): its first special token that is none of bos, eos and unk
-    (SmolLM2's ``<repo_name>``, Llama 3's reserved tokens). Text never holds it (a shard that does is refused as
+    (SmolLM2's ``<repo_name>``, Llama 3's reserved tokens). A shard may not hold it (one that does is refused as
     corrupt); a trailing pad is never predicted nor attended by a position that predicts
     (``xpt_ds.data.causal``), so its row is never trained. None: the tokenizer has no such token."""
     taken = {hf.bos_token_id, hf.eos_token_id, hf.unk_token_id}
