@@ -300,7 +300,8 @@ TABLE_NOTE = ("Bits per byte are each run's export on the same raw text in its o
               "across tokenizers; mean ± std over seeds, n the runs scored. English cost: English bits per byte "
               "minus the untouched source's. The test loss is per piece of each sweep's own test shards and "
               "compares only within one sweep; the unigram rows are the unigram predictor on each sweep's test "
-              "shards (unigram.json), not the Ukrainian text of the uk column.")
+              "shards (unigram.json), not the Ukrainian text of the uk column. Tokens/s: the run's training tokens "
+              "over its training process's seconds, start-up, validation and checkpoints included.")
 
 
 def verdict_lines(entry: dict, source: dict | None) -> list[str]:
