@@ -3,6 +3,7 @@ test fixtures: the three sweeps say their plans with the GPU's settings (every a
 sizes in its own pieces), and OUT holds only what it held."""
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 
@@ -23,7 +24,7 @@ def test_gpu_decoder_dry_run_says_what_each_sweep_would_do_and_writes_nothing(tm
     train = json.loads((corpus / "manifest.json").read_text())["splits"]["train"]["tokens"]
     proc = subprocess.run(["bash", str(REPO / "launch/gpu_decoder.sh"), str(out), "--dry-run", "--payload",
                            str(payload.parent)], capture_output=True, text=True, timeout=300, cwd=tmp_path,
-                          env={**__import__("os").environ, "LARGEST": str(train // 1000 * 1000)})
+                          env={**os.environ, "LARGEST": str(train // 1000 * 1000)})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     said = proc.stdout.splitlines()
     for sweep, runs in (("sweep_target", 36), ("sweep_keep_vocab", 6), ("sweep_extend", 12)):  # arms x 3 sizes x 2
