@@ -449,17 +449,17 @@ def test_a_ctrl_c_inside_an_in_process_stage_stops_the_sweep(tmp_path, monkeypat
     which must stop the sweep (``Interrupted``, no stage starts), not count as that run's failure."""
     import sys
 
-    from xpt_ds.sweeps import runner
+    from xpt_ds.sweeps import stages
     (tmp_path / "ctrl_c_tool.py").write_text(
         "from xpt_ds.errors import cli_errors\n\n\n@cli_errors\ndef main(argv):\n    raise KeyboardInterrupt\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     try:
-        with pytest.raises(runner.Interrupted):
-            runner._call("ctrl_c_tool", [], tmp_path / "tool.log", "evaluate")
-        assert runner._stopping.is_set()
+        with pytest.raises(stages.Interrupted):
+            stages._call("ctrl_c_tool", [], tmp_path / "tool.log", "evaluate")
+        assert stages.stopping.is_set()
         assert (tmp_path / "tool.log").read_text().splitlines()[-1] == "interrupted"
     finally:
-        runner._stopping.clear()
+        stages.stopping.clear()
         sys.modules.pop("ctrl_c_tool", None)
 
 

@@ -18,6 +18,8 @@ from xpt_ds.cli.evaluate import main as evaluate_main
 from xpt_ds.cli.sweep import main as sweep_main
 from xpt_ds.cli.sweep import parse_args
 from xpt_ds.sweeps import runner
+from xpt_ds.sweeps.scoring import source_text, source_text_state
+from xpt_ds.sweeps.stages import Stages
 from xpt_ds.sweeps.plan import Run, build_plan
 
 ARMS = ("xpt", "scratch")
@@ -164,19 +166,19 @@ def test_text_scored_otherwise_is_scored_again_on_request_only(decoder_base, tmp
     assert runner._Sweep(build_plan(parse_args([*base, "--score-text", ko, "--rerun-changed"]))).pending() == [run]
     assert "score again xpt 200" in capsys.readouterr().out
 
-    stages = runner.Stages(plan)
+    stages = Stages(plan)
     with contextlib.redirect_stdout(None):
-        runner.source_text(plan, stages)
+        source_text(plan, stages)
     first = json.loads((out / "source_text.json").read_text())
-    assert runner.source_text_state(build_plan(parse_args([*base, "--score-text", f"en={moved}"]))) == ""
+    assert source_text_state(build_plan(parse_args([*base, "--score-text", f"en={moved}"]))) == ""
     other = build_plan(parse_args([*base, "--score-text", ko]))
     said = []
-    runner.source_text(other, stages, said.append)
+    source_text(other, stages, said.append)
     assert "source_text.json was scored with another source or other text files" in said[0]
     assert json.loads((out / "source_text.json").read_text()) == first
     rerun = build_plan(parse_args([*base, "--score-text", ko, "--rerun-changed"]))
     with contextlib.redirect_stdout(None):
-        runner.source_text(rerun, stages)
+        source_text(rerun, stages)
     assert json.loads((out / "source_text.json.superseded").read_text()) == first
     assert json.loads((out / "source_text.json").read_text())["en"]["bytes"] == len(
         "".join(decoder_base["ko"].read_text(encoding="utf-8").splitlines()).encode())

@@ -127,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     from xpt_ds.sweeps.plan import build_plan
     from xpt_ds.sweeps.report import write_report
     from xpt_ds.sweeps.rows import read_rows
-    from xpt_ds.sweeps.runner import Interrupted, sweep
+    from xpt_ds.sweeps.runner import sweep
+    from xpt_ds.sweeps.stages import Interrupted
     if a.dry_run:
         return _dry_run(a)
     try:

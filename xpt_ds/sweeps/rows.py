@@ -7,7 +7,7 @@ from pathlib import Path
 
 from xpt_ds.errors import UserError
 
-# A row's scores, as xpt_ds.sweeps.runner reads them from xpt_ds.cli.evaluate's JSON: 002 Table 2's intrinsic metrics
+# A row's scores, as xpt_ds.sweeps.scoring reads them from xpt_ds.cli.evaluate's JSON: 002 Table 2's intrinsic metrics
 # always, bits per character and per word when the shards carry text lengths.
 INTRINSIC_KEYS = ("loss", "ppl", "hits@1", "hits@3", "hits@5", "hits@10", "mrr", "mr")
 OPTIONAL_KEYS = ("bits_per_char", "bits_per_word")

@@ -1,0 +1,150 @@
+"""The stages of a sweep's runs as they run: training and fine-tuning as child processes (through the deepspeed
+launcher when ``--nproc`` > 1), evaluation and export as calls in the sweep's own process, one at a time
+(``Stages``); each stage's log and seconds, its failure (``StepFailed``), and the stop of them all when the sweep
+is stopped (``stop_stages``, ``Interrupted``)."""
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import shlex
+import subprocess
+import threading
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+from xpt_ds.errors import INTERRUPTED_EXIT_CODE
+from xpt_ds.sweeps.plan import Plan
+
+
+
+class StepFailed(Exception):
+    def __init__(self, stage: str, code: int, log: Path):
+        super().__init__(f"{stage} exited {code}; log: {log}")
+        self.stage, self.code, self.log = stage, code, log
+
+
+class Interrupted(Exception):
+    """The sweep is being stopped (``stop_stages``): no stage starts any more."""
+
+
+_live: set[subprocess.Popen] = set()  # the stage processes running now, in every --parallel slot
+
+
+_live_lock = threading.Lock()
+
+
+stopping = threading.Event()
+
+
+def stop_stages(grace_s: float = 300.0) -> None:
+    """Stop every stage process still running and start no more: SIGTERM, on which a training run checkpoints and
+    exits (``xpt_ds.runtime.preemption``), then SIGKILL for what is still there after ``grace_s``. A sweep
+    stopped by Ctrl-C or ``kill`` calls it, so that no training run goes on without it."""
+    stopping.set()
+    with _live_lock:
+        procs = list(_live)
+    for proc in procs:
+        proc.terminate()
+    deadline = time.time() + grace_s
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _run(cmd: list[str], log: Path, stage: str, env: dict | None = None) -> float:
+    """Run one stage as a process, appending its output to ``log``; its wall seconds, or StepFailed (Interrupted
+    once the sweep is being stopped: the stage did not start, or was stopped)."""
+    started = time.time()
+    with open(log, "a") as f:
+        f.write(f"$ {shlex.join(cmd)}\n")
+        f.flush()
+        with _live_lock:
+            if stopping.is_set():
+                raise Interrupted(stage)
+            proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
+            _live.add(proc)
+        try:
+            code = proc.wait()
+        except BaseException:  # Ctrl-C or the sweep's SIGTERM in this thread: stop the stage too
+            stop_stages()
+            raise
+        finally:
+            with _live_lock:
+                _live.discard(proc)
+    if stopping.is_set():
+        raise Interrupted(stage)
+    if code != 0:
+        raise StepFailed(stage, code, log)
+    return time.time() - started
+
+
+def _call(module: str, argv: list[str], log: Path, stage: str) -> float:
+    """Run ``python -m MODULE ARGV`` in this process (saves a start-up of torch, transformers and DeepSpeed per
+    run), appending its output to ``log``; its wall seconds, or StepFailed."""
+    started = time.time()
+    entry = importlib.import_module(module).main  # outside the redirect: loggers made at import keep sys.stdout
+    with open(log, "a") as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
+        print(f"$ python -m {module} {shlex.join(argv)}", flush=True)
+        try:
+            code = entry(argv)
+        except SystemExit as e:  # argparse
+            code = e.code if isinstance(e.code, int) else 2
+        except Exception:  # one broken run must not end the sweep
+            traceback.print_exc()
+            code = 1
+        finally:
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()  # the next run's training processes need the memory
+    if code == INTERRUPTED_EXIT_CODE:  # a Ctrl-C that reached the tool (errors.cli_errors) stops the sweep
+        stop_stages()
+        raise Interrupted(stage)
+    if code:
+        raise StepFailed(stage, code, log)
+    return time.time() - started
+
+
+class Stages:
+    """How one run's stages execute. Training and fine-tuning are child processes, with the run slot's GPU under
+    ``--parallel`` when there are several. Evaluation and export run in this process (saving a start-up of torch,
+    transformers and DeepSpeed each), one at a time: ``call_lock`` is held while ``_call`` redirects this
+    process's output into the run's log, so under ``--parallel`` the other threads print to the stream the sweep
+    started with (``_Sweep.stdout``), never to a redirected one."""
+
+    def __init__(self, plan: Plan, slot: int = 0, call_lock: threading.Lock | None = None):
+        self.env, self.call_lock = None, call_lock or contextlib.nullcontext()
+        if plan.parallel > 1:
+            count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+            if count > 1 and "CUDA_VISIBLE_DEVICES" not in os.environ:
+                self.env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(slot % count)}
+
+    def process(self, cmd: list[str], log: Path, stage: str) -> float:
+        return _run(cmd, log, stage, self.env)
+
+    def module(self, module: str, argv: list[str], log: Path, stage: str) -> float:
+        with self.call_lock:
+            return _call(module, argv, log, stage)
+
+
+def add_seconds(run_dir: Path, stage: str, seconds: float) -> None:
+    """Per-stage wall seconds, summed over sweep invocations (an interrupted run resumes and adds)."""
+    path = run_dir / "sweep_seconds.json"
+    times = json.loads(path.read_text()) if path.is_file() else {}
+    times[stage] = times.get(stage, 0.0) + seconds
+    path.write_text(json.dumps(times) + "\n")
+
+
+def free_name(path: Path, suffix: str) -> Path:
+    """``path`` + ``suffix``, or + ``suffix-2``, ``-3``... : the first that does not exist."""
+    candidate, n = path.with_name(path.name + suffix), 1
+    while candidate.exists():
+        n += 1
+        candidate = path.with_name(f"{path.name}{suffix}-{n}")
+    return candidate
