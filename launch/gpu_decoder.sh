@@ -37,30 +37,12 @@
 #   4. OUT/claims.md (python -m experiments.decoder.claims) and OUT/results.tgz (no weights).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${1:?usage: bash launch/gpu_decoder.sh OUT [--payload DIR] [--rehearse | --pack | --dry-run]}
-shift
-PAYLOAD=/tmp/xpt_payload MODE=gpu
-while [ $# -gt 0 ]; do
-  case $1 in
-    --payload) PAYLOAD=${2:?--payload needs a directory}; shift 2 ;;
-    --rehearse) MODE=rehearse; shift ;;
-    --pack) MODE=pack; shift ;;
-    --dry-run) MODE=dry; shift ;;
-    *) echo "unknown argument $1" >&2; exit 2 ;;
-  esac
-done
-mkdir -p "$OUT"
-OUT=$(cd "$OUT" && pwd)
-PY=${PYTHON:-python3}
-export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
-
-source launch/session_steps.sh  # step, budget_run, budget_left, unpack_payload, pack_scores
+source launch/session_steps.sh  # session_args, step, budget_run, budget_left, unpack_payload, pack_study
+session_args "$0" "$@"
 
 # 4 (and --pack): the verdicts (OUT/claims.md), then everything but the weights in OUT/results.tgz.
 pack() {
-  # the reports of the sweeps this invocation did not finish, and claims.md; a failure there still packs the rest
-  "$PY" -m experiments.decoder.pack --out "$OUT" || echo "pack: the reports failed" >&2
-  pack_scores
+  pack_study experiments.decoder.pack
 }
 if [ "$MODE" = pack ]; then
   pack && echo "[$(date +%T)] packed: $OUT/results.tgz" | tee -a "$OUT/session.log"
@@ -68,13 +50,7 @@ if [ "$MODE" = pack ]; then
 fi
 
 WORK=$OUT  # the base config, sizes.json (a dry run: a temporary folder, OUT untouched)
-if [ "$MODE" = dry ]; then
-  WORK=$(mktemp -d)
-  trap 'rm -rf "$WORK"' EXIT
-  step() { local name=$1; shift; "$@" 2>&1 | sed -e "/Setting accelerator to CPU/d" -e "s/^/$name: /"; }
-  budget_run() { "$@"; }
-  BUDGET_S=
-fi
+[ "$MODE" = dry ] && dry_steps
 step unpack unpack_payload source.gguf || exit 1
 P=$(cd "$PAYLOAD/payload" && pwd)
 

@@ -125,3 +125,46 @@ budget_step() {
   fi
   step "$name" budget_run "$@"
 }
+
+# session_args SCRIPT OUT [--payload DIR] [--rehearse | --pack | --dry-run]: a GPU study's arguments (launch/
+# gpu_uagec.sh, launch/gpu_decoder.sh): OUT (made, absolute), PAYLOAD (where the device calls left the payload's
+# slices, default /tmp/xpt_payload) and MODE (gpu, rehearse, pack or dry); a missing OUT or an unknown argument
+# exits 2. Also PY, and the environment every step shares.
+session_args() {
+  local usage="usage: bash $1 OUT [--payload DIR] [--rehearse | --pack | --dry-run]"
+  shift
+  [ $# -gt 0 ] || { echo "$usage" >&2; exit 2; }
+  OUT=$1
+  shift
+  PAYLOAD=/tmp/xpt_payload MODE=gpu
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --payload) PAYLOAD=${2:?--payload needs a directory}; shift 2 ;;
+      --rehearse) MODE=rehearse; shift ;;
+      --pack) MODE=pack; shift ;;
+      --dry-run) MODE=dry; shift ;;
+      *) echo "unknown argument $1" >&2; exit 2 ;;
+    esac
+  done
+  mkdir -p "$OUT"
+  OUT=$(cd "$OUT" && pwd)
+  PY=${PYTHON:-python3}
+  export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+}
+
+# pack_study MODULE: the study's reports and verdicts (python -m MODULE --out OUT; a failure is said and the rest
+# still packs, its error in the log), then pack_scores.
+pack_study() {
+  "$PY" -m "$1" --out "$OUT" || echo "pack: the reports failed" >&2
+  pack_scores
+}
+
+# dry_steps: a --dry-run's step runner: each step's output on stdout, labelled with its name; no budget, no log,
+# no steps.tsv. WORK (the script's own files) becomes a temporary folder, removed at exit, so OUT stays untouched.
+dry_steps() {
+  step() { local name=$1; shift; "$@" 2>&1 | sed -e "/Setting accelerator to CPU/d" -e "s/^/$name: /"; }
+  budget_run() { "$@"; }
+  BUDGET_S=
+  WORK=$(mktemp -d)
+  trap 'rm -rf "$WORK"' EXIT
+}

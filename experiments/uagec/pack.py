@@ -42,10 +42,11 @@ def finished_steps(steps_tsv: Path) -> list[str]:
     return finished
 
 
-def unfinished_sweeps(out: Path) -> list[Path]:
-    """OUT's sweep folders with rows (results.jsonl) whose step did not finish in this invocation."""
+def unfinished_sweeps(out: Path, sweeps: tuple[str, ...] = SWEEPS) -> list[Path]:
+    """OUT's sweep folders (of ``sweeps``: a study's, each its script's step ``step_of``) with rows
+    (results.jsonl) whose step did not finish in this invocation."""
     finished = set(finished_steps(out / "steps.tsv"))
-    return [out / name for name in SWEEPS
+    return [out / name for name in sweeps
             if (out / name / "results.jsonl").is_file() and step_of(name) not in finished]
 
 
@@ -64,11 +65,12 @@ def _run(what: str, main, argv: list[str]) -> bool:
     return ok
 
 
-def write_reports(out: Path) -> bool:
-    """The unfinished sweeps' reports, then the verdicts; False when either failed."""
-    unfinished = unfinished_sweeps(out)
+def write_reports(out: Path, sweeps: tuple[str, ...] = SWEEPS, verdicts=claims.main) -> bool:
+    """The unfinished sweeps' reports, then the verdicts (a study's claims ``main``: this one's, or issue 57's
+    ``experiments.decoder.claims``); False when either failed."""
+    unfinished = unfinished_sweeps(out, sweeps)
     ok = not unfinished or _run("a report", report.main, ["--no-tensorboard", *map(str, unfinished)])
-    return _run("claims", claims.main, ["--out", str(out)]) and ok
+    return _run("claims", verdicts, ["--out", str(out)]) and ok
 
 
 @cli_errors

@@ -13,6 +13,7 @@ import pytest
 from xpt_ds.errors import UserError
 
 from experiments.decoder import pack, sizes, source
+from experiments.uagec.pack import unfinished_sweeps
 
 
 def _manifest(path: Path, train_tokens: int) -> Path:
@@ -56,7 +57,8 @@ def test_only_the_unfinished_sweeps_with_rows_are_rewritten(tmp_path):
     (tmp_path / "target/results.jsonl").write_text("")
     (tmp_path / "extend/results.jsonl").write_text("")
     (tmp_path / "steps.tsv").write_text("unpack\t0\t1\nsweep_target\t124\t300\nsweep_extend\t0\t200\n")
-    assert pack.unfinished_sweeps(tmp_path) == [tmp_path / "target"]  # keep_vocab has no rows; extend finished
+    # keep_vocab has no rows; extend finished
+    assert unfinished_sweeps(tmp_path, pack.SWEEPS) == [tmp_path / "target"]
 
 
 def test_a_missing_gguf_is_one_line(tmp_path, capsys):
