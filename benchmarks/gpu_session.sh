@@ -37,7 +37,11 @@
 #   decoder_1b_p1    phase 1 of the same, xpt_ds only (SDPA and flex): the phase-1 / phase-2 step ratio; 2 rows;
 #   decoder_tests    pytest tests/gpu/test_cuda_document_mask.py: flex against SDPA in bf16, in process and
 #                    through the trainer;
-#   decoder_135m     SmolLM2-135M's shape, phases 2 and 1, the same rows as the two 1B steps (HF in phase 1 too).
+#   decoder_135m     SmolLM2-135M's shape, phases 2 and 1, the same rows as the two 1B steps (HF in phase 1 too);
+#   decoder_big      benchmarks/bench_big_gpu.py through the trainer's command line: an 8B-shaped source's phase 1
+#                    under ZeRO-3 (time to the first step, tokens/s, MFU, GPU memory) and a 3B-shaped source's
+#                    phase 2, seq 2048 x 4 rows; it reads the UA-GEC corpus that benchmarks/big_payload.sh puts in
+#                    .gpu-payload-big/uk (BIG_DATA), which the device call carries.
 # A step starts only if the budget has at least its NEED seconds left (the PLANNED table below: the least worth
 # starting, since a bench step writes each row as it finishes and pytest prints each test as it ends); one still
 # running when the budget ends is stopped, and what it wrote is packed. One 600 s call with the default budget
@@ -79,6 +83,7 @@ if [ "$MODE" = --rehearse ]; then
     STEPS="gpu_tests bench_main bench_big bench_variants bench_max_batch"
     DECODER=(--decoder tiny --seq-lens 64 --micro-batch 4 --engine zero1_bf16_lean)
     DECODER_135M=(--decoder tiny --seq-lens 32 --micro-batch 4 --engine zero1_bf16_lean)
+    BIG_ROWS=(--rows tiny_p1,tiny_p2 --seq-len 64 --micro-batch 2 --steps 2 --warmup 1)
     FLEX=()  # FlexAttention has no backward on the CPU: the flex rows run on the GPU only
     PYTEST=(-n 0 -q)
     [ "${XPT_GPU_TESTS_ON_CPU:-0}" = 1 ] || PYTEST+=(--collect-only)
@@ -116,6 +121,7 @@ print('FusedAdam built and stepped')"
     STEPS="bench_main gpu_tests bench_big bench_variants"
     DECODER=(--decoder 1b --seq-lens 2048 --micro-batch 8 --engine zero1_bf16_lean --steps 20 --warmup 5)
     DECODER_135M=(--decoder 135m --seq-lens 2048 --micro-batch 8 --engine zero1_bf16_lean --steps 20 --warmup 5)
+    BIG_ROWS=(--rows 8b_p1,3b_p2 --seq-len 2048 --micro-batch 4 --steps 10 --warmup 3)
     FLEX=(--variants flex)
     MAIN_VARIANTS=${MAIN_VARIANTS-zero1_lean}
     MAIN_HF_VARIANTS=${MAIN_HF_VARIANTS-zero1_lean}
@@ -126,7 +132,7 @@ B=(benchmarks/bench_throughput.py --optimizer "$OPTIMIZER" "${SIZE[@]}")
 # The seconds a step needs left in the budget to start: enough for its first rows or tests (a bench row is
 # about 35 s: start-up, 10 + 50 steps; the encoder tests took 85 s).
 declare -A PLANNED=([gpu_tests]=90 [bench_main]=120 [bench_big]=120 [bench_variants]=90 [bench_max_batch]=90
-                   [decoder_1b]=60 [decoder_1b_p1]=50 [decoder_tests]=60 [decoder_135m]=40)
+                   [decoder_1b]=60 [decoder_1b_p1]=50 [decoder_tests]=60 [decoder_135m]=40 [decoder_big]=150)
 SOURCES=${SOURCES:-/tmp/xpt_bench_sources}  # the decoder sources, written once, outside OUT (not packed)
 for name in ${SESSION_STEPS:-$STEPS}; do
     need=${PLANNED[$name]:-0}
@@ -150,6 +156,8 @@ for name in ${SESSION_STEPS:-$STEPS}; do
         tests/gpu/test_cuda_document_mask.py -p no:cacheprovider "${PYTEST[@]}" ;;
     decoder_135m) budget_step decoder_135m "$need" "$PY" "${B[@]}" "${DECODER_135M[@]}" --sources "$SOURCES" \
         --phases 2 1 "${FLEX[@]}" --hf-variants docpos --out "$OUT/decoder_135m.json" ;;
+    decoder_big) budget_step decoder_big "$need" "$PY" benchmarks/bench_big_gpu.py "${BIG_ROWS[@]}" \
+        --data "${BIG_DATA:-.gpu-payload-big/uk}" --sources "$SOURCES" --out "$OUT/decoder_big" ;;
     *) echo "unknown step $name" >&2; exit 2 ;;
     esac
 done
