@@ -38,6 +38,8 @@
 #   decoder_tests    pytest tests/gpu/test_cuda_document_mask.py: flex against SDPA in bf16, in process and
 #                    through the trainer;
 #   decoder_135m     SmolLM2-135M's shape, phases 2 and 1, the same rows as the two 1B steps (HF in phase 1 too);
+#   decoder_1b_compile  the 1B shape's phase 2 with compile: true, on SDPA and on FlexAttention (xpt_ds only; the
+#                    variants compile and flex+compile), to set against decoder_1b's rows; 2 rows;
 #   decoder_big      benchmarks/bench_big_gpu.py through the trainer's command line: an 8B-shaped source's phase 1
 #                    under ZeRO-3 (time to the first step, tokens/s, MFU, GPU memory) and a 3B-shaped source's
 #                    phase 2, seq 2048 x 4 rows; it reads the UA-GEC corpus that benchmarks/big_payload.sh puts in
@@ -85,6 +87,7 @@ if [ "$MODE" = --rehearse ]; then
     DECODER_135M=(--decoder tiny --seq-lens 32 --micro-batch 4 --engine zero1_bf16_lean)
     BIG_ROWS=(--rows tiny_p1,tiny_p2 --seq-len 64 --micro-batch 2 --steps 2 --warmup 1)
     FLEX=()  # FlexAttention has no backward on the CPU: the flex rows run on the GPU only
+    FLEX_COMPILE=()
     PYTEST=(-n 0 -q)
     [ "${XPT_GPU_TESTS_ON_CPU:-0}" = 1 ] || PYTEST+=(--collect-only)
 else
@@ -123,6 +126,7 @@ print('FusedAdam built and stepped')"
     DECODER_135M=(--decoder 135m --seq-lens 2048 --micro-batch 8 --engine zero1_bf16_lean --steps 20 --warmup 5)
     BIG_ROWS=(--rows 8b_p1,3b_p2 --seq-len 2048 --micro-batch 4 --steps 10 --warmup 3)
     FLEX=(--variants flex)
+    FLEX_COMPILE=(flex+compile)
     MAIN_VARIANTS=${MAIN_VARIANTS-zero1_lean}
     MAIN_HF_VARIANTS=${MAIN_HF_VARIANTS-zero1_lean}
     PYTEST=(-n 4 --dist load -v -rA --durations=15)  # which test to trim when the budget stops them
@@ -132,7 +136,8 @@ B=(benchmarks/bench_throughput.py --optimizer "$OPTIMIZER" "${SIZE[@]}")
 # The seconds a step needs left in the budget to start: enough for its first rows or tests (a bench row is
 # about 35 s: start-up, 10 + 50 steps; the encoder tests took 85 s).
 declare -A PLANNED=([gpu_tests]=90 [bench_main]=120 [bench_big]=120 [bench_variants]=90 [bench_max_batch]=90
-                   [decoder_1b]=60 [decoder_1b_p1]=50 [decoder_tests]=60 [decoder_135m]=40 [decoder_big]=150)
+                   [decoder_1b]=60 [decoder_1b_p1]=50 [decoder_tests]=60 [decoder_135m]=40 [decoder_big]=150
+                   [decoder_1b_compile]=90)
 SOURCES=${SOURCES:-/tmp/xpt_bench_sources}  # the decoder sources, written once, outside OUT (not packed)
 for name in ${SESSION_STEPS:-$STEPS}; do
     need=${PLANNED[$name]:-0}
@@ -152,6 +157,8 @@ for name in ${SESSION_STEPS:-$STEPS}; do
         "${FLEX[@]}" --hf-variants docpos --out "$OUT/decoder_1b.json" ;;
     decoder_1b_p1) budget_step decoder_1b_p1 "$need" "$PY" "${B[@]}" "${DECODER[@]}" --sources "$SOURCES" \
         --phases 1 --sides xpt "${FLEX[@]}" --out "$OUT/decoder_1b_p1.json" ;;
+    decoder_1b_compile) budget_step decoder_1b_compile "$need" "$PY" "${B[@]}" "${DECODER[@]}" --sources "$SOURCES" \
+        --phases 2 --sides --variants compile "${FLEX_COMPILE[@]}" --out "$OUT/decoder_1b_compile.json" ;;
     decoder_tests) budget_step decoder_tests "$need" env XPT_GPU_REPORT="$OUT/gpu_report" "$PY" -m pytest -m gpu \
         tests/gpu/test_cuda_document_mask.py -p no:cacheprovider "${PYTEST[@]}" ;;
     decoder_135m) budget_step decoder_135m "$need" "$PY" "${B[@]}" "${DECODER_135M[@]}" --sources "$SOURCES" \

@@ -52,8 +52,11 @@ VARIANTS = {
     # Decoders (--decoder): FlexAttention with a document BlockMask instead of SDPA on a dense block-diagonal mask
     # (model.attention, xpt_ds.model.document_mask).
     "flex": {"attention": "flex"},
+    # flex with every layer and the head compiled (compile: true; xpt_ds.training.compile): the layer around the
+    # attention kernel fused too, which issue 54 lists after the document mask.
+    "flex+compile": {"attention": "flex", "compile": True},
 }
-DECODER_ONLY = ("flex",)
+DECODER_ONLY = ("flex", "flex+compile")
 # The variants the HF side can run too (--hf-variants): those that change only the engine JSON, which it reads,
 # and activation checkpointing, which TrainingArguments has: the peer with the same settings, not only as shipped.
 HF_VARIANTS = sorted(v for v, change in VARIANTS.items() if set(change) <= {"ds", "ds_file", "ds_base", "activations"})

@@ -208,6 +208,7 @@ def test_decoder_rows_set_xpt_against_both_hf_peers_on_the_same_model(tmp_path):
     assert rows["xpt", ""]["documents_per_row"] > 1 and rows["xpt", ""]["final_loss"] > 0
     assert "decoder tiny (benchmarks/throughput_decoder.py), ds_configs/zero1_bf16_lean.json" in proc.stdout
     assert (tmp_path / "sources/decoder-tiny/config.json").is_file()  # written once, kept for the next run
-    refused = subprocess.run(["python3", "benchmarks/bench_throughput.py", "--variants", "flex"], cwd=REPO, env=env,
-                             capture_output=True, text=True, timeout=120)
-    assert refused.returncode != 0 and "are decoder rows (--decoder)" in refused.stderr
+    for variant in ("flex", "flex+compile"):
+        refused = subprocess.run(["python3", "benchmarks/bench_throughput.py", "--variants", variant], cwd=REPO,
+                                 env=env, capture_output=True, text=True, timeout=120)
+        assert refused.returncode != 0 and "are decoder rows (--decoder)" in refused.stderr
