@@ -29,8 +29,11 @@ the phase-end checkpoint is neither written nor measured. Per row (``OUT/bench_b
   table reports);
 - ``host_peak_gib``: the job's peak anonymous memory (bench_build's sampler, ``Pss_Anon``).
 
+``--ready-only`` stops each run at its ready line instead: the build alone, which is what a CPU can measure of
+the 8B row (BENCHMARKS.md, "Building large sources").
+
     python benchmarks/bench_big_gpu.py --data DIR --out OUT [--rows 8b_p1,3b_p2] [--sources DIR]
-                                       [--micro-batch 4] [--seq-len 2048] [--steps 10] [--warmup 3]
+                                       [--micro-batch 4] [--seq-len 2048] [--steps 10] [--warmup 3] [--ready-only]
 """
 from __future__ import annotations
 
@@ -53,6 +56,7 @@ LLAMA_31_8B = dict(LLAMA_32, hidden_size=4096, num_hidden_layers=32, intermediat
                    rope_scaling={**LLAMA_32["rope_scaling"], "factor": 8.0})
 TINY = dict(SHAPES["tiny"], tie_word_embeddings=True, bos_token_id=0, eos_token_id=2, hidden_act="silu")
 SOURCES = {"8b": LLAMA_31_8B, "3b": {**LLAMA_32, **SHAPES["3b"]}, "tiny": TINY}
+READY = r"model: [\d,]+ parameters; phase"  # the trainer's line once the engine is built and filled
 ROWS = {
     "8b_p1": dict(source="8b", phase="phase1", trainable=[], engine="zero3_bf16"),
     "3b_p2": dict(source="3b", phase="phase2", trainable=["@all"], engine="zero1_bf16_lean"),
@@ -115,28 +119,32 @@ def measure(name: str, source: Path, data: Path, out: Path, a: argparse.Namespac
     gpu = GpuMemory()
     gpu.start()
     job = run_job([sys.executable, "-m", "xpt_ds.cli.train", "--config", str(cfg)], env, log,
-                  int(a.cap_gib * GIB), timeout=a.timeout, stop_at=rf"step {last}/\d+: ")
+                  int(a.cap_gib * GIB), timeout=a.timeout, stop_at=READY if a.ready_only else rf"step {last}/\d+: ")
     gpu.done.set()
     gpu.join()
     t0, steps = job["started"], records(run_dir)
-    ready = first(log_times(log), r"model: [\d,]+ parameters; phase")
+    ready = first(log_times(log), READY)
     timed = [steps[s] for s in range(a.warmup + 1, last + 1) if s in steps]
-    mean = (lambda key: statistics.fmean(r[key] for r in timed) if timed and all(r.get(key) is not None
-                                                                                 for r in timed) else None)
     result = {"row": name, **row, "seq_len": a.seq_len, "micro_batch": a.micro_batch,
               "timed_steps": len(timed), "rc": job["rc"], "stopped": job["stopped"] is not None,
               "killed": job["killed"] is not None, "ready_s": None if ready is None else ready - t0,
               "first_step_s": steps[1]["time"] - t0 if 1 in steps else None,
-              "tokens_per_s": mean("train/tokens_per_s"), "mfu": mean("train/mfu"),
+              "tokens_per_s": _mean(timed, "train/tokens_per_s"), "mfu": _mean(timed, "train/mfu"),
               "loss_first_last": [steps[s]["train/loss"] for s in (1, last) if s in steps],
               "gpu_peak_allocated_gib": max((r.get("mem/gpu_peak_allocated_gib") or 0 for r in steps.values()),
                                             default=0) or None,
               "nvidia_smi_peak_gib": None if gpu.peak_mib is None else gpu.peak_mib / 1024,
               "host_peak_gib": peaks(job["samples"])["job_anon_gib"]}
-    if len(timed) < a.steps:  # it failed or ran out of time: the log's end says why
+    if len(timed) < a.steps and not a.ready_only:  # it failed or ran out of time: the log's end says why
         result["last_log"] = log.read_text(errors="replace").splitlines()[-5:]
     shutil.rmtree(run_dir, ignore_errors=True)
     return result
+
+
+def _mean(records: list[dict], key: str) -> float | None:
+    """The mean of ``key`` over ``records``; None when any lacks it (MFU on a CPU) or there are none."""
+    values = [r.get(key) for r in records]
+    return statistics.fmean(values) if values and None not in values else None
 
 
 def _f(x, fmt="{:.1f}") -> str:
@@ -166,6 +174,8 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=10, help="timed steps")
     ap.add_argument("--warmup", type=int, default=3, help="untimed steps first")
     ap.add_argument("--attention", default="", help="model.attention (default: the config's)")
+    ap.add_argument("--ready-only", action="store_true", help="stop each run at its ready line: the build alone "
+                    "(an 8B row on a CPU, whose steps would take hours)")
     ap.add_argument("--timeout", type=float, default=400, help="seconds before a row's run is killed")
     ap.add_argument("--cap-gib", type=float, default=100, help="host memory at which a row's run is killed")
     a = ap.parse_args(argv)
@@ -190,7 +200,9 @@ def main(argv=None) -> int:
         print(json.dumps(row), flush=True)
         out_json.write_text(json.dumps(result, indent=1))
     print(table(result["rows"]))
-    return 0 if all(len(r["loss_first_last"]) == 2 and r["timed_steps"] == a.steps for r in result["rows"]) else 1
+    done = (lambda r: r["ready_s"] is not None) if a.ready_only else (
+        lambda r: len(r["loss_first_last"]) == 2 and r["timed_steps"] == a.steps)
+    return 0 if all(map(done, result["rows"])) else 1
 
 
 if __name__ == "__main__":

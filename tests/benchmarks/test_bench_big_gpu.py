@@ -63,3 +63,16 @@ def test_the_sources_have_the_shapes_of_the_models_they_stand_for():
         with torch.device("meta"):
             counts[shape] = sum(p.numel() for p in LlamaForCausalLM(LlamaConfig(**SOURCES[shape])).parameters())
     assert counts == {"8b": 8_030_261_248, "3b": 3_212_749_824}
+
+
+def test_ready_only_stops_at_the_built_and_filled_engine(tmp_path, corpus):
+    """``--ready-only`` (an 8B row on a CPU): the run is stopped at the trainer's ready line and the row is done
+    with its time to it (a tiny run may take its steps in the sampler's 0.2 s before it is stopped)."""
+    env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "benchmarks/bench_big_gpu.py", "--data", str(corpus), "--out",
+                           str(tmp_path), "--rows", "tiny_p1", "--seq-len", "64", "--micro-batch", "2",
+                           "--ready-only"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (row,) = json.loads((tmp_path / "bench_big_gpu.json").read_text())["rows"]
+    assert row["ready_s"] > 0 and (row["stopped"] or row["rc"] == 0) and "last_log" not in row
+    assert "| tiny_p1 | zero3_fp32 | 64 x 2 |" in proc.stdout
