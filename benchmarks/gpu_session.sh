@@ -35,6 +35,8 @@
 #                    (--variants flex), HF Trainer on plain causal rows and with per-document positions
 #                    (--hf-variants docpos); 4 rows;
 #   decoder_1b_p1    phase 1 of the same, xpt_ds only (SDPA and flex): the phase-1 / phase-2 step ratio; 2 rows;
+#                    both 1B steps profile 3 steps of each xpt_ds row (OUT/profiles: where the time goes if a goal
+#                    is missed);
 #   decoder_tests    pytest tests/gpu/test_cuda_document_mask.py: flex against SDPA in bf16, in process and
 #                    through the trainer;
 #   decoder_135m     SmolLM2-135M's shape, phases 2 and 1, the same rows as the two 1B steps (HF in phase 1 too);
@@ -154,9 +156,9 @@ for name in ${SESSION_STEPS:-$STEPS}; do
     bench_max_batch) budget_step bench_max_batch "$need" "$PY" "${B[@]}" "${LONG[@]}" "${MAXB[@]}" \
         --out "$OUT/bench_max_batch.json" ;;
     decoder_1b) budget_step decoder_1b "$need" "$PY" "${B[@]}" "${DECODER[@]}" --sources "$SOURCES" --phases 2 \
-        "${FLEX[@]}" --hf-variants docpos --out "$OUT/decoder_1b.json" ;;
+        "${FLEX[@]}" --hf-variants docpos --profile "$OUT/profiles" --out "$OUT/decoder_1b.json" ;;
     decoder_1b_p1) budget_step decoder_1b_p1 "$need" "$PY" "${B[@]}" "${DECODER[@]}" --sources "$SOURCES" \
-        --phases 1 --sides xpt "${FLEX[@]}" --out "$OUT/decoder_1b_p1.json" ;;
+        --phases 1 --sides xpt "${FLEX[@]}" --profile "$OUT/profiles" --out "$OUT/decoder_1b_p1.json" ;;
     decoder_1b_compile) budget_step decoder_1b_compile "$need" "$PY" "${B[@]}" "${DECODER[@]}" --sources "$SOURCES" \
         --phases 2 --sides --variants compile "${FLEX_COMPILE[@]}" --out "$OUT/decoder_1b_compile.json" ;;
     decoder_tests) budget_step decoder_tests "$need" env XPT_GPU_REPORT="$OUT/gpu_report" "$PY" -m pytest -m gpu \
