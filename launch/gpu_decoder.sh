@@ -37,7 +37,8 @@
 #   4. OUT/claims.md (python -m experiments.decoder.claims) and OUT/results.tgz (no weights).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-source launch/session_steps.sh  # session_args, step, budget_run, budget_left, unpack_payload, pack_study
+source launch/session_steps.sh  # session_args, step, budget_run, budget_left, unpack_payload, pack_study,
+#                                 sweep_deadline, sweeps_then_pack
 session_args "$0" "$@"
 
 # 4 (and --pack): the verdicts (OUT/claims.md), then everything but the weights in OUT/results.tgz.
@@ -111,11 +112,7 @@ data() {
 
 # 3. The sweeps, side by side. Under BUDGET_S no run starts later than RUN_S + PACK_S seconds before the end.
 RUN_S=${RUN_S:-180} PACK_S=${PACK_S:-45}
-DEADLINE=() start_for=1
-if [ -n "${BUDGET_S:-}" ]; then
-  start_for=$(budget_left $((RUN_S + PACK_S)))
-  DEADLINE=(--deadline-minutes "$("$PY" -m experiments.uagec.budget "$start_for" --decimals 2)")
-fi
+sweep_deadline
 # sweep NAME DATA SIZES [ARG...]: xpt-ds sweep into OUT/NAME on the shards P/DATA, stopped when the budget (less
 # PACK_S) ends.
 sweep() {
@@ -144,15 +141,5 @@ run_sweeps() {
     --set "model.tokenizer=$P/uk_ext_tok" extend_subword_mean:model.embedding_init=subword_mean &
   wait
 }
-if [ "$start_for" -le 0 ]; then
-  echo "[$(date +%T)] sweeps: not started: $(budget_left) s of BUDGET_S left, a run needs RUN_S + PACK_S =" \
-    "$((RUN_S + PACK_S))" | tee -a "$OUT/session.log"
-else
-  run_sweeps
-fi
-
-[ "$MODE" = dry ] && exit 0
-# 4. The verdicts and the results file.
-step pack pack
-echo "[$(date +%T)] done: $OUT/results.tgz" | tee -a "$OUT/session.log"
-touch "$OUT/DONE"
+# The sweeps, unless no run can start any more; then 4., the verdicts and the results file.
+sweeps_then_pack

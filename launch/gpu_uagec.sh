@@ -43,7 +43,8 @@
 # The decisions are Python, tested (experiments/uagec/: base, pilot, budget, pack); this script runs the steps.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-source launch/session_steps.sh  # session_args, step, budget_run, budget_left, unpack_payload, pack_study
+source launch/session_steps.sh  # session_args, step, budget_run, budget_left, unpack_payload, pack_study,
+#                                 sweep_deadline, sweeps_then_pack
 session_args "$0" "$@"
 
 # 4 (and --pack): the verdicts (OUT/claims.md), then everything but the weights in OUT/results.tgz.
@@ -132,11 +133,7 @@ echo "sweep steps per phase: $PHASE_STEPS" | tee -a "$WORK/session.log"
 
 # 3. The sweeps, side by side (PARALLEL + 5 runs at a time on the one GPU). Under BUDGET_S no run starts later
 # than RUN_S + PACK_S seconds before the end, and whatever still runs at PACK_S before the end is stopped.
-DEADLINE=() start_for=1
-if [ -n "${BUDGET_S:-}" ]; then
-  start_for=$(budget_left $((RUN_S + PACK_S)))
-  DEADLINE=(--deadline-minutes "$("$PY" -m experiments.uagec.budget "$start_for" --decimals 2)")
-fi
+sweep_deadline
 # run_sweeps: the five sweeps side by side, each a step of its own.
 run_sweeps() {
   TEST=(--test-shards "$P/uk/manifest.json:test" --unigram "$P/uk/manifest.json:train")
@@ -171,15 +168,5 @@ run_sweeps() {
     --parallel 2 "${TEST[@]}" "${COMMON[@]}" --set "${SET[@]}" xpt_rewind:guard.early_stop_rewind=true &
   wait
 }
-if [ "$start_for" -le 0 ]; then
-  echo "[$(date +%T)] sweeps: not started: $(budget_left) s of BUDGET_S left, a run needs RUN_S + PACK_S =" \
-    "$((RUN_S + PACK_S))" | tee -a "$OUT/session.log"
-else
-  run_sweeps
-fi
-
-[ "$MODE" = dry ] && exit 0
-# 4. The verdicts and the results file.
-step pack pack
-echo "[$(date +%T)] done: $OUT/results.tgz" | tee -a "$OUT/session.log"
-touch "$OUT/DONE"
+# The sweeps, unless no run can start any more; then 4., the verdicts and the results file.
+sweeps_then_pack

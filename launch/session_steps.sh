@@ -168,3 +168,28 @@ dry_steps() {
   WORK=$(mktemp -d)
   trap 'rm -rf "$WORK"' EXIT
 }
+
+# sweep_deadline: the study's start_for (seconds of BUDGET_S in which a run may still start: until RUN_S + PACK_S
+# before its end; 1 without a budget) and DEADLINE (xpt-ds sweep's --deadline-minutes for that moment).
+sweep_deadline() {
+  DEADLINE=() start_for=1
+  if [ -n "${BUDGET_S:-}" ]; then
+    start_for=$(budget_left $((RUN_S + PACK_S)))
+    DEADLINE=(--deadline-minutes "$("$PY" -m experiments.uagec.budget "$start_for" --decimals 2)")
+  fi
+}
+
+# sweeps_then_pack: the study's run_sweeps if a run can still start (sweep_deadline), then, unless MODE is dry
+# (which exits here), the study's pack as a step and OUT/DONE.
+sweeps_then_pack() {
+  if [ "$start_for" -le 0 ]; then
+    echo "[$(date +%T)] sweeps: not started: $(budget_left) s of BUDGET_S left, a run needs RUN_S + PACK_S =" \
+      "$((RUN_S + PACK_S))" | tee -a "$OUT/session.log"
+  else
+    run_sweeps
+  fi
+  [ "$MODE" = dry ] && exit 0
+  step pack pack
+  echo "[$(date +%T)] done: $OUT/results.tgz" | tee -a "$OUT/session.log"
+  touch "$OUT/DONE"
+}
