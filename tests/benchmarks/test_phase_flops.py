@@ -5,6 +5,8 @@ import json
 import subprocess
 import sys
 
+import torch
+
 from conftest import REPO
 
 
@@ -19,7 +21,7 @@ def test_counts_equal_the_shapes_sums_and_phase1_skips_the_frozen_weight_gradien
     head = model.get_output_embeddings().weight
     V, d = head.shape
     linears = {f"{n}.weight": m.weight.numel() for n, m in model.named_modules()
-               if isinstance(m, __import__("torch").nn.Linear) and m.weight is not head}
+               if isinstance(m, torch.nn.Linear) and m.weight is not head}
     assert linears and len(trainables) == 2
     for phase, trainable in enumerate(trainables, start=1):
         by_op = phase_flops.count_step(model, objective, trainable, batch)
