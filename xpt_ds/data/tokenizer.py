@@ -71,10 +71,14 @@ def check_vocabulary(tok, path) -> None:
 
 @functools.lru_cache(maxsize=4)
 def _load_hf(path: str):
-    """A directory's or hub id's tokenizer, or a ``.gguf`` file's (transformers reads it from the file)."""
+    """A directory's or hub id's tokenizer, or a ``.gguf`` file's (``xpt_ds.io.gguf_tokenizer``)."""
     from transformers import AutoTokenizer
-    where, gguf = (str(Path(path).parent), {"gguf_file": Path(path).name}) if path.endswith(".gguf") else (path, {})
-    tok = AutoTokenizer.from_pretrained(where, trust_remote_code=False, **gguf)  # never a directory's own code
+
+    from xpt_ds.io.gguf_tokenizer import load_gguf_tokenizer
+    if path.endswith(".gguf"):  # its special tokens as the file states them
+        tok = load_gguf_tokenizer(Path(path))
+    else:
+        tok = AutoTokenizer.from_pretrained(path, trust_remote_code=False)  # never a directory's own code
     check_vocabulary(tok, path)
     return tok
 

@@ -85,7 +85,8 @@ def load_source_tokenizer(source: str):
     (transformers 5's AutoTokenizer would build an empty tokenizer of the model's class from no files)."""
     import transformers
     if source.endswith(".gguf") and Path(source).is_file():  # a GGUF source carries its tokenizer
-        return transformers.AutoTokenizer.from_pretrained(str(Path(source).parent), gguf_file=Path(source).name)
+        from xpt_ds.io.gguf_tokenizer import load_gguf_tokenizer
+        return load_gguf_tokenizer(Path(source))
     if Path(source).is_dir() and not any((Path(source) / f).is_file() for f in HF_TOKENIZER_FILES):
         raise ConfigError(f"config key 'model.source': {source} has no tokenizer files "
                           f"({', '.join(HF_TOKENIZER_FILES[:3])}, ...), which model.embedding_init needs")

@@ -78,7 +78,11 @@ def own_tokenizer(path: Path, location: str, extra: dict):
         raise UserError(f"--model {path} has no tokenizer files ({', '.join(HF_TOKENIZER_FILES[:3])}, ...); "
                         "--text tokenizes with the model's own tokenizer")
     try:
-        tokenizer = AutoTokenizer.from_pretrained(location, trust_remote_code=False, **extra)
+        if extra:  # a .gguf file: its special tokens as the file states them
+            from xpt_ds.io.gguf_tokenizer import load_gguf_tokenizer
+            tokenizer = load_gguf_tokenizer(path)
+        else:
+            tokenizer = AutoTokenizer.from_pretrained(location, trust_remote_code=False)
         check_vocabulary(tokenizer, path)
     except (OSError, ValueError, TypeError) as e:
         raise UserError(f"--model {path}: cannot load its tokenizer ({first_line(e)[:200]})") from None

@@ -1,0 +1,43 @@
+"""A ``.gguf`` file's tokenizer, its special tokens as the file states them.
+
+transformers reads a GGUF's vocabulary into a Hugging Face tokenizer, but not every release reads its special
+tokens right: 5.17.0 (the GPU machines' image) gives SmolLM2-135M-Instruct's GGUF ``<|im_start|>`` (id 1) as
+both bos and eos and no pad, where the file says eos 2 and pad 2, as 5.24 reads it. A decoder's rows end each
+document with eos, so shards made under one release and trained under the other would disagree on every
+document's end. ``load_gguf_tokenizer`` sets bos, eos, unk and pad from the file's own
+``tokenizer.ggml.*_token_id`` keys wherever transformers read them otherwise; every GGUF tokenizer of xpt-ds
+(the run's, ``model.embedding_init``'s, ``evaluate --text``'s, the decoder study's source) is read through it.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+ROLES = {"bos": "bos_token_id", "eos": "eos_token_id", "unk": "unknown_token_id", "pad": "padding_token_id"}
+
+
+def gguf_special_ids(path: Path) -> dict[str, int]:
+    """``{role: id}`` of the special tokens ``path``'s metadata names (``tokenizer.ggml.<key>``); a role the file
+    does not name is left out."""
+    from gguf import GGUFReader
+
+    fields = GGUFReader(str(path)).fields
+    out = {}
+    for role, key in ROLES.items():
+        field = fields.get(f"tokenizer.ggml.{key}")
+        if field is not None and field.data:
+            out[role] = int(field.parts[field.data[0]][0])
+    return out
+
+
+def load_gguf_tokenizer(path: Path):
+    """transformers' tokenizer of the GGUF file ``path``, with bos, eos, unk and pad set to the tokens the file
+    names (``gguf_special_ids``) where transformers read another one or none. An id beyond the vocabulary is
+    left as transformers read it."""
+    from transformers import AutoTokenizer
+
+    path = Path(path)
+    tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)  # GGUF runs no code
+    for role, i in gguf_special_ids(path).items():
+        if 0 <= i < len(tok) and getattr(tok, f"{role}_token_id") != i:
+            setattr(tok, f"{role}_token", tok.convert_ids_to_tokens(i))
+    return tok
