@@ -369,9 +369,10 @@ def test_llama_layout_families_build_in_llamas_layout(family, tied, tiny_decoder
     target's stack computes the source's hidden states exactly, on a sequence longer than the 4-position sliding
     window (a reused layer in a slot of the other attention kind would not)."""
     source = tiny_decoder(family, tied, 0.0)
-    src = AutoModelForCausalLM.from_pretrained(source).eval()
     built, tok = _build(source, corpus)
     model = built.model.eval()
+    # the source on the target's attention kernel (Gemma2: eager, which transformers 5.17 does not pick by itself)
+    src = AutoModelForCausalLM.from_pretrained(source, attn_implementation=model.config._attn_implementation).eval()
     assert type(model) is type(src) and model.config.model_type == family and model.config.num_hidden_layers == 4
     assert (model.get_output_embeddings().weight is model.get_input_embeddings().weight) == tied
     layers = model.model.layers

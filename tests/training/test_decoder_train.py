@@ -81,6 +81,10 @@ def _check_export(run, out, family: str, tied: bool, corpus, engine_loss: float,
     checkpoint's fp32 weights through the training objective, bit for bit; it scores the validation split as the
     trainer's engine did at the last step (``rel``: the engine computes in its dtype)."""
     assert export_main(["--run", str(run), "--out", str(out)]) == 0
+    # Gemma2's softcapped scores need eager attention, named in config.json for loaders that would pick SDPA
+    # (transformers 5.17); every other family leaves the choice to the loader
+    pinned = json.loads((out / "config.json").read_text()).get("attn_implementation")
+    assert pinned == ("eager" if family == "gemma2" else None), pinned
     model = AutoModelForCausalLM.from_pretrained(out).eval()
     assert type(model) is CLASSES[family] and model.config.num_hidden_layers == 4 and model.config.vocab_size == 200
     head, inputs = model.get_output_embeddings().weight, model.get_input_embeddings().weight

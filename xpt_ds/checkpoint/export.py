@@ -191,6 +191,7 @@ def write_model(exported: Exported, out: Path, max_shard_bytes: int = DEFAULT_MA
         writer.abort()
         raise
     exported.model.config.save_pretrained(out)
+    pin_attention(out / "config.json", exported.model.config)
     if exported.model.can_generate():
         exported.model.generation_config.save_pretrained(out)
     if exported.code is not None:
@@ -198,6 +199,17 @@ def write_model(exported: Exported, out: Path, max_shard_bytes: int = DEFAULT_MA
     for note in exported.notes:
         print(note, file=sys.stderr)
     return files
+
+
+def pin_attention(config_json: Path, config) -> None:
+    """Name the attention the model trained with in ``config_json`` where a loader could pick another
+    (``xpt_ds.model.decoder.pinned_attention``); ``from_pretrained(..., attn_implementation=...)`` still overrides it."""
+    from xpt_ds.model.decoder import pinned_attention
+    kernel = pinned_attention(config)
+    if kernel is not None:
+        written = json.loads(config_json.read_text())
+        written["attn_implementation"] = kernel
+        config_json.write_text(json.dumps(written, indent=2, sort_keys=True) + "\n")
 
 
 def save_model(model: nn.Module, out: Path, max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES) -> None:

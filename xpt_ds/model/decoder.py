@@ -143,6 +143,13 @@ def attention_kernel(tcfg) -> str:
     return "eager" if getattr(tcfg, "attn_logit_softcapping", None) else "sdpa"
 
 
+def pinned_attention(tcfg) -> str | None:
+    """The attention an export's config.json names (``attn_implementation``) so that stock ``from_pretrained``
+    computes as the model trained under every transformers 5 release: ``eager`` for softcapped scores (5.24 picks
+    it by itself; 5.17 picks SDPA for Gemma2, whose logits then differ); None, the loader's choice, elsewhere."""
+    return "eager" if is_decoder(tcfg) and attention_kernel(tcfg) == "eager" else None
+
+
 def _stock_skeleton(tcfg) -> nn.Module:
     return AutoModelForCausalLM.from_config(copy.deepcopy(tcfg), attn_implementation=attention_kernel(tcfg),
                                             dtype=torch.float32)

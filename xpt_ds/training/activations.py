@@ -18,8 +18,11 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 def checkpoint_layers(hf: nn.Module, every: int) -> tuple[int, int]:
     """Checkpoint every ``every``-th layer of ``hf`` (a stock HF model, in place); (layers that recompute,
     layers)."""
-    hf.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False},
-                                       every_n_layers=every)
+    enable = getattr(hf, "activation_checkpointing_enable", None)
+    if enable is not None:
+        enable(activation_checkpointing_kwargs={"use_reentrant": False}, every_n_layers=every)
+    else:  # transformers 5.17 (the GPU machines' image) names it gradient_checkpointing_enable, same arguments
+        hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False}, every_n_layers=every)
     return recomputed_layers(hf)
 
 
