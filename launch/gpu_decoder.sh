@@ -21,7 +21,8 @@
 # the CPU rehearsal's bf16 engine; 8 runs at once on a machine with 64 GB of disk).
 # Steps, each one's log in OUT/NAME.log and exit code and seconds in OUT/steps.tsv:
 #   1. unpack the payload; on the GPU install .gpu-kit/, gguf and xpt-ds;
-#   2. source: the GGUF dequantized into a model directory once (experiments.decoder.source); sizes: the
+#   2. source: the GGUF dequantized into a model directory once, with the payload's source_tokenizer/
+#      (experiments.decoder.source); sizes: the
 #      training sizes (FRACTIONS of LARGEST target pieces) in each sweep's own pieces (OUT/sizes.json,
 #      experiments.decoder.sizes), so every sweep's size k is the same share of the corpus;
 #   3. three sweeps side by side on the one GPU (PARALLEL + 3 runs at once), the largest size first (every seed),
@@ -86,7 +87,9 @@ if [ "$TEXT_LINES" -gt 0 ]; then
 fi
 
 # 2. The source directory and the sizes.
-step source "$PY" -m experiments.decoder.source "$P/source.gguf" "$P/source" || exit 1
+# the tokenizer the payload's shards were made with (a payload before it had none: the GGUF's, converted here)
+TOKENIZER=(); [ ! -d "$P/source_tokenizer" ] || TOKENIZER=(--tokenizer "$P/source_tokenizer")
+step source "$PY" -m experiments.decoder.source "$P/source.gguf" "$P/source" "${TOKENIZER[@]}" || exit 1
 # shellcheck disable=SC2086
 SIZES_ARGS=(--largest "$LARGEST" --fractions $FRACTIONS --sweep target="$P/uk/manifest.json"
             keep_vocab="$P/uk_src/manifest.json" extend="$P/uk_ext/manifest.json" --out "$WORK/sizes.json")

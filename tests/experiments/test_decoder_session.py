@@ -86,3 +86,36 @@ def test_the_gguf_source_is_written_once_and_gives_the_gguf_models_logits(tmp_pa
     text = "Привіт, світе: the same ids."
     assert AutoTokenizer.from_pretrained(out)(text)["input_ids"] == AutoTokenizer.from_pretrained(
         str(gguf.parent), gguf_file=gguf.name)(text)["input_ids"]
+
+
+def test_the_source_takes_the_payloads_tokenizer_files_as_they_are(tmp_path, capsys):
+    """The GPU session's source takes the tokenizer files the payload's shards were made with (``--tokenizer``),
+    byte for byte, instead of its own transformers' conversion of the GGUF's; a changed tokenizer rewrites the
+    directory, and a directory without tokenizer.json is one line."""
+    pytest.importorskip("gguf")
+    import torch
+    from tiny_gguf import write_gguf
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    gguf = write_gguf(tmp_path / "m.gguf", weights=True)
+    own = tmp_path / "own"
+    assert source.convert(gguf, own)  # the GGUF's tokenizer, its special tokens as the file states them
+    assert (AutoTokenizer.from_pretrained(own).bos_token_id, AutoTokenizer.from_pretrained(own).eos_token_id) == (1, 2)
+    given = tmp_path / "given"
+    given.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json"):  # other bytes, the same tokenizer
+        (given / name).write_text(json.dumps(json.loads((own / name).read_text()), indent=1))
+    out = tmp_path / "source"
+    assert source.main([str(gguf), str(out), "--tokenizer", str(given)]) == 0
+    assert (out / "tokenizer.json").read_bytes() == (given / "tokenizer.json").read_bytes()
+    assert (out / "tokenizer.json").read_bytes() != (own / "tokenizer.json").read_bytes()
+    assert not source.convert(gguf, out, given)  # the same: kept
+    (given / "tokenizer.json").write_text((own / "tokenizer.json").read_text())
+    assert source.convert(gguf, out, given)  # changed: written again
+    assert (out / "tokenizer.json").read_bytes() == (own / "tokenizer.json").read_bytes()
+    ids = torch.tensor([[1, 4, 5, 6, 8]])
+    with torch.no_grad():
+        want = AutoModelForCausalLM.from_pretrained(str(tmp_path), gguf_file=gguf.name).eval()(ids).logits
+        assert torch.equal(AutoModelForCausalLM.from_pretrained(out).eval()(ids).logits, want)
+    capsys.readouterr()
+    assert source.main([str(gguf), str(tmp_path / "other"), "--tokenizer", str(tmp_path / "none")]) == 2
+    assert capsys.readouterr().err == f"error: --tokenizer {tmp_path / 'none'}: no tokenizer.json there\n"
