@@ -203,7 +203,8 @@ def write_model(exported: Exported, out: Path, max_shard_bytes: int = DEFAULT_MA
 
 def pin_attention(config_json: Path, config) -> None:
     """Name the attention the model trained with in ``config_json`` where a loader could pick another
-    (``xpt_ds.model.decoder.pinned_attention``); ``from_pretrained(..., attn_implementation=...)`` still overrides it."""
+    (``xpt_ds.model.decoder.pinned_attention``); ``from_pretrained(..., attn_implementation=...)`` still overrides
+    it."""
     from xpt_ds.model.decoder import pinned_attention
     kernel = pinned_attention(config)
     if kernel is not None:
