@@ -29,3 +29,6 @@ row = {"rank": rank, "world": world, "held": {n: frozen.entries[n][1].numel() fo
        "shapes": {n: list(full[n].shape) for n in shapes}}
 Path(sys.argv[1], f"rank{rank}.json").write_text(json.dumps(row))
 torch.distributed.destroy_process_group()
+from xpt_ds.runtime.process_exit import exit_process  # noqa: E402 (as xpt-ds's commands end)
+
+exit_process(0)

@@ -30,4 +30,5 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from xpt_ds.runtime.process_exit import exit_process
+    exit_process(main(sys.argv[1:]))  # as xpt-ds's commands end (a 2-rank ZeRO-3 script's teardown once aborted)

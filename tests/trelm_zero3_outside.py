@@ -40,4 +40,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from xpt_ds.runtime.process_exit import exit_process
+    exit_process(main())  # as xpt-ds's commands end (a 2-rank ZeRO-3 script's teardown once aborted)

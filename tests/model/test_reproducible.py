@@ -99,6 +99,10 @@ print(f"rank {rank} agrees")
 engine.destroy()  # as the trainer ends a phase: ZeRO-3's hooks and handles go before the process group does
 torch.distributed.barrier()
 torch.distributed.destroy_process_group()
+# as xpt-ds's commands end: without the C++ static destructors, where a 2-rank ZeRO-3 exit once aborted
+# ("terminate called without an active exception", 2026-11-30)
+from xpt_ds.runtime.process_exit import exit_process
+exit_process(0)
 '''
 
 
