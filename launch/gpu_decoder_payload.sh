@@ -24,7 +24,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR=${1:-.gpu-payload-decoder}
-PART_MB=${PART_MB:-56}
+# 48 MiB: a call carries the working tree too (8.7 MiB on 2026-11-30), the last one also .gpu-kit (4.5 MiB). The
+# payload's 94 MiB then makes part1 48 + 8.7 and part2 46 + 8.7 + 4.5 MiB; at 56, part1 and the tree made 64.7,
+# over the 64 MiB a call carries.
+PART_MB=${PART_MB:-48}
 source launch/session_steps.sh  # slice_payload
 PREP=${PREP:-sweeps/decoder_prep}
 PY=${PYTHON:-python3}
