@@ -34,12 +34,11 @@ ATTENTION_OPS = ("bmm", "baddbmm")
 def count_step(model, objective, trainable: set[str], batch: dict) -> dict[str, int]:
     """FLOPs of one forward + backward of ``objective`` on ``batch`` with only ``trainable`` requiring gradients,
     by aten op name."""
-    import torch
     from torch.utils.flop_counter import FlopCounterMode
 
     for n, p in model.named_parameters():
         p.requires_grad_(n in trainable)
-        p.grad = None
+        p.grad = None  # the previous count's
     counter = FlopCounterMode(display=False)
     with counter:
         objective(**batch).backward()
@@ -47,9 +46,6 @@ def count_step(model, objective, trainable: set[str], batch: dict) -> dict[str, 
     for op, flops in counter.get_flop_counts()["Global"].items():
         name = str(op).split(".")[1]
         by_op[name] = by_op.get(name, 0) + int(flops)
-    for p in model.parameters():
-        p.grad = None
-    torch.set_grad_enabled(True)
     return by_op
 
 
@@ -70,16 +66,16 @@ def build(shape: str, sources: Path, seq_len: int):
     return built.model, objective, build_phase_trainables(cfg, built.tags), tok
 
 
-def summarize(by_phase: list[dict[str, int]], tokens: int, extrapolate: int | None, seq_len: int) -> dict:
-    rows = []
+def summarize(by_phase: list[dict[str, int]], seq_len: int, extrapolate: int | None) -> dict:
+    """Per-token counts of one row of ``seq_len`` tokens, and the phase-1 / phase-2 ratios."""
+    tokens, rows = seq_len, []
     for i, by_op in enumerate(by_phase, start=1):
         weights = sum(by_op.get(o, 0) for o in WEIGHT_OPS)
         attention = sum(by_op.get(o, 0) for o in ATTENTION_OPS)
         rows.append({"phase": i, "by_op": by_op, "weights_per_token": weights / tokens,
-                     "attention_per_token": attention / tokens,
-                     "other": sum(v for o, v in by_op.items() if o not in WEIGHT_OPS + ATTENTION_OPS)})
+                     "attention_per_token": attention / tokens})
     one, two = rows
-    out = {"rows": rows, "tokens": tokens, "seq_len": seq_len,
+    out = {"rows": rows, "seq_len": seq_len,
            "ratio_weights": one["weights_per_token"] / two["weights_per_token"],
            "ratio_weights_attention": (one["weights_per_token"] + one["attention_per_token"])
            / (two["weights_per_token"] + two["attention_per_token"])}
@@ -115,7 +111,7 @@ def main(argv=None) -> int:
         model, objective, trainables, tok = build(args.decoder, args.sources or Path(tmp), args.seq_len)
         batch = decoder_batches(tok, 1, args.seq_len, n=1)[0]
         by_phase = [count_step(model, objective, t, batch) for t in trainables]
-    result = summarize(by_phase, args.seq_len, args.extrapolate, args.seq_len)
+    result = summarize(by_phase, args.seq_len, args.extrapolate)
     result["decoder"] = args.decoder
     print(table(result))
     if args.out:

@@ -255,8 +255,8 @@ class TrainConfig:
     deepspeed: str = doc("ds_configs/zero2_bf16.json", "Engine-only DeepSpeed JSON (see ds_configs/).")
     seed: int = doc(0, "Seed of each rank's dropout RNG (offset by rank).")
     compile: bool = doc(False, "torch.compile every layer of the stack, encoder or decoder (the ITLs too), and the LM "
-                               "head, in place (parameter names and checkpoints unchanged); ZeRO 0-2 only. BENCHMARKS.md has its measured "
-                               "effect on a GPU.")
+                               "head, in place (parameter names and checkpoints unchanged); ZeRO 0-2 only. "
+                               "BENCHMARKS.md has its measured effect on a GPU.")
     model: ModelConfig = doc(None, "Model construction.")
     phases: list[PhaseConfig] = doc([], "List of phases (PhaseConfig).")
     data: DataConfig = doc(None, "Shards, packing and masking.")
