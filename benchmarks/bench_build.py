@@ -8,7 +8,8 @@ safetensors, files of at most 5 GB, ``model.safetensors.index.json`` when there 
 - ``3b``: hidden 3072, 28 layers, FFN 8192, 24/8 heads, vocabulary 128,256, tied (Llama-3.2-3B).
 
 The target language is UA-GEC's Ukrainian text with a 32,000-piece SentencePiece vocabulary. Each run is
-``method: xpt`` through the trainer's command line as a user runs it: one process with ``zero1_fp32`` at world 1,
+``method: xpt`` (``--method lora``: LoRA beside the new rows, its one phase) through the trainer's command line
+as a user runs it: one process with ``zero1_fp32`` at world 1,
 two ranks of torchrun with ``zero3_fp32`` at world 2 (fp32: this CPU has no bf16 matmul; ``torch_adam``),
 sequence 128, one row a step. The ``1b`` runs train 2 steps of phase 1 and 1 of phase 2 (the hand-over between);
 the ``3b`` runs train phase 1 only (2 steps). XPT's phase 2 trains every parameter, whose fp32 weights, master,
@@ -32,7 +33,7 @@ The peer, in its own process: ``AutoModelForCausalLM.from_pretrained(SOURCE, dty
 the imports, as the trainer's time to its first step does.
 
     python benchmarks/bench_build.py --out /tmp/bench_build [--shapes 1b,3b] [--worlds 1,2] [--code DIR]
-                                     [--label after] [--cap-gib 21]
+                                     [--label after] [--cap-gib 21] [--method lora]
 
 ``--code DIR`` runs the trainer of another checkout (``git worktree add DIR COMMIT``: the before figures); the
 sources and data are the same files. Results: ``OUT/LABEL.json`` and a Markdown table on stdout.
@@ -126,7 +127,13 @@ def prepare_data(out: Path) -> Path:
     return out / "uk"
 
 
-def run_config(path: Path, run_dir: Path, source: Path, data: Path, shape: str, world: int, phases_n: int) -> Path:
+def phases_for(method: str, shape: str, asked: int = 0) -> int:
+    """Phases a row trains: LoRA has one; XPT two at 1B (the hand-over), one at 3B, unless ``asked``."""
+    return 1 if method == "lora" else asked or (1 if shape == "3b" else 2)
+
+
+def run_config(path: Path, run_dir: Path, source: Path, data: Path, shape: str, world: int, phases_n: int,
+               method: str = "xpt") -> Path:
     import yaml
     phases = [{"name": "phase1", "steps": 2, "lr": 1e-4, "warmup_steps": 0}]
     if phases_n == 2:  # XPT's phase 2 trains @all: see the module docstring
@@ -134,7 +141,7 @@ def run_config(path: Path, run_dir: Path, source: Path, data: Path, shape: str, 
                        "trainable": ["@new", "@upper"]})
     cfg = {"run_dir": str(run_dir),
            "deepspeed": str(REPO / ("ds_configs/zero1_fp32.json" if world == 1 else "ds_configs/zero3_fp32.json")),
-           "model": {"source": str(source), "tokenizer": str(data / "spm.model"), "method": "xpt"},
+           "model": {"source": str(source), "tokenizer": str(data / "spm.model"), "method": method},
            "phases": phases,
            "data": {"train_shards": [f"{data}/manifest.json:train"], "seq_len": 128, "num_workers": 0},
            "optim": {"micro_batch_size": 1, "grad_accum": 1, "torch_adam": True},
@@ -343,12 +350,12 @@ def train_cmd(cfg: Path, world: int) -> list[str]:
 
 
 def measure_trainer(work: Path, code: Path, source: Path, data: Path, shape: str, world: int, cap: int,
-                    phases_n: int) -> dict:
+                    phases_n: int, method: str = "xpt") -> dict:
     run_dir = work / f"run_{shape}_w{world}"
     shutil.rmtree(run_dir, ignore_errors=True)
-    cfg = run_config(work / f"cfg_{shape}_w{world}.yaml", run_dir, source, data, shape, world, phases_n)
+    cfg = run_config(work / f"cfg_{shape}_w{world}.yaml", run_dir, source, data, shape, world, phases_n, method)
     env = trainer_env(code)
-    row: dict = {"shape": shape, "world": world, "phases": phases_n}
+    row: dict = {"shape": shape, "world": world, "phases": phases_n, "method": method}
     # the hand-over is measured to phase 2's first line: its first step would allocate Adam moments for every
     # parameter (16 bytes each, 18.6 GB at 1B), more than this machine holds at any world size
     job = run_job(train_cmd(cfg, world), env, work / f"train_{shape}_w{world}.log", cap, timeout=3600, cwd=code,
@@ -442,7 +449,8 @@ def table(result: dict) -> str:
             continue
         rank_peak = " / ".join(_f(v["anon_gib"]) for v in r["to_first_step"]["ranks"].values())
         hand = " / ".join(_f(v["anon_gib"]) for v in r.get("handover", {}).get("ranks", {}).values())
-        lines.append(f"| {r['shape']} | {r['world']}{'' if r.get('phases', 2) == 2 else ' (phase 1 only)'} | "
+        method = "" if r.get("method", "xpt") == "xpt" else f", {r['method']}"
+        lines.append(f"| {r['shape']} | {r['world']}{'' if r.get('phases', 2) == 2 else ' (phase 1 only)'}{method} | "
                      f"{_f(r['ready_s'])} | {_f(r['first_step_s'])} | "
                      f"{_f(r['ready_s'] / peer if peer and r['ready_s'] else None, '{:.2f}x')} | {rank_peak} | "
                      f"{_f(r['to_first_step']['job_anon_gib'])} | {_f(r.get('handover_s'))} | {hand} | "
@@ -464,6 +472,8 @@ def main() -> None:
     ap.add_argument("--cap-gib", type=float, default=21.0)
     ap.add_argument("--skip-hf", action="store_true")
     ap.add_argument("--data", type=Path, help="a prepared corpus (manifest.json, spm.model) instead of UA-GEC's")
+    ap.add_argument("--method", default="xpt", choices=("xpt", "lora"),
+                    help="xpt (default), or lora: LoRA beside the new rows, one phase (needs peft)")
     ap.add_argument("--phases", type=int, default=0, help="phases to train: 2 (the hand-over) or 1; default 2 for "
                     "1b, 1 for 3b")
     a = ap.parse_args()
@@ -483,8 +493,8 @@ def main() -> None:
             result["hf"].append(measure_hf(a.out, source, shape, cap))
             out_json.write_text(json.dumps(result, indent=1))
         for world in map(int, a.worlds.split(",")):
-            phases_n = a.phases or (1 if shape == "3b" else 2)
-            row = measure_trainer(a.out, a.code, source, data, shape, world, cap, phases_n)
+            phases_n = phases_for(a.method, shape, a.phases)
+            row = measure_trainer(a.out, a.code, source, data, shape, world, cap, phases_n, a.method)
             result["rows"].append(row)
             print(json.dumps({k: v for k, v in row.items() if k not in ("samples",)}, default=str)[:2000],
                   flush=True)

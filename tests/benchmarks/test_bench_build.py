@@ -26,3 +26,19 @@ def test_bench_build_runs_through_on_a_tiny_shape(tmp_path, corpus):
     assert row["resume"]["to_resumed_s"] > 0 and row["export"]["rc"] == 0
     assert "model.safetensors" in row["export"]["files"]
     assert "| tiny | 1 |" in proc.stdout
+
+
+def test_a_lora_row_is_one_phase_of_the_lora_method(tmp_path, corpus):
+    """``--method lora`` (BENCHMARKS.md, "LoRA at the 1B shape"): the row's config is the trainer's own, checked as
+    ``xpt-ds train`` checks it, with LoRA's one phase."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from bench_build import phases_for, run_config
+
+    from xpt_ds.config.manager import load_config
+    assert [phases_for("lora", s, 2) for s in ("1b", "3b")] == [1, 1]
+    assert [phases_for("xpt", "1b"), phases_for("xpt", "3b"), phases_for("xpt", "3b", 2)] == [2, 1, 2]
+    for method in ("lora", "xpt"):
+        n = phases_for(method, "1b")
+        cfg = load_config(str(run_config(tmp_path / f"{method}.yaml", tmp_path / "run", tmp_path / "source", corpus,
+                                         "1b", 1, n, method)))
+        assert cfg.model.method == method and len(cfg.phases) == n

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from xpt_ds.config import ConfigError
+from xpt_ds.model import finite
 
 # Every linear map of a decoder layer's attention and MLP (peft's names match by the last path component).
 GPT2_TARGETS = ("c_attn", "c_proj", "c_fc")
@@ -95,19 +96,19 @@ def merged_value(model: nn.Module, name: str, values) -> torch.Tensor:
     base = values(f"{path}.base_layer.{attr}")
     if attr != "weight":
         return base
-    merged = base.clone()
+    merged = base
     for adapter in layer.lora_A:
         swapped = []
         for part in (layer.lora_A[adapter], layer.lora_B[adapter]):
             key = f"{path}.{'lora_A' if part is layer.lora_A[adapter] else 'lora_B'}.{adapter}.weight"
             swapped.append((part, part._parameters["weight"]))
             part._parameters["weight"] = nn.Parameter(values(key), requires_grad=False)
-        try:
-            merged += layer.get_delta_weight(adapter).to(merged.dtype)
+        try:  # a new tensor, not an update of ``base`` in place (it may be the caller's)
+            merged = merged + layer.get_delta_weight(adapter).to(merged.dtype)
         finally:
             for part, meta in swapped:
                 part._parameters["weight"] = meta
-    if not torch.isfinite(merged).all():
+    if not finite.all_finite(merged):
         raise ValueError(f"the LoRA update of {path} is not finite: its merged weight would be broken")
     return merged
 

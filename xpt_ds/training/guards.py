@@ -24,6 +24,7 @@ import torch.distributed as dist
 
 from xpt_ds.data.shards import DataError, layout
 from xpt_ds.errors import error_line
+from xpt_ds.model import finite
 
 HALTED_EXIT_CODE = 3  # not 124: a halted job must not be requeued
 
@@ -183,15 +184,19 @@ def slow_step_line(step: int, rows: torch.Tensor, median: float, unreported: int
 
 
 def weights_finite(engine, optimizer, device: torch.device) -> bool:
-    """Every rank's parameters (its ZeRO-3 partition, else the whole module) and fp32 masters are finite: one pass
-    over the weights and one all-reduce, once per save (the trainer checks before it writes a checkpoint)."""
-    bad = torch.zeros((), dtype=torch.int64, device=device)
-    for p in engine.module.parameters():
-        t = p.ds_tensor if hasattr(p, "ds_tensor") else p
-        if t.numel():
-            bad += (~torch.isfinite(t)).sum()
-    for group in getattr(optimizer, "single_partition_of_fp32_groups", None) or []:  # ZeRO 1/2 masters
-        bad += (~torch.isfinite(group)).sum()
+    """Every rank's parameters (its ZeRO-3 partition, else the whole module) and fp32 masters are finite, once per
+    save (the trainer checks before it writes a checkpoint): one reduction per tensor, its sum
+    (``xpt_ds.model.finite``), and one all-reduce. Only where some sum is not finite, on any rank, does every rank
+    count its suspect tensors' non-finite values, with a second all-reduce."""
+    tensors = [p.ds_tensor if hasattr(p, "ds_tensor") else p for p in engine.module.parameters()]
+    tensors += list(getattr(optimizer, "single_partition_of_fp32_groups", None) or [])  # ZeRO 1/2 masters
+    tensors = [t for t in tensors if t.is_floating_point() and t.numel()]
+    flags = finite.suspects(tensors, device)
+    suspect = flags.sum()
+    deepspeed.comm.all_reduce(suspect)
+    if suspect.item() == 0:
+        return True
+    bad = finite.count_nonfinite([t for t, f in zip(tensors, flags.tolist()) if f], device)
     deepspeed.comm.all_reduce(bad)
     return bad.item() == 0
 
