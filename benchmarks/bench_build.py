@@ -8,17 +8,16 @@ safetensors, files of at most 5 GB, ``model.safetensors.index.json`` when there 
 - ``3b``: hidden 3072, 28 layers, FFN 8192, 24/8 heads, vocabulary 128,256, tied (Llama-3.2-3B).
 
 The target language is UA-GEC's Ukrainian text with a 32,000-piece SentencePiece vocabulary. Each run is
-``method: xpt`` (``--method lora``: LoRA beside the new rows, its one phase) through the trainer's command line
-as a user runs it: one process with ``zero1_fp32`` at world 1,
-two ranks of torchrun with ``zero3_fp32`` at world 2 (fp32: this CPU has no bf16 matmul; ``torch_adam``),
-sequence 128, one row a step. The ``1b`` runs train 2 steps of phase 1 and 1 of phase 2 (the hand-over between);
-the ``3b`` runs train phase 1 only (2 steps). XPT's phase 2 trains every parameter, whose fp32 weights, master,
-gradient and Adam moments (some 20 bytes a parameter: 23 GB at 1B) are more than this machine holds at any world
-size, so the benchmark's phase 2 trains ``@new`` and ``@upper`` (the ITLs, the new rows and the upper half of
-the source's layers, 0.6B of 1.16B): the hand-over still moves every value into a new engine. A run is stopped
-once phase 2's engine is built and filled (its "phase 'phase2' starts" line); phase 2's step is not measured.
-Then the same command runs again, resuming from the phase-end checkpoint (stopped at its "resumed from" line:
-the load), and ``xpt-ds export`` writes the model.
+``method: xpt`` (``--method lora``: LoRA beside the new rows, its one phase) through the trainer's command line as
+a user runs it: one process with ``zero1_fp32`` at world 1, two ranks of torchrun with ``zero3_fp32`` at world 2
+(fp32: this CPU has no bf16 matmul; ``torch_adam``), sequence 128, one row a step. The ``1b`` runs train 2 steps of
+phase 1 and 1 of phase 2 (the hand-over between); the ``3b`` runs train phase 1 only (2 steps). XPT's phase 2
+trains every parameter, whose fp32 weights, master, gradient and Adam moments (some 20 bytes a parameter: 23 GB at
+1B) are more than this machine holds at any world size, so the benchmark's phase 2 trains ``@new`` and ``@upper``
+(the ITLs, the new rows and the upper half of the source's layers, 0.6B of 1.16B): the hand-over still moves every
+value into a new engine. A run is stopped once phase 2's engine is built and filled (its "phase 'phase2' starts"
+line); phase 2's step is not measured. Then the same command runs again, resuming from the phase-end checkpoint
+(stopped at its "resumed from" line: the load), and ``xpt-ds export`` writes the model.
 
 Host memory is sampled every 0.2 s from ``/proc/PID/smaps_rollup`` of every process of the job: ``Pss_Anon``
 (memory the process owns, a page shared with a forked DataLoader worker counted half in each) and ``Pss_File``

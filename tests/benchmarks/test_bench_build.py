@@ -28,10 +28,10 @@ def test_bench_build_runs_through_on_a_tiny_shape(tmp_path, corpus):
     assert "| tiny | 1 |" in proc.stdout
 
 
-def test_a_lora_row_is_one_phase_of_the_lora_method(tmp_path, corpus):
+def test_a_lora_row_is_one_phase_of_the_lora_method(tmp_path, corpus, monkeypatch):
     """``--method lora`` (BENCHMARKS.md, "LoRA at the 1B shape"): the row's config is the trainer's own, checked as
     ``xpt-ds train`` checks it, with LoRA's one phase."""
-    sys.path.insert(0, str(REPO / "benchmarks"))
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
     from bench_build import phases_for, run_config
 
     from xpt_ds.config.manager import load_config
