@@ -26,6 +26,9 @@ def test_bench_build_runs_through_on_a_tiny_shape(tmp_path, corpus):
     assert row["resume"]["to_resumed_s"] > 0 and row["export"]["rc"] == 0
     assert "model.safetensors" in row["export"]["files"]
     assert "| tiny | 1 |" in proc.stdout
+    again = subprocess.run([sys.executable, "benchmarks/build_report.py", str(tmp_path / "tiny.json")], cwd=REPO,
+                           capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0 and again.stdout.strip() in proc.stdout, again.stderr[-2000:]
 
 
 def test_a_lora_row_is_one_phase_of_the_lora_method(tmp_path, corpus, monkeypatch):

@@ -35,9 +35,10 @@ def all_finite(t: torch.Tensor) -> bool:
 
 
 def suspects(tensors: Sequence[torch.Tensor], device: torch.device) -> torch.Tensor:
-    """A 0/1 int64 flag per tensor on ``device``: 1 where its sum is not finite (it may hold a non-finite value).
-    One reduction per tensor and no host sync."""
-    sums = [_sum(t).to(device) for t in tensors if t.is_floating_point() and t.numel()]
+    """A 0/1 int64 flag per tensor on ``device``, in order: 1 where its sum is not finite (it may hold a non-finite
+    value); 0 for an empty or integer tensor. One reduction per tensor and no host sync."""
+    zero = torch.zeros((), dtype=torch.float32, device=device)
+    sums = [_sum(t).to(device) if t.is_floating_point() and t.numel() else zero for t in tensors]
     if not sums:
         return torch.zeros(0, dtype=torch.int64, device=device)
     return (~torch.isfinite(torch.stack(sums))).to(torch.int64)

@@ -190,7 +190,6 @@ def weights_finite(engine, optimizer, device: torch.device) -> bool:
     count its suspect tensors' non-finite values, with a second all-reduce."""
     tensors = [p.ds_tensor if hasattr(p, "ds_tensor") else p for p in engine.module.parameters()]
     tensors += list(getattr(optimizer, "single_partition_of_fp32_groups", None) or [])  # ZeRO 1/2 masters
-    tensors = [t for t in tensors if t.is_floating_point() and t.numel()]
     flags = finite.suspects(tensors, device)
     suspect = flags.sum()
     deepspeed.comm.all_reduce(suspect)
