@@ -24,12 +24,13 @@ from pathlib import Path
 
 import torch
 
+from xpt_ds.embedding_init.files import HF_TOKENIZER_FILES
 from xpt_ds.errors import UserError, cli_errors
 
 RECORD = "source.json"
 
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
+TOKENIZER_FILES = (*HF_TOKENIZER_FILES, "chat_template.jinja")  # what --tokenizer DIR copies, where DIR has it
 
 
 def convert(gguf: Path, out: Path, tokenizer: Path | None = None) -> bool:
