@@ -1,11 +1,14 @@
 """``xpt-ds evaluate --model M --text FILE``: bits per byte on raw text under the model's own tokenizer, on a tiny
 stock GPT-2 xpt-ds did not write, against a hand computation from its logits; documents apart, long documents in
-windows, the JSON, and one-line errors."""
+windows, the JSON, the same model named by a hub id (read from the Hugging Face cache), and one-line errors."""
 from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -134,7 +137,64 @@ def test_one_line_errors(gpt2, tmp_path, capsys, tiny_roberta):
         shutil.copy(gpt2 / f, bare / f)
     assert "has no tokenizer files" in _error(["--model", str(bare), "--text", text], capsys)
     assert "not a decoder" in _error(["--model", str(tiny_roberta), "--text", text], capsys)
-    assert "no such directory or .gguf file" in _error(["--model", str(tmp_path / "m.gguf"), "--text", text],
-                                                         capsys)
+    assert "m.gguf: no such .gguf file" in _error(["--model", str(tmp_path / "m.gguf"), "--text", text], capsys)
+    assert f"{tmp_path / 'nope'}: no such directory" in _error(["--model", str(tmp_path / "nope"), "--text", text],
+                                                                capsys)
     (tmp_path / "bad.txt").write_bytes(b"ok\n\xff\xfe\n")
     assert "line 2 is not UTF-8" in _error(["--model", str(gpt2), "--text", str(tmp_path / "bad.txt")], capsys)
+
+
+def _cache(hub, repo: str, model_dir, leave_out=()):
+    """``repo`` in a Hugging Face cache at ``hub`` as huggingface_hub lays one out: refs/main naming a snapshot
+    that holds the model directory's files (but ``leave_out``)."""
+    entry = hub / f"models--{repo.replace('/', '--')}"
+    (entry / "snapshots/0123abc").mkdir(parents=True)
+    for f in model_dir.iterdir():
+        if f.name not in leave_out:
+            shutil.copy(f, entry / "snapshots/0123abc" / f.name)
+    (entry / "refs").mkdir()
+    (entry / "refs/main").write_text("0123abc")
+
+
+def test_a_hub_id_is_scored_from_the_cache_as_its_directory_is(gpt2, tmp_path, capsys):
+    """``--model org/name`` as a user on a cluster without internet runs it (HF_HUB_CACHE, HF_HUB_OFFLINE=1), from
+    another directory: the same figures as the model's directory gives."""
+    _cache(tmp_path / "hub", "org/tiny-gpt2", gpt2)
+    text = _file(tmp_path / "t.txt", LINES)
+    assert main(["--model", str(gpt2), "--text", str(text)]) == 0
+    direct = json.loads(capsys.readouterr().out)["text"][str(text)]
+    env = {**os.environ, "HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-m", "xpt_ds.cli.evaluate", "--model", "org/tiny-gpt2", "--text",
+                           str(text)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout)
+    assert result["model"] == "org/tiny-gpt2" and result["seq_len"] == 32
+    hub = result["text"][str(text)]
+    assert {k: v for k, v in hub.items() if k != "bits_per_byte"} == \
+        {k: v for k, v in direct.items() if k != "bits_per_byte"}
+    assert hub["bits_per_byte"] == pytest.approx(direct["bits_per_byte"], rel=1e-6)
+
+
+def test_hub_ids_get_the_same_one_line_errors(gpt2, tiny_roberta, tmp_path, monkeypatch, capsys):
+    """A cached hub id without tokenizer files, one of a masked LM, one that ships code (not run without
+    --trust-remote-code), and one the cache does not hold with the hub switched off: each one line naming the id,
+    before any weights are read."""
+    from huggingface_hub import constants
+    for repo, model_dir, leave_out in (("org/bare", gpt2, {"tokenizer.json", "tokenizer_config.json"}),
+                                       ("org/roberta", tiny_roberta, ()), ("org/code", gpt2, ())):
+        _cache(tmp_path / "hub", repo, model_dir, leave_out)
+    code = tmp_path / "hub/models--org--code/snapshots/0123abc"
+    config = json.loads((code / "config.json").read_text())
+    (code / "config.json").write_text(json.dumps({**config, "auto_map": {"AutoModelForCausalLM": "modeling_x.X"}}))
+    (code / "modeling_x.py").write_text(f"open({str(tmp_path / 'ran')!r}, 'w').close()\n")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.chdir(tmp_path)
+    text = str(_file(tmp_path / "t.txt", LINES))
+    assert "--model org/bare has no tokenizer files" in _error(["--model", "org/bare", "--text", text], capsys)
+    assert "--model org/roberta is a roberta model" in _error(["--model", "org/roberta", "--text", text], capsys)
+    assert "org/code: modeling_x.py is not the code this xpt-ds exports" in _error(
+        ["--model", "org/code", "--text", text], capsys)
+    assert not (tmp_path / "ran").exists()
+    err = _error(["--model", "org/none", "--text", text], capsys)
+    assert "--model org/none" in err and "HF_HUB_OFFLINE is set" in err, err

@@ -226,3 +226,30 @@ def test_the_report_folds_text_scores_over_seeds(tmp_path):
     assert "| 3.0000 | 1.50 |" in md and "| – | – |" in md
     folded = next(r for r in json.loads((tmp_path / "summary.json").read_text())["rows"] if r["method"] == "xpt")
     assert folded["text"]["en"]["bits_per_byte"] == 1.5 and folded["text"]["en"]["tokens_std"] == 0
+
+
+def test_a_hub_id_source_is_the_text_reference_when_it_has_tokenizer_files(tmp_path, decoder_base, monkeypatch,
+                                                                            capsys):
+    """``model.source`` a hub id (here from the Hugging Face cache, the hub switched off): the plan scores it as the
+    reference (``evaluate --text`` reads hub ids too); the same id without tokenizer files is refused."""
+    import yaml
+    from huggingface_hub import constants
+    for repo, leave_out in (("org/tiny", ()), ("org/bare", {"tokenizer.json", "tokenizer_config.json"})):
+        entry = tmp_path / "hub" / f"models--{repo.replace('/', '--')}"
+        shutil.copytree(decoder_base["source"], entry / "snapshots/0123abc",
+                        ignore=lambda _, names: [n for n in names if n in leave_out])
+        (entry / "refs").mkdir()
+        (entry / "refs/main").write_text("0123abc")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    cfg = yaml.safe_load(decoder_base["config"].read_text())
+
+    def argv(repo):
+        cfg["model"]["source"] = repo
+        config = write_config(tmp_path / f"{repo.replace('/', '_')}.yaml", cfg)
+        return ["--config", str(config), "--methods", "xpt", "--sizes", "200", "--out", str(tmp_path / repo),
+                "--test-shards", *decoder_base["test_shards"], "--score-text", f"en={decoder_base['en']}"]
+
+    assert build_plan(parse_args(argv("org/tiny"))).text_source == "org/tiny"
+    one_error_line(sweep_main(argv("org/bare")), capsys.readouterr().err,
+                   "--score-text: model.source org/bare has no tokenizer files")

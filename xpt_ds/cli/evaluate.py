@@ -12,8 +12,8 @@ of a model that has learned nothing.
 
 ``--text FILE`` scores a decoder on raw text instead, one document a line, tokenized by the model's own tokenizer:
 bits per byte, which compares across tokenizers (``xpt_ds.evaluation.text_bpb``). ``--model`` may then also be a
-stock decoder xpt-ds did not write (the English source) or a ``.gguf`` file: the same English file scored for the
-source and for an export of any method says what the adaptation cost English.
+stock decoder xpt-ds did not write (the English source: a directory, a hub id, or a ``.gguf`` file): the same
+English file scored for the source and for an export of any method says what the adaptation cost English.
 """
 from __future__ import annotations
 
@@ -31,8 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="xpt-ds evaluate", description="\n\n".join(__doc__.split("\n\n")[1:3]))
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--run", type=Path, help="run directory: evaluate a checkpoint")
-    src.add_argument("--model", type=Path, help="an xpt_ds.cli.export directory; with --text also a stock decoder "
-                     "directory or a .gguf file")
+    src.add_argument("--model", type=Path, help="an xpt_ds.cli.export directory; with --text also a stock decoder: "
+                     "a directory, a hub id or a .gguf file")
     p.add_argument("--tag", help="with --run: checkpoint tag, or 'best' (checkpoint.keep_best) (default: newest "
                    "complete)")
     scored = p.add_mutually_exclusive_group(required=True)

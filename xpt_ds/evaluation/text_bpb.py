@@ -1,7 +1,8 @@
 """Bits per byte of raw text under a decoder's own tokenizer: ``xpt-ds evaluate --model M --text FILE [FILE ...]``.
 
 ``M`` is any decoder: an ``xpt-ds export`` of any method (xpt, extend, lora, keep_vocab, ...), a stock Hugging Face
-directory xpt-ds did not write (the English source itself), or a ``.gguf`` file (transformers dequantizes it).
+directory or hub id xpt-ds did not write (the English source itself, from the Hugging Face cache or the hub, as
+``model.source`` reads it), or a ``.gguf`` file (transformers dequantizes it).
 Loading runs no code from the directory (``xpt_ds.io.trust``: only this xpt-ds's own export code, or
 ``--trust-remote-code``); the tokenizer never runs any. So "what did the adaptation cost English?" is two
 commands on the same English file, one for the source and one for the export, whatever the method.
@@ -38,21 +39,26 @@ BATCH_TOKENS = 4096  # padded pieces per forward pass: fp32 logits [4096, vocab]
 
 
 def load_decoder(path: Path, trust_remote_code: bool = False):
-    """(causal LM, its own Hugging Face tokenizer) of an export or stock decoder directory, or of a .gguf file;
-    a missing path or tokenizer, an encoder, or weights that would run code is one line naming ``--model``."""
+    """(causal LM, its own Hugging Face tokenizer) of an export or stock decoder directory, a .gguf file, or a hub
+    id (the Hugging Face cache, else the hub, as ``model.source`` reads one); a missing path or tokenizer, an
+    encoder, or weights that would run code is one line naming ``--model``."""
     from transformers import AutoModelForCausalLM
 
     from xpt_ds.io.trust import read_config_dict, reading_weights, remote_code_consent
-    what = f"--model {path}"
-    if path.suffix == ".gguf" and path.is_file():  # transformers reads GGUF decoders only, and runs no code
+    what, name = f"--model {path}", str(path)
+    if path.suffix == ".gguf" and not path.is_dir():  # transformers reads GGUF decoders only, and runs no code
+        if not path.is_file():
+            raise UserError(f"{what}: no such .gguf file")
         location, extra, trusted = str(path.parent), {"gguf_file": path.name}, False
-    elif path.is_dir():
-        from xpt_ds.evaluation.intrinsic import check_not_a_run
-        check_not_a_run(path)
-        check_decoder(read_config_dict(str(path)), what)
-        location, extra, trusted = str(path), {}, remote_code_consent(str(path), trust_remote_code)
     else:
-        raise UserError(f"{what}: no such directory or .gguf file")
+        if path.is_dir():
+            from xpt_ds.evaluation.intrinsic import check_not_a_run
+            check_not_a_run(path)
+        else:  # a misspelt directory is said at once; a hub id is looked up in the cache, then asked of the hub
+            from xpt_ds.io.model_source import check_model_source
+            check_model_source(name, what)
+        check_decoder(read_config_dict(name), what)
+        location, extra, trusted = name, {}, remote_code_consent(name, trust_remote_code)
     tokenizer = own_tokenizer(path, location, extra)  # before the weights: a missing tokenizer fails at once
     with reading_weights(what):
         model = AutoModelForCausalLM.from_pretrained(location, trust_remote_code=trusted, **extra)
@@ -74,7 +80,8 @@ def own_tokenizer(path: Path, location: str, extra: dict):
 
     from xpt_ds.data.tokenizer import check_vocabulary
     from xpt_ds.embedding_init.files import HF_TOKENIZER_FILES
-    if not extra and not any((path / f).is_file() for f in HF_TOKENIZER_FILES):
+    from xpt_ds.io.trust import first_file
+    if not extra and first_file(location, HF_TOKENIZER_FILES) is None:
         raise UserError(f"--model {path} has no tokenizer files ({', '.join(HF_TOKENIZER_FILES[:3])}, ...); "
                         "--text tokenizes with the model's own tokenizer")
     try:

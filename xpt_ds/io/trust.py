@@ -118,7 +118,7 @@ def check_plain(paths: list[Path], *, allow_pickle: bool = False,
 
 def read_config_dict(model: str, what: str = "--model") -> dict:
     """A model's ``config.json`` as a dict (a local directory or a hub id), read as JSON: no code runs."""
-    path = _model_file(model, "config.json")
+    path = model_file(model, "config.json")
     if path is None:
         raise FileNotFoundError(f"{what} {model}: no config.json (a Hugging Face model directory or hub id)")
     try:
@@ -127,7 +127,7 @@ def read_config_dict(model: str, what: str = "--model") -> dict:
         raise UntrustedError(f"{what} {model}: {path} is not valid JSON ({e})") from None
 
 
-def _model_file(model: str, name: str) -> Path | None:
+def model_file(model: str, name: str) -> Path | None:
     """A file of a local model directory or a hub repository (downloaded, not executed), or None if absent."""
     local = Path(model)
     if local.is_dir():
@@ -136,6 +136,11 @@ def _model_file(model: str, name: str) -> Path | None:
     found = cached_file(model, name, _raise_exceptions_for_missing_entries=False,
                         _raise_exceptions_for_connection_errors=False)
     return Path(found) if found else None
+
+
+def first_file(model: str, names) -> Path | None:
+    """The first of ``names`` that a local model directory or a hub repository has (as ``model_file``), or None."""
+    return next((path for path in (model_file(model, name) for name in names) if path is not None), None)
 
 
 def _code_refs(auto_map: dict) -> list[str]:
@@ -151,7 +156,7 @@ def remote_code_files(model: str) -> list[str]:
     ``model`` with ``trust_remote_code=True`` would import: every module its config's and its tokenizer
     config's ``auto_map`` name. Empty for a model that ships no code."""
     refs = _code_refs(read_config_dict(model).get("auto_map") or {})
-    tok_cfg = _model_file(model, "tokenizer_config.json")
+    tok_cfg = model_file(model, "tokenizer_config.json")
     if tok_cfg is not None:
         refs += _code_refs(json.loads(tok_cfg.read_text(encoding="utf-8")).get("auto_map") or {})
     files = []
@@ -176,7 +181,7 @@ def remote_code_consent(model: str, trust_remote_code: bool = False, flag: str =
         return False
     ours = own_code_digests()
     for name in files:
-        path = None if "--" in name else _model_file(model, name)
+        path = None if "--" in name else model_file(model, name)
         if path is None or sha256_file(path) not in ours:
             if trust_remote_code:
                 return True

@@ -373,23 +373,21 @@ def check_text_source(models: list) -> str:
     """The source ``--score-text`` scores as the reference (DIR/source_text.json): the first arm's model.source
     (the base config's unless ``--set`` changes it). Every arm's source must be a decoder, read from its config
     alone (no weights): raw text is scored by next-token prediction (``evaluate --text``), which a masked LM's
-    export cannot do. The reference must be a local directory with tokenizer files or a .gguf file, as
-    ``evaluate --text`` loads it."""
+    export cannot do. The reference is loaded as ``evaluate --text`` loads it: a directory or a hub id with tokenizer
+    files, or a .gguf file (its tokenizer is inside)."""
     from xpt_ds.embedding_init.files import HF_TOKENIZER_FILES
+    from xpt_ds.io.trust import first_file
     from xpt_ds.model.build import source_config
     from xpt_ds.model.decoder import is_decoder
     for model in models:
-        config = source_config(model)
+        config = source_config(model)  # a directory, a .gguf file or a hub id; else one line naming model.source
         if not is_decoder(config):
             raise ConfigError(f"--score-text: model.source {model.source} is a {config.model_type} model, not a "
                               "decoder: only a decoder's export is scored on raw text (evaluate --text)")
     source = models[0].source
     if source.endswith(".gguf"):
         return source  # source_config found the file; its tokenizer is inside
-    if not Path(source).is_dir():
-        raise ConfigError(f"--score-text: model.source {source} is not a local directory or .gguf file: the source "
-                          "is scored on the same text (source_text.json) from its files")
-    if not any((Path(source) / f).is_file() for f in HF_TOKENIZER_FILES):
+    if first_file(source, HF_TOKENIZER_FILES) is None:
         raise ConfigError(f"--score-text: model.source {source} has no tokenizer files "
                           f"({', '.join(HF_TOKENIZER_FILES[:3])}, ...): the source is scored on the same text "
                           "(source_text.json) in its own tokenizer")
