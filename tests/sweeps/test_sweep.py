@@ -1,6 +1,7 @@
 """python -m xpt_ds.cli.sweep: real tiny runs through the CLI, resumability, failures, the report and the
 data-efficiency interpolation."""
 import json
+import re
 
 import pytest
 import yaml
@@ -60,6 +61,20 @@ def test_sweep_trains_evaluates_reports_and_skips_finished_runs(tmp_path, sweep_
         acc.Reload()
         assert [e.step for e in acc.Scalars("sweep/ppl")] == [0, 1]  # step = index of the size
         assert [e.value for e in acc.Scalars("sweep/size_tokens")] == [200, 800]
+
+    # --unigram given once every run has its row: the runs are skipped, and the reference, which a run finishing
+    # in the invocation would score, is scored from a run's newest checkpoint; the report shows it.
+    train_spec = test_shards[0].replace(":test", ":train")
+    with_unigram = _sweep([*args, "--unigram", train_spec])
+    assert with_unigram.returncode == 0, with_unigram.stdout[-2000:] + with_unigram.stderr[-3000:]
+    assert with_unigram.stdout.count("skip ") == 4 and "warning" not in with_unigram.stdout
+    assert re.search(r"scored the unigram reference with \S+ \S+'s newest checkpoint -> " + re.escape(
+        str(out / "unigram.json")), with_unigram.stdout), with_unigram.stdout
+    unigram = json.loads((out / "unigram.json").read_text())
+    assert unigram["unigram"] == [train_spec] and unigram["tokens"] == json.loads(
+        (out / "runs/xpt/200/eval.json").read_text())["tokens"]
+    assert "Hits@1 over the unigram predictor's" in (out / "results.md").read_text()
+    assert result_rows(out) == rows
 
     # Run again, as a later GPU session does: it unpacks the last one's results.tgz (no weights) on a fresh
     # machine, where one run had finished training but not its scoring (no row). The runs with rows are skipped,
@@ -160,6 +175,8 @@ def test_sweep_replicates_in_parallel_scores_the_best_checkpoint_and_reports_a_f
     trained = {r["seed"]: (out / r["run_dir"] / "train.log").stat().st_mtime_ns for r in rows}
     proc = _sweep(again)
     assert proc.returncode == 0 and proc.stdout.count("scored with other test shards, evaluation or fine-tuning") == 2
+    assert f"warning: {out / 'unigram.json'} was scored with other test shards, evaluation or unigram shards; " \
+        "--rerun-changed scores it again" in proc.stdout
     assert sorted(result_rows(out), key=lambda r: r["seed"]) == rows
     proc = _sweep([*again, "--rerun-changed"])
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]

@@ -90,8 +90,8 @@ one that resolves differently is rerun."""
 
 def test_a_dry_run_says_what_the_sweep_would_do_and_changes_nothing(tmp_path, sweep_config, capsys):
     """--dry-run on a sweep folder with a finished row, a changed one (--rerun-changed), a run directory without a
-    checkpoint, one with a complete checkpoint, a new run and a row cut short: each is said, and no file in the
-    folder changes (no configs written either)."""
+    checkpoint, one with a complete checkpoint, a new run, a row cut short and a unigram reference not yet scored:
+    each is said, and no file in the folder changes (no configs written either)."""
     config, test_shards = sweep_config
     out = tmp_path / "sweep"
     args = ["--config", str(config), "--methods", "xpt", "scratch", "adapters", "xpt_sp", "xpt_no_itl", "--sizes",
@@ -112,7 +112,8 @@ def test_a_dry_run_says_what_the_sweep_would_do_and_changes_nothing(tmp_path, sw
         return {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in out.rglob("*") if p.is_file()}
 
     before = files()
-    assert main([*args, "--dry-run", "--rerun-changed", "--set", "scratch:phases.0.lr=1e-4"]) == 0
+    assert main([*args, "--dry-run", "--rerun-changed", "--set", "scratch:phases.0.lr=1e-4", "--unigram",
+                 test_shards[0].replace(":test", ":train")]) == 0
     said = capsys.readouterr().out
     assert files() == before and not (out / "configs").exists()
     assert "would cut" in said and "skip xpt 100: its row is in" in said
@@ -120,6 +121,7 @@ def test_a_dry_run_says_what_the_sweep_would_do_and_changes_nothing(tmp_path, sw
     assert "would start adapters 100 over: " in said and "has no complete checkpoint" in said
     assert "would resume xpt_sp 100 from global_step000000003" in said and "would run xpt_no_itl 100: 4 steps" in said
     assert "dry run: 4 of 5 runs would start; nothing was changed in" in said
+    assert f"would score the unigram reference -> {out / 'unigram.json'}" in said
 
 
 def test_a_row_cut_short_is_set_aside_before_the_sweep_appends(tmp_path, sweep_config, capsys):

@@ -63,7 +63,7 @@ def text_sweep(tmp_path_factory, decoder_base):
         proc = run_main("xpt_ds.cli.sweep", args)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     return {"out": out, "args": args, "stdout": proc.stdout, "source": decoder_base["source"], "en": en, "ko": ko,
-            "exports": root / "exports"}
+            "exports": root / "exports", "test_shards": decoder_base["test_shards"]}
 
 
 def _evaluate_text(model, files, out):
@@ -132,6 +132,11 @@ def test_drop_weights_leaves_the_scores_and_a_rerun_skips_the_runs(text_sweep):
     assert {arm: (out / "runs" / arm / "200" / "train.log").stat().st_mtime_ns for arm in ARMS} == logs
     assert (out / "results.jsonl").read_text() == rows
     assert (out / "source_text.log").read_text().count("$ python -m") == 1  # the source scored once
+    # --unigram asked for now: no run holds a checkpoint to read the tokenizer and test masks from, which it says
+    late = run_main("xpt_ds.cli.sweep", [*text_sweep["args"], "--unigram", text_sweep["test_shards"][0]])
+    assert late.returncode == 0, late.stdout[-2000:] + late.stderr[-3000:]
+    assert f"warning: {out / 'unigram.json'} cannot be scored: no run of this sweep holds a checkpoint" in \
+        late.stdout and not (out / "unigram.json").exists() and (out / "results.jsonl").read_text() == rows
 
 
 def test_text_scored_otherwise_is_scored_again_on_request_only(decoder_base, tmp_path, capsys):

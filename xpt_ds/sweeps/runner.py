@@ -26,7 +26,7 @@ from xpt_ds.sweeps.plan import Plan, Run
 from xpt_ds.sweeps.report import size_label
 from xpt_ds.sweeps.rows import read_rows, row_key
 from xpt_ds.sweeps.scoring import (scoring_diff, downstream, drop_weights, intrinsic, source_text, source_text_state,
-                                   text_scores, unigram)
+                                   text_scores, unigram, unigram_state)
 from xpt_ds.sweeps.stages import Stages, StepFailed, add_seconds, free_name, stopping, stop_stages
 
 
@@ -265,6 +265,37 @@ class _Sweep:
                                   "stage": e.stage, "exit": e.code, "log": str(e.log)})
 
 
+    def reference_unigram(self) -> None:
+        """DIR/unigram.json when no run finished in this invocation to score it (every run had its row, or
+        ``--unigram`` is new to this sweep): from the first run, in plan order, that holds a complete checkpoint
+        (its newest); none (``--drop-weights``, or unpacked without weights) is a warning, as is a unigram.json
+        scored with other arguments without ``--rerun-changed``."""
+        plan, out = self.plan, self.plan.out / "unigram.json"
+        state = unigram_state(plan)
+        if state == "changed" and not plan.rerun_changed:
+            self.say(_unigram_changed(plan))
+            return
+        if not state:
+            return
+        run = next((r for r in plan.runs() if complete_tags(plan.run_dir(r) / "checkpoints")), None)
+        if run is None:
+            self.say(f"warning: {out} cannot be scored: no run of this sweep holds a checkpoint to read its "
+                     "tokenizer and test masks from (--drop-weights, or unpacked without weights)")
+            return
+        try:
+            unigram(plan, run, Stages(plan, 0, self.call_lock), tag_args=[])
+            self.say(f"scored the unigram reference with {run.label}'s newest checkpoint -> {out}")
+        except StepFailed as e:
+            self.say(f"FAILED unigram reference: {e}")
+            self.failures.append({"method": "unigram", "size": run.size, "seed": None, "run": "unigram",
+                                  "stage": e.stage, "exit": e.code, "log": str(e.log)})
+
+
+def _unigram_changed(plan: Plan) -> str:
+    return (f"warning: {plan.out / 'unigram.json'} was scored with other test shards, evaluation or unigram shards; "
+            "--rerun-changed scores it again")
+
+
 def dry_run(plan: Plan) -> list[Run]:
     """What ``sweep(plan)`` would do, said run by run (skip, rerun, resume, start), with nothing changed: no
     stage starts, no row or run directory moves. The runs it would start, in order."""
@@ -276,6 +307,11 @@ def dry_run(plan: Plan) -> list[Run]:
     elif state:
         s.say(f"warning: {plan.out / 'source_text.json'} was scored with another source or other text files; "
               "--rerun-changed scores it again")
+    state, unigram_json = unigram_state(plan), plan.out / "unigram.json"
+    if state == "missing" or state == "changed" and plan.rerun_changed:
+        s.say(f"would score the unigram reference -> {unigram_json}")
+    elif state:
+        s.say(_unigram_changed(plan))
     rerun = {(r.arm, r.size, r.seed) for r in todo} & set(s.done)
     for run in todo:
         if (run.arm, run.size, run.seed) in rerun:
@@ -307,13 +343,15 @@ def sweep(plan: Plan) -> list[dict]:
     if plan.parallel == 1:
         for run in todo:
             s.one(run)
-        return s.failures
-    pool = ThreadPoolExecutor(plan.parallel)
-    try:
-        list(pool.map(s.one, todo))
-    except BaseException:  # Ctrl-C or SIGTERM in the main thread: stop the other slots' stages, start no run
-        stop_stages()
-        raise
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+    else:
+        pool = ThreadPoolExecutor(plan.parallel)
+        try:
+            list(pool.map(s.one, todo))
+        except BaseException:  # Ctrl-C or SIGTERM in the main thread: stop the other slots' stages, start no run
+            stop_stages()
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+    if not stopping.is_set():
+        s.reference_unigram()
     return s.failures

@@ -76,26 +76,42 @@ def text_scores(plan: Plan, run: Run, stages: Stages, exported: bool) -> dict:
     return {"text": text}
 
 
-def unigram(plan: Plan, run: Run, stages: Stages) -> None:
-    """DIR/unigram.json: the unigram predictor of ``plan.unigram_shards`` on the sweep's test masks (the masks
-    and vocabulary of the first finished run; every arm of a sweep shares the tokenizer)."""
+def _unigram_args(plan: Plan) -> dict:
+    """What DIR/unigram.json is scored with (DIR/unigram.args.json records it)."""
+    return {"test_shards": plan.test_shards, "evaluate_args": plan.evaluate_args, "unigram": plan.unigram_shards}
+
+
+def unigram_state(plan: Plan) -> str:
+    """'' (nothing to score: no --unigram, or unigram.json scored with these arguments), 'missing', or 'changed'
+    (scored with other test shards, evaluation arguments or unigram shards)."""
     out, record = plan.out / "unigram.json", plan.out / "unigram.args.json"
     if not plan.unigram_shards:
+        return ""
+    if not out.is_file():
+        return "missing"
+    if record.is_file():
+        same = json.loads(record.read_text()) == _unigram_args(plan)
+    else:  # scored before 2026-11-28: its own JSON names the shards
+        old = json.loads(out.read_text())
+        same = (old.get("shards"), old.get("unigram")) == (plan.test_shards, plan.unigram_shards)
+    return "" if same else "changed"
+
+
+def unigram(plan: Plan, run: Run, stages: Stages, tag_args: list[str] | None = None) -> None:
+    """DIR/unigram.json: the unigram predictor of ``plan.unigram_shards`` on the sweep's test masks, read with
+    ``run``'s checkpoint (its tokenizer and data settings; every arm of a sweep shares the tokenizer), the one
+    ``tag_args`` names (default: the one the run is scored from). As the rows: scored with other arguments, it is
+    scored again on request only (``--rerun-changed``; the old one kept as unigram.json.superseded)."""
+    out = plan.out / "unigram.json"
+    state = unigram_state(plan)
+    if not state or state == "changed" and not plan.rerun_changed:
         return
-    now = {"test_shards": plan.test_shards, "evaluate_args": plan.evaluate_args, "unigram": plan.unigram_shards}
-    if out.is_file():
-        if record.is_file():
-            same = json.loads(record.read_text()) == now
-        else:  # scored before 2026-11-28: its own JSON names the shards
-            old = json.loads(out.read_text())
-            same = (old.get("shards"), old.get("unigram")) == (plan.test_shards, plan.unigram_shards)
-        if same or not plan.rerun_changed:  # as the rows: scored otherwise, it is scored again on request only
-            return
+    if state == "changed":
         out.rename(free_name(out, ".superseded"))
-    argv = ["--run", str(plan.run_dir(run)), *plan.tag_args(run), "--shards", *plan.test_shards,
-            *plan.evaluate_args, "--unigram", *plan.unigram_shards, "--out", str(out)]
+    argv = ["--run", str(plan.run_dir(run)), *(plan.tag_args(run) if tag_args is None else tag_args), "--shards",
+            *plan.test_shards, *plan.evaluate_args, "--unigram", *plan.unigram_shards, "--out", str(out)]
     stages.module("xpt_ds.cli.evaluate", argv, plan.out / "unigram.log", "unigram")
-    record.write_text(json.dumps(now) + "\n")
+    (plan.out / "unigram.args.json").write_text(json.dumps(_unigram_args(plan)) + "\n")
 
 
 def _source_text_args(plan: Plan) -> dict:
