@@ -1,6 +1,6 @@
 """The source model's input-embedding matrix as ``OUT.npy`` + sidecar, the fixed side of an alignment.
 
-    python -m data_tools.cli.source_embeddings --model MODEL_DIR --out emb/minilm_input
+    python -m data_tools.cli.source_embeddings --model MODEL_DIR_OR_HUB_ID --out emb/minilm_input
 
 Row i is token id i (``data_tools.embeddings.source_model``). A model has no per-token counts, so aligners
 rank its rows by id (use ``--source-first-row`` there to skip reserved rows, e.g. 1996 for BERT's uncased
@@ -22,7 +22,7 @@ from data_tools.errors import cli_errors
 def main(argv: list[str] | None = None, prog: str = "xpt-data source-embeddings") -> int:
     p = argparse.ArgumentParser(prog=prog, description=as_invoked(__doc__, prog),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", required=True, type=Path, help="Hugging Face model directory")
+    p.add_argument("--model", required=True, help="a Hugging Face model directory or hub id")
     p.add_argument("--out", required=True, type=Path, help="output prefix: writes OUT.npy and OUT.json")
     a = p.parse_args(argv)
     with cli_errors():

@@ -227,7 +227,7 @@ def _damaged(model_dir: Path, out: Path, damage: str, marker: Path) -> Path:
 def test_model_weights_cut_short_or_running_code_are_one_line_everywhere(tmp_path, model_dir, corpus, damage):
     """A model directory's weights that transformers cannot read, or a .bin pickle that would run code: as the
     run's source (a new run directory is removed; an existing one's status.json says failed), under evaluate
-    --model and finetune --model, one line naming the directory; nothing runs."""
+    --model, finetune --model and xpt-data source-embeddings --model, one line naming the directory; nothing runs."""
     marker = tmp_path / "ran"
     bad = _damaged(model_dir, tmp_path / "bad", damage, marker)
     needle = "cannot read its weights" if damage == "truncated" else "not plain data and would run code"
@@ -245,6 +245,8 @@ def test_model_weights_cut_short_or_running_code_are_one_line_everywhere(tmp_pat
     data.write_text("".join(json.dumps({"text": t, "label": t[0]}) + "\n" for t in ("a b", "b a", "a a", "b b")))
     _one_error_line(_cli("xpt_ds.cli.finetune", "--model", str(bad), "--train", str(data), "--test", str(data), "--out",
                          str(tmp_path / "ft"), "--epochs", "1", "--seeds", "1"), f"--model {bad}", needle)
+    _one_error_line(_cli("data_tools.cli.source_embeddings", "--model", str(bad), "--out", str(tmp_path / "emb")),
+                    f"{bad}: cannot load its weights")
     assert not marker.exists()
 
 
