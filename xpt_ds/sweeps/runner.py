@@ -264,7 +264,6 @@ class _Sweep:
             self.failures.append({"method": "source", "size": None, "seed": None, "run": "source text",
                                   "stage": e.stage, "exit": e.code, "log": str(e.log)})
 
-
     def reference_unigram(self) -> None:
         """DIR/unigram.json when no run finished in this invocation to score it (every run had its row, or
         ``--unigram`` is new to this sweep): from the first run, in plan order, that holds a complete checkpoint
