@@ -121,6 +121,32 @@ def test_cli_json(gpt2, tmp_path, capsys):
         set(result["text"][str(uk)])
 
 
+def test_a_bf16_model_is_scored_in_float32_unless_asked(gpt2, tmp_path, capsys):
+    """--dtype float32 (the default) scores a model stored in bf16 exactly as an fp32 copy of its (rounded) weights:
+    a bf16 source and an fp32 export are scored alike. auto runs it as stored, and the JSON says which."""
+    from transformers import AutoModelForCausalLM
+    stored, widened = tmp_path / "bf16", tmp_path / "fp32"
+    AutoModelForCausalLM.from_pretrained(gpt2, dtype=torch.bfloat16).save_pretrained(stored)
+    AutoModelForCausalLM.from_pretrained(stored, dtype=torch.float32).save_pretrained(widened)
+    for d in (stored, widened):
+        for f in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(gpt2 / f, d / f)
+    text = str(_file(tmp_path / "t.txt", LINES))
+
+    def scored(*argv):
+        assert main(["--text", text, *argv]) == 0
+        result = json.loads(capsys.readouterr().out)
+        return result["dtype"], result["text"][text]["bits_per_byte"]
+
+    default, as_fp32 = scored("--model", str(stored)), scored("--model", str(widened))
+    assert default[0] == "float32" and default == as_fp32
+    dtype, bpb = scored("--model", str(stored), "--dtype", "auto")
+    assert dtype == "bfloat16" and bpb != default[1]
+    with pytest.raises(SystemExit) as e:  # argparse's usage error
+        main(["--model", str(gpt2), "--shards", text, "--dtype", "auto"])
+    assert e.value.code == 2 and "--dtype is for --text" in capsys.readouterr().err
+
+
 def _error(argv, capsys) -> str:
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()

@@ -38,10 +38,11 @@ DEFAULT_SEQ_LEN = 1024  # a model whose config states no maximum
 BATCH_TOKENS = 4096  # padded pieces per forward pass: fp32 logits [4096, vocab] are 0.8 GB at 49K pieces
 
 
-def load_decoder(path: Path, trust_remote_code: bool = False):
-    """(causal LM, its own Hugging Face tokenizer) of an export or stock decoder directory, a .gguf file, or a hub
-    id (the Hugging Face cache, else the hub, as ``model.source`` reads one); a missing path or tokenizer, an
-    encoder, or weights that would run code is one line naming ``--model``."""
+def load_decoder(path: Path, trust_remote_code: bool = False, dtype: str = "float32"):
+    """(causal LM in ``dtype`` (a torch dtype's name, or ``auto``: as its files store it), its own Hugging Face
+    tokenizer) of an export or stock decoder directory, a .gguf file, or a hub id (the Hugging Face cache, else the
+    hub, as ``model.source`` reads one); a missing path or tokenizer, an encoder, or weights that would run code is
+    one line naming ``--model``."""
     from transformers import AutoModelForCausalLM
 
     from xpt_ds.io.trust import read_config_dict, reading_weights, remote_code_consent
@@ -61,7 +62,8 @@ def load_decoder(path: Path, trust_remote_code: bool = False):
         location, extra, trusted = name, {}, remote_code_consent(name, trust_remote_code)
     tokenizer = own_tokenizer(path, location, extra)  # before the weights: a missing tokenizer fails at once
     with reading_weights(what):
-        model = AutoModelForCausalLM.from_pretrained(location, trust_remote_code=trusted, **extra)
+        model = AutoModelForCausalLM.from_pretrained(location, trust_remote_code=trusted,
+                                                     dtype=dtype if dtype == "auto" else getattr(torch, dtype), **extra)
     return model.eval(), tokenizer
 
 
