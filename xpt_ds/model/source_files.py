@@ -33,24 +33,60 @@ log = logging.getLogger(__name__)
 LEGACY = ((".LayerNorm.gamma", ".LayerNorm.weight"), (".LayerNorm.beta", ".LayerNorm.bias"))
 
 
+# The weight files transformers loads, in its order of preference: (an index of shards, a single file).
+WEIGHT_LAYOUTS = (("safetensors", "model.safetensors.index.json", "model.safetensors"),
+                  ("bin", "pytorch_model.bin.index.json", "pytorch_model.bin"))
+
+
 def local_snapshot(location: str, what: str) -> Path:
-    """The directory of a source given as a directory or a hub id (its snapshot in the Hugging Face cache, the
-    config and weight files only). A name that is neither stopped at its config (``build.source_config``)."""
+    """The directory of a source given as a directory or a hub id. A hub id's is its snapshot in the Hugging Face
+    cache holding the weight files transformers would load and no others (fetched one by one, all from the commit
+    the first one came from; offline, they must be cached): the safetensors index and the shards it names, else
+    model.safetensors, else the same for .bin. A repository that also ships .bin copies, or Mistral's
+    consolidated.safetensors beside its shards, is not fetched twice. A name that is neither a directory nor a hub
+    id was stopped at its config (``build.source_config``)."""
     path = Path(location)
     if path.is_dir():
         return path
-    from huggingface_hub import snapshot_download
+    from huggingface_hub import constants, hf_hub_download
+    from huggingface_hub.errors import LocalEntryNotFoundError, RemoteEntryNotFoundError
+    revision = None
+
+    def fetch(name: str) -> Path | None:
+        nonlocal revision
+        try:
+            found = Path(hf_hub_download(location, name, revision=revision))
+        except RemoteEntryNotFoundError:  # the repository has no such file
+            return None
+        except LocalEntryNotFoundError:  # offline and not in the cache
+            if constants.HF_HUB_OFFLINE:
+                return None
+            raise
+        revision = revision or found.parent.name  # snapshots/<commit>/<file>
+        return found
+
     try:
-        return Path(snapshot_download(location, allow_patterns=["*.json", "*.safetensors", "*.bin"]))
+        for _, index, single in WEIGHT_LAYOUTS:
+            found = fetch(index)
+            if found is not None:
+                for shard in sorted(set(json.loads(found.read_text())["weight_map"].values())):
+                    if fetch(shard) is None:
+                        raise FileNotFoundError(f"{index} names {shard}, which the repository does not hold")
+                return found.parent
+            found = fetch(single)
+            if found is not None:
+                return found.parent
     except Exception as e:  # noqa: BLE001 - the hub client's errors have no common base worth naming
         raise ConfigError(f"{what}: cannot fetch the weights of hub id '{location}': {first_line(e)}") from None
+    where = " in the local Hugging Face cache (HF_HUB_OFFLINE is set)" if constants.HF_HUB_OFFLINE else ""
+    raise ConfigError(f"{what}: hub id '{location}' has no weights{where} (model.safetensors, "
+                      "model-*-of-*.safetensors with model.safetensors.index.json, or pytorch_model.bin)")
 
 
 def weight_files(directory: Path) -> tuple[str, list[Path], dict[str, str] | None]:
     """(kind 'safetensors' | 'bin', its files, the index's key -> file map or None) as transformers picks them:
     safetensors first, sharded (an index) before single."""
-    for kind, index, single in (("safetensors", "model.safetensors.index.json", "model.safetensors"),
-                                ("bin", "pytorch_model.bin.index.json", "pytorch_model.bin")):
+    for kind, index, single in WEIGHT_LAYOUTS:
         if (directory / index).is_file():
             weight_map = json.loads((directory / index).read_text())["weight_map"]
             return kind, [directory / f for f in sorted(set(weight_map.values()))], weight_map
