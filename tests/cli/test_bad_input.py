@@ -278,7 +278,7 @@ def _tool_cases(run: Path, corpus: Path, d: Path, no_tokenizer: Path) -> dict:
     return {
         "export_out_unwritable": (["xpt_ds.cli.export", "--run", str(run), "--out", str(blocked)], [str(blocked)]),
         "export_missing_run": (["xpt_ds.cli.export", "--run", str(d / "no_run"), "--out", str(d / "x")],
-                               [str(d / "no_run")]),
+                               ["no such run directory", str(d / "no_run")]),
         "evaluate_out_unwritable": (["xpt_ds.cli.evaluate", "--run", str(run), "--shards", valid, "--out",
                                      str(blocked / "m.json")], ["--out", str(blocked / "m.json")]),
         "evaluate_missing_shards": (["xpt_ds.cli.evaluate", "--run", str(run), "--shards", str(d / "none.tar")],

@@ -68,6 +68,8 @@ def load_checkpoint_fp32(ckpt_root: Path, tag: str, allow_pickle: bool = False) 
 
 def checkpoint_config(run_dir: Path, tag: str | None = None):
     """(the checkpoint's tag directory, its target model's HF config); ``tag`` None = the newest complete one."""
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"no such run directory: {run_dir}")
     ckpt_root = run_dir / "checkpoints"
     tag = store.resolve_tag(ckpt_root, tag or "auto")
     if tag is None:
