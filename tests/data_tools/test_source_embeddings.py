@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import cache_repo
 from data_tools.cli.source_embeddings import main
 from data_tools.embeddings.embedding_files import read_embeddings
 from data_tools.piece_tokenizers import sha256_file
@@ -66,16 +67,9 @@ def test_the_real_minilm_base_checkpoint(tmp_path):
     assert meta["tokenizer"]["vocab_size"] == 30522 and meta["model"]["model_type"] == "bert"
 
 
-def _cache(hub, repo: str, model_dir):
-    entry = hub / f"models--{repo.replace('/', '--')}"
-    shutil.copytree(model_dir, entry / "snapshots/0123abc")
-    (entry / "refs").mkdir()
-    (entry / "refs/main").write_text("0123abc")
-
-
 def test_a_hub_id_from_the_cache_gives_its_directorys_bytes(llama, tmp_path, monkeypatch, capsys):
     from huggingface_hub import constants
-    _cache(tmp_path / "hub", "org/llama", llama)
+    cache_repo(tmp_path / "hub", "org/llama", llama)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # nothing is asked of the hub
     monkeypatch.chdir(tmp_path)

@@ -13,6 +13,7 @@ import sys
 import pytest
 import torch
 
+from conftest import cache_repo
 from xpt_ds.cli.evaluate import main
 from xpt_ds.evaluation.text_bpb import load_decoder, score_file, windows
 
@@ -170,22 +171,10 @@ def test_one_line_errors(gpt2, tmp_path, capsys, tiny_roberta):
     assert "line 2 is not UTF-8" in _error(["--model", str(gpt2), "--text", str(tmp_path / "bad.txt")], capsys)
 
 
-def _cache(hub, repo: str, model_dir, leave_out=()):
-    """``repo`` in a Hugging Face cache at ``hub`` as huggingface_hub lays one out: refs/main naming a snapshot
-    that holds the model directory's files (but ``leave_out``)."""
-    entry = hub / f"models--{repo.replace('/', '--')}"
-    (entry / "snapshots/0123abc").mkdir(parents=True)
-    for f in model_dir.iterdir():
-        if f.name not in leave_out:
-            shutil.copy(f, entry / "snapshots/0123abc" / f.name)
-    (entry / "refs").mkdir()
-    (entry / "refs/main").write_text("0123abc")
-
-
 def test_a_hub_id_is_scored_from_the_cache_as_its_directory_is(gpt2, tmp_path, capsys):
     """``--model org/name`` as a user on a cluster without internet runs it (HF_HUB_CACHE, HF_HUB_OFFLINE=1), from
     another directory: the same figures as the model's directory gives."""
-    _cache(tmp_path / "hub", "org/tiny-gpt2", gpt2)
+    cache_repo(tmp_path / "hub", "org/tiny-gpt2", gpt2)
     text = _file(tmp_path / "t.txt", LINES)
     assert main(["--model", str(gpt2), "--text", str(text)]) == 0
     direct = json.loads(capsys.readouterr().out)["text"][str(text)]
@@ -206,10 +195,9 @@ def test_hub_ids_get_the_same_one_line_errors(gpt2, tiny_roberta, tmp_path, monk
     --trust-remote-code), and one the cache does not hold with the hub switched off: each one line naming the id,
     before any weights are read."""
     from huggingface_hub import constants
-    for repo, model_dir, leave_out in (("org/bare", gpt2, {"tokenizer.json", "tokenizer_config.json"}),
-                                       ("org/roberta", tiny_roberta, ()), ("org/code", gpt2, ())):
-        _cache(tmp_path / "hub", repo, model_dir, leave_out)
-    code = tmp_path / "hub/models--org--code/snapshots/0123abc"
+    cache_repo(tmp_path / "hub", "org/bare", gpt2, {"tokenizer.json", "tokenizer_config.json"})
+    cache_repo(tmp_path / "hub", "org/roberta", tiny_roberta)
+    code = cache_repo(tmp_path / "hub", "org/code", gpt2)
     config = json.loads((code / "config.json").read_text())
     (code / "config.json").write_text(json.dumps({**config, "auto_map": {"AutoModelForCausalLM": "modeling_x.X"}}))
     (code / "modeling_x.py").write_text(f"open({str(tmp_path / 'ran')!r}, 'w').close()\n")

@@ -12,7 +12,7 @@ import shutil
 
 import pytest
 
-from conftest import base_config, one_error_line, run_main, write_config
+from conftest import base_config, cache_repo, one_error_line, run_main, write_config
 from sweep_builders import ENGLISH, decoder_source, result_rows
 from xpt_ds.cli.evaluate import main as evaluate_main
 from xpt_ds.cli.sweep import main as sweep_main
@@ -240,11 +240,7 @@ def test_a_hub_id_source_is_the_text_reference_when_it_has_tokenizer_files(tmp_p
     import yaml
     from huggingface_hub import constants
     for repo, leave_out in (("org/tiny", ()), ("org/bare", {"tokenizer.json", "tokenizer_config.json"})):
-        entry = tmp_path / "hub" / f"models--{repo.replace('/', '--')}"
-        shutil.copytree(decoder_base["source"], entry / "snapshots/0123abc",
-                        ignore=lambda _, names: [n for n in names if n in leave_out])
-        (entry / "refs").mkdir()
-        (entry / "refs/main").write_text("0123abc")
+        cache_repo(tmp_path / "hub", repo, decoder_base["source"], leave_out)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     cfg = yaml.safe_load(decoder_base["config"].read_text())
