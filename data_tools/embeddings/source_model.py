@@ -58,12 +58,13 @@ def _model_dir(name: str) -> Path:
         if not (path / "config.json").is_file():
             raise PrepareError(f"not a Hugging Face model directory (no config.json): {name}")
         return path
-    from huggingface_hub import snapshot_download
+    from huggingface_hub import constants, snapshot_download
     try:
         snapshot = Path(snapshot_download(name, allow_patterns=list(SNAPSHOT_FILES)))
     except Exception as e:  # the hub client raises many types (offline, 404, auth); all mean "not available"
+        why = "HF_HUB_OFFLINE is set and it is not in the cache" if constants.HF_HUB_OFFLINE else type(e).__name__
         raise PrepareError(f"model '{name}' is neither a local directory nor found in the Hugging Face cache or on "
-                           f"the hub ({type(e).__name__})") from None
+                           f"the hub ({why})") from None
     if not (snapshot / "config.json").is_file():
         raise PrepareError(f"model '{name}' has no config.json (not a Hugging Face model)")
     return snapshot
