@@ -3,12 +3,13 @@
 
 Rows are the model's token ids (``get_input_embeddings().weight``, so tied or renamed matrices are found the
 way ``transformers`` finds them); the sidecar records the tokenizer files in the model directory and the
-weights' sha256. A model has no per-token frequencies: ``counts`` is absent and every row counts as seen. The model
-is a directory or a hub id (its snapshot in the Hugging Face cache, fetched if it is not there). Loading the model
-whole costs little: transformers 5 reads its files through memory maps, so a Llama-3.2-3B-shaped bf16 source (two
-shards, 6.4 GB) took 10-11 s and at most 3.5 GB of resident memory on a 2-core VM, the 1B shape 11.4-11.5 s and
-2.5 GB (2026-11-30). A reader of the one tensor alone was tried: 9-11 s at 1B with the same memory, 15 s at 3B
-(hashing the 5 GB shard it came from), so it was not kept.
+weights' sha256. A model has no per-token frequencies: ``counts`` is absent and every row counts as seen.
+
+The model is a directory or a hub id (the files transformers loads, and the tokenizer's, fetched into the Hugging
+Face cache; offline, they must be there). Loading it whole costs little: transformers 5 reads its files through
+memory maps, so a Llama-3.2-3B-shaped bf16 source (two shards, 6.4 GB) took 10-11 s and at most 3.5 GB of resident
+memory on a 2-core VM, the 1B shape 11.4-11.5 s and 2.5 GB (2026-11-30). A reader of the one tensor alone was
+tried: 9-11 s at 1B with the same memory, 15 s at 3B (hashing the 5 GB shard it came from), so it was not kept.
 """
 from __future__ import annotations
 
@@ -19,29 +20,33 @@ import numpy as np
 from safetensors import SafetensorError
 
 from data_tools.errors import PrepareError
-from data_tools.piece_tokenizers import HF_TOKENIZER_FILES, HfTokenizer, sha256_file
+from data_tools.piece_tokenizers import HfTokenizer, sha256_file
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
-# what a hub id's snapshot needs: the config, every weight file (single or sharded) and the tokenizer
-SNAPSHOT_FILES = ("config.json", "*.safetensors", "model.safetensors.index.json", "pytorch_model*.bin",
-                  "pytorch_model.bin.index.json", *HF_TOKENIZER_FILES)
 
 
 def input_embeddings(model: Path | str) -> tuple[np.ndarray, dict]:
     """(the input-embedding matrix as float32, the sidecar fields) of a model directory or hub id."""
     name = str(model)
-    model_dir = _model_dir(name)
+    local = _local_dir(name)
     import transformers
     transformers.logging.set_verbosity_error()  # "weights not used" for heads we do not need
-    try:
-        model = transformers.AutoModel.from_pretrained(str(model_dir), trust_remote_code=False)
+    try:  # a hub id: transformers fetches the files it loads, and only those, into the Hugging Face cache
+        model = transformers.AutoModel.from_pretrained(str(local or name), trust_remote_code=False)
     except (pickle.UnpicklingError, RuntimeError, EOFError, SafetensorError) as e:  # code in a pickle, a truncated file
-        why = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
-        raise PrepareError(f"{model_dir}: cannot load its weights ({why[:200]})") from None
+        raise PrepareError(f"{local or name}: cannot load its weights ({_first_line(e)})") from None
+    except OSError as e:
+        if local is not None:
+            raise
+        from huggingface_hub import constants
+        why = "HF_HUB_OFFLINE is set and it is not in the cache" if constants.HF_HUB_OFFLINE else _first_line(e)
+        raise PrepareError(f"model '{name}' is neither a local directory nor found in the Hugging Face cache or on "
+                           f"the hub ({why})") from None
     matrix = model.get_input_embeddings().weight.detach().float().numpy()
-    tokenizer = HfTokenizer(model_dir)
+    tokenizer = HfTokenizer(local or name)  # a hub id's tokenizer files join its snapshot
+    model_dir = local or tokenizer.path
     if tokenizer.vocab_size > len(matrix):
-        raise PrepareError(f"{model_dir}: the tokenizer has {tokenizer.vocab_size} tokens but the input "
+        raise PrepareError(f"{local or name}: the tokenizer has {tokenizer.vocab_size} tokens but the input "
                            f"embedding matrix only {len(matrix)} rows")
     meta = {"kind": "input-embeddings", "tokenizer": tokenizer.identity(), "unseen_ids": [],
             "model": {"path": str(model_dir.resolve()), "name": name, "model_type": model.config.model_type,
@@ -50,21 +55,17 @@ def input_embeddings(model: Path | str) -> tuple[np.ndarray, dict]:
     return matrix, meta
 
 
-def _model_dir(name: str) -> Path:
-    """A local model directory, or a hub id's snapshot (config, weights, tokenizer) in the Hugging Face cache,
-    fetched if it is not there (offline: it must be)."""
+def _local_dir(name: str) -> Path | None:
+    """A local model directory (checked), or None for a hub id."""
     path = Path(name)
-    if path.is_dir() or path.exists() or name.startswith((".", "/", "~")) or name.count("/") > 1:
-        if not (path / "config.json").is_file():
-            raise PrepareError(f"not a Hugging Face model directory (no config.json): {name}")
-        return path
-    from huggingface_hub import constants, snapshot_download
-    try:
-        snapshot = Path(snapshot_download(name, allow_patterns=list(SNAPSHOT_FILES)))
-    except Exception as e:  # the hub client raises many types (offline, 404, auth); all mean "not available"
-        why = "HF_HUB_OFFLINE is set and it is not in the cache" if constants.HF_HUB_OFFLINE else type(e).__name__
-        raise PrepareError(f"model '{name}' is neither a local directory nor found in the Hugging Face cache or on "
-                           f"the hub ({why})") from None
-    if not (snapshot / "config.json").is_file():
-        raise PrepareError(f"model '{name}' has no config.json (not a Hugging Face model)")
-    return snapshot
+    if not (path.is_dir() or path.exists() or name.startswith((".", "/", "~")) or name.count("/") > 1):
+        return None
+    if not path.exists():
+        raise PrepareError(f"no such model directory: {name}")
+    if not (path / "config.json").is_file():
+        raise PrepareError(f"not a Hugging Face model directory (no config.json): {name}")
+    return path
+
+
+def _first_line(e: Exception) -> str:
+    return next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)[:200]

@@ -99,7 +99,8 @@ def test_one_line_errors(llama, tmp_path, monkeypatch, capsys):
                                                                                  capsys)
     assert "model 'org/none' is neither a local directory nor found in the Hugging Face cache or on the hub " \
         "(HF_HUB_OFFLINE is set and it is not in the cache)" in _error(["--model", "org/none", "--out", out], capsys)
-    assert "no config.json" in _error(["--model", str(tmp_path / "no/such"), "--out", out], capsys)
+    assert f"no such model directory: {tmp_path / 'no/such'}" in _error(["--model", str(tmp_path / "no/such"),
+                                                                       "--out", out], capsys)
     (tmp_path / "cut").mkdir()
     shutil.copy(llama / "config.json", tmp_path / "cut")
     (tmp_path / "cut/model.safetensors").write_bytes((llama / "model.safetensors").read_bytes()[:5000])
