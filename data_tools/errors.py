@@ -11,6 +11,11 @@ class PrepareError(ValueError):
     """Unusable input or options (missing file, invalid UTF-8, empty corpus, impossible vocab or split size)."""
 
 
+def first_line(e: BaseException) -> str:
+    """The first non-blank line of an exception's message, or its class name when it has none."""
+    return next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
+
+
 @contextlib.contextmanager
 def cli_errors(out: Path | None = None) -> Iterator[None]:
     """For a CLI's ``main``: a PrepareError or OSError becomes one ``error:`` line on stderr and exit status 2.

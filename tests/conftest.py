@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import io
 import os
-import shutil
 import sys
 import tarfile
 from pathlib import Path
@@ -217,17 +216,6 @@ def one_error_line(code: int, err: str, *needles: str) -> str:
 def one_error_line_of(proc, *needles: str) -> str:
     """``one_error_line`` of a finished process (``subprocess.CompletedProcess``)."""
     return one_error_line(proc.returncode, proc.stderr, *needles)
-
-
-def cache_repo(hub: Path, repo: str, model_dir: Path, leave_out=()) -> Path:
-    """``repo`` in a Hugging Face cache at ``hub``, laid out as huggingface_hub lays one out: refs/main naming a
-    snapshot that holds ``model_dir``'s files but ``leave_out``; the snapshot directory."""
-    entry = hub / f"models--{repo.replace('/', '--')}"
-    snapshot = entry / "snapshots" / "0123abc"
-    shutil.copytree(model_dir, snapshot, ignore=lambda _, names: [n for n in names if n in leave_out])
-    (entry / "refs").mkdir()
-    (entry / "refs/main").write_text("0123abc")
-    return snapshot
 
 
 def write_config(path: Path, cfg: dict) -> Path:

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from safetensors import SafetensorError
 
-from data_tools.errors import PrepareError
+from data_tools.errors import PrepareError, first_line
 from data_tools.piece_tokenizers import HfTokenizer, sha256_file
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
@@ -34,12 +34,12 @@ def input_embeddings(model: Path | str) -> tuple[np.ndarray, dict]:
     try:  # a hub id: transformers fetches the files it loads, and only those, into the Hugging Face cache
         model = transformers.AutoModel.from_pretrained(str(local or name), trust_remote_code=False)
     except (pickle.UnpicklingError, RuntimeError, EOFError, SafetensorError) as e:  # code in a pickle, a truncated file
-        raise PrepareError(f"{local or name}: cannot load its weights ({_first_line(e)})") from None
+        raise PrepareError(f"{local or name}: cannot load its weights ({first_line(e)[:200]})") from None
     except OSError as e:
         if local is not None:
             raise
         from huggingface_hub import constants
-        why = "HF_HUB_OFFLINE is set and it is not in the cache" if constants.HF_HUB_OFFLINE else _first_line(e)
+        why = "HF_HUB_OFFLINE is set and it is not in the cache" if constants.HF_HUB_OFFLINE else first_line(e)[:200]
         raise PrepareError(f"model '{name}' is neither a local directory nor found in the Hugging Face cache or on "
                            f"the hub ({why})") from None
     matrix = model.get_input_embeddings().weight.detach().float().numpy()
@@ -65,7 +65,3 @@ def _local_dir(name: str) -> Path | None:
     if not (path / "config.json").is_file():
         raise PrepareError(f"not a Hugging Face model directory (no config.json): {name}")
     return path
-
-
-def _first_line(e: Exception) -> str:
-    return next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)[:200]

@@ -8,14 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from data_tools.errors import PrepareError
+from data_tools.errors import PrepareError, first_line
 from data_tools.piece_tokenizers import HF_TOKENIZER_FILES as TOKENIZER_FILES
 from data_tools.piece_tokenizers import check_vocabulary, sha256_file
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
-
 
 class SourceTokenizer:
     """``AutoTokenizer.from_pretrained(name)`` (a local directory or a hub id)."""
@@ -28,7 +23,7 @@ class SourceTokenizer:
         try:
             self.tok = AutoTokenizer.from_pretrained(self.name, trust_remote_code=False)
         except Exception as e:  # transformers raises OSError, ValueError, KeyError... depending on what is wrong
-            raise PrepareError(f"cannot load the source tokenizer {self.name}: {_first_line(e)}") from None
+            raise PrepareError(f"cannot load the source tokenizer {self.name}: {first_line(e)}") from None
         check_vocabulary(self.tok, self.name)
         self.vocab_size = len(self.tok)
 
@@ -77,7 +72,7 @@ class TargetTokenizer:
         try:
             self.sp = spm.SentencePieceProcessor(model_file=str(self.path))
         except Exception as e:  # sentencepiece raises RuntimeError/OSError on a file that is not a model
-            raise PrepareError(f"cannot load the target SentencePiece model {self.path}: {_first_line(e)}") from None
+            raise PrepareError(f"cannot load the target SentencePiece model {self.path}: {first_line(e)}") from None
         self.vocab_size = self.sp.get_piece_size()
 
     def encode(self, texts: list[str]) -> list[np.ndarray]:

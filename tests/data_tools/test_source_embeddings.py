@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import cache_repo
+from hub_cache import cache_repo
 from data_tools.cli.source_embeddings import main
 from data_tools.embeddings.embedding_files import read_embeddings
 from data_tools.piece_tokenizers import sha256_file

@@ -13,7 +13,7 @@ import sys
 import pytest
 import torch
 
-from conftest import cache_repo
+from hub_cache import cache_repo
 from xpt_ds.cli.evaluate import main
 from xpt_ds.evaluation.text_bpb import load_decoder, score_file, windows
 

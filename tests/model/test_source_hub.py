@@ -32,7 +32,7 @@ class _Hub(http.server.ThreadingHTTPServer):
 
 class _Files(http.server.BaseHTTPRequestHandler):
     def log_message(self, *args):
-        pass
+        """Each request is kept in ``server.got``; nothing goes to stderr."""
 
     def do_HEAD(self):
         self._answer(body=False)

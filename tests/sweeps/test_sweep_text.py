@@ -12,7 +12,8 @@ import shutil
 
 import pytest
 
-from conftest import base_config, cache_repo, one_error_line, run_main, write_config
+from conftest import base_config, one_error_line, run_main, write_config
+from hub_cache import cache_repo
 from sweep_builders import ENGLISH, decoder_source, result_rows
 from xpt_ds.cli.evaluate import main as evaluate_main
 from xpt_ds.cli.sweep import main as sweep_main
