@@ -26,6 +26,7 @@ import torch
 
 from xpt_ds.embedding_init.files import HF_TOKENIZER_FILES
 from xpt_ds.errors import UserError, cli_errors
+from xpt_ds.io.file_modes import as_umask
 
 RECORD = "source.json"
 
@@ -59,6 +60,7 @@ def convert(gguf: Path, out: Path, tokenizer: Path | None = None) -> bool:
     staging = out.with_name(out.name + ".writing")
     shutil.rmtree(staging, ignore_errors=True)
     model.save_pretrained(staging)
+    as_umask(staging)  # safetensors writes 0600 files
     if tokenizer is None:
         load_gguf_tokenizer(gguf).save_pretrained(staging)  # its special tokens as the file states them
     else:

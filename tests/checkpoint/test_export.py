@@ -11,6 +11,7 @@ from transformers import (AutoModel, AutoModelForMaskedLM, AutoModelForMultipleC
                           AutoModelForSequenceClassification, AutoModelForTokenClassification, AutoTokenizer)
 
 from conftest import REPO, free_port, launch, run_main, write_config
+from saved_modes import assert_umask_modes
 from xpt_ds.checkpoint.store import tag_for
 from xpt_ds.cli.export import main as export_main
 
@@ -41,6 +42,7 @@ def test_export_matches_trainer(stage, straight_runs, tmp_path, corpus):
     (run_root / "cfg.yaml").write_text(yaml.safe_dump({**cfg, "run_dir": str(run_root / "run")}))
     out = tmp_path / "exported"
     assert export_main(["--run", str(run_root / "run"), "--out", str(out)]) == 0
+    assert_umask_modes(out)  # the group can read the export
 
     model = AutoModelForMaskedLM.from_pretrained(out).eval()
     tok = AutoTokenizer.from_pretrained(out)

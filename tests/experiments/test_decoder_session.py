@@ -14,6 +14,7 @@ from xpt_ds.errors import UserError
 
 from experiments.decoder import pack, sizes, source
 from experiments.uagec.pack import unfinished_sweeps
+from saved_modes import assert_umask_modes
 
 
 def _manifest(path: Path, train_tokens: int) -> Path:
@@ -99,6 +100,7 @@ def test_the_source_takes_the_payloads_tokenizer_files_as_they_are(tmp_path, cap
     gguf = write_gguf(tmp_path / "m.gguf", weights=True)
     own = tmp_path / "own"
     assert source.convert(gguf, own)  # the GGUF's tokenizer, its special tokens as the file states them
+    assert_umask_modes(own)
     assert (AutoTokenizer.from_pretrained(own).bos_token_id, AutoTokenizer.from_pretrained(own).eos_token_id) == (1, 2)
     given = tmp_path / "given"
     given.mkdir()

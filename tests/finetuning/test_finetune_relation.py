@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from xpt_ds.cli.finetune import main, parse_args
+from saved_modes import assert_umask_modes
 from xpt_ds.finetuning.config import FinetuneConfig
 from xpt_ds.finetuning.data import FinetuneError
 from xpt_ds.finetuning.metrics import pr_curve_area, relation_metrics
@@ -187,6 +188,7 @@ def _check_saved(out: Path, res: dict, cfg: FinetuneConfig):
 
     from xpt_ds.finetuning.relation_model import load_relation_model
     saved = out / "model"
+    assert_umask_modes(saved)
     tok = AutoTokenizer.from_pretrained(saved)
     for m in res["markers"]:
         assert tok.tokenize(m) == [m] and m in tok.get_added_vocab()
@@ -229,6 +231,7 @@ def test_save_model_also_for_sentence_classification(stock_bert, tmp_path):
     assert res["saved_model"] == str(saved)
     assert AutoModelForSequenceClassification.from_pretrained(saved).config.id2label == {0: "0", 1: "1"}
     assert AutoTokenizer.from_pretrained(saved).tokenize("city") == ["city"]
+    assert_umask_modes(saved)
 
 
 def test_marker_rows_start_from_their_pieces(stock_bert, tmp_path):

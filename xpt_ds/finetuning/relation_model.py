@@ -15,6 +15,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from xpt_ds.io.file_modes import as_umask
+
 HEAD_FILE, META_FILE = "relation_head.safetensors", "relation.json"
 
 
@@ -94,6 +96,7 @@ def save_relation_model(model: RelationClassifier, tokenizer, labels: list[str],
     model.encoder.save_pretrained(out)
     tokenizer.save_pretrained(str(out))
     save_file({k: v.detach().cpu().contiguous() for k, v in model.head.state_dict().items()}, str(out / HEAD_FILE))
+    as_umask(out)  # safetensors writes 0600 files: the group could not read the model
     meta = {"labels": labels, "markers": markers, "no_relation": no_relation,
             "classify_from": "concatenated hidden states of the subject and object start markers",
             "dropout": model.head.dropout.p}

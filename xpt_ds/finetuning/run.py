@@ -34,6 +34,7 @@ from xpt_ds.finetuning.relation_model import (
     init_marker_rows,
     save_relation_model,
 )
+from xpt_ds.io.file_modes import as_umask
 from xpt_ds.io.model_source import check_model_source
 from xpt_ds.io.paths import unwritable, write_text_atomic
 from xpt_ds.io.trust import UntrustedError, read_config_dict, reading_weights, remote_code_consent
@@ -181,6 +182,7 @@ def save_finetuned(model, cfg: FinetuneConfig, prep: Prepared, out: Path) -> Non
         return
     model.save_pretrained(out)
     prep.tokenizer.save_pretrained(str(out))
+    as_umask(out)  # safetensors writes 0600 files: the group could not read the model
 
 
 def build_optimizer(model, cfg: FinetuneConfig, total_steps: int):

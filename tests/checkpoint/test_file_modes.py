@@ -1,0 +1,26 @@
+"""Saved weights get the mode the umask gives a new file (safetensors itself writes 0600 whatever the umask)."""
+import os
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from xpt_ds.io.file_modes import as_umask, umask
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o027, 0o002])
+def test_safetensors_files_get_the_umask_mode(tmp_path, mask):
+    old = os.umask(mask)
+    try:
+        assert umask() == mask
+        save_file({"w": torch.zeros(2)}, str(tmp_path / "model.safetensors"))
+        (tmp_path / "sub").mkdir()
+        save_file({"w": torch.zeros(2)}, str(tmp_path / "sub/below.safetensors"))
+        (tmp_path / "config.json").write_text("{}")
+        assert as_umask(tmp_path) == [tmp_path / "model.safetensors"]
+    finally:
+        os.umask(old)
+    assert (tmp_path / "model.safetensors").stat().st_mode & 0o777 == 0o666 & ~mask
+    assert (tmp_path / "model.safetensors").stat().st_mode & 0o777 == (tmp_path / "config.json").stat().st_mode & 0o777
+    assert (tmp_path / "sub/below.safetensors").stat().st_mode & 0o777 == 0o600  # only the directory named
+
