@@ -145,7 +145,8 @@ def test_text_scored_otherwise_is_scored_again_on_request_only(decoder_base, tmp
     --rerun-changed a rescoring from the run's checkpoint, but the same text elsewhere (a session unpacked in
     another folder) is the same scoring; a row from before --score-text (no score_text in its scoring) is
     scored otherwise too; a sweep without --score-text keeps the rows' text scores. source_text.json the same
-    way: kept with a warning, or with --rerun-changed set aside and scored again."""
+    way: kept with a warning, or with --rerun-changed set aside and scored again; one recorded without the dtype
+    (scored before the source ran in float32) is scored otherwise."""
     from xpt_ds.checkpoint.store import MARKER
     out = tmp_path / "sweep"
     base = ["--config", str(decoder_base["config"]), "--methods", "xpt", "--sizes", "200", "--out", str(out),
@@ -177,10 +178,15 @@ def test_text_scored_otherwise_is_scored_again_on_request_only(decoder_base, tmp
         source_text(plan, stages)
     first = json.loads((out / "source_text.json").read_text())
     assert source_text_state(build_plan(parse_args([*base, "--score-text", f"en={moved}"]))) == ""
+    args = json.loads((out / "source_text.args.json").read_text())
+    assert args["dtype"] == "float32"
+    (out / "source_text.args.json").write_text(json.dumps({k: v for k, v in args.items() if k != "dtype"}))
+    assert source_text_state(plan) == "changed"  # recorded before evaluate --text ran a source in float32
+    (out / "source_text.args.json").write_text(json.dumps(args))
     other = build_plan(parse_args([*base, "--score-text", ko]))
     said = []
     source_text(other, stages, said.append)
-    assert "source_text.json was scored with another source or other text files" in said[0]
+    assert "source_text.json was scored with another source, other text files or in another dtype" in said[0]
     assert json.loads((out / "source_text.json").read_text()) == first
     rerun = build_plan(parse_args([*base, "--score-text", ko, "--rerun-changed"]))
     with contextlib.redirect_stdout(None):

@@ -25,8 +25,8 @@ from xpt_ds.io.paths import write_text_atomic
 from xpt_ds.sweeps.plan import Plan, Run
 from xpt_ds.sweeps.report import size_label
 from xpt_ds.sweeps.rows import read_rows, row_key
-from xpt_ds.sweeps.scoring import (scoring_diff, downstream, drop_weights, intrinsic, source_text, source_text_state,
-                                   text_scores, unigram, unigram_state)
+from xpt_ds.sweeps.scoring import (scoring_diff, downstream, drop_weights, intrinsic, source_text,
+                                   source_text_changed, source_text_state, text_scores, unigram, unigram_state)
 from xpt_ds.sweeps.stages import Stages, StepFailed, add_seconds, free_name, stopping, stop_stages
 
 
@@ -304,8 +304,7 @@ def dry_run(plan: Plan) -> list[Run]:
     if state == "missing" or state == "changed" and plan.rerun_changed:
         s.say(f"would score {plan.text_source} on the --score-text files -> {plan.out / 'source_text.json'}")
     elif state:
-        s.say(f"warning: {plan.out / 'source_text.json'} was scored with another source or other text files; "
-              "--rerun-changed scores it again")
+        s.say(source_text_changed(plan))
     state, unigram_json = unigram_state(plan), plan.out / "unigram.json"
     if state == "missing" or state == "changed" and plan.rerun_changed:
         s.say(f"would score the unigram reference -> {unigram_json}")

@@ -114,16 +114,23 @@ def unigram(plan: Plan, run: Run, stages: Stages, tag_args: list[str] | None = N
     (plan.out / "unigram.args.json").write_text(json.dumps(_unigram_args(plan)) + "\n")
 
 
+# The dtype the source is scored in, as each run's export is (evaluate --text's default; exports store float32).
+# Recorded, so that a source_text.json from before evaluate ran a bf16-stored source in float32 (it ran it in bf16)
+# counts as scored otherwise.
+SOURCE_TEXT_DTYPE = "float32"
+
+
 def _source_text_args(plan: Plan) -> dict:
     """What DIR/source_text.json is scored with (DIR/source_text.args.json records it): the source, the files
-    and their hashes, evaluate's arguments."""
-    return {"source": plan.text_source, "score_text": plan.score_text, "text_args": plan.text_args}
+    and their hashes, evaluate's arguments, the dtype."""
+    return {"source": plan.text_source, "score_text": plan.score_text, "text_args": plan.text_args,
+            "dtype": SOURCE_TEXT_DTYPE}
 
 
 def source_text_state(plan: Plan) -> str:
     """'' (nothing to score: no --score-text, or source_text.json scored with these arguments), 'missing', or
-    'changed' (scored with another source, other text under a label (by content, wherever the file is) or other
-    arguments)."""
+    'changed' (scored with another source, other text under a label (by content, wherever the file is), other
+    arguments or in another dtype)."""
     out, record = plan.out / "source_text.json", plan.out / "source_text.args.json"
     if not plan.score_text:
         return ""
@@ -132,9 +139,15 @@ def source_text_state(plan: Plan) -> str:
     if not record.is_file():
         return "changed"
     old, now = read_json(record), _source_text_args(plan)
-    same = old.get("source") == now["source"] and old.get("text_args") == now["text_args"] and \
+    same = all(old.get(k) == now[k] for k in ("source", "text_args", "dtype")) and \
         _text_content(old.get("score_text")) == _text_content(now["score_text"])
     return "" if same else "changed"
+
+
+def source_text_changed(plan: Plan) -> str:
+    """The warning for a source_text.json scored otherwise, kept without ``--rerun-changed``."""
+    return (f"warning: {plan.out / 'source_text.json'} was scored with another source, other text files or in "
+            "another dtype; --rerun-changed scores it again")
 
 
 def source_text(plan: Plan, stages: Stages, say=print) -> None:
@@ -148,14 +161,14 @@ def source_text(plan: Plan, stages: Stages, say=print) -> None:
     out = plan.out / "source_text.json"
     if state == "changed":
         if not plan.rerun_changed:
-            say(f"warning: {out} was scored with another source or other text files; --rerun-changed scores it "
-                "again")
+            say(source_text_changed(plan))
             return
         out.rename(free_name(out, ".superseded"))
     scored = plan.out / "source_text.evaluate.json"
     files = [spec["file"] for spec in plan.score_text.values()]
     stages.module("xpt_ds.cli.evaluate", ["--model", plan.text_source, *plan.text_args, "--text", *files,
-                                          "--out", str(scored)], plan.out / "source_text.log", "source text")
+                                          "--dtype", SOURCE_TEXT_DTYPE, "--out", str(scored)],
+                  plan.out / "source_text.log", "source text")
     figures = read_json(scored)["text"]  # keyed by str(Path(file)), as evaluate names each file
     write_text_atomic(out, json.dumps({label: figures[str(Path(f))] for label, f in zip(plan.score_text, files)},
                                       indent=1) + "\n")
