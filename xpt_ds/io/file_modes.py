@@ -1,9 +1,10 @@
 """Files others on a shared machine can read, as the umask says.
 
 safetensors 0.8 writes every file through a temporary file that is created with mode 0600 and renamed into place,
-whatever the umask (safetensors issue #782), so a model saved with ``save_pretrained`` or ``save_file`` is readable
-by its owner alone, while the ``config.json`` beside it is not. A fine-tuned model someone shares with their group,
-or serves from another account, then fails to load for everyone else. ``as_umask`` gives such files the mode an
+whatever the umask (safetensors issue #782), so the weights of a model saved with ``save_pretrained`` or
+``save_file`` are readable by their owner alone, while the ``config.json`` beside them follows the umask. A
+fine-tuned model someone shares with their group, or serves from another account, then fails to load for everyone
+else. ``as_umask`` gives such files the mode an
 ordinary new file gets: ``0o666`` without the umask's bits.
 """
 from __future__ import annotations
