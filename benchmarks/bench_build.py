@@ -7,17 +7,19 @@ safetensors, files of at most 5 GB, ``model.safetensors.index.json`` when there 
 - ``1b``: hidden 2048, 16 layers, FFN 8192, 32/8 heads, vocabulary 128,256, tied (Llama-3.2-1B);
 - ``3b``: hidden 3072, 28 layers, FFN 8192, 24/8 heads, vocabulary 128,256, tied (Llama-3.2-3B).
 
-The target language is UA-GEC's Ukrainian text with a 32,000-piece SentencePiece vocabulary. Each run is
-``method: xpt`` (``--method lora``: LoRA beside the new rows, its one phase) through the trainer's command line as
-a user runs it: one process with ``zero1_fp32`` at world 1, two ranks of torchrun with ``zero3_fp32`` at world 2
+The target language is UA-GEC's Ukrainian text with a 32,000-piece SentencePiece vocabulary. Each run is ``method:
+xpt`` (``--method lora``: LoRA beside the new rows, its one phase; ``--method extend``: the source's vocabulary with
+8,000 target pieces appended by ``xpt-data extend-vocab``, the text prepared in its ids, the new rows starting from
+``subword_mean``; the source tokenizer it extends is ``extend_inputs.py``'s) through the trainer's command line as a
+user runs it: one process with ``zero1_fp32`` at world 1, two ranks of torchrun with ``zero3_fp32`` at world 2
 (fp32: this CPU has no bf16 matmul; ``torch_adam``), sequence 128, one row a step. The ``1b`` runs train 2 steps of
-phase 1 and 1 of phase 2 (the hand-over between); the ``3b`` runs train phase 1 only (2 steps). XPT's phase 2
-trains every parameter, whose fp32 weights, master, gradient and Adam moments (some 20 bytes a parameter: 23 GB at
-1B) are more than this machine holds at any world size, so the benchmark's phase 2 trains ``@new`` and ``@upper``
-(the ITLs, the new rows and the upper half of the source's layers, 0.6B of 1.16B): the hand-over still moves every
-value into a new engine. A run is stopped once phase 2's engine is built and filled (its "phase 'phase2' starts"
-line); phase 2's step is not measured. Then the same command runs again, resuming from the phase-end checkpoint
-(stopped at its "resumed from" line: the load), and ``xpt-ds export`` writes the model.
+phase 1 and 1 of phase 2 (the hand-over between); the ``3b`` runs train phase 1 only (2 steps). XPT's phase 2 trains
+every parameter, whose fp32 weights, master, gradient and Adam moments (some 20 bytes a parameter: 23 GB at 1B) are
+more than this machine holds at any world size, so the benchmark's phase 2 trains ``@new`` and ``@upper`` (the ITLs,
+the new rows and the upper half of the source's layers, 0.6B of 1.16B; extend: ``@new_rows`` and ``@upper``): the
+hand-over still moves every value into a new engine. A run is stopped once phase 2's engine is built and filled (its
+"phase 'phase2' starts" line); phase 2's step is not measured. Then the same command runs again, resuming from the
+phase-end checkpoint (stopped at its "resumed from" line: the load), and ``xpt-ds export`` writes the model.
 
 Host memory is sampled every 0.2 s from ``/proc/PID/smaps_rollup`` of every process of the job: ``Pss_Anon``
 (memory the process owns, a page shared with a forked DataLoader worker counted half in each) and ``Pss_File``
@@ -32,7 +34,7 @@ The peer, in its own process: ``AutoModelForCausalLM.from_pretrained(SOURCE, dty
 the imports, as the trainer's time to its first step does.
 
     python benchmarks/bench_build.py --out /tmp/bench_build [--shapes 1b,3b] [--worlds 1,2] [--code DIR]
-                                     [--label after] [--cap-gib 21] [--method lora]
+                                     [--label after] [--cap-gib 21] [--method lora|extend]
 
 ``--code DIR`` runs the trainer of another checkout (``git worktree add DIR COMMIT``: the before figures); the
 sources and data are the same files. Results: ``OUT/LABEL.json`` and a Markdown table on stdout
@@ -55,6 +57,7 @@ from datetime import datetime
 from pathlib import Path
 
 from build_report import GIB, table  # this folder's: the Markdown table of a result
+from extend_inputs import extended_inputs, write_llama3_tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -116,13 +119,19 @@ def write_llama(out: Path, settings: dict, device: str = "cpu") -> Path:
     return out
 
 
+def uagec_text(out: Path) -> Path:
+    """UA-GEC's corrected train text (``data_tools.cli.uagec``)."""
+    if not (out / "uagec/text/train.txt").is_file():
+        subprocess.run([sys.executable, "-m", "data_tools.cli.uagec", "--out", str(out / "uagec")], cwd=REPO,
+                       check=True, capture_output=True)
+    return out / "uagec/text/train.txt"
+
+
 def prepare_data(out: Path) -> Path:
     """UA-GEC's corrected train text, prepared with a 32,000-piece vocabulary in the decoder layout."""
     if (out / "uk" / "manifest.json").is_file():
         return out / "uk"
-    subprocess.run([sys.executable, "-m", "data_tools.cli.uagec", "--out", str(out / "uagec")], cwd=REPO, check=True,
-                   capture_output=True)
-    subprocess.run([sys.executable, "-m", "data_tools.cli.prepare", "--input", str(out / "uagec/text/train.txt"),
+    subprocess.run([sys.executable, "-m", "data_tools.cli.prepare", "--input", str(uagec_text(out)),
                     "--out", str(out / "uk"), "--vocab-size", str(TARGET_VOCAB), "--valid", "0.02", "--test", "0.02",
                     "--family", "roberta"], cwd=REPO, check=True, capture_output=True)
     return out / "uk"
@@ -134,15 +143,18 @@ def phases_for(method: str, shape: str, asked: int = 0) -> int:
 
 
 def run_config(path: Path, run_dir: Path, source: Path, data: Path, shape: str, world: int, phases_n: int,
-               method: str = "xpt") -> Path:
+               method: str = "xpt", tokenizer: Path | None = None) -> Path:
     import yaml
     phases = [{"name": "phase1", "steps": 2, "lr": 1e-4, "warmup_steps": 0}]
-    if phases_n == 2:  # XPT's phase 2 trains @all: see the module docstring
+    if phases_n == 2:  # XPT's (and extend's) phase 2 trains @all: see the module docstring
         phases.append({"name": "phase2", "steps": 1, "lr": 1e-5, "warmup_steps": 0,
-                       "trainable": ["@new", "@upper"]})
+                       "trainable": ["@new_rows", "@upper"] if method == "extend" else ["@new", "@upper"]})
+    model = {"source": str(source), "tokenizer": str(tokenizer or data / "spm.model"), "method": method}
+    if method == "extend":
+        model["embedding_init"] = "subword_mean"  # EEVE's and SambaLingo's start (launch/configs/extend_eeve.yaml)
     cfg = {"run_dir": str(run_dir),
            "deepspeed": str(REPO / ("ds_configs/zero1_fp32.json" if world == 1 else "ds_configs/zero3_fp32.json")),
-           "model": {"source": str(source), "tokenizer": str(data / "spm.model"), "method": method},
+           "model": model,
            "phases": phases,
            "data": {"train_shards": [f"{data}/manifest.json:train"], "seq_len": 128, "num_workers": 0},
            "optim": {"micro_batch_size": 1, "grad_accum": 1, "torch_adam": True},
@@ -351,10 +363,11 @@ def train_cmd(cfg: Path, world: int) -> list[str]:
 
 
 def measure_trainer(work: Path, code: Path, source: Path, data: Path, shape: str, world: int, cap: int,
-                    phases_n: int, method: str = "xpt") -> dict:
+                    phases_n: int, method: str = "xpt", tokenizer: Path | None = None) -> dict:
     run_dir = work / f"run_{shape}_w{world}"
     shutil.rmtree(run_dir, ignore_errors=True)
-    cfg = run_config(work / f"cfg_{shape}_w{world}.yaml", run_dir, source, data, shape, world, phases_n, method)
+    cfg = run_config(work / f"cfg_{shape}_w{world}.yaml", run_dir, source, data, shape, world, phases_n, method,
+                     tokenizer)
     env = trainer_env(code)
     row: dict = {"shape": shape, "world": world, "phases": phases_n, "method": method}
     # the hand-over is measured to phase 2's first line: its first step would allocate Adam moments for every
@@ -409,9 +422,9 @@ HF_PEER = ("import sys, time, torch; t = time.time(); from transformers import A
            "m.resize_token_embeddings(int(sys.argv[2])); print('from_pretrained', time.time() - t)")
 
 
-def measure_hf(work: Path, source: Path, shape: str, cap: int) -> dict:
+def measure_hf(work: Path, source: Path, shape: str, cap: int, rows: int = TARGET_VOCAB) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    job = run_job([sys.executable, "-c", HF_PEER, str(source), str(TARGET_VOCAB)], env, work / f"hf_{shape}.log",
+    job = run_job([sys.executable, "-c", HF_PEER, str(source), str(rows)], env, work / f"hf_{shape}.log",
                   cap, timeout=3600)
     return {"shape": shape, "rc": job["rc"], "killed": job["killed"], "wall_s": job["ended"] - job["started"],
             "peak": peaks(job["samples"])}
@@ -427,14 +440,18 @@ def main() -> None:
     ap.add_argument("--cap-gib", type=float, default=21.0)
     ap.add_argument("--skip-hf", action="store_true")
     ap.add_argument("--data", type=Path, help="a prepared corpus (manifest.json, spm.model) instead of UA-GEC's")
-    ap.add_argument("--method", default="xpt", choices=("xpt", "lora"),
-                    help="xpt (default), or lora: LoRA beside the new rows, one phase (needs peft)")
+    ap.add_argument("--method", default="xpt", choices=("xpt", "lora", "extend"),
+                    help="xpt (default), lora: LoRA beside the new rows, one phase (needs peft), or extend: the "
+                    "source's vocabulary with 8,000 target pieces appended (its own inputs; 1b and 3b only)")
     ap.add_argument("--phases", type=int, default=0, help="phases to train: 2 (the hand-over) or 1; default 2 for "
                     "1b, 1 for 3b")
     a = ap.parse_args()
+    if a.method == "extend" and (a.data or set(a.shapes.split(",")) - {"1b", "3b"}):
+        ap.error("--method extend makes its own tokenizer and data for Llama 3's vocabulary: shapes 1b and 3b, "
+                 "no --data")
     a.out.mkdir(parents=True, exist_ok=True)
     cap = int(a.cap_gib * GIB)
-    data = a.data or prepare_data(a.out / "data")
+    data = a.data or (None if a.method == "extend" else prepare_data(a.out / "data"))
     code_rev = subprocess.run(["git", "-C", str(a.code), "rev-parse", "--short", "HEAD"], capture_output=True,
                               text=True).stdout.strip()
     a.code = a.code.resolve()
@@ -444,12 +461,17 @@ def main() -> None:
     out_json = a.out / f"{a.label}.json"
     for shape in a.shapes.split(","):
         source = write_source(a.out / "sources" / shape, shape)
+        tokenizer, rows = None, TARGET_VOCAB
+        if a.method == "extend":  # the source's tokenizer, extended, and the text in its ids (shared by the shapes)
+            result["source_tokenizer"] = write_llama3_tokenizer(source)
+            tokenizer, data, result["extend"] = extended_inputs(a.out / "data", source, uagec_text(a.out / "data"))
+            rows = result["extend"]["size"]
         if not a.skip_hf:
-            result["hf"].append(measure_hf(a.out, source, shape, cap))
+            result["hf"].append(measure_hf(a.out, source, shape, cap, rows))
             out_json.write_text(json.dumps(result, indent=1))
         for world in map(int, a.worlds.split(",")):
             phases_n = phases_for(a.method, shape, a.phases)
-            row = measure_trainer(a.out, a.code, source, data, shape, world, cap, phases_n, a.method)
+            row = measure_trainer(a.out, a.code, source, data, shape, world, cap, phases_n, a.method, tokenizer)
             result["rows"].append(row)
             print(json.dumps({k: v for k, v in row.items() if k not in ("samples",)}, default=str)[:2000],
                   flush=True)

@@ -45,3 +45,22 @@ def test_a_lora_row_is_one_phase_of_the_lora_method(tmp_path, corpus, monkeypatc
         cfg = load_config(str(run_config(tmp_path / f"{method}.yaml", tmp_path / "run", tmp_path / "source", corpus,
                                          "1b", 1, n, method)))
         assert cfg.model.method == method and len(cfg.phases) == n
+
+
+def test_an_extend_row_reads_the_extended_tokenizer_and_trains_the_new_rows(tmp_path, corpus, monkeypatch):
+    """``--method extend`` (BENCHMARKS.md, "Vocabulary extension at the 1B shape"): the row's config names the
+    extended tokenizer, starts the new rows from subword_mean and trains them (with the upper layers) in phase 2;
+    the tiny shape (not Llama 3's vocabulary) or a given corpus is refused in one line."""
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    from bench_build import phases_for, run_config
+
+    from xpt_ds.config.manager import load_config
+    cfg = load_config(str(run_config(tmp_path / "extend.yaml", tmp_path / "run", tmp_path / "source", corpus, "1b", 1,
+                                     phases_for("extend", "1b"), "extend", tmp_path / "tok_ext")))
+    assert (cfg.model.method, cfg.model.tokenizer, cfg.model.embedding_init) == ("extend", str(tmp_path / "tok_ext"),
+                                                                                 "subword_mean")
+    assert [p.trainable for p in cfg.phases] == [[], ["@new_rows", "@upper"]]  # phase 1: the method's preset
+    for args in (["--shapes", "tiny"], ["--shapes", "1b", "--data", str(corpus)]):
+        proc = subprocess.run([sys.executable, "benchmarks/bench_build.py", "--out", str(tmp_path / "o"), "--method",
+                               "extend", *args], cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2 and "--method extend makes its own tokenizer and data" in proc.stderr, args
