@@ -48,7 +48,7 @@ def test_a_lora_row_is_one_phase_of_the_lora_method(tmp_path, corpus, monkeypatc
 
 
 def test_an_extend_row_reads_the_extended_tokenizer_and_trains_the_new_rows(tmp_path, corpus, monkeypatch):
-    """``--method extend`` (BENCHMARKS.md, "Vocabulary extension at the 1B shape"): the row's config names the
+    """``--method extend`` (BENCHMARKS.md, "Vocabulary extension ... at the 1B shape"): the row's config names the
     extended tokenizer, starts the new rows from subword_mean and trains them (with the upper layers) in phase 2;
     the tiny shape (not Llama 3's vocabulary) or a given corpus is refused in one line."""
     monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
