@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[1]
+ENGLISH = Path("/usr/share/common-licenses/GPL-3")  # extend-vocab's --english check (Debian's copy of the GPL)
 LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
                 r"\s*[\r\n]+|\s+(?!\S)|\s+")
 BPE_ENTRIES, SPECIALS = 128_000, 256
@@ -77,13 +79,13 @@ def extended_inputs(work: Path, source: Path, uagec_text: Path, add: int = 8000)
     if not (tok / "extend_vocab.json").is_file():
         started = time.perf_counter()
         subprocess.run([sys.executable, "-m", "data_tools.cli.extend_vocab", "--source", str(source), "--text",
-                        str(uagec_text), "--out", str(tok), "--add", str(add), "--english",
-                        "/usr/share/common-licenses/GPL-3"], check=True, capture_output=True)
+                        str(uagec_text), "--out", str(tok), "--add", str(add), "--english", str(ENGLISH)],
+                       cwd=REPO, check=True, capture_output=True)
         facts["extend_vocab_s"] = round(time.perf_counter() - started, 1)
     report = json.loads((tok / "extend_vocab.json").read_text())
     facts.update(source_size=report["source_size"], added=report["added"], size=report["size"])
     if not (data / "manifest.json").is_file():
         subprocess.run([sys.executable, "-m", "data_tools.cli.prepare", "--input", str(uagec_text), "--out",
-                        str(data), "--hf-tokenizer", str(tok), "--valid", "0.02", "--test", "0.02"], check=True,
-                       capture_output=True)
+                        str(data), "--hf-tokenizer", str(tok), "--valid", "0.02", "--test", "0.02"], cwd=REPO,
+                       check=True, capture_output=True)
     return tok, data, facts
