@@ -1,5 +1,6 @@
 """Saved weights get the mode the umask gives a new file (safetensors itself writes 0600 whatever the umask)."""
 import os
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -24,3 +25,19 @@ def test_safetensors_files_get_the_umask_mode(tmp_path, mask):
     assert (tmp_path / "model.safetensors").stat().st_mode & 0o777 == (tmp_path / "config.json").stat().st_mode & 0o777
     assert (tmp_path / "sub/below.safetensors").stat().st_mode & 0o777 == 0o600  # only the directory named
 
+
+
+def test_the_umask_without_proc_is_read_and_left_as_it_was(monkeypatch):
+    """Where /proc/self/status cannot be read (not Linux), the umask is set and restored to read it."""
+    from xpt_ds.io import file_modes
+
+    def unreadable():
+        raise FileNotFoundError("no /proc here")
+
+    old = os.umask(0o027)
+    try:
+        monkeypatch.setattr(file_modes, "Path", lambda *_: SimpleNamespace(read_text=unreadable))
+        assert umask() == 0o027
+        assert umask() == 0o027  # unchanged by the first read
+    finally:
+        os.umask(old)

@@ -16,11 +16,12 @@ from pathlib import Path
 def umask() -> int:
     """The process's umask, read without changing it where Linux says it (``/proc/self/status``)."""
     try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
+        status = Path("/proc/self/status").read_text()
     except OSError:
-        pass
+        status = ""  # not Linux
+    for line in status.splitlines():
+        if line.startswith("Umask:"):
+            return int(line.split()[1], 8)
     mask = os.umask(0o077)  # elsewhere: set and restore it at once
     os.umask(mask)
     return mask
