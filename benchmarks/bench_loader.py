@@ -2,14 +2,15 @@
 
 Both read the same WebDataset shards and produce masked [B, L] tensors (15 %, 80/10/10):
 - xpt_ds: read shard -> decode -> pack -> mask -> tensors (``MLMBatchStream``), with 0 and N DataLoader workers,
-  for each ``data.masking`` (token, whole_word, span);
+  for each ``data.masking`` (token, whole_word, span); with ``--mix W``, also token masking over the shards as two
+  corpora, the second blended in at weight W (``data.mix``);
 - Hugging Face: read shard -> decode -> concatenate and chunk (``run_mlm.py``'s group_texts) ->
   ``DataCollatorForLanguageModeling`` on lists of ids, the usual ``Trainer`` input path; for whole words the same
   collator with ``whole_word_mask=True`` (transformers 5's whole-word path, which replaced
   DataCollatorForWholeWordMask), whose examples also carry each piece's character offsets (the tokenizer's
   ``offset_mapping``, made here from the pieces' lengths: a ``▁`` piece starts after a gap), as it needs.
 
-    python benchmarks/bench_loader.py [--tokens 6000000] [--batch 64] [--seq-len 512] [--repeats 1]
+    python benchmarks/bench_loader.py [--tokens 6000000] [--batch 64] [--seq-len 512] [--repeats 1] [--mix 0.1]
 """
 from __future__ import annotations
 
@@ -65,12 +66,21 @@ def best_rate(next_batch, batch, seq_len, n_batches, repeats) -> tuple[float, fl
 
 
 def bench_xpt(shards, tok, batch, seq_len, workers, n_batches, masking: str = "token",
-              repeats: int = 1) -> tuple[float, float]:
+              repeats: int = 1, mix: float = 0.0) -> tuple[float, float]:
+    """``mix``: the shards' second half is a corpus blended in at that weight (``data.mix``), the first half
+    data.train_shards."""
     from xpt_ds.config import DataConfig
+    from xpt_ds.data.mixture import MAIN, Mixture
     from xpt_ds.data.mlm import MLMBatchStream, MLMMasker, build_stream
 
     cfg = DataConfig(train_shards=shards, seq_len=seq_len, num_workers=workers, masking=masking)
-    stream = MLMBatchStream(build_stream(shards, cfg, tok), MLMMasker(cfg, tok), batch, 0, 1, workers)
+    mixture = None
+    if mix:
+        half = len(shards) // 2
+        corpora = [build_stream(shards[:half], cfg, tok), build_stream(shards[half:], cfg, tok)]
+        mixture = Mixture([MAIN, "mixed"], corpora, [1 - mix, mix])
+    stream = MLMBatchStream(mixture.streams[0] if mix else build_stream(shards, cfg, tok), MLMMasker(cfg, tok), batch,
+                            0, 1, workers, mixture=mixture)
     next(stream)  # start-up (worker fork, index scan) is not throughput
     rate = best_rate(lambda: next(stream), batch, seq_len, n_batches, repeats)
     stream.close()
@@ -139,6 +149,8 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=1, help="timed windows per row; the fastest counts")
     p.add_argument("--masking", nargs="+", default=["token", "whole_word", "span"], help="data.masking strategies")
     p.add_argument("--spm", help="SentencePiece model (default: train a small one on synthetic text)")
+    p.add_argument("--mix", type=float, default=0.0, help="also time token masking with half the shards blended in "
+                                                           "at this weight (data.mix)")
     a = p.parse_args()
 
     from xpt_ds.data.tokenizer import build_tokenizer, save_hf_tokenizer
@@ -160,6 +172,9 @@ def main() -> None:
             for workers in (0, a.workers):
                 rows.append((f"xpt_ds MLMBatchStream, {workers} workers", masking,
                              bench_xpt(shards, tok, a.batch, a.seq_len, workers, a.batches, masking, a.repeats)))
+        for workers in (0, a.workers) if a.mix else ():
+            rows.append((f"xpt_ds MLMBatchStream, data.mix {a.mix:g}, {workers} workers", "token",
+                         bench_xpt(shards, tok, a.batch, a.seq_len, workers, a.batches, "token", a.repeats, a.mix)))
     import transformers
     print(f"machine: {platform.node()} {os.cpu_count()} CPUs, torch {torch.__version__}, transformers "
           f"{transformers.__version__}; batch {a.batch} x {a.seq_len}, best of {a.repeats} windows of {a.batches} "

@@ -142,7 +142,7 @@ def _training(cfg: TrainConfig, client: dict, tag_dir: Path, sizes: dict[str, in
     batch = cfg.optim.micro_batch_size * cfg.optim.grad_accum * world
     tokens = f"**Tokens seen**: {state['tokens_seen']:,}"
     if state.get("target_tokens_seen", state["tokens_seen"]) != state["tokens_seen"]:
-        tokens += f" ({state['target_tokens_seen']:,} of them in target-language MLM rows)"
+        tokens += f" ({state['target_tokens_seen']:,} of them in rows of `data.train_shards`)"
     return "\n".join([
         "## Training", "",
         "| " + " | ".join(head) + " |", "|" + "---|" * len(head), *rows, "",
@@ -152,7 +152,9 @@ def _training(cfg: TrainConfig, client: dict, tag_dir: Path, sizes: dict[str, in
         f"{tokens}, in batches of {batch:,} sequences (`optim.micro_batch_size` {cfg.optim.micro_batch_size} x "
         f"`optim.grad_accum` {cfg.optim.grad_accum} x {_ranks(world)}) of up to {cfg.data.seq_len} pieces.", "",
         f"**Objective**: {'next-token prediction' if decoder else 'masked-language modelling'}. "
-        f"**Data**: `data.train_shards` {', '.join(f'`{s}`' for s in cfg.data.train_shards)}; "
+        f"**Data**: `data.train_shards` {', '.join(f'`{s}`' for s in cfg.data.train_shards)}"
+        + "".join(f", blended with `{m.name}` ({m.weight:.2%} of the rows: {', '.join(f'`{s}`' for s in m.shards)})"
+                  for m in cfg.data.mix) + "; "
         f"tokenizer `{cfg.model.tokenizer or cfg.model.source}`"
         + ("." if decoder else f"; masking `{cfg.data.masking}`, `data.mask_prob` {cfg.data.mask_prob:g}.")])
 
@@ -210,8 +212,11 @@ def _validation(cfg: TrainConfig, run_dir: Path, step: int) -> str:
     n = cfg.logging.eval_batches
     which = "every sequence" if n == 0 else f"the first {n} micro-batches of {cfg.optim.micro_batch_size} sequences"
     rows = [f"| {_cell(k.removeprefix('valid/'))} | {_number(v)} |" for k, v in figures.items()]
+    mixed = [m.name for m in cfg.data.mix if m.valid_shards]
+    also = (f" (rows `NAME/...`: on those of the `data.mix` corpus NAME, {', '.join(f'`{n}`' for n in mixed)})"
+            if mixed else "")
     return "\n".join(["## Validation", "", f"At step {at:,} (`RUN/metrics.jsonl`), on {which} of "
-                      f"`data.valid_shards` {', '.join(f'`{s}`' for s in cfg.data.valid_shards)}:", "",
+                      f"`data.valid_shards` {', '.join(f'`{s}`' for s in cfg.data.valid_shards)}{also}:", "",
                       "| metric | value |", "|---|---|", *rows])
 
 

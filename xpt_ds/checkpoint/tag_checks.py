@@ -3,6 +3,7 @@ is there, every ``.pt`` file is plain data (``xpt_ds.io.trust``), and, on a resu
 tag holds. Each failure is one line naming the file or the config keys."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -62,15 +63,17 @@ def resumed_tags(tag_dir: Path, client: dict, model_cfg, tok, hf_config) -> dict
 # The data.* keys that decide which tokens the training stream holds, in which order, and how they are masked.
 # data.seq_len is not here: a resume at another length is converted (xpt_ds.data.mlm.MLMBatchStream).
 STREAM_KEYS = ("train_shards", "train_tokens", "seed", "shuffle_docs", "doc_separator", "masking", "mask_prob",
-               "mask_replace_prob", "random_replace_prob", "span_p", "span_max", "parallel_shards", "source_shards",
-               "parallel_micro_batch")
+               "mask_replace_prob", "random_replace_prob", "span_p", "span_max", "mix", "parallel_shards",
+               "source_shards", "parallel_micro_batch")
 
 
 def data_changes(saved: dict, now) -> list[str]:
     """'data.KEY OLD -> NEW' for each stream key the checkpoint's config (``saved``: its ``data`` section) and
-    this run's ``DataConfig`` set differently; a key the checkpoint's config lacks is not compared."""
-    return [f"data.{k} {saved[k]!r} -> {getattr(now, k)!r}" for k in STREAM_KEYS
-            if k in saved and saved[k] != getattr(now, k)]
+    this run's ``DataConfig`` set differently; a key the checkpoint's config lacks is not compared, except
+    data.mix, which configs before it lacked (none)."""
+    saved = {"mix": [], **saved}
+    plain = {k: [dataclasses.asdict(m) for m in now.mix] if k == "mix" else getattr(now, k) for k in STREAM_KEYS}
+    return [f"data.{k} {saved[k]!r} -> {plain[k]!r}" for k in STREAM_KEYS if k in saved and saved[k] != plain[k]]
 
 
 def missing_files(tag_dir: Path) -> list[str]:

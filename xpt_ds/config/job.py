@@ -118,6 +118,21 @@ class PhaseConfig:
         return list(dict.fromkeys(names))
 
 
+MIX_PERIOD = 10_000  # data.mix: the rows of the mixture's repeating pattern, so weights resolve to 1/MIX_PERIOD
+
+
+@dataclass
+class MixConfig:
+    name: str = doc("", "The corpus's name in the logs and metrics (data/NAME/epoch, valid/NAME/*): letters, digits, "
+                        "'_', '-' or '.'; not 'train', which names data.train_shards.")
+    shards: list[str] = doc([], "Its training shards, made with model.tokenizer: paths, brace patterns or a "
+                                "manifest.json:split.")
+    weight: float = doc(0.0, "The fraction of training sequences taken from it, 0 < weight < 1; data.train_shards "
+                             "gives the rest (1 minus every entry's weight), in steps of 1/10000.")
+    valid_shards: list[str] = doc([], "Its validation shards, scored at every validation as valid/NAME/*; empty: "
+                                      "none.")
+
+
 @dataclass
 class DataConfig:
     train_shards: list[str] = doc([], "Training WebDataset shards: paths, brace patterns or a manifest.json.")
@@ -142,6 +157,10 @@ class DataConfig:
     train_tokens: int = doc(0, "Use only the first N tokens of the training corpus, in the fixed document order of "
                                "data.seed (pieces plus separators; the last document is cut), the same subset every "
                                "epoch; a smaller N's subset is a prefix of a larger one's. 0 = all.")
+    mix: list[MixConfig] = doc([], "Other corpora blended into the training stream (English text kept in view, a "
+                                   "second target corpus; docs/data.md, 'Blending corpora'), each a name, shards, a "
+                                   "weight and optional validation shards. Each corpus streams its own epochs in a "
+                                   "fixed interleave of rows; data.train_tokens restricts data.train_shards only.")
     parallel_shards: list[str] = doc([], "model.method trelm: parallel shards for CdLM (docs/shard_format.md, "
                                          "'Parallel shards'): paths, brace patterns or a parallel manifest.json:split "
                                          "made with model.tokenizer and model.source's tokenizer. Empty = target MLM "

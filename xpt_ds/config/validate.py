@@ -13,6 +13,7 @@ from xpt_ds.config.job import (
     ATTENTIONS,
     DECAYS,
     MASKINGS,
+    MIX_PERIOD,
     ConfigError,
     DataConfig,
     ModelConfig,
@@ -170,6 +171,33 @@ def _data_problems(cfg: TrainConfig, method: Method | None) -> Iterator[str]:
                "(only trelm does)")
     if d.parallel_micro_batch < 0:
         yield f"config key 'data.parallel_micro_batch' must be >= 0, got {d.parallel_micro_batch}"
+    yield from _mix_problems(d)
+
+
+_MIX_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+def _mix_problems(d) -> Iterator[str]:
+    """data.mix: named corpora with shards and weights that leave data.train_shards a share (``xpt_ds.data.mixture``
+    resolves weights to 1/MIX_PERIOD)."""
+    names = [m.name for m in d.mix]
+    for i, m in enumerate(d.mix):
+        key = f"config key 'data.mix[{i}]"
+        if not _MIX_NAME.fullmatch(m.name) or m.name == "train" or m.name.startswith("cdlm"):
+            yield (f"{key}.name' is {m.name!r}: give a name of letters, digits, '_', '-' or '.' (not 'train', "
+                   "data.train_shards' own, nor cdlm*, TreLM's validation's)")
+        elif names.count(m.name) > 1:
+            yield f"{key}.name' {m.name!r} names two data.mix entries"
+        if not m.shards:
+            yield f"{key}.shards' is empty"
+        if not 0 < m.weight < 1:
+            yield f"{key}.weight' must be between 0 and 1 (a fraction of the training sequences), got {m.weight}"
+        elif m.weight < 1 / MIX_PERIOD:
+            yield f"{key}.weight' {m.weight} is below the mixture's resolution, 1/{MIX_PERIOD}"
+    total = sum(m.weight for m in d.mix)
+    if d.mix and all(0 < m.weight < 1 for m in d.mix) and 1 - total < 1 / MIX_PERIOD:
+        yield (f"config key 'data.mix' weights sum to {total:g}, leaving data.train_shards no share: they must sum "
+               f"to at most {1 - 1 / MIX_PERIOD:g}")
 
 
 def _optim_problems(cfg: TrainConfig) -> Iterator[str]:

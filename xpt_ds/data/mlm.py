@@ -15,6 +15,9 @@ masker's place (next-token targets from the same rows).
 permutation of the whole corpus (independent of N and of the epoch), taken in that order until N stream
 tokens, the last one cut. So every epoch holds exactly N tokens, and a smaller N's subset is a prefix of a
 larger N's (a nested ladder of data sizes). Each epoch still re-shuffles the subset's order.
+
+``data.mix`` blends other corpora into the training stream (``xpt_ds.data.mixture``): sequence i is then packed
+from the corpus the mixture's schedule gives it, at that corpus's own row, and the state adds each corpus's row.
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ import torch
 from xpt_ds.config import ConfigError, DataConfig
 from xpt_ds.data.causal import NextTokenTargets
 from xpt_ds.data.masking import select_units, span_begins, span_length_cdf, span_lengths, word_begins
+from xpt_ds.data.mixture import MAIN, Mixture
 from xpt_ds.data.shards import DataError, DocReader, ShardIndex, scan_shards
 from xpt_ds.data.tokenizer import TargetTokenizer
 from xpt_ds.data.workers import WorkerFailure, Workers, ignore_stop_signals
@@ -290,11 +294,13 @@ def sequence_seed(seed: int, salt: int, i: int) -> int:
 
 
 class _BatchPlan:
-    """Which sequences make up rank r's micro-batch b, and how to build it."""
+    """Which sequences make up rank r's micro-batch b, and how to build it; with a ``mixture``, which corpus and
+    row each sequence reads (``offsets``: ``Mixture.offsets``)."""
 
     def __init__(self, stream: TokenStream, masker: MLMMasker | NextTokenTargets, micro_batch: int, rank: int,
-                 world: int, first_sequence: int, *, single_pass: bool, salt: int):
-        self.stream, self.masker = stream, masker
+                 world: int, first_sequence: int, *offsets: int, single_pass: bool, salt: int,
+                 mixture: Mixture | None = None):
+        self.stream, self.masker, self.mixture, self.offsets = stream, masker, mixture, list(offsets)
         self.B, self.rank, self.world, self.first = micro_batch, rank, world, first_sequence
         self.body = stream.cfg.seq_len - 2
         self.salt = salt
@@ -307,10 +313,11 @@ class _BatchPlan:
         seq_ids = [self.first + (b * self.world + self.rank) * self.B + j for j in range(self.B)]
         rows = np.full((self.B, L), tok.pad_id, np.int64)
         for j, i in enumerate(seq_ids):
-            stop = (i + 1) * self.body
+            src, k = (self.stream, i) if self.mixture is None else self.mixture.locate(i, self.offsets)
+            stop = (k + 1) * self.body
             if self.n_sequences is not None:  # past the end: an empty cls+sep row keeps the attention row valid
-                stop = min(stop, self.stream.epoch_tokens)
-            body = self.stream.tokens(i * self.body, stop) if i * self.body < stop else np.empty(0, np.int64)
+                stop = min(stop, src.epoch_tokens)
+            body = src.tokens(k * self.body, stop) if k * self.body < stop else np.empty(0, np.int64)
             rows[j, 0], rows[j, 1:1 + len(body)], rows[j, 1 + len(body)] = tok.cls_id, body, tok.sep_id
         ids = torch.from_numpy(rows)
         out = self.masker(ids, [sequence_seed(self.stream.cfg.seed, self.salt, i) for i in seq_ids])
@@ -337,35 +344,57 @@ class MLMBatchStream:
     worker_init_fn = staticmethod(ignore_stop_signals)  # tests replace it
 
     def __init__(self, stream: TokenStream, masker: MLMMasker | NextTokenTargets, micro_batch: int, rank: int,
-                 world: int, num_workers: int, single_pass: bool = False, salt: int | None = None):
-        self.stream, self.masker = stream, masker
+                 world: int, num_workers: int, single_pass: bool = False, salt: int | None = None,
+                 mixture: Mixture | None = None):
+        self.stream, self.masker, self.mixture = stream, masker, mixture  # stream: data.train_shards' (mixture's 1st)
         self.micro_batch, self.rank, self.world = micro_batch, rank, world
         salt = (1 if single_pass else 0) if salt is None else salt  # sequence_seed
-        self.sequences = 0  # global sequences consumed, the loader's whole state
-        plan = partial(_BatchPlan, stream, masker, micro_batch, rank, world, single_pass=single_pass, salt=salt)
-        self.workers = Workers(plan, num_workers, self.worker_timeout_s, self.worker_init_fn)
+        self.sequences = 0  # global sequences consumed, the loader's whole state (with a mixture's offsets)
+        self.offsets = [0] * len(mixture.names) if mixture else []
+        plan = partial(_BatchPlan, stream, masker, micro_batch, rank, world, single_pass=single_pass, salt=salt,
+                       mixture=mixture)
+        self.workers = Workers(plan, num_workers, self.worker_timeout_s, self.worker_init_fn, 1 + len(self.offsets))
         self._it = None  # the workers' iterator from self.sequences on; None: restart them there at the next batch
 
     def state_dict(self) -> dict:
-        return {"sequences": self.sequences, "seq_len": self.stream.cfg.seq_len}
+        sd = {"sequences": self.sequences, "seq_len": self.stream.cfg.seq_len}
+        return {**sd, "positions": self.positions()} if self.mixture else sd
+
+    def positions(self) -> dict[str, int]:
+        """Corpus name -> its rows read so far (``train``: data.train_shards)."""
+        return self.mixture.positions(self.sequences, self.offsets) if self.mixture else {MAIN: self.sequences}
 
     def load_state_dict(self, sd: dict) -> None:
         """Sequence i holds the stream's tokens [i * (seq_len - 2), (i + 1) * (seq_len - 2)): a state saved at
         another ``data.seq_len`` (a 128 -> 512 schedule) continues at the first sequence that starts at or after
-        the token where it stopped, skipping less than one sequence and repeating none."""
-        self.sequences, self._it = int(sd["sequences"]), None
+        the token where it stopped, skipping less than one sequence and repeating none. With a mixture, each
+        corpus continues at its own saved row (a corpus the state lacks: at its start); without one, the state of
+        a mixed stream continues data.train_shards' corpus where it stopped."""
         saved, body = int(sd.get("seq_len", self.stream.cfg.seq_len)), self.stream.cfg.seq_len - 2
-        if saved != self.stream.cfg.seq_len:
-            token = self.sequences * (saved - 2)
-            self.sequences = -(-token // body)
-            if self.rank == 0:
-                log.warning("data.seq_len %d -> %d: the data stream stopped at token %d (sequence %d) and continues "
-                            "at token %d (sequence %d at the new length)", saved, body + 2, token,
-                            int(sd["sequences"]), self.sequences * body, self.sequences)
+
+        def now(rows: int) -> int:  # the first sequence at the current length at or after that row's first token
+            return rows if saved == body + 2 else -(-rows * (saved - 2) // body)
+
+        positions = {name: now(int(rows)) for name, rows in sd.get("positions", {MAIN: sd["sequences"]}).items()}
+        self.sequences, self._it = now(int(sd["sequences"])) if self.mixture else positions.get(MAIN, 0), None
+        if self.mixture:
+            self.offsets = self.mixture.offsets(self.sequences, positions)
+        if saved != body + 2 and self.rank == 0:
+            log.warning("data.seq_len %d -> %d: the data stream stopped at token %d (sequence %d) and continues "
+                        "at token %d (sequence %d at the new length)", saved, body + 2, int(sd["sequences"]) * (
+                            saved - 2), int(sd["sequences"]), self.sequences * body, self.sequences)
 
     @property
     def epoch(self) -> int:
-        return self.sequences * (self.stream.cfg.seq_len - 2) // self.stream.epoch_tokens
+        """data.train_shards' epoch."""
+        return self.positions()[MAIN] * (self.stream.cfg.seq_len - 2) // self.stream.epoch_tokens
+
+    def mixed_epochs(self) -> dict[str, int]:
+        """Each data.mix corpus's epoch."""
+        if not self.mixture:
+            return {}
+        epochs = self.mixture.epochs(self.sequences, self.offsets, self.stream.cfg.seq_len - 2)
+        return {name: e for name, e in epochs.items() if name != MAIN}
 
     def fork_workers(self) -> None:
         """Fork the worker processes now, while the rank runs no other thread that could hold an interpreter lock
@@ -384,7 +413,7 @@ class MLMBatchStream:
         for attempt in range(WORKER_RESTARTS + 1):
             try:
                 if self._it is None:
-                    self._it = self.workers.run(self.sequences)
+                    self._it = self.workers.run(self.sequences, *self.offsets)
                 batch = next(self._it)
                 break
             except RuntimeError as e:
@@ -414,17 +443,39 @@ def build_stream(shards: list[str], cfg: DataConfig, tok: TargetTokenizer, max_t
 def build_streams(cfg: DataConfig, tok: TargetTokenizer, micro_batch: int, rank: int, world: int,
                   causal: bool = False):
     """(training stream, validation stream or None); ``causal``: next-token rows (``xpt_ds.data.causal``) in
-    place of masked ones, from the same packing."""
+    place of masked ones, from the same packing. With ``data.mix`` the training stream blends its corpora."""
     masker = NextTokenTargets(tok) if causal else MLMMasker(cfg, tok)
-    train = MLMBatchStream(build_stream(expand_shards(cfg.train_shards, tok), cfg, tok, cfg.train_tokens,
-                                        manifest_counts(cfg.train_shards)), masker, micro_batch, rank, world,
-                           cfg.num_workers)
+    main = build_stream(expand_shards(cfg.train_shards, tok), cfg, tok, cfg.train_tokens,
+                        manifest_counts(cfg.train_shards))
+    mixture = None
+    if cfg.mix:
+        mixed = [build_stream(expand_shards(m.shards, tok), cfg, tok, 0, manifest_counts(m.shards)) for m in cfg.mix]
+        mixture = Mixture([MAIN] + [m.name for m in cfg.mix], [main] + mixed,
+                          [1 - sum(m.weight for m in cfg.mix)] + [m.weight for m in cfg.mix])
+        if rank == 0:
+            log.info("data.mix: the training rows come from %s", ", ".join(
+                f"{'data.train_shards' if n == MAIN else n} {q / sum(mixture.schedule.quota):.2%} ({s.epoch_tokens:,} "
+                f"tokens an epoch)" for n, q, s in zip(mixture.names, mixture.schedule.quota, mixture.streams)))
+    train = MLMBatchStream(main, masker, micro_batch, rank, world, cfg.num_workers, mixture=mixture)
     valid = None
     if cfg.valid_shards:
-        valid = MLMBatchStream(build_stream(expand_shards(cfg.valid_shards, tok), cfg, tok, 0,
-                                            manifest_counts(cfg.valid_shards)), masker, micro_batch, rank, world,
-                               cfg.num_workers, single_pass=True)
+        valid = _validation(cfg.valid_shards, cfg, masker, micro_batch, rank, world)
     return train, valid
+
+
+def _validation(specs: list[str], cfg: DataConfig, masker, micro_batch: int, rank: int,
+                world: int) -> MLMBatchStream:
+    tok = masker.tok
+    return MLMBatchStream(build_stream(expand_shards(specs, tok), cfg, tok, 0, manifest_counts(specs)), masker,
+                          micro_batch, rank, world, cfg.num_workers, single_pass=True)
+
+
+def build_mix_validation(cfg: DataConfig, tok: TargetTokenizer, micro_batch: int, rank: int, world: int,
+                         causal: bool = False) -> dict[str, MLMBatchStream]:
+    """Name -> validation stream of each data.mix corpus that has ``valid_shards``."""
+    masker = NextTokenTargets(tok) if causal else MLMMasker(cfg, tok)
+    return {m.name: _validation(m.valid_shards, cfg, masker, micro_batch, rank, world)
+            for m in cfg.mix if m.valid_shards}
 
 
 def build_source_stream(cfg: DataConfig, source_tok: TargetTokenizer, micro_batch: int, rank: int,

@@ -12,7 +12,8 @@ Python 3.11.7.
 So a stream's workers are forked once (``Workers.fork``), at the end of the trainer's build: the engine does not
 exist yet, and the build's own collectives (a few small agreements between ranks) ended before the model was
 built. They live for the run (torch's ``persistent_workers``).
-The sequence an iteration starts at is an integer in shared memory, which a worker reads when an iteration starts;
+The sequence an iteration starts at is an integer in shared memory (with a blend of corpora, each corpus's offset
+beside it: ``xpt_ds.data.mixture``), which a worker reads when an iteration starts;
 ``Workers.run`` sets it and restarts the same processes, for a new validation pass, a resume or a rewind. Workers
 forked before it is set build nothing. A stall from any cause is still handled by ``MLMBatchStream``, which shuts
 stalled workers down and forks new ones.
@@ -50,19 +51,19 @@ def ignore_stop_signals(worker_id: int) -> None:
 
 
 class BatchDataset(IterableDataset):
-    """Batches ``plan(first).batch(b)`` for this worker's b (w, w + W, ...), ``first`` read from ``start`` when
-    an iteration starts; ``plan(first).n_batches`` ends a single pass (None: never)."""
+    """Batches ``plan(first, *rest).batch(b)`` for this worker's b (w, w + W, ...), ``first`` and ``rest`` read
+    from ``start`` when an iteration starts; ``plan(...).n_batches`` ends a single pass (None: never)."""
 
-    def __init__(self, plan: Callable[[int], object], start: torch.Tensor):
+    def __init__(self, plan: Callable[..., object], start: torch.Tensor):
         self.plan, self.start = plan, start
 
     def __iter__(self):
-        first = int(self.start[0])
+        first, *rest = self.start.tolist()
         if first == UNSET:
             return
         info = get_worker_info()
         w, W = (info.id, info.num_workers) if info else (0, 1)
-        plan = self.plan(first)
+        plan = self.plan(first, *rest)
         stop = plan.n_batches
         for b in count(w, W):
             if stop is not None and b >= stop:
@@ -79,11 +80,12 @@ class BatchDataset(IterableDataset):
 
 class Workers:
     """``num_workers`` processes (0: the batches are built in the calling process) building the batches of
-    ``plan``; ``timeout``: seconds ``next`` waits for a batch before torch raises ``DataLoader timed out``."""
+    ``plan``; ``timeout``: seconds ``next`` waits for a batch before torch raises ``DataLoader timed out``;
+    ``width``: the integers ``plan`` takes."""
 
-    def __init__(self, plan: Callable[[int], object], num_workers: int, timeout: float,
-                 worker_init_fn: Callable[[int], None] | None = None):
-        self.start = torch.full((1,), UNSET, dtype=torch.int64)
+    def __init__(self, plan: Callable[..., object], num_workers: int, timeout: float,
+                 worker_init_fn: Callable[[int], None] | None = None, width: int = 1):
+        self.start = torch.full((width,), UNSET, dtype=torch.int64)
         if num_workers:
             self.start.share_memory_()  # a forked worker reads what run() writes later
         self.dataset = BatchDataset(plan, self.start)
@@ -105,10 +107,10 @@ class Workers:
         if self.num_workers and self._loader is None:
             self.run(UNSET)
 
-    def run(self, first: int) -> Iterator:
-        """The batches from sequence ``first`` on. The first call forks the workers (unless ``fork`` did);
-        later calls restart the same processes, which drop what they prefetched."""
-        self.start[0] = first
+    def run(self, first: int, *rest: int) -> Iterator:
+        """The batches from sequence ``first`` on (``rest``: the plan's other integers). The first call forks the
+        workers (unless ``fork`` did); later calls restart the same processes, which drop what they prefetched."""
+        self.start[:] = torch.tensor([first, *rest] if first != UNSET else [UNSET] * len(self.start))
         if self._loader is None:
             self._loader = self._make_loader()
         return iter(self._loader)

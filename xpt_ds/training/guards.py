@@ -29,11 +29,18 @@ from xpt_ds.model import finite
 HALTED_EXIT_CODE = 3  # not 124: a halted job must not be requeued
 
 
+def _token_streams(stream) -> list:
+    """The token streams a batch stream reads: its own, or with data.mix every corpus's."""
+    mixture = getattr(stream, "mixture", None)
+    return list(mixture.streams) if mixture is not None else [stream.stream]
+
+
 def skipped_shards(train) -> list[str]:
-    """The corrupt shards left out (data.on_corrupt_shard: skip) of the training stream: target MLM, TreLM's
-    English MLM and its parallel shards."""
+    """The corrupt shards left out (data.on_corrupt_shard: skip) of the training stream: target MLM (with
+    data.mix, every corpus's), TreLM's English MLM and its parallel shards."""
     source, corpus = getattr(train, "source", None), getattr(train, "corpus", None)
-    return (list(train.stream.skipped) + (list(source.stream.skipped) if source is not None else [])
+    return ([path for s in _token_streams(getattr(train, "mlm", train)) for path in s.skipped]
+            + (list(source.stream.skipped) if source is not None else [])
             + (list(corpus.skipped) if corpus is not None else []))
 
 
@@ -42,7 +49,7 @@ def shard_layouts(*streams) -> dict[str, tuple[int, int, str]]:
     out = {}
     for stream in filter(None, streams):
         for mlm in filter(None, (getattr(stream, "mlm", stream), getattr(stream, "source", None))):
-            out.update((idx.path, layout(idx)) for idx in mlm.stream.indexes)
+            out.update((idx.path, layout(idx)) for tokens in _token_streams(mlm) for idx in tokens.indexes)
         if (corpus := getattr(stream, "corpus", None)) is not None:
             out.update((p.src.path, layout(p.src, p.tgt, p.t2s, p.s2t)) for p in corpus.shards)
     return out

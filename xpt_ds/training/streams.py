@@ -1,13 +1,14 @@
-"""The run's batch streams as one component: the training stream (TreLM: the phase's other objectives beside MLM),
-validation, and TreLM's CdLM validation. It owns their worker processes; its state, where the training stream is,
-is checkpointed as ``data``."""
+"""The run's batch streams as one component: the training stream (TreLM: the phase's other objectives beside MLM; with
+data.mix, a blend of corpora), validation, each data.mix corpus's validation, and TreLM's CdLM validation. It owns
+their worker processes; its state, where the training stream is, is checkpointed as ``data``."""
 from __future__ import annotations
 
 import torch
 
 from xpt_ds.config import TrainConfig
 from xpt_ds.config.phase_checks import phase_objectives
-from xpt_ds.data.mlm import build_streams
+from xpt_ds.data.mixture import MAIN
+from xpt_ds.data.mlm import build_mix_validation, build_streams
 from xpt_ds.errors import UserError
 from xpt_ds.training.guards import check_streams_agree, shard_layouts, skipped_shards
 from xpt_ds.trelm.data import TreLMBatchStream, build_trelm_stream
@@ -15,8 +16,21 @@ from xpt_ds.trelm.valid import build_cdlm_validation
 
 
 class Streams:
-    def __init__(self, train, valid, cdlm_valid):
+    def __init__(self, train, valid, cdlm_valid, mix_valid: dict | None = None):
         self.train, self.valid, self.cdlm_valid = train, valid, cdlm_valid
+        self.mix_valid = mix_valid or {}  # data.mix corpus name -> its validation stream
+
+    @property
+    def mlm(self):
+        """The target MLM (or next-token) stream: the training stream, or the one inside TreLM's."""
+        return self.train.mlm if self.trelm else self.train
+
+    def target_rows(self) -> int:
+        """Rows of data.train_shards trained on so far (with data.mix, not the other corpora's)."""
+        return self.mlm.positions()[MAIN]
+
+    def mixed_epochs(self) -> dict[str, int]:
+        return self.mlm.mixed_epochs()
 
     @property
     def trelm(self) -> bool:
@@ -47,12 +61,12 @@ class Streams:
 
     def fork_workers(self) -> None:
         """Before any engine thread exists (``xpt_ds.data.workers``)."""
-        for stream in filter(None, (self.train, self.valid)):
+        for stream in filter(None, (self.train, self.valid, *self.mix_valid.values())):
             stream.fork_workers()
 
     def close(self) -> None:
         """Stop the loaders' worker processes (they ignore stop signals)."""
-        for stream in filter(None, (self.train, self.valid)):
+        for stream in filter(None, (self.train, self.valid, *self.mix_valid.values())):
             stream.close()
 
 
@@ -64,11 +78,12 @@ def open_streams(cfg: TrainConfig, tok, hf_config, rank: int, world: int, causal
             train = build_trelm_stream(train, cfg, tok, hf_config.xpt_trelm_source_vocab_size, rank, world)
         cdlm = None if not isinstance(train, TreLMBatchStream) else build_cdlm_validation(
             cfg, train.source_tok, tok, rank, world)  # data.parallel_valid_shards
-        streams, problem = Streams(train, valid, cdlm), None
+        mixed = build_mix_validation(cfg.data, tok, cfg.optim.micro_batch_size, rank, world, causal=causal)
+        streams, problem = Streams(train, valid, cdlm, mixed), None
     except (UserError, OSError) as e:
         streams, problem = None, e
     check_streams_agree(problem, [] if problem else streams.skipped_shards(),
-                        {} if problem else shard_layouts(streams.train, streams.valid))
+                        {} if problem else shard_layouts(streams.train, streams.valid, *streams.mix_valid.values()))
     return streams
 
 

@@ -113,7 +113,7 @@ class Trainer:
         total = torch.zeros((), device=self.device)
         skipped_before, self.data_wait = engine.skipped_steps, 0.0
         poison = self.state.global_step + 1 in self.guards.inject_nan
-        rows = []
+        rows, target_rows = [], self.streams.target_rows()
         for _ in range(self.cfg.optim.grad_accum):
             waited = time.perf_counter()
             batch, batch_rows = self.streams.next_batch()
@@ -130,7 +130,7 @@ class Trainer:
         self.step_work = micro_batch_work(self.hf_config, rows) if rows else (self.tokens_per_step,
                                                                               self.flops_per_step)
         self.state.tokens_seen += self.step_work[0]
-        self.state.target_tokens_seen += self.tokens_per_step
+        self.state.target_tokens_seen += (self.streams.target_rows() - target_rows) * self.cfg.data.seq_len
         return total / self.cfg.optim.grad_accum, engine.skipped_steps != skipped_before
 
     def maybe_stop_for_time(self) -> bool:
@@ -189,6 +189,7 @@ class Trainer:
             "train/tokens_per_s": None, "train/mfu": None,  # the window's (Reporter.log_step)
             "train/phase": float(self.state.phase_index), "train/step": float(self.state.global_step),
             "train/epoch": float(self.streams.epoch),
+            **{f"data/{name}/epoch": float(e) for name, e in self.streams.mixed_epochs().items()},
             "data/skipped_shards": float(len(self.streams.skipped_shards())),
             "train/skipped_steps": float(g.bad_steps.total), "train/tokens_seen": float(self.state.tokens_seen)})
         self.write_status("running")

@@ -1,5 +1,6 @@
-"""Validation during training: 002 Table 2's metrics over the (seeded, hence fixed) validation masks, and with TreLM's
-``data.parallel_valid_shards`` each CdLM direction's (``xpt_ds.trelm.valid``). ``xpt_ds.cli.evaluate`` runs the same
+"""Validation during training: 002 Table 2's metrics over the (seeded, hence fixed) validation masks, the same for
+each ``data.mix`` corpus with validation shards (``valid/NAME/*``), and with TreLM's ``data.parallel_valid_shards``
+each CdLM direction's (``xpt_ds.trelm.valid``). ``xpt_ds.cli.evaluate`` runs the same
 computation on a checkpoint or an export."""
 from __future__ import annotations
 
@@ -19,33 +20,37 @@ class Validator:
         self.byte_lengths = piece_byte_lengths(tok)  # valid/bits_per_byte: and this
 
     def due(self, step: int, phase_done: bool) -> bool:
-        has_data = self.streams.valid is not None or self.streams.cdlm_valid is not None
+        has_data = self.streams.valid is not None or self.streams.cdlm_valid is not None or bool(self.streams.mix_valid)
         return has_data and (phase_done or bool(self.every and step % self.every == 0))
 
     @torch.no_grad()
     def run(self, engine) -> dict[str, float]:
         engine.eval()
-        metrics, valid = {}, self.streams.valid
-        if valid is not None:
-            valid.load_state_dict({"sequences": 0})
-            stats = MLMStats(self.device, self.char_lengths, self.word_starts, self.byte_lengths)
-            for i, batch in enumerate(valid):
-                scored = scored_batch(i, self.batches, self.rank, self.world)
-                if scored is None:
-                    break
-                batch = to_device(batch, self.device)
-                logits = engine(**batch, return_logits=True)
-                if scored:  # the first eval_batches global micro-batches, on any number of ranks
-                    stats.update(logits, batch["mlm_targets"])
-            stats.all_reduce()
-            metrics = {f"valid/{k}": v for k, v in stats.result().items()
-                       if k not in ("tokens", "chars", "words", "bytes")}
+        metrics = {}
+        for name, valid in [("", self.streams.valid), *self.streams.mix_valid.items()]:
+            if valid is not None:
+                metrics.update({f"valid/{name + '/' if name else ''}{k}": v for k, v in self._score(engine, valid)})
         if self.streams.cdlm_valid is not None:
             metrics.update(self.streams.cdlm_valid.evaluate(
                 lambda batch, objective: engine(**to_device(batch, self.device), return_logits=True,
                                                 logits_for=objective), self.device, self.batches))
         engine.train()
         return metrics
+
+    def _score(self, engine, valid) -> list[tuple[str, float]]:
+        """(metric, value) of one validation stream's pass."""
+        valid.load_state_dict({"sequences": 0})
+        stats = MLMStats(self.device, self.char_lengths, self.word_starts, self.byte_lengths)
+        for i, batch in enumerate(valid):
+            scored = scored_batch(i, self.batches, self.rank, self.world)
+            if scored is None:
+                break
+            batch = to_device(batch, self.device)
+            logits = engine(**batch, return_logits=True)
+            if scored:  # the first eval_batches global micro-batches, on any number of ranks
+                stats.update(logits, batch["mlm_targets"])
+        stats.all_reduce()
+        return [(k, v) for k, v in stats.result().items() if k not in ("tokens", "chars", "words", "bytes")]
 
     @staticmethod
     def lines(step: int, metrics: dict[str, float]) -> list[str]:
@@ -58,4 +63,8 @@ class Validator:
                 k.endswith("/loss")]
         if cdlm:
             out.append(f"step {step}: valid CdLM loss {', '.join(cdlm)}")
+        mixed = [f"{k.split('/')[1]} {v:.4f}" for k, v in metrics.items() if k.count("/") == 2 and
+                 k.endswith("/loss") and not k.startswith("valid/cdlm")]
+        if mixed:
+            out.append(f"step {step}: valid loss of the data.mix corpora: {', '.join(mixed)}")
         return out
