@@ -1,13 +1,18 @@
 """data.mix: the schedule's counts and spread, and a blended stream whose rows are each corpus's own rows, in order,
 on any number of ranks and workers, exact across a resume, and continuing every corpus where it stopped when the
 weights change."""
+from dataclasses import replace
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from data_builders import BIG_VOCAB, data_config, original_ids
 from xpt_ds.config import ConfigError, MixConfig, TrainConfig, validate
 from xpt_ds.data.mixture import PERIOD, Mixture, Schedule, quotas
-from xpt_ds.data.mlm import MLMBatchStream, MLMMasker, build_stream
+from xpt_ds.data.mlm import MLMBatchStream, MLMMasker, build_stream, build_streams
+from xpt_ds.data.shards import DataError
+from xpt_ds.training.guards import skipped_shards
 
 WEIGHTS = [[0.7, 0.2, 0.1], [0.9, 0.1], [0.5, 0.25, 0.125, 0.125], [1 / 3] * 3, [0.9998, 0.0001, 0.0001]]
 
@@ -163,12 +168,19 @@ def test_bad_mix_entries_are_named(mix, needle):
     assert needle in str(e.value), str(e.value)
 
 
-def test_a_mix_corpus_of_missing_shards_is_named(unique_shards, tmp_path):
-    from xpt_ds.data.mlm import build_streams
-    main, _ = _corpora(unique_shards)
+def test_a_mix_corpus_of_missing_or_corrupt_shards_is_named_or_skipped(unique_shards, tmp_path):
+    main, other = _corpora(unique_shards)
     cfg = data_config(main, mix=[MixConfig(name="en", shards=[str(tmp_path / "en-000000.tar")], weight=0.1)])
     with pytest.raises(ConfigError, match=f"shard not found: {tmp_path / 'en-000000.tar'}"):
         build_streams(cfg, BIG_VOCAB, 2, 0, 1)
+    bad = Path(other[0])
+    bad.write_bytes(bad.read_bytes()[:700])  # truncated inside its first document
+    cfg = data_config(main, mix=[MixConfig(name="en", shards=other, weight=0.1)])
+    with pytest.raises(DataError, match=f"corrupt shard {bad}: "):
+        build_streams(cfg, BIG_VOCAB, 2, 0, 1)
+    train, _ = build_streams(replace(cfg, on_corrupt_shard="skip"), BIG_VOCAB, 2, 0, 1)
+    assert skipped_shards(train) == [str(bad)] and [s.indexes[0].path for s in train.mixture.streams] == [
+        main[0], other[1]]
 
 
 def test_a_resume_with_other_mix_settings_says_so():
