@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from data_builders import BIG_VOCAB, data_config, original_ids
-from xpt_ds.config import ConfigError, MixConfig, TrainConfig, validate
+from xpt_ds.config import ConfigError, MixConfig, PhaseConfig, TrainConfig, validate
 from xpt_ds.data.mixture import PERIOD, Mixture, Schedule, quotas
 from xpt_ds.data.mlm import MLMBatchStream, MLMMasker, build_stream, build_streams
 from xpt_ds.data.shards import DataError
@@ -19,7 +19,7 @@ WEIGHTS = [[0.7, 0.2, 0.1], [0.9, 0.1], [0.5, 0.25, 0.125, 0.125], [1 / 3] * 3, 
 
 @pytest.mark.parametrize("weights", WEIGHTS, ids=[str(len(w)) + "-" + str(w[1]) for w in WEIGHTS])
 def test_schedule_counts_and_spreads_every_corpus_by_its_weight(weights):
-    s = Schedule(weights)
+    s = Schedule(quotas(weights))
     assert s.quota.sum() == PERIOD and all(abs(q - w * PERIOD) <= 1 for q, w in zip(s.quota, weights))
     rows = np.array([s.corpus(i) for i in range(3 * PERIOD + 17)])
     counts = np.zeros((len(weights), len(rows) + 1), np.int64)
@@ -32,9 +32,9 @@ def test_schedule_counts_and_spreads_every_corpus_by_its_weight(weights):
 
 
 def test_quotas_give_every_weight_a_row_and_sum_to_the_period():
-    assert quotas([0.9, 0.1]) == [9000, 1000]
-    assert quotas([1 / 3] * 3) == [3334, 3333, 3333]
-    assert quotas([0.99975, 0.00006, 0.00006, 0.00006, 0.00007]) == [9996, 1, 1, 1, 1]  # rounding gave three none
+    assert quotas([0.9, 0.1]) == (9000, 1000) and quotas([0.9, 0, 0.1]) == (9000, 0, 1000)
+    assert quotas([1 / 3] * 3) == (3334, 3333, 3333)
+    assert quotas([0.99975, 0.00006, 0.00006, 0.00006, 0.00007]) == (9996, 1, 1, 1, 1)  # rounding gave three none
 
 
 def _corpora(unique_shards):
@@ -149,6 +149,47 @@ def test_resume_at_another_seq_len_converts_each_corpus_position(unique_shards):
         assert rows * 22 >= stopped > (rows - 1) * 22, name
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_phase_reweighting_keeps_positions_and_a_resume_in_it_gives_the_same_rows(unique_shards, workers):
+    """Phase 1 without the other corpus (weight 0), phase 2 with it from sequence 8: the switch keeps each corpus's
+    position, a corpus at weight 0 gets no row, and a resume inside phase 2 (the stream built at data.mix's
+    weights, the state loaded, then the phase's weights set) reads the uninterrupted rows."""
+    main, other = _corpora(unique_shards)
+    straight = _mixed(main, other, [0.5, 0.5], workers=workers)
+    straight.reweight([1.0, 0.0])
+    rows = {}
+    for _ in range(4):
+        rows.update(_rows(next(straight)))
+    assert straight.positions() == {"train": 8, "en": 0}
+    straight.reweight([0.7, 0.3])
+    assert straight.positions() == {"train": 8, "en": 0}
+    saved = None
+    for b in range(12):
+        rows.update(_rows(next(straight)))
+        saved = straight.state_dict() if b == 4 else saved
+    body, streams = 14, straight.mixture.streams
+    assert all(np.array_equal(rows[i], streams[0].tokens(i * body, (i + 1) * body)) for i in range(8))
+    resumed = _mixed(main, other, [0.5, 0.5], workers=workers)
+    resumed.load_state_dict(saved)
+    resumed.reweight([0.7, 0.3])
+    assert resumed.positions() == saved["positions"]
+    got = {}
+    for _ in range(7):
+        got.update(_rows(next(resumed)))
+    assert sorted(got) == list(range(saved["sequences"], 32))
+    assert all(np.array_equal(got[i], rows[i]) for i in got)
+
+
+def test_mix_weights_of_a_phase():
+    from xpt_ds.config.phase_checks import mix_weights
+    cfg = TrainConfig()
+    cfg.data.mix = [MixConfig(name="en", shards=["a"], weight=0.1), MixConfig(name="de", shards=["b"], weight=0.2)]
+    cfg.phases = [PhaseConfig(name="p1", steps=1, mix={"en": 0, "de": 0}), PhaseConfig(name="p2", steps=1),
+                  PhaseConfig(name="p3", steps=1, mix={"de": 0.5})]
+    assert [mix_weights(cfg, i) for i in range(3)] == [[1.0, 0.0, 0.0], pytest.approx([0.7, 0.1, 0.2]),
+                                                       pytest.approx([0.4, 0.1, 0.5])]
+
+
 @pytest.mark.parametrize("mix,needle", [
     ([{"name": "train", "shards": ["a.tar"], "weight": 0.1}], "data.mix[0].name' is 'train'"),
     ([{"name": "en wiki", "shards": ["a.tar"], "weight": 0.1}], "data.mix[0].name' is 'en wiki'"),
@@ -163,6 +204,21 @@ def test_resume_at_another_seq_len_converts_each_corpus_position(unique_shards):
 def test_bad_mix_entries_are_named(mix, needle):
     cfg = TrainConfig()
     cfg.data.train_shards, cfg.data.mix = ["t.tar"], [MixConfig(**m) for m in mix]
+    with pytest.raises(ConfigError) as e:
+        validate(cfg)
+    assert needle in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("mix,needle", [
+    ({"fr": 0.1}, "'phases[1].mix' names 'fr', which is no data.mix corpus (en)"),
+    ({"en": 1.0}, "'phases[1].mix.en' must be 0 or a weight from 1/10000 to below 1, got 1.0"),
+    ({"en": "some"}, "'phases[1].mix.en' must be 0 or a weight from 1/10000 to below 1, got 'some'"),
+    ({"en": 0.99995}, "'phases[1].mix' leaves data.train_shards no share in that phase"),
+])
+def test_bad_phase_weights_are_named(mix, needle):
+    cfg = TrainConfig()
+    cfg.data.train_shards, cfg.data.mix = ["t.tar"], [MixConfig(name="en", shards=["e.tar"], weight=0.1)]
+    cfg.phases = [PhaseConfig(name="p1", steps=1), PhaseConfig(name="p2", steps=1, mix=mix)]
     with pytest.raises(ConfigError) as e:
         validate(cfg)
     assert needle in str(e.value), str(e.value)

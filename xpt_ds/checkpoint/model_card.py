@@ -153,8 +153,9 @@ def _training(cfg: TrainConfig, client: dict, tag_dir: Path, sizes: dict[str, in
         f"`optim.grad_accum` {cfg.optim.grad_accum} x {_ranks(world)}) of up to {cfg.data.seq_len} pieces.", "",
         f"**Objective**: {'next-token prediction' if decoder else 'masked-language modelling'}. "
         f"**Data**: `data.train_shards` {', '.join(f'`{s}`' for s in cfg.data.train_shards)}"
-        + "".join(f", blended with `{m.name}` ({m.weight:.2%} of the rows: {', '.join(f'`{s}`' for s in m.shards)})"
-                  for m in cfg.data.mix) + "; "
+        + "".join(f", blended with `{m.name}` ({m.weight:.2%} of the rows"
+                  + "".join(f", in phase `{ph.name}` {ph.mix[m.name]:.2%}" for ph in cfg.phases if m.name in ph.mix)
+                  + f": {', '.join(f'`{s}`' for s in m.shards)})" for m in cfg.data.mix) + "; "
         f"tokenizer `{cfg.model.tokenizer or cfg.model.source}`"
         + ("." if decoder else f"; masking `{cfg.data.masking}`, `data.mask_prob` {cfg.data.mask_prob:g}.")])
 

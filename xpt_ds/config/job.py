@@ -99,6 +99,8 @@ class PhaseConfig:
                               "that phase ended with (a branch); empty = where the previous phase ended.")
     merge: MergeConfig = doc(None, "Start from a merge of earlier phases' end weights (take / average); the data "
                                    "stream continues where the previous phase left it.")
+    mix: dict = doc({}, "data.mix weights in this phase, by corpus name ({en: 0}: none of it; {en: 0.2}); a corpus "
+                        "not named keeps its data.mix weight. Every corpus continues at the row where it stopped.")
     objectives: list[str] = doc([], f"What the phase trains on, one mean loss each, summed: {', '.join(OBJECTIVES)} "
                                     "(target MLM; English MLM on data.source_shards; CdLM English->target and "
                                     "target->English on data.parallel_shards; all but mlm_target need method "

@@ -1,5 +1,6 @@
 """The checks of ``config.validate`` that span phases: where each phase starts (``start_from``, ``merge``) and
-what it trains on (``objectives``), and ``phase_objectives``, the list a phase trains on once defaults apply."""
+what it trains on (``objectives``), and ``phase_objectives``, the list a phase trains on once defaults apply, and
+``mix_weights``, the blend of its corpora (``data.mix``, ``phases[i].mix``)."""
 from __future__ import annotations
 
 import re
@@ -77,3 +78,11 @@ def check_objectives(cfg: TrainConfig) -> None:
         if getattr(cfg.data, key) and not used & {"cdlm_en_x", "cdlm_x_en"}:
             raise ConfigError(f"config key 'data.{key}' is set but no phase's objectives list cdlm_en_x or "
                               "cdlm_x_en")
+
+
+def mix_weights(cfg: TrainConfig, index: int) -> list[float]:
+    """Phase ``index``'s share of the rows of data.train_shards, then of each data.mix corpus: its phases[i].mix
+    weights where it names a corpus, else data.mix's; data.train_shards has the rest."""
+    own = cfg.phases[index].mix if index < len(cfg.phases) else {}
+    weights = [float(own.get(m.name, m.weight)) for m in cfg.data.mix]
+    return [1 - sum(weights)] + weights

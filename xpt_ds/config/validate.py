@@ -171,15 +171,16 @@ def _data_problems(cfg: TrainConfig, method: Method | None) -> Iterator[str]:
                "(only trelm does)")
     if d.parallel_micro_batch < 0:
         yield f"config key 'data.parallel_micro_batch' must be >= 0, got {d.parallel_micro_batch}"
-    yield from _mix_problems(d)
+    yield from _mix_problems(cfg)
 
 
 _MIX_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 
 
-def _mix_problems(d) -> Iterator[str]:
+def _mix_problems(cfg: TrainConfig) -> Iterator[str]:
     """data.mix: named corpora with shards and weights that leave data.train_shards a share (``xpt_ds.data.mixture``
-    resolves weights to 1/MIX_PERIOD)."""
+    resolves weights to 1/MIX_PERIOD); phases[i].mix: weights of those corpora, 0 allowed."""
+    d = cfg.data
     names = [m.name for m in d.mix]
     for i, m in enumerate(d.mix):
         key = f"config key 'data.mix[{i}]"
@@ -198,6 +199,17 @@ def _mix_problems(d) -> Iterator[str]:
     if d.mix and all(0 < m.weight < 1 for m in d.mix) and 1 - total < 1 / MIX_PERIOD:
         yield (f"config key 'data.mix' weights sum to {total:g}, leaving data.train_shards no share: they must sum "
                f"to at most {1 - 1 / MIX_PERIOD:g}")
+    for i, ph in enumerate(cfg.phases):
+        key = f"config key 'phases[{i}].mix"
+        for name, w in ph.mix.items():
+            if name not in names:
+                yield f"{key}' names {name!r}, which is no data.mix corpus ({', '.join(names) or 'data.mix is empty'})"
+            elif isinstance(w, bool) or not isinstance(w, (int, float)) or not (w == 0 or 1 / MIX_PERIOD <= w < 1):
+                yield f"{key}.{name}' must be 0 or a weight from 1/{MIX_PERIOD} to below 1, got {w!r}"
+        own = [ph.mix.get(m.name, m.weight) for m in d.mix]
+        if all(isinstance(w, (int, float)) for w in own) and 1 - sum(own) < 1 / MIX_PERIOD:
+            yield (f"{key}' leaves data.train_shards no share in that phase: its corpora's weights sum to "
+                   f"{sum(own):g}")
 
 
 def _optim_problems(cfg: TrainConfig) -> Iterator[str]:

@@ -34,7 +34,7 @@ import torch
 from xpt_ds.config import ConfigError, DataConfig
 from xpt_ds.data.causal import NextTokenTargets
 from xpt_ds.data.masking import select_units, span_begins, span_length_cdf, span_lengths, word_begins
-from xpt_ds.data.mixture import MAIN, Mixture
+from xpt_ds.data.mixture import MAIN, Mixture, shares
 from xpt_ds.data.shards import DataError, DocReader, ShardIndex, scan_shards
 from xpt_ds.data.tokenizer import TargetTokenizer
 from xpt_ds.data.workers import WorkerFailure, Workers, ignore_stop_signals
@@ -295,12 +295,14 @@ def sequence_seed(seed: int, salt: int, i: int) -> int:
 
 class _BatchPlan:
     """Which sequences make up rank r's micro-batch b, and how to build it; with a ``mixture``, which corpus and
-    row each sequence reads (``offsets``: ``Mixture.offsets``)."""
+    row each sequence reads (``blend``: ``Mixture.blend`` as the training process set it)."""
 
     def __init__(self, stream: TokenStream, masker: MLMMasker | NextTokenTargets, micro_batch: int, rank: int,
-                 world: int, first_sequence: int, *offsets: int, single_pass: bool, salt: int,
+                 world: int, first_sequence: int, *blend: int, single_pass: bool, salt: int,
                  mixture: Mixture | None = None):
-        self.stream, self.masker, self.mixture, self.offsets = stream, masker, mixture, list(offsets)
+        self.stream, self.masker, self.mixture = stream, masker, mixture
+        if mixture is not None:  # a worker's own copy of it, or the training process's (no change)
+            mixture.use(list(blend))
         self.B, self.rank, self.world, self.first = micro_batch, rank, world, first_sequence
         self.body = stream.cfg.seq_len - 2
         self.salt = salt
@@ -313,7 +315,7 @@ class _BatchPlan:
         seq_ids = [self.first + (b * self.world + self.rank) * self.B + j for j in range(self.B)]
         rows = np.full((self.B, L), tok.pad_id, np.int64)
         for j, i in enumerate(seq_ids):
-            src, k = (self.stream, i) if self.mixture is None else self.mixture.locate(i, self.offsets)
+            src, k = (self.stream, i) if self.mixture is None else self.mixture.locate(i)
             stop = (k + 1) * self.body
             if self.n_sequences is not None:  # past the end: an empty cls+sep row keeps the attention row valid
                 stop = min(stop, src.epoch_tokens)
@@ -349,11 +351,11 @@ class MLMBatchStream:
         self.stream, self.masker, self.mixture = stream, masker, mixture  # stream: data.train_shards' (mixture's 1st)
         self.micro_batch, self.rank, self.world = micro_batch, rank, world
         salt = (1 if single_pass else 0) if salt is None else salt  # sequence_seed
-        self.sequences = 0  # global sequences consumed, the loader's whole state (with a mixture's offsets)
-        self.offsets = [0] * len(mixture.names) if mixture else []
+        self.sequences = 0  # global sequences consumed, the loader's whole state (with a mixture's positions)
         plan = partial(_BatchPlan, stream, masker, micro_batch, rank, world, single_pass=single_pass, salt=salt,
                        mixture=mixture)
-        self.workers = Workers(plan, num_workers, self.worker_timeout_s, self.worker_init_fn, 1 + len(self.offsets))
+        self.workers = Workers(plan, num_workers, self.worker_timeout_s, self.worker_init_fn,
+                               1 + len(mixture.blend() if mixture else []))
         self._it = None  # the workers' iterator from self.sequences on; None: restart them there at the next batch
 
     def state_dict(self) -> dict:
@@ -362,7 +364,7 @@ class MLMBatchStream:
 
     def positions(self) -> dict[str, int]:
         """Corpus name -> its rows read so far (``train``: data.train_shards)."""
-        return self.mixture.positions(self.sequences, self.offsets) if self.mixture else {MAIN: self.sequences}
+        return self.mixture.positions(self.sequences) if self.mixture else {MAIN: self.sequences}
 
     def load_state_dict(self, sd: dict) -> None:
         """Sequence i holds the stream's tokens [i * (seq_len - 2), (i + 1) * (seq_len - 2)): a state saved at
@@ -378,11 +380,19 @@ class MLMBatchStream:
         positions = {name: now(int(rows)) for name, rows in sd.get("positions", {MAIN: sd["sequences"]}).items()}
         self.sequences, self._it = now(int(sd["sequences"])) if self.mixture else positions.get(MAIN, 0), None
         if self.mixture:
-            self.offsets = self.mixture.offsets(self.sequences, positions)
+            self.mixture.restore(self.sequences, positions)
         if saved != body + 2 and self.rank == 0:
             log.warning("data.seq_len %d -> %d: the data stream stopped at token %d (sequence %d) and continues "
                         "at token %d (sequence %d at the new length)", saved, body + 2, int(sd["sequences"]) * (
                             saved - 2), int(sd["sequences"]), self.sequences * body, self.sequences)
+
+    def reweight(self, weights: list[float]) -> None:
+        """Blend the corpora at ``weights`` (``data.train_shards``' first) from the current sequence on, each corpus
+        continuing at its row (a phase's ``phases[i].mix``)."""
+        if self.mixture.reweight(self.sequences, weights):
+            self._it = None  # the workers restart with the new schedule
+            if self.rank == 0:
+                log.info("data.mix from sequence %d: %s", self.sequences, shares(self.mixture))
 
     @property
     def epoch(self) -> int:
@@ -393,7 +403,7 @@ class MLMBatchStream:
         """Each data.mix corpus's epoch."""
         if not self.mixture:
             return {}
-        epochs = self.mixture.epochs(self.sequences, self.offsets, self.stream.cfg.seq_len - 2)
+        epochs = self.mixture.epochs(self.sequences, self.stream.cfg.seq_len - 2)
         return {name: e for name, e in epochs.items() if name != MAIN}
 
     def fork_workers(self) -> None:
@@ -413,7 +423,7 @@ class MLMBatchStream:
         for attempt in range(WORKER_RESTARTS + 1):
             try:
                 if self._it is None:
-                    self._it = self.workers.run(self.sequences, *self.offsets)
+                    self._it = self.workers.run(self.sequences, *(self.mixture.blend() if self.mixture else []))
                 batch = next(self._it)
                 break
             except RuntimeError as e:
@@ -453,9 +463,7 @@ def build_streams(cfg: DataConfig, tok: TargetTokenizer, micro_batch: int, rank:
         mixture = Mixture([MAIN] + [m.name for m in cfg.mix], [main] + mixed,
                           [1 - sum(m.weight for m in cfg.mix)] + [m.weight for m in cfg.mix])
         if rank == 0:
-            log.info("data.mix: the training rows come from %s", ", ".join(
-                f"{'data.train_shards' if n == MAIN else n} {q / sum(mixture.schedule.quota):.2%} ({s.epoch_tokens:,} "
-                f"tokens an epoch)" for n, q, s in zip(mixture.names, mixture.schedule.quota, mixture.streams)))
+            log.info("data.mix: the training rows come from %s", shares(mixture, epochs=True))
     train = MLMBatchStream(main, masker, micro_batch, rank, world, cfg.num_workers, mixture=mixture)
     valid = None
     if cfg.valid_shards:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from xpt_ds.config import TrainConfig
-from xpt_ds.config.phase_checks import phase_objectives
+from xpt_ds.config.phase_checks import mix_weights, phase_objectives
 from xpt_ds.data.mixture import MAIN
 from xpt_ds.data.mlm import build_mix_validation, build_streams
 from xpt_ds.errors import UserError
@@ -37,9 +37,12 @@ class Streams:
         return isinstance(self.train, TreLMBatchStream)
 
     def use_phase(self, cfg: TrainConfig, index: int) -> None:
-        """TreLM's stream builds the phase's objectives' rows; a plain MLM stream has target MLM only."""
+        """TreLM's stream builds the phase's objectives' rows; a plain MLM stream has target MLM only. With
+        data.mix, the phase's weights (``phases[i].mix``) blend the corpora from here on."""
         if self.trelm:
             self.train.use(phase_objectives(cfg, index))
+        if self.mlm.mixture is not None:
+            self.mlm.reweight(mix_weights(cfg, index))
 
     def next_batch(self) -> tuple[dict[str, torch.Tensor], list]:
         """The next micro-batch and, for TreLM, the rows it holds (``xpt_ds.trelm.work`` counts their FLOPs)."""
