@@ -20,7 +20,7 @@ from xpt_ds.config.job import (
     TrainConfig,
 )
 from xpt_ds.config.methods import METHODS, Method
-from xpt_ds.config.phase_checks import check_objectives, check_phase_start
+from xpt_ds.config.phase_checks import check_objectives, check_phase_start, mix_weights
 
 _KEY = re.compile(r"config keys? '([^']+)'")
 
@@ -206,10 +206,9 @@ def _mix_problems(cfg: TrainConfig) -> Iterator[str]:
                 yield f"{key}' names {name!r}, which is no data.mix corpus ({', '.join(names) or 'data.mix is empty'})"
             elif isinstance(w, bool) or not isinstance(w, (int, float)) or not (w == 0 or 1 / MIX_PERIOD <= w < 1):
                 yield f"{key}.{name}' must be 0 or a weight from 1/{MIX_PERIOD} to below 1, got {w!r}"
-        own = [ph.mix.get(m.name, m.weight) for m in d.mix]
-        if all(isinstance(w, (int, float)) for w in own) and 1 - sum(own) < 1 / MIX_PERIOD:
+        if all(isinstance(w, (int, float)) for w in ph.mix.values()) and mix_weights(cfg, i)[0] < 1 / MIX_PERIOD:
             yield (f"{key}' leaves data.train_shards no share in that phase: its corpora's weights sum to "
-                   f"{sum(own):g}")
+                   f"{1 - mix_weights(cfg, i)[0]:g}")
 
 
 def _optim_problems(cfg: TrainConfig) -> Iterator[str]:

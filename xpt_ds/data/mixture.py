@@ -68,6 +68,11 @@ class Schedule:
         """int64 [corpora]: rows of each corpus among rows ``0 .. i - 1``."""
         return (i // PERIOD) * self.quota + self.prefix[:, i % PERIOD]
 
+    def row(self, i: int) -> tuple[int, int]:
+        """(the corpus of row i, the rows of that corpus before it): the loader's per-row lookup."""
+        c, s = int(self.pattern[i % PERIOD]), i % PERIOD
+        return c, (i // PERIOD) * int(self.quota[c]) + int(self.prefix[c, s])
+
 
 class Mixture:
     """The corpora of one training stream, ``data.train_shards``' first (names, token streams), the schedule they
@@ -93,8 +98,8 @@ class Mixture:
 
     def locate(self, i: int) -> tuple[object, int]:
         """(the token stream, the row of it) that global row ``i`` reads."""
-        c = self.schedule.corpus(i)
-        return self.streams[c], int(self.schedule.before(i)[c]) + self.shift[c]
+        c, before = self.schedule.row(i)
+        return self.streams[c], before + self.shift[c]
 
     def positions(self, sequences: int) -> dict[str, int]:
         """Name -> rows of that corpus read before global row ``sequences``: the loader's state."""

@@ -478,11 +478,10 @@ def _validation(specs: list[str], cfg: DataConfig, masker, micro_batch: int, ran
                           micro_batch, rank, world, cfg.num_workers, single_pass=True)
 
 
-def build_mix_validation(cfg: DataConfig, tok: TargetTokenizer, micro_batch: int, rank: int, world: int,
-                         causal: bool = False) -> dict[str, MLMBatchStream]:
-    """Name -> validation stream of each data.mix corpus that has ``valid_shards``."""
-    masker = NextTokenTargets(tok) if causal else MLMMasker(cfg, tok)
-    return {m.name: _validation(m.valid_shards, cfg, masker, micro_batch, rank, world)
+def build_mix_validation(cfg: DataConfig, train: MLMBatchStream) -> dict[str, MLMBatchStream]:
+    """Name -> validation stream of each data.mix corpus that has ``valid_shards``, with ``train``'s masker (or
+    next-token targets), batch and rank."""
+    return {m.name: _validation(m.valid_shards, cfg, train.masker, train.micro_batch, train.rank, train.world)
             for m in cfg.mix if m.valid_shards}
 
 

@@ -77,11 +77,11 @@ def open_streams(cfg: TrainConfig, tok, hf_config, rank: int, world: int, causal
     """Every rank's streams; a problem on one rank stops them all (``check_streams_agree``), not it alone."""
     try:
         train, valid = build_streams(cfg.data, tok, cfg.optim.micro_batch_size, rank, world, causal=causal)
+        mixed = build_mix_validation(cfg.data, train)
         if cfg.data.parallel_shards or cfg.data.source_shards:  # TreLM: the phase's other objectives join MLM
             train = build_trelm_stream(train, cfg, tok, hf_config.xpt_trelm_source_vocab_size, rank, world)
         cdlm = None if not isinstance(train, TreLMBatchStream) else build_cdlm_validation(
             cfg, train.source_tok, tok, rank, world)  # data.parallel_valid_shards
-        mixed = build_mix_validation(cfg.data, tok, cfg.optim.micro_batch_size, rank, world, causal=causal)
         streams, problem = Streams(train, valid, cdlm, mixed), None
     except (UserError, OSError) as e:
         streams, problem = None, e
