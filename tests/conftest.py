@@ -481,9 +481,18 @@ def sweep_config(tmp_path, tiny_roberta, corpus):
 @pytest.fixture(scope="module")
 def xpt_model(tmp_path_factory, tiny_roberta, corpus) -> Path:
     """A real XPT export: two phases of post-training by ``xpt_ds.cli.train``, then ``xpt_ds.cli.export``."""
+    return _trained_export(tmp_path_factory.mktemp("xpt"), tiny_roberta, corpus)
+
+
+@pytest.fixture(scope="module")
+def xpt_decoder_model(tmp_path_factory, tiny_decoder, corpus) -> Path:
+    """``xpt_model`` from a tiny untied Llama: a stock ``LlamaForCausalLM`` of 4 layers and its tokenizer."""
+    return _trained_export(tmp_path_factory.mktemp("xpt_decoder"), tiny_decoder("llama", False), corpus)
+
+
+def _trained_export(root: Path, source: Path, corpus: Path) -> Path:
     from xpt_ds.cli.export import main as export_main
-    root = tmp_path_factory.mktemp("xpt")
-    cfg = base_config(root / "run", tiny_roberta, corpus, deepspeed=str(REPO / "ds_configs/zero1_fp32.json"))
+    cfg = base_config(root / "run", source, corpus, deepspeed=str(REPO / "ds_configs/zero1_fp32.json"))
     cfg["phases"] = [{"name": "phase1", "steps": 2, "lr": 1e-3}, {"name": "phase2", "steps": 2, "lr": 5e-4}]
     cfg["logging"].update(tensorboard=False)
     proc = launch(["--config", str(write_config(root / "cfg.yaml", cfg))])

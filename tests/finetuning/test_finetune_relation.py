@@ -203,10 +203,11 @@ def _check_saved(out: Path, res: dict, cfg: FinetuneConfig):
     assert score("relation", test.gold, probs, prep.labels, "no_relation") == pytest.approx(res["seeds"][0]["test"])
 
 
-@pytest.mark.parametrize("kind", ["xpt", "stock_bert"])
+@pytest.mark.parametrize("kind", ["xpt", "stock_bert", "xpt_decoder"])
 def test_learns_relations_from_the_typed_markers(kind, request, words, tmp_path):
-    model = request.getfixturevalue("xpt_export" if kind == "xpt" else "stock_bert")
-    rows = relation_rows(words if kind == "xpt" else ENGLISH, 400, seed=1)
+    """xpt_decoder: a trained Llama-layout export, whose causal attention still sees each start marker's type."""
+    model = request.getfixturevalue({"xpt": "xpt_export", "xpt_decoder": "xpt_decoder_model"}.get(kind, kind))
+    rows = relation_rows(ENGLISH if kind == "stock_bert" else words, 400, seed=1)
     files = _files(rows, tmp_path / "data")
     cfg = FinetuneConfig(model=str(model), out=str(tmp_path / "out"), task="relation", seeds=[1], save_model=True,
                          **files, **FAST)

@@ -206,12 +206,11 @@ def _check_stock_tokenizer(out, corpus, overridden: bool) -> None:
     import sentencepiece as spm
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-    from xpt_ds.data.tokenizer import saved_tokenizer
     from xpt_ds.checkpoint.export import auto_tokenizer_override
     sp = spm.SentencePieceProcessor(model_file=str(corpus / "spm.model"))
     text = sp.decode(list(range(5, 60)))
     want = [sp.bos_id(), *sp.encode(text)]
-    found = auto_tokenizer_override(out, saved_tokenizer(out))
+    found = auto_tokenizer_override(out)
     assert (found == "Qwen2Tokenizer") if overridden else found is None, found
     assert (AutoTokenizer.from_pretrained(out)(text)["input_ids"] == want) != overridden
     assert PreTrainedTokenizerFast.from_pretrained(out)(text)["input_ids"] == want

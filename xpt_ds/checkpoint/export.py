@@ -38,7 +38,7 @@ from xpt_ds.checkpoint.model_card import CARD, build_card, write_card
 from xpt_ds.checkpoint.values import CheckpointValues
 from xpt_ds.config import MASKING_KEYS, read_checkpoint_config
 from xpt_ds.config.methods import method_of
-from xpt_ds.data.tokenizer import copy_hf_tokenizer, save_hf_tokenizer, saved_tokenizer
+from xpt_ds.data.tokenizer import copy_hf_tokenizer, rebuilt_by_auto, save_hf_tokenizer, saved_tokenizer
 from xpt_ds.errors import first_line
 from xpt_ds.io.paths import unwritable
 from xpt_ds.io.safetensors_files import DEFAULT_MAX_SHARD_BYTES, ShardedWriter
@@ -250,12 +250,13 @@ def export(run_dir: Path, out: Path, tag: str | None = None, allow_pickle: bool 
         else:
             save_hf_tokenizer(tok, staging, model_max_length=hf_config.xpt_max_length, causal=is_decoder(hf_config),
                               token_types=getattr(hf_config, "type_vocab_size", 1))
-            overridden = auto_tokenizer_override(staging, tok)
+            overridden = auto_tokenizer_override(staging)
             if overridden:
                 print(f"warning: stock AutoTokenizer loads this export's tokenizer as {overridden}, which rebuilds it "
                       f"and gives other ids than its spm.model (transformers overrides the class it reads for "
                       f"model_type {hf_config.model_type}); load it with "
-                      f"PreTrainedTokenizerFast.from_pretrained('{out}')", file=sys.stderr)
+                      f"PreTrainedTokenizerFast.from_pretrained('{out}'), as xpt-ds evaluate and finetune do",
+                      file=sys.stderr)
         users_card = (out / CARD).is_file() and not _written_by_earlier(out)(CARD)  # a card of their own: kept
         if not users_card:
             sizes = {n: p.numel() for n, p in exported.trained.named_parameters()}
@@ -272,23 +273,17 @@ def export(run_dir: Path, out: Path, tag: str | None = None, allow_pickle: bool 
     return out
 
 
-def auto_tokenizer_override(model_dir: Path, tok) -> str | None:
+def auto_tokenizer_override(model_dir: Path) -> str | None:
     """The class name stock ``AutoTokenizer`` gives ``model_dir``'s tokenizer when it encodes text otherwise than
-    the fast tokenizer written there (transformers 5 replaces the class a tokenizer_config.json names for some
-    model types, Qwen2's among them, by their own, which rebuilds a byte-level BPE from the vocabulary); None when
-    they agree, or when AutoTokenizer cannot load the directory without its code (an adapters export)."""
-    import sentencepiece as spm
-    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+    the fast tokenizer written there (``rebuilt_by_auto``); None when they agree, or when AutoTokenizer cannot load
+    the directory without its code (an adapters export)."""
+    from transformers import AutoTokenizer
 
-    sp = spm.SentencePieceProcessor(model_file=str(tok.path))
-    text = sp.decode([i for i in range(sp.get_piece_size()) if not sp.is_control(i) and not sp.is_unknown(i)][:200])
     try:
         auto = AutoTokenizer.from_pretrained(str(model_dir), trust_remote_code=False)
     except Exception:  # noqa: BLE001 - a directory that needs its code to load: nothing to compare here
         return None
-    written = PreTrainedTokenizerFast.from_pretrained(str(model_dir))
-    same = auto.backend_tokenizer.encode(text).ids == written.backend_tokenizer.encode(text).ids
-    return None if same else type(auto).__name__
+    return type(auto).__name__ if rebuilt_by_auto(model_dir, auto) else None
 
 
 def check_export_out(out: Path) -> None:

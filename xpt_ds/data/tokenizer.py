@@ -69,6 +69,33 @@ def check_vocabulary(tok, path) -> None:
                          "tokens")
 
 
+def rebuilt_by_auto(model_dir: Path, auto) -> bool:
+    """Whether ``auto``, stock ``AutoTokenizer``'s tokenizer of an export with a SentencePiece vocabulary, encodes
+    text otherwise than the fast tokenizer the export wrote (``tokenizer.json``): transformers 5 replaces the class
+    a tokenizer_config.json names by its own for some model types, Qwen2's among them, which rebuilds a byte-level
+    BPE from the vocabulary and gives other ids. The text is the first 200 ordinary pieces of ``spm.model``."""
+    from transformers import PreTrainedTokenizerFast
+    if getattr(auto, "backend_tokenizer", None) is None:  # a tokenizer of its own code: nothing to compare
+        return False
+    sp = _load(str(Path(model_dir) / "spm.model"))
+    text = sp.decode([i for i in range(sp.get_piece_size()) if not sp.is_control(i) and not sp.is_unknown(i)][:200])
+    written = PreTrainedTokenizerFast.from_pretrained(str(model_dir))
+    return auto.backend_tokenizer.encode(text).ids != written.backend_tokenizer.encode(text).ids
+
+
+def model_tokenizer(location: str, **kw):
+    """A model's Hugging Face tokenizer: ``AutoTokenizer.from_pretrained(location, **kw)``, except for an export
+    whose stock class is rebuilt otherwise (``rebuilt_by_auto``): the tokenizer it wrote, which gives the ids of
+    its ``spm.model``, the ids it was trained on."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+    auto = AutoTokenizer.from_pretrained(location, **kw)
+    here = Path(location)
+    if (here / "spm.model").is_file() and (here / "tokenizer.json").is_file() and rebuilt_by_auto(here, auto):
+        return PreTrainedTokenizerFast.from_pretrained(location, **{k: v for k, v in kw.items()
+                                                                    if k != "trust_remote_code"})
+    return auto
+
+
 @functools.lru_cache(maxsize=4)
 def _load_hf(path: str):
     """A directory's or hub id's tokenizer, or a ``.gguf`` file's (``xpt_ds.io.gguf_tokenizer``)."""

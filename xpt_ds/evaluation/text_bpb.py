@@ -68,19 +68,17 @@ def load_decoder(path: Path, trust_remote_code: bool = False, dtype: str = "floa
 
 
 def check_decoder(config: dict, what: str) -> None:
-    from xpt_ds.model.decoder import is_decoder
-    archs = config.get("architectures") or []
-    if is_decoder(config) or any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs):
+    from xpt_ds.model.decoder import is_causal_lm
+    if is_causal_lm(config):
         return
+    archs = config.get("architectures") or []
     raise UserError(f"{what} is a {config.get('model_type', '?')} model ({', '.join(archs) or 'no architectures'}), "
                     "not a decoder: --text scores next-token prediction; score a masked LM on shards (--shards)")
 
 
 def own_tokenizer(path: Path, location: str, extra: dict):
     """The model's Hugging Face tokenizer, loaded without running code."""
-    from transformers import AutoTokenizer
-
-    from xpt_ds.data.tokenizer import check_vocabulary
+    from xpt_ds.data.tokenizer import check_vocabulary, model_tokenizer
     from xpt_ds.embedding_init.files import HF_TOKENIZER_FILES
     from xpt_ds.io.trust import first_file
     if not extra and first_file(location, HF_TOKENIZER_FILES) is None:
@@ -91,7 +89,7 @@ def own_tokenizer(path: Path, location: str, extra: dict):
             from xpt_ds.io.gguf_tokenizer import load_gguf_tokenizer
             tokenizer = load_gguf_tokenizer(path)
         else:
-            tokenizer = AutoTokenizer.from_pretrained(location, trust_remote_code=False)
+            tokenizer = model_tokenizer(location, trust_remote_code=False)  # a Qwen2 export: the one it wrote
         check_vocabulary(tokenizer, path)
     except (OSError, ValueError, TypeError) as e:
         raise UserError(f"--model {path}: cannot load its tokenizer ({first_line(e)[:200]})") from None

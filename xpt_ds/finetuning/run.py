@@ -1,6 +1,6 @@
-"""Fine-tuning a Hugging Face encoder once per seed (002 Table 3): read and check the files, load the model (its
-code only by ``xpt_ds.io.trust``'s consent), train with AdamW and linear warmup/decay, keep the best-validation
-epoch, score the test set and write ``OUT/results.json``."""
+"""Fine-tuning a Hugging Face encoder or decoder once per seed (002 Table 3): read and check the files, load the
+model in fp32 (its code only by ``xpt_ds.io.trust``'s consent), train with AdamW and linear warmup/decay, keep the
+best-validation epoch, score the test set and write ``OUT/results.json``."""
 from __future__ import annotations
 
 import dataclasses
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from xpt_ds.data.tokenizer import check_vocabulary
+from xpt_ds.data.tokenizer import check_vocabulary, model_tokenizer
 from xpt_ds.finetuning.config import ADAM_BETAS, ADAM_EPS, OFFSET_POSITIONS, FinetuneConfig, validate
 from xpt_ds.finetuning.data import Encoded, FinetuneError, build_labels, collate, encode, label_ids, read_examples
 from xpt_ds.finetuning.metrics import (
@@ -57,6 +57,8 @@ class Prepared:
     remote_code: bool  # load with trust_remote_code (xpt_ds.io.trust.remote_code_consent said yes)
     max_length: int
     config_dict: dict  # the model's config.json
+    pad_id: int  # what batches are padded with; a decoder's config is given the same (build_model)
+    causal: bool  # a decoder (xpt_ds.model.decoder.is_causal_lm): its sequence head reads its last unpadded piece
     markers: dict[str, list[int]] = field(default_factory=dict)  # relation: marker -> pieces its row starts from
     dropped: dict[str, int] = field(default_factory=dict)  # relation: examples per split whose markers do not fit
 
@@ -94,9 +96,25 @@ def read_splits(cfg: FinetuneConfig) -> tuple[dict, list, dict]:
     return examples, labels, {name: label_ids(exs, labels, cfg.task) for name, exs in examples.items()}
 
 
+def pad_with(tokenizer, causal: bool, model: str) -> int:
+    """The id batches are padded with. A decoder's tokenizer often has no pad token (Llama 3, Mistral, GPT-2):
+    it pads with its eos token, as transformers' own recipes do; the attention mask hides the padding either
+    way. An encoder without one pads with id 0, masked out too."""
+    if tokenizer.pad_token_id is not None:
+        return tokenizer.pad_token_id
+    if not causal:
+        return 0
+    if tokenizer.eos_token_id is None:
+        raise FinetuneError(f"--model {model}: its tokenizer has neither a pad nor an eos token to pad batches with")
+    log.info("the tokenizer of %s has no pad token: batches are padded with its eos token %r (id %d)", model,
+             tokenizer.eos_token, tokenizer.eos_token_id)
+    tokenizer.pad_token = tokenizer.eos_token  # saved with the fine-tuned model (save_model), so it pads the same
+    return tokenizer.pad_token_id
+
+
 def prepare(cfg: FinetuneConfig) -> Prepared:
     """Read and check every file before loading the model, so bad data fails in a second."""
-    from transformers import AutoTokenizer
+    from xpt_ds.model.decoder import is_causal_lm
     examples, labels, targets = read_splits(cfg)
     config_dict = _config_dict(cfg)
     try:  # code the model ships runs only if it is xpt-ds's own export code or the user said so
@@ -104,7 +122,7 @@ def prepare(cfg: FinetuneConfig) -> Prepared:
     except UntrustedError as e:
         raise FinetuneError(str(e)) from None
     try:
-        tokenizer = AutoTokenizer.from_pretrained(cfg.model, trust_remote_code=remote)
+        tokenizer = model_tokenizer(cfg.model, trust_remote_code=remote)  # a Qwen2 export: the one it wrote
         check_vocabulary(tokenizer, cfg.model)
     except (OSError, ValueError) as e:
         raise FinetuneError(f"--model {cfg.model}: cannot load its tokenizer ({str(e).splitlines()[0]})") from None
@@ -112,18 +130,21 @@ def prepare(cfg: FinetuneConfig) -> Prepared:
         if not tokenizer.is_fast:
             raise FinetuneError(f"--model {cfg.model}: token_classification needs a fast tokenizer (word_ids)")
         if getattr(tokenizer, "add_prefix_space", None) is False:  # byte-level BPE refuses pre-split words
-            tokenizer = AutoTokenizer.from_pretrained(cfg.model, add_prefix_space=True, trust_remote_code=remote)
+            tokenizer = model_tokenizer(cfg.model, add_prefix_space=True, trust_remote_code=remote)
     max_length = _max_length(cfg, config_dict, tokenizer)
     token_types = config_dict.get("type_vocab_size", 2) > 1
+    causal = is_causal_lm(config_dict)
+    padding = dict(pad_id=pad_with(tokenizer, causal, cfg.model), causal=causal)
     if cfg.task == "relation":
-        return _prepare_relations(examples, targets, labels, tokenizer, remote, max_length, token_types, config_dict)
+        return _prepare_relations(examples, targets, labels, tokenizer, remote, max_length, token_types, config_dict,
+                                  padding)
     splits = {name: Split(encode(exs, targets[name], tokenizer, cfg.task, max_length, token_types), targets[name])
               for name, exs in examples.items()}
-    return Prepared(labels, splits, tokenizer, remote, max_length, config_dict)
+    return Prepared(labels, splits, tokenizer, remote, max_length, config_dict, **padding)
 
 
 def _prepare_relations(examples: dict, targets: dict, labels: list[str], tokenizer, remote: bool, max_length: int,
-                       token_types: bool, config_dict: dict) -> Prepared:
+                       token_types: bool, config_dict: dict, padding: dict) -> Prepared:
     """Markers for every entity type of every split join the tokenizer, then each split is encoded; gold
     covers the examples kept (a dropped one is counted in ``Prepared.dropped``)."""
     pieces = add_marker_tokens(tokenizer, marker_tokens([ex for exs in examples.values() for ex in exs]))
@@ -132,7 +153,8 @@ def _prepare_relations(examples: dict, targets: dict, labels: list[str], tokeniz
         enc = encode_relations(exs, targets[name], tokenizer, max_length, token_types, f"--{name}")
         splits[name] = Split(Encoded(enc.features, []), [targets[name][i] for i in enc.kept])
         dropped[name] = enc.dropped
-    return Prepared(labels, splits, tokenizer, remote, max_length, config_dict, pieces, dropped)
+    return Prepared(labels, splits, tokenizer, remote, max_length, config_dict, **padding, markers=pieces,
+                    dropped=dropped)
 
 
 def _task_class(task: str):
@@ -151,8 +173,13 @@ def _check_remote_head(model_path: str, config_dict: dict, auto_cls) -> None:
 
 
 def build_model(cfg: FinetuneConfig, prep: Prepared):
+    """The model in fp32 whatever its files hold (a hub decoder is bf16: AdamW's steps would round away in it;
+    on a GPU the step runs under bf16 autocast). A decoder's config names the id batches are padded with, which
+    its sequence head skips to find each row's last piece."""
     auto_cls = _task_class(cfg.task)
-    kw = {}
+    kw = {"dtype": torch.float32}
+    if prep.causal and prep.config_dict.get("pad_token_id") != prep.pad_id:
+        kw["pad_token_id"] = prep.pad_id
     if prep.remote_code:
         _check_remote_head(cfg.model, prep.config_dict, auto_cls)
     if cfg.task == "regression":
@@ -280,7 +307,7 @@ def run_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, device: torch.devic
     model scored on test to ``OUT/model``."""
     torch.manual_seed(seed)
     model = build_model(cfg, prep).to(device)
-    pad_id = prep.tokenizer.pad_token_id if prep.tokenizer.pad_token_id is not None else 0
+    pad_id = prep.pad_id
     train = prep.splits["train"]
     loader = torch.utils.data.DataLoader(train.encoded.features, batch_size=cfg.batch_size, shuffle=True,
                                          collate_fn=partial(collate, pad_id=pad_id),

@@ -66,6 +66,13 @@ def is_decoder(config) -> bool:
     return (config if isinstance(config, str) else getattr(config, "model_type", "")) in DECODER_FAMILIES
 
 
+def is_causal_lm(config: dict) -> bool:
+    """Whether a ``config.json`` (as a dict) is a decoder: a family built here, or any architecture transformers
+    names a causal LM (``*ForCausalLM``, ``*LMHeadModel``)."""
+    archs = config.get("architectures") or []
+    return is_decoder(config) or any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs)
+
+
 def check_decoder_method(method: str, model_type: str) -> None:
     if method not in DECODER_METHODS:
         raise ConfigError(f"config key 'model.method': '{method}' is not available for a decoder source "

@@ -1,0 +1,170 @@
+"""``xpt-ds finetune`` on decoders. A decoder's sequence head reads each row's last piece that is not its config's
+``pad_token_id``, so the batches' padding and the config must agree, and hub decoders (Llama 3, Mistral, GPT-2)
+have no pad token at all, and ship bf16 weights that AdamW's small steps would round away. Here: an XPT export of
+a Llama-layout source and the same model as a hub decoder ships learn sentence classification (through the CLI,
+in fp32, padded with the eos token) and token classification; a row's logits do not depend on the padding its
+batch gives it, whatever pad the config names; and the saved model predicts the same in stock ``transformers``
+with its own tokenizer's padding. Relations on a decoder: test_finetune_relation."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import run_main
+from finetune_builders import FAST, Words, split_files, write_jsonl
+from xpt_ds.finetuning.config import FinetuneConfig
+from xpt_ds.finetuning.data import collate
+from xpt_ds.finetuning.run import build_model, finetune, prepare
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread(one_thread):
+    """Fine-tuning tiny models in-process: one intra-op thread (conftest.one_thread)."""
+
+
+def _without_pad(src: Path, out: Path, dtype=None, config_pad: int | None = None) -> Path:
+    """A copy of ``src`` whose config names ``config_pad`` (None: no pad) and, with ``dtype``, whose tokenizer
+    has no pad token and whose weights are stored in ``dtype``: a decoder as the hub ships it."""
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(src)
+    model.config.pad_token_id = config_pad
+    model.generation_config.pad_token_id = None
+    (model.to(dtype) if dtype is not None else model).save_pretrained(out)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(src / name, out / name)
+    if dtype is not None:
+        path = out / "tokenizer_config.json"
+        tok = json.loads(path.read_text())
+        del tok["pad_token"]
+        path.write_text(json.dumps(tok))
+    return out
+
+
+@pytest.fixture(scope="module")
+def hub_like(tmp_path_factory, xpt_decoder_model) -> Path:
+    return _without_pad(xpt_decoder_model, tmp_path_factory.mktemp("hub_like") / "model", torch.bfloat16)
+
+
+def _key_word_rows(w: Words, n: int) -> list[dict]:
+    """test_finetune's task: does the sentence hold the key word? 10 % of the labels flipped."""
+    rows = []
+    for _ in range(n):
+        positive = w.rng.random() < 0.35
+        label = positive != (w.rng.random() < 0.1)
+        rows.append({"text": " ".join(w.sentence(*([w.keys[0]] if positive else []), lo=1, hi=3)),
+                     "label": "yes" if label else "no"})
+    return rows
+
+
+def test_a_hub_decoder_without_a_pad_token_learns_in_fp32_and_its_saved_model_predicts_the_same(
+        hub_like, corpus_text, tmp_path):
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    w = Words(corpus_text, hub_like)
+    files = split_files(_key_word_rows(w, 500), tmp_path / "data")
+    out = tmp_path / "out"
+    args = ["--model", str(hub_like), "--out", str(out), "--seeds", "1", "--save-model"]
+    for k, v in {**files, **FAST, "epochs": 5}.items():
+        args += [f"--{k.replace('_', '-')}", str(v)]
+    proc = run_main("xpt_ds.cli.finetune", args, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    tok = AutoTokenizer.from_pretrained(hub_like)
+    assert tok.pad_token is None and tok.eos_token == "</s>"
+    assert (f"the tokenizer of {hub_like} has no pad token: batches are padded with its eos token '</s>' "
+            f"(id {tok.eos_token_id})") in proc.stderr
+    res = json.loads((out / "results.json").read_text())
+    acc = res["seeds"][0]["test"]["accuracy"]
+    assert acc > res["majority_baseline"]["accuracy"] + 0.15, res["seeds"][0]
+
+    saved = out / "model"
+    model = AutoModelForSequenceClassification.from_pretrained(saved).eval()
+    tok = AutoTokenizer.from_pretrained(saved)
+    assert model.dtype == torch.float32 and model.config.pad_token_id == tok.pad_token_id == tok.eos_token_id
+    rows = [json.loads(line) for line in Path(files["test"]).read_text(encoding="utf-8").splitlines()]
+    texts = [r["text"] for r in rows]
+    with torch.no_grad():  # the stock tokenizer pads on its own side (this one: the left), in one batch
+        batched = model(**tok(texts, padding=True, return_tensors="pt")).logits
+        alone = torch.cat([model(**tok([t], return_tensors="pt")).logits for t in texts])
+    torch.testing.assert_close(batched, alone, atol=1e-5, rtol=1e-5)
+    gold = [model.config.label2id[r["label"]] for r in rows]
+    assert (alone.argmax(-1) == torch.tensor(gold)).float().mean().item() == pytest.approx(acc)
+
+
+@pytest.mark.parametrize("variant", ["export", "config without pad", "config pad is bos", "hub"])
+def test_a_rows_logits_do_not_depend_on_its_batchs_padding(variant, xpt_decoder_model, hub_like, tmp_path):
+    """The export names its tokenizer's pad in its config; Qwen2.5's config names none while its tokenizer has
+    one; a config may name another id than the tokenizer (here bos, which every row starts with); the hub-like
+    model has no pad at all. Each is padded with one id, which its config is given."""
+    from transformers import AutoTokenizer
+    model_dir = {"export": xpt_decoder_model, "hub": hub_like,
+                 "config without pad": None, "config pad is bos": 0}.get(variant)
+    if not isinstance(model_dir, Path):
+        model_dir = _without_pad(xpt_decoder_model, tmp_path / "model", config_pad=model_dir)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    texts = [" ".join(tok.convert_ids_to_tokens(list(range(5, 5 + n)))).replace("▁", "") for n in (1, 9, 3, 14, 6)]
+    f = write_jsonl(tmp_path / "t.jsonl", [{"text": t, "label": i % 2} for i, t in enumerate(texts)])
+    cfg = FinetuneConfig(model=str(model_dir), train=str(f), test=str(f), out=str(tmp_path / "out"), seeds=[1])
+    prep = prepare(cfg)
+    torch.manual_seed(0)
+    model = build_model(cfg, prep).eval()
+    assert model.dtype == torch.float32  # the hub-like one is stored in bf16
+    assert prep.causal and model.config.pad_token_id == prep.pad_id == (tok.pad_token_id if variant != "hub" else
+                                                                          tok.eos_token_id)
+    feats = prep.splits["test"].encoded.features
+    assert len({len(x["input_ids"]) for x in feats}) == len(texts)  # every row padded by another amount
+
+    def logits(batch: list[dict]) -> torch.Tensor:
+        inputs = collate(batch, prep.pad_id)
+        inputs.pop("labels")
+        with torch.no_grad():
+            return model(**inputs).logits
+
+    torch.testing.assert_close(logits(feats), torch.cat([logits([x]) for x in feats]), atol=1e-5, rtol=1e-5)
+    assert finetune(cfg)["seeds"][0]["epoch"] == cfg.epochs  # and it trains
+
+
+def test_a_decoder_learns_token_classification(xpt_decoder_model, corpus_text, tmp_path):
+    """test_finetune's PER / LOC task: a word's label is the word's own (and, for I-LOC, the word before it), which
+    a decoder's causal attention sees."""
+    w = Words(corpus_text, xpt_decoder_model, seed=3)
+    per, loc1, loc2 = w.keys[:3]
+    rows = []
+    for _ in range(400):
+        tokens = list(w.sentence())
+        tags = ["O"] * len(tokens)
+        for words, labels in ([per], ["B-PER"]), ([loc1, loc2], ["B-LOC", "I-LOC"]):
+            if w.rng.random() < 0.6:
+                at = int(w.rng.integers(0, len(tokens) + 1))
+                tokens[at:at], tags[at:at] = words, labels
+        rows.append({"tokens": tokens, "tags": tags})
+    files = split_files(rows, tmp_path / "data")
+    res = finetune(FinetuneConfig(model=str(xpt_decoder_model), out=str(tmp_path / "out"),
+                                  task="token_classification", seeds=[1], **files, **FAST))
+    assert res["labels"] == ["O", "B-LOC", "I-LOC", "B-PER"]
+    assert res["seeds"][0]["test"]["entity_f1"] > 0.9, res["seeds"][0]
+
+
+def test_an_export_whose_stock_tokenizer_class_is_swapped_is_read_with_the_tokenizer_it_wrote(
+        xpt_decoder_model, tmp_path):
+    """transformers 5 loads a ``model_type: qwen2`` directory's tokenizer as its own Qwen2Tokenizer, rebuilt from
+    the vocabulary with other ids (xpt_ds.checkpoint.export warns of it); fine-tuning and ``evaluate --text`` read
+    the tokenizer the export wrote, whose ids are its spm.model's, the ids the model was trained on."""
+    import sentencepiece as spm
+    from transformers import AutoTokenizer
+
+    from xpt_ds.evaluation.text_bpb import own_tokenizer
+    qwen = shutil.copytree(xpt_decoder_model, tmp_path / "qwen2")
+    config = json.loads((qwen / "config.json").read_text())
+    (qwen / "config.json").write_text(json.dumps({**config, "model_type": "qwen2",
+                                                  "architectures": ["Qwen2ForCausalLM"]}))
+    sp = spm.SentencePieceProcessor(model_file=str(qwen / "spm.model"))
+    text = sp.decode(list(range(5, 40)))
+    want = [sp.bos_id(), *sp.encode(text)]
+    assert AutoTokenizer.from_pretrained(qwen)(text)["input_ids"] != want  # what a stock load would train on
+    f = write_jsonl(tmp_path / "t.jsonl", [{"text": text, "label": 0}, {"text": text, "label": 1}])
+    prep = prepare(FinetuneConfig(model=str(qwen), train=str(f), test=str(f), out=str(tmp_path / "out")))
+    assert prep.splits["train"].encoded.features[0]["input_ids"] == want
+    assert own_tokenizer(qwen, str(qwen), {})(text)["input_ids"] == want
