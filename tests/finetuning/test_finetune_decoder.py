@@ -168,3 +168,57 @@ def test_an_export_whose_stock_tokenizer_class_is_swapped_is_read_with_the_token
     prep = prepare(FinetuneConfig(model=str(qwen), train=str(f), test=str(f), out=str(tmp_path / "out")))
     assert prep.splits["train"].encoded.features[0]["input_ids"] == want
     assert own_tokenizer(qwen, str(qwen), {})(text)["input_ids"] == want
+
+
+def test_lora_trains_the_updates_and_the_head_alone_and_saves_a_merged_stock_model(xpt_decoder_model, corpus_text,
+                                                                                  tmp_path):
+    from safetensors.torch import load_file
+    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+    w = Words(corpus_text, xpt_decoder_model, seed=4)
+    files = split_files(_key_word_rows(w, 500), tmp_path / "data")
+    cfg = FinetuneConfig(model=str(xpt_decoder_model), out=str(tmp_path / "out"), seeds=[1], save_model=True,
+                         lora_rank=4, lora_alpha=8.0, **files, **{**FAST, "epochs": 5})
+    res = finetune(cfg)
+    acc = res["seeds"][0]["test"]["accuracy"]
+    assert acc > res["majority_baseline"]["accuracy"] + 0.15, res["seeds"][0]
+    c = AutoConfig.from_pretrained(xpt_decoder_model)
+    d, kv, ff = c.hidden_size, c.num_key_value_heads * c.head_dim, c.intermediate_size
+    per_layer = 4 * ((d + d) + 2 * (d + kv) + (d + d) + 2 * (d + ff) + (ff + d))  # q, k, v, o, gate, up, down
+    assert res["seeds"][0]["trainable"] == c.num_hidden_layers * per_layer + d * 2  # + the head, 2 classes
+
+    saved = tmp_path / "out/model"
+    weights, source = load_file(saved / "model.safetensors"), load_file(xpt_decoder_model / "model.safetensors")
+    assert not any("lora" in k for k in weights)
+    targeted = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    for name, value in source.items():
+        if name.startswith("lm_head."):
+            assert name not in weights
+        elif name.endswith(tuple(f"{t}.weight" for t in targeted)):
+            assert not torch.equal(weights[name], value), name  # the update merged in
+        else:
+            assert torch.equal(weights[name], value), name  # embeddings and norms: frozen, bit for bit
+    model = AutoModelForSequenceClassification.from_pretrained(saved).eval()
+    tok = AutoTokenizer.from_pretrained(saved)
+    rows = [json.loads(line) for line in Path(files["test"]).read_text(encoding="utf-8").splitlines()]
+    with torch.no_grad():
+        alone = torch.cat([model(**tok([r["text"]], return_tensors="pt")).logits for r in rows])
+    gold = torch.tensor([model.config.label2id[r["label"]] for r in rows])
+    assert (alone.argmax(-1) == gold).float().mean().item() == pytest.approx(acc)
+
+
+def test_lora_is_refused_for_an_encoder_and_for_relations(tmp_path, capsys):
+    from xpt_ds.cli.finetune import main
+    encoder = tmp_path / "bert"
+    encoder.mkdir()
+    (encoder / "config.json").write_text(json.dumps({"model_type": "bert", "architectures": ["BertForMaskedLM"]}))
+    f = write_jsonl(tmp_path / "t.jsonl", [{"text": "a", "label": 0}, {"text": "b", "label": 1}])
+    base = ["--train", str(f), "--test", str(f), "--out", str(tmp_path / "out"), "--lora-rank", "4"]
+    assert main(["--model", str(encoder), *base]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: --lora-rank: --model {encoder} is a bert model; LoRA fine-tuning targets the layers of a decoder "
+        "family (gpt2, llama, mistral, qwen2, qwen3, olmo2, gemma, gemma2, gemma3_text, phi3)")
+    assert main(["--model", str(encoder), *base, "--task", "relation"]) == 2
+    assert "error: --lora-rank: relation fine-tunes the embedding rows" in capsys.readouterr().err
+    assert main(["--model", str(encoder), *base[:-1], "-1"]) == 2
+    assert "error: --lora-rank has a bad value: -1 (must be >= 0)" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

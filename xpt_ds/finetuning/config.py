@@ -70,6 +70,10 @@ class FinetuneConfig:
                           "micro_f1 (relation).")
     save_model: bool = doc(False, "Also save the first seed's fine-tuned model and its tokenizer to OUT/model "
                                   "(relation: with the entity markers and the head; see relation_model.py).")
+    lora_rank: int = doc(0, "LoRA rank on every linear map of a decoder's layers (Llama layout: q_proj ... down_proj; "
+                            "GPT-2: c_attn, c_proj, c_fc); 0: full fine-tuning. Only the LoRA updates and the new "
+                            "task head train; --save-model merges them into a stock model.")
+    lora_alpha: float = doc(16.0, "LoRA scale numerator: an update is B·A·alpha/rank (with --lora-rank).")
     device: str = doc("auto", "auto (CUDA if available), cpu or cuda; CUDA runs under bf16 autocast.")
     trust_remote_code: bool = doc(False, "Run Python the model directory ships that is not this xpt-ds's own "
                                          "export code (only for a model you trust).")
@@ -97,6 +101,7 @@ def validate(cfg: FinetuneConfig) -> None:
               "epochs": (cfg.epochs >= 1, ">= 1"), "warmup_ratio": (0 <= cfg.warmup_ratio < 1, "in [0, 1)"),
               "weight_decay": (cfg.weight_decay >= 0, ">= 0"), "grad_clip": (cfg.grad_clip >= 0, ">= 0"),
               "max_length": (cfg.max_length >= 8, ">= 8"), "patience": (cfg.patience >= 0, ">= 0"),
+              "lora_rank": (cfg.lora_rank >= 0, ">= 0"), "lora_alpha": (cfg.lora_alpha > 0, "> 0"),
               "seeds": (len(cfg.seeds) >= 1, "at least one"), "device": (cfg.device in ("auto", "cpu", "cuda"),
                                                                           "auto, cpu or cuda")}
     twice = sorted({s for s in cfg.seeds if cfg.seeds.count(s) > 1})
@@ -107,6 +112,9 @@ def validate(cfg: FinetuneConfig) -> None:
     if bad:
         raise FinetuneError(f"--{bad[0].replace('_', '-')} has a bad value: {getattr(cfg, bad[0])!r} (must be "
                             f"{checks[bad[0]][1]})")
+    if cfg.lora_rank and cfg.task == "relation":  # its entity markers are new rows of the frozen embedding matrix
+        raise FinetuneError("--lora-rank: relation fine-tunes the embedding rows of its entity markers, which LoRA "
+                            "leaves frozen; fine-tune relations without it")
     if cfg.device == "cuda":
         import torch  # here, not at the top: ``--help`` and the sweep's plan need no torch
         if not torch.cuda.is_available():

@@ -27,6 +27,7 @@ from xpt_ds.finetuning.metrics import (
     relation_metrics,
     summarize,
 )
+from xpt_ds.finetuning.lora import check_lora, with_lora, without_lora
 from xpt_ds.finetuning.relation import encode_relations, marker_tokens, read_relation_examples, relation_labels
 from xpt_ds.finetuning.relation_model import (
     RelationClassifier,
@@ -117,6 +118,8 @@ def prepare(cfg: FinetuneConfig) -> Prepared:
     from xpt_ds.model.decoder import is_causal_lm
     examples, labels, targets = read_splits(cfg)
     config_dict = _config_dict(cfg)
+    if cfg.lora_rank:
+        check_lora(cfg.model, config_dict)
     try:  # code the model ships runs only if it is xpt-ds's own export code or the user said so
         remote = remote_code_consent(cfg.model, cfg.trust_remote_code)
     except UntrustedError as e:
@@ -192,10 +195,13 @@ def build_model(cfg: FinetuneConfig, prep: Prepared):
     # prep.remote_code: remote_code_consent's answer, in prepare
     with reading_weights(f"--model {cfg.model}", FinetuneError):
         try:
-            model = auto_cls.from_pretrained(cfg.model, trust_remote_code=prep.remote_code, **kw)
+            model, info = auto_cls.from_pretrained(cfg.model, trust_remote_code=prep.remote_code,
+                                                   output_loading_info=True, **kw)
         except (OSError, ValueError) as e:
             raise FinetuneError(f"--model {cfg.model}: cannot load it as {auto_cls.__name__} "
                                 f"({str(e).splitlines()[0]})") from None
+    if cfg.lora_rank:  # the parameters the files lack are the new task head's, which trains beside the updates
+        with_lora(model, cfg.lora_rank, cfg.lora_alpha, prep.config_dict["model_type"], set(info["missing_keys"]))
     if cfg.task != "relation":
         return model
     init_marker_rows(model, prep.tokenizer, prep.markers)
@@ -207,7 +213,7 @@ def save_finetuned(model, cfg: FinetuneConfig, prep: Prepared, out: Path) -> Non
     if cfg.task == "relation":
         save_relation_model(model, prep.tokenizer, prep.labels, list(prep.markers), out, cfg.no_relation_label)
         return
-    model.save_pretrained(out)
+    (without_lora(model) if cfg.lora_rank else model).save_pretrained(out)
     prep.tokenizer.save_pretrained(str(out))
     as_umask(out)  # safetensors writes 0600 files: the group could not read the model
 
@@ -348,7 +354,8 @@ def run_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, device: torch.devic
     if valid is None:
         best_epoch = len(history)
     test = prep.splits["test"]
-    result = {"seed": seed, "epoch": best_epoch,
+    trained = sum(p.numel() for p in model.parameters() if p.requires_grad)  # with --lora-rank, far fewer
+    result = {"seed": seed, "epoch": best_epoch, "trainable": trained,
               "test": score(cfg.task, test.gold, evaluate(test), prep.labels, cfg.no_relation_label),
               "history": history}
     if valid is not None:
