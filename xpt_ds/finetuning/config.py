@@ -74,6 +74,9 @@ class FinetuneConfig:
                             "GPT-2: c_attn, c_proj, c_fc); 0: full fine-tuning. Only the LoRA updates and the new "
                             "task head train; --save-model merges them into a stock model.")
     lora_alpha: float = doc(16.0, "LoRA scale numerator: an update is B·A·alpha/rank (with --lora-rank).")
+    activation_checkpointing: bool = doc(False, "Keep only each layer's input in the forward and compute the rest "
+                                                "again in the backward: less memory for a large model or long "
+                                                "rows, the same gradients, more compute.")
     device: str = doc("auto", "auto (CUDA if available), cpu or cuda; CUDA runs under bf16 autocast.")
     trust_remote_code: bool = doc(False, "Run Python the model directory ships that is not this xpt-ds's own "
                                          "export code (only for a model you trust).")

@@ -22,13 +22,16 @@ def check_lora(model: str, config_dict: dict) -> None:
                             f"layers of a decoder family ({', '.join(DECODER_FAMILIES)})")
 
 
-def with_lora(model: nn.Module, rank: int, alpha: float, model_type: str, new: set[str]) -> nn.Module:
+def with_lora(model: nn.Module, rank: int, alpha: float, model_type: str) -> nn.Module:
     """``model`` (a stock ``*For{Sequence,Token}Classification``) with LoRA on its layers, in place: only the LoRA
-    updates and ``new`` (the parameters its files lacked: the task head) keep ``requires_grad``. ``lora_A`` is drawn
-    from torch's global generator, seeded by the caller; ``lora_B`` is zero, so the model starts as loaded."""
+    updates and the task head (every parameter outside its ``base_model``, the stock backbone: Llama's ``score``,
+    GPT-2's ``score`` or ``classifier``) keep ``requires_grad``. ``lora_A`` is drawn from torch's global
+    generator, seeded by the caller; ``lora_B`` is zero, so the model starts as loaded."""
     targets = targets_of(model_type)
     add_lora(model, {"rank": rank, "alpha": alpha, "dropout": 0.0, "targets": list(targets),
                      "fan_in_fan_out": model_type == "gpt2"})
+    backbone = model.base_model_prefix + "."
+    new = {name for name, _ in model.named_parameters() if not name.startswith(backbone)}
     for name, p in model.named_parameters():
         p.requires_grad_(is_lora(name) or name in new)
     trained = sum(p.numel() for p in model.parameters() if p.requires_grad)

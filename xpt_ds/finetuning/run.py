@@ -195,17 +195,33 @@ def build_model(cfg: FinetuneConfig, prep: Prepared):
     # prep.remote_code: remote_code_consent's answer, in prepare
     with reading_weights(f"--model {cfg.model}", FinetuneError):
         try:
-            model, info = auto_cls.from_pretrained(cfg.model, trust_remote_code=prep.remote_code,
-                                                   output_loading_info=True, **kw)
+            model = auto_cls.from_pretrained(cfg.model, trust_remote_code=prep.remote_code, **kw)
         except (OSError, ValueError) as e:
             raise FinetuneError(f"--model {cfg.model}: cannot load it as {auto_cls.__name__} "
                                 f"({str(e).splitlines()[0]})") from None
-    if cfg.lora_rank:  # the parameters the files lack are the new task head's, which trains beside the updates
-        with_lora(model, cfg.lora_rank, cfg.lora_alpha, prep.config_dict["model_type"], set(info["missing_keys"]))
+    if cfg.lora_rank:  # the updates train with the task head
+        with_lora(model, cfg.lora_rank, cfg.lora_alpha, prep.config_dict["model_type"])
+    if cfg.activation_checkpointing:
+        _recompute_layers(model, cfg.model)
     if cfg.task != "relation":
         return model
     init_marker_rows(model, prep.tokenizer, prep.markers)
     return RelationClassifier(model, len(prep.labels), prep.config_dict.get("hidden_dropout_prob", 0.1))
+
+
+def _recompute_layers(model, name: str) -> None:
+    """Activation checkpointing of every layer (``xpt_ds.training.activations``, as the trainer's): the
+    recomputation restores the forward's RNG state, so dropout draws the same masks and the gradients are the
+    same bits."""
+    from xpt_ds.training.activations import checkpoint_layers
+    try:
+        recomputed, layers = checkpoint_layers(model, 1)
+    except ValueError as e:  # a model class of its own code that does not support it
+        raise FinetuneError(f"--activation-checkpointing: --model {name}: {str(e).splitlines()[0]}") from None
+    if not recomputed:
+        raise FinetuneError(f"--activation-checkpointing: --model {name} has no layer that can recompute its "
+                            "activations (transformers' GradientCheckpointingLayer)")
+    log.info("activation checkpointing: %d of %d layers recompute in the backward", recomputed, layers)
 
 
 def save_finetuned(model, cfg: FinetuneConfig, prep: Prepared, out: Path) -> None:
