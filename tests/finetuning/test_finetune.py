@@ -441,3 +441,19 @@ def test_the_default_clips_a_huge_gradient_to_norm_one():
         moved[clip] = model.w.detach().norm().item()
     assert abs(moved[None] - 1.0) < 1e-5, moved
     assert abs(moved[0.0] - 2e6) < 1.0, moved
+
+
+def test_activation_checkpointing_of_an_encoder_gives_the_same_bits(xpt_model, corpus_text, tmp_path, caplog):
+    """The RoBERTa export's hidden and attention dropout (0.1) draw the same masks when a layer is computed again
+    in the backward; decoders (and LoRA): test_finetune_decoder."""
+    w = Words(corpus_text, xpt_model, seed=6)
+    rows = [{"text": " ".join(w.sentence(*([w.keys[0]] if i % 3 else []))), "label": int(i % 3 > 0)}
+            for i in range(100)]
+    files = split_files(rows, tmp_path / "data")
+    runs = {}
+    for checkpointing in (False, True):
+        with caplog.at_level("INFO", logger="xpt_ds.cli.finetune"):
+            runs[checkpointing] = _run(xpt_model, files, tmp_path / f"out_{checkpointing}", seeds=[1], epochs=1,
+                                       activation_checkpointing=checkpointing)["seeds"][0]
+    assert "activation checkpointing: 4 of 4 layers recompute in the backward" in caplog.text
+    assert runs[False]["history"] == runs[True]["history"] and runs[False]["test"] == runs[True]["test"]
