@@ -91,3 +91,35 @@ def test_decoder_two_phases_resume_and_export_on_the_gpu(family, tied, ds, tmp_p
         exported = model(input_ids=probe_ids().to(device)).logits.float().cpu()
     report(f"decoder_export_{family}_{ds}", {"max_abs_difference": float((exported - trained).abs().max())})
     assert torch.equal(exported, trained)
+
+
+@pytest.mark.parametrize("lora_rank", [0, 4])
+def test_fine_tuning_a_decoder_on_the_gpu(lora_rank, xpt_decoder_model, tmp_path, corpus_text):
+    """``xpt-ds finetune`` of a Llama-layout export on the device: fp32 weights under bf16 autocast, every layer
+    recomputed in the backward, and with LoRA the updates and the head alone (tests/finetuning/
+    test_finetune_decoder.py has the CPU checks). It learns the key-word task."""
+    import json
+
+    from finetune_builders import FAST, Words, split_files
+    w = Words(corpus_text, xpt_decoder_model)
+    rows = []
+    for _ in range(400):
+        positive = w.rng.random() < 0.35
+        rows.append({"text": " ".join(w.sentence(*([w.keys[0]] if positive else []), lo=1, hi=3)),
+                     "label": "yes" if positive else "no"})
+    files = split_files(rows, tmp_path / "data")
+    args = [sys.executable, "-m", "xpt_ds.cli.finetune", "--model", str(xpt_decoder_model), "--out",
+            str(tmp_path / "out"), "--seeds", "1", "--device", ACCELERATOR, "--activation-checkpointing",
+            "--lora-rank", str(lora_rank)]
+    for k, v in {**files, **FAST, "epochs": 5}.items():
+        args += [f"--{k.replace('_', '-')}", str(v)]
+    proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=600, env=gpu_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "activation checkpointing: 4 of 4 layers recompute in the backward" in proc.stderr
+    res = json.loads((tmp_path / "out/results.json").read_text())
+    seed = res["seeds"][0]
+    report(f"finetune_decoder_lora{lora_rank}", {"test": seed["test"], "trainable": seed["trainable"],
+                                                 "majority": res["majority_baseline"], "device": res["device"]})
+    assert res["device"] == ACCELERATOR
+    assert (seed["trainable"] < 20_000) == bool(lora_rank)  # LoRA's 4 layers and head, or the whole model
+    assert seed["test"]["accuracy"] > res["majority_baseline"]["accuracy"] + 0.15, seed
