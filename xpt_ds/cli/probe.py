@@ -1,9 +1,9 @@
 """``python -m xpt_ds.cli.probe --run RUN [--tag TAG] --source-text FILE [--target-shards SPEC ...]``: where does
 the source language go? (000 §4.4, Table 4.)
 
-Scores masked-token prediction on source-language text for the source model, and for the post-trained model
-with the source vocabulary swapped back in, once with the ITLs and once without; with ``--target-shards`` also
-the post-trained model on target text (``xpt_ds.evaluation.probe``).
+Scores masked-token prediction (a decoder source: next-piece bits per byte) on source-language text for the
+source model, and for the post-trained model with the source vocabulary swapped back in, once with the ITLs and
+once without; with ``--target-shards`` also the post-trained model on target text (``xpt_ds.evaluation.probe``).
 """
 from __future__ import annotations
 

@@ -5,7 +5,8 @@ for the post-trained model with the source vocabulary swapped back in: the sourc
 the LM-head decoder), the source LM-head bias and pad id, position rows shifted back to the source's layout;
 once with the ITLs and once without. A model that kept the source vocabulary (keep_vocab) reads source text as it
 is, so it is also scored with its own trained rows. With ``--target-shards`` it adds the post-trained model on
-target text, in the tokenizer the checkpoint saved (SentencePiece, or keep_vocab's Hugging Face tokenizer).
+target text, in the tokenizer the checkpoint saved (SentencePiece, or keep_vocab's Hugging Face tokenizer). A
+decoder source is probed on next-piece bits per byte instead (``xpt_ds.evaluation.decoder_probe``).
 """
 from __future__ import annotations
 
@@ -110,16 +111,18 @@ def probe(run: Path, source_text: Path, tag: str | None = None, source_id: str |
 
     from transformers import AutoTokenizer
 
-    from xpt_ds.checkpoint.export import load_model
+    from xpt_ds.checkpoint.export import checkpoint_config, load_model
     from xpt_ds.checkpoint.store import read_config
     from xpt_ds.data.tokenizer import saved_tokenizer
     from xpt_ds.evaluation.intrinsic import evaluate
     if not source_text.is_file():
         raise ConfigError(f"--source-text {source_text} not found")
-    post, tag_dir = load_model(run, tag, allow_pickle)
-    if is_decoder(post.config):
-        raise ConfigError(f"--run {run}: the probe scores masked-LM sources; this run's source is a "
-                          f"{post.config.model_type} decoder")
+    tag_dir, hf_config = checkpoint_config(run, tag)
+    if is_decoder(hf_config):  # next-piece bits per byte instead of masked-token scores
+        from xpt_ds.evaluation.decoder_probe import probe_decoder_run
+        return probe_decoder_run(run, tag_dir, hf_config, source_text, source_id, list(target_shards), seq_len,
+                                 batch_size, allow_pickle)
+    post, tag_dir = load_model(run, tag_dir.name, allow_pickle)
     run_cfg = read_config(tag_dir.parent, tag_dir.name, allow_pickle)
     data = run_cfg.data
     source_id = source_id or run_cfg.model.source

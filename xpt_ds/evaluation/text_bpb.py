@@ -38,15 +38,15 @@ DEFAULT_SEQ_LEN = 1024  # a model whose config states no maximum
 BATCH_TOKENS = 4096  # padded pieces per forward pass: fp32 logits [4096, vocab] are 0.8 GB at 49K pieces
 
 
-def load_decoder(path: Path, trust_remote_code: bool = False, dtype: str = "float32"):
+def load_decoder(path: Path, trust_remote_code: bool = False, dtype: str = "float32", what: str = ""):
     """(causal LM in ``dtype`` (a torch dtype's name, or ``auto``: as its files store it), its own Hugging Face
     tokenizer) of an export or stock decoder directory, a .gguf file, or a hub id (the Hugging Face cache, else the
     hub, as ``model.source`` reads one); a missing path or tokenizer, an encoder, or weights that would run code is
-    one line naming ``--model``."""
+    one line naming ``what`` (``--model PATH`` unless given)."""
     from transformers import AutoModelForCausalLM
 
     from xpt_ds.io.trust import read_config_dict, reading_weights, remote_code_consent
-    what, name = f"--model {path}", str(path)
+    what, name = what or f"--model {path}", str(path)
     if path.suffix == ".gguf" and not path.is_dir():  # transformers reads GGUF decoders only, and runs no code
         if not path.is_file():
             raise UserError(f"{what}: no such .gguf file")
