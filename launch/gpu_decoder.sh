@@ -33,7 +33,8 @@
 #      keep_vocab: continued pretraining of every weight in SmolLM2's own tokenizer;
 #      extend:     SmolLM2's tokenizer with 8,000 Ukrainian pieces appended (new rows, then everything), the
 #                  new rows from the random start and from subword_mean (extend_subword_mean), as XPT's;
-#      every run's export scored on text/en.txt (English retention) and text/uk.txt (--score-text), and the
+#      every run's export scored on text/en.txt (English retention) and text/uk.txt (--score-text), its layers
+#      probed on text/en.txt with SmolLM2's own embeddings and head (--probe-text en: xpt_ds.cli.probe), and the
 #      untouched source once per sweep (source_text.json);
 #   4. OUT/claims.md (python -m experiments.decoder.claims) and OUT/results.tgz (no weights).
 set -uo pipefail
@@ -127,7 +128,7 @@ sweep() {
   RESERVE_S=$PACK_S budget_run "$PY" -m xpt_ds.cli.sweep --config "$BASE" "${EVAL[@]}" --out "$OUT/$name" \
     --sizes $sizes --seeds $SEEDS --largest-first --rerun-changed "${DEADLINE[@]}" \
     --test-shards "$P/$shards/manifest.json:test" --unigram "$P/$shards/manifest.json:train" \
-    --score-text en="$EN" uk="$UK" --drop-weights "${DRY[@]}" "$@" --set "${set[@]}"
+    --score-text en="$EN" uk="$UK" --probe-text en --drop-weights "${DRY[@]}" "$@" --set "${set[@]}"
 }
 DRY=()
 [ "$MODE" = dry ] && DRY=(--dry-run)

@@ -46,9 +46,11 @@ NAMES = {**METHOD_NAMES, "xpt_subword_mean": "XPT, subword_mean start", "extend"
          "keep_vocab": "continued pretraining (source tokenizer)"}
 # A run's own figures beside aggregate()'s: (key, where in the row). tokens_per_s is tokens_seen / train_seconds.
 TEXT_FIGURES = (("uk_bpb", "uk", "bits_per_byte"), ("en_bpb", "en", "bits_per_byte"),
-                ("uk_ppw", "uk", "pieces_per_word"), ("en_ppw", "en", "pieces_per_word"))
+                ("uk_ppw", "uk", "pieces_per_word"), ("en_ppw", "en", "pieces_per_word"),
+                ("en_layers_bpb", "en_probe", "bits_per_byte"))  # the sweep's --probe-text en: the layers alone
 FIGURES = tuple(key for key, _, _ in TEXT_FIGURES) + ("tokens_per_s",)
-SHOWN = ("uk_bpb", "en_bpb", "en_cost", "uk_ppw", "en_ppw", "loss", "steps_done", "tokens_per_s")  # claims.json's
+SHOWN = ("uk_bpb", "en_bpb", "en_cost", "en_layers_bpb", "uk_ppw", "en_ppw", "loss", "steps_done",
+         "tokens_per_s")  # claims.json's
 
 
 def run_figures(r: dict) -> dict:
@@ -276,30 +278,35 @@ def setup_lines(result: dict) -> list[str]:
 
 
 def size_table(arms: dict[str, dict], result: dict) -> list[str]:
-    lines = ["| arm | sweep | uk bits/byte | en bits/byte | English cost | uk pieces/word | test loss (own shards) | "
-             "steps done | tokens/s |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| arm | sweep | uk bits/byte | en bits/byte | English cost | en bits/byte, layers (probe) | "
+             "uk pieces/word | test loss (own shards) | steps done | tokens/s |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for arm, r in arms.items():
         lines.append(f"| {NAMES.get(arm, arm)} | {r['sweep']} | {_cell(r, 'uk_bpb')} | {_cell(r, 'en_bpb')} | "
-                     f"{_num(r, 'en_cost', 4, '+')} | {_num(r, 'uk_ppw', 2)} | {_pm(r, 'loss', 1.0, 3)} | "
+                     f"{_num(r, 'en_cost', 4, '+')} | {_cell(r, 'en_layers_bpb')} | {_num(r, 'uk_ppw', 2)} | "
+                     f"{_pm(r, 'loss', 1.0, 3)} | "
                      f"{_num(r, 'steps_done', 0)} | {_num(r, 'tokens_per_s', 0)} |")
     source = result["source_text"]
     if source:
         uk, en = source.get("uk") or {}, source.get("en") or {}
         lines.append(f"| *source (untouched)* | {result['source_text_from']} | {_num(uk, 'bits_per_byte', 4)} | "
-                     f"{_num(en, 'bits_per_byte', 4)} | (reference) | {_num(uk, 'pieces_per_word', 2)} "
-                     "| – | – | – |")
+                     f"{_num(en, 'bits_per_byte', 4)} | (reference) | {_num(en, 'bits_per_byte', 4)} | "
+                     f"{_num(uk, 'pieces_per_word', 2)} | – | – | – |")
     for name, u in result["unigram"].items():
         if u.get("bits_per_byte") is not None:
             loss = "–" if u.get("loss") is None else f"{u['loss']:.3f}"
             lines.append(f"| *unigram predictor* | {name} | {u['bits_per_byte']:.4f} (on {name}'s test shards) | – "
-                         f"| – | – | {loss} | – | – |")
+                         f"| – | – | – | {loss} | – | – |")
     return lines + [""]
 
 
 TABLE_NOTE = ("Bits per byte are each run's export on the same raw text in its own tokenizer (`text`): they compare "
               "across tokenizers; mean ± std over seeds, n the runs scored. English cost: English bits per byte "
-              "minus the untouched source's. The test loss is per piece of each sweep's own test shards and "
-              "compares only within one sweep; the unigram rows are the unigram predictor on each sweep's test "
+              "minus the untouched source's. English, layers: the probe (`xpt-ds probe`, the sweep's "
+              "`--probe-text en`), the run's post-trained layers with the source's own embeddings and head in the "
+              "source's tokenizer, without the ITLs where it has them: what the layers kept of English, whatever the "
+              "new vocabulary costs ('–' for a run scored without it). The test loss is per piece of each "
+              "sweep's own test shards and compares only within one sweep; the unigram rows are the unigram predictor on each sweep's test "
               "shards (unigram.json), not the Ukrainian text of the uk column. Tokens/s: the run's training tokens "
               "over its training process's seconds, start-up, validation and checkpoints included.")
 

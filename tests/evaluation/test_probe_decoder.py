@@ -7,6 +7,7 @@ with the source's vocabulary and without its ITLs scores English exactly as the 
 after phase 2 without them, it does not. A source whose layers are not the run's is one line."""
 from __future__ import annotations
 
+import contextlib
 import json
 
 import numpy as np
@@ -15,6 +16,7 @@ import torch
 
 from conftest import base_config, launch, write_config
 from xpt_ds.checkpoint.store import tag_for
+from xpt_ds.cli.evaluate import main as evaluate_main
 from xpt_ds.cli.probe import main
 from xpt_ds.config import ConfigError
 from xpt_ds.evaluation.probe import probe
@@ -70,7 +72,7 @@ def xpt_run(request, tmp_path_factory, corpus):
     return root / "run", _english(root / "test_en.txt", 30, seed=1), request.param
 
 
-def test_at_the_phase_boundary_the_layers_without_itls_are_the_source(xpt_run, tmp_path):
+def test_at_the_phase_boundary_the_layers_without_itls_are_the_source(xpt_run, tmp_path, corpus):
     run, text, _ = xpt_run
     out = tmp_path / "probe.json"
     assert main(["--run", str(run), "--tag", tag_for(4), "--source-text", str(text), "--out", str(out)]) == 0
@@ -82,8 +84,14 @@ def test_at_the_phase_boundary_the_layers_without_itls_are_the_source(xpt_run, t
     assert rows[SOURCE]["tokens"] > 300 and rows[SOURCE]["first_token"].startswith("predicted from bos '<s>'")
     assert rows[WITH_ITLS]["nats"] != rows[SOURCE]["nats"]  # phase 1 trained the ITLs
 
-    final = probe(run, text)["rows"]  # the newest checkpoint: phase 2 trained every layer
+    test = f"{corpus}/manifest.json:test"
+    final = probe(run, text, target_shards=[test])["rows"]  # the newest checkpoint: phase 2 trained every layer
     assert final[SOURCE] == rows[SOURCE]
+    with contextlib.redirect_stdout(None):  # the target text as evaluate scores the run's checkpoint
+        assert evaluate_main(["--run", str(run), "--shards", test, "--out", str(tmp_path / "eval.json")]) == 0
+    scored = json.loads((tmp_path / "eval.json").read_text())
+    target = final["post-trained, target vocabulary (target text)"]
+    assert target["tokens"] == scored["tokens"] and target["loss"] == pytest.approx(scored["loss"], rel=1e-6)
     assert final[WITHOUT_ITLS]["nats"] != rows[SOURCE]["nats"]
     assert final[WITH_ITLS]["nats"] != rows[WITH_ITLS]["nats"]
 

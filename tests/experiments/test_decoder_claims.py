@@ -54,7 +54,10 @@ def _largest_target():
 
 
 def test_xpt_against_each_rival_and_what_each_costs_english(tmp_path):
-    _session(tmp_path, {"target": _largest_target(), "extend": _pair("extend", 720_000, 1.45, 1.02, 0.05, 0.02)})
+    extend = _pair("extend", 720_000, 1.45, 1.02, 0.05, 0.02)
+    for run, layers in zip(extend, (1.10, 1.30)):  # the sweep's --probe-text en: the layers alone
+        run["text"]["en_probe"] = {"bits_per_byte": layers, "pieces_per_word": 1.5, "tokens": 1200, "bytes": 5000}
+    _session(tmp_path, {"target": _largest_target(), "extend": extend})
     result = write(tmp_path)
     (top,) = result["by_size"]
     # every sweep of sizes.json is named in the title, also one that did not run (keep_vocab)
@@ -74,6 +77,7 @@ def test_xpt_against_each_rival_and_what_each_costs_english(tmp_path):
     assert arm["uk_bpb"] == pytest.approx(1.40) and arm["uk_bpb_std"] == pytest.approx(0.02 ** 0.5 / 10)
     assert arm["uk_bpb_n"] == 2 and arm["en_cost"] == pytest.approx(0.20) and arm["tokens_per_s"] == 100
     assert top["arms"]["extend"]["sweep"] == "extend" and top["arms"]["extend"]["size"] == 720_000
+    assert top["arms"]["extend"]["en_layers_bpb"] == pytest.approx(1.20) and "en_layers_bpb" not in arm
     assert result["headline"]["title"] == top["title"] and result["headline"]["verdicts"] == top["verdicts"]
     md = (tmp_path / "claims.md").read_text()
     assert "- missing: keep_vocab/, sizes.json" not in md and "- missing: keep_vocab/" in md
@@ -81,7 +85,9 @@ def test_xpt_against_each_rival_and_what_each_costs_english(tmp_path):
             "1.8000 ± 0.0141 (n=2) Ukrainian bits per byte, -0.4000: beyond the summed seed spread (0.0283)") in md
     assert "**does XPT beat continued pretraining (keep_vocab): not measured.** keep_vocab missing" in md
     assert "LoRA: +0.0200 ± 0.0141 (n=2) English bits per byte over the source's 1.0000: costs English" in md
-    assert "| *source (untouched)* | target | 3.0000 | 1.0000 | (reference) | 4.00 | – | – | – |" in md
+    assert "| *source (untouched)* | target | 3.0000 | 1.0000 | (reference) | 1.0000 | 4.00 | – | – | – |" in md
+    assert "| +0.0200 ± 0.0283 | 1.2000 ± 0.1414 (n=2) | 2.00 ± 0.00 |" in md
+    assert "| en bits/byte, layers (probe) |" in md
     assert "| *unigram predictor* | extend | 4.2500 (on extend's test shards) |" in md
     assert md.index("## Verdicts by size") < md.index("## Headline") and "![" in md
     assert (tmp_path / "plot_retention.png").stat().st_size > 0

@@ -2,9 +2,11 @@
 decoder costs English): one real tiny decoder sweep (2 arms, 1 size, 2 + 2 steps) shared by the tests, whose
 rows carry each run's export's bits per byte on raw text exactly as ``xpt_ds.cli.evaluate --text`` scores that
 export, beside the source's own (source_text.json), in results.md and summary.json; whose checkpoints and exports
-are gone once the rows are written, the rest of each run kept; and which a second invocation leaves alone. A row
-or source_text.json scored on other text is scored again on request only (``--rerun-changed``). And the one-line
-refusals when the plan is built: a missing file, a bad label, a masked-LM source."""
+are gone once the rows are written, the rest of each run kept; and which a second invocation leaves alone. The
+sweep also probes each run on the English file (``--probe-text en``: ``xpt_ds.cli.probe``'s layers row as the
+row's ``en_probe``). A row or source_text.json scored on other text is scored again on request only
+(``--rerun-changed``). And the one-line refusals when the plan is built: a missing file, a bad label, a
+masked-LM source, a --probe-text that is no --score-text label."""
 import contextlib
 import json
 import shlex
@@ -24,8 +26,9 @@ from xpt_ds.sweeps.stages import Stages
 from xpt_ds.sweeps.plan import Run, build_plan
 
 ARMS = ("xpt", "scratch")
-KEPT = ("status.json", "config.yaml", "eval.json", "text_en.json", "text_ko.json", "train.log", "evaluate.log",
-        "text.log", "metrics.jsonl", "sweep_seconds.json", "tb")  # what --drop-weights leaves in a run directory
+# what --drop-weights leaves in a run directory
+KEPT = ("status.json", "config.yaml", "eval.json", "text_en.json", "text_ko.json", "probe.json", "train.log",
+        "evaluate.log", "text.log", "probe.log", "metrics.jsonl", "sweep_seconds.json", "tb")
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +55,8 @@ def text_sweep(tmp_path_factory, decoder_base):
     root = tmp_path_factory.mktemp("text_sweep")
     en, ko, out = decoder_base["en"], decoder_base["ko"], root / "sweep"
     args = ["--config", str(decoder_base["config"]), "--methods", *ARMS, "--sizes", "200", "--out", str(out),
-            "--test-shards", *decoder_base["test_shards"], "--score-text", f"en={en}", f"ko={ko}", "--drop-weights"]
+            "--test-shards", *decoder_base["test_shards"], "--score-text", f"en={en}", f"ko={ko}", "--probe-text", "en",
+            "--drop-weights"]
     real = runner.drop_weights
 
     def keep_export(run_dir):
@@ -79,7 +83,8 @@ def test_rows_hold_what_evaluate_text_gives_for_the_runs_export(text_sweep, tmp_
     rows = {r["method"]: r for r in result_rows(text_sweep["out"])}
     assert sorted(rows) == sorted(ARMS)
     for arm, row in rows.items():
-        assert list(row["text"]) == ["en", "ko"] and row["scoring"]["score_text"]["en"]["file"] == str(text_sweep["en"])
+        assert list(row["text"]) == ["en", "ko", "en_probe"]
+        assert row["scoring"]["score_text"]["en"]["file"] == str(text_sweep["en"])
         for label in ("en", "ko"):
             want = _evaluate_text(text_sweep["exports"] / arm, [text_sweep[label]], tmp_path / f"{arm}_{label}.json")
             want = want[str(text_sweep[label])]
@@ -89,8 +94,38 @@ def test_rows_hold_what_evaluate_text_gives_for_the_runs_export(text_sweep, tmp_
             assert (got["pieces_per_word"], got["tokens"], got["bytes"]) == (want["pieces_per_word"], want["tokens"],
                                                                              want["bytes"])
         seconds = json.loads((text_sweep["out"] / row["run_dir"] / "sweep_seconds.json").read_text())
-        assert seconds["text"] > 0
+        assert seconds["text"] > 0 and seconds["probe"] > 0
     assert rows["xpt"]["text"]["en"]["bits_per_byte"] != rows["scratch"]["text"]["en"]["bits_per_byte"]
+
+
+def test_rows_hold_the_probe_of_their_layers_beside_the_source(text_sweep):
+    """--probe-text en: each row's en_probe is its probe.json's row of the reused layers alone with the source's
+    embeddings and head (XPT: without ITLs), in the source's tokenizer, so it reads the source's pieces and bytes;
+    the probe's source row is source_text.json's own figure; results.md has the column and the source under it."""
+    out = text_sweep["out"]
+    source = json.loads((out / "source_text.json").read_text())["en"]
+    for row in result_rows(out):
+        probe = json.loads((out / row["run_dir"] / "probe.json").read_text())
+        assert row["scoring"]["probe_text"] == "en" and probe["source_text"] == str(text_sweep["en"])
+        layers = probe["rows"]["post-trained, source vocabulary, without ITLs"]
+        assert row["text"]["en_probe"] == {k: layers[k] for k in ("bits_per_byte", "pieces_per_word", "tokens",
+                                                                  "bytes")}
+        assert (layers["tokens"], layers["bytes"]) == (source["tokens"], source["bytes"])
+        reference = probe["rows"]["source model, source vocabulary"]
+        assert reference["bits_per_byte"] == pytest.approx(source["bits_per_byte"], abs=1e-9)
+        assert layers["bits_per_byte"] != reference["bits_per_byte"]  # phase 2 trained the layers
+    md = (out / "results.md").read_text()
+    assert "| en_probe bits per byte |" in md and "*en_probe* is the probe (`xpt-ds probe`" in md
+    source_row = next(line for line in md.splitlines() if line.startswith("| *Source (model.source)* |"))
+    assert source_row.count(f"| {source['bits_per_byte']:.4f} | {source['pieces_per_word']:.2f} |") == 2
+
+
+def test_probe_text_names_a_score_text_label(tmp_path, decoder_base, capsys):
+    argv = ["--config", str(decoder_base["config"]), "--methods", "xpt", "--sizes", "200", "--out",
+            str(tmp_path / "sweep"), "--test-shards", *decoder_base["test_shards"], "--score-text",
+            f"en={decoder_base['en']}", "--probe-text", "uk"]
+    one_error_line(sweep_main(argv), capsys.readouterr().err, "--probe-text uk: not a --score-text label (en)")
+    assert not (tmp_path / "sweep/runs").exists()
 
 
 def test_the_source_is_scored_on_the_same_text_and_reported(text_sweep, tmp_path):

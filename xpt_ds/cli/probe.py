@@ -22,13 +22,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--source-text", type=Path, required=True, help="source-language text, one passage per line")
     p.add_argument("--source", help="source model (default: the run's model.source)")
     p.add_argument("--target-shards", nargs="*", default=[], help="also score the target side on these shards")
-    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--seq-len", type=int, help="pieces a window reads (default: 128 for a masked LM, the model's "
+                   "positions for a decoder, as evaluate --text reads)")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--out", type=Path, help="also write the JSON here")
     p.add_argument("--allow-pickle", action="store_true", help="read checkpoint files that are not plain data "
                    "(they can run code): only for a checkpoint you trust")
     a = p.parse_args(argv)
-    if a.seq_len < 8 or a.batch_size < 1:
+    if a.seq_len is not None and a.seq_len < 8 or a.batch_size < 1:
         p.error(f"--seq-len must be >= 8 and --batch-size >= 1, got {a.seq_len} and {a.batch_size}")
     from xpt_ds.evaluation.intrinsic import emit_json
     from xpt_ds.evaluation.probe import probe

@@ -17,6 +17,8 @@ config or arguments); a failed one is reported with its log and the sweep goes o
 tokenizer (``xpt_ds.cli.evaluate --text``: bits per byte, pieces per word) and the source itself on the same
 files (``DIR/source_text.json``): what adapting the source cost each text, English included. ``--drop-weights``
 deletes a run's checkpoints and export once its row is written, for a machine whose disk holds a few runs.
+``--probe-text en`` also probes each run on that file with the source's own embeddings and head
+(``xpt_ds.cli.probe``): what its layers kept of English, apart from what its vocabulary costs.
 """
 from __future__ import annotations
 
@@ -78,6 +80,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         "pieces per word per LABEL in each row (RUN_DIR/text_LABEL.json) and in results.md, and "
                         "the source itself (the first arm's model.source) on the same files, once "
                         "(DIR/source_text.json), e.g. en=en.txt uk=uk_test.txt")
+    p.add_argument("--probe-text", metavar="LABEL",
+                   help="a --score-text label whose file is in the source's language: also probe each run on it "
+                        "(xpt_ds.cli.probe, RUN_DIR/probe.json): its post-trained layers with the source's own "
+                        "embeddings and head, in the source's tokenizer (without ITLs where it has them), as the "
+                        "row's LABEL_probe figures beside the source's; what the layers kept, whatever the "
+                        "vocabulary costs")
     p.add_argument("--drop-weights", action="store_true",
                    help="once a run's row is in results.jsonl, delete its checkpoints (RUN_DIR/checkpoints) and its "
                         "export (RUN_DIR/export); its scores, logs, config, metrics, status and TensorBoard events "

@@ -29,6 +29,17 @@ from xpt_ds.model.decoder import DECODER_FAMILIES
 from xpt_ds.model.skeleton import assign, skeleton
 
 
+# The row that says what the post-trained layers kept of English, the first of these a probe has: the reused
+# layers alone in the source's architecture (ITL methods), the layers as they are (no ITLs), the layers under the
+# source's untrained rows (a method that trains the source's own rows).
+LAYERS_ROWS = ("post-trained, source vocabulary, without ITLs", "post-trained, source vocabulary",
+               "post-trained, the source's untrained rows swapped back in")
+
+
+def layers_row(rows: dict) -> str:
+    return next(name for name in LAYERS_ROWS if name in rows)
+
+
 def _has_itl(model: nn.Module) -> bool:
     method = method_of(model.config)
     return method is not None and method.has_itl
@@ -72,13 +83,18 @@ def with_source_vocabulary(post: nn.Module, source: nn.Module, keep_itl: bool = 
 
 
 def probe_decoder(post: nn.Module, source: nn.Module, tokenizer, own_tokenizer, source_name: str, text: Path,
-                  seq_len: int, batch_size: int) -> dict:
+                  seq_len: int, batch_size: int, device: str = "cpu") -> dict:
     """The probe's rows on ``text``: the source, the post-trained layers with the source vocabulary (with and
     without ITLs), and a method that reads the source vocabulary with its own rows (``own_tokenizer``, else
-    None)."""
+    None). Each model is scored on ``device`` (CUDA where evaluate --text would use it), one at a time."""
     from xpt_ds.evaluation.text_bpb import score_file
     check_same_layers(post, source, source_name)
-    score = lambda model, tok=tokenizer: score_file(model.eval(), tok, text, seq_len, batch_size)  # noqa: E731
+
+    def score(model: nn.Module, tok=tokenizer) -> dict:
+        try:
+            return score_file(model.eval().to(device), tok, text, seq_len, batch_size, device)
+        finally:
+            model.to("cpu")
     rows = {"source model, source vocabulary": score(source)}
     if own_tokenizer is not None:
         rows["post-trained, the source's untrained rows swapped back in"] = score(
@@ -94,7 +110,7 @@ def probe_decoder(post: nn.Module, source: nn.Module, tokenizer, own_tokenizer, 
 
 
 def probe_decoder_run(run: Path, tag_dir: Path, hf_config, source_text: Path, source_id: str | None,
-                      target_shards: list[str], seq_len: int, batch_size: int, allow_pickle: bool) -> dict:
+                      target_shards: list[str], seq_len: int | None, batch_size: int, allow_pickle: bool) -> dict:
     """``xpt-ds probe`` of a run whose source is a decoder: the JSON ``xpt_ds.evaluation.probe.probe`` writes, with
     ``text_bpb``'s figures in its rows."""
     from transformers import AutoTokenizer
@@ -114,13 +130,15 @@ def probe_decoder_run(run: Path, tag_dir: Path, hf_config, source_text: Path, so
     saved = saved_tokenizer(tag_dir)
     if method is not None and method.vocab in ("source", "extend"):  # the checkpoint holds its HF tokenizer
         own = AutoTokenizer.from_pretrained(saved.path, trust_remote_code=False)
+    # seq_len None: the models' positions, as evaluate --text reads (a sweep's source row is its source_text.json's)
     limit = min(n for n in (max_positions(post.config), max_positions(source.config), seq_len) if n)
-    rows = probe_decoder(post, source, tokenizer, own, source_id, source_text, limit, batch_size)
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # as evaluate --text scores
+    rows = probe_decoder(post, source, tokenizer, own, source_id, source_text, limit, batch_size, device)
     data = run_cfg.data
     if target_shards:
         data.seq_len = min(data.seq_len, post.config.xpt_max_length)
         rows[f"post-trained, {'its own' if own is not None else 'target'} vocabulary (target text)"] = evaluate(
-            post, saved, data, list(target_shards), batch_size)
+            post, saved, data, list(target_shards), batch_size, device=device)
     return {"run": str(run), "tag": tag_dir.name, "source": source_id, "source_text": str(source_text),
             "seq_len": limit, "scores": "next-piece bits per byte of each line (xpt_ds.evaluation.text_bpb)",
             **({"target_seq_len": data.seq_len} if target_shards else {}), "rows": rows}

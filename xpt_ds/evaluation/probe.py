@@ -104,7 +104,8 @@ def score(model: nn.Module, batches) -> dict:
 
 
 def probe(run: Path, source_text: Path, tag: str | None = None, source_id: str | None = None,
-          target_shards: list[str] = (), seq_len: int = 128, batch_size: int = 16, allow_pickle: bool = False) -> dict:
+          target_shards: list[str] = (), seq_len: int | None = None, batch_size: int = 16,
+          allow_pickle: bool = False) -> dict:
     """The probe's JSON: masked-token scores on ``source_text`` for the source model and the post-trained one
     with the source vocabulary swapped back in (with and without ITLs), and on ``target_shards`` if given."""
     import dataclasses
@@ -123,6 +124,7 @@ def probe(run: Path, source_text: Path, tag: str | None = None, source_id: str |
         return probe_decoder_run(run, tag_dir, hf_config, source_text, source_id, list(target_shards), seq_len,
                                  batch_size, allow_pickle)
     post, tag_dir = load_model(run, tag_dir.name, allow_pickle)
+    seq_len = seq_len or 128
     run_cfg = read_config(tag_dir.parent, tag_dir.name, allow_pickle)
     data = run_cfg.data
     source_id = source_id or run_cfg.model.source

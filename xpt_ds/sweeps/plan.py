@@ -20,6 +20,7 @@ from xpt_ds.config.methods import METHODS, Method
 from xpt_ds.finetuning.config import FinetuneConfig
 from xpt_ds.runtime.ports import free_port
 from xpt_ds.sweeps.report import parse_size, size_label
+from xpt_ds.sweeps.rows import PROBE_SUFFIX
 
 SET_BY_SWEEP = ("run_dir", "model.method", "data.train_tokens")
 SET_BY_SEEDS = ("--model.init_seed=", "--seed=", "--data.seed=")  # a replicate's seeds (Plan.train_args)
@@ -173,6 +174,7 @@ class Plan:
     text_source: str | None = None  # the model.source scored on those files too (DIR/source_text.json)
     text_args: list[str] = dataclasses.field(default_factory=list)  # evaluate --text's other arguments
     drop_weights: bool = False  # delete a run's checkpoints and export once its row is written
+    probe_text: str | None = None  # --probe-text: the --score-text label each run is also probed on
 
     @property
     def methods(self) -> list[str]:
@@ -215,7 +217,8 @@ class Plan:
         finetune = self.finetune_args if run.size in self.finetune_sizes else None
         return {"test_shards": list(self.test_shards), "evaluate_args": list(self.evaluate_args),
                 "finetune_args": None if finetune is None else list(finetune),
-                "score_text": {label: dict(spec) for label, spec in self.score_text.items()} or None}
+                "score_text": {label: dict(spec) for label, spec in self.score_text.items()} or None,
+                **({"probe_text": self.probe_text} if self.probe_text else {})}
 
     def tag_args(self, run: Run) -> list[str]:
         return ["--tag", "best"] if self.keep_best[run.arm, run.size] else []
@@ -336,10 +339,23 @@ def build_plan(a: argparse.Namespace, configs: Path | None = None) -> Plan:
                      "--seed", str(mask_seed)]
     deadline = time.time() + a.deadline_minutes * 60 if a.deadline_minutes else None
     text_source = check_text_source(models) if score_text else None
+    check_probe_text(a.probe_text, score_text)
     return Plan(a.out, arms, sizes, seeds, a.nproc, a.parallel, test_shards, evaluate_args, list(a.unigram),
                 finetune_args, finetune_sizes, overrides, steps, seq_len, best, sha, deadline,
                 a.largest_first, a.rerun_changed, configs, score_text, text_source,
-                ["--batch-size", str(a.eval_batch_size)], a.drop_weights)
+                ["--batch-size", str(a.eval_batch_size)], a.drop_weights, a.probe_text)
+
+
+def check_probe_text(label: str | None, score_text: dict[str, dict]) -> None:
+    """``--probe-text LABEL`` names one of ``--score-text``'s labels, whose figures LABEL_probe then sits beside."""
+    if label is None:
+        return
+    if label not in score_text:
+        raise ConfigError(f"--probe-text {label}: not a --score-text label"
+                          + (f" ({', '.join(score_text)})" if score_text else " (give --score-text LABEL=FILE)"))
+    if label + PROBE_SUFFIX in score_text:
+        raise ConfigError(f"--probe-text {label}: its figures are {label}{PROBE_SUFFIX}, which is also a "
+                          "--score-text label; rename that one")
 
 
 def parse_score_text(items: list[str]) -> dict[str, dict]:

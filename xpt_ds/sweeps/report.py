@@ -18,7 +18,7 @@ from pathlib import Path
 from xpt_ds.config.methods import BASELINE, METHODS
 from xpt_ds.errors import UserError, cli_errors
 from xpt_ds.io.paths import write_text_atomic
-from xpt_ds.sweeps.rows import read_json, read_rows
+from xpt_ds.sweeps.rows import PROBE_SUFFIX, read_json, read_rows
 from xpt_ds.sweeps.seeds import aggregate, spread
 
 # 002 Table 2's columns: (key in the evaluate JSON, header, higher is better, shown ×100).
@@ -282,10 +282,17 @@ def read_unigram(out: Path) -> dict | None:
     return read_json(path) if path.is_file() else None
 
 
-def read_source_text(out: Path) -> dict | None:
-    """DIR/source_text.json (``--score-text``): {label: the source's own figures on that text}."""
+def read_source_text(out: Path, rows: list[dict] = ()) -> dict | None:
+    """DIR/source_text.json (``--score-text``): {label: the source's own figures on that text}; a label the rows
+    also probed (``--probe-text``) has the same figures under LABEL_probe: the probe scores the source on that text
+    in its own tokenizer, as evaluate --text does."""
     path = out / "source_text.json"
-    return read_json(path) if path.is_file() else None
+    if not path.is_file():
+        return None
+    source = read_json(path)
+    probed = {label for r in rows for label in r.get("text") or {} if label.endswith(PROBE_SUFFIX)}
+    return {**source, **{p: source[p.removesuffix(PROBE_SUFFIX)] for p in sorted(probed)
+                         if p.removesuffix(PROBE_SUFFIX) in source}}
 
 
 def text_lines(rows: list[dict], out: Path, source_text: dict | None) -> list[str]:
@@ -300,7 +307,11 @@ def text_lines(rows: list[dict], out: Path, source_text: dict | None) -> list[st
     return [f"Raw text ({named}): bits per byte (lowest in bold) and pieces per word of each run's export in its own "
             "tokenizer (`xpt-ds evaluate --text`); bits per byte compares across tokenizers"
             + ("" if not source_text else f", and *Source (model.source)* is `{source or 'model.source'}` itself "
-               "on the same text (source_text.json): what the adaptation cost it") + ".", ""]
+               "on the same text (source_text.json): what the adaptation cost it") + "."
+            + "".join(f" *{label}* is the probe (`xpt-ds probe`, RUN_DIR/probe.json): the run's post-trained layers "
+                      f"with the source's own embeddings and head, in the source's tokenizer, without the ITLs where "
+                      f"it has them, on {label.removesuffix(PROBE_SUFFIX)}'s text: what the layers kept, whatever "
+                      "the vocabulary costs." for label in labels if label.endswith(PROBE_SUFFIX)), ""]
 
 
 def scored_tokens(rows: list[dict]) -> str:
@@ -335,7 +346,7 @@ def write_markdown(out: Path, rows: list[dict], failures: list[dict]) -> None:
              "in bold; mean ± standard deviation over the seeds when there are several). Every run is planned for the "
              "same number of steps; 'steps run' is fewer where early stopping or a time budget ended a phase, and "
              "smaller data sizes are seen for more epochs.", ""]
-    source_text = read_source_text(out)
+    source_text = read_source_text(out, rows)
     lines += size_tables(rows, unigram, source_text)
     lines += text_lines(rows, out, source_text)
     lines += unigram_lines(rows, unigram)

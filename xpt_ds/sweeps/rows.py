@@ -13,6 +13,7 @@ INTRINSIC_KEYS = ("loss", "ppl", "hits@1", "hits@3", "hits@5", "hits@10", "mrr",
 OPTIONAL_KEYS = ("bits_per_char", "bits_per_word")
 # A row's ``text`` (--score-text): per label, these of xpt_ds.cli.evaluate --text's figures for the file.
 TEXT_KEYS = ("bits_per_byte", "pieces_per_word", "tokens", "bytes")
+PROBE_SUFFIX = "_probe"  # a row's text[LABEL_probe]: --probe-text's figures on LABEL's file (xpt_ds.cli.probe)
 
 
 def read_json(path: Path):

@@ -25,7 +25,7 @@ from xpt_ds.io.paths import write_text_atomic
 from xpt_ds.sweeps.plan import Plan, Run
 from xpt_ds.sweeps.report import size_label
 from xpt_ds.sweeps.rows import read_rows, row_key
-from xpt_ds.sweeps.scoring import (scoring_diff, downstream, drop_weights, intrinsic, source_text,
+from xpt_ds.sweeps.scoring import (scoring_diff, downstream, drop_weights, intrinsic, probe_scores, source_text,
                                    source_text_changed, source_text_state, text_scores, unigram, unigram_state)
 from xpt_ds.sweeps.stages import Stages, StepFailed, add_seconds, free_name, stopping, stop_stages
 
@@ -89,6 +89,8 @@ def run_one(plan: Plan, run: Run, stages: Stages, say=print) -> dict:
         row.update(scores)
     if plan.score_text:
         row.update(text_scores(plan, run, stages, exported))
+    if plan.probe_text:
+        row["text"].update(probe_scores(plan, run, stages))
     seconds = json.loads((run_dir / "sweep_seconds.json").read_text())
     row.update(train_seconds=round(seconds.get("train", 0.0), 1), wall_seconds=round(sum(seconds.values()), 1),
                nproc=plan.nproc, run_dir=str(run_dir), train_args=shlex.join(plan.train_args(run)),

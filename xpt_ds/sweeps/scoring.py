@@ -1,7 +1,8 @@
 """How a sweep scores a trained run, stage by stage: ``xpt_ds.cli.evaluate`` on the test shards (``intrinsic``),
 export and fine-tuning (``downstream``), ``--score-text``'s raw-text scores of the export and of the source itself
-(``text_scores``, ``source_text``), the unigram reference (``unigram``) and ``--drop-weights``; and what a row
-records of its scoring, compared when the sweep runs again (``scoring_diff``)."""
+(``text_scores``, ``source_text``), ``--probe-text``'s probe (``probe_scores``), the unigram reference
+(``unigram``) and ``--drop-weights``; and what a row records of its scoring, compared when the sweep runs again
+(``scoring_diff``)."""
 from __future__ import annotations
 
 import json
@@ -12,7 +13,8 @@ from pathlib import Path
 
 from xpt_ds.io.paths import write_text_atomic
 from xpt_ds.sweeps.plan import Plan, Run
-from xpt_ds.sweeps.rows import INTRINSIC_KEYS, OPTIONAL_KEYS, downstream_row, read_json, text_row
+from xpt_ds.sweeps.rows import (INTRINSIC_KEYS, OPTIONAL_KEYS, PROBE_SUFFIX, TEXT_KEYS, downstream_row, read_json,
+                                   text_row)
 from xpt_ds.sweeps.stages import Stages, add_seconds, free_name
 
 
@@ -74,6 +76,22 @@ def text_scores(plan: Plan, run: Run, stages: Stages, exported: bool) -> dict:
         text[label] = text_row(read_json(out))
     add_seconds(run_dir, "text", seconds)
     return {"text": text}
+
+
+def probe_scores(plan: Plan, run: Run, stages: Stages) -> dict:
+    """``--probe-text LABEL``: ``xpt_ds.cli.probe`` of the checkpoint the run is scored from on LABEL's file
+    (RUN_DIR/probe.json, output in RUN_DIR/probe.log, seconds under "probe" in sweep_seconds.json), against the
+    run's own model.source, at evaluate --text's windows; {LABEL_probe: the figures of its layers with the source's
+    embeddings and head (``xpt_ds.evaluation.decoder_probe.layers_row``)}, for the row's ``text``."""
+    from xpt_ds.evaluation.decoder_probe import layers_row
+    run_dir, label = plan.run_dir(run), plan.probe_text
+    out = run_dir / "probe.json"
+    argv = ["--run", str(run_dir), *plan.tag_args(run), "--source-text", plan.score_text[label]["file"],
+            *plan.text_args, "--out", str(out)]
+    add_seconds(run_dir, "probe", stages.module("xpt_ds.cli.probe", argv, run_dir / "probe.log", "probe"))
+    rows = read_json(out)["rows"]
+    figures = rows[layers_row(rows)]
+    return {label + PROBE_SUFFIX: {k: figures[k] for k in TEXT_KEYS}}
 
 
 def _unigram_args(plan: Plan) -> dict:
@@ -180,8 +198,8 @@ def drop_weights(run_dir: Path) -> list[str]:
     """``--drop-weights``, once the run's row is written: delete RUN_DIR/checkpoints (every tag, the kept phase
     ends, abandoned branches, universal conversions: ``xpt_ds.checkpoint.store``) and RUN_DIR/export, the run's
     only weights; what was there of the two. Everything else stays: status.json, best.json, config.yaml, the
-    scores (eval.json, text_*.json, finetune/), logs, metrics and TensorBoard events. Such a run, resumed later,
-    has no checkpoint: ``train`` sets it aside and trains it from the start."""
+    scores (eval.json, text_*.json, probe.json, finetune/), logs, metrics and TensorBoard events. Such a run,
+    resumed later, has no checkpoint: ``train`` sets it aside and trains it from the start."""
     dropped = []
     for name in ("checkpoints", "export"):
         if (run_dir / name).exists():
@@ -195,7 +213,8 @@ def _scoring_keys(now: dict) -> list[str]:
     evaluation arguments, the fine-tuning arguments when this invocation fine-tunes and the text files
     (``score_text``, recorded since 2026-11-29) when it scores text; left out, the row keeps its fine-tuning or its
     text scores, and a row from before either has none, which differs from any given."""
-    return ["test_shards", "evaluate_args"] + [k for k in ("finetune_args", "score_text") if now.get(k) is not None]
+    return ["test_shards", "evaluate_args"] + [k for k in ("finetune_args", "score_text", "probe_text")
+                                               if now.get(k) is not None]
 
 
 def scoring_diff(old: dict, now: dict) -> str:
