@@ -170,6 +170,12 @@ def test_bad_scoring_arguments_stop_the_sweep_before_any_run_trains(tmp_path, sw
         with pytest.raises(ConfigError, match=culprit.replace("*", "\\*")):
             build_plan(parse_args([*base, *extra]))
     assert not (tmp_path / "sweep/runs").exists()
+    # a switch of finetune's passes as the switch alone (it was passed as '--save-model True', which finetune
+    # refuses), and every --finetune-* flag reaches finetune's parser
+    plan = build_plan(parse_args([*base, "--test-shards", *test_shards, *finetune, "--finetune-save-model",
+                                  "--finetune-activation-checkpointing", "--finetune-lora-rank", "4"]))
+    assert plan.finetune_args == ["--train", str(good), "--test", str(good), "--save-model", "--lora-rank", "4",
+                                  "--activation-checkpointing"]
 
 
 def test_a_row_scored_otherwise_is_scored_again_only_on_request_and_only_from_a_checkpoint(tmp_path, sweep_config,

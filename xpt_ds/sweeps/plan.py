@@ -433,5 +433,8 @@ def _finetune_args(a: argparse.Namespace) -> list[str] | None:
         raise ConfigError("downstream evaluation needs both --finetune-train and --finetune-test")
     args = []
     for name, value in given.items():
+        if isinstance(value, bool):  # a switch: given or not (--finetune-activation-checkpointing)
+            args += ["--" + name.replace("_", "-")] if value else []
+            continue
         args += ["--" + name.replace("_", "-"), *map(str, value if isinstance(value, list) else [value])]
     return args
