@@ -48,3 +48,35 @@ def split_files(rows: list[dict], root: Path) -> dict[str, str]:
     cuts = {"train": rows[:int(0.6 * n)], "valid": rows[int(0.6 * n):int(0.75 * n)], "test": rows[int(0.75 * n):]}
     root.mkdir(parents=True, exist_ok=True)
     return {k: str(write_jsonl(root / f"{k}.jsonl", v)) for k, v in cuts.items()}
+
+
+def key_word_rows(w: Words, n: int, flip: float | None = None) -> list[dict]:
+    """Does the sentence (1-3 filler words) hold ``w``'s first key word? 35 % do; ``flip``: that share of the
+    labels flipped (a second draw per row), so about 1 - flip is the best accuracy."""
+    rows = []
+    for _ in range(n):
+        positive = w.rng.random() < 0.35
+        label = positive if flip is None else positive != (w.rng.random() < flip)
+        rows.append({"text": " ".join(w.sentence(*([w.keys[0]] if positive else []), lo=1, hi=3)),
+                     "label": "yes" if label else "no"})
+    return rows
+
+
+def entity_rows(w: Words, n: int) -> list[dict]:
+    """IOB2 rows: PER is one key word, LOC two key words in a row; each anywhere in a sentence, 60 % of them."""
+    per, loc1, loc2 = w.keys[:3]
+    rows = []
+    for _ in range(n):
+        tokens = list(w.sentence())
+        tags = ["O"] * len(tokens)
+        for words, labels in ([per], ["B-PER"]), ([loc1, loc2], ["B-LOC", "I-LOC"]):
+            if w.rng.random() < 0.6:
+                at = int(w.rng.integers(0, len(tokens) + 1))
+                tokens[at:at], tags[at:at] = words, labels
+        rows.append({"tokens": tokens, "tags": tags})
+    return rows
+
+
+def flags(settings: dict) -> list[str]:
+    """``{"batch_size": 16, ...}`` as ``xpt_ds.cli.finetune``'s flags: ``--batch-size 16 ...``."""
+    return [arg for k, v in settings.items() for arg in (f"--{k.replace('_', '-')}", str(v))]

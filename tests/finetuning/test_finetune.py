@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from conftest import REPO, run_main
-from finetune_builders import FAST, Words, split_files, write_jsonl
+from finetune_builders import FAST, Words, entity_rows, split_files, write_jsonl
 from xpt_ds.finetuning.config import FinetuneConfig
 from xpt_ds.finetuning.data import FinetuneError
 from xpt_ds.finetuning.run import build_model, finetune, prepare
@@ -232,18 +232,7 @@ def test_learns_regression(xpt_model, corpus_text, tmp_path):
 
 def test_learns_token_classification(xpt_model, corpus_text, tmp_path):
     """PER: one key word; LOC: two key words in a row; both anywhere in a sentence. Scored on entity spans."""
-    w = Words(corpus_text, xpt_model, seed=3)
-    per, loc1, loc2 = w.keys[:3]
-    rows = []
-    for _ in range(400):
-        tokens = list(w.sentence())
-        tags = ["O"] * len(tokens)
-        for words, labels in ([per], ["B-PER"]), ([loc1, loc2], ["B-LOC", "I-LOC"]):
-            if w.rng.random() < 0.6:
-                at = int(w.rng.integers(0, len(tokens) + 1))
-                tokens[at:at], tags[at:at] = words, labels
-        rows.append({"tokens": tokens, "tags": tags})
-    files = split_files(rows, tmp_path / "data")
+    files = split_files(entity_rows(Words(corpus_text, xpt_model, seed=3), 400), tmp_path / "data")
     res = _run(xpt_model, files, tmp_path / "out", task="token_classification", seeds=[1])
     assert res["labels"] == ["O", "B-LOC", "I-LOC", "B-PER"]
     assert res["seeds"][0]["test"]["entity_f1"] > 0.9, res["seeds"][0]

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from conftest import run_main
-from finetune_builders import FAST, Words, split_files, write_jsonl
+from finetune_builders import FAST, Words, entity_rows, flags, key_word_rows, split_files, write_jsonl
 from xpt_ds.finetuning.config import FinetuneConfig
 from xpt_ds.finetuning.data import collate
 from xpt_ds.finetuning.run import build_model, finetune, prepare
@@ -49,26 +49,14 @@ def hub_like(tmp_path_factory, xpt_decoder_model) -> Path:
     return _without_pad(xpt_decoder_model, tmp_path_factory.mktemp("hub_like") / "model", torch.bfloat16)
 
 
-def _key_word_rows(w: Words, n: int) -> list[dict]:
-    """test_finetune's task: does the sentence hold the key word? 10 % of the labels flipped."""
-    rows = []
-    for _ in range(n):
-        positive = w.rng.random() < 0.35
-        label = positive != (w.rng.random() < 0.1)
-        rows.append({"text": " ".join(w.sentence(*([w.keys[0]] if positive else []), lo=1, hi=3)),
-                     "label": "yes" if label else "no"})
-    return rows
-
-
 def test_a_hub_decoder_without_a_pad_token_learns_in_fp32_and_its_saved_model_predicts_the_same(
         hub_like, corpus_text, tmp_path):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
     w = Words(corpus_text, hub_like)
-    files = split_files(_key_word_rows(w, 500), tmp_path / "data")
+    files = split_files(key_word_rows(w, 500, flip=0.1), tmp_path / "data")
     out = tmp_path / "out"
-    args = ["--model", str(hub_like), "--out", str(out), "--seeds", "1", "--save-model"]
-    for k, v in {**files, **FAST, "epochs": 5}.items():
-        args += [f"--{k.replace('_', '-')}", str(v)]
+    args = ["--model", str(hub_like), "--out", str(out), "--seeds", "1", "--save-model",
+            *flags({**files, **FAST, "epochs": 5})]
     proc = run_main("xpt_ds.cli.finetune", args, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     tok = AutoTokenizer.from_pretrained(hub_like)
@@ -127,20 +115,9 @@ def test_a_rows_logits_do_not_depend_on_its_batchs_padding(variant, xpt_decoder_
 
 
 def test_a_decoder_learns_token_classification(xpt_decoder_model, corpus_text, tmp_path):
-    """test_finetune's PER / LOC task: a word's label is the word's own (and, for I-LOC, the word before it), which
+    """The PER / LOC task (test_finetune's): a word's label is the word's own (and, for I-LOC, the word before it), which
     a decoder's causal attention sees."""
-    w = Words(corpus_text, xpt_decoder_model, seed=3)
-    per, loc1, loc2 = w.keys[:3]
-    rows = []
-    for _ in range(400):
-        tokens = list(w.sentence())
-        tags = ["O"] * len(tokens)
-        for words, labels in ([per], ["B-PER"]), ([loc1, loc2], ["B-LOC", "I-LOC"]):
-            if w.rng.random() < 0.6:
-                at = int(w.rng.integers(0, len(tokens) + 1))
-                tokens[at:at], tags[at:at] = words, labels
-        rows.append({"tokens": tokens, "tags": tags})
-    files = split_files(rows, tmp_path / "data")
+    files = split_files(entity_rows(Words(corpus_text, xpt_decoder_model, seed=3), 400), tmp_path / "data")
     res = finetune(FinetuneConfig(model=str(xpt_decoder_model), out=str(tmp_path / "out"),
                                   task="token_classification", seeds=[1], **files, **FAST))
     assert res["labels"] == ["O", "B-LOC", "I-LOC", "B-PER"]
@@ -175,7 +152,7 @@ def test_lora_trains_the_updates_and_the_head_alone_and_saves_a_merged_stock_mod
     from safetensors.torch import load_file
     from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
     w = Words(corpus_text, xpt_decoder_model, seed=4)
-    files = split_files(_key_word_rows(w, 500), tmp_path / "data")
+    files = split_files(key_word_rows(w, 500, flip=0.1), tmp_path / "data")
     cfg = FinetuneConfig(model=str(xpt_decoder_model), out=str(tmp_path / "out"), seeds=[1], save_model=True,
                          lora_rank=4, lora_alpha=8.0, **files, **{**FAST, "epochs": 5})
     res = finetune(cfg)
@@ -232,7 +209,7 @@ def test_activation_checkpointing_gives_the_same_bits(lora_rank, xpt_decoder_mod
     from safetensors.torch import load_file
     assert json.loads((xpt_decoder_model / "config.json").read_text())["attention_dropout"] == 0.1
     w = Words(corpus_text, xpt_decoder_model, seed=5)
-    files = split_files(_key_word_rows(w, 100), tmp_path / "data")
+    files = split_files(key_word_rows(w, 100, flip=0.1), tmp_path / "data")
     runs = {}
     for checkpointing in (False, True):
         caplog.clear()

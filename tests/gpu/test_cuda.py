@@ -224,22 +224,14 @@ def test_recomputed_layers_train_the_same_bits(straight, tmp_path):
 
 
 def test_fine_tuning_classification_on_the_gpu(straight, tmp_path, corpus_text):
-    from finetune_builders import FAST, Words, split_files
+    from finetune_builders import FAST, Words, flags, key_word_rows, split_files
 
     from xpt_ds.cli.export import main as export_main
     model = tmp_path / "model"
     assert export_main(["--run", str(straight / "run"), "--out", str(model)]) == 0
-    w = Words(corpus_text, model)
-    rows = []
-    for _ in range(400):
-        positive = w.rng.random() < 0.35
-        rows.append({"text": " ".join(w.sentence(*([w.keys[0]] if positive else []), lo=1, hi=3)),
-                     "label": "yes" if positive else "no"})
-    files = split_files(rows, tmp_path / "data")
+    files = split_files(key_word_rows(Words(corpus_text, model), 400), tmp_path / "data")
     args = [sys.executable, "-m", "xpt_ds.cli.finetune", "--model", str(model), "--out", str(tmp_path / "out"),
-            "--seeds", "1", "--device", ACCELERATOR]
-    for k, v in {**files, **FAST, "epochs": 5}.items():
-        args += [f"--{k.replace('_', '-')}", str(v)]
+            "--seeds", "1", "--device", ACCELERATOR, *flags({**files, **FAST, "epochs": 5})]
     proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=600, env=gpu_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.loads((tmp_path / "out/results.json").read_text())

@@ -100,19 +100,11 @@ def test_fine_tuning_a_decoder_on_the_gpu(lora_rank, xpt_decoder_model, tmp_path
     test_finetune_decoder.py has the CPU checks). It learns the key-word task."""
     import json
 
-    from finetune_builders import FAST, Words, split_files
-    w = Words(corpus_text, xpt_decoder_model)
-    rows = []
-    for _ in range(400):
-        positive = w.rng.random() < 0.35
-        rows.append({"text": " ".join(w.sentence(*([w.keys[0]] if positive else []), lo=1, hi=3)),
-                     "label": "yes" if positive else "no"})
-    files = split_files(rows, tmp_path / "data")
+    from finetune_builders import FAST, Words, flags, key_word_rows, split_files
+    files = split_files(key_word_rows(Words(corpus_text, xpt_decoder_model), 400), tmp_path / "data")
     args = [sys.executable, "-m", "xpt_ds.cli.finetune", "--model", str(xpt_decoder_model), "--out",
             str(tmp_path / "out"), "--seeds", "1", "--device", ACCELERATOR, "--activation-checkpointing",
-            "--lora-rank", str(lora_rank)]
-    for k, v in {**files, **FAST, "epochs": 5}.items():
-        args += [f"--{k.replace('_', '-')}", str(v)]
+            "--lora-rank", str(lora_rank), *flags({**files, **FAST, "epochs": 5})]
     proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=600, env=gpu_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "activation checkpointing: 4 of 4 layers recompute in the backward" in proc.stderr
