@@ -478,13 +478,14 @@ def sweep_config(tmp_path, tiny_roberta, corpus):
     return write_config(tmp_path / "base.yaml", cfg), [f"{corpus}/manifest.json:test"]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def xpt_model(tmp_path_factory, tiny_roberta, corpus) -> Path:
-    """A real XPT export: two phases of post-training by ``xpt_ds.cli.train``, then ``xpt_ds.cli.export``."""
+    """A real XPT export: two phases of post-training by ``xpt_ds.cli.train``, then ``xpt_ds.cli.export`` (made once
+    per test process; its users copy it before they change it)."""
     return _trained_export(tmp_path_factory.mktemp("xpt"), tiny_roberta, corpus)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def xpt_decoder_model(tmp_path_factory, tiny_decoder, corpus) -> Path:
     """``xpt_model`` from a tiny untied Llama: a stock ``LlamaForCausalLM`` of 4 layers and its tokenizer."""
     return _trained_export(tmp_path_factory.mktemp("xpt_decoder"), tiny_decoder("llama", False), corpus)

@@ -61,11 +61,12 @@ def _source(out, text, family: str = "llama", layers: int = 2):
 
 @pytest.fixture(scope="module", params=["llama", "gpt2"])
 def xpt_run(request, tmp_path_factory, corpus):
-    """(run directory, English test text, family): XPT from the English source, 4 + 4 steps, saved at both phase
+    """(run directory, English test text, family): XPT from the English source, 2 + 2 steps, saved at both phase
     ends."""
     root = tmp_path_factory.mktemp("probe_decoder")
     source = _source(root / "source", _english(root / "train_en.txt", 400, seed=0), request.param)
-    cfg = base_config(root / "run", source, corpus, checkpoint={"every_steps": 4})
+    cfg = base_config(root / "run", source, corpus, checkpoint={"every_steps": 2},
+                      phases=[{"name": "phase1", "steps": 2, "lr": 1e-3}, {"name": "phase2", "steps": 2, "lr": 5e-4}])
     cfg["logging"]["tensorboard"] = False
     proc = launch(["--config", str(write_config(root / "cfg.yaml", cfg))])
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -75,10 +76,10 @@ def xpt_run(request, tmp_path_factory, corpus):
 def test_at_the_phase_boundary_the_layers_without_itls_are_the_source(xpt_run, tmp_path, corpus):
     run, text, _ = xpt_run
     out = tmp_path / "probe.json"
-    assert main(["--run", str(run), "--tag", tag_for(4), "--source-text", str(text), "--out", str(out)]) == 0
+    assert main(["--run", str(run), "--tag", tag_for(2), "--source-text", str(text), "--out", str(out)]) == 0
     boundary = json.loads(out.read_text())
     rows = boundary["rows"]
-    assert list(rows) == [SOURCE, WITH_ITLS, WITHOUT_ITLS] and boundary["tag"] == tag_for(4)
+    assert list(rows) == [SOURCE, WITH_ITLS, WITHOUT_ITLS] and boundary["tag"] == tag_for(2)
     assert "bits per byte" in boundary["scores"]
     assert rows[WITHOUT_ITLS] == rows[SOURCE]  # every figure, nats to the last bit
     assert rows[SOURCE]["tokens"] > 300 and rows[SOURCE]["first_token"].startswith("predicted from bos '<s>'")
@@ -115,7 +116,7 @@ def test_a_keep_vocab_run_is_also_scored_as_it_is(tmp_path, corpus_text):
     run_pipeline([corpus_text], tmp_path / "data", vocab_size=50, valid=0.1, test=0.1, seed=0, hf_tokenizer=str(source))
     cfg = base_config(tmp_path / "run", source, tmp_path / "data",
                       model={"source": str(source), "tokenizer": "", "method": "keep_vocab"},
-                      phases=[{"name": "all", "steps": 3, "lr": 1e-3, "warmup_steps": 1}])
+                      phases=[{"name": "all", "steps": 2, "lr": 1e-3, "warmup_steps": 1}])
     cfg["logging"]["tensorboard"] = False
     proc = launch(["--config", str(write_config(tmp_path / "cfg.yaml", cfg))])
     assert proc.returncode == 0, proc.stderr[-3000:]

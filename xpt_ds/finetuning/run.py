@@ -210,10 +210,10 @@ def build_model(cfg: FinetuneConfig, prep: Prepared):
 
 
 def _recompute_layers(model, name: str) -> None:
-    """Activation checkpointing of every layer (``xpt_ds.training.activations``, as the trainer's): the
+    """Activation checkpointing of every layer (``xpt_ds.model.recompute``, as the trainer's): the
     recomputation restores the forward's RNG state, so dropout draws the same masks and the gradients are the
     same bits."""
-    from xpt_ds.training.activations import checkpoint_layers
+    from xpt_ds.model.recompute import checkpoint_layers
     try:
         recomputed, layers = checkpoint_layers(model, 1)
     except ValueError as e:  # a model class of its own code that does not support it

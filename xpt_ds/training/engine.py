@@ -24,7 +24,7 @@ from xpt_ds.config.template import CPU_ENGINE, CPU_SPEEDUP
 from xpt_ds.model.objective import build_objective
 from xpt_ds.model.skeleton import materialize, skeleton
 from xpt_ds.runtime.op_builds import check_arch_list, check_build_lock, fused_adam_is_jit_built
-from xpt_ds.training.activations import checkpoint_layers
+from xpt_ds.model.recompute import checkpoint_layers
 from xpt_ds.training.compile import compile_blocks
 
 log = logging.getLogger(__name__)
