@@ -41,7 +41,8 @@ OFFSET_POSITIONS = ("roberta", "xlm-roberta", "camembert")
 
 @dataclass
 class FinetuneConfig:
-    model: str = doc("", "Hugging Face encoder: local directory (e.g. an xpt_ds.cli.export output) or hub id.")
+    model: str = doc("", "Hugging Face encoder or decoder: local directory (e.g. an xpt_ds.cli.export output) or hub "
+                         "id.")
     train: str = doc("", "Training examples: .csv, .tsv or .jsonl (relation: KLUE-RE .json or .jsonl).")
     test: str = doc("", "Test examples, same format; scored once per seed.")
     valid: str = doc("", "Validation examples; if given, test scores come from the best-validation epoch.")
