@@ -310,8 +310,9 @@ def text_lines(rows: list[dict], out: Path, source_text: dict | None) -> list[st
                "on the same text (source_text.json): what the adaptation cost it") + "."
             + "".join(f" *{label}* is the probe (`xpt-ds probe`, RUN_DIR/probe.json): the run's post-trained layers "
                       f"with the source's own embeddings and head, in the source's tokenizer, without the ITLs where "
-                      f"it has them, on {label.removesuffix(PROBE_SUFFIX)}'s text: what the layers kept, whatever "
-                      "the vocabulary costs." for label in labels if label.endswith(PROBE_SUFFIX)), ""]
+                      "it has them (keep_vocab, extend: the source's untrained rows swapped back in), on "
+                      f"{label.removesuffix(PROBE_SUFFIX)}'s text: what the layers kept, whatever the vocabulary "
+                      "costs." for label in labels if label.endswith(PROBE_SUFFIX)), ""]
 
 
 def scored_tokens(rows: list[dict]) -> str:
