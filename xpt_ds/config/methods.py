@@ -128,3 +128,9 @@ def method_of(config) -> Method | None:
     (``xpt_method``), or None for a model this project did not build (e.g. the English source)."""
     name = config.get("xpt_method") if isinstance(config, dict) else getattr(config, "xpt_method", None)
     return METHODS.get(name or "")
+
+
+def has_itl(config) -> bool:
+    """Whether a built or exported model (its HF config) holds ITL_in and ITL_out (``method_of``'s method has them)."""
+    method = method_of(config)
+    return method is not None and method.has_itl

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from xpt_ds.config import ConfigError
-from xpt_ds.config.methods import method_of
+from xpt_ds.config.methods import has_itl, method_of
 from xpt_ds.model.decoder import DECODER_FAMILIES
 from xpt_ds.model.skeleton import assign, skeleton
 
@@ -32,23 +32,19 @@ from xpt_ds.model.skeleton import assign, skeleton
 # The row that says what the post-trained layers kept of English, the first of these a probe has: the reused
 # layers alone in the source's architecture (ITL methods), the layers as they are (no ITLs), the layers under the
 # source's untrained rows (a method that trains the source's own rows).
-LAYERS_ROWS = ("post-trained, source vocabulary, without ITLs", "post-trained, source vocabulary",
-               "post-trained, the source's untrained rows swapped back in")
+SWAPPED, WITHOUT_ITLS = "post-trained, source vocabulary", "post-trained, source vocabulary, without ITLs"
+ROWS_SWAPPED = "post-trained, the source's untrained rows swapped back in"
+LAYERS_ROWS = (WITHOUT_ITLS, SWAPPED, ROWS_SWAPPED)
 
 
 def layers_row(rows: dict) -> str:
     return next(name for name in LAYERS_ROWS if name in rows)
 
 
-def _has_itl(model: nn.Module) -> bool:
-    method = method_of(model.config)
-    return method is not None and method.has_itl
-
-
 def check_same_layers(post: nn.Module, source: nn.Module, name: str) -> None:
     """The source must be the one whose layers the run reused: the same kind, width and depth."""
     p, s = post.config, source.config
-    depth = p.num_hidden_layers - (2 if _has_itl(post) else 0)
+    depth = p.num_hidden_layers - (2 if has_itl(post.config) else 0)
     if (p.model_type, p.hidden_size, depth) != (s.model_type, s.hidden_size, s.num_hidden_layers):
         raise ConfigError(f"--source {name}: a {s.model_type} of {s.num_hidden_layers} layers of width "
                           f"{s.hidden_size}, but the run's reused layers are a {p.model_type}'s: {depth} of width "
@@ -61,7 +57,7 @@ def with_source_vocabulary(post: nn.Module, source: nn.Module, keep_itl: bool = 
     embeddings and head (and their ids), everything else ``post``'s. ``keep_itl`` False (a model with ITLs):
     the source's architecture, ITL_in and ITL_out left out and the reused layers renumbered."""
     family = DECODER_FAMILIES[post.config.model_type]
-    drop = _has_itl(post) and not keep_itl
+    drop = has_itl(post.config) and not keep_itl
     cfg = copy.deepcopy(source.config if drop else post.config)
     if not drop:
         cfg.vocab_size = source.config.vocab_size
@@ -97,15 +93,12 @@ def probe_decoder(post: nn.Module, source: nn.Module, tokenizer, own_tokenizer, 
             model.to("cpu")
     rows = {"source model, source vocabulary": score(source)}
     if own_tokenizer is not None:
-        rows["post-trained, the source's untrained rows swapped back in"] = score(
-            with_source_vocabulary(post, source))
+        rows[ROWS_SWAPPED] = score(with_source_vocabulary(post, source))
         rows["post-trained, its own vocabulary and tokenizer"] = score(post, own_tokenizer)
         return rows
-    rows["post-trained, source vocabulary" + (", with ITLs" if _has_itl(post) else "")] = score(
-        with_source_vocabulary(post, source))
-    if _has_itl(post):
-        rows["post-trained, source vocabulary, without ITLs"] = score(
-            with_source_vocabulary(post, source, keep_itl=False))
+    rows[SWAPPED + (", with ITLs" if has_itl(post.config) else "")] = score(with_source_vocabulary(post, source))
+    if has_itl(post.config):
+        rows[WITHOUT_ITLS] = score(with_source_vocabulary(post, source, keep_itl=False))
     return rows
 
 

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from xpt_ds.config import ConfigError, DataConfig
-from xpt_ds.config.methods import method_of
+from xpt_ds.config.methods import has_itl, method_of
 from xpt_ds.data.mlm import MLMMasker, sequence_seed
 from xpt_ds.data.tokenizer import build_hf_tokenizer, check_vocabulary
 from xpt_ds.metrics.mlm import MLMStats, piece_word_starts
@@ -28,11 +28,6 @@ from xpt_ds.model.objective import MaskedLMObjective
 from xpt_ds.model.skeleton import assign, skeleton
 
 
-def _has_itl(model: nn.Module) -> bool:
-    method = method_of(model.config)
-    return method is not None and method.has_itl
-
-
 def swap_in_source_vocabulary(post: nn.Module, source: nn.Module, keep_itl: bool = True) -> nn.Module:
     """A copy of the post-trained ``post`` that reads and predicts the source vocabulary of ``source``."""
     family = FAMILIES[post.config.model_type]
@@ -40,7 +35,7 @@ def swap_in_source_vocabulary(post: nn.Module, source: nn.Module, keep_itl: bool
     cfg = copy.deepcopy(post.config)
     cfg.vocab_size, cfg.pad_token_id = source.config.vocab_size, source.config.pad_token_id
     cfg.bos_token_id, cfg.eos_token_id = source.config.bos_token_id, source.config.eos_token_id
-    drop = _has_itl(post) and not keep_itl
+    drop = has_itl(post.config) and not keep_itl
     if drop:
         cfg.num_hidden_layers -= 2
     model = skeleton(cfg)
@@ -140,10 +135,10 @@ def probe(run: Path, source_text: Path, tag: str | None = None, source_id: str |
     method = method_of(post.config)
     keeps_vocab = method is not None and method.vocab == "source"  # keep_vocab: its rows are the source's, trained
     swapped = ("post-trained, the source's untrained rows swapped back in" if keeps_vocab else
-               "post-trained, source vocabulary" + (", with ITLs" if _has_itl(post) else ""))
+               "post-trained, source vocabulary" + (", with ITLs" if has_itl(post.config) else ""))
     rows = {"source model, source vocabulary": score(source, batches()),
             swapped: score(swap_in_source_vocabulary(post, source), batches())}
-    if _has_itl(post):
+    if has_itl(post.config):
         rows["post-trained, source vocabulary, without ITLs"] = score(
             swap_in_source_vocabulary(post, source, keep_itl=False), batches())
     if keeps_vocab:
