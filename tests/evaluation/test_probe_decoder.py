@@ -131,3 +131,27 @@ def test_a_keep_vocab_run_is_also_scored_as_it_is(tmp_path, corpus_text):
     assert rows[own] == json.loads((tmp_path / "eval.json").read_text())["text"][str(text)]
     assert rows[own]["tokens"] == rows[SOURCE]["tokens"] == rows[swapped]["tokens"]
     assert len({rows[k]["nats"] for k in rows}) == 3  # the rows and the layers all trained
+
+
+def test_the_swapped_model_reads_the_two_models_values_without_copying_them(tmp_path):
+    """``with_source_vocabulary`` holds no third model: its embeddings and head are the source's tensors, its
+    layers and final norm the post-trained model's (the 1B shape's probe peaked at 19.3 GB of host memory with
+    copies, RESULTS.md); scoring it leaves both models as they were."""
+    from transformers import AutoModelForCausalLM
+
+    from xpt_ds.evaluation.decoder_probe import with_source_vocabulary
+    from xpt_ds.evaluation.text_bpb import score_file
+    text = _english(tmp_path / "en.txt", 20, seed=0)
+    source = AutoModelForCausalLM.from_pretrained(_source(tmp_path / "source", text)).eval()
+    post = AutoModelForCausalLM.from_pretrained(_source(tmp_path / "post", _english(tmp_path / "b.txt", 60, seed=1)))
+    before = {k: v.clone() for k, v in [*post.state_dict().items(), *(("s." + k, v) for k, v in
+                                                                      source.state_dict().items())]}
+    swapped = with_source_vocabulary(post.eval(), source)
+    got = dict(swapped.named_parameters())
+    for name, p in post.named_parameters():
+        owner = source if name in ("model.embed_tokens.weight", "lm_head.weight") else post
+        assert got[name].data_ptr() == owner.get_parameter(name).data_ptr(), name
+    from transformers import AutoTokenizer
+    score_file(swapped, AutoTokenizer.from_pretrained(tmp_path / "source"), text, 64)
+    after = {k: v for k, v in [*post.state_dict().items(), *(("s." + k, v) for k, v in source.state_dict().items())]}
+    assert all(torch.equal(before[k], after[k]) for k in before)
