@@ -92,7 +92,8 @@ def probe_decoder(post: nn.Module, source: nn.Module, tokenizer, own_tokenizer, 
         try:
             return score_file(model.eval().to(device), tok, text, seq_len, batch_size, device)
         finally:
-            model.to("cpu")
+            if model is source or model is post:  # read again later; a swapped model is dropped where it is
+                model.to("cpu")
     rows = {"source model, source vocabulary": score(source)}
     if own_tokenizer is not None:
         rows[ROWS_SWAPPED] = score(with_source_vocabulary(post, source))
