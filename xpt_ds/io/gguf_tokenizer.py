@@ -17,16 +17,12 @@ ROLES = {"bos": "bos_token_id", "eos": "eos_token_id", "unk": "unknown_token_id"
 
 def gguf_special_ids(path: Path) -> dict[str, int]:
     """``{role: id}`` of the special tokens ``path``'s metadata names (``tokenizer.ggml.<key>``); a role the file
-    does not name is left out."""
-    from gguf import GGUFReader
+    does not name is left out. Read from the header's scalars alone (``xpt_ds.io.gguf_metadata``)."""
+    from xpt_ds.io.gguf_metadata import gguf_scalars
 
-    fields = GGUFReader(str(path)).fields
-    out = {}
-    for role, key in ROLES.items():
-        field = fields.get(f"tokenizer.ggml.{key}")
-        if field is not None and field.data:
-            out[role] = int(field.parts[field.data[0]][0])
-    return out
+    scalars = gguf_scalars(path)
+    return {role: int(scalars[f"tokenizer.ggml.{key}"]) for role, key in ROLES.items()
+            if isinstance(scalars.get(f"tokenizer.ggml.{key}"), (int, bool))}
 
 
 def load_gguf_tokenizer(path: Path):
