@@ -105,6 +105,34 @@ def test_a_long_document_is_scored_in_windows(loaded, tmp_path):
     assert got["nats"] == pytest.approx(hand, rel=1e-6)
 
 
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_a_window_longer_than_a_forward_pass_reads_the_earlier_positions_from_the_cache(loaded, tmp_path,
+                                                                                        monkeypatch, family):
+    """With ``BATCH_TOKENS`` 5, a document's one 30-piece window runs 5 positions a forward pass, each reading the
+    earlier ones from the key-value cache (GPT-2's learned positions; Llama's rotary ones): the hand computation
+    from one whole pass, and no forward pass gets more than 5 positions."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from xpt_ds.evaluation import text_bpb
+    model, tok = loaded
+    if family == "llama":
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=64, num_hidden_layers=2,
+                                             num_attention_heads=4, num_key_value_heads=2, intermediate_size=128,
+                                             max_position_embeddings=32, bos_token_id=0, eos_token_id=0)).eval()
+    doc = " ".join(LINES[:2]) + " " + LINES[0]
+    ids = [tok.bos_token_id] + tok(doc, add_special_tokens=False)["input_ids"]
+    assert len(ids) - 1 > 3 * 5
+    seen = []
+    hook = model.register_forward_pre_hook(lambda m, a, kw: seen.append(kw["input_ids"].shape[1]), with_kwargs=True)
+    monkeypatch.setattr(text_bpb, "BATCH_TOKENS", 5)
+    got = score_file(model, tok, _file(tmp_path / "long.txt", [doc]), seq_len=32)
+    hook.remove()
+    assert got["windows"] == 1 and got["tokens"] == len(ids) - 1
+    assert seen == [5] * ((len(ids) - 1) // 5) + ([(len(ids) - 1) % 5] if (len(ids) - 1) % 5 else [])
+    assert got["nats"] == pytest.approx(_hand_nats(model, tok, doc), rel=1e-6)
+
 def test_without_bos_the_first_piece_is_not_scored(tmp_path):
     model, tok = load_decoder(_gpt2(tmp_path / "m", bos=False))
     got = score_file(model, tok, _file(tmp_path / "t.txt", LINES), seq_len=32)

@@ -13,7 +13,12 @@ from bos and scored; without a bos it has no context and is not scored (the JSON
 Documents never see each other. A document longer than ``seq_len`` predictions is cut into windows of
 ``seq_len``: window k reads pieces kL .. kL+L-1 (bos counted) and predicts the next one each, so every piece is
 predicted once, and a window's first prediction has the previous window's last piece as its only context
-(lm-evaluation-harness's rolling windows do the same).
+(lm-evaluation-harness's rolling windows do the same). A window longer than ``BATCH_TOKENS`` pieces (a long
+document under a long-context model: Llama 3 reads 131,072) runs alone, ``BATCH_TOKENS`` positions at a time,
+each part reading the earlier ones from the model's key-value cache: the logits of one forward pass stay
+``BATCH_TOKENS`` x vocabulary (2.1 GB in float32 at Llama 3's 128,256 pieces) however long the window, where the
+whole window's would be 67 GB at 131,072 positions. The cache gives one pass's figures to float32 rounding (the
+same bits for SmolLM2-135M's 8,192-piece window of 280 joined Bible verses, RESULTS.md).
 
 Reported per file: ``nats`` (summed next-piece cross-entropy), ``tokens`` (pieces predicted), ``bytes`` (UTF-8
 bytes of the documents, line ends not counted; nothing predicts a document's end), ``bits_per_byte`` = nats /
@@ -27,6 +32,7 @@ CC BY 4.0).
 """
 from __future__ import annotations
 
+import inspect
 import math
 from pathlib import Path
 
@@ -136,6 +142,9 @@ def summed_nats(model, pairs: list[tuple[list[int], list[int]]], batch_size: int
     order = sorted(range(len(pairs)), key=lambda k: (-len(pairs[k][0]), k))
     total = torch.zeros((), dtype=torch.float64)
     start = 0
+    while start < len(order) and len(pairs[order[start]][0]) > BATCH_TOKENS:
+        total += _long_window_nats(model, *pairs[order[start]], device)
+        start += 1
     while start < len(order):
         longest = len(pairs[order[start]][0])
         chunk = order[start:start + max(1, min(batch_size, BATCH_TOKENS // longest))]
@@ -152,6 +161,25 @@ def summed_nats(model, pairs: list[tuple[list[int], list[int]]], batch_size: int
         nll = torch.nn.functional.cross_entropy(logits.float().transpose(1, 2), targets.to(device), reduction="none")
         total += nll.double().sum().cpu()  # ignore_index -100 positions are 0
     return float(total)
+
+
+@torch.no_grad()
+def _long_window_nats(model, inputs: list[int], targets: list[int], device: str) -> torch.Tensor:
+    """``summed_nats`` of one window longer than ``BATCH_TOKENS`` pieces, ``BATCH_TOKENS`` positions a forward
+    pass, each reading the positions before it from the key-value cache (module docstring)."""
+    # transformers 5.24 names the cache ``cache`` (``past_key_values`` deprecated); earlier 5.x releases, such as
+    # the GPU machines' 5.17, name it ``past_key_values``
+    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    part, past, total = BATCH_TOKENS, None, torch.zeros((), dtype=torch.float64)
+    for at in range(0, len(inputs), part):
+        ids = torch.tensor([inputs[at:at + part]], device=device)
+        out = model(input_ids=ids, use_cache=True, **{name: past})
+        past = getattr(out, name)
+        want = torch.tensor([targets[at:at + part]], device=device)
+        # the batches' own layout ([B, vocab, T]): float32 cross-entropy over [T, vocab] rounds otherwise
+        nll = torch.nn.functional.cross_entropy(out.logits.float().transpose(1, 2), want, reduction="none")
+        total += nll.double().sum().cpu()
+    return total
 
 
 def score_file(model, tokenizer, path: Path, seq_len: int, batch_size: int = 16, device: str = "cpu") -> dict:
