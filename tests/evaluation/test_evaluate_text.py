@@ -133,6 +133,27 @@ def test_a_window_longer_than_a_forward_pass_reads_the_earlier_positions_from_th
     assert seen == [5] * ((len(ids) - 1) // 5) + ([(len(ids) - 1) % 5] if (len(ids) - 1) % 5 else [])
     assert got["nats"] == pytest.approx(_hand_nats(model, tok, doc), rel=1e-6)
 
+
+def test_a_model_that_keeps_no_cache_reads_a_long_window_in_one_pass(loaded, tmp_path, monkeypatch):
+    """A causal LM of its own code that returns no cache: the window is read whole, as before, not in parts that
+    would each lose the earlier positions."""
+    import types
+
+    from xpt_ds.evaluation import text_bpb
+    model, tok = loaded
+
+    class NoCache(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = model
+
+        def forward(self, input_ids, attention_mask=None, **kw):
+            return types.SimpleNamespace(logits=self.inner(input_ids=input_ids, attention_mask=attention_mask).logits)
+    doc = " ".join(LINES[:2]) + " " + LINES[0]
+    monkeypatch.setattr(text_bpb, "BATCH_TOKENS", 5)
+    got = score_file(NoCache().eval(), tok, _file(tmp_path / "long.txt", [doc]), seq_len=32)
+    assert got["nats"] == pytest.approx(_hand_nats(model, tok, doc), rel=1e-6)
+
 def test_without_bos_the_first_piece_is_not_scored(tmp_path):
     model, tok = load_decoder(_gpt2(tmp_path / "m", bos=False))
     got = score_file(model, tok, _file(tmp_path / "t.txt", LINES), seq_len=32)

@@ -158,8 +158,7 @@ def summed_nats(model, pairs: list[tuple[list[int], list[int]]], batch_size: int
             mask[r, :len(inputs)] = 1
             targets[r, :len(out)] = torch.tensor(out)
         logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits  # [B, T, vocab]
-        nll = torch.nn.functional.cross_entropy(logits.float().transpose(1, 2), targets.to(device), reduction="none")
-        total += nll.double().sum().cpu()  # ignore_index -100 positions are 0
+        total += _nats(logits, targets.to(device))  # ignore_index -100 positions are 0
     return float(total)
 
 
@@ -174,12 +173,21 @@ def _long_window_nats(model, inputs: list[int], targets: list[int], device: str)
     for at in range(0, len(inputs), part):
         ids = torch.tensor([inputs[at:at + part]], device=device)
         out = model(input_ids=ids, use_cache=True, **{name: past})
-        past = getattr(out, name)
-        want = torch.tensor([targets[at:at + part]], device=device)
-        # the batches' own layout ([B, vocab, T]): float32 cross-entropy over [T, vocab] rounds otherwise
-        nll = torch.nn.functional.cross_entropy(out.logits.float().transpose(1, 2), want, reduction="none")
-        total += nll.double().sum().cpu()
+        past = getattr(out, name, None)
+        if past is None:  # a model that keeps no cache (its own code): the whole window in one pass, as before
+            ids = torch.tensor([inputs], device=device)
+            logits = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits
+            return _nats(logits, torch.tensor([targets], device=device))
+        total += _nats(out.logits, torch.tensor([targets[at:at + part]], device=device))
     return total
+
+
+def _nats(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Summed next-piece cross-entropy of ``logits`` [B, T, vocab] against ``targets`` [B, T] (-100: none), in
+    float32 over the [B, vocab, T] layout (over [T, vocab] PyTorch rounds otherwise: 3.9e-5 relative on SmolLM2's
+    8,192 positions), summed in float64."""
+    nll = torch.nn.functional.cross_entropy(logits.float().transpose(1, 2), targets, reduction="none")
+    return nll.double().sum().cpu()
 
 
 def score_file(model, tokenizer, path: Path, seq_len: int, batch_size: int = 16, device: str = "cpu") -> dict:
