@@ -161,6 +161,28 @@ def test_chunked_loss_equals_the_plain_one(tiny_decoder, corpus):
         assert torch.allclose(grads[0][n], grads[1][n], atol=1e-6), n
 
 
+def test_validation_scores_a_decoder_in_the_losss_chunks(tiny_decoder, corpus):
+    """``score``: validation's and evaluate's metrics come from the loss's chunks of logits, never the
+    micro-batch's [M, V] at once (14 parts of at most 7 positions here), and equal those of the whole [M, V]."""
+    from xpt_ds.metrics.mlm import MLMStats
+    tok = build_tokenizer(str(corpus / "spm.model"))
+    model = build_model(ModelConfig(source=str(tiny_decoder("gpt2", False, 0.0)), tokenizer=tok.path), tok).model
+    data = DataConfig(train_shards=[f"{corpus}/manifest.json:train"], seq_len=32, num_workers=0)
+    batch = {k: v for k, v in next(build_streams(data, tok, 3, 0, 1, causal=True)[0]).items() if k != "seq_ids"}
+    objective = CausalLMObjective(model.eval(), 7 * tok.vocab_size)
+    whole, parts, sizes = MLMStats(), MLMStats(), []
+
+    def score(logits, targets):
+        sizes.append(logits.shape[0])
+        parts.update(logits, targets)
+    with torch.no_grad():
+        whole.update(objective(**batch, return_logits=True), batch["mlm_targets"])
+        assert objective(**batch, score=score).item() == 0
+    assert len(sizes) == 14 and max(sizes) <= 7 and sum(sizes) == batch["mlm_targets"].numel() == 90
+    got, want = parts.result(), whole.result()
+    assert got.keys() == want.keys() and got["tokens"] == want["tokens"]
+    assert all(got[k] == pytest.approx(want[k], rel=1e-6) for k in want)
+
 @pytest.mark.parametrize("family", ["gemma2", "gemma3_text", "qwen3", "phi3"])
 def test_the_objective_scores_the_stock_models_own_logits(family, tiny_decoder, corpus):
     """The objective's logits and loss are the stock *ForCausalLM's, on packed rows with position restarts:

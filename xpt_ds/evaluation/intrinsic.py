@@ -117,8 +117,14 @@ class UnigramPredictor(torch.nn.Module):
 
     def forward(self, input_ids: torch.Tensor, mlm_positions: torch.Tensor, mlm_targets: torch.Tensor,
                 attention_mask: torch.Tensor | None = None, return_logits: bool = True,
-                position_ids: torch.Tensor | None = None) -> torch.Tensor:
-        return self.log_p.expand(len(mlm_positions), -1)
+                position_ids: torch.Tensor | None = None, score=None) -> torch.Tensor:
+        """The objectives' interface: log p of every id at each scored position, or (``score``) 0 once
+        ``score(log_p, targets)`` has them."""
+        logits = self.log_p.expand(len(mlm_positions), -1)
+        if score is None:
+            return logits
+        score(logits, mlm_targets)
+        return logits.new_zeros(())
 
 
 @torch.no_grad()
@@ -138,7 +144,7 @@ def evaluate(model, tok: TargetTokenizer, data: DataConfig, shards: list[str], b
         if max_batches and i >= max_batches:
             break
         batch = {k: v.to(device) for k, v in batch.items() if k != "seq_ids"}
-        stats.update(objective(**batch, return_logits=True), batch["mlm_targets"])
+        objective(**batch, score=stats.update)  # a decoder's in parts (xpt_ds.model.causal_lm)
     skipped = list(inner.skipped)  # data.on_corrupt_shard: skip; the scores are of the other shards only
     return {**stats.result(), **({"skipped_shards": skipped} if skipped else {})}
 

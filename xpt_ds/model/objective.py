@@ -3,6 +3,8 @@ method extension's (TreLM's: ``xpt_ds.trelm.objective``) by the method that buil
 of a decoder (``xpt_ds.model.causal_lm``)."""
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -21,8 +23,11 @@ class MaskedLMObjective(nn.Module):
         self.hf = hf
 
     def forward(self, input_ids: torch.Tensor, mlm_positions: torch.Tensor, mlm_targets: torch.Tensor,
-                attention_mask: torch.Tensor | None = None, return_logits: bool = False) -> torch.Tensor:
-        """The mean loss over masked positions, or (``return_logits``) their [M, V] logits."""
+                attention_mask: torch.Tensor | None = None, return_logits: bool = False,
+                score: Callable | None = None) -> torch.Tensor:
+        """The mean loss over masked positions, or (``return_logits``) their [M, V] logits, or (``score``) 0 once
+        ``score(logits, targets)`` has them (the decoder objective's validation call; M is some 15 % of the
+        positions here, so in one part)."""
         # Packed training sequences have no padding: no attention mask, so SDPA takes its fastest kernel.
         # Only the last validation batch is padded and carries a mask.
         base = getattr(self.hf, self.hf.base_model_prefix)
@@ -35,6 +40,9 @@ class MaskedLMObjective(nn.Module):
         logits = head(picked)  # [M, V]
         if return_logits:
             return logits
+        if score is not None:
+            score(logits, mlm_targets)
+            return logits.new_zeros(())
         # Sum / max(M, 1): a batch with nothing masked (M = 0) still runs the head, as ZeRO-3 needs every rank
         # to take the same forward path, and gives 0 instead of NaN. M is a host-side shape: no sync.
         return F.cross_entropy(logits.float(), mlm_targets, reduction="sum") / max(mlm_targets.numel(), 1)

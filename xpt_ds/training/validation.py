@@ -45,10 +45,9 @@ class Validator:
             scored = scored_batch(i, self.batches, self.rank, self.world)
             if scored is None:
                 break
-            batch = to_device(batch, self.device)
-            logits = engine(**batch, return_logits=True)
-            if scored:  # the first eval_batches global micro-batches, on any number of ranks
-                stats.update(logits, batch["mlm_targets"])
+            # the first eval_batches global micro-batches, on any number of ranks, are scored (a decoder's logits in
+            # parts, never [M, V] for the micro-batch: xpt_ds.model.causal_lm); the others run the same forward
+            engine(**to_device(batch, self.device), score=stats.update if scored else _ignore)
         stats.all_reduce()
         return [(k, v) for k, v in stats.result().items() if k not in ("tokens", "chars", "words", "bytes")]
 
@@ -68,3 +67,7 @@ class Validator:
         if mixed:
             out.append(f"step {step}: valid loss of the data.mix corpora: {', '.join(mixed)}")
         return out
+
+
+def _ignore(logits: torch.Tensor, targets: torch.Tensor) -> None:
+    """A forward that ZeRO-3's collectives need on a rank with no micro-batch left to score."""

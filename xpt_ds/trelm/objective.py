@@ -17,6 +17,8 @@ target MLM through the TRILayer with the identity order, so ``return_logits`` gi
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -59,12 +61,18 @@ class TreLMObjective(nn.Module):
                 cdlm_targets: torch.Tensor | None = None, output_lang: torch.Tensor | None = None,
                 mlm_source_positions: torch.Tensor | None = None, mlm_source_targets: torch.Tensor | None = None,
                 cdlm_x_en_positions: torch.Tensor | None = None,
-                cdlm_x_en_targets: torch.Tensor | None = None, logits_for: str = "mlm_target") -> torch.Tensor:
+                cdlm_x_en_targets: torch.Tensor | None = None, logits_for: str = "mlm_target",
+                score: Callable | None = None) -> torch.Tensor:
         """The sum of the objectives' mean losses, or (``return_logits``) the [M, V] logits of the positions of
         objective ``logits_for`` (the target MLM's by default; validation scores CdLM this way) through its
-        output language's head. Positions are flat indices into the [B, T'] output."""
+        output language's head, or (``score``) 0 once ``score(logits, targets)`` has the target MLM's.
+        Positions are flat indices into the [B, T'] output."""
         hidden = encode(self.hf, input_ids, attention_mask, input_lang, order, output_mask,
                         output_lang).flatten(0, 1)
+        if score is not None:
+            logits = lm_logits(self.hf, hidden.index_select(0, mlm_positions), TARGET)
+            score(logits, mlm_targets)
+            return logits.new_zeros(())
         if return_logits:
             positions = {"mlm_target": mlm_positions, "cdlm_en_x": cdlm_positions,
                          "mlm_source": mlm_source_positions, "cdlm_x_en": cdlm_x_en_positions}[logits_for]
