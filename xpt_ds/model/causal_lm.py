@@ -8,7 +8,8 @@ objective passes a FlexAttention ``BlockMask`` built from them (``xpt_ds.model.d
 
 The head and the cross-entropy run on chunks of at most ``CE_CHUNK_ELEMENTS // V`` predicted positions, each
 under activation checkpointing: the forward keeps only the scalar loss per chunk, the backward recomputes one
-chunk's logits at a time, so no [N, V] logits (fp32 or other) live for the whole micro-batch.
+chunk's logits at a time, so no [N, V] logits (fp32 or other) live for the whole micro-batch. Validation and
+``evaluate`` take the same chunks (``score``): their metrics see one chunk's logits at a time too.
 """
 from __future__ import annotations
 
