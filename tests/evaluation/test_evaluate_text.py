@@ -109,9 +109,9 @@ def test_a_long_document_is_scored_in_windows(loaded, tmp_path):
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
 def test_a_window_longer_than_a_forward_pass_reads_the_earlier_positions_from_the_cache(loaded, tmp_path,
                                                                                         monkeypatch, family):
-    """With ``BATCH_TOKENS`` 5, a document's one 30-piece window runs 5 positions a forward pass, each reading the
-    earlier ones from the key-value cache (GPT-2's learned positions; Llama's rotary ones): the hand computation
-    from one whole pass, and no forward pass gets more than 5 positions."""
+    """With ``BATCH_TOKENS`` 5, a document's one window (23 predictions) runs 5 positions a forward pass, each
+    reading the earlier ones from the key-value cache (GPT-2's learned positions; Llama's rotary ones): the hand
+    computation from one whole pass, and no forward pass gets more than 5 positions."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from xpt_ds.evaluation import text_bpb

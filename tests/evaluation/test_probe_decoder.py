@@ -137,7 +137,7 @@ def test_the_swapped_model_reads_the_two_models_values_without_copying_them(tmp_
     """``with_source_vocabulary`` holds no third model: its embeddings and head are the source's tensors, its
     layers and final norm the post-trained model's (the 1B shape's probe peaked at 19.3 GB of host memory with
     copies, RESULTS.md); scoring it leaves both models as they were."""
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from xpt_ds.evaluation.decoder_probe import with_source_vocabulary
     from xpt_ds.evaluation.text_bpb import score_file
@@ -151,7 +151,6 @@ def test_the_swapped_model_reads_the_two_models_values_without_copying_them(tmp_
     for name, p in post.named_parameters():
         owner = source if name in ("model.embed_tokens.weight", "lm_head.weight") else post
         assert got[name].data_ptr() == owner.get_parameter(name).data_ptr(), name
-    from transformers import AutoTokenizer
     score_file(swapped, AutoTokenizer.from_pretrained(tmp_path / "source"), text, 64)
     after = {k: v for k, v in [*post.state_dict().items(), *(("s." + k, v) for k, v in source.state_dict().items())]}
     assert all(torch.equal(before[k], after[k]) for k in before)

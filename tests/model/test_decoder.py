@@ -161,7 +161,7 @@ def test_chunked_loss_equals_the_plain_one(tiny_decoder, corpus):
         assert torch.allclose(grads[0][n], grads[1][n], atol=1e-6), n
 
 
-def test_validation_scores_a_decoder_in_the_losss_chunks(tiny_decoder, corpus):
+def test_validation_scores_a_decoder_in_the_loss_chunks(tiny_decoder, corpus):
     """``score``: validation's and evaluate's metrics come from the loss's chunks of logits, never the
     micro-batch's [M, V] at once (14 parts of at most 7 positions here), and equal those of the whole [M, V]."""
     from xpt_ds.metrics.mlm import MLMStats
