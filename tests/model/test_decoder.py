@@ -449,3 +449,13 @@ def test_the_source_config_is_read_once_until_its_file_changes(tiny_decoder, tmp
     config = json.loads((source / "config.json").read_text())
     (source / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 3}, indent=1))
     assert source_config(cfg).num_hidden_layers == 3 and len(reads) == 2
+
+
+def test_a_config_json_is_a_causal_lm_by_its_family_or_its_architecture():
+    """``is_causal_lm`` of a config.json dict: a family built here by its model_type alone (a config written
+    without ``architectures``), any other by a ``*ForCausalLM`` / ``*LMHeadModel`` architecture; encoders are not."""
+    from xpt_ds.model.decoder import is_causal_lm
+    assert is_causal_lm({"model_type": "llama"}) and is_causal_lm({"model_type": "gpt2"})
+    assert is_causal_lm({"model_type": "falcon", "architectures": ["FalconForCausalLM"]})
+    assert not is_causal_lm({"model_type": "roberta", "architectures": ["RobertaForMaskedLM"]})
+    assert not is_causal_lm({"model_type": "bert"})

@@ -14,13 +14,16 @@ import mmap
 import struct
 from pathlib import Path
 
+from xpt_ds.errors import UserError
+
 MAGIC = b"GGUF"
 STRING, ARRAY = 8, 9
 SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
 
 
-class GGUFError(ValueError):
-    pass
+class GGUFError(UserError, ValueError):
+    """A file that is not GGUF, or whose header is cut short: one line naming it (a ``ValueError`` too, which
+    the tokenizer loaders' callers already turn into their own one-line errors)."""
 
 
 class _Cursor:
