@@ -1,5 +1,6 @@
 """What the fine-tuning tests share (test_finetune, test_finetune_diverged, and the GPU fine-tuning test):
-``FAST`` settings, the ``Words`` sentence maker and ``split_files``/``write_jsonl`` for their JSONL files."""
+``FAST`` settings, the ``Words`` sentence maker, ``split_files``/``write_jsonl`` for their JSONL files and a
+byte-level BPE tokenizer."""
 from __future__ import annotations
 
 import json
@@ -80,3 +81,16 @@ def entity_rows(w: Words, n: int) -> list[dict]:
 def flags(settings: dict) -> list[str]:
     """``{"batch_size": 16, ...}`` as ``xpt_ds.cli.finetune``'s flags: ``--batch-size 16 ...``."""
     return [arg for k, v in settings.items() for arg in (f"--{k.replace('_', '-')}", str(v))]
+
+
+def byte_level_tokenizer(text: list[str]):
+    """A byte-level BPE tokenizer trained on ``text``, as GPT-2's, Llama 3's and SmolLM2's are: a word after a
+    space is one piece with its space ("Ġcat")."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+    tk = Tokenizer(models.BPE())
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.decoder = decoders.ByteLevel()
+    tk.train_from_iterator(text, trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>", "</s>"],
+                                                     initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    return PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>")

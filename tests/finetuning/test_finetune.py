@@ -247,7 +247,7 @@ def test_token_labels_sit_on_first_pieces_and_truncated_words_count_as_missed(xp
     pieces = [len(tok.tokenize(x)) for x in text]
     enc = encode([Example("x", text, None, ("O",) * 6)], [[1, 2, 3, 4, 5, 6]], tok, "token_classification",
                  max_length=2 + sum(pieces[:3]), token_types=False)
-    starts = enc.word_starts[0]
+    starts = enc.word_pos[0]
     assert starts[:3] == [1, 1 + pieces[0], 1 + pieces[0] + pieces[1]] and starts[3:] == [-1, -1, -1]
     labels = enc.features[0]["labels"]
     assert [labels[p] for p in starts[:3]] == [1, 2, 3]
@@ -275,7 +275,7 @@ def test_sentencepiece_and_wordpiece_words_get_the_pieces_they_got_one_at_a_time
         alone = tok(rows, is_split_into_words=True, truncation=True, max_length=64)
         for i, row in enumerate(rows):
             assert enc.features[i]["input_ids"] == alone["input_ids"][i]
-            assert enc.word_starts[i] == [alone.word_ids(i).index(w) for w in range(len(row))]
+            assert enc.word_pos[i] == [alone.word_ids(i).index(w) for w in range(len(row))]
 
 def _adapters_model(xpt_model: Path, out: Path, auto_map: dict):
     """An Adapters-baseline directory as ``xpt_ds.cli.export`` writes it, with ``auto_map``; its masked LM."""

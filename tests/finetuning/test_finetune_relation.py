@@ -1,8 +1,9 @@
 """``xpt-ds finetune --task relation`` (KLUE-RE, 001): KLUE-RE's two metrics against hand-computed values, typed
-entity markers on character offsets (Korean, Cyrillic, nested, object first), windows that keep the markers,
-bad records as one ``error:`` line, and real fine-tuning on a task only the markers' types decide, on
-xpt_ds exports of every kind and on a stock Hugging Face BERT, with the saved model reloaded by stock
-``transformers``."""
+entity markers on character offsets (Korean, Cyrillic, nested, object first; start markers before the space),
+whole-word entities that keep the pieces of running text, windows that keep the markers, bad records as one
+``error:`` line, and real fine-tuning on a task only the markers' types decide, on xpt_ds exports of every kind and
+on a stock Hugging Face BERT, with the saved model reloaded by stock ``transformers``; and a decoder that reads the
+end markers learning a task only the entities' words decide."""
 from __future__ import annotations
 
 import json
@@ -78,16 +79,20 @@ def test_klue_re_metrics_by_hand():
 
 @pytest.mark.parametrize("rec, marked", [
     (record("이순신은 조선 중기의 무신이다.", ("이순신", "PER"), ("무신", "POH"), "per:title"),
-     "<subj:PER>이순신</subj:PER>은 조선 중기의 <obj:POH>무신</obj:POH>이다."),
+     "<subj:PER>이순신</subj:PER>은 조선 중기의<obj:POH> 무신</obj:POH>이다."),  # a start marker before the space
     # object first, at the very start; subject at the very end (Cyrillic: 2 bytes a character in UTF-8)
     (record("Київ — столиця України", ("України", "LOC"), ("Київ", "LOC"), "x"),
-     "<obj:LOC>Київ</obj:LOC> — столиця <subj:LOC>України</subj:LOC>"),
+     "<obj:LOC>Київ</obj:LOC> — столиця<subj:LOC> України</subj:LOC>"),
     # object nested in the subject, same start: the longer span opens first
     (record("서울대학교 교수", ("서울대학교", "ORG"), ("서울", "LOC"), "x"),
      "<subj:ORG><obj:LOC>서울</obj:LOC>대학교</subj:ORG> 교수"),
     # subject nested in the object, same end: the inner one closes first
     (record("대한민국 서울", ("서울", "LOC"), ("대한민국 서울", "LOC"), "x"),
-     "<obj:LOC>대한민국 <subj:LOC>서울</subj:LOC></obj:LOC>"),
+     "<obj:LOC>대한민국<subj:LOC> 서울</subj:LOC></obj:LOC>"),
+    # two entities that start together move before the spaces together; not before the other's end marker
+    (record("중기의 무신", ("무신", "PER"), ("무신", "PER"), "x"), "중기의<subj:PER><obj:PER> 무신</obj:PER></subj:PER>"),
+    (record("x  A B", ("A B", "PER"), ("B", "PER"), "x"), "x<subj:PER>  A<obj:PER> B</obj:PER></subj:PER>"),
+    (record("A B", ("A", "PER"), ("B", "PER"), "x"), "<subj:PER>A</subj:PER><obj:PER> B</obj:PER>"),
     # the same span twice: the subject outside
     (record("Пётр I", ("Пётр I", "PER"), ("Пётр I", "PER"), "x"),
      "<subj:PER><obj:PER>Пётр I</obj:PER></subj:PER>"),
@@ -205,7 +210,7 @@ def _check_saved(out: Path, res: dict, cfg: FinetuneConfig):
 
 @pytest.mark.parametrize("kind", ["xpt", "stock_bert", "xpt_decoder"])
 def test_learns_relations_from_the_typed_markers(kind, request, words, tmp_path):
-    """xpt_decoder: a trained Llama-layout export, whose causal attention still sees each start marker's type."""
+    """xpt_decoder: a trained Llama-layout export, which reads the end markers; they carry the types too."""
     model = request.getfixturevalue({"xpt": "xpt_export", "xpt_decoder": "xpt_decoder_model"}.get(kind, kind))
     rows = relation_rows(ENGLISH if kind == "stock_bert" else words, 400, seed=1)
     files = _files(rows, tmp_path / "data")
@@ -221,6 +226,8 @@ def test_learns_relations_from_the_typed_markers(kind, request, words, tmp_path)
     assert test["micro_f1"] > 0.9 and test["auprc"] > 0.9, test
     assert set(res["summary"]) == {"micro_f1", "auprc", "accuracy"} and res["summary"]["micro_f1"]["n"] == 1
     _check_saved(Path(cfg.out), res, cfg)
+    read = json.loads((Path(cfg.out) / "model/relation.json").read_text())["classify_from"]
+    assert read.endswith("end markers" if kind == "xpt_decoder" else "start markers"), read
 
 
 def test_save_model_also_for_sentence_classification(stock_bert, tmp_path):
@@ -274,12 +281,60 @@ def test_long_sentences_keep_their_markers_or_are_counted(xpt_export, words, tmp
     tokens = tok.convert_ids_to_tokens(ids)
     assert tokens[feat["subject_pos"]] == "<subj:PER>" and tokens[feat["object_pos"]] == "<obj:ORG>"
     assert {"</subj:PER>", "</obj:ORG>"} <= set(tokens)
+    causal = encode_relations([example(middle)], [1], tok, 16, False, "--test", causal=True).features[0]
+    assert causal["input_ids"] == ids  # a decoder reads the end markers
+    assert tokens[causal["subject_pos"]] == "</subj:PER>" and tokens[causal["object_pos"]] == "</obj:ORG>"
     # The same through prepare: counted per split, written to results.json
     files = {"train": str(write(tmp_path / "t.jsonl", [middle, {**apart, "label": "no_relation"}])),
              "test": str(write(tmp_path / "s.jsonl", [middle, middle]))}
     prep = prepare(FinetuneConfig(model=str(xpt_export), task="relation", max_length=16, **files))
     assert prep.dropped == {"train": 1, "test": 0} and len(prep.splits["train"].gold) == 1
 
+
+
+@pytest.mark.parametrize("kind", ["sentencepiece", "byte_level"])
+def test_whole_word_entities_keep_the_pieces_of_running_text(kind, xpt_export, words):
+    """Markers around whole words leave every other piece as the sentence has it: an XPT export's SentencePiece
+    tokenizer and a byte-level BPE one (GPT-2's, Llama 3's) give no space to text right after a special token, so
+    a start marker goes before the space."""
+    from transformers import AutoTokenizer
+
+    from finetune_builders import byte_level_tokenizer
+    from xpt_ds.finetuning.relation_model import add_marker_tokens
+    sentence = " ".join(words[:8])
+    tok = (AutoTokenizer.from_pretrained(xpt_export) if kind == "sentencepiece"
+           else byte_level_tokenizer([sentence] * 20))
+    add_marker_tokens(tok, ["<subj:PER>", "</subj:PER>", "<obj:ORG>", "</obj:ORG>"])
+    at = [len(" ".join(words[:i])) + (i > 0) for i in range(8)]
+    rec = record(sentence, (words[5], "PER"), (words[2], "ORG"), "x", at[5], at[2])
+    ids = encode_relations([example(rec)], [0], tok, 64, False, "--test").features[0]["input_ids"]
+    markers = set(tok.convert_tokens_to_ids(["<subj:PER>", "</subj:PER>", "<obj:ORG>", "</obj:ORG>"]))
+    assert [i for i in ids if i not in markers] == tok(sentence)["input_ids"]
+
+
+def test_a_decoder_reads_the_end_markers_and_learns_what_the_entities_are(xpt_decoder_model, words, tmp_path):
+    """The label says which of two word sets the subject and the object come from (every marker of one type).
+    A decoder's start marker has not seen its entity, so the later entity's set would be out of its reach; the end
+    markers have seen both."""
+    rng = np.random.default_rng(4)
+    sets = {"a": words[:12], "b": words[12:24]}
+    rows = []
+    for _ in range(400):
+        sentence = list(rng.choice(words[24:], rng.integers(3, 7)))
+        kinds = [str(k) for k in rng.choice(["a", "b"], 2)]
+        i, j = sorted(rng.choice(len(sentence) + 2, 2, replace=False))
+        sentence[i:i] = [str(rng.choice(sets[kinds[0]]))]
+        sentence[j:j] = [str(rng.choice(sets[kinds[1]]))]
+        at = [len(" ".join(sentence[:k])) + (k > 0) for k in range(len(sentence))]
+        first, second = (sentence[i], "W", at[i]), (sentence[j], "W", at[j])
+        subj, obj = (first, second) if rng.random() < 0.5 else (second, first)
+        label = {("a", "b"): "a:b", ("b", "a"): "b:a"}.get(tuple(kinds) if subj is first else tuple(kinds[::-1]),
+                                                           "no_relation")
+        rows.append(record(" ".join(sentence), subj[:2], obj[:2], label, subj_at=subj[2], obj_at=obj[2]))
+    files = _files(rows, tmp_path / "data")
+    res = finetune(FinetuneConfig(model=str(xpt_decoder_model), out=str(tmp_path / "out"), task="relation",
+                                  seeds=[1], **files, **{**FAST, "epochs": 8}))
+    assert res["seeds"][0]["test"]["micro_f1"] > 0.9, res["seeds"][0]
 
 def _bad_cases(tmp: Path) -> list[tuple[Path, list[str]]]:
     good = record("김철수는 삼성에 다닌다.", ("김철수", "PER"), ("삼성", "ORG"), "per:employee_of")

@@ -195,9 +195,9 @@ def label_ids(examples: list[Example], labels: list[str], task: str) -> list:
 
 @dataclass
 class Encoded:
-    """Model inputs (lists of ids, unpadded) and, for token classification, where each word starts."""
+    """Model inputs (lists of ids, unpadded) and, for token classification, the piece each word is read at."""
     features: list[dict[str, list]]
-    word_starts: list[list[int]]  # per example, per word: position of its first piece, -1 if truncated away
+    word_pos: list[list[int]]  # per example, per word: the piece it is read at (word_pieces), -1 if truncated away
 
 
 def running_text(words: tuple[str, ...]) -> tuple[str, list[int]]:
@@ -214,47 +214,73 @@ def running_text(words: tuple[str, ...]) -> tuple[str, list[int]]:
     return " ".join(words), ends
 
 
-def first_pieces(offsets: list[tuple[int, int]], ends: list[int]) -> list[int]:
-    """Each word's first piece (position in the row; -1 if truncated away), from the pieces' character offsets in
-    ``running_text``'s text and its words' ``ends``. A piece belongs to the first word ending after the piece
-    starts: a SentencePiece "▁" alone, the space before "sat" in "▁ s at", starts "sat", as ``word_ids`` has it
-    for words tokenized one at a time. Special tokens have empty offsets and belong to no word."""
-    starts = [-1] * len(ends)
-    for pos, (start, end) in enumerate(offsets):
+def word_pieces(offsets: list[tuple[int, int]], ends: list[int], last: bool = False,
+                cut: bool = False) -> list[int]:
+    """The piece each word is trained and scored on, as a position in the row (-1: truncated away), from the
+    pieces' character offsets in ``running_text``'s text and its words' ``ends``: the word's first piece, or with
+    ``last`` its last one. A decoder reads a word at its last piece: under causal attention the first one has not
+    seen the rest of the word (``▁`` alone, or ``Ġm`` of ``Ġm au ve``). A piece belongs to the first word ending
+    after the piece starts: a SentencePiece "▁" alone, the space before "sat" in "▁ s at", starts "sat", as
+    ``word_ids`` has it for words tokenized one at a time. Special tokens have empty offsets and belong to no word.
+    ``cut``: the row was truncated; with ``last``, its last word is then truncated away too if its pieces stop
+    short of its end."""
+    pos, reach = [-1] * len(ends), [0] * len(ends)
+    for i, (start, end) in enumerate(offsets):
         w = bisect.bisect_right(ends, start)
-        if end > start and w < len(ends) and starts[w] < 0:
-            starts[w] = pos
-    return starts
+        if end > start and w < len(ends) and (last or pos[w] < 0):
+            pos[w], reach[w] = i, end
+    seen = [w for w, p in enumerate(pos) if p >= 0]
+    if last and cut and seen and reach[seen[-1]] < ends[seen[-1]]:
+        pos[seen[-1]] = -1
+    return pos
+
+
+def pair_separator(tokenizer) -> str:
+    """What a decoder's second sentence of a pair starts with: the eos token where the tokenizer puts nothing
+    between a pair's sentences (GPT-2's, Qwen's and SmolLM2's join "hello world" and "good morning" into hello Ġworld
+    good Ġmorning, one run of text), so the second starts as a new document does; empty where the tokenizer's pair
+    template already separates them (Llama 3's bos, an XPT export's ``<s> A </s> B``). Put at the start of the
+    second sentence, where truncation, which cuts the longer sentence's end, does not reach it."""
+    first = tokenizer("a")["input_ids"]
+    second = tokenizer("b", add_special_tokens=False)["input_ids"]
+    if len(tokenizer("a", "b")["input_ids"]) > len(first) + len(second):
+        return ""
+    return tokenizer.eos_token or ""
 
 
 def encode(examples: list[Example], targets: list, tokenizer, task: str, max_length: int,
-           token_types: bool) -> Encoded:
+           token_types: bool, causal: bool = False) -> Encoded:
     """``token_types``: the model has more than one token type. Asked for explicitly, because some tokenizers
     (an ``xpt_ds.cli.export`` one) leave them out by default, and dropped otherwise, because some emit type 1
-    for a pair's second sentence even for RoBERTa, which has a single type."""
+    for a pair's second sentence even for RoBERTa, which has a single type. ``causal``: a decoder, which reads a
+    word at its last piece (``word_pieces``) and gets a separator between a pair's sentences (``pair_separator``)."""
     kw = dict(truncation=True, max_length=max_length, return_token_type_ids=token_types)
     if task == "token_classification":  # the words as running text, each word's pieces found by their offsets
         texts = [running_text(ex.text) for ex in examples]
         enc = tokenizer([text for text, _ in texts], return_offsets_mapping=True, **kw)
     else:
         pairs = [ex.text_pair for ex in examples] if examples[0].text_pair is not None else None
+        if pairs is not None and causal:
+            sep = pair_separator(tokenizer)
+            pairs = [sep + p for p in pairs]
         enc = tokenizer([ex.text for ex in examples], pairs, **kw)
     keep = ["input_ids", "attention_mask"] + (["token_type_ids"] if token_types else [])
-    features, word_starts = [], []
+    features, word_pos = [], []
     for i, target in enumerate(targets):
         feat = {k: enc[k][i] for k in keep if k in enc}
         if task == "token_classification":
-            starts = first_pieces(enc["offset_mapping"][i], texts[i][1])
-            labels = [-100] * len(feat["input_ids"])  # only a word's first piece is trained and scored
-            for w, pos in enumerate(starts):
+            at = word_pieces(enc["offset_mapping"][i], texts[i][1], last=causal,
+                             cut=len(feat["input_ids"]) >= max_length)
+            labels = [-100] * len(feat["input_ids"])  # only the piece a word is read at is trained and scored
+            for w, pos in enumerate(at):
                 if pos >= 0:
                     labels[pos] = target[w]
             feat["labels"] = labels
-            word_starts.append(starts)
+            word_pos.append(at)
         else:
             feat["labels"] = target
         features.append(feat)
-    return Encoded(features, word_starts)
+    return Encoded(features, word_pos)
 
 
 def collate(features: list[dict], pad_id: int) -> dict[str, torch.Tensor]:

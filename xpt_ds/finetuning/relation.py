@@ -9,7 +9,12 @@ JSON list of records, ``klue-re-v1.1_train.json``) or JSONL, one record per line
 The markers are typed special tokens, ``<subj:PER>`` ... ``</subj:PER>`` and ``<obj:ORG>`` ... ``</obj:ORG>``
 (KLUE's baseline marks entities with added special tokens; typing them follows Zhou & Chen 2021; why not their
 punctuation markers: docs/evaluation.md). They are inserted into the text without added spaces, so the
-characters between them are the sentence's own.
+characters between them are the sentence's own. A start marker goes before the whitespace ahead of its entity
+(``중기의<obj:POH> 무신``), so that the entity's first word keeps the pieces it has in running text: after a special
+token, neither a SentencePiece tokenizer (``▁무신``) nor a byte-level BPE one (``Ġsat``) would give it its space.
+
+An encoder's classifier reads the start markers (KLUE's baseline); a decoder's reads the end markers, the first
+positions whose causal attention has seen the whole entity (``subject_pos``/``object_pos``).
 """
 from __future__ import annotations
 
@@ -139,14 +144,26 @@ def relation_labels(train: list[RelationExample], no_relation: str, path: str) -
     return ([no_relation] if no_relation in names else []) + sorted(names - {no_relation})
 
 
+def _before_space(sentence: str, start: int, other: Entity) -> int:
+    """Where an entity starting at ``start`` gets its start marker: before the whitespace ahead of it, but not
+    before the start of an other entity that opened earlier, nor past its end marker. Two entities starting
+    together move together."""
+    floor = max([other.start] * (other.start < start) + [other.end + 1] * (other.end + 1 <= start), default=0)
+    at = start
+    while at > floor and sentence[at - 1].isspace():
+        at -= 1
+    return at
+
+
 def mark(ex: RelationExample) -> str:
     """The sentence with the typed markers around both entities. Nested, identical or crossing spans stay
     well formed as far as they can: at one position end markers come before start markers; of two starts
     the longer span opens first, of two ends the one that opened later closes first; ties: subject outside."""
     s_start, s_end, o_start, o_end = markers(ex.subject.type)[:2] + markers(ex.object.type)[2:]
     events = []  # (position, 0 end / 1 start, order among equals, text)
-    for rank, (ent, start_m, end_m) in enumerate(((ex.subject, s_start, s_end), (ex.object, o_start, o_end))):
-        events.append((ent.start, 1, (-ent.end, rank), start_m))
+    pair = ((ex.subject, s_start, s_end, ex.object), (ex.object, o_start, o_end, ex.subject))
+    for rank, (ent, start_m, end_m, other) in enumerate(pair):
+        events.append((_before_space(ex.sentence, ent.start, other), 1, (-ent.end, rank), start_m))
         events.append((ent.end + 1, 0, (-ent.start, -rank), end_m))
     events.sort(key=lambda e: e[:3])
     out, at = [], 0
@@ -188,10 +205,11 @@ def _window(n: int, first: int, last: int, budget: int) -> tuple[int, int] | Non
 
 
 def encode_relations(examples: list[RelationExample], targets: list[int], tokenizer, max_length: int,
-                     token_types: bool, role: str) -> RelationEncoded:
+                     token_types: bool, role: str, causal: bool = False) -> RelationEncoded:
     """Marked sentences -> ids. A sentence longer than ``max_length`` is cut to a window around its four
     markers; an example whose markers are farther apart than that is dropped, counted and logged, never cut
-    through a marker. ``subject_pos``/``object_pos`` index the start markers, where the classifier reads."""
+    through a marker. ``subject_pos``/``object_pos`` index where the classifier reads: the start markers, or a
+    decoder's (``causal``) end markers."""
     before, after = _specials(tokenizer)
     budget = max_length - len(before) - len(after)
     enc = tokenizer([mark(ex) for ex in examples], add_special_tokens=False)["input_ids"]
@@ -210,7 +228,9 @@ def encode_relations(examples: list[RelationExample], targets: list[int], tokeni
         feat = {"input_ids": ids, "attention_mask": [1] * len(ids)}
         if token_types:
             feat["token_type_ids"] = [0] * len(ids)
-        feat.update(subject_pos=len(before) + found[0] - a, object_pos=len(before) + found[2] - a, labels=target)
+        read = (1, 3) if causal else (0, 2)
+        feat.update(subject_pos=len(before) + found[read[0]] - a, object_pos=len(before) + found[read[1]] - a,
+                    labels=target)
         features.append(feat)
         kept.append(i)
     if dropped:

@@ -1,6 +1,7 @@
 """The relation classifier: any Hugging Face encoder (``AutoModel``) with the typed entity markers added to its
 vocabulary, and a head over the hidden states of the subject and object start markers (KLUE's baseline; Baldini
-Soares et al. 2019's "entity start" variant, their best).
+Soares et al. 2019's "entity start" variant, their best), or, for a decoder, of the end markers: a start marker's
+state there has not seen its entity (``xpt_ds.finetuning.relation.encode_relations``).
 
 Saved as a directory that stock ``transformers`` reads: the encoder (``save_pretrained``, marker rows included),
 the tokenizer with the markers, plus ``relation_head.safetensors`` and ``relation.json`` (labels, markers), which
@@ -88,7 +89,7 @@ def init_marker_rows(encoder: nn.Module, tokenizer, pieces: dict[str, list[int]]
 
 
 def save_relation_model(model: RelationClassifier, tokenizer, labels: list[str], markers: list[str], out: Path,
-                        no_relation: str) -> None:
+                        no_relation: str, causal: bool = False) -> None:
     from safetensors.torch import save_file
     out.mkdir(parents=True, exist_ok=True)
     model.encoder.config.id2label = dict(enumerate(labels))
@@ -98,7 +99,8 @@ def save_relation_model(model: RelationClassifier, tokenizer, labels: list[str],
     save_file({k: v.detach().cpu().contiguous() for k, v in model.head.state_dict().items()}, str(out / HEAD_FILE))
     as_umask(out)  # safetensors writes 0600 files: the group could not read the model
     meta = {"labels": labels, "markers": markers, "no_relation": no_relation,
-            "classify_from": "concatenated hidden states of the subject and object start markers",
+            "classify_from": f"concatenated hidden states of the subject and object {'end' if causal else 'start'} "
+                             "markers",
             "dropout": model.head.dropout.p}
     (out / META_FILE).write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 

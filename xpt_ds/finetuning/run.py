@@ -140,8 +140,8 @@ def prepare(cfg: FinetuneConfig) -> Prepared:
     if cfg.task == "relation":
         return _prepare_relations(examples, targets, labels, tokenizer, remote, max_length, token_types, config_dict,
                                   padding)
-    splits = {name: Split(encode(exs, targets[name], tokenizer, cfg.task, max_length, token_types), targets[name])
-              for name, exs in examples.items()}
+    splits = {name: Split(encode(exs, targets[name], tokenizer, cfg.task, max_length, token_types, causal),
+                          targets[name]) for name, exs in examples.items()}
     return Prepared(labels, splits, tokenizer, remote, max_length, config_dict, **padding)
 
 
@@ -152,7 +152,8 @@ def _prepare_relations(examples: dict, targets: dict, labels: list[str], tokeniz
     pieces = add_marker_tokens(tokenizer, marker_tokens([ex for exs in examples.values() for ex in exs]))
     splits, dropped = {}, {}
     for name, exs in examples.items():
-        enc = encode_relations(exs, targets[name], tokenizer, max_length, token_types, f"--{name}")
+        enc = encode_relations(exs, targets[name], tokenizer, max_length, token_types, f"--{name}",
+                               causal=padding["causal"])
         splits[name] = Split(Encoded(enc.features, []), [targets[name][i] for i in enc.kept])
         dropped[name] = enc.dropped
     return Prepared(labels, splits, tokenizer, remote, max_length, config_dict, **padding, markers=pieces,
@@ -226,7 +227,8 @@ def _recompute_layers(model, name: str) -> None:
 def save_finetuned(model, cfg: FinetuneConfig, prep: Prepared, out: Path) -> None:
     """The fine-tuned model and its tokenizer, for stock ``transformers`` (relation: ``relation_model``)."""
     if cfg.task == "relation":
-        save_relation_model(model, prep.tokenizer, prep.labels, list(prep.markers), out, cfg.no_relation_label)
+        save_relation_model(model, prep.tokenizer, prep.labels, list(prep.markers), out, cfg.no_relation_label,
+                            prep.causal)
         return
     (without_lora(model) if cfg.lora_rank else model).save_pretrained(out)
     prep.tokenizer.save_pretrained(str(out))
@@ -304,8 +306,8 @@ def predict(model, split: Split, task: str, pad_id: int, batch_size: int, device
             out.extend(torch.softmax(logits, -1).tolist())
         else:
             ids = logits.argmax(-1).tolist()
-            for row, starts in zip(ids, split.encoded.word_starts[i:i + batch_size]):
-                out.append([row[p] if p >= 0 else 0 for p in starts])
+            for row, at in zip(ids, split.encoded.word_pos[i:i + batch_size]):
+                out.append([row[p] if p >= 0 else 0 for p in at])
     return out
 
 
