@@ -133,9 +133,9 @@ def test_a_decoder_tags_a_word_from_its_last_piece(xpt_decoder_model, corpus_tex
     from transformers import AutoTokenizer
     tok = AutoTokenizer.from_pretrained(xpt_decoder_model)
     w = Words(corpus_text, xpt_decoder_model, seed=3)
-    ranked = sorted(set(corpus_text.read_text(encoding="utf-8").replace(".", " ").split()))
-    bare = [x for x in ranked if len(tok.tokenize(x)) > 1 and tok.tokenize(x)[0] == "▁"]
-    w.keys, w.filler = bare[:4], [x for x in ranked if x not in bare[:4]][:40]
+    corpus_words = sorted(set(corpus_text.read_text(encoding="utf-8").replace(".", " ").split()))
+    bare = [x for x in corpus_words if len(tok.tokenize(x)) > 1 and tok.tokenize(x)[0] == "▁"]
+    w.keys, w.filler = bare[:4], [x for x in corpus_words if x not in bare[:4]][:40]
     files = split_files(entity_rows(w, 400), tmp_path / "data")
     res = finetune(FinetuneConfig(model=str(xpt_decoder_model), out=str(tmp_path / "out"),
                                   task="token_classification", seeds=[1], **files, **FAST))
