@@ -308,14 +308,16 @@ def test_a_decoder_gets_a_separator_between_a_pairs_sentences(tokenizer, xpt_dec
     are left as they are."""
     from transformers import AutoTokenizer
 
-    from xpt_ds.finetuning.data import Example, encode
+    from xpt_ds.finetuning.data import Example, encode, pair_separator
     tok = {"byte_level": lambda: byte_level_tokenizer(["hello world good morning"] * 20),
            "smollm2": _smollm2_tokenizer, "xpt_export": lambda: AutoTokenizer.from_pretrained(xpt_decoder_model)}
     tok = tok[tokenizer]()
     first, second = "hello world", "good morning"
     examples = [Example("x", first, second, "a")]
-    ids = {causal: encode(examples, [0], tok, "classification", max_length=64, token_types=False,
-                          causal=causal).features[0]["input_ids"] for causal in (False, True)}
+    assert pair_separator(tok) == ("" if tokenizer == "xpt_export" else tok.eos_token)
+    ids = {sep: encode(examples, [0], tok, "classification", max_length=64, token_types=False, causal=True,
+                       pair_sep=sep).features[0]["input_ids"] for sep in ("", pair_separator(tok))}
+    ids = {False: ids[""], True: ids[pair_separator(tok)]}
     assert ids[False] == tok(first, second)["input_ids"]
     if tokenizer == "xpt_export":
         assert ids[True] == ids[False] and tok.eos_token_id in ids[True]
@@ -323,3 +325,29 @@ def test_a_decoder_gets_a_separator_between_a_pairs_sentences(tokenizer, xpt_dec
         assert ids[True] == tok(first)["input_ids"] + [tok.eos_token_id] + tok(second, add_special_tokens=False)[
             "input_ids"], tok.convert_ids_to_tokens(ids[True])
 
+
+def test_prepare_gives_a_decoders_pairs_the_separator_and_says_so(tmp_path, caplog):
+    """The separator reaches the batches through ``prepare`` for a decoder whose tokenizer joins pairs (a tiny GPT-2
+    with a byte-level tokenizer, as the hub ships GPT-2), is logged and recorded in ``Prepared``; an encoder of the
+    same tokenizer gets none."""
+    from transformers import BertConfig, BertModel, GPT2Config, GPT2LMHeadModel
+    tok = byte_level_tokenizer(["hello world good morning"] * 20)
+    rows = [{"a": "hello world", "b": "good morning", "label": i % 2} for i in range(4)]
+    files = {"train": str(write_jsonl(tmp_path / "t.jsonl", rows)), "test": str(tmp_path / "t.jsonl")}
+    pair = dict(text_column="a", text_pair_column="b", seeds=[1], epochs=1, device="cpu")
+    for name, model in (("gpt2", GPT2LMHeadModel(GPT2Config(n_embd=16, n_layer=1, n_head=2, n_positions=32,
+                                                             vocab_size=len(tok), eos_token_id=tok.eos_token_id))),
+                        ("bert", BertModel(BertConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                                      intermediate_size=32, vocab_size=len(tok))))):
+        model.save_pretrained(tmp_path / name)
+        tok.save_pretrained(tmp_path / name)
+        caplog.clear()
+        with caplog.at_level("INFO", logger="xpt_ds.cli.finetune"):
+            prep = prepare(FinetuneConfig(model=str(tmp_path / name), **files, **pair))
+        ids = prep.splits["train"].encoded.features[0]["input_ids"]
+        first, second = tok("hello world")["input_ids"], tok("good morning", add_special_tokens=False)["input_ids"]
+        if name == "gpt2":
+            assert prep.pair_sep == "</s>" and "puts nothing between a pair's sentences" in caplog.text
+            assert ids == first + [tok.eos_token_id] + second, tok.convert_ids_to_tokens(ids)
+        else:
+            assert prep.pair_sep == "" and ids == first + second and "between a pair's" not in caplog.text

@@ -249,20 +249,20 @@ def pair_separator(tokenizer) -> str:
 
 
 def encode(examples: list[Example], targets: list, tokenizer, task: str, max_length: int,
-           token_types: bool, causal: bool = False) -> Encoded:
+           token_types: bool, causal: bool = False, pair_sep: str = "") -> Encoded:
     """``token_types``: the model has more than one token type. Asked for explicitly, because some tokenizers
     (an ``xpt_ds.cli.export`` one) leave them out by default, and dropped otherwise, because some emit type 1
     for a pair's second sentence even for RoBERTa, which has a single type. ``causal``: a decoder, which reads a
-    word at its last piece (``word_pieces``) and gets a separator between a pair's sentences (``pair_separator``)."""
+    word at its last piece (``word_pieces``). ``pair_sep``: what a pair's second sentence starts with (a decoder's
+    ``pair_separator``)."""
     kw = dict(truncation=True, max_length=max_length, return_token_type_ids=token_types)
     if task == "token_classification":  # the words as running text, each word's pieces found by their offsets
         texts = [running_text(ex.text) for ex in examples]
         enc = tokenizer([text for text, _ in texts], return_offsets_mapping=True, **kw)
     else:
         pairs = [ex.text_pair for ex in examples] if examples[0].text_pair is not None else None
-        if pairs is not None and causal:
-            sep = pair_separator(tokenizer)
-            pairs = [sep + p for p in pairs]
+        if pairs is not None and pair_sep:
+            pairs = [pair_sep + p for p in pairs]
         enc = tokenizer([ex.text for ex in examples], pairs, **kw)
     keep = ["input_ids", "attention_mask"] + (["token_type_ids"] if token_types else [])
     features, word_pos = [], []

@@ -17,7 +17,8 @@ import torch
 
 from xpt_ds.data.tokenizer import check_vocabulary, model_tokenizer
 from xpt_ds.finetuning.config import ADAM_BETAS, ADAM_EPS, OFFSET_POSITIONS, FinetuneConfig, validate
-from xpt_ds.finetuning.data import Encoded, FinetuneError, build_labels, collate, encode, label_ids, read_examples
+from xpt_ds.finetuning.data import (Encoded, FinetuneError, build_labels, collate, encode, label_ids,
+                                    pair_separator, read_examples)
 from xpt_ds.finetuning.metrics import (
     classification_metrics,
     entity_metrics,
@@ -60,6 +61,7 @@ class Prepared:
     config_dict: dict  # the model's config.json
     pad_id: int  # what batches are padded with; a decoder's config is given the same (build_model)
     causal: bool  # a decoder (xpt_ds.model.decoder.is_causal_lm): its sequence head reads its last unpadded piece
+    pair_sep: str = ""  # what a decoder's second sentence of a pair starts with (data.pair_separator)
     markers: dict[str, list[int]] = field(default_factory=dict)  # relation: marker -> pieces its row starts from
     dropped: dict[str, int] = field(default_factory=dict)  # relation: examples per split whose markers do not fit
 
@@ -140,9 +142,13 @@ def prepare(cfg: FinetuneConfig) -> Prepared:
     if cfg.task == "relation":
         return _prepare_relations(examples, targets, labels, tokenizer, remote, max_length, token_types, config_dict,
                                   padding)
-    splits = {name: Split(encode(exs, targets[name], tokenizer, cfg.task, max_length, token_types, causal),
+    pair_sep = pair_separator(tokenizer) if causal and cfg.text_pair_column else ""
+    if pair_sep:  # a saved model (--save-model) wants its pairs so too: the tokenizer it saves does not do it
+        log.info("the tokenizer of %s puts nothing between a pair's sentences: each second sentence starts after "
+                 "%r, as a new document does", cfg.model, pair_sep)
+    splits = {name: Split(encode(exs, targets[name], tokenizer, cfg.task, max_length, token_types, causal, pair_sep),
                           targets[name]) for name, exs in examples.items()}
-    return Prepared(labels, splits, tokenizer, remote, max_length, config_dict, **padding)
+    return Prepared(labels, splits, tokenizer, remote, max_length, config_dict, **padding, pair_sep=pair_sep)
 
 
 def _prepare_relations(examples: dict, targets: dict, labels: list[str], tokenizer, remote: bool, max_length: int,
@@ -430,6 +436,8 @@ def _finetune(cfg: FinetuneConfig, out: Path) -> dict:
                "selection": "best valid epoch" if "valid" in prep.splits else "last epoch",
                "seeds": runs, "summary": summarize([r["test"] for r in scored]) if scored else {},
                "seconds": round(time.time() - started, 1)}
+    if prep.pair_sep:
+        results["pair_separator"] = prep.pair_sep
     if len(scored) < len(runs):
         results["diverged"] = [r["seed"] for r in runs if "diverged" in r]
     if "valid" in prep.splits and scored:  # 002 reports KHS this way: its test labels are not public
