@@ -1,7 +1,9 @@
 """Guards through the real launchers: an injected NaN (on rank 0 only) is skipped by every rank and counted;
 repeated ones end in a checkpoint and a clear halt that a resume continues from; at ZeRO stage 0, which cannot
-skip a step, the run halts without saving. Plus the loss-spike and slow-step detectors."""
+skip a step, the run halts without saving; fp16 loss scaling's overflows are not bad steps. Plus the loss-spike
+and slow-step detectors."""
 import json
+import re
 
 import pytest
 import torch
@@ -9,7 +11,8 @@ import torch
 from conftest import REPO, base_config, launch, read_metrics, write_config
 from xpt_ds.checkpoint.export import load_checkpoint_fp32
 from xpt_ds.checkpoint.store import complete_tags, tag_for
-from xpt_ds.training.guards import HALTED_EXIT_CODE, BadStepCounter, SlowSteps, SpikeDetector, slow_step_line
+from xpt_ds.training.guards import (HALTED_EXIT_CODE, BadStepCounter, SlowSteps, SpikeDetector, StepGuards,
+                                   slow_step_line)
 
 
 def _cfg(run, tiny_roberta, corpus, ds, every, **guard):
@@ -100,6 +103,71 @@ def test_no_checkpoint_is_written_from_non_finite_weights_where_no_step_is_skipp
     assert complete_tags(run / "checkpoints") == [tag_for(1)]
     assert all(torch.isfinite(t).all() for t in load_checkpoint_fp32(run / "checkpoints", tag_for(1)).values())
     assert _status(run)["state"] == "halted"
+
+
+def _fp16_on_this_machine() -> bool:
+    import deepspeed
+    return bool(deepspeed.get_accelerator().is_fp16_supported())
+
+
+@pytest.mark.skipif(not _fp16_on_this_machine(), reason="this machine's accelerator has no fp16 (on a CPU: oneDNN "
+                                                        "with AVX512-FP16)")
+def test_fp16_overflows_find_the_loss_scale_and_only_nan_losses_halt(tmp_path, tiny_roberta, corpus):
+    """From 2^24 the first ~10 steps overflow, more in a row than guard.max_bad_steps: logged, not counted, the
+    run goes on, and phase 2 starts from the scale phase 1 found. Three NaN losses in a row then halt it."""
+    run, ds = tmp_path / "run", tmp_path / "fp16.json"
+    ds.write_text(json.dumps({"zero_optimization": {"stage": 1}, "fp16": {"enabled": True, "initial_scale_power": 24}}))
+    cfg = _cfg(run, tiny_roberta, corpus, "zero1_fp32", every=0, inject_nan_steps=[20, 21, 22], max_bad_steps=2)
+    cfg["deepspeed"] = str(ds)
+    cfg["phases"][0]["steps"], cfg["phases"][1]["steps"] = 14, 10
+    proc = launch(["--config", str(write_config(tmp_path / "c.yaml", cfg))])
+    assert proc.returncode == HALTED_EXIT_CODE, proc.stderr[-3000:]
+    overflows = {int(m[1]): float(m[2]) for m in
+                 re.finditer(r"step (\d+): fp16 gradients overflowed at loss scale (\S+); update skipped", proc.stderr)}
+    first = sorted(s for s in overflows if s <= 14)
+    assert first[:6] == [1, 2, 3, 4, 5, 6] and first[-1] < 14, overflows  # more in a row than the limit of 2
+    assert overflows[1] == 2.0 ** 24
+    metrics = read_metrics(run)
+    found = metrics[14]["train/loss_scale"]
+    assert found < 2.0 ** 24 and isinstance(metrics[14]["train/loss"], float)
+    assert all(scale <= found for step, scale in overflows.items() if step > 14)  # not 2^24 again
+    assert metrics[19]["train/skipped_steps"] == 0
+    assert "step 20: loss or gradient norm not finite, update skipped (1 in a row, 1 in all)" in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith(
+        "error: 3 steps in a row had a non-finite loss or gradient norm (more than guard.max_bad_steps=2); "
+        "stopped at step 22")
+    assert (_status(run)["state"], _status(run)["skipped_steps"]) == ("halted", 3)
+
+
+@pytest.mark.skipif(not _fp16_on_this_machine(), reason="this machine's accelerator has no fp16")
+def test_fp16_overflows_at_the_minimum_scale_are_bad_steps_and_halt_with_a_checkpoint(tmp_path, tiny_roberta,
+                                                                                     corpus):
+    """A minimum scale at which the gradients still overflow: DeepSpeed would raise a bare Exception there."""
+    run, ds = tmp_path / "run", tmp_path / "fp16.json"
+    ds.write_text(json.dumps({"zero_optimization": {"stage": 2}, "fp16": {
+        "enabled": True, "initial_scale_power": 24, "min_loss_scale": 2 ** 22, "hysteresis": 1}}))
+    cfg = _cfg(run, tiny_roberta, corpus, "zero2_fp32", every=0, max_bad_steps=2)
+    cfg["deepspeed"] = str(ds)
+    proc = launch(["--config", str(write_config(tmp_path / "c.yaml", cfg))])
+    assert proc.returncode == HALTED_EXIT_CODE, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    assert "step 2: fp16 gradients overflowed at loss scale 8388608; update skipped" in proc.stderr
+    assert "step 3: loss or gradient norm not finite, update skipped (1 in a row, 1 in all)" in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith(
+        "error: 3 steps in a row had a non-finite loss or gradient norm (more than guard.max_bad_steps=2); "
+        f"stopped at step 5 with checkpoint {tag_for(5)}")
+
+
+def test_an_fp16_scale_overflow_neither_counts_nor_breaks_a_run_of_bad_steps():
+    from types import SimpleNamespace
+    g = StepGuards(SimpleNamespace(max_bad_steps=1, loss_spike_ratio=0.0, loss_spike_window=4, slow_step_ratio=0.0,
+                                   slow_step_window=4, inject_nan_steps=[]), rank=0, world=1, unskipped="")
+    assert g.count_bad_step(True, 1) == (False, "step 1: loss or gradient norm not finite, update skipped (1 in a row, "
+                                                "1 in all)")
+    assert g.count_bad_step(True, 2, 65536.0) == (False, "step 2: fp16 gradients overflowed at loss scale 65536; "
+                                                         "update skipped, as dynamic loss scaling does")
+    halt, _ = g.count_bad_step(True, 3)
+    assert halt and (g.bad_steps.total, g.bad_steps.in_a_row) == (2, 2)
 
 
 def test_bad_step_counter_halts_only_after_more_than_the_limit_in_a_row():

@@ -220,6 +220,19 @@ def engine_module(tcfg, cfg: TrainConfig, kept=None) -> nn.Module:
     return build_objective(hf, attention=cfg.model.attention)
 
 
+def loss_scale(engine) -> float | None:
+    """The loss scale of an fp16 engine that scales dynamically, before its next step; None for bf16 and fp32
+    engines and a static ``fp16.loss_scale``. DeepSpeed's ZeRO scaler would end the run with a bare Exception at
+    an overflow at its minimum scale; it is told not to (again before each step: a loaded checkpoint brings its
+    own scaler), so that such steps count as bad steps (``guards.StepGuards``) and halt with a checkpoint."""
+    if not (engine.fp16_enabled() and engine.dynamic_loss_scale()):
+        return None
+    scaler = getattr(engine.optimizer, "loss_scaler", None)
+    if hasattr(scaler, "raise_error_at_min_scale"):
+        scaler.raise_error_at_min_scale = False
+    return float(engine.optimizer.loss_scale)
+
+
 def build_engine(model: nn.Module, trainable: set[str], cfg: TrainConfig, load_universal: bool = False):
     """A new engine for one phase over ``model`` (``engine_module``'s, values unset): (engine, optimizer).
     ``load_universal``: the engine will load a universal checkpoint (resume at another scale)."""

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import deepspeed
 import torch
+from deepspeed.runtime.fp16.loss_scaler import MIN_LOSS_SCALE
 import torch.distributed as dist
 
 from xpt_ds.data.shards import DataError, layout
@@ -207,6 +208,18 @@ def weights_finite(engine, optimizer, device: torch.device) -> bool:
     return bad.item() == 0
 
 
+def scale_overflow(engine, scale: float | None, loss: torch.Tensor) -> bool:
+    """Whether a step DeepSpeed skipped was fp16 loss scaling finding its scale: a finite loss whose scaled
+    gradients overflowed at ``scale`` (``engine.loss_scale`` before the step), above the minimum scale. DeepSpeed then
+    lowers the scale; at the first steps (an initial scale of 2^16 or 2^32) several in a row are normal, and not
+    bad steps. A non-finite loss, or an overflow at the minimum scale, is one. Reads the loss (a host sync) only
+    for a skipped step of such an engine."""
+    if scale is None:
+        return False
+    args = engine.dynamic_loss_scale_args() or {}
+    return scale > float(args.get(MIN_LOSS_SCALE, 1)) and bool(torch.isfinite(loss).item())
+
+
 class StepGuards:
     """The per-step checks and their state, one component: skipped (non-finite) steps, loss spikes, slow ranks, the
     per-step host exchange, and the steps whose loss a test poisons (``guard.inject_nan_steps``, rank 0).
@@ -220,9 +233,13 @@ class StepGuards:
         self.inject_nan = set(g.inject_nan_steps) if rank == 0 else set()
         self.unskipped = unskipped
 
-    def count_bad_step(self, skipped: bool, step: int) -> tuple[bool, str | None]:
+    def count_bad_step(self, skipped: bool, step: int, overflow_scale: float | None = None) -> tuple[bool, str | None]:
         """Count a skipped step: (whether too many came in a row, the same on every rank since the norm is global;
-        the log line of a skipped one)."""
+        the log line of a skipped one). ``overflow_scale``: the step was fp16 loss scaling's overflow at that scale
+        (``scale_overflow``), which is logged but neither counts nor ends a run of bad steps."""
+        if overflow_scale is not None:
+            return False, (f"step {step}: fp16 gradients overflowed at loss scale {overflow_scale:.10g}; update "
+                           "skipped, as dynamic loss scaling does")
         halt = self.bad_steps.update(skipped)
         line = (f"step {step}: loss or gradient norm not finite, update skipped ({self.bad_steps.in_a_row} in a row, "
                 f"{self.bad_steps.total} in all)") if skipped else None

@@ -63,9 +63,12 @@ class PhaseEngine:
         at ``started``); returns how long each part took, for the log. No rank holds more than its share of the
         model plus one tensor between the two engines."""
         marks = [("kept", time.perf_counter())]
+        scale = engines.loss_scale(self.engine)
         self.destroy()
         marks.append(("old engine freed", time.perf_counter()))
         self.build(index, kept)
+        if scale is not None and engines.loss_scale(self.engine) is not None:
+            self.engine.optimizer.loss_scale = scale  # fp16: the scale found so far, not the initial one again
         marks.append(("new engine built", time.perf_counter()))
         self.fill_from(values, index, what)
         marks.append(("filled", time.perf_counter()))

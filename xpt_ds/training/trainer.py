@@ -19,8 +19,8 @@ from xpt_ds.metrics.logger import LogWindow
 from xpt_ds.runtime.preemption import Preempted, PreemptionWatcher
 from xpt_ds.runtime.status import planned_steps
 from xpt_ds.training.best import BestTracker
-from xpt_ds.training.engine import lr_at, set_lr
-from xpt_ds.training.guards import Halted, StepGuards, weights_finite
+from xpt_ds.training.engine import loss_scale, lr_at, set_lr
+from xpt_ds.training.guards import Halted, StepGuards, scale_overflow, weights_finite
 from xpt_ds.training.phase_engine import PhaseEngine
 from xpt_ds.training.reporting import Reporter
 from xpt_ds.training.state import TrainerState
@@ -83,10 +83,10 @@ class Trainer:
                     break
                 continue
             started = time.perf_counter()
-            loss, skipped = self.train_step()
+            loss, skipped, overflow = self.train_step()
             step_seconds = time.perf_counter() - started
             window.add(loss, skipped, *self.step_work)
-            halt, line = self.guards.count_bad_step(skipped, self.state.global_step)
+            halt, line = self.guards.count_bad_step(skipped, self.state.global_step, overflow)
             if line is not None:
                 self.info(line)
             self.logger.advance()
@@ -105,11 +105,13 @@ class Trainer:
         self.logger.close()
         self.write_status("finished")
 
-    def train_step(self) -> tuple[torch.Tensor, bool]:
+    def train_step(self) -> tuple[torch.Tensor, bool, float | None]:
         """One optimizer step over grad_accum micro-batches: (mean loss as a device tensor, whether DeepSpeed
-        skipped the update because the gradient norm was not finite)."""
+        skipped the update because the gradient norm was not finite, and for an fp16 engine's loss-scale overflow
+        the scale it overflowed at: ``guards.scale_overflow``)."""
         engine = self.engines.engine
         set_lr(self.engines.optimizer, lr_at(self.phase, self.state.phase_step))
+        scale = loss_scale(engine)
         total = torch.zeros((), device=self.device)
         skipped_before, self.data_wait = engine.skipped_steps, 0.0
         poison = self.state.global_step + 1 in self.guards.inject_nan
@@ -131,7 +133,9 @@ class Trainer:
                                                                               self.flops_per_step)
         self.state.tokens_seen += self.step_work[0]
         self.state.target_tokens_seen += (self.streams.target_rows() - target_rows) * self.cfg.data.seq_len
-        return total / self.cfg.optim.grad_accum, engine.skipped_steps != skipped_before
+        skipped = engine.skipped_steps != skipped_before
+        overflow = scale if skipped and scale_overflow(engine, scale, total) else None
+        return total / self.cfg.optim.grad_accum, skipped, overflow
 
     def maybe_stop_for_time(self) -> bool:
         """Whether the time budget ends the current phase at this step (``TimeBudget.stop_here``)."""
@@ -191,7 +195,8 @@ class Trainer:
             "train/epoch": float(self.streams.epoch),
             **{f"data/{name}/epoch": float(e) for name, e in self.streams.mixed_epochs().items()},
             "data/skipped_shards": float(len(self.streams.skipped_shards())),
-            "train/skipped_steps": float(g.bad_steps.total), "train/tokens_seen": float(self.state.tokens_seen)})
+            "train/skipped_steps": float(g.bad_steps.total), "train/tokens_seen": float(self.state.tokens_seen),
+            **({} if (scale := loss_scale(self.engine)) is None else {"train/loss_scale": scale})})
         self.write_status("running")
 
     def maybe_eval(self, phase_done: bool) -> bool:
