@@ -329,7 +329,7 @@ def test_a_decoder_gets_a_separator_between_a_pairs_sentences(tokenizer, xpt_dec
 def test_prepare_gives_a_decoders_pairs_the_separator_and_says_so(tmp_path, caplog):
     """The separator reaches the batches through ``prepare`` for a decoder whose tokenizer joins pairs (a tiny GPT-2
     with a byte-level tokenizer, as the hub ships GPT-2), is logged and recorded in ``Prepared``; an encoder of the
-    same tokenizer gets none."""
+    same tokenizer gets none. GPT-2 gets no token types (it would add wte[type] to every piece); BERT does."""
     from transformers import BertConfig, BertModel, GPT2Config, GPT2LMHeadModel
     tok = byte_level_tokenizer(["hello world good morning"] * 20)
     rows = [{"a": "hello world", "b": "good morning", "label": i % 2} for i in range(4)]
@@ -349,5 +349,8 @@ def test_prepare_gives_a_decoders_pairs_the_separator_and_says_so(tmp_path, capl
         if name == "gpt2":
             assert prep.pair_sep == "</s>" and "puts nothing between a pair's sentences" in caplog.text
             assert ids == first + [tok.eos_token_id] + second, tok.convert_ids_to_tokens(ids)
+            assert "token_type_ids" not in prep.splits["train"].encoded.features[0]
         else:
             assert prep.pair_sep == "" and ids == first + second and "between a pair's" not in caplog.text
+            types = prep.splits["train"].encoded.features[0]["token_type_ids"]
+            assert types == [0] * len(first) + [1] * len(second)

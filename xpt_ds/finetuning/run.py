@@ -136,7 +136,9 @@ def prepare(cfg: FinetuneConfig) -> Prepared:
             raise FinetuneError(f"--model {cfg.model}: token_classification needs a fast tokenizer (its pieces' "
                                 "character offsets)")
     max_length = _max_length(cfg, config_dict, tokenizer)
-    token_types = config_dict.get("type_vocab_size", 2) > 1
+    # Token types only for a model that declares more than one (BERT, ALBERT, ELECTRA): GPT-2 and XLM would add
+    # a token type's id as a word's embedding (GPT-2: wte[0] to every piece), as stock inference never does.
+    token_types = config_dict.get("type_vocab_size", 0) > 1
     causal = is_causal_lm(config_dict)
     padding = dict(pad_id=pad_with(tokenizer, causal, cfg.model), causal=causal)
     if cfg.task == "relation":
