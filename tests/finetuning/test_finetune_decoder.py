@@ -301,14 +301,15 @@ def test_a_byte_level_tokenizer_labels_the_pieces_of_running_text(tokenizer):
 
 
 @pytest.mark.parametrize("tokenizer", ["byte_level", "smollm2", "xpt_export"])
-def test_a_decoder_gets_a_separator_between_a_pairs_sentences(tokenizer, xpt_decoder_model):
+def test_a_decoder_gets_a_separator_between_a_pairs_sentences(tokenizer, xpt_decoder_model, tmp_path):
     """GPT-2's, Qwen's and SmolLM2's tokenizers join a pair's sentences with nothing between them ("hello world" +
     "good morning" -> hello Ġworld good Ġmorning), so for a decoder the second starts after the eos token, as a new
-    document does. A tokenizer whose pairs are already separated (an XPT export's <s> A </s> B) and an encoder
+    document does; its pair template then puts the separator there itself, saved and loaded by stock
+    ``AutoTokenizer``. A tokenizer whose pairs are already separated (an XPT export's <s> A </s> B) and an encoder
     are left as they are."""
     from transformers import AutoTokenizer
 
-    from xpt_ds.finetuning.data import Example, encode, pair_separator
+    from xpt_ds.finetuning.data import Example, encode, pair_separator, template_separator
     tok = {"byte_level": lambda: byte_level_tokenizer(["hello world good morning"] * 20),
            "smollm2": _smollm2_tokenizer, "xpt_export": lambda: AutoTokenizer.from_pretrained(xpt_decoder_model)}
     tok = tok[tokenizer]()
@@ -324,13 +325,21 @@ def test_a_decoder_gets_a_separator_between_a_pairs_sentences(tokenizer, xpt_dec
     else:
         assert ids[True] == tok(first)["input_ids"] + [tok.eos_token_id] + tok(second, add_special_tokens=False)[
             "input_ids"], tok.convert_ids_to_tokens(ids[True])
+        single = tok(first)["input_ids"]
+        assert template_separator(tok, tok.eos_token)  # the tokenizer puts it there itself: the same ids
+        assert tok(first, second)["input_ids"] == ids[True] and tok(first)["input_ids"] == single
+        assert pair_separator(tok) == ""
+        tok.save_pretrained(tmp_path / "saved")  # and so does the one a fine-tuned model is saved with
+        saved = AutoTokenizer.from_pretrained(tmp_path / "saved")
+        assert saved(first, second)["input_ids"] == ids[True] and saved(first)["input_ids"] == single
 
 
 def test_prepare_gives_a_decoders_pairs_the_separator_and_says_so(tmp_path, caplog):
     """The separator reaches the batches through ``prepare`` for a decoder whose tokenizer joins pairs (a tiny GPT-2
-    with a byte-level tokenizer, as the hub ships GPT-2), is logged and recorded in ``Prepared``; an encoder of the
-    same tokenizer gets none. GPT-2 gets no token types (it would add wte[type] to every piece); BERT does."""
-    from transformers import BertConfig, BertModel, GPT2Config, GPT2LMHeadModel
+    with a byte-level tokenizer, as the hub ships GPT-2), is logged and recorded in ``Prepared``, and the tokenizer
+    a saved model keeps puts it there itself, loaded by stock ``AutoTokenizer``; an encoder of the same tokenizer
+    gets none. GPT-2 gets no token types (it would add wte[type] to every piece); BERT does."""
+    from transformers import AutoTokenizer, BertConfig, BertModel, GPT2Config, GPT2LMHeadModel
     tok = byte_level_tokenizer(["hello world good morning"] * 20)
     rows = [{"a": "hello world", "b": "good morning", "label": i % 2} for i in range(4)]
     files = {"train": str(write_jsonl(tmp_path / "t.jsonl", rows)), "test": str(tmp_path / "t.jsonl")}
@@ -350,6 +359,10 @@ def test_prepare_gives_a_decoders_pairs_the_separator_and_says_so(tmp_path, capl
             assert prep.pair_sep == "</s>" and "puts nothing between a pair's sentences" in caplog.text
             assert ids == first + [tok.eos_token_id] + second, tok.convert_ids_to_tokens(ids)
             assert "token_type_ids" not in prep.splits["train"].encoded.features[0]
+            assert "its pair template now puts it there" in caplog.text
+            prep.tokenizer.save_pretrained(tmp_path / "saved")  # as save_finetuned does
+            assert AutoTokenizer.from_pretrained(tmp_path / "saved")("hello world", "good morning")["input_ids"] == ids
+            assert AutoTokenizer.from_pretrained(tmp_path / "saved")("hello world")["input_ids"] == first
         else:
             assert prep.pair_sep == "" and ids == first + second and "between a pair's" not in caplog.text
             types = prep.splits["train"].encoded.features[0]["token_type_ids"]

@@ -248,6 +248,27 @@ def pair_separator(tokenizer) -> str:
     return tokenizer.eos_token or ""
 
 
+def template_separator(tokenizer, sep: str) -> bool:
+    """Make a fast tokenizer put ``sep`` (``pair_separator``'s) between a pair's sentences itself: its own
+    post-processor, then a ``TemplateProcessing`` whose pair is ``$A sep $B``. The tokenizer a fine-tuned model is
+    saved with (``--save-model``) then gives stock inference the pairs training saw. The ids equal ``sep`` put
+    before the second sentence's text, which is what this falls back to, the tokenizer left as it was (False), where
+    the template does not give them (a slow tokenizer has no post-processor to extend)."""
+    from tokenizers import processors
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return False
+    want = tokenizer("a", sep + "b")["input_ids"]
+    old = backend.post_processor
+    template = processors.TemplateProcessing(single="$A:0", pair=f"$A:0 {sep}:0 $B:1",
+                                             special_tokens=[(sep, tokenizer.convert_tokens_to_ids(sep))])
+    backend.post_processor = template if old is None else processors.Sequence([old, template])
+    if tokenizer("a", "b")["input_ids"] == want and tokenizer("a", sep + "b")["input_ids"] != want:
+        return True
+    backend.post_processor = old
+    return False
+
+
 def encode(examples: list[Example], targets: list, tokenizer, task: str, max_length: int,
            token_types: bool, causal: bool = False, pair_sep: str = "") -> Encoded:
     """``token_types``: the model has more than one token type. Asked for explicitly, because some tokenizers

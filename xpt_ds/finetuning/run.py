@@ -18,7 +18,7 @@ import torch
 from xpt_ds.data.tokenizer import check_vocabulary, model_tokenizer
 from xpt_ds.finetuning.config import ADAM_BETAS, ADAM_EPS, OFFSET_POSITIONS, FinetuneConfig, validate
 from xpt_ds.finetuning.data import (Encoded, FinetuneError, build_labels, collate, encode, label_ids,
-                                    pair_separator, read_examples)
+                                    pair_separator, read_examples, template_separator)
 from xpt_ds.finetuning.metrics import (
     classification_metrics,
     entity_metrics,
@@ -145,10 +145,13 @@ def prepare(cfg: FinetuneConfig) -> Prepared:
         return _prepare_relations(examples, targets, labels, tokenizer, remote, max_length, token_types, config_dict,
                                   padding)
     pair_sep = pair_separator(tokenizer) if causal and cfg.text_pair_column else ""
-    if pair_sep:  # a saved model (--save-model) wants its pairs so too: the tokenizer it saves does not do it
+    itself = bool(pair_sep) and template_separator(tokenizer, pair_sep)  # and so does the one --save-model saves
+    if pair_sep:
         log.info("the tokenizer of %s puts nothing between a pair's sentences: each second sentence starts after "
-                 "%r, as a new document does", cfg.model, pair_sep)
-    splits = {name: Split(encode(exs, targets[name], tokenizer, cfg.task, max_length, token_types, causal, pair_sep),
+                 "%r, as a new document does%s", cfg.model, pair_sep, "; its pair template now puts it there, in "
+                 "the tokenizer a saved model keeps too" if itself else " (the saved tokenizer does not do this)")
+    text_sep = "" if itself else pair_sep
+    splits = {name: Split(encode(exs, targets[name], tokenizer, cfg.task, max_length, token_types, causal, text_sep),
                           targets[name]) for name, exs in examples.items()}
     return Prepared(labels, splits, tokenizer, remote, max_length, config_dict, **padding, pair_sep=pair_sep)
 
