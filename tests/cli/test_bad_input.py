@@ -127,6 +127,11 @@ def ds_json_bf16_at_stage0(cfg, d, fx):
     return [], [path, "bf16", "stage"]
 
 
+def ds_json_fp16_at_stage0(cfg, d, fx):
+    path = _ds_json(cfg, d, {"fp16": {"enabled": True}})
+    return [], [path, "fp16 needs ZeRO stage >= 1"]
+
+
 def _fp16_on_this_cpu() -> bool:
     """DeepSpeed's CPU accelerator has fp16 where oneDNN does (AVX512-FP16): there fp16 trains, and is no error
     (tests/training/test_guards.py trains it)."""
@@ -210,7 +215,8 @@ CASES = {f.__name__: f for f in [
     source_without_config_json, source_with_its_own_code,
     missing_tokenizer_file, tokenizer_with_default_special_ids, tokenizer_without_mask_piece,
     trainable_pattern_matching_nothing, ds_json_sets_train_batch_size, ds_json_sets_optimizer_lr,
-    ds_json_bf16_at_stage0, ds_json_fp16_on_cpu, ds_json_nvme_offload_without_path, missing_shard,
+    ds_json_bf16_at_stage0, ds_json_fp16_at_stage0, ds_json_fp16_on_cpu,
+    ds_json_nvme_offload_without_path, missing_shard,
     tokenizer_smaller_than_corpus_vocab, keep_vocab_on_a_decoder_without_tokenizer, span_masking_on_a_decoder,
     seq_len_past_the_source_positions]}
 

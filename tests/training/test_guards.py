@@ -114,7 +114,9 @@ def _fp16_on_this_machine() -> bool:
                                                         "with AVX512-FP16)")
 def test_fp16_overflows_find_the_loss_scale_and_only_nan_losses_halt(tmp_path, tiny_roberta, corpus):
     """From 2^24 the first ~10 steps overflow, more in a row than guard.max_bad_steps: logged, not counted, the
-    run goes on, and phase 2 starts from the scale phase 1 found. Three NaN losses in a row then halt it."""
+    run goes on, and phase 2 starts from the scale phase 1 found. Three NaN losses in a row then halt it. The
+    resume loads the halt's checkpoint without --allow-pickle (it holds DeepSpeed's DynamicLossScaler) and goes on
+    from the scale it saved."""
     run, ds = tmp_path / "run", tmp_path / "fp16.json"
     ds.write_text(json.dumps({"zero_optimization": {"stage": 1}, "fp16": {"enabled": True, "initial_scale_power": 24}}))
     cfg = _cfg(run, tiny_roberta, corpus, "zero1_fp32", every=0, inject_nan_steps=[20, 21, 22], max_bad_steps=2)
@@ -137,6 +139,12 @@ def test_fp16_overflows_find_the_loss_scale_and_only_nan_losses_halt(tmp_path, t
         "error: 3 steps in a row had a non-finite loss or gradient norm (more than guard.max_bad_steps=2); "
         "stopped at step 22")
     assert (_status(run)["state"], _status(run)["skipped_steps"]) == ("halted", 3)
+
+    proc = launch(["--config", str(tmp_path / "c.yaml"), "--guard.inject_nan_steps=[]"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"resumed from {tag_for(22)}" in proc.stderr
+    assert read_metrics(run)[24]["train/loss_scale"] <= found  # the saved scaler, not 2^24 again
+    assert f"overflowed at loss scale {2 ** 24};" not in proc.stderr
 
 
 @pytest.mark.skipif(not _fp16_on_this_machine(), reason="this machine's accelerator has no fp16")

@@ -40,12 +40,13 @@ class UntrustedError(UserError, ValueError):
 
 def _deepspeed_globals() -> list:
     """The plain-data types DeepSpeed 0.19 pickles into its optimizer files (found with
-    ``torch.serialization.get_unsafe_globals_in_checkpoint`` on ZeRO 0-3 fp32/bf16 checkpoints): an IntEnum, a
-    loss-scale record and a namedtuple. None of them runs code when rebuilt."""
-    from deepspeed.runtime.fp16.loss_scaler import LossScaler
+    ``torch.serialization.get_unsafe_globals_in_checkpoint`` on ZeRO 0-3 fp32/bf16 and ZeRO 1-3 fp16 checkpoints):
+    an IntEnum, the loss-scale records (static; fp16's dynamic one) and a namedtuple. None of them runs code when
+    rebuilt: no ``__setstate__``, their attributes numbers, flags and a dtype."""
+    from deepspeed.runtime.fp16.loss_scaler import DynamicLossScaler, LossScaler
     from deepspeed.runtime.zero.config import ZeroStageEnum
     from deepspeed.utils.tensor_fragment import fragment_address
-    return [ZeroStageEnum, LossScaler, fragment_address]
+    return [ZeroStageEnum, LossScaler, DynamicLossScaler, fragment_address]
 
 
 def _numpy_globals() -> list:

@@ -108,6 +108,9 @@ def load_ds_config(path: str) -> dict:
     if stage == 0 and (ds.get("bf16") or ds.get("bfloat16") or {}).get("enabled"):  # "bfloat16": legacy name
         raise ConfigError(f"DeepSpeed JSON {path}: bf16 needs ZeRO stage >= 1 here (stage 0 keeps no exportable "
                           "fp32 master); use ds_configs/zero1_bf16.json")
+    if stage == 0 and (ds.get("fp16") or {}).get("enabled"):  # its fp16 optimizer's masters are not filled here
+        raise ConfigError(f"DeepSpeed JSON {path}: fp16 needs ZeRO stage >= 1 here (stage 0's fp16 optimizer keeps "
+                          "fp32 masters that xpt-ds neither fills nor exports); set zero_optimization.stage to 1")
     for section in ("offload_param", "offload_optimizer"):  # else an assertion deep inside ZeRO-3's Init
         offload = (ds.get("zero_optimization") or {}).get(section) or {}
         if isinstance(offload, dict) and offload.get("device") == "nvme" and not offload.get("nvme_path"):
