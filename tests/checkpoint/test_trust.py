@@ -193,6 +193,22 @@ def test_a_checkpoint_file_that_runs_code_is_refused(tmp_path, tiny_roberta, vic
     assert marker.read_text() == "ran"
 
 
+def test_a_refused_resume_from_an_older_tag_leaves_the_later_checkpoints_where_they_were(tmp_path, tiny_roberta):
+    """``--resume TAG`` starts a new branch, which moves the later checkpoints aside, only once TAG has loaded: a
+    refused one leaves ``resume: auto`` continuing from the newest, as before the attempt."""
+    from xpt_ds.checkpoint.store import complete_tags, tag_for
+    tag_dir = _copy_old_checkpoint(tmp_path / "run")
+    config = _old_config(tmp_path, tiny_roberta)
+    assert launch(["--config", str(config)]).returncode == 0  # from step 2 to the end: steps 3, 4 and 5 saved
+    newest = complete_tags(tmp_path / "run/checkpoints")
+    assert newest[-1] == tag_for(5) and len(newest) > 1
+    blob = torch.load(tag_dir / "rank_state_00000.pt", map_location="cpu", weights_only=False)
+    torch.save({**blob, "hostile": RunsCode(tmp_path / "ran")}, tag_dir / "rank_state_00000.pt")
+    _one_error_line(launch(["--config", str(config), "--resume", OLD_TAG]), "rank_state_00000.pt", "not plain data")
+    assert complete_tags(tmp_path / "run/checkpoints") == newest
+    assert not (tmp_path / "run/checkpoints/abandoned").exists() and not (tmp_path / "ran").exists()
+
+
 @pytest.mark.parametrize("victim,garbage", [("zero_pp_rank_0_mp_rank_00_optim_states.pt", False),
                                             ("mp_rank_00_model_states.pt", False), ("frozen_fp32.pt", True)])
 def test_a_truncated_checkpoint_file_is_one_line_naming_the_checkpoint(tmp_path, tiny_roberta, victim, garbage):

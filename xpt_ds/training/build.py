@@ -128,9 +128,6 @@ def _assemble(cfg, rank, world, ds_config, tok, hf_config, causal, streams, chec
 def _start(t: Trainer, tag: str | None, client: dict | None, plan, stage: int) -> None:
     """The first phase's engine: from the build plan, or restored from checkpoint ``tag``."""
     cfg, ckpt = t.cfg, t.checkpointer
-    if cfg.checkpoint.resume != "auto":  # a new branch: what the abandoned one wrote after tag moves aside
-        kept = set(client["trainer"].get("phase_ends", {})) if tag is not None else set()
-        branches.start_branch(ckpt.root, tag, kept, t.rank)
     seed_everything(cfg.seed + t.rank)  # dropout stream of this rank, unless a checkpoint has it
     universal = False
     if tag is not None:
@@ -159,6 +156,9 @@ def _start(t: Trainer, tag: str | None, client: dict | None, plan, stage: int) -
             log.warning("checkpoint %s is at step %d of phase '%s', past its phases[%d].steps=%d: that phase "
                         "ends here, with the steps it already took", tag, t.state.phase_step, t.phase.name, index,
                         t.phase.steps)
+    if cfg.checkpoint.resume != "auto":  # a new branch: what the abandoned one wrote after tag moves aside, once
+        kept = set(client["trainer"].get("phase_ends", {})) if tag is not None else set()  # the start has loaded
+        branches.start_branch(ckpt.root, tag, kept, t.rank)  # (a refused or failed one leaves the run as it was)
     t.best.restore(Path(cfg.run_dir), store.complete_tags(ckpt.root), t.rank)
     if t.rank == 0:
         save_config(cfg, Path(cfg.run_dir) / "config.yaml")
