@@ -114,7 +114,8 @@ def _fp16_on_this_machine() -> bool:
                                                         "with AVX512-FP16)")
 def test_fp16_overflows_find_the_loss_scale_and_only_nan_losses_halt(tmp_path, tiny_roberta, corpus):
     """From 2^24 the first ~10 steps overflow, more in a row than guard.max_bad_steps: logged, not counted, the
-    run goes on, and phase 2 starts from the scale phase 1 found. Three NaN losses in a row then halt it. The
+    run goes on, and phase 2 starts from the scale phase 1 found. Three NaN losses in a row, on one of the two
+    ranks, then halt both (the verdict on a loss is every rank's, as the skip is). The
     resume loads the halt's checkpoint without --allow-pickle (it holds DeepSpeed's DynamicLossScaler) and goes on
     from the scale it saved."""
     run, ds = tmp_path / "run", tmp_path / "fp16.json"
@@ -122,7 +123,8 @@ def test_fp16_overflows_find_the_loss_scale_and_only_nan_losses_halt(tmp_path, t
     cfg = _cfg(run, tiny_roberta, corpus, "zero1_fp32", every=0, inject_nan_steps=[20, 21, 22], max_bad_steps=2)
     cfg["deepspeed"] = str(ds)
     cfg["phases"][0]["steps"], cfg["phases"][1]["steps"] = 14, 10
-    proc = launch(["--config", str(write_config(tmp_path / "c.yaml", cfg))])
+    path = write_config(tmp_path / "c.yaml", cfg)
+    proc = launch(["--config", str(path)], nproc=2, launcher="deepspeed")  # the NaNs on rank 0; its exit code
     assert proc.returncode == HALTED_EXIT_CODE, proc.stderr[-3000:]
     overflows = {int(m[1]): float(m[2]) for m in
                  re.finditer(r"step (\d+): fp16 gradients overflowed at loss scale (\S+); update skipped", proc.stderr)}
@@ -140,7 +142,7 @@ def test_fp16_overflows_find_the_loss_scale_and_only_nan_losses_halt(tmp_path, t
         "stopped at step 22")
     assert (_status(run)["state"], _status(run)["skipped_steps"]) == ("halted", 3)
 
-    proc = launch(["--config", str(tmp_path / "c.yaml"), "--guard.inject_nan_steps=[]"])
+    proc = launch(["--config", str(path), "--guard.inject_nan_steps=[]"], nproc=2)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"resumed from {tag_for(22)}" in proc.stderr
     assert read_metrics(run)[24]["train/loss_scale"] <= found  # the saved scaler, not 2^24 again

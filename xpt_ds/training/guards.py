@@ -212,12 +212,18 @@ def scale_overflow(engine, scale: float | None, loss: torch.Tensor) -> bool:
     """Whether a step DeepSpeed skipped was fp16 loss scaling finding its scale: a finite loss whose scaled
     gradients overflowed at ``scale`` (``engine.loss_scale`` before the step), above the minimum scale. DeepSpeed then
     lowers the scale; at the first steps (an initial scale of 2^16 or 2^32) several in a row are normal, and not
-    bad steps. A non-finite loss, or an overflow at the minimum scale, is one. Reads the loss (a host sync) only
-    for a skipped step of such an engine."""
+    bad steps. A non-finite loss on any rank, or an overflow at the minimum scale, is one: the verdict is every
+    rank's, as the skip is, so that every rank counts the same bad steps and halts at the same step. Reads the
+    loss (a host sync, and for several ranks a one-number all-reduce) only for a skipped step of such an engine."""
     if scale is None:
         return False
     args = engine.dynamic_loss_scale_args() or {}
-    return scale > float(args.get(MIN_LOSS_SCALE, 1)) and bool(torch.isfinite(loss).item())
+    if scale <= float(args.get(MIN_LOSS_SCALE, 1)):
+        return False
+    finite = torch.isfinite(loss).to(torch.float32).reshape(1)
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(finite, op=dist.ReduceOp.MIN)
+    return bool(finite.item())
 
 
 class StepGuards:
