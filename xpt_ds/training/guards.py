@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import deepspeed
 import torch
-from deepspeed.runtime.fp16.loss_scaler import MIN_LOSS_SCALE
 import torch.distributed as dist
+from deepspeed.runtime.fp16.loss_scaler import MIN_LOSS_SCALE
 
 from xpt_ds.data.shards import DataError, layout
 from xpt_ds.errors import error_line
