@@ -16,7 +16,6 @@ import math
 import shutil
 import subprocess
 
-import deepspeed
 import pytest
 import sentencepiece as spm
 import torch
@@ -35,16 +34,14 @@ pytestmark = pytest.mark.multiproc
 # (family, tied head, DeepSpeed config): ZeRO-2 (bf16) and ZeRO-3 for GPT-2, ZeRO-3 for Llama. Llama's
 # partitioned-optimizer stages on one rank: test_mistral_and_qwen2_one_rank_two_phases_and_export; a 2-rank
 # Llama ZeRO-1 case (2 launches, about 45 CPU-s of the 2-core CI machine) was dropped for the suite's time.
-MATRIX = [("gpt2", True, "zero2_bf16"), ("gpt2", True, "zero3_fp32"), ("llama", False, "zero3_fp32"),
-          ("llama", False, "zero2_fp16")]
+MATRIX = [("gpt2", True, "zero2_bf16"), ("gpt2", True, "zero3_fp32"), ("llama", False, "zero3_fp32")]
 # GPT-2 at ZeRO-3 trains, freezes and exports its tied head and learned positions partitioned, but is not resumed:
 # a resume across the boundary at ZeRO-3 is Llama's case, one with dropout's RNG streams GPT-2's at ZeRO-2 (a third
 # 2-rank launch, about 25 CPU-s of the 2-core CI machine, would check only the two together).
-RESUMED = {("gpt2", "zero2_bf16"), ("llama", "zero3_fp32"), ("llama", "zero2_fp16")}
-# fp16 (ds_configs/zero2_fp16.json, GPUs without bf16) trains where the accelerator has it: on the CPU, oneDNN with
-# AVX512-FP16. Its loss scaling's state is part of the resume (DeepSpeed's DynamicLossScaler).
-NO_FP16 = pytest.mark.skipif(not deepspeed.get_accelerator().is_fp16_supported(),
-                             reason="this machine's accelerator has no fp16")
+RESUMED = {("gpt2", "zero2_bf16"), ("llama", "zero3_fp32")}
+# fp16 (ds_configs/zero2_fp16.json): ("llama", False, "zero2_fp16") and ("gpt2", True, "zero2_fp16") in both lists
+# passed on 2026-11-30 on a CPU whose oneDNN has fp16 (AVX512-FP16), 12-26 s each; left out of the suite for its
+# time. tests/training/test_guards.py trains, halts and resumes fp16 on 2 ranks there.
 
 
 def _config(tmp_path, source, corpus, ds):
@@ -123,8 +120,7 @@ def _engine_logits(cfg_path, tmp_path) -> torch.Tensor:
     return torch.load(out)
 
 
-@pytest.mark.parametrize("family,tied,ds", [pytest.param(*m, id=f"{m[0]}-{m[2]}", marks=NO_FP16 if "fp16" in m[2]
-                                                        else ()) for m in MATRIX])
+@pytest.mark.parametrize("family,tied,ds", MATRIX, ids=[f"{f}-{ds}" for f, _, ds in MATRIX])
 def test_two_ranks_phase1_frozen_resume_across_the_boundary_and_export(family, tied, ds, tmp_path, tiny_decoder,
                                                                        corpus):
     """GPT-2 with dropout on (each rank's RNG streams restored), Llama without."""
