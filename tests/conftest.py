@@ -327,11 +327,12 @@ def long_reference(tmp_path_factory, tiny_roberta, corpus) -> Path:
 # Heaviest first (seconds per file on the 2-core CI machine, pytest --durations=0): under pytest-xdist's
 # --dist loadfile each file runs whole on one worker, in collection order, so starting the long files first
 # keeps the last minutes from running on one worker while the other idles. Files not named keep their order.
-HEAVY_FIRST = ["test_resume.py", "test_crash_save.py", "test_slurm.py", "test_checkpoint_errors.py",
-               "test_bad_input.py", "test_faults.py", "test_export.py", "test_decoder_train.py", "test_trust.py", "test_rescale.py",
-               "test_sweep.py", "test_guards.py", "test_phase_graph.py", "test_finetune.py", "test_preemption.py",
-               "test_trelm_phases.py", "test_reproducible.py", "test_trainer.py", "test_keep_vocab.py",
-               "test_evaluate.py", "test_bench_throughput.py"]
+HEAVY_FIRST = [  # by their seconds in one run of the suite (2026-12-01), most first
+    "test_sweep.py", "test_slurm.py", "test_resume.py", "test_bench_throughput.py", "test_guards.py",
+    "test_decoder_train.py", "test_export.py", "test_checkpoint_errors.py", "test_faults.py", "test_crash_save.py",
+    "test_launch.py", "test_rescale.py", "test_preemption.py", "test_decoder_session.py", "test_lean_engine.py",
+    "test_session_steps.py", "test_phase_graph.py", "test_trelm_phases.py", "test_install.py", "test_finetune.py",
+    "test_bench_big_gpu.py", "test_time_budget.py", "test_bench_build.py", "test_extend_train.py"]
 
 
 def pytest_collection_finish(session):

@@ -40,13 +40,15 @@ def test_saving_and_loading_walk_the_registry():
 
 
 def test_older_client_states_are_read_in_todays_layout():
-    old = {"config": {"data": {"seq_len": 64}}, "data": {"sequences": 10}, "trainer": {"tokens_seen": 500}}
+    old = {"config": {"data": {"seq_len": 64}}, "data": {"sequences": 10},
+           "trainer": {"tokens_seen": 500, "phase_step": 7}}
     new = migrate.client_state(old)
     assert new["data"] == {"seq_len": 64, "sequences": 10}
-    assert new["trainer"] == {"tokens_seen": 500, "target_tokens_seen": 500}
-    assert old["data"] == {"sequences": 10}  # the caller's dict is not changed
+    # the schedule went on at every step then, skipped ones too
+    assert new["trainer"] == {"tokens_seen": 500, "target_tokens_seen": 500, "phase_step": 7, "phase_updates": 7}
+    assert old["data"] == {"sequences": 10} and "phase_updates" not in old["trainer"]  # the caller's dict is kept
     today = {"config": {"data": {"seq_len": 64}}, "data": {"seq_len": 32, "sequences": 1},
-             "trainer": {"tokens_seen": 5, "target_tokens_seen": 4}}
+             "trainer": {"tokens_seen": 5, "target_tokens_seen": 4, "phase_step": 7, "phase_updates": 6}}
     assert migrate.client_state(today) == today
     assert migrate.saved_world_size({"world_size": 4}, {"dp_world_size": 2}) == 4
     assert migrate.saved_world_size({}, {"dp_world_size": 2}) == 2

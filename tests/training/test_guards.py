@@ -42,6 +42,8 @@ def test_single_nan_is_skipped_by_every_rank_and_counted(tmp_path, tiny_roberta,
     metrics = read_metrics(run)
     assert metrics[3]["train/loss"] is None and metrics[3]["train/skipped_steps"] == 1
     assert all(isinstance(metrics[s]["train/loss"], float) for s in metrics if s != 3)
+    lr = [metrics[s]["train/lr"] for s in (2, 3, 4)]  # phase 1: 4 steps, 1 of warmup, then linear decay
+    assert lr[0] > lr[1] == lr[2]  # the skipped step 3 did not advance the schedule, as DeepSpeed's would not
     ckpt = run / "checkpoints"
     w = {s: load_checkpoint_fp32(ckpt, tag_for(s)) for s in (2, 3, 4)}
     assert _equal(w[2], w[3])  # no update at the NaN step, on any rank's partition

@@ -4,8 +4,9 @@ see one layout only.
 
 - client state (``client_state``): a data state without ``seq_len`` (before 2026-11-27) gets the run's
   ``data.seq_len``; a trainer state without ``target_tokens_seen`` (from when ``tokens_seen`` counted target MLM
-  rows only) gets ``tokens_seen``. Pieces that later versions added (``bad_steps``, ``best``, ``log_window``) are
-  simply absent: the registry leaves them as constructed (``xpt_ds.checkpoint.registry``);
+  rows only) gets ``tokens_seen``; one without ``phase_updates`` (before 2026-12-01, when the LR schedule counted
+  skipped steps too) gets ``phase_step``. Pieces that later versions added (``bad_steps``, ``best``,
+  ``log_window``) are simply absent: the registry leaves them as constructed (``xpt_ds.checkpoint.registry``);
 - the completion marker without ``world_size`` (``saved_world_size``): DeepSpeed's ``dp_world_size``;
 - rank state files of before issue 19 (``numpy_rng_key``): numpy's RNG key as an ndarray, not a tensor;
 - the frozen-weights file of before 2026-11-28 (``frozen_file``): ``frozen_fp32.pt``, not ``.safetensors``;
@@ -30,6 +31,9 @@ def client_state(client: dict) -> dict:
     trainer = client.get("trainer")
     if isinstance(trainer, dict) and "target_tokens_seen" not in trainer and "tokens_seen" in trainer:
         client = {**client, "trainer": {**trainer, "target_tokens_seen": trainer["tokens_seen"]}}
+    trainer = client.get("trainer")
+    if isinstance(trainer, dict) and "phase_updates" not in trainer and "phase_step" in trainer:
+        client = {**client, "trainer": {**trainer, "phase_updates": trainer["phase_step"]}}
     return client
 
 

@@ -8,7 +8,8 @@ from dataclasses import asdict, dataclass, field
 @dataclass
 class TrainerState:
     phase_index: int = 0
-    phase_step: int = 0  # optimizer steps done in the current phase
+    phase_step: int = 0  # optimizer steps done in the current phase, skipped ones too: the phase's length
+    phase_updates: int = 0  # of those, the ones that updated the weights: the LR schedule's step (as DeepSpeed's)
     global_step: int = 0
     tokens_seen: int = 0  # every rank's tokens of every row trained on (TreLM: MLM, English MLM and CdLM rows)
     target_tokens_seen: int = 0  # of target MLM rows only: data.train_shards' epochs (the sweep)

@@ -45,6 +45,7 @@ class Trainer:
         self.tokens_per_step, self.flops_per_step = work  # every rank's rows of one step (TreLM: counted per step)
         self.step_work = work  # (tokens, FLOPs) of the last step
         self.data_wait = 0.0  # seconds this rank waited for batches in the current step
+        self.lr = 0.0  # the learning rate of the last step
         self.preemption, self.interrupted = preemption, False  # Ctrl-C on any rank (after_step)
 
     @property
@@ -110,7 +111,8 @@ class Trainer:
         skipped the update because the gradient norm was not finite, and for an fp16 engine's loss-scale overflow
         the scale it overflowed at: ``guards.scale_overflow``)."""
         engine = self.engines.engine
-        set_lr(self.engines.optimizer, lr_at(self.phase, self.state.phase_step))
+        self.lr = lr_at(self.phase, self.state.phase_updates)
+        set_lr(self.engines.optimizer, self.lr)
         scale = loss_scale(engine)
         total = torch.zeros((), device=self.device)
         skipped_before, self.data_wait = engine.skipped_steps, 0.0
@@ -134,6 +136,7 @@ class Trainer:
         self.state.tokens_seen += self.step_work[0]
         self.state.target_tokens_seen += (self.streams.target_rows() - target_rows) * self.cfg.data.seq_len
         skipped = engine.skipped_steps != skipped_before
+        self.state.phase_updates += not skipped  # a skipped step leaves the schedule where it was
         overflow = scale if skipped and scale_overflow(engine, scale, total) else None
         return total / self.cfg.optim.grad_accum, skipped, overflow
 
@@ -154,7 +157,7 @@ class Trainer:
         rewind = self.best.rewind_tag(self.state, self.phase.name, self.rank) if self.engines.starts[index] is None \
             else None
         values, kept = self.engines.start_values(index, rewind, self.checkpointer.root, self.state, self.streams)
-        self.state.phase_index, self.state.phase_step = index, 0
+        self.state.phase_index, self.state.phase_step, self.state.phase_updates = index, 0, 0
         self.budget.start_phase(self.state)
         self.streams.use_phase(self.cfg, index)
         took = self.engines.hand_over(index, values, kept, f"phase '{self.phase.name}' hand-over", started)
@@ -188,7 +191,7 @@ class Trainer:
                             self.state.global_step, loss, loss / median, median, len(g.loss_spikes.history) - 1)
         grad_norm = self.engine.get_global_grad_norm()
         self.report.log_step(self.state.global_step, self.total_steps, window, {
-            "train/loss": loss, "train/lr": lr_at(self.phase, self.state.phase_step - 1),
+            "train/loss": loss, "train/lr": self.lr,
             "train/grad_norm": None if grad_norm is None or not math.isfinite(grad_norm) else float(grad_norm),
             "train/tokens_per_s": None, "train/mfu": None,  # the window's (Reporter.log_step)
             "train/phase": float(self.state.phase_index), "train/step": float(self.state.global_step),
