@@ -57,7 +57,7 @@ def test_config_is_written_into_run_and_checkpoints(run):
     assert tags == ["global_step000000002", "global_step000000003", "global_step000000004", "global_step000000006"]
     client = read_client_state(root / "run/checkpoints", tags[-1])
     assert client["config"] == written
-    assert client["trainer"] == {"phase_index": 1, "phase_step": 3, "global_step": 6,
+    assert client["trainer"] == {"phase_index": 1, "phase_step": 3, "phase_updates": 3, "global_step": 6,
                                  "tokens_seen": 6 * 2 * 2 * 32, "target_tokens_seen": 6 * 2 * 2 * 32,
                                  "phase_ends": {},  # no phase starts from another
                                  "train_seconds": 0.0, "phase_start_seconds": 0.0, "time_stopped": []}  # no time budget
