@@ -55,8 +55,10 @@ def convert(gguf: Path, out: Path, tokenizer: Path | None = None) -> bool:
     config = loaded.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    model.load_state_dict(loaded.state_dict(), strict=True)
+    with torch.device("meta"):  # no random init of weights that are replaced at once (2.4 s of 135M on a CPU)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(loaded.state_dict(), strict=True, assign=True)
+    model.tie_weights()  # the assigned embedding is the head again (only saved: the rotary buffers stay on meta)
     staging = out.with_name(out.name + ".writing")
     shutil.rmtree(staging, ignore_errors=True)
     model.save_pretrained(staging)
