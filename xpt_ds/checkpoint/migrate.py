@@ -29,11 +29,12 @@ def client_state(client: dict) -> dict:
     if isinstance(data, dict) and saved_len and "seq_len" not in data:
         client = {**client, "data": {"seq_len": saved_len, **data}}
     trainer = client.get("trainer")
-    if isinstance(trainer, dict) and "target_tokens_seen" not in trainer and "tokens_seen" in trainer:
-        client = {**client, "trainer": {**trainer, "target_tokens_seen": trainer["tokens_seen"]}}
-    trainer = client.get("trainer")
-    if isinstance(trainer, dict) and "phase_updates" not in trainer and "phase_step" in trainer:
-        client = {**client, "trainer": {**trainer, "phase_updates": trainer["phase_step"]}}
+    if isinstance(trainer, dict):  # a field an older trainer state lacks <- the one it then equalled
+        added = {new: trainer[old] for new, old in (("target_tokens_seen", "tokens_seen"),
+                                                    ("phase_updates", "phase_step"))
+                 if new not in trainer and old in trainer}
+        if added:
+            client = {**client, "trainer": {**trainer, **added}}
     return client
 
 

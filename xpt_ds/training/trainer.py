@@ -45,7 +45,6 @@ class Trainer:
         self.tokens_per_step, self.flops_per_step = work  # every rank's rows of one step (TreLM: counted per step)
         self.step_work = work  # (tokens, FLOPs) of the last step
         self.data_wait = 0.0  # seconds this rank waited for batches in the current step
-        self.lr = 0.0  # the learning rate of the last step
         self.preemption, self.interrupted = preemption, False  # Ctrl-C on any rank (after_step)
 
     @property
@@ -111,8 +110,7 @@ class Trainer:
         skipped the update because the gradient norm was not finite, and for an fp16 engine's loss-scale overflow
         the scale it overflowed at: ``guards.scale_overflow``)."""
         engine = self.engines.engine
-        self.lr = lr_at(self.phase, self.state.phase_updates)
-        set_lr(self.engines.optimizer, self.lr)
+        set_lr(self.engines.optimizer, lr_at(self.phase, self.state.phase_updates))
         scale = loss_scale(engine)
         total = torch.zeros((), device=self.device)
         skipped_before, self.data_wait = engine.skipped_steps, 0.0
@@ -191,7 +189,7 @@ class Trainer:
                             self.state.global_step, loss, loss / median, median, len(g.loss_spikes.history) - 1)
         grad_norm = self.engine.get_global_grad_norm()
         self.report.log_step(self.state.global_step, self.total_steps, window, {
-            "train/loss": loss, "train/lr": self.lr,
+            "train/loss": loss, "train/lr": self.engines.optimizer.param_groups[0]["lr"],  # the last step's
             "train/grad_norm": None if grad_norm is None or not math.isfinite(grad_norm) else float(grad_norm),
             "train/tokens_per_s": None, "train/mfu": None,  # the window's (Reporter.log_step)
             "train/phase": float(self.state.phase_index), "train/step": float(self.state.global_step),
