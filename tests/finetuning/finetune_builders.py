@@ -1,6 +1,6 @@
 """What the fine-tuning tests share (test_finetune, test_finetune_diverged, and the GPU fine-tuning test):
 ``FAST`` settings, the ``Words`` sentence maker, ``split_files``/``write_jsonl`` for their JSONL files and a
-byte-level BPE tokenizer."""
+byte-level BPE tokenizer; a LoRA classifier of a tiny decoder and one step of it under autocast."""
 from __future__ import annotations
 
 import json
@@ -94,3 +94,32 @@ def byte_level_tokenizer(text: list[str]):
     tk.train_from_iterator(text, trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>", "</s>"],
                                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
     return PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>")
+
+
+def lora_classifier(source, family: str, seed: int = 0):
+    """A stock sequence classifier of the tiny ``source`` with rank-4 LoRA whose ``lora_B`` is not zero (a
+    trained update), in fp32."""
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    from xpt_ds.finetuning.lora import with_lora
+    torch.manual_seed(seed)
+    model = AutoModelForSequenceClassification.from_pretrained(source, num_labels=3, pad_token_id=1,
+                                                               dtype=torch.float32)
+    with_lora(model, 4, 8.0, family)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if ".lora_B." in name:
+                p.normal_(0, 0.05)
+    return model
+
+
+def lora_step(model, ids, labels) -> tuple:
+    """One forward and backward under bf16 autocast on the model's device: the logits and every trainable
+    parameter's gradient."""
+    import torch
+    model.train()
+    with torch.autocast(ids.device.type, dtype=torch.bfloat16):
+        out = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=labels)
+    out.loss.backward()
+    return out.logits.detach(), {n: p.grad for n, p in model.named_parameters() if p.requires_grad}

@@ -384,7 +384,7 @@ def test_cli_bad_input_has_no_traceback(tmp_path):
 def test_one_seed_is_reported_without_a_spread():
     """A spread needs two seeds: one seed's table says n=1 instead of '± 0.00'."""
     from xpt_ds.finetuning.metrics import summarize
-    from xpt_ds.finetuning.run import format_table
+    from xpt_ds.finetuning.report import format_table
 
     def results(values):
         seeds = [{"seed": i + 1, "test": {"accuracy": v}} for i, v in enumerate(values)]

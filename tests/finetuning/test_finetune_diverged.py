@@ -12,7 +12,7 @@ from safetensors.torch import load_file, save_file
 from conftest import run_main
 from finetune_builders import FAST, split_files
 from xpt_ds.finetuning.metrics import summarize
-from xpt_ds.finetuning.run import format_table
+from xpt_ds.finetuning.report import format_table
 from xpt_ds.sweeps.report import _downstream_cell
 from xpt_ds.sweeps.rows import downstream_row
 from xpt_ds.sweeps.seeds import aggregate

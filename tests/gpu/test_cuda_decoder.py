@@ -112,6 +112,37 @@ def test_fine_tuning_a_decoder_on_the_gpu(lora_rank, xpt_decoder_model, tmp_path
     seed = res["seeds"][0]
     report(f"finetune_decoder_lora{lora_rank}", {"test": seed["test"], "trainable": seed["trainable"],
                                                  "majority": res["majority_baseline"], "device": res["device"]})
-    assert res["device"] == ACCELERATOR
+    assert res["device"] == ACCELERATOR and res["arithmetic"] == ("fp32" if ON_CPU else "bf16 autocast")
+    # on CUDA, LoRA's frozen bases are stored in bf16 (tests/finetuning/test_finetune_precision.py on the CPU)
+    assert ("stored in bf16" in proc.stderr) == (bool(lora_rank) and not ON_CPU)
     assert (seed["trainable"] < 20_000) == bool(lora_rank)  # LoRA's 4 layers and head, or the whole model
     assert seed["test"]["accuracy"] > res["majority_baseline"]["accuracy"] + 0.15, seed
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_lora_bases_in_bf16_give_the_bits_of_fp32_ones_on_the_gpu(family, tiny_decoder):
+    """Under the device's bf16 autocast, LoRA's frozen bases stored in bf16 (``--precision auto`` on CUDA) give
+    the logits and gradients that fp32 bases give, bit for bit, in less memory."""
+    import copy
+
+    from finetune_builders import lora_classifier, lora_step
+    from xpt_ds.finetuning.precision import frozen_bases_in_bf16
+    fp32 = lora_classifier(tiny_decoder(family, family == "gpt2", 0.0), family)
+    bf16 = copy.deepcopy(fp32)
+    frozen_bases_in_bf16(bf16)
+    g = torch.Generator().manual_seed(1)
+    ids, labels = torch.randint(3, 120, (4, 12), generator=g), torch.tensor([0, 1, 2, 1])
+    runs = {}
+    for name, model in (("fp32", fp32), ("bf16", bf16)):
+        model.to(ACCELERATOR)
+        if not ON_CPU:
+            torch.cuda.reset_peak_memory_stats()
+        runs[name] = lora_step(model, ids.to(ACCELERATOR), labels.to(ACCELERATOR))
+        if not ON_CPU:
+            runs[name] += (torch.cuda.max_memory_allocated(),)
+        model.cpu()
+    (want, want_grads, *want_peak), (got, got_grads, *got_peak) = runs["fp32"], runs["bf16"]
+    report(f"finetune_lora_bf16_bases_{family}", {"peak_bytes": {"fp32": want_peak, "bf16": got_peak}})
+    assert torch.equal(got, want)
+    assert all(torch.equal(got_grads[n], want_grads[n]) for n in want_grads)
+    assert got_peak <= want_peak

@@ -28,7 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     cfg = parse_args(sys.argv[1:] if argv is None else argv)  # before torch and transformers: --help is instant
     from transformers.utils import logging as hf_logging
 
-    from xpt_ds.finetuning.run import finetune, format_table
+    from xpt_ds.finetuning.report import format_table
+    from xpt_ds.finetuning.run import finetune
     hf_logging.set_verbosity_error()  # the "newly initialized classifier" notice is expected here
     hf_logging.disable_progress_bar()
     results = finetune(cfg)

@@ -37,6 +37,7 @@ TASK_METRICS = {"classification": ("accuracy", "macro_f1", "binary_f1"), "regres
 ADAM_BETAS, ADAM_EPS = (0.9, 0.98), 1e-6
 # Model types whose position ids start after the pad id (see xpt_ds.model.build.FAMILIES).
 OFFSET_POSITIONS = ("roberta", "xlm-roberta", "camembert")
+PRECISIONS = ("auto", "fp32", "bf16")  # xpt_ds.finetuning.precision
 
 
 @dataclass
@@ -78,7 +79,11 @@ class FinetuneConfig:
     activation_checkpointing: bool = doc(False, "Keep only each layer's input in the forward and compute the rest "
                                                 "again in the backward: less memory for a large model or long "
                                                 "rows, the same gradients, more compute.")
-    device: str = doc("auto", "auto (CUDA if available), cpu or cuda; CUDA runs under bf16 autocast.")
+    device: str = doc("auto", "auto (CUDA if available), cpu or cuda.")
+    precision: str = doc("auto", "fp32 weights always; the forward and backward in fp32 (fp32) or under bf16 autocast "
+                                 "(bf16); auto: bf16 on CUDA, fp32 on the CPU. Under autocast with --lora-rank, the "
+                                 "frozen weights LoRA adapts are stored in bf16: the bits autocast computes with, at "
+                                 "a third of the memory.")
     trust_remote_code: bool = doc(False, "Run Python the model directory ships that is not this xpt-ds's own "
                                          "export code (only for a model you trust).")
 
@@ -107,7 +112,8 @@ def validate(cfg: FinetuneConfig) -> None:
               "max_length": (cfg.max_length >= 8, ">= 8"), "patience": (cfg.patience >= 0, ">= 0"),
               "lora_rank": (cfg.lora_rank >= 0, ">= 0"), "lora_alpha": (cfg.lora_alpha > 0, "> 0"),
               "seeds": (len(cfg.seeds) >= 1, "at least one"), "device": (cfg.device in ("auto", "cpu", "cuda"),
-                                                                          "auto, cpu or cuda")}
+                                                                          "auto, cpu or cuda"),
+              "precision": (cfg.precision in PRECISIONS, ", ".join(PRECISIONS))}
     twice = sorted({s for s in cfg.seeds if cfg.seeds.count(s) > 1})
     if twice:
         raise FinetuneError(f"--seeds gives {twice[0]} more than once: a seed repeated is the same run, counted as "

@@ -29,7 +29,9 @@ from xpt_ds.finetuning.metrics import (
     summarize,
 )
 from xpt_ds.finetuning.lora import check_lora, with_lora, without_lora
+from xpt_ds.finetuning.precision import autocast, frozen_bases_in_bf16, uses_autocast
 from xpt_ds.finetuning.relation import encode_relations, marker_tokens, read_relation_examples, relation_labels
+from xpt_ds.finetuning.snapshot import BestWeights
 from xpt_ds.finetuning.relation_model import (
     RelationClassifier,
     add_marker_tokens,
@@ -188,8 +190,8 @@ def _check_remote_head(model_path: str, config_dict: dict, auto_cls) -> None:
 
 def build_model(cfg: FinetuneConfig, prep: Prepared):
     """The model in fp32 whatever its files hold (a hub decoder is bf16: AdamW's steps would round away in it;
-    on a GPU the step runs under bf16 autocast). A decoder's config names the id batches are padded with, which
-    its sequence head skips to find each row's last piece."""
+    ``--precision`` says whether the step runs under bf16 autocast). A decoder's config names the id batches are
+    padded with, which its sequence head skips to find each row's last piece."""
     auto_cls = _task_class(cfg.task)
     kw = {"dtype": torch.float32}
     if prep.causal and prep.config_dict.get("pad_token_id") != prep.pad_id:
@@ -264,10 +266,6 @@ def build_optimizer(model, cfg: FinetuneConfig, total_steps: int):
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, factor)
 
 
-def _autocast(device: torch.device):
-    return torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
-
-
 class Diverged(Exception):
     """A seed's training loss became NaN or infinite: its weights are no longer a model to score."""
 
@@ -282,7 +280,7 @@ def train_epoch(model, loader, opt, sched, cfg: FinetuneConfig, device: torch.de
     total = 0.0
     for step, batch in enumerate(loader, 1):
         batch = {k: v.to(device) for k, v in batch.items()}
-        with _autocast(device):
+        with autocast(uses_autocast(cfg.precision, device), device):
             loss = model(**batch).loss
         value = loss.item()
         if not math.isfinite(value):
@@ -298,7 +296,8 @@ def train_epoch(model, loader, opt, sched, cfg: FinetuneConfig, device: torch.de
 
 
 @torch.no_grad()
-def predict(model, split: Split, task: str, pad_id: int, batch_size: int, device: torch.device) -> list:
+def predict(model, split: Split, task: str, pad_id: int, batch_size: int, device: torch.device,
+            bf16: bool = False) -> list:
     """Class ids, scores, per-word tag ids (a word truncated away is predicted ``O``, id 0), or relation's
     class probabilities."""
     model.eval()
@@ -307,7 +306,7 @@ def predict(model, split: Split, task: str, pad_id: int, batch_size: int, device
     for i in range(0, len(feats), batch_size):
         batch = collate(feats[i:i + batch_size], pad_id)
         batch.pop("labels")
-        with _autocast(device):
+        with autocast(bf16, device):
             logits = model(**{k: v.to(device) for k, v in batch.items()}).logits.float().cpu()
         if task == "regression":
             out.extend(logits[:, 0].tolist())
@@ -340,7 +339,10 @@ def run_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, device: torch.devic
     """Train one seed; the classifier head, dropout and batch order all follow ``seed``. ``save``: write the
     model scored on test to ``OUT/model``."""
     torch.manual_seed(seed)
-    model = build_model(cfg, prep).to(device)
+    model, bf16 = build_model(cfg, prep), uses_autocast(cfg.precision, device)
+    if bf16 and cfg.lora_rank:  # before the move: the device never holds the fp32 copies
+        frozen_bases_in_bf16(model)
+    model = model.to(device)
     pad_id = prep.pad_id
     train = prep.splits["train"]
     loader = torch.utils.data.DataLoader(train.encoded.features, batch_size=cfg.batch_size, shuffle=True,
@@ -348,14 +350,16 @@ def run_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, device: torch.devic
                                          generator=torch.Generator().manual_seed(seed))
     opt, sched = build_optimizer(model, cfg, cfg.epochs * len(loader))
     valid = prep.splits.get("valid")
-    evaluate = partial(predict, model, task=cfg.task, pad_id=pad_id, batch_size=2 * cfg.batch_size, device=device)
-    history, best, best_state, best_epoch, stale, diverged = [], None, None, cfg.epochs, 0, None
+    evaluate = partial(predict, model, task=cfg.task, pad_id=pad_id, batch_size=2 * cfg.batch_size, device=device,
+                       bf16=bf16)
+    history, best, best_epoch, stale, diverged = [], None, cfg.epochs, 0, None
+    snapshot = BestWeights(model)  # the best valid epoch's trained tensors, on the host
     for epoch in range(1, cfg.epochs + 1):
         try:
             row = {"epoch": epoch, "train_loss": train_epoch(model, loader, opt, sched, cfg, device)}
         except Diverged as e:
             diverged = f"epoch {epoch}: {e}"
-            if best_state is None:  # no test score: left out of the summary, and said so
+            if not snapshot.held:  # no test score: left out of the summary, and said so
                 log.warning("seed %d diverged in epoch %d (%s): left out of the summary; %s", seed, epoch, e,
                             remedy(cfg))
                 return {"seed": seed, "epoch": epoch, "diverged": diverged, "history": history}
@@ -369,7 +373,7 @@ def run_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, device: torch.devic
             current = row["valid"][cfg.metric]
             if _better(current, best):
                 best, best_epoch, stale = current, epoch, 0
-                best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+                snapshot.keep()
             else:
                 stale += 1
         history.append(row)
@@ -377,8 +381,8 @@ def run_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, device: torch.devic
                  f", valid {cfg.metric} {row['valid'][cfg.metric]:.4f}" if valid is not None else "")
         if valid is not None and cfg.patience and stale >= cfg.patience:
             break
-    if best_state is not None:
-        model.load_state_dict(best_state)
+    if snapshot.held:
+        snapshot.restore()
     if valid is None:
         best_epoch = len(history)
     test = prep.splits["test"]
@@ -437,6 +441,7 @@ def _finetune(cfg: FinetuneConfig, out: Path) -> dict:
     runs = [run_seed(cfg, prep, seed, device, save=cfg.save_model and i == 0) for i, seed in enumerate(cfg.seeds)]
     scored = [r for r in runs if "diverged" not in r]
     results = {"config": dataclasses.asdict(cfg), "device": str(device), "max_length": prep.max_length,
+               "arithmetic": "bf16 autocast" if uses_autocast(cfg.precision, device) else "fp32",
                "labels": prep.labels, "sizes": {n: len(s.gold) for n, s in prep.splits.items()},
                "selection": "best valid epoch" if "valid" in prep.splits else "last epoch",
                "seeds": runs, "summary": summarize([r["test"] for r in scored]) if scored else {},
@@ -466,32 +471,3 @@ def _finetune(cfg: FinetuneConfig, out: Path) -> dict:
                             f"({out / 'results.json'} records them); {remedy(cfg)}")
     return clean
 
-
-def format_table(results: dict) -> str:
-    """Test metrics ×100, one column per seed, then mean ± std (002 Table 3 style)."""
-    seeds = results["seeds"]
-    n = sum("diverged" not in r for r in seeds)  # the seeds the summary is over
-    head = f"{'test (x100)':<18}" + "".join(f"{'seed ' + str(r['seed']):>11}" for r in seeds) + f"{'mean ± std':>18}"
-    lines = [f"{results['config']['task']} · {results['config']['model']} · {len(seeds)} seed(s) · "
-             f"test at the {results['selection']}", head]
-    fmt = lambda v: "nan" if v is None else f"{100 * v:.2f}"  # noqa: E731
-    for name, s in results["summary"].items():
-        cells = "".join(f"{'diverged' if 'diverged' in r else fmt(r['test'][name]):>11}" for r in seeds)
-        mean = "nan" if s["mean"] is None else f"{fmt(s['mean'])} ± {fmt(s['std'])}" if n > 1 else \
-            f"{fmt(s['mean'])} (n=1)"  # one seed has no spread
-        lines.append(f"{name:<18}{cells}{mean:>18}")
-    for r in seeds:
-        if "diverged_after" in r:
-            lines.append(f"seed {r['seed']} diverged in {r['diverged_after']}; scored at its best valid epoch "
-                         f"{r['epoch']}, before it")
-    if "majority_baseline" in results:
-        m = results["majority_baseline"]
-        line = f"majority class '{m['label']}' accuracy on test: {fmt(m['accuracy'])} (the best one-class guess)"
-        t = results.get("train_majority")
-        if t and t["label"] != m["label"]:
-            line += f"; the training set's majority '{t['label']}': {fmt(t['accuracy'])}"
-        lines.append(line)
-    if any(results.get("dropped", {}).values()):
-        lines.append("dropped (entity markers farther apart than max_length): " +
-                     ", ".join(f"{k} {v}" for k, v in results["dropped"].items()))
-    return "\n".join(lines)

@@ -115,11 +115,13 @@ def merged_value(model: nn.Module, name: str, values) -> torch.Tensor:
 
 def merged(model: nn.Module) -> nn.Module:
     """The same model with every LoRA update added into its base weight and the LoRA layers replaced by their
-    base layers (in place; fp32 sums): a stock model again, its config without the LoRA record."""
+    base layers (in place; fp32 sums, a base stored in bf16 made fp32 first, one layer at a time): a stock model
+    again, its config without the LoRA record."""
     from peft.tuners.lora import LoraLayer
 
     for name, module in list(model.named_modules()):
         if isinstance(module, LoraLayer):
+            module.get_base_layer().float()  # peft merges in the base's dtype: a bf16 base would round the update
             module.merge(safe_merge=True)  # safe_merge: a non-finite update is an error, not a broken export
             parent, _, child = name.rpartition(".")
             setattr(model.get_submodule(parent), child, module.get_base_layer())

@@ -1,0 +1,196 @@
+"""What LoRA fine-tuning of a decoder holds in memory while it trains, by ``--precision``: the model of ``--model``
+as ``xpt-ds finetune --lora-rank R`` builds it (fp32, LoRA on every linear map of its layers, a new sequence head),
+then ``--steps`` AdamW steps on random rows, each variant in a fresh process.
+
+- ``fp32``: no autocast (``--precision fp32``, and ``auto`` on the CPU);
+- ``autocast_fp32_bases``: bf16 autocast over fp32 frozen weights (what ``xpt-ds finetune`` ran on CUDA before
+  2026-12-01);
+- ``autocast_bf16_bases``: bf16 autocast with the frozen base weights stored in bf16 (``--precision bf16`` now,
+  and ``auto`` on CUDA);
+- ``hf_trainer_peft``: the peer, as its documentation runs LoRA sequence classification:
+  ``AutoModelForSequenceClassification.from_pretrained`` (transformers 5 keeps the file's dtype, bf16 for a hub
+  decoder), ``peft.get_peft_model`` with ``task_type="SEQ_CLS"`` and the same rank, alpha and target maps, and
+  ``Trainer`` with ``bf16=True``, the same rows, batch and AdamW lr, for the same number of steps.
+
+On the CPU it reports the process's resident memory (``VmRSS``, the mapped model file's pages included: the peer
+keeps its bf16 weights as the file maps them) after the build and its peak during the steps, sampled every 5 ms;
+on CUDA, ``torch.cuda`` memory after the build and its peak. Run:
+``python benchmarks/finetune_lora_memory.py --model DIR [--device cuda] [--rows 8 --length 256 --steps 3]``
+(DIR: a decoder with its config, e.g. ``bench_build.write_source(out, "1b")``)."""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+VARIANTS = ("fp32", "autocast_fp32_bases", "autocast_bf16_bases", "hf_trainer_peft")
+
+
+def rss() -> int:
+    """The process's resident memory (``VmRSS``): its own allocations and the pages of mapped files it touched,
+    such as a safetensors file whose tensors a model keeps as loaded."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+class Peak(threading.Thread):
+    """The largest ``VmRSS`` seen while it runs."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.peak, self.done = rss(), threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(0.005):
+            self.peak = max(self.peak, rss())
+
+
+def inputs(vocab_size: int, rows: int, length: int):
+    """The same random rows and labels for every variant (no id of a large vocabulary's last 1,000: its specials)."""
+    import torch
+    g = torch.Generator().manual_seed(1)
+    high = vocab_size - 1000 if vocab_size > 10_000 else vocab_size
+    return torch.randint(0, high, (rows, length), generator=g), torch.randint(0, 2, (rows,), generator=g)
+
+
+def _memory(device: str) -> int:
+    import torch
+    if device == "cuda":
+        torch.cuda.synchronize()
+        return torch.cuda.memory_allocated()
+    return rss()
+
+
+def _peak(device: str, sampled: Peak) -> int:
+    import torch
+    return torch.cuda.max_memory_allocated() if device == "cuda" else sampled.peak
+
+
+def measure(model_dir: str, variant: str, device: str, rank: int, rows: int, length: int, steps: int) -> dict:
+    if variant == "hf_trainer_peft":
+        return measure_peer(model_dir, device, rank, rows, length, steps)
+    import torch
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    from xpt_ds.finetuning.lora import with_lora
+    from xpt_ds.finetuning.precision import frozen_bases_in_bf16
+    torch.manual_seed(0)
+    config = AutoConfig.from_pretrained(model_dir)
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=2, dtype=torch.float32,
+                                                               pad_token_id=config.eos_token_id)
+    with_lora(model, rank, 16.0, config.model_type)
+    if variant == "autocast_bf16_bases":
+        frozen_bases_in_bf16(model)
+    model.to(device).train()
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
+    ids, labels = (t.to(device) for t in inputs(config.vocab_size, rows, length))
+    built = _memory(device)
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    peak = Peak()
+    peak.start()
+    losses, seconds = [], []
+    for _ in range(steps):
+        started = time.perf_counter()
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=variant != "fp32"):
+            loss = model(input_ids=ids, labels=labels).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+        seconds.append(time.perf_counter() - started)
+    peak.done.set()
+    peak.join()
+    return report(variant, device, model, built, _peak(device, peak), seconds, losses)
+
+
+def report(variant: str, device: str, model, built: int, top: int, seconds: list, losses: list) -> dict:
+    return {"variant": variant, "device": device, "memory": "torch.cuda allocated" if device == "cuda" else "VmRSS",
+            "after_build_gb": round(built / 1e9, 2), "peak_in_steps_gb": round(top / 1e9, 2),
+            "step_s": [round(s, 2) for s in seconds], "losses": losses,
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad)}
+
+
+def measure_peer(model_dir: str, device: str, rank: int, rows: int, length: int, steps: int) -> dict:
+    import tempfile
+
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoConfig, AutoModelForSequenceClassification, Trainer, TrainerCallback, \
+        TrainingArguments
+
+    from xpt_ds.model.lora import targets_of
+    torch.manual_seed(0)
+    config = AutoConfig.from_pretrained(model_dir)
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=2,
+                                                               pad_token_id=config.eos_token_id)
+    model = get_peft_model(model, LoraConfig(task_type="SEQ_CLS", r=rank, lora_alpha=16.0, lora_dropout=0.0,
+                                             target_modules=list(targets_of(config.model_type))))
+    ids, labels = inputs(config.vocab_size, rows, length)
+    data = [{"input_ids": i, "labels": y} for i, y in zip(ids, labels)]
+    seconds, losses = [], []
+
+    class Clock(TrainerCallback):
+        def on_step_begin(self, *a, **k):
+            self.started = time.perf_counter()
+
+        def on_step_end(self, *a, **k):
+            seconds.append(time.perf_counter() - self.started)
+
+        def on_log(self, args, state, control, logs=None, **k):
+            if logs and "loss" in logs:
+                losses.append(logs["loss"])
+
+    args = TrainingArguments(output_dir=tempfile.mkdtemp(), per_device_train_batch_size=rows, max_steps=steps,
+                             learning_rate=1e-4, lr_scheduler_type="constant", weight_decay=0.0, bf16=True,
+                             use_cpu=device == "cpu", logging_steps=1, save_strategy="no", report_to=[],
+                             dataloader_num_workers=0, disable_tqdm=True, max_grad_norm=0.0)
+    trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[Clock()],
+                      data_collator=lambda rows_: {"input_ids": torch.stack([r["input_ids"] for r in rows_]),
+                                                   "labels": torch.stack([r["labels"] for r in rows_])})
+    model.to(device)
+    built = _memory(device)
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    peak = Peak()
+    peak.start()
+    trainer.train()
+    peak.done.set()
+    peak.join()
+    return report("hf_trainer_peft", device, model, built, _peak(device, peak), seconds, losses)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    ap.add_argument("--rank", type=int, default=8)
+    ap.add_argument("--rows", type=int, default=8)
+    ap.add_argument("--length", type=int, default=256)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--one", help=argparse.SUPPRESS)  # a child process: this variant alone, as JSON
+    a = ap.parse_args()
+    if a.one:
+        print(json.dumps(measure(a.model, a.one, a.device, a.rank, a.rows, a.length, a.steps)))
+        return
+    for variant in a.variants.split(","):
+        proc = subprocess.run([sys.executable, __file__, *sys.argv[1:], "--one", variant], capture_output=True,
+                              text=True, check=False)
+        if proc.returncode != 0:
+            print(json.dumps({"variant": variant, "error": proc.stderr.strip().splitlines()[-1:]}))
+            continue
+        print(proc.stdout.strip().splitlines()[-1], flush=True)
+
+
+if __name__ == "__main__":
+    main()
