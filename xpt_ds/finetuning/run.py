@@ -243,7 +243,8 @@ def save_finetuned(model, cfg: FinetuneConfig, prep: Prepared, out: Path) -> Non
         save_relation_model(model, prep.tokenizer, prep.labels, list(prep.markers), out, cfg.no_relation_label,
                             prep.causal)
         return
-    (without_lora(model) if cfg.lora_rank else model).save_pretrained(out)
+    # LoRA: merged on the host (the seed's last use of the model), so the device never holds fp32 sums of every map
+    (without_lora(model.cpu()) if cfg.lora_rank else model).save_pretrained(out)
     prep.tokenizer.save_pretrained(str(out))
     as_umask(out)  # safetensors writes 0600 files: the group could not read the model
 
