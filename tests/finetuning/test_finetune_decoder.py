@@ -219,11 +219,13 @@ def test_lora_is_refused_for_an_encoder_and_for_relations(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("lora_rank", [0, 4])
-def test_activation_checkpointing_gives_the_same_bits(lora_rank, xpt_decoder_model, corpus_text, tmp_path, caplog):
+@pytest.mark.parametrize("lora_rank,precision", [(0, "fp32"), (4, "fp32"), (4, "bf16")])
+def test_activation_checkpointing_gives_the_same_bits(lora_rank, precision, xpt_decoder_model, corpus_text, tmp_path,
+                                                       caplog):
     """The export's attention dropout (0.1) draws the same masks when a layer is computed again in the backward:
     every epoch's losses and scores, the test scores and the saved weights are equal, with LoRA too (whose
-    frozen embeddings give the first checkpointed layer an input that needs no gradient)."""
+    frozen embeddings give the first checkpointed layer an input that needs no gradient), and under bf16 autocast
+    with LoRA's bases in bf16 (the recomputation runs under the forward's autocast state)."""
     from safetensors.torch import load_file
     assert json.loads((xpt_decoder_model / "config.json").read_text())["attention_dropout"] == 0.1
     w = Words(corpus_text, xpt_decoder_model, seed=5)
@@ -234,7 +236,8 @@ def test_activation_checkpointing_gives_the_same_bits(lora_rank, xpt_decoder_mod
         with caplog.at_level("INFO", logger="xpt_ds.cli.finetune"):
             runs[checkpointing] = finetune(FinetuneConfig(
                 model=str(xpt_decoder_model), out=str(tmp_path / f"out_{checkpointing}"), seeds=[1], save_model=True,
-                lora_rank=lora_rank, activation_checkpointing=checkpointing, **files, **{**FAST, "epochs": 1}))
+                lora_rank=lora_rank, activation_checkpointing=checkpointing, precision=precision, **files,
+                **{**FAST, "epochs": 1}))
         said = "activation checkpointing: 4 of 4 layers recompute in the backward" in caplog.text
         assert said == checkpointing, caplog.text
     plain, recomputed = (runs[c]["seeds"][0] for c in (False, True))
