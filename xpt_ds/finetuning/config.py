@@ -82,8 +82,8 @@ class FinetuneConfig:
     device: str = doc("auto", "auto (CUDA if available), cpu or cuda.")
     precision: str = doc("auto", "fp32 weights always; the forward and backward in fp32 (fp32) or under bf16 autocast "
                                  "(bf16); auto: bf16 on CUDA, fp32 on the CPU. Under autocast with --lora-rank, the "
-                                 "frozen weights LoRA adapts are stored in bf16: the bits autocast computes with, at "
-                                 "a third of the memory.")
+                                 "frozen weights LoRA adapts are stored in bf16: the bits autocast computes with, in "
+                                 "half the memory or less.")
     trust_remote_code: bool = doc(False, "Run Python the model directory ships that is not this xpt-ds's own "
                                          "export code (only for a model you trust).")
 
