@@ -150,22 +150,23 @@ def measure_peer(model_dir: str, device: str, rank: int, rows: int, length: int,
             if logs and "loss" in logs:
                 losses.append(logs["loss"])
 
-    args = TrainingArguments(output_dir=tempfile.mkdtemp(), per_device_train_batch_size=rows, max_steps=steps,
-                             learning_rate=1e-4, lr_scheduler_type="constant", weight_decay=0.0, bf16=True,
-                             use_cpu=device == "cpu", logging_steps=1, save_strategy="no", report_to=[],
-                             dataloader_num_workers=0, disable_tqdm=True, max_grad_norm=0.0)
-    trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[Clock()],
-                      data_collator=lambda rows_: {"input_ids": torch.stack([r["input_ids"] for r in rows_]),
-                                                   "labels": torch.stack([r["labels"] for r in rows_])})
-    model.to(device)
-    built = _memory(device)
-    if device == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-    peak = Peak()
-    peak.start()
-    trainer.train()
-    peak.done.set()
-    peak.join()
+    with tempfile.TemporaryDirectory() as scratch:  # the Trainer's output_dir; it saves nothing here
+        args = TrainingArguments(output_dir=scratch, per_device_train_batch_size=rows, max_steps=steps,
+                                 learning_rate=1e-4, lr_scheduler_type="constant", weight_decay=0.0, bf16=True,
+                                 use_cpu=device == "cpu", logging_steps=1, save_strategy="no", report_to=[],
+                                 dataloader_num_workers=0, disable_tqdm=True, max_grad_norm=0.0)
+        trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[Clock()],
+                          data_collator=lambda rows_: {"input_ids": torch.stack([r["input_ids"] for r in rows_]),
+                                                       "labels": torch.stack([r["labels"] for r in rows_])})
+        model.to(device)
+        built = _memory(device)
+        if device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        peak = Peak()
+        peak.start()
+        trainer.train()
+        peak.done.set()
+        peak.join()
     return report("hf_trainer_peft", device, model, built, _peak(device, peak), seconds, losses)
 
 
