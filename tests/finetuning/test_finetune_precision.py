@@ -1,7 +1,7 @@
 """``xpt-ds finetune --precision`` and the best epoch's snapshot: what a 1-8B decoder's fine-tuning keeps in memory.
 Under bf16 autocast, LoRA's frozen base weights stored in bf16 give the bits fp32 ones give (autocast rounds them to
 bf16 at every call); the snapshot of the best validation epoch holds the trained tensors alone, in one host copy.
-On the CPU, autocast is CPU autocast, whose rounding rules are CUDA's; tests/gpu/test_cuda_finetune.py runs the
+On the CPU, autocast is CPU autocast, whose rounding rules are CUDA's; tests/gpu/test_cuda_decoder.py runs the
 same comparison on a GPU."""
 from __future__ import annotations
 
