@@ -13,8 +13,8 @@ then ``--steps`` AdamW steps on random rows, each variant in a fresh process.
   ``Trainer`` with ``bf16=True``, the same rows, batch and AdamW lr, for the same number of steps.
 
 On the CPU it reports the process's resident memory (``VmRSS``, the mapped model file's pages included: the peer
-keeps its bf16 weights as the file maps them) after the build and its peak during the steps, sampled every 5 ms;
-on CUDA, ``torch.cuda`` memory after the build and its peak. Run:
+keeps its bf16 weights as the file maps them) after the build and its peak during the steps (``VmHWM``, reset after
+the build); on CUDA, ``torch.cuda`` memory after the build and its peak. Run:
 ``python benchmarks/finetune_lora_memory.py --model DIR [--device cuda] [--rows 8 --length 256 --steps 3]``
 (DIR: a decoder with its config, e.g. ``bench_build.write_source(out, "1b")``)."""
 from __future__ import annotations
@@ -23,34 +23,12 @@ import argparse
 import json
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 VARIANTS = ("fp32", "autocast_fp32_bases", "autocast_bf16_bases", "hf_trainer_peft")
-
-
-def rss() -> int:
-    """The process's resident memory (``VmRSS``): its own allocations and the pages of mapped files it touched,
-    such as a safetensors file whose tensors a model keeps as loaded."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS in /proc/self/status")
-
-
-class Peak(threading.Thread):
-    """The largest ``VmRSS`` seen while it runs."""
-
-    def __init__(self):
-        super().__init__(daemon=True)
-        self.peak, self.done = rss(), threading.Event()
-
-    def run(self) -> None:
-        while not self.done.wait(0.005):
-            self.peak = max(self.peak, rss())
 
 
 def inputs(vocab_size: int, rows: int, length: int):
@@ -61,17 +39,28 @@ def inputs(vocab_size: int, rows: int, length: int):
     return torch.randint(0, high, (rows, length), generator=g), torch.randint(0, 2, (rows,), generator=g)
 
 
-def _memory(device: str) -> int:
+def start_window(device: str) -> int:
+    """Memory now (after the build), and the peak counter reset so that ``window_peak`` reads the steps' alone: on
+    the CPU, Linux's ``clear_refs`` 5 resets ``VmHWM`` (``xpt_ds.metrics.memory.host_rss`` reads both)."""
     import torch
+
+    from xpt_ds.metrics.memory import host_rss
     if device == "cuda":
         torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
         return torch.cuda.memory_allocated()
-    return rss()
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError as e:
+        raise SystemExit(f"cannot reset the peak resident set through /proc/self/clear_refs: {e}") from None
+    return host_rss()[0]
 
 
-def _peak(device: str, sampled: Peak) -> int:
+def window_peak(device: str) -> int:
     import torch
-    return torch.cuda.max_memory_allocated() if device == "cuda" else sampled.peak
+
+    from xpt_ds.metrics.memory import host_rss
+    return torch.cuda.max_memory_allocated() if device == "cuda" else host_rss()[1]
 
 
 def measure(model_dir: str, variant: str, device: str, rank: int, rows: int, length: int, steps: int) -> dict:
@@ -92,11 +81,7 @@ def measure(model_dir: str, variant: str, device: str, rank: int, rows: int, len
     model.to(device).train()
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
     ids, labels = (t.to(device) for t in inputs(config.vocab_size, rows, length))
-    built = _memory(device)
-    if device == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-    peak = Peak()
-    peak.start()
+    built = start_window(device)
     losses, seconds = [], []
     for _ in range(steps):
         started = time.perf_counter()
@@ -107,13 +92,12 @@ def measure(model_dir: str, variant: str, device: str, rank: int, rows: int, len
         opt.zero_grad(set_to_none=True)
         losses.append(loss.item())
         seconds.append(time.perf_counter() - started)
-    peak.done.set()
-    peak.join()
-    return report(variant, device, model, built, _peak(device, peak), seconds, losses)
+    return report(variant, device, model, built, window_peak(device), seconds, losses)
 
 
 def report(variant: str, device: str, model, built: int, top: int, seconds: list, losses: list) -> dict:
-    return {"variant": variant, "device": device, "memory": "torch.cuda allocated" if device == "cuda" else "VmRSS",
+    return {"variant": variant, "device": device,
+            "memory": "torch.cuda allocated" if device == "cuda" else "VmRSS; peak VmHWM",
             "after_build_gb": round(built / 1e9, 2), "peak_in_steps_gb": round(top / 1e9, 2),
             "step_s": [round(s, 2) for s in seconds], "losses": losses,
             "parameters": sum(p.numel() for p in model.parameters()),
@@ -159,15 +143,9 @@ def measure_peer(model_dir: str, device: str, rank: int, rows: int, length: int,
                           data_collator=lambda rows_: {"input_ids": torch.stack([r["input_ids"] for r in rows_]),
                                                        "labels": torch.stack([r["labels"] for r in rows_])})
         model.to(device)
-        built = _memory(device)
-        if device == "cuda":
-            torch.cuda.reset_peak_memory_stats()
-        peak = Peak()
-        peak.start()
+        built = start_window(device)
         trainer.train()
-        peak.done.set()
-        peak.join()
-    return report("hf_trainer_peft", device, model, built, _peak(device, peak), seconds, losses)
+    return report("hf_trainer_peft", device, model, built, window_peak(device), seconds, losses)
 
 
 def main() -> None:

@@ -278,10 +278,10 @@ def remedy(cfg: FinetuneConfig) -> str:
 
 def train_epoch(model, loader, opt, sched, cfg: FinetuneConfig, device: torch.device) -> float:
     model.train()
-    total = 0.0
+    total, bf16 = 0.0, uses_autocast(cfg.precision, device)
     for step, batch in enumerate(loader, 1):
         batch = {k: v.to(device) for k, v in batch.items()}
-        with autocast(uses_autocast(cfg.precision, device), device):
+        with autocast(bf16, device):
             loss = model(**batch).loss
         value = loss.item()
         if not math.isfinite(value):
