@@ -26,11 +26,13 @@ def source(tiny_roberta_nodrop):
     return tiny_roberta_nodrop
 
 
-def _run(tmp_path, name, source, corpus, nproc, ds, precision="fp32", resume_from=None):
+def _run(tmp_path, name, source, corpus, nproc, ds, precision="fp32", resume_from=None, flags=(), env=None,
+         ok=True):
     """Train with global batch 8 (2 x accumulation x ranks); optionally start from a copy of another run's
-    checkpoint at step CUT."""
+    checkpoint at step CUT (unless the run directory is there: the same command again). ``ok``: assert it
+    exits 0."""
     run = tmp_path / name
-    if resume_from is not None:
+    if resume_from is not None and not run.exists():
         tag = tag_for(CUT)
         shutil.copytree(resume_from / "checkpoints" / tag, run / "checkpoints" / tag)
         # What a save killed at the other scale leaves behind: the final tag, without its marker, with
@@ -45,8 +47,8 @@ def _run(tmp_path, name, source, corpus, nproc, ds, precision="fp32", resume_fro
                      {"name": "phase2", "steps": 2, "lr": 1e-3, "warmup_steps": 1},
                      {"name": "itl_only", "steps": STEPS - 4, "lr": 1e-3, "warmup_steps": 1, "trainable": ["@itl"]}]
     cfg["optim"] = {"micro_batch_size": 2, "grad_accum": 4 // nproc, "torch_adam": precision == "fp32"}
-    proc = launch(["--config", str(write_config(tmp_path / f"{name}.yaml", cfg))], nproc=nproc)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = launch(["--config", str(write_config(tmp_path / f"{name}.yaml", cfg)), *flags], nproc=nproc, env=env)
+    assert proc.returncode == 0 or not ok, proc.stderr[-3000:]
     return run, proc
 
 
@@ -79,10 +81,36 @@ def test_two_ranks_to_one_and_zero2_to_zero1(tmp_path, source, corpus):
     assert "zero_pp_rank_1_mp_rank_00_optim_states.pt" not in final and "universal" not in final
 
 
+# Loaded by every interpreter of the job (PYTHONPATH): DeepSpeed's ds_to_universal, which rank 0 starts, sleeps first,
+# as a conversion of a large model's optimizer state takes minutes.
+SLOW_CONVERSION = """import os, sys, time
+if "deepspeed.checkpoint.ds_to_universal" in sys.orig_argv:
+    time.sleep(float(os.environ["SLOW_CONVERSION_S"]))
+"""
+
+
 def test_one_rank_to_two_at_zero3(tmp_path, source, corpus):
+    """Rank 1 waits while rank 0 converts the checkpoint. A conversion stopped at
+    checkpoint.rescale_timeout_minutes ends both ranks with the same line and leaves nothing of itself; the same
+    command then converts for longer than guard.collective_timeout_s, which bounds the job's collectives, and
+    rank 1 waits it out (in a group of its own for the wait, xpt_ds.runtime.distributed.rank0_alone)."""
     straight, _ = _run(tmp_path, "straight1", source, corpus, nproc=1, ds="zero3")
-    rescaled, proc = _run(tmp_path, "at2", source, corpus, nproc=2, ds="zero3", resume_from=straight)
+    stopped, proc = _run(tmp_path, "at2", source, corpus, nproc=2, ds="zero3", resume_from=straight, ok=False,
+                         flags=["--checkpoint.rescale_timeout_minutes=0.002"])  # 0.12 s: not even its imports
+    line = (f"error: converting checkpoint {stopped / 'checkpoints' / tag_for(CUT)} to a universal checkpoint did "
+            "not finish within 0.002 minutes (checkpoint.rescale_timeout_minutes), and was stopped; raise it, or "
+            "resume at the world size and ZeRO stage the checkpoint was saved at")
+    said = [x for x in proc.stderr.splitlines() if x.startswith("error:")]
+    assert proc.returncode != 0 and said and set(said) == {line}, proc.stderr[-3000:]
+    assert "lost another rank" not in proc.stderr and "timed out" not in proc.stderr
+    assert not any((stopped / "checkpoints" / tag_for(CUT)).glob("universal*"))
+    (tmp_path / "slow").mkdir()
+    (tmp_path / "slow/sitecustomize.py").write_text(SLOW_CONVERSION)
+    rescaled, proc = _run(tmp_path, "at2", source, corpus, nproc=2, ds="zero3", resume_from=straight,
+                          flags=["--guard.collective_timeout_s=8"],
+                          env={"PYTHONPATH": str(tmp_path / "slow"), "SLOW_CONVERSION_S": "12"})
     _assert_continues(straight, rescaled, proc, saved_by=1, tol=1e-5)
+    assert "converted checkpoint" in proc.stderr
     assert read_marker(rescaled / "checkpoints", tag_for(STEPS)) == {"global_step": STEPS, "world_size": 2, "zero_stage": 3}
 
     cfg = tmp_path / "at2.yaml"  # ZeRO-3 -> 2 is not a conversion DeepSpeed's universal checkpoints support
@@ -97,6 +125,17 @@ def test_bf16_two_ranks_to_one(tmp_path, source, corpus):
     rescaled, proc = _run(tmp_path, "bf16_at1", source, corpus, nproc=1, ds="zero1", precision="bf16",
                           resume_from=straight)
     _assert_continues(straight, rescaled, proc, saved_by=2, tol=1e-2)
+
+
+def test_the_conversion_gets_half_the_cpus_at_most_8_and_what_memory_allows():
+    from xpt_ds.checkpoint.universal import conversion_workers
+    gb = 10**9
+    assert conversion_workers([gb], cpus=2, available=100 * gb) == 1
+    assert conversion_workers([gb], cpus=12, available=100 * gb) == 6
+    assert conversion_workers([gb] * 8, cpus=96, available=1000 * gb) == 8
+    assert conversion_workers([12 * gb] * 8, cpus=96, available=50 * gb) == 2  # 2 x 12 GB fits twice
+    assert conversion_workers([12 * gb] * 8, cpus=96, available=10 * gb) == 1
+    assert conversion_workers([], cpus=4, available=None) == 2
 
 
 def test_a_resume_at_another_global_batch_says_so_and_how_to_keep_it(tmp_path):

@@ -93,3 +93,15 @@ def test_a_sweep_names_the_arm_on_every_line(tmp_path, capsys):
 def test_a_check_whose_premise_failed_says_nothing_more(tmp_path, changes, expected):
     found = _problems(tmp_path, **changes)
     assert len(found) == len(expected) and all(f.startswith(e) for f, e in zip(found, expected)), found
+
+
+@pytest.mark.parametrize("changes, expected", [
+    ({"checkpoint.rescale_timeout_minutes": 0},
+     "config key 'checkpoint.rescale_timeout_minutes' must be a finite number > 0, got 0.0"),
+    ({"checkpoint.rescale_timeout_minutes": float("inf")},
+     "config key 'checkpoint.rescale_timeout_minutes' must be a finite number > 0, got inf"),
+    ({"guard.collective_timeout_s": -1},
+     "config key 'guard.collective_timeout_s' must be a finite number >= 0 (0 = DeepSpeed's default), got -1.0"),
+], ids=["rescale-zero", "rescale-inf", "collective-negative"])
+def test_the_timeouts_are_finite_and_not_negative(tmp_path, changes, expected):
+    assert _problems(tmp_path, **changes) == [expected]

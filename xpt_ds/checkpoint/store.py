@@ -16,7 +16,8 @@ Layout of ``RUN_DIR/checkpoints/TAG/``:
   A tag without it does not count. DeepSpeed's ``latest`` file is not written (``save_latest=False``) and
   never trusted;
 - ``universal/``: made on demand when a run resumes at another world size or ZeRO stage (DeepSpeed's
-  ``ds_to_universal``, one folder per parameter); rebuilt if a conversion was interrupted.
+  ``ds_to_universal``, one folder per parameter; ``xpt_ds.checkpoint.universal``); rebuilt if a conversion was
+  interrupted.
 
 Every file is read through ``xpt_ds.io.trust`` (no pickle runs code), and DeepSpeed's own files are checked
 there before DeepSpeed unpickles them, unless ``checkpoint.allow_pickle`` says the user trusts them.
@@ -36,8 +37,6 @@ import logging
 import os
 import pickle
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import deepspeed
@@ -47,7 +46,7 @@ from xpt_ds.checkpoint.frozen import FrozenWeights
 from xpt_ds.checkpoint.migrate import FROZEN, frozen_file
 from xpt_ds.checkpoint.rng import rng_state
 from xpt_ds.checkpoint.values import ValueFile, write_values
-from xpt_ds.config import ConfigError, TrainConfig, read_checkpoint_config
+from xpt_ds.config import TrainConfig, read_checkpoint_config
 from xpt_ds.data.tokenizer import HF_TOKENIZER_DIR, copy_hf_tokenizer
 from xpt_ds.errors import UserError, first_line
 from xpt_ds.io.paths import unwritable
@@ -348,26 +347,6 @@ def bad_resume(cfg: TrainConfig) -> str | None:
     return None
 
 
-def make_universal(ckpt_root: Path, tag: str) -> Path:
-    """Convert ``tag`` to DeepSpeed's universal (world-size and stage independent) layout, once (rank 0
-    converts, every rank waits). Returns the folder ``engine.load_checkpoint`` takes as its tag."""
-    out = ckpt_root / tag / "universal"
-    if deepspeed.comm.get_rank() == 0 and not out.is_dir():
-        tmp = out.with_name("universal.tmp")
-        shutil.rmtree(tmp, ignore_errors=True)  # left by an interrupted conversion
-        workers = str(max(1, min(4, (os.cpu_count() or 1) // 2)))
-        cmd = [sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal", "--input_folder", str(out.parent),
-               "--output_folder", str(tmp), "--inject_missing_state",
-               "--num_extract_workers", workers, "--num_merge_workers", workers]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-            raise CheckpointError(f"converting checkpoint {out.parent} to a universal checkpoint failed: {tail[0]}")
-        os.replace(tmp, out)
-    deepspeed.comm.barrier()
-    return out
-
-
 def read_client_state(ckpt_root: Path, tag: str, allow_pickle: bool = False) -> dict:
     """Client state without building an engine (it is in the rank-0 model-states file), read as plain data."""
     files = sorted((ckpt_root / tag).glob("*mp_rank_00_model_states.pt"))
@@ -385,29 +364,6 @@ def read_client_state(ckpt_root: Path, tag: str, allow_pickle: bool = False) -> 
 def read_config(ckpt_root: Path, tag: str, allow_pickle: bool = False) -> TrainConfig:
     """The resolved run config saved with checkpoint ``tag``."""
     return read_checkpoint_config(read_client_state(ckpt_root, tag, allow_pickle)["config"])
-
-
-def prepare_rescale(ckpt_root: Path, tag: str, client: dict, world: int, stage: int) -> bool:
-    """True when ``tag`` was saved at another world size or ZeRO stage than this run's ``world`` and
-    ``stage`` (DeepSpeed records both in the model-states file ``client`` comes from): it is then loaded
-    through a universal checkpoint, made here once. The loader state is world-size independent already.
-    A stage change other than 1 <-> 2 is refused: DeepSpeed's universal format differs for stage 3 and 0."""
-    saved_stage = int(client["ds_config"].get("zero_optimization", {}).get("stage", 0))
-    saved_world = client["dp_world_size"]
-    if saved_stage == stage and (saved_world == world or stage == 0):
-        return False  # stage 0 keeps whole optimizer states: any world size loads them
-    if saved_stage != stage and {saved_stage, stage} != {1, 2}:
-        raise ConfigError(f"checkpoint {tag} was saved at ZeRO stage {saved_stage} and this run uses stage "
-                          f"{stage} (config key 'deepspeed'); a resume can change the stage only between 1 and 2")
-    if deepspeed.comm.get_rank() == 0:
-        log.info("checkpoint %s was saved by %s at ZeRO stage %d; resuming on %s at stage %d through a universal "
-                 "checkpoint", tag, _ranks(saved_world), saved_stage, _ranks(world), stage)
-    make_universal(ckpt_root, tag)
-    return True
-
-
-def _ranks(n: int) -> str:
-    return f"{n} rank" if n == 1 else f"{n} ranks"
 
 
 def _mapped_loads(engine, allow_pickle: bool) -> None:

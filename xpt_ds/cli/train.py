@@ -92,7 +92,8 @@ def _run(cfg) -> int:
         say_once(f"error: {line}")
         return 2
     fresh = not Path(cfg.run_dir).exists()  # before any rank can make it: init_distributed waits for them all
-    init_distributed()  # and unlink DeepSpeed's CPU shared-memory buffer names (xpt_ds.runtime.distributed)
+    # guard.collective_timeout_s; and unlink DeepSpeed's CPU shared-memory buffer names (xpt_ds.runtime.distributed)
+    init_distributed(cfg.guard.collective_timeout_s)
     setup_logging(deepspeed.comm.get_rank() == 0)
     lock, problem = claim_run(cfg, fresh)  # lock: held until this process ends
     if problem is not None:  # another job's run directory, or other configs on other nodes: nothing touched

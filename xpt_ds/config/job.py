@@ -219,6 +219,10 @@ class CheckpointConfig:
                                  "resolves to it. Needs data.valid_shards.")
     allow_pickle: bool = doc(False, "Resume from checkpoint files that are not plain data (a pickle that names "
                                     "code); only for a checkpoint you wrote and trust (README: What xpt-ds trusts).")
+    rescale_timeout_minutes: float = doc(120.0, "A resume at another world size or ZeRO stage (1 <-> 2) first converts "
+                                                "the checkpoint to DeepSpeed's universal layout, on rank 0 while the "
+                                                "others wait: a conversion still running after this long is stopped "
+                                                "and the run ends with an error saying so.")
 
 
 @dataclass
@@ -267,6 +271,11 @@ class GuardConfig:
                                         "uses its share ends at the next step like an early stop (validation pass, "
                                         "checkpoint), and the next phase starts. Where it ends depends on speed, so "
                                         "such a run is not reproducible step for step.")
+    collective_timeout_s: float = doc(0.0, "How long a collective (all-reduce, barrier) of the job's ranks waits for "
+                                           "a rank before the run fails with a timeout: a hung rank ends the job "
+                                           "after this; 0 = DeepSpeed's default (the DEEPSPEED_TIMEOUT environment "
+                                           "variable, in minutes; 10 unless set). Waits for rank 0's own long tasks "
+                                           "(checkpoint.rescale_timeout_minutes) are not bound by it.")
     inject_nan_steps: list[int] = doc([], "Testing: rank 0's loss is made NaN at these global steps (1-based).")
 
 

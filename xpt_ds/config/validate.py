@@ -78,6 +78,9 @@ def _problems(cfg: TrainConfig) -> Iterator[str]:
                f"{cfg.checkpoint.every_steps}")
     if cfg.checkpoint.keep_last < 0:
         yield f"config key 'checkpoint.keep_last' must be >= 0, got {cfg.checkpoint.keep_last}"
+    if not 0 < cfg.checkpoint.rescale_timeout_minutes < math.inf:
+        yield (f"config key 'checkpoint.rescale_timeout_minutes' must be a finite number > 0, got "
+               f"{cfg.checkpoint.rescale_timeout_minutes}")
     if cfg.logging.log_every < 1:
         yield f"config key 'logging.log_every' must be >= 1, got {cfg.logging.log_every}"
     yield from _guard_problems(cfg)
@@ -243,6 +246,9 @@ def _guard_problems(cfg: TrainConfig) -> Iterator[str]:
     if not 0 <= g.max_train_minutes < math.inf:
         yield (f"config key 'guard.max_train_minutes' must be a finite number >= 0 (0 = off), got "
                f"{g.max_train_minutes}")
+    if not 0 <= g.collective_timeout_s < math.inf:
+        yield (f"config key 'guard.collective_timeout_s' must be a finite number >= 0 (0 = DeepSpeed's default), "
+               f"got {g.collective_timeout_s}")
 
 
 def _lora_problems(m: ModelConfig) -> Iterator[str]:

@@ -12,22 +12,28 @@ from __future__ import annotations
 
 import contextlib
 import os
+from datetime import timedelta
 from pathlib import Path
+from typing import Callable
 
 import deepspeed
 
+from xpt_ds.errors import UserError
 from xpt_ds.runtime.op_builds import check_build_lock
 
 SHM_DIR = Path("/dev/shm")
 SHM_PREFIX = "deepspeed_allreduce_buffer"
 
 
-def init_distributed() -> None:
+def init_distributed(timeout_s: float = 0) -> None:
     """``deepspeed.init_distributed``, then unlink this rank's shared-memory all-reduce buffer (if it made one).
-    On the CPU accelerator DeepSpeed loads that all-reduce's op as it joins: a stale build lock stops it first."""
+    On the CPU accelerator DeepSpeed loads that all-reduce's op as it joins: a stale build lock stops it first.
+    ``timeout_s`` (``guard.collective_timeout_s``): how long a collective of the job's group may wait for a rank;
+    0 = DeepSpeed's default (``DEEPSPEED_TIMEOUT`` minutes, 10 unless set)."""
     if deepspeed.get_accelerator().device_name() == "cpu":
         check_build_lock("ShareMemCommBuilder")
-    deepspeed.init_distributed(dist_init_required=True)
+    timeout = {"timeout": timedelta(seconds=timeout_s)} if timeout_s else {}
+    deepspeed.init_distributed(dist_init_required=True, **timeout)
     if deepspeed.get_accelerator().device_name() != "cpu":
         return
     deepspeed.comm.barrier()  # every rank has opened every other's buffer
@@ -56,5 +62,36 @@ def lost_peer_line(e: BaseException, newest: str | None) -> str:
     said = said.split("] ", 1)[1] if said.startswith("[") and "] " in said else said
     said = said.split(". ")[0].rstrip(".")
     where = f"checkpoint {newest}" if newest else "the newest complete checkpoint"
+    if "timed out" in said.lower():  # gloo: "Timed out waiting 600000ms for recv operation to complete"
+        return (f"a collective of this job timed out waiting for another rank ({said}): a rank hung, or works alone "
+                f"for longer than guard.collective_timeout_s allows, and its own output says where; the same "
+                f"command resumes from {where}")
     return (f"lost another rank of this job ({said}): a rank or node died, and its own output says why; the same "
             f"command resumes from {where}")
+
+
+def rank0_alone(work: Callable[[], None], limit_s: float, error: type[UserError]) -> None:
+    """Run ``work`` on rank 0 while every other rank waits for it, for up to ``limit_s`` seconds and a minute more.
+    They wait in a broadcast of a gloo group made for this wait, with that timeout, not in a collective of the
+    job's group: its timeout (``guard.collective_timeout_s``, DeepSpeed's 10 minutes by default) is for a rank that
+    hangs, and a long task of one rank outlasts it (NCCL's watchdog then ends every waiting rank). A UserError or
+    OSError of ``work`` is raised on rank 0 as it was and on every other rank as ``error`` with its message."""
+    import torch.distributed as dist
+    if dist.get_world_size() == 1:
+        work()
+        return
+    group = dist.new_group(backend="gloo", timeout=timedelta(seconds=limit_s + 60))
+    failed, said = None, [None]
+    try:
+        if dist.get_rank() == 0:
+            try:
+                work()
+            except (UserError, OSError) as e:
+                failed, said = e, [str(e)]
+        dist.broadcast_object_list(said, src=0, group=group)
+    finally:
+        dist.destroy_process_group(group)
+    if failed is not None:
+        raise failed
+    if said[0] is not None:
+        raise error(said[0])

@@ -15,6 +15,7 @@ import torch
 from xpt_ds.checkpoint import branches, store, tag_checks
 from xpt_ds.checkpoint.checkpointer import Checkpointer
 from xpt_ds.checkpoint.rng import seed_everything
+from xpt_ds.checkpoint.universal import prepare_rescale
 from xpt_ds.config import TrainConfig, save_config, to_dict
 from xpt_ds.embedding_init.context import log_report
 from xpt_ds.metrics.logger import LogWindow, MetricsLogger, flops_per_token, peak_flops
@@ -139,7 +140,8 @@ def _start(t: Trainer, tag: str | None, client: dict | None, plan, stage: int) -
         for line in tag_checks.resume_warnings(ckpt.root / tag, client, cfg, t.streams.valid is not None,
                                                t.world) if t.rank == 0 else []:
             log.warning(line)
-        universal = store.prepare_rescale(ckpt.root, tag, client, t.world, stage)
+        universal = prepare_rescale(ckpt.root, tag, client, t.world, stage,
+                                    cfg.checkpoint.rescale_timeout_minutes)
     index = t.state.phase_index
     t.streams.use_phase(cfg, index)
     started = time.perf_counter()

@@ -1,0 +1,134 @@
+"""Resuming at another scale: a checkpoint saved at another world size, or at ZeRO stage 1 <-> 2, is converted once
+to DeepSpeed's universal layout (``ds_to_universal``: one folder per parameter, independent of world size and stage)
+in ``TAG/universal/``, which every rank's engine then loads (``checkpoint.load_universal``).
+
+Rank 0 converts, in a child process, while the other ranks wait (``xpt_ds.runtime.distributed.rank0_alone``): the
+conversion reads every rank's optimizer state and writes it out again, which for a model whose every weight trains
+can outlast the job's collective timeout (DeepSpeed's 10 minutes). At the Llama-3.2-1B shape's phase 1 on a 2-core
+CPU (187M trained parameters, 2.25 GB of optimizer state) it took 17 s (BENCHMARKS.md, "Resuming at another world
+size"); the time grows with the state. ``checkpoint.rescale_timeout_minutes`` bounds it: a conversion still running
+then is stopped, and every rank ends with one line that says so.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import deepspeed
+
+from xpt_ds.checkpoint.store import CheckpointError
+from xpt_ds.config import ConfigError
+from xpt_ds.runtime.distributed import rank0_alone
+
+log = logging.getLogger(__name__)
+
+MAX_WORKERS = 8  # ds_to_universal's extract and merge processes; each holds about one rank's optimizer file
+
+
+def prepare_rescale(ckpt_root: Path, tag: str, client: dict, world: int, stage: int, limit_minutes: float) -> bool:
+    """True when ``tag`` was saved at another world size or ZeRO stage than this run's ``world`` and
+    ``stage`` (DeepSpeed records both in the model-states file ``client`` comes from): it is then loaded
+    through a universal checkpoint, made here once. The loader state is world-size independent already.
+    A stage change other than 1 <-> 2 is refused: DeepSpeed's universal format differs for stage 3 and 0."""
+    saved_stage = int(client["ds_config"].get("zero_optimization", {}).get("stage", 0))
+    saved_world = client["dp_world_size"]
+    if saved_stage == stage and (saved_world == world or stage == 0):
+        return False  # stage 0 keeps whole optimizer states: any world size loads them
+    if saved_stage != stage and {saved_stage, stage} != {1, 2}:
+        raise ConfigError(f"checkpoint {tag} was saved at ZeRO stage {saved_stage} and this run uses stage "
+                          f"{stage} (config key 'deepspeed'); a resume can change the stage only between 1 and 2")
+    if deepspeed.comm.get_rank() == 0:
+        log.info("checkpoint %s was saved by %s at ZeRO stage %d; resuming on %s at stage %d through a universal "
+                 "checkpoint", tag, _ranks(saved_world), saved_stage, _ranks(world), stage)
+    make_universal(ckpt_root, tag, limit_minutes)
+    return True
+
+
+def make_universal(ckpt_root: Path, tag: str, limit_minutes: float) -> Path:
+    """Convert ``tag`` to DeepSpeed's universal layout, once (rank 0 converts, every rank waits, at most
+    ``limit_minutes``). Returns the folder ``engine.load_checkpoint`` takes as its tag."""
+    out = ckpt_root / tag / "universal"
+    rank0_alone(lambda: out.is_dir() or _convert(out, limit_minutes), 60 * limit_minutes, CheckpointError)
+    return out
+
+
+def _convert(out: Path, limit_minutes: float) -> None:
+    tmp = out.with_name("universal.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)  # left by an interrupted conversion
+    states = sorted(out.parent.glob("*optim_states.pt"))
+    workers = conversion_workers([p.stat().st_size for p in states])
+    log.info("converting checkpoint %s to a universal checkpoint (%.2f GB of optimizer state in %d files, %d worker "
+             "process%s); the other ranks wait for it, at most %g minutes (checkpoint.rescale_timeout_minutes)",
+             out.parent, sum(p.stat().st_size for p in states) / 1e9, len(states), workers,
+             "" if workers == 1 else "es", limit_minutes)
+    cmd = [sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal", "--input_folder", str(out.parent),
+           "--output_folder", str(tmp), "--inject_missing_state",
+           "--num_extract_workers", str(workers), "--num_merge_workers", str(workers)]
+    started = time.monotonic()
+    # its own session: at the limit the whole group goes, ds_to_universal's worker processes with it
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    stopped = threading.Event()
+    timer = threading.Timer(60 * limit_minutes, _stop, (proc.pid, stopped))
+    timer.start()
+    last = "no output"
+    try:
+        for line in proc.stdout:  # text mode: tqdm's carriage returns end lines too
+            if line.strip():
+                last = line.strip()
+                if last.startswith("***"):  # its stages: "*** 1. Extracting ZeRO fragments", ...
+                    log.info("universal conversion: %s", last.strip("*. "))
+        proc.wait()
+    finally:
+        timer.cancel()
+    if proc.returncode != 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if stopped.is_set():
+            raise CheckpointError(f"converting checkpoint {out.parent} to a universal checkpoint did not finish "
+                                  f"within {limit_minutes:g} minutes (checkpoint.rescale_timeout_minutes), and was "
+                                  "stopped; raise it, or resume at the world size and ZeRO stage the checkpoint "
+                                  "was saved at")
+        raise CheckpointError(f"converting checkpoint {out.parent} to a universal checkpoint failed: {last}")
+    os.replace(tmp, out)
+    log.info("converted checkpoint %s to a universal checkpoint in %.1f s", out.parent, time.monotonic() - started)
+
+
+def _stop(pid: int, stopped: threading.Event) -> None:
+    stopped.set()
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:  # it ended as the timer fired
+        pass
+
+
+def conversion_workers(state_bytes: list[int], cpus: int | None = None, available: int | None = None) -> int:
+    """How many extract and merge processes ``ds_to_universal`` gets: half the CPUs this process may run on, at
+    most MAX_WORKERS, and no more than twice the largest optimizer file fits ``available`` times (MemAvailable):
+    an extract process loads one rank's file whole."""
+    cpus = cpus or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    workers = max(1, min(MAX_WORKERS, cpus // 2))
+    available = _mem_available() if available is None else available
+    if available and state_bytes and max(state_bytes):
+        workers = max(1, min(workers, available // (2 * max(state_bytes))))
+    return workers
+
+
+def _mem_available() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def _ranks(n: int) -> str:
+    return f"{n} rank" if n == 1 else f"{n} ranks"
