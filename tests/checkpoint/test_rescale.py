@@ -111,6 +111,9 @@ def test_one_rank_to_two_at_zero3(tmp_path, source, corpus):
                           env={"PYTHONPATH": str(tmp_path / "slow"), "SLOW_CONVERSION_S": "12"})
     _assert_continues(straight, rescaled, proc, saved_by=1, tol=1e-5)
     assert "converted checkpoint" in proc.stderr
+    # once a newer checkpoint is complete, the universal copy goes (a resume at another scale makes it again)
+    assert f"deleted the universal copy of checkpoint {tag_for(CUT)} (" in proc.stderr
+    assert not any((rescaled / "checkpoints" / tag_for(CUT)).glob("universal*"))
     assert read_marker(rescaled / "checkpoints", tag_for(STEPS)) == {"global_step": STEPS, "world_size": 2, "zero_stage": 3}
 
     cfg = tmp_path / "at2.yaml"  # ZeRO-3 -> 2 is not a conversion DeepSpeed's universal checkpoints support

@@ -8,6 +8,7 @@ from pathlib import Path
 from xpt_ds.checkpoint import migrate, store
 from xpt_ds.checkpoint.registry import StateRegistry
 from xpt_ds.checkpoint.rng import RNGState
+from xpt_ds.checkpoint.universal import drop_converted
 from xpt_ds.checkpoint.values import ValueFile
 from xpt_ds.config import ConfigError
 from xpt_ds.io.paths import unwritable
@@ -65,8 +66,12 @@ class Checkpointer:
         return self.last_saved == store.tag_for(global_step)
 
     def prune(self, protected: str | None) -> None:
-        """Rank 0: what keep_last and incomplete saves leave behind."""
+        """Rank 0, after a complete save: what keep_last and incomplete saves leave behind, and the universal copies
+        of older checkpoints (``xpt_ds.checkpoint.universal``)."""
         for old in store.prune(self.root, self.keep_last, protected):
             log.info("deleted checkpoint %s (keep_last=%d)", old, self.keep_last)
+        for tag, size in drop_converted(self.root):
+            log.info("deleted the universal copy of checkpoint %s (%.2f GB): a resume from it at another scale "
+                     "converts it again", tag, size / 1e9)
         for old in store.remove_incomplete(self.root):
             log.info("deleted incomplete checkpoint %s", old)

@@ -17,7 +17,7 @@ Layout of ``RUN_DIR/checkpoints/TAG/``:
   never trusted;
 - ``universal/``: made on demand when a run resumes at another world size or ZeRO stage (DeepSpeed's
   ``ds_to_universal``, one folder per parameter; ``xpt_ds.checkpoint.universal``); rebuilt if a conversion was
-  interrupted.
+  interrupted, deleted once a newer checkpoint is complete.
 
 Every file is read through ``xpt_ds.io.trust`` (no pickle runs code), and DeepSpeed's own files are checked
 there before DeepSpeed unpickles them, unless ``checkpoint.allow_pickle`` says the user trusts them.

@@ -7,7 +7,8 @@ conversion reads every rank's optimizer state and writes it out again, which for
 can outlast the job's collective timeout (DeepSpeed's 10 minutes). At the Llama-3.2-1B shape's phase 1 on a 2-core
 CPU (187M trained parameters, 2.25 GB of optimizer state) it took 17 s (BENCHMARKS.md, "Resuming at another world
 size"); the time grows with the state. ``checkpoint.rescale_timeout_minutes`` bounds it: a conversion still running
-then is stopped, and every rank ends with one line that says so.
+then is stopped, and every rank ends with one line that says so. The universal copy is about 1.5 times the optimizer
+state (3.5 GB there); once the run has a newer complete checkpoint, rank 0 deletes it (``drop_converted``).
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import deepspeed
 
-from xpt_ds.checkpoint.store import CheckpointError
+from xpt_ds.checkpoint.store import CheckpointError, complete_tags
 from xpt_ds.config import ConfigError
 from xpt_ds.runtime.distributed import rank0_alone
 
@@ -97,6 +98,22 @@ def _convert(out: Path, limit_minutes: float) -> None:
         raise CheckpointError(f"converting checkpoint {out.parent} to a universal checkpoint failed: {last}")
     os.replace(tmp, out)
     log.info("converted checkpoint %s to a universal checkpoint in %.1f s", out.parent, time.monotonic() - started)
+
+
+def drop_converted(ckpt_root: Path) -> list[tuple[str, int]]:
+    """Rank 0, after a complete save: delete the universal copies (``TAG/universal/``, and ``universal.tmp/`` of a
+    conversion that was stopped) of every checkpoint but the newest. Such a copy is derived data that a resume at
+    another scale makes again, and the run now has a newer checkpoint at its own scale. Returns (tag, bytes) per
+    copy deleted."""
+    dropped = []
+    for tag in complete_tags(ckpt_root)[:-1]:
+        for name in ("universal", "universal.tmp"):
+            folder = ckpt_root / tag / name
+            if folder.is_dir():
+                size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+                shutil.rmtree(folder, ignore_errors=True)
+                dropped.append((tag, size))
+    return dropped
 
 
 def _stop(pid: int, stopped: threading.Event) -> None:

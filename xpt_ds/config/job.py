@@ -272,10 +272,11 @@ class GuardConfig:
                                         "checkpoint), and the next phase starts. Where it ends depends on speed, so "
                                         "such a run is not reproducible step for step.")
     collective_timeout_s: float = doc(0.0, "How long a collective (all-reduce, barrier) of the job's ranks waits for "
-                                           "a rank before the run fails with a timeout: a hung rank ends the job "
-                                           "after this; 0 = DeepSpeed's default (the DEEPSPEED_TIMEOUT environment "
-                                           "variable, in minutes; 10 unless set). Waits for rank 0's own long tasks "
-                                           "(checkpoint.rescale_timeout_minutes) are not bound by it.")
+                                           "the slowest rank before the run fails with a timeout, from the start "
+                                           "(ranks that join further apart fail) through every save: shorter ends "
+                                           "a hung job sooner; 0 = DeepSpeed's default (the DEEPSPEED_TIMEOUT "
+                                           "environment variable, in minutes; 10 unless set). Rank 0's checkpoint "
+                                           "conversion (checkpoint.rescale_timeout_minutes) is not bound by it.")
     inject_nan_steps: list[int] = doc([], "Testing: rank 0's loss is made NaN at these global steps (1-based).")
 
 
