@@ -88,6 +88,11 @@ def _convert(out: Path, limit_minutes: float) -> None:
         proc.wait()
     finally:
         timer.cancel()
+        if proc.poll() is None:  # rank 0 interrupted (Ctrl-C, a signal): the conversion does not outlive it
+            _kill_group(proc.pid)
+            proc.wait()
+    # ds_to_universal names its output folder in TAG/latest_universal, for a load without a tag: xpt-ds names it
+    (out.parent / "latest_universal").unlink(missing_ok=True)
     if proc.returncode != 0:
         shutil.rmtree(tmp, ignore_errors=True)
         if stopped.is_set():
@@ -107,6 +112,8 @@ def drop_converted(ckpt_root: Path) -> list[tuple[str, int]]:
     copy deleted."""
     dropped = []
     for tag in complete_tags(ckpt_root)[:-1]:
+        # ds_to_universal's pointer to its output, which conversions before 2026-12-01 left
+        (ckpt_root / tag / "latest_universal").unlink(missing_ok=True)
         for name in ("universal", "universal.tmp"):
             folder = ckpt_root / tag / name
             if folder.is_dir():
@@ -118,6 +125,10 @@ def drop_converted(ckpt_root: Path) -> list[tuple[str, int]]:
 
 def _stop(pid: int, stopped: threading.Event) -> None:
     stopped.set()
+    _kill_group(pid)
+
+
+def _kill_group(pid: int) -> None:
     try:
         os.killpg(pid, signal.SIGKILL)
     except ProcessLookupError:  # it ended as the timer fired

@@ -90,7 +90,8 @@ def rank0_alone(work: Callable[[], None], limit_s: float, error: type[UserError]
                 failed, said = e, [str(e)]
         dist.broadcast_object_list(said, src=0, group=group)
     finally:
-        dist.destroy_process_group(group)
+        with contextlib.suppress(RuntimeError, ValueError):  # after a failed broadcast: its error is the one to say
+            dist.destroy_process_group(group)
     if failed is not None:
         raise failed
     if said[0] is not None:
