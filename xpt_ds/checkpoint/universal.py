@@ -12,6 +12,7 @@ state (3.5 GB there); once the run has a newer complete checkpoint, rank 0 delet
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -23,6 +24,7 @@ import time
 from pathlib import Path
 
 import deepspeed
+import psutil
 
 from xpt_ds.checkpoint.store import CheckpointError, complete_tags
 from xpt_ds.config import ConfigError
@@ -63,11 +65,11 @@ def make_universal(ckpt_root: Path, tag: str, limit_minutes: float) -> Path:
 def _convert(out: Path, limit_minutes: float) -> None:
     tmp = out.with_name("universal.tmp")
     shutil.rmtree(tmp, ignore_errors=True)  # left by an interrupted conversion
-    states = sorted(out.parent.glob("*optim_states.pt"))
-    workers = conversion_workers([p.stat().st_size for p in states])
+    sizes = [p.stat().st_size for p in out.parent.glob("*optim_states.pt")]
+    workers = conversion_workers(sizes)
     log.info("converting checkpoint %s to a universal checkpoint (%.2f GB of optimizer state in %d files, %d worker "
              "process%s); the other ranks wait for it, at most %g minutes (checkpoint.rescale_timeout_minutes)",
-             out.parent, sum(p.stat().st_size for p in states) / 1e9, len(states), workers,
+             out.parent, sum(sizes) / 1e9, len(sizes), workers,
              "" if workers == 1 else "es", limit_minutes)
     cmd = [sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal", "--input_folder", str(out.parent),
            "--output_folder", str(tmp), "--inject_missing_state",
@@ -129,10 +131,8 @@ def _stop(pid: int, stopped: threading.Event) -> None:
 
 
 def _kill_group(pid: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):  # it ended as the timer fired
         os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:  # it ended as the timer fired
-        pass
 
 
 def conversion_workers(state_bytes: list[int], cpus: int | None = None, available: int | None = None) -> int:
@@ -141,21 +141,10 @@ def conversion_workers(state_bytes: list[int], cpus: int | None = None, availabl
     an extract process loads one rank's file whole."""
     cpus = cpus or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
     workers = max(1, min(MAX_WORKERS, cpus // 2))
-    available = _mem_available() if available is None else available
+    available = psutil.virtual_memory().available if available is None else available
     if available and state_bytes and max(state_bytes):
         workers = max(1, min(workers, available // (2 * max(state_bytes))))
     return workers
-
-
-def _mem_available() -> int | None:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
 
 
 def _ranks(n: int) -> str:
