@@ -7,13 +7,17 @@ run up to floating-point summation order. The cut is in a third phase that train
 phase that trained everything: the frozen encoder weights are then not the source's, and a universal load,
 which skips the module state dict, must get them from frozen_fp32.pt. Different data, lost Adam moments or
 step counts, or frozen weights not restored would all show up far above the tolerance."""
+import contextlib
 import os
 import shutil
+import signal
+import time
 
+import psutil
 import pytest
 import torch
 
-from conftest import REPO, base_config, launch, read_marker, read_metrics, write_config
+from conftest import REPO, base_config, launch, rank_pids, read_marker, read_metrics, start, write_config
 from xpt_ds.checkpoint.export import load_checkpoint_fp32
 from xpt_ds.checkpoint.store import complete_tags, tag_for
 
@@ -85,7 +89,7 @@ def test_two_ranks_to_one_and_zero2_to_zero1(tmp_path, source, corpus):
 # Loaded by every interpreter of the job (PYTHONPATH): DeepSpeed's ds_to_universal, which rank 0 starts, sleeps first,
 # as a conversion of a large model's optimizer state takes minutes.
 SLOW_CONVERSION = """import os, sys, time
-if "deepspeed.checkpoint.ds_to_universal" in sys.orig_argv:
+if sys.orig_argv[1:3] == ["-m", "deepspeed.checkpoint.ds_to_universal"]:
     time.sleep(float(os.environ["SLOW_CONVERSION_S"]))
 """
 
@@ -107,11 +111,10 @@ def test_one_rank_to_two_at_zero3(tmp_path, source, corpus):
     assert not any((stopped / "checkpoints" / tag_for(CUT)).glob("*universal*"))
     (tmp_path / "slow").mkdir()
     (tmp_path / "slow/sitecustomize.py").write_text(SLOW_CONVERSION)
+    slow = {"PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path / "slow"), os.environ.get("PYTHONPATH")]))}
+    _killed_while_converting(tmp_path, {**slow, "SLOW_CONVERSION_S": "600"})
     rescaled, proc = _run(tmp_path, "at2", source, corpus, nproc=2, ds="zero3", resume_from=straight,
-                          flags=["--guard.collective_timeout_s=8"],
-                          env={"PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path / "slow"),
-                                                                           os.environ.get("PYTHONPATH")])),
-                               "SLOW_CONVERSION_S": "12"})
+                          flags=["--guard.collective_timeout_s=8"], env={**slow, "SLOW_CONVERSION_S": "12"})
     _assert_continues(straight, rescaled, proc, saved_by=1, tol=1e-5)
     assert "converted checkpoint" in proc.stderr
     # once a newer checkpoint is complete, the universal copy goes (a resume at another scale makes it again)
@@ -123,6 +126,46 @@ def test_one_rank_to_two_at_zero3(tmp_path, source, corpus):
     proc = launch(["--config", str(cfg), f"--deepspeed={REPO}/ds_configs/zero2_fp32.json"], nproc=1)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith(f"error: checkpoint {tag_for(STEPS)} was saved at ZeRO stage 3")
+
+
+def _killed_while_converting(tmp_path, env):
+    """``kill -9`` of rank 0 (an out-of-memory kill, a node's cleanup) while its conversion runs: the conversion,
+    in a session of its own so that its timeout can stop all of it, does not outlive rank 0, or a requeued job's
+    conversion would write into the same folder beside it."""
+    job = start(["--config", str(tmp_path / "at2.yaml")], tmp_path / "killed.log", env=env, launcher="torchrun")
+    try:
+        conversion = _conversion_of(tmp_path / "at2", deadline=time.time() + 120)
+        os.kill(rank_pids(job)[0], signal.SIGKILL)
+        assert job.wait(timeout=120) != 0
+        _, alive = psutil.wait_procs(conversion, timeout=15)
+        assert not alive, [" ".join(p.cmdline()) for p in alive]
+        said = [x for x in (tmp_path / "killed.log").read_text().splitlines() if x.startswith("error:")]
+        assert len(said) == 1 and said[0].startswith("error: lost another rank of this job ("), said  # rank 1's
+    finally:
+        for p in _conversion_of(tmp_path / "at2", deadline=0):
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        for pid in rank_pids(job).values() if job.poll() is None else ():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        job.kill()
+        job.wait()
+
+
+def _conversion_of(run, deadline: float) -> list:
+    """The processes converting a checkpoint of ``run``: ds_to_universal and whatever started it (every process
+    whose command line names both), once ds_to_universal itself runs or ``deadline`` has passed."""
+    while True:
+        found, converting = [], False
+        for p in psutil.process_iter():
+            with contextlib.suppress(psutil.Error):
+                cmd = p.cmdline()
+                if "deepspeed.checkpoint.ds_to_universal" in cmd and any(str(run) in a for a in cmd):
+                    found.append(p)
+                    converting |= cmd[1:3] == ["-m", "deepspeed.checkpoint.ds_to_universal"]
+        if converting or time.time() > deadline:
+            return found
+        time.sleep(0.1)
 
 
 def test_bf16_two_ranks_to_one(tmp_path, source, corpus):

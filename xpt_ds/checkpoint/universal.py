@@ -2,9 +2,10 @@
 to DeepSpeed's universal layout (``ds_to_universal``: one folder per parameter, independent of world size and stage)
 in ``TAG/universal/``, which every rank's engine then loads (``checkpoint.load_universal``).
 
-Rank 0 converts, in a child process, while the other ranks wait (``xpt_ds.runtime.distributed.rank0_alone``): the
-conversion reads every rank's optimizer state and writes it out again, which for a model whose every weight trains
-can outlast the job's collective timeout (DeepSpeed's 10 minutes). At the Llama-3.2-1B shape's phase 1 on a 2-core
+Rank 0 converts, in a child process tethered to it (``xpt_ds.runtime.tether``: it does not outlive rank 0), while
+the other ranks wait (``xpt_ds.runtime.distributed.rank0_alone``): the conversion reads every rank's optimizer state
+and writes it out again, which for a model whose every weight trains can outlast the job's collective timeout
+(DeepSpeed's 10 minutes). At the Llama-3.2-1B shape's phase 1 on a 2-core
 CPU (187M trained parameters, 2.25 GB of optimizer state) it took 17 s (BENCHMARKS.md, "Resuming at another world
 size"); the time grows with the state. ``checkpoint.rescale_timeout_minutes`` bounds it: a conversion still running
 then is stopped, and every rank ends with one line that says so. The universal copy is about 1.5 times the optimizer
@@ -29,6 +30,7 @@ import psutil
 from xpt_ds.checkpoint.store import CheckpointError, complete_tags
 from xpt_ds.config import ConfigError
 from xpt_ds.runtime.distributed import rank0_alone
+from xpt_ds.runtime.tether import tethered
 
 log = logging.getLogger(__name__)
 
@@ -75,24 +77,22 @@ def _convert(out: Path, limit_minutes: float) -> None:
            "--output_folder", str(tmp), "--inject_missing_state",
            "--num_extract_workers", str(workers), "--num_merge_workers", str(workers)]
     started = time.monotonic()
-    # its own session: at the limit the whole group goes, ds_to_universal's worker processes with it
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     stopped = threading.Event()
-    timer = threading.Timer(60 * limit_minutes, _stop, (proc.pid, stopped))
-    timer.start()
     last = "no output"
-    try:
-        for line in proc.stdout:  # text mode: tqdm's carriage returns end lines too
-            if line.strip():
-                last = line.strip()
-                if last.startswith("***"):  # its stages: "*** 1. Extracting ZeRO fragments", ...
-                    log.info("universal conversion: %s", last.strip("*. "))
-        proc.wait()
-    finally:
-        timer.cancel()
-        if proc.poll() is None:  # rank 0 interrupted (Ctrl-C, a signal): the conversion does not outlive it
-            _kill_group(proc.pid)
+    # A session of its own: at the limit the whole group goes, ds_to_universal's worker processes with it. Tethered:
+    # rank 0 interrupted (Ctrl-C, a signal) or killed, the conversion does not outlive it.
+    with tethered(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+        timer = threading.Timer(60 * limit_minutes, _stop, (proc.pid, stopped))
+        timer.start()
+        try:
+            for line in proc.stdout:  # text mode: tqdm's carriage returns end lines too
+                if line.strip():
+                    last = line.strip()
+                    if last.startswith("***"):  # its stages: "*** 1. Extracting ZeRO fragments", ...
+                        log.info("universal conversion: %s", last.strip("*. "))
             proc.wait()
+        finally:
+            timer.cancel()
     # ds_to_universal names its output folder in TAG/latest_universal, for a load without a tag: xpt-ds names it
     (out.parent / "latest_universal").unlink(missing_ok=True)
     if proc.returncode != 0:
@@ -127,10 +127,6 @@ def drop_converted(ckpt_root: Path) -> list[tuple[str, int]]:
 
 def _stop(pid: int, stopped: threading.Event) -> None:
     stopped.set()
-    _kill_group(pid)
-
-
-def _kill_group(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError):  # it ended as the timer fired
         os.killpg(pid, signal.SIGKILL)
 
