@@ -17,7 +17,7 @@ import psutil
 import pytest
 import torch
 
-from conftest import REPO, base_config, launch, rank_pids, read_marker, read_metrics, start, write_config
+from conftest import REPO, base_config, launch, read_marker, read_metrics, start_main, write_config
 from xpt_ds.checkpoint.export import load_checkpoint_fp32
 from xpt_ds.checkpoint.store import complete_tags, tag_for
 
@@ -36,6 +36,14 @@ def _run(tmp_path, name, source, corpus, nproc, ds, precision="fp32", resume_fro
     """Train with global batch 8 (2 x accumulation x ranks); optionally start from a copy of another run's
     checkpoint at step CUT (unless the run directory is there: the same command again). ``ok``: assert it
     exits 0."""
+    run, cfg = _prepare(tmp_path, name, source, corpus, nproc, ds, precision, resume_from)
+    proc = launch(["--config", str(cfg), *flags], nproc=nproc, env=env)
+    assert proc.returncode == 0 or not ok, proc.stderr[-3000:]
+    return run, proc
+
+
+def _prepare(tmp_path, name, source, corpus, nproc, ds, precision="fp32", resume_from=None):
+    """``_run``'s run directory and config, without running it."""
     run = tmp_path / name
     if resume_from is not None and not run.exists():
         tag = tag_for(CUT)
@@ -52,9 +60,7 @@ def _run(tmp_path, name, source, corpus, nproc, ds, precision="fp32", resume_fro
                      {"name": "phase2", "steps": 2, "lr": 1e-3, "warmup_steps": 1},
                      {"name": "itl_only", "steps": STEPS - 4, "lr": 1e-3, "warmup_steps": 1, "trainable": ["@itl"]}]
     cfg["optim"] = {"micro_batch_size": 2, "grad_accum": 4 // nproc, "torch_adam": precision == "fp32"}
-    proc = launch(["--config", str(write_config(tmp_path / f"{name}.yaml", cfg)), *flags], nproc=nproc, env=env)
-    assert proc.returncode == 0 or not ok, proc.stderr[-3000:]
-    return run, proc
+    return run, write_config(tmp_path / f"{name}.yaml", cfg)
 
 
 def _losses(run):
@@ -77,7 +83,10 @@ def _assert_continues(straight, rescaled, proc, saved_by, tol):
 
 
 def test_two_ranks_to_one_and_zero2_to_zero1(tmp_path, source, corpus):
+    """First killed (``kill -9``) while it converts the 2-rank checkpoint, then the same command to the end."""
     straight, _ = _run(tmp_path, "straight2", source, corpus, nproc=2, ds="zero2")
+    _killed_while_converting(tmp_path, *_prepare(tmp_path, "at1", source, corpus, nproc=1, ds="zero1",
+                                                 resume_from=straight))
     rescaled, proc = _run(tmp_path, "at1", source, corpus, nproc=1, ds="zero1", resume_from=straight)
     _assert_continues(straight, rescaled, proc, saved_by=2, tol=1e-5)
     assert read_marker(rescaled / "checkpoints", tag_for(STEPS)) == {"global_step": STEPS, "world_size": 1, "zero_stage": 1}
@@ -109,12 +118,8 @@ def test_one_rank_to_two_at_zero3(tmp_path, source, corpus):
     assert proc.returncode != 0 and said and set(said) == {line}, proc.stderr[-3000:]
     assert "lost another rank" not in proc.stderr and "timed out" not in proc.stderr
     assert not any((stopped / "checkpoints" / tag_for(CUT)).glob("*universal*"))
-    (tmp_path / "slow").mkdir()
-    (tmp_path / "slow/sitecustomize.py").write_text(SLOW_CONVERSION)
-    slow = {"PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path / "slow"), os.environ.get("PYTHONPATH")]))}
-    _killed_while_converting(tmp_path, {**slow, "SLOW_CONVERSION_S": "600"})
     rescaled, proc = _run(tmp_path, "at2", source, corpus, nproc=2, ds="zero3", resume_from=straight,
-                          flags=["--guard.collective_timeout_s=8"], env={**slow, "SLOW_CONVERSION_S": "12"})
+                          flags=["--guard.collective_timeout_s=8"], env={**_slow(tmp_path), "SLOW_CONVERSION_S": "12"})
     _assert_continues(straight, rescaled, proc, saved_by=1, tol=1e-5)
     assert "converted checkpoint" in proc.stderr
     # once a newer checkpoint is complete, the universal copy goes (a resume at another scale makes it again)
@@ -128,44 +133,55 @@ def test_one_rank_to_two_at_zero3(tmp_path, source, corpus):
     assert proc.stderr.strip().splitlines()[-1].startswith(f"error: checkpoint {tag_for(STEPS)} was saved at ZeRO stage 3")
 
 
-def _killed_while_converting(tmp_path, env):
-    """``kill -9`` of rank 0 (an out-of-memory kill, a node's cleanup) while its conversion runs: the conversion,
-    in a session of its own so that its timeout can stop all of it, does not outlive rank 0, or a requeued job's
-    conversion would write into the same folder beside it."""
-    job = start(["--config", str(tmp_path / "at2.yaml")], tmp_path / "killed.log", env=env, launcher="torchrun")
+def _slow(tmp_path) -> dict:
+    """The environment that makes a job's ds_to_universal sleep SLOW_CONVERSION_S seconds first."""
+    (tmp_path / "slow").mkdir(exist_ok=True)
+    (tmp_path / "slow/sitecustomize.py").write_text(SLOW_CONVERSION)
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path / "slow"), os.environ.get("PYTHONPATH")]))}
+
+
+def _killed_while_converting(tmp_path, run, cfg):
+    """``kill -9`` of the rank that converts (rank 0; an out-of-memory kill, a node's cleanup) while the conversion
+    runs: the conversion, in a session of its own so that its timeout can stop all of it, does not outlive the rank,
+    or a requeued job's conversion would write into the same folder beside it."""
+    job = start_main("xpt_ds.cli.train", ["--config", str(cfg)], tmp_path / "killed.log",
+                     env={**_slow(tmp_path), "SLOW_CONVERSION_S": "600"})
     try:
-        conversion = _conversion_of(tmp_path / "at2", deadline=time.time() + 120)
-        os.kill(rank_pids(job)[0], signal.SIGKILL)
-        assert job.wait(timeout=120) != 0
+        conversion = _conversion_of(run, deadline=time.time() + 120)
+        assert conversion, (tmp_path / "killed.log").read_text()[-3000:]  # ds_to_universal was running
+        os.kill(job.pid, signal.SIGKILL)
+        assert job.wait(timeout=60) == -signal.SIGKILL
         _, alive = psutil.wait_procs(conversion, timeout=15)
         assert not alive, [" ".join(p.cmdline()) for p in alive]
-        said = [x for x in (tmp_path / "killed.log").read_text().splitlines() if x.startswith("error:")]
-        assert len(said) == 1 and said[0].startswith("error: lost another rank of this job ("), said  # rank 1's
     finally:
-        for p in _conversion_of(tmp_path / "at2", deadline=0):
+        for p in _converting(run):
             with contextlib.suppress(psutil.Error):
                 p.kill()
-        for pid in rank_pids(job).values() if job.poll() is None else ():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        job.kill()
-        job.wait()
+        with contextlib.suppress(ProcessLookupError, ChildProcessError):
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait(timeout=60)
 
 
 def _conversion_of(run, deadline: float) -> list:
-    """The processes converting a checkpoint of ``run``: ds_to_universal and whatever started it (every process
-    whose command line names both), once ds_to_universal itself runs or ``deadline`` has passed."""
-    while True:
-        found, converting = [], False
-        for p in psutil.process_iter():
-            with contextlib.suppress(psutil.Error):
-                cmd = p.cmdline()
-                if "deepspeed.checkpoint.ds_to_universal" in cmd and any(str(run) in a for a in cmd):
-                    found.append(p)
-                    converting |= cmd[1:3] == ["-m", "deepspeed.checkpoint.ds_to_universal"]
-        if converting or time.time() > deadline:
-            return found
+    """The processes converting a checkpoint of ``run`` (``_converting``) once ds_to_universal itself runs; none
+    once ``deadline`` has passed."""
+    while not any((found := _converting(run)).values()):
+        if time.time() > deadline:
+            return []  # not converting (yet): a tether alone is not counted
         time.sleep(0.1)
+    return list(found)
+
+
+def _converting(run) -> dict:
+    """Every process whose command line names ds_to_universal and ``run`` (ds_to_universal and whatever started
+    it) -> whether it is ds_to_universal itself."""
+    found = {}
+    for p in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            cmd = p.cmdline()
+            if "deepspeed.checkpoint.ds_to_universal" in cmd and any(str(run) in a for a in cmd):
+                found[p] = cmd[1:3] == ["-m", "deepspeed.checkpoint.ds_to_universal"]
+    return found
 
 
 def test_bf16_two_ranks_to_one(tmp_path, source, corpus):

@@ -5,11 +5,11 @@ in ``TAG/universal/``, which every rank's engine then loads (``checkpoint.load_u
 Rank 0 converts, in a child process tethered to it (``xpt_ds.runtime.tether``: it does not outlive rank 0), while
 the other ranks wait (``xpt_ds.runtime.distributed.rank0_alone``): the conversion reads every rank's optimizer state
 and writes it out again, which for a model whose every weight trains can outlast the job's collective timeout
-(DeepSpeed's 10 minutes). At the Llama-3.2-1B shape's phase 1 on a 2-core
-CPU (187M trained parameters, 2.25 GB of optimizer state) it took 17 s (BENCHMARKS.md, "Resuming at another world
-size"); the time grows with the state. ``checkpoint.rescale_timeout_minutes`` bounds it: a conversion still running
-then is stopped, and every rank ends with one line that says so. The universal copy is about 1.5 times the optimizer
-state (3.5 GB there); once the run has a newer complete checkpoint, rank 0 deletes it (``drop_converted``).
+(DeepSpeed's 10 minutes). At the Llama-3.2-1B shape's phase 1 on a 2-core CPU (187M trained parameters, 2.25 GB
+of optimizer state) it took 17 s (BENCHMARKS.md, "Resuming at another world size"); the time grows with the state.
+``checkpoint.rescale_timeout_minutes`` bounds it: a conversion still running then is stopped, and every rank ends
+with one line that says so. The universal copy is about 1.5 times the optimizer state (3.5 GB there); once the run
+has a newer complete checkpoint, rank 0 deletes it (``drop_converted``).
 """
 from __future__ import annotations
 
