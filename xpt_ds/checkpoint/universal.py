@@ -13,11 +13,9 @@ has a newer complete checkpoint, rank 0 deletes it (``drop_converted``).
 """
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -30,7 +28,7 @@ import psutil
 from xpt_ds.checkpoint.store import CheckpointError, complete_tags
 from xpt_ds.config import ConfigError
 from xpt_ds.runtime.distributed import rank0_alone
-from xpt_ds.runtime.tether import tethered
+from xpt_ds.runtime.tether import kill_group, tethered
 
 log = logging.getLogger(__name__)
 
@@ -127,8 +125,7 @@ def drop_converted(ckpt_root: Path) -> list[tuple[str, int]]:
 
 def _stop(pid: int, stopped: threading.Event) -> None:
     stopped.set()
-    with contextlib.suppress(ProcessLookupError):  # it ended as the timer fired
-        os.killpg(pid, signal.SIGKILL)
+    kill_group(pid)
 
 
 def conversion_workers(state_bytes: list[int], cpus: int | None = None, available: int | None = None) -> int:

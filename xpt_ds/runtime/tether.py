@@ -17,11 +17,10 @@ import signal
 import subprocess
 import sys
 import threading
-from contextlib import contextmanager
 from typing import Iterator
 
 
-@contextmanager
+@contextlib.contextmanager
 def tethered(cmd: list[str], **popen) -> Iterator[subprocess.Popen]:
     """``subprocess.Popen(cmd, **popen)`` in a session of its own, ended (its whole process group) when this process
     ends however it ends, or when the block is left with it still running. The ``Popen`` is the tether's: killing its
@@ -40,9 +39,14 @@ def tethered(cmd: list[str], **popen) -> Iterator[subprocess.Popen]:
     finally:
         os.close(write_end)  # end-of-file: a tether still running kills its group
         if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
-                os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+            kill_group(proc.pid)
+        proc.wait(timeout=60)  # SIGKILLed: at once; an error, not a hang, if it were not
+
+
+def kill_group(pgid: int) -> None:
+    """SIGKILL to process group ``pgid`` (a tether's is its pid; 0 is the caller's own), unless it has ended."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
 
 
 def _watch(fd: int) -> None:
@@ -52,7 +56,7 @@ def _watch(fd: int) -> None:
 
 
 def _end_group(*_) -> None:
-    os.killpg(0, signal.SIGKILL)
+    kill_group(0)
 
 
 def main(argv: list[str]) -> int:
