@@ -75,9 +75,10 @@ budget_left() {
 
 # budget_run COMMAND...: run COMMAND (a program, not a shell function) until the budget, less RESERVE_S seconds
 # (default 0) kept for what the script does after it (packing), ends; then its whole process group gets SIGTERM
-# (timeout's; exit 124). A trainer takes SIGTERM as preemption and checkpoints, and may outlive the command that
-# started it (a sweep dies at once): what is left of the group gets GRACE_S seconds (default 15) to end, then
-# SIGKILL, so nothing writes into OUT while it is packed. Exit 124 at once when nothing is left of the budget.
+# (timeout's; exit 124). A trainer takes SIGTERM as preemption and checkpoints (a sweep passes it on to its runs'
+# ranks and waits for them): what is left of the group gets GRACE_S seconds (default 15) to end, then SIGKILL (a
+# sweep's runs, tethered to it, are killed with it), so nothing writes into OUT while it is packed. Exit 124 at
+# once when nothing is left of the budget.
 budget_run() {
   local left tpid rc i
   left=$(budget_left "${RESERVE_S:-0}")

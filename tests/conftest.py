@@ -330,9 +330,9 @@ def long_reference(tmp_path_factory, tiny_roberta, corpus) -> Path:
 HEAVY_FIRST = [  # by their seconds in one run of the suite (2026-12-01), most first
     "test_sweep.py", "test_slurm.py", "test_resume.py", "test_bench_throughput.py", "test_guards.py",
     "test_decoder_train.py", "test_export.py", "test_checkpoint_errors.py", "test_faults.py", "test_crash_save.py",
-    "test_launch.py", "test_rescale.py", "test_preemption.py", "test_decoder_session.py", "test_lean_engine.py",
-    "test_session_steps.py", "test_phase_graph.py", "test_trelm_phases.py", "test_install.py", "test_finetune.py",
-    "test_bench_big_gpu.py", "test_time_budget.py", "test_bench_build.py", "test_extend_train.py"]
+    "test_launch.py", "test_rescale.py", "test_preemption.py", "test_sweep_stop.py", "test_decoder_session.py",
+    "test_lean_engine.py", "test_session_steps.py", "test_phase_graph.py", "test_trelm_phases.py", "test_install.py",
+    "test_finetune.py", "test_bench_big_gpu.py", "test_time_budget.py", "test_bench_build.py", "test_extend_train.py"]
 
 
 def pytest_collection_finish(session):

@@ -426,60 +426,6 @@ def test_a_trelm_graph_sweep_runs_resumes_and_skips(tmp_path, source_dir, corpus
                                                                                                 "epochs")}
 
 
-def test_a_killed_sweep_stops_its_running_stages(tmp_path, sweep_config):
-    """``kill PID`` (SIGTERM to the sweep alone, as ``timeout`` or a scheduler sends it) while two runs train side
-    by side (--parallel 2): both trainers checkpoint and stop with it, none goes on training on its own, no
-    further run starts, and the sweep ends with one 'interrupted' line."""
-    import os
-    import signal
-    import time
-
-    import psutil
-
-    from conftest import start_main
-    config, test_shards = sweep_config
-    out = tmp_path / "sweep"
-    argv = ["--config", str(config), "--methods", "xpt", "scratch", "xpt_sp", "--sizes", "0.8K", "--out", str(out),
-            "--parallel", "2", "--test-shards", *test_shards, "--set", "phases.0.steps=100000",
-            "checkpoint.every_steps=100000"]
-    log = tmp_path / "sweep.log"
-    sweep = start_main("xpt_ds.cli.sweep", argv, log)  # forked: its trainers are real interpreters, as it starts them
-    status = [out / "runs" / m / "800" / "status.json" for m in ("xpt", "scratch")]
-    deadline = time.time() + 240
-    while not all(p.is_file() and json.loads(p.read_text())["state"] == "running" for p in status):
-        assert sweep.poll() is None and time.time() < deadline, log.read_text()[-3000:]
-        time.sleep(0.5)
-    trainers = [p for p in psutil.Process(sweep.pid).children(recursive=True) if "xpt_ds.cli.train" in p.cmdline()]
-    assert len(trainers) == 2
-    os.kill(sweep.pid, signal.SIGTERM)  # the sweep alone
-    sweep.wait(timeout=300)
-    err = log.read_text()
-    assert sweep.returncode == 130 and err.strip().splitlines()[-1].startswith("interrupted: sweep stopped"), err
-    assert not [p for p in trainers if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-    for p in status:
-        assert json.loads(p.read_text())["state"] == "preempted", p.read_text()
-    assert not (out / "runs" / "xpt_sp").exists() and not (out / "results.jsonl").exists()
-
-
-def test_a_ctrl_c_inside_an_in_process_stage_stops_the_sweep(tmp_path, monkeypatch):
-    """evaluate and export run inside the sweep's process; their ``cli_errors`` turns a Ctrl-C into status 130,
-    which must stop the sweep (``Interrupted``, no stage starts), not count as that run's failure."""
-    import sys
-
-    from xpt_ds.sweeps import stages
-    (tmp_path / "ctrl_c_tool.py").write_text(
-        "from xpt_ds.errors import cli_errors\n\n\n@cli_errors\ndef main(argv):\n    raise KeyboardInterrupt\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    try:
-        with pytest.raises(stages.Interrupted):
-            stages._call("ctrl_c_tool", [], tmp_path / "tool.log", "evaluate")
-        assert stages.stopping.is_set()
-        assert (tmp_path / "tool.log").read_text().splitlines()[-1] == "interrupted"
-    finally:
-        stages.stopping.clear()
-        sys.modules.pop("ctrl_c_tool", None)
-
-
 def test_a_decoder_sweep_report_says_what_it_scored(tmp_path):
     """A decoder's rows were scored on every next token (eval.json's objective), not on masked tokens."""
     from xpt_ds.sweeps.report import write_markdown

@@ -111,15 +111,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 @contextlib.contextmanager
 def _sigterm_interrupts():
-    """SIGTERM (``kill PID``, ``timeout``, a job scheduler) raises KeyboardInterrupt in the sweep, as Ctrl-C does,
-    so that the running stages are stopped with it, not left training on their own. Only in the main thread
-    (where Python delivers signals); the previous handler comes back after."""
+    """SIGTERM (``kill PID``, ``timeout``, a job scheduler) raises KeyboardInterrupt in the sweep, as Ctrl-C does
+    (``stages.Terminated``, which passes SIGTERM on to the training runs where a Ctrl-C passes SIGINT), so that the
+    running stages are stopped with it, not left training on their own. Only in the main thread (where Python
+    delivers signals); the previous handler comes back after."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    from xpt_ds.sweeps.stages import Terminated
 
     def interrupt(signum, frame):
-        raise KeyboardInterrupt
+        raise Terminated
 
     previous = signal.signal(signal.SIGTERM, interrupt)
     try:

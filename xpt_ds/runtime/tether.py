@@ -1,4 +1,5 @@
-"""A command that does not outlive the process that started it: ``python -m xpt_ds.runtime.tether FD COMMAND ...``.
+"""A command that does not outlive the process that started it:
+``python -m xpt_ds.runtime.tether FD [--ranks MODULE --grace S] -- COMMAND ...``.
 
 Rank 0 runs DeepSpeed's checkpoint conversion in a session of its own (``xpt_ds.checkpoint.universal``), so that its
 time limit can stop the conversion and every worker process it started with one ``killpg``. A session of its own is
@@ -8,6 +9,15 @@ attempt converts into again. So the parent starts this module as the session's l
 read end of a pipe whose write end only the parent holds. It runs COMMAND in its own process group and, once the
 pipe reads end-of-file (the parent closed it, or died in any way), kills that group, itself included. Its exit
 status is COMMAND's (128 + N for a command ended by signal N). It imports nothing heavy: it starts in milliseconds.
+
+A sweep's training runs stop another way (``xpt_ds.sweeps.stages``): a run checkpoints before it exits on SIGTERM
+or Ctrl-C, but the deepspeed launcher on one node dies of a SIGTERM and leaves its ranks training, so a signal to
+the launcher stops nothing. With ``--ranks MODULE`` the tether passes each stop signal it gets (SIGTERM, SIGINT,
+SIGUSR1; SIGHUP and the pipe's end-of-file as SIGTERM) to the processes below it that run ``python -m MODULE``
+(the ranks, not their forked DataLoader workers), and ``--grace`` seconds after the first one kills every process
+below it, and its group. Without such a process (none started yet, or they have ended) it kills them at once, as it
+does when the parent dies during a stop (whoever stopped it gave up waiting: a ``kill -9`` after a ``kill``).
+Processes left below it when COMMAND ends are killed then (the tether is their subreaper: they stay below it).
 """
 from __future__ import annotations
 
@@ -21,14 +31,17 @@ from typing import Iterator
 
 
 @contextlib.contextmanager
-def tethered(cmd: list[str], **popen) -> Iterator[subprocess.Popen]:
+def tethered(cmd: list[str], ranks: str | None = None, grace_s: float = 0.0, **popen) -> Iterator[subprocess.Popen]:
     """``subprocess.Popen(cmd, **popen)`` in a session of its own, ended (its whole process group) when this process
     ends however it ends, or when the block is left with it still running. The ``Popen`` is the tether's: killing its
-    process group (``os.killpg(proc.pid, ...)``) kills the command with it."""
+    process group (``os.killpg(proc.pid, ...)``) kills the command with it. ``ranks`` (a module name): a stop
+    signal sent to the tether, or this process's end, reaches the processes below it that run ``python -m ranks``
+    instead, and what is left of the command is killed ``grace_s`` seconds later."""
     read_end, write_end = os.pipe()  # both close-on-exec; only the read end is passed on
+    stop = ["--ranks", ranks, "--grace", str(grace_s)] if ranks else []
     try:
-        proc = subprocess.Popen([sys.executable, "-m", __name__, str(read_end), *cmd], pass_fds=(read_end,),
-                                start_new_session=True, **popen)
+        proc = subprocess.Popen([sys.executable, "-m", __name__, str(read_end), *stop, "--", *cmd],
+                                pass_fds=(read_end,), start_new_session=True, **popen)
     except BaseException:
         os.close(write_end)
         raise
@@ -37,8 +50,10 @@ def tethered(cmd: list[str], **popen) -> Iterator[subprocess.Popen]:
     try:
         yield proc
     finally:
-        os.close(write_end)  # end-of-file: a tether still running kills its group
-        if proc.poll() is None:
+        os.close(write_end)  # end-of-file: a tether still running kills what is below it
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
+        if proc.poll() is None:  # its group, at least
             kill_group(proc.pid)
         proc.wait(timeout=60)  # SIGKILLed: at once; an error, not a hang, if it were not
 
@@ -49,23 +64,115 @@ def kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
-def _watch(fd: int) -> None:
-    while os.read(fd, 1024):  # nobody writes: only end-of-file returns
-        continue
-    _end_group()
+def processes_below(root: int) -> dict[int, tuple[int, list[bytes]]]:
+    """Every live process below ``root`` (its children, theirs, ...), read from /proc: pid -> (parent pid, command
+    line). A torchrun's workers are in sessions of their own, out of its group: found here all the same."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):  # ended meanwhile
+                with open(f"/proc/{name}/stat", "rb") as f:  # "PID (NAME) STATE PPID ...": NAME may hold ")"
+                    state, ppid = f.read().rsplit(b")", 1)[1].split()[:2]
+                if state != b"Z":  # a zombie has ended: only its parent's wait is missing
+                    children.setdefault(int(ppid), []).append(int(name))
+    below, todo = {}, [root]
+    while todo:
+        parent = todo.pop()
+        for pid in children.get(parent, []):
+            with contextlib.suppress(OSError):
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    below[pid] = (parent, f.read().split(b"\0"))
+                todo.append(pid)
+    return below
 
 
-def _end_group(*_) -> None:
+def _runs(args: list[bytes], module: bytes) -> bool:
+    """Whether command line ``args`` is ``python [options] -m module ...`` (not a command that names it later)."""
+    i = 1
+    while i < len(args) and args[i].startswith(b"-") and args[i] != b"-c":
+        if args[i] == b"-m":
+            return args[i + 1:i + 2] == [module]
+        i += 2 if args[i] in (b"-X", b"-W") else 1
+    return False
+
+
+def rank_pids(root: int, module: str) -> list[int]:
+    """The processes below ``root`` that run ``python -m module``, less those forked by one of them (DataLoader
+    workers, which have the same command line)."""
+    below, name = processes_below(root), module.encode()
+    return [pid for pid, (ppid, args) in below.items()
+            if _runs(args, name) and not (ppid in below and _runs(below[ppid][1], name))]
+
+
+class _Stop:
+    """What the tether does when it is stopped (a signal, or the pipe's end-of-file)."""
+
+    def __init__(self, ranks: str | None, grace_s: float):
+        self.ranks, self.grace_s = ranks, grace_s
+        self.timer: threading.Timer | None = None
+        self.lock = threading.RLock()  # the watcher thread, and handlers that a second signal may nest
+
+    def __call__(self, sig: int, frame=None) -> None:
+        with self.lock:
+            pids = rank_pids(os.getpid(), self.ranks) if self.ranks else []
+            if not pids:
+                _kill_all()
+                return
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGTERM if sig == signal.SIGHUP else sig)
+            if self.timer is None:
+                self.timer = threading.Timer(self.grace_s, _kill_all)
+                self.timer.daemon = True
+                self.timer.start()
+
+    def parent_gone(self) -> None:
+        with self.lock:
+            if self.timer is not None:  # during a stop: now
+                _kill_all()
+        self(signal.SIGTERM)
+
+
+def _kill_below() -> None:
+    for pid in processes_below(os.getpid()):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _kill_all() -> None:
+    """SIGKILL to every process below the tether, then to its group, itself included."""
+    _kill_below()
     kill_group(0)
 
 
+def _subreaper() -> None:
+    """Orphans below the tether (a rank whose launcher died) become its children, not init's: still below it."""
+    with contextlib.suppress(OSError, AttributeError):  # not Linux: they are found while their parents live
+        import ctypes
+        ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+
+
+def _watch(fd: int, stop: _Stop) -> None:
+    while os.read(fd, 1024):  # nobody writes: only end-of-file returns
+        continue
+    stop.parent_gone()
+
+
 def main(argv: list[str]) -> int:
-    fd, cmd = int(argv[0]), argv[1:]
-    for sig in (signal.SIGTERM, signal.SIGHUP):  # the tether itself stopped: the command goes with it
-        signal.signal(sig, _end_group)
+    fd, split = int(argv[0]), argv.index("--")
+    options, cmd = dict(zip(argv[1:split:2], argv[2:split:2])), argv[split + 1:]
+    stop = _Stop(options.get("--ranks"), float(options.get("--grace", 0)))
+    if os.getsid(0) != os.getpid():  # started otherwise than by ``tethered``: its kills must not reach the caller
+        with contextlib.suppress(PermissionError):  # already a process group's leader (a shell's job): its own
+            os.setsid()
+    # the tether itself stopped: the command goes with it (its ranks, given --ranks, are asked to stop first)
+    for sig in (signal.SIGTERM, signal.SIGHUP) + ((signal.SIGINT, signal.SIGUSR1) if stop.ranks else ()):
+        signal.signal(sig, stop)
+    _subreaper()
     child = subprocess.Popen(cmd)  # this process group (this session's), stdin, stdout and stderr
-    threading.Thread(target=_watch, args=(fd,), daemon=True).start()
+    threading.Thread(target=_watch, args=(fd, stop), daemon=True).start()
     code = child.wait()
+    _kill_below()  # what is left of it: a launcher ends once its ranks have
     return code if code >= 0 else 128 - code
 
 

@@ -27,7 +27,7 @@ from xpt_ds.sweeps.report import size_label
 from xpt_ds.sweeps.rows import read_rows, row_key
 from xpt_ds.sweeps.scoring import (scoring_diff, downstream, drop_weights, intrinsic, probe_scores, source_text,
                                    source_text_changed, source_text_state, text_scores, unigram, unigram_state)
-from xpt_ds.sweeps.stages import Stages, StepFailed, add_seconds, free_name, stopping, stop_stages
+from xpt_ds.sweeps.stages import Stages, StepFailed, add_seconds, free_name, stop_signal, stop_stages, stopping
 
 
 def _status(run_dir: Path) -> dict:
@@ -347,8 +347,8 @@ def sweep(plan: Plan) -> list[dict]:
         pool = ThreadPoolExecutor(plan.parallel)
         try:
             list(pool.map(s.one, todo))
-        except BaseException:  # Ctrl-C or SIGTERM in the main thread: stop the other slots' stages, start no run
-            stop_stages()
+        except BaseException as e:  # Ctrl-C or SIGTERM in the main thread: stop every slot's stage, start no run
+            stop_stages(stop_signal(e))
             raise
         finally:
             pool.shutdown(wait=True, cancel_futures=True)

@@ -1,7 +1,13 @@
 """The stages of a sweep's runs as they run: training and fine-tuning as child processes (through the deepspeed
 launcher when ``--nproc`` > 1), evaluation and export as calls in the sweep's own process, one at a time
 (``Stages``); each stage's log and seconds, its failure (``StepFailed``), and the stop of them all when the sweep
-is stopped (``stop_stages``, ``Interrupted``)."""
+is stopped (``stop_stages``, ``Interrupted``).
+
+A stage process is tethered to the sweep (``xpt_ds.runtime.tether``): in a session of its own, with a small process
+between them that passes the sweep's stop signal to the training ranks themselves (the deepspeed launcher on one
+node dies of a SIGTERM and leaves its ranks training) and, when the sweep dies in any way (``kill -9`` included),
+stops them as a SIGTERM does. A stopped run has ``STOP_GRACE_S`` to checkpoint before what is left of it is
+killed."""
 from __future__ import annotations
 
 import contextlib
@@ -9,17 +15,19 @@ import importlib
 import json
 import os
 import shlex
+import signal
 import subprocess
 import threading
 import time
 import traceback
 from pathlib import Path
 
-import torch
-
 from xpt_ds.errors import INTERRUPTED_EXIT_CODE
+from xpt_ds.runtime.tether import kill_group, tethered
 from xpt_ds.sweeps.plan import Plan
 
+STOP_GRACE_S = 300.0  # a stopped training run's time to checkpoint and exit before its processes are killed
+RANKS = "xpt_ds.cli.train"  # the stage processes that a stop signal goes to: they checkpoint on it
 
 
 class StepFailed(Exception):
@@ -32,7 +40,11 @@ class Interrupted(Exception):
     """The sweep is being stopped (``stop_stages``): no stage starts any more."""
 
 
-_live: set[subprocess.Popen] = set()  # the stage processes running now, in every --parallel slot
+class Terminated(KeyboardInterrupt):
+    """SIGTERM to the sweep (``kill PID``, ``timeout``, a job scheduler), raised as Ctrl-C is (``cli.sweep``)."""
+
+
+_live: set[subprocess.Popen] = set()  # the tethers of the stage processes running now, in every --parallel slot
 
 
 _live_lock = threading.Lock()
@@ -41,40 +53,60 @@ _live_lock = threading.Lock()
 stopping = threading.Event()
 
 
-def stop_stages(grace_s: float = 300.0) -> None:
-    """Stop every stage process still running and start no more: SIGTERM, on which a training run checkpoints and
-    exits (``xpt_ds.runtime.preemption``), then SIGKILL for what is still there after ``grace_s``. A sweep
-    stopped by Ctrl-C or ``kill`` calls it, so that no training run goes on without it."""
+def stop_signal(error: BaseException | None) -> int:
+    """The signal that stops the running stages when ``error`` stops the sweep: SIGINT for a Ctrl-C (the run says
+    'interrupted'), else SIGTERM (it says 'preempted'); both checkpoint first."""
+    interrupted = isinstance(error, KeyboardInterrupt) and not isinstance(error, Terminated)
+    return signal.SIGINT if interrupted else signal.SIGTERM
+
+
+def _send(procs: list[subprocess.Popen], sig: int) -> None:
+    for proc in procs:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(sig)  # to the tether, which passes it to the ranks
+
+
+def stop_stages(sig: int = signal.SIGTERM) -> None:
+    """Stop every stage process still running and start no more: ``sig`` to each one's training ranks (SIGTERM or,
+    for a Ctrl-C, SIGINT: a run checkpoints and exits, ``xpt_ds.runtime.preemption``), then, after STOP_GRACE_S,
+    SIGKILL to what is left (the tether does both). A Ctrl-C while it waits is passed on too: a run's second Ctrl-C
+    stops it at once, without a checkpoint. A sweep stopped by Ctrl-C or ``kill`` calls it, so that no training run
+    goes on without it."""
     stopping.set()
     with _live_lock:
         procs = list(_live)
+    _send(procs, sig)
+    deadline = time.monotonic() + STOP_GRACE_S + 30  # the tethers kill their groups after STOP_GRACE_S
     for proc in procs:
-        proc.terminate()
-    deadline = time.time() + grace_s
-    for proc in procs:
-        try:
-            proc.wait(timeout=max(0.0, deadline - time.time()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        while True:
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+                break
+            except subprocess.TimeoutExpired:  # a tether that did not: its group, at least
+                kill_group(proc.pid)
+                proc.wait()
+                break
+            except KeyboardInterrupt:
+                _send([p for p in procs if p.poll() is None], signal.SIGINT)
 
 
 def _run(cmd: list[str], log: Path, stage: str, env: dict | None = None) -> float:
     """Run one stage as a process, appending its output to ``log``; its wall seconds, or StepFailed (Interrupted
     once the sweep is being stopped: the stage did not start, or was stopped)."""
     started = time.time()
-    with open(log, "a") as f:
+    with open(log, "a") as f, contextlib.ExitStack() as stack:  # its exit kills what is left of a stage
         f.write(f"$ {shlex.join(cmd)}\n")
         f.flush()
         with _live_lock:
             if stopping.is_set():
                 raise Interrupted(stage)
-            proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
+            proc = stack.enter_context(tethered(cmd, ranks=RANKS, grace_s=STOP_GRACE_S, stdout=f,
+                                                stderr=subprocess.STDOUT, env=env))
             _live.add(proc)
         try:
             code = proc.wait()
-        except BaseException:  # Ctrl-C or the sweep's SIGTERM in this thread: stop the stage too
-            stop_stages()
+        except BaseException as e:  # Ctrl-C or the sweep's SIGTERM in this thread: stop the stage too
+            stop_stages(stop_signal(e))
             raise
         finally:
             with _live_lock:
@@ -101,10 +133,11 @@ def _call(module: str, argv: list[str], log: Path, stage: str) -> float:
             traceback.print_exc()
             code = 1
         finally:
+            import torch
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()  # the next run's training processes need the memory
     if code == INTERRUPTED_EXIT_CODE:  # a Ctrl-C that reached the tool (errors.cli_errors) stops the sweep
-        stop_stages()
+        stop_stages(signal.SIGINT)
         raise Interrupted(stage)
     if code:
         raise StepFailed(stage, code, log)
@@ -121,6 +154,7 @@ class Stages:
     def __init__(self, plan: Plan, slot: int = 0, call_lock: threading.Lock | None = None):
         self.env, self.call_lock = None, call_lock or contextlib.nullcontext()
         if plan.parallel > 1:
+            import torch
             count = torch.cuda.device_count() if torch.cuda.is_available() else 0
             if count > 1 and "CUDA_VISIBLE_DEVICES" not in os.environ:
                 self.env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(slot % count)}
