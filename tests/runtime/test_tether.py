@@ -42,7 +42,7 @@ def _wait_gone(pgid: int, seconds: float) -> list[psutil.Process]:
     return left
 
 
-def _wait_gone_pid(p: psutil.Process, seconds: float) -> bool:
+def _runs_after(p: psutil.Process, seconds: float) -> bool:
     """Whether ``p`` still runs after ``seconds``."""
     deadline = time.time() + seconds
     while p.is_running() and p.status() != psutil.STATUS_ZOMBIE and time.time() < deadline:
@@ -173,7 +173,7 @@ def test_a_stage_tether_passes_each_signal_on_and_kills_at_once_without_ranks(tm
         os.kill(proc.pid, signal.SIGINT)
         assert proc.wait(timeout=10) == 0  # the rank's own exit, well within its grace
     assert saved.read_text() == "SIGINT"
-    assert not _wait_gone_pid(worker, 5) and not (tmp_path / "saved.worker").exists()  # killed, not signalled
+    assert not _runs_after(worker, 5) and not (tmp_path / "saved.worker").exists()  # killed, not signalled
     with tethered([sys.executable, "-c", WAITS], ranks="rank", grace_s=30, stdout=subprocess.PIPE, text=True) as proc:
         assert proc.stdout.readline() == "up\n"
         started = time.time()
@@ -196,4 +196,4 @@ def test_a_parent_that_goes_during_a_stop_ends_the_grace(tmp_path):
         assert proc.poll() is None  # the rank is in its grace
         started = time.time()
     assert time.time() - started < 3  # not the 5 s after which the block would kill the group itself
-    assert not [p for p in below if _wait_gone_pid(p, 1)]
+    assert not [p for p in below if _runs_after(p, 1)]

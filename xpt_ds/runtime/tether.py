@@ -8,7 +8,7 @@ node's cleanup) the conversion went on, holding its workers' memory and writing 
 attempt converts into again. So the parent starts this module as the session's leader (``tethered``), with the
 read end of a pipe whose write end only the parent holds. It runs COMMAND in its own process group and, once the
 pipe reads end-of-file (the parent closed it, or died in any way), kills that group, itself included. Its exit
-status is COMMAND's (128 + N for a command ended by signal N). It imports nothing heavy: it starts in milliseconds.
+status is COMMAND's (128 + N for a command ended by signal N).
 
 A sweep's training runs stop another way (``xpt_ds.sweeps.stages``): a run checkpoints before it exits on SIGTERM
 or Ctrl-C, but the deepspeed launcher on one node dies of a SIGTERM and leaves its ranks training, so a signal to
@@ -18,6 +18,7 @@ SIGUSR1; SIGHUP and the pipe's end-of-file as SIGTERM) to the processes below it
 below it, and its group. Without such a process (none started yet, or they have ended) it kills them at once, as it
 does when the parent dies during a stop (whoever stopped it gave up waiting: a ``kill -9`` after a ``kill``).
 Processes left below it when COMMAND ends are killed then (the tether is their subreaper: they stay below it).
+It imports psutil and nothing heavy.
 """
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ import subprocess
 import sys
 import threading
 from typing import Iterator
+
+import psutil
 
 
 @contextlib.contextmanager
@@ -64,44 +67,36 @@ def kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
-def processes_below(root: int) -> dict[int, tuple[int, list[bytes]]]:
-    """Every live process below ``root`` (its children, theirs, ...), read from /proc: pid -> (parent pid, command
-    line). A torchrun's workers are in sessions of their own, out of its group: found here all the same."""
-    children: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            with contextlib.suppress(OSError, IndexError, ValueError):  # ended meanwhile
-                with open(f"/proc/{name}/stat", "rb") as f:  # "PID (NAME) STATE PPID ...": NAME may hold ")"
-                    state, ppid = f.read().rsplit(b")", 1)[1].split()[:2]
-                if state != b"Z":  # a zombie has ended: only its parent's wait is missing
-                    children.setdefault(int(ppid), []).append(int(name))
-    below, todo = {}, [root]
-    while todo:
-        parent = todo.pop()
-        for pid in children.get(parent, []):
-            with contextlib.suppress(OSError):
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    below[pid] = (parent, f.read().split(b"\0"))
-                todo.append(pid)
-    return below
+def _below() -> dict[int, psutil.Process]:
+    """Every live process below the tether (its children, theirs, ...). A torchrun's workers are in sessions of
+    their own, out of its group: found here all the same."""
+    found = {}
+    for proc in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):  # ended meanwhile
+            if proc.status() != psutil.STATUS_ZOMBIE:  # a zombie has ended: only its parent's wait is missing
+                found[proc.pid] = proc
+    return found
 
 
-def _runs(args: list[bytes], module: bytes) -> bool:
+def _runs(args: list[str], module: str) -> bool:
     """Whether command line ``args`` is ``python [options] -m module ...`` (not a command that names it later)."""
     i = 1
-    while i < len(args) and args[i].startswith(b"-") and args[i] != b"-c":
-        if args[i] == b"-m":
+    while i < len(args) and args[i].startswith("-") and args[i] != "-c":
+        if args[i] == "-m":
             return args[i + 1:i + 2] == [module]
-        i += 2 if args[i] in (b"-X", b"-W") else 1
+        i += 2 if args[i] in ("-X", "-W") else 1
     return False
 
 
-def rank_pids(root: int, module: str) -> list[int]:
-    """The processes below ``root`` that run ``python -m module``, less those forked by one of them (DataLoader
+def _ranks(module: str) -> list[int]:
+    """The processes below the tether that run ``python -m module``, less those forked by one of them (DataLoader
     workers, which have the same command line)."""
-    below, name = processes_below(root), module.encode()
-    return [pid for pid, (ppid, args) in below.items()
-            if _runs(args, name) and not (ppid in below and _runs(below[ppid][1], name))]
+    lines = {}
+    for pid, proc in _below().items():
+        with contextlib.suppress(psutil.Error):
+            lines[pid] = (proc.ppid(), proc.cmdline())
+    return [pid for pid, (ppid, args) in lines.items()
+            if _runs(args, module) and not (ppid in lines and _runs(lines[ppid][1], module))]
 
 
 class _Stop:
@@ -114,7 +109,7 @@ class _Stop:
 
     def __call__(self, sig: int, frame=None) -> None:
         with self.lock:
-            pids = rank_pids(os.getpid(), self.ranks) if self.ranks else []
+            pids = _ranks(self.ranks) if self.ranks else []
             if not pids:
                 _kill_all()
                 return
@@ -133,15 +128,17 @@ class _Stop:
         self(signal.SIGTERM)
 
 
-def _kill_below() -> None:
-    for pid in processes_below(os.getpid()):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+def _kill_below(outside_group: bool = False) -> None:
+    for proc in _below().values():
+        with contextlib.suppress(psutil.Error, ProcessLookupError):
+            if not outside_group or os.getpgid(proc.pid) != os.getpgid(0):
+                proc.kill()
 
 
 def _kill_all() -> None:
-    """SIGKILL to every process below the tether, then to its group, itself included."""
-    _kill_below()
+    """SIGKILL to every process below the tether: those outside its group first, then the group, itself included,
+    at once (killed one by one, COMMAND could end first and the tether return its status)."""
+    _kill_below(outside_group=True)
     kill_group(0)
 
 
