@@ -195,7 +195,7 @@ def no_shm_left():
 
 def read_marker(ckpt_root: Path, tag: str) -> dict:
     """What a checkpoint's COMPLETE marker records: global_step, world_size, zero_stage."""
-    from xpt_ds.checkpoint.store import read_marker as read
+    from xpt_ds.checkpoint.tags import read_marker as read
     return read(Path(ckpt_root) / tag)
 
 

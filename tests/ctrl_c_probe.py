@@ -7,6 +7,7 @@ import sys
 
 from xpt_ds.cli import train
 from xpt_ds.checkpoint import store as checkpoint
+from xpt_ds.checkpoint.tags import tag_for
 from xpt_ds.training.trainer import Trainer
 
 
@@ -21,7 +22,7 @@ def main(argv: list[str]) -> int:
         return out
 
     def _save_frozen(frozen, tag_dir, rank):
-        if tag_dir.name == checkpoint.tag_for(at):
+        if tag_dir.name == tag_for(at):
             os.kill(os.getpid(), signal.SIGINT)  # the second: KeyboardInterrupt here, mid-save
         return save_frozen(frozen, tag_dir, rank)
 

@@ -7,7 +7,7 @@ tokenizer, which stock ``from_pretrained(OUT)`` loads. ``--tokenizer DIR`` copie
 earlier OUT) instead of converting the GGUF's: transformers 5.17 (the GPU machines' image) converts SmolLM2's
 GGUF tokenizer into another ``tokenizers`` pipeline than 5.24 does (byte fallback, another decoder), the same ids
 on text but another serialised backend, and the shards record that backend's digest
-(``xpt_ds.data.mlm._check_manifest_tokenizer``), so the session's source takes the tokenizer the payload's shards
+(``xpt_ds.data.manifest._check_manifest_tokenizer``), so the session's source takes the tokenizer the payload's shards
 were made with. Every run of a session then reads a plain directory
 instead of dequantizing the file again (seconds of CPU a run, with several runs starting at once), and the
 shards made with the tokenizer here (``xpt-data prepare --hf-tokenizer OUT``) match the one the runs read: the

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import REPO, base_config, launch, write_config
 from xpt_ds.checkpoint.export import load_checkpoint_fp32
-from xpt_ds.checkpoint.store import complete_tags, tag_for
+from xpt_ds.checkpoint.tags import complete_tags, tag_for
 
 
 def _retry_cfg(tmp_path, run, tiny_roberta, corpus):

@@ -12,7 +12,7 @@ from transformers import (AutoModel, AutoModelForMaskedLM, AutoModelForMultipleC
 
 from conftest import REPO, free_port, launch, run_main, write_config
 from saved_modes import assert_umask_modes
-from xpt_ds.checkpoint.store import tag_for
+from xpt_ds.checkpoint.tags import tag_for
 from xpt_ds.cli.export import main as export_main
 
 pytestmark = pytest.mark.multiproc

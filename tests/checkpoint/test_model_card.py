@@ -12,7 +12,7 @@ from huggingface_hub.utils import validate_repo_id
 
 from conftest import run_main
 from xpt_ds.checkpoint.model_card import EVALUATIONS, card_metadata, hub_id
-from xpt_ds.checkpoint.store import tag_for
+from xpt_ds.checkpoint.tags import tag_for
 from xpt_ds.embedding_init.context import summary
 from xpt_ds.cli.export import main as export_main
 

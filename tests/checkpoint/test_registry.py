@@ -8,7 +8,8 @@ import pytest
 from conftest import base_config, launch, write_config
 from xpt_ds.checkpoint import migrate
 from xpt_ds.checkpoint.registry import StateRegistry
-from xpt_ds.checkpoint.store import read_client_state, tag_for
+from xpt_ds.checkpoint.store import read_client_state
+from xpt_ds.checkpoint.tags import tag_for
 
 
 class Counter:
@@ -76,7 +77,7 @@ def test_an_older_runs_phase_end_is_read_through_the_migration(tmp_path):
     import torch
 
     from xpt_ds.checkpoint.phase_ends import PHASE_ENDS, load_phase_end, phase_end_files
-    from xpt_ds.checkpoint.store import CheckpointError
+    from xpt_ds.checkpoint.tags import CheckpointError
     from xpt_ds.checkpoint.values import state_digest
     base = tmp_path / PHASE_ENDS
     base.mkdir()

@@ -19,7 +19,7 @@ import torch
 
 from conftest import REPO, base_config, launch, read_marker, read_metrics, start_main, write_config
 from xpt_ds.checkpoint.export import load_checkpoint_fp32
-from xpt_ds.checkpoint.store import complete_tags, tag_for
+from xpt_ds.checkpoint.tags import complete_tags, tag_for
 
 pytestmark = pytest.mark.multiproc
 

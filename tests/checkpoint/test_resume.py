@@ -9,7 +9,7 @@ import yaml
 
 from conftest import config_only, launch, read_metrics, write_config
 from xpt_ds.checkpoint.export import load_checkpoint_fp32
-from xpt_ds.checkpoint.store import complete_tags, tag_for
+from xpt_ds.checkpoint.tags import complete_tags, tag_for
 
 pytestmark = pytest.mark.multiproc
 

@@ -196,7 +196,7 @@ def test_a_checkpoint_file_that_runs_code_is_refused(tmp_path, tiny_roberta, vic
 def test_a_refused_resume_from_an_older_tag_leaves_the_later_checkpoints_where_they_were(tmp_path, tiny_roberta):
     """``--resume TAG`` starts a new branch, which moves the later checkpoints aside, only once TAG has loaded: a
     refused one leaves ``resume: auto`` continuing from the newest, as before the attempt."""
-    from xpt_ds.checkpoint.store import complete_tags, tag_for
+    from xpt_ds.checkpoint.tags import complete_tags, tag_for
     tag_dir = _copy_old_checkpoint(tmp_path / "run")
     config = _old_config(tmp_path, tiny_roberta)
     assert launch(["--config", str(config)]).returncode == 0  # from step 2 to the end: steps 3, 4 and 5 saved

@@ -7,7 +7,8 @@ import pytest
 from data_builders import data_config
 
 from xpt_ds.config import ConfigError
-from xpt_ds.data.mlm import build_stream, expand_shards
+from xpt_ds.data.mlm import build_stream
+from xpt_ds.data.manifest import expand_shards
 from xpt_ds.data.shards import DataError, scan_shard
 from xpt_ds.data.tokenizer import build_tokenizer
 
@@ -30,7 +31,7 @@ def test_a_shard_named_by_path_is_checked_against_what_the_manifest_beside_it_re
     """Given by path or brace pattern, a shard its manifest lists gets the manifest's counts and sha256, as through
     MANIFEST:split (and the tokenizer check already): a changed byte is found; a copy no manifest lists is not."""
     import shutil
-    from xpt_ds.data.mlm import manifest_counts
+    from xpt_ds.data.manifest import manifest_counts
     data = tmp_path / "corpus"
     shutil.copytree(corpus, data)
     tok = build_tokenizer(str(data / "spm.model"))
@@ -56,7 +57,7 @@ def test_a_byte_changed_inside_a_manifest_shard_is_found_by_its_sha256(tmp_path,
     """A changed id that stays in the vocabulary and is no special id passes every other check (counts, tar, ids):
     the manifest's per-shard sha256 finds it; a manifest written before it (no shard_sha256) cannot."""
     import shutil
-    from xpt_ds.data.mlm import manifest_counts
+    from xpt_ds.data.manifest import manifest_counts
     from xpt_ds.io.digest import sha256_file
     data = tmp_path / "corpus"
     shutil.copytree(corpus, data)

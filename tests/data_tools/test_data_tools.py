@@ -68,7 +68,7 @@ def test_manifest_matches_the_reader_and_a_retokenization(tmp_path, synthetic):
 
 
 def test_manifest_is_accepted_by_the_trainer_loader(tmp_path, synthetic):
-    from xpt_ds.data.mlm import expand_shards
+    from xpt_ds.data.manifest import expand_shards
     from xpt_ds.data.tokenizer import build_tokenizer
     out = tmp_path / "out"
     _run(synthetic, out, family="bert")

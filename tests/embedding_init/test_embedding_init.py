@@ -433,7 +433,8 @@ def test_two_ranks_agree_and_report_is_saved(tmp_path, bert_source, target_bert)
     assert "embedding_init frequency_rank:" in out
     report = json.loads((tmp_path / "run/embedding_init.json").read_text())
     assert report["strategy"] == "frequency_rank" and report["special"] == 4
-    from xpt_ds.checkpoint.store import complete_tags, read_client_state
+    from xpt_ds.checkpoint.store import read_client_state
+    from xpt_ds.checkpoint.tags import complete_tags
     ckpt = tmp_path / "run/checkpoints"
     tags = complete_tags(ckpt)
     assert len(tags) == 2 and all(read_client_state(ckpt, t)["embedding_init"] == report for t in tags)

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from conftest import base_config, launch, write_config
-from xpt_ds.checkpoint.store import tag_for
+from xpt_ds.checkpoint.tags import tag_for
 from xpt_ds.cli.evaluate import main as evaluate_main
 from xpt_ds.cli.probe import main
 from xpt_ds.config import ConfigError

@@ -8,7 +8,7 @@ import numpy as np
 import sentencepiece as spm
 
 from xpt_ds.config import ModelConfig
-from xpt_ds.data.mlm import expand_shards
+from xpt_ds.data.manifest import expand_shards
 from xpt_ds.data.shards import DocReader, scan_shards
 from xpt_ds.data.tokenizer import build_tokenizer
 from xpt_ds.cli.evaluate import main as evaluate_main

@@ -24,7 +24,7 @@ from conftest import REPO, free_port, read_metrics
 from gpu_builders import ACCELERATOR, ON_CPU, STEPS, gpu_config, gpu_env, losses, report, train
 from trelm_builders import write_parallel
 from xpt_ds.checkpoint.export import load_checkpoint_fp32
-from xpt_ds.checkpoint.store import tag_for
+from xpt_ds.checkpoint.tags import tag_for
 from xpt_ds.model.objective import strip_prefix
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not (ON_CPU or torch.cuda.is_available()),

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import LONG_STEPS, REPO, base_config, free_port, long_config, read_metrics, write_config
 from launch_builders import two_nodes
-from xpt_ds.checkpoint.store import tag_for
+from xpt_ds.checkpoint.tags import tag_for
 
 pytestmark = pytest.mark.multiproc
 

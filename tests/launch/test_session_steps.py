@@ -89,8 +89,12 @@ def test_budget_run_inside_a_shell_function_and_with_nothing_left(tmp_path):
 def test_gpu_uagec_dry_run_says_what_each_sweep_would_do_and_writes_nothing(tmp_path, source_dir, corpus_bert):
     """``launch/gpu_uagec.sh OUT --dry-run`` (docs/testing.md's step 0 before a GPU session) on a payload of the
     test fixtures: the GPU's five sweeps say their plans (every run new here: 32 + 6 + 2 + 2 + 4) with the GPU's
-    settings, and OUT holds only what it held (no steps.tsv, logs, base configs or arm configs)."""
+    settings, and OUT holds only what it held (no steps.tsv, logs, base configs or arm configs). No interpreter
+    it starts imports torch, DeepSpeed or transformers (a dry run reads configs, manifests and label files), so
+    it says all this in seconds on any login node."""
     import hashlib
+    import os
+    import re
     import shutil
 
     import numpy as np
@@ -112,13 +116,18 @@ def test_gpu_uagec_dry_run_says_what_each_sweep_would_do_and_writes_nothing(tmp_
 
     before = files()
     proc = subprocess.run(["bash", str(REPO / "launch/gpu_uagec.sh"), str(out), "--dry-run", "--payload",
-                           str(payload.parent)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    said = proc.stdout.splitlines()
+                           str(payload.parent)], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPROFILEIMPORTTIME": "1"})  # every import: "import time: ..."
+    lines = (proc.stdout + proc.stderr).splitlines()  # a dry run's steps print "NAME: " and their stderr
+    imported = {m[1] for line in lines if (m := re.search(r"import time:.*\|\s*(\S+)\s*$", line))}
+    said = [line for line in proc.stdout.splitlines() if "import time:" not in line]
+    assert proc.returncode == 0, "\n".join(said)[-3000:] + proc.stderr[-3000:]
+    assert "xpt_ds.sweeps.plan" in imported  # the sweeps' imports are in the output
+    assert not imported & {"torch", "deepspeed", "transformers"}
     for sweep, runs in (("sweep_main", 32), ("sweep_init", 6), ("sweep_other_trelm", 2),
                         ("sweep_other_keep_vocab", 2), ("sweep_rewind", 4)):
         assert f"{sweep}: dry run: {runs} of {runs} runs would start; nothing was changed in {out / sweep[6:]}" \
-            in said, proc.stdout[-3000:]
+            in said, "\n".join(said)[-3000:]
     assert "sweep_main: would run scratch 600K seed 1: 6000 steps on 600,000 tokens" in said
     assert "sweep_rewind: would run xpt_rewind 75K seed 1: 6000 steps on 75,000 tokens" in said  # the two smallest
     assert not any(line.startswith("sweep_rewind: would run xpt_rewind 300K") for line in said)

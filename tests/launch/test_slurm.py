@@ -14,7 +14,7 @@ import pytest
 
 from conftest import LONG_STEPS, REPO, free_port, long_config, read_metrics, write_config
 from slurm.cluster import ENDED, ClusterUnavailable, SlurmCluster
-from xpt_ds.checkpoint.store import complete_tags
+from xpt_ds.checkpoint.tags import complete_tags
 
 pytestmark = pytest.mark.multiproc
 TOTAL_STEPS = 2 * LONG_STEPS

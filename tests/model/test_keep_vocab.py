@@ -15,7 +15,7 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer, BertConfig, BertFo
 
 from conftest import REPO, TINY, base_config, free_port, launch, run_main, write_config
 from xpt_ds.config import ConfigError, ModelConfig
-from xpt_ds.data.mlm import expand_shards
+from xpt_ds.data.manifest import expand_shards
 from xpt_ds.metrics.mlm import MLMStats, piece_chars
 from xpt_ds.data.tokenizer import build_hf_tokenizer, build_tokenizer, tokenizer_for
 

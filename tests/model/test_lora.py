@@ -30,7 +30,7 @@ from xpt_ds.config import (
     validate,
 )
 from xpt_ds.checkpoint.export import load_checkpoint_fp32, load_model
-from xpt_ds.checkpoint.store import tag_for
+from xpt_ds.checkpoint.tags import tag_for
 from xpt_ds.config.manager import from_dict
 from xpt_ds.data.tokenizer import build_tokenizer
 from xpt_ds.cli.export import main as export_main

@@ -17,7 +17,7 @@ from conftest import (LONG_STEPS, REPO, _command, base_config, free_port, launch
 from data_tools.pipeline.shards import write_shard
 from xpt_ds.checkpoint.branches import ABANDONED
 from xpt_ds.checkpoint.export import load_checkpoint_fp32
-from xpt_ds.checkpoint.store import complete_tags, tag_for
+from xpt_ds.checkpoint.tags import complete_tags, tag_for
 from xpt_ds.data.shards import DataError, scan_shard
 from xpt_ds.runtime.preemption import PREEMPTED_EXIT_CODE
 

@@ -10,7 +10,7 @@ import torch
 
 from conftest import LONG_STEPS, launch, long_config, rank_pids, read_metrics, start, write_config
 from xpt_ds.checkpoint.export import load_checkpoint_fp32
-from xpt_ds.checkpoint.store import complete_tags, tag_for
+from xpt_ds.checkpoint.tags import complete_tags, tag_for
 
 pytestmark = pytest.mark.multiproc
 END = 2 * LONG_STEPS
@@ -133,7 +133,7 @@ def test_a_second_ctrl_c_mid_save_stops_at_once_and_the_newest_complete_checkpoi
     line naming the newest complete checkpoint (step 2's), no traceback; status.json says 'interrupted' with that
     checkpoint; step 3's half-written tag does not count, so a resume ('auto') takes step 2's."""
     from conftest import base_config, run_main
-    from xpt_ds.checkpoint.store import MARKER, resolve_tag
+    from xpt_ds.checkpoint.tags import MARKER, resolve_tag
     from xpt_ds.runtime.preemption import INTERRUPT_LINE
     from xpt_ds.runtime.status import read_status
     run = tmp_path / "run"

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, base_config, run_main, write_config
-from xpt_ds.checkpoint.store import MARKER, tag_for
+from xpt_ds.checkpoint.tags import MARKER, tag_for
 from xpt_ds.runtime.status import describe, read_status, writer_identity
 
 

@@ -399,7 +399,7 @@ def test_a_trelm_graph_sweep_runs_resumes_and_skips(tmp_path, source_dir, corpus
     import shutil
     from trelm_builders import write_parallel
     from trelm_builders import three_phase_config
-    from xpt_ds.checkpoint.store import complete_tags
+    from xpt_ds.checkpoint.tags import complete_tags
     parallel, _ = write_parallel(tmp_path / "par", corpus_bert)
     config = three_phase_config(tmp_path / "base", source_dir, corpus_bert, english, parallel, every_steps=5)
     out = tmp_path / "sweep"

@@ -10,7 +10,7 @@ import shutil
 import yaml
 
 from sweep_builders import result_rows
-from xpt_ds.checkpoint.store import MARKER
+from xpt_ds.checkpoint.tags import MARKER
 from xpt_ds.config import load_config, to_dict
 from xpt_ds.cli.sweep import main, parse_args
 from xpt_ds.sweeps.plan import Run, build_plan

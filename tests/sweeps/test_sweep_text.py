@@ -182,7 +182,7 @@ def test_text_scored_otherwise_is_scored_again_on_request_only(decoder_base, tmp
     scored otherwise too; a sweep without --score-text keeps the rows' text scores. source_text.json the same
     way: kept with a warning, or with --rerun-changed set aside and scored again; one recorded without the dtype
     (scored before the source ran in float32) is scored otherwise."""
-    from xpt_ds.checkpoint.store import MARKER
+    from xpt_ds.checkpoint.tags import MARKER
     out = tmp_path / "sweep"
     base = ["--config", str(decoder_base["config"]), "--methods", "xpt", "--sizes", "200", "--out", str(out),
             "--test-shards", *decoder_base["test_shards"]]

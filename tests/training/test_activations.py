@@ -10,7 +10,7 @@ import torch
 
 from conftest import REPO, base_config, launch, read_metrics, write_config
 from xpt_ds.checkpoint.export import load_checkpoint_fp32
-from xpt_ds.checkpoint.store import tag_for
+from xpt_ds.checkpoint.tags import tag_for
 from xpt_ds.config import ConfigError, ModelConfig, TrainConfig, from_dict, validate
 from xpt_ds.data.tokenizer import build_tokenizer
 from xpt_ds.model.build import build_model

@@ -10,13 +10,8 @@ from conftest import base_config, launch, read_metrics, run_main, write_config
 
 from xpt_ds.config import ConfigError, load_config
 from xpt_ds.training.best import BestTracker
-from xpt_ds.checkpoint.store import (
-    NoBestError,
-    complete_tags,
-    read_client_state,
-    resolve_tag,
-    tag_for,
-)
+from xpt_ds.checkpoint.store import read_client_state
+from xpt_ds.checkpoint.tags import NoBestError, complete_tags, resolve_tag, tag_for
 
 
 def _best(run_dir) -> dict:

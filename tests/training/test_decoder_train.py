@@ -24,7 +24,7 @@ from decoder_builders import CLASSES, check_phase1, probe_ids, reused_of
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from xpt_ds.checkpoint.export import load_checkpoint_fp32, load_model
-from xpt_ds.checkpoint.store import complete_tags, tag_for
+from xpt_ds.checkpoint.tags import complete_tags, tag_for
 from xpt_ds.cli.evaluate import main as evaluate_main
 from xpt_ds.cli.export import main as export_main
 from xpt_ds.model.causal_lm import CausalLMObjective

@@ -9,7 +9,8 @@ import torch
 from conftest import REPO, base_config, launch, read_metrics, write_config
 
 from xpt_ds.checkpoint.export import load_checkpoint_fp32
-from xpt_ds.checkpoint.store import read_client_state, tag_for
+from xpt_ds.checkpoint.store import read_client_state
+from xpt_ds.checkpoint.tags import tag_for
 
 PHASE2_TRAINS = r"lm_head\.bias"  # phase 2 trains only this: every other weight ends where phase 2 started
 

@@ -8,7 +8,7 @@ import torch
 
 from conftest import read_metrics
 from xpt_ds.checkpoint.export import load_checkpoint_fp32
-from xpt_ds.checkpoint.store import tag_for
+from xpt_ds.checkpoint.tags import tag_for
 
 pytestmark = pytest.mark.multiproc
 

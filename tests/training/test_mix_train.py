@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from conftest import base_config, launch, read_metrics, write_config
-from xpt_ds.checkpoint.store import tag_for
+from xpt_ds.checkpoint.tags import tag_for
 from xpt_ds.cli.export import main as export_main
 from xpt_ds.data.mixture import Schedule, quotas
 

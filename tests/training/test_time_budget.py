@@ -6,7 +6,8 @@ import pytest
 import yaml
 from conftest import base_config, launch, read_metrics, write_config
 
-from xpt_ds.checkpoint.store import complete_tags, read_client_state, tag_for
+from xpt_ds.checkpoint.store import read_client_state
+from xpt_ds.checkpoint.tags import complete_tags, tag_for
 from xpt_ds.config import ConfigError, load_config
 from xpt_ds.training.state import TrainerState
 from xpt_ds.training.time_budget import phase_share, share_used

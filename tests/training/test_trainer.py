@@ -7,7 +7,8 @@ import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from conftest import REPO, base_config, launch, read_metrics, write_config
-from xpt_ds.checkpoint.store import complete_tags, read_client_state
+from xpt_ds.checkpoint.store import read_client_state
+from xpt_ds.checkpoint.tags import complete_tags
 from xpt_ds.config import PhaseConfig
 from xpt_ds.training.engine import lr_at
 

@@ -12,6 +12,7 @@ from transformers import BertForMaskedLM
 from conftest import SOURCE_VOCAB, base_config, launch, read_metrics, write_config
 from trelm_builders import build_trelm, trelm_skeleton, trelm_stream, trelm_train_config, write_parallel
 from xpt_ds.checkpoint import store as checkpoint
+from xpt_ds.checkpoint.tags import tag_for
 from xpt_ds.config import ConfigError, DataConfig, load_config
 from xpt_ds.data.tokenizer import build_tokenizer
 from xpt_ds.trelm.model import ENGLISH, TARGET, encode, halves, lm_logits
@@ -209,7 +210,7 @@ def test_trelm_trains_through_the_entry_point(tmp_path, source_dir, corpus_bert)
     assert all(np.isfinite(rows[s]["train/loss"]) for s in (1, 2, 3))
     assert np.isfinite(rows[3]["valid/loss"])
     assert rows[1]["train/loss"] > rows[3]["valid/loss"] + 3  # the CdLM term (~ln 200 untrained) is in the loss
-    client = checkpoint.read_client_state(tmp_path / "run/checkpoints", checkpoint.tag_for(3))
+    client = checkpoint.read_client_state(tmp_path / "run/checkpoints", tag_for(3))
     assert client["data"] == {"sequences": 3 * 2 * 2, "pairs": 3 * 2 * 2, "seq_len": 32}  # 3 steps x grad_accum 2 x 2 each
 
 

@@ -18,7 +18,7 @@ from conftest import SOURCE_VOCAB
 from trelm_builders import SHIPPED, build_trelm, three_phase_config, trelm_train_config, write_pairs, write_parallel
 from xpt_ds.checkpoint.export import load_checkpoint_fp32
 from xpt_ds.checkpoint.phase_ends import PHASE_ENDS
-from xpt_ds.checkpoint.store import tag_for
+from xpt_ds.checkpoint.tags import tag_for
 from xpt_ds.config import ConfigError, OptimConfig, load_config
 from xpt_ds.config.phase_checks import phase_objectives
 from xpt_ds.data.mlm import build_streams

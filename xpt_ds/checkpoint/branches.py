@@ -11,7 +11,8 @@ from pathlib import Path
 import deepspeed
 
 from xpt_ds.checkpoint.phase_ends import PHASE_ENDS, phase_end_files
-from xpt_ds.checkpoint.store import complete_tags, fsync_dir, read_marker
+from xpt_ds.checkpoint.store import fsync_dir
+from xpt_ds.checkpoint.tags import complete_tags, read_marker
 
 log = logging.getLogger(__name__)
 

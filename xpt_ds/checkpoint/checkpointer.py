@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from xpt_ds.checkpoint import migrate, store
+from xpt_ds.checkpoint import migrate, store, tags
 from xpt_ds.checkpoint.registry import StateRegistry
 from xpt_ds.checkpoint.rng import RNGState
 from xpt_ds.checkpoint.universal import drop_converted
@@ -39,7 +39,7 @@ class Checkpointer:
 
     def resume_point(self, resume: str) -> tuple[str | None, dict | None]:
         """(the tag ``checkpoint.resume`` names, its client state in today's layout), or (None, None)."""
-        tag = store.resolve_tag(self.root, resume, "--resume", ("auto", "none"))
+        tag = tags.resolve_tag(self.root, resume, "--resume", ("auto", "none"))
         if tag is None:
             return None, None
         return tag, migrate.client_state(store.read_client_state(self.root, tag, self.allow_pickle))
@@ -56,22 +56,22 @@ class Checkpointer:
         return values
 
     def save(self, engine, frozen, global_step: int) -> str:
-        tag = store.tag_for(global_step)
+        tag = tags.tag_for(global_step)
         store.save(engine, self.root, tag, self.registry.client_state(), frozen, self.hf_config, self.tokenizer,
                    rank_state=self.registry.rank_state())
         self.last_saved = tag
         return tag
 
     def saved_at(self, global_step: int) -> bool:
-        return self.last_saved == store.tag_for(global_step)
+        return self.last_saved == tags.tag_for(global_step)
 
     def prune(self, protected: str | None) -> None:
         """Rank 0, after a complete save: what keep_last and incomplete saves leave behind, and the universal copies
         of older checkpoints (``xpt_ds.checkpoint.universal``)."""
-        for old in store.prune(self.root, self.keep_last, protected):
+        for old in tags.prune(self.root, self.keep_last, protected):
             log.info("deleted checkpoint %s (keep_last=%d)", old, self.keep_last)
         for tag, size in drop_converted(self.root):
             log.info("deleted the universal copy of checkpoint %s (%.2f GB): a resume from it at another scale "
                      "converts it again", tag, size / 1e9)
-        for old in store.remove_incomplete(self.root):
+        for old in tags.remove_incomplete(self.root):
             log.info("deleted incomplete checkpoint %s", old)

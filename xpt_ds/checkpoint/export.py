@@ -33,7 +33,7 @@ import torch
 from torch import nn
 from transformers import AutoConfig
 
-from xpt_ds.checkpoint import store, tag_checks
+from xpt_ds.checkpoint import store, tag_checks, tags
 from xpt_ds.checkpoint.model_card import CARD, build_card, write_card
 from xpt_ds.checkpoint.values import CheckpointValues
 from xpt_ds.config import MASKING_KEYS, read_checkpoint_config
@@ -71,19 +71,19 @@ def checkpoint_config(run_dir: Path, tag: str | None = None):
     if not run_dir.is_dir():
         raise FileNotFoundError(f"no such run directory: {run_dir}")
     ckpt_root = run_dir / "checkpoints"
-    tag = store.resolve_tag(ckpt_root, tag or "auto")
+    tag = tags.resolve_tag(ckpt_root, tag or "auto")
     if tag is None:
         raise FileNotFoundError(f"no complete checkpoint in {ckpt_root}")
     tag_dir = ckpt_root / tag
     config = tag_dir / "hf_config" / "config.json"  # the target model's config, which a save writes for this
     if not config.is_file():
-        raise store.CheckpointError(f"checkpoint {tag_dir} has no hf_config/config.json, the target model's "
+        raise tags.CheckpointError(f"checkpoint {tag_dir} has no hf_config/config.json, the target model's "
                                          "config the export and evaluate build from (copy it from another "
                                          "checkpoint of the run: every one holds the same)")
     try:
         return tag_dir, AutoConfig.from_pretrained(config.parent, trust_remote_code=False)
     except (OSError, ValueError) as e:
-        raise store.CheckpointError(f"checkpoint {tag_dir}: cannot read {config} ({first_line(e)})") from None
+        raise tags.CheckpointError(f"checkpoint {tag_dir}: cannot read {config} ({first_line(e)})") from None
 
 
 def load_model(run_dir: Path, tag: str | None = None, allow_pickle: bool = False):

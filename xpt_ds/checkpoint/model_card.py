@@ -19,7 +19,7 @@ import json
 import os
 from pathlib import Path
 
-from xpt_ds.checkpoint.store import read_marker
+from xpt_ds.checkpoint.tags import read_marker
 from xpt_ds.config import TrainConfig, read_checkpoint_config
 from xpt_ds.config.manager import config_yaml
 from xpt_ds.config.methods import METHODS

@@ -12,7 +12,8 @@ import deepspeed
 import torch
 
 from xpt_ds.checkpoint.migrate import older_phase_end, older_phase_end_file
-from xpt_ds.checkpoint.store import CheckpointError, _peer_failed, _write_error, agree, fsync_dir
+from xpt_ds.checkpoint.store import _peer_failed, _write_error, agree, fsync_dir
+from xpt_ds.checkpoint.tags import CheckpointError
 from xpt_ds.checkpoint.values import ValueFile, state_digest, write_values
 
 PHASE_ENDS = "phase_ends"

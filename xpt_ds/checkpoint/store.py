@@ -13,8 +13,8 @@ Layout of ``RUN_DIR/checkpoints/TAG/``:
 - ``hf_config/``: the target model's HF config (export builds the skeleton from it); beside it ``spm.model``,
   the target tokenizer (a keep_vocab run: the source's tokenizer files in ``hf_tokenizer/``);
 - ``COMPLETE``: written by rank 0 after a barrier, last; it records the step, world size and ZeRO stage.
-  A tag without it does not count. DeepSpeed's ``latest`` file is not written (``save_latest=False``) and
-  never trusted;
+  A tag without it does not count (``xpt_ds.checkpoint.tags``: the marker, tag names, ``best``). DeepSpeed's
+  ``latest`` file is not written (``save_latest=False``) and never trusted;
 - ``universal/``: made on demand when a run resumes at another world size or ZeRO stage (DeepSpeed's
   ``ds_to_universal``, one folder per parameter; ``xpt_ds.checkpoint.universal``); rebuilt if a conversion was
   interrupted, deleted once a newer checkpoint is complete.
@@ -45,23 +45,15 @@ import torch
 from xpt_ds.checkpoint.frozen import FrozenWeights
 from xpt_ds.checkpoint.migrate import FROZEN, frozen_file
 from xpt_ds.checkpoint.rng import rng_state
+from xpt_ds.checkpoint.tags import MARKER, CheckpointError, complete_tags
 from xpt_ds.checkpoint.values import ValueFile, write_values
 from xpt_ds.config import TrainConfig, read_checkpoint_config
 from xpt_ds.data.tokenizer import HF_TOKENIZER_DIR, copy_hf_tokenizer
-from xpt_ds.errors import UserError, first_line
+from xpt_ds.errors import first_line
 from xpt_ds.io.paths import unwritable
 from xpt_ds.io.trust import UntrustedError, load_plain
 
-MARKER = "COMPLETE"
 log = logging.getLogger(__name__)
-
-
-class CheckpointError(UserError, RuntimeError):
-    """A checkpoint could not be written or read; the message names the path and the cause."""
-
-
-def tag_for(global_step: int) -> str:
-    return f"global_step{global_step:09d}"
 
 
 def _atomic_torch_save(obj, path: Path) -> None:
@@ -235,116 +227,6 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def prune(ckpt_root: Path, keep_last: int, protected: str | None = None) -> list[str]:
-    """Delete all but the newest ``keep_last`` complete checkpoints (rank 0), never ``protected`` (the run's best,
-    checkpoint.keep_best). The marker goes first, so an interrupted delete leaves an incomplete directory, never a
-    'complete' one with files missing."""
-    tags = complete_tags(ckpt_root)
-    doomed = [t for t in tags[:-keep_last] if t != protected] if keep_last > 0 else []
-    for tag in doomed:
-        (ckpt_root / tag / MARKER).unlink()
-        shutil.rmtree(ckpt_root / tag)
-    return doomed
-
-
-def remove_incomplete(ckpt_root: Path) -> list[str]:
-    """Delete checkpoint directories without a marker (left by a crash or a failed save). Rank 0, only
-    between saves."""
-    doomed = sorted(d.name for d in ckpt_root.glob("global_step*") if d.is_dir() and not (d / MARKER).is_file())
-    for name in doomed:
-        shutil.rmtree(ckpt_root / name, ignore_errors=True)
-    return doomed
-
-
-def read_marker(tag_dir: Path) -> dict:
-    """A tag's ``COMPLETE`` record (global_step, and since 2026-11 world_size and zero_stage). A marker a save
-    did not write (it writes it whole, atomically: an emptied or cut file, a sync gone wrong) is a one-line error
-    naming it; nothing is deleted, since the tag's other files may be intact."""
-    path = tag_dir / MARKER
-    try:
-        record = json.loads(path.read_text())
-        if not isinstance(record, dict) or not isinstance(record.get("global_step"), int):
-            raise ValueError(f"no integer global_step in {record!r:.60}")
-    except (ValueError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"checkpoint {tag_dir.name}: {path} is not the record a save writes ({e}); if the "
-                              "tag is otherwise whole, rewrite it as {\"global_step\": STEP}, else move the tag "
-                              "out of the run's checkpoints/") from None
-    return record
-
-
-def complete_tags(ckpt_root: Path) -> list[str]:
-    """Complete checkpoint tags, oldest first."""
-    if not ckpt_root.is_dir():
-        return []
-    tags = [d for d in ckpt_root.iterdir() if (d / MARKER).is_file()]
-    return [d.name for d in sorted(tags, key=lambda d: read_marker(d)["global_step"])]
-
-
-BEST_FILE = "best.json"  # RUN_DIR/best.json: the run's best checkpoint (xpt_ds.training.best)
-
-
-class NoBestError(CheckpointError):
-    """The tag name ``best`` was asked for, but the run records no best checkpoint."""
-
-
-def read_best(run_dir: Path) -> str:
-    """The tag ``RUN_DIR/best.json`` records; a one-line error naming the run if there is none."""
-    path = Path(run_dir) / BEST_FILE
-    if not path.is_file():
-        raise NoBestError(f"run {run_dir} records no best checkpoint ({path} is missing: checkpoint.keep_best "
-                          f"was off, or no validation pass has run)")
-    return json.loads(path.read_text())["tag"]
-
-
-class UnknownTag(CheckpointError):
-    """A tag asked for (``--resume``, ``--tag``) that is not a complete checkpoint of the run."""
-
-
-def _choices(ckpt_root: Path, tags: list[str], names: tuple[str, ...]) -> str:
-    """What a tag argument may be: ``names``, 'best' when the run records one, its complete tags (newest first,
-    the 6 newest of many)."""
-    names += ("best",) if (ckpt_root.parent / BEST_FILE).is_file() else ()
-    newest = tags[::-1][:6] + ([f"... ({len(tags) - 6} older)"] if len(tags) > 6 else [])
-    return ", ".join(names) + (f", or a complete checkpoint: {', '.join(newest)}" if tags else
-                               " (the run has no complete checkpoint)")
-
-
-def resolve_tag(ckpt_root: Path, resume: str, flag: str = "--tag", names: tuple[str, ...] = ("auto",)) -> str | None:
-    """'none' -> None; 'auto' -> newest complete tag or None; 'best' -> the run's best (``RUN_DIR/best.json``,
-    written with checkpoint.keep_best); else the tag, which must be complete. Any other value is an UnknownTag (a
-    NoBestError for 'best' without one) naming ``flag``, the value and what it may be (``names`` and the tags)."""
-    if resume == "none":
-        return None
-    tags = complete_tags(ckpt_root)
-    if resume == "auto":
-        return tags[-1] if tags else None
-    asked = resume
-    if resume == "best":
-        try:
-            resume = read_best(ckpt_root.parent)
-        except NoBestError as e:
-            raise NoBestError(f"{flag} best: {e}; valid: {_choices(ckpt_root, tags, names)}") from None
-    if resume not in tags:
-        half = " (an incomplete save: no COMPLETE marker)" if (ckpt_root / resume).is_dir() else ""
-        value = f"best ({BEST_FILE}'s {resume})" if asked == "best" else f"'{resume}'"
-        raise UnknownTag(f"{flag} {value} is not a complete checkpoint of run {ckpt_root.parent}{half}; valid: "
-                         f"{_choices(ckpt_root, tags, names)}")
-    return resume
-
-
-def bad_resume(cfg: TrainConfig) -> str | None:
-    """Why ``cfg.checkpoint.resume`` (``--resume``) names no checkpoint of the run, or None: checked before the
-    run directory is locked or written, so a mistyped tag leaves a run (its status.json too) as it was. A marker
-    that cannot be read is left to the trainer's checks, which report it as the run's failure."""
-    try:
-        resolve_tag(Path(cfg.run_dir) / "checkpoints", cfg.checkpoint.resume, "--resume", ("auto", "none"))
-    except (UnknownTag, NoBestError) as e:
-        return str(e)
-    except CheckpointError:  # an unreadable marker: the trainer's own checks report it
-        return None
-    return None
 
 
 def read_client_state(ckpt_root: Path, tag: str, allow_pickle: bool = False) -> dict:

@@ -10,7 +10,8 @@ from pathlib import Path
 import deepspeed
 
 from xpt_ds.checkpoint import migrate
-from xpt_ds.checkpoint.store import MARKER, CheckpointError, agree, read_marker
+from xpt_ds.checkpoint.store import agree
+from xpt_ds.checkpoint.tags import MARKER, CheckpointError, read_marker
 from xpt_ds.config import ConfigError
 from xpt_ds.errors import first_line
 from xpt_ds.io.trust import UntrustedError, check_plain

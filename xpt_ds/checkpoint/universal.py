@@ -25,7 +25,7 @@ from pathlib import Path
 import deepspeed
 import psutil
 
-from xpt_ds.checkpoint.store import CheckpointError, complete_tags
+from xpt_ds.checkpoint.tags import CheckpointError, complete_tags
 from xpt_ds.config import ConfigError
 from xpt_ds.runtime.distributed import rank0_alone
 from xpt_ds.runtime.tether import kill_group, tethered

@@ -81,7 +81,7 @@ def _run(cfg) -> int:
     with collector.importing():  # no collector passes over the imports, frozen after (xpt_ds.runtime.collector)
         import deepspeed
 
-        from xpt_ds.checkpoint.store import bad_resume
+        from xpt_ds.checkpoint.tags import bad_resume
         from xpt_ds.runtime.distributed import init_distributed, lost_peer, lost_peer_line
         from xpt_ds.runtime.preemption import PREEMPTED_EXIT_CODE, Preempted
         from xpt_ds.runtime.run_lock import claim_run

@@ -59,7 +59,7 @@ def count_pieces(shards: list[str], tok: TargetTokenizer, on_corrupt: str = "fai
                  ) -> tuple[np.ndarray, int, list[str]]:
     """(int64 [vocab] occurrences of each id, the documents counted, the shards skipped as corrupt under
     ``on_corrupt='skip'``) over ``shards``."""
-    from xpt_ds.data.mlm import expand_shards
+    from xpt_ds.data.manifest import expand_shards
     from xpt_ds.data.shards import DataError, DocReader, scan_shards
 
     indexes, skipped = scan_shards(expand_shards(shards, tok), on_corrupt, vocab=(tok.vocab_size, tok.path),

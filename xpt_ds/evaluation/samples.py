@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from xpt_ds.data.mlm import expand_shards
+from xpt_ds.data.manifest import expand_shards
 from xpt_ds.data.shards import DocReader, scan_shards
 from xpt_ds.data.tokenizer import TargetTokenizer
 

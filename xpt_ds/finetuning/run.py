@@ -17,8 +17,7 @@ import torch
 
 from xpt_ds.data.tokenizer import check_vocabulary, model_tokenizer
 from xpt_ds.finetuning.config import ADAM_BETAS, ADAM_EPS, OFFSET_POSITIONS, FinetuneConfig, validate
-from xpt_ds.finetuning.data import (Encoded, FinetuneError, build_labels, collate, encode, label_ids,
-                                    pair_separator, read_examples, template_separator)
+from xpt_ds.finetuning.data import Encoded, FinetuneError, collate, encode, pair_separator, template_separator
 from xpt_ds.finetuning.metrics import (
     classification_metrics,
     entity_metrics,
@@ -30,8 +29,9 @@ from xpt_ds.finetuning.metrics import (
 )
 from xpt_ds.finetuning.lora import check_lora, with_lora, without_lora
 from xpt_ds.finetuning.precision import autocast, frozen_bases_in_bf16, uses_autocast
-from xpt_ds.finetuning.relation import encode_relations, marker_tokens, read_relation_examples, relation_labels
+from xpt_ds.finetuning.relation import encode_relations, marker_tokens
 from xpt_ds.finetuning.snapshot import BestWeights
+from xpt_ds.finetuning.splits import read_splits
 from xpt_ds.finetuning.relation_model import (
     RelationClassifier,
     add_marker_tokens,
@@ -85,20 +85,6 @@ def _max_length(cfg: FinetuneConfig, config_dict: dict, tokenizer) -> int:
         offset = config_dict.get("pad_token_id", 1) + 1 if config_dict.get("model_type") in OFFSET_POSITIONS else 0
         limit = min(limit, config_dict["max_position_embeddings"] - offset)
     return limit
-
-
-def read_splits(cfg: FinetuneConfig) -> tuple[dict, list, dict]:
-    """(examples, labels, label ids) of every split file, each checked (columns, labels the training file lacks,
-    ...): no model needed, so a sweep checks its fine-tuning files before its first run trains."""
-    cols, files = cfg.columns(), {"train": cfg.train, "valid": cfg.valid, "test": cfg.test}
-    if cfg.task == "relation":
-        examples = {name: read_relation_examples(path, f"--{name}", cfg.label_column)
-                    for name, path in files.items() if path}
-        labels = relation_labels(examples["train"], cfg.no_relation_label, cfg.train)
-    else:
-        examples = {name: read_examples(path, f"--{name}", cfg.task, cols) for name, path in files.items() if path}
-        labels = build_labels(examples["train"], cfg.task, cfg.train)
-    return examples, labels, {name: label_ids(exs, labels, cfg.task) for name, exs in examples.items()}
 
 
 def pad_with(tokenizer, causal: bool, model: str) -> int:

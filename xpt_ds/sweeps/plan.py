@@ -332,7 +332,7 @@ def build_plan(a: argparse.Namespace, configs: Path | None = None) -> Plan:
             mask_seed = cfg.data.seed if mask_seed is None else mask_seed
     if not test_shards:
         raise ConfigError("no test shards: give --test-shards or set data.valid_shards in the base config")
-    from xpt_ds.data.mlm import expand_shards
+    from xpt_ds.data.manifest import expand_shards
     expand_shards([*test_shards, *a.unigram])  # that they exist (each run's evaluate checks their tokenizer)
     # Every run is scored on the same masks (the base config's data.seed), whatever seed it trained with.
     evaluate_args = ["--batch-size", str(a.eval_batch_size), "--max-batches", str(a.eval_max_batches),
@@ -415,7 +415,7 @@ def check_finetune(args: list[str]) -> None:
     a missing file or label column), now: not after the first run has trained."""
     from xpt_ds.finetuning.config import parse_flags, validate
     from xpt_ds.finetuning.data import FinetuneError
-    from xpt_ds.finetuning.run import read_splits
+    from xpt_ds.finetuning.splits import read_splits
     try:
         cfg = parse_flags([*args, "--model", "(each run's export)", "--out", "(each run's finetune/)"])
         validate(cfg)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from xpt_ds.checkpoint.store import complete_tags
+from xpt_ds.checkpoint.tags import complete_tags
 from xpt_ds.config import ConfigError, load_config, read_checkpoint_config, to_dict
 from xpt_ds.io.paths import write_text_atomic
 from xpt_ds.sweeps.plan import Plan, Run

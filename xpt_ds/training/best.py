@@ -28,7 +28,7 @@ from pathlib import Path
 import deepspeed
 import torch
 
-from xpt_ds.checkpoint.store import BEST_FILE, tag_for
+from xpt_ds.checkpoint.tags import BEST_FILE, tag_for
 from xpt_ds.io.paths import write_text_atomic
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ import deepspeed
 import torch
 
 from xpt_ds.checkpoint.checkpointer import Checkpointer
-from xpt_ds.checkpoint.store import tag_for
+from xpt_ds.checkpoint.tags import tag_for
 from xpt_ds.config import TrainConfig
 from xpt_ds.config.phase_checks import phase_objectives
 from xpt_ds.metrics.logger import LogWindow
