@@ -73,66 +73,6 @@ enter_repo() {
   cd "$REPO" || exit
 }
 
-# child_pids PID: the direct children of PID, read from /proc (procps' ps is missing from slim images, and without
-# it no signal reached the ranks).
-child_pids() {
-  local stat line fields
-  for stat in /proc/[0-9]*/stat; do
-    read -r line 2>/dev/null <"$stat" || continue
-    read -ra fields <<<"${line##*) }"  # after the command name, which may hold spaces and parentheses: state, ppid
-    [[ "${fields[1]:-}" == "$1" ]] && echo "${stat//[^0-9]/}"
-  done
-  return 0
-}
-
-# The process ids of the training ranks (`python -m xpt_ds.cli.train`, and their forked DataLoader workers, which
-# ignore stop signals) below process PID.
-rank_pids() {
-  local p
-  for p in $(child_pids "$1"); do
-    if tr '\0' '\n' <"/proc/$p/cmdline" 2>/dev/null |
-       awk 'prev == "-m" && $0 == "xpt_ds.cli.train" {found = 1} {prev = $0} END {exit !found}'; then
-      echo "$p"
-    fi
-    rank_pids "$p"
-  done
-}
-
-# run_in_repo_forwarding COMMAND...: enter_repo, print the command, run it in a session of its own and pass
-# each stop signal this script gets (TERM, USR1, INT; HUP as TERM) to the training ranks, once; exit with the
-# command's status. For the deepspeed launcher on one node, which dies of a SIGTERM and leaves its ranks
-# training (a container's PID 1 or `kill PID` signals the script alone); a signal to the script's whole process
-# group reaches the ranks once too, through this script, so a Ctrl-C is still one Ctrl-C. A signal that comes
-# before the launcher has started its ranks waits for them.
-run_in_repo_forwarding() {
-  enter_repo
-  echo "+ (cd $REPO &&$(printf ' %q' "$@"))" >&2
-  [[ "${DRY_RUN:-0}" == 1 ]] && exit 0
-  # a script's background job starts with SIGINT ignored, and the ranks would inherit that: undo it
-  ( trap - INT QUIT; exec setsid "$@" ) &
-  local child=$! pending="" pids sig rc=0
-  for sig in TERM USR1 INT; do
-    # shellcheck disable=SC2064  # the signal name is fixed now
-    trap "pending+=' $sig'" "$sig"
-  done
-  trap "pending+=' TERM'" HUP
-  while kill -0 "$child" 2>/dev/null; do  # bash reaps the child when it ends: then kill -0 fails
-    if [[ -n "$pending" ]]; then
-      pids="$(rank_pids "$child")" || true
-      if [[ -n "$pids" ]]; then
-        for sig in $pending; do
-          # shellcheck disable=SC2086  # one word per pid
-          kill -"$sig" $pids 2>/dev/null || true
-        done
-        pending=""
-      fi
-    fi
-    sleep 0.2 || true  # a Ctrl-C to this script's group ends the sleep too: not the script (set -e)
-  done
-  wait "$child" || rc=$?
-  exit "$rc"
-}
-
 # exec_in_repo COMMAND...: enter_repo, print the command to stderr, then exec it (with DRY_RUN=1: exit 0).
 exec_in_repo() {
   enter_repo

@@ -19,6 +19,8 @@
 #   LAUNCHER_ARGS   extra `deepspeed` launcher flags, space-separated (e.g. "--bind_cores_to_rank")
 #   PYTHON          interpreter (default: python); DEEPSPEED: launcher (default: deepspeed on PATH, else
 #                   `$PYTHON -m deepspeed.launcher.runner`)
+#   STOP_GRACE_S    seconds the ranks have to checkpoint after the first stop signal (or this script's death)
+#                   before what is left of the job is killed (default 1800)
 #   DRY_RUN=1       print the command instead of running it
 #
 # example (CPU): DS_ACCELERATOR=cpu NUM_GPUS=2 CONFIG=launch/configs/demo.yaml bash launch/single_node.sh
@@ -84,7 +86,9 @@ else
   devices=(--num_gpus "$NUM_GPUS")
 fi
 
-# The deepspeed runner dies of a SIGTERM on one node and its launch.py of a SIGUSR1, leaving the ranks behind:
-# the script passes stop signals to the ranks itself (lib.sh).
-run_in_repo_forwarding "${launcher[@]}" "${devices[@]}" --master_port "$MASTER_PORT" "${extra[@]}" \
+# The deepspeed runner dies of a SIGTERM on one node and its launch.py of a SIGUSR1, leaving the ranks behind: the
+# launcher runs under xpt_ds.runtime.launch_guard (this script's pid), which passes each stop signal to the ranks
+# and stops them as for a SIGTERM if it is killed itself (kill -9 included).
+exec_in_repo "$PYTHON" -m xpt_ds.runtime.launch_guard --grace "${STOP_GRACE_S:-1800}" -- \
+  "${launcher[@]}" "${devices[@]}" --master_port "$MASTER_PORT" "${extra[@]}" \
   --module xpt_ds.cli.train --config "$CONFIG" "${overrides[@]}"

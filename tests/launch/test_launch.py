@@ -48,27 +48,21 @@ def test_a_torchrun_node_whose_master_never_starts_says_what_it_waits_for_and_gi
         "multi_node.sh: RDZV_TIMEOUT must be a positive number of seconds, got 'soon'", bad.stderr
 
 
-def _start_single_node(tmp_path, tiny_roberta, corpus, no_ps: bool = False) -> tuple[Path, subprocess.Popen]:
+def _start_single_node(tmp_path, tiny_roberta, corpus) -> tuple[Path, subprocess.Popen]:
     """launch/single_node.sh with 2 ranks (the deepspeed launcher) on a long run (config tmp_path/c.yaml, output
-    in tmp_path/job.log), in a process group of its own: (run directory, the script's process). ``no_ps``: a ``ps``
-    that fails comes first in PATH, as in an image without procps."""
+    in tmp_path/job.log), in a process group of its own: (run directory, the script's process)."""
     run = tmp_path / "run"
     cfg = write_config(tmp_path / "c.yaml", long_config(run, tiny_roberta, corpus, every=0))
     env = {**os.environ, "DS_ACCELERATOR": "cpu", "NUM_GPUS": "2", "OMP_NUM_THREADS": "1", "CONFIG": str(cfg),
            "MASTER_PORT": str(free_port())}
-    if no_ps:
-        (tmp_path / "bin").mkdir()
-        (tmp_path / "bin/ps").write_text("#!/bin/sh\necho 'ps: not installed' >&2\nexit 127\n")
-        (tmp_path / "bin/ps").chmod(0o755)
-        env["PATH"] = f"{tmp_path / 'bin'}:{env['PATH']}"
     with open(tmp_path / "job.log", "w") as log:
         return run, subprocess.Popen(["bash", str(REPO / "launch/single_node.sh")], env=env, cwd=tmp_path,
                                      stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def _single_node(tmp_path, tiny_roberta, corpus, no_ps: bool = False):
+def _single_node(tmp_path, tiny_roberta, corpus):
     """``_start_single_node``, once the run has trained a few steps."""
-    run, script = _start_single_node(tmp_path, tiny_roberta, corpus, no_ps)
+    run, script = _start_single_node(tmp_path, tiny_roberta, corpus)
     deadline = time.time() + 300
     while not (run / "metrics.jsonl").exists() or max(read_metrics(run), default=0) < 3:
         assert script.poll() is None and time.time() < deadline, (tmp_path / "job.log").read_text()[-3000:]
@@ -76,46 +70,49 @@ def _single_node(tmp_path, tiny_roberta, corpus, no_ps: bool = False):
     return run, script
 
 
-# The script reads /proc and never runs ps: TERM runs with a failing ps first in PATH, which covers an image without
-# procps (where it once found no ranks) and the TERM path in one job ("TERM to the script alone" with ps installed
-# ran the same script lines again: 24 CPU-s of the 2-core CI machine's suite).
-@pytest.mark.parametrize("how", ["TERM to the script alone, no ps", "INT to its process group"])
+def _left(config: Path, timeout: float = 1.0) -> str:
+    """The job's processes (launcher, ranks) still running ``timeout`` seconds from now, if any."""
+    deadline = time.time() + timeout
+    while True:
+        left = subprocess.run(["pgrep", "-af", f"xpt_ds.cli.train.*{config}"], capture_output=True, text=True).stdout
+        if not left or time.time() > deadline:
+            return left
+        time.sleep(0.2)
+
+
+@pytest.mark.parametrize("how", ["TERM to the script alone", "INT to its process group", "KILL to the script alone"])
 def test_single_node_passes_a_stop_signal_to_its_ranks_once(tmp_path, tiny_roberta, corpus, how):
     """The deepspeed runner dies of a SIGTERM on one node and leaves its ranks training (a container's PID 1, or
     `kill PID`): single_node.sh passes the signal on, so the job checkpoints and exits 124 with nothing left
     running. A Ctrl-C (INT to the whole foreground group) reaches the ranks once: a checkpoint and 130, not the
-    second Ctrl-C's stop without one. The script finds the ranks in /proc: an image without procps' ps (it found
-    them with ps, and then no signal reached them) works the same."""
-    run, script = _single_node(tmp_path, tiny_roberta, corpus, no_ps=how.endswith("no ps"))
-    if how.startswith("TERM"):
-        os.kill(script.pid, signal.SIGTERM)
-    else:
-        os.killpg(script.pid, signal.SIGINT)
+    second Ctrl-C's stop without one. A `kill -9` of the script (it execs xpt_ds.runtime.launch_guard) left the
+    ranks training: they now stop as for a SIGTERM, with a checkpoint."""
+    run, script = _single_node(tmp_path, tiny_roberta, corpus)
+    sig, state, want = {"TERM": (signal.SIGTERM, "preempted", 124), "INT ": (signal.SIGINT, "interrupted", 130),
+                        "KILL": (signal.SIGKILL, "preempted", -signal.SIGKILL)}[how[:4]]
+    (os.killpg if how.endswith("group") else os.kill)(script.pid, sig)
     code = script.wait(timeout=300)
+    left = _left(tmp_path / "c.yaml", timeout=300 if sig == signal.SIGKILL else 1)  # killed: they checkpoint on
     out = (tmp_path / "job.log").read_text()
     status = json.loads((run / "status.json").read_text())
-    state, want = ("preempted", 124) if how.startswith("TERM") else ("interrupted", 130)
-    assert code == want and status["state"] == state, (code, out[-3000:])
+    assert code == want and status["state"] == state, (code, status, out[-3000:])
     assert status["last_complete_checkpoint"] == tag_for(status["global_step"])
     assert status["global_step"] < 2 * LONG_STEPS
-    time.sleep(1)
-    left = subprocess.run(["pgrep", "-f", f"xpt_ds.cli.train.*{run.parent / 'c.yaml'}"], capture_output=True, text=True)
-    assert left.stdout == "", f"processes still running: {left.stdout}"
+    assert left == "", f"processes still running: {left}"
 
 
 def test_single_node_stops_on_a_ctrl_c_before_its_ranks_are_up(tmp_path, tiny_roberta, corpus):
     """A script's background job starts with SIGINT ignored; the ranks inherited that, so a Ctrl-C during the
     imports, the rendezvous and the model build did nothing until the trainer's own handler was in place. A Ctrl-C
-    that comes before the launcher has started any rank waits for them: the job stops, and nothing trains."""
+    that comes before the launcher has started any rank stops the job at once: nothing trains."""
     run, script = _start_single_node(tmp_path, tiny_roberta, corpus)
     time.sleep(0.5)  # the launcher is starting: no rank yet
     os.killpg(script.pid, signal.SIGINT)
     code = script.wait(timeout=300)
     out = (tmp_path / "job.log").read_text()
     assert code != 0 and not (run / "metrics.jsonl").exists(), (code, out[-3000:])
-    time.sleep(1)
-    left = subprocess.run(["pgrep", "-f", f"xpt_ds.cli.train.*{tmp_path / 'c.yaml'}"], capture_output=True, text=True)
-    assert left.stdout == "", f"processes still running: {left.stdout}"
+    left = _left(tmp_path / "c.yaml")
+    assert left == "", f"processes still running: {left}"
 
 
 @pytest.mark.parametrize("hostfile,num_gpus,error", [
