@@ -7,8 +7,8 @@ import torch
 from conftest import write_shard
 from data_builders import BIG_VOCAB, data_config, original_ids
 from xpt_ds.config import ConfigError, DataConfig
-from xpt_ds.data.mlm import MLMBatchStream, MLMMasker, build_stream, build_streams, shuffle_buffer
 from xpt_ds.data.manifest import expand_shards
+from xpt_ds.data.mlm import MLMBatchStream, MLMMasker, build_stream, build_streams, shuffle_buffer
 from xpt_ds.data.shards import DataError, first_special, scan_shard, scan_shards
 from xpt_ds.data.tokenizer import build_tokenizer
 

@@ -7,8 +7,8 @@ import pytest
 from data_builders import data_config
 
 from xpt_ds.config import ConfigError
-from xpt_ds.data.mlm import build_stream
 from xpt_ds.data.manifest import expand_shards
+from xpt_ds.data.mlm import build_stream
 from xpt_ds.data.shards import DataError, scan_shard
 from xpt_ds.data.tokenizer import build_tokenizer
 

@@ -24,6 +24,7 @@ class CheckpointError(UserError, RuntimeError):
 def tag_for(global_step: int) -> str:
     return f"global_step{global_step:09d}"
 
+
 def prune(ckpt_root: Path, keep_last: int, protected: str | None = None) -> list[str]:
     """Delete all but the newest ``keep_last`` complete checkpoints (rank 0), never ``protected`` (the run's best,
     checkpoint.keep_best). The marker goes first, so an interrupted delete leaves an incomplete directory, never a

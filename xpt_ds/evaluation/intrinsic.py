@@ -32,8 +32,8 @@ import torch
 from xpt_ds.config import MASKING_KEYS, ConfigError, DataConfig, from_dict
 from xpt_ds.config.methods import method_of
 from xpt_ds.data.causal import NextTokenTargets
-from xpt_ds.data.mlm import MLMBatchStream, MLMMasker, build_stream
 from xpt_ds.data.manifest import expand_shards, manifest_counts
+from xpt_ds.data.mlm import MLMBatchStream, MLMMasker, build_stream
 from xpt_ds.data.tokenizer import TargetTokenizer, saved_tokenizer
 from xpt_ds.embedding_init.context import count_pieces
 from xpt_ds.io.trust import read_config_dict, reading_weights, remote_code_consent

@@ -12,9 +12,10 @@ from pathlib import Path
 import deepspeed
 import torch
 
-from xpt_ds.checkpoint import branches, tag_checks, tags
+from xpt_ds.checkpoint import branches, tag_checks
 from xpt_ds.checkpoint.checkpointer import Checkpointer
 from xpt_ds.checkpoint.rng import seed_everything
+from xpt_ds.checkpoint.tags import complete_tags
 from xpt_ds.checkpoint.universal import prepare_rescale
 from xpt_ds.config import TrainConfig, save_config, to_dict
 from xpt_ds.embedding_init.context import log_report
@@ -161,7 +162,7 @@ def _start(t: Trainer, tag: str | None, client: dict | None, plan, stage: int) -
     if cfg.checkpoint.resume != "auto":  # a new branch: what the abandoned one wrote after tag moves aside, once
         kept = set(client["trainer"].get("phase_ends", {})) if tag is not None else set()  # the start has loaded
         branches.start_branch(ckpt.root, tag, kept, t.rank)  # (a refused or failed one leaves the run as it was)
-    t.best.restore(Path(cfg.run_dir), tags.complete_tags(ckpt.root), t.rank)
+    t.best.restore(Path(cfg.run_dir), complete_tags(ckpt.root), t.rank)
     if t.rank == 0:
         save_config(cfg, Path(cfg.run_dir) / "config.yaml")
     t.logger.start(t.state.global_step, t.total_steps)
