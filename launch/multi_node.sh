@@ -33,6 +33,8 @@
 #   RDZV_TIMEOUT    (B) seconds a node waits for the others to join (torchrun's --rdzv_conf timeout); default 600
 #   NPROC_PER_NODE  (B) processes per node; default: the visible GPUs (CUDA_VISIBLE_DEVICES, else
 #                   nvidia-smi), 1 if none or DS_ACCELERATOR=cpu
+#   STOP_GRACE_S    (B) seconds the node's ranks have to checkpoint after the first stop signal (or this script's
+#                   death) before what is left is killed (default 1800)
 #   DS_ACCELERATOR  `cpu` for CPU-only clusters (gloo/ccl instead of NCCL)
 #   LAUNCHER_ARGS   extra launcher flags, space-separated (e.g. "--ssh_port 2222" or "--launcher openmpi" for A)
 #   PYTHON (default python), DEEPSPEED (default deepspeed), TORCHRUN (default torchrun)
@@ -123,7 +125,11 @@ case "$MODE" in
     RDZV_TIMEOUT="${RDZV_TIMEOUT:-600}"
     [[ "$RDZV_TIMEOUT" =~ ^[1-9][0-9]*$ ]] || die "RDZV_TIMEOUT must be a positive number of seconds, got '$RDZV_TIMEOUT'"
     find_launcher "${TORCHRUN:-}" torchrun torch.distributed.run
-    cmd=("${launcher[@]}" --nnodes "$NNODES" --node_rank "$NODE_RANK" --nproc_per_node "$NPROC_PER_NODE"
+    # under xpt_ds.runtime.launch_guard (this script's pid): a stop signal (USR1 too, which kills torchrun) goes to
+    # the node's ranks, which checkpoint within STOP_GRACE_S (torchrun gives them 30 s), and a kill -9 of the
+    # script stops them as a SIGTERM does (they trained on)
+    cmd=("$PYTHON" -m xpt_ds.runtime.launch_guard --grace "${STOP_GRACE_S:-1800}" --
+         "${launcher[@]}" --nnodes "$NNODES" --node_rank "$NODE_RANK" --nproc_per_node "$NPROC_PER_NODE"
          --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" --rdzv_conf "timeout=$RDZV_TIMEOUT" "${extra[@]}"
          -m xpt_ds.cli.train --config "$CONFIG" "${overrides[@]}")
     # torchrun says nothing while it waits for the other nodes (a node whose master never started looked hung)

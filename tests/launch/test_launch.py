@@ -48,21 +48,24 @@ def test_a_torchrun_node_whose_master_never_starts_says_what_it_waits_for_and_gi
         "multi_node.sh: RDZV_TIMEOUT must be a positive number of seconds, got 'soon'", bad.stderr
 
 
-def _start_single_node(tmp_path, tiny_roberta, corpus) -> tuple[Path, subprocess.Popen]:
+def _start_single_node(tmp_path, tiny_roberta, corpus, script: str = "single_node") -> tuple[Path, subprocess.Popen]:
     """launch/single_node.sh with 2 ranks (the deepspeed launcher) on a long run (config tmp_path/c.yaml, output
-    in tmp_path/job.log), in a process group of its own: (run directory, the script's process)."""
+    in tmp_path/job.log), in a process group of its own: (run directory, the script's process). ``multi_node``:
+    launch/multi_node.sh as one torchrun node of 2 ranks instead."""
     run = tmp_path / "run"
     cfg = write_config(tmp_path / "c.yaml", long_config(run, tiny_roberta, corpus, every=0))
     env = {**os.environ, "DS_ACCELERATOR": "cpu", "NUM_GPUS": "2", "OMP_NUM_THREADS": "1", "CONFIG": str(cfg),
            "MASTER_PORT": str(free_port())}
+    if script == "multi_node":
+        env.update(NNODES="1", NODE_RANK="0", NPROC_PER_NODE="2", MASTER_ADDR="127.0.0.1")
     with open(tmp_path / "job.log", "w") as log:
-        return run, subprocess.Popen(["bash", str(REPO / "launch/single_node.sh")], env=env, cwd=tmp_path,
+        return run, subprocess.Popen(["bash", str(REPO / f"launch/{script}.sh")], env=env, cwd=tmp_path,
                                      stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def _single_node(tmp_path, tiny_roberta, corpus):
+def _single_node(tmp_path, tiny_roberta, corpus, script: str = "single_node"):
     """``_start_single_node``, once the run has trained a few steps."""
-    run, script = _start_single_node(tmp_path, tiny_roberta, corpus)
+    run, script = _start_single_node(tmp_path, tiny_roberta, corpus, script)
     deadline = time.time() + 300
     while not (run / "metrics.jsonl").exists() or max(read_metrics(run), default=0) < 3:
         assert script.poll() is None and time.time() < deadline, (tmp_path / "job.log").read_text()[-3000:]
@@ -80,18 +83,21 @@ def _left(config: Path, timeout: float = 1.0) -> str:
         time.sleep(0.2)
 
 
-@pytest.mark.parametrize("how", ["TERM to the script alone", "INT to its process group", "KILL to the script alone"])
-def test_single_node_passes_a_stop_signal_to_its_ranks_once(tmp_path, tiny_roberta, corpus, how):
+@pytest.mark.parametrize("how", ["TERM to single_node.sh alone", "INT to single_node.sh's process group",
+                                 "KILL to multi_node.sh (torchrun) alone"])
+def test_a_launch_script_passes_a_stop_signal_to_its_ranks_once(tmp_path, tiny_roberta, corpus, how):
     """The deepspeed runner dies of a SIGTERM on one node and leaves its ranks training (a container's PID 1, or
     `kill PID`): single_node.sh passes the signal on, so the job checkpoints and exits 124 with nothing left
     running. A Ctrl-C (INT to the whole foreground group) reaches the ranks once: a checkpoint and 130, not the
-    second Ctrl-C's stop without one. A `kill -9` of the script (it execs xpt_ds.runtime.launch_guard) left the
-    ranks training: they now stop as for a SIGTERM, with a checkpoint."""
-    run, script = _single_node(tmp_path, tiny_roberta, corpus)
+    second Ctrl-C's stop without one. A `kill -9` of a launch script left the ranks training (under torchrun as
+    under the deepspeed launcher): both now exec xpt_ds.runtime.launch_guard, and the ranks stop as for a
+    SIGTERM, with a checkpoint."""
+    script = "multi_node" if "multi_node" in how else "single_node"
+    run, proc = _single_node(tmp_path, tiny_roberta, corpus, script)
     sig, state, want = {"TERM": (signal.SIGTERM, "preempted", 124), "INT ": (signal.SIGINT, "interrupted", 130),
                         "KILL": (signal.SIGKILL, "preempted", -signal.SIGKILL)}[how[:4]]
-    (os.killpg if how.endswith("group") else os.kill)(script.pid, sig)
-    code = script.wait(timeout=300)
+    (os.killpg if how.endswith("group") else os.kill)(proc.pid, sig)
+    code = proc.wait(timeout=300)
     left = _left(tmp_path / "c.yaml", timeout=300 if sig == signal.SIGKILL else 1)  # killed: they checkpoint on
     out = (tmp_path / "job.log").read_text()
     status = json.loads((run / "status.json").read_text())
