@@ -126,7 +126,7 @@ case "$MODE" in
     [[ "$RDZV_TIMEOUT" =~ ^[1-9][0-9]*$ ]] || die "RDZV_TIMEOUT must be a positive number of seconds, got '$RDZV_TIMEOUT'"
     find_launcher "${TORCHRUN:-}" torchrun torch.distributed.run
     # under xpt_ds.runtime.launch_guard (this script's pid): a stop signal (USR1 too, which kills torchrun) goes to
-    # the node's ranks, which checkpoint within STOP_GRACE_S (torchrun gives them 30 s), and a kill -9 of the
+    # the node's ranks, which checkpoint within STOP_GRACE_S (torchrun's default is 30 s), and a kill -9 of the
     # script stops them as a SIGTERM does (they trained on)
     cmd=("$PYTHON" -m xpt_ds.runtime.launch_guard --grace "${STOP_GRACE_S:-1800}" --
          "${launcher[@]}" --nnodes "$NNODES" --node_rank "$NODE_RANK" --nproc_per_node "$NPROC_PER_NODE"
