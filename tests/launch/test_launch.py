@@ -48,7 +48,7 @@ def test_a_torchrun_node_whose_master_never_starts_says_what_it_waits_for_and_gi
         "multi_node.sh: RDZV_TIMEOUT must be a positive number of seconds, got 'soon'", bad.stderr
 
 
-def _start_single_node(tmp_path, tiny_roberta, corpus, script: str = "single_node") -> tuple[Path, subprocess.Popen]:
+def _start_launch(tmp_path, tiny_roberta, corpus, script: str = "single_node") -> tuple[Path, subprocess.Popen]:
     """launch/single_node.sh with 2 ranks (the deepspeed launcher) on a long run (config tmp_path/c.yaml, output
     in tmp_path/job.log), in a process group of its own: (run directory, the script's process). ``multi_node``:
     launch/multi_node.sh as one torchrun node of 2 ranks instead."""
@@ -63,18 +63,18 @@ def _start_single_node(tmp_path, tiny_roberta, corpus, script: str = "single_nod
                                      stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def _single_node(tmp_path, tiny_roberta, corpus, script: str = "single_node"):
-    """``_start_single_node``, once the run has trained a few steps."""
-    run, script = _start_single_node(tmp_path, tiny_roberta, corpus, script)
+def _launched(tmp_path, tiny_roberta, corpus, script: str = "single_node"):
+    """``_start_launch``, once the run has trained a few steps."""
+    run, proc = _start_launch(tmp_path, tiny_roberta, corpus, script)
     deadline = time.time() + 300
     while not (run / "metrics.jsonl").exists() or max(read_metrics(run), default=0) < 3:
-        assert script.poll() is None and time.time() < deadline, (tmp_path / "job.log").read_text()[-3000:]
+        assert proc.poll() is None and time.time() < deadline, (tmp_path / "job.log").read_text()[-3000:]
         time.sleep(0.05)
-    return run, script
+    return run, proc
 
 
 def _left(config: Path, timeout: float = 1.0) -> str:
-    """The job's processes (launcher, ranks) still running ``timeout`` seconds from now, if any."""
+    """The job's processes (launcher, ranks) still running after waiting up to ``timeout`` s for them to go."""
     deadline = time.time() + timeout
     while True:
         left = subprocess.run(["pgrep", "-af", f"xpt_ds.cli.train.*{config}"], capture_output=True, text=True).stdout
@@ -93,7 +93,7 @@ def test_a_launch_script_passes_a_stop_signal_to_its_ranks_once(tmp_path, tiny_r
     under the deepspeed launcher): both now exec xpt_ds.runtime.launch_guard, and the ranks stop as for a
     SIGTERM, with a checkpoint."""
     script = "multi_node" if "multi_node" in how else "single_node"
-    run, proc = _single_node(tmp_path, tiny_roberta, corpus, script)
+    run, proc = _launched(tmp_path, tiny_roberta, corpus, script)
     sig, state, want = {"TERM": (signal.SIGTERM, "preempted", 124), "INT ": (signal.SIGINT, "interrupted", 130),
                         "KILL": (signal.SIGKILL, "preempted", -signal.SIGKILL)}[how[:4]]
     (os.killpg if how.endswith("group") else os.kill)(proc.pid, sig)
@@ -111,7 +111,7 @@ def test_single_node_stops_on_a_ctrl_c_before_its_ranks_are_up(tmp_path, tiny_ro
     """A script's background job starts with SIGINT ignored; the ranks inherited that, so a Ctrl-C during the
     imports, the rendezvous and the model build did nothing until the trainer's own handler was in place. A Ctrl-C
     that comes before the launcher has started any rank stops the job at once: nothing trains."""
-    run, script = _start_single_node(tmp_path, tiny_roberta, corpus)
+    run, script = _start_launch(tmp_path, tiny_roberta, corpus)
     time.sleep(0.5)  # the launcher is starting: no rank yet
     os.killpg(script.pid, signal.SIGINT)
     code = script.wait(timeout=300)

@@ -19,7 +19,7 @@ import sys
 
 from xpt_ds.runtime.tether import tethered
 
-RANKS = "xpt_ds.cli.train"
+RANKS = "xpt_ds.cli.train"  # the processes a stop goes to (they checkpoint on it); a sweep's stages' too
 STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGHUP)
 
 

@@ -23,11 +23,11 @@ import traceback
 from pathlib import Path
 
 from xpt_ds.errors import INTERRUPTED_EXIT_CODE
+from xpt_ds.runtime.launch_guard import RANKS
 from xpt_ds.runtime.tether import kill_group, tethered
 from xpt_ds.sweeps.plan import Plan
 
 STOP_GRACE_S = 300.0  # a stopped training run's time to checkpoint and exit before its processes are killed
-RANKS = "xpt_ds.cli.train"  # the stage processes that a stop signal goes to: they checkpoint on it
 
 
 class StepFailed(Exception):
