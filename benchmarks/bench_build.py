@@ -5,7 +5,9 @@ Sources are Llama-3.2-shaped decoders with random weights, written here once in 
 safetensors, files of at most 5 GB, ``model.safetensors.index.json`` when there are several):
 
 - ``1b``: hidden 2048, 16 layers, FFN 8192, 32/8 heads, vocabulary 128,256, tied (Llama-3.2-1B);
-- ``3b``: hidden 3072, 28 layers, FFN 8192, 24/8 heads, vocabulary 128,256, tied (Llama-3.2-3B).
+- ``3b``: hidden 3072, 28 layers, FFN 8192, 24/8 heads, vocabulary 128,256, tied (Llama-3.2-3B);
+- ``gemma3-1b`` and ``qwen2.5-1.5b``: other families' real configs (``FAMILIES``: Gemma-3-1B, Qwen2.5-1.5B), tied,
+  trained as the ``1b`` rows are.
 
 The target language is UA-GEC's Ukrainian text with a 32,000-piece SentencePiece vocabulary. Each run is ``method:
 xpt`` (``--method lora``: LoRA beside the new rows, its one phase; ``--method extend``: the source's vocabulary with
@@ -35,6 +37,7 @@ the imports, as the trainer's time to its first step does.
 
     python benchmarks/bench_build.py --out /tmp/bench_build [--shapes 1b,3b] [--worlds 1,2] [--code DIR]
                                      [--label after] [--cap-gib 21] [--method lora|extend]
+                                     (--shapes also takes gemma3-1b and qwen2.5-1.5b)
 
 ``--code DIR`` runs the trainer of another checkout (``git worktree add DIR COMMIT``: the before figures); the
 sources and data are the same files. Results: ``OUT/LABEL.json`` and a Markdown table on stdout
@@ -75,6 +78,22 @@ LLAMA_32 = dict(vocab_size=128256, tie_word_embeddings=True, max_position_embedd
                 rope_theta=500000.0, bos_token_id=128000, eos_token_id=128001, initializer_range=0.02,
                 hidden_act="silu", rope_scaling={"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
                                                  "original_max_position_embeddings": 8192, "rope_type": "llama3"})
+# Other families' real configs (999,885,952 and 1,543,714,304 parameters, the published counts; random weights as
+# for Llama). They differ in what a Llama shape does not test (Gemma 3: a 262,144-row vocabulary, head_dim 256,
+# sliding windows in 5 of every 6 layers, q/k norms, scaled embeddings; Qwen2.5: biases on q, k and v).
+FAMILIES = {
+    "gemma3-1b": ("gemma3_text", dict(
+        vocab_size=262144, hidden_size=1152, intermediate_size=6912, num_hidden_layers=26, num_attention_heads=4,
+        num_key_value_heads=1, head_dim=256, max_position_embeddings=32768, rms_norm_eps=1e-6, rope_theta=1e6,
+        rope_local_base_freq=10000.0, sliding_window=512, query_pre_attn_scalar=256, initializer_range=0.02,
+        hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True, bos_token_id=2, eos_token_id=1,
+        pad_token_id=0)),
+    "qwen2.5-1.5b": ("qwen2", dict(
+        vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+        num_key_value_heads=2, max_position_embeddings=131072, rope_theta=1e6, rms_norm_eps=1e-6,
+        initializer_range=0.02, tie_word_embeddings=True, bos_token_id=151643, eos_token_id=151643,
+        hidden_act="silu", use_sliding_window=False)),
+}
 TARGET_VOCAB = 32000
 LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
 
@@ -82,7 +101,12 @@ LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
 # ---------------------------------------------------------------------------------------------- inputs
 
 def write_source(out: Path, shape: str) -> Path:
-    """A Llama-3.2-shaped source with random bf16 weights (N(0, 0.02), norms 1) in the hub's layout."""
+    """A Llama-3.2-shaped source (or one of ``FAMILIES``) with random bf16 weights (N(0, 0.02), norms 1) in the
+    hub's layout."""
+    if shape in FAMILIES:
+        from transformers import AutoConfig
+        model_type, settings = FAMILIES[shape]
+        return write_random(out, AutoConfig.for_model(model_type, **settings, dtype="bfloat16"))
     settings = {**LLAMA_32, **SHAPES[shape]}
     if shape == "tiny":  # no llama3 rope scaling over 256 positions, special ids inside the 300-word vocabulary
         del settings["rope_scaling"]
@@ -91,11 +115,18 @@ def write_source(out: Path, shape: str) -> Path:
 
 
 def write_llama(out: Path, settings: dict, device: str = "cpu") -> Path:
-    """A Llama source of ``settings`` (LlamaConfig keys) with random bf16 weights (N(0, 0.02), norms 1) in the hub's
-    layout, written to a side folder and renamed to ``out`` when complete; an existing ``out`` is kept. The values
-    are drawn on ``device`` (``cuda``: seconds for an 8B source, which the CPU draws in minutes)."""
+    """A Llama source of ``settings`` (LlamaConfig keys): ``write_random``."""
+    from transformers import LlamaConfig
+    return write_random(out, LlamaConfig(**settings, dtype="bfloat16"), device)
+
+
+def write_random(out: Path, config, device: str = "cpu") -> Path:
+    """A decoder of ``config`` with random bf16 weights (N(0, 0.02); norms 1, or 0 where the family's norm scales
+    by 1 + weight, as Gemma's does) in the hub's layout, written to a side folder and renamed to ``out`` when
+    complete; an existing ``out`` is kept. The values are drawn on ``device`` (``cuda``: seconds for an 8B source,
+    which the CPU draws in minutes)."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import AutoModelForCausalLM
 
     from xpt_ds.io.safetensors_files import ShardedWriter
     if (out / "config.json").is_file():
@@ -103,14 +134,14 @@ def write_llama(out: Path, settings: dict, device: str = "cpu") -> Path:
     tmp = out.with_name(out.name + ".writing")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    config = LlamaConfig(**settings, dtype="bfloat16")
     with torch.device("meta"):
-        skeleton = LlamaForCausalLM(config)
+        skeleton = AutoModelForCausalLM.from_config(config)
+    norm_one = 0.0 if config.model_type.startswith("gemma") else 1.0
     specs = [(n, tuple(p.shape), torch.bfloat16) for n, p in skeleton.named_parameters()]
     writer = ShardedWriter(tmp, specs)
     g = torch.Generator(device).manual_seed(0)
     for name, shp, _ in specs:
-        value = torch.ones(shp) if name.endswith("norm.weight") else \
+        value = torch.full(shp, norm_one) if name.endswith("norm.weight") else \
             torch.empty(shp, device=device).normal_(0, 0.02, generator=g).to(torch.bfloat16)
         writer.write(name, value)
     writer.close()
