@@ -7,7 +7,7 @@ safetensors, files of at most 5 GB, ``model.safetensors.index.json`` when there 
 - ``1b``: hidden 2048, 16 layers, FFN 8192, 32/8 heads, vocabulary 128,256, tied (Llama-3.2-1B);
 - ``3b``: hidden 3072, 28 layers, FFN 8192, 24/8 heads, vocabulary 128,256, tied (Llama-3.2-3B);
 - ``gemma3-1b``, ``gemma2-2b`` and ``qwen2.5-1.5b``: other families' real configs (``FAMILIES``: Gemma-3-1B,
-  Gemma-2-2B, Qwen2.5-1.5B), tied, trained as the ``1b`` rows are.
+  Gemma-2-2B, Qwen2.5-1.5B), tied, trained as the ``1b`` rows are (``gemma2-2b`` as the ``3b`` rows).
 
 The target language is UA-GEC's Ukrainian text with a 32,000-piece SentencePiece vocabulary. Each run is ``method:
 xpt`` (``--method lora``: LoRA beside the new rows, its one phase; ``--method extend``: the source's vocabulary with
@@ -108,8 +108,8 @@ LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
 # ---------------------------------------------------------------------------------------------- inputs
 
 def write_source(out: Path, shape: str) -> Path:
-    """A Llama-3.2-shaped source (or one of ``FAMILIES``) with random bf16 weights (N(0, 0.02), norms 1) in the
-    hub's layout."""
+    """A Llama-3.2-shaped source (or one of ``FAMILIES``) with random bf16 weights in the hub's layout
+    (``write_random``)."""
     if shape in FAMILIES:
         from transformers import AutoConfig
         model_type, settings = FAMILIES[shape]
