@@ -49,7 +49,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_build import GIB, LLAMA_32, REPO, SHAPES, first, log_times, peaks, run_job, write_llama  # noqa: E402
+from bench_build import GIB, LLAMA_32, REPO, SHAPES, write_llama  # noqa: E402
+from job_watch import first, log_times, peaks, run_job  # noqa: E402
 
 LLAMA_31_8B = dict(LLAMA_32, hidden_size=4096, num_hidden_layers=32, intermediate_size=14336, num_attention_heads=32,
                    num_key_value_heads=8, head_dim=128, tie_word_embeddings=False,
