@@ -27,7 +27,7 @@ the phase-end checkpoint is neither written nor measured. Per row (``OUT/bench_b
 - ``gpu_peak_allocated_gib``: the largest ``mem/gpu_peak_allocated_gib`` of the records (torch's allocator);
   ``nvidia_smi_peak_gib``: the most memory nvidia-smi saw used on the GPU, sampled every 0.5 s (what the issue's
   table reports);
-- ``host_peak_gib``: the job's peak anonymous memory (bench_build's sampler, ``Pss_Anon``).
+- ``host_peak_gib``: the job's peak anonymous memory (job_watch.py's sampler, ``Pss_Anon``).
 
 ``--ready-only`` stops each run at its ready line instead: the build alone, which is what a CPU can measure of
 the 8B row (BENCHMARKS.md, "Building large sources").
