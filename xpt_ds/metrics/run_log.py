@@ -8,6 +8,8 @@ as ``import deepspeed`` picks the accelerator, and ``deepspeed.comm.torch.build_
 ``library_output_to_stderr`` sends every ``print`` of the run to stderr, and a logger made inside it (DeepSpeed's,
 on a first import) keeps stderr as its stream; ``setup_logging`` then hands DeepSpeed's and transformers' records,
 and Python's warnings, to the root logger, so that every line has the run's format and goes through one handler.
+It drops the deprecation warnings of calls DeepSpeed makes (``LIBRARY_DEPRECATIONS``): no setting of the run's
+changes them, and they can come back at every step (below).
 
 That handler (``BarSafeHandler``) writes a record whole, one ``write``, after tqdm has cleared its bars from the
 stream (``tqdm.external_write_mode``), which tqdm redraws below it: a log line never continues the bar's row. The
@@ -21,10 +23,16 @@ import json
 import logging
 import shlex
 import sys
+import warnings
 from pathlib import Path
 
 FORMAT = "%(asctime)s %(name)s: %(message)s"
 LIBRARY_LOGGERS = ("DeepSpeed", "transformers")  # those with handlers of their own and propagate off
+# ZeRO-3 (DeepSpeed 0.19.8) gathers and reduce-scatters through these, deprecated in torch 2.13. A warning is said once
+# per call site only until the warning filters change, and on the CPU accelerator ZeRO-3's step asks for the device
+# count (``numactl --hardware``, through ``subprocess``, which changes them): each rank said all four (three lines
+# each) at every step.
+LIBRARY_DEPRECATIONS = (r"`torch\.distributed\.(all_gather_into_tensor|reduce_scatter_tensor)` is deprecated",)
 
 
 class BarSafeHandler(logging.StreamHandler):
@@ -57,6 +65,8 @@ def setup_logging(rank0: bool, stream=None) -> logging.Handler:
             lib.removeHandler(old)
         lib.propagate = True
     logging.captureWarnings(True)  # Python's warnings: through the handler too, not straight onto the bar's row
+    for message in LIBRARY_DEPRECATIONS:
+        warnings.filterwarnings("ignore", message=message, category=FutureWarning)
     return handler
 
 
