@@ -64,3 +64,37 @@ def test_an_extend_row_reads_the_extended_tokenizer_and_trains_the_new_rows(tmp_
         proc = subprocess.run([sys.executable, "benchmarks/bench_build.py", "--out", str(tmp_path / "o"), "--method",
                                "extend", *args], cwd=REPO, capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2 and "--method extend makes its own tokenizer and data" in proc.stderr, args
+
+
+PUBLISHED = {"gemma3-1b": 999_885_952, "gemma2-2b": 2_614_341_888, "qwen2.5-1.5b": 1_543_714_304}
+SMALL = dict(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+             num_key_value_heads=1, head_dim=32, max_position_embeddings=256)
+
+
+def test_the_family_shapes_have_their_published_sizes_and_start_their_norms_as_the_family_scales(tmp_path,
+                                                                                                  monkeypatch):
+    """``FAMILIES`` (BENCHMARKS.md, "Gemma 3 and Qwen2.5 at their real shapes"): each config builds, on the meta
+    device, a model of the published parameter count; ``write_random`` writes each family's source in the layout
+    ``from_pretrained`` loads, with every norm at 0 where the family scales by 1 + weight (Gemma) and at 1 elsewhere,
+    and the other weights drawn, not left empty."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    from bench_build import FAMILIES, write_random
+    assert set(FAMILIES) == set(PUBLISHED)
+    for shape, (model_type, settings) in FAMILIES.items():
+        with torch.device("meta"):
+            skeleton = AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, **settings))
+        assert sum(p.numel() for p in skeleton.parameters()) == PUBLISHED[shape], shape
+        small = AutoConfig.for_model(model_type, **{**settings, **SMALL}, dtype="bfloat16")
+        out = write_random(tmp_path / shape, small)
+        model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
+        params = {n: p.detach() for n, p in model.named_parameters()}
+        norms = [n for n in params if n.endswith("norm.weight")]
+        assert len(norms) >= 2 * 2 + 1, (shape, norms)
+        start = 0.0 if shape.startswith("gemma") else 1.0
+        assert all(bool((params[n] == start).all()) for n in norms), shape
+        drawn = params["model.embed_tokens.weight"]
+        assert 0.015 < float(drawn.std()) < 0.025, shape
+        if shape == "qwen2.5-1.5b":
+            assert float(params["model.layers.0.self_attn.q_proj.bias"].abs().sum()) > 0
