@@ -70,6 +70,39 @@ def test_export_matches_trainer(stage, straight_runs, tmp_path, corpus):
     assert torch.equal(exported, _trainer_logits(run_root, ids, tmp_path))
 
 
+
+def test_a_bfloat16_export_holds_each_fp32_value_rounded_once(straight_runs, tmp_path):
+    """``--dtype bfloat16``: the same tensors as the fp32 export of the same checkpoint, each rounded to bf16 as
+    ``Tensor.to`` rounds, in half the bytes; its config says bfloat16, so ``from_pretrained`` loads it in bf16 (and
+    in fp32 when asked, where its logits stay within bf16's rounding of the fp32 export's); the card and its
+    reproduce line say so. A dtype the export does not write is refused by the command line."""
+    from safetensors.torch import load_file
+    run = straight_runs(1) / "run"
+    full, half = tmp_path / "fp32", tmp_path / "bf16"
+    for out, extra in ((full, []), (half, ["--dtype", "bfloat16"])):
+        proc = run_main("xpt_ds.cli.export", ["--run", str(run), "--out", str(out), *extra])
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    want, got = load_file(full / "model.safetensors"), load_file(half / "model.safetensors")
+    assert want.keys() == got.keys() and all(t.dtype == torch.float32 for t in want.values())
+    assert all(got[k].dtype == torch.bfloat16 and torch.equal(got[k], want[k].to(torch.bfloat16)) for k in want)
+    assert any(not torch.equal(got[k].float(), want[k]) for k in want)  # rounded, not fp32 values that fit bf16
+    size = lambda d: (d / "model.safetensors").stat().st_size  # noqa: E731
+    assert 0.45 < size(half) / size(full) < 0.55
+    assert json.loads((half / "config.json").read_text())["dtype"] == "bfloat16"
+    assert json.loads((full / "config.json").read_text())["dtype"] == "float32"
+    assert AutoModelForMaskedLM.from_pretrained(half).dtype == torch.bfloat16
+    ids = torch.randint(5, 100, (2, 16))
+    with torch.no_grad():
+        a = AutoModelForMaskedLM.from_pretrained(full).eval()(input_ids=ids).logits
+        b = AutoModelForMaskedLM.from_pretrained(half, dtype=torch.float32).eval()(input_ids=ids).logits
+    assert not torch.equal(a, b) and torch.allclose(a, b, rtol=0.05, atol=0.05)
+    card = (half / "README.md").read_text()
+    assert "its weights in bfloat16 (each rounded once from the training's fp32 value)" in card
+    assert "--out NEW_EXPORT_DIR --dtype bfloat16" in card and "--dtype" not in (full / "README.md").read_text()
+    proc = run_main("xpt_ds.cli.export", ["--run", str(run), "--out", str(tmp_path / "f16"), "--dtype", "float16"])
+    assert proc.returncode == 2 and "invalid choice: 'float16'" in proc.stderr and not (tmp_path / "f16").exists()
+
+
 @pytest.mark.parametrize("stage,lost", [(1, "zero_pp_rank_1_mp_rank_00_optim_states.pt"),
                                         (3, "zero_pp_rank_1_mp_rank_00_model_states.pt")])
 def test_a_complete_tag_missing_a_rank_file_is_one_line_and_leaves_no_out(stage, lost, straight_runs, tmp_path):

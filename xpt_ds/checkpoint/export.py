@@ -17,6 +17,10 @@ what is kept and why). ``method: lora`` exports merge each low-rank update into 
 arithmetic, one layer at a time): a stock model; so are ``method: extend`` exports, their old and new rows joined
 (``xpt_ds.model.extend``). Every export carries a model card, ``README.md``
 (``xpt_ds.checkpoint.model_card``).
+
+The weights are the checkpoint's fp32 values, bit for bit, unless ``--dtype bfloat16`` rounds each (to nearest,
+ties to even, as ``Tensor.to`` does) and the config says ``bfloat16``: the hub's form of a 1-8B decoder, half the
+bytes, loaded in bf16 by ``from_pretrained(..., dtype="auto")``.
 """
 from __future__ import annotations
 
@@ -49,6 +53,7 @@ from xpt_ds.model.skeleton import assign, no_init_weights, parameters_on_meta, s
 from xpt_ds.trelm import hf as trelm_hf
 
 Values = Callable[[str], torch.Tensor]  # HF parameter name of the trained model -> its fp32 value
+EXPORT_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}  # --dtype: what the weight files hold
 
 
 def checkpoint_values(ckpt_root: Path, tag: str, allow_pickle: bool = False) -> Values:
@@ -97,10 +102,13 @@ def load_model(run_dir: Path, tag: str | None = None, allow_pickle: bool = False
 class Exported:
     """What an export of a trained model of ``hf_config`` holds: ``model``, the exported class on the meta device
     (its config is the export's), and ``value(name)`` of each of its parameters from the trained model's
-    ``values``: as they are, LoRA merged (``lora_merged``), TreLM converted (``trelm_value``)."""
+    ``values``: as they are, LoRA merged (``lora_merged``), TreLM converted (``trelm_value``); the files store
+    them in ``dtype`` (``EXPORT_DTYPES``), rounded once from the fp32 value."""
 
-    def __init__(self, hf_config, values: Values):
+    def __init__(self, hf_config, values: Values, dtype: str = "float32"):
+        check_dtype(dtype)
         self.values = values
+        self.dtype = dtype
         self.method = method_of(hf_config)
         self.trained = skeleton(hf_config)  # the trained model's module tree (LoRA layers, TreLM parts)
         cfg = copy.deepcopy(hf_config)
@@ -142,7 +150,7 @@ class Exported:
         else:
             self.model = skeleton(cfg)
             self.model.config.architectures = [type(self.model).__name__]
-        self.model.config.dtype = "float32"
+        self.model.config.dtype = dtype
         self.params = {n for n, _ in self.model.named_parameters(remove_duplicate=False)}
 
     def specs(self) -> list[tuple[str, tuple[int, ...]]]:
@@ -184,7 +192,7 @@ def write_model(exported: Exported, out: Path, max_shard_bytes: int = DEFAULT_MA
     """The export's weights (streamed, one tensor in memory at a time), config.json, generation_config.json (a
     model that generates) and the code it ships into ``out``; returns the weight files written."""
     specs = exported.specs()
-    writer = ShardedWriter(out, [(n, s, torch.float32) for n, s in specs], max_shard_bytes)
+    writer = ShardedWriter(out, [(n, s, EXPORT_DTYPES[exported.dtype]) for n, s in specs], max_shard_bytes)
     try:
         for name, _ in specs:
             writer.write(name, exported.value(name))
@@ -222,13 +230,15 @@ def save_model(model: nn.Module, out: Path, max_shard_bytes: int = DEFAULT_MAX_S
 
 
 def export(run_dir: Path, out: Path, tag: str | None = None, allow_pickle: bool = False,
-           max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES) -> Path:
+           max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES, dtype: str = "float32") -> Path:
     """Write the export into a new folder beside ``out``, then put it in place of ``out``: an export stopped
     half-way leaves ``out`` as it was, and the files of an earlier export there are replaced whole (none of them,
     such as a ``spm.model`` a keep_vocab export does not write, stays beside the new one). Files the earlier
     export did not write (its ``xpt_export.json`` lists those it did; a model card a user added) are kept. A
     non-empty ``out`` that is not an xpt-ds export is refused before the checkpoint is read. The export's model
-    card, ``README.md`` (``xpt_ds.checkpoint.model_card``), is written unless ``out`` holds one of the user's own."""
+    card, ``README.md`` (``xpt_ds.checkpoint.model_card``), is written unless ``out`` holds one of the user's own.
+    ``dtype``: what the weight files hold (``EXPORT_DTYPES``)."""
+    check_dtype(dtype)
     check_export_out(out)
     why = unwritable(out.parent)  # before the checkpoint is read (minutes for a large model)
     if why is not None:
@@ -242,7 +252,7 @@ def export(run_dir: Path, out: Path, tag: str | None = None, allow_pickle: bool 
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
     try:
-        exported = Exported(hf_config, values)
+        exported = Exported(hf_config, values, dtype)
         write_model(exported, staging, max_shard_bytes)
         tok = saved_tokenizer(tag_dir)
         if tok.kind == "huggingface":  # keep_vocab: the source's own tokenizer, as the checkpoint saved it
@@ -260,7 +270,8 @@ def export(run_dir: Path, out: Path, tag: str | None = None, allow_pickle: bool 
         users_card = (out / CARD).is_file() and not _written_by_earlier(out)(CARD)  # a card of their own: kept
         if not users_card:
             sizes = {n: p.numel() for n, p in exported.trained.named_parameters()}
-            write_card(staging / CARD, build_card(run_dir, tag_dir, client, is_decoder(hf_config), sizes, out.name))
+            write_card(staging / CARD, build_card(run_dir, tag_dir, client, is_decoder(hf_config), sizes, out.name,
+                                                  dtype))
         _record_files(staging)
         for name, replaced in _carry_own_files(out, staging):
             print(f"{'warning: replaced' if replaced else 'kept'} {out / name}: not a file of the earlier export"
@@ -284,6 +295,11 @@ def auto_tokenizer_override(model_dir: Path) -> str | None:
     except Exception:  # noqa: BLE001 - a directory that needs its code to load: nothing to compare here
         return None
     return type(auto).__name__ if rebuilt_by_auto(model_dir, auto) else None
+
+
+def check_dtype(dtype: str) -> None:
+    if dtype not in EXPORT_DTYPES:
+        raise ValueError(f"--dtype {dtype}: the export writes {' or '.join(EXPORT_DTYPES)}")
 
 
 def check_export_out(out: Path) -> None:

@@ -63,22 +63,23 @@ def card_metadata(cfg: TrainConfig, decoder: bool) -> dict:
 
 
 def build_card(run_dir: Path, tag_dir: Path, client: dict, decoder: bool, sizes: dict[str, int],
-               name: str) -> str:
+               name: str, dtype: str = "float32") -> str:
     """The card of the export of checkpoint ``tag_dir`` of ``run_dir`` (``client``: its client state; ``sizes``:
-    each trained parameter's element count, for the phases' trainable counts) into a directory called ``name``."""
+    each trained parameter's element count, for the phases' trainable counts) into a directory called ``name``,
+    its weights in ``dtype``."""
     from huggingface_hub import ModelCard, ModelCardData
     cfg = read_checkpoint_config(client["config"])
     meta = card_metadata(cfg, decoder)
-    body = "\n\n".join([_intro(cfg, meta, tag_dir, name), _training(cfg, client, tag_dir, sizes, decoder),
+    body = "\n\n".join([_intro(cfg, meta, tag_dir, name, dtype), _training(cfg, client, tag_dir, sizes, decoder),
                         _embeddings(cfg, client, run_dir), _validation(cfg, run_dir, client["trainer"]["global_step"]),
                         f"## Evaluation\n\n`xpt-ds evaluate --model {name} --shards SPEC --card` adds its scores "
-                        f"here.\n\n{EVALUATIONS}", _reproduce(cfg, run_dir, tag_dir)])
+                        f"here.\n\n{EVALUATIONS}", _reproduce(cfg, run_dir, tag_dir, dtype)])
     text = f"---\n{ModelCardData(**meta).to_yaml()}\n---\n\n{body}\n"
     ModelCard(text)  # parses as a card
     return text
 
 
-def _intro(cfg: TrainConfig, meta: dict, tag_dir: Path, name: str) -> str:
+def _intro(cfg: TrainConfig, meta: dict, tag_dir: Path, name: str, dtype: str) -> str:
     method = METHODS[cfg.model.method]
     src = cfg.model.source
     where = "" if meta.get("base_model") == src else (
@@ -86,7 +87,9 @@ def _intro(cfg: TrainConfig, meta: dict, tag_dir: Path, name: str) -> str:
         " (a local path, not a Hub id, so the header has no `base_model`)")
     return (f"# {name}\n\n`{src}`{where} post-trained on a new language with "
             f"xpt-ds `model.method: {cfg.model.method}` ({method.display}), exported by "
-            f"`xpt-ds export` from checkpoint `{tag_dir.name}` of run `{tag_dir.parent.parent.resolve()}`.")
+            f"`xpt-ds export` from checkpoint `{tag_dir.name}` of run `{tag_dir.parent.parent.resolve()}`"
+            + ("." if dtype == "float32" else f", its weights in {dtype} (each rounded once from the training's "
+                                              "fp32 value)."))
 
 
 def _ranks(n: int) -> str:
@@ -221,7 +224,7 @@ def _validation(cfg: TrainConfig, run_dir: Path, step: int) -> str:
                       "| metric | value |", "|---|---|", *rows])
 
 
-def _reproduce(cfg: TrainConfig, run_dir: Path, tag_dir: Path) -> str:
+def _reproduce(cfg: TrainConfig, run_dir: Path, tag_dir: Path, dtype: str) -> str:
     world = read_marker(tag_dir).get("world_size", 1)
     config = run_dir.resolve() / "config.yaml"
     train = f"--config {config} --run_dir=NEW_RUN_DIR"
@@ -230,7 +233,8 @@ def _reproduce(cfg: TrainConfig, run_dir: Path, tag_dir: Path) -> str:
         "## Reproduce", "",
         f"On {_ranks(world)}, as the run (another world size changes the global batch unless `optim.grad_accum` "
         "makes up for it; `launch/` has the multi-node launchers):", "",
-        "```bash", train, f"xpt-ds export --run NEW_RUN_DIR --tag {tag_dir.name} --out NEW_EXPORT_DIR", "```", "",
+        "```bash", train, f"xpt-ds export --run NEW_RUN_DIR --tag {tag_dir.name} --out NEW_EXPORT_DIR"
+        + ("" if dtype == "float32" else f" --dtype {dtype}"), "```", "",
         f"`{config}` is the run's resolved config; the checkpoint's own copy:", "",
         "<details><summary>config.yaml</summary>", "", "```yaml", config_yaml(cfg).rstrip("\n"), "```", "",
         "</details>"])
