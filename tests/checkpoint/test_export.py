@@ -91,6 +91,8 @@ def test_a_bfloat16_export_holds_each_fp32_value_rounded_once(straight_runs, tmp
     assert json.loads((half / "config.json").read_text())["dtype"] == "bfloat16"
     assert json.loads((full / "config.json").read_text())["dtype"] == "float32"
     assert AutoModelForMaskedLM.from_pretrained(half).dtype == torch.bfloat16
+    from xpt_ds.evaluation.intrinsic import load_export
+    assert load_export(half)[0].dtype == torch.float32  # xpt-ds evaluate --shards scores in float32
     ids = torch.randint(5, 100, (2, 16))
     with torch.no_grad():
         a = AutoModelForMaskedLM.from_pretrained(full).eval()(input_ids=ids).logits

@@ -57,8 +57,8 @@ def load_export(model_dir: Path, trust_remote_code: bool = False):
                                 "shards); xpt_ds.cli.export writes one")
     trusted = remote_code_consent(str(model_dir), trust_remote_code)
     auto = AutoModelForCausalLM if is_decoder(config) else AutoModelForMaskedLM
-    with reading_weights(f"--model {model_dir}"):
-        model = auto.from_pretrained(model_dir, trust_remote_code=trusted)
+    with reading_weights(f"--model {model_dir}"):  # float32 also for an export written in bfloat16 (--dtype)
+        model = auto.from_pretrained(model_dir, trust_remote_code=trusted, dtype=torch.float32)
     return model, saved_tokenizer(model_dir)
 
 
