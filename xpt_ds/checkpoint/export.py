@@ -106,7 +106,8 @@ class Exported:
     them in ``dtype`` (``EXPORT_DTYPES``), rounded once from the fp32 value."""
 
     def __init__(self, hf_config, values: Values, dtype: str = "float32"):
-        check_dtype(dtype)
+        if dtype not in EXPORT_DTYPES:
+            raise ValueError(f"--dtype {dtype}: the export writes {' or '.join(EXPORT_DTYPES)}")
         self.values = values
         self.dtype = dtype
         self.method = method_of(hf_config)
@@ -237,8 +238,7 @@ def export(run_dir: Path, out: Path, tag: str | None = None, allow_pickle: bool 
     export did not write (its ``xpt_export.json`` lists those it did; a model card a user added) are kept. A
     non-empty ``out`` that is not an xpt-ds export is refused before the checkpoint is read. The export's model
     card, ``README.md`` (``xpt_ds.checkpoint.model_card``), is written unless ``out`` holds one of the user's own.
-    ``dtype``: what the weight files hold (``EXPORT_DTYPES``)."""
-    check_dtype(dtype)
+    ``dtype``: what the weight files hold (``EXPORT_DTYPES``; ``Exported`` checks it)."""
     check_export_out(out)
     why = unwritable(out.parent)  # before the checkpoint is read (minutes for a large model)
     if why is not None:
@@ -295,11 +295,6 @@ def auto_tokenizer_override(model_dir: Path) -> str | None:
     except Exception:  # noqa: BLE001 - a directory that needs its code to load: nothing to compare here
         return None
     return type(auto).__name__ if rebuilt_by_auto(model_dir, auto) else None
-
-
-def check_dtype(dtype: str) -> None:
-    if dtype not in EXPORT_DTYPES:
-        raise ValueError(f"--dtype {dtype}: the export writes {' or '.join(EXPORT_DTYPES)}")
 
 
 def check_export_out(out: Path) -> None:

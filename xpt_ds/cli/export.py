@@ -20,6 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, type=Path, help="output directory")
     p.add_argument("--allow-pickle", action="store_true", help="read checkpoint files that are not plain data "
                    "(they can run code): only for a checkpoint you trust")
+    # xpt_ds.checkpoint.export.EXPORT_DTYPES's keys, written out: that module imports torch, which the parse need not
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32", help="what the weight files "
                    "hold: the checkpoint's fp32 values as they are, or each rounded to bfloat16 (half the bytes; the "
                    "hub's form of a 1-8B decoder) (default: float32)")
