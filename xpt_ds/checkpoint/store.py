@@ -271,17 +271,23 @@ def load(engine, ckpt_root: Path, tag: str, universal: bool = False,
     frozen ones come from the returned file either way."""
     tag_dir = ckpt_root / tag
     _mapped_loads(engine, allow_pickle)
+    base = getattr(engine.optimizer, "optimizer", engine.optimizer)
+    # Each group's weight decay is this run's: DeepSpeed's ZeRO-3 universal load gives every group the first saved
+    # group's (the no-decay group would decay), and a checkpoint of a ZeRO-3 run from before 2026-12-02 holds 0
+    # (xpt_ds.model.weight_decay). Everything else of a group (FusedAdam keeps its step count there) is loaded.
+    decay = [g["weight_decay"] for g in base.param_groups]
     if universal:
         engine.load_checkpoint(str(tag_dir), tag="universal")
         # DeepSpeed's ZeRO-3 universal load gives every param group the same ``step`` tensor, which torch's
         # Adam then advances once per group per step; each group needs its own counter.
-        base = getattr(engine.optimizer, "optimizer", engine.optimizer)
         for state in base.state.values():
             if torch.is_tensor(state.get("step")):
                 state["step"] = state["step"].clone()
     else:  # not strict: the module states hold the trainable parameters only (``save``); the frozen ones come
         # from the returned file, and the config was checked against the tag's (``tag_checks.resumed_tags``)
         engine.load_checkpoint(str(ckpt_root), tag=tag, load_module_strict=False)
+    for group, kept in zip(base.param_groups, decay):
+        group["weight_decay"] = kept
     rank_file = tag_dir / f"rank_state_{deepspeed.comm.get_rank():05d}.pt"
     # plain since issue 19; older ones hold a numpy array, which load_plain allows (``migrate.numpy_rng_key``)
     rank_state = load_plain(rank_file, allow_pickle=allow_pickle) if rank_file.is_file() else {}

@@ -1,6 +1,7 @@
-"""Resuming at another scale: a checkpoint saved at another world size, or at ZeRO stage 1 <-> 2, is converted once
-to DeepSpeed's universal layout (``ds_to_universal``: one folder per parameter, independent of world size and stage)
-in ``TAG/universal/``, which every rank's engine then loads (``checkpoint.load_universal``).
+"""Resuming at another scale: a checkpoint saved at another world size, or at another ZeRO stage of 1, 2 and 3, is
+converted once to DeepSpeed's universal layout (``ds_to_universal``: one folder per parameter, independent of world
+size) in ``TAG/universal/``, which every rank's engine then loads (``checkpoint.load_universal``); what the resuming
+stage reads and the conversion did not write is added (``universal_stages``).
 
 Rank 0 converts, in a child process tethered to it (``xpt_ds.runtime.tether``: it does not outlive rank 0), while
 the other ranks wait (``xpt_ds.runtime.distributed.rank0_alone``): the conversion reads every rank's optimizer state
@@ -26,7 +27,9 @@ import deepspeed
 import psutil
 
 from xpt_ds.checkpoint.tags import CheckpointError, complete_tags
+from xpt_ds.checkpoint.universal_stages import fit_for
 from xpt_ds.config import ConfigError
+from xpt_ds.model.weight_decay import decays
 from xpt_ds.runtime.distributed import rank0_alone
 from xpt_ds.runtime.tether import kill_group, tethered
 
@@ -39,26 +42,50 @@ def prepare_rescale(ckpt_root: Path, tag: str, client: dict, world: int, stage: 
     """True when ``tag`` was saved at another world size or ZeRO stage than this run's ``world`` and
     ``stage`` (DeepSpeed records both in the model-states file ``client`` comes from): it is then loaded
     through a universal checkpoint, made here once. The loader state is world-size independent already.
-    A stage change other than 1 <-> 2 is refused: DeepSpeed's universal format differs for stage 3 and 0."""
+    A change from or to stage 0 is refused: its checkpoint keeps the whole optimizer state in the model-states file,
+    which ``ds_to_universal`` does not read."""
     saved_stage = int(client["ds_config"].get("zero_optimization", {}).get("stage", 0))
     saved_world = client["dp_world_size"]
-    if saved_stage == stage and (saved_world == world or stage == 0):
+    mixed = regrouped(client)
+    if saved_stage == stage and (saved_world == world or stage == 0) and not mixed:
         return False  # stage 0 keeps whole optimizer states: any world size loads them
-    if saved_stage != stage and {saved_stage, stage} != {1, 2}:
+    if saved_stage != stage and 0 in (saved_stage, stage):
         raise ConfigError(f"checkpoint {tag} was saved at ZeRO stage {saved_stage} and this run uses stage "
-                          f"{stage} (config key 'deepspeed'); a resume can change the stage only between 1 and 2")
+                          f"{stage} (config key 'deepspeed'); a resume can change the stage only among 1, 2 and 3")
     if deepspeed.comm.get_rank() == 0:
         log.info("checkpoint %s was saved by %s at ZeRO stage %d; resuming on %s at stage %d through a universal "
                  "checkpoint", tag, _ranks(saved_world), saved_stage, _ranks(world), stage)
-    make_universal(ckpt_root, tag, limit_minutes)
+        if mixed:
+            log.warning("checkpoint %s holds the weights that decay and those that do not in one optimizer group: "
+                        "xpt-ds before 2026-12-02 applied no weight decay at ZeRO-3; optim.weight_decay applies "
+                        "from this step on", tag)
+    make_universal(ckpt_root, tag, limit_minutes, stage)
     return True
 
 
-def make_universal(ckpt_root: Path, tag: str, limit_minutes: float) -> Path:
-    """Convert ``tag`` to DeepSpeed's universal layout, once (rank 0 converts, every rank waits, at most
-    ``limit_minutes``). Returns the folder ``engine.load_checkpoint`` takes as its tag."""
+def regrouped(client: dict) -> bool:
+    """Whether a checkpoint's optimizer holds parameters that decay and parameters that do not in one group, which
+    this run's optimizer keeps apart (``xpt_ds.model.weight_decay``: a ZeRO-3 checkpoint of xpt-ds before
+    2026-12-02). Its groups' flat states do not map onto this run's; the universal layout is per parameter."""
+    return any(len({decays(name, shape) for name, shape in group.items()}) > 1
+               for group in client.get("param_shapes") or [])
+
+
+def make_universal(ckpt_root: Path, tag: str, limit_minutes: float, stage: int) -> Path:
+    """Convert ``tag`` to DeepSpeed's universal layout, once, and fit it for an engine at ZeRO ``stage`` (rank 0
+    converts, every rank waits, at most ``limit_minutes``). Returns the folder ``engine.load_checkpoint`` takes as
+    its tag."""
     out = ckpt_root / tag / "universal"
-    rank0_alone(lambda: out.is_dir() or _convert(out, limit_minutes), 60 * limit_minutes, CheckpointError)
+
+    def work() -> None:
+        if not out.is_dir():
+            _convert(out, limit_minutes)
+        started = time.monotonic()
+        if rewritten := fit_for(out, stage):
+            log.info("rewrote the state files of %d parameters of %s as ZeRO-%s reads them, in %.1f s", rewritten,
+                     out, "1/2" if stage < 3 else "3", time.monotonic() - started)
+
+    rank0_alone(work, 60 * limit_minutes, CheckpointError)
     return out
 
 

@@ -219,7 +219,7 @@ class CheckpointConfig:
                                  "resolves to it. Needs data.valid_shards.")
     allow_pickle: bool = doc(False, "Resume from checkpoint files that are not plain data (a pickle that names "
                                     "code); only for a checkpoint you wrote and trust (README: What xpt-ds trusts).")
-    rescale_timeout_minutes: float = doc(120.0, "A resume at another world size or ZeRO stage (1 <-> 2) first converts "
+    rescale_timeout_minutes: float = doc(120.0, "A resume at another world size or ZeRO stage (1, 2, 3) first converts "
                                                 "the checkpoint to DeepSpeed's universal layout, on rank 0 while the "
                                                 "others wait: a conversion still running after this long is stopped "
                                                 "and the run ends with an error saying so.")

@@ -23,6 +23,7 @@ from xpt_ds.config import ConfigError, ModelConfig, OptimConfig, PhaseConfig, Tr
 from xpt_ds.config.template import CPU_ENGINE, CPU_SPEEDUP
 from xpt_ds.model.objective import build_objective
 from xpt_ds.model.skeleton import materialize, skeleton
+from xpt_ds.model.weight_decay import decays, full_shape
 from xpt_ds.runtime.op_builds import check_arch_list, check_build_lock, fused_adam_is_jit_built
 from xpt_ds.model.recompute import checkpoint_layers
 from xpt_ds.training.compile import compile_blocks
@@ -179,7 +180,7 @@ def _param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     decay, no_decay = [], []
     for name, p in model.named_parameters():
         if p.requires_grad:
-            (no_decay if p.ndim < 2 or "LayerNorm" in name or "layer_norm" in name else decay).append(p)
+            (decay if decays(name, full_shape(p)) else no_decay).append(p)
     groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     return [g for g in groups if g["params"]]
 

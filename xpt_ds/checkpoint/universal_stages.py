@@ -1,0 +1,116 @@
+"""One universal checkpoint for ZeRO-1/2 and ZeRO-3: a resume that changes the stage, as well as the world size.
+
+DeepSpeed's ``ds_to_universal`` writes one folder per parameter whatever the stage it reads, but each stage's
+loader reads its own dialect of that layout (DeepSpeed 0.19, ``runtime/base_optimizer.py`` and
+``runtime/zero/stage3.py``):
+
+- the engine takes its client state from ``mp_rank_00_model_states.pt`` at ZeRO-1/2 and from
+  ``zero_pp_rank_0_mp_rank_00_model_states.pt`` at ZeRO-3; the conversion copies only the saving stage's files;
+- ZeRO-1/2 reads each state file of a parameter (``fp32``, ``exp_avg``, ``exp_avg_sq``) as ``{"param": tensor}``
+  of the parameter's shape, its Adam step from a ``step.pt`` beside them, and ``ds_version`` from
+  ``zero/optimizer_state.pt``; the conversion of a ZeRO-3 checkpoint writes flat tensors, no ``step.pt`` and no
+  version;
+- ZeRO-3 reads the step from ``zero/optimizer_state.pt``'s ``optimizer_state_dict``, which the conversion of a
+  ZeRO-1/2 checkpoint does not write; it reads either form of the state files. The conversion of a ZeRO-3
+  checkpoint puts rank 0's whole optimizer file there, which every rank then reads whole: it is slimmed to what the
+  loaders read.
+
+``fit_for`` adds what the resuming stage reads and the conversion left out. Every file is written whole under a
+temporary name and renamed into place, and a parameter's ``step.pt`` after its state files, so a fit that was
+interrupted is completed by the next one; a folder that already fits is left as it is.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import torch
+
+from xpt_ds.checkpoint.tags import CheckpointError
+from xpt_ds.io.trust import load_plain
+
+MODEL_STATES = {12: "mp_rank_00_model_states.pt", 3: "zero_pp_rank_0_mp_rank_00_model_states.pt"}
+STATES = ("fp32", "exp_avg", "exp_avg_sq")
+
+
+def fit_for(folder: Path, stage: int) -> int:
+    """Make the universal checkpoint ``folder`` loadable by an engine at ZeRO ``stage`` (1, 2 or 3); returns the
+    number of parameters whose state files it rewrote."""
+    family = 3 if stage == 3 else 12
+    states = _model_states(folder, family)
+    optim_file = folder / "zero" / "optimizer_state.pt"
+    optim = load_plain(optim_file, mmap=True)
+    if not _slim(optim):
+        _save(_slimmed(optim, folder, states), optim_file)
+    if family == 3:
+        return 0
+    missing = sorted(p.parent for p in (folder / "zero").glob("*/exp_avg.pt") if not (p.parent / "step.pt").exists())
+    if not missing:
+        return 0
+    shapes = _shapes(states)
+    step = load_plain(optim_file)["optimizer_state_dict"]["state"][0]["step"]
+    for param in missing:
+        for key in STATES:
+            value = load_plain(param / f"{key}.pt")
+            if torch.is_tensor(value):  # ZeRO-3's flat tensor
+                _save({"param": value.view(shapes[param.name])}, param / f"{key}.pt")
+        _save(step, param / "step.pt")
+    return len(missing)
+
+
+def _slim(optim: dict) -> bool:
+    inner = optim.get("optimizer_state_dict")
+    return (inner is not None and set(inner["state"]) == {0} and set(inner["state"][0]) == {"step"}
+            and "ds_version" in optim and "fp32_flat_groups" not in optim)
+
+
+def _slimmed(optim: dict, folder: Path, states: Path) -> dict:
+    """``zero/optimizer_state.pt`` as both stages read it: the loss scaler, clipping, version and param groups, and
+    the Adam step in ``optimizer_state_dict``. Converted from ZeRO-3 it also held rank 0's whole partition of the
+    fp32 weights and Adam moments (``fp32_flat_groups``, ``optimizer_state_dict.state``), which every rank's
+    engine read whole and no loader uses (each parameter's own files hold them): dropped."""
+    inner = optim.get("optimizer_state_dict")
+    step = inner["state"][0]["step"] if inner is not None else _saved_step(folder)
+    slim = {k: v for k, v in optim.items() if k not in ("fp32_flat_groups", "optimizer_state_dict")}
+    slim["optimizer_state_dict"] = {"state": {0: {"step": step}}, "param_groups": optim["param_groups"]}
+    if "ds_version" not in slim:  # converted from ZeRO-3
+        slim["ds_version"] = load_plain(states, mmap=True)["ds_version"]
+    return slim
+
+
+def _model_states(folder: Path, family: int) -> Path:
+    """The model-states file the ``family``'s engine reads, linked to (or copied from) the other one's."""
+    want = folder / MODEL_STATES[family]
+    if not want.exists():
+        have = folder / MODEL_STATES[12 if family == 3 else 3]
+        if not have.exists():
+            raise CheckpointError(f"universal checkpoint {folder} has no model-states file ({have.name})")
+        try:
+            os.link(have, want)
+        except OSError:  # a filesystem without hard links
+            shutil.copyfile(have, want.with_name(want.name + ".tmp"))
+            os.replace(want.with_name(want.name + ".tmp"), want)
+    return want
+
+
+def _saved_step(folder: Path):
+    """The Adam step of the parameters a ZeRO-1/2 checkpoint trained (each one's ``step.pt``; all equal)."""
+    found = next((folder / "zero").glob("*/step.pt"), None)
+    if found is None:
+        raise CheckpointError(f"universal checkpoint {folder} holds no optimizer step (no zero/*/step.pt)")
+    return load_plain(found)
+
+
+def _shapes(states: Path) -> dict:
+    """Parameter name -> shape, from a ZeRO-3 model-states file's ``param_shapes`` (one dict per param group)."""
+    shapes = {}
+    for group in load_plain(states, mmap=True)["param_shapes"]:
+        shapes.update(group)
+    return shapes
+
+
+def _save(value, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(value, tmp)
+    os.replace(tmp, path)
