@@ -61,7 +61,7 @@ def fit_for(folder: Path, stage: int) -> int:
 
 def _slim(optim: dict) -> bool:
     inner = optim.get("optimizer_state_dict")
-    return (inner is not None and set(inner["state"]) == {0} and set(inner["state"][0]) == {"step"}
+    return (inner is not None and all(set(state) == {"step"} for state in inner["state"].values())
             and "ds_version" in optim and "fp32_flat_groups" not in optim)
 
 
@@ -71,9 +71,10 @@ def _slimmed(optim: dict, folder: Path, states: Path) -> dict:
     fp32 weights and Adam moments (``fp32_flat_groups``, ``optimizer_state_dict.state``), which every rank's
     engine read whole and no loader uses (each parameter's own files hold them): dropped."""
     inner = optim.get("optimizer_state_dict")
-    step = inner["state"][0]["step"] if inner is not None else _saved_step(folder)
+    step = inner["state"][0]["step"] if inner is not None and inner["state"] else _saved_step(folder)
     slim = {k: v for k, v in optim.items() if k not in ("fp32_flat_groups", "optimizer_state_dict")}
-    slim["optimizer_state_dict"] = {"state": {0: {"step": step}}, "param_groups": optim["param_groups"]}
+    slim["optimizer_state_dict"] = {"state": {} if step is None else {0: {"step": step}},
+                                    "param_groups": optim["param_groups"]}
     if "ds_version" not in slim:  # converted from ZeRO-3
         slim["ds_version"] = load_plain(states, mmap=True)["ds_version"]
     return slim
@@ -95,11 +96,10 @@ def _model_states(folder: Path, family: int) -> Path:
 
 
 def _saved_step(folder: Path):
-    """The Adam step of the parameters a ZeRO-1/2 checkpoint trained (each one's ``step.pt``; all equal)."""
+    """The Adam step of the parameters a ZeRO-1/2 checkpoint trained (each one's ``step.pt``; all equal); None where
+    no parameter has one (an optimizer without Adam state: nothing for either stage to load)."""
     found = next((folder / "zero").glob("*/step.pt"), None)
-    if found is None:
-        raise CheckpointError(f"universal checkpoint {folder} holds no optimizer step (no zero/*/step.pt)")
-    return load_plain(found)
+    return None if found is None else load_plain(found)
 
 
 def _shapes(states: Path) -> dict:
