@@ -234,12 +234,14 @@ def _converting(run) -> dict:
     return found
 
 
-def test_bf16_two_ranks_to_one(tmp_path, source, corpus):
-    """The production path: bf16 with DeepSpeed FusedAdam."""
-    straight, _ = _run(tmp_path, "bf16_straight2", source, corpus, nproc=2, ds="zero1", precision="bf16")
-    rescaled, proc = _run(tmp_path, "bf16_at1", source, corpus, nproc=1, ds="zero1", precision="bf16",
-                          resume_from=straight)
-    _assert_continues(straight, rescaled, proc, saved_by=2, tol=1e-2)
+@pytest.mark.parametrize("saved,resumed", [(("zero1", 2), ("zero1", 1)), (("zero3", 1), ("zero1", 2))],
+                         ids=["zero1-2-to-1", "zero3-1-to-zero1-2"])
+def test_bf16(tmp_path, source, corpus, saved, resumed):
+    """The production path: bf16 with DeepSpeed FusedAdam (whose Adam step is an int in each state)."""
+    straight, _ = _run(tmp_path, "bf16_straight", source, corpus, nproc=saved[1], ds=saved[0], precision="bf16")
+    rescaled, proc = _run(tmp_path, "bf16_rescaled", source, corpus, nproc=resumed[1], ds=resumed[0],
+                          precision="bf16", resume_from=straight)
+    _assert_continues(straight, rescaled, proc, saved_by=saved[1], tol=1e-2)
 
 
 def test_the_conversion_gets_half_the_cpus_at_most_8_and_what_memory_allows():
