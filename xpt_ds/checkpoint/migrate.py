@@ -11,7 +11,10 @@ see one layout only.
 - rank state files of before issue 19 (``numpy_rng_key``): numpy's RNG key as an ndarray, not a tensor;
 - the frozen-weights file of before 2026-11-28 (``frozen_file``): ``frozen_fp32.pt``, not ``.safetensors``;
 - a kept phase end of before 2026-11-28 (``older_phase_end``): ``NAME.pt`` holding the weights and the data
-  position, not ``NAME.safetensors`` beside ``NAME.json``.
+  position, not ``NAME.safetensors`` beside ``NAME.json``;
+- a ZeRO-3 checkpoint of before 2026-12-02 (``regrouped``): one optimizer group holding the weights that decay and
+  those that do not (``xpt_ds.model.weight_decay``), which only a universal copy maps onto today's two
+  (``xpt_ds.checkpoint.universal``).
 """
 from __future__ import annotations
 
@@ -19,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from xpt_ds.model.weight_decay import decays
 
 FROZEN = "frozen_fp32"  # TAG/frozen_fp32.safetensors: the exact fp32 values of the phase's frozen parameters
 
@@ -68,3 +73,12 @@ def older_phase_end(base: Path, name: str) -> tuple[dict, dict] | None:
         return None
     blob = torch.load(old, map_location="cpu", weights_only=True)
     return blob["weights"], blob["data"]
+
+
+def regrouped(client: dict) -> bool:
+    """Whether a checkpoint's optimizer holds parameters that decay and parameters that do not in one group, which
+    this run's optimizer keeps apart (a ZeRO-3 checkpoint of before 2026-12-02, judged from the model-states
+    file's ``param_shapes``, one name -> shape dict per group). Its groups' flat states do not map onto this run's;
+    the universal layout is per parameter."""
+    return any(len({decays(name, shape) for name, shape in group.items()}) > 1
+               for group in client.get("param_shapes") or [])

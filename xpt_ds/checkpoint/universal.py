@@ -26,10 +26,10 @@ from pathlib import Path
 import deepspeed
 import psutil
 
+from xpt_ds.checkpoint.migrate import regrouped
 from xpt_ds.checkpoint.tags import CheckpointError, complete_tags
 from xpt_ds.checkpoint.universal_stages import fit_for
 from xpt_ds.config import ConfigError
-from xpt_ds.model.weight_decay import decays
 from xpt_ds.runtime.distributed import rank0_alone
 from xpt_ds.runtime.tether import kill_group, tethered
 
@@ -61,14 +61,6 @@ def prepare_rescale(ckpt_root: Path, tag: str, client: dict, world: int, stage: 
                         "from this step on", tag)
     make_universal(ckpt_root, tag, limit_minutes, stage)
     return True
-
-
-def regrouped(client: dict) -> bool:
-    """Whether a checkpoint's optimizer holds parameters that decay and parameters that do not in one group, which
-    this run's optimizer keeps apart (``xpt_ds.model.weight_decay``: a ZeRO-3 checkpoint of xpt-ds before
-    2026-12-02). Its groups' flat states do not map onto this run's; the universal layout is per parameter."""
-    return any(len({decays(name, shape) for name, shape in group.items()}) > 1
-               for group in client.get("param_shapes") or [])
 
 
 def make_universal(ckpt_root: Path, tag: str, limit_minutes: float, stage: int) -> Path:

@@ -4,7 +4,7 @@ LayerNorm's; biases, norms and other vectors do not decay.
 A parameter is judged by its full shape. Under ZeRO-3 a parameter built in ``deepspeed.zero.Init`` holds a 1-D
 partition (or nothing) and keeps its shape in ``ds_shape``: judged by ``p.ndim`` every ZeRO-3 weight was a vector,
 so runs at ZeRO-3 trained with no weight decay at all (xpt-ds before 2026-12-02); their checkpoints hold one
-optimizer group where ZeRO-1/2 hold two (``xpt_ds.checkpoint.universal.regrouped``).
+optimizer group where ZeRO-1/2 hold two (``xpt_ds.checkpoint.migrate.regrouped``).
 """
 from __future__ import annotations
 
