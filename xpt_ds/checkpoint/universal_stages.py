@@ -42,14 +42,15 @@ def fit_for(folder: Path, stage: int) -> int:
     optim_file = folder / "zero" / "optimizer_state.pt"
     optim = load_plain(optim_file, mmap=True)
     if not _slim(optim):
-        _save(_slimmed(optim, folder, states), optim_file)
+        optim = _slimmed(optim, folder, states)
+        _save(optim, optim_file)
     if family == 3:
         return 0
     missing = sorted(p.parent for p in (folder / "zero").glob("*/exp_avg.pt") if not (p.parent / "step.pt").exists())
     if not missing:
         return 0
     shapes = _shapes(states)
-    step = load_plain(optim_file)["optimizer_state_dict"]["state"][0]["step"]
+    step = optim["optimizer_state_dict"]["state"][0]["step"]
     for param in missing:
         for key in STATES:
             value = load_plain(param / f"{key}.pt")

@@ -42,6 +42,7 @@ from xpt_ds.io.file_modes import as_umask
 from xpt_ds.io.model_source import check_model_source
 from xpt_ds.io.paths import unwritable, write_text_atomic
 from xpt_ds.io.trust import UntrustedError, read_config_dict, reading_weights, remote_code_consent
+from xpt_ds.model.weight_decay import decays
 
 log = logging.getLogger("xpt_ds.cli.finetune")
 
@@ -240,7 +241,7 @@ def build_optimizer(model, cfg: FinetuneConfig, total_steps: int):
     decay, no_decay = [], []
     for name, p in model.named_parameters():
         if p.requires_grad:
-            (no_decay if p.ndim < 2 or "LayerNorm" in name or "layer_norm" in name else decay).append(p)
+            (decay if decays(name, p.shape) else no_decay).append(p)
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=ADAM_BETAS, eps=ADAM_EPS)
     warmup = int(cfg.warmup_ratio * total_steps)

@@ -18,6 +18,11 @@ import torch
 from torch import nn
 
 
+def full_shape(p: torch.Tensor) -> tuple[int, ...]:
+    """A parameter's shape, also under ZeRO-3, where it holds only this rank's 1-D partition (``ds_shape``)."""
+    return tuple(getattr(p, "ds_shape", p.shape))
+
+
 @contextlib.contextmanager
 def parameters_on_meta():
     """Every parameter a module registers while this is open goes to the meta device; buffers stay as made. (The

@@ -22,8 +22,8 @@ from torch import nn
 from xpt_ds.config import ConfigError, ModelConfig, OptimConfig, PhaseConfig, TrainConfig
 from xpt_ds.config.template import CPU_ENGINE, CPU_SPEEDUP
 from xpt_ds.model.objective import build_objective
-from xpt_ds.model.skeleton import materialize, skeleton
-from xpt_ds.model.weight_decay import decays, full_shape
+from xpt_ds.model.skeleton import full_shape, materialize, skeleton
+from xpt_ds.model.weight_decay import decays
 from xpt_ds.runtime.op_builds import check_arch_list, check_build_lock, fused_adam_is_jit_built
 from xpt_ds.model.recompute import checkpoint_layers
 from xpt_ds.training.compile import compile_blocks

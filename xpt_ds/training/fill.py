@@ -23,6 +23,7 @@ import torch
 from deepspeed.utils import safe_get_full_fp32_param, safe_set_full_fp32_param
 
 from xpt_ds.checkpoint.frozen import FrozenWeights, ShardedValues
+from xpt_ds.model.skeleton import full_shape
 from xpt_ds.runtime.host_memory import release_freed
 
 log = logging.getLogger(__name__)
@@ -104,9 +105,8 @@ def fill(engine, values: Callable[[str], torch.Tensor], trainable: set[str], fro
     progress = Progress(what, len(params), torch.distributed.get_rank())
     for name, p in params:
         value = values(name)
-        if tuple(value.shape) != tuple(getattr(p, "ds_shape", p.shape)):
-            raise ValueError(f"{what}: {name} has shape {tuple(value.shape)}, the model's is "
-                             f"{tuple(getattr(p, 'ds_shape', p.shape))}")
+        if tuple(value.shape) != full_shape(p):
+            raise ValueError(f"{what}: {name} has shape {tuple(value.shape)}, the model's is {full_shape(p)}")
         value = value.to(torch.float32)
         if digest is not None:
             digest.update(name, value)
@@ -141,8 +141,7 @@ def agree_or_broadcast(engine, values: Callable[[str], torch.Tensor], trainable:
 
     def broadcast(name: str) -> torch.Tensor:
         p = engine.module.get_parameter(name)
-        value = values(name).to(device) if rank == 0 else torch.empty(tuple(getattr(p, "ds_shape", p.shape)),
-                                                                      device=device)
+        value = values(name).to(device) if rank == 0 else torch.empty(full_shape(p), device=device)
         deepspeed.comm.broadcast(value, src=0)
         return value.cpu()
     fill(engine, broadcast, trainable, frozen, "initial weights from rank 0")

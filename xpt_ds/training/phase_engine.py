@@ -16,6 +16,7 @@ from xpt_ds.checkpoint.frozen import FrozenWeights
 from xpt_ds.checkpoint.values import CheckpointValues
 from xpt_ds.config import TrainConfig
 from xpt_ds.model.phases import build_phase_starts, build_phase_trainables, phases_read_later, value_from_ends
+from xpt_ds.model.skeleton import full_shape
 from xpt_ds.runtime.host_memory import release_freed
 from xpt_ds.training import engine as engines
 from xpt_ds.training.fill import engine_values, fill, fill_fresh, hand_over
@@ -51,7 +52,7 @@ class PhaseEngine:
         return {n for n, _ in self.engine.module.named_parameters() if n not in self.trainables[index]}
 
     def sizes(self) -> dict[str, int]:
-        return {n: math.prod(getattr(p, "ds_shape", p.shape)) for n, p in self.engine.module.named_parameters()}
+        return {n: math.prod(full_shape(p)) for n, p in self.engine.module.named_parameters()}
 
     def destroy(self) -> None:
         engines.destroy_engine(self.engine)
@@ -99,6 +100,6 @@ class PhaseEngine:
     def keep_end(self, phase_name: str, ckpt_root, state, streams) -> None:
         """A phase that a later one starts from leaves its end on disk before its last checkpoint completes."""
         if phase_name in self.kept_ends:
-            specs = [(n, tuple(getattr(p, "ds_shape", p.shape))) for n, p in self.engine.module.named_parameters()]
+            specs = [(n, full_shape(p)) for n, p in self.engine.module.named_parameters()]
             state.phase_ends[phase_name] = phase_ends.save_phase_end(
                 ckpt_root, phase_name, specs, engine_values(self.engine, self.frozen), streams.state_dict())
