@@ -151,8 +151,8 @@ def test_one_rank_to_two_at_zero3(tmp_path, source, corpus):
         "'deepspeed'); a resume can change the stage only among 1, 2 and 3")
 
 
-def _groups(tag_dir) -> list[tuple[float, bool]]:
-    """A ZeRO-3 checkpoint's optimizer groups: (weight decay, whether each of its parameters is a matrix) each."""
+def _groups(tag_dir) -> list[tuple[float, set[bool]]]:
+    """A ZeRO-3 checkpoint's optimizer groups: (weight decay, {whether a parameter is a matrix, for each}) each."""
     optim = torch.load(tag_dir / "zero_pp_rank_0_mp_rank_00_optim_states.pt", weights_only=False)
     groups = optim["optimizer_state_dict"]["optimizer_state_dict"]["param_groups"]
     shapes = read_client_state(tag_dir.parent, tag_dir.name)["param_shapes"]  # one sub-group per group here
