@@ -287,9 +287,10 @@ def run_xpt(spec: dict) -> dict:
         import torch
 
         from xpt_ds.checkpoint.frozen import FrozenWeights
+        from xpt_ds.config.schedule import lr_at
         from xpt_ds.model.objective import build_objective
         from xpt_ds.runtime.distributed import init_distributed
-        from xpt_ds.training.engine import build_engine, lr_at, set_lr
+        from xpt_ds.training.engine import build_engine, set_lr
         from xpt_ds.training.fill import fill
 
     init_distributed()  # as a rank of xpt_ds.cli.train joins

@@ -158,3 +158,66 @@ def test_a_log_window_restored_on_another_world_size_keeps_the_old_ranks_mean():
     assert window.mean_loss().item() == (4.0 + 2.0) / 3  # the old world's mean of steps 1-2, then step 3's
     window.load_state_dict({"steps": 2, "good": 1, "loss_sums": [3.0, 5.0]}, rank=1, world=2)
     assert window.loss_sum.item() == 5.0 and window.timed == 0
+
+
+def _saved_adam(tag_dir: Path) -> tuple[list[tuple], list]:
+    """(betas, eps, weight decay) of every param group, and every parameter's Adam step count, in a tag's optimizer
+    files (ZeRO-1/2 and ZeRO-3 nest them differently)."""
+    groups, steps = [], []
+
+    def walk(obj):
+        if isinstance(obj, dict):
+            if "betas" in obj and "params" in obj:
+                groups.append((tuple(obj["betas"]), obj["eps"], obj["weight_decay"]))
+            if "exp_avg" in obj:
+                steps.append(obj["step"])
+            for v in obj.values():
+                walk(v)
+        elif isinstance(obj, (list, tuple)):
+            for v in obj:
+                walk(v)
+
+    for path in sorted(tag_dir.glob("*optim_states.pt")):
+        walk(torch.load(path, weights_only=False))
+    return groups, steps
+
+
+@pytest.mark.parametrize("stage", [1, 3])
+def test_a_resume_with_other_optimizer_settings_applies_them_and_says_so(stage, straight_runs, tmp_path):
+    """torch's load_state_dict replaces each param group by the checkpoint's: a resume with another optim.betas or
+    eps went on with the saved ones, silently, and one from torch's AdamW to FusedAdam (optim.torch_adam) failed on
+    the keys FusedAdam's groups need (KeyError 'bias_correction'). The run's own settings apply, to the moments and
+    step counts saved, and the log says what changed. ZeRO-1: new betas, eps and peak lr, so step 8 (after the
+    first update with them) differs from the straight run; ZeRO-3: FusedAdam alone, the same Adam, so the losses
+    and the step counts go on as the straight run's."""
+    straight = straight_runs(stage)
+    cfg = yaml.safe_load((straight / "cfg.yaml").read_text())
+    cfg["run_dir"] = str(tmp_path / "run")
+    shutil.copytree(straight / "run/checkpoints" / tag_for(6), tmp_path / "run/checkpoints" / tag_for(6))
+    cfg["optim"]["torch_adam"] = False
+    if stage == 1:
+        cfg["optim"].update(betas=[0.5, 0.6], eps=1e-3)
+        cfg["phases"][1]["lr"] = 2e-3
+    proc = launch(["--config", str(write_config(tmp_path / "cfg.yaml", cfg))], nproc=2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    said = [line for line in proc.stderr.splitlines() if "with other optimizer settings or schedules" in line]
+    changed = "optim.torch_adam True -> False"
+    if stage == 1:
+        changed = ("optim.betas [0.9, 0.98] -> [0.5, 0.6]; optim.eps 1e-06 -> 0.001; optim.torch_adam True -> False; "
+                   "phases[1].lr 0.0005 -> 0.002")
+    assert len(said) == 1 and f"({changed}): they apply from this step on" in said[0], proc.stderr[-3000:]
+    # phase 2: 1 warmup step, then linear to 0 over 3: its third update (index 2) at 2/3 of the peak
+    assert ("the next step's learning rate is 0.00133 (0.000333 by the schedule it was trained with)" in said[0]) \
+        == (stage == 1), said[0]
+    want, got = read_metrics(straight / "run"), read_metrics(tmp_path / "run")
+    assert got[7]["train/loss"] == want[7]["train/loss"]  # the weights of step 6, before any new update
+    groups, steps = _saved_adam(tmp_path / "run/checkpoints" / tag_for(8))
+    straight_groups, straight_steps = _saved_adam(straight / "run/checkpoints" / tag_for(8))
+    assert all(isinstance(s, int) for s in steps), steps  # FusedAdam's own kind of count
+    assert steps == [int(s) for s in straight_steps]  # the phase's 4 updates: the counts went on, not from 0
+    if stage == 1:
+        assert groups == [((0.5, 0.6), 1e-3, 0.01), ((0.5, 0.6), 1e-3, 0.0)] * 2, groups
+        assert abs(got[8]["train/loss"] - want[8]["train/loss"]) > 1e-4
+    else:
+        assert groups == straight_groups
+        assert got[8]["train/loss"] == pytest.approx(want[8]["train/loss"], abs=1e-5)

@@ -6,7 +6,8 @@ import pytest
 import yaml
 
 from xpt_ds.config import ConfigError, PhaseConfig, TrainConfig, load_config, save_config, to_dict
-from xpt_ds.training.engine import OWNED_KEYS, build_ds_config, load_ds_config, lr_at, no_skip_reason
+from xpt_ds.config.schedule import lr_at
+from xpt_ds.training.engine import OWNED_KEYS, build_ds_config, load_ds_config, no_skip_reason
 
 REPO = Path(__file__).resolve().parents[2]
 DS_CONFIGS = sorted((REPO / "ds_configs").glob("*.json"))

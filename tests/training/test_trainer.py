@@ -10,7 +10,7 @@ from conftest import REPO, base_config, launch, read_metrics, write_config
 from xpt_ds.checkpoint.store import read_client_state
 from xpt_ds.checkpoint.tags import complete_tags
 from xpt_ds.config import PhaseConfig
-from xpt_ds.training.engine import lr_at
+from xpt_ds.config.schedule import lr_at
 
 
 @pytest.fixture(scope="module")

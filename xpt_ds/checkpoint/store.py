@@ -259,6 +259,37 @@ def _mapped_loads(engine, allow_pickle: bool) -> None:
             path, allow_pickle=allow_pickle, mmap=True)
 
 
+# What a loaded param group keeps from the checkpoint: its parameters, FusedAdam's step count, and the learning
+# rate, which the trainer sets before every step from the phase's schedule.
+LOADED_GROUP_KEYS = ("params", "step", "lr")
+
+
+def _hyperparameters(optimizer) -> list[dict]:
+    """Each param group's settings as this run built them (optim.betas, eps, weight_decay and the optimizer's own
+    flags), to put back after a load: torch's ``load_state_dict`` replaces each group by the saved one, so a
+    resume with another optim.betas or eps would go on with the checkpoint's, silently, and one with another
+    optimizer (optim.torch_adam) would lose the keys its step reads (FusedAdam's ``bias_correction``); DeepSpeed's
+    ZeRO-3 universal load gives every group the first saved group's (the no-decay group would decay); and a ZeRO-3
+    checkpoint from before 2026-12-02 holds weight decay 0 (``xpt_ds.model.weight_decay``)."""
+    return [{k: v for k, v in g.items() if k not in LOADED_GROUP_KEYS} for g in optimizer.param_groups]
+
+
+def _own_step_counts(optimizer) -> None:
+    """Each parameter's Adam step count as this run's optimizer keeps it: torch's AdamW in a tensor, FusedAdam and
+    DeepSpeedCPUAdam in an int they hand to their kernels; a checkpoint of the other (optim.torch_adam changed on a
+    resume) holds the other kind. Every tensor count is a copy of its own: DeepSpeed's ZeRO-3 universal load gives
+    every param group the same ``step`` tensor, which torch's AdamW would then advance once per group per step."""
+    as_tensor = type(optimizer).__module__.startswith("torch.optim")
+    for state in optimizer.state.values():
+        step = state.get("step")
+        if step is None:
+            continue
+        if as_tensor:
+            state["step"] = step.clone() if torch.is_tensor(step) else torch.tensor(float(step))
+        elif torch.is_tensor(step):
+            state["step"] = int(step.item())
+
+
 def load(engine, ckpt_root: Path, tag: str, universal: bool = False,
          allow_pickle: bool = False) -> tuple[ValueFile, dict]:
     """Restore the engine; returns (the checkpoint's frozen fp32 weights file (memory-mapped), whose values the caller
@@ -272,22 +303,15 @@ def load(engine, ckpt_root: Path, tag: str, universal: bool = False,
     tag_dir = ckpt_root / tag
     _mapped_loads(engine, allow_pickle)
     base = getattr(engine.optimizer, "optimizer", engine.optimizer)
-    # Each group's weight decay is this run's: DeepSpeed's ZeRO-3 universal load gives every group the first saved
-    # group's (the no-decay group would decay), and a checkpoint of a ZeRO-3 run from before 2026-12-02 holds 0
-    # (xpt_ds.model.weight_decay). Everything else of a group (FusedAdam keeps its step count there) is loaded.
-    decay = [g["weight_decay"] for g in base.param_groups]
+    built = _hyperparameters(base)
     if universal:
         engine.load_checkpoint(str(tag_dir), tag="universal")
-        # DeepSpeed's ZeRO-3 universal load gives every param group the same ``step`` tensor, which torch's
-        # Adam then advances once per group per step; each group needs its own counter.
-        for state in base.state.values():
-            if torch.is_tensor(state.get("step")):
-                state["step"] = state["step"].clone()
     else:  # not strict: the module states hold the trainable parameters only (``save``); the frozen ones come
         # from the returned file, and the config was checked against the tag's (``tag_checks.resumed_tags``)
         engine.load_checkpoint(str(ckpt_root), tag=tag, load_module_strict=False)
-    for group, kept in zip(base.param_groups, decay):
-        group["weight_decay"] = kept
+    for group, kept in zip(base.param_groups, built):
+        group.update(kept)
+    _own_step_counts(base)
     rank_file = tag_dir / f"rank_state_{deepspeed.comm.get_rank():05d}.pt"
     # plain since issue 19; older ones hold a numpy array, which load_plain allows (``migrate.numpy_rng_key``)
     rank_state = load_plain(rank_file, allow_pickle=allow_pickle) if rank_file.is_file() else {}

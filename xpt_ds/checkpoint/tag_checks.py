@@ -13,6 +13,7 @@ from xpt_ds.checkpoint import migrate
 from xpt_ds.checkpoint.store import agree
 from xpt_ds.checkpoint.tags import MARKER, CheckpointError, read_marker
 from xpt_ds.config import ConfigError
+from xpt_ds.config.schedule import lr_at
 from xpt_ds.errors import first_line
 from xpt_ds.io.trust import UntrustedError, check_plain
 from xpt_ds.model.build import build_plan
@@ -126,11 +127,14 @@ def check_files(tag_dir: Path, allow_pickle: bool, distributed: bool = True) -> 
         raise error
 
 
-def resume_warnings(tag_dir: Path, client: dict, cfg, has_validation: bool, world: int) -> list[str]:
+def resume_warnings(tag_dir: Path, client: dict, cfg, has_validation: bool, world: int,
+                    position: tuple[int, int] = (0, 0)) -> list[str]:
     """What a resume from ``tag_dir`` on ``world`` ranks does otherwise than the run it continues, each a line for
-    the log: another global batch (``batch_change``), other data settings (``data_changes``), a validation set
-    scored otherwise (``validation_change``)."""
-    lines = [line for line in [batch_change(tag_dir, client, cfg.optim, world)] if line]
+    the log: another global batch (``batch_change``), other optimizer settings or schedules (``optim_change``, at
+    ``position``: the phase index and the schedule's step it resumes at), other data settings (``data_changes``),
+    a validation set scored otherwise (``validation_change``)."""
+    lines = [line for line in [batch_change(tag_dir, client, cfg.optim, world),
+                               optim_change(tag_dir, client, cfg, *position)] if line]
     changed = data_changes(client.get("config", {}).get("data", {}), cfg.data)
     if changed:
         lines.append(f"resuming {tag_dir.name} with other data settings than it was trained with "
@@ -158,6 +162,48 @@ def batch_change(tag_dir: Path, client: dict, optim, world: int) -> str | None:
     return (f"resuming {tag_dir.name} at a global batch of {now} sequences per step (optim.micro_batch_size "
             f"{optim.micro_batch_size} x optim.grad_accum {optim.grad_accum} x {world} rank(s)), where it trained "
             f"with {before} ({saved_world} rank(s)): the learning rate schedule is not rescaled for it{hint}")
+
+
+# The optim.* keys a resume takes from its config, not from the checkpoint (xpt_ds.checkpoint.store.load), and
+# the phases[*] keys of the learning rate schedule (xpt_ds.config.schedule.lr_at).
+OPTIM_KEYS = ("weight_decay", "betas", "eps", "grad_clip", "torch_adam")
+SCHEDULE_KEYS = ("steps", "lr", "warmup_steps", "decay", "min_lr_ratio")
+
+
+def optim_changes(saved: dict, cfg, phase_index: int) -> list[str]:
+    """'optim.KEY OLD -> NEW' for each optimizer setting, and 'phases[i].KEY OLD -> NEW' for each schedule setting
+    of the phases still to train (``phase_index`` on, each under the same name), that the checkpoint's config
+    (``saved``) sets otherwise than ``cfg``; a key the checkpoint's config lacks is not compared."""
+    optim = saved.get("optim", {})
+    changed = [f"optim.{k} {optim[k]!r} -> {getattr(cfg.optim, k)!r}" for k in OPTIM_KEYS
+               if k in optim and optim[k] != getattr(cfg.optim, k)]
+    for i, (old, new) in enumerate(zip(saved.get("phases", []), cfg.phases)):
+        if i >= phase_index and old.get("name") == new.name:
+            changed += [f"phases[{i}].{k} {old[k]!r} -> {getattr(new, k)!r}" for k in SCHEDULE_KEYS
+                        if k in old and old[k] != getattr(new, k)]
+    return changed
+
+
+def optim_change(tag_dir: Path, client: dict, cfg, phase_index: int, updates: int) -> str | None:
+    """A warning when the optimizer settings or the schedule of a phase still to train differ from the checkpoint's
+    config (``optim_changes``): they apply from the resumed step on, to the Adam moments and step counts it saved;
+    where the phase it resumes in (at its schedule's step ``updates``) has another schedule, the line gives the
+    next step's learning rate by both."""
+    saved = client.get("config", {})
+    changed = optim_changes(saved, cfg, phase_index)
+    if not changed:
+        return None
+    line = (f"resuming {tag_dir.name} with other optimizer settings or schedules than it was trained with "
+            f"({'; '.join(changed)}): they apply from this step on, to the Adam moments and step counts it saved")
+    phases = saved.get("phases", [])
+    if phase_index < min(len(phases), len(cfg.phases)) and phases[phase_index].get("name") == cfg.phases[
+            phase_index].name:
+        now = cfg.phases[phase_index]
+        old = dataclasses.replace(now, **{k: v for k, v in phases[phase_index].items() if k in SCHEDULE_KEYS})
+        if lr_at(now, updates) != lr_at(old, updates):
+            line += (f"; the next step's learning rate is {lr_at(now, updates):.3g} ({lr_at(old, updates):.3g} by "
+                     "the schedule it was trained with)")
+    return line
 
 
 def validation_change(tag_dir: Path, client: dict, logging_cfg, has_validation: bool) -> str | None:

@@ -138,8 +138,9 @@ def _start(t: Trainer, tag: str | None, client: dict | None, plan, stage: int) -
         if missing and t.rank == 0:  # an older checkpoint than these pieces of state: they start fresh
             log.info("checkpoint %s holds no %s (written before they were saved): they start fresh", tag,
                      ", ".join(missing))
+        position = (t.state.phase_index, t.state.phase_updates)
         for line in tag_checks.resume_warnings(ckpt.root / tag, client, cfg, t.streams.valid is not None,
-                                               t.world) if t.rank == 0 else []:
+                                               t.world, position) if t.rank == 0 else []:
             log.warning(line)
         universal = prepare_rescale(ckpt.root, tag, client, t.world, stage,
                                     cfg.checkpoint.rescale_timeout_minutes)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from importlib import resources
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import deepspeed
 import torch
 from torch import nn
 
-from xpt_ds.config import ConfigError, ModelConfig, OptimConfig, PhaseConfig, TrainConfig
+from xpt_ds.config import ConfigError, ModelConfig, OptimConfig, TrainConfig
 from xpt_ds.config.template import CPU_ENGINE, CPU_SPEEDUP
 from xpt_ds.model.objective import build_objective
 from xpt_ds.model.skeleton import full_shape, materialize, skeleton
@@ -163,17 +162,6 @@ def build_ds_config(cfg: TrainConfig, world_size: int) -> dict:
     if o.torch_adam:  # a client torch optimizer under ZeRO (and ZeRO-Offload) needs these flags
         ds.update(zero_allow_untested_optimizer=True, zero_force_ds_cpu_optimizer=False)
     return ds
-
-
-def lr_at(phase: PhaseConfig, step: int) -> float:
-    """Learning rate for optimizer step ``step`` (0-based) of ``phase``: linear warmup, then decay."""
-    if step < phase.warmup_steps:
-        return phase.lr * (step + 1) / phase.warmup_steps
-    if phase.decay == "constant":
-        return phase.lr
-    progress = (step - phase.warmup_steps) / max(1, phase.steps - phase.warmup_steps)
-    frac = 1 - progress if phase.decay == "linear" else 0.5 * (1 + math.cos(math.pi * progress))
-    return phase.lr * (phase.min_lr_ratio + (1 - phase.min_lr_ratio) * frac)
 
 
 def _param_groups(model: nn.Module, weight_decay: float) -> list[dict]:

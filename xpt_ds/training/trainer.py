@@ -15,11 +15,12 @@ from xpt_ds.checkpoint.checkpointer import Checkpointer
 from xpt_ds.checkpoint.tags import tag_for
 from xpt_ds.config import TrainConfig
 from xpt_ds.config.phase_checks import phase_objectives
+from xpt_ds.config.schedule import lr_at
 from xpt_ds.metrics.logger import LogWindow
 from xpt_ds.runtime.preemption import Preempted, PreemptionWatcher
 from xpt_ds.runtime.status import planned_steps
 from xpt_ds.training.best import BestTracker
-from xpt_ds.training.engine import loss_scale, lr_at, set_lr
+from xpt_ds.training.engine import loss_scale, set_lr
 from xpt_ds.training.guards import Halted, StepGuards, scale_overflow, weights_finite
 from xpt_ds.training.phase_engine import PhaseEngine
 from xpt_ds.training.reporting import Reporter
