@@ -148,7 +148,7 @@ def test_one_rank_to_two_at_zero3(tmp_path, source, corpus):
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1] == (
         f"error: checkpoint {tag_for(STEPS)} was saved at ZeRO stage 3 and this run uses stage 0 (config key "
-        "'deepspeed'); a resume can change the stage only among 1, 2 and 3")
+        "'deepspeed'); a resume can change the stage only among 1, 2 and 3, and the precision only at those stages")
 
 
 def _groups(tag_dir) -> list[tuple[float, set[bool]]]:
@@ -234,14 +234,19 @@ def _converting(run) -> dict:
     return found
 
 
-@pytest.mark.parametrize("saved,resumed", [(("zero1", 2), ("zero1", 1)), (("zero3", 1), ("zero1", 2))],
-                         ids=["zero1-2-to-1", "zero3-1-to-zero1-2"])
+@pytest.mark.parametrize("saved,resumed", [(("zero1", 2, "bf16"), ("zero1", 1, "bf16")),
+                                           (("zero3", 1, "bf16"), ("zero1", 2, "bf16")),
+                                           (("zero2", 2, "bf16"), ("zero2", 2, "fp32"))],
+                         ids=["zero1-2-to-1", "zero3-1-to-zero1-2", "zero2-bf16-to-fp32"])
 def test_bf16(tmp_path, source, corpus, saved, resumed):
-    """The production path: bf16 with DeepSpeed FusedAdam (whose Adam step is an int in each state)."""
-    straight, _ = _run(tmp_path, "bf16_straight", source, corpus, nproc=saved[1], ds=saved[0], precision="bf16")
+    """The production path: bf16 with DeepSpeed FusedAdam (whose Adam step is an int in each state); and a bf16
+    checkpoint resumed in fp32 (torch's AdamW) at the same scale, which the rigid load cannot read (bf16 runs name
+    their optimizer files bf16_zero_pp_rank_*)."""
+    straight, _ = _run(tmp_path, "bf16_straight", source, corpus, nproc=saved[1], ds=saved[0], precision=saved[2])
     rescaled, proc = _run(tmp_path, "bf16_rescaled", source, corpus, nproc=resumed[1], ds=resumed[0],
-                          precision="bf16", resume_from=straight)
+                          precision=resumed[2], resume_from=straight)
     _assert_continues(straight, rescaled, proc, saved_by=saved[1], tol=1e-2)
+    assert f"at ZeRO stage {saved[0][-1]} in {saved[2]}; resuming on " in proc.stderr
 
 
 def test_the_conversion_gets_half_the_cpus_at_most_8_and_what_memory_allows():

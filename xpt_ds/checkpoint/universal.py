@@ -1,7 +1,8 @@
-"""Resuming at another scale: a checkpoint saved at another world size, or at another ZeRO stage of 1, 2 and 3, is
-converted once to DeepSpeed's universal layout (``ds_to_universal``: one folder per parameter, independent of world
-size) in ``TAG/universal/``, which every rank's engine then loads (``checkpoint.load_universal``); what the resuming
-stage reads and the conversion did not write is added (``universal_stages``).
+"""Resuming at another scale: a checkpoint saved at another world size, at another ZeRO stage of 1, 2 and 3, or in
+another precision (fp32, bf16, fp16) at those stages, is converted once to DeepSpeed's universal layout
+(``ds_to_universal``: one folder per parameter, independent of world size) in ``TAG/universal/``, which every
+rank's engine then loads (``checkpoint.load_universal``); what the resuming stage reads and the conversion did not
+write is added (``universal_stages``).
 
 Rank 0 converts, in a child process tethered to it (``xpt_ds.runtime.tether``: it does not outlive rank 0), while
 the other ranks wait (``xpt_ds.runtime.distributed.rank0_alone``): the conversion reads every rank's optimizer state
@@ -38,23 +39,36 @@ log = logging.getLogger(__name__)
 MAX_WORKERS = 8  # ds_to_universal's extract and merge processes; each holds about one rank's optimizer file
 
 
-def prepare_rescale(ckpt_root: Path, tag: str, client: dict, world: int, stage: int, limit_minutes: float) -> bool:
-    """True when ``tag`` was saved at another world size or ZeRO stage than this run's ``world`` and
-    ``stage`` (DeepSpeed records both in the model-states file ``client`` comes from): it is then loaded
-    through a universal checkpoint, made here once. The loader state is world-size independent already.
-    A change from or to stage 0 is refused: its checkpoint keeps the whole optimizer state in the model-states file,
-    which ``ds_to_universal`` does not read."""
+def precision(ds: dict) -> str:
+    """The precision a DeepSpeed config dict trains in: 'bf16', 'fp16' or 'fp32'."""
+    return next((k for k in ("bf16", "fp16") if ds.get(k, {}).get("enabled")), "fp32")
+
+
+def prepare_rescale(ckpt_root: Path, tag: str, client: dict, world: int, ds: dict, limit_minutes: float) -> bool:
+    """True when ``tag`` was saved at another world size, ZeRO stage or precision than this run's ``world`` and
+    DeepSpeed config ``ds`` (DeepSpeed records its world size and config in the model-states file ``client`` comes
+    from): it is then loaded through a universal checkpoint, made here once, which holds every trained parameter's
+    fp32 value and Adam moments whatever the precision (bf16 runs save their optimizer states under other file
+    names than fp32 and fp16 ones, which the rigid load then does not find). The loader state is world-size
+    independent already. A change from or to stage 0 is refused: its checkpoint keeps the whole optimizer state in
+    the model-states file, which ``ds_to_universal`` does not read."""
+    stage = int(ds.get("zero_optimization", {}).get("stage", 0))
     saved_stage = int(client["ds_config"].get("zero_optimization", {}).get("stage", 0))
     saved_world = client["dp_world_size"]
+    dtypes = precision(client["ds_config"]), precision(ds)
     mixed = regrouped(client)
-    if saved_stage == stage and (saved_world == world or stage == 0) and not mixed:
+    same = saved_stage == stage and (saved_world == world or stage == 0) and dtypes[0] == dtypes[1]
+    if same and not mixed:
         return False  # stage 0 keeps whole optimizer states: any world size loads them
-    if saved_stage != stage and 0 in (saved_stage, stage):
-        raise ConfigError(f"checkpoint {tag} was saved at ZeRO stage {saved_stage} and this run uses stage "
-                          f"{stage} (config key 'deepspeed'); a resume can change the stage only among 1, 2 and 3")
+    if 0 in (saved_stage, stage) and not same:
+        change = (f"at ZeRO stage {saved_stage} and this run uses stage {stage}" if saved_stage != stage
+                  else f"in {dtypes[0]} and this run trains in {dtypes[1]}")
+        raise ConfigError(f"checkpoint {tag} was saved {change} (config key 'deepspeed'); a resume can change the "
+                          "stage only among 1, 2 and 3, and the precision only at those stages")
     if deepspeed.comm.get_rank() == 0:
-        log.info("checkpoint %s was saved by %s at ZeRO stage %d; resuming on %s at stage %d through a universal "
-                 "checkpoint", tag, _ranks(saved_world), saved_stage, _ranks(world), stage)
+        log.info("checkpoint %s was saved by %s at ZeRO stage %d in %s; resuming on %s at stage %d in %s through a "
+                 "universal checkpoint", tag, _ranks(saved_world), saved_stage, dtypes[0], _ranks(world), stage,
+                 dtypes[1])
         if mixed:
             log.warning("checkpoint %s holds the weights that decay and those that do not in one optimizer group: "
                         "xpt-ds before 2026-12-02 applied no weight decay at ZeRO-3; optim.weight_decay applies "

@@ -27,7 +27,7 @@ from xpt_ds.runtime.preemption import PreemptionWatcher
 from xpt_ds.runtime.status import StatusFile
 from xpt_ds.model.recompute import recomputed_layers
 from xpt_ds.training.best import BestTracker
-from xpt_ds.training.engine import engine_settings, no_skip_reason, zero_stage
+from xpt_ds.training.engine import engine_settings, no_skip_reason
 from xpt_ds.training.guards import RankExchange, StepGuards
 from xpt_ds.training.phase_engine import PhaseEngine
 from xpt_ds.training.reporting import Reporter
@@ -120,14 +120,14 @@ def _assemble(cfg, rank, world, ds_config, tok, hf_config, causal, streams, chec
         causal)
     streams.fork_workers()  # before any engine thread (xpt_ds.data.workers)
     try:
-        _start(trainer, tag, client, plan, zero_stage(ds_config))
+        _start(trainer, tag, client, plan, ds_config)
     except BaseException:
         trainer.close()  # its workers, TensorBoard writer and status heartbeat
         raise
     return trainer
 
 
-def _start(t: Trainer, tag: str | None, client: dict | None, plan, stage: int) -> None:
+def _start(t: Trainer, tag: str | None, client: dict | None, plan, ds_config: dict) -> None:
     """The first phase's engine: from the build plan, or restored from checkpoint ``tag``."""
     cfg, ckpt = t.cfg, t.checkpointer
     seed_everything(cfg.seed + t.rank)  # dropout stream of this rank, unless a checkpoint has it
@@ -142,7 +142,7 @@ def _start(t: Trainer, tag: str | None, client: dict | None, plan, stage: int) -
         for line in tag_checks.resume_warnings(ckpt.root / tag, client, cfg, t.streams.valid is not None,
                                                t.world, position) if t.rank == 0 else []:
             log.warning(line)
-        universal = prepare_rescale(ckpt.root, tag, client, t.world, stage,
+        universal = prepare_rescale(ckpt.root, tag, client, t.world, ds_config,
                                     cfg.checkpoint.rescale_timeout_minutes)
     index = t.state.phase_index
     t.streams.use_phase(cfg, index)
