@@ -52,6 +52,23 @@ def write_synthetic_corpus(path: Path, docs: int = 40, seed: int = 0) -> Path:
     return path
 
 
+@pytest.fixture(scope="session", autouse=True)
+def temp_files_under_pytests_own(tmp_path_factory):
+    """Every temporary file of the session, and of the processes it starts (TMPDIR), under pytest's base temp
+    folder, which pytest prunes (it keeps the last 3 sessions'): each torchrun launch leaves a ``torchelastic_*``
+    folder behind, and each multi-rank run a ``xpt_ds_said_*`` file (``xpt_ds.runtime.rank_say``), which in the
+    system's /tmp would pile up with every run of the suite."""
+    import tempfile
+    before = os.environ.get("TMPDIR"), tempfile.tempdir
+    os.environ["TMPDIR"] = tempfile.tempdir = str(tmp_path_factory.mktemp("tmpdir"))
+    yield
+    tempfile.tempdir = before[1]
+    if before[0] is None:
+        del os.environ["TMPDIR"]
+    else:
+        os.environ["TMPDIR"] = before[0]
+
+
 @pytest.fixture(scope="session")
 def corpus_text(tmp_path_factory) -> Path:
     return write_synthetic_corpus(tmp_path_factory.mktemp("text") / "corpus.txt")
