@@ -31,17 +31,13 @@ from xpt_ds.checkpoint.migrate import regrouped
 from xpt_ds.checkpoint.tags import CheckpointError, complete_tags
 from xpt_ds.checkpoint.universal_stages import fit_for
 from xpt_ds.config import ConfigError
+from xpt_ds.config.engine_json import precision, zero_stage
 from xpt_ds.runtime.distributed import rank0_alone
 from xpt_ds.runtime.tether import kill_group, tethered
 
 log = logging.getLogger(__name__)
 
 MAX_WORKERS = 8  # ds_to_universal's extract and merge processes; each holds about one rank's optimizer file
-
-
-def precision(ds: dict) -> str:
-    """The precision a DeepSpeed config dict trains in: 'bf16', 'fp16' or 'fp32'."""
-    return next((k for k in ("bf16", "fp16") if ds.get(k, {}).get("enabled")), "fp32")
 
 
 def prepare_rescale(ckpt_root: Path, tag: str, client: dict, world: int, ds: dict, limit_minutes: float) -> bool:
@@ -52,8 +48,7 @@ def prepare_rescale(ckpt_root: Path, tag: str, client: dict, world: int, ds: dic
     names than fp32 and fp16 ones, which the rigid load then does not find). The loader state is world-size
     independent already. A change from or to stage 0 is refused: its checkpoint keeps the whole optimizer state in
     the model-states file, which ``ds_to_universal`` does not read."""
-    stage = int(ds.get("zero_optimization", {}).get("stage", 0))
-    saved_stage = int(client["ds_config"].get("zero_optimization", {}).get("stage", 0))
+    stage, saved_stage = zero_stage(ds), zero_stage(client["ds_config"])
     saved_world = client["dp_world_size"]
     dtypes = precision(client["ds_config"]), precision(ds)
     mixed = regrouped(client)

@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from xpt_ds.checkpoint.migrate import frozen_file
+from xpt_ds.config.engine_json import zero_stage
 from xpt_ds.io.safetensors_files import ShardedWriter
 from xpt_ds.io.trust import load_plain
 
@@ -77,7 +78,7 @@ class CheckpointValues:
         self.frozen = ValueFile(frozen_file(tag_dir), allow_pickle)
         states = sorted(tag_dir.glob("*mp_rank_00_model_states.pt"), key=_rank_of)
         model = load_plain(states[0], allow_pickle=allow_pickle, mmap=True)
-        self.stage = int((model["ds_config"].get("zero_optimization") or {}).get("stage", 0))
+        self.stage = zero_stage(model["ds_config"])
         self.where: dict[str, tuple] = {}
         if self.stage == 0:  # fp32 only (engine.load_ds_config refuses bf16 at stage 0): the module is the master
             self.module = model["module"]

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from xpt_ds.config import ConfigError, ModelConfig, OptimConfig, TrainConfig
+from xpt_ds.config.engine_json import precision, zero_stage
 from xpt_ds.config.template import CPU_ENGINE, CPU_SPEEDUP
 from xpt_ds.model.objective import build_objective
 from xpt_ds.model.skeleton import full_shape, materialize, skeleton
@@ -66,11 +67,6 @@ def read_ds_config_text(path: str) -> str:
                       f"{', '.join(sorted(n[:-5] for n in shipped))})")
 
 
-def zero_stage(ds: dict) -> int:
-    """The ZeRO stage a DeepSpeed config dict asks for (0 when it has no zero_optimization section)."""
-    return int(ds.get("zero_optimization", {}).get("stage", 0))
-
-
 def no_skip_reason(ds: dict) -> str | None:
     """Why the engine of DeepSpeed config ``ds`` lets a step with non-finite gradients through instead of skipping
     it; None where it skips one (xpt_ds.training.guards). DeepSpeed 0.19.8: stage 0 has no check; ZeRO 1-2 test a
@@ -105,10 +101,10 @@ def load_ds_config(path: str) -> dict:
     if stage not in (0, 1, 2, 3):
         raise ConfigError(f"DeepSpeed JSON {path}: zero_optimization.stage must be 0, 1, 2 or 3, got "
                           f"{(ds.get('zero_optimization') or {}).get('stage')!r}")
-    if stage == 0 and (ds.get("bf16") or ds.get("bfloat16") or {}).get("enabled"):  # "bfloat16": legacy name
+    if stage == 0 and precision(ds) == "bf16":
         raise ConfigError(f"DeepSpeed JSON {path}: bf16 needs ZeRO stage >= 1 here (stage 0 keeps no exportable "
                           "fp32 master); use ds_configs/zero1_bf16.json")
-    if stage == 0 and (ds.get("fp16") or {}).get("enabled"):  # its fp16 optimizer's masters are not filled here
+    if stage == 0 and precision(ds) == "fp16":  # its fp16 optimizer's masters are not filled here
         raise ConfigError(f"DeepSpeed JSON {path}: fp16 needs ZeRO stage >= 1 here (stage 0's fp16 optimizer keeps "
                           "fp32 masters that xpt-ds neither fills nor exports); set zero_optimization.stage to 1")
     for section in ("offload_param", "offload_optimizer"):  # else an assertion deep inside ZeRO-3's Init
@@ -190,9 +186,7 @@ def build_optimizer(model: nn.Module, o: OptimConfig, ds: dict) -> torch.optim.O
 
 def compute_dtype(ds: dict) -> torch.dtype:
     """The dtype the engine of DeepSpeed config ``ds`` keeps the module in (it casts a float32 module to it)."""
-    if (ds.get("bf16") or ds.get("bfloat16") or {}).get("enabled"):
-        return torch.bfloat16
-    return torch.float16 if (ds.get("fp16") or {}).get("enabled") else torch.float32
+    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[precision(ds)]
 
 
 def engine_module(tcfg, cfg: TrainConfig, kept=None) -> nn.Module:
