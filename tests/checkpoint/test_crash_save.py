@@ -51,10 +51,19 @@ def _wait_for_step(launcher, metrics: Path, since: float, step: int) -> None:
         time.sleep(0.01)
 
 
+def _written_since(path: Path, since: float) -> bool:
+    """``path`` is there and was written after time ``since``. A file of an earlier round's cut-short save can be
+    there and go between two looks (the resumed run removes that tag before it saves it again)."""
+    try:
+        return path.stat().st_mtime >= since
+    except FileNotFoundError:
+        return False
+
+
 def _wait_for_write(launcher, path: Path, since: float) -> None:
     """Until ``path`` is written after time ``since``; polls fast, the kill follows at once."""
     deadline = time.time() + 300
-    while not (path.exists() and path.stat().st_mtime >= since):
+    while not _written_since(path, since):
         assert launcher.poll() is None and time.time() < deadline, f"run ended before writing {path}"
         time.sleep(0.001)
 
