@@ -193,6 +193,7 @@ def test_a_resume_with_other_optimizer_settings_applies_them_and_says_so(stage, 
     straight = straight_runs(stage)
     cfg = yaml.safe_load((straight / "cfg.yaml").read_text())
     cfg["run_dir"] = str(tmp_path / "run")
+    cfg["model"]["source"] = str(config_only(Path(cfg["model"]["source"]), tmp_path / "source"))
     shutil.copytree(straight / "run/checkpoints" / tag_for(6), tmp_path / "run/checkpoints" / tag_for(6))
     cfg["optim"]["torch_adam"] = False
     if stage == 1:
