@@ -34,7 +34,8 @@ ROUNDS = len(STAGES)  # every stage once, the victim rank alternating
 STEPS = 8  # base_config's two phases of 4 steps: the rounds advance 2, 2, 1 and 2 steps at most (rng below), so
 # no round reaches the end before its kill, and their saves fall on both sides of the phase switch at step 4. The
 # uninterrupted reference is ``conftest.straight_runs(2)``, the same command with a checkpoint every step, which
-# the other resume tests read too (a launch of its own here took some 15 CPU-s on the 2-core CI machine).
+# the other resume tests read too (a 2-rank launch of that config took 15.0-15.8 CPU-s alone on the 2-core dev VM,
+# 2026-12-02).
 
 
 def _cfg(run_dir, tiny_roberta, corpus):
