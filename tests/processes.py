@@ -108,8 +108,8 @@ _no_core_files()
 def _stacks_then_kill(proc: subprocess.Popen) -> str:
     """A launched job that hangs: SIGABRT to each rank (faulthandler prints its threads' stacks), then, once the
     launcher has gone or 30 s have passed, SIGKILL to the whole process group and to every process that was below
-    the launcher (a rank or DataLoader worker in a session of its own, which would keep the job's pipes open and
-    this wait going for ever); the job's stderr."""
+    the launcher, then or now (``_stopped_tree``: a rank or DataLoader worker in a session of its own, which would
+    keep the job's pipes open and this wait going for ever); the job's stderr."""
     import contextlib
     import signal
     try:
@@ -122,6 +122,7 @@ def _stacks_then_kill(proc: subprocess.Popen) -> str:
     try:
         _, err = proc.communicate(timeout=30)
     except subprocess.TimeoutExpired:
+        below += _stopped_tree(proc.pid)  # ranks the launcher started after the first look (torchrun: setsid)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         for child in below:
@@ -141,6 +142,24 @@ def _stacks_then_kill(proc: subprocess.Popen) -> str:
     for leftover in Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_{os.getuid()}_*_{port}_*"):
         leftover.unlink(missing_ok=True)
     return err
+
+
+def _stopped_tree(pid: int) -> list[psutil.Process]:
+    """PID and every process below it, each stopped (SIGSTOP) before its children are listed, so that none starts
+    another one unseen before they are all killed. A job whose ranks were not started yet when its timeout came
+    had none for ``rank_pids`` to find; torchrun starts them in sessions of their own, out of the launcher's
+    process group, so they outlived the job (tests/runtime/test_hung_job.py)."""
+    found: dict[int, psutil.Process] = {}
+    todo = [pid]
+    while todo:
+        try:
+            process = psutil.Process(todo.pop())
+            process.suspend()
+            found[process.pid] = process
+            todo += [child.pid for child in process.children() if child.pid not in found]
+        except psutil.NoSuchProcess:
+            continue
+    return list(found.values())
 
 
 def _run_in_child(module: str, argv: list[str], env: dict | None, cwd: Path, out: int, err: int,

@@ -24,3 +24,28 @@ def test_a_job_still_running_at_its_timeout_fails_with_its_ranks_stacks(tmp_path
     # died, before the harness's SIGABRT reached it, would do it)
     assert text.count("Fatal Python error") >= 2 and "(most recent call first):" in text, text[-3000:]
     assert not [p for p in psutil.process_iter(["cmdline"]) if str(path) in " ".join(p.info["cmdline"] or [])]
+
+
+def test_ranks_started_after_the_timeout_are_killed_with_the_job(tmp_path):
+    """torchrun starts its ranks in sessions of their own; at a timeout that came before it had started them, no
+    rank was there to abort, and the ones it started while the harness waited for it to end outlived the job (a
+    rank of the test above was still alive 55 minutes after a -n 4 suite run; the same job given a 1 s timeout left 2
+    ranks and 8 DataLoader workers training). Here a stand-in launcher starts its "rank" 1 s into that wait; the
+    harness stops and kills it with the launcher, and its stderr is read."""
+    import subprocess
+    import sys
+    import time
+
+    from processes import _stacks_then_kill
+
+    marker = str(tmp_path / "late-rank")
+    rank = f"import time; time.sleep(600)  # {marker}"
+    launcher = (f"import subprocess, sys, time; time.sleep(1); subprocess.Popen([sys.executable, '-c', {rank!r}], "
+                "start_new_session=True); print('rank started', file=sys.stderr, flush=True); time.sleep(600)")
+    proc = subprocess.Popen([sys.executable, "-c", launcher, "--master_port", "0"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    start = time.monotonic()
+    err = _stacks_then_kill(proc)
+    assert time.monotonic() - start < 45  # the 30 s wait for the launcher, then the kill; not the pipes' 60 s more
+    assert "rank started" in err
+    assert not [p for p in psutil.process_iter(["cmdline"]) if marker in " ".join(p.info["cmdline"] or [])]
