@@ -77,6 +77,7 @@ def _assert_continues(straight, rescaled, proc, saved_by, tol):
     assert saved in proc.stderr and "through a universal checkpoint" in proc.stderr
     assert f"resumed from {tag_for(CUT)}" in proc.stderr
     assert "global batch" not in proc.stderr  # grad_accum kept it: no warning
+    assert "dropout masks" not in proc.stderr  # the source draws no dropout
     ref, got = _losses(straight), _losses(rescaled)
     assert sorted(got) == list(range(CUT + 1, STEPS + 1))  # continues after the cut, nothing repeated
     for step in got:
@@ -118,8 +119,10 @@ def test_one_rank_to_two_at_zero3(tmp_path, source, corpus):
     command then converts for longer than guard.collective_timeout_s, which bounds the job's collectives, and
     rank 1 waits it out (in a group of its own for the wait, xpt_ds.runtime.distributed.rank0_alone)."""
     straight, _ = _run(tmp_path, "straight1", source, corpus, nproc=1, ds="zero3")
+    # with dropout, said before the conversion: on 2 ranks the resumed steps would draw other masks
     stopped, proc = _run(tmp_path, "at2", source, corpus, nproc=2, ds="zero3", resume_from=straight, ok=False,
-                         flags=["--checkpoint.rescale_timeout_minutes=0.002"])  # 0.12 s: not even its imports
+                         flags=["--checkpoint.rescale_timeout_minutes=0.002", "--model.dropout=0.1"])  # 0.12 s
+    assert f"resuming {tag_for(CUT)} on 2 rank(s), where it trained on 1: each rank draws dropout" in proc.stderr
     line = (f"error: converting checkpoint {stopped / 'checkpoints' / tag_for(CUT)} to a universal checkpoint did "
             "not finish within 0.002 minutes (checkpoint.rescale_timeout_minutes), and was stopped; raise it, or "
             "resume at the world size and ZeRO stage the checkpoint was saved at")
@@ -279,3 +282,27 @@ def test_a_resume_at_another_global_batch_says_so_and_how_to_keep_it(tmp_path):
     assert batch_change(tag, client, OptimConfig(micro_batch_size=2, grad_accum=2), world=2) is None
     assert "(2 rank(s))" in batch_change(tag, {**client, "dp_world_size": 2}, OptimConfig(micro_batch_size=2,
                                                                                           grad_accum=2), world=1)
+
+
+def test_a_resume_at_another_world_size_says_when_the_dropout_masks_change(tmp_path):
+    """Each rank draws dropout from its own stream (seed + rank): on another number of ranks the resumed steps
+    draw other masks than the uninterrupted run (a GPT-2 run resumed from 2 ranks on 1: 5.8808 against 5.8765 at
+    the next step, docs/cluster.md). Said when the model draws any dropout, the LoRA branch's included."""
+    import json
+    from transformers import GPT2Config, LlamaConfig, RobertaConfig
+    from xpt_ds.checkpoint.tag_checks import dropout_change
+    tag = tmp_path / "global_step000000006"
+    tag.mkdir()
+    (tag / "COMPLETE").write_text(json.dumps({"global_step": 6, "world_size": 2, "zero_stage": 2}))
+    line = dropout_change(tag, {}, RobertaConfig(), world=1)
+    assert line == ("resuming global_step000000006 on 1 rank(s), where it trained on 2: each rank draws dropout from "
+                    "a stream of its own, so from this step on the dropout masks differ from those the run would have "
+                    "drawn uninterrupted, and its losses follow the uninterrupted run's only closely (model.dropout: 0 "
+                    "draws none)")
+    assert dropout_change(tag, {}, RobertaConfig(), world=2) is None
+    assert dropout_change(tag, {}, RobertaConfig(hidden_dropout_prob=0, attention_probs_dropout_prob=0), 4) is None
+    assert dropout_change(tag, {}, GPT2Config(resid_pdrop=0, embd_pdrop=0, attn_pdrop=0.1), world=4) is not None
+    llama = LlamaConfig()  # attention_dropout 0.0
+    assert dropout_change(tag, {}, llama, world=1) is None
+    llama.xpt_lora = {"rank": 8, "dropout": 0.05}
+    assert dropout_change(tag, {}, llama, world=1) is not None

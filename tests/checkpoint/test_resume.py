@@ -189,7 +189,8 @@ def test_a_resume_with_other_optimizer_settings_applies_them_and_says_so(stage, 
     the keys FusedAdam's groups need (KeyError 'bias_correction'). The run's own settings apply, to the moments and
     step counts saved, and the log says what changed. ZeRO-1: new betas, eps and peak lr, so step 8 (after the
     first update with them) differs from the straight run; ZeRO-3: FusedAdam alone, the same Adam, so the losses
-    and the step counts go on as the straight run's."""
+    and the step counts go on as the straight run's. A changed engine JSON is said too (ZeRO-1: another bucket
+    size), and an unchanged one is not."""
     straight = straight_runs(stage)
     cfg = yaml.safe_load((straight / "cfg.yaml").read_text())
     cfg["run_dir"] = str(tmp_path / "run")
@@ -199,6 +200,10 @@ def test_a_resume_with_other_optimizer_settings_applies_them_and_says_so(stage, 
     if stage == 1:
         cfg["optim"].update(betas=[0.5, 0.6], eps=1e-3)
         cfg["phases"][1]["lr"] = 2e-3
+        engine = json.loads(Path(cfg["deepspeed"]).read_text())
+        engine["zero_optimization"]["reduce_bucket_size"] = 20_000_000
+        cfg["deepspeed"] = str(tmp_path / "zero1_buckets.json")
+        Path(cfg["deepspeed"]).write_text(json.dumps(engine))
     proc = launch(["--config", str(write_config(tmp_path / "cfg.yaml", cfg))], nproc=2)
     assert proc.returncode == 0, proc.stderr[-3000:]
     said = [line for line in proc.stderr.splitlines() if "with other optimizer settings or schedules" in line]
@@ -207,6 +212,11 @@ def test_a_resume_with_other_optimizer_settings_applies_them_and_says_so(stage, 
         changed = ("optim.betas [0.9, 0.98] -> [0.5, 0.6]; optim.eps 1e-06 -> 0.001; optim.torch_adam True -> False; "
                    "phases[1].lr 0.0005 -> 0.002")
     assert len(said) == 1 and f"({changed}): they apply from this step on" in said[0], proc.stderr[-3000:]
+    engine_said = [line.split("resuming ", 1)[1] for line in proc.stderr.splitlines()
+                   if "under other DeepSpeed engine settings" in line]
+    assert engine_said == ([f"{tag_for(6)} under other DeepSpeed engine settings than it was trained with (config key "
+                            f"'deepspeed', {cfg['deepspeed']}: zero_optimization.reduce_bucket_size (unset) -> "
+                            "20000000): they apply from this step on"] if stage == 1 else []), engine_said
     # phase 2: 1 warmup step, then linear to 0 over 3: its third update (index 2) at 2/3 of the peak
     assert ("the next step's learning rate is 0.00133 (0.000333 by the schedule it was trained with)" in said[0]) \
         == (stage == 1), said[0]

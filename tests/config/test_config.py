@@ -477,16 +477,3 @@ def test_the_config_reference_is_current_and_lists_every_key():
                     yield from keys(_element_type(typ), f"{prefix}{f.name}.N.")
     every = list(keys(TrainConfig))
     assert len(every) > 70 and all(f"| `{k}` |" in text for k in every), [k for k in every if f"| `{k}` |" not in text]
-
-
-def test_an_engine_jsons_precision_and_stage_whatever_its_sections_are_called():
-    """A resume compares the checkpoint's recorded engine config with the run's by these (a change of precision
-    goes through a universal copy): DeepSpeed's legacy section name ``bfloat16`` is bf16 too, so the same engine
-    under either name is no change."""
-    from xpt_ds.config.engine_json import precision, zero_stage
-    shipped = {p.stem: json.loads(p.read_text()) for p in DS_CONFIGS}
-    assert {name: (zero_stage(ds), precision(ds)) for name, ds in shipped.items()} == {
-        name: (int(name[4]), name.split("_")[1]) for name in shipped}
-    assert precision({"bfloat16": {"enabled": True}}) == precision(shipped["zero2_bf16"]) == "bf16"
-    assert precision({"bf16": {"enabled": False}, "fp16": {"enabled": True}}) == "fp16"
-    assert (zero_stage({}), precision({})) == (0, "fp32")

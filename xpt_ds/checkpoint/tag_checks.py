@@ -13,6 +13,7 @@ from xpt_ds.checkpoint import migrate
 from xpt_ds.checkpoint.store import agree
 from xpt_ds.checkpoint.tags import MARKER, CheckpointError, read_marker
 from xpt_ds.config import ConfigError
+from xpt_ds.config.engine_json import engine_changes
 from xpt_ds.config.schedule import lr_at
 from xpt_ds.errors import first_line
 from xpt_ds.io.trust import UntrustedError, check_plain
@@ -127,14 +128,20 @@ def check_files(tag_dir: Path, allow_pickle: bool, distributed: bool = True) -> 
         raise error
 
 
-def resume_warnings(tag_dir: Path, client: dict, cfg, has_validation: bool, world: int,
+def resume_warnings(tag_dir: Path, client: dict, cfg, hf_config, has_validation: bool, world: int, ds: dict,
                     position: tuple[int, int] = (0, 0)) -> list[str]:
-    """What a resume from ``tag_dir`` on ``world`` ranks does otherwise than the run it continues, each a line for
-    the log: another global batch (``batch_change``), other optimizer settings or schedules (``optim_change``, at
-    ``position``: the phase index and the schedule's step it resumes at), other data settings (``data_changes``),
-    a validation set scored otherwise (``validation_change``)."""
+    """What a resume from ``tag_dir`` on ``world`` ranks under engine JSON ``ds`` does otherwise than the run it
+    continues, each a line for the log: another global batch (``batch_change``), other dropout masks
+    (``dropout_change``), other optimizer settings or schedules (``optim_change``, at ``position``: the phase index
+    and the schedule's step it resumes at), other engine settings (``engine_changes``), other data settings
+    (``data_changes``), a validation set scored otherwise (``validation_change``)."""
     lines = [line for line in [batch_change(tag_dir, client, cfg.optim, world),
+                               dropout_change(tag_dir, client, hf_config, world),
                                optim_change(tag_dir, client, cfg, *position)] if line]
+    engine = engine_changes(client.get("ds_config") or {}, ds)
+    if engine:
+        lines.append(f"resuming {tag_dir.name} under other DeepSpeed engine settings than it was trained with "
+                     f"(config key 'deepspeed', {cfg.deepspeed}: {'; '.join(engine)}): they apply from this step on")
     changed = data_changes(client.get("config", {}).get("data", {}), cfg.data)
     if changed:
         lines.append(f"resuming {tag_dir.name} with other data settings than it was trained with "
@@ -162,6 +169,26 @@ def batch_change(tag_dir: Path, client: dict, optim, world: int) -> str | None:
     return (f"resuming {tag_dir.name} at a global batch of {now} sequences per step (optim.micro_batch_size "
             f"{optim.micro_batch_size} x optim.grad_accum {optim.grad_accum} x {world} rank(s)), where it trained "
             f"with {before} ({saved_world} rank(s)): the learning rate schedule is not rescaled for it{hint}")
+
+
+# The model config keys of the families' dropout (encoders; GPT-2; the Llama layout's attention dropout).
+DROPOUT_KEYS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "resid_pdrop", "embd_pdrop", "attn_pdrop",
+                "attention_dropout")
+
+
+def dropout_change(tag_dir: Path, client: dict, hf_config, world: int) -> str | None:
+    """A warning when a model that draws dropout resumes on another number of ranks than the checkpoint's: each
+    rank draws from its own stream (``seed`` + rank, saved per rank), so the resumed steps' masks are not the
+    ones the uninterrupted run would have drawn, and its losses are matched only closely (docs/cluster.md)."""
+    saved_world = migrate.saved_world_size(read_marker(tag_dir), client)
+    lora = (getattr(hf_config, "xpt_lora", None) or {}).get("dropout") or 0  # the LoRA branch's (xpt_ds.model.lora)
+    drawn = max([getattr(hf_config, k, 0) or 0 for k in DROPOUT_KEYS] + [lora])
+    if not saved_world or saved_world == world or drawn <= 0:
+        return None
+    return (f"resuming {tag_dir.name} on {world} rank(s), where it trained on {saved_world}: each rank draws "
+            "dropout from a stream of its own, so from this step on the dropout masks differ from those the run "
+            "would have drawn uninterrupted, and its losses follow the uninterrupted run's only closely "
+            "(model.dropout: 0 draws none)")
 
 
 # The optim.* keys a resume takes from its config, not from the checkpoint (xpt_ds.checkpoint.store.load), and

@@ -139,8 +139,8 @@ def _start(t: Trainer, tag: str | None, client: dict | None, plan, ds_config: di
             log.info("checkpoint %s holds no %s (written before they were saved): they start fresh", tag,
                      ", ".join(missing))
         position = (t.state.phase_index, t.state.phase_updates)
-        for line in tag_checks.resume_warnings(ckpt.root / tag, client, cfg, t.streams.valid is not None,
-                                               t.world, position) if t.rank == 0 else []:
+        for line in tag_checks.resume_warnings(ckpt.root / tag, client, cfg, t.hf_config, t.streams.valid is not None,
+                                               t.world, ds_config, position) if t.rank == 0 else []:
             log.warning(line)
         universal = prepare_rescale(ckpt.root, tag, client, t.world, ds_config,
                                     cfg.checkpoint.rescale_timeout_minutes)
