@@ -305,4 +305,6 @@ def test_a_resume_at_another_world_size_says_when_the_dropout_masks_change(tmp_p
     llama = LlamaConfig()  # attention_dropout 0.0
     assert dropout_change(tag, {}, llama, world=1) is None
     llama.xpt_lora = {"rank": 8, "dropout": 0.05}
-    assert dropout_change(tag, {}, llama, world=1) is not None
+    assert dropout_change(tag, {}, llama, world=1).endswith("only closely (model.lora.dropout: 0 draws none)")
+    llama.attention_dropout = 0.1
+    assert dropout_change(tag, {}, llama, world=1).endswith("(model.dropout: 0 and model.lora.dropout: 0 draw none)")

@@ -181,14 +181,15 @@ def dropout_change(tag_dir: Path, client: dict, hf_config, world: int) -> str | 
     rank draws from its own stream (``seed`` + rank, saved per rank), so the resumed steps' masks are not the
     ones the uninterrupted run would have drawn, and its losses are matched only closely (docs/cluster.md)."""
     saved_world = migrate.saved_world_size(read_marker(tag_dir), client)
-    lora = (getattr(hf_config, "xpt_lora", None) or {}).get("dropout") or 0  # the LoRA branch's (xpt_ds.model.lora)
-    drawn = max([getattr(hf_config, k, 0) or 0 for k in DROPOUT_KEYS] + [lora])
-    if not saved_world or saved_world == world or drawn <= 0:
+    drawn = {"model.dropout": max(getattr(hf_config, k, 0) or 0 for k in DROPOUT_KEYS),
+             "model.lora.dropout": (getattr(hf_config, "xpt_lora", None) or {}).get("dropout") or 0}  # model.lora
+    keys = [key for key, p in drawn.items() if p > 0]
+    if not saved_world or saved_world == world or not keys:
         return None
     return (f"resuming {tag_dir.name} on {world} rank(s), where it trained on {saved_world}: each rank draws "
             "dropout from a stream of its own, so from this step on the dropout masks differ from those the run "
             "would have drawn uninterrupted, and its losses follow the uninterrupted run's only closely "
-            "(model.dropout: 0 draws none)")
+            f"({' and '.join(f'{key}: 0' for key in keys)} draw{'s' if len(keys) == 1 else ''} none)")
 
 
 # The optim.* keys a resume takes from its config, not from the checkpoint (xpt_ds.checkpoint.store.load), and
