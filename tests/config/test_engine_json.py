@@ -2,9 +2,9 @@
 DeepSpeed's sections are called, and the other settings by which a run's JSON and a checkpoint's recorded one
 differ."""
 import json
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from conftest import REPO
+
 DS_CONFIGS = sorted((REPO / "ds_configs").glob("*.json"))
 
 

@@ -4,6 +4,8 @@ trainer builds its engine by them; a resume compares the checkpoint's with the r
 ``xpt_ds.checkpoint.universal``, the rest in ``xpt_ds.checkpoint.tag_checks``)."""
 from __future__ import annotations
 
+from xpt_ds.config.values import flatten
+
 
 def zero_stage(ds: dict) -> int:
     """The ZeRO stage a DeepSpeed config dict asks for (0 when it has no zero_optimization section)."""
@@ -28,21 +30,11 @@ SET_BY_THE_TRAINER = {"train_micro_batch_size_per_gpu", "gradient_accumulation_s
                       "fp16.enabled"}
 
 
-def _flat(ds: dict, prefix: str = "") -> dict:
-    out = {}
-    for key, value in ds.items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def engine_changes(saved: dict, now: dict) -> list[str]:
     """'KEY OLD -> NEW' for each setting (dotted, as ``zero_optimization.offload_optimizer.device``) that the engine
     config a checkpoint recorded (``saved``) and the run's engine JSON (``now``) set otherwise, '(unset)' where one
     of them lacks it; the keys the trainer sets (``SET_BY_THE_TRAINER``) are not compared."""
-    old, new = _flat(saved), _flat(now)
+    old, new = flatten(saved), flatten(now)
 
     def shown(values: dict, key: str) -> str:
         return repr(values[key]) if key in values else "(unset)"

@@ -50,3 +50,14 @@ def coerce(value, typ, key: str):
             return value
         raise ConfigError(f"config key '{key}' must be a string, got {value!r}")
     raise ConfigError(f"config key '{key}' has unsupported type {typ}")
+
+
+def flatten(d, prefix: str = "") -> dict:
+    """A nested config (dicts, and lists of dicts) as its leaves by dotted key: ``{"a": {"b": 1}}`` is
+    ``{"a.b": 1}``, a list of sections is keyed by index (``phases.0.lr``); the resolved configs of two ranks
+    (``xpt_ds.runtime.run_lock``) and two engine JSONs (``xpt_ds.config.engine_json``) are compared so."""
+    if isinstance(d, dict):
+        return {k: v for key, value in d.items() for k, v in flatten(value, f"{prefix}{key}.").items()}
+    if isinstance(d, list) and d and all(isinstance(x, dict) for x in d):
+        return {k: v for i, value in enumerate(d) for k, v in flatten(value, f"{prefix}{i}.").items()}
+    return {prefix[:-1]: d}

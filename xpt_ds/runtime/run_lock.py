@@ -92,7 +92,8 @@ def config_difference(configs: list[dict]) -> str | None:
     """One line naming the first rank whose resolved config (``to_dict``) differs from rank 0's and the keys that
     differ: each node's launcher passes its own overrides, and a node given other ones would otherwise train
     with them unnoticed (another micro batch, another learning rate) while config.yaml records rank 0's."""
-    flat = [_flatten(c) for c in configs]
+    from xpt_ds.config.values import flatten
+    flat = [flatten(c) for c in configs]
     for rank, other in enumerate(flat[1:], start=1):
         keys = sorted(k for k in flat[0].keys() | other.keys() if flat[0].get(k) != other.get(k))
         if keys:
@@ -101,11 +102,3 @@ def config_difference(configs: list[dict]) -> str | None:
             return (f"rank {rank}'s config differs from rank 0's ({shown}{more}): every node must be given the same "
                     "config and overrides")
     return None
-
-
-def _flatten(d, prefix: str = "") -> dict:
-    if isinstance(d, dict):
-        return {k: v for key, value in d.items() for k, v in _flatten(value, f"{prefix}{key}.").items()}
-    if isinstance(d, list) and d and all(isinstance(x, dict) for x in d):
-        return {k: v for i, value in enumerate(d) for k, v in _flatten(value, f"{prefix}{i}.").items()}
-    return {prefix[:-1]: d}
