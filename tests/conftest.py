@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from processes import (  # noqa: F401  (tests import these from conftest)
-    PORTS, REPO, Started, _command, free_port, launch, rank_pids, run_main, start, start_main)
+    PORTS, REPO, Started, _command, free_port, kill_started, launch, rank_pids, run_main, start, start_main)
 from tiny_decoders import OTHER_LLAMA_LAYOUT, save_tiny_decoder  # noqa: F401  (tests import these from conftest)
 
 # experiments/ (the studies) is not installed with the package: the tests import it from this checkout, also under
@@ -208,6 +208,17 @@ def no_shm_left():
     for p in left:
         p.unlink(missing_ok=True)
     assert not left, f"left in /dev/shm by a job of this test (or of a fixture it set up): {[p.name for p in left]}"
+
+
+@pytest.fixture(autouse=True)
+def no_started_job_left():
+    """After every test, no job it began with ``start`` or ``start_main`` still runs: one that does is killed with
+    every process below it (``kill_started``), then reported. A test that fails before it waits on its job would
+    otherwise leave the job training beside the tests after it. Set up after ``no_shm_left``, so torn down before
+    it: the killed job's /dev/shm buffers are then reported too."""
+    yield
+    left = kill_started()
+    assert not left, f"still running after the test, killed: {left}"
 
 
 def read_marker(ckpt_root: Path, tag: str) -> dict:

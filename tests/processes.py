@@ -15,6 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 PORTS: set[int] = set()  # every port free_port handed out in this worker: no_shm_left checks them
+STARTED: list = []  # every job start() or start_main() began in this worker: conftest kills what a test leaves
 
 
 def free_port() -> int:
@@ -276,7 +277,8 @@ def start_main(module: str, argv: list[str], log: Path, env: dict | None = None)
         pid = os.fork()
         if pid == 0:
             _run_in_child(module, argv, env, REPO, f.fileno(), f.fileno(), new_session=True)
-    return Started(pid)
+    STARTED.append(Started(pid))
+    return STARTED[-1]
 
 
 def start(args: list[str], log: Path, nproc: int = 2, env: dict | None = None,
@@ -285,7 +287,34 @@ def start(args: list[str], log: Path, nproc: int = 2, env: dict | None = None,
     ``log``."""
     cmd, full_env = _command(args, nproc, env, launcher)
     with open(log, "w") as out:
-        return subprocess.Popen(cmd, cwd=REPO, env=full_env, stdout=out, stderr=subprocess.STDOUT)
+        STARTED.append(subprocess.Popen(cmd, cwd=REPO, env=full_env, stdout=out, stderr=subprocess.STDOUT))
+    return STARTED[-1]
+
+
+def kill_started() -> list[str]:
+    """Kill every job ``start`` or ``start_main`` began that still runs, with every process below it (a rank in a
+    session of its own too: ``_stopped_tree``), and reap it; forget every started job. Returns the command lines of
+    those that were still running: a test that failed before it waited on its job would otherwise leave the job
+    training beside the tests after it. Each is gone when this returns."""
+    import contextlib
+    import signal
+    left = []
+    for job in STARTED:
+        if job.poll() is not None:
+            continue
+        forked = isinstance(job, Started)
+        left.append(f"forked pid {job.pid}" if forked else " ".join(map(str, job.args)))
+        tree = _stopped_tree(job.pid)
+        if forked:  # start_main's child leads a group of its own (a Popen's group is the test worker's)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(job.pid, signal.SIGKILL)
+        for process in tree:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
+        job.wait(timeout=60)
+        psutil.wait_procs(tree, timeout=60)  # gone, not only sent the signal, when this returns
+    STARTED.clear()
+    return left
 
 
 def rank_pids(launcher: subprocess.Popen) -> dict[int, int]:
