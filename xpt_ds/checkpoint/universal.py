@@ -12,9 +12,13 @@ of optimizer state) it took 17 s (BENCHMARKS.md, "Resuming at another world size
 ``checkpoint.rescale_timeout_minutes`` bounds it: a conversion still running then is stopped, and every rank ends
 with one line that says so. The universal copy is about 1.5 times the optimizer state (3.5 GB there); once the run
 has a newer complete checkpoint, rank 0 deletes it (``drop_converted``).
+
+Every rank reads the universal copy through memory maps (``mapped_loads``): DeepSpeed's loaders read each
+parameter's files whole on every rank and keep the rank's slice, so a job of N ranks would read the copy N times.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -26,12 +30,14 @@ from pathlib import Path
 
 import deepspeed
 import psutil
+import torch
 
 from xpt_ds.checkpoint.migrate import regrouped
 from xpt_ds.checkpoint.tags import CheckpointError, complete_tags
 from xpt_ds.checkpoint.universal_stages import fit_for
 from xpt_ds.config import ConfigError
 from xpt_ds.config.engine_json import precision, zero_stage
+from xpt_ds.io.trust import load_plain
 from xpt_ds.runtime.distributed import rank0_alone
 from xpt_ds.runtime.tether import kill_group, tethered
 
@@ -149,6 +155,45 @@ def drop_converted(ckpt_root: Path) -> list[tuple[str, int]]:
                 shutil.rmtree(folder, ignore_errors=True)
                 dropped.append((tag, size))
     return dropped
+
+
+# The DeepSpeed modules whose code reads a universal checkpoint (0.19): the optimizer's global state (ZeRO-1/2's
+# base optimizer, ZeRO-3), each parameter's state files (ZeRO-1/2: universal_checkpoint.load_hp_checkpoint_state,
+# ZeRO-3: DeepSpeedZeroOptimizer_Stage3.load_hp_checkpoint_state).
+LOADERS = ("deepspeed.runtime.base_optimizer", "deepspeed.runtime.zero.stage3",
+           "deepspeed.checkpoint.universal_checkpoint")
+
+
+class _MappedTorch:
+    """``torch`` as the ``LOADERS`` see it during a load: its ``load`` is ``load_plain``, memory-mapped."""
+
+    def __init__(self, allow_pickle: bool):
+        self.allow_pickle = allow_pickle
+
+    def load(self, f, *args, **kwargs):  # DeepSpeed's call: torch.load(path, weights_only=False)
+        return load_plain(f, allow_pickle=self.allow_pickle, mmap=True)
+
+    def __getattr__(self, name: str):
+        return getattr(torch, name)
+
+
+@contextlib.contextmanager
+def mapped_loads(allow_pickle: bool = False):
+    """Around ``engine.load_checkpoint`` of a universal checkpoint: DeepSpeed's loaders ``torch.load`` every
+    parameter's ``fp32``, ``exp_avg`` and ``exp_avg_sq`` file whole on every rank, then copy out the rank's slice
+    (ZeRO-3: its 1/N of the flat values; ZeRO-1/2: the fragment its optimizer partition holds), so each rank read the
+    whole copy. Memory-mapped, a rank reads the pages of its slice; the values are the same bits. The files are read
+    as plain data (``load_plain``), also those the conversion wrote after the tag's files were checked, unless
+    ``allow_pickle``."""
+    import importlib
+    modules = [importlib.import_module(name) for name in LOADERS]
+    for module in modules:
+        module.torch = _MappedTorch(allow_pickle)
+    try:
+        yield
+    finally:
+        for module in modules:
+            module.torch = torch
 
 
 def _stop(pid: int, stopped: threading.Event) -> None:
