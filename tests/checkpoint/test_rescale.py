@@ -76,6 +76,7 @@ def _assert_continues(straight, rescaled, proc, saved_by, tol):
     saved = f"saved by {saved_by} rank{'s' if saved_by > 1 else ''} at ZeRO"
     assert saved in proc.stderr and "through a universal checkpoint" in proc.stderr
     assert f"resumed from {tag_for(CUT)}" in proc.stderr
+    assert f"engine state of {tag_for(CUT)} loaded from its universal copy in " in proc.stderr  # and its seconds
     assert "global batch" not in proc.stderr  # grad_accum kept it: no warning
     assert "dropout masks" not in proc.stderr  # the source draws no dropout
     ref, got = _losses(straight), _losses(rescaled)

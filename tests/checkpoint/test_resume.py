@@ -37,6 +37,7 @@ def test_resume_bit_identical(stage, cut, straight_runs, tmp_path):
     proc = launch(["--config", str(write_config(tmp_path / "cfg.yaml", cfg))], nproc=2)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"resumed from {tag_for(cut)}" in proc.stderr
+    assert f"engine state of {tag_for(cut)} loaded in " in proc.stderr  # with its seconds
 
     want, got = read_metrics(straight / "run"), read_metrics(tmp_path / "run")
     assert sorted(got) == list(range(cut + 1, 9))

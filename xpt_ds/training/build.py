@@ -152,7 +152,10 @@ def _start(t: Trainer, tag: str | None, client: dict | None, plan, ds_config: di
     if tag is None:
         t.engines.fill_fresh(plan, index)
     else:
+        started = time.perf_counter()
         frozen_file = ckpt.restore_engine(t.engine, tag, universal)
+        t.info(f"engine state of {tag} loaded{' from its universal copy' if universal else ''} in "
+               f"{time.perf_counter() - started:.1f} s")
         t.engines.fill_from(frozen_file.get, index, f"frozen weights of {tag}", names=t.engines.frozen_names(index))
         t.engines.frozen.file = frozen_file.path
         t.info(f"resumed from {tag}: phase {index} step {t.state.phase_step}, global step {t.state.global_step}")
