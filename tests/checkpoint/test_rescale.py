@@ -207,6 +207,12 @@ def _killed_while_converting(tmp_path, run, cfg):
         assert job.wait(timeout=60) == -signal.SIGKILL
         _, alive = psutil.wait_procs(conversion, timeout=15)
         assert not alive, [" ".join(p.cmdline()) for p in alive]
+        # what a kill while ds_to_universal writes leaves in its folder (the stand-in was still asleep): a file cut
+        # short, which the next resume neither refuses the checkpoint for nor reads (before 2026-12-02 it did both)
+        half = run / "checkpoints" / tag_for(CUT) / "universal.tmp/zero/hf.roberta.pooler.dense.weight/fp32.pt"
+        half.parent.mkdir(parents=True, exist_ok=True)
+        torch.save({"param": torch.zeros(1000)}, half)
+        half.write_bytes(half.read_bytes()[:500])
     finally:
         for p in _converting(run):
             with contextlib.suppress(psutil.Error):

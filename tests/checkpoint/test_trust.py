@@ -16,6 +16,7 @@ import torch
 
 from conftest import REPO, base_config, launch, read_metrics, run_main, write_config
 from xpt_ds.checkpoint.store import read_client_state
+from xpt_ds.checkpoint.tags import CheckpointError
 from xpt_ds.io import trust
 
 FIXTURE = REPO / "tests/fixtures/checkpoint_before_safe_load"
@@ -337,3 +338,28 @@ def test_a_source_auto_map_does_not_reach_the_target(tmp_path, model_dir, tiny_d
         model_cfg = ModelConfig(source=str(mapped), tokenizer=str(corpus / "spm.model"))
         built = build_model(model_cfg, build_tokenizer(model_cfg.tokenizer))
         assert not hasattr(built.model.config, "auto_map") and "auto_map" not in built.model.config.to_dict()
+
+
+def test_a_damaged_universal_copy_says_it_can_be_made_again_and_an_interrupted_conversion_is_not_read(tmp_path):
+    """``TAG/universal/`` is derived data (a resume at another scale converts the tag into it): a file of it that
+    cannot be read is one line that says to delete it. ``TAG/universal.tmp/`` is what a conversion killed mid-write
+    (rank 0 preempted while resuming at another scale) left, half-written files included: never loaded, and removed
+    by the next conversion, so the check does not read it, and the tag still resumes."""
+    from xpt_ds.checkpoint.tag_checks import check_files
+
+    tag_dir = _copy_old_checkpoint(tmp_path / "run")
+    half = tag_dir / "universal.tmp/zero/hf.roberta.embeddings.word_embeddings.weight/exp_avg.pt"
+    half.parent.mkdir(parents=True)
+    torch.save({"param": torch.zeros(1000)}, half)
+    half.write_bytes(half.read_bytes()[:500])
+    check_files(tag_dir, allow_pickle=False, distributed=False)  # nothing refused
+    damaged = tag_dir / "universal/zero/hf.roberta.embeddings.word_embeddings.weight/fp32.pt"
+    damaged.parent.mkdir(parents=True)
+    damaged.write_bytes(half.read_bytes())
+    with pytest.raises(CheckpointError) as info:
+        check_files(tag_dir, allow_pickle=False, distributed=False)
+    assert str(info.value).startswith(f"cannot read checkpoint {tag_dir}: universal/zero/hf.roberta.embeddings."
+                                      "word_embeddings.weight/fp32.pt: ")
+    assert str(info.value).endswith(f"({tag_dir / 'universal'} is the copy xpt-ds made of it to resume at another "
+                                    "scale: delete it, and the next resume makes it again)")
+    assert "\n" not in str(info.value)

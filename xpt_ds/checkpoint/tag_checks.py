@@ -99,10 +99,13 @@ def missing_files(tag_dir: Path) -> list[str]:
 
 def check_files(tag_dir: Path, allow_pickle: bool, distributed: bool = True) -> None:
     """Every file the tag's marker calls for is there (``missing_files``), and every ``.pt`` file under
-    ``tag_dir`` is plain data (``xpt_ds.io.trust.check_plain``), before DeepSpeed unpickles any of them.
+    ``tag_dir`` that a resume may load is plain data (``xpt_ds.io.trust.check_plain``), before DeepSpeed unpickles
+    any of them. A file of the universal copy that cannot be read says the copy can be deleted and made again.
     ``distributed``: the files are split over the ranks and one all-reduce makes every rank stop if any file
     is missing, refused or unreadable."""
-    files = sorted(tag_dir.rglob("*.pt"))
+    # universal.tmp/: what a conversion that was stopped or killed wrote, half-written files too; never loaded, and
+    # removed by the next conversion (xpt_ds.checkpoint.universal)
+    files = sorted(p for p in tag_dir.rglob("*.pt") if p.relative_to(tag_dir).parts[0] != "universal.tmp")
     rank, world = (deepspeed.comm.get_rank(), deepspeed.comm.get_world_size()) if distributed else (0, 1)
     error, reading = None, tag_dir
     try:
@@ -121,7 +124,10 @@ def check_files(tag_dir: Path, allow_pickle: bool, distributed: bool = True) -> 
     except (OSError, RuntimeError, EOFError, ValueError) as e:  # truncated, or not a torch file
         why = first_line(e)
         where = "" if reading == tag_dir else f"{reading.relative_to(tag_dir)}: "
-        error = CheckpointError(f"cannot read checkpoint {tag_dir}: {where}{why}")
+        derived = reading != tag_dir and reading.relative_to(tag_dir).parts[0] == "universal"
+        hint = (f" ({tag_dir / 'universal'} is the copy xpt-ds made of it to resume at another scale: delete it, "
+                "and the next resume makes it again)") if derived else ""
+        error = CheckpointError(f"cannot read checkpoint {tag_dir}: {where}{why}{hint}")
     if distributed and agree(None if error is None else str(error)) and error is None:
         error = CheckpointError(f"another rank refused a file of checkpoint {tag_dir} (see its error)")
     if error is not None:
