@@ -318,16 +318,16 @@ def test_a_resume_at_another_world_size_says_when_the_dropout_masks_change(tmp_p
 
 
 def test_deepspeeds_universal_loaders_read_memory_mapped_plain_data(tmp_path):
-    """``universal.mapped_loads``, around a universal load: each of DeepSpeed's loaders of a universal checkpoint
-    reads a file memory-mapped (so a rank reads the pages of its slice of a parameter, not the whole file, as it did
-    on every rank: at the 1B shape's phase 1 resumed on 2 ZeRO-3 ranks, 2.41 GB through read() a rank before, 0.17
-    GB after; BENCHMARKS.md) and as plain data, a file the conversion wrote after the tag's check too; after it,
-    each reads as before."""
+    """``universal.mapped_universal_loads``, around a universal load: each of DeepSpeed's loaders of a universal
+    checkpoint reads a file memory-mapped (so a rank reads the pages of its slice of a parameter, not the whole
+    file, as it did on every rank: at the 1B shape's phase 1 resumed on 2 ZeRO-3 ranks, 2.41 GB through read() a
+    rank before, 0.17 GB after; BENCHMARKS.md) and as plain data, a file the conversion wrote after the tag's
+    check too; after it, each reads as before."""
     import importlib
     import inspect
     from pathlib import PurePosixPath
 
-    from xpt_ds.checkpoint.universal import LOADERS, mapped_loads
+    from xpt_ds.checkpoint.universal import LOADERS, mapped_universal_loads
     from xpt_ds.io.trust import UntrustedError
 
     values = torch.arange(1 << 16, dtype=torch.float32)
@@ -336,7 +336,7 @@ def test_deepspeeds_universal_loaders_read_memory_mapped_plain_data(tmp_path):
     torch.save({"param": values, "path": PurePosixPath("x")}, pickled)  # a pickle that names a global to call
     modules = [importlib.import_module(name) for name in LOADERS]
     assert all("torch.load(" in inspect.getsource(m) for m in modules)  # DeepSpeed still reads through these
-    with mapped_loads():
+    with mapped_universal_loads():
         for module in modules:
             loaded = module.torch.load(str(plain), weights_only=False)["param"]
             assert str(plain) in open("/proc/self/maps").read()  # mapped, not read
@@ -346,6 +346,6 @@ def test_deepspeeds_universal_loaders_read_memory_mapped_plain_data(tmp_path):
                 module.torch.load(str(pickled), weights_only=False)
             assert module.torch.float32 is torch.float32 and module.torch.zeros(2).sum() == 0
     assert all(m.torch is torch for m in modules)
-    with mapped_loads(allow_pickle=True):  # checkpoint.allow_pickle: the user's word
+    with mapped_universal_loads(allow_pickle=True):  # checkpoint.allow_pickle: the user's word
         assert modules[0].torch.load(str(pickled), weights_only=False)["path"] == PurePosixPath("x")
     assert all(m.torch is torch for m in modules)

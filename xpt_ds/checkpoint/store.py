@@ -46,7 +46,7 @@ from xpt_ds.checkpoint.frozen import FrozenWeights
 from xpt_ds.checkpoint.migrate import FROZEN, frozen_file
 from xpt_ds.checkpoint.rng import rng_state
 from xpt_ds.checkpoint.tags import MARKER, CheckpointError, complete_tags
-from xpt_ds.checkpoint.universal import mapped_loads
+from xpt_ds.checkpoint.universal import mapped_universal_loads
 from xpt_ds.checkpoint.values import ValueFile, write_values
 from xpt_ds.config import TrainConfig, read_checkpoint_config
 from xpt_ds.data.tokenizer import HF_TOKENIZER_DIR, copy_hf_tokenizer
@@ -306,7 +306,7 @@ def load(engine, ckpt_root: Path, tag: str, universal: bool = False,
     base = getattr(engine.optimizer, "optimizer", engine.optimizer)
     built = _hyperparameters(base)
     if universal:
-        with mapped_loads(allow_pickle):  # each rank reads its slice of every parameter's files, not all of it
+        with mapped_universal_loads(allow_pickle):  # a rank reads its slice of each parameter's files, not all
             engine.load_checkpoint(str(tag_dir), tag="universal")
     else:  # not strict: the module states hold the trainable parameters only (``save``); the frozen ones come
         # from the returned file, and the config was checked against the tag's (``tag_checks.resumed_tags``)

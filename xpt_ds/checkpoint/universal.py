@@ -13,8 +13,9 @@ of optimizer state) it took 17 s (BENCHMARKS.md, "Resuming at another world size
 with one line that says so. The universal copy is about 1.5 times the optimizer state (3.5 GB there); once the run
 has a newer complete checkpoint, rank 0 deletes it (``drop_converted``).
 
-Every rank reads the universal copy through memory maps (``mapped_loads``): DeepSpeed's loaders read each
-parameter's files whole on every rank and keep the rank's slice, so a job of N ranks would read the copy N times.
+Every rank reads the universal copy through memory maps (``mapped_universal_loads``): DeepSpeed's loaders read
+each parameter's files whole on every rank and keep the rank's slice, so a job of N ranks would read the copy N
+times.
 """
 from __future__ import annotations
 
@@ -178,7 +179,7 @@ class _MappedTorch:
 
 
 @contextlib.contextmanager
-def mapped_loads(allow_pickle: bool = False):
+def mapped_universal_loads(allow_pickle: bool = False):
     """Around ``engine.load_checkpoint`` of a universal checkpoint: DeepSpeed's loaders ``torch.load`` every
     parameter's ``fp32``, ``exp_avg`` and ``exp_avg_sq`` file whole on every rank, then copy out the rank's slice
     (ZeRO-3: its 1/N of the flat values; ZeRO-1/2: the fragment its optimizer partition holds), so each rank read the
