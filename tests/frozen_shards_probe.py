@@ -22,6 +22,21 @@ values["e.exact"] = torch.randn(6, 2, generator=gen).bfloat16().float()
 values["f.rounded"] = torch.randn(6, 2, generator=gen)
 for name in ("e.exact", "f.rounded"):
     frozen.keep(name, values[name], torch.nn.Parameter(values[name].bfloat16(), requires_grad=False))
+# ZeRO-3 parameters (each rank holds a partition): bf16 partitions that hold the value exactly; that hold it on every
+# rank but the last (every rank must keep it as a slice all the same: partitions and slices gather differently); fp32
+size = -(-13 // world)
+values["g.partitioned"] = torch.randn(13, generator=gen).bfloat16().float()
+values["h.last_rank_rounds"] = values["g.partitioned"].clone()
+values["h.last_rank_rounds"][-1] += 1e-6  # no bf16 number: in the last rank's partition only
+values["i.fp32"] = torch.randn(13, generator=gen)
+for name, dtype in (("g.partitioned", torch.bfloat16), ("h.last_rank_rounds", torch.bfloat16),
+                    ("i.fp32", torch.float32)):
+    piece = values[name][rank * size:(rank + 1) * size]
+    param = torch.nn.Parameter(torch.empty(0, dtype=dtype), requires_grad=False)
+    param.ds_tensor = torch.zeros(size, dtype=dtype)
+    param.ds_tensor[:piece.numel()] = piece.to(dtype)  # what xpt_ds.training.fill.write_module puts there
+    param.ds_process_group = None  # every rank
+    frozen.keep(name, values[name], param)
 full = {name: frozen.full(name) for name in frozen.names()}
 row = {"rank": rank, "world": world, "held": {n: frozen.entries[n][1].numel() for n in shapes},
        "kinds": {n: frozen.entries[n][0] for n in values}, "copied": frozen.numel(),

@@ -1,5 +1,6 @@
 """Resume is exact: straight through vs. stopped and resumed, 2 ranks through torchrun (``processes.launch``)."""
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -7,7 +8,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import config_only, launch, read_metrics, write_config
+from conftest import REPO, base_config, config_only, launch, read_metrics, write_config
 from xpt_ds.checkpoint.export import load_checkpoint_fp32
 from xpt_ds.checkpoint.tags import complete_tags, tag_for
 
@@ -233,3 +234,32 @@ def test_a_resume_with_other_optimizer_settings_applies_them_and_says_so(stage, 
     else:
         assert groups == straight_groups
         assert got[8]["train/loss"] == pytest.approx(want[8]["train/loss"], abs=1e-5)
+
+
+def test_a_zero3_bf16_resume_with_partitioned_parameters_is_bit_identical(tmp_path, tiny_roberta, corpus):
+    """ZeRO-3 in bf16 (the GPU's engine config for large sources) with every parameter partitioned, as a 1-8B
+    model's matrices are (a tiny model's would all stay gathered under the shipped persistence threshold, and no
+    other test resumed such a run), resumed on 2 ranks mid phase 1: the frozen weights come back from the
+    checkpoint's fp32 file into the ranks' partitions, kept as the values where the partitions hold them exactly (the
+    source's LayerNorm weights are bf16 numbers) and as a slice of each rank's own where they do not (its random
+    matrices), and the run ends on the uninterrupted run's bits."""
+    ds = json.loads((REPO / "ds_configs/zero3_bf16.json").read_text())
+    ds["zero_optimization"]["stage3_param_persistence_threshold"] = 0
+    (tmp_path / "zero3_bf16_partitioned.json").write_text(json.dumps(ds))
+    cfg = base_config(tmp_path / "straight", tiny_roberta, corpus, checkpoint={"every_steps": 2},
+                      deepspeed=str(tmp_path / "zero3_bf16_partitioned.json"))
+    path = write_config(tmp_path / "cfg.yaml", cfg)
+    proc = launch(["--config", str(path)], nproc=2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    resumed = tmp_path / "resumed"
+    shutil.copytree(tmp_path / "straight/checkpoints" / tag_for(2), resumed / "checkpoints" / tag_for(2))
+    proc = launch(["--config", str(path), f"--run_dir={resumed}"], nproc=2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"resumed from {tag_for(2)}" in proc.stderr
+    frozen, exact, kept = (int(n.replace(",", "")) for n in re.search(r"([\d,]+) frozen parameters \(([\d,]+) exact in the engine's own copy, "
+                                             r"([\d,]+) fp32 values kept", proc.stderr).groups())
+    assert 0 < exact < frozen and kept > 0, (frozen, exact, kept)
+    want, got = read_metrics(tmp_path / "straight"), read_metrics(resumed)
+    assert [want[s]["train/loss"] for s in range(3, 9)] == [got[s]["train/loss"] for s in range(3, 9)]
+    want, got = (load_checkpoint_fp32(run / "checkpoints", tag_for(8)) for run in (tmp_path / "straight", resumed))
+    assert want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)

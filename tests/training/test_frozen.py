@@ -93,7 +93,9 @@ def test_a_phase_writes_its_frozen_weights_once_and_links_them(straight_runs, tm
 def test_each_rank_keeps_a_slice_of_the_frozen_weights_and_gathers_them_exactly(world, tmp_path):
     """FrozenWeights under torchrun: each rank holds ceil(numel / world) values of each it copies (sizes that do not
     divide, a one-element value), keeps a bf16 engine copy that holds its value exactly as that copy (LOCAL, no copy)
-    and one that rounds it as a slice, and every rank gets every whole value back bit for bit."""
+    and one that rounds it as a slice, keeps ZeRO-3 partitions as the value where they hold it on every rank and as
+    a slice on every rank where one rank's elements are no bf16 number, and every rank gets every whole value back
+    bit for bit."""
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(world),
                            "--master_port", str(free_port()), str(REPO / "tests/frozen_shards_probe.py"), str(tmp_path)],
                           capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
@@ -102,6 +104,7 @@ def test_each_rank_keeps_a_slice_of_the_frozen_weights_and_gathers_them_exactly(
     sizes = {"a.weight": 35, "b.bias": 3, "c.one": 1, "d.weight": 32}
     for r in rows:
         assert r["exact"] and r["held"] == {n: -(-k // world) for n, k in sizes.items()}, r
-        assert r["kinds"] == {**{n: "slice" for n in sizes}, "e.exact": "local", "f.rounded": "slice"}, r
-        assert r["copied"] == sum(-(-k // world) for k in sizes.values()) + -(-12 // world), r
+        assert r["kinds"] == {**{n: "slice" for n in sizes}, "e.exact": "local", "f.rounded": "slice",
+                              "g.partitioned": "partition", "h.last_rank_rounds": "slice", "i.fp32": "partition"}, r
+        assert r["copied"] == sum(-(-k // world) for k in sizes.values()) + -(-12 // world) + -(-13 // world), r
         assert r["shapes"] == {"a.weight": [7, 5], "b.bias": [3], "c.one": [1], "d.weight": [4, 4, 2]}
