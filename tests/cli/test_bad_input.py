@@ -149,6 +149,12 @@ def ds_json_nvme_offload_without_path(cfg, d, fx):
     return [], [path, "zero_optimization.offload_param.nvme_path is not set"]
 
 
+def ds_json_section_not_an_object(cfg, d, fx):
+    """Was an AttributeError traceback (engine_json.precision) that left the run directory behind."""
+    path = _ds_json(cfg, d, {"zero_optimization": {"stage": 2}, "bf16": True})
+    return [], [path, "bf16 must be an object, got true"]
+
+
 def keep_vocab_on_a_decoder_without_tokenizer(cfg, d, fx):
     """Continued pretraining reads the source's own tokenizer, which this source directory lacks."""
     cfg["model"].update(source=str(fx.gpt2), method="keep_vocab", tokenizer="")
@@ -216,7 +222,7 @@ CASES = {f.__name__: f for f in [
     missing_tokenizer_file, tokenizer_with_default_special_ids, tokenizer_without_mask_piece,
     trainable_pattern_matching_nothing, ds_json_sets_train_batch_size, ds_json_sets_optimizer_lr,
     ds_json_bf16_at_stage0, ds_json_fp16_at_stage0, ds_json_fp16_on_cpu,
-    ds_json_nvme_offload_without_path, missing_shard,
+    ds_json_nvme_offload_without_path, ds_json_section_not_an_object, missing_shard,
     tokenizer_smaller_than_corpus_vocab, keep_vocab_on_a_decoder_without_tokenizer, span_masking_on_a_decoder,
     seq_len_past_the_source_positions]}
 
@@ -406,9 +412,14 @@ def test_a_resume_with_other_lengths_says_what_it_does(finished_run, tmp_path):
     (["xpt_ds.cli.evaluate", "--model", "m", "--shards", "s", "--tag", "t"], "--tag picks a checkpoint of --run"),
     (["xpt_ds.cli.probe", "--run", "r", "--source-text", "t", "--batch-size", "0"], "--batch-size >= 1"),
     (["data_tools.cli.prepare", "--input", "t", "--out", "o", "--workers", "x"], "\nxpt-data prepare: error: argument"),
+    *[(["xpt_ds.cli.sweep", "--config", "c", "--methods", "xpt", "--sizes", "1", "--out", "o", *extra], culprit)
+      for extra, culprit in [(["--eval-batch-size", "0"], "--eval-batch-size must be >= 1, got 0"),
+                             (["--eval-max-batches", "-1"], "--eval-max-batches must be >= 0 (0 = all), got -1"),
+                             (["--sizes", "inf", "--dry-run"], "error: size 'inf' is not a number")]],
 ])
 def test_numeric_flags_out_of_range_are_usage_errors(argv, culprit):
     """Were a ZeroDivisionError traceback (--seq-len 2, --batch-size 0) or an empty result with exit 0; prepare
-    without a stage named the implied one ('xpt-data prepare all: error:')."""
+    without a stage named the implied one ('xpt-data prepare all: error:'); a sweep took --eval-batch-size 0 and
+    failed only once each run had trained, and --sizes inf was an OverflowError traceback."""
     proc = run_main(argv[0], argv[1:])
     assert proc.returncode == 2 and culprit in proc.stderr and "Traceback" not in proc.stderr, proc.stderr

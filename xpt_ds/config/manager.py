@@ -27,18 +27,13 @@ def from_dict(cls, data, prefix: str = ""):
             raise ConfigError(f"unknown config key '{key}' (valid: {', '.join(fields)})")
         typ = _field_type(fields[k])
         if isinstance(v, Override) and typ is not str and typ not in (int, float, bool):
-            try:
-                v = yaml.safe_load(v)  # a whole section or list given on the command line
-            except yaml.YAMLError as e:
-                raise ConfigError(f"config key '{key}': cannot read {str(v)!r} as YAML "
-                                  f"({str(e).splitlines()[0]}); quote items that start with @ or !, "
-                                  "e.g. '[\"@all\", \"!@lower\"]'") from None
+            v = _yaml(v, key)  # a whole section or list given on the command line
         if dataclasses.is_dataclass(typ):
             kwargs[k] = from_dict(typ, v, key + ".")
         elif typ is dict:  # free-form options; whoever owns them checks keys and types (embedding_init_args)
             if not isinstance(v, dict) or not all(isinstance(x, str) for x in v):
                 raise ConfigError(f"config key '{key}' must be a mapping of names to values, got {v!r}")
-            kwargs[k] = dict(v)
+            kwargs[k] = _plain(v, key)
         elif typing.get_origin(typ) is list:
             if not isinstance(v, list):
                 raise ConfigError(f"config key '{key}' must be a list, got {v!r}")
@@ -52,6 +47,26 @@ def from_dict(cls, data, prefix: str = ""):
     return cls(**kwargs)
 
 
+def _yaml(text: Override, key: str):
+    """A value given on the command line, read as YAML (a whole section or list, or a free-form option)."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config key '{key}': cannot read {str(text)!r} as YAML "
+                          f"({str(e).splitlines()[0]}); quote items that start with @ or !, "
+                          "e.g. '[\"@all\", \"!@lower\"]'") from None
+
+
+def _plain(v, key: str):
+    """``v`` with every command-line value in it read as YAML (``--phases.1.mix.en=0.2`` is the weight 0.2): a
+    free-form option has no type to convert it by, and an Override (a str subclass) cannot be saved as YAML."""
+    if isinstance(v, Override):
+        return _yaml(v, key)
+    if isinstance(v, dict):
+        return {k: _plain(x, f"{key}.{k}") for k, x in v.items()}
+    return [_plain(x, f"{key}[{i}]") for i, x in enumerate(v)] if isinstance(v, list) else v
+
+
 def to_dict(cfg) -> dict:
     return dataclasses.asdict(cfg)
 
@@ -63,24 +78,60 @@ def _parse_override(arg: str) -> tuple[list[str], Override]:
     return key.split("."), Override(raw)
 
 
-def _child(node, part: str, original: str, create: bool):
-    """``node[part]`` for a dict (created when missing) or a list (by in-range index)."""
+def _child(node, part: str, original: str):
+    """The key of ``node[part]`` for a dict, or the index for a list (in range)."""
     if isinstance(node, list):
         if not part.isdigit() or int(part) >= len(node):
             raise ConfigError(f"override '{original}': '{part}' is not an index of a list of {len(node)}")
         return int(part)
     if not isinstance(node, dict):
         raise ConfigError(f"override '{original}': '{part}' is inside a value, not a section")
-    if create:
-        node.setdefault(part, {})
     return part
 
 
+def _member(typ, part: str) -> tuple:
+    """The type of ``part`` of a value of type ``typ`` (a section's key, a list's element; None: unknown), and
+    what it starts as where the file leaves it out: a list key's default, else an empty section."""
+    if dataclasses.is_dataclass(typ):
+        f = {f.name: f for f in dataclasses.fields(typ)}.get(part)
+        if f is not None:
+            t = _field_type(f)
+            return t, f.default_factory() if typing.get_origin(t) is list else {}
+    elif typing.get_origin(typ) is list:
+        return _element_type(typ), {}
+    return None, {}
+
+
 def _set_path(data: dict, path: list[str], value, original: str):
-    node = data
+    """``data[path[0]][path[1]]... = value``. On the way, a section the file leaves out is created, a list it
+    leaves out starts as the key's default (``--optim.betas.1=0.999``), and a value given whole by an earlier
+    override is read as YAML (``--phases=[...] --phases.0.steps=5``)."""
+    node, typ, key = data, TrainConfig, ""
     for part in path[:-1]:
-        node = node[_child(node, part, original, create=True)]
-    node[_child(node, path[-1], original, create=False)] = value
+        at = _child(node, part, original)
+        key = f"{key}[{at}]" if isinstance(node, list) else f"{key}.{at}".lstrip(".")
+        typ, start = _member(typ, part)
+        if isinstance(node, dict) and at not in node:
+            node[at] = start
+        elif isinstance(node[at], Override):
+            node[at] = _yaml(node[at], key)
+        node = node[at]
+    node[_child(node, path[-1], original)] = value
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.safe_load that refuses a key given twice in one mapping (PyYAML keeps the last one, silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                key = self.construct_object(key_node)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError("while constructing a mapping", node.start_mark,
+                                                            f"found duplicate key {key!r}", key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep)
 
 
 def read_config_file(path: str | Path) -> dict:
@@ -90,7 +141,7 @@ def read_config_file(path: str | Path) -> dict:
         raise ConfigError(f"config file not found: {path}")
     try:
         text = p.read_text()
-        data = json.loads(text) if p.suffix == ".json" else (yaml.safe_load(text) or {})
+        data = json.loads(text) if p.suffix == ".json" else (yaml.load(text, _UniqueKeyLoader) or {})
     except OSError as e:
         raise ConfigError(f"config file {path} cannot be read: {e.strerror or e}") from None
     except (json.JSONDecodeError, yaml.YAMLError, UnicodeDecodeError) as e:

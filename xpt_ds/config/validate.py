@@ -81,8 +81,7 @@ def _problems(cfg: TrainConfig) -> Iterator[str]:
     if not 0 < cfg.checkpoint.rescale_timeout_minutes < math.inf:
         yield (f"config key 'checkpoint.rescale_timeout_minutes' must be a finite number > 0, got "
                f"{cfg.checkpoint.rescale_timeout_minutes}")
-    if cfg.logging.log_every < 1:
-        yield f"config key 'logging.log_every' must be >= 1, got {cfg.logging.log_every}"
+    yield from _logging_problems(cfg)
     yield from _guard_problems(cfg)
     yield from _best_problems(cfg)
 
@@ -112,6 +111,8 @@ def _model_problems(m: ModelConfig, method: Method | None) -> Iterator[str]:
     if known and method.source == "none" and m.embedding_init != "random":  # every other start reads the source
         yield (f"config key 'model.embedding_init' is '{m.embedding_init}', but model.method '{m.method}' uses "
                "nothing of the source (002 §4.2) and that start reads its embeddings; use random (the default)")
+    if m.adapter_size < 1:
+        yield f"config key 'model.adapter_size' must be >= 1, got {m.adapter_size}"
     yield from _lora_problems(m)
     if not m.tokenizer and method is not None and method.vocab == "target":
         yield "config key 'model.tokenizer' is required (SentencePiece .model file)"
@@ -154,8 +155,8 @@ def _data_problems(cfg: TrainConfig, method: Method | None) -> Iterator[str]:
         yield "config key 'data.train_shards' is empty"
     if d.seq_len < 8:
         yield f"config key 'data.seq_len' must be >= 8, got {d.seq_len}"
-    if not 0 < d.mask_prob < 1 or d.mask_replace_prob + d.random_replace_prob > 1 or min(
-            d.mask_replace_prob, d.random_replace_prob) < 0:
+    if not (0 < d.mask_prob < 1 and d.mask_replace_prob >= 0 and d.random_replace_prob >= 0
+            and d.mask_replace_prob + d.random_replace_prob <= 1):  # written so that nan fails too
         yield "config keys 'data.mask_*' must satisfy 0<mask_prob<1 and replace fractions summing to <= 1"
     yield from _masking_problems(d)
     if d.on_corrupt_shard not in ("fail", "skip"):
@@ -233,12 +234,24 @@ def _optim_problems(cfg: TrainConfig) -> Iterator[str]:
         yield f"config key 'optim.grad_clip' must be a finite number >= 0 (0 = off), got {o.grad_clip}"
 
 
+def _logging_problems(cfg: TrainConfig) -> Iterator[str]:
+    lg = cfg.logging
+    if lg.log_every < 1:
+        yield f"config key 'logging.log_every' must be >= 1, got {lg.log_every}"
+    if lg.eval_every < 0:
+        yield f"config key 'logging.eval_every' must be >= 0 (0 = phase ends only), got {lg.eval_every}"
+    if lg.eval_batches < 0:
+        yield f"config key 'logging.eval_batches' must be >= 0 (0 = the whole validation set), got {lg.eval_batches}"
+    if not 0 <= lg.peak_tflops < math.inf:
+        yield f"config key 'logging.peak_tflops' must be a finite number >= 0 (0 = the default), got {lg.peak_tflops}"
+
+
 def _guard_problems(cfg: TrainConfig) -> Iterator[str]:
     g = cfg.guard
     if g.max_bad_steps < 0:
         yield f"config key 'guard.max_bad_steps' must be >= 0, got {g.max_bad_steps}"
     for k in ("loss_spike_ratio", "slow_step_ratio"):
-        if getattr(g, k) != 0 and getattr(g, k) <= 1:
+        if getattr(g, k) != 0 and not getattr(g, k) > 1:  # also refuses nan
             yield f"config key 'guard.{k}' must be > 1 (or 0 = off), got {getattr(g, k)}"
     for k in ("loss_spike_window", "slow_step_window"):
         if getattr(g, k) < 2:
@@ -279,8 +292,8 @@ def _best_problems(cfg: TrainConfig) -> Iterator[str]:
     elif g.early_stop_rewind and not (cfg.checkpoint.keep_best and g.early_stop_patience > 0):
         yield ("config key 'guard.early_stop_rewind' needs checkpoint.keep_best: true and "
                "guard.early_stop_patience > 0 (it rewinds to the best checkpoint when early stopping ends a phase)")
-    if g.early_stop_min_delta < 0:
-        yield f"config key 'guard.early_stop_min_delta' must be >= 0, got {g.early_stop_min_delta}"
+    if not 0 <= g.early_stop_min_delta < math.inf:
+        yield f"config key 'guard.early_stop_min_delta' must be a finite number >= 0, got {g.early_stop_min_delta}"
     for key, on in (("checkpoint.keep_best", cfg.checkpoint.keep_best),
                     ("guard.early_stop_patience", g.early_stop_patience > 0)):
         if on and not cfg.data.valid_shards:

@@ -39,7 +39,7 @@ def parse_size(text: str) -> int:
     scale = {"K": 10**3, "M": 10**6, "G": 10**9}.get(t[-1:], 1)
     try:
         n = round(float(t[:-1] if scale > 1 else t) * scale)
-    except ValueError:
+    except (ValueError, OverflowError):  # OverflowError: inf
         raise ValueError(f"size '{text}' is not a number like 100K, 1.6M or 250000") from None
     if n <= 0:
         raise ValueError(f"size '{text}' must be positive")

@@ -41,6 +41,9 @@ OWNED_KEYS = {
 }
 
 
+OFFLOADS = ("offload_param", "offload_optimizer")  # zero_optimization's sections
+
+
 def _all_keys(d) -> list[str]:
     if isinstance(d, dict):
         return [k for k, v in d.items() for k in [k, *_all_keys(v)]]
@@ -84,10 +87,17 @@ def no_skip_reason(ds: dict) -> str | None:
 def load_ds_config(path: str) -> dict:
     try:
         ds = json.loads(read_ds_config_text(path))
-    except json.JSONDecodeError as e:
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ConfigError(f"DeepSpeed JSON {path} does not parse: {e}") from None
     if not isinstance(ds, dict):
         raise ConfigError(f"DeepSpeed JSON {path} must be an object, got {type(ds).__name__}")
+    zero = ds.get("zero_optimization")
+    sections = {key: ds[key] for key in ("zero_optimization", "bf16", "bfloat16", "fp16") if key in ds}
+    if isinstance(zero, dict):
+        sections.update({f"zero_optimization.{key}": zero[key] for key in OFFLOADS if key in zero})
+    for key, value in sections.items():  # read with .get() here, by DeepSpeed and by the checks below
+        if not isinstance(value, dict):
+            raise ConfigError(f"DeepSpeed JSON {path}: {key} must be an object, got {json.dumps(value)}")
     for key, owner in OWNED_KEYS.items():
         if key in ds:
             raise ConfigError(f"DeepSpeed JSON {path} sets '{key}'; it comes from the run config ({owner})")
@@ -107,9 +117,9 @@ def load_ds_config(path: str) -> dict:
     if stage == 0 and precision(ds) == "fp16":  # its fp16 optimizer's masters are not filled here
         raise ConfigError(f"DeepSpeed JSON {path}: fp16 needs ZeRO stage >= 1 here (stage 0's fp16 optimizer keeps "
                           "fp32 masters that xpt-ds neither fills nor exports); set zero_optimization.stage to 1")
-    for section in ("offload_param", "offload_optimizer"):  # else an assertion deep inside ZeRO-3's Init
-        offload = (ds.get("zero_optimization") or {}).get(section) or {}
-        if isinstance(offload, dict) and offload.get("device") == "nvme" and not offload.get("nvme_path"):
+    for section in OFFLOADS:  # else an assertion deep inside ZeRO-3's Init
+        offload = ds.get("zero_optimization", {}).get(section, {})
+        if offload.get("device") == "nvme" and not offload.get("nvme_path"):
             raise ConfigError(f"DeepSpeed JSON {path}: zero_optimization.{section}.device is nvme but "
                               f"zero_optimization.{section}.nvme_path is not set (a directory on a local NVMe drive)")
     return ds
