@@ -379,3 +379,70 @@ def test_exported_tokenizer_reads_a_mask_as_training_masks(tmp_path, corpus, cor
             assert hf(text, add_special_tokens=False)["input_ids"] == ids[:i] + [tok.mask_id] + ids[i + 1:], text
             checked += 1
     assert checked > 100
+
+
+def test_a_corpus_of_no_tokens_is_named(tmp_path):
+    """Empty documents without separators: an epoch of no tokens is refused at the build, for training and for a
+    validation pass alike (as a corpus of no documents is), not a ZeroDivisionError at the first batch."""
+    shards = [write_shard(tmp_path / "train-000000.tar", [[], []])]
+    cfg = data_config(shards, doc_separator=False)
+    with pytest.raises(ConfigError, match=r"^no tokens in shards \[.*train-000000.tar'\]: every document is empty "
+                                          r"and config key 'data.doc_separator' is false$"):
+        build_stream(shards, cfg, BIG_VOCAB)
+    with pytest.raises(ConfigError, match="^no tokens in shards"):
+        build_streams(data_config(shards, valid_shards=shards, doc_separator=False), BIG_VOCAB, 2, 0, 1)
+    s = MLMBatchStream(build_stream(shards, data_config(shards), BIG_VOCAB), MLMMasker(cfg, BIG_VOCAB), 2, 0, 1, 0)
+    assert (original_ids(next(s))[:, 1:-1] == BIG_VOCAB.sep_id).all()  # with separators: rows of separators
+
+
+def _hf_decoder_tokenizer(tmp_path, pad, spare=False):
+    """A decoder's Hugging Face tokenizer <s> </s> <unk> w0..w19 ([extra] too if ``spare``) that pads with ``pad``."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from xpt_ds.data.tokenizer import build_hf_tokenizer
+    vocab = {"<s>": 0, "</s>": 1, "<unk>": 2, **{f"w{i}": 3 + i for i in range(20)}}
+    if spare:
+        vocab["[extra]"] = 23
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    hf = PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+                                 pad_token=pad, additional_special_tokens=["[extra]"] if spare else [])
+    out = tmp_path / f"{pad.strip('<>/')}{'-spare' if spare else ''}"
+    hf.save_pretrained(str(out))
+    return build_hf_tokenizer(str(out), causal=True)
+
+
+@pytest.mark.parametrize("pad", ["<s>", "<unk>"])
+def test_next_token_targets_when_the_pad_is_bos_or_unk(tmp_path, pad):
+    """A decoder tokenizer that pads with bos or unk and has no other special token keeps that pad; every row still
+    predicts each token up to its appended eos, the last row's padding included, and never the padding."""
+    from xpt_ds.data.causal import NextTokenTargets
+    tok = _hf_decoder_tokenizer(tmp_path, pad)
+    assert tok.pad_id == {"<s>": tok.cls_id, "<unk>": tok.unk_id}[pad]
+    short, full = [5, 6, tok.unk_id, 7], [5, tok.sep_id, 6, tok.unk_id, 7, 8]  # a document ends inside a row
+    rows = torch.tensor([[tok.cls_id, *short, tok.sep_id, tok.pad_id, tok.pad_id], [tok.cls_id, *full, tok.sep_id]])
+    out = NextTokenTargets(tok)(rows, [0, 1])
+    assert out["mlm_targets"].tolist() == short + full
+    assert out["mlm_positions"].tolist() == [*range(len(short)), *range(8, 8 + len(full))]
+
+
+@pytest.mark.parametrize("pad", ["<s>", "<unk>", "</s>"])
+def test_a_decoder_tokenizer_that_pads_with_bos_unk_or_eos_pads_with_a_spare(tmp_path, pad):
+    tok = _hf_decoder_tokenizer(tmp_path, pad, spare=True)
+    assert (tok.cls_id, tok.sep_id, tok.unk_id, tok.pad_id, tok.mask_id) == (0, 1, 2, 23, 23)
+
+
+@pytest.mark.parametrize("pad", ["cls_id", "unk_id"])
+def test_single_pass_next_token_targets_are_the_stream_when_the_pad_is_cls_or_unk(tmp_path, pad):
+    """The packed rows of a validation pass (its last row padded), with a pad id that rows hold elsewhere: the
+    targets are the stream's every token, once, in order."""
+    from xpt_ds.data.causal import NextTokenTargets
+    tok = replace(BIG_VOCAB, pad_id=getattr(BIG_VOCAB, pad))
+    docs = [[10, 11, tok.unk_id, 12], [13, tok.unk_id], [14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25]]
+    shards = [write_shard(tmp_path / "valid-000000.tar", docs)]
+    cfg = data_config(shards, shuffle_docs=1)
+    stream = build_stream(shards, cfg, tok)
+    batch, = MLMBatchStream(stream, NextTokenTargets(tok), 2, 0, 1, 0, single_pass=True)  # 21 tokens: 2 rows
+    assert batch["input_ids"][1, -1] == tok.pad_id  # the last row is short
+    assert batch["mlm_targets"].tolist() == stream.tokens(0, stream.epoch_tokens).tolist()

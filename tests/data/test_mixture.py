@@ -10,7 +10,7 @@ import pytest
 from data_builders import BIG_VOCAB, data_config, original_ids
 from xpt_ds.config import ConfigError, MixConfig, PhaseConfig, TrainConfig, validate
 from xpt_ds.data.mixture import PERIOD, Mixture, Schedule, quotas
-from xpt_ds.data.mlm import MLMBatchStream, MLMMasker, build_stream, build_streams
+from xpt_ds.data.mlm import MLMBatchStream, MLMMasker, build_stream, build_streams, shuffle_buffer
 from xpt_ds.data.shards import DataError
 from xpt_ds.training.guards import skipped_shards
 
@@ -252,3 +252,27 @@ def test_a_resume_with_other_mix_settings_says_so():
     assert data_changes(saved, cfg.data)[0].startswith("data.mix [] -> [{'name': 'en'")
     cfg.data.mix = []
     assert data_changes(saved, cfg.data) == []
+
+
+@pytest.mark.parametrize("n_mix", [1, 2])
+def test_each_corpus_shuffles_an_epoch_once(tmp_path, n_mix, monkeypatch):
+    """Every corpus keeps its own epoch layouts: rows alternating between three corpora, and rows crossing an epoch's
+    end, shuffle each corpus's epoch once (a cache of two layouts shared by all streams rebuilt one at almost every
+    row)."""
+    from conftest import write_shard
+    from xpt_ds.data import mlm
+    rng = np.random.default_rng(0)
+    shards = [[write_shard(tmp_path / f"c{c}.tar", [rng.integers(10, 60000, int(rng.integers(1, 12)))
+                                                     for _ in range(6)])] for c in range(1 + n_mix)]
+    cfg = data_config(shards[0])
+    streams = [build_stream(s, cfg, BIG_VOCAB) for s in shards]
+    weights = [0.2] * n_mix
+    mixture = Mixture(["train", *(f"mix{c}" for c in range(n_mix))], streams, [1 - sum(weights), *weights])
+    shuffles = []
+    monkeypatch.setattr(mlm, "shuffle_buffer", lambda *a: shuffles.append(1) or shuffle_buffer(*a))
+    s = MLMBatchStream(streams[0], MLMMasker(cfg, BIG_VOCAB), 2, 0, 1, 0, mixture=mixture)
+    for _ in range(40):
+        next(s)
+    body = cfg.seq_len - 2
+    epochs = [(rows * body - 1) // t.epoch_tokens + 1 for rows, t in zip(s.positions().values(), streams)]
+    assert min(epochs) >= 3 and len(shuffles) == sum(epochs), (len(shuffles), epochs)

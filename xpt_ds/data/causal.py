@@ -33,7 +33,9 @@ class NextTokenTargets:
     def __call__(self, ids: torch.Tensor, seeds: list[int]) -> dict[str, torch.Tensor]:
         B, T = ids.shape
         col = torch.arange(T).expand(B, T)
-        end = (ids != self.tok.pad_id).sum(1, keepdim=True) - 1  # [B, 1] the appended sep
+        # [B, 1] the appended sep: the row's last sep (padding follows it), wherever else the pad id occurs (a
+        # tokenizer's pad may be its bos or unk)
+        end = torch.where(ids == self.tok.sep_id, col, 0).amax(1, keepdim=True)
         starts = ids == self.tok.sep_id  # a document (or the row's end marker) begins after each
         starts[:, 0] = True
         position_ids = col - torch.cummax(torch.where(starts, col, 0), dim=1).values

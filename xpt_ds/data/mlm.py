@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from functools import lru_cache, partial
+from functools import partial
 
 import numpy as np
 import torch
@@ -55,6 +55,9 @@ def shuffle_buffer(ids: np.ndarray, size: int, rng: np.random.Generator) -> np.n
     return out
 
 
+LAYOUTS_KEPT = 2  # epoch layouts each TokenStream keeps (its own: a data.mix corpus's rows alternate with others')
+
+
 class TokenStream:
     """The epoch-concatenated token stream over indexed shards; reads only the tokens asked for."""
 
@@ -73,10 +76,14 @@ class TokenStream:
         self.sep = 1 if cfg.doc_separator else 0
         self.doc_tokens = np.concatenate([ix.lengths for ix in indexes]).astype(np.int64) + self.sep
         self.epoch_docs = np.arange(len(self.doc_tokens))  # sorted global ids of the documents every epoch uses
+        if not self.doc_tokens.any():  # an epoch of no tokens: no row could ever be packed
+            raise ConfigError(f"no tokens in shards {[i.path for i in indexes][:3]}: every document is empty and "
+                              "config key 'data.doc_separator' is false")
         if max_tokens:
             self._restrict(max_tokens)
         self.epoch_tokens = int(self.doc_tokens[self.epoch_docs].sum())
         self.reader = DocReader(indexes)
+        self._layouts: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # epoch -> layout, least recently used first
 
     def _restrict(self, max_tokens: int) -> None:
         """Keep the first ``max_tokens`` stream tokens of a seeded document order that depends on neither
@@ -93,9 +100,18 @@ class TokenStream:
         self.doc_tokens[order[k]] -= int(cum[k]) - max_tokens  # a cut document keeps its separator
         self.epoch_docs = np.sort(order[:k + 1])
 
-    @lru_cache(maxsize=2)
     def layout(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
-        """(global doc ids in epoch order, token offset of each doc in the epoch with a final total)."""
+        """(global doc ids in epoch order, token offset of each doc in the epoch with a final total), kept for the
+        ``LAYOUTS_KEPT`` epochs this stream used last (a row that crosses an epoch's end reads two)."""
+        kept = self._layouts.pop(epoch, None)  # re-inserted: the dict's order is the order of use
+        if kept is None:
+            kept = self._layout(epoch)
+        self._layouts[epoch] = kept
+        while len(self._layouts) > LAYOUTS_KEPT:
+            del self._layouts[next(iter(self._layouts))]
+        return kept
+
+    def _layout(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
         rng = np.random.default_rng([self.cfg.seed, epoch])
         shard_order = rng.permutation(len(self.indexes))
         bounds = np.searchsorted(self.epoch_docs, self.shard_starts)  # shard s: epoch_docs[bounds[s]:bounds[s+1]]

@@ -111,8 +111,8 @@ def _load_hf(path: str):
 
 
 def spare_pad(hf) -> int | None:
-    """The pad of a decoder's rows whose tokenizer pads with eos or not at all, and whose embedding rows must stay
-    the source's (keep_vocab: no row can be added): its first special token that is none of bos, eos and unk
+    """The pad of a decoder's rows whose tokenizer pads with eos, bos or unk or not at all, and whose embedding rows
+    must stay the source's (keep_vocab: no row can be added): its first special token that is none of bos, eos and unk
     (SmolLM2's ``<repo_name>``, Llama 3's reserved tokens). A shard may not hold it (one that does is refused as
     corrupt); a trailing pad is never predicted nor attended by a position that predicts
     (``xpt_ds.data.causal``), so its row is never trained. None: the tokenizer has no such token."""
@@ -126,8 +126,10 @@ def build_hf_tokenizer(path: str, what: str = "config key 'model.tokenizer'",
     special token is a one-line error naming ``what`` and ``path``. ``causal`` (a decoder's: method extend or
     keep_vocab): a document starts with bos and ends with eos (the cls and sep of the shards' rows), unk may be
     absent (byte-level BPE has none) and nothing is masked; it needs a pad distinct from eos, which is
-    ``spare_pad``'s where the tokenizer pads with eos or not at all. None: causal if the tokenizer has no mask or
-    no cls token (a saved decoder tokenizer)."""
+    ``spare_pad``'s where the tokenizer pads with eos or not at all, and also where it pads with bos or unk (Llama's
+    common ``pad_token = unk_token``) if it has a spare: the embedding row of a pad is zeroed or frozen, and the rows
+    hold bos and unk elsewhere. None: causal if the tokenizer has no mask or no cls token (a saved decoder
+    tokenizer)."""
     import hashlib
     try:
         hf = _load_hf(path)
@@ -140,8 +142,9 @@ def build_hf_tokenizer(path: str, what: str = "config key 'model.tokenizer'",
            "mask": hf.mask_token_id}
     if causal:
         ids = {"pad": hf.pad_token_id, "cls": hf.bos_token_id, "sep": hf.eos_token_id}
-        if ids["pad"] is None or ids["pad"] == ids["sep"]:
-            ids["pad"] = spare_pad(hf)
+        if ids["pad"] is None or ids["pad"] in (ids["sep"], ids["cls"], hf.unk_token_id):
+            spare = spare_pad(hf)  # with none, a pad that is bos or unk stays (a row's end is its last eos)
+            ids["pad"] = spare if spare is not None or ids["pad"] == ids["sep"] else ids["pad"]
         missing = [k for k, v in zip(("bos", "eos"), (ids["cls"], ids["sep"])) if v is None]
         if missing:
             raise ConfigError(f"{what}: Hugging Face tokenizer {path} has no {', '.join(missing)} token, which a "
