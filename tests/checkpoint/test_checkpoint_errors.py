@@ -113,3 +113,22 @@ def test_unwritable_then_disk_full_before_and_while_writing(tmp_path, tiny_rober
     assert complete_tags(ckpt) == [tag_for(4), tag_for(6), tag_for(8)]  # the partial one is gone
     if not unwritable:  # everything else passed; say what was not checked
         pytest.skip("the not-writable step needs root and `chattr +i` on this filesystem")
+
+
+def test_the_space_check_counts_neither_universal_copy_nor_what_a_stopped_conversion_left(tmp_path, monkeypatch):
+    """A save needs the space the newest checkpoint takes, but not its universal copy (derived data) nor the
+    ``universal.tmp/`` a conversion killed mid-write leaves: neither is written by a save. Unit-level: a tag of
+    1 MiB with 8 MiB in each, and a disk with 2 MiB free."""
+    from collections import namedtuple
+
+    from xpt_ds.checkpoint import store
+    root = tmp_path / "checkpoints"
+    for path, size in (("model_states.pt", 1), ("universal/zero/w/fp32.pt", 8), ("universal.tmp/zero/w/fp32.pt", 8)):
+        (root / tag_for(2) / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / tag_for(2) / path).write_bytes(b"\0" * (size << 20))
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(store.shutil, "disk_usage", lambda path: usage(64 << 20, 62 << 20, 2 << 20))
+    assert store._preflight(root, tag_for(2), 0) is None
+    monkeypatch.setattr(store.shutil, "disk_usage", lambda path: usage(64 << 20, 63.5 * 2**20, 2**19))
+    assert store._preflight(root, tag_for(2), 0) == (f"not enough space for a checkpoint in {root}: 0.5 MiB free, "
+                                                     f"the newest one ({tag_for(2)}) takes 1.0 MiB")

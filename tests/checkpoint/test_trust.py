@@ -210,13 +210,26 @@ def test_a_refused_resume_from_an_older_tag_leaves_the_later_checkpoints_where_t
     assert not (tmp_path / "run/checkpoints/abandoned").exists() and not (tmp_path / "ran").exists()
 
 
+def _frozen_as_today(tag_dir: Path) -> Path:
+    """The fixture's frozen weights in today's file, ``frozen_fp32.safetensors``, in place of its older ``.pt``."""
+    from safetensors.torch import save_file
+    old = tag_dir / "frozen_fp32.pt"
+    save_file(torch.load(old, map_location="cpu", weights_only=True), str(tag_dir / "frozen_fp32.safetensors"))
+    old.unlink()
+    return tag_dir / "frozen_fp32.safetensors"
+
+
 @pytest.mark.parametrize("victim,garbage", [("zero_pp_rank_0_mp_rank_00_optim_states.pt", False),
-                                            ("mp_rank_00_model_states.pt", False), ("frozen_fp32.pt", True)])
+                                            ("mp_rank_00_model_states.pt", False), ("frozen_fp32.pt", True),
+                                            ("frozen_fp32.safetensors", False)])
 def test_a_truncated_checkpoint_file_is_one_line_naming_the_checkpoint(tmp_path, tiny_roberta, victim, garbage):
     """The optimizer file, or the model-states file the trainer reads the client state from before any other, cut
-    short; a file overwritten with text (which tripped torch's unpickler with a KeyError): one line naming the
-    checkpoint and the file, not calling it code, and status.json says the run failed."""
+    short; a file overwritten with text (which tripped torch's unpickler with a KeyError); today's frozen weights
+    file cut short (safetensors raised its own error, a traceback): one line naming the checkpoint and the file,
+    not calling it code, and status.json says the run failed."""
     tag_dir = _copy_old_checkpoint(tmp_path / "run")
+    if victim.endswith(".safetensors"):
+        _frozen_as_today(tag_dir)
     f = tag_dir / victim
     f.write_bytes(b"junk\n" if garbage else f.read_bytes()[:1000])
     line = _one_error_line(launch(["--config", str(_old_config(tmp_path, tiny_roberta))]), "cannot read checkpoint",
@@ -363,3 +376,29 @@ def test_a_damaged_universal_copy_says_it_can_be_made_again_and_an_interrupted_c
     assert str(info.value).endswith(f"({tag_dir / 'universal'} is the copy xpt-ds made of it to resume at another "
                                     "scale: delete it, and the next resume makes it again)")
     assert "\n" not in str(info.value)
+
+
+def test_a_weights_file_cut_short_or_missing_is_refused_before_anything_loads(tmp_path):
+    """``frozen_fp32.safetensors`` cut short: its header no longer covers the file, which the check reads (the
+    header only) before DeepSpeed loads anything, naming the checkpoint and the file. Gone altogether: the tag
+    is incomplete, by name (it failed only once the engine was built). Unit-level, on the fixture's tag."""
+    from xpt_ds.checkpoint.tag_checks import check_files
+    from xpt_ds.checkpoint.values import ValueFile
+
+    tag_dir = _copy_old_checkpoint(tmp_path / "run")
+    frozen = _frozen_as_today(tag_dir)
+    check_files(tag_dir, allow_pickle=False, distributed=False)  # whole: nothing refused
+    frozen.write_bytes(frozen.read_bytes()[:-4])
+    with pytest.raises(CheckpointError) as info:
+        check_files(tag_dir, allow_pickle=False, distributed=False)
+    assert str(info.value) == (f"cannot read checkpoint {tag_dir}: frozen_fp32.safetensors: Error while "
+                               "deserializing header: incomplete metadata, file not fully covered")
+    with pytest.raises(CheckpointError) as info:  # read without the check (a phase's rewind, a kept phase end)
+        ValueFile(frozen)
+    assert str(info.value) == (f"cannot read {frozen}: Error while deserializing header: incomplete metadata, file "
+                               "not fully covered (cut short, or not a safetensors file)")
+    frozen.unlink()
+    with pytest.raises(CheckpointError) as info:
+        check_files(tag_dir, allow_pickle=False, distributed=False)
+    assert str(info.value) == (f"checkpoint {tag_dir} is incomplete although it has its COMPLETE marker: "
+                               "frozen_fp32.safetensors missing (1 file(s); copied without every rank's files?)")

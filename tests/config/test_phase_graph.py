@@ -253,20 +253,72 @@ def test_a_phase_end_from_another_branch_is_refused(straight, tmp_path):
         load_phase_end(root, "x_to_en", recorded["x_to_en"])
 
 
-def test_a_resume_before_a_kept_phase_end_moves_it_aside_and_follows_the_new_branch(source, corpus, tmp_path):
+def _keep(root, name, weights):
+    """Phase ``name``'s end as ``save_phase_end`` keeps it (its writer, ``write_values``, with the digest, and the
+    JSON beside it), without a process group; returns the digest a checkpoint records."""
+    import json
+
+    from xpt_ds.checkpoint.values import write_values
+    path = root / PHASE_ENDS / f"{name}.safetensors"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    digest = write_values(path, sorted((n, tuple(t.shape)) for n, t in weights.items()), weights.__getitem__, 0,
+                          digest=True)
+    path.with_suffix(".json").write_text(json.dumps({"digest": digest, "data": {"sequences": 8}}))
+    return digest
+
+
+def test_a_phase_end_whose_weights_are_not_what_the_run_recorded_is_refused(tmp_path):
+    """Another run's NAME.safetensors (same names and shapes) copied in beside this run's NAME.json: its bytes do
+    not match the digest the checkpoint recorded, and it is refused by name; a file cut short is one line naming
+    it. Unit-level, on phase ends written by the real writer."""
+    root, other = tmp_path / "run" / "checkpoints", tmp_path / "other" / "checkpoints"
+    weights = {"hf.w": torch.ones(4, 4), "hf.b": torch.arange(3.0)}
+    digest = _keep(root, "common", weights)
+    values, data = load_phase_end(root, "common", digest)
+    assert all(torch.equal(values(n), w) for n, w in weights.items()) and data == {"sequences": 8}
+    _keep(other, "common", {"hf.w": torch.full((4, 4), 7.0), "hf.b": torch.arange(3.0)})
+    path = root / PHASE_ENDS / "common.safetensors"
+    shutil.copyfile(other / PHASE_ENDS / "common.safetensors", path)
+    with pytest.raises(CheckpointError) as info:
+        load_phase_end(root, "common", digest)
+    assert str(info.value).startswith(f"{path} is not what phase 'common' ended with in this run (blake2b differs "
+                                      f"from the checkpoint's record {digest})")
+    _keep(root, "common", weights)
+    path.write_bytes(path.read_bytes()[:-10])
+    with pytest.raises(CheckpointError) as info:
+        load_phase_end(root, "common", digest)
+    assert str(info.value).startswith(f"cannot read {path}: ") and "\n" not in str(info.value)
+
+
+def _one_rank_config(run, source, corpus) -> dict:
+    """One rank: common (steps 1-2), other (3-4), branch (5-6) starting from common's end; a checkpoint a step."""
+    cfg = base_config(run, source, corpus, checkpoint={"every_steps": 1})
+    cfg["phases"] = [{"name": "common", "steps": 2, "lr": 1e-3, "warmup_steps": 1, "trainable": ["@new"]},
+                     {"name": "other", "steps": 2, "lr": 1e-3, "warmup_steps": 1, "trainable": ["@all"]},
+                     {"name": "branch", "steps": 2, "lr": 1e-3, "warmup_steps": 1, "start_from": "common",
+                      "trainable": ["@all"]}]
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def one_rank(tmp_path_factory, source, corpus):
+    """``_one_rank_config``'s run, made once for the tests below; they work on copies of it."""
+    run = tmp_path_factory.mktemp("one_rank") / "run"
+    proc = launch(["--config", str(write_config(run.parent / "c.yaml", _one_rank_config(run, source, corpus)))])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return run
+
+
+def test_a_resume_before_a_kept_phase_end_moves_it_aside_and_follows_the_new_branch(one_rank, source, corpus,
+                                                                                      tmp_path):
     """One rank: common (steps 1-2), other (3-4), branch (5-6) starting from common's end. Resuming from step 1
     with another rate for common starts a new branch: the old end of common moves, not deleted, next to the
     abandoned checkpoints, the new branch keeps its own, and 'branch' starts from it."""
     from xpt_ds.checkpoint.branches import ABANDONED
     from xpt_ds.checkpoint.values import state_digest
     run = tmp_path / "run"
-    cfg = base_config(run, source, corpus, checkpoint={"every_steps": 1})
-    cfg["phases"] = [{"name": "common", "steps": 2, "lr": 1e-3, "warmup_steps": 1, "trainable": ["@new"]},
-                     {"name": "other", "steps": 2, "lr": 1e-3, "warmup_steps": 1, "trainable": ["@all"]},
-                     {"name": "branch", "steps": 2, "lr": 1e-3, "warmup_steps": 1, "start_from": "common",
-                      "trainable": ["@all"]}]
-    path = str(write_config(tmp_path / "c.yaml", cfg))
-    assert launch(["--config", path]).returncode == 0
+    shutil.copytree(one_rank, run)
+    path = str(write_config(tmp_path / "c.yaml", _one_rank_config(run, source, corpus)))
     old = read_phase_end(run / "checkpoints", "common")
     old_loss = read_metrics(run)[5]["train/loss"]
     proc = launch(["--config", path, "--phases.0.lr=3e-3", "--resume", tag_for(1)])
@@ -279,3 +331,33 @@ def test_a_resume_before_a_kept_phase_end_moves_it_aside_and_follows_the_new_bra
     assert read_client_state(run / "checkpoints", tag_for(6))["trainer"]["phase_ends"] == {"common": new["digest"]}
     assert "phase 'branch' starts at global step 4 from the end of 'common'" in proc.stderr
     assert read_metrics(run)[5]["train/loss"] != old_loss
+
+
+def test_a_resume_that_shortens_a_phase_to_the_steps_it_took_keeps_its_end_for_a_later_phase(one_rank, source,
+                                                                                              corpus, tmp_path):
+    """A requeue from common's step 1 with common shortened to 1 step: the checkpoint is at common's new end but
+    records no end of it (the loop keeps it only at a phase's last step, which the run never reaches). The phase
+    ends there as at its last step (validation pass, kept end; the checkpoint it resumed from is kept as it is),
+    'other' trains, and 'branch' starts from common's end: step 1's weights and data position (dropout off: its
+    first loss is other's first). Before, 'branch' could never start: every resume failed with 'records no end
+    of phase'."""
+    run = tmp_path / "run"
+    shutil.copytree(one_rank / "checkpoints" / tag_for(1), run / "checkpoints" / tag_for(1))
+    cfg = _one_rank_config(run, source, corpus)
+    cfg["phases"][0]["steps"] = 1
+    proc = launch(["--config", str(write_config(tmp_path / "c.yaml", cfg))])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"phase 'common' ends at its step 1 (phases[0].steps=1), where checkpoint {tag_for(1)} is" in proc.stderr
+    assert "phase 'branch' starts at global step 3 from the end of 'common'" in proc.stderr
+    end, data = _end(run, "common")
+    step1 = load_checkpoint_fp32(one_rank / "checkpoints", tag_for(1))
+    assert end.keys() == step1.keys() and _equal(end, step1, step1) == []
+    assert data == read_client_state(one_rank / "checkpoints", tag_for(1))["data"]
+    digest = read_phase_end(run / "checkpoints", "common")["digest"]
+    for step in (3, 5):  # every later checkpoint records its end
+        assert read_client_state(run / "checkpoints", tag_for(step))["trainer"]["phase_ends"] == {"common": digest}
+    kept = sorted(p.relative_to(run) for p in (run / "checkpoints" / tag_for(1)).rglob("*") if p.is_file())
+    assert kept and all((run / p).read_bytes() == (one_rank / p).read_bytes() for p in kept)  # not written again
+    metrics = read_metrics(run)
+    assert "valid/loss" in metrics[1] and sorted(s for s in metrics if "train/loss" in metrics[s]) == [2, 3, 4, 5]
+    assert metrics[2]["train/loss"] == metrics[4]["train/loss"]  # not where 'other' ended

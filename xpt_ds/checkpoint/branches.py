@@ -36,9 +36,11 @@ def abandon_later(ckpt_root: Path, tag: str | None) -> tuple[list[str], Path | N
 
 
 def _branch_dir(ckpt_root: Path, tag: str | None) -> Path:
-    """A new ``abandoned/branch-N/`` for what a run resumed from ``tag`` leaves behind."""
-    n = len(list((ckpt_root / ABANDONED).glob("branch-*"))) if (ckpt_root / ABANDONED).is_dir() else 0
-    dest = ckpt_root / ABANDONED / f"branch-{n + 1:03d}"
+    """A new ``abandoned/branch-N/`` for what a run resumed from ``tag`` leaves behind: N one past the highest
+    there, so a branch the user deleted leaves a gap, never a number taken twice."""
+    numbers = [int(d.name[len("branch-"):]) for d in (ckpt_root / ABANDONED).glob("branch-*")
+               if d.name[len("branch-"):].isdigit()] if (ckpt_root / ABANDONED).is_dir() else []
+    dest = ckpt_root / ABANDONED / f"branch-{max(numbers, default=0) + 1:03d}"
     dest.mkdir(parents=True)
     (dest / "README").write_text(f"checkpoints of a branch abandoned when a run resumed from {tag or 'scratch'}\n")
     return dest

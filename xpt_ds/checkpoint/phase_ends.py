@@ -14,7 +14,7 @@ import torch
 from xpt_ds.checkpoint.migrate import older_phase_end, older_phase_end_file
 from xpt_ds.checkpoint.store import _peer_failed, _write_error, agree, fsync_dir
 from xpt_ds.checkpoint.tags import CheckpointError
-from xpt_ds.checkpoint.values import ValueFile, state_digest, write_values
+from xpt_ds.checkpoint.values import ValueFile, file_digest, state_digest, write_values
 
 PHASE_ENDS = "phase_ends"
 
@@ -66,8 +66,9 @@ def phase_end_files(ckpt_root: Path, name: str) -> list[Path]:
 
 def load_phase_end(ckpt_root: Path, name: str, digest: str | None) -> tuple[Callable[[str], torch.Tensor], dict]:
     """(values by parameter name, data position) phase ``name`` ended with in this run, memory-mapped (each value
-    read when asked for): ``digest`` is what the run recorded when the phase ended; a file from another branch of
-    the run (e.g. one resumed from an older tag with another config) does not match it."""
+    read when asked for): ``digest`` is what the run recorded when the phase ended, which ``NAME.json`` and the
+    weights' own bytes must match; a file from another branch of the run (e.g. one resumed from an older tag with
+    another config), or copied in from another run, does not."""
     base = ckpt_root / PHASE_ENDS
     path = base / f"{name}.safetensors"
     if digest is None:
@@ -85,8 +86,14 @@ def load_phase_end(ckpt_root: Path, name: str, digest: str | None) -> tuple[Call
         raise CheckpointError(f"{path} is missing: a later phase starts from the weights phase '{name}' ended "
                               f"with, kept there when it ended")
     record = json.loads(path.with_suffix(".json").read_text())
-    if record.get("digest") != digest:
+    # The weights' own bytes too (a file copied in beside another run's NAME.json): one sequential read of the
+    # file on every rank (some 30 GB at 8B, about 75 s at 0.4 GB/s; a node's ranks share its page cache), before
+    # the fill reads the values again. The recorded digest runs over every weight in name order, the fill in the
+    # module's order, some not at all (a merge): not one pass. No collective: ranks waiting on one rank's read
+    # would be bound by guard.collective_timeout_s.
+    if record.get("digest") != digest or file_digest(path) != digest:
         raise CheckpointError(f"{path} is not what phase '{name}' ended with in this run (blake2b differs from "
-                              f"the checkpoint's record {digest}); was it written by another branch of the run?")
+                              f"the checkpoint's record {digest}); was it written by another branch of the run, or "
+                              "copied from another run?")
     file = ValueFile(path)
     return file.get, record["data"]

@@ -77,13 +77,15 @@ def agree(problem: str | None) -> bool:
 
 def _preflight(ckpt_root: Path, newest: str | None, rank: int) -> str | None:
     """Why this rank cannot write a checkpoint (not writable, or less free space than the newest complete
-    checkpoint takes), or None."""
+    checkpoint takes, not counting its derived universal copy, whole or as a conversion stopped mid-write left it
+    in ``universal.tmp/``: a save does not write them), or None."""
     why = unwritable(ckpt_root, rank)
     if why is not None:
         return f"cannot write checkpoints in {ckpt_root}: {why}"
     if newest is not None:
-        need = sum(f.stat().st_size for f in (ckpt_root / newest).rglob("*")
-                   if f.is_file() and "universal" not in f.relative_to(ckpt_root / newest).parts)
+        tag_dir = ckpt_root / newest
+        need = sum(f.stat().st_size for f in tag_dir.rglob("*")
+                   if f.is_file() and f.relative_to(tag_dir).parts[0] not in ("universal", "universal.tmp"))
         free = shutil.disk_usage(ckpt_root).free
         if free < need:
             return (f"not enough space for a checkpoint in {ckpt_root}: {free / 2**20:.1f} MiB free, the newest "

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import deepspeed
+from safetensors import SafetensorError, safe_open
 
 from xpt_ds.checkpoint import migrate
 from xpt_ds.checkpoint.store import agree
@@ -82,7 +83,8 @@ def data_changes(saved: dict, now) -> list[str]:
 def missing_files(tag_dir: Path) -> list[str]:
     """The files a complete tag holds by its marker's world size and ZeRO stage that are not there (a copy or a
     sync that left some behind): every rank's ``rank_state``, the model states (one file, or one per rank at
-    ZeRO-3) and, at ZeRO 1-3, every rank's optimizer states."""
+    ZeRO-3), the frozen weights (``frozen_fp32.safetensors``, or an older checkpoint's ``.pt``: every save
+    since the marker recorded these wrote one) and, at ZeRO 1-3, every rank's optimizer states."""
     record = read_marker(tag_dir)
     world, stage = record.get("world_size"), record.get("zero_stage")
     if world is None or stage is None:  # a marker from before these were recorded
@@ -91,6 +93,8 @@ def missing_files(tag_dir: Path) -> list[str]:
     want += ([f"zero_pp_rank_{r}_mp_rank_00_model_states.pt" for r in range(world)] if stage == 3
              else ["mp_rank_00_model_states.pt"])
     missing = [name for name in want if not (tag_dir / name).is_file()]
+    if not any((tag_dir / f"{migrate.FROZEN}.{ext}").is_file() for ext in ("safetensors", "pt")):
+        missing.append(f"{migrate.FROZEN}.safetensors")  # every save writes one, empty when nothing is frozen
     if stage >= 1:  # bf16 runs name them bf16_zero_pp_rank_*
         missing += [f"zero_pp_rank_{r}_mp_rank_00_optim_states.pt" for r in range(world)
                     if not any(tag_dir.glob(f"*zero_pp_rank_{r}_mp_rank_00_optim_states.pt"))]
@@ -98,14 +102,16 @@ def missing_files(tag_dir: Path) -> list[str]:
 
 
 def check_files(tag_dir: Path, allow_pickle: bool, distributed: bool = True) -> None:
-    """Every file the tag's marker calls for is there (``missing_files``), and every ``.pt`` file under
-    ``tag_dir`` that a resume may load is plain data (``xpt_ds.io.trust.check_plain``), before DeepSpeed unpickles
-    any of them. A file of the universal copy that cannot be read says the copy can be deleted and made again.
+    """Every file the tag's marker calls for is there (``missing_files``), every ``.pt`` file under ``tag_dir``
+    that a resume may load is plain data (``xpt_ds.io.trust.check_plain``), before DeepSpeed unpickles any of
+    them, and every ``.safetensors`` file's header covers the file (not cut short; the header only is read). A
+    file of the universal copy that cannot be read says the copy can be deleted and made again.
     ``distributed``: the files are split over the ranks and one all-reduce makes every rank stop if any file
     is missing, refused or unreadable."""
     # universal.tmp/: what a conversion that was stopped or killed wrote, half-written files too; never loaded, and
     # removed by the next conversion (xpt_ds.checkpoint.universal)
-    files = sorted(p for p in tag_dir.rglob("*.pt") if p.relative_to(tag_dir).parts[0] != "universal.tmp")
+    files = sorted(p for p in tag_dir.rglob("*") if p.suffix in (".pt", ".safetensors")
+                   and p.relative_to(tag_dir).parts[0] != "universal.tmp")
     rank, world = (deepspeed.comm.get_rank(), deepspeed.comm.get_world_size()) if distributed else (0, 1)
     error, reading = None, tag_dir
     try:
@@ -116,12 +122,16 @@ def check_files(tag_dir: Path, allow_pickle: bool, distributed: bool = True) -> 
                                   f"({len(missing)} file(s); copied without every rank's files?)")
         for path in files[rank::world]:
             reading = path
-            check_plain([path], allow_pickle=allow_pickle)
+            if path.suffix == ".safetensors":
+                with safe_open(str(path), framework="pt"):  # its header, checked against the file's size
+                    pass
+            else:
+                check_plain([path], allow_pickle=allow_pickle)
     except CheckpointError as e:
         error = e
     except UntrustedError as e:
         error = e
-    except (OSError, RuntimeError, EOFError, ValueError) as e:  # truncated, or not a torch file
+    except (OSError, RuntimeError, EOFError, ValueError, SafetensorError) as e:  # truncated, or not a torch file
         why = first_line(e)
         where = "" if reading == tag_dir else f"{reading.relative_to(tag_dir)}: "
         derived = reading != tag_dir and reading.relative_to(tag_dir).parts[0] == "universal"

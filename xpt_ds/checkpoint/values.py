@@ -16,16 +16,20 @@ checkpoint and the phase ends are written this way.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError, safe_open
 
 from xpt_ds.checkpoint.migrate import frozen_file
+from xpt_ds.checkpoint.tags import CheckpointError
 from xpt_ds.config.engine_json import zero_stage
-from xpt_ds.io.safetensors_files import ShardedWriter
+from xpt_ds.errors import first_line
+from xpt_ds.io.safetensors_files import DTYPES, ShardedWriter
 from xpt_ds.io.trust import load_plain
 
 NO_SHARDS = 2**62  # one file, however large
@@ -47,13 +51,17 @@ def _range(chunks: list[torch.Tensor], start: int, length: int) -> torch.Tensor:
 
 class ValueFile:
     """A file of named fp32 tensors (safetensors, or an older checkpoint's plain torch file), memory-mapped;
-    ``get`` copies one out."""
+    ``get`` copies one out. A safetensors file whose header does not cover it (cut short) is a CheckpointError
+    naming it."""
 
     def __init__(self, path: Path, allow_pickle: bool = False):
         self.path = Path(path)
         if self.path.suffix == ".safetensors":
-            from safetensors import safe_open
-            self.reader = safe_open(str(self.path), framework="pt")
+            try:
+                self.reader = safe_open(str(self.path), framework="pt")
+            except SafetensorError as e:
+                raise CheckpointError(f"cannot read {self.path}: {first_line(e)} (cut short, or not a safetensors "
+                                      "file)") from None
             self.keys = list(self.reader.keys())
         else:
             self.reader = load_plain(self.path, allow_pickle=allow_pickle, mmap=True)
@@ -158,8 +166,7 @@ def write_values(path: Path, specs: list[tuple[str, tuple[int, ...]]], values: C
                 value = value.to(torch.float32).contiguous()
                 writer.write(name, value)
                 if h is not None:
-                    h.update(f"{name}:{value.dtype}:{tuple(value.shape)};".encode())
-                    h.update(value.reshape(-1).view(torch.uint8).numpy().data)
+                    _hash(h, name, value)
         if writer is not None:
             writer.close()
             os.replace(tmp / path.name, path)
@@ -175,7 +182,45 @@ def state_digest(state: dict[str, torch.Tensor]) -> str:
     """blake2b over every tensor's name, dtype, shape and bytes, in name order."""
     h = hashlib.blake2b(digest_size=16)
     for name in sorted(state):
-        t = state[name].detach().cpu().contiguous()
-        h.update(f"{name}:{t.dtype}:{tuple(t.shape)};".encode())
-        h.update(t.reshape(-1).view(torch.uint8).numpy().data)
+        _hash(h, name, state[name].detach().cpu().contiguous())
+    return h.hexdigest()
+
+
+def _hash(h, name: str, t: torch.Tensor) -> None:
+    """One tensor into a digest: its name, dtype and shape, then its bytes (``state_digest``'s order)."""
+    h.update(_label(name, t.dtype, tuple(t.shape)))
+    h.update(t.reshape(-1).view(torch.uint8).numpy().data)
+
+
+def _label(name: str, dtype: torch.dtype, shape: tuple[int, ...]) -> bytes:
+    return f"{name}:{dtype}:{shape};".encode()
+
+
+TORCH_DTYPES = {code: dtype for dtype, code in DTYPES.items()}
+
+
+def file_digest(path: Path, chunk: int = 1 << 26) -> str:
+    """``state_digest`` of the tensors a safetensors file holds, read from the file's bytes in name order,
+    ``chunk`` bytes at a time (no tensor is built: memory stays at one chunk, and the cost is one sequential read
+    of the file, some 30 GB for an 8B model's fp32 weights). A file its header does not cover is a
+    CheckpointError naming it."""
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as f:
+        try:
+            size = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(size))
+            header.pop("__metadata__", None)
+            for name in sorted(header):
+                info = header[name]
+                h.update(_label(name, TORCH_DTYPES[info["dtype"]], tuple(info["shape"])))
+                begin, end = info["data_offsets"]
+                f.seek(8 + size + begin)
+                while begin < end:
+                    data = f.read(min(chunk, end - begin))
+                    if not data:
+                        raise ValueError(f"{name} ends at byte {8 + size + end}, past the end of the file")
+                    h.update(data)
+                    begin += len(data)
+        except (ValueError, KeyError, TypeError) as e:  # json's errors are ValueErrors
+            raise CheckpointError(f"cannot read {path}: not a whole safetensors file ({first_line(e)})") from None
     return h.hexdigest()

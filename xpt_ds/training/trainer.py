@@ -79,6 +79,7 @@ class Trainer:
         self.budget.start_loop(self.state)
         while True:
             if self.state.phase_step >= self.phase.steps or self.phase_ended(self.state.phase_index):
+                self.end_unkept_phase()
                 self.logger.set_total(self.total_steps)  # less than planned after an early stop
                 if not self.maybe_switch_phase():
                     break
@@ -105,6 +106,24 @@ class Trainer:
             self.after_step(halt, step_seconds)
         self.logger.close()
         self.write_status("finished")
+
+    def end_unkept_phase(self) -> None:
+        """A phase found over where the run (re)starts, whose end a later phase reads but the run's state does not
+        record: a resume that shortened it to the steps it had already taken, or fewer (docs/cluster.md). It ends
+        here as the loop ends a phase at its last step (the log window's steps not logged yet, the phase-end
+        validation pass, its kept end), less the checkpoint: the tag the run resumed from is there, and writing it
+        again would delete it first. The next checkpoint records the end; a restart before it keeps it again."""
+        name, window = self.phase.name, self.window
+        if name not in self.engines.kept_ends or name in self.state.phase_ends:
+            return
+        self.info(f"phase '{name}' ends at its step {self.state.phase_step} (phases[{self.state.phase_index}].steps="
+                  f"{self.phase.steps}), where checkpoint {self.last_saved} is: keeping its end, which a later phase "
+                  "reads")
+        if window.steps:
+            self.log(window)
+            window.reset()
+        self.maybe_eval(True)
+        self.engines.keep_end(name, self.checkpointer.root, self.state, self.streams)
 
     def train_step(self) -> tuple[torch.Tensor, bool, float | None]:
         """One optimizer step over grad_accum micro-batches: (mean loss as a device tensor, whether DeepSpeed
