@@ -137,7 +137,8 @@ class MixConfig:
 
 @dataclass
 class DataConfig:
-    train_shards: list[str] = doc([], "Training WebDataset shards: paths, brace patterns or a manifest.json.")
+    train_shards: list[str] = doc([], "Training WebDataset shards: paths, brace patterns or MANIFEST.json:SPLIT "
+                                      "(data/ko/manifest.json:train).")
     valid_shards: list[str] = doc([], "Validation shards, same forms; empty disables validation.")
     seq_len: int = doc(512, "Packed sequence length including the two special tokens.")
     mask_prob: float = doc(0.15, "Fraction of tokens selected for MLM.")
