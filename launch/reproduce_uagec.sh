@@ -33,9 +33,9 @@ PY
 # one-phase method that trains every weight the base's phase-2 lr (xpt_ds.sweeps.plan.schedule_source).
 SWEEP=("$PY" -m xpt_ds.cli.sweep --config launch/configs/uagec_repro.yaml --out "$OUT"
        --test-shards demo_out/uk/manifest.json:test
-       --set "model.source=$SOURCE" scratch:phases.0.lr=1e-3 xpt_sp:phases.0.lr=1e-3)
-"${SWEEP[@]}" --methods scratch xpt --sizes 25K 50K 100K 200K 400K
-"${SWEEP[@]}" --methods adapters xpt_sp --sizes 100K 400K
+       --set "model.source=$SOURCE")
+"${SWEEP[@]}" scratch:phases.0.lr=1e-3 --methods scratch xpt --sizes 25K 50K 100K 200K 400K
+"${SWEEP[@]}" xpt_sp:phases.0.lr=1e-3 --methods adapters xpt_sp --sizes 100K 400K
 # Downstream: the four methods at the largest size, two seeds each.
 for method in scratch adapters xpt_sp xpt; do
   [ -f "$OUT/finetune/$method/results.json" ] && continue

@@ -228,3 +228,48 @@ def test_the_json_shows_the_samples_text_as_itself(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert '"prompt": "의 안 번 호"' in printed and "\\u" not in printed
     assert (tmp_path / "out.json").read_text(encoding="utf-8") == printed
+
+
+def test_out_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    """--out is written beside and renamed over (``write_text_atomic``): a write that stops partway (a full disk)
+    leaves the file an earlier evaluation wrote as it was, not cut off."""
+    import builtins
+    import errno
+    import io
+
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    from xpt_ds.cli.evaluate import main
+    lines = ["the cat sat on the mat", "a dog ran to the park"]
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(lines * 10, vocab_size=280, min_frequency=2, show_progress=False,
+                            special_tokens=["<|endoftext|>"])
+    model = tmp_path / "gpt2"
+    tok = PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, bos_token="<|endoftext|>",
+                                  eos_token="<|endoftext|>")
+    tok.save_pretrained(str(model))
+    GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_embd=16, n_layer=1, n_head=2, n_positions=16, bos_token_id=0,
+                               eos_token_id=0)).save_pretrained(model)
+    (tmp_path / "text.txt").write_text("\n".join(lines) + "\n")
+    out = tmp_path / "scores.json"
+    out.write_text("an earlier evaluation\n")
+    real_open = io.open
+
+    def full_disk(file, mode="r", *args, **kw):  # a write to --out (or beside it) stops halfway
+        f = real_open(file, mode, *args, **kw)
+        if "w" in mode and str(file).startswith(str(out)):
+            write = f.write
+
+            def half(text):
+                write(text[:len(text) // 2])
+                raise OSError(errno.ENOSPC, "No space left on device")
+            f.write = half
+        return f
+    with monkeypatch.context() as m:
+        m.setattr(builtins, "open", full_disk)
+        m.setattr(io, "open", full_disk)  # pathlib's
+        assert main(["--model", str(model), "--text", str(tmp_path / "text.txt"), "--out", str(out)]) != 0
+    assert out.read_text() == "an earlier evaluation\n"
+    assert main(["--model", str(model), "--text", str(tmp_path / "text.txt"), "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["text"][str(tmp_path / "text.txt")]["tokens"] > 0

@@ -399,12 +399,12 @@ def test_one_seed_is_reported_without_a_spread():
 def test_an_earlier_run_in_the_same_out_is_kept_with_its_model(tmp_path, capsys):
     """A second run into an --out that holds a run saved with --save-model: the earlier results and model move
     to results.1.json and model.1 (its saved_model path follows), before the new run's first seed saves."""
-    from xpt_ds.finetuning.run import _keep_earlier
+    from xpt_ds.finetuning.out_dir import keep_earlier
     (tmp_path / "model").mkdir()
     (tmp_path / "model/config.json").write_text("{}")
     (tmp_path / "results.json").write_text(json.dumps({"saved_model": str(tmp_path / "model"), "seeds": [1]}))
     (tmp_path / "results.1.json").write_text("{}")  # taken: the next free number is used
-    _keep_earlier(tmp_path)
+    keep_earlier(tmp_path)
     kept = json.loads((tmp_path / "results.2.json").read_text())
     assert kept == {"saved_model": str(tmp_path / "model.2"), "seeds": [1]}
     assert (tmp_path / "model.2/config.json").is_file() and not (tmp_path / "model").exists()

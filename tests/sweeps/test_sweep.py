@@ -215,13 +215,28 @@ def test_overrides_by_method_and_size_range(tmp_path, sweep_config):
                           ("scratch", 100): 4, ("scratch", 400): 5, ("scratch", 1600): 5}
     for bad, message in [("100Q:optim.grad_accum=2", "'100Q' is neither an arm"),
                          ("xpt:100:200:optim.grad_accum=2", "at most one arm and one size"),
-                         ("100..:data.train_tokens=5", "the sweep sets"), ("optim.grad_accum", "key=value")]:
+                         ("100..:data.train_tokens=5", "the sweep sets"), ("optim.grad_accum", "key=value"),
+                         ("1.6K..100:optim.grad_accum=2", "the size range 1.6K..100 is reversed"),
+                         # a method no arm is, a size or range none of --sizes is in: it would change nothing
+                         ("xpt_sp:optim.grad_accum=2", "applies to no run of this sweep"),
+                         ("800:optim.grad_accum=2", "applies to no run"), ("2K..:optim.grad_accum=2", "to no run"),
+                         ("scratch:150..300:optim.grad_accum=2", "applies to no run")]:
         with pytest.raises(ConfigError, match=message):
             build_plan(parse_args([*base, "--set", bad]))
     with pytest.raises(ConfigError, match="optim.no_such_key"):  # checked for every size before any run
         build_plan(parse_args([*base, "--set", "1.6K:optim.no_such_key=1"]))
     with pytest.raises(ConfigError, match=r"^arm 'scratch' \(model.method scratch\), size 100: .*phases"):
         build_plan(parse_args([*base, "--set", "phases.1.steps=3"]))  # scratch has one phase
+
+
+def test_a_negative_deadline_is_a_usage_error(capsys):
+    """--deadline-minutes -5 started no run and exited 0; now a usage error (0 is no deadline)."""
+    from xpt_ds.cli.sweep import parse_args
+    with pytest.raises(SystemExit) as e:
+        parse_args(["--config", "c.yaml", "--methods", "xpt", "--sizes", "100", "--out", "o", "--deadline-minutes",
+                    "-5"])
+    assert e.value.code == 2 and "--deadline-minutes must be >= 0 (0 = none), got -5.0" in capsys.readouterr().err
+    assert parse_args(["--config", "c.yaml", "--methods", "xpt", "--sizes", "100", "--out", "o"]).deadline_minutes == 0
 
 
 def test_labelled_arms_and_seeds_plan_their_own_runs(tmp_path, sweep_config):

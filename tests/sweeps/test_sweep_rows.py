@@ -6,6 +6,7 @@ import hashlib
 import json
 import shlex
 import shutil
+from pathlib import Path
 
 import yaml
 
@@ -213,3 +214,87 @@ def test_a_row_scored_otherwise_is_scored_again_only_on_request_and_only_from_a_
     assert "score again xpt 100: its row was made with another evaluation" in capsys.readouterr().out
     assert not result_rows(out) and tag.is_dir()  # the row moved aside, the run kept
     assert [json.loads(x) for x in (out / "results.superseded.jsonl").read_text().splitlines()] == [row]
+
+
+def test_a_run_trained_with_another_config_and_no_row_is_not_scored_or_resumed_as_this_one(tmp_path, sweep_config,
+                                                                                         capsys):
+    """A run stopped after its training (or mid-training, with a checkpoint) before its row was written, then swept
+    with another lr: its run directory recorded the old config (RUN_DIR/config.yaml), so it is not resumed or
+    scored as the new one. Without --rerun-changed it is left with a warning; with it, it is set aside as
+    RUN.superseded (no row to move) and trains from the start; a dry run says so. Unchanged, it is resumed."""
+    config, test_shards = sweep_config
+    out = tmp_path / "sweep"
+    args = ["--config", str(config), "--methods", "xpt", "--sizes", "100", "--test-shards", *test_shards,
+            "--out", str(out)]
+    run, run_dir = Run("xpt", 100), out / "runs/xpt/100"
+    train_args = build_plan(parse_args(args)).train_args(run)
+    tag = run_dir / "checkpoints/global_step000000002"
+    tag.mkdir(parents=True)
+    (tag / MARKER).write_text('{"global_step": 2}')
+    (run_dir / "status.json").write_text('{"state": "finished"}')
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(load_config(train_args[1], train_args[2:])),
+                                                        sort_keys=False))
+    assert _Sweep(build_plan(parse_args(args))).pending() == [run]  # the same config: scored (or resumed)
+    assert "warning" not in capsys.readouterr().out
+
+    changed = [*args, "--set", "phases.0.lr=0.02"]
+    assert _Sweep(build_plan(parse_args(changed))).pending() == []
+    said = capsys.readouterr().out
+    assert "skip xpt 100: its run directory was trained with another config" in said
+    assert "--rerun-changed trains it again" in said and tag.is_dir()
+    assert main([*changed, "--rerun-changed", "--dry-run"]) == 0
+    said = capsys.readouterr().out
+    assert "would rerun xpt 100: " in said and "would score" not in said and tag.is_dir()
+
+    assert _Sweep(build_plan(parse_args([*changed, "--rerun-changed"]))).pending() == [run]
+    said = capsys.readouterr().out
+    assert f"rerun xpt 100: it was trained with another config or arguments; moved {run_dir} to 100.superseded" \
+        in said, said
+    assert not run_dir.exists() and (out / "runs/xpt/100.superseded/checkpoints/global_step000000002").is_dir()
+    assert not (out / "results.jsonl").exists() and not (out / "results.superseded.jsonl").exists()
+
+
+def test_a_fine_tuning_whose_every_seed_diverged_is_fine_tuned_again(tmp_path, sweep_config):
+    """A fine-tuning whose every seed diverged leaves finetune/results.json with an empty summary (and fails, so
+    the sweep records no sweep_args.json): the next sweep moves it to finetune.superseded and fine-tunes again
+    (it read it as a finished fine-tuning and failed on its summary, every time). A complete results.json from
+    before sweep_args.json was recorded is kept."""
+    from xpt_ds.sweeps.scoring import downstream
+    config, test_shards = sweep_config
+    labels = tmp_path / "labels.csv"
+    labels.write_text("text,label\nx,a\ny,b\n")
+    plan = build_plan(parse_args(["--config", str(config), "--methods", "scratch", "--sizes", "100", "--test-shards",
+                                  *test_shards, "--out", str(tmp_path / "sweep"), "--finetune-train", str(labels),
+                                  "--finetune-test", str(labels), "--finetune-lr", "2e-5"]))
+    run = Run("scratch", 100)
+    finetune = plan.run_dir(run) / "finetune"
+    finetune.mkdir(parents=True)
+
+    def results(summary):
+        return {"config": {"metric": "accuracy"}, "seeds": [{"seed": 1, "test": {"accuracy": 0.75}}],
+                "summary": summary}
+
+    class Stages:  # export and fine-tuning as the sweep starts them, without a model
+        calls = []
+
+        def module(self, module, argv, log, stage):
+            self.calls.append(stage)
+            return 1.0
+
+        def process(self, cmd, log, stage):
+            self.calls.append(stage)
+            out = Path(cmd[cmd.index("--out") + 1])
+            out.mkdir(exist_ok=True)
+            (out / "results.json").write_text(json.dumps(results({"accuracy": {"mean": 0.75, "std": 0.0}})))
+            return 2.0
+
+    failed = {**results({}), "seeds": [{"seed": 1, "diverged": "epoch 1: train loss nan"}], "diverged": [1]}
+    (finetune / "results.json").write_text(json.dumps(failed))
+    row, exported = downstream(plan, run, Stages())
+    assert Stages.calls == ["export", "finetune"] and exported
+    assert row["downstream_mean"] == 0.75 and row["downstream_seeds"] == 1
+    assert json.loads((finetune.parent / "finetune.superseded/results.json").read_text()) == failed
+    assert json.loads((finetune / "sweep_args.json").read_text()) == plan.finetune_args
+
+    (finetune / "sweep_args.json").unlink()  # fine-tuned before 2026-11-28, complete: kept
+    assert downstream(plan, run, Stages()) == (row, False) and Stages.calls == ["export", "finetune"]

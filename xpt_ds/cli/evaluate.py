@@ -18,6 +18,7 @@ English file scored for the source and for an export of any method says what the
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from xpt_ds.config import ConfigError
     from xpt_ds.data.tokenizer import saved_tokenizer
-    from xpt_ds.evaluation.intrinsic import UnigramPredictor, emit_json, evaluate, export_data_config, load_export
+    from xpt_ds.evaluation.intrinsic import UnigramPredictor, evaluate, export_data_config, load_export
     from xpt_ds.io.paths import check_output_file
     from xpt_ds.model.decoder import is_decoder
     if a.out is not None:
@@ -141,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         from xpt_ds.evaluation.samples import held_out_prompts, sample_continuations
         prompts = held_out_prompts(a.shards, tok, a.samples, prompt_pieces=8, on_corrupt=data.on_corrupt_shard)
         metrics["samples"] = sample_continuations(model, tok, prompts, seed=data.seed, device=device)
-    emit_json({**source, "shards": a.shards, "seq_len": data.seq_len, **masked, **metrics}, a.out)
+    emit({**source, "shards": a.shards, "seq_len": data.seq_len, **masked, **metrics}, a.out)
     if card is not None:
         add_to_card(card, a, data.seq_len, masked, metrics)
     return 0
@@ -156,7 +157,6 @@ def evaluate_text(a: argparse.Namespace, p: argparse.ArgumentParser) -> int:
             p.error(f"{flag} is for --shards; --text scores a --model on every piece of the text")
     import torch
 
-    from xpt_ds.evaluation.intrinsic import emit_json
     from xpt_ds.evaluation.text_bpb import DEFAULT_SEQ_LEN, load_decoder, max_positions, read_documents, score_file
     from xpt_ds.io.paths import check_output_file
     if a.out is not None:
@@ -171,9 +171,19 @@ def evaluate_text(a: argparse.Namespace, p: argparse.ArgumentParser) -> int:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model.to(device)
     text = {str(path): score_file(model, tokenizer, path, seq_len, a.batch_size, device) for path in a.text}
-    emit_json({"model": str(a.model), "seq_len": seq_len, "dtype": str(model.dtype).removeprefix("torch."),
-               "objective": "next_token", "text": text}, a.out)
+    emit({"model": str(a.model), "seq_len": seq_len, "dtype": str(model.dtype).removeprefix("torch."),
+          "objective": "next_token", "text": text}, a.out)
     return 0
+
+
+def emit(result: dict, out: Path | None) -> None:
+    """``emit_json``'s JSON on stdout, and in ``out`` when given, written whole or not at all
+    (``write_text_atomic``): an interrupted or failed write leaves an earlier file as it was, never part of one."""
+    from xpt_ds.evaluation.intrinsic import emit_json
+    from xpt_ds.io.paths import write_text_atomic
+    emit_json(result, None)
+    if out:
+        write_text_atomic(out, json.dumps(result, indent=2, ensure_ascii=False) + "\n")
 
 
 def add_to_card(card: Path, a: argparse.Namespace, seq_len: int, masked: dict, metrics: dict) -> None:

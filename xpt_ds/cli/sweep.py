@@ -106,6 +106,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     a = p.parse_args(argv)
     if a.nproc < 1 or a.parallel < 1:
         p.error("--nproc and --parallel must be >= 1")
+    if not a.deadline_minutes >= 0:  # a negative one (or nan) would start nothing
+        p.error(f"--deadline-minutes must be >= 0 (0 = none), got {a.deadline_minutes}")
     if a.eval_batch_size < 1:
         p.error(f"--eval-batch-size must be >= 1, got {a.eval_batch_size}")
     if a.eval_max_batches < 0:

@@ -122,6 +122,9 @@ def validate(cfg: FinetuneConfig) -> None:
     if bad:
         raise FinetuneError(f"--{bad[0].replace('_', '-')} has a bad value: {getattr(cfg, bad[0])!r} (must be "
                             f"{checks[bad[0]][1]})")
+    if cfg.patience and not cfg.valid:  # it counts epochs without a better validation score
+        raise FinetuneError(f"--patience {cfg.patience} needs --valid: it stops after that many epochs without a "
+                            "better validation score")
     if cfg.lora_rank and cfg.task == "relation":  # its entity markers are new rows of the frozen embedding matrix
         raise FinetuneError("--lora-rank: relation fine-tunes the embedding rows of its entity markers, which LoRA "
                             "leaves frozen; fine-tune relations without it")

@@ -68,9 +68,17 @@ def _read_rows(path: Path, role: str) -> tuple[list[str] | None, list[tuple[int,
                 return None, rows
             # TSV as the GLUE-style releases write it: no quoting, so a '"' inside a sentence is text.
             kw = dict(delimiter="\t", quoting=csv.QUOTE_NONE) if fmt == "tsv" else {}
-            reader = csv.DictReader(f, **kw)
-            rows = [(reader.line_num, row) for row in reader]
-            return reader.fieldnames, rows
+            reader = csv.reader(f, **kw)
+            header = next((fields for fields in reader if fields), None)  # blank lines before it skipped
+            rows = []
+            for fields in reader:
+                if not fields:  # a blank line, as csv.DictReader skips it
+                    continue
+                if len(fields) != len(header):  # an unquoted comma or tab too many, or a field missing
+                    raise FinetuneError(f"{path} line {reader.line_num}: {len(fields)} fields but the header has "
+                                        f"{len(header)}")
+                rows.append((reader.line_num, dict(zip(header, fields))))
+            return header, rows
     except UnicodeDecodeError:
         raise FinetuneError(f"{role} {path} is not UTF-8 text") from None
     except csv.Error as e:
@@ -134,6 +142,8 @@ def read_examples(path: str | Path, role: str, task: str, cols: Columns) -> list
     for column in _columns(task, cols) if header else []:  # a column the header lacks is line 1's problem
         if column not in header:
             raise FinetuneError(f"{path} line 1 (the header): no column '{column}' (has: {', '.join(header)})")
+        if header.count(column) > 1:  # which one holds the data, the first or the last?
+            raise FinetuneError(f"{path} line 1 (the header): column '{column}' occurs {header.count(column)} times")
     if not rows:
         raise FinetuneError(f"{role} {path} has no examples")
     return [_example(row, task, cols, f"{path} line {n}") for n, row in rows]

@@ -7,15 +7,16 @@ import dataclasses
 import json
 import logging
 import math
-import sys
 import time
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
 from xpt_ds.data.tokenizer import check_vocabulary, model_tokenizer
+from xpt_ds.evaluation.text_bpb import max_positions
 from xpt_ds.finetuning.config import ADAM_BETAS, ADAM_EPS, OFFSET_POSITIONS, FinetuneConfig, validate
 from xpt_ds.finetuning.data import Encoded, FinetuneError, collate, encode, pair_separator, template_separator
 from xpt_ds.finetuning.metrics import (
@@ -28,6 +29,8 @@ from xpt_ds.finetuning.metrics import (
     summarize,
 )
 from xpt_ds.finetuning.lora import check_lora, with_lora, without_lora
+from xpt_ds.finetuning.out_dir import OutDir
+from xpt_ds.finetuning.padding import pad_no_row_ends_in, pad_with
 from xpt_ds.finetuning.precision import autocast, frozen_bases_in_bf16, uses_autocast
 from xpt_ds.finetuning.relation import encode_relations, marker_tokens
 from xpt_ds.finetuning.snapshot import BestWeights
@@ -40,7 +43,7 @@ from xpt_ds.finetuning.relation_model import (
 )
 from xpt_ds.io.file_modes import as_umask
 from xpt_ds.io.model_source import check_model_source
-from xpt_ds.io.paths import unwritable, write_text_atomic
+from xpt_ds.io.paths import unwritable
 from xpt_ds.io.trust import UntrustedError, read_config_dict, reading_weights, remote_code_consent
 from xpt_ds.model.weight_decay import decays
 
@@ -79,29 +82,17 @@ def _config_dict(cfg: FinetuneConfig) -> dict:
 
 
 def _max_length(cfg: FinetuneConfig, config_dict: dict, tokenizer) -> int:
+    """--max-length capped by the tokenizer's and the model's positions (``text_bpb.max_positions``: an export's
+    ``xpt_max_length``, ``max_position_embeddings``, or GPT-2's ``n_positions``)."""
     limit = cfg.max_length
     if tokenizer.model_max_length < 1e6:  # "unset" is a huge sentinel in transformers
         limit = min(limit, tokenizer.model_max_length)
-    if "max_position_embeddings" in config_dict:
-        offset = config_dict.get("pad_token_id", 1) + 1 if config_dict.get("model_type") in OFFSET_POSITIONS else 0
-        limit = min(limit, config_dict["max_position_embeddings"] - offset)
+    positions = max_positions(SimpleNamespace(**config_dict))
+    if positions is not None:
+        pad = config_dict.get("pad_token_id")
+        offset = (1 if pad is None else pad) + 1 if config_dict.get("model_type") in OFFSET_POSITIONS else 0
+        limit = min(limit, positions - (0 if isinstance(config_dict.get("xpt_max_length"), int) else offset))
     return limit
-
-
-def pad_with(tokenizer, causal: bool, model: str) -> int:
-    """The id batches are padded with. A decoder's tokenizer often has no pad token (Llama 3, Mistral, GPT-2):
-    it pads with its eos token, as transformers' own recipes do; the attention mask hides the padding either
-    way. An encoder without one pads with id 0, masked out too."""
-    if tokenizer.pad_token_id is not None:
-        return tokenizer.pad_token_id
-    if not causal:
-        return 0
-    if tokenizer.eos_token_id is None:
-        raise FinetuneError(f"--model {model}: its tokenizer has neither a pad nor an eos token to pad batches with")
-    log.info("the tokenizer of %s has no pad token: batches are padded with its eos token %r (id %d)", model,
-             tokenizer.eos_token, tokenizer.eos_token_id)
-    tokenizer.pad_token = tokenizer.eos_token  # saved with the fine-tuned model (save_model), so it pads the same
-    return tokenizer.pad_token_id
 
 
 def prepare(cfg: FinetuneConfig) -> Prepared:
@@ -142,6 +133,9 @@ def prepare(cfg: FinetuneConfig) -> Prepared:
     text_sep = "" if itself else pair_sep
     splits = {name: Split(encode(exs, targets[name], tokenizer, cfg.task, max_length, token_types, causal, text_sep),
                           targets[name]) for name, exs in examples.items()}
+    if causal and cfg.task != "token_classification":  # the sequence head finds a row's last piece by the pad id
+        rows = [f["input_ids"] for split in splits.values() for f in split.encoded.features]
+        padding["pad_id"] = pad_no_row_ends_in(tokenizer, padding["pad_id"], rows, cfg.model)
     return Prepared(labels, splits, tokenizer, remote, max_length, config_dict, **padding, pair_sep=pair_sep)
 
 
@@ -323,9 +317,9 @@ def _better(new: float, best: float | None) -> bool:
     return best is None or (not math.isnan(new) and (math.isnan(best) or new > best))
 
 
-def run_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, device: torch.device, save: bool = False) -> dict:
-    """Train one seed; the classifier head, dropout and batch order all follow ``seed``. ``save``: write the
-    model scored on test to ``OUT/model``."""
+def run_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, device: torch.device, save: Path | None = None) -> dict:
+    """Train one seed; the classifier head, dropout and batch order all follow ``seed``. ``save``: where to write
+    the model scored on test (``OutDir.staged``, moved to ``OUT/model`` with results.json)."""
     torch.manual_seed(seed)
     model, bf16 = build_model(cfg, prep), uses_autocast(cfg.precision, device)
     if bf16 and cfg.lora_rank:  # before the move: the device never holds the fp32 copies
@@ -382,51 +376,32 @@ def run_seed(cfg: FinetuneConfig, prep: Prepared, seed: int, device: torch.devic
         result["valid"] = history[best_epoch - 1]["valid"]
     if diverged is not None:
         result["diverged_after"] = diverged  # scored all the same, at an epoch before it
-    if save:
-        save_finetuned(model, cfg, prep, Path(cfg.out) / "model")
+    if save is not None:
+        save_finetuned(model, cfg, prep, save)
     return result
 
 
 def finetune(cfg: FinetuneConfig) -> dict:
     """Every seed, then the summary; writes ``OUT/results.json`` and returns what it wrote."""
     validate(cfg)
-    out, made = Path(cfg.out), not Path(cfg.out).exists()
-    why = unwritable(out)  # before the seeds' minutes of training, whose results it will hold
+    out = OutDir(Path(cfg.out))
+    why = unwritable(out.path)  # before the seeds' minutes of training, whose results it will hold
     if why is not None:
         raise FinetuneError(f"--out {cfg.out}: cannot write there ({why})")
     try:
         return _finetune(cfg, out)
-    except BaseException:
-        if made and out.is_dir() and not any(out.iterdir()):  # a failed run leaves no empty --out it made
-            out.rmdir()
+    except BaseException:  # Ctrl-C too: no model/ without its results.json, no --out folder it made
+        out.failed()
         raise
 
 
-def _keep_earlier(out: Path) -> None:
-    """An earlier run's ``results.json`` in ``out`` (and its saved ``model/``) move to ``results.N.json`` (and
-    ``model.N/``), the first N free: a second run into the same folder replaces nothing."""
-    path = out / "results.json"
-    if not path.exists():
-        return
-    n = next(n for n in range(1, 10**6) if not any((out / name).exists() for name in (f"results.{n}.json",
-                                                                                        f"model.{n}")))
-    if (out / "model").is_dir():
-        (out / "model").rename(out / f"model.{n}")
-        earlier = json.loads(path.read_text())
-        earlier["saved_model"] = str(out / f"model.{n}")
-        write_text_atomic(path, json.dumps(earlier, indent=2, ensure_ascii=False) + "\n")
-    path.rename(out / f"results.{n}.json")
-    model = f" (its model as model.{n})" if (out / f"model.{n}").is_dir() else ""
-    print(f"kept the earlier {path} as results.{n}.json{model}", file=sys.stderr)
-
-
-def _finetune(cfg: FinetuneConfig, out: Path) -> dict:
+def _finetune(cfg: FinetuneConfig, out: OutDir) -> dict:
     started = time.time()
     prep = prepare(cfg)
     device = torch.device("cuda" if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
                           else "cpu")
-    _keep_earlier(out)  # before a seed saves its model over the earlier one
-    runs = [run_seed(cfg, prep, seed, device, save=cfg.save_model and i == 0) for i, seed in enumerate(cfg.seeds)]
+    staged = out.staged() if cfg.save_model else None
+    runs = [run_seed(cfg, prep, seed, device, save=staged if i == 0 else None) for i, seed in enumerate(cfg.seeds)]
     scored = [r for r in runs if "diverged" not in r]
     results = {"config": dataclasses.asdict(cfg), "device": str(device), "max_length": prep.max_length,
                "arithmetic": "bf16 autocast" if uses_autocast(cfg.precision, device) else "fp32",
@@ -448,14 +423,14 @@ def _finetune(cfg: FinetuneConfig, out: Path) -> dict:
     if cfg.task == "relation":  # scores are over the kept examples; these are left out
         results["dropped"] = prep.dropped
         results["markers"] = list(prep.markers)
-    if cfg.save_model and (out / "model").is_dir():
+    if staged is not None and staged.is_dir():  # moved there by out.finish
         results["saved_model"] = str(Path(cfg.out) / "model")
     # NaN (an undefined correlation) is not JSON: write null.
     clean = json.loads(json.dumps(results), parse_constant=lambda c: None)
-    write_text_atomic(out / "results.json", json.dumps(clean, indent=2, ensure_ascii=False) + "\n")
+    out.finish(json.dumps(clean, indent=2, ensure_ascii=False) + "\n")  # an earlier run's results kept aside
     if not scored:
         which = "; ".join(f"seed {r['seed']}: {r['diverged']}" for r in runs)
         raise FinetuneError(f"every seed's training loss became NaN or infinite ({which}), so nothing was scored "
-                            f"({out / 'results.json'} records them); {remedy(cfg)}")
+                            f"({out.path / 'results.json'} records them); {remedy(cfg)}")
     return clean
 

@@ -35,11 +35,16 @@ def check_output_file(path: Path, flag: str) -> None:
 
 def write_text_atomic(path: Path, text: str, fsync: bool = False) -> None:
     """``path`` holds its old text or ``text``, never part of either: written beside it, then renamed over it
-    (``fsync``: on disk before the rename, for a file that must survive a crash)."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        if fsync:
-            f.flush()
-            os.fsync(f.fileno())
-    os.replace(tmp, path)
+    (``fsync``: on disk before the rename, for a file that must survive a crash). UTF-8 whatever the locale; the
+    file beside it is this process's own, and removed when the write fails."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

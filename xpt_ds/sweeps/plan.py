@@ -277,7 +277,19 @@ def parse_override(item: str, labels: tuple[str, ...] = ()) -> Override:
         else:
             raise ConfigError(f"--set '{item}': give at most one arm and one size or size range")
     lo, hi = sizes or (0, None)
+    if hi is not None and lo > hi:
+        raise ConfigError(f"--set '{item}': the size range {size_label(lo)}..{size_label(hi)} is reversed "
+                          "(LO..HI, the smaller size first)")
     return Override(f"--{key}={value}", method, lo, hi)
+
+
+def check_overrides(items: list[str], overrides: list[Override], arms: dict[str, str], sizes: list[int]) -> None:
+    """Every ``--set`` item reaches at least one (arm, size) of the sweep: one naming a method that no arm is, or
+    sizes that none of ``--sizes`` is in, would change nothing (a typo, or a bracket edge off by a size)."""
+    for item, o in zip(items, overrides):
+        if not any(o.applies(arm, method, size) for arm, method in arms.items() for size in sizes):
+            raise ConfigError(f"--set '{item}': applies to no run of this sweep (arms {', '.join(arms)}; sizes "
+                              f"{', '.join(size_label(s) for s in sizes)})")
 
 
 def _size_range(text: str) -> tuple[int, int | None]:
@@ -296,6 +308,7 @@ def build_plan(a: argparse.Namespace, configs: Path | None = None) -> Plan:
     seeds = list(dict.fromkeys(a.seeds)) if a.seeds else [None]
     base = read_config_file(a.config)
     overrides = [parse_override(item, tuple(arms)) for item in a.set]
+    check_overrides(a.set, overrides, arms, sizes)
     if a.seeds and any(o.arg.startswith(SET_BY_SEEDS) for o in overrides):
         raise ConfigError(f"--set: --seeds sets {', '.join(k[2:-1] for k in SET_BY_SEEDS)} itself")
     if a.parallel > 1 and a.nproc > 1:

@@ -141,6 +141,7 @@ class _Sweep:
         self.stdout = sys.stdout  # the stream as the sweep started: _call redirects sys.stdout while it runs
         self.set_aside_partial_row()
         self.done, self.failures = read_rows(self.results), []
+        self.reruns: set = set()  # the runs pending() said it reruns (a dry run's other runs are said after)
         for slot in range(plan.parallel):
             self.slots.put(slot)
 
@@ -170,7 +171,8 @@ class _Sweep:
         for run in self.plan.runs():
             old = self.done.get((run.arm, run.size, run.seed))
             if old is None:
-                todo.append(run)
+                if self.pending_without_row(run):
+                    todo.append(run)
                 continue
             changed = (_settings(old.get("train_args") or ""), old.get("config_sha256")) != (
                 _settings(shlex.join(self.plan.train_args(run))), self.plan.config_sha[run.arm]) \
@@ -188,6 +190,7 @@ class _Sweep:
                              f"another {'config or arguments' if changed else 'evaluation or fine-tuning'}")
                 else:
                     self.supersede(run, keep_run=bool(rescore))
+                self.reruns.add((run.arm, run.size, run.seed))
                 todo.append(run)
                 continue
             self.say(f"skip {run.label}: its row is in {self.results}")
@@ -199,24 +202,51 @@ class _Sweep:
                          f"or fine-tuning ({rescore}); --rerun-changed scores it again, without training it again")
         return todo
 
+    def pending_without_row(self, run: Run) -> bool:
+        """Whether ``run``, with no row yet, is to run: a run directory that would be resumed or scored (it holds a
+        complete checkpoint) but whose recorded config (RUN_DIR/config.yaml) is not what the run would now train
+        with (another --set, a base config changed) is left, with a warning, as a changed run with a row is; with
+        ``--rerun-changed`` it moves aside to RUN.superseded and trains from the start. Not resumed, or scored as
+        if trained with this config, under the new train_args."""
+        run_dir = self.plan.run_dir(run)
+        if not complete_tags(run_dir / "checkpoints") or not (run_dir / "config.yaml").is_file() \
+                or _trains_as_recorded(self.plan, run):
+            return True
+        if not self.plan.rerun_changed:
+            self.say(f"skip {run.label}: its run directory was trained with another config, with no row yet")
+            self.say(f"warning: {run_dir} was trained with another config or arguments than {run.label} now has "
+                     "(its config.yaml); it is not resumed or scored as this one: --rerun-changed trains it again")
+            return False
+        if self.dry:
+            self.say(f"would rerun {run.label}: {run_dir} was trained with another config or arguments")
+        else:
+            self.supersede(run)
+        self.reruns.add((run.arm, run.size, run.seed))
+        return True
+
     def supersede(self, run: Run, keep_run: bool = False) -> None:
         """Take ``run``'s rows out of results.jsonl (appended to results.superseded.jsonl first, then the file
         replaced whole) and move its run directory aside to RUN.superseded, so that it trains from the start;
-        ``keep_run``: only the scoring changed, so the trained run stays and is scored again."""
+        ``keep_run``: only the scoring changed, so the trained run stays and is scored again. A run with no row
+        (trained with another config: ``pending_without_row``) has its run directory moved alone."""
         key = (run.arm, run.size, run.seed)
-        lines = self.results.read_text().splitlines(keepends=True)  # whole rows only (set_aside_partial_row)
-        mine = [line for line in lines if line.strip() and row_key(json.loads(line)) == key]
-        _append_durably(self.plan.out / "results.superseded.jsonl", "".join(mine))
-        write_text_atomic(self.results, "".join(line for line in lines if line not in mine), fsync=True)
-        del self.done[key]
+        rows = ""
+        if key in self.done:
+            lines = self.results.read_text().splitlines(keepends=True)  # whole rows only (set_aside_partial_row)
+            mine = [line for line in lines if line.strip() and row_key(json.loads(line)) == key]
+            _append_durably(self.plan.out / "results.superseded.jsonl", "".join(mine))
+            write_text_atomic(self.results, "".join(line for line in lines if line not in mine), fsync=True)
+            del self.done[key]
+            rows = f"its row to {self.plan.out / 'results.superseded.jsonl'}"
         run_dir, moved = self.plan.run_dir(run), ""
         if run_dir.exists() and not keep_run:
             aside = free_name(run_dir, ".superseded")
             run_dir.rename(aside)
-            moved = f" and {run_dir} to {aside.name}"
+            moved = f"{run_dir} to {aside.name}"
         what = "evaluation or fine-tuning" if keep_run else "config or arguments"
-        self.say(f"{'score again' if keep_run else 'rerun'} {run.label}: its row was made with another {what}; "
-                 f"moved it to {self.plan.out / 'results.superseded.jsonl'}{moved}")
+        made = "its row was made" if rows else "it was trained"
+        self.say(f"{'score again' if keep_run else 'rerun'} {run.label}: {made} with another {what}; "
+                 f"moved {' and '.join(m for m in (rows, moved) if m)}")
 
     def one(self, run: Run) -> None:
         plan = self.plan
@@ -312,9 +342,8 @@ def dry_run(plan: Plan) -> list[Run]:
         s.say(f"would score the unigram reference -> {unigram_json}")
     elif state:
         s.say(_unigram_changed(plan))
-    rerun = {(r.arm, r.size, r.seed) for r in todo} & set(s.done)
     for run in todo:
-        if (run.arm, run.size, run.seed) in rerun:
+        if (run.arm, run.size, run.seed) in s.reruns:
             continue  # said by pending
         s.say(f"would {_next_step(plan, run)}")
     return todo

@@ -39,17 +39,32 @@ def export_run(plan: Plan, run: Run, stages: Stages, log: Path) -> float:
     return stages.module("xpt_ds.cli.export", argv, log, "export")
 
 
+def _kept_finetuning(plan: Plan, results: Path, recorded: Path) -> bool:
+    """Whether ``results`` (RUN_DIR/finetune/results.json) is a fine-tuning to keep: one that scored its metric
+    (a fine-tuning whose every seed diverged writes results.json with an empty summary, then fails, before the
+    sweep records its arguments) and was run with this sweep's fine-tuning arguments (``recorded``, the
+    sweep_args.json written once it succeeded; one from before 2026-11-28 has none and is kept)."""
+    if recorded.is_file() and read_json(recorded) != plan.finetune_args:
+        return False  # other files or flags
+    r = read_json(results)
+    try:
+        return "mean" in r["summary"][r["config"]["metric"]]  # what the row reads (rows.downstream_row)
+    except (KeyError, TypeError):
+        return False
+
+
 def downstream(plan: Plan, run: Run, stages: Stages) -> tuple[dict, bool]:
     """Export, fine-tune on every seed, and the headline metric's mean ± std; and whether it exported (the text
-    scores then read that export). A fine-tuning already there is kept when it was run with this sweep's
-    fine-tuning arguments (``finetune/sweep_args.json``; one from before 2026-11-28 has none and is kept); with
-    others it moves to ``finetune.superseded`` and runs again."""
+    scores then read that export). A fine-tuning already there is kept when it scored its metric and was run with
+    this sweep's fine-tuning arguments (``_kept_finetuning``); else (other arguments, or one that failed: every
+    seed diverged) it moves to ``finetune.superseded`` and runs again."""
     run_dir = plan.run_dir(run)
     results, recorded = run_dir / "finetune" / "results.json", run_dir / "finetune" / "sweep_args.json"
-    if results.is_file() and recorded.is_file() and json.loads(recorded.read_text()) != plan.finetune_args:
-        results.parent.rename(free_name(results.parent, ".superseded"))  # other files or flags: fine-tune again
+    if results.is_file() and not _kept_finetuning(plan, results, recorded):
+        results.parent.rename(free_name(results.parent, ".superseded"))  # fine-tune again
     exported = not results.is_file()
     if exported:
+        recorded.unlink(missing_ok=True)  # recorded once this fine-tuning succeeds
         log = run_dir / "finetune.log"
         seconds = export_run(plan, run, stages, log)
         seconds += stages.process([sys.executable, "-m", "xpt_ds.cli.finetune", "--model", str(run_dir / "export"),
