@@ -29,12 +29,25 @@ require_config() {
   CONFIG="$(abs_path "$CONFIG")"
 }
 
+# Die (status 2) if CUDA_VISIBLE_DEVICES is set and hides every GPU (empty, or Slurm's `NoDevFiles`), unless
+# DS_ACCELERATOR=cpu: the GPUs nvidia-smi counts, or a launcher's own CUDA_VISIBLE_DEVICES=0..N-1, are not the
+# user's to use.
+check_gpus_shown() {
+  [[ "${DS_ACCELERATOR:-}" != cpu && -n "${CUDA_VISIBLE_DEVICES+set}" ]] || return 0
+  [[ -n "${CUDA_VISIBLE_DEVICES//[[:space:]]/}" && "$CUDA_VISIBLE_DEVICES" != NoDevFiles ]] ||
+    die "CUDA_VISIBLE_DEVICES='$CUDA_VISIBLE_DEVICES' hides every GPU: unset it to use all of them, list GPU" \
+        "indices (e.g. CUDA_VISIBLE_DEVICES=0,1), or set DS_ACCELERATOR=cpu to train on CPU processes"
+}
+
 # Number of devices on this node: the entries of CUDA_VISIBLE_DEVICES, else the GPUs nvidia-smi lists;
-# 1 if there are none or DS_ACCELERATOR=cpu.
+# 1 if there are none or DS_ACCELERATOR=cpu. Dies if CUDA_VISIBLE_DEVICES hides every GPU (check_gpus_shown).
 count_devices() {
   if [[ "${DS_ACCELERATOR:-}" == cpu ]]; then
     echo 1
-  elif [[ -n "${CUDA_VISIBLE_DEVICES:-}" ]]; then
+    return
+  fi
+  check_gpus_shown
+  if [[ -n "${CUDA_VISIBLE_DEVICES:-}" ]]; then
     tr ',' '\n' <<<"$CUDA_VISIBLE_DEVICES" | grep -c .
   elif command -v nvidia-smi >/dev/null 2>&1; then
     local n

@@ -23,7 +23,8 @@
 # subcommands:
 #   list              complete checkpoints (tag, global step, world size), oldest first, and ignored ones
 #   resume [TAG]      run the training command again through LAUNCH (default launch/single_node.sh);
-#                     with TAG: from that checkpoint, which must be complete
+#                     with TAG: from that checkpoint, which must be complete, or as --resume resolves
+#                     `best` (RUN_DIR/best.json's tag, checkpoint.keep_best), `auto` or `none`
 #   export OUT [TAG]  export the newest complete checkpoint (or TAG) to OUT
 #
 # environment: CONFIG (required), RUN_DIR (default: run_dir of CONFIG after overrides, relative to the
@@ -110,9 +111,19 @@ case "$cmd_name" in
     LAUNCH="${LAUNCH:-$REPO/launch/single_node.sh}"
     resume_args=()
     if [[ -n "$tag" ]]; then
-      complete_tags | grep -qxF -- "$tag" \
-        || die "'$tag' is not a complete checkpoint in $CKPT (complete: $(complete_tags | paste -sd' ' -))"
+      # what the trainer's --resume resolves TAG to (best: best.json's tag; auto, none), or its one-line error
+      resolved="$("$PYTHON" - "$CKPT" "$tag" <<'PY'
+import sys
+from pathlib import Path
+from xpt_ds.checkpoint.tags import CheckpointError, resolve_tag
+try:
+    print(resolve_tag(Path(sys.argv[1]), sys.argv[2], "resume", ("auto", "none")) or "")
+except CheckpointError as e:
+    sys.exit(f"resume_example.sh: {e}")
+PY
+)" || exit 2
       resume_args=(--resume "$tag")
+      [[ "$resolved" == "$tag" ]] || tag="$tag (${resolved:-no checkpoint: from scratch})"
       echo "resuming $RUN_DIR from $tag" >&2
     else
       newest="$(complete_tags | tail -n1)"

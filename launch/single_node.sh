@@ -14,6 +14,8 @@
 #                   which is the working directory of the run
 #   NUM_GPUS        processes to start; default: every visible GPU (CUDA_VISIBLE_DEVICES, else nvidia-smi),
 #                   1 if there is none. With CUDA_VISIBLE_DEVICES=2,3 the run uses exactly GPUs 2 and 3.
+#                   CUDA_VISIBLE_DEVICES must hold GPU indices: UUIDs or MIG ids (which the deepspeed launcher
+#                   would replace with 0..N-1) and a value that hides every GPU (empty, NoDevFiles) are refused.
 #   MASTER_PORT     rendezvous port on 127.0.0.1; default: a free port
 #   DS_ACCELERATOR  `cpu` for CPU-only training (NUM_GPUS is then the number of CPU processes, default 1)
 #   LAUNCHER_ARGS   extra `deepspeed` launcher flags, space-separated (e.g. "--bind_cores_to_rank")
@@ -48,9 +50,17 @@ done
 
 require_config --usage
 
-# Comma-separated integer list in CUDA_VISIBLE_DEVICES, if that is what it holds.
+# The GPUs CUDA_VISIBLE_DEVICES selects, which must be a comma-separated list of indices: the deepspeed launcher sets
+# each rank's CUDA_VISIBLE_DEVICES to indices of its own (0..N-1 without --include), so a selection by UUID or MIG
+# id, or one that hides every GPU, would run on GPUs the user did not pick (another job's, on a shared node).
 visible=""
-if [[ "${DS_ACCELERATOR:-}" != cpu && "${CUDA_VISIBLE_DEVICES:-}" =~ ^[0-9]+(,[0-9]+)*$ ]]; then
+if [[ "${DS_ACCELERATOR:-}" != cpu && -n "${CUDA_VISIBLE_DEVICES+set}" ]]; then
+  check_gpus_shown
+  [[ "$CUDA_VISIBLE_DEVICES" =~ ^[0-9]+(,[0-9]+)*$ ]] ||
+    die "CUDA_VISIBLE_DEVICES='$CUDA_VISIBLE_DEVICES' is not a list of GPU indices, and the deepspeed launcher" \
+        "would run on GPUs 0..N-1 instead: give the GPUs' indices (e.g. CUDA_VISIBLE_DEVICES=2,3; nvidia-smi -L" \
+        "pairs them with UUIDs), or launch with NNODES=1 NODE_RANK=0 MASTER_ADDR=127.0.0.1 bash launch/multi_node.sh" \
+        "(torchrun keeps CUDA_VISIBLE_DEVICES as it is)"
   visible="$CUDA_VISIBLE_DEVICES"
 fi
 

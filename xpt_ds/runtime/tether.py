@@ -15,8 +15,11 @@ or Ctrl-C, but the deepspeed launcher on one node dies of a SIGTERM and leaves i
 the launcher stops nothing. With ``--ranks MODULE`` the tether passes each stop signal it gets (SIGTERM, SIGINT,
 SIGUSR1; SIGHUP and the pipe's end-of-file as SIGTERM) to the processes below it that run ``python -m MODULE``
 (the ranks, not their forked DataLoader workers), and ``--grace`` seconds after the first one kills every process
-below it, and its group. Without such a process (none started yet, or they have ended) it kills them at once, as it
-does when the parent dies during a stop (whoever stopped it gave up waiting: a ``kill -9`` after a ``kill``).
+below it, and its group. If no rank has started yet it kills them at once, as it does when the parent dies during a
+stop (whoever stopped it gave up waiting: a ``kill -9`` after a ``kill``). Once ranks have run (it looks for them
+every second until it has seen one), a stop that finds none left (they checkpointed and exited, and the launcher has
+yet to notice: DeepSpeed's ``launch.py`` polls once a second) only starts the grace, so COMMAND ends with the ranks'
+status (124 or 130 after a second SIGTERM or Ctrl-C, not 137).
 Processes left below it when COMMAND ends are killed then (the tether is their subreaper: they stay below it).
 It imports psutil and nothing heavy.
 """
@@ -28,6 +31,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from typing import Iterator
 
 import psutil
@@ -105,12 +109,14 @@ class _Stop:
     def __init__(self, ranks: str | None, grace_s: float):
         self.ranks, self.grace_s = ranks, grace_s
         self.timer: threading.Timer | None = None
+        self.seen = False  # whether a rank has run: then a stop that finds none has nothing to wait for but COMMAND
         self.lock = threading.RLock()  # the watcher thread, and handlers that a second signal may nest
 
     def __call__(self, sig: int, frame=None) -> None:
         with self.lock:
             pids = _ranks(self.ranks) if self.ranks else []
-            if not pids:
+            self.seen = self.seen or bool(pids)
+            if not self.seen:  # nothing started a rank yet: nothing would checkpoint
                 _kill_all()
                 return
             for pid in pids:
@@ -120,6 +126,15 @@ class _Stop:
                 self.timer = threading.Timer(self.grace_s, _kill_all)
                 self.timer.daemon = True
                 self.timer.start()
+
+    def look(self, every_s: float = 1.0) -> None:
+        """Until a rank has been seen, look for one every ``every_s`` seconds (a thread of its own), so that ranks
+        that ran and exited before the first stop (a run that ended, its launcher still polling) count too."""
+        while not self.seen:
+            with contextlib.suppress(psutil.Error, OSError):
+                self.seen = bool(_ranks(self.ranks))
+            if not self.seen:
+                time.sleep(every_s)
 
     def parent_gone(self) -> None:
         with self.lock:
@@ -168,6 +183,8 @@ def main(argv: list[str]) -> int:
     _subreaper()
     child = subprocess.Popen(cmd)  # this process group (this session's), stdin, stdout and stderr
     threading.Thread(target=_watch, args=(fd, stop), daemon=True).start()
+    if stop.ranks:
+        threading.Thread(target=stop.look, daemon=True).start()
     code = child.wait()
     _kill_below()  # what is left of it: a launcher ends once its ranks have
     return code if code >= 0 else 128 - code
