@@ -1,5 +1,7 @@
 """Export round trip: stock transformers on the exported directory == the trainer's own model."""
 import json
+import os
+import shutil
 import subprocess
 import sys
 
@@ -364,3 +366,94 @@ def test_a_lora_export_merges_each_update_as_peft_does(tiny_decoder, corpus, tmp
         want = lora.merged(model).state_dict()
         assert not any(".lora_" in k or ".base_layer." in k for k in got)
         assert [k for k in got if not torch.equal(got[k], want[k])] == [], family
+
+
+def _exported_files(out) -> set[str]:
+    return {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
+
+
+def test_export_fills_the_working_directory_in_place(straight_runs, tmp_path, monkeypatch, capfd):
+    """``--out .`` wrote everything, then failed renaming '.' (Device or resource busy). Now the working
+    directory is filled where it is (renamed away, the shell that ran the export would sit in the removed copy), a
+    second export replaces the first's files and keeps the user's, and an export stopped while moving its files in
+    leaves no config.json (no folder that loads as a complete model) and the next one replaces it whole."""
+    from xpt_ds.checkpoint import export as export_module
+    run, here = straight_runs(1) / "run", tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    inode = here.stat().st_ino
+    assert export_main(["--run", str(run), "--tag", tag_for(4), "--out", "."]) == 0
+    assert here.stat().st_ino == inode and (here / "README.md").read_text().count("\n# here\n") == 1
+    assert set(json.loads((here / "xpt_export.json").read_text())["files"]) == _exported_files(here)
+    first = (here / "model.safetensors").read_bytes()
+    (here / "notes.txt").write_text("mine")
+    real_replace, moved = os.replace, []
+
+    def stopped(src, dst):  # the third file moved in from the staging folder: the export stops there
+        if ".xpt-export.writing-" in str(src):
+            moved.append(dst)
+            if len(moved) == 3:
+                raise OSError(28, "No space left on device")
+        real_replace(src, dst)
+    monkeypatch.setattr(export_module.os, "replace", stopped)
+    assert export_main(["--run", str(run), "--tag", tag_for(8), "--out", "."]) == 2
+    assert "No space left on device" in capfd.readouterr().err
+    assert not (here / "config.json").exists() and (here / "notes.txt").read_text() == "mine"
+    monkeypatch.setattr(export_module.os, "replace", real_replace)
+    assert export_main(["--run", str(run), "--tag", tag_for(8), "--out", "."]) == 0
+    assert here.stat().st_ino == inode and (here / "model.safetensors").read_bytes() != first
+    record = json.loads((here / "xpt_export.json").read_text())["files"]
+    assert set(record) == _exported_files(here) - {"notes.txt"} and (here / "notes.txt").read_text() == "mine"
+    assert AutoModelForMaskedLM.from_pretrained(here) is not None
+    assert [p.name for p in tmp_path.iterdir()] == ["here"]  # no staging folder left
+
+
+def test_export_into_a_symlink_fills_its_directory(straight_runs, tmp_path):
+    """``--out`` a symbolic link to a directory: the link was replaced by the export's folder."""
+    real, link = tmp_path / "real", tmp_path / "link"
+    real.mkdir()
+    link.symlink_to(real)
+    for tag in (tag_for(4), tag_for(8)):
+        assert export_main(["--run", str(straight_runs(1) / "run"), "--tag", tag, "--out", str(link)]) == 0
+        assert link.is_symlink() and link.resolve() == real and (real / "config.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "real"]  # no staging folder left
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("mount") is None, reason="mount --bind needs root")
+def test_export_fills_a_mount_point_in_place(straight_runs, tmp_path):
+    """A mount point (a container's volume; here a bind mount, which os.path.ismount does not see) cannot be
+    renamed: the export wrote everything, then failed with 'Device or resource busy'."""
+    run, src, mnt = straight_runs(1) / "run", tmp_path / "src", tmp_path / "mnt"
+    src.mkdir()
+    mnt.mkdir()
+    if subprocess.run(["mount", "--bind", str(src), str(mnt)], capture_output=True).returncode:
+        pytest.skip("mount --bind is not allowed here")
+    try:
+        for tag in (tag_for(4), tag_for(8)):
+            assert export_main(["--run", str(run), "--tag", tag, "--out", str(mnt)]) == 0
+            assert set(json.loads((src / "xpt_export.json").read_text())["files"]) == _exported_files(src)
+        assert AutoModelForMaskedLM.from_pretrained(mnt) is not None
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
+
+
+def test_an_hf_config_that_does_not_describe_the_checkpoint_is_one_line(straight_runs, tmp_path, capfd):
+    """A tag's hf_config/config.json of another model (copied from another run, as the missing-config error says
+    to copy one): a layer more, a layer less (which exported a smaller model without a word), another width."""
+    run = tmp_path / "run"
+    shutil.copytree(straight_runs(1) / "run", run)
+    tag = run / "checkpoints" / tag_for(8)
+    config = tag / "hf_config/config.json"
+    saved = json.loads(config.read_text())
+    layers = saved["num_hidden_layers"]
+    for edit, why in (({"num_hidden_layers": layers + 1}, "the checkpoint lacks 16 parameter(s) of the config's "
+                       f"model (first: roberta.encoder.layer.{layers}.attention.output.LayerNorm.bias)"),
+                      ({"num_hidden_layers": layers - 1}, "the checkpoint holds 16 parameter(s) the config's model "
+                       f"lacks (first: roberta.encoder.layer.{layers - 1}.attention.output.LayerNorm.bias)"),
+                      ({"intermediate_size": 96}, "roberta.encoder.layer.0.intermediate.dense.weight is (128, 64) in "
+                       "the checkpoint, (96, 64) in the config's model")):
+        config.write_text(json.dumps({**saved, **edit}))
+        assert export_main(["--run", str(run), "--out", str(tmp_path / "hf")]) == 2
+        assert capfd.readouterr().err.splitlines() == [
+            f"error: checkpoint {tag}: its hf_config/config.json does not describe this checkpoint's weights: {why}"]
+        assert not (tmp_path / "hf").exists()

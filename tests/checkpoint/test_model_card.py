@@ -174,3 +174,31 @@ def test_base_model_is_a_hub_id_or_left_out(tmp_path):
     check_metadata(meta)
     assert meta == {"base_model": "HuggingFaceTB/SmolLM2-135M", "library_name": "transformers",
                     "pipeline_tag": "text-generation", "tags": ["xpt-ds", "lora"]}
+
+
+def test_a_relative_local_source_is_no_hub_id_from_another_directory(tmp_path, monkeypatch):
+    """``model.source: fx/roberta``, relative to where the run was launched, looks like a Hub id from any other
+    directory: an export from there wrote ``base_model: fx/roberta``. The run directory and those above it are
+    where a run is launched from."""
+    from xpt_ds.config import ModelConfig, TrainConfig
+    (tmp_path / "fx/roberta").mkdir(parents=True)
+    run = tmp_path / "runs/relsrc/run"
+    run.mkdir(parents=True)
+    monkeypatch.chdir(run.parent)
+    assert hub_id("fx/roberta", run) is None and hub_id("fx/roberta", run.relative_to(run.parent)) is None
+    meta = card_metadata(TrainConfig(model=ModelConfig(source="fx/roberta")), False, run)
+    assert "base_model" not in meta
+    assert hub_id("FacebookAI/roberta-base", run) == "FacebookAI/roberta-base"
+
+
+def test_a_marker_without_world_size_or_stage_gives_the_runs_ranks(straight_runs, tmp_path):
+    """A COMPLETE marker of before 2026-11 holds the step alone: the card said '1 rank' and 'ZeRO stage ?' of a
+    2-rank ZeRO-1 run, and a 1-rank command to train it again (``migrate.saved_world_size``: DeepSpeed's
+    record)."""
+    import shutil
+    run = tmp_path / "run"
+    shutil.copytree(straight_runs(1) / "run", run)
+    (run / "checkpoints" / tag_for(8) / "COMPLETE").write_text(json.dumps({"global_step": 8}))
+    text = export(run, tmp_path / "hf")
+    assert "; 2 ranks, ZeRO stage 1." in text and "x 2 ranks) of up to" in text
+    assert "torchrun --nproc_per_node 2 -m xpt_ds.cli.train" in text and "On 2 ranks, as the run" in text

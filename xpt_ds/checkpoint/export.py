@@ -28,6 +28,7 @@ import copy
 import fnmatch
 import json
 import os
+import re
 import shutil
 import sys
 from collections.abc import Callable
@@ -95,8 +96,39 @@ def load_model(run_dir: Path, tag: str | None = None, allow_pickle: bool = False
     """(the checkpoint's HF model in fp32, its tag directory); ``tag`` None = the newest complete one. Each
     parameter is the value read from the checkpoint (no second copy of the model)."""
     tag_dir, hf_config = checkpoint_config(run_dir, tag)
-    values = checkpoint_values(tag_dir.parent, tag_dir.name, allow_pickle)
-    return assign(skeleton(hf_config), values), tag_dir
+    tag_checks.check_files(tag_dir, allow_pickle, distributed=False)
+    model = skeleton(hf_config)
+    return assign(model, described(CheckpointValues(tag_dir.parent, tag_dir.name, allow_pickle), model, tag_dir)), \
+        tag_dir
+
+
+def described(values: CheckpointValues, model: nn.Module, tag_dir: Path) -> Values:
+    """``values`` by HF name, checked to be those of ``model``, the model the tag's hf_config/config.json
+    describes: a value for each of its parameters and none besides (else one CheckpointError line, before
+    anything is read), and each value of its parameter's shape when it is read (a layer's width)."""
+    held = {n.removeprefix("hf.") for n in values.names() if n.startswith("hf.")}
+    tied = {n.removeprefix("hf.") for n in values.shared}  # held under the name of the weight they are tied to
+    shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
+    lacking, extra = sorted(shapes.keys() - held - tied), sorted(held - shapes.keys())
+
+    def mismatch(why: str) -> tags.CheckpointError:
+        return tags.CheckpointError(f"checkpoint {tag_dir}: its hf_config/config.json does not describe this "
+                                    f"checkpoint's weights: {why}")
+
+    if lacking or extra:
+        raise mismatch(", and ".join(
+            ([f"the checkpoint lacks {len(lacking)} parameter(s) of the config's model (first: {lacking[0]})"]
+             if lacking else []) +
+            ([f"the checkpoint holds {len(extra)} parameter(s) the config's model lacks (first: {extra[0]})"]
+             if extra else [])))
+
+    def value(name: str) -> torch.Tensor:
+        got = values(f"hf.{name}")
+        if name in shapes and tuple(got.shape) != shapes[name]:
+            raise mismatch(f"{name} is {tuple(got.shape)} in the checkpoint, {shapes[name]} in the config's model")
+        return got
+
+    return value
 
 
 class Exported:
@@ -238,21 +270,30 @@ def export(run_dir: Path, out: Path, tag: str | None = None, allow_pickle: bool 
     export did not write (its ``xpt_export.json`` lists those it did; a model card a user added) are kept. A
     non-empty ``out`` that is not an xpt-ds export is refused before the checkpoint is read. The export's model
     card, ``README.md`` (``xpt_ds.checkpoint.model_card``), is written unless ``out`` holds one of the user's own.
-    ``dtype``: what the weight files hold (``EXPORT_DTYPES``; ``Exported`` checks it)."""
+    ``dtype``: what the weight files hold (``EXPORT_DTYPES``; ``Exported`` checks it).
+
+    ``out`` is resolved first: ``--out .`` is the working directory, a symbolic link is its directory (the link
+    stays). A directory that cannot be renamed or should not be (a mount point; the working directory or one
+    above it) is filled where it is: the export is written in a folder inside it, then moved in file by file
+    (``_fill_in_place``: a stop there leaves no config.json, and the next export replaces what is there whole)."""
+    out = Path(out).resolve()
     check_export_out(out)
-    why = unwritable(out.parent)  # before the checkpoint is read (minutes for a large model)
+    in_place = _in_place(out)
+    why = unwritable(out if in_place else out.parent)  # before the checkpoint is read (minutes for a large model)
     if why is not None:
         raise OSError(f"--out {out}: cannot write there ({why})")
     tag_dir, hf_config = checkpoint_config(run_dir, tag)
-    values = checkpoint_values(tag_dir.parent, tag_dir.name, allow_pickle)
+    tag_checks.check_files(tag_dir, allow_pickle, distributed=False)
+    values = CheckpointValues(tag_dir.parent, tag_dir.name, allow_pickle)
     client = store.read_client_state(tag_dir.parent, tag_dir.name, allow_pickle)
     data = read_checkpoint_config(client["config"]).data
     hf_config.xpt_data = {k: getattr(data, k) for k in MASKING_KEYS}  # evaluate --model masks as the run did
-    staging = out.parent / f".{out.name}.writing-{os.getpid()}"
+    exported = Exported(hf_config, values, dtype)
+    exported.values = described(values, exported.trained, tag_dir)  # a config.json of another model: one line
+    staging = out / f"{STAGING}{os.getpid()}" if in_place else out.parent / f".{out.name}.writing-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
     try:
-        exported = Exported(hf_config, values, dtype)
         write_model(exported, staging, max_shard_bytes)
         tok = saved_tokenizer(tag_dir)
         if tok.kind == "huggingface":  # keep_vocab: the source's own tokenizer, as the checkpoint saved it
@@ -273,12 +314,12 @@ def export(run_dir: Path, out: Path, tag: str | None = None, allow_pickle: bool 
             write_card(staging / CARD, build_card(run_dir, tag_dir, client, is_decoder(hf_config), sizes, out.name,
                                                   dtype))
         _record_files(staging)
-        for name, replaced in _carry_own_files(out, staging):
+        for name, replaced in _carry_own_files(out, staging, copy=not in_place):
             print(f"{'warning: replaced' if replaced else 'kept'} {out / name}: not a file of the earlier export"
                   f"{', but this export writes one of that name' if replaced else ''}"
                   f"{'; so the export writes no model card (remove it for one)' if name == CARD else ''}",
                   file=sys.stderr)
-        _put_in_place(staging, out)
+        (_fill_in_place if in_place else _put_in_place)(staging, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return out
@@ -304,17 +345,18 @@ def check_export_out(out: Path) -> None:
         return
     if not out.is_dir():
         raise OSError(f"--out {out}: is not a directory")
-    if not any(out.iterdir()):
+    if not any(not p.name.startswith(STAGING) for p in out.iterdir()):
         return
     try:
         earlier = "xpt_method" in json.loads((out / "config.json").read_text())
     except (OSError, ValueError, TypeError):
-        earlier = False
+        earlier = (out / EXPORT_RECORD).is_file()  # an export into it in place, stopped half-way
     if not earlier:
         raise OSError(f"--out {out}: is not empty and holds no earlier xpt-ds export (no config.json with "
                       "xpt_method); give a new or empty directory")
 
 
+STAGING = ".xpt-export.writing-"  # an export filled in place is written in OUT/.xpt-export.writing-PID first
 EXPORT_RECORD = "xpt_export.json"  # the files an export wrote: a later export into its folder replaces only those
 # What an export without that record (written before 2026-11-28) may hold of its own: save_pretrained's model and
 # config files, every tokenizer file (a keep_vocab export copies the source's), the code an export ships.
@@ -337,21 +379,26 @@ def _written_by_earlier(out: Path) -> Callable[[str], bool]:
         return lambda name: any(fnmatch.fnmatch(name, p) for p in EXPORT_FILES)
 
 
-def _carry_own_files(out: Path, staging: Path) -> list[tuple[str, bool]]:
-    """Copy into ``staging`` the files of ``out`` that the earlier export there did not write (not in its
-    record; for an export from before the record, none an export writes: ``EXPORT_FILES``); (name, whether the
-    new export writes a file of that name, which then wins)."""
+def _files(out: Path) -> list[str]:
+    """The files under ``out`` by relative name, but those of an export being written in it (``STAGING``)."""
+    return sorted(str(p.relative_to(out)) for p in out.rglob("*")
+                  if p.is_file() and not p.relative_to(out).parts[0].startswith(STAGING))
+
+
+def _carry_own_files(out: Path, staging: Path, copy: bool = True) -> list[tuple[str, bool]]:
+    """Copy into ``staging`` (``copy``; else they stay where they are) the files of ``out`` that the earlier export
+    there did not write (not in its record; for an export from before the record, none an export writes:
+    ``EXPORT_FILES``); (name, whether the new export writes a file of that name, which then wins)."""
     earlier = _written_by_earlier(out)
     carried = []
-    for path in sorted(out.rglob("*")):
-        name = str(path.relative_to(out))
-        if not path.is_file() or earlier(name):
+    for name in _files(out):
+        if earlier(name):
             continue
         target = staging / name
         carried.append((name, target.exists()))
-        if not target.exists():
+        if copy and not target.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, target)  # a copy: ``out`` stays whole until the swap
+            shutil.copy2(out / name, target)  # a copy: ``out`` stays whole until the swap
     return carried
 
 
@@ -367,3 +414,49 @@ def _put_in_place(staging: Path, out: Path) -> None:
             aside.rename(out)
         raise
     shutil.rmtree(aside, ignore_errors=True)
+
+
+def _in_place(out: Path) -> bool:
+    """Whether the export fills ``out`` where it is rather than replace it by a rename: a mount point cannot be
+    renamed (EBUSY, after the whole export was written), and renaming the working directory or one above it would
+    leave the shell that ran the export in the removed copy."""
+    if not out.is_dir():
+        return False
+    try:
+        cwd = Path.cwd()
+    except OSError:  # the working directory was removed
+        cwd = None
+    return _mount_point(out) or (cwd is not None and cwd.is_relative_to(out))
+
+
+def _mount_point(path: Path) -> bool:
+    """``os.path.ismount``, which misses a bind mount of a directory of the same file system, or a mount point
+    that /proc/self/mountinfo lists (octal escapes: ``\\040`` is a space)."""
+    if os.path.ismount(path):
+        return True
+    try:
+        table = Path("/proc/self/mountinfo").read_text()
+    except OSError:
+        return False
+    unescape = lambda field: re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)  # noqa: E731
+    return any(len(f := line.split()) > 4 and unescape(f[4]) == str(path) for line in table.splitlines())
+
+
+def _fill_in_place(staging: Path, out: Path) -> None:
+    """Move the finished export in ``staging`` (a folder in ``out``) into ``out``, in place of the earlier export's
+    files, in an order that makes ``out`` look like a complete export only once it is one: first a record naming
+    the files of both (an export stopped from here on is replaced whole by the next one), then the earlier
+    config.json goes (a folder without one loads as no model), the earlier export's other files, the new files
+    come in, and the new config.json and record last. The user's files stay where they are."""
+    earlier = _written_by_earlier(out)
+    old = [name for name in _files(out) if earlier(name)]
+    new = json.loads((staging / EXPORT_RECORD).read_text())["files"]
+    both = out / f".{EXPORT_RECORD}.writing-{os.getpid()}"
+    both.write_text(json.dumps({"files": sorted(set(old) | set(new))}, indent=1) + "\n")
+    os.replace(both, out / EXPORT_RECORD)
+    for name in sorted(set(old) - {EXPORT_RECORD}, key=lambda n: n != "config.json"):
+        (out / name).unlink(missing_ok=True)
+    last = [n for n in ("config.json", EXPORT_RECORD) if n in new]
+    for name in [n for n in new if n not in last] + last:
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        os.replace(staging / name, out / name)

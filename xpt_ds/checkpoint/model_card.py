@@ -19,8 +19,10 @@ import json
 import os
 from pathlib import Path
 
+from xpt_ds.checkpoint.migrate import saved_world_size
 from xpt_ds.checkpoint.tags import read_marker
 from xpt_ds.config import TrainConfig, read_checkpoint_config
+from xpt_ds.config.engine_json import zero_stage
 from xpt_ds.config.manager import config_yaml
 from xpt_ds.config.methods import METHODS
 from xpt_ds.config.phase_checks import phase_objectives
@@ -37,15 +39,20 @@ class CardError(UserError, ValueError):
     """A --card that is not an xpt-ds model card, or one that would no longer parse."""
 
 
-def hub_id(source: str) -> str | None:
+def hub_id(source: str, run_dir: Path | None = None) -> str | None:
     """``model.source`` as ``base_model`` takes it: a Hub id as it is, a snapshot in the Hugging Face cache
     (``.../models--ORG--NAME/snapshots/REV``) as ORG/NAME; None for any other local directory or a GGUF file. The
-    Hub takes only ids of its models there, and a local directory's name may be another model's id."""
+    Hub takes only ids of its models there, and a local directory's name may be another model's id. A relative
+    path is a run's working directory's, which no record keeps: it is taken as a local path where it names one
+    from here or from ``run_dir`` or any directory above it (a run is mostly launched from one of those)."""
     from huggingface_hub.utils import HFValidationError, validate_repo_id
     for part in Path(source).parts:
         if part.startswith("models--"):  # a Hub id never holds "--", so the cache's separator is unambiguous
             return part.removeprefix("models--").replace("--", "/")
-    if source.startswith((".", "/", "~")) or source.endswith(".gguf") or Path(source).expanduser().exists():
+    if source.startswith((".", "/", "~")) or source.endswith(".gguf"):
+        return None
+    bases = [Path()] + ([run_dir.resolve(), *run_dir.resolve().parents] if run_dir is not None else [])
+    if any((base / source).exists() for base in bases):
         return None
     try:
         validate_repo_id(source)
@@ -54,10 +61,10 @@ def hub_id(source: str) -> str | None:
     return source
 
 
-def card_metadata(cfg: TrainConfig, decoder: bool) -> dict:
+def card_metadata(cfg: TrainConfig, decoder: bool, run_dir: Path | None = None) -> dict:
     """The YAML header, as ``ModelCardData`` writes it (fields left None are not written)."""
     from huggingface_hub import ModelCardData
-    data = ModelCardData(base_model=hub_id(cfg.model.source), library_name="transformers",
+    data = ModelCardData(base_model=hub_id(cfg.model.source, run_dir), library_name="transformers",
                          pipeline_tag="text-generation" if decoder else "fill-mask", tags=[TAG, cfg.model.method])
     return data.to_dict()
 
@@ -69,11 +76,11 @@ def build_card(run_dir: Path, tag_dir: Path, client: dict, decoder: bool, sizes:
     its weights in ``dtype``."""
     from huggingface_hub import ModelCard, ModelCardData
     cfg = read_checkpoint_config(client["config"])
-    meta = card_metadata(cfg, decoder)
+    meta = card_metadata(cfg, decoder, run_dir)
     body = "\n\n".join([_intro(cfg, meta, tag_dir, name, dtype), _training(cfg, client, tag_dir, sizes, decoder),
                         _embeddings(cfg, client, run_dir), _validation(cfg, run_dir, client["trainer"]["global_step"]),
                         f"## Evaluation\n\n`xpt-ds evaluate --model {name} --shards SPEC --card` adds its scores "
-                        f"here.\n\n{EVALUATIONS}", _reproduce(cfg, run_dir, tag_dir, dtype)])
+                        f"here.\n\n{EVALUATIONS}", _reproduce(cfg, run_dir, tag_dir, client, dtype)])
     text = f"---\n{ModelCardData(**meta).to_yaml()}\n---\n\n{body}\n"
     ModelCard(text)  # parses as a card
     return text
@@ -140,7 +147,7 @@ def _training(cfg: TrainConfig, client: dict, tag_dir: Path, sizes: dict[str, in
         row += [_start(cfg, i)] if graph else []
         rows.append("| " + " | ".join(_cell(c) for c in row) + " |")
     state, marker = client["trainer"], read_marker(tag_dir)
-    world = marker.get("world_size", 1)
+    world = _world(tag_dir, client)
     phase = cfg.phases[min(state["phase_index"], len(cfg.phases) - 1)]
     batch = cfg.optim.micro_batch_size * cfg.optim.grad_accum * world
     tokens = f"**Tokens seen**: {state['tokens_seen']:,}"
@@ -151,7 +158,7 @@ def _training(cfg: TrainConfig, client: dict, tag_dir: Path, sizes: dict[str, in
         "| " + " | ".join(head) + " |", "|" + "---|" * len(head), *rows, "",
         f"**Checkpoint**: `{tag_dir.name}`, global step {state['global_step']:,} of "
         f"{sum(p.steps for p in cfg.phases):,} planned (phase `{phase.name}`, its step {state['phase_step']:,} of "
-        f"{phase.steps:,}); {_ranks(world)}, ZeRO stage {marker.get('zero_stage', '?')}.", "",
+        f"{phase.steps:,}); {_ranks(world)}, ZeRO stage {_stage(marker, client)}.", "",
         f"{tokens}, in batches of {batch:,} sequences (`optim.micro_batch_size` {cfg.optim.micro_batch_size} x "
         f"`optim.grad_accum` {cfg.optim.grad_accum} x {_ranks(world)}) of up to {cfg.data.seq_len} pieces.", "",
         f"**Objective**: {'next-token prediction' if decoder else 'masked-language modelling'}. "
@@ -224,8 +231,20 @@ def _validation(cfg: TrainConfig, run_dir: Path, step: int) -> str:
                       "| metric | value |", "|---|---|", *rows])
 
 
-def _reproduce(cfg: TrainConfig, run_dir: Path, tag_dir: Path, dtype: str) -> str:
-    world = read_marker(tag_dir).get("world_size", 1)
+def _world(tag_dir: Path, client: dict) -> int:
+    """The ranks the checkpoint was written on (an older marker lacks them: ``migrate.saved_world_size``)."""
+    return saved_world_size(read_marker(tag_dir), client) or 1
+
+
+def _stage(marker: dict, client: dict) -> int | str:
+    """The ZeRO stage of the checkpoint: its marker's, else (an older marker) its DeepSpeed config's."""
+    if marker.get("zero_stage") is not None:
+        return marker["zero_stage"]
+    return zero_stage(client["ds_config"]) if isinstance(client.get("ds_config"), dict) else "?"
+
+
+def _reproduce(cfg: TrainConfig, run_dir: Path, tag_dir: Path, client: dict, dtype: str) -> str:
+    world = _world(tag_dir, client)
     config = run_dir.resolve() / "config.yaml"
     train = f"--config {config} --run_dir=NEW_RUN_DIR"
     train = f"xpt-ds train {train}" if world == 1 else f"torchrun --nproc_per_node {world} -m xpt_ds.cli.train {train}"

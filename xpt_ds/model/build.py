@@ -36,6 +36,7 @@ from xpt_ds.metrics.run_log import quiet_load_report
 from xpt_ds.model import extend, lora
 from xpt_ds.model.decoder import (
     DECODER_FAMILIES,
+    attention_kernel,
     check_decoder_method,
     decoder_rules,
     drop_source_code,
@@ -49,7 +50,7 @@ from xpt_ds.model.new_values import StockInit, param_seed
 from xpt_ds.model.plan import CopyRule, PlanValues, Recipe, recipes_for
 from xpt_ds.model.skeleton import assign, no_init_weights, parameters_on_meta, skeleton
 from xpt_ds.model.source_files import RandomSource, SourceFiles, StateSource, local_snapshot
-from xpt_ds.model.source_weights import checked_missing
+from xpt_ds.model.source_weights import check_not_quantized, checked_missing
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +116,7 @@ def _source_config(src: str, stamp: tuple | None):
     # the hub (and retries for 23 s where it cannot reach it)
     check_model_source(src, "config key 'model.source'", ConfigError, gguf=True)
     try:
-        return AutoConfig.from_pretrained(location, trust_remote_code=False, **gguf)
+        config = AutoConfig.from_pretrained(location, trust_remote_code=False, **gguf)
     except ImportError as e:  # transformers reads GGUF through the gguf package
         raise ConfigError(f"config key 'model.source': reading {src} needs the gguf package "
                           f"(pip install gguf): {str(e).strip().splitlines()[0]}") from None
@@ -126,6 +127,9 @@ def _source_config(src: str, stamp: tuple | None):
         where = "local directory" if Path(location).is_dir() else "hub id"
         raise ConfigError(f"config key 'model.source': cannot load '{src}' ({where}): "
                           f"{str(e).strip().splitlines()[0]}") from None
+    if not gguf:  # transformers dequantizes a GGUF file itself (``open_source``)
+        check_not_quantized(src, config)
+    return config
 
 
 def planned_tags(cfg: ModelConfig, family, tcfg) -> dict[str, set[str]]:
@@ -161,8 +165,10 @@ def source_skeleton(src_cfg) -> nn.Module:
     """The source model's module tree on the meta device (its parameter names and shapes, no values)."""
     from transformers import AutoModelForCausalLM
     auto = AutoModelForCausalLM if is_decoder(src_cfg) else AutoModelForMaskedLM
+    # the target skeleton's attention, not one the config.json names (flash_attention_2 needs flash-attn)
+    kernel = attention_kernel(src_cfg) if is_decoder(src_cfg) else "sdpa"
     with no_init_weights(), parameters_on_meta():
-        model = auto.from_config(copy.deepcopy(src_cfg), dtype=torch.float32)
+        model = auto.from_config(copy.deepcopy(src_cfg), attn_implementation=kernel, dtype=torch.float32)
     model.tie_weights()
     return model
 
@@ -231,8 +237,9 @@ def _target_config(src_cfg, cfg: ModelConfig, tok: TargetTokenizer):
     tcfg.pad_token_id, tcfg.bos_token_id, tcfg.eos_token_id = tok.pad_id, tok.cls_id, tok.sep_id
     tcfg.tie_word_embeddings = True
     tcfg.xpt_method = cfg.method
-    # Longest input that stays on position rows the source trained (RoBERTa starts at pad + 1).
-    offset = src_cfg.pad_token_id + 1 if FAMILIES[src_cfg.model_type].offset_positions else 0
+    # Longest input that stays on position rows the source trained: RoBERTa puts token i (from 1) on row pad + i,
+    # the target's pad, which takes the source's row src_pad + i (``_position_shift``); both rows must exist.
+    offset = max(src_cfg.pad_token_id, tok.pad_id) + 1 if FAMILIES[src_cfg.model_type].offset_positions else 0
     tcfg.xpt_max_length = src_cfg.max_position_embeddings - offset
     if cfg.dropout >= 0:
         tcfg.hidden_dropout_prob = tcfg.attention_probs_dropout_prob = cfg.dropout

@@ -10,6 +10,10 @@ So:
   such as a ``BertModel`` lacks by design) is one error line;
 - a source whose config.json names its own model code is one error line if it holds weights the stock class leaves
   unused (its own layers), and otherwise trains as the stock class, with one warning line that says so.
+A quantized checkpoint (config.json's ``quantization_config``: FP8 codes with ``weight_scale_inv``, bitsandbytes'
+packed 4-bit weights, GPTQ, AWQ, ...) holds codes and scales, not the weights: read as they are stored, FP8 codes
+came in as values up to 448 and packed 4-bit weights as a shape error. It is refused when its config.json is read
+(``check_not_quantized``), before any weight; a GGUF file is not, as transformers dequantizes it.
 """
 from __future__ import annotations
 
@@ -50,3 +54,14 @@ def checked_missing(source: str, src_cfg, class_name: str, missing: set[str], un
         log.warning("source %s: its config.json names its own model code (%s), which xpt-ds does not run; the %s "
                     "loaded every weight it holds, and it trains as that", source, named, stock)
     return missing
+
+
+def check_not_quantized(source: str, src_cfg) -> None:
+    """One error line naming ``source`` and its quant_method when its config.json has a ``quantization_config``."""
+    quant = getattr(src_cfg, "quantization_config", None)
+    if quant is None:
+        return
+    method = quant.get("quant_method") if isinstance(quant, dict) else getattr(quant, "quant_method", None)
+    method = getattr(method, "value", method)  # transformers' QuantizationMethod enum
+    raise ConfigError(f"config key 'model.source': {source} is a quantized checkpoint (quant_method {method}): its "
+                      "files hold codes and scales, not the weights; give the unquantized model")
