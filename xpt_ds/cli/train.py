@@ -6,6 +6,7 @@ Runs unchanged under ``deepspeed --module xpt_ds.cli.train``, ``torchrun -m xpt_
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ from xpt_ds.errors import INTERRUPTED_EXIT_CODE, UserError, cli_errors, error_li
 from xpt_ds.metrics.run_log import finished_line, library_output_to_stderr, setup_logging
 from xpt_ds.runtime import collector, rank_say
 from xpt_ds.runtime.host_memory import hold_less_heap
+from xpt_ds.runtime.preemption import PREEMPTED_EXIT_CODE, Preempted, interrupts_deferred, record_stops, release_stops
 from xpt_ds.runtime.process_exit import exit_process
 from xpt_ds.runtime.ports import free_port
 from xpt_ds.runtime.rank_say import say_once
@@ -39,11 +41,18 @@ def parse_args(argv: list[str]):
 
 
 def _single_process_env() -> None:
-    """A plain ``python -m xpt_ds.cli.train`` is a world of one: give torch.distributed what it needs."""
-    if "WORLD_SIZE" not in os.environ and "SLURM_PROCID" not in os.environ:
+    """A plain ``python -m xpt_ds.cli.train`` (no ``WORLD_SIZE``) is a world of one, inside a Slurm job too: give
+    torch.distributed what it needs (DeepSpeed would otherwise look for MPI). Under ``srun`` with ``WORLD_SIZE``
+    exported, the rank and local rank srun gives each task (``SLURM_PROCID``, ``SLURM_LOCALID``) fill in
+    ``RANK`` and ``LOCAL_RANK`` where they are not set."""
+    if "WORLD_SIZE" not in os.environ:
         os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1")
         if "MASTER_PORT" not in os.environ:  # concurrent single-process runs must not collide
             os.environ["MASTER_PORT"] = str(free_port())
+        return
+    for name, slurm in (("RANK", "SLURM_PROCID"), ("LOCAL_RANK", "SLURM_LOCALID")):
+        if name not in os.environ and slurm in os.environ:
+            os.environ[name] = os.environ[slurm]
 
 
 def print_config(path: str | None, overrides: list[str]) -> int:
@@ -62,6 +71,14 @@ def print_config(path: str | None, overrides: list[str]) -> int:
 
 @cli_errors
 def main(argv: list[str] | None = None) -> int:
+    record_stops()  # a SIGTERM or SIGUSR1 from here on is recorded until the trainer watches for it: not fatal
+    try:
+        return _main(argv)
+    finally:
+        release_stops()
+
+
+def _main(argv: list[str] | None) -> int:
     args, overrides = parse_args(sys.argv[1:] if argv is None else argv)
     rank_say.forget()
     try:
@@ -83,7 +100,6 @@ def _run(cfg) -> int:
 
         from xpt_ds.checkpoint.tags import bad_resume
         from xpt_ds.runtime.distributed import init_distributed, lost_peer, lost_peer_line
-        from xpt_ds.runtime.preemption import PREEMPTED_EXIT_CODE, Preempted
         from xpt_ds.runtime.run_lock import claim_run
         from xpt_ds.training.build import build_trainer
         from xpt_ds.training.guards import HALTED_EXIT_CODE, Halted
@@ -100,52 +116,78 @@ def _run(cfg) -> int:
         say_once(f"error: {problem}")
         deepspeed.comm.destroy_process_group()
         return 2
-    trainer, end, finished = None, None, False  # end: the line every rank says and the exit status, once closed
-    try:
-        with collector.paused():  # nor over the build, which stays collectable
-            trainer = build_trainer(cfg)
-        trainer.train()
-        finished = True
-    except (UserError, OSError) as e:  # OSError: a file outside the checks
-        _failed(trainer, cfg, error_line(e), fresh)
-        end = f"error: {error_line(e)}", 2
-    except Halted as e:
-        end = f"error: {e}", HALTED_EXIT_CODE
-    except RuntimeError as e:  # a collective whose peer is gone: one line and status.json, not a traceback
-        if not lost_peer(e):
-            raise
-        line = lost_peer_line(e, trainer.last_saved if trainer is not None else None)
-        _failed(trainer, cfg, line, fresh)
-        end = f"error: {line}", 2
-    except Preempted as e:
-        if trainer.interrupted:  # a Ctrl-C on any rank: every rank says so
-            end = f"interrupted: checkpoint {e} is complete; the same command resumes from it", INTERRUPTED_EXIT_CODE
-        else:
-            end = (f"preempted: checkpoint {e} is complete; exiting with {PREEMPTED_EXIT_CODE} so the job is "
-                   "requeued (by hand: the same command resumes from it)", PREEMPTED_EXIT_CODE)
-    except KeyboardInterrupt:  # a Ctrl-C before the trainer watches for it, or a second one
-        _failed(trainer, cfg, "stopped at once by Ctrl-C, without a checkpoint", fresh, state="interrupted")
-        newest = f" ({trainer.last_saved})" if trainer is not None and trainer.last_saved else ""
-        end = ("interrupted: stopped at once, without a checkpoint; the same command resumes from the newest "
-               f"complete checkpoint{newest}", INTERRUPTED_EXIT_CODE)
-    finally:
+    trainer, end = None, None  # end: the line every rank says and the exit status, once closed
+    with contextlib.ExitStack() as shutdown:
         try:
+            with collector.paused():  # nor over the build, which stays collectable
+                trainer = build_trainer(cfg)
+            end = _stopped_before_training(trainer)
+            if end is None:
+                trainer.train()
+        except (UserError, OSError) as e:  # OSError: a file outside the checks
+            _failed(trainer, cfg, error_line(e), fresh)
+            end = f"error: {error_line(e)}", 2
+        except Halted as e:
+            end = f"error: {e}", HALTED_EXIT_CODE
+        except RuntimeError as e:  # a collective whose peer is gone: one line and status.json, not a traceback
+            if not lost_peer(e):  # else (a host allocation that failed): status.json 'failed', and the traceback
+                _failed(trainer, cfg, _crash_line(e), fresh)
+                raise
+            line = lost_peer_line(e, trainer.last_saved if trainer is not None else None)
+            _failed(trainer, cfg, line, fresh)
+            end = f"error: {line}", 2
+        except Preempted as e:
+            if trainer.interrupted:  # a Ctrl-C on any rank: every rank says so
+                end = (f"interrupted: checkpoint {e} is complete; the same command resumes from it",
+                       INTERRUPTED_EXIT_CODE)
+            else:
+                end = (f"preempted: checkpoint {e} is complete; exiting with {PREEMPTED_EXIT_CODE} so the job is "
+                       "requeued (by hand: the same command resumes from it)", PREEMPTED_EXIT_CODE)
+        except KeyboardInterrupt:  # a Ctrl-C before the trainer watches for it, or a second one
+            _failed(trainer, cfg, "stopped at once by Ctrl-C, without a checkpoint", fresh, state="interrupted")
+            newest = f" ({trainer.last_saved})" if trainer is not None and trainer.last_saved else ""
+            end = ("interrupted: stopped at once, without a checkpoint; the same command resumes from the newest "
+                   f"complete checkpoint{newest}", INTERRUPTED_EXIT_CODE)
+        except Exception as e:  # a bug, or a failure nothing above expects: status.json 'failed', the traceback
+            _failed(trainer, cfg, _crash_line(e), fresh)
+            raise
+        finally:  # from here a Ctrl-C waits (counted, not raised): the workers end, the lock goes, the ending stands
+            shutdown.enter_context(interrupts_deferred())
             if trainer is not None:
                 trainer.close()
             if deepspeed.comm.is_initialized():
                 deepspeed.comm.destroy_process_group()
-        except KeyboardInterrupt:  # a Ctrl-C while the run shuts down: how it ended (a checkpoint line) stands
-            if end is None and not finished:
-                end = ("interrupted: stopped at once; the same command resumes from the newest complete checkpoint",
-                       INTERRUPTED_EXIT_CODE)
-    if end is None:
-        if trainer.rank == 0:
-            names = [p.name for p in cfg.phases]
-            say(finished_line(cfg.run_dir, trainer.state.global_step, sum(p.steps for p in cfg.phases),
-                              [names[i] for i in trainer.state.time_stopped], cfg.checkpoint.keep_best))
-        return 0
-    say_once(end[0])  # once per machine where the ranks say the same (xpt_ds.runtime.rank_say)
-    return end[1]
+        if end is None:
+            if trainer.rank == 0:
+                names = [p.name for p in cfg.phases]
+                say(finished_line(cfg.run_dir, trainer.state.global_step, sum(p.steps for p in cfg.phases),
+                                  [names[i] for i in trainer.state.time_stopped], cfg.checkpoint.keep_best))
+            return 0
+        say_once(end[0])  # once per machine where the ranks say the same (xpt_ds.runtime.rank_say)
+        return end[1]
+
+
+def _stopped_before_training(trainer) -> tuple[str, int] | None:
+    """A stop any rank was asked for before training started (a SIGTERM or SIGUSR1 since the top of ``main``, or a
+    Ctrl-C once the trainer watched for it): every rank ends here (one host exchange, so they agree), with nothing
+    to save, as preempted (124: the job is requeued) or interrupted (130). None: train."""
+    level = float(trainer.guards.exchange.gather([trainer.preemption.level])[:, 0].max())
+    if level == 0:
+        return None
+    interrupted = level >= 2
+    trainer.write_status("interrupted" if interrupted else "preempted")
+    again = f"resumes from checkpoint {trainer.last_saved}" if trainer.last_saved else "starts the run"
+    if interrupted:
+        return (f"interrupted: stopped before training started, nothing to save; the same command {again}",
+                INTERRUPTED_EXIT_CODE)
+    return (f"preempted: stopped before training started, nothing to save; exiting with {PREEMPTED_EXIT_CODE} so the "
+            f"job is requeued (by hand: the same command {again})", PREEMPTED_EXIT_CODE)
+
+
+def _crash_line(e: BaseException) -> str:
+    """status.json's error for an unexpected exception: its type and the first line of its message."""
+    said = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return f"{type(e).__name__}: {said}" if said else type(e).__name__
 
 
 def _failed(trainer, cfg, line: str, fresh: bool, state: str = "failed") -> None:

@@ -7,6 +7,14 @@ rank's, and never unlinks them: each such run left 64 MiB per rank in RAM-backed
 machine that ran the test suite a few times held 18 GB). Once every rank has returned from ``init_distributed``,
 every rank has mapped every other's file, so the names can go: a mapping outlives its name, and the memory is
 freed when the last process exits.
+
+The job's collective timeout (``guard.collective_timeout_s``) bounds every group of the job, not only the default
+one: ``torch.distributed.new_group`` without ``timeout=`` gives a gloo group torch's 30 minutes whatever the default
+group's timeout, and DeepSpeed makes its groups that way (``deepspeed.comm.new_group(ranks)`` passes none), the
+clone of the world group its engine's collectives run on among them (``deepspeed.utils.groups._clone_world_group``:
+ZeRO's gradient all-reduce, the gradient norm). A hung rank then held the others in those for 30 minutes.
+``init_distributed`` makes DeepSpeed's communication backend pass the timeout to every group it makes
+(``_bound_deepspeed_groups``), and the trainer's own groups pass ``collective_timeout()``.
 """
 from __future__ import annotations
 
@@ -17,6 +25,7 @@ from pathlib import Path
 from typing import Callable
 
 import deepspeed
+from deepspeed.constants import default_pg_timeout
 
 from xpt_ds.errors import UserError
 from xpt_ds.runtime.op_builds import check_build_lock
@@ -24,16 +33,27 @@ from xpt_ds.runtime.op_builds import check_build_lock
 SHM_DIR = Path("/dev/shm")
 SHM_PREFIX = "deepspeed_allreduce_buffer"
 
+_timeout: timedelta | None = None  # what init_distributed gave the job's groups
+
+
+def collective_timeout() -> timedelta | None:
+    """The timeout of the job's collectives (``init_distributed``), for a group the trainer makes itself:
+    ``dist.new_group(..., timeout=collective_timeout())``. None before ``init_distributed`` (torch's default)."""
+    return _timeout
+
 
 def init_distributed(timeout_s: float = 0) -> None:
     """``deepspeed.init_distributed``, then unlink this rank's shared-memory all-reduce buffer (if it made one).
     On the CPU accelerator DeepSpeed loads that all-reduce's op as it joins: a stale build lock stops it first.
-    ``timeout_s`` (``guard.collective_timeout_s``): how long a collective of the job's group may wait for a rank;
-    0 = DeepSpeed's default (``DEEPSPEED_TIMEOUT`` minutes, 10 unless set)."""
+    ``timeout_s`` (``guard.collective_timeout_s``): how long a collective of the job's group, and of every group
+    DeepSpeed makes from now on, may wait for a rank; 0 = DeepSpeed's default (``DEEPSPEED_TIMEOUT`` minutes, 10
+    unless set)."""
+    global _timeout
     if deepspeed.get_accelerator().device_name() == "cpu":
         check_build_lock("ShareMemCommBuilder")
-    timeout = {"timeout": timedelta(seconds=timeout_s)} if timeout_s else {}
-    deepspeed.init_distributed(dist_init_required=True, **timeout)
+    _timeout = timedelta(seconds=timeout_s) if timeout_s else default_pg_timeout
+    deepspeed.init_distributed(dist_init_required=True, timeout=_timeout)
+    _bound_deepspeed_groups(_timeout)
     if deepspeed.get_accelerator().device_name() != "cpu":
         return
     deepspeed.comm.barrier()  # every rank has opened every other's buffer
@@ -41,6 +61,23 @@ def init_distributed(timeout_s: float = 0) -> None:
             f"{deepspeed.comm.get_rank()}")
     with contextlib.suppress(FileNotFoundError):
         (SHM_DIR / name).unlink()
+
+
+def _bound_deepspeed_groups(timeout: timedelta) -> None:
+    """Every group DeepSpeed makes from now on (its world clone, ZeRO's, pipeline and expert groups) gets
+    ``timeout``, as the default group has. DeepSpeed makes them all with ``deepspeed.comm.new_group(ranks)``, which
+    calls its communication backend's ``new_group(ranks)``, which is ``torch.distributed.new_group(ranks)``
+    (DeepSpeed 0.19) and so gets torch's default (30 minutes for gloo): this process's backend object gets a
+    ``new_group`` that passes ``timeout`` (one the caller gives wins). Nothing outside DeepSpeed changes; a group
+    made before this (none: DeepSpeed makes its first in ``deepspeed.initialize``) keeps its timeout."""
+    import torch.distributed as dist
+    from deepspeed.comm import comm
+
+    def new_group(ranks=None, *args, **kwargs):
+        kwargs.setdefault("timeout", timeout)
+        return dist.new_group(ranks, *args, **kwargs)
+
+    comm.cdb.new_group = new_group
 
 
 # What a collective raises on a rank whose peer died (kill -9, a node lost, an out-of-memory kill): gloo's TCP pair

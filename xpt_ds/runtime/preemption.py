@@ -10,14 +10,25 @@ wherever the main thread is, even inside a save. A save is complete only once it
 last (``checkpoint.save``), so a save cut short leaves a tag that does not count and the newest complete checkpoint
 stays the newest; ``xpt_ds.cli.train`` then records 'interrupted' (with the newest complete checkpoint) and exits 130
 too.
+
+A stop signal that comes while the command still starts (imports, the process group, the build) is recorded from
+the top of ``xpt_ds.cli.train.main`` on (``record_stops``): the watcher takes it over, and a stop asked for before
+training starts ends the run there, with nothing to save (status 124; 130 for a Ctrl-C the watcher saw). Until the
+watcher is installed, Ctrl-C is a KeyboardInterrupt, as before. ``interrupts_deferred``: while the run shuts down,
+a Ctrl-C is counted, not raised.
 """
 from __future__ import annotations
 
+import contextlib
 import signal
+import threading
 
 from xpt_ds.errors import say
 
 PREEMPTED_EXIT_CODE = 124  # launch/slurm.sbatch requeues the job on this status
+STOP_SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
+_recorded: list[int] = []  # the stop signals that came before the watcher was installed (record_stops)
+_before: dict = {}  # the handlers record_stops replaced (release_stops)
 INTERRUPT_LINE = ("interrupt: stopping after this step with a checkpoint; press Ctrl-C again to stop now without "
                   "one")
 
@@ -26,14 +37,58 @@ class Preempted(Exception):
     """Raised after the preemption checkpoint is complete."""
 
 
+def _record(signum, frame) -> None:
+    _recorded.append(signum)
+
+
+def record_stops() -> None:
+    """From now on a stop signal (SIGUSR1, SIGTERM) is recorded, not fatal, until a ``PreemptionWatcher`` takes it
+    over: a rank that Slurm or a launcher stops while it starts then exits as preempted (124), not killed (143).
+    Only the main thread can install handlers: elsewhere (an in-process caller's thread) nothing changes."""
+    _recorded.clear()
+    if threading.current_thread() is threading.main_thread():
+        for sig in STOP_SIGNALS:
+            _before[sig] = signal.signal(sig, _record)
+
+
+def release_stops() -> None:
+    """The handlers ``record_stops`` replaced back, where no watcher took them over (the command ended before
+    training: a config error): an in-process caller (the ``xpt-ds`` dispatcher, a test) is stopped by them again."""
+    if threading.current_thread() is threading.main_thread():
+        for sig, handler in _before.items():
+            if signal.getsignal(sig) is _record:
+                signal.signal(sig, handler)
+    _before.clear()
+
+
+@contextlib.contextmanager
+def interrupts_deferred():
+    """Within the block a Ctrl-C (SIGINT) is counted in the list it yields, not raised: what the block does (the
+    run's shutdown: its DataLoader workers, which ignore stop signals, and the process group) is not cut short.
+    A handler swap, not ``signal.pthread_sigmask``: with SIGINT blocked in the main thread the kernel hands it to
+    another thread (gloo's, the status heartbeat), and Python still runs the handler in the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield []
+        return
+    counted: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: counted.append(signum))
+    try:
+        yield counted
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 class PreemptionWatcher:
-    def __init__(self, signals=(signal.SIGUSR1, signal.SIGTERM), rank: int = 0):
+    def __init__(self, signals=STOP_SIGNALS, rank: int = 0):
         self.received: int | None = None  # the first stop signal
         self.interrupts = 0  # Ctrl-Cs so far
         self.rank = rank
         for sig in signals:
             signal.signal(sig, self._on_signal)
         signal.signal(signal.SIGINT, self._on_interrupt)
+        if _recorded:  # one that came while the command started (record_stops), read once this watcher has them
+            self.received = _recorded[0]
+            _recorded.clear()
 
     def _on_signal(self, signum, frame) -> None:
         if self.received is None:

@@ -26,6 +26,7 @@ from deepspeed.runtime.fp16.loss_scaler import MIN_LOSS_SCALE
 from xpt_ds.data.shards import DataError, layout
 from xpt_ds.errors import error_line
 from xpt_ds.model import finite
+from xpt_ds.runtime.distributed import collective_timeout
 
 HALTED_EXIT_CODE = 3  # not 124: a halted job must not be requeued
 
@@ -104,11 +105,12 @@ class Halted(Exception):
 
 
 class RankExchange:
-    """One small all_gather per step over a gloo group on the host: no device synchronisation."""
+    """One small all_gather per step over a gloo group on the host: no device synchronisation. The group has the
+    job's collective timeout (``guard.collective_timeout_s``): without one, torch gives a gloo group 30 minutes."""
 
     def __init__(self):
         self.world = dist.get_world_size() if dist.is_initialized() else 1
-        self.group = dist.new_group(backend="gloo") if self.world > 1 else None
+        self.group = dist.new_group(backend="gloo", timeout=collective_timeout()) if self.world > 1 else None
 
     def gather(self, values: list[float]) -> torch.Tensor:
         """Every rank's ``values``, as a [world, len(values)] tensor on every rank (collective)."""
