@@ -108,7 +108,7 @@ def described(values: CheckpointValues, model: nn.Module, tag_dir: Path) -> Valu
     anything is read), and each value of its parameter's shape when it is read (a layer's width)."""
     held = {n.removeprefix("hf.") for n in values.names() if n.startswith("hf.")}
     tied = {n.removeprefix("hf.") for n in values.shared}  # held under the name of the weight they are tied to
-    shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
+    shapes = {n: tuple(p.shape) for n, p in model.named_parameters(remove_duplicate=False)}  # tied: both names
     lacking, extra = sorted(shapes.keys() - held - tied), sorted(held - shapes.keys())
 
     def mismatch(why: str) -> tags.CheckpointError:
