@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -104,6 +105,22 @@ def test_a_source_whose_layers_are_not_the_runs_is_one_line(xpt_run, tmp_path):
         probe(run, text, source_id=str(other))
     assert str(e.value) == (f"--source {other}: a {family} of 3 layers of width 64, but the run's reused layers are "
                             f"a {family}'s: 2 of width 64; give the run's own source")
+
+
+def test_an_hf_config_of_another_model_is_one_line(xpt_run, tmp_path):
+    """A tag's hf_config/config.json with a layer more than its weights (copied from another run): the decoder probe
+    refuses it in one line, as export does, rather than fail on a missing value."""
+    from xpt_ds.checkpoint.tags import CheckpointError
+    run, text, _ = xpt_run
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    config = copy / "checkpoints" / tag_for(4) / "hf_config/config.json"
+    saved = json.loads(config.read_text())
+    layers = "n_layer" if "n_layer" in saved else "num_hidden_layers"  # GPT-2's name
+    config.write_text(json.dumps({**saved, layers: saved[layers] + 1}))
+    with pytest.raises(CheckpointError, match="its hf_config/config.json does not describe this checkpoint's "
+                                              "weights: the checkpoint lacks"):
+        probe(copy, text, source_id=str(run.parent / "source"))
 
 
 def test_a_keep_vocab_run_is_also_scored_as_it_is(tmp_path, corpus_text):

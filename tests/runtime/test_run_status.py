@@ -172,3 +172,16 @@ def test_liveness_from_the_writers_host_and_from_another(tmp_path):
     assert state(elsewhere, old, heartbeat_every_s=600.0)["state"] == "running"  # 5 of its beats: 3000 s
     (tmp_path / "status.json").write_text(json.dumps({"state": "running", "updated": old}))
     assert read_status(tmp_path, now=now)["state"] == "running"
+
+
+def test_a_run_directory_that_does_not_exist_is_an_error_not_a_run_yet_to_start(tmp_path, capsys):
+    """A mistyped RUN_DIR printed "no status (the run has not started ...)" and exited 0; now its line says the
+    directory is missing, the other runs are still read, and the exit is 2."""
+    from xpt_ds.cli.status import main
+    (tmp_path / "started").mkdir()
+    assert main([str(tmp_path / "started"), str(tmp_path / "mistyped")]) == 2
+    out = capsys.readouterr().out.splitlines()
+    assert out == [f"{tmp_path / 'started'}: no status (the run has not started, or its status.json cannot be read)",
+                   f"{tmp_path / 'mistyped'}: error: no such directory"]
+    assert main(["--json", str(tmp_path / "mistyped")]) == 2
+    assert json.loads(capsys.readouterr().out) == {"run_dir": str(tmp_path / "mistyped"), "error": "no such directory"}

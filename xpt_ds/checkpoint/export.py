@@ -57,14 +57,6 @@ Values = Callable[[str], torch.Tensor]  # HF parameter name of the trained model
 EXPORT_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}  # --dtype: what the weight files hold
 
 
-def checkpoint_values(ckpt_root: Path, tag: str, allow_pickle: bool = False) -> Values:
-    """The checkpoint's values by HF name, one at a time. Its files must be plain data (``xpt_ds.io.trust``)
-    unless ``allow_pickle``."""
-    tag_checks.check_files(ckpt_root / tag, allow_pickle, distributed=False)
-    values = CheckpointValues(ckpt_root, tag, allow_pickle)
-    return lambda name: values(f"hf.{name}")
-
-
 def load_checkpoint_fp32(ckpt_root: Path, tag: str, allow_pickle: bool = False) -> dict[str, torch.Tensor]:
     """Every parameter of a checkpoint in fp32, by HF name (a whole model in memory: tests and small models)."""
     tag_checks.check_files(ckpt_root / tag, allow_pickle, distributed=False)
