@@ -88,10 +88,16 @@ def load_model(run_dir: Path, tag: str | None = None, allow_pickle: bool = False
     """(the checkpoint's HF model in fp32, its tag directory); ``tag`` None = the newest complete one. Each
     parameter is the value read from the checkpoint (no second copy of the model)."""
     tag_dir, hf_config = checkpoint_config(run_dir, tag)
-    tag_checks.check_files(tag_dir, allow_pickle, distributed=False)
     model = skeleton(hf_config)
-    return assign(model, described(CheckpointValues(tag_dir.parent, tag_dir.name, allow_pickle), model, tag_dir)), \
-        tag_dir
+    return assign(model, checkpoint_values(tag_dir, model, allow_pickle)), tag_dir
+
+
+def checkpoint_values(tag_dir: Path, model: nn.Module, allow_pickle: bool = False) -> Values:
+    """The checkpoint's values by HF name, one at a time, checked to be ``model``'s (``described``): the model
+    its hf_config/config.json describes. Its files must be plain data (``xpt_ds.io.trust``) unless
+    ``allow_pickle``."""
+    tag_checks.check_files(tag_dir, allow_pickle, distributed=False)
+    return described(CheckpointValues(tag_dir.parent, tag_dir.name, allow_pickle), model, tag_dir)
 
 
 def described(values: CheckpointValues, model: nn.Module, tag_dir: Path) -> Values:
@@ -127,9 +133,10 @@ class Exported:
     """What an export of a trained model of ``hf_config`` holds: ``model``, the exported class on the meta device
     (its config is the export's), and ``value(name)`` of each of its parameters from the trained model's
     ``values``: as they are, LoRA merged (``lora_merged``), TreLM converted (``trelm_value``); the files store
-    them in ``dtype`` (``EXPORT_DTYPES``), rounded once from the fp32 value."""
+    them in ``dtype`` (``EXPORT_DTYPES``), rounded once from the fp32 value. ``values`` None: set after, from
+    ``trained`` (``checkpoint_values``), the model the checkpoint's values are checked against."""
 
-    def __init__(self, hf_config, values: Values, dtype: str = "float32"):
+    def __init__(self, hf_config, values: Values | None, dtype: str = "float32"):
         if dtype not in EXPORT_DTYPES:
             raise ValueError(f"--dtype {dtype}: the export writes {' or '.join(EXPORT_DTYPES)}")
         self.values = values
@@ -275,13 +282,13 @@ def export(run_dir: Path, out: Path, tag: str | None = None, allow_pickle: bool 
     if why is not None:
         raise OSError(f"--out {out}: cannot write there ({why})")
     tag_dir, hf_config = checkpoint_config(run_dir, tag)
-    tag_checks.check_files(tag_dir, allow_pickle, distributed=False)
-    values = CheckpointValues(tag_dir.parent, tag_dir.name, allow_pickle)
+    tag_checks.check_files(tag_dir, allow_pickle, distributed=False)  # before the client state is read
     client = store.read_client_state(tag_dir.parent, tag_dir.name, allow_pickle)
     data = read_checkpoint_config(client["config"]).data
     hf_config.xpt_data = {k: getattr(data, k) for k in MASKING_KEYS}  # evaluate --model masks as the run did
-    exported = Exported(hf_config, values, dtype)
-    exported.values = described(values, exported.trained, tag_dir)  # a config.json of another model: one line
+    exported = Exported(hf_config, None, dtype)  # hf_config copied with xpt_data: the export's config
+    exported.values = described(CheckpointValues(tag_dir.parent, tag_dir.name, allow_pickle), exported.trained,
+                                tag_dir)  # a config.json of another model: one line, before anything is written
     staging = out / f"{STAGING}{os.getpid()}" if in_place else out.parent / f".{out.name}.writing-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()

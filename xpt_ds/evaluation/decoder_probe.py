@@ -111,17 +111,13 @@ def probe_decoder_run(run: Path, tag_dir: Path, hf_config, source_text: Path, so
     ``text_bpb``'s figures in its rows."""
     from transformers import AutoTokenizer
 
-    from xpt_ds.checkpoint import tag_checks
-    from xpt_ds.checkpoint.export import Exported, described
-    from xpt_ds.checkpoint.values import CheckpointValues
+    from xpt_ds.checkpoint.export import Exported, checkpoint_values
     from xpt_ds.checkpoint.store import read_config
     from xpt_ds.data.tokenizer import saved_tokenizer
     from xpt_ds.evaluation.intrinsic import evaluate
     from xpt_ds.evaluation.text_bpb import load_decoder, max_positions
-    tag_checks.check_files(tag_dir, allow_pickle, distributed=False)
-    values = CheckpointValues(tag_dir.parent, tag_dir.name, allow_pickle)
-    exported = Exported(hf_config, values)
-    exported.values = described(values, exported.trained, tag_dir)  # a config.json of another model: one line
+    exported = Exported(hf_config, None)
+    exported.values = checkpoint_values(tag_dir, exported.trained, allow_pickle)  # another model's config: one line
     post = assign(exported.model, exported.value)
     run_cfg = read_config(tag_dir.parent, tag_dir.name, allow_pickle)
     source_id = source_id or run_cfg.model.source
