@@ -83,6 +83,11 @@ class HfTokenizer:
         return {"kind": "hf", "path": str(self.path.resolve()), "name": self.name, "sha256": combined,
                 "files": files, "vocab_size": self.vocab_size}
 
+    def content_sha256(self) -> str:
+        """sha256 of the serialised backend (``tokenizer.json`` as the ``tokenizers`` library writes it): what a
+        manifest records and the trainer compares, as it survives ``save_pretrained``."""
+        return hashlib.sha256(self.tok.backend_tokenizer.to_str().encode()).hexdigest()
+
     def encode(self, lines: list[str]) -> list[np.ndarray]:
         ids = self.tok(lines, add_special_tokens=False)["input_ids"]
         return [np.asarray(x, dtype=np.int64) for x in ids]

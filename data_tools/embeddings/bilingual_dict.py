@@ -1,7 +1,8 @@
 """Bilingual dictionaries for supervised alignment: a TSV of (target piece or id, source token or id
 [, link count [, probability]]), e.g. the ``dictionary.tsv`` of word alignments (target piece, source token,
 link count, probability). A first line whose first two fields are column names (``target``/``source``...)
-is a header and skipped. A target piece may appear on several lines, once per source token.
+is a header and skipped. Pieces are unescaped as ``dictionary.tsv`` writes them (``\\t``, ``\\n``, ``\\\\``). A
+target piece may appear on several lines, once per source token.
 
 Pairs whose piece is not in its tokenizer, or whose row carries no usable vector (unseen in the static
 embeddings, or below ``--source-first-row``), are left out and counted in ``stats``.
@@ -15,6 +16,7 @@ from typing import Callable
 import numpy as np
 
 from data_tools.errors import PrepareError
+from data_tools.pairs.dictionary import unescape_piece
 
 COLUMNS = ("pieces", "ids")
 WEIGHTS = ("none", "count", "probability")
@@ -77,8 +79,8 @@ def read_dictionary(path: Path, target_lookup: Lookup | None, source_lookup: Loo
             if len(fields) < 2 or not fields[0] or not fields[1]:
                 raise PrepareError(f"{path}:{n}: expected target<TAB>source[<TAB>count[<TAB>probability]]")
             stats["lines"] += 1
-            t = _resolve(fields[0], target_lookup, len(target_usable))
-            s = _resolve(fields[1], source_lookup, len(source_usable))
+            t = _resolve(unescape_piece(fields[0]), target_lookup, len(target_usable))
+            s = _resolve(unescape_piece(fields[1]), source_lookup, len(source_usable))
             w = _weight(fields, weight, f"{path}:{n}")
             problem = ("target_unknown" if t is None else "source_unknown" if s is None else
                        "target_unusable" if not target_usable[t] else "source_unusable" if not source_usable[s]

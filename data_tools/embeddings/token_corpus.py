@@ -39,9 +39,7 @@ class ShardCorpus:
             raise PrepareError(f"{self.manifest_path}: no split '{self.split}' "
                                f"(has: {', '.join(manifest.get('splits', {}))})")
         root = self.manifest_path.parent
-        self.tokenizer = SpmTokenizer(root / manifest["tokenizer"])
-        if sha256_file(self.tokenizer.path) != manifest.get("tokenizer_sha256"):
-            raise PrepareError(f"{self.tokenizer.path} does not match the sha256 in {self.manifest_path}")
+        self.tokenizer = manifest_tokenizer(self.manifest_path, manifest)
         self.vocab_size = int(manifest["vocab_size"])
         if self.vocab_size != self.tokenizer.vocab_size:
             raise PrepareError(f"{self.manifest_path}: vocab_size {self.vocab_size} but {self.tokenizer.path} "
@@ -71,6 +69,25 @@ class ShardCorpus:
         if ids.ndim != 1 or ids.dtype.kind != "u" or (ids.size and int(ids.max()) >= self.vocab_size):
             raise PrepareError(f"{shard}: member {name} is not a 1-D array of ids below {self.vocab_size}")
         return ids.astype(np.int64)
+
+
+def manifest_tokenizer(path: Path, manifest: dict) -> SpmTokenizer | HfTokenizer:
+    """The tokenizer the manifest at ``path`` records, checked as the trainer checks it (docs/shard_format.md):
+    the SentencePiece model beside it by its file's sha256, or a Hugging Face tokenizer (``prepare
+    --hf-tokenizer``) by the sha256 of its serialised backend."""
+    kind = manifest.get("tokenizer_kind", "sentencepiece")  # manifests before --hf-tokenizer have no kind
+    if kind == "huggingface":
+        tok = HfTokenizer(manifest["tokenizer"])
+        if tok.content_sha256() != manifest.get("tokenizer_content_sha256"):
+            raise PrepareError(f"{tok.path} is not the Hugging Face tokenizer {path} records (its content sha256 "
+                               "differs)")
+        return tok
+    if kind != "sentencepiece":
+        raise PrepareError(f"{path}: unknown tokenizer_kind {kind!r} (sentencepiece or huggingface)")
+    tok = SpmTokenizer(path.parent / manifest["tokenizer"])
+    if sha256_file(tok.path) != manifest.get("tokenizer_sha256"):
+        raise PrepareError(f"{tok.path} does not match the sha256 in {path}")
+    return tok
 
 
 class TextCorpus:

@@ -138,6 +138,9 @@ def build_parallel(opts: ParallelOptions) -> dict:
     log(f"tokenised in {seconds['tokenize']:.1f} s: {len(tok.src)} pairs, {sum(map(len, tok.src))} source and "
         f"{sum(map(len, tok.tgt))} target pieces ({tok.no_pieces} without pieces, {tok.too_long} too long "
         "dropped)", "parallel")
+    if target.encoder.specials:
+        log(f"{target.encoder.specials} special token(s) spelled out in the target text (a literal \"<mask>\" or "
+            "\"</s>\") became unk: shards hold no special ids", "parallel")
     t2s, s2t, aligner = run_aligner(opts, tok.src, tok.tgt)
     seconds["align_t2s"], seconds["align_s2t"] = t2s.seconds, s2t.seconds
     timing = (f"{t2s.seconds:.1f} s (t2s) + {s2t.seconds:.1f} s (s2t)" if opts.aligner == "fast_align"

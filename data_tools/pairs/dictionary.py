@@ -9,6 +9,7 @@ threshold. Rows: target id ascending, then links descending, then source id asce
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -36,6 +37,15 @@ def count_links(src: Sequence[np.ndarray], tgt: Sequence[np.ndarray], s2t: Seque
 
 def _escape(piece: str) -> str:
     return piece.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n")
+
+
+_UNESCAPE = {"\\": "\\", "t": "\t", "n": "\n"}
+_ESCAPED = re.compile(r"\\(.)", re.DOTALL)
+
+
+def unescape_piece(field: str) -> str:
+    """A piece as ``write_dictionary`` escaped it, back to the piece; another backslash stays as it is."""
+    return _ESCAPED.sub(lambda m: _UNESCAPE.get(m.group(1), m.group(0)), field)
 
 
 def write_dictionary(path: Path, counts: tuple[np.ndarray, np.ndarray, np.ndarray], min_count: int,

@@ -1,6 +1,7 @@
 """The two tokenizers of a parallel corpus: the English source model's Hugging Face tokenizer and the target
 SentencePiece model (the one that made the target MLM shards). Each side is tokenised without special tokens,
-as the monolingual shards are (the reader adds them when it packs)."""
+as the monolingual shards are (the reader adds them when it packs), by ``prepare``'s encoders: text that spells a
+special token ("[MASK]", "</s>") is plain text on the source side and unk on the target side, never its id."""
 from __future__ import annotations
 
 import logging
@@ -11,6 +12,7 @@ import numpy as np
 from data_tools.errors import PrepareError, first_line
 from data_tools.piece_tokenizers import HF_TOKENIZER_FILES as TOKENIZER_FILES
 from data_tools.piece_tokenizers import check_vocabulary, sha256_file
+from data_tools.pipeline.shards import HfEncoder, SpmEncoder
 
 class SourceTokenizer:
     """``AutoTokenizer.from_pretrained(name)`` (a local directory or a hub id)."""
@@ -26,6 +28,7 @@ class SourceTokenizer:
             raise PrepareError(f"cannot load the source tokenizer {self.name}: {first_line(e)}") from None
         check_vocabulary(self.tok, self.name)
         self.vocab_size = len(self.tok)
+        self.encoder = HfEncoder(self.tok)
 
     def files(self) -> dict[str, str]:
         """sha256 of each tokenizer file, from the directory, or for a hub id from the local hub cache."""
@@ -48,7 +51,7 @@ class SourceTokenizer:
         level = log.level
         log.setLevel(logging.ERROR)
         try:
-            ids = self.tok(texts, add_special_tokens=False)["input_ids"]
+            ids = self.encoder.encode(texts)
         finally:
             log.setLevel(level)
         return [np.asarray(x, dtype=np.int64) for x in ids]
@@ -65,18 +68,19 @@ class TargetTokenizer:
     """A SentencePiece model file."""
 
     def __init__(self, path: Path):
-        import sentencepiece as spm
         self.path = Path(path)
         if not self.path.is_file():
             raise PrepareError(f"{self.path}: no such file (the target SentencePiece model)")
         try:
-            self.sp = spm.SentencePieceProcessor(model_file=str(self.path))
+            self.encoder = SpmEncoder(str(self.path))
         except Exception as e:  # sentencepiece raises RuntimeError/OSError on a file that is not a model
             raise PrepareError(f"cannot load the target SentencePiece model {self.path}: {first_line(e)}") from None
+        self.sp = self.encoder.sp
         self.vocab_size = self.sp.get_piece_size()
 
     def encode(self, texts: list[str]) -> list[np.ndarray]:
-        return [np.asarray(x, dtype=np.int64) for x in self.sp.encode(texts)]
+        """Ids per text; a special token spelled in it becomes unk (counted in ``self.encoder.specials``)."""
+        return [np.asarray(x, dtype=np.int64) for x in self.encoder.encode(texts)]
 
     def pieces(self, ids) -> list[str]:
         return [self.sp.id_to_piece(int(i)) for i in ids]

@@ -12,8 +12,9 @@ Formats (auto-detected per file from its first non-blank line, or forced with ``
 Any of them may be gzip-, bzip2- or xz-compressed (detected from the magic bytes, whatever the suffix).
 Lines are decoded strictly, as UTF-8 or the ``encoding`` given (one for every file: ``--encoding cp949`` for older
 Korean text): an undecodable line raises ``PrepareError('FILE:LINE: invalid UTF-8 (...)')`` with the line number
-in the decompressed stream. Lines are split on the byte 0x0a, so an encoding must write ASCII as ASCII
-(``check_encoding``; UTF-16 and UTF-32 do not).
+in the decompressed stream. Lines are split on the byte 0x0a and decoded one by one, so an encoding must write
+ASCII as ASCII and hold no state from line to line (``check_encoding``; UTF-16, UTF-32, ISO-2022-*, HZ and UTF-7
+are refused).
 """
 from __future__ import annotations
 
@@ -36,6 +37,8 @@ _MAGIC = {b"\x1f\x8b": gzip.open, b"BZh": bz2.open, b"\xfd7zXZ\x00": lzma.open}
 _DOC_OPEN = re.compile(r"<doc(?:\s[^>]*)?>\s*$")
 _TITLE = re.compile(r"""\btitle=(?:"([^"]*)"|'([^']*)')""")
 _BOM = "\ufeff"
+_STATEFUL = ("hz", "utf-7")  # and iso2022_*: a line's bytes mean nothing without the shifts before it
+_OUTPUT_DIRS = ("sentences", ".prepare")  # what prepare writes below --out besides its top-level files
 
 
 def expand_inputs(paths: list[Path | str], exclude: Path | None = None,
@@ -46,6 +49,8 @@ def expand_inputs(paths: list[Path | str], exclude: Path | None = None,
     out: list[Path] = []
     skip = exclude.resolve() if exclude is not None else None
     for p in map(Path, paths):
+        if skip is not None:
+            _check_not_output(p, skip, exclude)
         if p.is_dir():
             found, links = [], []
             inside = skip is not None and p.resolve() in skip.parents  # --out below this input folder
@@ -71,6 +76,20 @@ def expand_inputs(paths: list[Path | str], exclude: Path | None = None,
     return out
 
 
+def _check_not_output(p: Path, out: Path, given: Path) -> None:
+    """PrepareError for an input that is ``out`` (resolved; ``given`` as the user wrote it) or lies among the files
+    prepare writes there: a re-run would read its own outputs (``sentences/*.jsonl``, ``spm.model``, shards) back
+    as text. An ``out`` below an input folder is left out of it instead, and an input folder below ``out`` is
+    read (its own name is no output)."""
+    where = p.resolve()
+    if where == out:
+        raise PrepareError(f"--out {given} is the input folder {p}: a re-run would read its own outputs as text; "
+                           "write to another folder (or to one below it)")
+    if any(where == out / d or out / d in where.parents for d in _OUTPUT_DIRS):
+        raise PrepareError(f"input {p} lies in --out {given}'s own output folder {where.relative_to(out).parts[0]}/: "
+                           "prepare writes there; give the original text")
+
+
 def open_binary(path: Path) -> BinaryIO:
     """The file's bytes, decompressed when it is gzip/bzip2/xz."""
     with open(path, "rb") as f:
@@ -82,16 +101,29 @@ def open_binary(path: Path) -> BinaryIO:
 
 
 def check_encoding(encoding: str) -> str:
-    """The codec's canonical name; PrepareError for an unknown one, or one that does not write ASCII as ASCII
-    (lines are split on the byte 0x0a)."""
+    """The codec's canonical name (``utf-8`` for ``utf-8-sig``: a leading BOM is dropped in any encoding);
+    PrepareError for an unknown one, one that is not a text encoding, one that does not write ASCII as ASCII
+    (lines are split on the byte 0x0a) or a stateful one (lines are decoded one by one)."""
     try:
-        name = codecs.lookup(encoding).name
+        codec = codecs.lookup(encoding)
     except LookupError:
         raise PrepareError(f"--encoding {encoding}: unknown encoding (Python's codec names: utf-8, cp949, euc-kr, "
                            "cp1251, latin-1, ...)") from None
-    if "\n <doc>{}".encode(encoding, errors="replace") != b"\n <doc>{}":
+    name = codec.name
+    if name == "utf-8-sig":
+        return "utf-8"
+    convert = f"convert the files to UTF-8 first (iconv -f {encoding} -t UTF-8)"
+    if name.startswith("iso2022") or name in _STATEFUL:
+        raise PrepareError(f"--encoding {encoding}: {name} is stateful (escape or shift sequences switch its "
+                           f"character set for the text after them) and lines are decoded one by one; {convert}")
+    try:
+        ascii_as_ascii = "\n <doc>{}".encode(name, errors="replace") == b"\n <doc>{}"
+    except (LookupError, UnicodeError, TypeError):  # rot13, base64, idna: codecs, but not for text files
+        raise PrepareError(f"--encoding {encoding}: {name} is not an encoding of text files (Python's codec names: "
+                           "utf-8, cp949, euc-kr, cp1251, latin-1, ...)") from None
+    if not ascii_as_ascii:
         raise PrepareError(f"--encoding {encoding}: lines are split on the byte 0x0a, which {name} does not write "
-                           "for a newline; convert the files to UTF-8 first (iconv -f ENCODING -t UTF-8)")
+                           f"for a newline; {convert}")
     return name
 
 

@@ -16,7 +16,7 @@ from data_tools.piece_tokenizers import sha256_file
 from data_tools.pipeline.log import log, progress_bar
 from data_tools.pipeline.options import DEFAULTS, PrepareOptions
 from data_tools.pipeline.shards import (RECORDS, HfEncoder, ShardTask, completed, forget, hf_manifest_keys, plan_split,
-                                        write_manifest, write_shard_task)
+                                        write_manifest, write_shard_task, writer_version)
 from data_tools.pipeline.state import SPLITS, load_state, split_path
 
 
@@ -44,7 +44,7 @@ def _open_tokenizer(out: Path, opts: PrepareOptions):
         record = hf_manifest_keys(hf)
         # The kind is part of the key so a SentencePiece shard can never pass for an HF one; SentencePiece keys
         # stay as they were, so shards of earlier runs remain up to date.
-        return hf.path.resolve(), HfEncoder(str(hf.path)), hf.vocab_size, f"huggingface:{record['tokenizer_sha256']}", record
+        return hf.path.resolve(), HfEncoder(hf.tok), hf.vocab_size, f"huggingface:{record['tokenizer_sha256']}", record
     model = out / "spm.model"
     if not model.is_file():
         raise PrepareError(f"{model} not found: run the spm stage first")
@@ -115,7 +115,7 @@ def tokenize(out: Path, opts: PrepareOptions = DEFAULTS, workers: int = 1, force
                       "shard_documents": [r["documents"] for r in recs], "shard_tokens": [r["tokens"] for r in recs],
                       # a shard complete from a run before the records held it is hashed now
                       "shard_sha256": [r.get("sha256") or sha256_file(out / r["shard"]) for r in recs]}
-    extra = {"dtype": np.dtype(plans["train"][0].dtype if plans["train"] else
+    extra = {"writer_version": writer_version(sp), "dtype": np.dtype(plans["train"][0].dtype if plans["train"] else
                                ("uint16" if vocab_size <= 65536 else "uint32")).name}
     info = {st: s["stats"] for st in ("clean", "split") if (s := load_state(out, st))}
     if info:

@@ -27,11 +27,15 @@ from typing import Iterable
 
 import numpy as np
 
+from data_tools.errors import PrepareError
 from data_tools.piece_tokenizers import sha256_file
 
 FORMAT_VERSION = 1
 WRITER_VERSION = 2  # bump when the bytes written for the same inputs change (2: special tokens spelled in the text
 # become unk)
+HF_WRITER_VERSION = 3  # --hf-tokenizer's shards, counted on from WRITER_VERSION (3: a document is encoded as one text,
+# so a byte-level BPE keeps the space between its sentences); SentencePiece shards did not change, so their keys and
+# an earlier run's SentencePiece shards stay valid
 SAMPLE_BYTES = 1 << 20
 RECORDS = Path(".prepare") / "shards"
 
@@ -95,6 +99,20 @@ class ShardTask:
         return shard_name(self.split, self.index)
 
 
+def sentences_of(line: bytes, path, lineno: int) -> list[str]:
+    """One document of a ``sentences/*.jsonl`` file: a JSON list of sentences. A hand-written or damaged file is
+    one PrepareError naming the file and line, not a traceback."""
+    try:
+        doc = json.loads(line)
+    except ValueError:
+        doc = None
+    if not isinstance(doc, list) or not all(isinstance(s, str) for s in doc):
+        what = "a blank line" if not line.strip() else "not a JSON list of sentences"
+        raise PrepareError(f"{path}:{lineno}: {what} (a sentences file holds one JSON list of strings per line, "
+                           "one line per document)")
+    return doc
+
+
 def _key(**fields) -> str:
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
@@ -103,11 +121,11 @@ def _bytes_per_token(source: Path, sp) -> float:
     """UTF-8 bytes of the split file per token, from its first SAMPLE_BYTES (whole lines)."""
     with open(source, "rb") as f:
         head = f.read(SAMPLE_BYTES) + f.readline()  # the rest of a line the sample cuts (a long document)
-    lines = [ln for ln in head.split(b"\n") if ln.strip()]
+    lines = [(i, ln) for i, ln in enumerate(head.split(b"\n"), 1) if ln.strip()]
     if not lines:
         return 4.0
-    tokens = sum(len(ids) for ln in lines for ids in sp.encode(json.loads(ln), num_threads=1))
-    return sum(len(ln) + 1 for ln in lines) / max(1, tokens)
+    tokens = sum(len(ids) for i, ln in lines for ids in sp.encode(sentences_of(ln, source, i), num_threads=1))
+    return sum(len(ln) + 1 for _, ln in lines) / max(1, tokens)
 
 
 def plan_split(out_dir: Path, split: str, source: Path, tokenizer: Path, tokenizer_sha256: str, vocab_size: int,
@@ -124,7 +142,7 @@ def plan_split(out_dir: Path, split: str, source: Path, tokenizer: Path, tokeniz
         for line in f:
             sha.update(line)
             if not line.strip():
-                raise ValueError(f"{source}: blank line at byte {pos}")
+                sentences_of(line, source, doc + 1)  # the one-line error
             if doc > first and (doc - first >= shard_docs if shard_docs else pos - start >= target_bytes):
                 bounds.append((start, pos, first, doc - first))
                 start, first = pos, doc
@@ -135,7 +153,7 @@ def plan_split(out_dir: Path, split: str, source: Path, tokenizer: Path, tokeniz
     file_sha = sha.hexdigest()
     tasks = []
     for index, (s, e, fd, n) in enumerate(bounds):
-        key = _key(format_version=FORMAT_VERSION, writer=WRITER_VERSION, tokenizer=tokenizer_sha256,
+        key = _key(format_version=FORMAT_VERSION, writer=writer_version(sp), tokenizer=tokenizer_sha256,
                    source=file_sha, start=s, end=e, first_doc=fd, n_docs=n, dtype=dtype, name=shard_name(split, index))
         tasks.append(ShardTask(str(out_dir), split, index, str(source), s, e, fd, n, str(tokenizer), dtype, key))
     return tasks, file_sha
@@ -172,19 +190,32 @@ def atomic_write_text(path: Path, text: str) -> None:
 _PROCESSORS: dict[str, object] = {}
 
 
-class HfEncoder:
-    """A Hugging Face tokenizer (a local directory) behind SentencePiece's ``encode(lines, num_threads=)``: ids
-    without special tokens. Text that spells a special token (a literal "[MASK]") is split as plain text, so
-    shards never hold special ids (docs/shard_format.md)."""
+def writer_version(sp) -> int:
+    """The writer version of the shards ``sp`` (an encoder below, or a SentencePiece processor) writes."""
+    return HF_WRITER_VERSION if isinstance(sp, HfEncoder) else WRITER_VERSION
 
-    def __init__(self, path: str):
-        from data_tools.piece_tokenizers import HfTokenizer
-        self.tok = HfTokenizer(path).tok
+
+class HfEncoder:
+    """A Hugging Face tokenizer (a transformers tokenizer, or the path of a local directory) behind SentencePiece's
+    ``encode(lines, num_threads=)``: ids without special tokens. Text that spells a special token (a literal
+    "[MASK]") is split as plain text, so shards never hold special ids (docs/shard_format.md)."""
+
+    def __init__(self, tok):
+        if isinstance(tok, (str, Path)):
+            from data_tools.piece_tokenizers import HfTokenizer
+            tok = HfTokenizer(tok).tok
+        self.tok = tok
 
     def encode(self, lines: list[str], num_threads: int = 1) -> list[list[int]]:
         if not lines:
             return []
         return self.tok(list(lines), add_special_tokens=False, split_special_tokens=True)["input_ids"]
+
+    def encode_document(self, sentences: list[str]) -> list[int]:
+        """The ids of the document's text, its sentences joined by a space: a byte-level BPE (GPT-2, Llama 3,
+        Qwen) marks a word's leading space in its piece (``Ġ``), so sentences encoded one by one and concatenated
+        would read ``dog.Is``; WordPiece and Metaspace tokenizers give the same ids either way."""
+        return self.encode([" ".join(sentences)])[0] if sentences else []
 
 
 class SpmEncoder:
@@ -213,6 +244,11 @@ class SpmEncoder:
                             self.specials += 1
         return pieces
 
+    def encode_document(self, sentences: list[str]) -> list[int]:
+        """Each sentence on its own, concatenated: SentencePiece gives every sentence's first word the ``▁`` of a
+        space before it, so the space between sentences is kept, and the bytes are writer version 2's."""
+        return list(itertools.chain.from_iterable(self.encode(sentences)))
+
 
 def _processor(path: str):
     """A SentencePiece model file, or a Hugging Face tokenizer directory (``--hf-tokenizer``)."""
@@ -234,10 +270,9 @@ def write_shard_task(task: ShardTask) -> dict:
         src.seek(task.start)
         with tarfile.open(fileobj=fh, mode="w", format=tarfile.USTAR_FORMAT) as tar:
             for i in range(task.n_docs):
-                sentences = json.loads(src.readline())
-                pieces = sp.encode(sentences, num_threads=1)
-                count = sum(map(len, pieces))
-                ids = np.fromiter(itertools.chain.from_iterable(pieces), dtype=dtype, count=count)
+                sentences = sentences_of(src.readline(), task.source, task.first_doc + i + 1)  # line = document
+                ids = np.asarray(sp.encode_document(sentences), dtype=dtype)
+                count = len(ids)
                 add_document(tar, doc_key(task.split, task.index, task.first_doc + i), ids)
                 n_sent += len(sentences)
                 n_tok += count
@@ -262,7 +297,7 @@ def hf_manifest_keys(tok) -> dict:
     ident = tok.identity()
     return {"tokenizer": ident["path"], "tokenizer_sha256": ident["sha256"], "tokenizer_kind": "huggingface",
             "tokenizer_name": ident["name"], "tokenizer_files": ident["files"],
-            "tokenizer_content_sha256": hashlib.sha256(tok.tok.backend_tokenizer.to_str().encode()).hexdigest()}
+            "tokenizer_content_sha256": tok.content_sha256()}
 
 
 def write_manifest(out_dir: Path, tokenizer: Path | dict, vocab_size: int, splits: dict[str, dict], **extra) -> Path:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import collections
-import json
 import time
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import numpy as np
 from data_tools.errors import PrepareError
 from data_tools.pipeline.log import log
 from data_tools.pipeline.options import DEFAULTS, PrepareOptions
+from data_tools.pipeline.shards import sentences_of
 from data_tools.pipeline.state import (CORPUS, SPLITS, STAGE_VERSION, HashingWriter, drop_state, file_signature,
                                        fingerprint, load_state, save_state, split_path, up_to_date)
 
@@ -80,7 +80,7 @@ def split(out: Path, opts: PrepareOptions = DEFAULTS, force: bool = False) -> di
                 s = int(assign[i])
                 writers[s].write(line)
                 counts[SPLITS[s]]["documents"] += 1
-                counts[SPLITS[s]]["sentences"] += len(json.loads(line))
+                counts[SPLITS[s]]["sentences"] += len(sentences_of(line, corpus, i + 1))
     except BaseException:
         for w in writers:
             w.abort()

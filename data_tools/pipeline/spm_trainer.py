@@ -24,16 +24,24 @@ from data_tools.pipeline.spm_layouts import LAYOUTS, MODEL_TYPES
 _TOO_HIGH = re.compile(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)")
 
 
+def normalization_rule(normalize: str) -> str | None:
+    """SentencePiece's normaliser for prepare's ``--normalize``: None (its default, ``nmt_nfkc``) for NFKC;
+    ``identity`` for NFC and none, whose text the clean stage left as it wants it: ``nmt_nfkc`` would fold
+    full-width letters, circled digits and ligatures in every shard all the same."""
+    return None if normalize == "NFKC" else "identity"
+
+
 def _trainer_options(vocab_size: int, family: str, model_type: str, seed: int, num_threads: int,
-                     character_coverage: float) -> dict:
+                     character_coverage: float, normalization_rule_name: str | None = None) -> dict:
     if family not in LAYOUTS:
         raise PrepareError(f"unknown family '{family}' (valid: {', '.join(LAYOUTS)})")
     if model_type not in MODEL_TYPES:
         raise PrepareError(f"unknown model type '{model_type}' (valid: {', '.join(MODEL_TYPES)})")
     spm.set_random_generator_seed(seed)
+    rule = {} if normalization_rule_name is None else {"normalization_rule_name": normalization_rule_name}
     return dict(vocab_size=vocab_size, model_type=model_type, character_coverage=character_coverage,
                 shuffle_input_sentence=True, seed_sentencepiece_size=1_000_000, num_threads=num_threads,
-                max_sentence_length=16384, minloglevel=2, **LAYOUTS[family])
+                max_sentence_length=16384, minloglevel=2, **rule, **LAYOUTS[family])
 
 
 def _run_trainer(vocab_size: int, model_type: str, **kw) -> None:
@@ -74,10 +82,13 @@ def write_vocab(model: bytes, path: Path) -> None:
 def train_spm_from_sentences(sentences: Iterable[str], out_prefix: Path, vocab_size: int,
                              family: str = DEFAULTS.family, model_type: str = DEFAULTS.model_type,
                              seed: int = DEFAULTS.seed, num_threads: int = DEFAULTS.spm_threads,
-                             character_coverage: float = DEFAULTS.character_coverage) -> Path:
+                             character_coverage: float = DEFAULTS.character_coverage,
+                             normalization_rule_name: str | None = None) -> Path:
     """Train on every sentence of an iterable; writes PREFIX.model and PREFIX.vocab. Unlike ``train_spm`` the
-    model records no file paths, so the same sentences give a byte-identical model in any directory."""
-    opts = _trainer_options(vocab_size, family, model_type, seed, num_threads, character_coverage)
+    model records no file paths, so the same sentences give a byte-identical model in any directory.
+    ``normalization_rule_name``: SentencePiece's (``normalization_rule``); None keeps its default."""
+    opts = _trainer_options(vocab_size, family, model_type, seed, num_threads, character_coverage,
+                            normalization_rule_name)
     buf = io.BytesIO()
     _run_trainer(sentence_iterator=iter(sentences), model_writer=buf, input_sentence_size=0, **opts)
     out_prefix.parent.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 from data_tools.errors import PrepareError
-from data_tools.pipeline.shards import atomic_write_text
+from data_tools.pipeline.shards import atomic_write_text, sentences_of
 
 SPLITS = ("train", "valid", "test")
 STATE = Path(".prepare")
@@ -96,7 +96,7 @@ def file_signature(path: Path) -> dict:
             sha.update(line)
             size += len(line)
             docs += 1
-            sents += len(json.loads(line))
+            sents += len(sentences_of(line, path, docs))
     return {"bytes": size, "sha256": sha.hexdigest(), "documents": docs, "sentences": sents}
 
 

@@ -3,7 +3,6 @@ model (``--tokenizer``)."""
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import time
@@ -13,12 +12,24 @@ from typing import Iterator
 import numpy as np
 
 from data_tools.errors import PrepareError
+from data_tools.piece_tokenizers import SpmTokenizer
 from data_tools.pipeline.log import log
 from data_tools.pipeline.options import DEFAULTS, PrepareOptions
 from data_tools.pipeline.split import split_signature
+from data_tools.pipeline.shards import sentences_of
 from data_tools.pipeline.spm_layouts import LAYOUTS
-from data_tools.pipeline.spm_trainer import train_spm_from_sentences, write_vocab
+from data_tools.pipeline.spm_trainer import normalization_rule, train_spm_from_sentences, write_vocab
 from data_tools.pipeline.state import STAGE_VERSION, STATE, drop_state, fingerprint, save_state, split_path, up_to_date
+
+
+def _copy(src: Path, dest: Path) -> None:
+    """``src`` to ``dest`` through a temp file; nothing when they are the same file (``--tokenizer OUT/spm.model``,
+    a re-run with the model an earlier run trained)."""
+    if dest.exists() and dest.samefile(src):
+        return
+    tmp = dest.with_name(dest.name + ".tmp")
+    shutil.copyfile(src, tmp)
+    os.replace(tmp, dest)
 
 
 def train_tokenizer(out: Path, opts: PrepareOptions = DEFAULTS, force: bool = False) -> dict:
@@ -36,24 +47,26 @@ def train_tokenizer(out: Path, opts: PrepareOptions = DEFAULTS, force: bool = Fa
         tokenizer = Path(tokenizer)
         if not tokenizer.is_file():
             raise PrepareError(f"tokenizer not found: {tokenizer}")
+        SpmTokenizer(tokenizer)  # one line for a file that is not a model, before OUT/spm.model is replaced
         key = fingerprint({"stage": "spm", "copy": hashlib.sha256(tokenizer.read_bytes()).hexdigest()})
     else:
         if vocab_size < 8:
             raise PrepareError(f"--vocab-size {vocab_size} is too small")
         train = split_signature(out, "train")
+        rule = normalization_rule(opts.normalize)
         key = fingerprint({"stage": "spm", "v": STAGE_VERSION, "train": train["sha256"], "vocab": vocab_size,
                            "family": family, "type": model_type, "sample": input_sentences,
-                           "coverage": character_coverage, "seed": seed, "threads": threads})
+                           "coverage": character_coverage, "seed": seed, "threads": threads,
+                           **({"normalizer": rule} if rule else {})})  # NFKC's key as before: still up to date
     if not force and (state := up_to_date(out, "spm", key)):
         log(f"spm: up to date (vocab {state['stats']['vocab_size']}), skipped")
         return {**state["stats"], "seconds": time.perf_counter() - t0, "skipped": True}
     drop_state(out, "spm")
     import sentencepiece as spm
     if tokenizer is not None:
-        shutil.copyfile(tokenizer, model.with_name(model.name + ".tmp"))
-        os.replace(model.with_name(model.name + ".tmp"), model)
+        _copy(tokenizer, model)
         if tokenizer.with_suffix(".vocab").is_file():
-            shutil.copyfile(tokenizer.with_suffix(".vocab"), vocab)
+            _copy(tokenizer.with_suffix(".vocab"), vocab)
         else:
             write_vocab(model.read_bytes(), vocab)
         log(f"spm: copied {tokenizer}")
@@ -69,8 +82,8 @@ def train_tokenizer(out: Path, opts: PrepareOptions = DEFAULTS, force: bool = Fa
         def sample() -> Iterator[str]:
             i = j = 0
             with open(split_path(out, "train"), "rb") as f:
-                for line in f:
-                    for s in json.loads(line):
+                for lineno, line in enumerate(f, 1):
+                    for s in sentences_of(line, split_path(out, "train"), lineno):
                         if picks is None or (j < len(picks) and picks[j] == i):
                             yield s
                             j += 1
@@ -79,7 +92,8 @@ def train_tokenizer(out: Path, opts: PrepareOptions = DEFAULTS, force: bool = Fa
         log(f"spm: training {model_type} vocab {vocab_size} ({family} layout) on {sampled} of "
             f"{train['sentences']} train sentences")
         trained = train_spm_from_sentences(sample(), out / STATE / "spm" / "spm", vocab_size, family, model_type,
-                                           seed=seed, num_threads=threads, character_coverage=character_coverage)
+                                           seed=seed, num_threads=threads, character_coverage=character_coverage,
+                                           normalization_rule_name=rule)
         os.replace(trained.with_suffix(".vocab"), vocab)
         os.replace(trained, model)
     sp = spm.SentencePieceProcessor(model_file=str(model))

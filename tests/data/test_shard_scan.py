@@ -113,6 +113,26 @@ def test_parallel_ids_and_links_are_checked_by_the_scan(tmp_path, source_dir, co
     assert scan_pair_shard(str(bad)).src.lengths.size == 15  # the headers alone are fine
 
 
+@pytest.mark.parametrize("what,value,side", [("src", 4, "source"), ("src", 0, "source"), ("tgt", 4, "target"),
+                                             ("tgt", 3, "target")])
+def test_a_special_id_in_a_parallel_shard_is_found_by_the_scan(tmp_path, source_dir, corpus_bert,  # noqa: F811
+                                                               what, value, side):
+    """xpt-data parallel wrote a special token spelled in the text ("[MASK]", "</s>") as its id, and the scan
+    checked ids against the vocabulary size only: a mask or sep inside a pair's side reached CdLM rows as that
+    role. Refused as scan_shard refuses it in a target shard (one line naming the shard, the pair and the id;
+    skipped under on_corrupt_shard: skip); unk stays allowed."""
+    manifest = _bad_pairs(tmp_path, corpus_bert, what, value)
+    bad = _shards(manifest)[1]
+    with pytest.raises(DataError) as e:
+        trelm_stream(trelm_train_config(tmp_path, source_dir, corpus_bert, manifest))
+    assert str(e.value).startswith(f"parallel shard {bad} (pair 5) holds {side} special token id {value}: ")
+    assert "\n" not in str(e.value)
+    stream = trelm_stream(trelm_train_config(tmp_path, source_dir, corpus_bert, manifest, on_corrupt_shard="skip"))
+    assert stream.corpus.skipped == [str(bad)]
+    unk = _bad_pairs(tmp_path / "unk", corpus_bert, what, 1)
+    assert trelm_stream(trelm_train_config(tmp_path, source_dir, corpus_bert, unk)).corpus.skipped == []
+
+
 def test_a_shard_cut_after_the_scan_ends_a_worker_with_one_line(tmp_path, corpus):
     """The scan read the shard whole; cut afterwards, a DataLoader worker's read names it in one line."""
     shard = tmp_path / "train.tar"

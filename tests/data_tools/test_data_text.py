@@ -119,6 +119,50 @@ def test_an_encoding_it_cannot_read_is_one_line(tmp_path, encoding, error):
     one_error_line_of(proc, error)
 
 
+@pytest.mark.parametrize("encoding,error", [
+    ("iso2022_kr", "--encoding iso2022_kr: iso2022_kr is stateful"),
+    ("iso-2022-jp", "--encoding iso-2022-jp: iso2022_jp is stateful"),
+    ("hz", "--encoding hz: hz is stateful"),
+    ("utf-7", "--encoding utf-7: utf-7 is stateful"),
+    ("rot13", "--encoding rot13: rot-13 is not an encoding of text files"),
+])
+def test_a_stateful_or_non_text_codec_is_one_line(tmp_path, encoding, error):
+    """Stateful encodings passed the ASCII check but lines are decoded one by one: ISO-2022-KR's designation on
+    line 1 is lost for every later line, whose Hangul came out as ASCII garbage, silently. rot13 was a
+    LookupError traceback."""
+    src = tmp_path / "a.txt"
+    src.write_bytes(_text(DOCS).encode("iso2022_kr"))
+    with pytest.raises(PrepareError) as e:
+        clean([src], tmp_path / "out", DEFAULTS.replace(encoding=encoding))
+    assert str(e.value).startswith(error) and "\n" not in str(e.value)
+
+
+def test_utf8_sig_reads_as_utf8(tmp_path):
+    """--encoding utf-8-sig was refused as "does not write 0x0a for a newline" (its encoder writes a BOM first)."""
+    src = tmp_path / "bom.txt"
+    src.write_bytes(_text(DOCS).encode("utf-8-sig"))
+    clean([src], tmp_path / "a")
+    clean([src], tmp_path / "b", DEFAULTS.replace(encoding="utf-8-sig"))
+    read = [(tmp_path / d / "sentences/corpus.jsonl").read_text(encoding="utf-8") for d in "ab"]
+    assert read[0] == read[1] and json.loads(read[0].splitlines()[0])[0] == DOCS[0][0].split(" 수도")[0]
+
+
+def test_an_out_folder_that_is_an_input_folder_is_refused(tmp_path):
+    """`--input same --out same`: the first run worked, and a re-run read its own outputs back as text
+    (sentences/corpus.jsonl as a document of JSON lines, or an invalid-UTF-8 error on spm.model). So is an
+    input inside --out's own sentences/ folder. A failed run leaves the folder as it was."""
+    from data_tools.pipeline.run import run_pipeline
+    same = tmp_path / "same"
+    same.mkdir()
+    (same / "a.txt").write_text(_text(DOCS), encoding="utf-8")
+    with pytest.raises(PrepareError, match=r"^--out .*same is the input folder .*same: a re-run would read"):
+        run_pipeline([same], same, valid=0, test=0)
+    assert sorted(p.name for p in same.iterdir()) == ["a.txt"]
+    clean([same / "a.txt"], same)  # a file of the folder is fine
+    with pytest.raises(PrepareError, match=r"lies in --out .*same's own output folder sentences/"):
+        clean([same / "sentences"], same)
+
+
 @pytest.mark.parametrize("text,want", [
     ("대한민국은 민주공화국이다. 주권은 국민에게 있다.", ["대한민국은 민주공화국이다.", "주권은 국민에게 있다."]),
     ("원주율은 3.14이다. 다음 문장이다.", ["원주율은 3.14이다.", "다음 문장이다."]),

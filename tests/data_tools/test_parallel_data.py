@@ -269,6 +269,28 @@ def test_long_pairs_dropped_and_uint32_for_a_large_source_vocabulary(tmp_path, t
                for split in rows.values() for r in split)
 
 
+def test_special_tokens_spelled_in_the_text_are_not_their_ids(tmp_path, toy, toy_files, capsys):
+    """The source side was tokenised without split_special_tokens and the target side by plain SentencePiece (whose
+    mask is a user-defined symbol, matched in text): a "[SEP]" or "[MASK]" in a sentence became its special id in
+    the shards. Now it is plain text on the source side and unk on the target side, as in prepare's shards."""
+    from transformers import BertTokenizerFast
+    vocab = {w: i for i, w in enumerate(SPECIALS + ["[", "]"] + toy.src_words)}
+    BertTokenizerFast(vocab=vocab, do_lower_case=True).save_pretrained(tmp_path / "bert")
+    en, uk = (side[:30] for side in toy.lines())
+    en[0], uk[0] = en[0] + " [SEP] [MASK]", uk[0] + " [MASK]"
+    (tmp_path / "p.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in zip(en, uk)), encoding="utf-8")
+    code, _, err = run_cli(capsys, "--tsv", tmp_path / "p.tsv", "--source-tokenizer", tmp_path / "bert",
+                           "--target-tokenizer", toy_files["spm"], "--out", tmp_path / "o", "--valid", 0, "--test", 0)
+    assert code == 0, err
+    assert "1 special token(s) spelled out in the target text" in err
+    rows = _read_shards(tmp_path / "o", json.loads((tmp_path / "o/manifest.json").read_text()))["train"]
+    src, tgt = (np.concatenate([r[side] for r in rows]) for side in ("src", "tgt"))
+    sp = spm.SentencePieceProcessor(model_file=str(toy_files["spm"]))
+    assert not np.isin(src, [vocab[t] for t in SPECIALS if t != "[UNK]"]).any() and (src == vocab["["]).sum() == 2
+    assert not np.isin(tgt, [sp.pad_id(), sp.bos_id(), sp.eos_id(), sp.piece_to_id("[MASK]")]).any()
+    assert (tgt == sp.unk_id()).sum() >= 1
+
+
 def test_dictionary_contains_the_known_translations(built, toy, toy_files):
     out, _ = built
     sp = spm.SentencePieceProcessor(model_file=str(toy_files["spm"]))

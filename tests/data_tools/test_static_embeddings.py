@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO, one_error_line_of
+from data_tools.errors import PrepareError
 from data_tools.cli.align_embeddings import main as align_main
 from data_tools.embeddings.adversarial import AdversarialOptions, fit_adversarial
 from data_tools.embeddings.alignment import build_space
@@ -124,6 +125,40 @@ def test_text_with_a_hugging_face_tokenizer(tmp_path):
     assert matrix.shape == (16, 16) and meta["unseen_ids"] == [0, 1, 2, 3, 4, 15]
     assert set(meta["tokenizer"]["files"]) >= {"tokenizer.json", "tokenizer_config.json"}
     assert meta["corpus"]["tokens"] == 1600 and meta["corpus"]["sequences"] == 200
+
+
+def test_shards_of_a_hugging_face_tokenizer(tmp_path):
+    """--shards on a manifest prepare wrote with --hf-tokenizer said "SentencePiece model not found: TOKDIR": its
+    tokenizer_kind was never read. The tokenizer is checked as the trainer checks it, by its content sha256."""
+    from data_tools.pipeline.run import run_pipeline
+    rng = np.random.default_rng(3)
+    text = tmp_path / "en.txt"
+    text.write_text("\n\n".join(" ".join(rng.choice(WORDS, 8)) + "." for _ in range(40)) + "\n", encoding="utf-8")
+    tok = _hf_tokenizer(tmp_path / "tok", [*WORDS, "."])
+    run_pipeline([text], tmp_path / "data", hf_tokenizer=str(tok), valid=0, test=0)
+    corpus = ShardCorpus(f"{tmp_path / 'data'}:train")
+    assert isinstance(corpus.tokenizer, HfTokenizer) and corpus.vocab_size == 16
+    matrix, meta = train_static_embeddings(corpus, TrainOptions(**TINY))
+    assert matrix.shape == (16, 16) and meta["tokenizer"]["kind"] == "hf" and meta["unseen_ids"] == [0, 1, 2, 3, 4]
+    manifest = tmp_path / "data/manifest.json"
+    manifest.write_text(manifest.read_text().replace(json.loads(manifest.read_text())["tokenizer_content_sha256"],
+                                                     "0" * 64))
+    with pytest.raises(PrepareError, match=r"tok is not the Hugging Face tokenizer .*manifest\.json records"):
+        ShardCorpus(f"{tmp_path / 'data'}:train")
+
+
+def test_dictionary_pieces_are_unescaped(tmp_path):
+    """dictionary.tsv escapes backslash, tab and newline in pieces; align-embeddings looked the escaped strings
+    up as they were, so such pairs counted as unknown."""
+    from data_tools.embeddings.bilingual_dict import read_dictionary
+    from data_tools.pairs.dictionary import write_dictionary
+    target, source = ["▁a", "b\\c", "t\tn\n"], ["x", "\\", "\\t"]
+    write_dictionary(tmp_path / "d.tsv", (np.arange(3), np.array([1, 0, 2]), np.full(3, 5)), 2,
+                     lambda ids: [target[i] for i in ids], lambda ids: [source[i] for i in ids])
+    lookup = {"target": {p: i for i, p in enumerate(target)}, "source": {p: i for i, p in enumerate(source)}}
+    d = read_dictionary(tmp_path / "d.tsv", lookup["target"].get, lookup["source"].get, np.ones(3, bool),
+                        np.ones(3, bool))
+    assert d.stats["used"] == 3 and d.target_ids.tolist() == [0, 1, 2] and d.source_ids.tolist() == [1, 0, 2]
 
 
 def test_fasttext_cli_is_deterministic_and_records_its_method(tmp_path, paired_corpus):

@@ -253,3 +253,24 @@ def test_probe_scores_a_keep_vocab_run(tmp_path, hf_corpus, bert_with_tokenizer)
     assert rows["post-trained, its own vocabulary (the source's, trained)"]["tokens"] == n  # the same masks
     assert rows["post-trained, its own vocabulary (the source's, trained)"]["loss"] != \
         rows["post-trained, the source's untrained rows swapped back in"]["loss"]  # trained rows against the source's
+
+
+def test_hf_shards_of_the_old_writer_are_named_in_a_warning(hf_corpus, bert_with_tokenizer, tmp_path, caplog):
+    """Shards ``prepare --hf-tokenizer`` wrote before writer version 3 lack the space between sentences under a
+    byte-level BPE: the run says so once, naming the manifest; a manifest of today's writer gets no such line."""
+    import shutil
+    data, _ = hf_corpus
+    tok = build_hf_tokenizer(str(bert_with_tokenizer))
+    old = tmp_path / "old"
+    shutil.copytree(data, old)
+    meta = json.loads((old / "manifest.json").read_text())
+    assert meta["writer_version"] == 3
+    del meta["writer_version"]
+    (old / "manifest.json").write_text(json.dumps(meta))
+    with caplog.at_level("WARNING", logger="xpt_ds.data.manifest"):
+        assert expand_shards([f"{data}/manifest.json:train"], tok)
+        assert not [r for r in caplog.records if "before 2026-12-03" in r.getMessage()]
+        for _ in range(2):
+            assert expand_shards([f"{old}/manifest.json:train", f"{old}/manifest.json:valid"], tok)
+    said = [r.getMessage() for r in caplog.records if "before 2026-12-03" in r.getMessage()]
+    assert len(said) == 1 and str(old / "manifest.json") in said[0] and "run the same prepare command" in said[0]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,6 +18,10 @@ if TYPE_CHECKING:
     from xpt_ds.data.tokenizer import TargetTokenizer
 
 FORMAT_VERSION = 1
+HF_WRITER_VERSION = 3  # data_tools' shards.HF_WRITER_VERSION: a document encoded as one text (its sentences joined)
+log = logging.getLogger(__name__)
+_WARNED: set[Path] = set()
+
 
 def _check_manifest_tokenizer(manifest: Path, meta: dict, tok: TargetTokenizer) -> None:
     kind = meta.get("tokenizer_kind", "sentencepiece")  # manifests before --hf-tokenizer have no kind
@@ -31,6 +36,12 @@ def _check_manifest_tokenizer(manifest: Path, meta: dict, tok: TargetTokenizer) 
             raise ConfigError(f"manifest {manifest} was tokenized with Hugging Face tokenizer {meta.get('tokenizer')}, "
                               f"not with {tok.path} (content sha256 {str(meta.get('tokenizer_content_sha256'))[:12]}… "
                               f"vs {tok.content_sha256[:12]}…)")
+        if meta.get("writer_version", 0) < HF_WRITER_VERSION and manifest not in _WARNED:
+            _WARNED.add(manifest)  # a run checks a manifest per pattern and per stream: one warning is enough
+            log.warning("manifest %s was written by xpt-data prepare before 2026-12-03, which encoded a document's "
+                        "sentences one by one: with a byte-level BPE tokenizer (GPT-2, Llama 3, Qwen) its shards "
+                        "lack the space between sentences ('dog.Is'); run the same prepare command again, which "
+                        "rewrites them", manifest)
         return
     sha = hashlib.sha256(Path(tok.path).read_bytes()).hexdigest()
     if meta.get("tokenizer_sha256") not in (None, sha):

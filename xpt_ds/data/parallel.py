@@ -38,6 +38,7 @@ from xpt_ds.data.shards import (
     ShardIndex,
     check_archive_end,
     document_extrema,
+    first_special,
     read_member_header,
     scan_each,
 )
@@ -116,11 +117,13 @@ class PairShard:
     s2t: ShardIndex
 
 
-def scan_pair_shard(path: str, vocabs: tuple[int, int] | None = None, sha256: str | None = None) -> PairShard:
+def scan_pair_shard(path: str, vocabs: tuple[int, int] | None = None, sha256: str | None = None,
+                    forbidden: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())) -> PairShard:
     """Index a parallel shard from its tar and .npy headers; DataError naming the shard if it is corrupt. With
     ``vocabs`` = (source vocab size, target vocab size) it also reads every pair once (a sequential read of the
     shard), so that an id outside a vocabulary or a link outside its side fails here, before training. ``sha256``
-    (its manifest's record): the file's must be the same."""
+    (its manifest's record): the file's must be the same. ``forbidden``: the (source, target) special ids
+    (``TargetTokenizer.not_in_shards``) no side may hold, as ``shards.scan_shard``'s."""
     found: dict[str, dict[str, tuple]] = {}  # key -> member -> (dtype, length, offset)
     try:
         size = Path(path).stat().st_size
@@ -153,7 +156,24 @@ def scan_pair_shard(path: str, vocabs: tuple[int, int] | None = None, sha256: st
             indexes = _check_pairs(path, *indexes, *vocabs)
     except (tarfile.TarError, ValueError, EOFError, OSError) as e:
         raise DataError(f"corrupt parallel shard {path}: {e}") from None
+    _check_specials(path, indexes[0], indexes[1], forbidden)
     return PairShard(*indexes)
+
+
+def _check_specials(path: str, src: ShardIndex, tgt: ShardIndex, forbidden: tuple[tuple[int, ...], tuple[int, ...]]
+                    ) -> None:
+    """DataError naming the shard, the pair and the id if a side holds one of its special ids: a pair's sides are
+    text (the reader adds cls/sep), and a mask or sep inside one would be read as that role."""
+    for side, ix, ids in (("source", src, forbidden[0]), ("target", tgt, forbidden[1])):
+        try:
+            found = first_special(path, ix.offsets, ix.lengths, ix.dtype, tuple(ids))
+        except (OSError, ValueError) as e:
+            raise DataError(f"corrupt parallel shard {path}: {e}") from None
+        if found is not None:
+            raise DataError(f"parallel shard {path} (pair {found[0]}) holds {side} special token id {found[1]}: "
+                            "pairs hold text only (no pad, cls/bos, sep/eos or mask ids; docs/shard_format.md); it "
+                            "was written by a tool that kept them (xpt-data parallel before 2026-12-03 kept a special "
+                            "token spelled in the text: run it again), or is corrupt")
 
 
 def _check_pairs(path: str, src: ShardIndex, tgt: ShardIndex, t2s: ShardIndex, s2t: ShardIndex, source_vocab: int,
@@ -175,11 +195,13 @@ def _check_pairs(path: str, src: ShardIndex, tgt: ShardIndex, t2s: ShardIndex, s
             for ix, m in zip((src, tgt, t2s, s2t), hi)]
 
 
-def scan_pair_shards(paths: list[str], on_corrupt: str, vocabs: tuple[int, int], digests: dict[str, str] | None = None
+def scan_pair_shards(paths: list[str], on_corrupt: str, vocabs: tuple[int, int], digests: dict[str, str] | None = None,
+                     forbidden: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())
                      ) -> tuple[list[PairShard], list[str]]:
     """The readable parallel shards, and the skipped ones (``on_corrupt='skip'``, as ``shards.scan_shards``).
-    ``digests``: ``parallel_digests``."""
-    return scan_each(paths, on_corrupt, lambda path: scan_pair_shard(path, vocabs, (digests or {}).get(path)))
+    ``digests``: ``parallel_digests``; ``forbidden``: as ``scan_pair_shard``'s."""
+    return scan_each(paths, on_corrupt,
+                     lambda path: scan_pair_shard(path, vocabs, (digests or {}).get(path), forbidden))
 
 
 class PairCorpus:
@@ -259,7 +281,8 @@ def build_pair_corpus(cfg: TrainConfig, tok: TargetTokenizer, source_tok: Target
     """The pairs of data.parallel_shards, whose sides must be in ``tok``'s and ``source_tok``'s ids."""
     paths = expand_parallel_shards(cfg.data.parallel_shards, tok, source_tok)
     shards, skipped = scan_pair_shards(paths, cfg.data.on_corrupt_shard, (source_tok.vocab_size, tok.vocab_size),
-                                       parallel_digests(cfg.data.parallel_shards))
+                                       parallel_digests(cfg.data.parallel_shards),
+                                       (source_tok.not_in_shards, tok.not_in_shards))
     if skipped:
         log.warning("skipped %d corrupt parallel shard(s) of %d: %s", len(skipped), len(paths), ", ".join(skipped))
     return PairCorpus(shards, cfg.data.seed, source_tok.vocab_size, tok.vocab_size, skipped)
