@@ -226,3 +226,55 @@ def test_takes_no_options():
     assert check_args("subword_mean", {}) == {}
     with pytest.raises(ConfigError, match="'model.embedding_init_args.top_k'"):
         check_args("subword_mean", {"top_k": 3})
+
+
+def wordpiece_marks(out):
+    """BERT's kind with punctuation marks and CJK characters both as words and as ``##`` continuations, as BERT's
+    vocabulary has them; running text never holds ``##,``: BERT's pre-tokenizer cuts each mark and CJK character
+    off as a word of its own (its ``##,`` row is never trained)."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+    marks = [",", ")", "'", "中", "国", "s"]
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *LETTERS, *(f"##{c}" for c in LETTERS), "##ри",
+              *marks, *(f"##{m}" for m in marks)]
+    backend = Tokenizer(models.WordPiece({t: i for i, t in enumerate(tokens)}, unk_token="[UNK]"))
+    backend.normalizer = normalizers.BertNormalizer(lowercase=True)
+    backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    return _save(backend, out, cls_token="[CLS]", sep_token="[SEP]", unk_token="[UNK]", pad_token="[PAD]",
+                 mask_token="[MASK]")
+
+
+@pytest.mark.parametrize("text, tokens", [
+    (",", [","]), ("),", [")", ","]), ("中国", ["中", "国"]), ("'s", ["'", "s"]), ("ри", ["##ри"]),
+    ("ри,", ["##ри", ","]), ("Ри", ["##ри"]),
+])
+def test_wordpiece_cuts_word_internal_text_as_running_text(tmp_path, text, tokens):
+    """A word-internal piece is cut as BERT cuts it after a word: punctuation and CJK characters are words of their
+    own (``x),`` is x ) ,), only the text the pre-tokenizer leaves in the word takes ``##`` tokens."""
+    from transformers import AutoTokenizer
+
+    from xpt_ds.embedding_init.subword_mean import SourceEncoder
+    stok = AutoTokenizer.from_pretrained(wordpiece_marks(tmp_path / "wp"))
+    assert stok.tokenize("п" + text)[1:] == tokens  # the source's own cut in running text
+    ids = SourceEncoder(stok, len(stok)).encode_all([(False, text.encode())])[0]
+    assert stok.convert_ids_to_tokens(ids) == tokens
+
+
+def test_wordpiece_punctuation_gets_the_word_row(tmp_path):
+    """The target's word-internal ``,`` (after ▁при) is the source's ``,`` in subword_mean and overlap_copy, not
+    its never-trained ``##,``; the word-internal ``ри`` is still ``##ри``."""
+    import sentencepiece as spm
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(["при, світ при", "світ, при світ"] * 30),
+                                   model_writer=model, vocab_size=24, model_type="bpe", character_coverage=1.0,
+                                   pad_id=1, bos_id=0, eos_id=2, unk_id=3, user_defined_symbols=["<mask>"],
+                                   minloglevel=2)
+    (tmp_path / "spm.model").write_bytes(model.getvalue())
+    target = build_tokenizer(str(tmp_path / "spm.model"))
+    pieces = {target.piece(i): i for i in range(target.vocab_size)}
+    assert "," in pieces and "▁," not in pieces and "ри" in pieces
+    source = wordpiece_marks(tmp_path / "wp")
+    for init in ("subword_mean", "overlap_copy"):
+        ctx = _ctx(target, source)
+        matrix, _ = init_embeddings(init, {}, ctx)
+        assert torch.equal(matrix[pieces[","]], _row_of(ctx, [","])), init
+        assert torch.equal(matrix[pieces["ри"]], _row_of(ctx, ["##ри"])), init

@@ -121,14 +121,17 @@ class Rows:
         if sources is not None:
             self.sources[i] = sources
 
-    def report(self, name: str, args: dict, **extra) -> dict:
-        counts = {k: int((self.kind == k).sum()) for k in KINDS}
+    def report(self, name: str, args: dict, kept: int = 0, **extra) -> dict:
+        """Counts and examples of rows ``kept``.. : method extend keeps the source's rows 0..kept-1 as they are, so
+        the strategy's work is the new rows alone (``kept_source_rows`` says how many were kept)."""
+        counts = {k: int((self.kind[kept:] == k).sum()) for k in KINDS}
         examples = {k: [] for k in KINDS if counts[k] and k not in ("zero", "random")}
-        for i in range(len(self.kind)):
+        for i in range(kept, len(self.kind)):
             k = self.kind[i]
             if k in examples and len(examples[k]) < EXAMPLES:
                 examples[k].append({"id": i, "piece": self.ctx.tok.piece(i), "source": self.sources.get(i, [])})
-        return {"strategy": name, "args": args, "rows": len(self.kind), **counts, **extra, "examples": examples}
+        out = {"strategy": name, "args": args, "rows": len(self.kind) - kept, **counts, **extra, "examples": examples}
+        return {**out, "kept_source_rows": kept} if kept else out
 
 
 def kept_vocabulary_report(rows: int) -> dict:
@@ -142,7 +145,9 @@ def summary(report: dict) -> str:
     eg = next((e for k in ("copied", "combined") for e in report["examples"].get(k, [])[:1]), None)
     tail = f"; e.g. {eg['piece']!r} <- {eg['source'][:2]}" if eg else ""
     bias = f"; head bias {report['head_bias']}" if report.get("head_bias") else ""  # model.head_bias_init
-    return f"embedding_init {report['strategy']}: {counts} of {report['rows']} rows{tail}{bias}"
+    rows = (f"{report['rows']} new rows ({report['kept_source_rows']} source rows kept)"
+            if report.get("kept_source_rows") else f"{report['rows']} rows")
+    return f"embedding_init {report['strategy']}: {counts} of {rows}{tail}{bias}"
 
 
 def log_report(report: dict | None, strategy: str, resumed_from: str | None, run_dir: Path) -> None:

@@ -32,6 +32,15 @@ def hf_tokenizer_sha256(directory: Path | str) -> str | None:
     return hashlib.sha256("".join(f"{n}:{s}\n" for n, s in files.items()).encode()).hexdigest()
 
 
+def target_identity(tok) -> tuple[str | None, str]:
+    """(sha256, kind) of the tokenizer identity a sidecar over the target ids records: data_tools writes a
+    SentencePiece model file as ``sentencepiece`` (the file's sha256) and a Hugging Face tokenizer directory (method
+    extend's, from ``xpt-data extend-vocab``) as ``hf`` (``hf_tokenizer_sha256``)."""
+    if tok.kind == "huggingface":
+        return hf_tokenizer_sha256(tok.path), "hf"
+    return sha256_file(tok.path), "sentencepiece"
+
+
 @dataclass
 class MatrixFile:
     path: Path  # the .npy
@@ -77,5 +86,17 @@ def read_matrix(path: str, key: str, rows: int, tokenizer_sha256: str | None, to
     if bad.size:
         raise ConfigError(f"{where}: {bad.size} row(s) are not finite (NaN or inf), e.g. row {int(bad[0])}")
     seen = np.ones(rows, dtype=bool)
-    seen[np.asarray(meta.get("unseen_ids", []), dtype=np.int64)] = False
+    seen[_unseen_ids(meta, rows, f"{where}: sidecar {sidecar.name}")] = False
     return MatrixFile(npy, matrix.astype(np.float32, copy=False), meta, seen)
+
+
+def _unseen_ids(meta: dict, rows: int, where: str) -> list[int]:
+    """The sidecar's ``unseen_ids``, checked: numpy would index with a negative id from the end (marking the last
+    rows unseen) and fail on others with a traceback."""
+    ids = meta.get("unseen_ids", [])
+    if not isinstance(ids, list):
+        raise ConfigError(f"{where}: 'unseen_ids' must be a list of row ids, got {json.dumps(ids)[:40]}")
+    bad = [i for i in ids if type(i) is not int or not 0 <= i < rows]  # type: a JSON true is a bool, 1.0 a float
+    if bad:
+        raise ConfigError(f"{where}: 'unseen_ids' holds {bad[0]!r}, not a row id in [0, {rows})")
+    return ids

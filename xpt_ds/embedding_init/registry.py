@@ -39,8 +39,9 @@ STRATEGIES = {
 assert STRATEGIES.keys() == EMBEDDING_INITS.keys()
 
 
-def init_embeddings(name: str, args: dict, ctx: InitContext) -> tuple[torch.Tensor, dict]:
-    """(float32 [target vocab, hidden], report) for strategy ``name``."""
+def init_embeddings(name: str, args: dict, ctx: InitContext, kept_rows: int = 0) -> tuple[torch.Tensor, dict]:
+    """(float32 [target vocab, hidden], report) for strategy ``name``. ``kept_rows`` (method extend): rows
+    0..kept_rows-1 stay the source's, so the report counts the rows after them only (``Rows.report``)."""
     args = check_args(name, args)
     ctx.args = args
     rows = Rows(ctx)
@@ -48,4 +49,4 @@ def init_embeddings(name: str, args: dict, ctx: InitContext) -> tuple[torch.Tens
     rows.matrix[ctx.tok.pad_id] = 0.0
     left = rows.unset()
     assert not left, f"embedding_init {name} left rows {left[:5]} unset"
-    return rows.matrix, rows.report(name, args)
+    return rows.matrix, rows.report(name, args, kept_rows)

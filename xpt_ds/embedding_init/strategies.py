@@ -2,13 +2,17 @@
 [target_vocab, hidden] float32 matrix, from an ``InitContext``.
 
 Matching pieces across vocabularies. A target SentencePiece piece ``▁x`` is word-initial ``x``, a piece ``x``
-is a word-internal ``x``. Source tokens are normalised by the style of their vocabulary: WordPiece (a ``##``
-token exists): ``x`` is word-initial, ``##x`` word-internal; byte-level BPE (a ``Ġ`` token exists): the token's
-characters are mapped back to bytes (GPT-2's byte-to-unicode table) and decoded as UTF-8, a leading space makes
-it word-initial; SentencePiece (``▁``) as for the target. A target piece overlaps a source token when both the
-word-initial flag and the text are equal; of several source tokens the lowest id wins. Special tokens never
-overlap: the target's cls/sep/unk/mask rows take the source tokenizer's cls/sep/unk/mask rows (``special``), in
-every strategy that uses the source tokenizer; the pad row stays zero.
+is a word-internal ``x`` (an extended Hugging Face target's pieces are read by their own style, as a source's).
+Source tokens are normalised by the style of their vocabulary: WordPiece (a ``##`` token exists): ``x`` is
+word-initial, ``##x`` word-internal; byte-level BPE (a ``Ġ`` token exists): the token's characters are mapped back
+to bytes (GPT-2's byte-to-unicode table) and decoded as UTF-8, a leading space makes it word-initial;
+SentencePiece (``▁``) as for the target. A WordPiece source sees a word-internal target text as its own
+pre-tokenizer would inside running text (``wordpiece_split``): BERT's cuts punctuation and CJK characters off as
+words of their own, so ``,`` after a word is the word-initial ``,``, never ``##,`` (a row running text never
+trains). A target piece overlaps a source token when both the word-initial flag and the text are equal; of several
+source tokens the lowest id wins. Special tokens never overlap: the target's cls/sep/unk/mask rows take the source
+tokenizer's cls/sep/unk/mask rows (``special``), in every strategy that uses the source tokenizer; the pad row
+stays zero.
 
 Frequency ranks (``frequency_rank``, 003 [lang->en][en]). Target ranks: non-special ids seen in
 ``data.train_shards`` by descending count (ties by id), then the unseen ones in id order. Source ranks: the
@@ -33,8 +37,7 @@ import torch
 from torch import nn
 
 from xpt_ds.config import ConfigError
-from xpt_ds.embedding_init.files import hf_tokenizer_sha256, read_matrix
-from xpt_ds.io.digest import sha256_file
+from xpt_ds.embedding_init.files import hf_tokenizer_sha256, read_matrix, target_identity
 
 if TYPE_CHECKING:
     from xpt_ds.embedding_init.context import InitContext, Rows
@@ -42,6 +45,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 UNUSED = re.compile(r"^[\[<]unused\d+[\]>]$")
+GLUE = "a"  # a letter: a WordPiece pre-tokenizer keeps the text after it in its word unless it cuts there
 CHUNK = 256  # target rows per similarity block: CHUNK x candidates float64 (100 MB for 50K candidates)
 
 
@@ -83,7 +87,7 @@ def init_focus(ctx: InitContext, rows: Rows) -> None:
     (fastText over piece strings; its pieces below min count have no vector, so they fall back, as FOCUS's
     "very rare" pieces do); fed deepfocus 1.0.1's own vectors this gives its rows (benchmarks/
     compare_focus_reference.py)."""
-    static = read_matrix(ctx.args["static"], "static", ctx.tok.vocab_size, sha256_file(ctx.tok.path), "sentencepiece")
+    static = read_matrix(ctx.args["static"], "static", ctx.tok.vocab_size, *target_identity(ctx.tok))
     method = static.meta.get("method") or (static.meta.get("options") or {}).get("method", "word2vec")
     if method != "fasttext":  # a file written before --method existed is word2vec's
         log.warning("focus: %s is a %s space, not FOCUS's auxiliary fastText space (xpt-data static-embeddings "
@@ -109,7 +113,7 @@ def init_aligned(ctx: InitContext, rows: Rows) -> None:
     """WECHSEL (Minixhofer et al. 2022): target static vectors mapped into the source static space; each target
     piece is softmax(cosine / temperature) over its top_k most similar source tokens, applied to their rows."""
     stok = ctx.source_tokenizer
-    target = read_matrix(ctx.args["target"], "target", ctx.tok.vocab_size, sha256_file(ctx.tok.path), "sentencepiece")
+    target = read_matrix(ctx.args["target"], "target", ctx.tok.vocab_size, *target_identity(ctx.tok))
     source = read_matrix(ctx.args["source"], "source", len(stok), hf_tokenizer_sha256(ctx.source), "hf")
     mapped_to = (target.meta.get("source_tokenizer") or {}).get("sha256")
     if mapped_to is not None and mapped_to != (source.meta.get("tokenizer") or {}).get("sha256"):
@@ -137,7 +141,7 @@ def init_aligned(ctx: InitContext, rows: Rows) -> None:
 
 
 def init_from_file(ctx: InitContext, rows: Rows) -> None:
-    f = read_matrix(ctx.args["path"], "path", ctx.tok.vocab_size, sha256_file(ctx.tok.path), "sentencepiece")
+    f = read_matrix(ctx.args["path"], "path", ctx.tok.vocab_size, *target_identity(ctx.tok))
     if f.matrix.shape[1] != ctx.hidden:
         raise ConfigError(f"config key 'model.embedding_init_args.path': {f.path} has dim {f.matrix.shape[1]} but "
                           f"the model's hidden size is {ctx.hidden}")
@@ -195,10 +199,22 @@ def sample_source_mean(ctx: InitContext, n: int) -> torch.Tensor:
     z = torch.randn(n, src.shape[1], generator=ctx.generator, dtype=torch.float64)
     if src.shape[1] <= ctx.args.get("full_covariance_max_dim", 2048) and src.shape[0] > src.shape[1]:
         centered = src - mean
-        chol, info = torch.linalg.cholesky_ex(centered.T @ centered / (src.shape[0] - 1))
+        chol, info = _cholesky(centered.T @ centered / (src.shape[0] - 1))
         if int(info) == 0:
             return (mean + z @ chol.T).float()
     return (mean + z * src.std(0)).float()
+
+
+def _cholesky(cov: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``torch.linalg.cholesky_ex(cov)`` on one thread: MKL's float64 factor (torch 2.13) has other bits on 2
+    threads than on 1, so a one-process run and a torchrun job (OMP_NUM_THREADS=1) drew other rows; the covariance
+    and ``z @ factor.T`` are the same on either count. One thread costs 0.15 s at hidden 2048, 1.4 s at 4096."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return torch.linalg.cholesky_ex(cov)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def fill_fallback(ctx: InitContext, rows: Rows, kind: str = "fallback") -> None:
@@ -268,8 +284,43 @@ def source_surface(token: str, style: str) -> tuple[bool, str]:
     return target_surface(token)
 
 
-def target_surface(piece: str) -> tuple[bool, str]:
+def target_style(tok) -> str:
+    """'sentencepiece', 'byte_level' or 'wordpiece': how the target's pieces mark a word start."""
+    return tok.marker_style if tok.kind == "huggingface" else "sentencepiece"
+
+
+def target_surface(piece: str, style: str = "sentencepiece") -> tuple[bool, str]:
+    """(word-initial, text) of a target piece of ``target_style`` ``style``: an extended byte-level vocabulary's
+    ``Ġпри`` is decoded as a byte-level source's token is."""
+    if style == "byte_level":
+        return source_surface(piece, "byte_bpe")
+    if style == "wordpiece":
+        return source_surface(piece, "wordpiece")
     return (True, piece[1:]) if piece.startswith("▁") else (False, piece)
+
+
+def wordpiece_split(backend, text: str) -> tuple[str, list[str]]:
+    """(the part of the word-internal ``text`` that continues the word before it, the words after it) as a WordPiece
+    source's normaliser and pre-tokenizer (``backend``: its tokenizers pipeline) cut that text inside running text:
+    BERT's cut each punctuation mark and CJK character off as a word of its own, so ``x),`` is x ) , and ``x中国``
+    is x 中 国. Only the continuation takes ``##`` tokens; the words start as any word does."""
+    if backend.normalizer is not None:
+        text = backend.normalizer.normalize_str(text)
+    if backend.pre_tokenizer is None:
+        return text, []
+    words = [w for w, _ in backend.pre_tokenizer.pre_tokenize_str(GLUE + text)]
+    if not words or not words[0].startswith(GLUE):  # not a pre-tokenizer that keeps text: the text continues
+        return text, []
+    return words[0][len(GLUE):], words[1:]
+
+
+def _wordpiece_surface(backend, text: str) -> tuple[bool, str] | None:
+    """(word-initial, text) of a word-internal target ``text`` for a WordPiece source (``wordpiece_split``); None
+    when the source cuts it into several words, which no one token spells."""
+    glued, words = wordpiece_split(backend, text)
+    if not words:
+        return False, text
+    return (True, text) if not glued and len(words) == 1 else None
 
 
 def _source_tokens(ctx: InitContext) -> list[tuple[int, str]]:
@@ -289,12 +340,15 @@ def overlap(ctx: InitContext) -> dict[int, tuple[int, str]]:
         initial, text = source_surface(t, style)
         if text:
             by_surface.setdefault((initial, text), (i, t))
-    special = set(ctx.tok.special_ids)
+    special, target = set(ctx.tok.special_ids), target_style(ctx.tok)
+    backend = getattr(ctx.source_tokenizer, "backend_tokenizer", None) if style == "wordpiece" else None
     out = {}
     for i, piece in enumerate(ctx.pieces):
-        initial, text = target_surface(piece)
-        if i not in special and text and (initial, text) in by_surface:
-            out[i] = by_surface[(initial, text)]
+        key: tuple[bool, str] | None = target_surface(piece, target)
+        if backend is not None and not key[0] and key[1]:
+            key = _wordpiece_surface(backend, key[1])
+        if i not in special and key and key[1] and key in by_surface:
+            out[i] = by_surface[key]
     return out
 
 

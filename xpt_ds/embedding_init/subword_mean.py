@@ -11,8 +11,12 @@ without special tokens:
   its own to every text (Llama 2's SentencePiece dummy prefix, BERT's pre-tokenizer), so that both give ``▁при``
   / ``Ġпри`` / ``при``, never a stray ``▁`` token;
 - a word-internal piece: the text as it is; where the source would prefix it as above, the source's tokenization
-  model alone (``backend_tokenizer.model``: BPE or Unigram, past the prefix) on the text in the source's alphabet,
-  and for WordPiece the greedy longest match over its ``##`` tokens, as WordPiece continues a word;
+  model alone (``backend_tokenizer.model``: BPE or Unigram, past the prefix) on the text in the source's alphabet;
+  for WordPiece, the text after the source's normaliser and pre-tokenizer as they would cut it after a word
+  (``strategies.wordpiece_split``): the part they leave in that word takes the greedy longest match over the
+  ``##`` tokens, as WordPiece continues a word, and every word they cut off (BERT's punctuation marks and CJK
+  characters: ``),`` is ``)`` ``,``, ``中国`` is ``中`` ``国``) is cut as a word, never as ``##`` tokens that
+  running text never holds;
 - bytes that are not UTF-8 (part of a character: byte-level and byte-fallback vocabularies have such pieces): a
   byte-level source's model on those bytes in GPT-2's alphabet, a byte-fallback source's ``<0xNN>`` tokens; else
   no text.
@@ -29,7 +33,7 @@ import re
 from typing import TYPE_CHECKING
 
 from xpt_ds.embedding_init.strategies import (
-    _byte_decoder, fill_fallback, map_specials, source_surface, tokenizer_style)
+    _byte_decoder, fill_fallback, map_specials, source_surface, target_style, tokenizer_style, wordpiece_split)
 
 if TYPE_CHECKING:
     from xpt_ds.embedding_init.context import InitContext, Rows
@@ -50,11 +54,6 @@ def init_subword_mean(ctx: InitContext, rows: Rows) -> None:
             mean = ctx.source_embeddings[ids].double().mean(0).float()
             rows.set(i, mean, "combined", [encoder.token(j) for j in ids])
     fill_fallback(ctx, rows)
-
-
-def target_style(tok) -> str:
-    """'sentencepiece', 'byte_level' or 'wordpiece': how the target's pieces mark a word start."""
-    return tok.marker_style if tok.kind == "huggingface" else "sentencepiece"
 
 
 def target_bytes(piece: str, style: str) -> tuple[bool, bytes]:
@@ -111,17 +110,16 @@ class SourceEncoder:
             pieces = (["▁"] if initial else []) + [f"<0x{b:02X}>" for b in raw]
             return [self.vocab[p] for p in pieces] if all(p in self.vocab for p in pieces) else []
         if self.style == "wordpiece":
-            return self._continuation(text) if text else []
+            glued, words = wordpiece_split(self.backend, text)
+            return self._continuation(glued) + [j for w in words for j in self._tokenize(w)]
         return self._tokenize(("▁" if initial else "") + text.replace(" ", "▁"))
 
     def _tokenize(self, sequence: str) -> list[int]:
         return [t.id for t in self.backend.model.tokenize(sequence)] if sequence else []
 
     def _continuation(self, text: str) -> list[int]:
-        """WordPiece's greedy longest match of a word-internal ``text`` over the ``##`` tokens (after the source's
-        normaliser: lowercasing, accents); no match at some point: [] (WordPiece makes the word unk)."""
-        norm = self.backend.normalizer
-        text = norm.normalize_str(text) if norm is not None else text
+        """WordPiece's greedy longest match of a word-internal, normalised ``text`` over the ``##`` tokens; no match
+        at some point: [] (WordPiece makes the word unk)."""
         ids, start = [], 0
         while start < len(text):
             end = len(text)

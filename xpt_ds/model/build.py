@@ -286,13 +286,14 @@ def _position_shift(cfg: ModelConfig, family: Family, src_cfg, tok: TargetTokeni
 
 
 def _embedding_rows(cfg: ModelConfig, tok: TargetTokenizer, data: DataConfig | None, source, src_matrix: str,
-                    target_name: str, std: float) -> tuple[torch.Tensor, dict]:
+                    target_name: str, std: float, kept_rows: int = 0) -> tuple[torch.Tensor, dict]:
     """model.embedding_init's rows for target parameter ``target_name`` over the source matrix ``src_matrix``,
-    the strategy's generator seeded from init_seed and the parameter's name (as every new parameter's is)."""
+    the strategy's generator seeded from init_seed and the parameter's name (as every new parameter's is);
+    ``kept_rows``: method extend's old rows, which the report leaves out."""
     ctx = InitContext(tok, source.get(src_matrix), cfg.source,
                       torch.Generator().manual_seed(param_seed(cfg.init_seed, target_name)), std, {},
                       list(data.train_shards) if data else [], data.on_corrupt_shard if data else "fail")
-    return init_embeddings(cfg.embedding_init, cfg.embedding_init_args, ctx)
+    return init_embeddings(cfg.embedding_init, cfg.embedding_init_args, ctx, kept_rows)
 
 
 def _source_matrices(meta_source: nn.Module) -> dict[str, str]:
@@ -354,15 +355,13 @@ def build_plan(cfg: ModelConfig, tok: TargetTokenizer, data: DataConfig | None =
         std = src_cfg.initializer_range
         by_kind = {kind: name for name, kind in row_params.items()}
         matrices["input"], report = _embedding_rows(cfg, tok, data, source, _parameter_name(
-            meta_source, meta_source.get_input_embeddings().weight), by_kind["input"], std)
+            meta_source, meta_source.get_input_embeddings().weight), by_kind["input"], std, old_rows)
         if "output" in by_kind:
             matrices["output"], out_report = _embedding_rows(cfg, tok, data, source, _parameter_name(
-                meta_source, meta_source.get_output_embeddings().weight), by_kind["output"], std)
+                meta_source, meta_source.get_output_embeddings().weight), by_kind["output"], std, old_rows)
             report = {**report, "output_rows": out_report}
         if old_rows:  # the strategy ran over the whole extended vocabulary; the old rows are the source's
             matrices = {kind: m[old_rows:].contiguous() for kind, m in matrices.items()}
-            report = {**report, "extend": f"rows {old_rows}.. of {tok.vocab_size} new; 0..{old_rows - 1} the "
-                                          "source's, copied"}
     if cfg.head_bias_init == "unigram":
         report = _unigram_head_bias(cfg, family, decoder, recipes, matrices, report, tok, data, rows)
     values = PlanValues(recipes, source, StockInit(meta, cfg.init_seed), matrices)
