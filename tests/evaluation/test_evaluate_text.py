@@ -20,23 +20,24 @@ from xpt_ds.evaluation.text_bpb import load_decoder, score_file, windows
 LINES = ["the cat sat on the mat", "a dog ran to the park and sat down", "привіт світ, the end"]
 
 
-def _tokenizer(out, bos: bool):
-    """A byte-level BPE of a few hundred pieces, GPT-2's kind (bos = eos = <|endoftext|>), or without a bos."""
+def _tokenizer(out, bos: bool, eos: bool = True):
+    """A byte-level BPE of a few hundred pieces, GPT-2's kind (bos = eos = <|endoftext|>), or without a bos (Qwen2's
+    kind), or with neither."""
     from tokenizers import ByteLevelBPETokenizer
     from transformers import PreTrainedTokenizerFast
     bpe = ByteLevelBPETokenizer()
     bpe.train_from_iterator(LINES * 20, vocab_size=300, min_frequency=2, show_progress=False,
                             special_tokens=["<|endoftext|>"])
-    specials = {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"} if bos else {"eos_token": "<|endoftext|>"}
+    specials = {name: "<|endoftext|>" for name, given in (("bos_token", bos), ("eos_token", eos)) if given}
     tok = PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, **specials)
     tok.save_pretrained(str(out))
     return tok
 
 
-def _gpt2(out, bos: bool = True):
+def _gpt2(out, bos: bool = True, eos: bool = True):
     """A stock GPT2LMHeadModel (random weights, 2 layers, hidden 64, 32 positions) and its tokenizer."""
     from transformers import GPT2Config, GPT2LMHeadModel
-    tok = _tokenizer(out, bos)
+    tok = _tokenizer(out, bos, eos)
     torch.manual_seed(0)
     GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_embd=64, n_layer=2, n_head=2, n_positions=32,
                                bos_token_id=0, eos_token_id=0)).save_pretrained(out)
@@ -154,10 +155,27 @@ def test_a_model_that_keeps_no_cache_reads_a_long_window_in_one_pass(loaded, tmp
     got = score_file(NoCache().eval(), tok, _file(tmp_path / "long.txt", [doc]), seq_len=32)
     assert got["nats"] == pytest.approx(_hand_nats(model, tok, doc), rel=1e-6)
 
-def test_without_bos_the_first_piece_is_not_scored(tmp_path):
+def test_without_bos_the_first_piece_is_predicted_from_eos_and_every_byte_is_paid_for(loaded, tmp_path):
+    """A tokenizer without a bos (Qwen2's kind): each document is read after its eos, as lm-evaluation-harness
+    reads it, so its first piece is scored too. The same weights with GPT-2's tokenizer, whose bos is that same
+    token, give the same figures; leaving the first piece out made bits per byte lower (1.83 against 2.11)."""
     model, tok = load_decoder(_gpt2(tmp_path / "m", bos=False))
+    assert tok.bos_token_id is None and tok.eos_token_id == loaded[1].bos_token_id
     got = score_file(model, tok, _file(tmp_path / "t.txt", LINES), seq_len=32)
-    assert got["tokens"] == got["pieces"] - 3 and got["first_token"].startswith("not scored")
+    assert got["tokens"] == got["pieces"] and got["first_token"].startswith("predicted from eos '<|endoftext|>'")
+    with_bos = score_file(*loaded, tmp_path / "t.txt", seq_len=32)
+    assert got["bits_per_byte"] == pytest.approx(with_bos["bits_per_byte"], rel=1e-9)
+    assert got["nats"] == pytest.approx(sum(_hand_nats(*loaded, d) for d in LINES), rel=1e-6)
+
+
+def test_a_tokenizer_with_neither_bos_nor_eos_is_refused(tmp_path, capsys):
+    """Nothing would predict a document's first piece, whose bytes count: one line naming the model, before its
+    weights are read."""
+    model = _gpt2(tmp_path / "m", bos=False, eos=False)
+    (model / "model.safetensors").write_bytes(b"not read")
+    capsys.readouterr()  # save_pretrained's progress bar
+    err = _error(["--model", str(model), "--text", str(_file(tmp_path / "t.txt", LINES))], capsys)
+    assert f"--model {model}: its tokenizer has neither a bos nor an eos token" in err
 
 
 def test_cli_json(gpt2, tmp_path, capsys):
@@ -261,3 +279,18 @@ def test_hub_ids_get_the_same_one_line_errors(gpt2, tiny_roberta, tmp_path, monk
     assert not (tmp_path / "ran").exists()
     err = _error(["--model", "org/none", "--text", text], capsys)
     assert "--model org/none" in err and "HF_HUB_OFFLINE is set" in err, err
+
+
+def test_a_caller_that_names_the_model_otherwise_gets_its_own_name_in_the_lines(gpt2, tmp_path):
+    """The decoder probe loads the source as ``evaluate --text`` loads a model, but from ``--source`` or the run's
+    model.source: a line about it names that, never ``--model`` or ``--text``, which the user did not give."""
+    from xpt_ds.errors import UserError
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for f in ("config.json", "model.safetensors"):
+        shutil.copy(gpt2 / f, bare / f)
+    what = f"model.source {bare} (the run's config)"
+    with pytest.raises(UserError) as info:
+        load_decoder(bare, what=what)
+    assert str(info.value).startswith(f"{what} has no tokenizer files")
+    assert "--model" not in str(info.value) and "--text" not in str(info.value)

@@ -85,7 +85,7 @@ def load_phase_end(ckpt_root: Path, name: str, digest: str | None) -> tuple[Call
     if not path.is_file() or not path.with_suffix(".json").is_file():
         raise CheckpointError(f"{path} is missing: a later phase starts from the weights phase '{name}' ended "
                               f"with, kept there when it ended")
-    record = json.loads(path.with_suffix(".json").read_text())
+    record = _read_record(path.with_suffix(".json"), name)
     # The weights' own bytes too (a file copied in beside another run's NAME.json): one sequential read of the
     # file on every rank (some 30 GB at 8B, about 75 s at 0.4 GB/s; a node's ranks share its page cache), before
     # the fill reads the values again. The recorded digest runs over every weight in name order, the fill in the
@@ -97,3 +97,16 @@ def load_phase_end(ckpt_root: Path, name: str, digest: str | None) -> tuple[Call
                               "copied from another run?")
     file = ValueFile(path)
     return file.get, record["data"]
+
+
+def _read_record(path: Path, name: str) -> dict:
+    """``NAME.json`` as ``save_phase_end`` writes it (whole, atomically): a file cut short or emptied since (a copy
+    or sync gone wrong) is one line naming it, not a traceback on every rank."""
+    try:
+        record = json.loads(path.read_text())
+        if not isinstance(record, dict) or "data" not in record:
+            raise ValueError(f"no data position in {record!r:.60}")
+    except (ValueError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{path} is not the record phase '{name}' ended with ({e}): restore it from a copy "
+                              "of the run, or resume from a checkpoint before the phase ended") from None
+    return record

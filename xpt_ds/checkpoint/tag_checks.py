@@ -36,7 +36,13 @@ def check_same_model(tag_dir: Path, hf_config) -> None:
     path = tag_dir / "hf_config" / "config.json"
     if not path.is_file():
         return
-    saved, now = json.loads(path.read_text()), hf_config.to_dict()
+    try:  # a file cut short or emptied (a copy interrupted): as export.checkpoint_config says it
+        saved = json.loads(path.read_text())
+        if not isinstance(saved, dict):
+            raise ValueError(f"not a JSON object: {saved!r:.60}")
+    except (ValueError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"checkpoint {tag_dir}: cannot read {path} ({first_line(e)})") from None
+    now = hf_config.to_dict()
     diff = [f"{k} {saved[k]!r} -> {now[k]!r}" for k in SHAPE_KEYS if k in saved and k in now and saved[k] != now[k]]
     if diff:
         raise ConfigError(f"checkpoint {tag_dir} holds another model than this config builds ({'; '.join(diff)}): "

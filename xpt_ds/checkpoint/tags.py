@@ -74,16 +74,26 @@ BEST_FILE = "best.json"  # RUN_DIR/best.json: the run's best checkpoint (xpt_ds.
 
 
 class NoBestError(CheckpointError):
-    """The tag name ``best`` was asked for, but the run records no best checkpoint."""
+    """The tag name ``best`` was asked for, but the run records no best checkpoint, or none that can be read."""
 
 
 def read_best(run_dir: Path) -> str:
-    """The tag ``RUN_DIR/best.json`` records; a one-line error naming the run if there is none."""
+    """The tag ``RUN_DIR/best.json`` records; a one-line error naming the run if there is none, and naming the
+    file if it is not the record a run writes (whole, atomically: an emptied or cut file is a copy or sync gone
+    wrong)."""
     path = Path(run_dir) / BEST_FILE
     if not path.is_file():
         raise NoBestError(f"run {run_dir} records no best checkpoint ({path} is missing: checkpoint.keep_best "
                           f"was off, or no validation pass has run)")
-    return json.loads(path.read_text())["tag"]
+    try:
+        record = json.loads(path.read_text())
+        if not isinstance(record, dict) or not isinstance(record.get("tag"), str) or not record["tag"]:
+            raise ValueError(f"no tag name in {record!r:.60}")
+    except (ValueError, UnicodeDecodeError) as e:
+        raise NoBestError(f"run {run_dir}: {path} is not the record a run writes ({e}): rewrite it as "
+                          "{\"tag\": \"TAG\"} naming the best checkpoint, or delete it (a resume writes it "
+                          "again from the checkpoint's record)") from None
+    return record["tag"]
 
 
 class UnknownTag(CheckpointError):
@@ -91,9 +101,13 @@ class UnknownTag(CheckpointError):
 
 
 def _choices(ckpt_root: Path, tags: list[str], names: tuple[str, ...]) -> str:
-    """What a tag argument may be: ``names``, 'best' when the run records one, its complete tags (newest first,
-    the 6 newest of many)."""
-    names += ("best",) if (ckpt_root.parent / BEST_FILE).is_file() else ()
+    """What a tag argument may be: ``names``, 'best' when the run records one it can read, its complete tags
+    (newest first, the 6 newest of many)."""
+    try:
+        read_best(ckpt_root.parent)
+        names += ("best",)
+    except NoBestError:
+        pass
     newest = tags[::-1][:6] + ([f"... ({len(tags) - 6} older)"] if len(tags) > 6 else [])
     return ", ".join(names) + (f", or a complete checkpoint: {', '.join(newest)}" if tags else
                                " (the run has no complete checkpoint)")

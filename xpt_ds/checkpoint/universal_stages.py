@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from xpt_ds.checkpoint.tags import CheckpointError
+from xpt_ds.errors import UserError, error_line, first_line
 from xpt_ds.io.trust import load_plain
 
 MODEL_STATES = {12: "mp_rank_00_model_states.pt", 3: "zero_pp_rank_0_mp_rank_00_model_states.pt"}
@@ -36,9 +37,28 @@ STATES = ("fp32", "exp_avg", "exp_avg_sq")
 
 def fit_for(folder: Path, stage: int) -> int:
     """Make the universal checkpoint ``folder`` loadable by an engine at ZeRO ``stage`` (1, 2 or 3); returns the
-    number of parameters whose state files it rewrote."""
+    number of parameters whose state files it rewrote. A conversion is renamed into place whole, so a folder with
+    files missing or cut short is a copy or sync of the run gone wrong: one line that says to delete it (the next
+    resume converts the checkpoint again), not a traceback from deep in the fit or in DeepSpeed's loader."""
+    try:
+        return _fit(folder, stage)
+    except UserError:  # said already (a missing file named, a file that would run code refused)
+        raise
+    except (FileNotFoundError, ValueError, RuntimeError, EOFError, KeyError, IndexError) as e:
+        why = error_line(e) if isinstance(e, OSError) else first_line(e).split(". ")[0][:160]
+        raise _damaged(folder, f"{type(e).__name__}: {why}" if isinstance(e, LookupError) else why) from None
+
+
+def _damaged(folder: Path, why: str) -> CheckpointError:
+    return CheckpointError(f"universal checkpoint {folder} is incomplete or damaged ({why}); it is the copy xpt-ds "
+                           f"made of checkpoint {folder.parent.name} to resume at another scale: delete it, and the "
+                           "next resume makes it again")
+
+
+def _fit(folder: Path, stage: int) -> int:
     family = 3 if stage == 3 else 12
     states = _model_states(folder, family)
+    _check_parameters(folder, states)
     optim_file = folder / "zero" / "optimizer_state.pt"
     optim = load_plain(optim_file, mmap=True)
     if not _slim(optim):
@@ -50,6 +70,8 @@ def fit_for(folder: Path, stage: int) -> int:
     if not missing:
         return 0
     shapes = _shapes(states)
+    if not optim["optimizer_state_dict"]["state"]:
+        raise _damaged(folder, "no parameter's step.pt, and no Adam step in zero/optimizer_state.pt")
     step = optim["optimizer_state_dict"]["state"][0]["step"]
     for param in missing:
         for key in STATES:
@@ -87,13 +109,22 @@ def _model_states(folder: Path, family: int) -> Path:
     if not want.exists():
         have = folder / MODEL_STATES[12 if family == 3 else 3]
         if not have.exists():
-            raise CheckpointError(f"universal checkpoint {folder} has no model-states file ({have.name})")
+            raise _damaged(folder, f"no model-states file, {want.name} or {have.name}")
         try:
             os.link(have, want)
         except OSError:  # a filesystem without hard links
             shutil.copyfile(have, want.with_name(want.name + ".tmp"))
             os.replace(want.with_name(want.name + ".tmp"), want)
     return want
+
+
+def _check_parameters(folder: Path, states: Path) -> None:
+    """Every trained parameter the model-states file names (``param_shapes``) has its folder's ``fp32.pt``."""
+    names = [name for group in load_plain(states, mmap=True)["param_shapes"] for name in group]
+    missing = [name for name in names if not (folder / "zero" / name / "fp32.pt").is_file()]
+    if missing:
+        raise _damaged(folder, f"zero/{missing[0]}/fp32.pt missing, {len(missing)} of {len(names)} parameters' "
+                               "files")
 
 
 def _saved_step(folder: Path):

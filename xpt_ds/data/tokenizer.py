@@ -187,8 +187,15 @@ def saved_tokenizer(directory: Path) -> TargetTokenizer:
     """The tokenizer a checkpoint tag directory or an export holds: ``spm.model`` if present, else the Hugging
     Face tokenizer in ``hf_tokenizer/`` (checkpoints of keep_vocab) or in the directory itself (its export)."""
     directory = Path(directory)
-    if (directory / "spm.model").is_file():
-        return build_tokenizer(str(directory / "spm.model"))
+    spm_file = directory / "spm.model"
+    if spm_file.is_file():
+        try:  # said here: build_tokenizer's line names config key 'model.tokenizer', which did not name this file
+            _load(str(spm_file))
+        except (RuntimeError, OSError) as e:
+            raise ConfigError(f"{directory}: its {spm_file.name} is not a SentencePiece model ({first_line(e)}); "
+                              "copy it from another checkpoint of the run or its export (they hold the same "
+                              "file)") from None
+        return build_tokenizer(str(spm_file))
     for d in (directory / HF_TOKENIZER_DIR, directory):
         if (d / "tokenizer_config.json").is_file():
             return build_hf_tokenizer(str(d), f"saved tokenizer {d}", causal=None)

@@ -120,8 +120,10 @@ def probe_decoder_run(run: Path, tag_dir: Path, hf_config, source_text: Path, so
     exported.values = checkpoint_values(tag_dir, exported.trained, allow_pickle)  # another model's config: one line
     post = assign(exported.model, exported.value)
     run_cfg = read_config(tag_dir.parent, tag_dir.name, allow_pickle)
+    # the flag, or the run's config key, that named the source: what a line about it names
+    what = f"--source {source_id}" if source_id else f"model.source {run_cfg.model.source} (the run's config)"
     source_id = source_id or run_cfg.model.source
-    source, tokenizer = load_decoder(Path(source_id), what=f"--source {source_id}")
+    source, tokenizer = load_decoder(Path(source_id), what=what)
     own = None
     method = method_of(hf_config)
     saved = saved_tokenizer(tag_dir)

@@ -8,17 +8,20 @@ Loading runs no code from the directory (``xpt_ds.io.trust``: only this xpt-ds's
 commands on the same English file, one for the source and one for the export, whatever the method.
 
 Each non-blank line of a UTF-8 file is a document. It is tokenized alone by the model's own tokenizer (no special
-tokens), and the tokenizer's bos, when it has one, is put first: the document's first piece is then predicted
-from bos and scored; without a bos it has no context and is not scored (the JSON's ``first_token`` says which).
-Documents never see each other. A document longer than ``seq_len`` predictions is cut into windows of
-``seq_len``: window k reads pieces kL .. kL+L-1 (bos counted) and predicts the next one each, so every piece is
-predicted once, and a window's first prediction has the previous window's last piece as its only context
-(lm-evaluation-harness's rolling windows do the same). A window longer than ``BATCH_TOKENS`` pieces (a long
-document under a long-context model: Llama 3 reads 131,072) runs alone, ``BATCH_TOKENS`` positions at a time,
-each part reading the earlier ones from the model's key-value cache: the logits of one forward pass stay
-``BATCH_TOKENS`` x vocabulary (2.1 GB in float32 at Llama 3's 128,256 pieces) however long the window, where the
-whole window's would be 67 GB at 131,072 positions. The cache gives one pass's figures to float32 rounding (the
-same bits for SmolLM2-135M's 8,192-piece window of 280 joined Bible verses, RESULTS.md).
+tokens), and the tokenizer's bos is put first, or its eos where it has no bos (Qwen2's kind: read as the end of a
+document before, lm-evaluation-harness's prefix token): the document's first piece is predicted from it and scored
+like every other, so the bytes it covers are paid for (the JSON's ``first_token`` says which token). A tokenizer
+with neither is refused: nothing would predict the first piece, and its bytes cannot be told apart from the rest's
+(a byte-level piece may hold part of a character). Documents never see each other. A document longer than
+``seq_len`` predictions is cut into windows of ``seq_len``: window k reads pieces kL .. kL+L-1 (bos or eos counted)
+and predicts the next one each, so every piece is predicted once, and a window's first prediction has the previous
+window's last piece as its only context (lm-evaluation-harness's rolling windows do the same). A window longer than
+``BATCH_TOKENS`` pieces (a long document under a long-context model: Llama 3 reads 131,072) runs alone,
+``BATCH_TOKENS`` positions at a time, each part reading the earlier ones from the model's key-value cache: the
+logits of one forward pass stay ``BATCH_TOKENS`` x vocabulary (2.1 GB in float32 at Llama 3's 128,256 pieces)
+however long the window, where the whole window's would be 67 GB at 131,072 positions. The cache gives one pass's
+figures to float32 rounding (the same bits for SmolLM2-135M's 8,192-piece window of 280 joined Bible verses,
+RESULTS.md).
 
 Reported per file: ``nats`` (summed next-piece cross-entropy), ``tokens`` (pieces predicted), ``bytes`` (UTF-8
 bytes of the documents, line ends not counted; nothing predicts a document's end), ``bits_per_byte`` = nats /
@@ -66,7 +69,7 @@ def load_decoder(path: Path, trust_remote_code: bool = False, dtype: str = "floa
             check_model_source(name, what)
         check_decoder(read_config_dict(name), what)
         location, extra, trusted = name, {}, remote_code_consent(name, trust_remote_code)
-    tokenizer = own_tokenizer(path, location, extra)  # before the weights: a missing tokenizer fails at once
+    tokenizer = own_tokenizer(path, location, extra, what)  # before the weights: a missing tokenizer fails at once
     with reading_weights(what):
         model = AutoModelForCausalLM.from_pretrained(location, trust_remote_code=trusted,
                                                      dtype=dtype if dtype == "auto" else getattr(torch, dtype), **extra)
@@ -79,17 +82,21 @@ def check_decoder(config: dict, what: str) -> None:
         return
     archs = config.get("architectures") or []
     raise UserError(f"{what} is a {config.get('model_type', '?')} model ({', '.join(archs) or 'no architectures'}), "
-                    "not a decoder: --text scores next-token prediction; score a masked LM on shards (--shards)")
+                    "not a decoder: text is scored by next-token prediction; score a masked LM on shards "
+                    "(evaluate --shards)")
 
 
-def own_tokenizer(path: Path, location: str, extra: dict):
-    """The model's Hugging Face tokenizer, loaded without running code."""
+def own_tokenizer(path: Path, location: str, extra: dict, what: str = ""):
+    """The model's Hugging Face tokenizer, loaded without running code; a missing or unloadable one, or one with
+    neither a bos nor an eos (``first_context``), is one line naming ``what`` (the flag that named the model:
+    ``--model PATH`` unless given)."""
     from xpt_ds.data.tokenizer import check_vocabulary, model_tokenizer
     from xpt_ds.embedding_init.files import HF_TOKENIZER_FILES
     from xpt_ds.io.trust import first_file
+    what = what or f"--model {path}"
     if not extra and first_file(location, HF_TOKENIZER_FILES) is None:
-        raise UserError(f"--model {path} has no tokenizer files ({', '.join(HF_TOKENIZER_FILES[:3])}, ...); "
-                        "--text tokenizes with the model's own tokenizer")
+        raise UserError(f"{what} has no tokenizer files ({', '.join(HF_TOKENIZER_FILES[:3])}, ...); text is "
+                        "scored in the model's own tokenizer")
     try:
         if extra:  # a .gguf file: its special tokens as the file states them
             from xpt_ds.io.gguf_tokenizer import load_gguf_tokenizer
@@ -98,8 +105,22 @@ def own_tokenizer(path: Path, location: str, extra: dict):
             tokenizer = model_tokenizer(location, trust_remote_code=False)  # a Qwen2 export: the one it wrote
         check_vocabulary(tokenizer, path)
     except (OSError, ValueError, TypeError) as e:
-        raise UserError(f"--model {path}: cannot load its tokenizer ({first_line(e)[:200]})") from None
+        raise UserError(f"{what}: cannot load its tokenizer ({first_line(e)[:200]})") from None
+    first_context(tokenizer, what)
     return tokenizer
+
+
+def first_context(tokenizer, what: str = "") -> tuple[int, str]:
+    """(the id every document is read after, what the JSON's ``first_token`` says): the tokenizer's bos, else its
+    eos (module docstring); a tokenizer with neither is one line naming ``what`` (else the tokenizer's name)."""
+    if tokenizer.bos_token_id is not None:
+        return tokenizer.bos_token_id, f"predicted from bos {tokenizer.bos_token!r} (id {tokenizer.bos_token_id})"
+    if tokenizer.eos_token_id is not None:
+        return tokenizer.eos_token_id, (f"predicted from eos {tokenizer.eos_token!r} (id {tokenizer.eos_token_id}): "
+                                        "the tokenizer has no bos")
+    who = f"{what}: its tokenizer" if what else f"tokenizer {tokenizer.name_or_path}"
+    raise UserError(f"{who} has neither a bos nor an eos token: nothing would predict a document's first piece, "
+                    "whose bytes bits per byte counts; give the tokenizer one (tokenizer_config.json's bos_token)")
 
 
 def max_positions(config) -> int | None:
@@ -128,7 +149,7 @@ def read_documents(path: Path) -> list[str]:
 
 
 def windows(ids: list[int], seq_len: int) -> list[tuple[list[int], list[int]]]:
-    """(inputs, targets) of one document's pieces ``ids`` (bos first, if any): targets are inputs shifted by one;
+    """(inputs, targets) of one document's pieces ``ids`` (bos or eos first): targets are inputs shifted by one;
     at most ``seq_len`` each, every piece after the first a target once (module docstring)."""
     n = len(ids) - 1  # predictions
     return [(ids[k:min(k + seq_len, n)], ids[k + 1:min(k + seq_len, n) + 1]) for k in range(0, n, seq_len)]
@@ -194,16 +215,14 @@ def score_file(model, tokenizer, path: Path, seq_len: int, batch_size: int = 16,
     """The figures of one text file (module docstring)."""
     docs = read_documents(path)
     encoded = tokenizer(docs, add_special_tokens=False)["input_ids"]
-    bos = tokenizer.bos_token_id
-    pieces = [([bos] if bos is not None else []) + ids for ids in encoded]
+    start, first = first_context(tokenizer)
+    pieces = [[start] + ids for ids in encoded]
     pairs = [w for ids in pieces for w in windows(ids, seq_len)]
     nats = summed_nats(model, pairs, batch_size, device)
     tokens = sum(len(t) for _, t in pairs)
     n_bytes = sum(len(d.encode("utf-8")) for d in docs)
     words = sum(len(d.split()) for d in docs)
     n_pieces = sum(len(ids) for ids in encoded)
-    first = (f"predicted from bos {tokenizer.bos_token!r} (id {bos})" if bos is not None
-             else "not scored: the tokenizer has no bos, so a document's first piece has no context")
     return {"documents": len(docs), "windows": len(pairs), "pieces": n_pieces, "tokens": tokens, "bytes": n_bytes,
             "words": words, "nats": nats, "loss": nats / max(tokens, 1),
             "bits_per_byte": nats / math.log(2) / n_bytes, "pieces_per_word": n_pieces / max(words, 1),
