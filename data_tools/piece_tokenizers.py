@@ -2,10 +2,14 @@
 from ``prepare``) and a Hugging Face tokenizer (the source model's). Both encode text to id arrays, look up
 pieces, and describe themselves (``identity``: kind, path, sha256) for the sidecar files, so a reader can check
 that a matrix's rows belong to the tokenizer it uses.
+
+Pieces as a TSV field (``escape_piece``): ``dictionary.tsv`` (``xpt-data parallel`` writes it, ``align-embeddings``
+reads it) holds token strings, and a token may hold a tab, a newline or a backslash (BERT's ``\\``).
 """
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 from typing import Iterable
 
@@ -17,6 +21,19 @@ from data_tools.errors import PrepareError
 HF_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
                       "vocab.txt", "vocab.json", "merges.txt", "spiece.model", "sentencepiece.bpe.model",
                       "tokenizer.model")
+
+_UNESCAPE = {"\\": "\\", "t": "\t", "n": "\n"}
+_ESCAPED = re.compile(r"\\(.)", re.DOTALL)
+
+
+def escape_piece(piece: str) -> str:
+    """A piece as one TSV field: backslash, tab and newline escaped."""
+    return piece.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n")
+
+
+def unescape_piece(field: str) -> str:
+    """A field ``escape_piece`` wrote, back to the piece; another backslash stays as it is."""
+    return _ESCAPED.sub(lambda m: _UNESCAPE.get(m.group(1), m.group(0)), field)
 
 
 def sha256_file(path: Path) -> str:

@@ -16,7 +16,7 @@ from typing import Callable
 import numpy as np
 
 from data_tools.errors import PrepareError
-from data_tools.pairs.dictionary import unescape_piece
+from data_tools.piece_tokenizers import unescape_piece
 
 COLUMNS = ("pieces", "ids")
 WEIGHTS = ("none", "count", "probability")

@@ -9,13 +9,13 @@ threshold. Rows: target id ascending, then links descending, then source id asce
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
 
 from data_tools.pipeline.shards import atomic_write_text
+from data_tools.piece_tokenizers import escape_piece
 
 COLUMNS = ("target_piece", "source_token", "links", "p_source_given_target", "target_id", "source_id")
 
@@ -35,19 +35,6 @@ def count_links(src: Sequence[np.ndarray], tgt: Sequence[np.ndarray], s2t: Seque
     return keys // source_vocab, keys % source_vocab, counts
 
 
-def _escape(piece: str) -> str:
-    return piece.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n")
-
-
-_UNESCAPE = {"\\": "\\", "t": "\t", "n": "\n"}
-_ESCAPED = re.compile(r"\\(.)", re.DOTALL)
-
-
-def unescape_piece(field: str) -> str:
-    """A piece as ``write_dictionary`` escaped it, back to the piece; another backslash stays as it is."""
-    return _ESCAPED.sub(lambda m: _UNESCAPE.get(m.group(1), m.group(0)), field)
-
-
 def write_dictionary(path: Path, counts: tuple[np.ndarray, np.ndarray, np.ndarray], min_count: int,
                      target_pieces: Callable[[np.ndarray], list[str]],
                      source_pieces: Callable[[np.ndarray], list[str]]) -> dict:
@@ -61,7 +48,7 @@ def write_dictionary(path: Path, counts: tuple[np.ndarray, np.ndarray, np.ndarra
     rows = ["\t".join(COLUMNS)]
     for tp, sp, n, p, t, s in zip(target_pieces(tgt), source_pieces(src), links.tolist(), prob.tolist(),
                                   tgt.tolist(), src.tolist()):
-        rows.append(f"{_escape(tp)}\t{_escape(sp)}\t{n}\t{p:.6f}\t{t}\t{s}")
+        rows.append(f"{escape_piece(tp)}\t{escape_piece(sp)}\t{n}\t{p:.6f}\t{t}\t{s}")
     atomic_write_text(path, "\n".join(rows) + "\n")
     return {"file": path.name, "min_count": min_count, "entries": len(keep),
             "target_pieces": len(np.unique(tgt)), "links_kept": int(links.sum())}
