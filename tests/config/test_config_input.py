@@ -1,11 +1,17 @@
 """Config input that was taken wrongly: command-line values inside free-form options and lists the file leaves
-out, values no run can use (validate), a YAML key given twice, and DeepSpeed JSON sections of the wrong shape."""
+out, values no run can use (validate), a YAML or JSON key given twice, and DeepSpeed JSONs with sections of the
+wrong shape or keys DeepSpeed does not know."""
+import json
+import sys
+
+import deepspeed
 import pytest
 import yaml
 
-from xpt_ds.config import ConfigError, load_config
+from conftest import REPO
+from xpt_ds.config import ConfigError, TrainConfig, load_config
 from xpt_ds.config.manager import config_yaml, read_config_file
-from xpt_ds.training.engine import load_ds_config
+from xpt_ds.training.engine import build_ds_config, check_with_deepspeed, engine_settings, load_ds_config
 
 
 def _base(tmp_path, **sections):
@@ -81,3 +87,96 @@ def test_ds_json_of_the_wrong_shape_is_one_line(tmp_path, body, key):
         load_ds_config(str(path))
     assert str(info.value).startswith(f"DeepSpeed JSON {path}") and key in str(info.value), str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_a_whole_entry_of_a_list_of_sections_on_the_command_line_is_yaml(tmp_path):
+    """``--phases.1={...}`` and ``--data.mix.0={...}`` were refused as 'must be a mapping' (the raw text went to
+    the section's builder); a whole list (``--phases=[...]``) was read as YAML already."""
+    cfg = load_config(_base(tmp_path), ["--phases.1={name: p2, steps: 8, lr: 2.0e-4}",
+                                        "--data.mix.0={name: en, shards: [b.tar], weight: 0.2}"])
+    assert (cfg.phases[1].name, cfg.phases[1].steps, cfg.phases[1].lr) == ("p2", 8, 2.0e-4)
+    assert (cfg.data.mix[0].shards, cfg.data.mix[0].weight) == (["b.tar"], 0.2)
+    with pytest.raises(ConfigError, match=r"^config key 'phases\[1\]': cannot read '\{name: \[' as YAML"):
+        load_config(_base(tmp_path), ["--phases.1={name: ["])
+    with pytest.raises(ConfigError, match=r"^unknown config key 'phases\[1\]\.stpes'"):
+        load_config(_base(tmp_path), ["--phases.1={name: p2, stpes: 8}"])
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["--run_dir="], "config key 'run_dir' is empty ('')"),  # --run_dir=$RUN_DIR with RUN_DIR unset: the cwd
+    (["--run_dir=  "], "config key 'run_dir' is empty ('  ')"),
+    (["--phases.1.decay=constant", "--phases.1.min_lr_ratio=0.1"],
+     "config key 'phases[1].min_lr_ratio' is set but phases[1].decay is 'constant' (only linear and cosine read it)"),
+    (["--phases.1.lr=fast"], "config key 'phases[1].lr' must be a float, got 'fast'"),  # was "an float"
+])
+def test_values_a_run_would_misread_are_refused(tmp_path, overrides, message):
+    with pytest.raises(ConfigError) as info:
+        load_config(_base(tmp_path), overrides)
+    assert str(info.value).startswith(message) and "\n" not in str(info.value), str(info.value)
+
+
+def test_a_constant_decay_with_the_default_min_lr_ratio_is_fine(tmp_path):
+    cfg = load_config(_base(tmp_path), ["--phases.1.decay=constant", "--phases.1.min_lr_ratio=0.0"])
+    assert cfg.phases[1].decay == "constant"
+
+
+def test_json_key_given_twice_is_refused(tmp_path):
+    """The json module keeps the second value silently (a YAML file was refused so already): in a run config,
+    and in the DeepSpeed JSON."""
+    path = tmp_path / "cfg.json"
+    path.write_text('{"seed": 1, "optim": {"grad_accum": 4}, "optim": {"micro_batch_size": 2}}')
+    with pytest.raises(ConfigError) as info:
+        load_config(str(path))
+    assert str(info.value) == f"config file {path} does not parse: key 'optim' is given twice in one object"
+    ds = tmp_path / "ds.json"
+    ds.write_text('{"zero_optimization": {"stage": 2, "overlap_comm": true, "stage": 0}}')
+    with pytest.raises(ConfigError) as info:
+        load_ds_config(str(ds))
+    assert str(info.value) == f"DeepSpeed JSON {ds} does not parse: key 'stage' is given twice in one object"
+
+
+@pytest.mark.parametrize("ds, problem", [
+    ({"zero_optimization": {"stage": 2, "overlap_com": True}},  # was a pydantic traceback after the model build
+     "zero_optimization.overlap_com is no DeepSpeed setting; did you mean 'overlap_comm'?"),
+    ({"zero_optimisation": {"stage": 2}},  # was ignored: the run trained at ZeRO stage 0
+     "top-level key 'zero_optimisation' is no DeepSpeed setting (it would be ignored); did you mean "
+     "'zero_optimization'?"),
+    ({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvm"}}},
+     "zero_optimization.offload_optimizer.device: Input should be 'none', 'cpu' or 'nvme', got 'nvm'"),
+    ({"zero_optimization": {"stage": 1}, "timers": {"throughput": {"enabld": False}}},
+     "timers.throughput.enabld is no DeepSpeed setting; did you mean 'enabled'?"),
+    ({"zero_optimization": {"stage": 1}, "bf16": {"enabled": True}, "fp16": {"enabled": True}},
+     "bfloat16 and fp16 modes cannot be simultaneously enabled"),
+    ({"zero_optimization": {"stage": 1}, "checkpoint": "yes"},
+     "(reading 'checkpoint'): 'str' object has no attribute 'get'"),
+])
+def test_ds_json_that_deepspeed_refuses_or_ignores_is_one_line(tmp_path, ds, problem):
+    """DeepSpeed's own parser (``DeepSpeedConfig``) reads the dict the trainer will give ``deepspeed.initialize``
+    in ``engine_settings``, which ``build_trainer`` calls before the model is built."""
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps(ds))
+    with pytest.raises(ConfigError) as info:
+        engine_settings(TrainConfig(deepspeed=str(path)))
+    msg = str(info.value)
+    assert msg.startswith(f"config key 'deepspeed': DeepSpeed {deepspeed.__version__} refuses {path}")
+    assert msg.endswith(problem) and "\n" not in msg, msg
+
+
+def _engine_jsons_in_use() -> dict:
+    """Every engine JSON a run reads: the shipped ones, and each variant of the throughput benchmark."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from throughput_variants import VARIANTS, engine_json
+    jsons = {p.name: json.loads(p.read_text()) for p in sorted((REPO / "ds_configs").glob("*.json"))}
+    for precision in ("bf16", "fp32"):
+        jsons.update({f"{v}/{precision}": engine_json({**spec, "precision": precision})
+                      for v, spec in VARIANTS.items()})
+    return jsons
+
+
+def test_every_engine_json_in_use_passes_deepspeeds_checks(tmp_path):
+    for name, ds in _engine_jsons_in_use().items():
+        path = tmp_path / "ds.json"
+        path.write_text(json.dumps(ds))
+        cfg = TrainConfig(deepspeed=str(path))
+        cfg.optim.torch_adam = "bf16" not in name
+        check_with_deepspeed(build_ds_config(cfg, 1, load_universal=True), name)

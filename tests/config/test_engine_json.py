@@ -47,3 +47,19 @@ def test_a_resume_names_the_engine_settings_that_changed_and_only_those():
         "zero_optimization.overlap_comm True -> False", "zero_optimization.reduce_scatter True -> (unset)"]
     assert engine_changes({"zero_optimization": {"stage": 1, "reduce_bucket_size": None}}, {}) == [
         "zero_optimization.reduce_bucket_size None -> (unset)"]
+
+
+def test_the_trainers_load_universal_flag_is_no_engine_change():
+    """A resume at another scale gives its engine ``checkpoint.load_universal`` (``build_engine``), and every
+    checkpoint of that phase records it: the next plain resume with the same JSON warned of other DeepSpeed engine
+    settings (``checkpoint.load_universal True -> (unset)``). The JSON's own checkpoint settings still count."""
+    from xpt_ds.config import TrainConfig
+    from xpt_ds.config.engine_json import engine_changes
+    from xpt_ds.training.engine import build_ds_config, load_ds_config
+
+    for path in DS_CONFIGS:
+        saved = build_ds_config(TrainConfig(deepspeed=str(path)), world_size=2, load_universal=True)
+        assert saved["checkpoint"] == {"load_universal": True}
+        assert engine_changes(saved, load_ds_config(str(path))) == [], path.name
+    saved["checkpoint"]["tag_validation"] = "Fail"
+    assert engine_changes(saved, load_ds_config(str(path))) == ["checkpoint.tag_validation 'Fail' -> (unset)"]

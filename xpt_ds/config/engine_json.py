@@ -23,11 +23,13 @@ def precision(ds: dict) -> str:
 # Keys of a checkpoint's recorded engine config that a resume's own engine JSON is not compared on: the trainer
 # writes them from its config (xpt_ds.training.engine.build_ds_config), whose changes other lines say
 # (xpt_ds.checkpoint.tag_checks: the global batch, optim.grad_clip, optim.torch_adam), or the universal checkpoint's
-# line says (the stage and the precision, xpt_ds.checkpoint.universal).
+# line says (the stage and the precision, xpt_ds.checkpoint.universal). ``checkpoint.load_universal`` is the
+# trainer's too (xpt_ds.training.engine.build_engine, for a resume at another scale), and every checkpoint of the
+# phase it loaded into records it.
 SET_BY_THE_TRAINER = {"train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size",
                       "gradient_clipping", "steps_per_print", "wall_clock_breakdown", "zero_allow_untested_optimizer",
                       "zero_force_ds_cpu_optimizer", "zero_optimization.stage", "bf16.enabled", "bfloat16.enabled",
-                      "fp16.enabled"}
+                      "fp16.enabled", "checkpoint.load_universal"}
 
 
 def engine_changes(saved: dict, now: dict) -> list[str]:

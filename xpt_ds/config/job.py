@@ -92,7 +92,8 @@ class PhaseConfig:
     lr: float = doc(1e-4, "Peak learning rate.")
     warmup_steps: int = doc(0, "Linear warmup steps from 0 to the peak.")
     decay: str = doc("linear", f"Decay after warmup: one of {', '.join(DECAYS)}.")
-    min_lr_ratio: float = doc(0.0, "Learning rate at the end of the phase, as a fraction of the peak.")
+    min_lr_ratio: float = doc(0.0, "Learning rate at the end of the phase, as a fraction of the peak (decay linear "
+                                   "or cosine).")
     trainable: list[str] = doc([], "Parameter name regexes or @groups that train, '!PATTERN' to leave some out "
                                    "(['@all', '!@lower']); empty = the method's preset.")
     start_from: str = doc("", "Name of an earlier phase: this phase starts from the weights and the data position "
@@ -283,8 +284,10 @@ class GuardConfig:
 
 @dataclass
 class TrainConfig:
-    run_dir: str = doc("runs/default", "Output directory: config, checkpoints, TensorBoard, logs.")
-    deepspeed: str = doc("ds_configs/zero2_bf16.json", "Engine-only DeepSpeed JSON (see ds_configs/).")
+    run_dir: str = doc("runs/default", "Output directory: config, checkpoints, TensorBoard, logs (not empty).")
+    deepspeed: str = doc("ds_configs/zero2_bf16.json", "Engine-only DeepSpeed JSON (see ds_configs/), checked by "
+                                                       "DeepSpeed's own parser before the model is built: a key it "
+                                                       "does not know is an error.")
     seed: int = doc(0, "Seed of each rank's dropout RNG (offset by rank).")
     compile: bool = doc(False, "torch.compile every layer of the stack, encoder or decoder (the ITLs too), and the LM "
                                "head, in place (parameter names and checkpoints unchanged); ZeRO 0-2 only. "

@@ -38,8 +38,8 @@ def from_dict(cls, data, prefix: str = ""):
             if not isinstance(v, list):
                 raise ConfigError(f"config key '{key}' must be a list, got {v!r}")
             elem = _element_type(typ)
-            if dataclasses.is_dataclass(elem):
-                kwargs[k] = [from_dict(elem, x, f"{key}[{i}].") for i, x in enumerate(v)]
+            if dataclasses.is_dataclass(elem):  # an entry may be given whole on the command line: --phases.1={...}
+                kwargs[k] = [from_dict(elem, _whole(x, f"{key}[{i}]"), f"{key}[{i}].") for i, x in enumerate(v)]
             else:
                 kwargs[k] = [coerce(x, elem, f"{key}[{i}]") for i, x in enumerate(v)]
         else:
@@ -55,6 +55,11 @@ def _yaml(text: Override, key: str):
         raise ConfigError(f"config key '{key}': cannot read {str(text)!r} as YAML "
                           f"({str(e).splitlines()[0]}); quote items that start with @ or !, "
                           "e.g. '[\"@all\", \"!@lower\"]'") from None
+
+
+def _whole(v, key: str):
+    """A list's entry, read as YAML where the command line gave it whole (``--data.mix.0={name: en, ...}``)."""
+    return _yaml(v, key) if isinstance(v, Override) else v
 
 
 def _plain(v, key: str):
@@ -134,6 +139,20 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
+def parse_json(text: str, what: str):
+    """``json.loads`` that refuses a key given twice in one object, as ``_UniqueKeyLoader`` does for YAML: the json
+    module keeps the last one, silently dropping the other. ``what`` names the file in the error."""
+    def unique(pairs: list) -> dict:
+        seen = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ConfigError(f"{what} does not parse: key {key!r} is given twice in one object")
+            seen.add(key)
+        return dict(pairs)
+
+    return json.loads(text, object_pairs_hook=unique)
+
+
 def read_config_file(path: str | Path) -> dict:
     """A YAML or JSON config file as a dict; a missing, unreadable or unparsable file is a ConfigError."""
     p = Path(path)
@@ -141,7 +160,10 @@ def read_config_file(path: str | Path) -> dict:
         raise ConfigError(f"config file not found: {path}")
     try:
         text = p.read_text()
-        data = json.loads(text) if p.suffix == ".json" else (yaml.load(text, _UniqueKeyLoader) or {})
+        if p.suffix == ".json":
+            data = parse_json(text, f"config file {path}")
+        else:
+            data = yaml.load(text, _UniqueKeyLoader) or {}
     except OSError as e:
         raise ConfigError(f"config file {path} cannot be read: {e.strerror or e}") from None
     except (json.JSONDecodeError, yaml.YAMLError, UnicodeDecodeError) as e:

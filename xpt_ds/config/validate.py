@@ -17,6 +17,7 @@ from xpt_ds.config.job import (
     ConfigError,
     DataConfig,
     ModelConfig,
+    PhaseConfig,
     TrainConfig,
 )
 from xpt_ds.config.methods import METHODS, Method
@@ -63,6 +64,8 @@ def _problems(cfg: TrainConfig) -> Iterator[str]:
     """A check whose premise already failed is skipped: with an unknown model.method nothing that asks what the
     method does runs, nor do the checks of phase names that are missing or repeated."""
     method = METHODS.get(cfg.model.method)
+    if not cfg.run_dir.strip():  # else the run writes into the current directory (--run_dir=$UNSET_VARIABLE)
+        yield f"config key 'run_dir' is empty ({cfg.run_dir!r}); give the run's output directory"
     yield from _model_problems(cfg.model, method)
     yield from _phase_problems(cfg)
     yield from _data_problems(cfg, method)
@@ -139,6 +142,9 @@ def _phase_problems(cfg: TrainConfig) -> Iterator[str]:
             yield f"config key '{key}.decay' is '{ph.decay}'; valid: {', '.join(DECAYS)}"
         if not 0.0 <= ph.min_lr_ratio <= 1.0:
             yield f"config key '{key}.min_lr_ratio' must be in [0, 1], got {ph.min_lr_ratio}"
+        elif ph.decay == "constant" and ph.min_lr_ratio != PhaseConfig.min_lr_ratio:
+            yield (f"config key '{key}.min_lr_ratio' is set but {key}.decay is 'constant' (only linear and cosine "
+                   "read it)")
     names = [ph.name for ph in cfg.phases]
     if not all(names):  # reported above; two unnamed phases are not duplicates, nor can a phase start from one
         return

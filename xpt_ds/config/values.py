@@ -21,8 +21,8 @@ def _coerce_override(value: Override, typ, key: str):
         if typ in (int, float):
             return typ(value)
     except (KeyError, ValueError):
-        raise ConfigError(f"config key '{key}' must be {'a bool' if typ is bool else 'an ' + typ.__name__}, "
-                          f"got {str(value)!r}") from None
+        kind = {bool: "a bool", int: "an int", float: "a float"}[typ]
+        raise ConfigError(f"config key '{key}' must be {kind}, got {str(value)!r}") from None
     return str(value)
 
 

@@ -9,17 +9,24 @@ never rounds a master.
 """
 from __future__ import annotations
 
+import difflib
 import json
 import logging
+import typing
+from collections.abc import KeysView
 from importlib import resources
 from pathlib import Path
 
 import deepspeed
 import torch
+from deepspeed.runtime.config import DeepSpeedConfig, DeepSpeedConfigError
+from deepspeed.runtime.config_utils import DeepSpeedConfigModel
+from pydantic import BaseModel, ValidationError
 from torch import nn
 
 from xpt_ds.config import ConfigError, ModelConfig, OptimConfig, TrainConfig
 from xpt_ds.config.engine_json import precision, zero_stage
+from xpt_ds.config.manager import parse_json
 from xpt_ds.config.template import CPU_ENGINE, CPU_SPEEDUP
 from xpt_ds.model.objective import build_objective
 from xpt_ds.model.skeleton import full_shape, materialize, skeleton
@@ -86,7 +93,7 @@ def no_skip_reason(ds: dict) -> str | None:
 
 def load_ds_config(path: str) -> dict:
     try:
-        ds = json.loads(read_ds_config_text(path))
+        ds = parse_json(read_ds_config_text(path), f"DeepSpeed JSON {path}")
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ConfigError(f"DeepSpeed JSON {path} does not parse: {e}") from None
     if not isinstance(ds, dict):
@@ -143,12 +150,115 @@ def check_device_support(ds: dict, path: str) -> None:
 
 
 def engine_settings(cfg: TrainConfig) -> dict:
-    """The engine JSON as the user wrote it, checked against this machine before the model is built: the
-    precision its accelerator supports, and the attention kernel it can train (``model.attention``)."""
+    """The engine JSON as the user wrote it, checked before the model is built: by DeepSpeed's own config parser
+    (``check_with_deepspeed``), and against this machine: the precision its accelerator supports, and the attention
+    kernel it can train (``model.attention``)."""
     ds = load_ds_config(cfg.deepspeed)
+    world = deepspeed.comm.get_world_size() if deepspeed.comm.is_initialized() else 1
+    check_with_deepspeed(build_ds_config(cfg, world), cfg.deepspeed)
     check_device_support(ds, cfg.deepspeed)
     check_attention_device(cfg.model)
     return ds
+
+
+class _ReadKeys(dict):
+    """An engine config that records the top-level keys DeepSpeed's parser looks up in it (``DeepSpeedConfig``
+    copies it with copy.copy and reads it by get, [] and ``in``), so that the keys DeepSpeed knows come from the
+    installed DeepSpeed, not from a list here that its next version outdates."""
+
+    def __init__(self, ds: dict, read: list | None = None):
+        super().__init__(ds)
+        self.read = [] if read is None else read  # in lookup order: the last is the section being parsed
+
+    def __copy__(self):
+        return _ReadKeys(self, self.read)
+
+    def get(self, key, default=None):
+        self.read.append(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key):
+        self.read.append(key)
+        return super().__getitem__(key)
+
+    def __contains__(self, key):
+        self.read.append(key)
+        return super().__contains__(key)
+
+    def keys(self):  # its __contains__ is ours: ``key in param_dict.keys()``
+        return KeysView(self)
+
+
+def check_with_deepspeed(ds: dict, path: str) -> None:
+    """DeepSpeed's own checks of ``ds``, the dict ``deepspeed.initialize`` will get, before the model is built.
+    DeepSpeed 0.19.8 parses it first in ``deepspeed.initialize``, where a misspelt key inside a section is a
+    pydantic traceback, and it ignores a top-level key it does not read: ``zero_optimisation`` would train at ZeRO
+    stage 0. Either is one ConfigError naming the key, with the known key spelt closest."""
+    where = f"config key 'deepspeed': DeepSpeed {deepspeed.__version__} refuses {path}"
+    seen = _ReadKeys(ds)
+    try:
+        DeepSpeedConfig(seen)
+    except ValidationError as e:
+        raise ConfigError(f"{where}: {_validation_problems(e, ds, seen.read)}") from None
+    except (AssertionError, DeepSpeedConfigError, AttributeError, KeyError, TypeError, ValueError) as e:
+        bare = isinstance(e, (AttributeError, KeyError, TypeError)) and seen.read  # a value of the wrong kind
+        reading = f" (reading '{seen.read[-1]}')" if bare else ""
+        raise ConfigError(f"{where}{reading}: {(str(e) or type(e).__name__).splitlines()[0]}") from None
+    for key in ds:
+        if key not in seen.read:
+            raise ConfigError(f"{where}: top-level key '{key}' is no DeepSpeed setting (it would be ignored)"
+                              + _did_you_mean(key, set(seen.read)))
+
+
+def _did_you_mean(key: str, known) -> str:
+    close = difflib.get_close_matches(key, sorted(known), n=1)
+    return f"; did you mean '{close[0]}'?" if close else ""
+
+
+def _validation_problems(e: ValidationError, ds: dict, read: list) -> str:
+    """pydantic's errors for one of DeepSpeed's config sections on one line: each error's dotted key in ``ds``,
+    its message and value, and for an unknown key the section's key spelt closest."""
+    problems = []
+    for err in e.errors():
+        loc = tuple(str(part) for part in err["loc"])
+        if err["type"] == "extra_forbidden":
+            hint = _did_you_mean(loc[-1], _model_keys(e.title, loc[:-1]))
+            problems.append(f"{_locate(ds, loc, read)} is no DeepSpeed setting{hint}")
+        else:
+            problems.append(f"{_locate(ds, loc, read)}: {err['msg']}, got {err.get('input')!r}")
+    return "; ".join(problems)
+
+
+def _locate(ds: dict, loc: tuple, read: list) -> str:
+    """The dotted key in ``ds`` of a pydantic error's ``loc``, which starts inside the section being parsed
+    (``overlap_com`` is zero_optimization.overlap_com, ``enabled`` timers.throughput.enabled): the path that ends
+    so, under the top-level key DeepSpeed read last where several do; else that key and ``loc``."""
+    def paths(d: dict, prefix: tuple):
+        for k, v in d.items():
+            yield (*prefix, k)
+            if isinstance(v, dict):
+                yield from paths(v, (*prefix, k))
+
+    section = next((k for k in reversed(read) if isinstance(ds.get(k), dict)), None)
+    ends = [p for p in paths(ds, ()) if p[-len(loc):] == loc]
+    ends = [p for p in ends if p[0] == section] or ends
+    return ".".join(ends[0] if len(ends) == 1 else (section, *loc) if section else loc)
+
+
+def _model_keys(title: str, parents: tuple) -> set[str]:
+    """The keys DeepSpeed's pydantic config model named ``title`` takes at ``parents`` inside it (field names
+    and aliases); empty where that is not a model."""
+    def subclasses(cls):
+        return [s for c in cls.__subclasses__() for s in (c, *subclasses(c))]
+
+    model = {m.__name__: m for m in subclasses(DeepSpeedConfigModel)}.get(title)
+    for part in parents:
+        field = model.model_fields.get(part) if model is not None else None
+        types = (field.annotation, *typing.get_args(field.annotation)) if field is not None else ()
+        model = next((t for t in types if isinstance(t, type) and issubclass(t, BaseModel)), None)
+    if model is None:
+        return set()
+    return {name for n, f in model.model_fields.items() for name in (n, f.alias) if name}
 
 
 def check_attention_device(model: ModelConfig) -> None:
@@ -159,8 +269,12 @@ def check_attention_device(model: ModelConfig) -> None:
                           f"FlexAttention backward on {name}); use 'sdpa'")
 
 
-def build_ds_config(cfg: TrainConfig, world_size: int) -> dict:
+def build_ds_config(cfg: TrainConfig, world_size: int, load_universal: bool = False) -> dict:
+    """The dict ``deepspeed.initialize`` gets: the run's engine JSON and the settings the trainer owns;
+    ``load_universal``: the engine will load a universal checkpoint (resume at another scale)."""
     ds = load_ds_config(cfg.deepspeed)
+    if load_universal:
+        ds.setdefault("checkpoint", {})["load_universal"] = True
     o = cfg.optim
     ds.update(train_micro_batch_size_per_gpu=o.micro_batch_size, gradient_accumulation_steps=o.grad_accum,
               train_batch_size=o.micro_batch_size * o.grad_accum * world_size, gradient_clipping=o.grad_clip,
@@ -234,9 +348,7 @@ def build_engine(model: nn.Module, trainable: set[str], cfg: TrainConfig, load_u
     ``load_universal``: the engine will load a universal checkpoint (resume at another scale)."""
     for name, p in model.named_parameters():
         p.requires_grad_(name in trainable)
-    ds = build_ds_config(cfg, deepspeed.comm.get_world_size())
-    if load_universal:
-        ds.setdefault("checkpoint", {})["load_universal"] = True
+    ds = build_ds_config(cfg, deepspeed.comm.get_world_size(), load_universal)
     optimizer = build_optimizer(model, cfg.optim, ds)
     if cfg.compile:
         compile_blocks(model, zero_stage(ds))
@@ -244,6 +356,18 @@ def build_engine(model: nn.Module, trainable: set[str], cfg: TrainConfig, load_u
         checkpoint_layers(model.hf, cfg.activations.checkpoint_every)
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=ds)
     return engine, optimizer
+
+
+def unkept_grad_norm(engine) -> torch.Tensor | None:
+    """The global L2 norm of the gradients before clipping, as a device tensor, for an engine that does not keep
+    it: DeepSpeed 0.19.8 at ZeRO stage 0 computes it to clip (``clip_fp32_gradients``) but drops it, so
+    ``get_global_grad_norm`` stays None. Called at the accumulation boundary after the last ``engine.backward``
+    (the gradients are averaged across ranks there, as the clip sees them) and before ``engine.step``; it only
+    reads them, so the update is the same. None where the engine keeps its own (ZeRO stages 1-3)."""
+    if engine.zero_optimization_stage() != 0:
+        return None
+    norms = [p.grad.detach().float().norm(2) for p in engine.module.parameters() if p.grad is not None]
+    return torch.stack(norms).pow(2).sum().sqrt() if norms else None
 
 
 def destroy_engine(engine) -> None:

@@ -20,7 +20,7 @@ from xpt_ds.metrics.logger import LogWindow
 from xpt_ds.runtime.preemption import Preempted, PreemptionWatcher
 from xpt_ds.runtime.status import planned_steps
 from xpt_ds.training.best import BestTracker
-from xpt_ds.training.engine import loss_scale, set_lr
+from xpt_ds.training.engine import loss_scale, set_lr, unkept_grad_norm
 from xpt_ds.training.guards import Halted, StepGuards, scale_overflow, weights_finite
 from xpt_ds.training.phase_engine import PhaseEngine
 from xpt_ds.training.reporting import Reporter
@@ -47,6 +47,7 @@ class Trainer:
         self.step_work = work  # (tokens, FLOPs) of the last step
         self.data_wait = 0.0  # seconds this rank waited for batches in the current step
         self.preemption, self.interrupted = preemption, False  # Ctrl-C on any rank (after_step)
+        self.grad_norm = None  # the last step's, where the engine does not keep it (engine.unkept_grad_norm)
 
     @property
     def engine(self):
@@ -136,7 +137,7 @@ class Trainer:
         skipped_before, self.data_wait = engine.skipped_steps, 0.0
         poison = self.state.global_step + 1 in self.guards.inject_nan
         rows, target_rows = [], self.streams.target_rows()
-        for _ in range(self.cfg.optim.grad_accum):
+        for micro in range(self.cfg.optim.grad_accum):
             waited = time.perf_counter()
             batch, batch_rows = self.streams.next_batch()
             self.data_wait += time.perf_counter() - waited
@@ -145,6 +146,8 @@ class Trainer:
             if poison:
                 loss = loss * float("nan")
             engine.backward(loss)
+            if micro == self.cfg.optim.grad_accum - 1:  # the boundary: the gradients the step clips
+                self.grad_norm = unkept_grad_norm(engine)
             engine.step()
             total += loss.detach()
         self.state.phase_step += 1
@@ -208,6 +211,7 @@ class Trainer:
                 log.warning("loss spike at step %d: %.4f is %.1fx the median %.4f of the last %d logged losses",
                             self.state.global_step, loss, loss / median, median, len(g.loss_spikes.history) - 1)
         grad_norm = self.engine.get_global_grad_norm()
+        grad_norm = self.grad_norm if grad_norm is None else grad_norm
         self.report.log_step(self.state.global_step, self.total_steps, window, {
             "train/loss": loss, "train/lr": self.engines.optimizer.param_groups[0]["lr"],  # the last step's
             "train/grad_norm": None if grad_norm is None or not math.isfinite(grad_norm) else float(grad_norm),
