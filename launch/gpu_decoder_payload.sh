@@ -45,15 +45,16 @@ TRAIN=demo_out/uagec/text/train.txt
 [ -f demo_out/uagec/labels/test.jsonl ] || "$PY" -m data_tools.cli.uagec --out demo_out/uagec
 say "source directory"  # the tokenizer the uk_src and uk_ext shards are made with, as the session writes it
 "$PY" -m experiments.decoder.source "$GGUF" "$PREP/source"
-say "target vocabulary and shards"
-[ -f "$PREP/uk/manifest.json" ] || "$PY" -m data_tools.cli.prepare --input "$TRAIN" --out "$PREP/uk" \
+say "target vocabulary and shards"  # prepare itself skips what is up to date and rewrites shards an older writer
+# made (the byte-level uk_src and uk_ext shards before writer version 3 lost the space between sentences)
+"$PY" -m data_tools.cli.prepare --input "$TRAIN" --out "$PREP/uk" \
   --vocab-size 8000 --valid 0.05 --test 0.05 --family roberta
-[ -f "$PREP/uk_src/manifest.json" ] || "$PY" -m data_tools.cli.prepare --input "$TRAIN" --out "$PREP/uk_src" \
+"$PY" -m data_tools.cli.prepare --input "$TRAIN" --out "$PREP/uk_src" \
   --hf-tokenizer "$PREP/source" --valid 0.05 --test 0.05
 say "extended vocabulary and shards"
 [ -f "$PREP/uk_ext_tok/extend_vocab.json" ] || "$PY" -m data_tools.cli.extend_vocab --source "$PREP/source" \
   --text "$TRAIN" --out "$PREP/uk_ext_tok" --add 8000
-[ -f "$PREP/uk_ext/manifest.json" ] || "$PY" -m data_tools.cli.prepare --input "$TRAIN" --out "$PREP/uk_ext" \
+"$PY" -m data_tools.cli.prepare --input "$TRAIN" --out "$PREP/uk_ext" \
   --hf-tokenizer "$PREP/uk_ext_tok" --valid 0.05 --test 0.05
 say "texts"
 if [ ! -f "$PREP/text/en.txt" ]; then
