@@ -4,6 +4,7 @@ DeepSpeed, so a sweep's driver or ``--dry-run`` reads a run's checkpoints withou
 (``xpt_ds.checkpoint.store`` writes and loads the tags themselves)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 from pathlib import Path
@@ -103,11 +104,9 @@ class UnknownTag(CheckpointError):
 def _choices(ckpt_root: Path, tags: list[str], names: tuple[str, ...]) -> str:
     """What a tag argument may be: ``names``, 'best' when the run records one it can read, its complete tags
     (newest first, the 6 newest of many)."""
-    try:
+    with contextlib.suppress(NoBestError):  # a run with no readable best.json offers no 'best'
         read_best(ckpt_root.parent)
         names += ("best",)
-    except NoBestError:
-        pass
     newest = tags[::-1][:6] + ([f"... ({len(tags) - 6} older)"] if len(tags) > 6 else [])
     return ", ".join(names) + (f", or a complete checkpoint: {', '.join(newest)}" if tags else
                                " (the run has no complete checkpoint)")

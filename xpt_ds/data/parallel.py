@@ -165,10 +165,7 @@ def _check_specials(path: str, src: ShardIndex, tgt: ShardIndex, forbidden: tupl
     """DataError naming the shard, the pair and the id if a side holds one of its special ids: a pair's sides are
     text (the reader adds cls/sep), and a mask or sep inside one would be read as that role."""
     for side, ix, ids in (("source", src, forbidden[0]), ("target", tgt, forbidden[1])):
-        try:
-            found = first_special(path, ix.offsets, ix.lengths, ix.dtype, tuple(ids))
-        except (OSError, ValueError) as e:
-            raise DataError(f"corrupt parallel shard {path}: {e}") from None
+        found = first_special(path, ix.offsets, ix.lengths, ix.dtype, tuple(ids), "parallel shard")
         if found is not None:
             raise DataError(f"parallel shard {path} (pair {found[0]}) holds {side} special token id {found[1]}: "
                             "pairs hold text only (no pad, cls/bos, sep/eos or mask ids; docs/shard_format.md); it "

@@ -108,12 +108,20 @@ def _any_of(data: np.ndarray, ids: tuple[int, ...]) -> np.ndarray:
     return hit
 
 
-def first_special(path: str, offsets: np.ndarray, lengths: np.ndarray, dtype: np.dtype, ids: tuple[int, ...]
-                  ) -> tuple[int, int] | None:
+def first_special(path: str, offsets: np.ndarray, lengths: np.ndarray, dtype: np.dtype, ids: tuple[int, ...],
+                  kind: str = "shard") -> tuple[int, int] | None:
     """(document, id) of the first document that holds one of ``ids``, or None: one vectorised pass, as
-    ``document_extrema``'s."""
+    ``document_extrema``'s; a file that cannot be read so is DataError 'corrupt KIND PATH'."""
     if not ids:
         return None
+    try:
+        return _first_special(path, offsets, lengths, dtype, ids)
+    except (OSError, ValueError) as e:
+        raise DataError(f"corrupt {kind} {path}: {e}") from None
+
+
+def _first_special(path: str, offsets: np.ndarray, lengths: np.ndarray, dtype: np.dtype, ids: tuple[int, ...]
+                   ) -> tuple[int, int] | None:
     data, bounds, full = _documents(path, offsets, lengths, dtype)
     if data is None:
         for i, doc in _each_document(path, offsets, lengths, dtype, full):
@@ -230,10 +238,7 @@ def scan_shard(path: str, expected: tuple | None = None, vocab: tuple[int, str] 
         raise DataError(f"shard {path} (document {worst}) holds token id {maxima[worst]} >= vocab size {vocab[0]} "
                         f"of {vocab[1]}: {out_of_vocab_cause(expected is not None)}")
     if forbidden:
-        try:
-            found = first_special(path, offsets, lengths, dtype, forbidden)
-        except (OSError, ValueError) as e:
-            raise DataError(f"corrupt shard {path}: {e}") from None
+        found = first_special(path, offsets, lengths, dtype, forbidden)
         if found is not None:
             raise DataError(f"shard {path} (document {found[0]}) holds special token id {found[1]}: shards hold text "
                             "only (no pad, cls/bos, sep/eos or mask ids; docs/shard_format.md); it was written by a tool "
