@@ -168,8 +168,11 @@ def efficiency_claim(out: Path) -> dict:
             parts.append(f"{name}: reproduced (at least {top:.3g}×)" if top in bounded
                          else f"{name}: reproduced ({top:.3g}×)")
         elif bounded:
-            parts.append(f"{name}: not measurable here (Scratch did not reach XPT's value at any size run: at least "
-                         f"{max(bounded):.3g}×, a lower bound)")
+            short = [size_label(size) for size, m in by_size if m["bound"] == ">"]
+            reached = [m["ratio"] for _, m in by_size if m["bound"] in ("=", "<=")]
+            parts.append(f"{name}: not measurable here (Scratch did not reach XPT's value at "
+                         f"{'any size run' if not reached else ', '.join(short)}: at least {max(bounded):.3g}×, "
+                         "a lower bound" + (f"; at most {max(reached):.3g}× where it did)" if reached else ")"))
         else:
             parts.append(f"{name}: not reproduced (at most {top:.3g}×)")
         if metric == "ppl":
@@ -187,16 +190,21 @@ def efficiency_claim(out: Path) -> dict:
 
 def largest_at_smallest(by_size: list[tuple[int, dict]]) -> str:
     """Whether XPT's data ratio is largest at the smallest size. A '>' ratio is a lower bound (Scratch never
-    reached XPT's value), so it can show the smallest size's ratio is larger than another only when that other
-    one is exact ('='), and smaller only when the smallest size's own ratio is exact."""
-    counted = [m for _, m in by_size if m["bound"] in ("=", ">")]
+    reached XPT's value) and a '<=' one an upper bound (Scratch's smallest size already did), so the smallest
+    size's ratio shows itself larger than another only when its lower bound ('=', '>') is at least that other's
+    upper bound ('=', '<='), and smaller only when the other's lower bound exceeds its own upper bound."""
+    counted = [m for _, m in by_size if m["bound"] in ("=", ">", "<=")]
     if len(counted) < 2:
         return "not measurable here (one size)"
     first, rest = counted[0], counted[1:]
-    if first["bound"] == "=" and any(m["ratio"] > first["ratio"] for m in rest):
+    if first["bound"] != ">" and any(m["bound"] != "<=" and m["ratio"] > first["ratio"] for m in rest):
         return "no"
-    if all(m["bound"] == "=" and m["ratio"] <= first["ratio"] for m in rest):
+    if first["bound"] != "<=" and all(m["bound"] != ">" and m["ratio"] <= first["ratio"] for m in rest):
         return "yes"
+    if first["bound"] == "<=":
+        return "not measurable here (at the smallest size Scratch's smallest size already reached XPT: an upper bound)"
+    if first["bound"] == ">" and any(m["ratio"] > first["ratio"] for m in rest):
+        return "not measurable here (at the smallest size Scratch never reached XPT: a lower bound)"
     return "not measurable here (at the larger sizes Scratch never reached XPT: only lower bounds there)"
 
 
@@ -226,8 +234,10 @@ def starts_claim(top: dict[str, dict]) -> dict:
     present = [m for m in STARTS if m in top]
     if len(present) < 2:
         return {"verdict": "not measurable here (starts missing)", "evidence": []}
+    if "xpt" not in top:
+        return {"verdict": "not measurable here (the random start, main's XPT, missing)", "evidence": []}
     evidence, better, worse = [], [], []
-    ref = top["xpt"] if "xpt" in top else top[present[0]]
+    ref = top["xpt"]
     for m in present:
         if top[m] is ref:
             continue
@@ -381,7 +391,7 @@ def write(out: Path) -> dict:
         lines += equal_steps_section(curves)
     sweeps = load(out)
     lines += efficiency_section(out, sweeps["main"]) + rewind_section(out, sweeps)
-    lines += ["## Verdicts", ""]
+    lines += ["## Verdicts", ""] + ([f"No verdicts: {result['note']}.", ""] if result.get("note") else [])
     for claim, v in result["claims"].items():
         lines += [f"- **{claim}: {v['verdict']}.**"] + [f"  - {e}" for e in v["evidence"]]
     (out / "claims.md").write_text("\n".join(lines) + "\n")

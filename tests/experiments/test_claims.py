@@ -308,3 +308,57 @@ def test_the_arms_are_also_compared_at_the_last_step_every_run_validated_at(tmp_
     table = md.split("Validation bits per character at step 200, the last step every run at this size validated")[1]
     rows = [line for line in table.split("\n\n")[1].splitlines() if line.startswith("| ") and "bits/char" not in line]
     assert rows == ["| XPT (random start) | 2.600 ± 0.141 (n=2) |", "| Scratch | 3.050 ± 0.071 (n=2) |"]
+
+
+def _efficiency_verdict(out, scratch, xpt):
+    """The data-efficiency verdict of a main sweep with one seed of Scratch and XPT at the sizes given (size ->
+    PPL), through the sweep's report (summary.json's ratios), as the GPU session builds it."""
+    rows = [_row(m, size, 1, ppl, 0.1) for m, by_size in (("scratch", scratch), ("xpt", xpt))
+            for size, ppl in by_size.items()]
+    _sweep(out, "main", rows, report=True)
+    return next(v for k, v in judge(out)["claims"].items() if k.startswith("002 Figures"))["verdict"]
+
+
+def test_an_upper_bound_at_the_smallest_size_is_not_skipped():
+    """XPT worse than Scratch at the smallest size: Scratch's smallest size already matches it ('<=', at most 1x),
+    so a larger size's exact 1.59x shows the ratio is not largest at the smallest size."""
+    def sizes(*pairs):
+        return [(i, {"bound": b, "ratio": r}) for i, (b, r) in enumerate(pairs)]
+    assert largest_at_smallest(sizes(("<=", 1.0), ("=", 1.59), ("=", 1.32))) == "no"
+    assert largest_at_smallest(sizes(("<=", 1.0), (">", 1.5))) == "no"  # at least 1.5 against at most 1
+    assert largest_at_smallest(sizes(("=", 3.0), ("<=", 0.25))) == "yes"  # exactly 3 against at most 0.25
+    assert largest_at_smallest(sizes(("<=", 1.0), ("=", 0.5))).startswith("not measurable here (at the smallest")
+
+
+def test_an_upper_bound_at_the_smallest_size_decides_through_the_report(tmp_path):
+    verdict = _efficiency_verdict(tmp_path, {10_000: 500.0, 40_000: 300.0, 160_000: 150.0, 640_000: 100.0,
+                                             2_560_000: 80.0},
+                                  {10_000: 600.0, 40_000: 250.0, 160_000: 140.0, 640_000: 98.0})
+    assert "; largest at the smallest size: no;" in verdict, verdict
+
+
+def test_a_lower_bound_at_one_size_does_not_say_scratch_never_reached_xpt(tmp_path):
+    """Scratch reaches XPT's PPL at 10K-160K (at most 1.59x) but not at 640K (at least 1x): the verdict names the
+    size it did not reach, not 'any size run'."""
+    verdict = _efficiency_verdict(tmp_path, {10_000: 500.0, 40_000: 300.0, 160_000: 150.0, 640_000: 100.0},
+                                  {10_000: 600.0, 40_000: 250.0, 160_000: 140.0, 640_000: 90.0})
+    assert verdict.startswith("intrinsic: not measurable here (Scratch did not reach XPT's value at 640K: at least "
+                              "1×, a lower bound; at most 1.59× where it did);"), verdict
+
+
+def test_the_starts_are_not_judged_without_the_random_start(tmp_path):
+    """main's XPT (the random start) missing at the largest size: no informed start stands in for it."""
+    ppl = {"scratch": 400.0, "adapters": 300.0, "xpt_sp": 200.0}
+    _sweep(tmp_path, "main", _main_rows(ppl, {m: 0.2 for m in ppl}, spread=1.0))
+    _sweep(tmp_path, "init", [_row(m, 80_000, s, p + s, 0.3) for m, p in (
+        ("xpt_source_mean", 60.0), ("xpt_frequency_rank", 90.0), ("xpt_from_file", 40.0)) for s in (1, 2)])
+    starts = next(v for k, v in judge(tmp_path)["claims"].items() if k.startswith("004"))
+    assert starts == {"verdict": "not measurable here (the random start, main's XPT, missing)", "evidence": []}
+
+
+def test_claims_md_says_why_it_has_no_verdicts(tmp_path):
+    """Only the starts and TreLM sweeps finished: claims.md carries claims.json's note, not an empty list."""
+    _sweep(tmp_path, "init", [_row("xpt_source_mean", 600_000, s, 90.0 + s, 0.3) for s in (1, 2)])
+    assert write(tmp_path)["note"] == "no finished run in OUT/main"
+    md = (tmp_path / "claims.md").read_text()
+    assert md.endswith("## Verdicts\n\nNo verdicts: no finished run in OUT/main.\n\n"), md
