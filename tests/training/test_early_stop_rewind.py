@@ -15,16 +15,17 @@ from xpt_ds.checkpoint.tags import tag_for
 PHASE2_TRAINS = r"lm_head\.bias"  # phase 2 trains only this: every other weight ends where phase 2 started
 
 
-def _run(root, tiny_roberta, corpus, rewind: bool, nproc: int = 1, ds: str = "zero2_fp32", **guard):
+def _run(root, tiny_roberta, corpus, rewind: bool, nproc: int = 1, ds: str = "zero2_fp32", phase1=None,
+         eval_every: int = 1, **guard):
     """Phase 1 at an lr that makes the validation loss jump about, so that early stopping (2 passes without a new
     low) ends it before its 8 steps, 2 steps after its best; phase 2 trains the LM head's bias only. ``guard``:
-    more guard keys, or other values."""
+    more guard keys, or other values; ``phase1``: other phase-1 keys."""
     cfg = base_config(root / "run", tiny_roberta, corpus, deepspeed=str(REPO / f"ds_configs/{ds}.json"),
                       checkpoint={"every_steps": 0, "keep_best": True},
                       guard={"early_stop_patience": 2, "early_stop_rewind": rewind, **guard})
-    cfg["phases"] = [{"name": "phase1", "steps": 8, "lr": 0.3},
+    cfg["phases"] = [{"name": "phase1", "steps": 8, "lr": 0.3, **(phase1 or {})},
                      {"name": "phase2", "steps": 2, "lr": 1e-3, "trainable": [PHASE2_TRAINS]}]
-    cfg["logging"].update(eval_every=1, tensorboard=False)
+    cfg["logging"].update(eval_every=eval_every, tensorboard=False)
     path = write_config(root / "cfg.yaml", cfg)
     proc = launch(["--config", str(path)], nproc=nproc)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -87,6 +88,20 @@ def test_without_it_the_next_phase_starts_where_early_stopping_ended(tmp_path, t
     assert "the next phase starts from the best checkpoint" not in proc.stderr
     end, held = _weights(run, stop), _held(_weights(run, stop + 2))
     assert all(torch.equal(held[k], end[k]) for k in held)
+
+
+def test_patience_reached_at_the_phases_last_step_is_no_early_stop(tmp_path, tiny_roberta, corpus):
+    """Validation at steps 2 and 4 of a 4-step phase 1 at a constant lr of 0.3, patience 1: step 4 does not improve
+    on step 2, which would end the phase, but step 4 is its last planned step anyway. The phase ran all its steps,
+    so nothing rewinds: phase 2 starts where phase 1 ended, not from the best checkpoint (step 2)."""
+    run, _, proc = _run(tmp_path, tiny_roberta, corpus, rewind=True, eval_every=2, early_stop_patience=1,
+                        phase1={"steps": 4, "warmup_steps": 0, "decay": "constant"})
+    valid = {s: r["valid/loss"] for s, r in read_metrics(run).items() if "valid/loss" in r}
+    assert valid[4] >= valid[2], valid  # patience is used up at step 4
+    assert "early stop:" not in proc.stderr and "the next phase starts from the best checkpoint" not in proc.stderr
+    end, held = _weights(run, 4), _held(_weights(run, 6))
+    assert all(torch.equal(held[k], end[k]) for k in held)
+    assert not read_client_state(run / "checkpoints", tag_for(4))["best"]["stopped"]
 
 
 def test_two_ranks_under_zero3_bf16_rewind_to_the_best_checkpoints_bits(tmp_path, tiny_roberta, corpus):

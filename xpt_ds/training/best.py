@@ -60,9 +60,11 @@ class BestTracker:
         """The tag ``keep_last`` must not prune."""
         return self.best["tag"] if self.keep and self.best else None
 
-    def update(self, loss: float, step: int, tag: str, phase_index: int, phase: str) -> tuple[bool, bool]:
+    def update(self, loss: float, step: int, tag: str, phase_index: int, phase: str,
+               last: bool = False) -> tuple[bool, bool]:
         """One validation pass: (a new run best, whose checkpoint ``tag`` the caller must make sure exists;
-        the phase just hit its patience and ends here)."""
+        the phase just hit its patience and ends here early). At the phase's ``last`` planned step it ends anyway:
+        no early stop, so ``stopped`` (which ``early_stop_rewind`` reads) lists only phases cut short."""
         if phase_index != self.phase_index:  # the first pass of a phase: patience counts afresh
             self.phase_index, self.phase_loss, self.stale = phase_index, math.inf, 0
         if loss < self.phase_loss - self.min_delta:
@@ -74,7 +76,7 @@ class BestTracker:
         if improved:
             self.best = {"tag": tag, "step": step, "valid_loss": loss, "phase": phase}
             self.save_step = step
-        stop = self.patience > 0 and self.stale >= self.patience
+        stop = self.patience > 0 and self.stale >= self.patience and not last
         if stop and phase_index not in self.stopped:
             self.stopped.append(phase_index)
         return improved, stop
@@ -86,8 +88,8 @@ class BestTracker:
             return False
         step, phase_index, phase_step = state.global_step, state.phase_index, state.phase_step
         phase, tag = phases[phase_index], tag_for(step)
-        improved, stop = self.update(agreed(metrics["valid/loss"], device), step, tag, phase_index, phase.name)
-        stop = stop and phase_step < phase.steps  # at its last step the phase ends anyway
+        improved, stop = self.update(agreed(metrics["valid/loss"], device), step, tag, phase_index, phase.name,
+                                     last=phase_step >= phase.steps)
         if rank == 0 and improved:
             log.info("step %d: new best valid loss %.4f (checkpoint %s)", step, self.best["valid_loss"], tag)
         if rank == 0 and stop:
