@@ -433,6 +433,29 @@ def test_a_decoder_tokenizer_that_pads_with_bos_unk_or_eos_pads_with_a_spare(tmp
     assert (tok.cls_id, tok.sep_id, tok.unk_id, tok.pad_id, tok.mask_id) == (0, 1, 2, 23, 23)
 
 
+@pytest.mark.parametrize("unk", ["<s>", "</s>", None])
+def test_a_decoder_unk_that_is_its_bos_or_eos_is_no_text_in_a_shard(tmp_path, unk):
+    """GPT-2 and SmolLM2 have one <|endoftext|> for bos, eos and unk; a decoder tokenizer without an unk reads as
+    unk = eos. That id inside a shard is a document boundary the reader did not put there, so the scan refuses it,
+    naming the shard and document; a separate unk stays text."""
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    from xpt_ds.data.tokenizer import build_hf_tokenizer
+    vocab = {"<s>": 0, "</s>": 1, "<pad>": 2, **{f"w{i}": 3 + i for i in range(20)}}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token=unk or "w0"))
+    hf = PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
+                                 **({"unk_token": unk} if unk else {}))
+    hf.save_pretrained(str(tmp_path / "tok"))
+    tok = build_hf_tokenizer(str(tmp_path / "tok"), causal=True)
+    assert tok.unk_id == {"<s>": 0, "</s>": 1, None: 1}[unk] and tok.not_in_shards == (0, 1, 2)
+    bad = write_shard(tmp_path / "bad.tar", [np.array([5, 6]), np.array([7, tok.unk_id, 8])])
+    with pytest.raises(DataError) as e:
+        build_stream([bad], data_config([bad]), tok)
+    assert str(e.value).startswith(f"shard {bad} (document 1) holds special token id {tok.unk_id}: shards hold text")
+    assert replace(BIG_VOCAB, unk_id=3).not_in_shards == (0, 1, 2, 4)  # an unk of its own is text
+
+
 @pytest.mark.parametrize("pad", ["cls_id", "unk_id"])
 def test_single_pass_next_token_targets_are_the_stream_when_the_pad_is_cls_or_unk(tmp_path, pad):
     """The packed rows of a validation pass (its last row padded), with a pad id that rows hold elsewhere: the

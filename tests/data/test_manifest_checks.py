@@ -87,3 +87,40 @@ def test_a_byte_changed_inside_a_manifest_shard_is_found_by_its_sha256(tmp_path,
     (data / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(ConfigError, match=r"manifest .*manifest.json: splits.train.shard_sha256 must list one sha256"):
         manifest_counts(spec)
+
+
+@pytest.mark.parametrize("damage, says", [
+    (lambda m: m.write_text(m.read_text()[:40]), "not valid JSON (Expecting"),
+    (lambda m: m.write_bytes(b"\xff\xfe" + m.read_bytes()), "not valid JSON ('utf-8' codec"),
+    (lambda m: m.write_text("[1, 2]"), "not a shard manifest (no 'splits' object)"),
+    (lambda m: m.write_text(json.dumps({**json.loads(m.read_text()), "splits": []})), "no 'splits' object"),
+    (lambda m: m.write_text(json.dumps(_edit(json.loads(m.read_text()), "shards", None))),
+     "splits.train.shards must be a list of shard file names"),
+    (lambda m: m.write_text(json.dumps(_edit(json.loads(m.read_text()), "shard_documents", []))),
+     "splits.train.shard_documents must list one count per shard"),
+])
+def test_a_damaged_manifest_is_one_line_naming_it(tmp_path, corpus, damage, says):
+    """Every reader of a manifest (the shard list, the per-shard counts) stops at a damaged one with a ConfigError
+    naming the file and what is wrong, never a JSON, Key or Type error."""
+    import shutil
+    from xpt_ds.data.manifest import manifest_counts
+    data = tmp_path / "corpus"
+    shutil.copytree(corpus, data)
+    damage(data / "manifest.json")
+    from xpt_ds.data.parallel import KEY, expand_parallel_shards, parallel_digests
+    spec = f"{data}/manifest.json:train"
+    for read, start in ((lambda: expand_shards([spec]), ""), (lambda: manifest_counts([spec]), ""),
+                        (lambda: expand_parallel_shards([spec], None, None), f"{KEY}: "),
+                        (lambda: parallel_digests([spec]), f"{KEY}: ")):
+        with pytest.raises(ConfigError) as e:
+            read()
+        assert str(e.value).startswith(f"{start}manifest {data / 'manifest.json'}: ") and says in str(e.value)
+        assert "\n" not in str(e.value)
+
+
+def _edit(meta: dict, key: str, value) -> dict:
+    """``meta`` with the train split's ``key`` set to ``value`` (None: removed)."""
+    meta["splits"]["train"].pop(key, None)
+    if value is not None:
+        meta["splits"]["train"][key] = value
+    return meta

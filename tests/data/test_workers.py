@@ -189,3 +189,19 @@ def test_workers_that_deliver_nothing_are_restarted_at_the_same_sequence(unique_
     assert "forking new ones at sequence" in caplog.text
     for a, b in zip(got, want, strict=True):
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_shard_gone_after_the_scan_stops_the_stream_with_one_line_naming_it(unique_shards, workers):
+    """A shard moved away (a cleanup, an NFS hiccup) after the start-up scan: the batch that reads it raises one
+    line naming the file, from a worker as from the calling process, never a worker's traceback."""
+    from xpt_ds.data.shards import DataError
+    shards, _ = unique_shards
+    stream = _stream(shards, workers)
+    for s in shards:
+        os.rename(s, f"{s}.moved")
+    with pytest.raises((DataError, OSError)) as e:
+        _take(stream, 4)
+    stream.close()
+    assert str(e.value) in {f"{s}: No such file or directory" for s in shards} or (
+        workers == 0 and e.value.strerror == "No such file or directory"), str(e.value)

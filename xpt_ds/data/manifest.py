@@ -49,6 +49,33 @@ def _check_manifest_tokenizer(manifest: Path, meta: dict, tok: TargetTokenizer) 
                           f"model.tokenizer {tok.path} (sha256 {meta['tokenizer_sha256'][:12]}… vs {sha[:12]}…)")
 
 
+def read_manifest(manifest: Path, what: str = "") -> dict:
+    """A manifest's JSON, checked for the layout every reader relies on (an object whose ``splits`` map each
+    split to an object with a ``shards`` list of file names); anything else raises one line naming the file
+    (``what``: a config key to start it with)."""
+    where = f"{what}: manifest {manifest}" if what else f"manifest {manifest}"
+    try:
+        meta = json.loads(manifest.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{what + ': ' if what else ''}manifest not found: {manifest}") from None
+    except OSError as e:
+        raise ConfigError(f"{where}: cannot read it ({e.strerror or e})") from None
+    except ValueError as e:  # bad JSON or bad UTF-8
+        raise ConfigError(f"{where}: not valid JSON ({str(e).splitlines()[0][:120]})") from None
+    splits = meta.get("splits") if isinstance(meta, dict) else None
+    if not isinstance(splits, dict):
+        raise ConfigError(f"{where}: not a shard manifest (no 'splits' object)")
+    for name, entry in splits.items():
+        shards = entry.get("shards") if isinstance(entry, dict) else None
+        if not isinstance(shards, list) or not all(isinstance(x, str) for x in shards):
+            raise ConfigError(f"{where}: splits.{name}.shards must be a list of shard file names")
+        for key in ("shard_documents", "shard_tokens"):
+            if key in entry and (not isinstance(entry[key], list) or len(entry[key]) != len(shards)):
+                raise ConfigError(f"{where}: splits.{name}.{key} must list one count per shard ({len(shards)}), "
+                                  f"got {str(entry[key])[:80]}")
+    return meta
+
+
 def expand_shards(specs: list[str], tok: TargetTokenizer | None = None) -> list[str]:
     """Paths, brace patterns (``train-{000000..000003}.tar``) or ``manifest.json:split``.
 
@@ -58,9 +85,7 @@ def expand_shards(specs: list[str], tok: TargetTokenizer | None = None) -> list[
         path, _, split = spec.partition(".json:")
         if split:
             manifest = Path(path + ".json")
-            if not manifest.is_file():
-                raise ConfigError(f"manifest not found: {manifest}")
-            meta = json.loads(manifest.read_text())
+            meta = read_manifest(manifest)
             if meta.get("format_version") != FORMAT_VERSION:
                 raise ConfigError(f"manifest {manifest} has format_version {meta.get('format_version')}, "
                                   f"expected {FORMAT_VERSION}")
@@ -83,10 +108,10 @@ def expand_shards(specs: list[str], tok: TargetTokenizer | None = None) -> list[
 def _beside_manifest(folder: Path) -> tuple[dict, set[str]] | None:
     """(the manifest in ``folder``, the shard names it lists), or None where there is none readable."""
     try:
-        meta = json.loads((folder / "manifest.json").read_text())
-        return meta, {name for split in meta["splits"].values() for name in split["shards"]}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        meta = read_manifest(folder / "manifest.json")
+    except ConfigError:
         return None
+    return meta, {name for split in meta["splits"].values() for name in split["shards"]}
 
 
 def _check_beside_manifest(paths: list[str], tok: TargetTokenizer) -> None:
@@ -106,7 +131,7 @@ def manifest_counts(specs: list[str]) -> dict[str, tuple]:
         path, _, split = spec.partition(".json:")
         if split:
             manifest = Path(path + ".json")
-            counts.update(_split_counts(manifest, split, json.loads(manifest.read_text())["splits"][split]))
+            counts.update(_split_counts(manifest, split, read_manifest(manifest)["splits"][split]))
             continue
         paths = list(braceexpand.braceexpand(spec))
         for folder in dict.fromkeys(Path(p).parent for p in paths):

@@ -20,7 +20,6 @@ has the same number of rows of each kind on every rank, so all ranks take the sa
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import tarfile
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ import numpy as np
 import torch
 
 from xpt_ds.config import ConfigError, TrainConfig
+from xpt_ds.data.manifest import read_manifest
 from xpt_ds.data.shards import (
     DataError,
     DocReader,
@@ -59,7 +59,9 @@ def _check_manifest(manifest: Path, meta: dict, tok: TargetTokenizer, source_tok
     if meta.get("format_version") != PARALLEL_FORMAT_VERSION:
         raise ConfigError(f"{KEY}: {manifest} has format_version {meta.get('format_version')}, expected "
                           f"{PARALLEL_FORMAT_VERSION}")
-    target, source = meta["target_tokenizer"], meta["source_tokenizer"]
+    target, source = meta.get("target_tokenizer"), meta.get("source_tokenizer")
+    if not isinstance(target, dict) or not isinstance(source, dict):
+        raise ConfigError(f"{KEY}: {manifest} lacks its target_tokenizer or source_tokenizer record (objects)")
     sha = hashlib.sha256(Path(tok.path).read_bytes()).hexdigest()
     if target.get("sha256") != sha or target.get("vocab_size") != tok.vocab_size:
         raise ConfigError(f"{KEY}: {manifest}'s target side was tokenized with {target.get('file')} (sha256 "
@@ -79,9 +81,7 @@ def expand_parallel_shards(specs: list[str], tok: TargetTokenizer, source_tok: T
             out += list(braceexpand.braceexpand(spec))
             continue
         manifest = Path(path + ".json")
-        if not manifest.is_file():
-            raise ConfigError(f"{KEY}: manifest not found: {manifest}")
-        meta = json.loads(manifest.read_text())
+        meta = read_manifest(manifest, KEY)
         _check_manifest(manifest, meta, tok, source_tok)
         if split not in meta["splits"]:
             raise ConfigError(f"{KEY}: manifest {manifest} has no split '{split}' (has {', '.join(meta['splits'])})")
@@ -101,8 +101,8 @@ def parallel_digests(specs: list[str]) -> dict[str, str]:
         path, _, split = spec.partition(".json:")
         if split:
             manifest = Path(path + ".json")
-            meta = json.loads(manifest.read_text())
-            files = meta.get("files") or {}
+            meta = read_manifest(manifest, KEY)
+            files = meta.get("files") if isinstance(meta.get("files"), dict) else {}
             digests.update({str(manifest.parent / name): files[name] for name in meta["splits"][split]["shards"]
                             if name in files})
     return digests

@@ -36,8 +36,11 @@ class TargetTokenizer:
 
     @property
     def not_in_shards(self) -> tuple[int, ...]:
-        """The ids a shard's text never holds (docs/shard_format.md): every special but unk."""
-        return tuple(sorted({self.pad_id, self.cls_id, self.sep_id, self.mask_id} - {self.unk_id}))
+        """The ids a shard's text never holds (docs/shard_format.md): every special but unk, unless unk is also the
+        bos or eos the reader puts around documents (GPT-2's one <|endoftext|>; ``unk = sep`` for a decoder
+        tokenizer without an unk): such an id inside a shard would silently split its document."""
+        text = {self.unk_id} - {self.cls_id, self.sep_id}
+        return tuple(sorted({self.pad_id, self.cls_id, self.sep_id, self.mask_id} - text))
 
     def piece(self, i: int) -> str:
         if self.kind == "huggingface":

@@ -28,12 +28,13 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from xpt_ds.data.shards import DataError
+from xpt_ds.errors import error_line
 
 UNSET = -1  # the start of workers forked before their first iteration: they produce nothing
 
 
 class WorkerFailure:
-    """A DataError in a DataLoader worker, passed on as an item: torch would re-raise it in the main process
+    """A DataError (or OSError) in a DataLoader worker, passed on as an item: torch would re-raise it in the main process
     with the worker's traceback in its message (torch.utils.data._utils.ExceptionWrapper), and the user would
     see that instead of the one line that names the shard."""
 
@@ -70,10 +71,10 @@ class BatchDataset(IterableDataset):
                 return
             try:
                 batch = plan.batch(b)
-            except DataError as e:
+            except (DataError, OSError) as e:  # a corrupt shard; a shard gone or unreadable since the scan
                 if info is None:
                     raise
-                yield WorkerFailure(str(e))
+                yield WorkerFailure(error_line(e))
                 return
             yield batch
 
