@@ -153,6 +153,23 @@ def test_keep_vocab_keeps_source_weights_bitwise(bert_with_tokenizer):
     assert not [n for n, t in built.tags.items() if "@new" in t]
 
 
+def test_keep_vocab_refuses_a_source_whose_head_is_untied(tmp_path, bert_with_tokenizer):
+    """An encoder target ties its LM head to its word rows; a source that unties them has a head matrix of its
+    own, which keep_vocab would silently drop: one line naming the source instead."""
+    import shutil
+
+    from xpt_ds.model.build import build_model
+    untied = tmp_path / "untied"
+    shutil.copytree(bert_with_tokenizer, untied)
+    config = json.loads((untied / "config.json").read_text())
+    (untied / "config.json").write_text(json.dumps({**config, "tie_word_embeddings": False}))
+    cfg = ModelConfig(source=str(untied), tokenizer="", method="keep_vocab")
+    with pytest.raises(ConfigError) as e:
+        build_model(cfg, tokenizer_for(cfg))
+    assert str(e.value).startswith("config key 'model.method': keep_vocab keeps the source's word rows") and \
+        f"but {untied}'s config.json unties its head (tie_word_embeddings: false)" in str(e.value)
+
+
 def _config(tmp_path, source, data):
     return base_config(tmp_path / "run", source, data,
                        model={"source": str(source), "tokenizer": "", "method": "keep_vocab"},

@@ -13,6 +13,10 @@ maps to them as transformers maps it when loading: BERT's legacy ``LayerNorm.gam
 ``weight``/``bias``, and the base model's prefix (``bert.``, ``model.``, ``transformer.``) is added or dropped
 when the checkpoint was saved from the base model (an encoder-only checkpoint such as all-MiniLM-L6-v2's
 ``BertModel``) or the other way round.
+
+Each reused tensor's shape in the files' headers must be the one the source's config.json gives it (checked when the
+files are opened, before any engine exists), and each value read must be finite (``finite``: one fp32 sum per
+tensor, ``xpt_ds.model.finite``); either is one error line naming the file and the key.
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ from torch import nn
 from xpt_ds.config import ConfigError
 from xpt_ds.errors import first_line
 from xpt_ds.io.trust import UntrustedError, load_plain
+from xpt_ds.model.finite import all_finite
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +148,22 @@ class SourceFiles:
         used = set(self.key_of.values())
         self.unexpected = {k for k in file_of if k not in used and not any(p.search(k) for p in ignore)}
         self.fresh = None
+        self._check_shapes({n: tuple(p.shape) for n, p in meta_model.named_parameters() if n in self.names})
+
+    def _check_shapes(self, shapes: dict[str, tuple]) -> None:
+        """Every tensor the run reuses has the shape the source's config.json gives it (read from the files'
+        headers, before any engine is built); one line naming the file and key otherwise."""
+        for name, want in sorted(shapes.items()):
+            path, key = self.file_of[name], self.key_of[name]
+            reader = self._reader(path)
+            try:
+                got = tuple(reader.get_slice(key).get_shape() if self.kind == "safetensors" else reader[key].shape)
+            except Exception as e:  # noqa: BLE001 - as ``get``: a damaged header shows here
+                raise ConfigError(f"{self.what}: cannot read its weights ({path.name}, {key}: "
+                                  f"{first_line(e)[:200]})") from None
+            if got != want:
+                raise ConfigError(f"{self.what}: {path.name} holds {key} of shape {list(got)}, but its config.json "
+                                  f"gives {'it' if name == key else name} the shape {list(want)}")
 
     def _keys(self, path: Path) -> list[str]:
         return list(self._reader(path).keys())
@@ -181,10 +202,20 @@ class SourceFiles:
             raise ConfigError(f"{self.what}: cannot read its weights ({path.name}, {key}: {first_line(e)[:200]})") \
                 from None
         # a .bin tensor is a view of the mapped file: copied, as safetensors' get_tensor copies
-        return value.to(torch.float32, copy=self.kind == "bin")
+        return finite(value.to(torch.float32, copy=self.kind == "bin"), f"{self.what}: {path.name} holds {key}")
 
     def close(self) -> None:
         self.readers.clear()
+
+
+def finite(value: torch.Tensor, where: str) -> torch.Tensor:
+    """``value``, unless it holds NaN or inf: a source weight that would make the first step's loss NaN, which the
+    trainer would then take for a bad step. One line starting with ``where`` (the file and key)."""
+    if not all_finite(value):
+        bad = int((~torch.isfinite(value)).sum())
+        raise ConfigError(f"{where} with {bad} non-finite value(s) (NaN or inf) of {value.numel()}: the source "
+                          "checkpoint is damaged")
+    return value
 
 
 class StateSource:
@@ -195,7 +226,7 @@ class StateSource:
         self.names = set(state) - self.missing
 
     def get(self, name: str) -> torch.Tensor:
-        return self.state[name].detach().to(torch.float32).clone()
+        return finite(self.state[name].detach().to(torch.float32).clone(), f"the source's {name}")
 
     def close(self) -> None:
         self.state = {}
