@@ -119,6 +119,22 @@ def test_english_logits_use_the_source_vocabulary(source_dir, corpus_bert):
     assert lm_logits(model, h, TARGET).shape == (3, model.config.vocab_size)
 
 
+def test_a_source_whose_head_is_untied_is_refused(tmp_path, source_dir, corpus_bert):
+    """TreLM's English head is a decoder tied to the English word rows (``lm_logits``); a source that unties its
+    head has a decoder matrix of its own, which the build would silently drop: one line naming the source."""
+    import json
+    import shutil
+    untied = tmp_path / "untied"
+    shutil.copytree(source_dir, untied)
+    config = json.loads((untied / "config.json").read_text())
+    (untied / "config.json").write_text(json.dumps({**config, "tie_word_embeddings": False}))
+    with pytest.raises(ConfigError) as e:
+        build_trelm(untied, corpus_bert)
+    assert str(e.value).startswith("config key 'model.method': trelm predicts English through a decoder tied to "
+                                   "the source's word rows") and \
+        f"but {untied}'s config.json unties its head (tie_word_embeddings: false)" in str(e.value)
+
+
 # --- parallel shards and the unified batch ---------------------------------------------------------------
 
 def test_cdlm_rows_follow_the_alignment(tmp_path, source_dir, corpus_bert):

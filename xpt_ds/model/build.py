@@ -155,10 +155,12 @@ def _check_encoder_source(cfg: ModelConfig, src_cfg) -> None:
         raise ConfigError(f"config key 'model.method': lora is for decoder sources "
                           f"({', '.join(sorted(DECODER_FAMILIES))}); {cfg.source} is a {src_cfg.model_type} masked "
                           "LM (its parameter-efficient baseline is method adapters)")
-    if METHODS[cfg.method].vocab == "source" and not getattr(src_cfg, "tie_word_embeddings", True):
-        raise ConfigError(f"config key 'model.method': {cfg.method} keeps the source's word rows in a target whose "
-                          f"LM head is tied to them, but {cfg.source}'s config.json unties its head "
-                          "(tie_word_embeddings: false): its own head matrix would be lost")
+    if not getattr(src_cfg, "tie_word_embeddings", True) and (METHODS[cfg.method].vocab == "source"
+                                                               or METHODS[cfg.method].trelm):
+        what = ("predicts English through a decoder tied to the source's word rows" if METHODS[cfg.method].trelm
+                else "keeps the source's word rows in a target whose LM head is tied to them")
+        raise ConfigError(f"config key 'model.method': {cfg.method} {what}, but {cfg.source}'s config.json unties "
+                          "its head (tie_word_embeddings: false): its own head matrix would be lost")
     if src_cfg.model_type not in FAMILIES:
         raise ConfigError(f"config key 'model.source': model_type '{src_cfg.model_type}' is not supported "
                           f"(valid: {', '.join(sorted(FAMILIES))} (masked LMs); "
