@@ -18,9 +18,10 @@ import torch
 from conftest import run_main
 from finetune_builders import (FAST, Words, byte_level_tokenizer, entity_rows, flags, key_word_rows,
                                split_files, write_jsonl)
+from xpt_ds.data.tokenizer import model_tokenizer
 from xpt_ds.finetuning.config import FinetuneConfig
 from xpt_ds.finetuning.data import collate
-from xpt_ds.finetuning.run import build_model, finetune, prepare
+from xpt_ds.finetuning.run import build_model, finetune, keep_spm, prepare
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -143,7 +144,7 @@ def test_a_decoder_tags_a_word_from_its_last_piece(xpt_decoder_model, corpus_tex
 
 
 def test_an_export_whose_stock_tokenizer_class_is_swapped_is_read_with_the_tokenizer_it_wrote(
-        xpt_decoder_model, tmp_path):
+        xpt_decoder_model, tmp_path, capsys):
     """transformers 5 loads a ``model_type: qwen2`` directory's tokenizer as its own Qwen2Tokenizer, rebuilt from
     the vocabulary with other ids (xpt_ds.checkpoint.export warns of it); fine-tuning and ``evaluate --text`` read
     the tokenizer the export wrote, whose ids are its spm.model's, the ids the model was trained on."""
@@ -163,6 +164,14 @@ def test_an_export_whose_stock_tokenizer_class_is_swapped_is_read_with_the_token
     prep = prepare(FinetuneConfig(model=str(qwen), train=str(f), test=str(f), out=str(tmp_path / "out")))
     assert prep.splits["train"].encoded.features[0]["input_ids"] == want
     assert own_tokenizer(qwen, str(qwen), {})(text)["input_ids"] == want
+    # --save-model: the saved model's tokenizer as save_finetuned leaves it is read as the export's was, and the
+    # stock class's other ids are warned of (before, no spm.model went with it: model_tokenizer gave [bos])
+    saved = tmp_path / "saved"
+    prep.tokenizer.save_pretrained(str(saved))
+    shutil.copyfile(qwen / "config.json", saved / "config.json")  # the fine-tuned model's, model_type qwen2
+    keep_spm(qwen, saved)
+    assert model_tokenizer(str(saved))(text)["input_ids"] == want
+    assert f"warning: stock AutoTokenizer loads {saved}'s tokenizer as Qwen2Tokenizer" in capsys.readouterr().err
 
 
 def test_lora_trains_the_updates_and_the_head_alone_and_saves_a_merged_stock_model(xpt_decoder_model, corpus_text,

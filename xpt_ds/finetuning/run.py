@@ -7,6 +7,7 @@ import dataclasses
 import json
 import logging
 import math
+import sys
 import time
 from dataclasses import dataclass, field
 from functools import partial
@@ -223,11 +224,30 @@ def save_finetuned(model, cfg: FinetuneConfig, prep: Prepared, out: Path) -> Non
     if cfg.task == "relation":
         save_relation_model(model, prep.tokenizer, prep.labels, list(prep.markers), out, cfg.no_relation_label,
                             prep.causal)
+    else:
+        # LoRA: merged on the host (the seed's last use of the model), so the device never holds fp32 sums of every
+        # map
+        (without_lora(model.cpu()) if cfg.lora_rank else model).save_pretrained(out)
+        prep.tokenizer.save_pretrained(str(out))
+        as_umask(out)  # safetensors writes 0600 files: the group could not read the model
+    keep_spm(Path(cfg.model), out)
+
+
+def keep_spm(model_dir: Path, out: Path) -> None:
+    """An export's ``spm.model`` goes with the saved model: where stock ``AutoTokenizer`` rebuilds the tokenizer
+    (Qwen2's model type: ``xpt_ds.data.tokenizer.rebuilt_by_auto``), it is how ``model_tokenizer`` (a later
+    finetune or evaluate) knows to read the tokenizer written there, and the same warning as the export's says so."""
+    import shutil
+
+    from xpt_ds.checkpoint.export import auto_tokenizer_override
+    if not (model_dir / "spm.model").is_file():
         return
-    # LoRA: merged on the host (the seed's last use of the model), so the device never holds fp32 sums of every map
-    (without_lora(model.cpu()) if cfg.lora_rank else model).save_pretrained(out)
-    prep.tokenizer.save_pretrained(str(out))
-    as_umask(out)  # safetensors writes 0600 files: the group could not read the model
+    shutil.copyfile(model_dir / "spm.model", out / "spm.model")
+    overridden = auto_tokenizer_override(out)
+    if overridden:
+        print(f"warning: stock AutoTokenizer loads {out}'s tokenizer as {overridden}, which rebuilds it and gives "
+              f"other ids than the ones it was fine-tuned on; load it with "
+              f"PreTrainedTokenizerFast.from_pretrained('{out}'), as xpt-ds evaluate and finetune do", file=sys.stderr)
 
 
 def build_optimizer(model, cfg: FinetuneConfig, total_steps: int):
