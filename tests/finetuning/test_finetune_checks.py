@@ -209,3 +209,19 @@ def test_a_finished_run_moves_the_earlier_results_and_models_aside(tmp_path, mon
                                                           "results.json"]
     assert "kept the earlier " + str(tmp_path / "model") + ", which no results.json describes, as model.2" in (
         capsys.readouterr().err)
+
+
+def test_a_damaged_earlier_results_file_is_kept_as_it_is_and_the_run_finishes(tmp_path, monkeypatch, capsys):
+    """An earlier results.json cut short (or not a JSON object) beside its model/: the new run's results and model
+    are written, the earlier file and model move aside unchanged. Before, the run's end was a JSONDecodeError
+    traceback, its results were lost and the earlier model/ had been renamed away from its results.json."""
+    _fake_run(monkeypatch, interrupt_at=None)
+    (tmp_path / "model").mkdir()
+    for n, damaged in enumerate(('{"seeds": [1', "[1, 2]"), start=1):  # cut short; then over the first run's own
+        (tmp_path / "results.json").write_text(damaged)
+        res = ft_run.finetune(FinetuneConfig(out=str(tmp_path), **INTERRUPTED))
+        assert res["saved_model"] == str(tmp_path / "model") and (tmp_path / "model/config.json").is_file()
+        assert (tmp_path / f"results.{n}.json").read_text() == damaged and (tmp_path / f"model.{n}").is_dir()
+        assert json.loads((tmp_path / "results.json").read_text())["saved_model"] == str(tmp_path / "model")
+        assert (f"as results.{n}.json (its model as model.{n}); it is not a JSON object, so its saved_model does "
+                f"not name model.{n}") in capsys.readouterr().err

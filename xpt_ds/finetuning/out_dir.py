@@ -67,11 +67,18 @@ def keep_earlier(out: Path) -> None:
         return
     n = next(n for n in range(1, 10**6) if not any((out / name).exists() for name in (f"results.{n}.json",
                                                                                         f"model.{n}")))
+    unread = ""
     if (out / "model").is_dir():
+        try:
+            earlier = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):  # cut short or not JSON: kept as it is, a run's results are not lost to it
+            earlier = None
         (out / "model").rename(out / f"model.{n}")
-        earlier = json.loads(path.read_text())
-        earlier["saved_model"] = str(out / f"model.{n}")
-        write_text_atomic(path, json.dumps(earlier, indent=2, ensure_ascii=False) + "\n")
+        if isinstance(earlier, dict):
+            earlier["saved_model"] = str(out / f"model.{n}")
+            write_text_atomic(path, json.dumps(earlier, indent=2, ensure_ascii=False) + "\n")
+        else:
+            unread = f"; it is not a JSON object, so its saved_model does not name model.{n}"
     path.rename(out / f"results.{n}.json")
     model = f" (its model as model.{n})" if (out / f"model.{n}").is_dir() else ""
-    print(f"kept the earlier {path} as results.{n}.json{model}", file=sys.stderr)
+    print(f"kept the earlier {path} as results.{n}.json{model}{unread}", file=sys.stderr)
