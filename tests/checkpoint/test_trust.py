@@ -402,3 +402,23 @@ def test_a_weights_file_cut_short_or_missing_is_refused_before_anything_loads(tm
         check_files(tag_dir, allow_pickle=False, distributed=False)
     assert str(info.value) == (f"checkpoint {tag_dir} is incomplete although it has its COMPLETE marker: "
                                "frozen_fp32.safetensors missing (1 file(s); copied without every rank's files?)")
+
+
+def test_garbage_bytes_in_a_checkpoint_file_are_not_a_torch_file(tmp_path):
+    """Garbage where a checkpoint's .pt file was: a ValueError that says so, which every reader turns into one line
+    naming the file. Before, bytes such as b"junk" (the unpickler's GET opcode, then too few bytes) escaped as a
+    struct.error traceback from export and resume, and others as an EOFError. 300 draws, as a fuzz found them."""
+    import random
+
+    from xpt_ds.io.trust import UntrustedError, load_plain
+    rng = random.Random(0)
+    path = tmp_path / "x.pt"
+    for i in range(300):
+        n = rng.choice([1, 2, 4, 8, 30, 200])
+        path.write_bytes(bytes(rng.randrange(256) for _ in range(n)) if i % 2 else (b"junk" * n)[:n])
+        try:
+            load_plain(path, mmap=True)
+        except UntrustedError:  # bytes that happen to name a global: refused as code, also one line
+            pass
+        except ValueError as e:
+            assert str(e).startswith("not a torch file"), e

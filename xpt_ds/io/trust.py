@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import pickle
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -82,7 +83,8 @@ def load_plain(path: Path, *, allow_pickle: bool = False, mmap: bool = False,
             if "GLOBAL" in str(e) or "global" in str(e):  # it names code to run
                 raise _refusal(path, e, flag) from None
             raise ValueError(f"not a torch file ({first_line(e, 'Unsupported')[:120]})") from None
-        except (KeyError, IndexError, TypeError, AttributeError, UnicodeDecodeError) as e:  # garbage bytes
+        except (KeyError, IndexError, TypeError, AttributeError, UnicodeDecodeError, struct.error,
+                EOFError) as e:  # garbage bytes
             raise ValueError(f"not a torch file ({type(e).__name__}: {e})") from None
         except RuntimeError as e:  # mmap needs torch.save's zip format; an old-format file is read whole
             if mmap and "zip" in str(e).lower():
