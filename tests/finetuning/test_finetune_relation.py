@@ -412,3 +412,16 @@ def test_every_export_kind_fine_tunes(method, tiny_roberta, corpus, corpus_bert,
     from xpt_ds.finetuning.relation_model import load_relation_model
     saved, _ = load_relation_model(Path(cfg.out) / "model")  # no flag: the code is xpt-ds's own, byte for byte
     assert type(saved.encoder).__name__.startswith(kind)  # the export's code travels with the saved model
+
+
+def test_a_jsonl_sentence_holding_a_unicode_line_separator_is_one_record(tmp_path):
+    """json.dumps(..., ensure_ascii=False) writes U+2028 and U+0085 raw inside a string: still one line of JSONL
+    (newline-split, as the other readers do). str.splitlines() broke the record there: 'not valid JSON'."""
+    sentence = "이순신은\u2028조선의\u0085무신이다."
+    rec = {"sentence": sentence, "subject_entity": {"word": "이순신", "start_idx": 0, "end_idx": 2, "type": "PER"},
+           "object_entity": {"word": "무신", "start_idx": 9, "end_idx": 10, "type": "POH"}, "label": "per:title"}
+    path = tmp_path / "re.jsonl"
+    path.write_text(json.dumps(rec, ensure_ascii=False) + "\r\n" + json.dumps(rec, ensure_ascii=False) + "\n",
+                    encoding="utf-8")
+    examples = read_relation_examples(path, "--train")
+    assert len(examples) == 2 and all(ex.sentence == sentence for ex in examples)

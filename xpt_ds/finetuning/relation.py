@@ -77,7 +77,7 @@ def _records(path: Path, role: str) -> list[tuple[str, object]]:
             raise FinetuneError(f"{path} line {e.lineno}: not valid JSON ({e.msg})") from None
         return [(f"{path} record {i}", r) for i, r in enumerate(records, 1)]
     out = []
-    for n, line in enumerate(text.splitlines(), 1):
+    for n, line in enumerate(text.split("\n"), 1):  # not splitlines(): U+2028, U+0085 ... are text in a line
         if not line.strip():
             continue
         try:
