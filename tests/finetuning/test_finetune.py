@@ -331,6 +331,7 @@ def _bad_cases(tmp: Path, good: Path) -> list[tuple[list[str], list[str]]]:
     (tmp / "iob.jsonl").write_text('{"tokens": ["a"], "tags": ["PER"]}\n')
     (tmp / "one.csv").write_text("text,label\nx,no\ny,no\n")
     (tmp / "allO.jsonl").write_text('{"tokens": "a b", "tags": "O O"}\n')
+    (tmp / "listtext.jsonl").write_text('{"text": "x", "label": "no"}\n{"text": ["y"], "label": "yes"}\n')
     g = str(good)
     return [
         (["--train", str(tmp / "missing.csv"), "--test", g], ["--train file not found", "missing.csv"]),
@@ -353,6 +354,9 @@ def _bad_cases(tmp: Path, good: Path) -> list[tuple[list[str], list[str]]]:
         (["--train", g, "--test", g, "--metric", "spearman"], ["'spearman' is not a classification metric"]),
         (["--train", str(tmp / "data.txt"), "--test", g], ["unknown format '.txt'"]),
         (["--train", g, "--test", g, "--seeds", "1", "2", "1"], ["--seeds gives 1 more than once"]),
+        (["--train", g, "--test", g, "--seeds", str(2**64)], ["--seeds has a bad value", "each in [0, 2**64)"]),
+        (["--train", str(tmp / "listtext.jsonl"), "--test", g],
+         ["listtext.jsonl line 2", "column 'text' must be a string, got a JSON list"]),
     ]
 
 

@@ -111,7 +111,8 @@ def validate(cfg: FinetuneConfig) -> None:
               "weight_decay": (cfg.weight_decay >= 0, ">= 0"), "grad_clip": (cfg.grad_clip >= 0, ">= 0"),
               "max_length": (cfg.max_length >= 8, ">= 8"), "patience": (cfg.patience >= 0, ">= 0"),
               "lora_rank": (cfg.lora_rank >= 0, ">= 0"), "lora_alpha": (cfg.lora_alpha > 0, "> 0"),
-              "seeds": (len(cfg.seeds) >= 1, "at least one"), "device": (cfg.device in ("auto", "cpu", "cuda"),
+              "seeds": (len(cfg.seeds) >= 1 and all(0 <= s < 2**64 for s in cfg.seeds),
+                        "at least one, each in [0, 2**64)"), "device": (cfg.device in ("auto", "cpu", "cuda"),
                                                                           "auto, cpu or cuda"),
               "precision": (cfg.precision in PRECISIONS, ", ".join(PRECISIONS))}
     twice = sorted({s for s in cfg.seeds if cfg.seeds.count(s) > 1})

@@ -109,6 +109,13 @@ def _check_tags(tags: tuple[str, ...], where: str) -> None:
             raise FinetuneError(f"{where}: tag '{tag}' is not IOB2 (O, B-TYPE or I-TYPE)")
 
 
+def _text(value, column: str, where: str) -> str:
+    """A sentence: a JSON list or object there is no text (it was trained on as its Python spelling)."""
+    if isinstance(value, (dict, list)):
+        raise FinetuneError(f"{where}: column '{column}' must be a string, got a JSON {type(value).__name__}")
+    return str(value)
+
+
 def _example(row: dict, task: str, cols: Columns, where: str) -> Example:
     if task == "token_classification":
         words = _words(_field(row, cols.tokens, where), cols.tokens, where)
@@ -117,8 +124,8 @@ def _example(row: dict, task: str, cols: Columns, where: str) -> Example:
             raise FinetuneError(f"{where}: {len(words)} tokens but {len(tags)} tags")
         _check_tags(tags, where)
         return Example(where, words, None, tags)
-    text = str(_field(row, cols.text, where))
-    pair = str(_field(row, cols.text_pair, where)) if cols.text_pair else None
+    text = _text(_field(row, cols.text, where), cols.text, where)
+    pair = _text(_field(row, cols.text_pair, where), cols.text_pair, where) if cols.text_pair else None
     raw = _field(row, cols.label, where)
     if task == "regression":
         try:
