@@ -202,3 +202,15 @@ def test_a_marker_without_world_size_or_stage_gives_the_runs_ranks(straight_runs
     text = export(run, tmp_path / "hf")
     assert "; 2 ranks, ZeRO stage 1." in text and "x 2 ranks) of up to" in text
     assert "torchrun --nproc_per_node 2 -m xpt_ds.cli.train" in text and "On 2 ranks, as the run" in text
+
+
+def test_a_damaged_metrics_line_is_passed_by(tmp_path):
+    """A metrics.jsonl line with bytes that are no UTF-8, or a JSON value that is no row: the card reads the
+    validations around it (export stopped with a UnicodeDecodeError traceback)."""
+    from xpt_ds.checkpoint.model_card import last_validation
+    rows = [{"step": 2, "valid/loss": 3.0}, {"step": 4, "valid/loss": 2.5}, {"step": 6, "train/loss": 2.0}]
+    lines = [json.dumps(r).encode() for r in rows]
+    (tmp_path / "metrics.jsonl").write_bytes(b"\n".join([lines[0], b'{"step": 3, "valid/loss": \xff}', b"[1, 2]",
+                                                         *lines[1:]]) + b"\n")
+    assert last_validation(tmp_path, 6) == (4, {"valid/loss": 2.5})
+    assert last_validation(tmp_path, 3) == (2, {"valid/loss": 3.0})

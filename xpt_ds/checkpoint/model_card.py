@@ -198,10 +198,13 @@ def _embeddings(cfg: TrainConfig, client: dict, run_dir: Path) -> str:
 def last_validation(run_dir: Path, step: int) -> tuple[int, dict] | None:
     """(step, its ``valid/*`` figures) of the last validation in ``RUN/metrics.jsonl`` at or before ``step``."""
     path, found = run_dir / "metrics.jsonl", None
-    for line in (path.read_text(encoding="utf-8").splitlines() if path.is_file() else []):
+    # a byte that is no UTF-8 (a damaged line) spoils that line alone: it is no JSON, skipped as a cut line is
+    for line in (path.read_text(encoding="utf-8", errors="replace").splitlines() if path.is_file() else []):
         try:
             row = json.loads(line)
         except ValueError:  # a line being written
+            continue
+        if not isinstance(row, dict):
             continue
         figures = {k: v for k, v in row.items() if k.startswith("valid/")}
         if figures and row.get("step", step + 1) <= step:
