@@ -300,13 +300,7 @@ def export(run_dir: Path, out: Path, tag: str | None = None, allow_pickle: bool 
         else:
             save_hf_tokenizer(tok, staging, model_max_length=hf_config.xpt_max_length, causal=is_decoder(hf_config),
                               token_types=getattr(hf_config, "type_vocab_size", 1))
-            overridden = auto_tokenizer_override(staging)
-            if overridden:
-                print(f"warning: stock AutoTokenizer loads this export's tokenizer as {overridden}, which rebuilds it "
-                      f"and gives other ids than its spm.model (transformers overrides the class it reads for "
-                      f"model_type {hf_config.model_type}); load it with "
-                      f"PreTrainedTokenizerFast.from_pretrained('{out}'), as xpt-ds evaluate and finetune do",
-                      file=sys.stderr)
+            warn_auto_tokenizer(staging, "this export's", out, hf_config.model_type)
         users_card = (out / CARD).is_file() and not _written_by_earlier(out)(CARD)  # a card of their own: kept
         if not users_card:
             sizes = {n: p.numel() for n, p in exported.trained.named_parameters()}
@@ -335,6 +329,18 @@ def auto_tokenizer_override(model_dir: Path) -> str | None:
     except Exception:  # noqa: BLE001 - a directory that needs its code to load: nothing to compare here
         return None
     return type(auto).__name__ if rebuilt_by_auto(model_dir, auto) else None
+
+
+def warn_auto_tokenizer(model_dir: Path, whose: str, shown: Path, model_type: str) -> None:
+    """The ``warning:`` line for a model directory (shown as ``shown``) whose tokenizer stock ``AutoTokenizer``
+    rebuilds with other ids (``auto_tokenizer_override``); nothing where it does not. An export says it, and so
+    does ``finetune --save-model`` for the model it saves."""
+    overridden = auto_tokenizer_override(model_dir)
+    if overridden:
+        print(f"warning: stock AutoTokenizer loads {whose} tokenizer as {overridden}, which rebuilds it and gives "
+              f"other ids than its spm.model (transformers overrides the class it reads for model_type "
+              f"{model_type}); load it with PreTrainedTokenizerFast.from_pretrained('{shown}'), as xpt-ds evaluate "
+              "and finetune do", file=sys.stderr)
 
 
 def check_export_out(out: Path) -> None:

@@ -7,7 +7,6 @@ import dataclasses
 import json
 import logging
 import math
-import sys
 import time
 from dataclasses import dataclass, field
 from functools import partial
@@ -236,18 +235,15 @@ def save_finetuned(model, cfg: FinetuneConfig, prep: Prepared, out: Path) -> Non
 def keep_spm(model_dir: Path, out: Path) -> None:
     """An export's ``spm.model`` goes with the saved model: where stock ``AutoTokenizer`` rebuilds the tokenizer
     (Qwen2's model type: ``xpt_ds.data.tokenizer.rebuilt_by_auto``), it is how ``model_tokenizer`` (a later
-    finetune or evaluate) knows to read the tokenizer written there, and the same warning as the export's says so."""
+    finetune or evaluate) knows to read the tokenizer written there, and the export's warning says so."""
     import shutil
 
-    from xpt_ds.checkpoint.export import auto_tokenizer_override
+    from xpt_ds.checkpoint.export import warn_auto_tokenizer
     if not (model_dir / "spm.model").is_file():
         return
     shutil.copyfile(model_dir / "spm.model", out / "spm.model")
-    overridden = auto_tokenizer_override(out)
-    if overridden:
-        print(f"warning: stock AutoTokenizer loads {out}'s tokenizer as {overridden}, which rebuilds it and gives "
-              f"other ids than the ones it was fine-tuned on; load it with "
-              f"PreTrainedTokenizerFast.from_pretrained('{out}'), as xpt-ds evaluate and finetune do", file=sys.stderr)
+    model_type = json.loads((out / "config.json").read_text(encoding="utf-8")).get("model_type", "?")
+    warn_auto_tokenizer(out, f"{out}'s", out, model_type)
 
 
 def build_optimizer(model, cfg: FinetuneConfig, total_steps: int):
