@@ -68,15 +68,16 @@ def test_a_cut_phase_end_record_is_one_line(tmp_path, text):
 
 
 def _universal(folder):
-    """A universal copy as a ZeRO-1/2 checkpoint's conversion writes it (DeepSpeed 0.19), of one parameter."""
-    (folder / "zero" / "w").mkdir(parents=True)
-    torch.save({"param_shapes": [{"w": torch.Size([2, 3])}], "ds_version": "0.19.0"},
-               folder / "mp_rank_00_model_states.pt")
-    torch.save({"ds_version": "0.19.0", "param_groups": [{"lr": 1e-3, "params": [0]}]},
+    """A universal copy as a ZeRO-1/2 checkpoint's conversion writes it (DeepSpeed 0.19), of two parameters."""
+    shapes = {"w": torch.Size([2, 3]), "b": torch.Size([3])}
+    for name, shape in shapes.items():
+        (folder / "zero" / name).mkdir(parents=True)
+        for key in ("fp32", "exp_avg", "exp_avg_sq"):
+            torch.save({"param": torch.zeros(shape)}, folder / "zero" / name / f"{key}.pt")
+        torch.save(torch.tensor(1.0), folder / "zero" / name / "step.pt")
+    torch.save({"param_shapes": [shapes], "ds_version": "0.19.0"}, folder / "mp_rank_00_model_states.pt")
+    torch.save({"ds_version": "0.19.0", "param_groups": [{"lr": 1e-3, "params": [0, 1]}]},
                folder / "zero" / "optimizer_state.pt")
-    for key in ("fp32", "exp_avg", "exp_avg_sq"):
-        torch.save({"param": torch.zeros(2, 3)}, folder / "zero" / "w" / f"{key}.pt")
-    torch.save(torch.tensor(1.0), folder / "zero" / "w" / "step.pt")
     return folder
 
 
@@ -90,13 +91,17 @@ def _no_fp32(folder):
     (folder / "zero" / "w" / "step.pt").unlink()
 
 
+def _no_exp_avg(folder):  # ZeRO-1/2's loader: "ValueError: exp_avg not found in optimizer state fragment"
+    (folder / "zero" / "b" / "exp_avg.pt").unlink()
+
+
 def _cut(folder):
     path = folder / "zero" / "optimizer_state.pt"
     path.write_bytes(path.read_bytes()[:100])
 
 
 @pytest.mark.parametrize("stage", [1, 3])
-@pytest.mark.parametrize("damage", [_empty, _no_fp32, _cut])
+@pytest.mark.parametrize("damage", [_empty, _no_fp32, _no_exp_avg, _cut])
 def test_a_partial_universal_copy_says_it_can_be_deleted(tmp_path, damage, stage):
     """A conversion is renamed into place whole, so files missing or cut short in ``TAG/universal/`` come from a
     copy or sync: one line that says to delete it (the next resume converts the tag again), for every way it is

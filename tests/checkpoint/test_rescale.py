@@ -172,7 +172,10 @@ def _decay_groups():
 def test_a_zero3_checkpoint_of_one_optimizer_group_resumes_with_weight_decay(tmp_path, source, corpus, monkeypatch):
     """xpt-ds before 2026-12-02 judged a ZeRO-3 parameter by its partition's shape (a vector), so every one went
     into the no-decay group and a ZeRO-3 run decayed nothing. Such a checkpoint (made here by the same grouping, in
-    the forked one-rank run) resumes through a universal copy into this run's two groups, with a warning."""
+    the forked one-rank run) resumes through a universal copy into this run's two groups, with a warning; at ZeRO-1
+    too, whose loader pairs the engine's groups with the saved ones by position (until 2026-12-04 the no-decay
+    group's states were never loaded: every step after the resume was skipped as non-finite, and the run finished
+    with exit 0, saving vectors of up to 1.7e38)."""
     import xpt_ds.training.engine as engine
     monkeypatch.setattr(engine, "decays", lambda name, shape: False)  # the old grouping of every ZeRO-3 weight
     old, _ = _run(tmp_path, "old", source, corpus, nproc=1, ds="zero3")
@@ -185,6 +188,16 @@ def test_a_zero3_checkpoint_of_one_optimizer_group_resumes_with_weight_decay(tmp
     assert (f"checkpoint {tag_for(CUT)} holds the weights that decay and those that do not in one optimizer group"
             in proc.stderr)
     assert _groups(old / "checkpoints" / tag_for(STEPS)) == _decay_groups()
+    at_zero1, proc = _run(tmp_path, "at_zero1", source, corpus, nproc=1, ds="zero1", resume_from=old)
+    assert "holds the weights that decay and those that do not in one optimizer group" in proc.stderr
+    assert "not finite" not in proc.stderr, proc.stderr[-3000:]
+    want, got = _losses(old), _losses(at_zero1)
+    assert sorted(got) == list(range(CUT + 1, STEPS + 1))
+    assert all(got[step] == pytest.approx(want[step], rel=1e-5) for step in got), (got, want)
+    a = load_checkpoint_fp32(old / "checkpoints", tag_for(STEPS))
+    b = load_checkpoint_fp32(at_zero1 / "checkpoints", tag_for(STEPS))
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], rtol=0, atol=1e-4, msg=name)
 
 
 def _slow(tmp_path) -> dict:

@@ -308,7 +308,8 @@ def load(engine, ckpt_root: Path, tag: str, universal: bool = False,
     base = getattr(engine.optimizer, "optimizer", engine.optimizer)
     built = _hyperparameters(base)
     if universal:
-        with mapped_universal_loads(allow_pickle):  # a rank reads its slice of each parameter's files, not all
+        # a rank reads its slice of each parameter's files, not all; ZeRO-1/2 every group's
+        with mapped_universal_loads(allow_pickle, len(base.param_groups)):
             engine.load_checkpoint(str(tag_dir), tag="universal")
     else:  # not strict: the module states hold the trainable parameters only (``save``); the frozen ones come
         # from the returned file, and the config was checked against the tag's (``tag_checks.resumed_tags``)

@@ -166,30 +166,46 @@ LOADERS = ("deepspeed.runtime.base_optimizer", "deepspeed.runtime.zero.stage3",
 
 
 class _MappedTorch:
-    """``torch`` as the ``LOADERS`` see it during a load: its ``load`` is ``load_plain``, memory-mapped."""
+    """``torch`` as the ``LOADERS`` see it during a load: its ``load`` is ``load_plain``, memory-mapped; with
+    ``groups``, the optimizer's global state has at least that many param groups (``_padded``)."""
 
-    def __init__(self, allow_pickle: bool):
-        self.allow_pickle = allow_pickle
+    def __init__(self, allow_pickle: bool, groups: int = 0):
+        self.allow_pickle, self.groups = allow_pickle, groups
 
     def load(self, f, *args, **kwargs):  # DeepSpeed's call: torch.load(path, weights_only=False)
-        return load_plain(f, allow_pickle=self.allow_pickle, mmap=True)
+        return _padded(load_plain(f, allow_pickle=self.allow_pickle, mmap=True), self.groups)
 
     def __getattr__(self, name: str):
         return getattr(torch, name)
 
 
+def _padded(optim_sd, groups: int):
+    """ZeRO-1/2's universal load (DeepSpeed 0.19, ``base_optimizer.load_hp_checkpoint_state_from_checkpoint_dir``)
+    pairs the engine's param groups with ``zero/optimizer_state.pt``'s ``param_groups`` by position (``zip``) and
+    loads the states of each paired group's parameters by name: a checkpoint of fewer groups than this run builds
+    (one group of weights that decay and weights that do not, ``migrate.regrouped``) left the later groups'
+    parameters unloaded, training on whatever the empty engine held. The saved groups are followed by copies of
+    the last one up to ``groups``; the settings a group takes from them are this run's again after the load
+    (``store.load``)."""
+    saved = optim_sd.get("param_groups") if isinstance(optim_sd, dict) else None
+    if not isinstance(saved, list) or not saved or len(saved) >= groups:
+        return optim_sd
+    return {**optim_sd, "param_groups": saved + [dict(saved[-1]) for _ in range(groups - len(saved))]}
+
+
 @contextlib.contextmanager
-def mapped_universal_loads(allow_pickle: bool = False):
+def mapped_universal_loads(allow_pickle: bool = False, groups: int = 0):
     """Around ``engine.load_checkpoint`` of a universal checkpoint: DeepSpeed's loaders ``torch.load`` every
     parameter's ``fp32``, ``exp_avg`` and ``exp_avg_sq`` file whole on every rank, then copy out the rank's slice
     (ZeRO-3: its 1/N of the flat values; ZeRO-1/2: the fragment its optimizer partition holds), so each rank read the
     whole copy. Memory-mapped, a rank reads the pages of its slice; the values are the same bits. The files are read
     as plain data (``load_plain``), also those the conversion wrote after the tag's files were checked, unless
-    ``allow_pickle``."""
+    ``allow_pickle``. ``groups``: the engine's optimizer param groups, which ZeRO-1/2's loader reads as many of
+    (``_padded``)."""
     import importlib
     modules = [importlib.import_module(name) for name in LOADERS]
     for module in modules:
-        module.torch = _MappedTorch(allow_pickle)
+        module.torch = _MappedTorch(allow_pickle, groups if module.__name__ == LOADERS[0] else 0)
     try:
         yield
     finally:

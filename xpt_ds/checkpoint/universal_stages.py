@@ -119,12 +119,15 @@ def _model_states(folder: Path, family: int) -> Path:
 
 
 def _check_parameters(folder: Path, states: Path) -> None:
-    """Every trained parameter the model-states file names (``param_shapes``) has its folder's ``fp32.pt``."""
+    """Every trained parameter the model-states file names (``param_shapes``) has its folder's ``fp32.pt``, and its
+    ``exp_avg.pt`` and ``exp_avg_sq.pt`` where any parameter has them (an optimizer that stepped: both loaders read
+    them for every parameter, ZeRO-1/2's with a traceback where one is missing)."""
     names = [name for group in load_plain(states, mmap=True)["param_shapes"] for name in group]
-    missing = [name for name in names if not (folder / "zero" / name / "fp32.pt").is_file()]
-    if missing:
-        raise _damaged(folder, f"zero/{missing[0]}/fp32.pt missing, {len(missing)} of {len(names)} parameters' "
-                               "files")
+    for key in STATES:
+        missing = [name for name in names if not (folder / "zero" / name / f"{key}.pt").is_file()]
+        if missing and (key == "fp32" or len(missing) < len(names)):
+            raise _damaged(folder, f"zero/{missing[0]}/{key}.pt missing, {len(missing)} of {len(names)} "
+                                   "parameters' files")
 
 
 def _saved_step(folder: Path):
