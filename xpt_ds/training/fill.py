@@ -52,8 +52,30 @@ def write_module(param: torch.nn.Parameter, value: torch.Tensor) -> None:
 def write_master(param: torch.nn.Parameter, value: torch.Tensor) -> None:
     """A trainable parameter's fp32 master := ``value`` (ZeRO 1-3, which copy the slice they hold from it; at stage
     0 the module's copy is the master)."""
-    if hasattr(param, "ds_id") or hasattr(param, "_hp_mapping"):
+    if hasattr(param, "ds_id"):
+        _write_zero3_master(param, value)
+    elif hasattr(param, "_hp_mapping"):
         safe_set_full_fp32_param(param, value)
+
+
+@torch.no_grad()
+def _write_zero3_master(param: torch.nn.Parameter, value: torch.Tensor) -> None:
+    """This rank's slice of a ZeRO-3 parameter's fp32 master, its padding zero, as ``write_module`` writes the
+    module's. DeepSpeed 0.19.8's ``set_full_hp_param`` takes a whole partition from ``rank x partition`` of the
+    value, past its end on the last rank where the world size does not divide the parameter's size (12,800 values
+    on 3 ranks; a 2,048-wide norm on 6 GPUs): every fill there stopped with a RuntimeError."""
+    if not param.requires_grad:
+        return
+    optimizer = param._z3_optimizer
+    part, group = optimizer._get_fp32_opt_state_partition(param, release_swap_buffers=False)
+    flat = value.reshape(-1)
+    size = part.numel()
+    lo = min(optimizer._get_param_partition_rank(param) * size, flat.numel())
+    n = min(size, flat.numel() - lo)
+    part[:n].copy_(flat[lo:lo + n])
+    part[n:].zero_()
+    if optimizer._swappable_optimizer_subgroup(group):
+        optimizer._optimizer_states_and_gradient_swap_out(group)
 
 
 class Digest:
