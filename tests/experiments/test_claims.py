@@ -243,7 +243,7 @@ def test_the_size_tables_show_the_steps_the_runs_took_not_the_plan(tmp_path):
     _sweep(tmp_path, "main", rows + [old], report=True)
     md = (tmp_path / "main/results.md").read_text()
     assert "| steps run | epochs | train s | seeds |" in md
-    assert md.split("| XPT |")[1].splitlines()[0].endswith("| 70 of 100 | 1.0 | 1 | 2 |")  # (60 + 81) / 2
+    assert md.split("| XPT |")[1].splitlines()[0].endswith("| 70.5 of 100 | 1.0 | 1 | 2 |")  # (60 + 81) / 2
     assert md.split("| Scratch |")[1].splitlines()[0].endswith("| 100 | 1.0 | 1 | 1 |")
 
 

@@ -139,14 +139,22 @@ def _sigterm_interrupts():
 @cli_errors
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(sys.argv[1:] if argv is None else argv)  # before torch and DeepSpeed: --help is instant
+    if a.dry_run:
+        return _dry_run(a)
+    from xpt_ds.runtime.run_lock import hold
+    # One sweep writes a sweep directory at a time: a second one set the first one's live run aside and trained
+    # it again beside it, and rewrote the arm configs its next runs read.
+    with hold(a.out, ".sweep.lock", "xpt-ds sweep", "sweep directory", "--out") or contextlib.nullcontext():
+        return _sweep(a)
+
+
+def _sweep(a: argparse.Namespace) -> int:
     from xpt_ds.config import ConfigError
     from xpt_ds.sweeps.plan import build_plan
     from xpt_ds.sweeps.report import write_report
     from xpt_ds.sweeps.rows import read_rows
     from xpt_ds.sweeps.runner import sweep
     from xpt_ds.sweeps.stages import Interrupted
-    if a.dry_run:
-        return _dry_run(a)
     try:
         plan = build_plan(a)
     except ValueError as e:  # a size or --set item that does not parse

@@ -32,27 +32,29 @@ class RunInUse(UserError):
     """Another live process holds the run directory's lock."""
 
 
-def hold(run_dir: Path) -> IO | None:
-    """Lock ``run_dir`` (made if missing) for as long as the returned file stays open: keep it until the process
-    ends. RunInUse names the holder when another process has it; None where the file system has no locks."""
+def hold(run_dir: Path, name: str = LOCK_NAME, command: str = "xpt-ds train", what: str = "run directory",
+         other: str = "run_dir") -> IO | None:
+    """Lock ``run_dir`` (made if missing; a ``what`` written by one ``command`` at a time, whose ``other`` option
+    names another) for as long as the returned file stays open: keep it until the process ends. RunInUse names
+    the holder when another process has it; None where the file system has no locks."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    f = open(run_dir / LOCK_NAME, "a+", encoding="utf-8")
+    f = open(run_dir / name, "a+", encoding="utf-8")
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as e:
         if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
             f.close()
-            log.warning("cannot lock %s (%s): nothing stops a second job from writing into this run directory",
-                        run_dir / LOCK_NAME, e.strerror or e)
+            log.warning("cannot lock %s (%s): nothing stops a second job from writing into this %s",
+                        run_dir / name, e.strerror or e, what)
             return None
         f.seek(0)
         holder = f.read().strip() or "another process"
         f.close()
-        raise RunInUse(f"run directory {run_dir} is in use by {holder}: one job writes a run directory at a time "
-                       "(stop that one first, or give this one another run_dir)") from None
+        raise RunInUse(f"{what} {run_dir} is in use by {holder}: one job writes a {what} at a time "
+                       f"(stop that one first, or give this one another {other})") from None
     f.seek(0)
     f.truncate()
-    f.write(f"xpt-ds train (pid {os.getpid()} on {socket.gethostname()}, since "
+    f.write(f"{command} (pid {os.getpid()} on {socket.gethostname()}, since "
             f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')})\n")
     f.flush()
     return f

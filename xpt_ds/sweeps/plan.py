@@ -17,6 +17,7 @@ import yaml
 
 from xpt_ds.config import ConfigError, load_config, read_config_file
 from xpt_ds.config.methods import METHODS, Method
+from xpt_ds.errors import first_line
 from xpt_ds.finetuning.config import FinetuneConfig
 from xpt_ds.runtime.ports import free_port
 from xpt_ds.sweeps.report import parse_size, size_label
@@ -198,10 +199,8 @@ class Plan:
         return self.configs / f"{arm}.yaml" if self.configs is not None else config_path(self.out, arm)
 
     def train_args(self, run: Run) -> list[str]:
-        seeds = [] if run.seed is None else [f"--model.init_seed={run.seed}", f"--seed={run.seed}",
-                                             f"--data.seed={run.seed}"]
         return ["--config", str(self.config_path(run.arm)), f"--run_dir={self.run_dir(run)}",
-                f"--model.method={self.arms[run.arm]}", f"--data.train_tokens={run.size}", *seeds,
+                f"--model.method={self.arms[run.arm]}", f"--data.train_tokens={run.size}", *seed_args(run.seed),
                 *(o.arg for o in self.overrides if o.applies(run.arm, self.arms[run.arm], run.size))]
 
     def train_command(self, run: Run) -> list[str]:
@@ -268,6 +267,8 @@ def parse_override(item: str, labels: tuple[str, ...] = ()) -> Override:
     for q in qualifiers:
         if (q in METHODS or q in labels) and method is None:
             method = q
+        elif q in METHODS or q in labels:  # a second arm
+            raise ConfigError(f"--set '{item}': give at most one arm and one size or size range")
         elif sizes is None:
             try:
                 sizes = _size_range(q)
@@ -302,7 +303,25 @@ def _size_range(text: str) -> tuple[int, int | None]:
 
 def build_plan(a: argparse.Namespace, configs: Path | None = None) -> Plan:
     """Parse sizes and arms, write each arm's config (to DIR/configs, or ``configs``: a dry run leaves the sweep
-    folder as it is), and load it with every override (the trainer's own checks)."""
+    folder as it is), and load it with every override and each seed's (the trainer's own checks). The configs are
+    checked in a folder of their own and written where the runs read them only once every check has passed: a
+    refused command changes nothing."""
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="xpt_sweep_check_") as checked:
+        plan = _build_plan(a, Path(checked), configs)
+        folder = configs if configs is not None else a.out / "configs"
+        folder.mkdir(parents=True, exist_ok=True)
+        for arm in plan.arms:
+            (folder / f"{arm}.yaml").write_text((Path(checked) / f"{arm}.yaml").read_text())
+    return plan
+
+
+def seed_args(seed: int | None) -> list[str]:
+    """A replicate's seeds as the trainer's arguments (none without --seeds): ``SET_BY_SEEDS``."""
+    return [] if seed is None else [f"{key}{seed}" for key in SET_BY_SEEDS]
+
+
+def _build_plan(a: argparse.Namespace, folder: Path, configs: Path | None) -> Plan:
     sizes = sorted({parse_size(s) for s in a.sizes})
     arms = parse_arms(a.methods)
     seeds = list(dict.fromkeys(a.seeds)) if a.seeds else [None]
@@ -321,8 +340,6 @@ def build_plan(a: argparse.Namespace, configs: Path | None = None) -> Plan:
                           "is not one of --sizes")
     if finetune_args is not None:
         check_finetune(finetune_args)
-    folder = configs if configs is not None else a.out / "configs"
-    folder.mkdir(parents=True, exist_ok=True)
     steps, seq_len, best, sha, test_shards, mask_seed = {}, {}, {}, {}, list(a.test_shards), None
     models = []  # each arm's model section at its first size (--score-text: its source must be a decoder)
     for arm, method in arms.items():
@@ -341,6 +358,11 @@ def build_plan(a: argparse.Namespace, configs: Path | None = None) -> Plan:
             best[arm, size] = cfg.checkpoint.keep_best
             if size == sizes[0]:
                 models.append(cfg.model)
+                for seed in seeds if arm == next(iter(arms)) else []:  # a seed fits every arm or none
+                    try:
+                        load_config(str(folder / f"{arm}.yaml"), [*args, *seed_args(seed)])
+                    except ConfigError as e:
+                        raise ConfigError(f"--seeds {seed}: {first_line(e)}") from None
             test_shards = test_shards or list(cfg.data.valid_shards)
             mask_seed = cfg.data.seed if mask_seed is None else mask_seed
     if not test_shards:

@@ -15,7 +15,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from xpt_ds.config.methods import BASELINE, METHODS
+from xpt_ds.config.methods import BASELINE
+from xpt_ds.sweeps.arms import baseline_arm, color, display_name, ordered
 from xpt_ds.errors import UserError, cli_errors
 from xpt_ds.io.paths import write_text_atomic
 from xpt_ds.sweeps.rows import PROBE_SUFFIX, read_json, read_rows
@@ -25,8 +26,6 @@ from xpt_ds.sweeps.seeds import aggregate, spread
 INTRINSIC = (("ppl", "PPL", False, False), ("hits@1", "Hits@1", True, True), ("hits@3", "Hits@3", True, True),
              ("hits@5", "Hits@5", True, True), ("hits@10", "Hits@10", True, True), ("mrr", "MRR", True, False),
              ("mr", "MR", False, False))
-# Display names in the registry's order (002's table order, then 000's variants).
-METHOD_NAMES = {name: m.display for name, m in METHODS.items()}
 DOWNSTREAM = "downstream_mean"  # the row key of the fine-tuned headline metric's mean (higher is better)
 # --score-text's columns per label: (key in a row's text[label], header after the label, decimals, lower is better;
 # None: no best, as pieces per word is the tokenizer's, not the model's).
@@ -95,29 +94,16 @@ def metric_titles(rows: list[dict]) -> dict[str, tuple[str, bool]]:
 
 
 def efficiency(rows: list[dict], metric: str, higher_is_better: bool) -> dict[str, dict[int, Match]]:
-    """method -> size -> the Scratch size that matches the method's ``metric`` at that size."""
-    curve = [(r["size"], r.get(metric)) for r in rows if r["method"] == BASELINE]
+    """arm -> size -> the Scratch size that matches the arm's ``metric`` at that size (``baseline_arm``)."""
+    baseline = baseline_arm(rows)
+    curve = [(r["size"], r.get(metric)) for r in rows if r["method"] == baseline]
     if not any(v is not None for _, v in curve):
         return {}
     out: dict[str, dict[int, Match]] = {}
     for r in rows:
-        if r["method"] != BASELINE and r.get(metric) is not None:
+        if r["method"] != baseline and r.get(metric) is not None:
             out.setdefault(r["method"], {})[r["size"]] = size_to_match(curve, r[metric], higher_is_better)
     return out
-
-
-def _methods(rows: list[dict]) -> list[str]:
-    order = list(METHOD_NAMES)
-    return sorted({r["method"] for r in rows}, key=lambda m: order.index(m) if m in order else len(order))
-
-
-def _name(method: str) -> str:
-    return METHOD_NAMES.get(method, method)
-
-
-def _color(method: str) -> str:
-    """The same colour for a method in every plot."""
-    return f"C{list(METHOD_NAMES).index(method)}" if method in METHOD_NAMES else "k"
 
 
 def _fmt(key: str, value, percent: bool) -> str:
@@ -154,7 +140,10 @@ def _steps_run(r: dict) -> str:
     """The optimizer steps a run took (the seeds' mean), of those planned; rows from before ``steps_done`` was
     recorded show the plan."""
     done = r.get("steps_done")
-    return str(r["steps"]) if done is None else f"{done:.0f} of {r['steps']}"
+    if done is None:
+        return str(r["steps"])
+    # a mean over seeds shown to a tenth, rounded down: one seed stopped early shows, 59.95 is not "60.0"
+    return f"{done:.0f} of {r['steps']}" if done == int(done) else f"{math.floor(done * 10) / 10:.1f} of {r['steps']}"
 
 
 def text_labels(rows: list[dict], source_text: dict | None = None) -> list[str]:
@@ -194,7 +183,7 @@ def size_tables(rows: list[dict], unigram: dict | None = None, source_text: dict
     metric = next((r["downstream_metric"] for r in rows if r.get("downstream_metric")), "")
     labels = text_labels(rows, source_text)
     for size in sorted({r["size"] for r in rows}):
-        at = sorted((r for r in rows if r["size"] == size), key=lambda r: _methods(rows).index(r["method"]))
+        at = sorted((r for r in rows if r["size"] == size), key=lambda r: ordered(rows).index(r["method"]))
         heads = [h for _, h, _, _ in INTRINSIC] + ([f"{metric} (×100)"] if downstream else [])
         heads += [f"{label} {head}" for label in labels for _, head, _, _ in TEXT_COLUMNS]
         heads += ["steps run", "epochs", "train s"] + (["seeds"] if seeded else [])
@@ -211,7 +200,8 @@ def size_tables(rows: list[dict], unigram: dict | None = None, source_text: dict
         title = size_label(size) + ("" if size_label(size) == str(size) else f" ({size:,})")
         lines += [f"### {title} training tokens", "",
                   "| Method | " + " | ".join(heads) + " |", "|---" * (len(heads) + 1) + "|"]
-        lines += [f"| {_name(r['method'])} | " + " | ".join(col[i] for col in columns) + " |" for i, r in enumerate(at)]
+        lines += [f"| {display_name(r['method'])} | " + " | ".join(col[i] for col in columns) + " |"
+                  for i, r in enumerate(at)]
         if unigram:
             cells = [_fmt(key, unigram.get(key), percent) for key, _, _, percent in INTRINSIC]
             lines.append("| *Unigram predictor* | " + " | ".join(cells + ["–"] * (len(heads) - len(cells))) + " |")
@@ -232,8 +222,10 @@ def size_tables(rows: list[dict], unigram: dict | None = None, source_text: dict
 
 def efficiency_tables(rows: list[dict], metrics: list[str]) -> list[str]:
     sizes = sorted({r["size"] for r in rows})
-    if not any(r["method"] == BASELINE for r in rows):
-        return ["No Scratch runs in this sweep, so no data-efficiency ratio.", ""]
+    if baseline_arm(rows) is None:
+        several = sorted({r["method"] for r in rows if r.get("base_method") == BASELINE})
+        return [f"Several Scratch arms ({', '.join(several)}) and none named scratch, so no data-efficiency ratio."
+                if several else "No Scratch runs in this sweep, so no data-efficiency ratio.", ""]
     lines = []
     titles = metric_titles(rows)
     for metric in metrics:
@@ -243,9 +235,9 @@ def efficiency_tables(rows: list[dict], metrics: list[str]) -> list[str]:
             continue
         lines += [f"Scratch data needed to match each method's {title} (ratio to the method's data):", "",
                   "| Method | " + " | ".join(size_label(s) for s in sizes) + " |", "|---" * (len(sizes) + 1) + "|"]
-        for method in [m for m in _methods(rows) if m in table]:
+        for method in [m for m in ordered(rows) if m in table]:
             cells = [table[method][s].text(s) if s in table[method] else "–" for s in sizes]
-            lines.append(f"| {_name(method)} | " + " | ".join(cells) + " |")
+            lines.append(f"| {display_name(method)} | " + " | ".join(cells) + " |")
         lines.append("")
     return lines
 
@@ -270,9 +262,9 @@ def unigram_lines(rows: list[dict], unigram: dict | None) -> list[str]:
     sizes = sorted({r["size"] for r in rows})
     lines = [f"Hits@1 over the unigram predictor's ({100 * unigram['hits@1']:.2f}); below 2× marked *:", "",
              "| Method | " + " | ".join(size_label(s) for s in sizes) + " |", "|---" * (len(sizes) + 1) + "|"]
-    for method in _methods(rows):
+    for method in ordered(rows):
         cells = [ratios[method].get(size_label(s)) for s in sizes]
-        lines.append(f"| {_name(method)} | " + " | ".join(
+        lines.append(f"| {display_name(method)} | " + " | ".join(
             "–" if c is None else f"{c:.2f}×" + ("*" if c < 2 else "") for c in cells) + " |")
     return lines + [""]
 
@@ -354,7 +346,7 @@ def write_markdown(out: Path, rows: list[dict], failures: list[dict]) -> None:
     lines += ["## Data efficiency", ""] + efficiency_section(rows)
     if failures:
         lines += ["## Failed runs (this invocation)", ""]
-        lines += [f"- {f.get('run') or _name(f['method']) + ' ' + size_label(f['size'])}: {f['stage']} exited "
+        lines += [f"- {f.get('run') or display_name(f['method']) + ' ' + size_label(f['size'])}: {f['stage']} exited "
                   f"{f['exit']}; log `{f['log']}`" for f in failures]
         lines.append("")
     write_text_atomic(out / "results.md", "\n".join(lines))  # --pack archives it while a sweep may be rewriting it
@@ -370,14 +362,14 @@ def write_plots(out: Path, rows: list[dict]) -> list[Path]:
     written = []
     for key, (head, higher) in metric_titles(rows).items():
         fig, ax = plt.subplots(figsize=(5, 3.6), dpi=120)
-        for method in _methods(rows):
+        for method in ordered(rows):
             std = "downstream_std" if key == DOWNSTREAM else f"{key}_std"
             pts = sorted((r["size"], r[key], r.get(std)) for r in rows
                          if r["method"] == method and r.get(key) is not None)
             if not pts:
                 continue
             xs, ys, errs = zip(*pts)
-            style = dict(marker="o", label=_name(method), color=_color(method))
+            style = dict(marker="o", label=display_name(method), color=color(method, rows))
             if all(e is not None for e in errs):
                 ax.errorbar(xs, ys, yerr=errs, capsize=3, **style)
             else:
@@ -406,7 +398,7 @@ def write_tensorboard(out: Path, rows: list[dict]) -> None:
     sizes = sorted({r["size"] for r in rows})
     metrics = metric_titles(rows)
     ratios = {m: efficiency(rows, m, higher) for m, (_, higher) in metrics.items()}
-    for method in _methods(rows):
+    for method in ordered(rows):
         writer = SummaryWriter(str(out / "tb" / method))
         for r in sorted((r for r in rows if r["method"] == method), key=lambda r: r["size"]):
             step = sizes.index(r["size"])
@@ -428,7 +420,7 @@ def summary(rows: list[dict], failures: list[dict], unigram: dict | None = None,
         eff[metric] = {m: {size_label(s): {"scratch_tokens": round(x.size), "bound": x.bound,
                                            "ratio": x.size / s} for s, x in by_size.items()}
                        for m, by_size in efficiency(rows, metric, higher).items()}
-    return {"methods": _methods(rows), "sizes": sorted({r["size"] for r in rows}),
+    return {"methods": ordered(rows), "sizes": sorted({r["size"] for r in rows}),
             "runs": sum(r.get("seeds", 1) for r in rows), "rows": rows, "unigram": unigram,
             "source_text": source_text,
             "hits1_over_unigram": vs_unigram(rows, unigram),

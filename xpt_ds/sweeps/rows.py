@@ -32,14 +32,17 @@ def read_rows(path: Path) -> dict[tuple[str, int, int | None], dict]:
     """The rows by run, the newest row of a run winning. A last line without its newline is a row still being
     appended (a report made while the sweep runs): left out, not an error."""
     rows = {}
-    text = path.read_text() if path.is_file() else ""
-    complete = text if text.endswith("\n") else text[:text.rfind("\n") + 1]
-    for number, line in enumerate(complete.splitlines(), 1):
+    data = path.read_bytes() if path.is_file() else b""
+    complete = data if data.endswith(b"\n") else data[:data.rfind(b"\n") + 1]
+    for number, line in enumerate(complete.split(b"\n"), 1):  # at newlines only, as the rows are written
         if line.strip():
             try:
-                r = json.loads(line)
-            except json.JSONDecodeError as e:
+                r = json.loads(line.decode())
+            except (UnicodeDecodeError, json.JSONDecodeError) as e:
                 raise UserError(f"{path}:{number}: not a JSON row ({e}); delete or repair that line") from None
+            if not (isinstance(r, dict) and isinstance(r.get("method"), str) and isinstance(r.get("size"), int)):
+                raise UserError(f"{path}:{number}: not a row (a JSON object with its run's method and size); delete "
+                                "or repair that line")
             rows[row_key(r)] = r
     return rows
 

@@ -139,8 +139,8 @@ class _Sweep:
         self.plan, self.results, self.dry = plan, plan.out / "results.jsonl", dry  # dry: say, change nothing
         self.lock, self.call_lock, self.slots = threading.Lock(), threading.Lock(), queue.Queue()
         self.stdout = sys.stdout  # the stream as the sweep started: _call redirects sys.stdout while it runs
+        self.done, self.failures = read_rows(self.results), []  # a damaged whole row is one line, before any write
         self.set_aside_partial_row()
-        self.done, self.failures = read_rows(self.results), []
         self.reruns: set = set()  # the runs pending() said it reruns (a dry run's other runs are said after)
         for slot in range(plan.parallel):
             self.slots.put(slot)

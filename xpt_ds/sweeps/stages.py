@@ -17,6 +17,7 @@ import os
 import shlex
 import signal
 import subprocess
+import sys
 import threading
 import time
 import traceback
@@ -132,9 +133,10 @@ def _call(module: str, argv: list[str], log: Path, stage: str) -> float:
         except Exception:  # one broken run must not end the sweep
             traceback.print_exc()
             code = 1
-        finally:
-            import torch
-            if torch.cuda.is_available():
+        finally:  # not imported again here: an interrupt (Ctrl-C, SIGTERM) during the run's first import of
+            # torch leaves it half loaded, and importing it again raised a SystemError over the interrupt
+            torch = sys.modules.get("torch")
+            if torch is not None and torch.cuda.is_available():
                 torch.cuda.empty_cache()  # the next run's training processes need the memory
     if code == INTERRUPTED_EXIT_CODE:  # a Ctrl-C that reached the tool (errors.cli_errors) stops the sweep
         stop_stages(signal.SIGINT)
