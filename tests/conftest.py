@@ -355,12 +355,14 @@ def long_reference(tmp_path_factory, tiny_roberta, corpus) -> Path:
 # Heaviest first (seconds per file on the 2-core CI machine, pytest --durations=0): under pytest-xdist's
 # --dist loadfile each file runs whole on one worker, in collection order, so starting the long files first
 # keeps the last minutes from running on one worker while the other idles. Files not named keep their order.
-HEAVY_FIRST = [  # by their seconds in one run of the suite (2026-12-01), most first
-    "test_sweep.py", "test_slurm.py", "test_resume.py", "test_bench_throughput.py", "test_guards.py",
-    "test_decoder_train.py", "test_export.py", "test_checkpoint_errors.py", "test_faults.py", "test_crash_save.py",
-    "test_launch.py", "test_rescale.py", "test_preemption.py", "test_sweep_stop.py", "test_decoder_session.py",
-    "test_lean_engine.py", "test_session_steps.py", "test_phase_graph.py", "test_trelm_phases.py", "test_install.py",
-    "test_finetune.py", "test_bench_big_gpu.py", "test_time_budget.py", "test_bench_build.py", "test_extend_train.py"]
+HEAVY_FIRST = [  # the files of 20 s or more, by their mean seconds in two runs of the suite (2026-12-04), most first
+    "test_resume.py", "test_bench_throughput.py", "test_rescale.py", "test_slurm.py", "test_sweep.py",
+    "test_decoder_train.py", "test_faults.py", "test_checkpoint_errors.py", "test_launch.py", "test_export.py",
+    "test_guards.py", "test_preemption.py", "test_crash_save.py", "test_decoder_session.py", "test_hung_job.py",
+    "test_finetune.py", "test_phase_graph.py", "test_bench_big_gpu.py", "test_install.py", "test_lean_engine.py",
+    "test_bench_build.py", "test_trelm_phases.py", "test_sweep_stop.py", "test_finetune_decoder.py", "test_frozen.py",
+    "test_static_embeddings.py", "test_early_stop_rewind.py", "test_extend_train.py", "test_document_mask.py",
+    "test_build_locks.py", "test_collector.py", "test_mix_train.py", "test_session_steps.py", "test_time_budget.py"]
 
 
 def pytest_collection_finish(session):
