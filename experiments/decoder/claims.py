@@ -28,8 +28,8 @@ from pathlib import Path
 
 from experiments.uagec.claims import _pm, no_call, real_gap
 from xpt_ds.errors import UserError, cli_errors
-from xpt_ds.sweeps.curves import finish_plot
 from xpt_ds.sweeps.arms import METHOD_NAMES
+from xpt_ds.sweeps.curves import finish_plot
 from xpt_ds.sweeps.report import read_unigram, size_label
 from xpt_ds.sweeps.rows import read_json, read_rows
 from xpt_ds.sweeps.seeds import aggregate, spread

@@ -21,8 +21,8 @@ from pathlib import Path
 from statistics import mean, stdev
 
 from xpt_ds.errors import cli_errors
-from xpt_ds.sweeps.curves import curve, finish_plot
 from xpt_ds.sweeps.arms import METHOD_NAMES
+from xpt_ds.sweeps.curves import curve, finish_plot
 from xpt_ds.sweeps.report import parse_size, read_unigram, size_label
 from xpt_ds.sweeps.report import efficiency_section as report_efficiency
 from xpt_ds.sweeps.rows import read_json, read_rows

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xpt_ds.config.methods import BASELINE
-from xpt_ds.sweeps.arms import baseline_arm, color, display_name, ordered
 from xpt_ds.errors import UserError, cli_errors
 from xpt_ds.io.paths import write_text_atomic
+from xpt_ds.sweeps.arms import baseline_arm, color, display_name, ordered
 from xpt_ds.sweeps.rows import PROBE_SUFFIX, read_json, read_rows
 from xpt_ds.sweeps.seeds import aggregate, spread
 
