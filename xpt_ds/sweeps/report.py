@@ -182,8 +182,9 @@ def size_tables(rows: list[dict], unigram: dict | None = None, source_text: dict
     seeded = any(r.get("seeds") for r in rows)
     metric = next((r["downstream_metric"] for r in rows if r.get("downstream_metric")), "")
     labels = text_labels(rows, source_text)
+    arms = ordered(rows)
     for size in sorted({r["size"] for r in rows}):
-        at = sorted((r for r in rows if r["size"] == size), key=lambda r: ordered(rows).index(r["method"]))
+        at = sorted((r for r in rows if r["size"] == size), key=lambda r: arms.index(r["method"]))
         heads = [h for _, h, _, _ in INTRINSIC] + ([f"{metric} (×100)"] if downstream else [])
         heads += [f"{label} {head}" for label in labels for _, head, _, _ in TEXT_COLUMNS]
         heads += ["steps run", "epochs", "train s"] + (["seeds"] if seeded else [])

@@ -35,14 +35,7 @@ PROGRESS_EVERY_S = 10.0
 def write_module(param: torch.nn.Parameter, value: torch.Tensor) -> None:
     """The module's copy of ``param`` := ``value`` (fp32, whole) in its dtype: at ZeRO-3 this rank's partition."""
     if hasattr(param, "ds_tensor"):
-        part = param.ds_tensor
-        size = part.numel()
-        rank = torch.distributed.get_rank(group=param.ds_process_group)
-        flat = value.reshape(-1)
-        lo = min(rank * size, flat.numel())
-        n = min(size, flat.numel() - lo)
-        part.data[:n].copy_(flat[lo:lo + n])
-        part.data[n:].zero_()
+        _copy_partition(param.ds_tensor.data, value, torch.distributed.get_rank(group=param.ds_process_group))
         if param.numel() == value.numel():  # gathered (a persistent small parameter): its whole copy too
             param.data.copy_(value.reshape(param.shape))
         return
@@ -68,14 +61,20 @@ def _write_zero3_master(param: torch.nn.Parameter, value: torch.Tensor) -> None:
         return
     optimizer = param._z3_optimizer
     part, group = optimizer._get_fp32_opt_state_partition(param, release_swap_buffers=False)
+    _copy_partition(part, value, optimizer._get_param_partition_rank(param))
+    if optimizer._swappable_optimizer_subgroup(group):
+        optimizer._optimizer_states_and_gradient_swap_out(group)
+
+
+def _copy_partition(part: torch.Tensor, value: torch.Tensor, rank: int) -> None:
+    """``part`` := rank ``rank``'s partition of ``value`` flattened (ZeRO-3's layout: equal partitions, the last
+    one's tail past the value padding), its padding zero."""
     flat = value.reshape(-1)
     size = part.numel()
-    lo = min(optimizer._get_param_partition_rank(param) * size, flat.numel())
+    lo = min(rank * size, flat.numel())
     n = min(size, flat.numel() - lo)
     part[:n].copy_(flat[lo:lo + n])
     part[n:].zero_()
-    if optimizer._swappable_optimizer_subgroup(group):
-        optimizer._optimizer_states_and_gradient_swap_out(group)
 
 
 class Digest:
