@@ -277,6 +277,29 @@ def test_a_checkpoint_read_one_value_at_a_time_is_deepspeeds_zero_to_fp32(kind, 
         assert names and set(names) <= set(want), tag
         assert (tag == phase1) == bool(frozen.keys)
         assert [n for n in names if not torch.equal(values(n), want[n].float())] == [], tag
+        assert values.loss_scale is None  # no fp16 run
+
+
+def test_a_checkpoints_values_carry_an_fp16_runs_dynamic_loss_scale(tmp_path, straight_runs):
+    """What a resume from a checkpoint's values alone (its optimizer never stepped) puts back besides them: the loss
+    scale its skipped steps found. This machine's accelerator has no fp16, so the ZeRO-1 checkpoint's files say so
+    here as an fp16 run's would: the saved config enables fp16, and the optimizer holds a dynamic scaler."""
+    from deepspeed.runtime.fp16.loss_scaler import DynamicLossScaler
+
+    from xpt_ds.checkpoint.values import CheckpointValues
+    from xpt_ds.io.trust import load_plain
+    tag = tmp_path / "checkpoints" / tag_for(2)
+    shutil.copytree(straight_runs(1) / "run" / "checkpoints" / tag_for(2), tag)
+    states, optim = tag / "mp_rank_00_model_states.pt", tag / "zero_pp_rank_0_mp_rank_00_optim_states.pt"
+    model = load_plain(states)
+    model["ds_config"]["fp16"] = {"enabled": True, "initial_scale_power": 16}
+    torch.save(model, states)
+    sd = load_plain(optim)
+    scaler = DynamicLossScaler(2.0 ** 16, 1000, 1, 2, 2)
+    scaler.cur_scale = 2.0 ** 13  # three overflows
+    sd["optimizer_state_dict"].update(loss_scaler=scaler, dynamic_loss_scale=True)
+    torch.save(sd, optim)
+    assert CheckpointValues(tmp_path / "checkpoints", tag_for(2)).loss_scale == 2.0 ** 13
 
 
 def _same_as_save_pretrained(model, tmp_path, max_shard_bytes):

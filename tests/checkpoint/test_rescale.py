@@ -272,6 +272,33 @@ def test_bf16(tmp_path, source, corpus, saved, resumed):
     assert f"at ZeRO stage {saved[0][-1]} in {saved[2]}; resuming on " in proc.stderr
 
 
+def test_a_checkpoint_whose_optimizer_never_stepped_resumes_at_another_scale(tmp_path, source, corpus):
+    """The ITL-only phase's steps 5 and 6 are non-finite (guard.inject_nan_steps) and the run halts with checkpoint 6,
+    whose optimizer took no step: it holds no Adam state, which ds_to_universal cannot convert (ZeRO-3: KeyError 0;
+    ZeRO-1/2 wrote no parameter). On 1 rank at ZeRO-1 the run starts from the checkpoint's fp32 values, its frozen
+    encoder from frozen_fp32, with a new optimizer (the state the checkpoint holds), and goes on as the resume at the
+    saving scale does (DeepSpeed's own load)."""
+    halted, cfg = _prepare(tmp_path, "halted", source, corpus, nproc=2, ds="zero3")
+    proc = launch(["--config", str(cfg), "--guard.inject_nan_steps=[5,6]", "--guard.max_bad_steps=1"], nproc=2)
+    assert proc.returncode != 0 and f"stopped at step 6 with checkpoint {tag_for(6)}" in proc.stderr, proc.stderr
+    runs = {}
+    for name, nproc, ds in (("same", 2, "zero3"), ("at1_zero1", 1, "zero1")):
+        shutil.copytree(halted, tmp_path / name)
+        runs[name], proc = _run(tmp_path, name, source, corpus, nproc=nproc, ds=ds,
+                                flags=["--guard.inject_nan_steps=[]"])
+        assert f"resumed from {tag_for(6)}" in proc.stderr
+    assert "set from its fp32 values" in proc.stderr and "so it holds no Adam state" in proc.stderr
+    assert not (runs["at1_zero1"] / "checkpoints" / tag_for(6) / "universal").exists()
+    ref, got = _losses(runs["same"]), _losses(runs["at1_zero1"])
+    assert [s for s in got if s > 6] == [7, 8]
+    for step in (7, 8):
+        assert got[step] == pytest.approx(ref[step], rel=1e-5), (step, got, ref)
+    a = load_checkpoint_fp32(runs["same"] / "checkpoints", tag_for(STEPS))
+    b = load_checkpoint_fp32(runs["at1_zero1"] / "checkpoints", tag_for(STEPS))
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], rtol=0, atol=1e-4, msg=name)
+
+
 def test_the_conversion_gets_half_the_cpus_at_most_8_and_what_memory_allows():
     from xpt_ds.checkpoint.universal import conversion_workers
     gb = 10**9

@@ -9,7 +9,7 @@ from xpt_ds.checkpoint import migrate, store, tags
 from xpt_ds.checkpoint.registry import StateRegistry
 from xpt_ds.checkpoint.rng import RNGState
 from xpt_ds.checkpoint.universal import drop_converted
-from xpt_ds.checkpoint.values import ValueFile
+from xpt_ds.checkpoint.values import CheckpointValues, ValueFile
 from xpt_ds.config import ConfigError
 from xpt_ds.io.paths import unwritable
 
@@ -54,6 +54,13 @@ class Checkpointer:
         self.registry.load_rank(rank_state)
         self.last_saved = tag
         return values
+
+    def restore_values(self, tag: str) -> CheckpointValues:
+        """This rank's pieces (RNG) from ``tag``, whose engine state is its values alone (a resume at another scale
+        of a checkpoint whose optimizer holds no state: ``universal.prepare_rescale``); returns those values."""
+        self.registry.load_rank(store.load_rank_state(self.root / tag, self.allow_pickle))
+        self.last_saved = tag
+        return CheckpointValues(self.root, tag, self.allow_pickle)
 
     def save(self, engine, frozen, global_step: int) -> str:
         tag = tags.tag_for(global_step)

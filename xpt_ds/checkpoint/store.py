@@ -317,7 +317,12 @@ def load(engine, ckpt_root: Path, tag: str, universal: bool = False,
     for group, kept in zip(base.param_groups, built):
         group.update(kept)
     _own_step_counts(base)
+    return ValueFile(frozen_file(tag_dir), allow_pickle), load_rank_state(tag_dir, allow_pickle)
+
+
+def load_rank_state(tag_dir: Path, allow_pickle: bool = False) -> dict:
+    """This rank's state file of checkpoint ``tag_dir``; empty where it has none (a rank the saving run did not
+    have)."""
     rank_file = tag_dir / f"rank_state_{deepspeed.comm.get_rank():05d}.pt"
     # plain since issue 19; older ones hold a numpy array, which load_plain allows (``migrate.numpy_rng_key``)
-    rank_state = load_plain(rank_file, allow_pickle=allow_pickle) if rank_file.is_file() else {}
-    return ValueFile(frozen_file(tag_dir), allow_pickle), rank_state
+    return load_plain(rank_file, allow_pickle=allow_pickle) if rank_file.is_file() else {}

@@ -47,36 +47,65 @@ log = logging.getLogger(__name__)
 MAX_WORKERS = 8  # ds_to_universal's extract and merge processes; each holds about one rank's optimizer file
 
 
-def prepare_rescale(ckpt_root: Path, tag: str, client: dict, world: int, ds: dict, limit_minutes: float) -> bool:
-    """True when ``tag`` was saved at another world size, ZeRO stage or precision than this run's ``world`` and
-    DeepSpeed config ``ds`` (DeepSpeed records its world size and config in the model-states file ``client`` comes
-    from): it is then loaded through a universal checkpoint, made here once, which holds every trained parameter's
-    fp32 value and Adam moments whatever the precision (bf16 runs save their optimizer states under other file
-    names than fp32 and fp16 ones, which the rigid load then does not find). The loader state is world-size
-    independent already. A change from or to stage 0 is refused: its checkpoint keeps the whole optimizer state in
-    the model-states file, which ``ds_to_universal`` does not read."""
+def prepare_rescale(ckpt_root: Path, tag: str, client: dict, world: int, ds: dict, limit_minutes: float,
+                    allow_pickle: bool = False) -> str | None:
+    """How this run loads ``tag`` when it was saved at another world size, ZeRO stage or precision than this run's
+    ``world`` and DeepSpeed config ``ds`` (DeepSpeed records its world size and config in the model-states file
+    ``client`` comes from); None where it was not: DeepSpeed's own load.
+
+    - ``"universal"``: through a universal checkpoint, made here once, which holds every trained parameter's fp32
+      value and Adam moments whatever the precision (bf16 runs save their optimizer states under other file names
+      than fp32 and fp16 ones, which the rigid load then does not find). The loader state is world-size independent
+      already.
+    - ``"values"``: the checkpoint's optimizer holds no Adam state (``never_stepped``), which ``ds_to_universal``
+      cannot convert: the engine starts with a new optimizer, the state the checkpoint holds, and takes the
+      checkpoint's fp32 values (``xpt_ds.checkpoint.values.CheckpointValues``).
+
+    A change from or to stage 0 is refused: its checkpoint keeps the whole optimizer state in the model-states file,
+    which ``ds_to_universal`` does not read."""
     stage, saved_stage = zero_stage(ds), zero_stage(client["ds_config"])
     saved_world = client["dp_world_size"]
     dtypes = precision(client["ds_config"]), precision(ds)
     mixed = regrouped(client)
     same = saved_stage == stage and (saved_world == world or stage == 0) and dtypes[0] == dtypes[1]
     if same and not mixed:
-        return False  # stage 0 keeps whole optimizer states: any world size loads them
+        return None  # stage 0 keeps whole optimizer states: any world size loads them
     if 0 in (saved_stage, stage) and not same:
         change = (f"at ZeRO stage {saved_stage} and this run uses stage {stage}" if saved_stage != stage
                   else f"in {dtypes[0]} and this run trains in {dtypes[1]}")
         raise ConfigError(f"checkpoint {tag} was saved {change} (config key 'deepspeed'); a resume can change the "
                           "stage only among 1, 2 and 3, and the precision only at those stages")
+    fresh = never_stepped(ckpt_root / tag, allow_pickle)
     if deepspeed.comm.get_rank() == 0:
-        log.info("checkpoint %s was saved by %s at ZeRO stage %d in %s; resuming on %s at stage %d in %s through a "
-                 "universal checkpoint", tag, _ranks(saved_world), saved_stage, dtypes[0], _ranks(world), stage,
-                 dtypes[1])
+        log.info("checkpoint %s was saved by %s at ZeRO stage %d in %s; resuming on %s at stage %d in %s %s", tag,
+                 _ranks(saved_world), saved_stage, dtypes[0], _ranks(world), stage, dtypes[1],
+                 "from its fp32 values: its optimizer took no step in its phase (every step so far was skipped), "
+                 "so it holds no Adam state to carry over" if fresh else "through a universal checkpoint")
         if mixed:
             log.warning("checkpoint %s holds the weights that decay and those that do not in one optimizer group: "
                         "xpt-ds before 2026-12-02 applied no weight decay at ZeRO-3; optim.weight_decay applies "
                         "from this step on", tag)
+    if fresh:
+        return "values"
     make_universal(ckpt_root, tag, limit_minutes, stage)
-    return True
+    return "universal"
+
+
+def never_stepped(tag_dir: Path, allow_pickle: bool = False) -> bool:
+    """Whether the optimizer checkpoint ``tag_dir`` holds has no Adam state: no update yet in the checkpoint's
+    phase (every step so far skipped: the non-finite losses a run halted on, fp16 overflows while the loss scale
+    falls). Each phase builds its optimizer anew, so no earlier phase's state is lost. Read from rank 0's optimizer
+    file (memory-mapped), where the torch optimizer's state dict has an empty ``state`` then. ``ds_to_universal``
+    stops at such a ZeRO-3 checkpoint with KeyError 0; of a ZeRO-1/2 one it writes the fp32 values alone."""
+    files = sorted(tag_dir.glob("*zero_pp_rank_0_mp_rank_00_optim_states.pt"))
+    if not files:
+        return False
+    optim = load_plain(files[0], allow_pickle=allow_pickle, mmap=True)["optimizer_state_dict"]
+    inner = optim.get("base_optimizer_state", optim.get("optimizer_state_dict"))
+    if inner is None:
+        return False
+    state = inner["state"]
+    return not any(state.values() if isinstance(state, dict) else state)
 
 
 def make_universal(ckpt_root: Path, tag: str, limit_minutes: float, stage: int) -> Path:

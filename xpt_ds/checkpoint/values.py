@@ -88,6 +88,7 @@ class CheckpointValues:
         model = load_plain(states[0], allow_pickle=allow_pickle, mmap=True)
         self.stage = zero_stage(model["ds_config"])
         self.where: dict[str, tuple] = {}
+        self.loss_scale = None  # an fp16 run's dynamic loss scale when it saved, which fp32 values do not carry
         if self.stage == 0:  # fp32 only (engine.load_ds_config refuses bf16 at stage 0): the module is the master
             self.module = model["module"]
             self.where = {n: ("module",) for n in self.module}
@@ -95,6 +96,8 @@ class CheckpointValues:
             optim = [load_plain(f, allow_pickle=allow_pickle, mmap=True)["optimizer_state_dict"]
                      for f in sorted(tag_dir.glob("*zero_pp_rank_*_mp_rank_00_optim_states.pt"), key=_rank_of)]
             self._layout(model, optim)
+            if optim[0].get("dynamic_loss_scale") and model["ds_config"].get("fp16", {}).get("enabled"):
+                self.loss_scale = float(optim[0]["loss_scaler"].cur_scale)
         self.shared = dict(model.get("shared_params") or {})  # tied name -> the name its value is under
 
     def _layout(self, model: dict, optim: list[dict]) -> None:

@@ -27,7 +27,7 @@ from xpt_ds.runtime.preemption import PreemptionWatcher
 from xpt_ds.runtime.status import StatusFile
 from xpt_ds.model.recompute import recomputed_layers
 from xpt_ds.training.best import BestTracker
-from xpt_ds.training.engine import engine_settings, no_skip_reason
+from xpt_ds.training.engine import engine_settings, loss_scale, no_skip_reason
 from xpt_ds.training.guards import RankExchange, StepGuards
 from xpt_ds.training.phase_engine import PhaseEngine
 from xpt_ds.training.reporting import Reporter
@@ -131,7 +131,7 @@ def _start(t: Trainer, tag: str | None, client: dict | None, plan, ds_config: di
     """The first phase's engine: from the build plan, or restored from checkpoint ``tag``."""
     cfg, ckpt = t.cfg, t.checkpointer
     seed_everything(cfg.seed + t.rank)  # dropout stream of this rank, unless a checkpoint has it
-    universal = False
+    rescale = None
     if tag is not None:
         tag_checks.check_files(ckpt.root / tag, cfg.checkpoint.allow_pickle)  # before DeepSpeed unpickles them
         missing = ckpt.restore_client(client)
@@ -142,22 +142,31 @@ def _start(t: Trainer, tag: str | None, client: dict | None, plan, ds_config: di
         for line in tag_checks.resume_warnings(ckpt.root / tag, client, cfg, t.hf_config, t.streams.valid is not None,
                                                t.world, ds_config, position) if t.rank == 0 else []:
             log.warning(line)
-        universal = prepare_rescale(ckpt.root, tag, client, t.world, ds_config,
-                                    cfg.checkpoint.rescale_timeout_minutes)
+        rescale = prepare_rescale(ckpt.root, tag, client, t.world, ds_config, cfg.checkpoint.rescale_timeout_minutes,
+                                  cfg.checkpoint.allow_pickle)
     index = t.state.phase_index
     t.streams.use_phase(cfg, index)
     started = time.perf_counter()
-    t.engines.build(index, universal=universal)
+    t.engines.build(index, universal=rescale == "universal")
     t.info(f"engine built on an empty skeleton in {time.perf_counter() - started:.1f} s")
     if tag is None:
         t.engines.fill_fresh(plan, index)
     else:
         started = time.perf_counter()
-        frozen_file = ckpt.restore_engine(t.engine, tag, universal)
-        t.info(f"engine state of {tag} loaded{' from its universal copy' if universal else ''} in "
-               f"{time.perf_counter() - started:.1f} s")
-        t.engines.fill_from(frozen_file.get, index, f"frozen weights of {tag}", names=t.engines.frozen_names(index))
-        t.engines.frozen.file = frozen_file.path
+        if rescale == "values":  # its optimizer holds no state: a new one is the same; its values are all it has
+            values = ckpt.restore_values(tag)
+            t.engines.fill_from(values, index, f"values of {tag}")
+            if values.loss_scale is not None and loss_scale(t.engine) is not None:
+                t.engine.optimizer.loss_scale = values.loss_scale  # fp16: the scale its skipped steps found
+            t.info(f"engine state of {tag} set from its fp32 values in {time.perf_counter() - started:.1f} s")
+            t.engines.frozen.file = values.frozen.path
+        else:
+            frozen_file = ckpt.restore_engine(t.engine, tag, rescale == "universal")
+            t.info(f"engine state of {tag} loaded{' from its universal copy' if rescale else ''} in "
+                   f"{time.perf_counter() - started:.1f} s")
+            t.engines.fill_from(frozen_file.get, index, f"frozen weights of {tag}",
+                                names=t.engines.frozen_names(index))
+            t.engines.frozen.file = frozen_file.path
         t.info(f"resumed from {tag}: phase {index} step {t.state.phase_step}, global step {t.state.global_step}")
         if t.state.phase_step > t.phase.steps and t.rank == 0:  # the config shrank a phase
             log.warning("checkpoint %s is at step %d of phase '%s', past its phases[%d].steps=%d: that phase "
