@@ -8,7 +8,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import REPO, base_config, config_only, launch, read_metrics, write_config
+from conftest import REPO, base_config, config_only, launch, one_error_line_of, read_metrics, write_config
 from xpt_ds.checkpoint.export import load_checkpoint_fp32
 from xpt_ds.checkpoint.tags import complete_tags, tag_for
 
@@ -81,6 +81,30 @@ def test_checkpoint_from_an_older_version_resumes(straight_runs, tmp_path):
     a = load_checkpoint_fp32(straight / "run/checkpoints", tag_for(8))
     b = load_checkpoint_fp32(tmp_path / "run/checkpoints", tag_for(8))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_resume_refuses_another_trainable_set_in_its_phase_and_a_config_without_its_phase(straight_runs,
+                                                                                            tmp_path):
+    """Each is one line before any engine is built (the checkpoint was saved on 2 ranks, resumed here on 1: no
+    conversion either); before 2026-12-04 DeepSpeed's loader stopped with a layout or size traceback, and a config
+    without the checkpoint's phase with an IndexError."""
+    straight = straight_runs(1)
+    cfg = yaml.safe_load((straight / "cfg.yaml").read_text())
+    cfg["optim"]["grad_accum"] = 4
+    for name, tag, change, needles in (
+            ("trainable", 2, lambda c: c["phases"][0].update(trainable=["@itl"]),
+             ["config key 'phases[0].trainable' (['@itl']) trains 0 parameter(s) that phase 'phase1' of checkpoint "
+              f"{tag_for(2)} froze and freezes 2 it trained", "set phases[0].steps=2 to end the phase"]),
+            ("fewer", 6, lambda c: c.update(phases=c["phases"][:1]),
+             [f"config key 'phases' lists 1 phase(s), and checkpoint {tag_for(6)} is in phase 'phase2' (phases[1]) "
+              "at its step 2"])):
+        run = tmp_path / name
+        shutil.copytree(straight / "run/checkpoints" / tag_for(tag), run / "checkpoints" / tag_for(tag))
+        mine = dict(cfg, run_dir=str(run), phases=[dict(p) for p in cfg["phases"]])
+        change(mine)
+        proc = launch(["--config", str(write_config(tmp_path / f"{name}.yaml", mine))], nproc=1)
+        one_error_line_of(proc, *needles)
+        assert "universal" not in proc.stderr and complete_tags(run / "checkpoints") == [tag_for(tag)]
 
 
 def test_a_resume_needs_neither_the_embedding_init_nor_the_source_weights(tmp_path, tiny_roberta, corpus):
@@ -256,8 +280,9 @@ def test_a_zero3_bf16_resume_with_partitioned_parameters_is_bit_identical(tmp_pa
     proc = launch(["--config", str(path), f"--run_dir={resumed}"], nproc=2)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"resumed from {tag_for(2)}" in proc.stderr
-    frozen, exact, kept = (int(n.replace(",", "")) for n in re.search(r"([\d,]+) frozen parameters \(([\d,]+) exact in the engine's own copy, "
-                                             r"([\d,]+) fp32 values kept", proc.stderr).groups())
+    said = re.search(r"([\d,]+) frozen parameters \(([\d,]+) exact in the engine's own copy, ([\d,]+) fp32 values "
+                     r"kept", proc.stderr)
+    frozen, exact, kept = (int(n.replace(",", "")) for n in said.groups())
     assert 0 < exact < frozen and kept > 0, (frozen, exact, kept)
     want, got = read_metrics(tmp_path / "straight"), read_metrics(resumed)
     assert [want[s]["train/loss"] for s in range(3, 9)] == [got[s]["train/loss"] for s in range(3, 9)]

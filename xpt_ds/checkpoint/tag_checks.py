@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import deepspeed
@@ -13,6 +14,7 @@ from safetensors import SafetensorError, safe_open
 from xpt_ds.checkpoint import migrate
 from xpt_ds.checkpoint.store import agree
 from xpt_ds.checkpoint.tags import MARKER, CheckpointError, read_marker
+from xpt_ds.checkpoint.values import ValueFile
 from xpt_ds.config import ConfigError
 from xpt_ds.config.engine_json import engine_changes
 from xpt_ds.config.schedule import lr_at
@@ -68,6 +70,34 @@ def resumed_tags(tag_dir: Path, client: dict, model_cfg, tok, hf_config) -> dict
                           f"first: {odd[0]}): resume with the run's model settings, or use a new run_dir (or "
                           "--resume none)")
     return {n: set(t) for n, t in saved.items()}
+
+
+def check_resumed_phase(tag_dir: Path, client: dict, cfg, frozen_in: Callable[[int], set[str]]) -> None:
+    """The phase a resume from ``tag_dir`` goes on in (the client state's ``phase_index``) is in ``cfg.phases``,
+    and trains what the checkpoint's phase trained (``frozen_in(index)``: the engine's names of the parameters this
+    config freezes in phases[index]): the optimizer state it holds is that set's, and DeepSpeed's loaders stop with a
+    traceback at another one (a layout or size mismatch, a missing tensor). The checkpoint's frozen-weights file
+    names the set it froze."""
+    state = client["trainer"]
+    index, step = state.get("phase_index", 0), state.get("phase_step", 0)
+    if index >= len(cfg.phases):
+        name = (client.get("config", {}).get("phases") or [{}] * (index + 1))[index].get("name", "?")
+        raise ConfigError(f"config key 'phases' lists {len(cfg.phases)} phase(s), and checkpoint {tag_dir.name} is in "
+                          f"phase '{name}' (phases[{index}]) at its step {step}: a resume goes on where its "
+                          "checkpoint is; list the phases up to it as the run had them, or start over (--resume "
+                          "none, or a new run_dir)")
+    phase, frozen = cfg.phases[index], frozen_in(index)
+    saved = set(ValueFile(migrate.frozen_file(tag_dir), cfg.checkpoint.allow_pickle).keys)
+    if saved == frozen:
+        return
+    trains, freezes = sorted(saved - frozen), sorted(frozen - saved)
+    first = (trains or freezes)[0].removeprefix("hf.")
+    raise ConfigError(f"config key 'phases[{index}].trainable' ({phase.trainable or 'the method default'}) trains "
+                      f"{len(trains)} parameter(s) that phase '{phase.name}' of checkpoint {tag_dir.name} froze and "
+                      f"freezes {len(freezes)} it trained (first: {first}): a phase's trainable set cannot change "
+                      "within it, as its optimizer state is the set's it trained; restore the key, or set "
+                      f"phases[{index}].steps={step} to end the phase at the checkpoint and train the new set in a "
+                      "phase after it")
 
 
 # The data.* keys that decide which tokens the training stream holds, in which order, and how they are masked.

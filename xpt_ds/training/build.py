@@ -138,6 +138,8 @@ def _start(t: Trainer, tag: str | None, client: dict | None, plan, ds_config: di
         if missing and t.rank == 0:  # an older checkpoint than these pieces of state: they start fresh
             log.info("checkpoint %s holds no %s (written before they were saved): they start fresh", tag,
                      ", ".join(missing))
+        tag_checks.check_resumed_phase(ckpt.root / tag, client, cfg,
+                                       lambda i: t.engines.names - t.engines.trainables[i])
         position = (t.state.phase_index, t.state.phase_updates)
         for line in tag_checks.resume_warnings(ckpt.root / tag, client, cfg, t.hf_config, t.streams.valid is not None,
                                                t.world, ds_config, position) if t.rank == 0 else []:

@@ -28,6 +28,7 @@ class PhaseEngine:
     def __init__(self, cfg: TrainConfig, hf_config, tags: dict, rank: int):
         self.cfg, self.hf_config, self.rank = cfg, hf_config, rank
         # Module-relative names: the engine wraps the objective, whose HF model is ``hf``.
+        self.names = {f"hf.{n}" for n in tags}  # every parameter
         self.trainables = [{f"hf.{n}" for n in s} for s in build_phase_trainables(cfg, tags)]
         self.starts = [None if s is None else {f"hf.{n}": p for n, p in s.items()}
                        for s in build_phase_starts(cfg, tags)]
