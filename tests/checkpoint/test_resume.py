@@ -107,6 +107,30 @@ def test_a_resume_refuses_another_trainable_set_in_its_phase_and_a_config_withou
         assert "universal" not in proc.stderr and complete_tags(run / "checkpoints") == [tag_for(tag)]
 
 
+def test_a_resume_under_another_zero3_sub_group_size_goes_through_a_universal_copy(straight_runs, tmp_path):
+    """zero_optimization.sub_group_size decides how ZeRO-3 splits its flat partitions, which its own load copies by
+    position: before 2026-12-04 a resume under another one stopped with DeepSpeed's ValueError. Per parameter,
+    the universal copy resumes it on the uninterrupted run's losses and weights."""
+    straight = straight_runs(3)
+    cfg = yaml.safe_load((straight / "cfg.yaml").read_text())
+    ds = json.loads(Path(cfg["deepspeed"]).read_text())
+    ds["zero_optimization"]["sub_group_size"] = 20000
+    (tmp_path / "ds.json").write_text(json.dumps(ds))
+    cfg.update(deepspeed=str(tmp_path / "ds.json"), run_dir=str(tmp_path / "run"))
+    shutil.copytree(straight / "run/checkpoints" / tag_for(6), tmp_path / "run/checkpoints" / tag_for(6))
+    proc = launch(["--config", str(write_config(tmp_path / "cfg.yaml", cfg))], nproc=2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (f"checkpoint {tag_for(6)} was saved by 2 ranks at ZeRO stage 3 in fp32 (zero_optimization.sub_group_size "
+            "1000000000 -> 20000); resuming on 2 ranks at stage 3 in fp32 through a universal checkpoint") in proc.stderr
+    want, got = read_metrics(straight / "run"), read_metrics(tmp_path / "run")
+    assert sorted(got) == [7, 8]
+    assert [got[s]["train/loss"] for s in (7, 8)] == pytest.approx([want[s]["train/loss"] for s in (7, 8)], rel=1e-6)
+    a = load_checkpoint_fp32(straight / "run/checkpoints", tag_for(8))
+    b = load_checkpoint_fp32(tmp_path / "run/checkpoints", tag_for(8))
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], rtol=0, atol=1e-6, msg=name)
+
+
 def test_a_resume_needs_neither_the_embedding_init_nor_the_source_weights(tmp_path, tiny_roberta, corpus):
     """The checkpoint holds the word embeddings, so a resume skips model.embedding_init: here its file is gone
     after the first start, so running it again would fail. It holds every other weight too, and which of them came

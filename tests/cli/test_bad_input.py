@@ -149,6 +149,12 @@ def ds_json_nvme_offload_without_path(cfg, d, fx):
     return [], [path, "zero_optimization.offload_param.nvme_path is not set"]
 
 
+def ds_json_round_robin_gradients(cfg, d, fx):
+    """Trained on misplaced weights from the first step (a loss of 5.22 at step 2 where the run has 5.27)."""
+    path = _ds_json(cfg, d, {"zero_optimization": {"stage": 2, "round_robin_gradients": True}})
+    return [], [path, "zero_optimization.round_robin_gradients is true", "leave it false"]
+
+
 def ds_json_section_not_an_object(cfg, d, fx):
     """Was an AttributeError traceback (engine_json.precision) that left the run directory behind."""
     path = _ds_json(cfg, d, {"zero_optimization": {"stage": 2}, "bf16": True})
@@ -222,7 +228,7 @@ CASES = {f.__name__: f for f in [
     missing_tokenizer_file, tokenizer_with_default_special_ids, tokenizer_without_mask_piece,
     trainable_pattern_matching_nothing, ds_json_sets_train_batch_size, ds_json_sets_optimizer_lr,
     ds_json_bf16_at_stage0, ds_json_fp16_at_stage0, ds_json_fp16_on_cpu,
-    ds_json_nvme_offload_without_path, ds_json_section_not_an_object, missing_shard,
+    ds_json_nvme_offload_without_path, ds_json_round_robin_gradients, ds_json_section_not_an_object, missing_shard,
     tokenizer_smaller_than_corpus_vocab, keep_vocab_on_a_decoder_without_tokenizer, span_masking_on_a_decoder,
     seq_len_past_the_source_positions]}
 

@@ -37,7 +37,7 @@ from xpt_ds.checkpoint.migrate import regrouped
 from xpt_ds.checkpoint.tags import CheckpointError, complete_tags
 from xpt_ds.checkpoint.universal_stages import fit_for
 from xpt_ds.config import ConfigError
-from xpt_ds.config.engine_json import precision, zero_stage
+from xpt_ds.config.engine_json import layout_changes, precision, zero_stage
 from xpt_ds.io.trust import load_plain
 from xpt_ds.runtime.distributed import rank0_alone
 from xpt_ds.runtime.tether import kill_group, tethered
@@ -66,9 +66,9 @@ def prepare_rescale(ckpt_root: Path, tag: str, client: dict, world: int, ds: dic
     stage, saved_stage = zero_stage(ds), zero_stage(client["ds_config"])
     saved_world = client["dp_world_size"]
     dtypes = precision(client["ds_config"]), precision(ds)
-    mixed = regrouped(client)
+    mixed, layout = regrouped(client), layout_changes(client["ds_config"], ds)
     same = saved_stage == stage and (saved_world == world or stage == 0) and dtypes[0] == dtypes[1]
-    if same and not mixed:
+    if same and not mixed and not layout:
         return None  # stage 0 keeps whole optimizer states: any world size loads them
     if 0 in (saved_stage, stage) and not same:
         change = (f"at ZeRO stage {saved_stage} and this run uses stage {stage}" if saved_stage != stage
@@ -77,8 +77,9 @@ def prepare_rescale(ckpt_root: Path, tag: str, client: dict, world: int, ds: dic
                           "stage only among 1, 2 and 3, and the precision only at those stages")
     fresh = never_stepped(ckpt_root / tag, allow_pickle)
     if deepspeed.comm.get_rank() == 0:
-        log.info("checkpoint %s was saved by %s at ZeRO stage %d in %s; resuming on %s at stage %d in %s %s", tag,
-                 _ranks(saved_world), saved_stage, dtypes[0], _ranks(world), stage, dtypes[1],
+        log.info("checkpoint %s was saved by %s at ZeRO stage %d in %s%s; resuming on %s at stage %d in %s %s", tag,
+                 _ranks(saved_world), saved_stage, dtypes[0], f" ({', '.join(layout)})" if layout else "",
+                 _ranks(world), stage, dtypes[1],
                  "from its fp32 values: its optimizer took no step in its phase (every step so far was skipped), "
                  "so it holds no Adam state to carry over" if fresh else "through a universal checkpoint")
         if mixed:

@@ -43,3 +43,26 @@ def engine_changes(saved: dict, now: dict) -> list[str]:
 
     return [f"{k} {shown(old, k)} -> {shown(new, k)}" for k in sorted(old.keys() | new.keys())
             if k not in SET_BY_THE_TRAINER and (k in old, old.get(k)) != (k in new, new.get(k))]
+
+
+# The zero_optimization settings that decide where a stage puts each trained parameter in the flat fp32 and Adam
+# partitions its checkpoint holds, with DeepSpeed 0.19's defaults. Its own load copies those partitions by position,
+# so under another setting ZeRO-1/2 went on from misplaced weights and moments without a word
+# (round_robin_gradients, which xpt_ds.training.engine.load_ds_config now refuses: a checkpoint saved with it resumed
+# without it had a loss of 5.30 after one step where the run had 4.98) or stops at DeepSpeed's check of the paddings
+# (parameter_alignment, where they differ), and ZeRO-3 stopped with a traceback (sub_group_size). A universal
+# checkpoint is per parameter: through one, both resume exactly.
+LAYOUT_KEYS = {1: {"round_robin_gradients": False, "parameter_alignment": False},
+               2: {"round_robin_gradients": False, "parameter_alignment": False},
+               3: {"sub_group_size": 10**9}}
+
+
+def layout_changes(saved: dict, now: dict) -> list[str]:
+    """'zero_optimization.KEY OLD -> NEW' for each ``LAYOUT_KEYS`` setting of the stage both configs run at that
+    the engine config a checkpoint recorded (``saved``) and the run's (``now``) set otherwise."""
+    stage = zero_stage(now)
+    if zero_stage(saved) != stage:
+        return []
+    old, new = saved.get("zero_optimization") or {}, now.get("zero_optimization") or {}
+    return [f"zero_optimization.{k} {old.get(k, default)!r} -> {new.get(k, default)!r}"
+            for k, default in LAYOUT_KEYS.get(stage, {}).items() if old.get(k, default) != new.get(k, default)]

@@ -129,6 +129,11 @@ def load_ds_config(path: str) -> dict:
         if offload.get("device") == "nvme" and not offload.get("nvme_path"):
             raise ConfigError(f"DeepSpeed JSON {path}: zero_optimization.{section}.device is nvme but "
                               f"zero_optimization.{section}.nvme_path is not set (a directory on a local NVMe drive)")
+    if stage in (1, 2) and (ds.get("zero_optimization") or {}).get("round_robin_gradients"):
+        raise ConfigError(f"DeepSpeed JSON {path}: zero_optimization.round_robin_gradients is true; under it "
+                          "DeepSpeed 0.19's ZeRO-1/2 update reads a parameter's fp32 master elsewhere than "
+                          "safe_set_full_fp32_param writes it, which is how xpt-ds fills every engine: the run "
+                          "would train on misplaced weights; leave it false")
     return ds
 
 
