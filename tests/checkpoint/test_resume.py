@@ -121,7 +121,8 @@ def test_a_resume_under_another_zero3_sub_group_size_goes_through_a_universal_co
     proc = launch(["--config", str(write_config(tmp_path / "cfg.yaml", cfg))], nproc=2)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (f"checkpoint {tag_for(6)} was saved by 2 ranks at ZeRO stage 3 in fp32 (zero_optimization.sub_group_size "
-            "1000000000 -> 20000); resuming on 2 ranks at stage 3 in fp32 through a universal checkpoint") in proc.stderr
+            "1000000000 -> 20000); resuming on 2 ranks at stage 3 in fp32 through a universal checkpoint"
+            ) in proc.stderr
     want, got = read_metrics(straight / "run"), read_metrics(tmp_path / "run")
     assert sorted(got) == [7, 8]
     assert [got[s]["train/loss"] for s in (7, 8)] == pytest.approx([want[s]["train/loss"] for s in (7, 8)], rel=1e-6)
