@@ -132,6 +132,15 @@ def test_labelled_arms_keep_one_order_and_colours_of_their_own():
     assert len(set(colours)) == len(colours) and "k" not in colours
 
 
+def test_every_method_has_a_colour_of_its_own():
+    """There are more methods than matplotlib's default cycle has colours: C10 drew the eleventh as C0, Scratch's."""
+    from matplotlib.colors import to_hex
+    from xpt_ds.sweeps.arms import METHOD_NAMES, color
+    rows = [{"method": m} for m in METHOD_NAMES]
+    colours = [to_hex(color(m, rows)) for m in METHOD_NAMES]
+    assert len(METHOD_NAMES) > 10 and len(set(colours)) == len(colours), colours
+
+
 def test_an_early_stop_of_one_seed_shows_in_steps_run():
     assert report._steps_run({"steps": 60, "steps_done": 59.5}) == "59.5 of 60"
     assert report._steps_run({"steps": 60, "steps_done": 59.96}) == "59.9 of 60"

@@ -22,12 +22,13 @@ def display_name(method: str) -> str:
 
 
 def color(method: str, rows: list[dict]) -> str:
-    """The same colour for a method in every plot (matplotlib's default cycle); the labelled arms take those of
-    another palette (tab20b), in ``ordered``' order."""
-    if method in METHOD_NAMES:
-        return f"C{list(METHOD_NAMES).index(method)}"
+    """The same colour for a method in every plot (matplotlib's default cycle of 10, then Dark2's); the labelled arms
+    take those of another palette (tab20b), in ``ordered``' order."""
     import matplotlib
     from matplotlib.colors import to_hex
+    if method in METHOD_NAMES:
+        index = list(METHOD_NAMES).index(method)
+        return f"C{index}" if index < 10 else to_hex(matplotlib.colormaps["Dark2"].colors[index - 10])
     palette = matplotlib.colormaps["tab20b"].colors
     labelled = [m for m in ordered(rows) if m not in METHOD_NAMES]
     return to_hex(palette[labelled.index(method) % len(palette)])
