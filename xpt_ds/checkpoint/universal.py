@@ -105,7 +105,7 @@ def never_stepped(tag_dir: Path, allow_pickle: bool = False) -> bool:
     inner = optim.get("base_optimizer_state", optim.get("optimizer_state_dict"))
     if inner is None:
         return False
-    state = inner["state"]
+    state = inner if isinstance(inner, list) else inner["state"]  # a list: elastic_checkpoint's per-group states
     return not any(state.values() if isinstance(state, dict) else state)
 
 

@@ -26,6 +26,7 @@ from torch import nn
 
 from xpt_ds.config import ConfigError, ModelConfig, OptimConfig, TrainConfig
 from xpt_ds.config.engine_json import precision, zero_stage
+from xpt_ds.config.engine_support import unsupported
 from xpt_ds.config.manager import parse_json
 from xpt_ds.config.template import CPU_ENGINE, CPU_SPEEDUP
 from xpt_ds.model.objective import build_objective
@@ -129,11 +130,6 @@ def load_ds_config(path: str) -> dict:
         if offload.get("device") == "nvme" and not offload.get("nvme_path"):
             raise ConfigError(f"DeepSpeed JSON {path}: zero_optimization.{section}.device is nvme but "
                               f"zero_optimization.{section}.nvme_path is not set (a directory on a local NVMe drive)")
-    if stage in (1, 2) and (ds.get("zero_optimization") or {}).get("round_robin_gradients"):
-        raise ConfigError(f"DeepSpeed JSON {path}: zero_optimization.round_robin_gradients is true; under it "
-                          "DeepSpeed 0.19's ZeRO-1/2 update reads a parameter's fp32 master elsewhere than "
-                          "safe_set_full_fp32_param writes it, which is how xpt-ds fills every engine: the run "
-                          "would train on misplaced weights; leave it false")
     return ds
 
 
@@ -156,11 +152,14 @@ def check_device_support(ds: dict, path: str) -> None:
 
 def engine_settings(cfg: TrainConfig) -> dict:
     """The engine JSON as the user wrote it, checked before the model is built: by DeepSpeed's own config parser
-    (``check_with_deepspeed``), and against this machine: the precision its accelerator supports, and the attention
-    kernel it can train (``model.attention``)."""
+    (``check_with_deepspeed``), for the settings xpt-ds cannot train with (``engine_support``), and against this
+    machine: the precision its accelerator supports, and the attention kernel it can train (``model.attention``)."""
     ds = load_ds_config(cfg.deepspeed)
     world = deepspeed.comm.get_world_size() if deepspeed.comm.is_initialized() else 1
     check_with_deepspeed(build_ds_config(cfg, world), cfg.deepspeed)
+    why = unsupported(ds, cfg.optim.torch_adam, deepspeed.get_accelerator().device_name())
+    if why is not None:
+        raise ConfigError(f"DeepSpeed JSON {cfg.deepspeed}: {why}")
     check_device_support(ds, cfg.deepspeed)
     check_attention_device(cfg.model)
     return ds
