@@ -50,10 +50,12 @@ def test_a_quantized_source_is_one_line_before_any_weight_is_read(quant, tiny_de
 @pytest.mark.skipif(importlib.util.find_spec("flash_attn") is not None, reason="flash-attn is installed here")
 @pytest.mark.parametrize("family", ["llama", "gpt2"])
 def test_a_source_config_naming_flash_attention_builds_without_it(family, tiny_decoder, corpus, tmp_path):
-    """A config.json saved with ``_attn_implementation: flash_attention_2`` on a machine without flash-attn: the
-    source's skeleton takes the target's attention (SDPA), as the target's does, and the build reuses its layers."""
+    """A config.json saved naming flash_attention_2 on a machine without flash-attn: the source's skeleton takes
+    the target's attention (SDPA), as the target's does, and the build reuses its layers. transformers before 5.25
+    reads the name from ``_attn_implementation``, 5.25 from ``attn_implementation`` only: the file holds both."""
     plain = tiny_decoder(family, True)
-    src = _edited(plain, tmp_path / "fa", _attn_implementation="flash_attention_2")
+    src = _edited(plain, tmp_path / "fa", _attn_implementation="flash_attention_2",
+                  attn_implementation="flash_attention_2")
     assert source_config(ModelConfig(source=str(src)))._attn_implementation == "flash_attention_2"
     assert source_skeleton(source_config(ModelConfig(source=str(src)))).config._attn_implementation == "sdpa"
     cfg = ModelConfig(source=str(src), tokenizer=str(corpus / "spm.model"))

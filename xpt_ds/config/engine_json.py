@@ -48,8 +48,8 @@ def engine_changes(saved: dict, now: dict) -> list[str]:
 # The zero_optimization settings that decide where a stage puts each trained parameter in the flat fp32 and Adam
 # partitions its checkpoint holds, with DeepSpeed 0.19's defaults. Its own load copies those partitions by position,
 # so under another setting ZeRO-1/2 went on from misplaced weights and moments without a word
-# (round_robin_gradients, which xpt_ds.training.engine.load_ds_config now refuses: a checkpoint saved with it resumed
-# without it had a loss of 5.30 after one step where the run had 4.98) or stops at DeepSpeed's check of the paddings
+# (round_robin_gradients, which xpt_ds.config.engine_support now refuses: a checkpoint saved without it resumed
+# with it had a loss of 5.30 after one step where the run had 4.98) or stops at DeepSpeed's check of the paddings
 # (parameter_alignment, where they differ), and ZeRO-3 stopped with a traceback (sub_group_size). A universal
 # checkpoint is per parameter: through one, both resume exactly.
 LAYOUT_KEYS = {1: {"round_robin_gradients": False, "parameter_alignment": False},
