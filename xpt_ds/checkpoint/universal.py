@@ -50,8 +50,9 @@ MAX_WORKERS = 8  # ds_to_universal's extract and merge processes; each holds abo
 def prepare_rescale(ckpt_root: Path, tag: str, client: dict, world: int, ds: dict, limit_minutes: float,
                     allow_pickle: bool = False) -> str | None:
     """How this run loads ``tag`` when it was saved at another world size, ZeRO stage or precision than this run's
-    ``world`` and DeepSpeed config ``ds`` (DeepSpeed records its world size and config in the model-states file
-    ``client`` comes from); None where it was not: DeepSpeed's own load.
+    ``world`` and DeepSpeed config ``ds``, under settings that lay the optimizer's partitions out otherwise
+    (``layout_changes``), or with its parameters grouped otherwise (``regrouped``); DeepSpeed records its world size
+    and config in the model-states file ``client`` comes from. None where none of these holds: DeepSpeed's own load.
 
     - ``"universal"``: through a universal checkpoint, made here once, which holds every trained parameter's fp32
       value and Adam moments whatever the precision (bf16 runs save their optimizer states under other file names
