@@ -81,7 +81,8 @@ def check_resumed_phase(tag_dir: Path, client: dict, cfg, frozen_in: Callable[[i
     state = client["trainer"]
     index, step = state.get("phase_index", 0), state.get("phase_step", 0)
     if index >= len(cfg.phases):
-        name = (client.get("config", {}).get("phases") or [{}] * (index + 1))[index].get("name", "?")
+        saved = client.get("config", {}).get("phases") or []
+        name = saved[index].get("name", "?") if index < len(saved) else "?"
         raise ConfigError(f"config key 'phases' lists {len(cfg.phases)} phase(s), and checkpoint {tag_dir.name} is in "
                           f"phase '{name}' (phases[{index}]) at its step {step}: a resume goes on where its "
                           "checkpoint is; list the phases up to it as the run had them, or start over (--resume "
