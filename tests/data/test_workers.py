@@ -6,8 +6,12 @@ before the engine exists, and restarts the same processes afterwards: the batche
 built in the calling process, and no worker may be forked once the engine is built (checked through the real
 ``xpt_ds.cli.train`` entry point, with a ZeRO-3 engine and validation after every step). Workers that stall anyway
 are forked again at the stream's sequence."""
+import multiprocessing
 import os
+import signal
+import time
 
+import psutil
 import pytest
 import torch
 import yaml
@@ -205,3 +209,41 @@ def test_a_shard_gone_after_the_scan_stops_the_stream_with_one_line_naming_it(un
     stream.close()
     assert str(e.value) in {f"{s}: No such file or directory" for s in shards} or (
         workers == 0 and e.value.strerror == "No such file or directory"), str(e.value)
+
+
+def _serve(shards, out) -> None:
+    """A rank, as far as its workers see: a stream with 2 of them, one batch taken, then nothing."""
+    stream = _stream(shards, 2)
+    next(stream)
+    out.send(_pids(stream))
+    time.sleep(600)
+
+
+def test_workers_die_with_their_rank(unique_shards):
+    """A rank killed outright (``kill -9``, the out-of-memory killer) left its workers alive until torch's check
+    of their parent, up to 5 s later, with their memory and the run directory's lock (a job restarted meanwhile
+    was refused): they die with it now."""
+    shards, _ = unique_shards
+    ours, theirs = multiprocessing.Pipe()
+    rank = multiprocessing.get_context("fork").Process(target=_serve, args=(shards, theirs))
+    rank.start()
+    try:
+        assert ours.poll(120), "no batch"
+        workers = [psutil.Process(pid) for pid in ours.recv()]
+    finally:
+        os.kill(rank.pid, signal.SIGKILL)
+        rank.join()
+    assert len(workers) == 2
+    deadline = time.monotonic() + 2.0  # a SIGKILL takes milliseconds; torch's own check, up to 5 s
+
+    def alive(p: psutil.Process) -> bool:
+        try:
+            return p.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+    while any(map(alive, workers)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    left = [p.pid for p in workers if alive(p)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"workers {left} outlived their rank"

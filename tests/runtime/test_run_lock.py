@@ -3,6 +3,7 @@ job on a live run's directory, or a node given other overrides, stops with one l
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -11,7 +12,8 @@ import pytest
 
 from conftest import base_config, launch, long_config, read_metrics, start_main, write_config
 from launch_builders import two_nodes
-from xpt_ds.runtime.run_lock import config_difference
+from xpt_ds.runtime import run_lock
+from xpt_ds.runtime.run_lock import RunInUse, config_difference, hold
 
 pytestmark = pytest.mark.multiproc
 
@@ -85,3 +87,56 @@ def test_a_job_refused_by_the_lock_never_removes_the_directory_it_found_locked(t
     finally:
         holder.kill()
         holder.wait()
+
+
+# A job that takes the lock, forks a process that shares the lock file (as a rank forks its DataLoader workers), and
+# ends at once: the child lives on for argv[2] seconds, holding the lock.
+ENDS_BEFORE_ITS_FORK = """import os, sys, time
+from pathlib import Path
+from xpt_ds.runtime.run_lock import hold
+lock = hold(Path(sys.argv[1]))
+child = os.fork()
+if child == 0:
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1), os.dup2(null, 2)
+    time.sleep(float(sys.argv[2]))
+    os._exit(0)
+print(os.getpid(), child, flush=True)
+os._exit(0)
+"""
+
+
+def _ended_job(run, child_s: float) -> tuple[int, int]:
+    out = subprocess.run([sys.executable, "-c", ENDS_BEFORE_ITS_FORK, str(run), str(child_s)], capture_output=True,
+                         text=True, check=True, timeout=120)
+    job, child = map(int, out.stdout.split())
+    return job, child
+
+
+def test_a_lock_that_an_ended_jobs_forks_still_hold_is_waited_for_and_else_names_them(tmp_path, monkeypatch,
+                                                                                      caplog):
+    """A rank killed with ``kill -9`` left its DataLoader workers holding the run directory's lock for up to 5 s,
+    and a job started meanwhile (a requeue, the command run again, the test suite's next launch) was refused, the
+    line naming the dead rank as the holder. The holder's forks are waited for now, and named if they outlive
+    the wait."""
+    run = tmp_path / "run"
+    job, child = _ended_job(run, 2.0)
+    started = time.monotonic()
+    with caplog.at_level("WARNING", logger="xpt_ds.runtime.run_lock"):
+        lock = hold(run)
+    assert lock is not None and time.monotonic() - started < run_lock.ENDED_HOLDER_WAIT_S
+    assert f"(pid {job} on {socket.gethostname()}, since " in caplog.text
+    assert "has ended, and processes it forked still hold its lock; waiting up to 30 s" in caplog.text
+    assert f"(pid {os.getpid()} on " in (run / ".run.lock").read_text()  # the lock is this process's now
+    lock.close()
+    monkeypatch.setattr(run_lock, "ENDED_HOLDER_WAIT_S", 0.5)
+    job, child = _ended_job(run, 120.0)
+    try:
+        with pytest.raises(RunInUse) as said:
+            hold(run)
+    finally:
+        os.kill(child, signal.SIGKILL)
+    line = str(said.value)
+    assert line.startswith(f"run directory {run} is in use by processes that xpt-ds train (pid {job} on "), line
+    assert line.endswith(f"forked (pid(s) {child}), still alive 0.5 s after it ended: one job writes a run "
+                         "directory at a time (stop that one first, or give this one another run_dir)"), line

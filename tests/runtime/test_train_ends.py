@@ -53,7 +53,7 @@ WORKER_LEFT = """
 import atexit, multiprocessing, os, signal, sys, time
 from xpt_ds.runtime.process_exit import exit_process
 
-def worker():  # a DataLoader worker (xpt_ds.data.workers.ignore_stop_signals) whose shutdown was cut short
+def worker():  # a DataLoader worker (xpt_ds.data.workers.start_worker) whose shutdown was cut short
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     time.sleep(600)
 

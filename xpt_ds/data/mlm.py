@@ -35,7 +35,7 @@ from xpt_ds.data.masking import select_units, span_begins, span_length_cdf, span
 from xpt_ds.data.mixture import MAIN, Mixture, shares
 from xpt_ds.data.shards import DataError, DocReader, ShardIndex, scan_shards
 from xpt_ds.data.tokenizer import TargetTokenizer
-from xpt_ds.data.workers import WorkerFailure, Workers, ignore_stop_signals
+from xpt_ds.data.workers import WorkerFailure, Workers, start_worker
 from xpt_ds.metrics.mlm import piece_word_starts
 
 log = logging.getLogger(__name__)
@@ -249,7 +249,7 @@ class MLMBatchStream:
     """
 
     worker_timeout_s = 120.0  # tests lower it
-    worker_init_fn = staticmethod(ignore_stop_signals)  # tests replace it
+    worker_init_fn = staticmethod(start_worker)  # tests replace it
 
     def __init__(self, stream: TokenStream, masker: MLMMasker | NextTokenTargets, micro_batch: int, rank: int,
                  world: int, num_workers: int, single_pass: bool = False, salt: int | None = None,

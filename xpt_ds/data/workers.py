@@ -20,6 +20,9 @@ stalled workers down and forks new ones.
 """
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import os
 import signal
 from itertools import count
 from typing import Callable, Iterator
@@ -42,13 +45,28 @@ class WorkerFailure:
         self.message = message
 
 
-def ignore_stop_signals(worker_id: int) -> None:
-    """DataLoader workers ignore SIGTERM, SIGUSR1 and SIGINT. A scheduler's SIGTERM (a Slurm time limit,
-    preemption, ``scancel``, ``kill -TERM`` of the process group) reaches the workers too; a worker that dies of
-    it makes torch's SIGCHLD handler raise in the rank, in the middle of the preemption checkpoint. The rank
-    alone decides to stop, and then shuts its workers down (``MLMBatchStream.close``)."""
+def start_worker(worker_id: int) -> None:
+    """A DataLoader worker's start: it ignores SIGTERM, SIGUSR1 and SIGINT, and dies with its rank.
+
+    A scheduler's SIGTERM (a Slurm time limit, preemption, ``scancel``, ``kill -TERM`` of the process group)
+    reaches the workers too; a worker that dies of it makes torch's SIGCHLD handler raise in the rank, in the middle
+    of the preemption checkpoint. The rank alone decides to stop, and then shuts its workers down
+    (``MLMBatchStream.close``). A rank that is killed (``kill -9``, the out-of-memory killer) cannot: its workers
+    lived on for up to torch's 5 s check of their parent, holding their memory and the run directory's lock
+    (``xpt_ds.runtime.run_lock``), so that a job restarted at once was refused. The kernel kills them with it now
+    (``PR_SET_PDEATHSIG``: the death of the thread that forked them, the rank's main thread, ``Workers.fork``)."""
     for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
         signal.signal(sig, signal.SIG_IGN)
+    die_with_parent()
+
+
+def die_with_parent() -> None:
+    """SIGKILL to this process when its parent ends (Linux; elsewhere torch's own check of the parent remains)."""
+    parent = os.getppid()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the parent ended before the request: nothing will send it
+            os.kill(os.getpid(), signal.SIGKILL)
 
 
 class BatchDataset(IterableDataset):

@@ -4,7 +4,10 @@ Two jobs writing one run directory (the same job submitted twice, a requeue whil
 still alive) interleave checkpoints and logs and lose rows. The kernel drops the lock when rank 0 and the
 DataLoader workers it forked (they share the open file) have ended, however they end, so a killed job leaves
 nothing to clean up; the file only records who held it last. On a file system without locks (some Lustre
-mounts) the run goes on with a warning.
+mounts) the run goes on with a warning. Where the recorded holder ran on this host and has ended, what still
+holds the lock is something it forked, which ends soon after it (workers die with their rank:
+``xpt_ds.data.workers.start_worker``): a new job waits up to ``ENDED_HOLDER_WAIT_S`` for that, and else names
+those processes.
 
 The lock is also how a new job knows that a status.json still saying 'running' (``xpt_ds.runtime.status``) is a
 dead attempt's: any live writer would hold the lock. The job that takes it says so (``claim_run``), and its own
@@ -16,16 +19,20 @@ import errno
 import fcntl
 import logging
 import os
+import re
 import socket
 import time
 from pathlib import Path
 from typing import IO
+
+import psutil
 
 from xpt_ds.errors import UserError
 
 log = logging.getLogger(__name__)
 
 LOCK_NAME = ".run.lock"
+ENDED_HOLDER_WAIT_S = 30.0  # for the processes an ended holder forked (DataLoader workers: 5 s at most in torch)
 
 
 class RunInUse(UserError):
@@ -36,28 +43,73 @@ def hold(run_dir: Path, name: str = LOCK_NAME, command: str = "xpt-ds train", wh
          other: str = "run_dir") -> IO | None:
     """Lock ``run_dir`` (made if missing; a ``what`` written by one ``command`` at a time, whose ``other`` option
     names another) for as long as the returned file stays open: keep it until the process ends. RunInUse names
-    the holder when another process has it; None where the file system has no locks."""
+    the holder when another process has it (a holder of this host that has ended: once what it forked has held
+    the lock for ENDED_HOLDER_WAIT_S); None where the file system has no locks."""
     run_dir.mkdir(parents=True, exist_ok=True)
     f = open(run_dir / name, "a+", encoding="utf-8")
-    try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as e:
-        if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            f.close()
-            log.warning("cannot lock %s (%s): nothing stops a second job from writing into this %s",
-                        run_dir / name, e.strerror or e, what)
-            return None
+    deadline = None
+    while True:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except OSError as e:
+            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                f.close()
+                log.warning("cannot lock %s (%s): nothing stops a second job from writing into this %s",
+                            run_dir / name, e.strerror or e, what)
+                return None
         f.seek(0)
         holder = f.read().strip() or "another process"
-        f.close()
-        raise RunInUse(f"{what} {run_dir} is in use by {holder}: one job writes a {what} at a time "
-                       f"(stop that one first, or give this one another {other})") from None
+        ended = _ended_here(holder)
+        if ended is not None and deadline is None:
+            deadline = time.monotonic() + ENDED_HOLDER_WAIT_S
+            log.warning("%s %s: %s has ended, and processes it forked still hold its lock; waiting up to %g s for "
+                        "them to end", what, run_dir, holder, ENDED_HOLDER_WAIT_S)
+        if ended is None or time.monotonic() >= deadline:
+            f.close()
+            if ended is not None:
+                pids = ", ".join(map(str, _holding(run_dir / name))) or "not visible to this user"
+                holder = (f"processes that {holder} forked (pid(s) {pids}), still alive {ENDED_HOLDER_WAIT_S:g} s "
+                          f"after it ended")
+            raise RunInUse(f"{what} {run_dir} is in use by {holder}: one job writes a {what} at a time "
+                           f"(stop that one first, or give this one another {other})") from None
+        time.sleep(0.1)
     f.seek(0)
     f.truncate()
     f.write(f"{command} (pid {os.getpid()} on {socket.gethostname()}, since "
             f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')})\n")
     f.flush()
     return f
+
+
+def _ended_here(holder: str) -> int | None:
+    """The pid in a lock file's ``holder`` line when that process ran on this host and has ended (a zombie
+    included); None for a live one, another host's, or a line that names none."""
+    found = re.search(r"\(pid (\d+) on (.+?), since ", holder)
+    if found is None or found.group(2) != socket.gethostname():
+        return None
+    pid = int(found.group(1))
+    try:
+        return pid if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE else None
+    except psutil.NoSuchProcess:
+        return pid
+    except psutil.Error:
+        return None
+
+
+def _holding(path: Path) -> list[int]:
+    """The other processes of this host with ``path`` open (those this user may look into)."""
+    want = os.stat(path)
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if any(os.path.samestat(os.stat(fd), want) for fd in (proc / "fd").iterdir()):
+                pids.append(int(proc.name))
+        except OSError:  # ended meanwhile, or not this user's
+            continue
+    return sorted(pids)
 
 
 def claim_run(cfg, fresh: bool) -> tuple[IO | None, str | None]:
