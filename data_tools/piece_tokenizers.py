@@ -9,6 +9,7 @@ reads it) holds token strings, and a token may hold a tab, a newline or a backsl
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from pathlib import Path
 from typing import Iterable
@@ -21,6 +22,19 @@ from data_tools.errors import PrepareError
 HF_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
                       "vocab.txt", "vocab.json", "merges.txt", "spiece.model", "sentencepiece.bpe.model",
                       "tokenizer.model")
+# What a tokenizer's text sha256 leaves out of its serialised backend (docs/shard_format.md; the trainer's
+# xpt_ds.data.tokenizer.TEXT_SHA256_LESS is the same).
+TEXT_SHA256_LESS = ("post_processor", "padding", "truncation")
+
+
+
+def same_hf_tokenizer(manifest: dict, content_sha256: str, text_sha256: str) -> bool:
+    """Whether the Hugging Face tokenizer a manifest records is the one of these sha256s: the same serialised
+    backend, or the same text sha256 (``HfTokenizer.text_sha256``; manifests written before 2026-12-04 lack it)."""
+    recorded = manifest.get("tokenizer_text_sha256")
+    return manifest.get("tokenizer_content_sha256") == content_sha256 or (recorded is not None
+                                                                           and recorded == text_sha256)
+
 
 _UNESCAPE = {"\\": "\\", "t": "\t", "n": "\n"}
 _ESCAPED = re.compile(r"\\(.)", re.DOTALL)
@@ -104,6 +118,14 @@ class HfTokenizer:
         """sha256 of the serialised backend (``tokenizer.json`` as the ``tokenizers`` library writes it): what a
         manifest records and the trainer compares, as it survives ``save_pretrained``."""
         return hashlib.sha256(self.tok.backend_tokenizer.to_str().encode()).hexdigest()
+
+    def text_sha256(self) -> str:
+        """sha256 of what turns text into ids, the serialised backend less ``TEXT_SHA256_LESS``: the special tokens
+        a post-processor puts around a text (the shards hold none of them; a decoder's export makes its tokenizer
+        put bos first), padding and truncation (docs/shard_format.md)."""
+        spec = json.loads(self.tok.backend_tokenizer.to_str())
+        spec.update(dict.fromkeys(TEXT_SHA256_LESS))
+        return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
 
     def encode(self, lines: list[str]) -> list[np.ndarray]:
         ids = self.tok(lines, add_special_tokens=False)["input_ids"]

@@ -21,7 +21,7 @@ from typing import Iterator
 import numpy as np
 
 from data_tools.errors import PrepareError
-from data_tools.piece_tokenizers import HfTokenizer, SpmTokenizer, batched, sha256_file
+from data_tools.piece_tokenizers import HfTokenizer, SpmTokenizer, batched, same_hf_tokenizer, sha256_file
 
 
 class ShardCorpus:
@@ -78,7 +78,7 @@ def manifest_tokenizer(path: Path, manifest: dict) -> SpmTokenizer | HfTokenizer
     kind = manifest.get("tokenizer_kind", "sentencepiece")  # manifests before --hf-tokenizer have no kind
     if kind == "huggingface":
         tok = HfTokenizer(manifest["tokenizer"])
-        if tok.content_sha256() != manifest.get("tokenizer_content_sha256"):
+        if not same_hf_tokenizer(manifest, tok.content_sha256(), tok.text_sha256()):
             raise PrepareError(f"{tok.path} is not the Hugging Face tokenizer {path} records (its content sha256 "
                                "differs)")
         return tok

@@ -292,12 +292,12 @@ def write_shard_task(task: ShardTask) -> dict:
 def hf_manifest_keys(tok) -> dict:
     """The manifest's record of a Hugging Face tokenizer (``piece_tokenizers.HfTokenizer``): its path, a sha256
     over its tokenizer files, and a sha256 of its serialised backend (``tokenizer.json`` as the ``tokenizers``
-    library writes it: normaliser, pre-tokenizer, vocabulary, added tokens), which survives ``save_pretrained``
-    and is what the trainer compares."""
+    library writes it: normaliser, pre-tokenizer, vocabulary, added tokens), which survives ``save_pretrained``,
+    and of that backend less what puts special tokens around a text (``text_sha256``); the trainer compares them."""
     ident = tok.identity()
     return {"tokenizer": ident["path"], "tokenizer_sha256": ident["sha256"], "tokenizer_kind": "huggingface",
             "tokenizer_name": ident["name"], "tokenizer_files": ident["files"],
-            "tokenizer_content_sha256": tok.content_sha256()}
+            "tokenizer_content_sha256": tok.content_sha256(), "tokenizer_text_sha256": tok.text_sha256()}
 
 
 def write_manifest(out_dir: Path, tokenizer: Path | dict, vocab_size: int, splits: dict[str, dict], **extra) -> Path:

@@ -141,8 +141,10 @@ def test_shards_of_a_hugging_face_tokenizer(tmp_path):
     matrix, meta = train_static_embeddings(corpus, TrainOptions(**TINY))
     assert matrix.shape == (16, 16) and meta["tokenizer"]["kind"] == "hf" and meta["unseen_ids"] == [0, 1, 2, 3, 4]
     manifest = tmp_path / "data/manifest.json"
-    manifest.write_text(manifest.read_text().replace(json.loads(manifest.read_text())["tokenizer_content_sha256"],
-                                                     "0" * 64))
+    meta = json.loads(manifest.read_text())
+    manifest.write_text(json.dumps({**meta, "tokenizer_content_sha256": "0" * 64}))  # the text's own sha256 agrees
+    assert ShardCorpus(f"{tmp_path / 'data'}:train").vocab_size == 16
+    manifest.write_text(json.dumps({**meta, "tokenizer_content_sha256": "0" * 64, "tokenizer_text_sha256": "1" * 64}))
     with pytest.raises(PrepareError, match=r"tok is not the Hugging Face tokenizer .*manifest\.json records"):
         ShardCorpus(f"{tmp_path / 'data'}:train")
 

@@ -6,6 +6,7 @@ import hashlib
 import io
 import json
 import math
+import shutil
 import tarfile
 
 import numpy as np
@@ -87,7 +88,9 @@ def test_prepare_with_hf_tokenizer_writes_its_ids(hf_corpus, bert_with_tokenizer
     assert manifest["tokenizer_files"] == files
     assert manifest["tokenizer_sha256"] == hashlib.sha256(
         "".join(f"{n}:{s}\n" for n, s in sorted(files.items())).encode()).hexdigest()
-    assert manifest["tokenizer_content_sha256"] == build_hf_tokenizer(str(bert_with_tokenizer)).content_sha256
+    ours = build_hf_tokenizer(str(bert_with_tokenizer))  # data_tools' and the trainer's hashes agree
+    assert (manifest["tokenizer_content_sha256"], manifest["tokenizer_text_sha256"]) == (ours.content_sha256,
+                                                                                        ours.text_sha256)
     for split in ("train", "valid", "test"):
         docs = [json.loads(line) for line in (data / "sentences" / f"{split}.jsonl").read_text().splitlines()]
         ids = [d for s in manifest["splits"][split]["shards"] for d in _shard_docs(data / s)]
@@ -107,7 +110,7 @@ def test_prepare_with_hf_tokenizer_writes_its_ids(hf_corpus, bert_with_tokenizer
     assert again["tokenize"]["written_shards"] == 0
 
 
-def test_hf_shards_stay_apart_from_spm_shards(hf_corpus, corpus):
+def test_hf_shards_stay_apart_from_spm_shards(hf_corpus, corpus, tmp_path):
     """An HF manifest with a SentencePiece run and vice versa, or another HF tokenizer: one line naming it."""
     data, _ = hf_corpus
     with pytest.raises(ConfigError) as e:
@@ -117,10 +120,21 @@ def test_hf_shards_stay_apart_from_spm_shards(hf_corpus, corpus):
     with pytest.raises(ConfigError) as e:
         expand_shards([f"{corpus}/manifest.json:train"], hf)
     assert "sentencepiece" in str(e.value) and "\n" not in str(e.value)
-    other = hf.__class__(**{**hf.__dict__, "path": "other-tok", "content_sha256": "0" * 64})
+    other = hf.__class__(**{**hf.__dict__, "path": "other-tok", "content_sha256": "0" * 64, "text_sha256": "1" * 64})
     with pytest.raises(ConfigError) as e:
         expand_shards([f"{data}/manifest.json:train"], other)
-    assert "other-tok" in str(e.value) and "\n" not in str(e.value)
+    assert "other-tok" in str(e.value) and "\n" not in str(e.value) and "before 2026-12-04" not in str(e.value)
+    # another post-processor (a decoder's export puts bos first), the same text sha256: the same ids for text
+    exported = hf.__class__(**{**hf.__dict__, "path": "exported-tok", "content_sha256": "0" * 64})
+    assert expand_shards([f"{data}/manifest.json:train"], exported)
+    older = tmp_path / "older"  # a manifest written before the text sha256: one line that says what to do
+    shutil.copytree(data, older)
+    meta = json.loads((older / "manifest.json").read_text())
+    del meta["tokenizer_text_sha256"]
+    (older / "manifest.json").write_text(json.dumps(meta))
+    with pytest.raises(ConfigError) as e:
+        expand_shards([f"{older}/manifest.json:train"], exported)
+    assert "exported-tok" in str(e.value) and "run the same xpt-data prepare command again" in str(e.value)
 
 
 def test_unknown_hf_tokenizer_is_one_line_naming_it(tmp_path, tiny_bert):

@@ -150,7 +150,9 @@ def test_phase1_export_is_stock_and_keeps_the_source_on_english(family, tied, ds
     model = AutoModelForCausalLM.from_pretrained(out).eval()
     src_model = AutoModelForCausalLM.from_pretrained(source).eval()
     tok, src_tok = AutoTokenizer.from_pretrained(out), AutoTokenizer.from_pretrained(source)
-    assert tok(ENGLISH).input_ids == src_tok(ENGLISH).input_ids
+    # the source's pieces, after the bos every training document started with (the source's tokenizer puts none)
+    assert src_tok(ENGLISH).input_ids[0] != src_tok.bos_token_id
+    assert tok(ENGLISH).input_ids == [src_tok.bos_token_id, *src_tok(ENGLISH).input_ids]
     ids = torch.tensor([[src_tok.bos_token_id, *src_tok(ENGLISH).input_ids]])
     with torch.no_grad():
         ours, theirs = model(ids).logits, src_model(ids).logits
@@ -159,9 +161,10 @@ def test_phase1_export_is_stock_and_keeps_the_source_on_english(family, tied, ds
     assert torch.equal(ours[..., :V], theirs)  # the source's logits, bit for bit
     hangul = " ".join(json.loads((data / "sentences" / "test.jsonl").read_text(encoding="utf-8").splitlines()[0]))
     assert max(tok(hangul).input_ids) >= V  # the new pieces tokenize the target text
-    prompt = torch.tensor([[tok.bos_token_id, *tok(hangul[:20]).input_ids]])
+    prompt = tok(hangul[:20], return_tensors="pt").input_ids
     generated = model.generate(prompt, max_new_tokens=5, do_sample=False, pad_token_id=tok.pad_token_id)
     assert generated.shape[1] == prompt.shape[1] + 5
+    _batched_generation_is_each_prompts(model, tok, [hangul[:4], ENGLISH, hangul[:20]])
     # xpt-ds evaluate on the shards, its samples decoded by the export's own (Hugging Face) tokenizer
     from xpt_ds.cli.evaluate import main as evaluate
     assert evaluate(["--model", str(out), "--shards", f"{data}/manifest.json:test", "--samples", "1",
@@ -169,6 +172,20 @@ def test_phase1_export_is_stock_and_keeps_the_source_on_english(family, tied, ds
     report = json.loads((tmp_path / "eval.json").read_text(encoding="utf-8"))
     prompt = report["samples"][0]["prompt"].rstrip("\ufffd")  # 8 pieces may end inside a character
     assert report["bits_per_byte"] > 0 and prompt and prompt in hangul_text(data)
+
+
+def _batched_generation_is_each_prompts(model, tok, prompts: list[str]) -> None:
+    """Prompts of different lengths generate in one padded batch what each does alone: the export pads on the
+    left (the source's tokenizer padded on the right, which gave other continuations), up to the model's length."""
+    assert tok.padding_side == "left" and tok.model_max_length <= model.config.xpt_max_length
+    batch = tok(prompts, return_tensors="pt", padding=True)
+    width = batch.input_ids.shape[1]
+    with torch.no_grad():
+        together = model.generate(**batch, max_new_tokens=4, do_sample=False)[:, width:]
+        for i, prompt in enumerate(prompts):
+            alone = tok(prompt, return_tensors="pt")
+            n = alone.input_ids.shape[1]
+            assert model.generate(**alone, max_new_tokens=4, do_sample=False)[0, n:].tolist() == together[i].tolist()
 
 
 def hangul_text(data) -> str:

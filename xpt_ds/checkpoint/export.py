@@ -43,7 +43,8 @@ from xpt_ds.checkpoint.model_card import CARD, build_card, write_card
 from xpt_ds.checkpoint.values import CheckpointValues
 from xpt_ds.config import MASKING_KEYS, read_checkpoint_config
 from xpt_ds.config.methods import method_of
-from xpt_ds.data.tokenizer import copy_hf_tokenizer, rebuilt_by_auto, save_hf_tokenizer, saved_tokenizer
+from xpt_ds.data.tokenizer import (copy_hf_tokenizer, export_causal_hf_tokenizer, rebuilt_by_auto,
+                                  save_hf_tokenizer, saved_tokenizer)
 from xpt_ds.errors import first_line
 from xpt_ds.io.paths import unwritable
 from xpt_ds.io.safetensors_files import DEFAULT_MAX_SHARD_BYTES, ShardedWriter
@@ -295,7 +296,12 @@ def export(run_dir: Path, out: Path, tag: str | None = None, allow_pickle: bool 
     try:
         write_model(exported, staging, max_shard_bytes)
         tok = saved_tokenizer(tag_dir)
-        if tok.kind == "huggingface":  # keep_vocab: the source's own tokenizer, as the checkpoint saved it
+        if tok.kind == "huggingface" and is_decoder(hf_config):  # extend, keep_vocab: set as training read text
+            otherwise = export_causal_hf_tokenizer(tok, staging, hf_config.xpt_max_length)
+            if otherwise:
+                print(f"warning: stock AutoTokenizer loads the tokenizer of {out} otherwise than training read text: "
+                      f"{otherwise}", file=sys.stderr)
+        elif tok.kind == "huggingface":  # an encoder's keep_vocab: the source's own tokenizer, as its checkpoint has it
             copy_hf_tokenizer(tok.path, staging)
         else:
             save_hf_tokenizer(tok, staging, model_max_length=hf_config.xpt_max_length, causal=is_decoder(hf_config),

@@ -32,10 +32,16 @@ def _check_manifest_tokenizer(manifest: Path, meta: dict, tok: TargetTokenizer) 
         raise ConfigError(f"manifest {manifest} has vocab_size {meta.get('vocab_size')} but model.tokenizer "
                           f"{tok.path} has {tok.vocab_size}: the shards were made with another tokenizer")
     if kind == "huggingface":  # the serialised backend: survives save_pretrained, unlike the files' bytes
-        if meta.get("tokenizer_content_sha256") != tok.content_sha256:
-            raise ConfigError(f"manifest {manifest} was tokenized with Hugging Face tokenizer {meta.get('tokenizer')}, "
-                              f"not with {tok.path} (content sha256 {str(meta.get('tokenizer_content_sha256'))[:12]}… "
-                              f"vs {tok.content_sha256[:12]}…)")
+        text = meta.get("tokenizer_text_sha256")  # manifests written before 2026-12-04 lack it
+        if meta.get("tokenizer_content_sha256") != tok.content_sha256 and (text is None or text != tok.text_sha256):
+            older = "" if text is not None else (
+                "; this manifest, written before 2026-12-04, records the whole tokenizer, and a decoder's export puts "
+                "bos before text where its run's tokenizer did not: run the same xpt-data prepare command again, "
+                "which keeps the shards and records what turns text into ids")
+            recorded = str(meta.get("tokenizer_content_sha256"))[:12]
+            raise ConfigError(f"manifest {manifest} was tokenized with Hugging Face tokenizer "
+                              f"{meta.get('tokenizer')}, not with {tok.path} (content sha256 {recorded}… vs "
+                              f"{tok.content_sha256[:12]}…){older}")
         if meta.get("writer_version", 0) < HF_WRITER_VERSION and manifest not in _WARNED:
             _WARNED.add(manifest)  # a run checks a manifest per pattern and per stream: one warning is enough
             log.warning("manifest %s was written by xpt-data prepare before 2026-12-03, which encoded a document's "

@@ -5,6 +5,8 @@ Usually the target-language SentencePiece model; for a method that keeps the sou
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import types
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +31,7 @@ class TargetTokenizer:
     mask_id: int
     kind: str = "sentencepiece"  # or 'huggingface' (path is then the tokenizer's directory or hub id)
     content_sha256: str = ""  # huggingface: sha256 of the serialised backend (as data_tools records it)
+    text_sha256: str = ""  # huggingface: the same less TEXT_SHA256_LESS (text_sha256)
 
     @property
     def special_ids(self) -> list[int]:
@@ -133,7 +136,6 @@ def build_hf_tokenizer(path: str, what: str = "config key 'model.tokenizer'",
     common ``pad_token = unk_token``) if it has a spare: the embedding row of a pad is zeroed or frozen, and the rows
     hold bos and unk elsewhere. None: causal if the tokenizer has no mask or no cls token (a saved decoder
     tokenizer)."""
-    import hashlib
     try:
         hf = _load_hf(path)
     except (OSError, ValueError, TypeError) as e:
@@ -167,7 +169,21 @@ def build_hf_tokenizer(path: str, what: str = "config key 'model.tokenizer'",
         raise ConfigError(f"{what}: {path} has no fast (tokenizers) backend")
     return TargetTokenizer(path=str(path), vocab_size=len(hf), pad_id=ids["pad"], cls_id=ids["cls"],
                            sep_id=ids["sep"], unk_id=ids["unk"], mask_id=ids["mask"], kind="huggingface",
-                           content_sha256=hashlib.sha256(backend.to_str().encode()).hexdigest())
+                           content_sha256=hashlib.sha256(backend.to_str().encode()).hexdigest(),
+                           text_sha256=text_sha256(backend))
+
+
+# What a tokenizer's text sha256 leaves out of its serialised backend: the special tokens a post-processor puts
+# around a text (shards hold none: the reader puts bos and eos; a decoder's export makes its tokenizer put bos
+# first), padding and truncation. data_tools.piece_tokenizers.TEXT_SHA256_LESS is the same (docs/shard_format.md).
+TEXT_SHA256_LESS = ("post_processor", "padding", "truncation")
+
+
+def text_sha256(backend) -> str:
+    """sha256 of what turns text into ids: a ``tokenizers`` backend's JSON less ``TEXT_SHA256_LESS``, keys sorted."""
+    spec = json.loads(backend.to_str())
+    spec.update(dict.fromkeys(TEXT_SHA256_LESS))
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
 
 
 def tokenizer_for(model_cfg, causal: bool = False) -> TargetTokenizer:
@@ -209,6 +225,32 @@ def copy_hf_tokenizer(path: str, out_dir: Path) -> None:
     """Write the Hugging Face tokenizer at ``path`` (directory or hub id) to ``out_dir`` (``save_pretrained``:
     what stock ``AutoTokenizer.from_pretrained`` loads)."""
     _load_hf(str(path)).save_pretrained(str(out_dir))
+
+
+def export_causal_hf_tokenizer(tok: TargetTokenizer, out_dir: Path, model_max_length: int) -> str | None:
+    """Write a decoder run's Hugging Face tokenizer (extend, keep_vocab: ``tok``, as its checkpoint saved it) for
+    its export, set as training read text: bos first (every training document starts with it,
+    ``xpt_ds.data.causal``; a tokenizer that puts none, GPT-2's and SmolLM2's, is made to), the run's pad, padding
+    on the left, as batched ``generate`` needs, and no longer rows than the model takes. The source's own settings
+    (right padding, no bos, a length of 1e30) made stock batched generation continue padded prompts wrongly. Returns
+    what the written tokenizer, loaded back with stock ``AutoTokenizer``, still does otherwise (None: nothing)."""
+    from transformers import AutoTokenizer
+    own = _load_hf(str(tok.path))
+    hf = AutoTokenizer.from_pretrained(tok.path, trust_remote_code=False, padding_side="left",
+                                       model_max_length=min(own.model_max_length, model_max_length))
+    if hf.pad_token_id != tok.pad_id:
+        hf.pad_token = hf.convert_ids_to_tokens(tok.pad_id)
+    if hf("a")["input_ids"][:1] != [tok.cls_id] and hasattr(hf, "add_bos_token"):
+        hf.add_bos_token = True  # transformers rewrites the post-processor, and records it
+    hf.save_pretrained(str(out_dir))
+    back = AutoTokenizer.from_pretrained(str(out_dir), trust_remote_code=False)
+    ids, padded = back("a")["input_ids"], back(["a", "a a a"], padding=True)["input_ids"][0]
+    if ids[:1] != [tok.cls_id] or ids[1:2] == [tok.cls_id]:
+        return f"it starts text with {ids[:2]}, where training started each document with bos {tok.cls_id} once"
+    if back.pad_token_id != tok.pad_id or padded[:1] != [tok.pad_id] or back.model_max_length > model_max_length:
+        return (f"it pads with {back.pad_token_id} on the {back.padding_side} up to {back.model_max_length}, not with "
+                f"{tok.pad_id} on the left up to {model_max_length}")
+    return None
 
 
 @functools.lru_cache(maxsize=8)
