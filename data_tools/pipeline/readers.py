@@ -45,24 +45,31 @@ def expand_inputs(paths: list[Path | str], exclude: Path | None = None,
                   log: Callable[[str], None] | None = None) -> list[Path]:
     """Files as given; a directory stands for every non-hidden file below it (sorted, recursive), except what lies
     in ``exclude`` (prepare's --out, whose own files a rerun would otherwise read as text). Links below a
-    directory to a directory, or to nothing, are not followed; ``log`` names them."""
+    directory to a directory, or to nothing, are not followed, and hidden files and folders are left out; ``log``
+    names them."""
     out: list[Path] = []
     skip = exclude.resolve() if exclude is not None else None
     for p in map(Path, paths):
         if skip is not None:
             _check_not_output(p, skip, exclude)
         if p.is_dir():
-            found, links = [], []
+            found, links, hidden = [], [], []
             inside = skip is not None and p.resolve() in skip.parents  # --out below this input folder
             for f in sorted(p.rglob("*")):
-                if any(part.startswith(".") for part in f.relative_to(p).parts):
-                    continue
                 if inside and (f.resolve() == skip or skip in f.resolve().parents):
+                    continue
+                parts = f.relative_to(p).parts
+                if any(part.startswith(".") for part in parts):
+                    if parts[-1].startswith(".") and not any(part.startswith(".") for part in parts[:-1]):
+                        hidden.append(f)  # said once for a hidden folder, not for every file below it
                     continue
                 if f.is_file():
                     found.append(f)
                 elif f.is_symlink():
                     links.append(f)
+            if hidden and log is not None:
+                log(f"left out: {len(hidden)} hidden file(s) or folder(s), whose names start with '.' "
+                    f"({', '.join(map(str, hidden[:3]))}{', ...' if len(hidden) > 3 else ''})")
             if links and log is not None:
                 log(f"not followed: {len(links)} link(s) to a directory or to nothing ({', '.join(map(str, links[:3]))}"
                     f"{', ...' if len(links) > 3 else ''})")
@@ -145,7 +152,11 @@ def iter_lines(path: Path, encoding: str = "utf-8") -> Iterator[tuple[int, str]]
                                        f"column {e.start + 1}){hint}") from None
                 if lineno == 1 and line.startswith(_BOM):
                     line = line[1:]
-                yield lineno, line.rstrip("\r\n")
+                line = line.rstrip("\r\n")
+                if "\r" in line:  # a lone CR ends a line too (classic Mac OS files): a whole file was one document
+                    yield from ((lineno, part) for part in line.split("\r"))
+                else:
+                    yield lineno, line
     except (EOFError, zlib.error, gzip.BadGzipFile, lzma.LZMAError) as e:
         raise PrepareError(f"{path}: corrupt or truncated compressed file ({e})") from None
     except OSError as e:  # bz2 reports bad data as OSError
@@ -168,7 +179,9 @@ def detect_format(path: Path, encoding: str = "utf-8") -> str:
                         obj = json.loads(line)
                     except ValueError:
                         return "text"
-                    return "jsonl" if isinstance(obj, dict) and "text" in obj else "text"
+                    # a JSON object: JSON lines, whatever its keys. Read as text, a dump whose field is not "text"
+                    # ({"id": 0, "content": ...}, or a header line first) put its JSON syntax into the shards.
+                    return "jsonl" if isinstance(obj, dict) else "text"
                 return "text"
     except (EOFError, zlib.error, gzip.BadGzipFile, lzma.LZMAError, OSError) as e:
         raise PrepareError(f"{path}: corrupt or truncated compressed file ({e})") from None
@@ -231,7 +244,10 @@ def _read_jsonl(path: Path, encoding: str, field: str = "text") -> Iterator[list
         except ValueError as e:
             raise PrepareError(f"{path}:{lineno}: invalid JSON ({e.args[0] if e.args else e})") from None
         if not isinstance(obj, dict) or not isinstance(obj.get(field), str):
-            raise PrepareError(f'{path}:{lineno}: expected a JSON object with a string "{field}" field')
+            has = (f"its keys: {', '.join(map(str, list(obj)[:8]))}" if isinstance(obj, dict) and obj else
+                   f"it holds {type(obj).__name__ if not isinstance(obj, dict) else 'no key'}")
+            raise PrepareError(f'{path}:{lineno}: expected a JSON object with a string "{field}" field ({has}): '
+                               f'JSON lines are read from their "{field}"; rename the field, or drop the line')
         title = obj.get("title")
         paras = _paragraphs(obj[field].split("\n"), title if isinstance(title, str) else None)
         if paras:

@@ -75,6 +75,39 @@ def test_text_doc_boundary_file_and_format_override(tmp_path):
         list(read_documents(tmp_path / "plain", fmt="jsonl"))
 
 
+def test_json_lines_of_another_field_are_refused_not_read_as_text(tmp_path):
+    """A dump whose JSON lines hold their text under another key (``{"id": 0, "content": ...}``, common in Hugging
+    Face dumps), or whose first line is a header, was read as plain text: its JSON syntax went into the shards
+    and prepare exited 0. It is JSON lines, and each line without a string "text" is a one-line error."""
+    dump = tmp_path / "in" / "a.jsonl"
+    dump.parent.mkdir()
+    dump.write_text("".join(json.dumps({"id": i, "content": "\n".join(d)}, ensure_ascii=False) + "\n"
+                            for i, d in enumerate(DOCS)), encoding="utf-8")
+    (tmp_path / "in" / "b.txt").write_text(_text(DOCS), encoding="utf-8")
+    assert detect_format(dump) == "jsonl"
+    proc = cli("--input", tmp_path / "in", "--out", tmp_path / "out", "--vocab-size", 50, "--workers", 1)
+    one_error_line_of(proc, f'{dump}:1: expected a JSON object with a string "text" field (its keys: id, content)')
+    header = _write(tmp_path / "h.jsonl", json.dumps({"source": "dump"}) + "\n" + _jsonl(DOCS), None)
+    with pytest.raises(PrepareError, match=r'h.jsonl:1: expected .* \(its keys: source\)'):
+        list(read_documents(header))
+
+
+def test_lone_carriage_returns_end_lines_and_hidden_files_are_named(tmp_path):
+    """A file with classic Mac OS line ends (a lone CR) was one line, so one document; a hidden file below an
+    input folder was left out without a word."""
+    (tmp_path / "in" / ".cache").mkdir(parents=True)
+    (tmp_path / "in" / "mac.txt").write_bytes(_text(DOCS).replace("\n", "\r").encode())
+    (tmp_path / "in" / "unix.txt").write_bytes(_text(DOCS).encode())
+    (tmp_path / "in" / ".hidden.txt").write_bytes(_text(DOCS).encode())
+    (tmp_path / "in" / ".cache" / "x.txt").write_bytes(_text(DOCS).encode())
+    assert list(read_documents(tmp_path / "in" / "mac.txt")) == list(read_documents(tmp_path / "in" / "unix.txt"))
+    said = []
+    from data_tools.pipeline.readers import expand_inputs
+    assert expand_inputs([tmp_path / "in"], log=said.append) == [tmp_path / "in" / n for n in ("mac.txt", "unix.txt")]
+    assert said == [f"left out: 2 hidden file(s) or folder(s), whose names start with '.' ({tmp_path / 'in/.cache'}, "
+                    f"{tmp_path / 'in/.hidden.txt'})"]
+
+
 @pytest.mark.parametrize("compress", [None, "gz"])
 def test_invalid_utf8_names_file_and_line(tmp_path, compress):
     raw = "첫 문장이다.\n둘째 문장이다.\n".encode() + b"bad \xff\xfe byte\n" + "넷째.\n".encode()
