@@ -136,6 +136,37 @@ def test_keep_vocab_decoder_trains_exports_and_scores_text(tmp_path, chat_source
     assert scores["export"]["bits_per_byte"] != scores["source"]["bits_per_byte"]
 
 
+def test_a_source_whose_tokenizer_has_no_bos_trains_on_eos_first_and_exports_so(tmp_path, chat_sources, chat_corpus):
+    """Qwen2's and Qwen3's tokenizers have no bos: keep_vocab (and extend) refused them. A document starts with eos
+    instead, as their pretraining separated documents and as evaluate reads text; the export's tokenizer puts it
+    first."""
+    import shutil
+
+    from xpt_ds.cli.evaluate import main as evaluate_main
+    from xpt_ds.cli.export import main as export_main
+    source = tmp_path / "no_bos"  # the tokenizer of chat_corpus's shards, less its bos
+    shutil.copytree(chat_sources("llama", False), source)
+    own = AutoTokenizer.from_pretrained(source)
+    own.bos_token = None
+    own.save_pretrained(source)
+    tok = build_hf_tokenizer(str(source), causal=True)
+    assert AutoTokenizer.from_pretrained(source).bos_token is None and tok.cls_id == tok.sep_id == own.eos_token_id
+    cfg = base_config(tmp_path / "run", source, chat_corpus,
+                      model={"source": str(source), "tokenizer": "", "method": "keep_vocab"},
+                      phases=[{"name": "all", "steps": 2, "lr": 1e-3, "warmup_steps": 1}],
+                      deepspeed=str(REPO / "ds_configs/zero1_fp32.json"))
+    proc = launch(["--config", str(write_config(tmp_path / "cfg.yaml", cfg))])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = tmp_path / "export"
+    assert export_main(["--run", str(tmp_path / "run"), "--out", str(out)]) == 0
+    exported, text = AutoTokenizer.from_pretrained(out), "the old house of music stood by the river"
+    assert exported(text)["input_ids"] == [own.eos_token_id, *own(text)["input_ids"]]
+    lines = tmp_path / "text.txt"
+    lines.write_text(f"{text}\n")
+    assert evaluate_main(["--model", str(out), "--text", str(lines), "--out", str(tmp_path / "e.json")]) == 0
+    assert json.loads((tmp_path / "e.json").read_text())["text"][str(lines)]["bits_per_byte"] > 0
+
+
 def test_a_decoder_tokenizer_with_nothing_to_pad_with_is_one_line(tmp_path):
     text = write_synthetic_corpus(tmp_path / "text.txt", docs=5)
     _tokenizer(tmp_path / "gpt2_like", text, ["<|endoftext|>"], pad=None)

@@ -130,8 +130,9 @@ def build_hf_tokenizer(path: str, what: str = "config key 'model.tokenizer'",
                        causal: bool | None = False) -> TargetTokenizer:
     """Special ids of a Hugging Face tokenizer (directory, hub id or ``.gguf`` file); a missing tokenizer or
     special token is a one-line error naming ``what`` and ``path``. ``causal`` (a decoder's: method extend or
-    keep_vocab): a document starts with bos and ends with eos (the cls and sep of the shards' rows), unk may be
-    absent (byte-level BPE has none) and nothing is masked; it needs a pad distinct from eos, which is
+    keep_vocab): a document starts with bos (eos where the tokenizer has none) and ends with eos (the cls and sep
+    of the shards' rows), unk may be absent (byte-level BPE has none) and nothing is masked; it needs a pad
+    distinct from eos, which is
     ``spare_pad``'s where the tokenizer pads with eos or not at all, and also where it pads with bos or unk (Llama's
     common ``pad_token = unk_token``) if it has a spare: the embedding row of a pad is zeroed or frozen, and the rows
     hold bos and unk elsewhere. None: causal if the tokenizer has no mask or no cls token (a saved decoder
@@ -145,15 +146,14 @@ def build_hf_tokenizer(path: str, what: str = "config key 'model.tokenizer'",
         causal = hf.mask_token_id is None or hf.cls_token_id is None
     ids = {"pad": hf.pad_token_id, "cls": hf.cls_token_id, "sep": hf.sep_token_id, "unk": hf.unk_token_id,
            "mask": hf.mask_token_id}
-    if causal:
-        ids = {"pad": hf.pad_token_id, "cls": hf.bos_token_id, "sep": hf.eos_token_id}
+    if causal:  # a tokenizer without bos (Qwen2's, Qwen3's) starts documents with eos: what its pretraining read
+        first = hf.bos_token_id if hf.bos_token_id is not None else hf.eos_token_id  # between documents
+        ids = {"pad": hf.pad_token_id, "cls": first, "sep": hf.eos_token_id}
         if ids["pad"] is None or ids["pad"] in (ids["sep"], ids["cls"], hf.unk_token_id):
             spare = spare_pad(hf)  # with none, a pad that is bos or unk stays (a row's end is its last eos)
             ids["pad"] = spare if spare is not None or ids["pad"] == ids["sep"] else ids["pad"]
-        missing = [k for k, v in zip(("bos", "eos"), (ids["cls"], ids["sep"])) if v is None]
-        if missing:
-            raise ConfigError(f"{what}: Hugging Face tokenizer {path} has no {', '.join(missing)} token, which a "
-                              "decoder's rows need")
+        if ids["sep"] is None:
+            raise ConfigError(f"{what}: Hugging Face tokenizer {path} has no eos token, which a decoder's rows need")
         if ids["pad"] is None:
             raise ConfigError(f"{what}: Hugging Face tokenizer {path} has no pad other than its eos "
                               f"{hf.eos_token!r} and no other special token to pad with, which a decoder's rows "
@@ -240,6 +240,8 @@ def export_causal_hf_tokenizer(tok: TargetTokenizer, out_dir: Path, model_max_le
                                        model_max_length=min(own.model_max_length, model_max_length))
     if hf.pad_token_id != tok.pad_id:
         hf.pad_token = hf.convert_ids_to_tokens(tok.pad_id)
+    if hf.bos_token_id is None:  # training started documents with eos (build_hf_tokenizer): its bos now
+        hf.bos_token = hf.convert_ids_to_tokens(tok.cls_id)
     if hf("a")["input_ids"][:1] != [tok.cls_id] and hasattr(hf, "add_bos_token"):
         hf.add_bos_token = True  # transformers rewrites the post-processor, and records it
     hf.save_pretrained(str(out_dir))
