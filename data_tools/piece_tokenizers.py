@@ -27,7 +27,6 @@ HF_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens
 TEXT_SHA256_LESS = ("post_processor", "padding", "truncation")
 
 
-
 def same_hf_tokenizer(manifest: dict, content_sha256: str, text_sha256: str) -> bool:
     """Whether the Hugging Face tokenizer a manifest records is the one of these sha256s: the same serialised
     backend, or the same text sha256 (``HfTokenizer.text_sha256``; manifests written before 2026-12-04 lack it)."""
