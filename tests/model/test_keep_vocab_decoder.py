@@ -98,19 +98,25 @@ def test_keep_vocab_decoder_is_the_source_bitwise(chat_sources, family, tied):
         torch.testing.assert_close(built.model.eval()(ids).logits, src(ids).logits, atol=0, rtol=0)
 
 
-def test_keep_vocab_decoder_trains_exports_and_scores_text(tmp_path, chat_sources, chat_corpus):
-    from xpt_ds.cli.evaluate import main as evaluate_main
+def _train_and_export(tmp_path, source, corpus, steps: int) -> Path:
+    """keep_vocab on ``source`` with its own tokenizer, one phase of ``steps``, exported: the export's directory."""
     from xpt_ds.cli.export import main as export_main
-    source = chat_sources("llama", False)
-    cfg = base_config(tmp_path / "run", source, chat_corpus,
+    cfg = base_config(tmp_path / "run", source, corpus,
                       model={"source": str(source), "tokenizer": "", "method": "keep_vocab"},
-                      phases=[{"name": "all", "steps": 3, "lr": 1e-3, "warmup_steps": 1}],
+                      phases=[{"name": "all", "steps": steps, "lr": 1e-3, "warmup_steps": 1}],
                       deepspeed=str(REPO / "ds_configs/zero1_fp32.json"))
     proc = launch(["--config", str(write_config(tmp_path / "cfg.yaml", cfg))])
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "400 copied of 400 rows" in proc.stderr
+    assert "400 copied of 400 rows" in proc.stderr  # every row the source's
     out = tmp_path / "export"
     assert export_main(["--run", str(tmp_path / "run"), "--out", str(out)]) == 0
+    return out
+
+
+def test_keep_vocab_decoder_trains_exports_and_scores_text(tmp_path, chat_sources, chat_corpus):
+    from xpt_ds.cli.evaluate import main as evaluate_main
+    source = chat_sources("llama", False)
+    out = _train_and_export(tmp_path, source, chat_corpus, steps=3)
 
     model, src = AutoModelForCausalLM.from_pretrained(out), AutoModelForCausalLM.from_pretrained(source)
     assert type(model) is type(src) and model.config.xpt_method == "keep_vocab"
@@ -143,7 +149,6 @@ def test_a_source_whose_tokenizer_has_no_bos_trains_on_eos_first_and_exports_so(
     import shutil
 
     from xpt_ds.cli.evaluate import main as evaluate_main
-    from xpt_ds.cli.export import main as export_main
     source = tmp_path / "no_bos"  # the tokenizer of chat_corpus's shards, less its bos
     shutil.copytree(chat_sources("llama", False), source)
     own = AutoTokenizer.from_pretrained(source)
@@ -151,14 +156,7 @@ def test_a_source_whose_tokenizer_has_no_bos_trains_on_eos_first_and_exports_so(
     own.save_pretrained(source)
     tok = build_hf_tokenizer(str(source), causal=True)
     assert AutoTokenizer.from_pretrained(source).bos_token is None and tok.cls_id == tok.sep_id == own.eos_token_id
-    cfg = base_config(tmp_path / "run", source, chat_corpus,
-                      model={"source": str(source), "tokenizer": "", "method": "keep_vocab"},
-                      phases=[{"name": "all", "steps": 2, "lr": 1e-3, "warmup_steps": 1}],
-                      deepspeed=str(REPO / "ds_configs/zero1_fp32.json"))
-    proc = launch(["--config", str(write_config(tmp_path / "cfg.yaml", cfg))])
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = tmp_path / "export"
-    assert export_main(["--run", str(tmp_path / "run"), "--out", str(out)]) == 0
+    out = _train_and_export(tmp_path, source, chat_corpus, steps=2)
     exported, text = AutoTokenizer.from_pretrained(out), "the old house of music stood by the river"
     assert exported(text)["input_ids"] == [own.eos_token_id, *own(text)["input_ids"]]
     lines = tmp_path / "text.txt"

@@ -61,13 +61,13 @@ def hold(run_dir: Path, name: str = LOCK_NAME, command: str = "xpt-ds train", wh
         f.seek(0)
         holder = f.read().strip() or "another process"
         ended = _ended_here(holder)
-        if ended is not None and deadline is None:
+        if ended and deadline is None:
             deadline = time.monotonic() + ENDED_HOLDER_WAIT_S
             log.warning("%s %s: %s has ended, and processes it forked still hold its lock; waiting up to %g s for "
                         "them to end", what, run_dir, holder, ENDED_HOLDER_WAIT_S)
-        if ended is None or time.monotonic() >= deadline:
+        if not ended or time.monotonic() >= deadline:
             f.close()
-            if ended is not None:
+            if ended:
                 pids = ", ".join(map(str, _holding(run_dir / name))) or "not visible to this user"
                 holder = (f"processes that {holder} forked (pid(s) {pids}), still alive {ENDED_HOLDER_WAIT_S:g} s "
                           f"after it ended")
@@ -82,19 +82,18 @@ def hold(run_dir: Path, name: str = LOCK_NAME, command: str = "xpt-ds train", wh
     return f
 
 
-def _ended_here(holder: str) -> int | None:
-    """The pid in a lock file's ``holder`` line when that process ran on this host and has ended (a zombie
-    included); None for a live one, another host's, or a line that names none."""
+def _ended_here(holder: str) -> bool:
+    """Whether the process a lock file's ``holder`` line names ran on this host and has ended (a zombie included);
+    False for a live one, another host's, or a line that names none."""
     found = re.search(r"\(pid (\d+) on (.+?), since ", holder)
     if found is None or found.group(2) != socket.gethostname():
-        return None
-    pid = int(found.group(1))
+        return False
     try:
-        return pid if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE else None
+        return psutil.Process(int(found.group(1))).status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
-        return pid
+        return True
     except psutil.Error:
-        return None
+        return False
 
 
 def _holding(path: Path) -> list[int]:
