@@ -116,6 +116,32 @@ def test_a_gpt2s_n_positions_caps_the_rows_of_sentences_and_relations(gpt2, tmp_
     assert {len(f["input_ids"]) for f in prep.splits["test"].encoded.features} == {POSITIONS}
 
 
+def test_a_saved_gpt2_classifier_pads_on_the_right_for_stock_inference(gpt2, tmp_path):
+    """A decoder export's tokenizer pads on the left, for generation. GPT-2 learns absolute positions, so a stock
+    forward of a left-padded row reads its pieces at other positions: the classifier ``--save-model`` saved from
+    such an export predicted otherwise in a padded batch than each row alone (until 2026-12-04). Its tokenizer
+    now pads on the right, as fine-tuning's own batches do."""
+    import shutil
+
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    source = tmp_path / "export"
+    shutil.copytree(gpt2, source)
+    config = json.loads((source / "tokenizer_config.json").read_text())
+    (source / "tokenizer_config.json").write_text(json.dumps({**config, "padding_side": "left"}))
+    rows = _sentences(8) + _sentences(8, length=6, seed=1)
+    files = {k: str(write_jsonl(tmp_path / f"{k}.jsonl", rows)) for k in ("train", "test")}
+    cfg = FinetuneConfig(model=str(source), out=str(tmp_path / "o"), seeds=[1], epochs=1, save_model=True, **files)
+    ft_run.finetune(cfg)
+    saved = tmp_path / "o" / "model"
+    tok, model = AutoTokenizer.from_pretrained(saved), AutoModelForSequenceClassification.from_pretrained(saved)
+    assert tok.padding_side == "right" and AutoTokenizer.from_pretrained(source).padding_side == "left"
+    texts = [r["text"] for r in rows]
+    with torch.no_grad():
+        batched = model(**tok(texts, padding=True, return_tensors="pt")).logits
+        alone = torch.cat([model(**tok([t], return_tensors="pt")).logits for t in texts])
+    torch.testing.assert_close(batched, alone, atol=1e-5, rtol=1e-5)
+
+
 def test_a_decoder_row_ending_in_the_eos_token_is_read_there(gpt2, tmp_path):
     """The tokenizer has no pad token, so batches would be padded with eos, and the sequence head, which reads a
     row's rightmost piece that is not the pad id, would read a row whose text ends in </s> at the piece before

@@ -76,7 +76,8 @@ def test_a_hub_decoder_without_a_pad_token_learns_in_fp32_and_its_saved_model_pr
     assert model.dtype == torch.float32 and model.config.pad_token_id == tok.pad_token_id == tok.eos_token_id
     rows = [json.loads(line) for line in Path(files["test"]).read_text(encoding="utf-8").splitlines()]
     texts = [r["text"] for r in rows]
-    with torch.no_grad():  # the stock tokenizer pads on its own side (this one: the left), in one batch
+    assert tok.padding_side == "right"  # as training's batches
+    with torch.no_grad():  # the stock tokenizer pads on its own side, in one batch
         batched = model(**tok(texts, padding=True, return_tensors="pt")).logits
         alone = torch.cat([model(**tok([t], return_tensors="pt")).logits for t in texts])
     torch.testing.assert_close(batched, alone, atol=1e-5, rtol=1e-5)

@@ -250,6 +250,25 @@ def test_piece_chars_three_marker_styles():
         piece_chars("x", "bpe")
 
 
+def test_byte_fallback_pieces_count_the_characters_and_bytes_they_spell():
+    """A SentencePiece model with byte fallback (Llama 2's, Mistral's, Gemma's layout) spells a character it has no
+    piece for as its UTF-8 bytes, ``<0xEA>`` ``<0xB0>`` ``<0x80>`` for '가': one character, counted on its first
+    byte, and three bytes. Until 2026-12-04 each such piece counted 6 characters, the letters of its name."""
+    import sentencepiece as spm
+    from xpt_ds.metrics.mlm import piece_bytes
+    assert [piece_chars(p, "sentencepiece") for p in ["▁", "<0xEA>", "<0xB0>", "<0x80>", "<0x41>"]] == [1, 1, 0, 0, 1]
+    buf = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter([" ".join(WORDS[i:] + WORDS[:i]) for i in range(60)]), model_writer=buf,
+        vocab_size=300, byte_fallback=True, hard_vocab_limit=False, num_threads=1, minloglevel=2)
+    sp = spm.SentencePieceProcessor(model_proto=buf.getvalue())
+    text = "the river 가을 київ Straße 🙂 north"
+    pieces = sp.encode(text, out_type=str)
+    assert sum(p.startswith("<0x") for p in pieces) >= 10, pieces
+    assert sum(piece_chars(p, "sentencepiece") for p in pieces) == len(" " + text)  # the dummy prefix's space
+    assert sum(piece_bytes(p, "sentencepiece") for p in pieces) == len((" " + text).encode("utf-8"))
+
+
 def test_bits_per_char_from_stats():
     chars = torch.tensor([1.0, 4.0, 2.0, 3.0])
     stats = MLMStats(char_lengths=chars)

@@ -42,11 +42,23 @@ def _byte_decoder() -> dict[str, int]:
 _BYTES = _byte_decoder()
 
 
+def _fallback_byte(piece: str) -> int | None:
+    """The byte a SentencePiece byte-fallback piece ``<0xAB>`` stands for; None for any other piece."""
+    if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
+        try:
+            return int(piece[3:5], 16)
+        except ValueError:
+            return None
+    return None
+
+
 def piece_chars(piece: str, style: str) -> int:
     """Characters of surface text that one vocabulary piece stands for: the denominator of bits per character.
 
     - ``sentencepiece`` (SentencePiece, and HF Metaspace tokenizers): the piece's text, with its word-start
-      marker ``▁`` counted as the one space character it replaces, i.e. ``len(piece)``.
+      marker ``▁`` counted as the one space character it replaces, i.e. ``len(piece)``; a byte-fallback piece
+      ``<0xAB>`` counts 1 if its byte starts a UTF-8 character, else 0 (until 2026-12-04 it counted 6, the
+      letters of its name, which made bits per character far too low where text falls back to bytes).
     - ``byte_level`` (GPT-2/RoBERTa byte-level BPE): the piece's characters are stand-ins for bytes (``Ġ`` is the
       space); it counts the UTF-8 characters that *start* in the piece, so a character whose bytes are split
       over two pieces counts once, on the piece holding its first byte.
@@ -54,7 +66,8 @@ def piece_chars(piece: str, style: str) -> int:
       plus one space (the separator before the word).
     """
     if style == "sentencepiece":
-        return len(piece)
+        byte = _fallback_byte(piece)
+        return len(piece) if byte is None else int(byte & 0xC0 != 0x80)
     if style == "byte_level":
         return sum(1 for c in piece if (_BYTES.get(c, 0x20) & 0xC0) != 0x80)  # not a UTF-8 continuation byte
     if style == "wordpiece":
@@ -68,7 +81,7 @@ def piece_bytes(piece: str, style: str) -> int:
     ``▁`` is the one space byte it replaces and a byte piece ``<0xAB>`` is one byte; a byte-level piece is one
     byte per character; a WordPiece ``##xy`` is ``xy``, a word-initial piece its text plus the space before it."""
     if style == "sentencepiece":
-        if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
+        if _fallback_byte(piece) is not None:
             return 1
         return len(piece.replace("▁", " ").encode("utf-8"))
     if style == "byte_level":
