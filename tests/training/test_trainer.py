@@ -102,3 +102,41 @@ def test_resume_flag_picks_a_tag_and_names_a_bad_one(run, tmp_path):
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert bad.stderr.strip().splitlines()[-1].startswith("error: --resume 'global_step000000005' is not a complete "
                                                           "checkpoint")
+
+
+PAUSE_S = 0.5  # each validation pass, checkpoint and phase hand-over of the run below takes at least this long
+
+
+def test_validation_checkpoints_and_hand_overs_are_left_out_of_throughput(tmp_path, tiny_roberta, corpus,
+                                                                         monkeypatch):
+    """``train/tokens_per_s`` and ``train/mfu`` count the seconds a log window trained (Megatron's interval timer
+    stops for evaluation and saves too). Until 2026-12-04 the window after a validation pass, a checkpoint or a
+    phase hand-over counted them, a dip on TensorBoard at each: an 8B checkpoint's minute. Here each takes
+    PAUSE_S more (patched into the forked run), so a window that counted one would log under a step's tokens
+    per PAUSE_S; each step itself takes a few hundredths of a second."""
+    import time
+
+    from xpt_ds.training.trainer import Trainer
+
+    def slower(name):
+        original = getattr(Trainer, name)
+
+        def slow(self, *args):
+            if name != "maybe_eval" or self.validator.due(self.state.global_step, *args):
+                time.sleep(PAUSE_S)
+            return original(self, *args)
+        monkeypatch.setattr(Trainer, name, slow)
+    for name in ("maybe_eval", "save", "maybe_switch_phase"):
+        slower(name)
+    cfg = base_config(tmp_path / "run", tiny_roberta, corpus, deepspeed=str(REPO / "ds_configs/zero1_fp32.json"),
+                      checkpoint={"every_steps": 2})
+    cfg["logging"].update(eval_every=2, tensorboard=False)
+    cfg["phases"] = [{"name": "p1", "steps": 3, "lr": 1e-3}, {"name": "p2", "steps": 3, "lr": 1e-3}]
+    proc = launch(["--config", str(write_config(tmp_path / "cfg.yaml", cfg))])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stderr.count(": valid loss ") == 4 and "phase 'p2' starts" in proc.stderr
+    tokens = cfg["optim"]["micro_batch_size"] * cfg["optim"]["grad_accum"] * cfg["data"]["seq_len"]
+    rates = {step: row["train/tokens_per_s"] for step, row in read_metrics(tmp_path / "run").items()
+             if "train/tokens_per_s" in row}
+    assert sorted(rates) == [1, 2, 3, 4, 5, 6]
+    assert all(rate > tokens / PAUSE_S for rate in rates.values()), rates

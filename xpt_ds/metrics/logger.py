@@ -2,6 +2,7 @@
 otherwise."""
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sys
@@ -64,7 +65,8 @@ class LogWindow:
     host sync; ``good`` counts the steps whose loss is in it (a skipped step's loss is not finite). ``steps``
     counts every step not logged yet, ``timed`` those this process ran (the window's seconds, tokens and FLOPs):
     a checkpoint written mid-window carries the loss part (``state_dict``), so the first loss logged after a
-    resume averages the same steps as the uninterrupted run's."""
+    resume averages the same steps as the uninterrupted run's. ``paused``: the window's seconds spent in
+    validation passes, checkpoint saves and phase hand-overs (``pause``), which its throughput leaves out."""
 
     def __init__(self, device: torch.device):
         self.loss_sum = torch.zeros((), device=device)
@@ -75,6 +77,7 @@ class LogWindow:
         self.steps = self.good = self.timed = 0
         self.tokens, self.flops = 0, 0.0  # every rank's, of every row the window's steps trained on
         self.started = time.perf_counter()
+        self.paused = 0.0
 
     def add(self, loss: torch.Tensor, skipped: bool, tokens: int = 0, flops: float = 0.0) -> None:
         self.steps += 1
@@ -90,6 +93,21 @@ class LogWindow:
 
     def seconds(self) -> float:
         return time.perf_counter() - self.started
+
+    def training_seconds(self) -> float:
+        """The window's seconds less its pauses: what its tokens/s and MFU divide by, so that a validation pass,
+        a checkpoint or a phase hand-over does not show as a dip in throughput (the ETA counts them)."""
+        return max(self.seconds() - self.paused, 1e-9)
+
+    @contextlib.contextmanager
+    def pause(self):
+        """Work between steps that is not training; what of it falls in this window (one that ``reset`` began
+        meanwhile counts only its own part) is ``paused``."""
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.paused += time.perf_counter() - max(began, self.started)
 
     def state_dict(self, rank_sums: list[float]) -> dict:
         """The steps not logged yet, with every rank's loss sum (``rank_sums``, gathered by the caller: the sum

@@ -18,12 +18,12 @@ class Reporter:
 
     def log_step(self, step: int, total_steps: int, window: LogWindow, scalars: dict) -> None:
         """``scalars``, whose ``train/tokens_per_s`` and ``train/mfu`` this fills from ``window`` (the steps since
-        the last log step, every rank's rows)."""
-        seconds = window.seconds()
-        self.tokens_per_s = window.tokens / max(seconds, 1e-9)
-        self.step_seconds = seconds / max(window.timed, 1)
+        the last log step, every rank's rows, over the seconds they trained: ``LogWindow.training_seconds``)."""
+        seconds = window.training_seconds()  # less validation, checkpoints and hand-overs
+        self.tokens_per_s = window.tokens / seconds
+        self.step_seconds = window.seconds() / max(window.timed, 1)  # the ETA's: those included
         scalars.update({"train/tokens_per_s": self.tokens_per_s, "train/mfu": None if self.peak is None else
-                        window.flops / max(seconds, 1e-9) / (self.peak * self.world)})
+                        window.flops / seconds / (self.peak * self.world)})
         self.logger.log_step(step, total_steps, scalars, self.step_seconds, self.device)
 
     def write_status(self, state: str, s, phase: str, total_steps: int, skipped_steps: int, last_saved: str | None,

@@ -80,10 +80,11 @@ class Trainer:
         self.budget.start_loop(self.state)
         while True:
             if self.state.phase_step >= self.phase.steps or self.phase_ended(self.state.phase_index):
-                self.end_unkept_phase()
-                self.logger.set_total(self.total_steps)  # less than planned after an early stop
-                if not self.maybe_switch_phase():
-                    break
+                with window.pause():
+                    self.end_unkept_phase()
+                    self.logger.set_total(self.total_steps)  # less than planned after an early stop
+                    if not self.maybe_switch_phase():
+                        break
                 continue
             started = time.perf_counter()
             loss, skipped, overflow = self.train_step()
@@ -97,13 +98,15 @@ class Trainer:
             if self.state.global_step % self.cfg.logging.log_every == 0 or phase_done:
                 self.log(window)
                 window.reset()
-            phase_done = self.maybe_eval(phase_done)  # or early stopping ends the phase here
+            with window.pause():
+                phase_done = self.maybe_eval(phase_done)  # or early stopping ends the phase here
             if phase_done and window.steps:  # an early stop's last steps, which no log window showed yet
                 self.log(window)
                 window.reset()
-            if phase_done:
-                self.engines.keep_end(self.phase.name, self.checkpointer.root, self.state, self.streams)
-            self.maybe_save(phase_done)
+            with window.pause():
+                if phase_done:
+                    self.engines.keep_end(self.phase.name, self.checkpointer.root, self.state, self.streams)
+                self.maybe_save(phase_done)
             self.after_step(halt, step_seconds)
         self.logger.close()
         self.write_status("finished")
