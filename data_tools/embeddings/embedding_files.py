@@ -138,7 +138,7 @@ def read_embeddings(path: Path | str) -> Embeddings:
             raise PrepareError(f"{npy} does not match its sidecar {sidecar.name} (sha256 differs)")
     try:
         matrix = np.load(npy, allow_pickle=False)
-    except ValueError as e:
+    except (ValueError, EOFError) as e:  # EOFError: an empty file
         raise PrepareError(f"{npy}: not a .npy array ({e})") from None
     if matrix.ndim != 2 or matrix.dtype.kind != "f":
         raise PrepareError(f"{npy}: expected a 2-D float matrix [vocab, dim], got {matrix.dtype} {matrix.shape}")

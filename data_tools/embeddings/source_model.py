@@ -35,6 +35,8 @@ def input_embeddings(model: Path | str) -> tuple[np.ndarray, dict]:
         model = transformers.AutoModel.from_pretrained(str(local or name), trust_remote_code=False)
     except (pickle.UnpicklingError, RuntimeError, EOFError, SafetensorError) as e:  # code in a pickle, a truncated file
         raise PrepareError(f"{local or name}: cannot load its weights ({first_line(e)[:200]})") from None
+    except ValueError as e:  # code of its own (auto_map), which is not run; a model type transformers lacks
+        raise PrepareError(f"{local or name}: cannot load it ({first_line(e)[:200]})") from None
     except OSError as e:
         if local is not None:
             raise

@@ -64,7 +64,7 @@ class ShardCorpus:
     def _load(self, shard: Path, name: str, data: bytes) -> np.ndarray:
         try:
             ids = np.load(io.BytesIO(data), allow_pickle=False)
-        except ValueError as e:
+        except (ValueError, EOFError) as e:  # EOFError: an empty member
             raise PrepareError(f"{shard}: member {name} is not a .npy array ({e})") from None
         if ids.ndim != 1 or ids.dtype.kind != "u" or (ids.size and int(ids.max()) >= self.vocab_size):
             raise PrepareError(f"{shard}: member {name} is not a 1-D array of ids below {self.vocab_size}")

@@ -335,6 +335,50 @@ def test_no_code_path_loads_code_without_a_flag_or_an_identity_check():
             for call in (n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Call)):
                 if ast.unparse(call.func) == "torch.load":
                     assert any(k.arg == "weights_only" for k in call.keywords), (path, ast.unparse(call))
+                # an Auto class reads the directory's auto_map: without the keyword transformers asks on the
+                # terminal whether to run its code (a GGUF's tokenizer did until 2026-12-04), and a "y" runs it.
+                # model_tokenizer passes on its callers' keyword, which the scan above checks.
+                func = ast.unparse(call.func)
+                if func.startswith("Auto") and func.endswith(".from_pretrained"):
+                    passed = {k.arg for k in call.keywords}
+                    assert "trust_remote_code" in passed or ast.unparse(call) == (
+                        "AutoTokenizer.from_pretrained(location, **kw)"), (path, ast.unparse(call))
+
+
+def test_a_gguf_beside_a_config_that_names_code_is_refused_without_asking(tmp_path):
+    """transformers reads the tokenizer_config.json beside a GGUF file too; its auto_map made it ask on the
+    terminal whether to run the code there, and a "y" ran it (until 2026-12-04). Now one line, nothing run."""
+    from tiny_gguf import write_gguf
+
+    from xpt_ds.io.gguf_tokenizer import load_gguf_tokenizer
+    marker = tmp_path / "ran"
+    (tmp_path / "m").mkdir()
+    gguf = write_gguf(tmp_path / "m" / "tiny.gguf")
+    (tmp_path / "m" / "evil.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n"
+                                            "from transformers import PreTrainedTokenizerFast as EvilTok\n")
+    (tmp_path / "m" / "tokenizer_config.json").write_text(json.dumps(
+        {"auto_map": {"AutoTokenizer": ["evil.EvilTok", "evil.EvilTok"]}, "tokenizer_class": "EvilTok"}))
+    with pytest.raises(trust.UntrustedError, match=rf"^{gguf}: the tokenizer_config.json or config.json beside it "
+                                                   r"names code to run \(auto_map\), .* a folder of its own$"):
+        load_gguf_tokenizer(gguf)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("damage", ["cut", "list", "auto_map"])
+def test_a_config_cut_short_or_of_another_shape_is_one_line(tmp_path, model_dir, damage):
+    """evaluate's and finetune's check of a model directory's code read its JSON files as they came: a
+    tokenizer_config.json cut short, a config.json holding a list, an auto_map entry that is an object were
+    tracebacks (until 2026-12-04)."""
+    d = tmp_path / "m"
+    shutil.copytree(model_dir, d)
+    name, text, why = {"cut": ("tokenizer_config.json", (d / "tokenizer_config.json").read_text()[:30],
+                               "is not valid JSON"),
+                       "list": ("config.json", "[1, 2]", "holds a JSON list, not an object"),
+                       "auto_map": ("tokenizer_config.json", json.dumps({"auto_map": {"AutoTokenizer": {"a": 1}}}),
+                                    "has an auto_map entry that is not a class reference")}[damage]
+    (d / name).write_text(text)
+    with pytest.raises(trust.UntrustedError, match=re.escape(f"{d / name} {why}")):
+        trust.remote_code_consent(str(d))
 
 
 def test_a_source_auto_map_does_not_reach_the_target(tmp_path, model_dir, tiny_decoder, corpus):

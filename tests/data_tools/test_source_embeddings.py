@@ -4,6 +4,7 @@ real all-MiniLM-L6-v2 (a base-model checkpoint, BERT's layout), and from a hub i
 the same bytes as its directory; and the one-line errors."""
 from __future__ import annotations
 
+import json
 import shutil
 
 import numpy as np
@@ -13,6 +14,7 @@ import torch
 from hub_cache import cache_repo
 from data_tools.cli.source_embeddings import main
 from data_tools.embeddings.embedding_files import read_embeddings
+from data_tools.errors import PrepareError
 from data_tools.piece_tokenizers import sha256_file
 
 
@@ -106,4 +108,16 @@ def test_one_line_errors(llama, tmp_path, monkeypatch, capsys):
     (tmp_path / "cut/model.safetensors").write_bytes((llama / "model.safetensors").read_bytes()[:5000])
     assert f"{tmp_path / 'cut'}: cannot load its weights" in _error(["--model", str(tmp_path / "cut"), "--out", out],
                                                                     capsys)
+    # code of its own (auto_map) is not run, and is one line, not transformers' ValueError (until 2026-12-04)
+    shutil.copytree(llama, tmp_path / "coded")
+    (tmp_path / "coded/evil.py").write_text(f"open({str(tmp_path / 'ran')!r}, 'w').write('ran')\n")
+    config = json.loads((tmp_path / "coded/config.json").read_text())
+    (tmp_path / "coded/config.json").write_text(json.dumps({**config, "model_type": "evil", "auto_map": {
+        "AutoConfig": "evil.EvilConfig", "AutoModel": "evil.Evil"}}))  # a model type transformers lacks
+    assert _error(["--model", str(tmp_path / "coded"), "--out", out], capsys).startswith(
+        f"error: {tmp_path / 'coded'}: cannot load it (The repository {tmp_path / 'coded'} contains custom code")
+    assert not (tmp_path / "ran").exists()
     assert not (tmp_path / "emb.npy").exists()
+    (tmp_path / "empty.npy").write_bytes(b"")  # an empty file where a matrix was asked for (EOFError until then)
+    with pytest.raises(PrepareError, match=r"empty.npy: not a .npy array \(No data left in file\)$"):
+        read_embeddings(tmp_path / "empty.npy")

@@ -212,3 +212,18 @@ def test_quiet_load_report_hides_transformers_table_of_what_the_project_reports(
         assert any("LOAD REPORT" in r.getMessage() for r in seen)
     finally:
         lib.removeHandler(handler)
+
+
+def test_a_resume_sets_aside_later_rows_and_lines_that_are_not_rows(tmp_path):
+    """A resume from step 2 moves the rows after it to metrics.superseded.jsonl, and with them any line that is
+    not a row: a line a crash cut, bytes that are not UTF-8. Such bytes stopped every resume with a
+    UnicodeDecodeError naming no file, and a cut line was dropped (until 2026-12-04)."""
+    rows = [json.dumps({"step": s, "train/loss": 1.0 / s}).encode() + b"\n" for s in (1, 2, 3)]
+    garbage = [b"\xa8\xff\xfe not a row\n", b'{"step": 4, "train/lo\n']
+    (tmp_path / "metrics.jsonl").write_bytes(rows[0] + garbage[0] + rows[1] + rows[2] + garbage[1])
+    logger = MetricsLogger(tmp_path, enabled=True, tensorboard=False, progress=False)
+    logger.start(2, 8)
+    logger.log(3, {"train/loss": 0.25})
+    logger.close()
+    assert [json.loads(x)["step"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]
+    assert (tmp_path / "metrics.superseded.jsonl").read_bytes() == garbage[0] + rows[2] + garbage[1]

@@ -26,13 +26,24 @@ def tag_for(global_step: int) -> str:
     return f"global_step{global_step:09d}"
 
 
+def tag_step(name: str) -> int | None:
+    """The step a tag's name says (``tag_for``'s inverse); None for any other name: a folder a user put in
+    ``checkpoints/`` (a backup copy) is not one of the run's tags, whatever it holds."""
+    digits = name.removeprefix("global_step")
+    return int(digits) if digits != name and len(digits) >= 9 and digits.isdigit() else None
+
+
 def prune(ckpt_root: Path, keep_last: int, protected: str | None = None) -> list[str]:
     """Delete all but the newest ``keep_last`` complete checkpoints (rank 0), never ``protected`` (the run's best,
     checkpoint.keep_best). The marker goes first, so an interrupted delete leaves an incomplete directory, never a
-    'complete' one with files missing."""
+    'complete' one with files missing. A tag that is a symbolic link (to another run's checkpoint, resumed from
+    without a copy) loses the link alone: until 2026-12-04 its target's marker was deleted through it."""
     tags = complete_tags(ckpt_root)
     doomed = [t for t in tags[:-keep_last] if t != protected] if keep_last > 0 else []
     for tag in doomed:
+        if (ckpt_root / tag).is_symlink():
+            (ckpt_root / tag).unlink()
+            continue
         (ckpt_root / tag / MARKER).unlink()
         shutil.rmtree(ckpt_root / tag)
     return doomed
@@ -41,9 +52,13 @@ def prune(ckpt_root: Path, keep_last: int, protected: str | None = None) -> list
 def remove_incomplete(ckpt_root: Path) -> list[str]:
     """Delete checkpoint directories without a marker (left by a crash or a failed save). Rank 0, only
     between saves."""
-    doomed = sorted(d.name for d in ckpt_root.glob("global_step*") if d.is_dir() and not (d / MARKER).is_file())
+    doomed = sorted(d.name for d in ckpt_root.glob("global_step*")
+                    if tag_step(d.name) is not None and d.is_dir() and not (d / MARKER).is_file())
     for name in doomed:
-        shutil.rmtree(ckpt_root / name, ignore_errors=True)
+        if (ckpt_root / name).is_symlink():  # the link, never what it points to
+            (ckpt_root / name).unlink()
+        else:
+            shutil.rmtree(ckpt_root / name, ignore_errors=True)
     return doomed
 
 
@@ -60,14 +75,19 @@ def read_marker(tag_dir: Path) -> dict:
         raise CheckpointError(f"checkpoint {tag_dir.name}: {path} is not the record a save writes ({e}); if the "
                               "tag is otherwise whole, rewrite it as {\"global_step\": STEP}, else move the tag "
                               "out of the run's checkpoints/") from None
+    named = tag_step(tag_dir.name)
+    if named is not None and record["global_step"] != named:  # it would sort as another step's, newest or not
+        raise CheckpointError(f"checkpoint {tag_dir.name}: {path} records global_step {record['global_step']}, not "
+                              f"the {named} of its name; if the tag is otherwise whole, rewrite it as "
+                              f"{{\"global_step\": {named}}}, else move the tag out of the run's checkpoints/")
     return record
 
 
 def complete_tags(ckpt_root: Path) -> list[str]:
-    """Complete checkpoint tags, oldest first."""
+    """Complete checkpoint tags, oldest first: the folders named as ``tag_for`` names them that hold a marker."""
     if not ckpt_root.is_dir():
         return []
-    tags = [d for d in ckpt_root.iterdir() if (d / MARKER).is_file()]
+    tags = [d for d in ckpt_root.iterdir() if tag_step(d.name) is not None and (d / MARKER).is_file()]
     return [d.name for d in sorted(tags, key=lambda d: read_marker(d)["global_step"])]
 
 
@@ -128,7 +148,9 @@ def resolve_tag(ckpt_root: Path, resume: str, flag: str = "--tag", names: tuple[
         except NoBestError as e:
             raise NoBestError(f"{flag} best: {e}; valid: {_choices(ckpt_root, tags, names)}") from None
     if resume not in tags:
-        half = " (an incomplete save: no COMPLETE marker)" if (ckpt_root / resume).is_dir() else ""
+        found = ckpt_root / resume
+        half = ("" if not found.is_dir() else " (an incomplete save: no COMPLETE marker)" if not
+                (found / MARKER).is_file() else f" (not a tag's name, such as {tag_for(1)})")
         value = f"best ({BEST_FILE}'s {resume})" if asked == "best" else f"'{resume}'"
         raise UnknownTag(f"{flag} {value} is not a complete checkpoint of run {ckpt_root.parent}{half}; valid: "
                          f"{_choices(ckpt_root, tags, names)}")

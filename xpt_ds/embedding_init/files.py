@@ -70,7 +70,7 @@ def read_matrix(path: str, key: str, rows: int, tokenizer_sha256: str | None, to
         raise ConfigError(f"{where} does not match its sidecar {sidecar.name} (sha256 differs)")
     try:
         matrix = np.load(npy, allow_pickle=False)
-    except ValueError as e:
+    except (ValueError, EOFError) as e:  # EOFError: an empty file
         raise ConfigError(f"{where}: not a .npy array ({e})") from None
     if matrix.ndim != 2 or matrix.dtype.kind != "f":
         raise ConfigError(f"{where}: expected a 2-D float matrix, got {matrix.dtype} {matrix.shape}")

@@ -31,8 +31,19 @@ def load_gguf_tokenizer(path: Path):
     left as transformers read it."""
     from transformers import AutoTokenizer
 
+    from xpt_ds.io.trust import UntrustedError
+
     path = Path(path)
-    tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)  # GGUF runs no code
+    # GGUF runs no code, but transformers also reads a tokenizer_config.json beside it, whose auto_map names code
+    # it would offer to run (an interactive prompt) until 2026-12-04; trust_remote_code=False refuses it
+    try:
+        tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, trust_remote_code=False)
+    except ValueError as e:
+        if "custom code" not in str(e):
+            raise
+        raise UntrustedError(f"{path}: the tokenizer_config.json or config.json beside it names code to run "
+                             "(auto_map), which xpt-ds does not run for a GGUF file; put the .gguf in a folder of "
+                             "its own") from None
     for role, i in gguf_special_ids(path).items():
         if 0 <= i < len(tok) and getattr(tok, f"{role}_token_id") != i:
             setattr(tok, f"{role}_token", tok.convert_ids_to_tokens(i))

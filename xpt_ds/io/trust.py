@@ -124,10 +124,18 @@ def read_config_dict(model: str, what: str = "--model") -> dict:
     path = model_file(model, "config.json")
     if path is None:
         raise FileNotFoundError(f"{what} {model}: no config.json (a Hugging Face model directory or hub id)")
+    return _json_object(path, f"{what} {model}")
+
+
+def _json_object(path: Path, whose: str) -> dict:
+    """``path``'s JSON object; anything else (not JSON, cut short, a list) is one UntrustedError naming it."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        found = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise UntrustedError(f"{what} {model}: {path} is not valid JSON ({e})") from None
+        raise UntrustedError(f"{whose}: {path} is not valid JSON ({e})") from None
+    if not isinstance(found, dict):
+        raise UntrustedError(f"{whose}: {path} holds a JSON {type(found).__name__}, not an object")
+    return found
 
 
 def model_file(model: str, name: str) -> Path | None:
@@ -146,11 +154,18 @@ def first_file(model: str, names) -> Path | None:
     return next((path for path in (model_file(model, name) for name in names) if path is not None), None)
 
 
-def _code_refs(auto_map: dict) -> list[str]:
-    """``auto_map`` values ('module.Class', 'repo--module.Class', or [slow, fast] for tokenizers)."""
+def _code_refs(config: dict, path: Path, model: str) -> list[str]:
+    """The ``auto_map`` values of ``config`` (read from ``path``): 'module.Class', 'repo--module.Class', or
+    [slow, fast] for tokenizers. Any other shape is one UntrustedError naming the file."""
+    auto_map = config.get("auto_map") or {}
+    if not isinstance(auto_map, dict):
+        raise UntrustedError(f"{model}: {path} has an auto_map that is not an object of class references")
     refs = []
     for value in auto_map.values():
         refs += [v for v in (value if isinstance(value, (list, tuple)) else [value]) if v]
+    if not all(isinstance(ref, str) for ref in refs):
+        raise UntrustedError(f"{model}: {path} has an auto_map entry that is not a class reference such as "
+                             "'module.Class'")
     return refs
 
 
@@ -158,10 +173,10 @@ def remote_code_files(model: str) -> list[str]:
     """The code files (relative paths, or 'repo--module' for code in another repository) that loading
     ``model`` with ``trust_remote_code=True`` would import: every module its config's and its tokenizer
     config's ``auto_map`` name. Empty for a model that ships no code."""
-    refs = _code_refs(read_config_dict(model).get("auto_map") or {})
+    refs = _code_refs(read_config_dict(model), model_file(model, "config.json"), model)
     tok_cfg = model_file(model, "tokenizer_config.json")
     if tok_cfg is not None:
-        refs += _code_refs(json.loads(tok_cfg.read_text(encoding="utf-8")).get("auto_map") or {})
+        refs += _code_refs(_json_object(tok_cfg, model), tok_cfg, model)
     files = []
     for ref in refs:
         repo, _, module = ref.rpartition("--")

@@ -160,17 +160,19 @@ class MetricsLogger:
         if not path.is_file():
             return
         kept, later = [], []
-        for line in path.read_text().splitlines(keepends=True):
+        for line in path.read_bytes().splitlines(keepends=True):
+            line = line if line.endswith(b"\n") else line + b"\n"
             try:
                 row_step = json.loads(line)["step"]
-            except (ValueError, KeyError, TypeError):  # a line cut by a crash mid-write: not a row
-                continue
-            (later if row_step > step else kept).append(line if line.endswith("\n") else line + "\n")
+            except (ValueError, KeyError, TypeError):  # not a row (a line cut by a crash mid-write, bytes that are
+                later.append(line)  # not UTF-8): set aside with the superseded rows, where it stopped every resume
+                continue  # with a traceback (bytes) or was dropped (until 2026-12-04)
+            (later if row_step > step else kept).append(line)
         if not later:
             return
-        with open(self.run_dir / "metrics.superseded.jsonl", "a") as f:
+        with open(self.run_dir / "metrics.superseded.jsonl", "ab") as f:
             f.writelines(later)
-        write_text_atomic(path, "".join(kept))
+        write_text_atomic(path, b"".join(kept).decode("utf-8"))
 
     def log(self, step: int, scalars: dict[str, float]) -> None:
         if self.jsonl is None:
