@@ -358,7 +358,7 @@ def test_a_gguf_beside_a_config_that_names_code_is_refused_without_asking(tmp_pa
                                             "from transformers import PreTrainedTokenizerFast as EvilTok\n")
     (tmp_path / "m" / "tokenizer_config.json").write_text(json.dumps(
         {"auto_map": {"AutoTokenizer": ["evil.EvilTok", "evil.EvilTok"]}, "tokenizer_class": "EvilTok"}))
-    with pytest.raises(trust.UntrustedError, match=rf"^{gguf}: the tokenizer_config.json or config.json beside it "
+    with pytest.raises(trust.UntrustedError, match=rf"^{gguf}: {tmp_path / 'm' / 'tokenizer_config.json'} beside it "
                                                    r"names code to run \(auto_map\), .* a folder of its own$"):
         load_gguf_tokenizer(gguf)
     assert not marker.exists()

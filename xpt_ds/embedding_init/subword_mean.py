@@ -29,17 +29,14 @@ drawn but the fallback, so every rerun gives the same bits.
 """
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING
 
 from xpt_ds.embedding_init.strategies import (
     _byte_decoder, fill_fallback, map_specials, source_surface, target_style, tokenizer_style, wordpiece_split)
+from xpt_ds.metrics.mlm import fallback_byte
 
 if TYPE_CHECKING:
     from xpt_ds.embedding_init.context import InitContext, Rows
-
-BYTE_PIECE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")  # SentencePiece byte fallback
-
 
 def init_subword_mean(ctx: InitContext, rows: Rows) -> None:
     map_specials(ctx, rows)
@@ -64,8 +61,8 @@ def target_bytes(piece: str, style: str) -> tuple[bool, bytes]:
         dec = _byte_decoder()
         raw = bytes(dec[c] for c in piece) if all(c in dec for c in piece) else piece.encode()
     else:
-        m = BYTE_PIECE.match(piece)
-        raw = bytes([int(m.group(1), 16)]) if m else piece.replace("▁", " ").encode()
+        byte = fallback_byte(piece)
+        raw = bytes([byte]) if byte is not None else piece.replace("▁", " ").encode()
     return (True, raw[1:]) if raw.startswith(b" ") else (False, raw)
 
 

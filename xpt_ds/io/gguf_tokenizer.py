@@ -31,19 +31,16 @@ def load_gguf_tokenizer(path: Path):
     left as transformers read it."""
     from transformers import AutoTokenizer
 
-    from xpt_ds.io.trust import UntrustedError
+    from xpt_ds.io.trust import UntrustedError, files_naming_code
 
     path = Path(path)
-    # GGUF runs no code, but transformers also reads a tokenizer_config.json beside it, whose auto_map names code
-    # it would offer to run (an interactive prompt) until 2026-12-04; trust_remote_code=False refuses it
-    try:
-        tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, trust_remote_code=False)
-    except ValueError as e:
-        if "custom code" not in str(e):
-            raise
-        raise UntrustedError(f"{path}: the tokenizer_config.json or config.json beside it names code to run "
-                             "(auto_map), which xpt-ds does not run for a GGUF file; put the .gguf in a folder of "
-                             "its own") from None
+    # GGUF runs no code, but transformers also reads the configs beside it, and offered to run the code their
+    # auto_map names (an interactive prompt) until 2026-12-04; trust_remote_code=False as well
+    named = files_naming_code(path.parent)
+    if named:
+        raise UntrustedError(f"{path}: {named[0]} beside it names code to run (auto_map), which xpt-ds does not run "
+                             "for a GGUF file; put the .gguf in a folder of its own")
+    tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, trust_remote_code=False)
     for role, i in gguf_special_ids(path).items():
         if 0 <= i < len(tok) and getattr(tok, f"{role}_token_id") != i:
             setattr(tok, f"{role}_token", tok.convert_ids_to_tokens(i))

@@ -169,6 +169,13 @@ def _code_refs(config: dict, path: Path, model: str) -> list[str]:
     return refs
 
 
+def files_naming_code(folder: Path) -> list[Path]:
+    """The ``config.json`` and ``tokenizer_config.json`` of a local ``folder`` whose ``auto_map`` names code: what
+    transformers would offer to run when it reads the folder for a file it holds (a GGUF's tokenizer)."""
+    found = [folder / name for name in ("config.json", "tokenizer_config.json") if (folder / name).is_file()]
+    return [path for path in found if _code_refs(_json_object(path, str(folder)), path, str(folder))]
+
+
 def remote_code_files(model: str) -> list[str]:
     """The code files (relative paths, or 'repo--module' for code in another repository) that loading
     ``model`` with ``trust_remote_code=True`` would import: every module its config's and its tokenizer

@@ -15,6 +15,7 @@ masked word-initial pieces (``bits_per_word``).
 from __future__ import annotations
 
 import math
+import re
 import unicodedata
 
 import torch
@@ -42,14 +43,13 @@ def _byte_decoder() -> dict[str, int]:
 _BYTES = _byte_decoder()
 
 
-def _fallback_byte(piece: str) -> int | None:
+BYTE_PIECE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")  # SentencePiece byte fallback
+
+
+def fallback_byte(piece: str) -> int | None:
     """The byte a SentencePiece byte-fallback piece ``<0xAB>`` stands for; None for any other piece."""
-    if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
-        try:
-            return int(piece[3:5], 16)
-        except ValueError:
-            return None
-    return None
+    m = BYTE_PIECE.match(piece)
+    return int(m.group(1), 16) if m else None
 
 
 def piece_chars(piece: str, style: str) -> int:
@@ -66,7 +66,7 @@ def piece_chars(piece: str, style: str) -> int:
       plus one space (the separator before the word).
     """
     if style == "sentencepiece":
-        byte = _fallback_byte(piece)
+        byte = fallback_byte(piece)
         return len(piece) if byte is None else int(byte & 0xC0 != 0x80)
     if style == "byte_level":
         return sum(1 for c in piece if (_BYTES.get(c, 0x20) & 0xC0) != 0x80)  # not a UTF-8 continuation byte
@@ -81,7 +81,7 @@ def piece_bytes(piece: str, style: str) -> int:
     ``▁`` is the one space byte it replaces and a byte piece ``<0xAB>`` is one byte; a byte-level piece is one
     byte per character; a WordPiece ``##xy`` is ``xy``, a word-initial piece its text plus the space before it."""
     if style == "sentencepiece":
-        if _fallback_byte(piece) is not None:
+        if fallback_byte(piece) is not None:
             return 1
         return len(piece.replace("▁", " ").encode("utf-8"))
     if style == "byte_level":
