@@ -9,6 +9,7 @@ import pytest
 
 from xpt_ds.checkpoint.tags import (CheckpointError, UnknownTag, complete_tags, prune, remove_incomplete, resolve_tag,
                                     tag_for)
+from xpt_ds.checkpoint.universal import drop_converted
 
 
 def _tag(root, step: int, name: str | None = None, marker: bool = True):
@@ -30,12 +31,16 @@ def test_a_linked_tag_is_unlinked_and_the_other_runs_checkpoint_kept(tmp_path):
     (ckpt / tag_for(4)).symlink_to(other)
     _tag(ckpt, 6)
     assert complete_tags(ckpt) == [tag_for(4), tag_for(6)]
-    assert prune(ckpt, keep_last=1) == [tag_for(4)]
+    (other / "universal").mkdir()  # the other run's copy at another scale: its own, not this run's to drop
+    (other / "universal/zero").write_bytes(b"state")
+    assert drop_converted(ckpt) == [] and (other / "universal/zero").is_file()
+    removed = prune(ckpt, keep_last=1)
+    assert removed == [(tag_for(4), other)] and str(removed[0]) == f"{tag_for(4)} (a link; its target {other} is kept)"
     assert not (ckpt / tag_for(4)).exists() and not (ckpt / tag_for(4)).is_symlink()
     assert complete_tags(other.parent) == [tag_for(4)] and (other / "mp_rank_00_model_states.pt").is_file()
     unfinished = _tag(tmp_path / "other/checkpoints", 8, marker=False)  # a save of the other run under way
     (ckpt / tag_for(8)).symlink_to(unfinished)
-    assert remove_incomplete(ckpt) == [tag_for(8)]
+    assert remove_incomplete(ckpt) == [(tag_for(8), unfinished)]
     assert not (ckpt / tag_for(8)).is_symlink() and (unfinished / "mp_rank_00_model_states.pt").is_file()
 
 
@@ -47,7 +52,7 @@ def test_a_folder_not_named_as_a_tag_is_left_alone(tmp_path):
     for step in (4, 6, 8):
         _tag(ckpt, step)
     assert complete_tags(ckpt) == [tag_for(4), tag_for(6), tag_for(8)]
-    assert prune(ckpt, keep_last=1) == [tag_for(4), tag_for(6)] and backup.is_dir()
+    assert prune(ckpt, keep_last=1) == [(tag_for(4), None), (tag_for(6), None)] and backup.is_dir()
     assert remove_incomplete(ckpt) == [] and backup.is_dir()
     with pytest.raises(UnknownTag, match=r"--resume 'backup_before_extension' is not a complete checkpoint of run "
                                          rf".* \(not a tag's name, such as {tag_for(1)}\); valid: auto, or a "

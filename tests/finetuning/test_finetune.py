@@ -374,6 +374,15 @@ def test_bad_input_exits_2_with_one_line(tmp_path, capsys):
     # Good data, missing model: named.
     assert main(["--model", str(tmp_path / "no_model"), "--train", str(good), "--test", str(good)]) == 2
     assert capsys.readouterr().err.strip() == f"error: --model {tmp_path / 'no_model'}: no such directory"
+    # A directory without a config.json, or with one that is no JSON object: named once (it was twice).
+    model = tmp_path / "listed"
+    model.mkdir()
+    for text, why in ((None, "no config.json (a Hugging Face model directory or hub id)"),
+                      ("[1, 2]", f"{model / 'config.json'} holds a JSON list, not an object")):
+        if text:
+            (model / "config.json").write_text(text)
+        assert main(["--model", str(model), "--train", str(good), "--test", str(good)]) == 2
+        assert capsys.readouterr().err.strip() == f"error: --model {model}: {why}"
 
 
 def test_cli_bad_input_has_no_traceback(tmp_path):

@@ -76,9 +76,9 @@ class Checkpointer:
         """Rank 0, after a complete save: what keep_last and incomplete saves leave behind, and the universal copies
         of older checkpoints (``xpt_ds.checkpoint.universal``)."""
         for old in tags.prune(self.root, self.keep_last, protected):
-            log.info("deleted checkpoint %s (keep_last=%d)", old, self.keep_last)
+            log.info("%s checkpoint %s (keep_last=%d)", "unlinked" if old.link else "deleted", old, self.keep_last)
         for tag, size in drop_converted(self.root):
             log.info("deleted the universal copy of checkpoint %s (%.2f GB): a resume from it at another scale "
                      "converts it again", tag, size / 1e9)
         for old in tags.remove_incomplete(self.root):
-            log.info("deleted incomplete checkpoint %s", old)
+            log.info("%s incomplete checkpoint %s", "unlinked" if old.link else "deleted", old)

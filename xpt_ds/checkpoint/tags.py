@@ -8,7 +8,7 @@ import contextlib
 import json
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from xpt_ds.errors import UserError
 
@@ -33,33 +33,43 @@ def tag_step(name: str) -> int | None:
     return int(digits) if digits != name and len(digits) >= 9 and digits.isdigit() else None
 
 
-def prune(ckpt_root: Path, keep_last: int, protected: str | None = None) -> list[str]:
+class Removed(NamedTuple):
+    """A tag ``prune`` or ``remove_incomplete`` took out of ``checkpoints/``; ``link``: where it pointed, when it
+    was a symbolic link (the link went, its target stays)."""
+    tag: str
+    link: Path | None = None
+
+    def __str__(self) -> str:
+        return self.tag if self.link is None else f"{self.tag} (a link; its target {self.link} is kept)"
+
+
+def _remove(tag_dir: Path, marker_first: bool) -> Removed:
+    if tag_dir.is_symlink():  # the link, never what it points to
+        target = Path(tag_dir.readlink())
+        tag_dir.unlink()
+        return Removed(tag_dir.name, target)
+    if marker_first:
+        (tag_dir / MARKER).unlink()
+    shutil.rmtree(tag_dir, ignore_errors=not marker_first)
+    return Removed(tag_dir.name)
+
+
+def prune(ckpt_root: Path, keep_last: int, protected: str | None = None) -> list[Removed]:
     """Delete all but the newest ``keep_last`` complete checkpoints (rank 0), never ``protected`` (the run's best,
     checkpoint.keep_best). The marker goes first, so an interrupted delete leaves an incomplete directory, never a
     'complete' one with files missing. A tag that is a symbolic link (to another run's checkpoint, resumed from
     without a copy) loses the link alone: until 2026-12-04 its target's marker was deleted through it."""
     tags = complete_tags(ckpt_root)
     doomed = [t for t in tags[:-keep_last] if t != protected] if keep_last > 0 else []
-    for tag in doomed:
-        if (ckpt_root / tag).is_symlink():
-            (ckpt_root / tag).unlink()
-            continue
-        (ckpt_root / tag / MARKER).unlink()
-        shutil.rmtree(ckpt_root / tag)
-    return doomed
+    return [_remove(ckpt_root / tag, marker_first=True) for tag in doomed]
 
 
-def remove_incomplete(ckpt_root: Path) -> list[str]:
+def remove_incomplete(ckpt_root: Path) -> list[Removed]:
     """Delete checkpoint directories without a marker (left by a crash or a failed save). Rank 0, only
     between saves."""
     doomed = sorted(d.name for d in ckpt_root.glob("global_step*")
                     if tag_step(d.name) is not None and d.is_dir() and not (d / MARKER).is_file())
-    for name in doomed:
-        if (ckpt_root / name).is_symlink():  # the link, never what it points to
-            (ckpt_root / name).unlink()
-        else:
-            shutil.rmtree(ckpt_root / name, ignore_errors=True)
-    return doomed
+    return [_remove(ckpt_root / name, marker_first=False) for name in doomed]
 
 
 def read_marker(tag_dir: Path) -> dict:

@@ -175,9 +175,11 @@ def drop_converted(ckpt_root: Path) -> list[tuple[str, int]]:
     """Rank 0, after a complete save: delete the universal copies (``TAG/universal/``, and ``universal.tmp/`` of a
     conversion that was stopped) of every checkpoint but the newest. Such a copy is derived data that a resume at
     another scale makes again, and the run now has a newer checkpoint at its own scale. Returns (tag, bytes) per
-    copy deleted."""
+    copy deleted. A tag that links to another run's checkpoint is left alone: the copy there is that run's."""
     dropped = []
     for tag in complete_tags(ckpt_root)[:-1]:
+        if (ckpt_root / tag).is_symlink():
+            continue
         # ds_to_universal's pointer to its output, which conversions before 2026-12-01 left
         (ckpt_root / tag / "latest_universal").unlink(missing_ok=True)
         for name in ("universal", "universal.tmp"):

@@ -78,7 +78,9 @@ def _config_dict(cfg: FinetuneConfig) -> dict:
     try:
         return read_config_dict(cfg.model)
     except (OSError, ValueError) as e:
-        raise FinetuneError(f"--model {cfg.model}: cannot load its config ({str(e).splitlines()[0]})") from None
+        first = str(e).splitlines()[0]
+        named = f"--model {cfg.model}: "  # read_config_dict's own errors name the model already
+        raise FinetuneError(first if first.startswith(named) else f"{named}cannot load its config ({first})") from None
 
 
 def _max_length(cfg: FinetuneConfig, config_dict: dict, tokenizer) -> int:
