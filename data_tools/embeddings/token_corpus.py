@@ -48,11 +48,14 @@ class ShardCorpus:
         for shard in self.shards:
             if not shard.is_file():
                 raise PrepareError(f"shard not found: {shard} (listed in {self.manifest_path})")
+        digests = manifest["splits"][self.split].get("shard_sha256")  # manifests since 2026-11-28
+        self.sha256 = dict(zip(self.shards, digests)) if isinstance(digests, list) else {}
         self.info = {"kind": "shards", "manifest": str(self.manifest_path.resolve()), "split": self.split,
                      "manifest_sha256": sha256_file(self.manifest_path), "shards": [s.name for s in self.shards]}
 
     def arrays(self) -> Iterator[np.ndarray]:
         for shard in self.shards:
+            self._check_digest(shard)
             try:
                 with tarfile.open(shard, "r:") as tar:
                     for member in tar:
@@ -60,6 +63,14 @@ class ShardCorpus:
                             yield self._load(shard, member.name, tar.extractfile(member).read())
             except tarfile.TarError as e:
                 raise PrepareError(f"{shard}: unreadable shard ({e})") from None
+
+    def _check_digest(self, shard: Path) -> None:
+        """A shard's bytes are the ones the manifest records (as the trainer checks them: docs/shard_format.md),
+        on the first pass; later passes read the file checked."""
+        expected = self.sha256.pop(shard, None)
+        if expected and sha256_file(shard) != expected:
+            raise PrepareError(f"{shard}: its sha256 is not the {str(expected)[:12]}… {self.manifest_path} records: "
+                               "its bytes changed after it was prepared; prepare the corpus again")
 
     def _load(self, shard: Path, name: str, data: bytes) -> np.ndarray:
         try:

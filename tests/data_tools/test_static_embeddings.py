@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +22,7 @@ from data_tools.embeddings.embedding_files import read_embeddings, write_embeddi
 from data_tools.embeddings.fasttext_pieces import FastTextOptions, train_fasttext_embeddings
 from data_tools.embeddings.token_corpus import ShardCorpus, TextCorpus
 from data_tools.embeddings.word2vec import TrainOptions, train_static_embeddings
-from data_tools.piece_tokenizers import HfTokenizer, SpmTokenizer
+from data_tools.piece_tokenizers import HfTokenizer, SpmTokenizer, sha256_file
 from data_tools.cli.static_embeddings import build_parser as build_static_parser
 from data_tools.pipeline.shards import write_manifest, write_shard
 from data_tools.pipeline.spm_trainer import train_spm_from_sentences
@@ -320,6 +321,14 @@ def test_one_line_errors(tmp_path, paired_corpus, spm_model):
                    "text file not found", "missing.txt")
     one_error_line_of(cli(se, "--shards", paired_corpus, "--out", tmp_path / "o", "--min-count", 10**6),
                    "no piece occurs --min-count 1000000 times")
+    changed = Path(shutil.copytree(Path(paired_corpus).parent, tmp_path / "changed"))  # a shard whose bytes changed since
+    manifest = json.loads((changed / "manifest.json").read_text())
+    manifest["splits"]["train"]["shard_sha256"] = [sha256_file(changed / "train-000000.tar")]
+    (changed / "manifest.json").write_text(json.dumps(manifest))
+    with open(changed / "train-000000.tar", "ab") as shard:
+        shard.write(bytes(1024))  # still a tar that reads
+    one_error_line_of(cli(se, "--shards", changed, "--out", tmp_path / "o"),
+                      "train-000000.tar: its sha256 is not the", "manifest.json records: its bytes changed")
     fake = tmp_path / "fake" / "gensim"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("raise ImportError('simulated')\n")
