@@ -18,7 +18,7 @@ def save_tiny_decoder(out: Path, family: str, tied: bool, dropout: float = 0.1) 
     """A tiny GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM or a family of
     ``OTHER_LLAMA_LAYOUT`` (2 layers, hidden 64, 120 rows), tied or untied head. Mistral and Qwen2 slide their
     attention over 4 positions: Mistral in every layer, Qwen2 in its second layer only (``layer_types`` [full,
-    sliding])."""
+    sliding]); ``qwen2_full`` is a Qwen2 of full attention in every layer, as released Qwen2 models are."""
     import torch
     from transformers import (
         AutoConfig,
@@ -45,6 +45,12 @@ def save_tiny_decoder(out: Path, family: str, tied: bool, dropout: float = 0.1) 
     elif family == "qwen2":
         model = Qwen2ForCausalLM(Qwen2Config(use_sliding_window=True, sliding_window=4, max_window_layers=1, **llama))
         assert model.config.layer_types == ["full_attention", "sliding_attention"]
+    elif family == "qwen2_full":  # as Qwen2 and Qwen2.5 ship (use_sliding_window false), biases not zero
+        model = Qwen2ForCausalLM(Qwen2Config(**llama))
+        assert model.config.layer_types == ["full_attention", "full_attention"]
+        for name, param in model.named_parameters():
+            if name.endswith("bias"):
+                torch.nn.init.normal_(param, std=0.5)
     elif family in OTHER_LLAMA_LAYOUT:
         model = AutoModelForCausalLM.from_config(AutoConfig.for_model(family, **llama, **OTHER_LLAMA_LAYOUT[family]))
     else:

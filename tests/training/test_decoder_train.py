@@ -20,7 +20,7 @@ import pytest
 import sentencepiece as spm
 import torch
 from conftest import REPO, _command, base_config, launch, read_metrics, write_config
-from decoder_builders import CLASSES, check_phase1, probe_ids, reused_of
+from decoder_builders import EXPORTED, check_phase1, probe_ids, reused_of
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from xpt_ds.checkpoint.export import load_checkpoint_fp32, load_model
@@ -91,7 +91,7 @@ def _check_export(run, out, family: str, tied: bool, corpus, engine_loss: float,
     pinned = json.loads((out / "config.json").read_text()).get("attn_implementation")
     assert pinned == ("eager" if family == "gemma2" else None), pinned
     model = AutoModelForCausalLM.from_pretrained(out).eval()
-    assert type(model) is CLASSES[family] and model.config.num_hidden_layers == 4 and model.config.vocab_size == 200
+    assert type(model) is EXPORTED[family] and model.config.num_hidden_layers == 4 and model.config.vocab_size == 200
     head, inputs = model.get_output_embeddings().weight, model.get_input_embeddings().weight
     assert (head.data_ptr() == inputs.data_ptr()) == tied and torch.equal(head, inputs) == tied
     objective = CausalLMObjective(load_model(run)[0].eval())
@@ -180,11 +180,13 @@ def test_gpt2_zero0_one_rank_resume_export_generate_evaluate(tmp_path, tiny_deco
 
 
 @pytest.mark.parametrize("family,tied,ds", [("mistral", False, "zero2_fp32"), ("qwen2", True, "zero2_bf16"),
-                                           ("gemma2", True, "zero2_fp32")],
-                         ids=["mistral-untied", "qwen2-tied-bf16", "gemma2-tied"])
+                                           ("qwen2_full", True, "zero2_fp32"), ("gemma2", True, "zero2_fp32")],
+                         ids=["mistral-untied", "qwen2-tied-bf16", "qwen2-full-as-llama", "gemma2-tied"])
 def test_mistral_and_qwen2_one_rank_two_phases_and_export(family, tied, ds, tmp_path, tiny_decoder, corpus, capfd):
-    """Qwen2 under bf16 with DeepSpeed's FusedAdam (the production optimizer; no resume here); Gemma2 with its
-    softcapped attention and final logits, sliding and full layers, and sqrt(hidden)-scaled embeddings."""
+    """Qwen2 under bf16 with DeepSpeed's FusedAdam (the production optimizer; no resume here); a Qwen2 of full
+    attention, exported as the Llama model of the same function, whose stock tokenizer is the run's (it was
+    Qwen2Tokenizer's other ids until 2026-12-04); Gemma2 with its softcapped attention and final logits, sliding
+    and full layers, and sqrt(hidden)-scaled embeddings."""
     source = tiny_decoder(family, tied, 0.0)
     cfg = _config(tmp_path, source, corpus, ds)
     cfg["optim"]["torch_adam"] = "bf16" not in ds

@@ -15,7 +15,9 @@ Models of ``method: trelm`` carry ``xpt_trelm.py`` the same way: the TRILayer ru
 language row is folded into the token-type rows, and the English vocabulary is dropped (``xpt_ds.trelm.hf`` says
 what is kept and why). ``method: lora`` exports merge each low-rank update into its base weight (peft's own merge
 arithmetic, one layer at a time): a stock model; so are ``method: extend`` exports, their old and new rows joined
-(``xpt_ds.model.extend``). Every export carries a model card, ``README.md``
+(``xpt_ds.model.extend``). A Qwen2 target of full attention with a vocabulary of its own is written as the
+``LlamaForCausalLM`` of the same function, whose tokenizer stock ``AutoTokenizer`` reads as written
+(``xpt_ds.checkpoint.llama_layout``). Every export carries a model card, ``README.md``
 (``xpt_ds.checkpoint.model_card``).
 
 The weights are the checkpoint's fp32 values, bit for bit, unless ``--dtype bfloat16`` rounds each (to nearest,
@@ -38,7 +40,7 @@ import torch
 from torch import nn
 from transformers import AutoConfig
 
-from xpt_ds.checkpoint import store, tag_checks, tags
+from xpt_ds.checkpoint import llama_layout, store, tag_checks, tags
 from xpt_ds.checkpoint.model_card import CARD, build_card, write_card
 from xpt_ds.checkpoint.values import CheckpointValues
 from xpt_ds.config import MASKING_KEYS, read_checkpoint_config
@@ -137,7 +139,7 @@ class Exported:
     them in ``dtype`` (``EXPORT_DTYPES``), rounded once from the fp32 value. ``values`` None: set after, from
     ``trained`` (``checkpoint_values``), the model the checkpoint's values are checked against."""
 
-    def __init__(self, hf_config, values: Values | None, dtype: str = "float32"):
+    def __init__(self, hf_config, values: Values | None, dtype: str = "float32", llama_form: bool = False):
         if dtype not in EXPORT_DTYPES:
             raise ValueError(f"--dtype {dtype}: the export writes {' or '.join(EXPORT_DTYPES)}")
         self.values = values
@@ -174,6 +176,12 @@ class Exported:
                 self.notes.append(f"{self.method.name}: exported as a stock model, the target language row folded "
                                   "into the token-type rows; the English vocabulary and language row are not "
                                   "exported (English input: use the checkpoint)")
+        llama = llama_layout.as_llama(cfg) if llama_form else None
+        if llama is not None:  # a Qwen2 target of its own vocabulary: the Llama model of the same function
+            cfg = llama
+            self.notes.append("qwen2: exported as LlamaForCausalLM (attention_bias, o_proj's bias zero), the same "
+                              "function: stock AutoTokenizer would read a qwen2 directory's tokenizer as "
+                              "Qwen2Tokenizer, with other ids than the run's")
         if self.trilayer:
             stock = type(self.trained).__name__
             with no_init_weights(), parameters_on_meta():
@@ -185,6 +193,8 @@ class Exported:
             self.model.config.architectures = [type(self.model).__name__]
         self.model.config.dtype = dtype
         self.params = {n for n, _ in self.model.named_parameters(remove_duplicate=False)}
+        self.added = self.params - {n for n, _ in self.trained.named_parameters(remove_duplicate=False)} \
+            if llama is not None else set()  # what the Llama form adds: o_proj's biases
 
     def specs(self) -> list[tuple[str, tuple[int, ...]]]:
         """(name, shape) of every tensor the export's weights hold, in the stock class's order, tied weights once
@@ -199,6 +209,8 @@ class Exported:
     def value(self, name: str) -> torch.Tensor:
         if name not in self.params:  # a persistent buffer: as the constructor made it
             return self.model.get_buffer(name).detach().float()
+        if name in self.added:
+            return llama_layout.zero_bias(name, tuple(self.model.get_parameter(name).shape))
         if name in self.joined:
             return extend.stock_value(self.joined[name], self.values)
         if self.method is not None and self.method.export == "trelm":
@@ -287,7 +299,9 @@ def export(run_dir: Path, out: Path, tag: str | None = None, allow_pickle: bool 
     client = store.read_client_state(tag_dir.parent, tag_dir.name, allow_pickle)
     data = read_checkpoint_config(client["config"]).data
     hf_config.xpt_data = {k: getattr(data, k) for k in MASKING_KEYS}  # evaluate --model masks as the run did
-    exported = Exported(hf_config, None, dtype)  # hf_config copied with xpt_data: the export's config
+    tok = saved_tokenizer(tag_dir)
+    # hf_config copied with xpt_data: the export's config; a Qwen2 target of its own vocabulary in Llama's form
+    exported = Exported(hf_config, None, dtype, llama_form=tok.kind != "huggingface")
     exported.values = described(CheckpointValues(tag_dir.parent, tag_dir.name, allow_pickle), exported.trained,
                                 tag_dir)  # a config.json of another model: one line, before anything is written
     staging = out / f"{STAGING}{os.getpid()}" if in_place else out.parent / f".{out.name}.writing-{os.getpid()}"
@@ -295,7 +309,6 @@ def export(run_dir: Path, out: Path, tag: str | None = None, allow_pickle: bool 
     staging.mkdir()
     try:
         write_model(exported, staging, max_shard_bytes)
-        tok = saved_tokenizer(tag_dir)
         if tok.kind == "huggingface" and is_decoder(hf_config):  # extend, keep_vocab: set as training read text
             otherwise = export_causal_hf_tokenizer(tok, staging, hf_config.xpt_max_length)
             if otherwise:
@@ -306,7 +319,7 @@ def export(run_dir: Path, out: Path, tag: str | None = None, allow_pickle: bool 
         else:
             save_hf_tokenizer(tok, staging, model_max_length=hf_config.xpt_max_length, causal=is_decoder(hf_config),
                               token_types=getattr(hf_config, "type_vocab_size", 1))
-            warn_auto_tokenizer(staging, "this export's", out, hf_config.model_type)
+            warn_auto_tokenizer(staging, "this export's", out, exported.model.config.model_type)
         users_card = (out / CARD).is_file() and not _written_by_earlier(out)(CARD)  # a card of their own: kept
         if not users_card:
             sizes = {n: p.numel() for n, p in exported.trained.named_parameters()}
