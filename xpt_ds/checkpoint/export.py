@@ -176,7 +176,7 @@ class Exported:
                 self.notes.append(f"{self.method.name}: exported as a stock model, the target language row folded "
                                   "into the token-type rows; the English vocabulary and language row are not "
                                   "exported (English input: use the checkpoint)")
-        llama = llama_layout.as_llama(cfg) if llama_form else None
+        llama = llama_layout.as_llama(cfg) if llama_form and self.code is None else None  # no code of ours
         if llama is not None:  # a Qwen2 target of its own vocabulary: the Llama model of the same function
             cfg = llama
             self.notes.append("qwen2: exported as LlamaForCausalLM (attention_bias, o_proj's bias zero), the same "
