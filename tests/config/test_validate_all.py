@@ -105,3 +105,24 @@ def test_a_check_whose_premise_failed_says_nothing_more(tmp_path, changes, expec
 ], ids=["rescale-zero", "rescale-inf", "collective-negative"])
 def test_the_timeouts_are_finite_and_not_negative(tmp_path, changes, expected):
     assert _problems(tmp_path, **changes) == [expected]
+
+
+@pytest.mark.parametrize("changes, expected", [
+    ({"model.method": "extend"}, "model.method 'extend' has no two-phase preset whose phase 1 it widens (it applies "
+                                 "to xpt, xpt_no_itl, random_source; in a sweep, scope it: --set xpt:"),
+    ({"model.method": "lora"}, "model.method 'lora' has no two-phase preset whose phase 1 it widens"),
+    ({"phases.0.trainable": ["@new"]}, "phases[0].trainable lists its own patterns, which it does not widen; add "
+                                       "'@position' and '@lm_head' to them instead"),
+], ids=["extend", "lora", "own-patterns"])
+def test_the_phase1_extra_flag_where_it_widens_nothing_is_a_problem(tmp_path, changes, expected):
+    """model.phase1_trains_position_and_head: true beside a method or a phase 1 that it does not widen did
+    nothing, without a word (a review found it on 2026-12-04); with xpt's preset it is no problem."""
+    flag = {"model.phase1_trains_position_and_head": True}
+    assert _problems(tmp_path, **flag) == []
+    # a phase 1 that trains them anyway: a one-phase method (a sweep's scratch arm), or patterns that name them
+    assert _problems(tmp_path, **flag, **{"model.method": "scratch", "phases": [{"name": "all", "steps": 4,
+                                                                                  "lr": 1e-3}]}) == []
+    assert _problems(tmp_path, **flag, **{"phases.0.trainable": ["@new", "@position", "@lm_head"]}) == []
+    found = _problems(tmp_path, **flag, **changes)
+    assert len(found) == 1 and found[0].startswith("config key 'model.phase1_trains_position_and_head' is true, "
+                                                   f"but {expected}"), found

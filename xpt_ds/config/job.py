@@ -63,7 +63,8 @@ class ModelConfig:
                                       "context rather than to piece frequencies (encoder sources).")
     itl_init: str = doc("random", "ITL_in/ITL_out start 'random' (paper) or as a 'copy' of the first/last encoder layer.")
     phase1_trains_position_and_head: bool = doc(
-        False, "xpt phase-1 preset also trains position embeddings and the LM-head transform (000 §2).")
+        False, "Phase 1 of a two-phase preset (xpt, xpt_no_itl, random_source) also trains position embeddings "
+               "and the LM-head transform (000 §2).")
     adapter_size: int = doc(64, "Bottleneck width of the Houlsby adapters (method=adapters).")
     lora: LoraConfig = doc(None, "LoRA on the reused decoder layers (method=lora, decoder sources).")
     mask_token: str = doc("", "Mask piece in the SentencePiece vocab; empty = '<mask>' or '[MASK]', whichever exists.")
@@ -90,7 +91,7 @@ class PhaseConfig:
     name: str = doc("", "Phase name, shown in logs, TensorBoard and checkpoints.")
     steps: int = doc(0, "Optimizer steps in this phase.")
     lr: float = doc(1e-4, "Peak learning rate.")
-    warmup_steps: int = doc(0, "Linear warmup steps from 0 to the peak.")
+    warmup_steps: int = doc(0, "Linear warmup steps: step k (from 0) runs at (k+1)/warmup_steps of the peak.")
     decay: str = doc("linear", f"Decay after warmup: one of {', '.join(DECAYS)}.")
     min_lr_ratio: float = doc(0.0, "Learning rate at the end of the phase, as a fraction of the peak (decay linear "
                                    "or cosine).")

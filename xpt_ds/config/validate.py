@@ -68,6 +68,7 @@ def _problems(cfg: TrainConfig) -> Iterator[str]:
         yield f"config key 'run_dir' is empty ({cfg.run_dir!r}); give the run's output directory"
     yield from _model_problems(cfg.model, method)
     yield from _phase_problems(cfg)
+    yield from _phase1_extra_problems(cfg, method)
     yield from _data_problems(cfg, method)
     if method is not None and cfg.phases:  # objectives are checked against the method's traits and the phases
         yield from _caught(check_objectives, cfg)
@@ -122,6 +123,24 @@ def _model_problems(m: ModelConfig, method: Method | None) -> Iterator[str]:
     if not m.tokenizer and method is not None and method.vocab == "extend":
         yield ("config key 'model.tokenizer' is required for method extend (the directory `xpt-data extend-vocab` "
                "writes)")
+
+
+def _phase1_extra_problems(cfg: TrainConfig, method: Method | None) -> Iterator[str]:
+    """model.phase1_trains_position_and_head widens a two-phase preset's phase 1 (``xpt_ds.model.phases``). Where
+    phase 1 does not train everything anyway and there is no such preset to widen (lora, extend; a phase 1 that
+    lists its own patterns), it did nothing, without a word (until 2026-12-04)."""
+    key = "config key 'model.phase1_trains_position_and_head' is true, but"
+    if not cfg.model.phase1_trains_position_and_head or method is None or not cfg.phases:
+        return
+    own = cfg.phases[0].trainable
+    if own:
+        if "@all" not in own and not {"@position", "@lm_head"} <= set(own):
+            yield (f"{key} phases[0].trainable lists its own patterns, which it does not widen; add '@position' and "
+                   "'@lm_head' to them instead")
+    elif method.presets[0] != ("@all",) and not (method.phase1_extra and len(method.presets) > 1):
+        widened = [m.name for m in METHODS.values() if m.phase1_extra and len(m.presets) > 1]
+        yield (f"{key} model.method '{method.name}' has no two-phase preset whose phase 1 it widens (it applies to "
+               f"{', '.join(widened)}; in a sweep, scope it: --set xpt:model.phase1_trains_position_and_head=true)")
 
 
 def _phase_problems(cfg: TrainConfig) -> Iterator[str]:
