@@ -202,6 +202,8 @@ def test_mistral_and_qwen2_one_rank_two_phases_and_export(family, tied, ds, tmp_
         assert model.config.layer_types == ["full_attention", "full_attention", "sliding_attention",
                                             "sliding_attention"]
     warned = "warning: stock AutoTokenizer loads this export's tokenizer as Qwen2Tokenizer" in capfd.readouterr().err
+    llama_form = "- `qwen2`: exported as LlamaForCausalLM (attention_bias, o_proj's bias zero)"
+    assert (llama_form in (tmp_path / "exported/README.md").read_text()) == (family == "qwen2_full")
     assert warned == (family == "qwen2")
     _check_stock_tokenizer(tmp_path / "exported", corpus, overridden=family == "qwen2")
 

@@ -324,7 +324,7 @@ def export(run_dir: Path, out: Path, tag: str | None = None, allow_pickle: bool 
         if not users_card:
             sizes = {n: p.numel() for n, p in exported.trained.named_parameters()}
             write_card(staging / CARD, build_card(run_dir, tag_dir, client, is_decoder(hf_config), sizes, out.name,
-                                                  dtype))
+                                                  dtype, exported.notes))
         _record_files(staging)
         for name, replaced in _carry_own_files(out, staging, copy=not in_place):
             print(f"{'warning: replaced' if replaced else 'kept'} {out / name}: not a file of the earlier export"

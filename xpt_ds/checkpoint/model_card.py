@@ -70,14 +70,19 @@ def card_metadata(cfg: TrainConfig, decoder: bool, run_dir: Path | None = None) 
 
 
 def build_card(run_dir: Path, tag_dir: Path, client: dict, decoder: bool, sizes: dict[str, int],
-               name: str, dtype: str = "float32") -> str:
+               name: str, dtype: str = "float32", notes: list[str] | tuple = ()) -> str:
     """The card of the export of checkpoint ``tag_dir`` of ``run_dir`` (``client``: its client state; ``sizes``:
     each trained parameter's element count, for the phases' trainable counts) into a directory called ``name``,
-    its weights in ``dtype``."""
+    its weights in ``dtype``; ``notes``: what the export changed of the trained model's form (LoRA merged, the
+    Llama form of a Qwen2 target, ...), one bullet each."""
     from huggingface_hub import ModelCard, ModelCardData
     cfg = read_checkpoint_config(client["config"])
     meta = card_metadata(cfg, decoder, run_dir)
-    body = "\n\n".join([_intro(cfg, meta, tag_dir, name, dtype), _training(cfg, client, tag_dir, sizes, decoder),
+    intro = _intro(cfg, meta, tag_dir, name, dtype)
+    if notes:  # "what: how", as the export prints them
+        intro += "\n\n" + "\n".join(f"- `{what}`: {how}" if how else f"- {what}"
+                                     for what, _, how in (note.partition(": ") for note in notes))
+    body = "\n\n".join([intro, _training(cfg, client, tag_dir, sizes, decoder),
                         _embeddings(cfg, client, run_dir), _validation(cfg, run_dir, client["trainer"]["global_step"]),
                         f"## Evaluation\n\n`xpt-ds evaluate --model {name} --shards SPEC --card` adds its scores "
                         f"here.\n\n{EVALUATIONS}", _reproduce(cfg, run_dir, tag_dir, client, dtype)])
