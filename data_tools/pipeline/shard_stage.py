@@ -115,6 +115,8 @@ def tokenize(out: Path, opts: PrepareOptions = DEFAULTS, workers: int = 1, force
                       "shard_documents": [r["documents"] for r in recs], "shard_tokens": [r["tokens"] for r in recs],
                       # a shard complete from a run before the records held it is hashed now
                       "shard_sha256": [r.get("sha256") or sha256_file(out / r["shard"]) for r in recs]}
+        if all("unk" in r for r in recs):  # records since 2026-12-04 count them
+            summary[s]["unk_tokens"] = sum(r["unk"] for r in recs)
     extra = {"writer_version": writer_version(sp), "dtype": np.dtype(plans["train"][0].dtype if plans["train"] else
                                ("uint16" if vocab_size <= 65536 else "uint32")).name}
     info = {st: s["stats"] for st in ("clean", "split") if (s := load_state(out, st))}
@@ -123,6 +125,11 @@ def tokenize(out: Path, opts: PrepareOptions = DEFAULTS, workers: int = 1, force
     manifest = write_manifest(out, tok_record, vocab_size, summary, **extra)
     log("tokenize: " + ", ".join(f"{s} {v['documents']} docs / {v['sentences']} sentences / {v['tokens']} tokens "
                                  f"in {len(v['shards'])} shard(s)" for s, v in summary.items()))
+    unk = {s: v["unk_tokens"] for s, v in summary.items() if v.get("unk_tokens")}
+    if unk:  # until 2026-12-04 text the vocabulary cannot spell went uncounted
+        log("tokenize: warning: " + ", ".join(f"{s} {n} ({n / summary[s]['tokens']:.2%})" for s, n in unk.items())
+            + " tokens are unk: characters the vocabulary lacks (--character-coverage leaves the rarest out; a run "
+            "of them is one unk), which the model cannot tell apart")
     return {"manifest": str(manifest), "splits": summary, "written_shards": len(todo),
             "written_sentences": sum(records[t.name]["sentences"] for t in todo),
             "seconds": time.perf_counter() - t0}

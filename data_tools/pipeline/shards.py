@@ -205,6 +205,7 @@ class HfEncoder:
             from data_tools.piece_tokenizers import HfTokenizer
             tok = HfTokenizer(tok).tok
         self.tok = tok
+        self.unk_id = tok.unk_token_id  # None: a byte-level BPE, which has none
 
     def encode(self, lines: list[str], num_threads: int = 1) -> list[list[int]]:
         if not lines:
@@ -231,6 +232,7 @@ class SpmEncoder:
                 or self.sp.id_to_piece(i) in ("[MASK]", "<mask>")]
         self.forbidden = sorted({i for i in user if i != self.sp.unk_id()})
         self.specials = 0
+        self.unk_id = self.sp.unk_id()
 
     def encode(self, lines: list[str], num_threads: int = 1) -> list[list[int]]:
         # One call a line: sentencepiece 0.2.3's call on a list takes 1.8x as long on one thread (a document's
@@ -268,7 +270,7 @@ def write_shard_task(task: ShardTask) -> dict:
     final = Path(task.out_dir) / task.name
     tmp = final.with_name(f"{final.name}.tmp{os.getpid()}")  # per process: an orphan of a killed run may linger
     forget(task)
-    n_sent = n_tok = 0
+    n_sent = n_tok = n_unk = 0
     with open(task.source, "rb") as src, open(tmp, "wb") as fh:
         src.seek(task.start)
         with tarfile.open(fileobj=fh, mode="w", format=tarfile.USTAR_FORMAT) as tar:
@@ -279,13 +281,14 @@ def write_shard_task(task: ShardTask) -> dict:
                 add_document(tar, doc_key(task.split, task.index, task.first_doc + i), ids)
                 n_sent += len(sentences)
                 n_tok += count
+                n_unk += int(np.count_nonzero(ids == sp.unk_id)) if sp.unk_id is not None else 0
         if src.tell() != task.end:
             raise RuntimeError(f"{task.source} changed while tokenizing (shard {task.name}); re-run")
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, final)
     record = {"key": task.key, "shard": task.name, "documents": task.n_docs, "sentences": n_sent, "tokens": n_tok,
-              "bytes": final.stat().st_size, "sha256": sha256_file(final),
+              "unk": n_unk, "bytes": final.stat().st_size, "sha256": sha256_file(final),
               "task": {k: v for k, v in asdict(task).items() if k != "out_dir"},
               "special_spellings": getattr(sp, "specials", 0) - specials_before}
     atomic_write_text(_record_path(task), json.dumps(record, indent=1))

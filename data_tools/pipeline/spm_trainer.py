@@ -21,6 +21,7 @@ from data_tools.errors import PrepareError
 from data_tools.pipeline.options import DEFAULTS
 from data_tools.pipeline.spm_layouts import LAYOUTS, MODEL_TYPES
 
+MAX_SENTENCE_BYTES = 16384  # SentencePiece trains on no sentence longer (it leaves them out without a word)
 _TOO_HIGH = re.compile(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)")
 
 
@@ -41,7 +42,7 @@ def _trainer_options(vocab_size: int, family: str, model_type: str, seed: int, n
     rule = {} if normalization_rule_name is None else {"normalization_rule_name": normalization_rule_name}
     return dict(vocab_size=vocab_size, model_type=model_type, character_coverage=character_coverage,
                 shuffle_input_sentence=True, seed_sentencepiece_size=1_000_000, num_threads=num_threads,
-                max_sentence_length=16384, minloglevel=2, **rule, **LAYOUTS[family])
+                max_sentence_length=MAX_SENTENCE_BYTES, minloglevel=2, **rule, **LAYOUTS[family])
 
 
 def _run_trainer(vocab_size: int, model_type: str, **kw) -> None:

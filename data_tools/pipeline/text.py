@@ -1,8 +1,11 @@
 """Text cleaning and sentence splitting (pure functions, run inside the clean-stage worker processes).
 
 The default splitter is language-agnostic and regex-based, tuned so Korean works: it cuts after sentence-final
-punctuation (``. ! ? … 。 ！ ？``, with any closing quotes or brackets) followed by whitespace, after CJK full
-stops without a space, and after a Korean final ending glued to the next sentence (``했다.그리고``). It does
+punctuation (``. ! ? …``, the Arabic ``؟``, the Urdu ``۔``, the danda ``। ॥``, the Armenian ``։`` and the
+Ethiopic ``። ፧``, with any closing quotes or brackets) followed by whitespace, after CJK full stops (``。 ！ ？``,
+also ``! ?`` between kana or Han, which NFKC makes of the full-width ones) and Myanmar's ``။`` and Khmer's ``។``
+without a space, and after a Korean final ending glued to the next sentence (``했다.그리고``). Text without
+sentence punctuation (Thai) is not cut: a paragraph is one sentence there (``--splitter`` takes one). It does
 not cut inside numbers (``3.14``, ``2010. 11. 12.``), after a short list of abbreviations (``Dr.``, ``e.g.``,
 ``вул.``), after single-letter initials (``J. R. R. Tolkien``, ``м. Київ``), after list labels at the start of
 a paragraph (``1.``, ``IV.``, ``가.``), nor when the next word starts in lower case (``etc. and``).
@@ -23,9 +26,16 @@ NORMALIZE_FORMS = ("NFKC", "NFC", "none")
 
 _CLOSERS = "\"'”’»›」』）)]}"
 _CLOSE = re.escape(_CLOSERS)
+# Sentence ends of other scripts: Arabic question mark, Arabic/Urdu full stop, Devanagari/Bengali danda and double
+# danda, Armenian full stop, Ethiopic full stop and question mark (whitespace follows, as after '.'); Myanmar's
+# section mark and Khmer's khan, written without a space after (as CJK full stops)
+_SPACED_ENDS = "\u061f\u06d4\u0964\u0965\u0589\u1362\u1367"
+_UNSPACED_ENDS = "\u104b\u17d4\u17d5"
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff"  # kana and Han
 _CUT = re.compile(
-    rf"[.!?…]+[{_CLOSE}]*(?=\s)"  # Latin-style end: whitespace follows
-    rf"|[。！？]+[{_CLOSE}]*"  # CJK full stops need no space
+    rf"[.!?…{_SPACED_ENDS}]+[{_CLOSE}]*(?=\s)"  # Latin-style end: whitespace follows
+    rf"|[。！？{_UNSPACED_ENDS}]+[{_CLOSE}]*"  # CJK full stops need no space
+    rf"|(?<=[{_CJK}])[!?]+[{_CLOSE}]*(?=[{_CJK}])"  # ！？ that NFKC made ASCII, between kana or Han
     rf"|(?<=[다요죠까네라])[.!?]+[{_CLOSE}]*(?=[가-힣])"  # Korean final ending glued to the next sentence
 )
 _OPEN = "\"'“‘«‹「『（([{"
@@ -112,9 +122,11 @@ def splitter_name(spec) -> str:
     return str(spec or "default")
 
 
-# C0/C1 controls (tab and newline included) count as whitespace; BOM, zero-width space and soft hyphen go.
+# C0/C1 controls (tab and newline included) count as whitespace; BOM, zero-width space, soft hyphen and the
+# invisible direction marks (LRM, RLM, the Arabic letter mark) go: SentencePiece's nmt_nfkc made each of those
+# marks a space, which split a word of Arabic or Hebrew text in two (until 2026-12-04).
 _WS = re.compile(r"[\s\x00-\x1f\x7f-\x9f]+")
-_INVISIBLE = re.compile("[\ufeff\u200b\u00ad]")
+_INVISIBLE = re.compile("[\ufeff\u200b\u00ad\u200e\u200f\u061c]")
 
 
 def clean_text(text: str, normalize: str = "NFKC") -> str:

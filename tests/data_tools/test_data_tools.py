@@ -339,3 +339,24 @@ def test_a_full_disk_is_one_line_naming_where_it_wrote(tmp_path, synthetic):
             proc.stderr[-2000:]
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=True)
+
+
+def test_sentences_sentencepiece_leaves_out_and_unk_tokens_are_said(tmp_path, synthetic, capsys):
+    """A paragraph the splitter cannot cut (no sentence punctuation, as in Thai) past SentencePiece's 16,384 bytes
+    is left out of its training, and a character only it holds becomes unk in the shards: until 2026-12-04 the
+    log said every sentence was trained on, and nothing counted the unk."""
+    from data_tools.pipeline import log
+    text = synthetic.read_text(encoding="utf-8")
+    long = " ".join(["ลองดู"] * 3000) + " ๑๒๓"  # 16,804 bytes of Thai, and digits found nowhere else
+    src = tmp_path / "corpus.txt"
+    src.write_text(text + "\n\n" + long + "\n", encoding="utf-8")
+    quiet = log._quiet
+    log.set_quiet(False)
+    try:
+        _run(src, tmp_path / "out", valid=0, test=0, max_chars=0)
+    finally:
+        log.set_quiet(quiet)
+    err = capsys.readouterr().err
+    assert "spm: warning: 1 of the " in err and "are longer than 16384 bytes, which SentencePiece leaves out" in err
+    split = json.loads((tmp_path / "out/manifest.json").read_text())["splits"]["train"]
+    assert split["unk_tokens"] >= 1 and f"tokenize: warning: train {split['unk_tokens']} (" in err
