@@ -298,3 +298,47 @@ def test_a_fine_tuning_whose_every_seed_diverged_is_fine_tuned_again(tmp_path, s
 
     (finetune / "sweep_args.json").unlink()  # fine-tuned before 2026-11-28, complete: kept
     assert downstream(plan, run, Stages()) == (row, False) and Stages.calls == ["export", "finetune"]
+
+
+def test_a_corpus_prepared_again_in_place_is_another_training_and_other_scoring(tmp_path, sweep_config, capsys):
+    """A row records the hash of the manifests behind its paths: the corpus prepared again in place (a grown
+    corpus is split anew, its tokenizer trained again) keeps the paths, and until 2026-12-04 a rerun skipped the
+    old rows and scored the new runs on the new test split, in one table without a word. Without --test-shards the
+    sweep scores on the validation split, which the runs choose their checkpoints on: it says so."""
+    from xpt_ds.sweeps.data_identity import manifests_sha
+    config, test_shards = sweep_config
+    out = tmp_path / "sweep"
+    base = ["--config", str(config), "--methods", "xpt", "--sizes", "100", "--out", str(out)]
+    plan = build_plan(parse_args([*base, "--test-shards", *test_shards]))
+    assert "warning: no --test-shards" not in capsys.readouterr().err
+    run = Run("xpt", 100)
+    row = {"method": "xpt", "size": 100, "seed": None, "config_sha256": plan.config_sha["xpt"], "ppl": 1.0,
+           "train_args": shlex.join(plan.train_args(run)), "scoring": plan.scoring(run),
+           "data_sha256": plan.data_sha["xpt", 100]}
+    assert row["data_sha256"] and row["scoring"]["test_data"] == manifests_sha(test_shards)
+    (out / "results.jsonl").write_text(json.dumps(row) + "\n")
+    assert _Sweep(build_plan(parse_args([*base, "--test-shards", *test_shards]))).pending() == []
+    assert "warning" not in capsys.readouterr().out
+    (out / "results.jsonl").write_text(json.dumps({**row, "scoring": {**row["scoring"], "test_data": "0" * 16}}) + "\n")
+    assert _Sweep(build_plan(parse_args([*base, "--test-shards", *test_shards]))).pending() == []
+    assert "was scored with other test shards, evaluation or fine-tuning (test_data 0000" in capsys.readouterr().out
+    (out / "results.jsonl").write_text(json.dumps({**row, "data_sha256": "0" * 16}) + "\n")
+    assert _Sweep(build_plan(parse_args([*base, "--test-shards", *test_shards]))).pending() == []
+    assert "was trained on another preparation of its data" in capsys.readouterr().out
+    assert _Sweep(build_plan(parse_args([*base, "--test-shards", *test_shards, "--rerun-changed"]))).pending() == [run]
+    # the hash follows the manifest's bytes, and a spec without a manifest has none
+    manifest = Path(test_shards[0].rsplit(":", 1)[0])
+    copy = tmp_path / "copy/manifest.json"
+    copy.parent.mkdir()
+    copy.write_text(manifest.read_text())
+    assert manifests_sha([f"{copy}:test"]) == manifests_sha([f"{manifest}:test"]) != manifests_sha([f"{copy}:valid"])
+    copy.write_text(manifest.read_text().replace('"format_version"', '"x": 1, "format_version"'))
+    assert manifests_sha([f"{copy}:test"]) != manifests_sha([f"{manifest}:test"])
+    assert manifests_sha([str(tmp_path / "train-000000.tar")]) is None
+    with_valid = yaml.safe_load(Path(config).read_text())
+    with_valid["data"]["valid_shards"] = list(test_shards)
+    (tmp_path / "valid.yaml").write_text(yaml.safe_dump(with_valid))
+    plan = build_plan(parse_args(["--config", str(tmp_path / "valid.yaml"), *base[2:]]))
+    assert plan.test_shards == list(test_shards)
+    assert "warning: no --test-shards: every run is scored on the base config's data.valid_shards" in \
+        capsys.readouterr().err

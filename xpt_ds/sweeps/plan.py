@@ -20,6 +20,7 @@ from xpt_ds.config.methods import METHODS, Method
 from xpt_ds.errors import first_line
 from xpt_ds.finetuning.config import FinetuneConfig
 from xpt_ds.runtime.ports import free_port
+from xpt_ds.sweeps.data_identity import manifests_sha
 from xpt_ds.sweeps.report import parse_size, size_label
 from xpt_ds.sweeps.rows import PROBE_SUFFIX
 
@@ -176,6 +177,10 @@ class Plan:
     text_args: list[str] = dataclasses.field(default_factory=list)  # evaluate --text's other arguments
     drop_weights: bool = False  # delete a run's checkpoints and export once its row is written
     probe_text: str | None = None  # --probe-text: the --score-text label each run is also probed on
+    # the prepared corpus behind the paths (data_identity): (arm, size) -> its train and valid manifests' hash, and
+    # the test shards' manifests' hash; a corpus prepared again in place is another training and other scoring
+    data_sha: dict[tuple[str, int], str | None] = dataclasses.field(default_factory=dict)
+    test_data: str | None = None
 
     @property
     def methods(self) -> list[str]:
@@ -217,7 +222,8 @@ class Plan:
         return {"test_shards": list(self.test_shards), "evaluate_args": list(self.evaluate_args),
                 "finetune_args": None if finetune is None else list(finetune),
                 "score_text": {label: dict(spec) for label, spec in self.score_text.items()} or None,
-                **({"probe_text": self.probe_text} if self.probe_text else {})}
+                **({"probe_text": self.probe_text} if self.probe_text else {}),
+                **({"test_data": self.test_data} if self.test_data else {})}
 
     def tag_args(self, run: Run) -> list[str]:
         return ["--tag", "best"] if self.keep_best[run.arm, run.size] else []
@@ -341,6 +347,7 @@ def _build_plan(a: argparse.Namespace, folder: Path, configs: Path | None) -> Pl
     if finetune_args is not None:
         check_finetune(finetune_args)
     steps, seq_len, best, sha, test_shards, mask_seed = {}, {}, {}, {}, list(a.test_shards), None
+    data_sha = {}
     models = []  # each arm's model section at its first size (--score-text: its source must be a decoder)
     for arm, method in arms.items():
         text = yaml.safe_dump(method_config(base, method), sort_keys=False)
@@ -355,6 +362,7 @@ def _build_plan(a: argparse.Namespace, folder: Path, configs: Path | None) -> Pl
                 where = f"arm '{arm}' (model.method {method}), size {size_label(size)}"
                 raise ConfigError("\n".join(f"{where}: {line}" for line in str(e).splitlines())) from None
             steps[arm, size], seq_len[arm, size] = sum(p.steps for p in cfg.phases), cfg.data.seq_len
+            data_sha[arm, size] = manifests_sha([*cfg.data.train_shards, *cfg.data.valid_shards])
             best[arm, size] = cfg.checkpoint.keep_best
             if size == sizes[0]:
                 models.append(cfg.model)
@@ -367,8 +375,13 @@ def _build_plan(a: argparse.Namespace, folder: Path, configs: Path | None) -> Pl
             mask_seed = cfg.data.seed if mask_seed is None else mask_seed
     if not test_shards:
         raise ConfigError("no test shards: give --test-shards or set data.valid_shards in the base config")
+    if not a.test_shards:  # until 2026-12-04 without a word
+        print(f"warning: no --test-shards: every run is scored on the base config's data.valid_shards "
+              f"({' '.join(test_shards)}), the split that validation, early stopping and checkpoint.keep_best choose "
+              "on, so the figures are not held out; give --test-shards for those", file=sys.stderr)
     from xpt_ds.data.manifest import expand_shards
     expand_shards([*test_shards, *a.unigram])  # that they exist (each run's evaluate checks their tokenizer)
+    test_data = manifests_sha(test_shards)
     # Every run is scored on the same masks (the base config's data.seed), whatever seed it trained with.
     evaluate_args = ["--batch-size", str(a.eval_batch_size), "--max-batches", str(a.eval_max_batches),
                      "--seed", str(mask_seed)]
@@ -378,7 +391,7 @@ def _build_plan(a: argparse.Namespace, folder: Path, configs: Path | None) -> Pl
     return Plan(a.out, arms, sizes, seeds, a.nproc, a.parallel, test_shards, evaluate_args, list(a.unigram),
                 finetune_args, finetune_sizes, overrides, steps, seq_len, best, sha, deadline,
                 a.largest_first, a.rerun_changed, configs, score_text, text_source,
-                ["--batch-size", str(a.eval_batch_size)], a.drop_weights, a.probe_text)
+                ["--batch-size", str(a.eval_batch_size)], a.drop_weights, a.probe_text, data_sha, test_data)
 
 
 def check_probe_text(label: str | None, score_text: dict[str, dict]) -> None:

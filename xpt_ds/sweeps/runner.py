@@ -94,7 +94,8 @@ def run_one(plan: Plan, run: Run, stages: Stages, say=print) -> dict:
     seconds = json.loads((run_dir / "sweep_seconds.json").read_text())
     row.update(train_seconds=round(seconds.get("train", 0.0), 1), wall_seconds=round(sum(seconds.values()), 1),
                nproc=plan.nproc, run_dir=str(run_dir), train_args=shlex.join(plan.train_args(run)),
-               config_sha256=plan.config_sha[run.arm], scoring=plan.scoring(run))
+               config_sha256=plan.config_sha[run.arm], scoring=plan.scoring(run),
+               **({"data_sha256": data} if (data := plan.data_sha.get((run.arm, run.size))) else {}))
     return row
 
 
@@ -174,7 +175,9 @@ class _Sweep:
                 if self.pending_without_row(run):
                     todo.append(run)
                 continue
-            changed = (_settings(old.get("train_args") or ""), old.get("config_sha256")) != (
+            # the corpus behind the paths prepared again since (rows record it since 2026-12-04)
+            other_data = "data_sha256" in old and old["data_sha256"] != self.plan.data_sha.get((run.arm, run.size))
+            changed = other_data or (_settings(old.get("train_args") or ""), old.get("config_sha256")) != (
                 _settings(shlex.join(self.plan.train_args(run))), self.plan.config_sha[run.arm]) \
                 and not _trains_as_recorded(self.plan, run)
             rescore = "" if changed or "scoring" not in old else scoring_diff(old["scoring"], self.plan.scoring(run))
@@ -194,7 +197,11 @@ class _Sweep:
                 todo.append(run)
                 continue
             self.say(f"skip {run.label}: its row is in {self.results}")
-            if changed:
+            if other_data:
+                self.say(f"warning: {run.label} in {self.results} was trained on another preparation of its data (a "
+                         "manifest of data.train_shards or data.valid_shards changed since); --rerun-changed runs it "
+                         "again")
+            elif changed:
                 self.say(f"warning: {run.label} in {self.results} was trained with another config or arguments "
                          f"({old.get('train_args')}); --rerun-changed runs it again")
             elif rescore:
