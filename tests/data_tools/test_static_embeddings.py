@@ -321,7 +321,8 @@ def test_one_line_errors(tmp_path, paired_corpus, spm_model):
                    "text file not found", "missing.txt")
     one_error_line_of(cli(se, "--shards", paired_corpus, "--out", tmp_path / "o", "--min-count", 10**6),
                    "no piece occurs --min-count 1000000 times")
-    changed = Path(shutil.copytree(Path(paired_corpus).parent, tmp_path / "changed"))  # a shard whose bytes changed since
+    # a shard whose bytes changed since it was prepared
+    changed = Path(shutil.copytree(Path(paired_corpus).parent, tmp_path / "changed"))
     manifest = json.loads((changed / "manifest.json").read_text())
     manifest["splits"]["train"]["shard_sha256"] = [sha256_file(changed / "train-000000.tar")]
     (changed / "manifest.json").write_text(json.dumps(manifest))
