@@ -48,3 +48,26 @@ def test_unigram_bias_needs_a_new_vocabulary_and_a_head_bias(tiny_roberta, tiny_
                                 head_bias_init="unigram"), tok, data)
     with pytest.raises(ConfigError, match="data.train_shards"):
         build_model(ModelConfig(source=str(tiny_roberta), tokenizer=tok.path, head_bias_init="unigram"), tok)
+
+
+def test_a_subset_of_the_train_split_counts_only_its_own_pieces(corpus):
+    """data.train_tokens (a sweep's size): the head bias and the frequency-based embedding starts count the pieces
+    of the documents the run trains on, the last one cut where the stream cuts it, not the whole split (until
+    2026-12-04 a sweep's smallest size started from the statistics of its largest)."""
+    import numpy as np
+
+    from xpt_ds.data.manifest import expand_shards
+    from xpt_ds.data.mlm import build_stream
+    from xpt_ds.embedding_init.context import count_pieces
+    tok = build_tokenizer(str(corpus / "spm.model"))
+    spec = [f"{corpus}/manifest.json:train"]
+    whole = count_pieces(spec, tok)[0]
+    data = DataConfig(train_shards=spec, train_tokens=int(whole.sum()) // 3)
+    counts, documents, _ = count_pieces(spec, tok, data=data)
+    # what the stream trains on in an epoch, less the separator it puts after each document
+    stream = build_stream(expand_shards(spec, tok), data, tok, data.train_tokens)
+    seen = np.bincount(stream.tokens(0, stream.epoch_tokens), minlength=tok.vocab_size)
+    seen[tok.sep_id] -= documents * stream.sep
+    assert documents == len(stream.epoch_docs) and np.array_equal(counts, seen)
+    assert counts.sum() < whole.sum() and (counts <= whole).all()
+    assert np.array_equal(count_pieces(spec, tok, data=DataConfig(train_shards=spec))[0], whole)

@@ -33,6 +33,7 @@ class InitContext:
     args: dict  # model.embedding_init_args, checked and filled with defaults
     train_shards: list[str] = field(default_factory=list)
     on_corrupt_shard: str = "fail"
+    data: object = None  # the run's DataConfig: with data.train_tokens, ``counts`` are of that subset
 
     @property
     def hidden(self) -> int:
@@ -44,23 +45,29 @@ class InitContext:
 
     @cached_property
     def counts(self) -> np.ndarray:
-        """int64 [target vocab]: occurrences of each id in ``data.train_shards`` (all of them, in shard order)."""
+        """int64 [target vocab]: occurrences of each id in ``data.train_shards``, or in the subset of them that
+        ``data.train_tokens`` trains on (``count_pieces``)."""
         if not self.train_shards:
             raise ConfigError("config key 'data.train_shards' is empty; the embedding_init strategy counts pieces "
                               "in it")
-        return count_pieces(self.train_shards, self.tok, self.on_corrupt_shard)[0]
+        return count_pieces(self.train_shards, self.tok, self.on_corrupt_shard, self.data)[0]
 
     @cached_property
     def source_tokenizer(self):
         return load_source_tokenizer(self.source)
 
 
-def count_pieces(shards: list[str], tok: TargetTokenizer, on_corrupt: str = "fail"
+def count_pieces(shards: list[str], tok: TargetTokenizer, on_corrupt: str = "fail", data=None
                  ) -> tuple[np.ndarray, int, list[str]]:
     """(int64 [vocab] occurrences of each id, the documents counted, the shards skipped as corrupt under
-    ``on_corrupt='skip'``) over ``shards``."""
+    ``on_corrupt='skip'``) over ``shards``. ``data`` (a run's DataConfig) with ``train_tokens``: over the documents
+    of that subset only, the last one cut where the stream cuts it (``xpt_ds.data.mlm.TokenStream``): a sweep's
+    small sizes start their head bias and embeddings from the text they train on, not from the whole split
+    (until 2026-12-04 they counted the whole split)."""
     from xpt_ds.data.manifest import expand_shards
     from xpt_ds.data.shards import DataError, DocReader, scan_shards
+    if data is not None and getattr(data, "train_tokens", 0):
+        return _count_subset(shards, tok, data)
 
     indexes, skipped = scan_shards(expand_shards(shards, tok), on_corrupt, vocab=(tok.vocab_size, tok.path),
                                    forbidden=tok.not_in_shards)
@@ -78,6 +85,22 @@ def count_pieces(shards: list[str], tok: TargetTokenizer, on_corrupt: str = "fai
     finally:
         reader.close()
     return counts, sum(len(ix.lengths) for ix in indexes), skipped
+
+
+def _count_subset(shards: list[str], tok: TargetTokenizer, data) -> tuple[np.ndarray, int, list[str]]:
+    """``count_pieces`` over the documents the run's stream keeps for ``data.train_tokens``."""
+    from xpt_ds.data.manifest import expand_shards, manifest_counts
+    from xpt_ds.data.mlm import build_stream
+    stream = build_stream(expand_shards(shards, tok), data, tok, data.train_tokens, manifest_counts(shards))
+    counts = np.zeros(tok.vocab_size, np.int64)
+    try:
+        for d in stream.epoch_docs:
+            ids = stream.reader.read(int(stream.doc_shard[d]), int(stream.doc_local[d]))
+            counts += np.bincount(ids[:max(0, int(stream.doc_tokens[d]) - stream.sep)].astype(np.int64),
+                                  minlength=tok.vocab_size)
+    finally:
+        stream.reader.close()
+    return counts, len(stream.epoch_docs), list(stream.skipped)
 
 
 def load_source_tokenizer(source: str):

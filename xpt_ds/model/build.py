@@ -298,7 +298,7 @@ def _embedding_rows(cfg: ModelConfig, tok: TargetTokenizer, data: DataConfig | N
     ``kept_rows``: method extend's old rows, which the report leaves out."""
     ctx = InitContext(tok, source.get(src_matrix), cfg.source,
                       torch.Generator().manual_seed(param_seed(cfg.init_seed, target_name)), std, {},
-                      list(data.train_shards) if data else [], data.on_corrupt_shard if data else "fail")
+                      list(data.train_shards) if data else [], data.on_corrupt_shard if data else "fail", data)
     return init_embeddings(cfg.embedding_init, cfg.embedding_init_args, ctx, kept_rows)
 
 
@@ -389,7 +389,7 @@ def _unigram_head_bias(cfg: ModelConfig, family: Family, decoder: bool, recipes:
     if data is None or not data.train_shards:
         raise ConfigError("config key 'model.head_bias_init' is 'unigram', which counts pieces in "
                           "data.train_shards, and that is empty")
-    counts = count_pieces(list(data.train_shards), tok, data.on_corrupt_shard)[0].astype(np.float64)
+    counts = count_pieces(list(data.train_shards), tok, data.on_corrupt_shard, data)[0].astype(np.float64)
     matrices["head_bias"] = torch.from_numpy(np.log((counts + 1.0) / (counts.sum() + len(counts)))).float()
     return {**report, "head_bias": f"unigram: log add-one frequency of {int(counts.sum())} train pieces"}
 
