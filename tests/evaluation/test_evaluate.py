@@ -133,7 +133,12 @@ def test_evaluate_reproduces_the_trainers_validation(tmp_path, tiny_roberta, cor
 
     out = _evaluate("--run", str(run), "--shards", valid, "--out", str(tmp_path / "ckpt.json"))
     assert out.returncode == 0, out.stderr[-2000:]
+    assert "warning" not in out.stderr
     from_ckpt = json.loads((tmp_path / "ckpt.json").read_text())
+    # the run's own training shards: scored, and said not to be held out (until 2026-12-04 without a word)
+    trained = _evaluate("--run", str(run), "--shards", f"{corpus}/manifest.json:train", "--max-batches", "1")
+    assert trained.returncode == 0 and "are in the run's data.train_shards: these figures are on training data, " \
+        "not held out" in trained.stderr, trained.stderr[-2000:]
     assert from_ckpt["tag"] == "global_step000000008" and from_ckpt["tokens"] > 0
     for k in ("loss", "ppl", "hits@1", "hits@3", "hits@5", "hits@10", "mrr", "mr", "bits_per_char",
               "bits_per_word"):

@@ -32,6 +32,21 @@ from xpt_ds.runtime.process_exit import exit_process
 TEXT_DTYPES = ("float32", "bfloat16", "auto")
 
 
+def warn_trained_on(scored: list[str], train: list[str]) -> None:
+    """A ``warning:`` line when shards ``--shards`` scores are among the run's ``data.train_shards``: the figures
+    are then not held out (until 2026-12-04 nothing said so). Silent where the training shards are not here."""
+    from xpt_ds.config import ConfigError
+    from xpt_ds.data.manifest import expand_shards
+    try:
+        both = sorted({str(Path(f).resolve()) for f in expand_shards(list(scored))}
+                      & {str(Path(f).resolve()) for f in expand_shards(list(train))})
+    except (ConfigError, OSError, ValueError):
+        return
+    if both:
+        print(f"warning: {len(both)} of the shards scored ({both[0]}{', ...' if len(both) > 1 else ''}) are in the "
+              "run's data.train_shards: these figures are on training data, not held out", file=sys.stderr)
+
+
 @cli_errors
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="xpt-ds evaluate", description="\n\n".join(__doc__.split("\n\n")[1:3]))
@@ -114,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         tok = saved_tokenizer(tag_dir)
         data = read_config(tag_dir.parent, tag_dir.name, a.allow_pickle).data
         source = {"run": str(a.run), "tag": tag_dir.name}
+        warn_trained_on(a.shards, data.train_shards)
     else:
         model, tok = load_export(a.model, a.trust_remote_code)
         data = export_data_config(model.config, a.model)
