@@ -55,7 +55,9 @@ def _run_trainer(vocab_size: int, model_type: str, **kw) -> None:
             raise PrepareError(f"--vocab-size {vocab_size} is more than this corpus supports: SentencePiece "
                                f"reports a maximum of {m.group(2)} ({model_type}); use --vocab-size {m.group(2)} "
                                "or less, or more text") from None
-        raise PrepareError(f"SentencePiece training failed: {msg.split('] ')[-1]}") from None
+        # its advice names its own options ("--character_coverage"): xpt-data's are spelled with dashes
+        said = re.sub(r"--(\w+)", lambda m: "--" + m.group(1).replace("_", "-"), msg.split("] ")[-1])
+        raise PrepareError(f"SentencePiece training failed: {said}") from None
 
 
 def train_spm(text_file: Path, out_prefix: Path, vocab_size: int, family: str = DEFAULTS.family,

@@ -360,3 +360,15 @@ def test_sentences_sentencepiece_leaves_out_and_unk_tokens_are_said(tmp_path, sy
     assert "spm: warning: 1 of the " in err and "are longer than 16384 bytes, which SentencePiece leaves out" in err
     split = json.loads((tmp_path / "out/manifest.json").read_text())["splits"]["train"]
     assert split["unk_tokens"] >= 1 and f"tokenize: warning: train {split['unk_tokens']} (" in err
+
+
+def test_sentencepieces_advice_names_xpt_datas_own_flag(tmp_path):
+    """More distinct characters than the vocabulary holds (Korean at a small --vocab-size): SentencePiece's error
+    advises its own '--character_coverage'; the line says prepare's '--character-coverage'."""
+    from data_tools.errors import PrepareError
+    from data_tools.pipeline.spm_trainer import train_spm_from_sentences
+    syllables = [chr(0xAC00 + i) for i in range(700)]
+    sentences = [" ".join(syllables[i:i + 20]) for i in range(0, 700, 5)] * 3
+    with pytest.raises(PrepareError, match=r"^SentencePiece training failed: Vocabulary size is smaller than "
+                                           r"required_chars\. 300 vs \d+\. .* with --character-coverage option"):
+        train_spm_from_sentences(iter(sentences), tmp_path / "spm", 300, "roberta", "unigram", seed=0, num_threads=1)
