@@ -52,8 +52,20 @@ say "target vocabulary and shards"  # prepare itself skips what is up to date an
 "$PY" -m data_tools.cli.prepare --input "$TRAIN" --out "$PREP/uk_src" \
   --hf-tokenizer "$PREP/source" --valid 0.05 --test 0.05
 say "extended vocabulary and shards"
-[ -f "$PREP/uk_ext_tok/extend_vocab.json" ] || "$PY" -m data_tools.cli.extend_vocab --source "$PREP/source" \
-  --text "$TRAIN" --out "$PREP/uk_ext_tok" --add 8000
+# Its pieces are learned from the train split's documents alone (a line each, as prepare cleaned them; every
+# preparation of $TRAIN splits the same documents): until 2026-12-04 from all of $TRAIN, so the extend arm's merges
+# had seen its valid and test documents. A tokenizer learned otherwise is made again, and its shards with it.
+UK_TRAIN="$PREP/uk_train.txt"
+"$PY" - "$PREP/uk/sentences/train.jsonl" "$UK_TRAIN" <<'PY'
+import json, sys
+docs = [" ".join(json.loads(line)) for line in open(sys.argv[1], encoding="utf-8") if line.strip()]
+open(sys.argv[2], "w", encoding="utf-8").write("\n".join(docs) + "\n")
+PY
+if ! "$PY" -c "import json, sys; sys.exit(json.load(open(sys.argv[1]))['text_files'] != [sys.argv[2]])" \
+    "$PREP/uk_ext_tok/extend_vocab.json" "$UK_TRAIN" 2>/dev/null; then
+  rm -rf "$PREP/uk_ext_tok" "$PREP/uk_ext"
+  "$PY" -m data_tools.cli.extend_vocab --source "$PREP/source" --text "$UK_TRAIN" --out "$PREP/uk_ext_tok" --add 8000
+fi
 "$PY" -m data_tools.cli.prepare --input "$TRAIN" --out "$PREP/uk_ext" \
   --hf-tokenizer "$PREP/uk_ext_tok" --valid 0.05 --test 0.05
 say "texts"
