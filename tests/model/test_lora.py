@@ -161,3 +161,24 @@ def test_zero3_resume_mid_run_and_merged_export(tmp_path, tiny_decoder, corpus):
         exported, ours = model(input_ids=ids).logits, trained.eval()(input_ids=ids).logits
     assert torch.allclose(exported, ours, atol=1e-5, rtol=0)
     assert not torch.equal(model.model.layers[0].self_attn.q_proj.weight, src["model.layers.0.self_attn.q_proj.weight"])
+
+
+def test_a_qwen2_lora_run_exports_in_llamas_form_with_its_updates_merged(tmp_path, tiny_decoder, corpus):
+    """LoRA on a Qwen2 source of full attention with the run's own vocabulary: the export is the Llama model of
+    the same function (xpt_ds.checkpoint.llama_layout), every base weight merged with its update; its only new
+    values are o_proj's zero biases (LoRA's names of the base weights are not new ones)."""
+    source = tiny_decoder("qwen2_full", True, 0.0)
+    cfg = base_config(tmp_path / "run", source, corpus)
+    cfg["model"] |= {"method": "lora", "lora": {"rank": 4, "alpha": 8.0}}
+    cfg["phases"] = [{"name": "lora", "steps": 2, "lr": 1e-2}]
+    proc = launch(["--config", str(write_config(tmp_path / "cfg.yaml", cfg))])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = tmp_path / "exported"
+    assert export_main(["--run", str(tmp_path / "run"), "--out", str(out)]) == 0
+    model = AutoModelForCausalLM.from_pretrained(out).eval()
+    assert type(model) is LlamaForCausalLM and model.config.attention_bias
+    assert not model.model.layers[0].self_attn.o_proj.bias.any() and model.model.layers[0].self_attn.q_proj.bias.any()
+    trained, _ = load_model(tmp_path / "run")
+    ids = torch.randint(5, 200, (2, 20))
+    with torch.no_grad():
+        assert torch.allclose(model(input_ids=ids).logits, trained.eval()(input_ids=ids).logits, atol=1e-5, rtol=0)

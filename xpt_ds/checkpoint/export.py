@@ -193,8 +193,8 @@ class Exported:
             self.model.config.architectures = [type(self.model).__name__]
         self.model.config.dtype = dtype
         self.params = {n for n, _ in self.model.named_parameters(remove_duplicate=False)}
-        self.added = self.params - {n for n, _ in self.trained.named_parameters(remove_duplicate=False)} \
-            if llama is not None else set()  # what the Llama form adds: o_proj's biases
+        # what the Llama form adds: o_proj's biases (a LoRA model's trained names differ: only these are new)
+        self.added = {n for n in self.params if n.endswith(llama_layout.ZERO_BIAS)} if llama is not None else set()
 
     def specs(self) -> list[tuple[str, tuple[int, ...]]]:
         """(name, shape) of every tensor the export's weights hold, in the stock class's order, tied weights once
@@ -210,7 +210,7 @@ class Exported:
         if name not in self.params:  # a persistent buffer: as the constructor made it
             return self.model.get_buffer(name).detach().float()
         if name in self.added:
-            return llama_layout.zero_bias(name, tuple(self.model.get_parameter(name).shape))
+            return torch.zeros(tuple(self.model.get_parameter(name).shape))
         if name in self.joined:
             return extend.stock_value(self.joined[name], self.values)
         if self.method is not None and self.method.export == "trelm":

@@ -13,8 +13,6 @@ exported as Qwen2, with the export's warning about the tokenizer; a run that kee
 """
 from __future__ import annotations
 
-import torch
-
 # Qwen2Config's keys that LlamaConfig does not have, or that would be wrong there
 QWEN2_ONLY = ("model_type", "architectures", "transformers_version", "layer_types", "use_sliding_window",
               "sliding_window", "max_window_layers")
@@ -33,8 +31,3 @@ def as_llama(cfg):
         return None
     fields = {k: v for k, v in cfg.to_dict().items() if k not in QWEN2_ONLY}
     return LlamaConfig(**fields, attention_bias=True, mlp_bias=False)
-
-
-def zero_bias(name: str, shape: tuple[int, ...]) -> torch.Tensor | None:
-    """The value of a parameter the Llama form adds (o_proj's bias, zeros); None for every other name."""
-    return torch.zeros(shape) if name.endswith(ZERO_BIAS) else None
