@@ -65,8 +65,10 @@ def piece_chars(piece: str, style: str) -> int:
     - ``wordpiece`` (BERT): a continuation piece ``##xy`` counts ``xy``; a word-initial piece counts its text
       plus one space (the separator before the word), except a piece of punctuation alone, which counts its text:
       BERT splits punctuation off as a piece of its own, and it is mostly attached to a word in the text (``city.``,
-      ``(city)``: the one space before the group is counted on the piece of the word, or on a ``(`` that opens
-      it, as ``starts_word`` counts words). Until 2026-12-04 every such piece also counted a space, about 4 % too
+      ``(city)``: the one space before the group is counted on the word's piece, as ``starts_word`` counts words).
+      What it cannot see is off by one either way: a word piece after punctuation inside a word (``don't``,
+      ``3.14``, ``e.g.``) still counts a space, and punctuation between spaces (``a - b``) counts none. Until
+      2026-12-04 every punctuation piece also counted a space, about 4 % too
       many characters on UA-GEC's Ukrainian (97,159 characters, 101,071 counted), so bits per character and per
       byte came out too low for keep_vocab runs of BERT-family sources.
     """
