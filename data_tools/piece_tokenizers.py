@@ -142,6 +142,10 @@ def _local_dir(name_or_dir: str) -> Path:
     path = Path(name_or_dir)
     if path.is_dir():
         return path
+    if path.is_file() and path.suffix == ".gguf":  # was "directory not found", for a file that is there
+        raise PrepareError(f"{name_or_dir} is a .gguf file, not a Hugging Face tokenizer directory or hub id: write "
+                           "it to a directory first (python -m experiments.decoder.source GGUF DIR, in the "
+                           "repository) and give that directory")
     if path.exists() or name_or_dir.startswith((".", "/")) or name_or_dir.count("/") > 1:
         raise PrepareError(f"Hugging Face tokenizer directory not found: {name_or_dir}")
     from huggingface_hub import snapshot_download

@@ -117,3 +117,17 @@ def test_a_failed_run_keeps_an_existing_lock_and_finished_stages(tmp_path, capsy
     assert rc == 2 and err.endswith(f"error: empty input: no text in {empty}\n")
     assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == [".prepare", ".prepare/lock",
                                                                             ".prepare/spm.json"]
+
+
+def test_a_gguf_file_given_as_a_tokenizer_directory_is_named_as_such(tmp_path):
+    """``prepare --hf-tokenizer X.gguf`` said "directory not found" for a file that is there (a review on
+    2026-12-04 followed docs/decoders.md's continued-pretraining recipe with a GGUF source)."""
+    import pytest
+
+    from data_tools.errors import PrepareError
+    from data_tools.piece_tokenizers import HfTokenizer
+    gguf = tmp_path / "model.Q4_1.gguf"
+    gguf.write_bytes(b"GGUF")
+    with pytest.raises(PrepareError, match=r"model\.Q4_1\.gguf is a \.gguf file, not a Hugging Face tokenizer "
+                                           r"directory or hub id: write it to a directory first"):
+        HfTokenizer(str(gguf))
