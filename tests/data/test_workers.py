@@ -10,6 +10,7 @@ import multiprocessing
 import os
 import signal
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -247,3 +248,33 @@ def test_workers_die_with_their_rank(unique_shards):
     for pid in left:
         os.kill(pid, signal.SIGKILL)
     assert not left, f"workers {left} outlived their rank"
+
+
+def _rank_gone_before_its_worker_starts(started: str, outlived: str) -> None:
+    """A fake rank that forks a worker and ends at once; the worker starts (``die_with_parent``) only after."""
+    import xpt_ds.data.workers as w
+    w._FORKED_BY = os.getpid()  # as Workers.run records it before the DataLoader forks
+    if os.fork() == 0:
+        while os.getppid() == w._FORKED_BY:
+            time.sleep(0.005)
+        Path(started).write_text("")
+        w.die_with_parent()
+        Path(outlived).write_text("")
+        os._exit(0)
+    os._exit(0)
+
+
+def test_a_worker_that_starts_after_its_rank_ended_ends_at_once(tmp_path):
+    """Under load a worker can run its start after its rank was killed: the kernel's parent-death signal is then
+    never sent, and until 2026-12-04 the check for it read the parent's pid after the fork, where a parent already
+    gone reads as its reaper's, so the worker lived on until torch's own check (CI saw one outlive its rank)."""
+    started, outlived = tmp_path / "started", tmp_path / "outlived"
+    rank = multiprocessing.get_context("fork").Process(target=_rank_gone_before_its_worker_starts,
+                                                       args=(str(started), str(outlived)))
+    rank.start()
+    rank.join()
+    deadline = time.monotonic() + 30
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.5)
+    assert started.exists() and not outlived.exists()

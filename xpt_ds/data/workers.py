@@ -60,12 +60,18 @@ def start_worker(worker_id: int) -> None:
     die_with_parent()
 
 
+_FORKED_BY: int | None = None  # the pid of the rank that forks the workers (``Workers.run``), which they inherit
+
+
 def die_with_parent() -> None:
-    """SIGKILL to this process when its parent ends (Linux; elsewhere torch's own check of the parent remains)."""
-    parent = os.getppid()
+    """SIGKILL to this process when its parent ends (Linux; elsewhere torch's own check of the parent remains). A
+    parent that ended before the request (a worker scheduled late, under load) sends nothing: the worker ends at
+    once then. Its parent is the pid the rank recorded before forking it; until 2026-12-04 it was read here, after
+    the fork, where a parent already gone reads as its reaper's pid, and such a worker lived on up to 5 s."""
+    parent = _FORKED_BY if _FORKED_BY is not None else os.getppid()
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-        if os.getppid() != parent:  # the parent ended before the request: nothing will send it
+        if os.getppid() != parent:
             os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -129,9 +135,11 @@ class Workers:
     def run(self, first: int, *rest: int) -> Iterator:
         """The batches from sequence ``first`` on (``rest``: the plan's other integers). The first call forks the
         workers (unless ``fork`` did); later calls restart the same processes, which drop what they prefetched."""
+        global _FORKED_BY
         self.start[:] = torch.tensor([first, *rest] if first != UNSET else [UNSET] * len(self.start))
         if self._loader is None:
             self._loader = self._make_loader()
+        _FORKED_BY = os.getpid()  # what a worker forked now compares its parent with (die_with_parent)
         return iter(self._loader)
 
     def close(self) -> None:
