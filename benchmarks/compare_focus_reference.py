@@ -161,7 +161,7 @@ def xpt_arm(static: Path, spm: Path, source: str, emb: torch.Tensor) -> dict:
     from xpt_ds.embedding_init.strategies import overlap
     tok = build_tokenizer(str(spm))
     ctx = InitContext(tok, emb.detach().float().clone(), source, torch.Generator().manual_seed(1234), 0.02,
-                      check_args("focus", {"static": str(static)}), [])
+                      check_args("focus", {"static": str(static)}))
     rows = Rows(ctx)
     t0 = time.perf_counter()
     STRATEGIES["focus"](ctx, rows)

@@ -109,7 +109,7 @@ def _ctx(source: Path, corpus: Path, seed: int = 1234) -> InitContext:
     tok = build_tokenizer(str(corpus / "spm.model"))
     emb = AutoModelForMaskedLM.from_pretrained(source).get_input_embeddings().weight.detach().float().clone()
     return InitContext(tok, emb, str(source), torch.Generator().manual_seed(seed), 0.02, {},
-                       [f"{corpus}/manifest.json:train"])
+                       DataConfig(train_shards=[f"{corpus}/manifest.json:train"]))
 
 
 def _source_tok(source: Path):

@@ -136,6 +136,16 @@ class TokenStream:
             pos += b - a
         return np.concatenate(out)
 
+    def piece_counts(self) -> np.ndarray:
+        """int64 [vocab]: occurrences of each id in one epoch's documents, separators left out (an epoch holds
+        the same documents in every order; with ``max_tokens`` the cut document counts up to its cut)."""
+        counts = np.zeros(self.tok.vocab_size, np.int64)
+        for d in self.epoch_docs:
+            body = int(self.doc_tokens[d]) - self.sep
+            if body > 0:
+                counts += np.bincount(self._read(int(d), 0, body), minlength=self.tok.vocab_size)
+        return counts
+
     def _read(self, doc: int, start: int, stop: int) -> np.ndarray:
         """Tokens ``[start, stop)`` of global document ``doc``; an id outside the vocabulary names its shard."""
         shard, local = int(self.doc_shard[doc]), int(self.doc_local[doc])

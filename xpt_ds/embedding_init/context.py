@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from xpt_ds.config import ConfigError
+from xpt_ds.config import ConfigError, DataConfig
 from xpt_ds.data.tokenizer import TargetTokenizer
 from xpt_ds.embedding_init.files import HF_TOKENIZER_FILES
 from xpt_ds.errors import first_line
@@ -31,9 +31,7 @@ class InitContext:
     generator: torch.Generator  # seeded with model.init_seed and the parameter's name
     std: float  # the source config's initializer_range
     args: dict  # model.embedding_init_args, checked and filled with defaults
-    train_shards: list[str] = field(default_factory=list)
-    on_corrupt_shard: str = "fail"
-    data: object = None  # the run's DataConfig: with data.train_tokens, ``counts`` are of that subset
+    data: DataConfig | None = None  # the run's: ``counts`` are of data.train_shards, or of data.train_tokens' subset
 
     @property
     def hidden(self) -> int:
@@ -47,10 +45,10 @@ class InitContext:
     def counts(self) -> np.ndarray:
         """int64 [target vocab]: occurrences of each id in ``data.train_shards``, or in the subset of them that
         ``data.train_tokens`` trains on (``count_pieces``)."""
-        if not self.train_shards:
+        if self.data is None or not self.data.train_shards:
             raise ConfigError("config key 'data.train_shards' is empty; the embedding_init strategy counts pieces "
                               "in it")
-        return count_pieces(self.train_shards, self.tok, self.on_corrupt_shard, self.data)[0]
+        return count_pieces(list(self.data.train_shards), self.tok, self.data.on_corrupt_shard, self.data)[0]
 
     @cached_property
     def source_tokenizer(self):
@@ -92,12 +90,8 @@ def _count_subset(shards: list[str], tok: TargetTokenizer, data) -> tuple[np.nda
     from xpt_ds.data.manifest import expand_shards, manifest_counts
     from xpt_ds.data.mlm import build_stream
     stream = build_stream(expand_shards(shards, tok), data, tok, data.train_tokens, manifest_counts(shards))
-    counts = np.zeros(tok.vocab_size, np.int64)
     try:
-        for d in stream.epoch_docs:
-            ids = stream.reader.read(int(stream.doc_shard[d]), int(stream.doc_local[d]))
-            counts += np.bincount(ids[:max(0, int(stream.doc_tokens[d]) - stream.sep)].astype(np.int64),
-                                  minlength=tok.vocab_size)
+        counts = stream.piece_counts()
     finally:
         stream.reader.close()
     return counts, len(stream.epoch_docs), list(stream.skipped)

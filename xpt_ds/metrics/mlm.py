@@ -146,7 +146,7 @@ def starts_word(piece: str, style: str, split_punctuation: bool = False) -> bool
     if style == "byte_level":
         return piece.startswith("Ġ")
     if style == "wordpiece":
-        return not piece.startswith("##") and (split_punctuation or not all(_bert_punctuation(c) for c in piece))
+        return not piece.startswith("##") and (split_punctuation or bool(_space_before(piece)))
     raise ValueError(f"unknown marker style '{style}' (valid: {', '.join(MARKER_STYLES)})")
 
 

@@ -297,8 +297,7 @@ def _embedding_rows(cfg: ModelConfig, tok: TargetTokenizer, data: DataConfig | N
     the strategy's generator seeded from init_seed and the parameter's name (as every new parameter's is);
     ``kept_rows``: method extend's old rows, which the report leaves out."""
     ctx = InitContext(tok, source.get(src_matrix), cfg.source,
-                      torch.Generator().manual_seed(param_seed(cfg.init_seed, target_name)), std, {},
-                      list(data.train_shards) if data else [], data.on_corrupt_shard if data else "fail", data)
+                      torch.Generator().manual_seed(param_seed(cfg.init_seed, target_name)), std, {}, data)
     return init_embeddings(cfg.embedding_init, cfg.embedding_init_args, ctx, kept_rows)
 
 
