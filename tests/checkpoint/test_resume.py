@@ -199,6 +199,20 @@ def test_a_resume_mid_log_window_logs_the_uninterrupted_mean(tiny_roberta, corpu
     assert sorted(s for s in got if "train/loss" in got[s]) == [6, 8]
     assert [got[s]["train/loss"] for s in (6, 8)] == [want[s]["train/loss"] for s in (6, 8)]
 
+    # A requeue from step 2 that shortens phase 1 to 1 step: the phase is over where it resumes. Its window (steps
+    # 1-2) is logged at step 2 as phase 1's, and its phase-end validation runs there, as at a phase's last step.
+    # Before, neither: steps 1-2 were averaged into phase 2's first logged point (step 3), and no validation ran.
+    short = tmp_path / "short"
+    shutil.copytree(tmp_path / "straight/checkpoints" / tag_for(2), short / "checkpoints" / tag_for(2))
+    shutil.copyfile(tmp_path / "straight/metrics.jsonl", short / "metrics.jsonl")
+    shortened = {**straight, "run_dir": str(short), "phases": [{**straight["phases"][0], "steps": 1},
+                                                               straight["phases"][1]]}
+    proc = launch(["--config", str(write_config(tmp_path / "short.yaml", shortened))], nproc=2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [json.loads(line) for line in (short / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["train/phase"]) for r in rows if "train/loss" in r] == [(2, 0.0), (3, 1.0), (6, 1.0)]
+    assert [r["step"] for r in rows if "valid/loss" in r] == [2, 6]
+
 
 def test_a_log_window_restored_on_another_world_size_keeps_the_old_ranks_mean():
     from xpt_ds.metrics.logger import LogWindow

@@ -4,6 +4,7 @@ that starts from a merge of branch ends, with the xpt method on the tiny model.
 The runs use a source with dropout off, so two branches that start from the same weights on the same batches
 have the same first loss; the language-specific phase trains only the ITLs, so every other weight in the final
 checkpoint is what the merge made."""
+import json
 import shutil
 
 import pytest
@@ -291,8 +292,10 @@ def test_a_phase_end_whose_weights_are_not_what_the_run_recorded_is_refused(tmp_
 
 
 def _one_rank_config(run, source, corpus) -> dict:
-    """One rank: common (steps 1-2), other (3-4), branch (5-6) starting from common's end; a checkpoint a step."""
+    """One rank: common (steps 1-2), other (3-4), branch (5-6) starting from common's end; a checkpoint and a
+    validation pass a step."""
     cfg = base_config(run, source, corpus, checkpoint={"every_steps": 1})
+    cfg["logging"]["eval_every"] = 1
     cfg["phases"] = [{"name": "common", "steps": 2, "lr": 1e-3, "warmup_steps": 1, "trainable": ["@new"]},
                      {"name": "other", "steps": 2, "lr": 1e-3, "warmup_steps": 1, "trainable": ["@all"]},
                      {"name": "branch", "steps": 2, "lr": 1e-3, "warmup_steps": 1, "start_from": "common",
@@ -343,6 +346,7 @@ def test_a_resume_that_shortens_a_phase_to_the_steps_it_took_keeps_its_end_for_a
     of phase'."""
     run = tmp_path / "run"
     shutil.copytree(one_rank / "checkpoints" / tag_for(1), run / "checkpoints" / tag_for(1))
+    shutil.copyfile(one_rank / "metrics.jsonl", run / "metrics.jsonl")
     cfg = _one_rank_config(run, source, corpus)
     cfg["phases"][0]["steps"] = 1
     proc = launch(["--config", str(write_config(tmp_path / "c.yaml", cfg))])
@@ -359,5 +363,9 @@ def test_a_resume_that_shortens_a_phase_to_the_steps_it_took_keeps_its_end_for_a
     kept = sorted(p.relative_to(run) for p in (run / "checkpoints" / tag_for(1)).rglob("*") if p.is_file())
     assert kept and all((run / p).read_bytes() == (one_rank / p).read_bytes() for p in kept)  # not written again
     metrics = read_metrics(run)
-    assert "valid/loss" in metrics[1] and sorted(s for s in metrics if "train/loss" in metrics[s]) == [2, 3, 4, 5]
+    assert "valid/loss" in metrics[1] and sorted(s for s in metrics if "train/loss" in metrics[s]) == [1, 2, 3, 4, 5]
+    # step 1's pass ran before its checkpoint: the phase's end does not run it again (it logged step 1 twice)
+    validated = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()
+                 if "valid/loss" in line]
+    assert validated == [1, 2, 3, 4, 5]
     assert metrics[2]["train/loss"] == metrics[4]["train/loss"]  # not where 'other' ended

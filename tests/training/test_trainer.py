@@ -61,7 +61,8 @@ def test_config_is_written_into_run_and_checkpoints(run):
     assert client["trainer"] == {"phase_index": 1, "phase_step": 3, "phase_updates": 3, "global_step": 6,
                                  "tokens_seen": 6 * 2 * 2 * 32, "target_tokens_seen": 6 * 2 * 2 * 32,
                                  "phase_ends": {},  # no phase starts from another
-                                 "train_seconds": 0.0, "phase_start_seconds": 0.0, "time_stopped": []}  # no time budget
+                                 "train_seconds": 0.0, "phase_start_seconds": 0.0, "time_stopped": [],  # no budget
+                                 "validated_at": 6}
 
 
 def test_rerun_of_finished_run_resumes_and_stops(run):

@@ -14,6 +14,9 @@ class TrainerState:
     tokens_seen: int = 0  # every rank's tokens of every row trained on (TreLM: MLM, English MLM and CdLM rows)
     target_tokens_seen: int = 0  # of target MLM rows only: data.train_shards' epochs (the sweep)
     phase_ends: dict[str, str] = field(default_factory=dict)  # kept phase end (start_from/merge) -> its blake2b
+    # the global step of the last validation pass (-1: none yet): a phase found over where a resume starts runs its
+    # phase-end pass only if none ran at that step (None: a checkpoint of before 2026-12-04, which did not record it)
+    validated_at: int | None = -1
     # guard.max_train_minutes (xpt_ds.training.time_budget), counted only while it is on: the loop's seconds so far
     # (the slowest rank's, so the same on every rank), their count when the current phase started, and the phases
     # its budget ended
@@ -27,3 +30,5 @@ class TrainerState:
     def load_state_dict(self, sd: dict) -> None:
         for k, v in sd.items():  # older layouts: xpt_ds.checkpoint.migrate
             setattr(self, k, v)
+        if "validated_at" not in sd:
+            self.validated_at = None

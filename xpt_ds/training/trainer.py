@@ -81,7 +81,7 @@ class Trainer:
         while True:
             if self.state.phase_step >= self.phase.steps or self.phase_ended(self.state.phase_index):
                 with window.pause():
-                    self.end_unkept_phase()
+                    self.end_phase_found_over()
                     self.logger.set_total(self.total_steps)  # less than planned after an early stop
                     if not self.maybe_switch_phase():
                         break
@@ -111,23 +111,31 @@ class Trainer:
         self.logger.close()
         self.write_status("finished")
 
-    def end_unkept_phase(self) -> None:
-        """A phase found over where the run (re)starts, whose end a later phase reads but the run's state does not
-        record: a resume that shortened it to the steps it had already taken, or fewer (docs/cluster.md). It ends
-        here as the loop ends a phase at its last step (the log window's steps not logged yet, the phase-end
-        validation pass, its kept end), less the checkpoint: the tag the run resumed from is there, and writing it
-        again would delete it first. The next checkpoint records the end; a restart before it keeps it again."""
-        name, window = self.phase.name, self.window
-        if name not in self.engines.kept_ends or name in self.state.phase_ends:
-            return
-        self.info(f"phase '{name}' ends at its step {self.state.phase_step} (phases[{self.state.phase_index}].steps="
-                  f"{self.phase.steps}), where checkpoint {self.last_saved} is: keeping its end, which a later phase "
-                  "reads")
+    def end_phase_found_over(self) -> None:
+        """The current phase is over: at its last step or an early stop, which ended it in the loop, or where a
+        resume starts, which shortened it to the steps it had taken, or fewer (docs/cluster.md). What its end lacks
+        is done here: the log window's steps not logged yet (they belong to this phase: until 2026-12-04 they were
+        averaged with the next phase's first steps into one point), the phase-end validation pass unless one ran
+        at this step (``TrainerState.validated_at``; a rerun logged the step twice), and a kept end that a later
+        phase reads but the run's state does not record. The checkpoint is not written again: the tag the run
+        resumed from is there, and writing it would delete it first. The next checkpoint records the end; a
+        restart before it keeps it again."""
+        name, window, state = self.phase.name, self.window, self.state
         if window.steps:
             self.log(window)
             window.reset()
-        self.maybe_eval(True)
-        self.engines.keep_end(name, self.checkpointer.root, self.state, self.streams)
+        unkept = name in self.engines.kept_ends and name not in state.phase_ends
+        if unkept:
+            self.info(f"phase '{name}' ends at its step {state.phase_step} (phases[{state.phase_index}].steps="
+                      f"{self.phase.steps}), where checkpoint {self.last_saved} is: keeping its end, which a later "
+                      "phase reads")
+        if state.validated_at is None:  # a checkpoint that did not record it: a periodic pass ran before it
+            if unkept and not (state.global_step and self.validator.due(state.global_step, False)):
+                self.maybe_eval(True)
+        elif state.validated_at != state.global_step:
+            self.maybe_eval(True)
+        if unkept:
+            self.engines.keep_end(name, self.checkpointer.root, state, self.streams)
 
     def train_step(self) -> tuple[torch.Tensor, bool, float | None]:
         """One optimizer step over grad_accum micro-batches: (mean loss as a device tensor, whether DeepSpeed
@@ -232,6 +240,7 @@ class Trainer:
         if not self.validator.due(self.state.global_step, phase_done):
             return phase_done
         metrics = self.validator.run(self.engine)
+        self.state.validated_at = self.state.global_step
         self.logger.log(self.state.global_step, metrics)
         for line in self.validator.lines(self.state.global_step, metrics):
             self.info(line)
