@@ -217,12 +217,21 @@ def run_dir_under_a_file(cfg, d, fx):
     return [], ["'run_dir'", str(d / "a_file" / "run"), f"{d / 'a_file'} is a file, not a directory"]
 
 
+def tensorboard_dir_is_a_file(cfg, d, fx):
+    """Was 'File exists', naming neither the setting nor the way around it, after the model's build."""
+    cfg["model"]["source"] = str(fx.weightless)  # checked before any source weight is read
+    (d / "run").mkdir()
+    (d / "run" / "tb").write_text("x")
+    return [], ["'logging.tensorboard'", f"{d / 'run' / 'tb'} is a file, not a directory",
+                "--logging.tensorboard=false"]
+
+
 def phase_with_zero_steps(cfg, d, fx):
     return ["--phases.1.steps=0"], ["'phases[1].steps'"]
 
 
 CASES = {f.__name__: f for f in [
-    corrupt_shard, phase_with_zero_steps, out_of_vocabulary_shard, run_dir_under_a_file,
+    corrupt_shard, phase_with_zero_steps, out_of_vocabulary_shard, run_dir_under_a_file, tensorboard_dir_is_a_file,
     unknown_key, unknown_override_key, wrong_type, wrong_type_bool_as_int, missing_source_model,
     source_without_config_json, source_with_its_own_code,
     missing_tokenizer_file, tokenizer_with_default_special_ids, tokenizer_without_mask_piece,
@@ -282,7 +291,22 @@ def test_bad_input_is_one_line_error_naming_culprit(outcomes, name):
     for culprit in culprits:
         assert culprit in line, line
     run = Path(proc.args[2]).parent / "run"  # --config d/run.yaml, run_dir d/run: a new run that never started
-    assert not run.exists() or name == "run_dir_under_a_file", sorted(run.rglob("*"))  # leaves no directory
+    if name == "tensorboard_dir_is_a_file":  # a run directory that was there before: its status says why
+        assert json.loads((run / "status.json").read_text())["error"] == line.removeprefix("error: ")
+        assert not any((run / "checkpoints").iterdir()) and (run / "tb").read_text() == "x"
+    else:
+        assert not run.exists() or name == "run_dir_under_a_file", sorted(run.rglob("*"))  # leaves no directory
+
+
+def test_tensorboard_that_cannot_be_imported_is_named_with_the_way_around_it(monkeypatch, tmp_path):
+    """Was an ImportError traceback on rank 0 once the model was built (and 'lost another rank' on the others)."""
+    import sys
+    from xpt_ds.metrics.logger import logging_problem
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)
+    why = logging_problem(tmp_path, True)
+    assert why.startswith("config key 'logging.tensorboard' is true, but TensorBoard cannot be imported (") and \
+        why.endswith("install tensorboard, or set --logging.tensorboard=false") and "\n" not in why
+    assert logging_problem(tmp_path, False) is None and not (tmp_path / "tb").exists()
 
 
 # ---- the other entry points ----

@@ -185,3 +185,31 @@ def test_a_run_directory_that_does_not_exist_is_an_error_not_a_run_yet_to_start(
                    f"{tmp_path / 'mistyped'}: error: no such directory"]
     assert main(["--json", str(tmp_path / "mistyped")]) == 2
     assert json.loads(capsys.readouterr().out) == {"run_dir": str(tmp_path / "mistyped"), "error": "no such directory"}
+
+
+def test_the_exit_status_is_the_worst_runs_and_a_run_that_never_stepped_says_so(tmp_path, capsys):
+    """A failed or halted run exits 3 (they exited 0, as a finished one: a requeue script could not tell), a died
+    one 1, a missing directory 2, whichever is worst. A run that failed before its first step printed "phase
+    'None', global step None of None"; a folder of runs given for a run printed 'no status (the run has not
+    started ...)'."""
+    from xpt_ds.cli.status import main
+
+    def run(name: str, **status) -> str:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "status.json").write_text(json.dumps(status))
+        return str(tmp_path / name)
+
+    done = run("done", state="finished", phase="p2", global_step=8, total_steps=8,
+               last_complete_checkpoint="global_step000000008")
+    failed = run("failed", state="failed", error="config key 'logging.tensorboard': cannot write ...")
+    halted = run("halted", state="halted", phase="p1", global_step=3, total_steps=8, last_complete_checkpoint=None)
+    assert main([done]) == 0
+    capsys.readouterr()
+    assert main([done, failed]) == 3
+    assert capsys.readouterr().out.splitlines()[1] == f"{failed}: failed: config key 'logging.tensorboard': cannot " \
+        "write ...; it stopped before its first step (no checkpoint)"
+    assert main([halted]) == 3 and main([failed, str(tmp_path / "typo")]) == 2
+    capsys.readouterr()
+    assert main([str(tmp_path)]) == 0
+    assert capsys.readouterr().out == f"{tmp_path}: no status: not a run directory, but 3 below it are (done, " \
+        f"failed, halted): xpt-ds status {tmp_path}/*\n"

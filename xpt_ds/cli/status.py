@@ -1,9 +1,12 @@
 """``python -m xpt_ds.cli.status RUN_DIR [RUN_DIR ...]``: where runs stand, one line each.
 
 ``running`` (rank 0's pid and host, the heartbeat's age), ``died (no heartbeat since ...)`` for a run whose
-status.json says running but whose rank 0 is gone, or how it stopped (``xpt_ds.runtime.status``). Exit 0, 1
-when a run has died, or 2 when a RUN_DIR is not a directory (a mistyped path: its line says so, and the others are
-still read), so that a script that checks the status does not take a typo for a run that has not started.
+status.json says running but whose rank 0 is gone, or how it stopped (``xpt_ds.runtime.status``). The exit
+status is the worst of the runs', for a script that requeues: 0 (running, finished, preempted, interrupted, not
+started), 1 when a run has died (the same command resumes it), 3 when a run failed or halted (an error a person
+must read: rerunning repeats it; until 2026-12-04 these exited 0), or 2 when a RUN_DIR is not a directory (a
+mistyped path: its line says so, and the others are still read), so that a script does not take a typo for a run
+that has not started.
 """
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from pathlib import Path
 
 from xpt_ds.errors import cli_errors
 from xpt_ds.runtime.process_exit import exit_process
-from xpt_ds.runtime.status import describe, read_status
+from xpt_ds.runtime.status import STATUS_NAME, describe, read_status
 
 
 @cli_errors
@@ -24,17 +27,32 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="each run's status.json as read (a dead run's state "
                    "'died', with 'died' saying why), one JSON object a line")
     a = p.parse_args(sys.argv[1:] if argv is None else argv)
-    died = missing = False
+    worst = 0
     for run in a.run_dir:
         if not run.is_dir():
-            missing = True
+            worst = 2
             print(json.dumps({"run_dir": str(run), "error": "no such directory"}) if a.json
                   else f"{run}: error: no such directory")
             continue
         status = read_status(run)
-        died |= status.get("state") == "died"
-        print(json.dumps({"run_dir": str(run), **status}) if a.json else f"{run}: {describe(status)}")
-    return 2 if missing else 1 if died else 0
+        worst = max(worst, SEVERITY.get(status.get("state"), 0), key=ORDER.index)
+        line = describe(status) if status else _no_status(run)
+        print(json.dumps({"run_dir": str(run), **status}) if a.json else f"{run}: {line}")
+    return worst
+
+
+SEVERITY = {"died": 1, "failed": 3, "halted": 3}
+ORDER = [0, 1, 3, 2]  # a missing directory (2) outranks a failed run (3), which outranks a dead one (1)
+
+
+def _no_status(run: Path) -> str:
+    """A directory without a status: a run yet to start, or a folder of runs given in place of them."""
+    runs = sorted(p.name for p in run.iterdir() if (p / STATUS_NAME).is_file()) if run.is_dir() else []
+    if runs:
+        shown = ", ".join(runs[:3]) + (f" and {len(runs) - 3} more" if len(runs) > 3 else "")
+        return (f"no status: not a run directory, but {len(runs)} below it are ({shown}): "
+                f"xpt-ds status {run}/*")
+    return describe({})
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ otherwise."""
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import logging
 import sys
@@ -13,7 +14,8 @@ import numpy as np
 import torch
 
 from xpt_ds.config import H100_PEAK_TFLOPS
-from xpt_ds.io.paths import write_text_atomic
+from xpt_ds.errors import first_line
+from xpt_ds.io.paths import unwritable, write_text_atomic
 from xpt_ds.metrics.memory import memory_scalars
 
 log = logging.getLogger(__name__)
@@ -123,6 +125,24 @@ class LogWindow:
         self.reset()
         self.steps, self.good = sd["steps"], sd["good"]
         self.loss_sum.fill_(sums[rank] if len(sums) == world else sum(sums) / len(sums))
+
+
+def logging_problem(run_dir: Path, tensorboard: bool) -> str | None:
+    """Why rank 0 could not write TensorBoard's events (``logging.tensorboard``), or None: checked before the
+    model is built, not when the logs open after it (until 2026-12-04 a missing tensorboard package was a
+    traceback, and a ``tb`` that was a file 'File exists', each after the build and the load)."""
+    if not tensorboard:
+        return None
+    try:
+        importlib.import_module("torch.utils.tensorboard")
+    except ImportError as e:
+        return (f"config key 'logging.tensorboard' is true, but TensorBoard cannot be imported ({first_line(e)}): "
+                "install tensorboard, or set --logging.tensorboard=false")
+    why = unwritable(run_dir / "tb")
+    if why is not None:
+        return (f"config key 'logging.tensorboard': cannot write TensorBoard's events in {run_dir / 'tb'}: {why} "
+                "(or set --logging.tensorboard=false)")
+    return None
 
 
 class MetricsLogger:

@@ -12,14 +12,14 @@ from pathlib import Path
 import deepspeed
 import torch
 
-from xpt_ds.checkpoint import branches, tag_checks
+from xpt_ds.checkpoint import branches, store, tag_checks
 from xpt_ds.checkpoint.checkpointer import Checkpointer
 from xpt_ds.checkpoint.rng import seed_everything
 from xpt_ds.checkpoint.tags import complete_tags
 from xpt_ds.checkpoint.universal import prepare_rescale
-from xpt_ds.config import TrainConfig, save_config, to_dict
+from xpt_ds.config import ConfigError, TrainConfig, save_config, to_dict
 from xpt_ds.embedding_init.context import log_report
-from xpt_ds.metrics.logger import LogWindow, MetricsLogger, flops_per_token, peak_flops
+from xpt_ds.metrics.logger import LogWindow, MetricsLogger, flops_per_token, logging_problem, peak_flops
 from xpt_ds.model.build import build_plan, saved_tags
 from xpt_ds.model.preflight import plan_target
 from xpt_ds.model.decoder import is_decoder
@@ -74,6 +74,9 @@ def build_trainer(cfg: TrainConfig) -> Trainer:
     component's builder makes its own checks, in the order that fails fast."""
     rank, world = deepspeed.comm.get_rank(), deepspeed.comm.get_world_size()
     checkpointer = Checkpointer.open(Path(cfg.run_dir), cfg.checkpoint, rank)  # run_dir and checkpoints writable
+    why = logging_problem(Path(cfg.run_dir), cfg.logging.tensorboard) if rank == 0 else None  # rank 0 logs
+    if store.agree(why):
+        raise ConfigError(why or "rank 0 cannot write its logs (see its error)")
     ds_config = engine_settings(cfg)  # the engine JSON against this machine
     tok, hf_config = plan_target(cfg)  # the model's checks, from config.json, before any weight is read
     checkpointer.hf_config, checkpointer.tokenizer = hf_config, tok.path
