@@ -93,8 +93,10 @@ class PhaseConfig:
     lr: float = doc(1e-4, "Peak learning rate.")
     warmup_steps: int = doc(0, "Linear warmup steps: step k (from 0) runs at (k+1)/warmup_steps of the peak.")
     decay: str = doc("linear", f"Decay after warmup: one of {', '.join(DECAYS)}.")
-    min_lr_ratio: float = doc(0.0, "Learning rate at the end of the phase, as a fraction of the peak (decay linear "
-                                   "or cosine).")
+    min_lr_ratio: float = doc(0.0, "Learning rate the decay (linear or cosine) reaches at the end of the phase, "
+                                   "after its last step, as a fraction of the peak: the last step trains one decay "
+                                   "step above it, as in Hugging Face's schedulers. Warmup's last step and "
+                                   "the decay's first (step warmup_steps) both run at the peak.")
     trainable: list[str] = doc([], "Parameter name regexes or @groups that train, '!PATTERN' to leave some out "
                                    "(['@all', '!@lower']); empty = the method's preset.")
     start_from: str = doc("", "Name of an earlier phase: this phase starts from the weights and the data position "
