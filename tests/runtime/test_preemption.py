@@ -150,3 +150,38 @@ def test_a_second_ctrl_c_mid_save_stops_at_once_and_the_newest_complete_checkpoi
     status = read_status(run)
     assert status["state"] == "interrupted" and status["last_complete_checkpoint"] == tag_for(2), status
     assert status["global_step"] == 3 and status["error"] == "stopped at once by Ctrl-C, without a checkpoint"
+
+
+def test_ranks_whose_launcher_is_killed_checkpoint_and_stop_and_the_run_resumes_exactly(tmp_path, tiny_roberta,
+                                                                                         corpus, long_reference):
+    """``kill -9`` of torchrun's agent (as the out-of-memory killer may): its ranks run in sessions of their own, so
+    nothing reached them, and they trained on to the end with nobody to stop them (until 2026-12-04). Now each
+    finds its launcher gone after its step: a checkpoint, status 'preempted', no rank left running; the same
+    command resumes and ends on the uninterrupted run's losses and weights."""
+    import psutil
+    run = tmp_path / "run"
+    cfg_path = write_config(tmp_path / "c.yaml", _cfg(run, tiny_roberta, corpus))
+    launcher = start(["--config", str(cfg_path)], tmp_path / "run.log", launcher="torchrun")
+    deadline = time.time() + 300
+    while not (run / "metrics.jsonl").exists() or max(read_metrics(run), default=0) < 4:
+        assert launcher.poll() is None and time.time() < deadline, "run ended before its launcher could be killed"
+        time.sleep(0.05)
+    ranks = [psutil.Process(pid) for pid in rank_pids(launcher).values()]
+    assert len(ranks) == 2
+    launcher.kill()
+    launcher.wait()
+    gone, alive = psutil.wait_procs(ranks, timeout=120)
+    assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE], alive  # an orphan's zombie is init's
+    out = (tmp_path / "run.log").read_text()
+    assert "the launcher (pid " in out and "is gone: stopping after this step with a checkpoint" in out, out[-2000:]
+    status = json.loads((run / "status.json").read_text())
+    stopped = status["global_step"]
+    assert status["state"] == "preempted" and 4 <= stopped < END, status
+    assert status["last_complete_checkpoint"] == complete_tags(run / "checkpoints")[-1] == tag_for(stopped)
+
+    proc = launch(["--config", str(cfg_path)], nproc=2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    want, got = read_metrics(long_reference), read_metrics(run)
+    assert all(got[s]["train/loss"] == want[s]["train/loss"] for s in range(1, END + 1))
+    a, b = (load_checkpoint_fp32(r / "checkpoints", tag_for(END)) for r in (long_reference, run))
+    assert all(torch.equal(a[k], b[k]) for k in a)

@@ -16,10 +16,17 @@ the top of ``xpt_ds.cli.train.main`` on (``record_stops``): the watcher takes it
 training starts ends the run there, with nothing to save (status 124; 130 for a Ctrl-C the watcher saw). Until the
 watcher is installed, Ctrl-C is a KeyboardInterrupt, as before. ``interrupts_deferred``: while the run shuts down,
 a Ctrl-C is counted, not raised.
+
+A rank that a launcher started (torchrun's agent, DeepSpeed's per-node ``launch.py``: its parent, recorded by
+``record_stops``) stops the same way once that parent is gone (``kill -9`` of the launcher, the out-of-memory
+killer): a launcher runs its ranks in sessions of their own (torchrun), so its death reached none of them, and they
+trained on with nobody to stop them, holding their GPUs and the run directory's lock (until 2026-12-04). A process
+started otherwise (a shell, ``nohup``, one srun task a GPU) has no launcher to watch: its parent may end as it likes.
 """
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 
@@ -29,6 +36,7 @@ PREEMPTED_EXIT_CODE = 124  # launch/slurm.sbatch requeues the job on this status
 STOP_SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
 _recorded: list[int] = []  # the stop signals that came before the watcher was installed (record_stops)
 _before: dict = {}  # the handlers record_stops replaced (release_stops)
+_launcher: list[int] = []  # the pid of the launcher that started this rank, if one did (record_stops)
 INTERRUPT_LINE = ("interrupt: stopping after this step with a checkpoint; press Ctrl-C again to stop now without "
                   "one")
 
@@ -46,9 +54,17 @@ def record_stops() -> None:
     over: a rank that Slurm or a launcher stops while it starts then exits as preempted (124), not killed (143).
     Only the main thread can install handlers: elsewhere (an in-process caller's thread) nothing changes."""
     _recorded.clear()
+    _launcher[:] = [os.getppid()] if launched() else []
     if threading.current_thread() is threading.main_thread():
         for sig in STOP_SIGNALS:
             _before[sig] = signal.signal(sig, _record)
+
+
+def launched() -> bool:
+    """Whether a launcher started this process as a rank, and is its parent: torchrun (``TORCHELASTIC_RUN_ID``) or
+    DeepSpeed's per-node ``launch.py`` (``LOCAL_SIZE``), each with ``LOCAL_RANK``."""
+    env = os.environ
+    return "LOCAL_RANK" in env and ("TORCHELASTIC_RUN_ID" in env or "LOCAL_SIZE" in env)
 
 
 def release_stops() -> None:
@@ -83,6 +99,7 @@ class PreemptionWatcher:
         self.received: int | None = None  # the first stop signal
         self.interrupts = 0  # Ctrl-Cs so far
         self.rank = rank
+        self.launcher = _launcher[0] if _launcher else None  # the parent whose end stops the run
         for sig in signals:
             signal.signal(sig, self._on_signal)
         signal.signal(signal.SIGINT, self._on_interrupt)
@@ -106,6 +123,11 @@ class PreemptionWatcher:
 
     @property
     def requested(self) -> bool:
+        if self.received is None and self.launcher is not None and os.getppid() != self.launcher:
+            self.received = signal.SIGTERM  # the launcher is gone: as if it had passed on a SIGTERM
+            if os.environ.get("LOCAL_RANK") == "0":
+                say(f"the launcher (pid {self.launcher}) that started this rank is gone: stopping after this step "
+                    "with a checkpoint, as on SIGTERM")
         return self.received is not None
 
     @property
