@@ -19,6 +19,9 @@ from xpt_ds.errors import cli_errors
 from xpt_ds.runtime.process_exit import exit_process
 from xpt_ds.runtime.status import STATUS_NAME, describe, read_status
 
+SEVERITY = {"died": 1, "failed": 3, "halted": 3}  # a state's exit status; any other state's is 0
+ORDER = [0, 1, 3, 2]  # a missing directory (2) outranks a failed run (3), which outranks a dead one (1)
+
 
 @cli_errors
 def main(argv: list[str] | None = None) -> int:
@@ -41,13 +44,13 @@ def main(argv: list[str] | None = None) -> int:
     return worst
 
 
-SEVERITY = {"died": 1, "failed": 3, "halted": 3}
-ORDER = [0, 1, 3, 2]  # a missing directory (2) outranks a failed run (3), which outranks a dead one (1)
-
 
 def _no_status(run: Path) -> str:
     """A directory without a status: a run yet to start, or a folder of runs given in place of them."""
-    runs = sorted(p.name for p in run.iterdir() if (p / STATUS_NAME).is_file()) if run.is_dir() else []
+    try:
+        runs = sorted(p.name for p in run.iterdir() if (p / STATUS_NAME).is_file())
+    except OSError:  # not readable: as a run yet to start
+        runs = []
     if runs:
         shown = ", ".join(runs[:3]) + (f" and {len(runs) - 3} more" if len(runs) > 3 else "")
         return (f"no status: not a run directory, but {len(runs)} below it are ({shown}): "
