@@ -13,10 +13,11 @@ import io
 import logging
 import os
 import tarfile
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import BinaryIO, TypeVar
 
 import numpy as np
 
@@ -272,22 +273,26 @@ def scan_each(paths: list[str], on_corrupt: str, scan: Callable[[str], T]) -> tu
     return good, skipped
 
 
+MAX_OPEN = 64  # shard files one reader keeps open in one process, the least recently read closed first
+
+
 class DocReader:
-    """Reads documents by (shard, doc) with one open file per shard (opened lazily, per process)."""
+    """Reads documents by (shard, doc), each shard's file opened lazily, per process. At most ``MAX_OPEN`` stay
+    open: a stream reads a few shards at a time (an epoch goes shard by shard, through a shuffle buffer), and one
+    file per shard ever read (until 2026-12-04) put a corpus of thousands of shards past the usual limit of 1,024
+    open files in every DataLoader worker. A file opened again must be the one this process first read (device,
+    inode, size, modification time): a shard replaced during the run is named, not read."""
 
     def __init__(self, indexes: list[ShardIndex]):
         self.indexes = indexes
-        self._files: dict[int, object] = {}
+        self._files: OrderedDict[int, BinaryIO] = OrderedDict()
+        self._seen: dict[int, tuple[int, int, int, int]] = {}  # shard -> its file's identity when first opened
         self._pid = os.getpid()
 
     def read(self, shard: int, doc: int, start: int = 0, stop: int | None = None) -> np.ndarray:
         """Tokens ``[start, stop)`` of one document (only those bytes are read)."""
         idx = self.indexes[shard]
-        if self._pid != os.getpid():  # a forked DataLoader worker: never share the parent's file offsets
-            self._files, self._pid = {}, os.getpid()
-        fh = self._files.get(shard)
-        if fh is None:
-            fh = self._files[shard] = open(idx.path, "rb")
+        fh = self._file(shard)
         stop = int(idx.lengths[doc]) if stop is None else stop
         size = idx.dtype.itemsize
         fh.seek(int(idx.offsets[doc]) + start * size)
@@ -295,6 +300,27 @@ class DocReader:
         if len(raw) != (stop - start) * size:
             raise DataError(f"corrupt shard {idx.path}: document {doc} is truncated")
         return np.frombuffer(raw, dtype=idx.dtype)
+
+    def _file(self, shard: int) -> BinaryIO:
+        if self._pid != os.getpid():  # a forked DataLoader worker: never share the parent's file offsets
+            self._files, self._pid = OrderedDict(), os.getpid()
+        fh = self._files.get(shard)
+        if fh is not None:
+            self._files.move_to_end(shard)
+            return fh
+        path = self.indexes[shard].path
+        fh = open(path, "rb")
+        st = os.fstat(fh.fileno())
+        identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        if self._seen.setdefault(shard, identity) != identity:
+            fh.close()
+            raise DataError(f"shard {path} changed during the run (another file, size or modification time than "
+                            "when this run first read it): it was replaced or rewritten; put the shard back, or "
+                            "start a run on the new data")
+        self._files[shard] = fh
+        while len(self._files) > MAX_OPEN:
+            self._files.popitem(last=False)[1].close()
+        return fh
 
     def close(self) -> None:
         for fh in self._files.values():
