@@ -453,3 +453,25 @@ def test_numeric_flags_out_of_range_are_usage_errors(argv, culprit):
     failed only once each run had trained, and --sizes inf was an OverflowError traceback."""
     proc = run_main(argv[0], argv[1:])
     assert proc.returncode == 2 and culprit in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_evaluate_out_never_overwrites_its_own_inputs(tmp_path, tiny_roberta, corpus):
+    """``--out`` replaced a corpus's manifest.json or a model's config.json with the scores, exit 0 (both then
+    unusable). Now a file of --model, --shards' corpus or --text is refused in one line before any work, and
+    left as it was; a new file beside them, or a previous result elsewhere, is written as before."""
+    model, data = tmp_path / "model", tmp_path / "corpus"
+    shutil.copytree(tiny_roberta, model)
+    shutil.copytree(corpus, data)
+    spec = f"{data}/manifest.json:test"
+    for out, culprit in [(data / "manifest.json", f"would overwrite the input --shards {spec}"),
+                         (data / "spm.model", f"would overwrite a file of the input --shards {spec}"),
+                         (model / "config.json", f"would overwrite a file of the input --model {model}")]:
+        before = out.read_bytes()
+        proc = run_main("xpt_ds.cli.evaluate", ["--model", str(model), "--shards", spec, "--out", str(out)])
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+        assert proc.stderr.strip().splitlines()[-1] == f"error: --out {out}: {culprit}; give another path"
+        assert out.read_bytes() == before
+    from xpt_ds.io.paths import check_output_file
+    (tmp_path / "scores.json").write_text("{}")
+    for out in (data / "scores.json", model / "scores.json", tmp_path / "scores.json"):
+        check_output_file(out, "--out", {"--model": str(model), "--shards": [spec]})

@@ -115,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     from xpt_ds.io.paths import check_output_file
     from xpt_ds.model.decoder import is_decoder
     if a.out is not None:
-        check_output_file(a.out, "--out")
+        check_output_file(a.out, "--out", {"--model": a.model, "--run": a.run, "--shards": a.shards,
+                                           "--unigram": a.unigram})
     card = None
     if a.card is not None:  # before the model is read and evaluated: the card will hold the result
         from xpt_ds.checkpoint.model_card import card_file
@@ -176,7 +177,7 @@ def evaluate_text(a: argparse.Namespace, p: argparse.ArgumentParser) -> int:
     from xpt_ds.evaluation.text_bpb import DEFAULT_SEQ_LEN, load_decoder, max_positions, read_documents, score_file
     from xpt_ds.io.paths import check_output_file
     if a.out is not None:
-        check_output_file(a.out, "--out")
+        check_output_file(a.out, "--out", {"--model": a.model, "--text": a.text})
     for path in a.text:  # every file readable before the model loads
         read_documents(path)
     model, tokenizer = load_decoder(a.model, a.trust_remote_code, a.dtype or "float32")

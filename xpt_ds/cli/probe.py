@@ -35,7 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     from xpt_ds.evaluation.probe import probe
     from xpt_ds.io.paths import check_output_file
     if a.out is not None:
-        check_output_file(a.out, "--out")
+        check_output_file(a.out, "--out", {"--run": a.run, "--source-text": a.source_text,
+                                           "--target-shards": a.target_shards})
     emit_json(probe(a.run, a.source_text, a.tag, a.source, a.target_shards, a.seq_len, a.batch_size,
                     a.allow_pickle), a.out)
     return 0

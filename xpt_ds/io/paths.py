@@ -23,14 +23,29 @@ def unwritable(directory: Path, tag: str | int = 0) -> str | None:
     return None
 
 
-def check_output_file(path: Path, flag: str) -> None:
+def check_output_file(path: Path, flag: str, inputs: dict[str, object] | None = None) -> None:
     """Raise OSError naming ``flag`` and the path when ``path`` cannot be written; checked before the work
-    whose result it will hold, so that no result is computed and then lost."""
+    whose result it will hold, so that no result is computed and then lost. ``inputs`` (a flag -> the paths it
+    gave, a shard spec's ``:split`` dropped): an existing file that is one of them, or lies in one of their
+    directories (a manifest's: the corpus's), is not overwritten (until 2026-12-04 ``evaluate --out`` replaced a corpus's manifest.json or an
+    export's config.json with its scores, without a word)."""
     why = unwritable(path.parent)
     if why is None and path.is_dir():
         why = "is a directory"
     if why is not None:
         raise OSError(f"{flag} {path}: cannot write there ({why})")
+    if path.exists():
+        target = path.resolve()
+        for given, values in (inputs or {}).items():
+            for value in values if isinstance(values, (list, tuple)) else [values]:
+                if value is None:
+                    continue
+                own = Path(str(value).rsplit(":", 1)[0] if ":" in str(value) and not Path(str(value)).exists()
+                           else str(value)).resolve()
+                folder = own.parent if own.name == "manifest.json" else own  # a corpus: its every file
+                if target == own or folder.is_dir() and folder in target.parents:
+                    raise OSError(f"{flag} {path}: would overwrite {'' if target == own else 'a file of '}the "
+                                  f"input {given} {value}; give another path")
 
 
 def write_text_atomic(path: Path, text: str, fsync: bool = False) -> None:
