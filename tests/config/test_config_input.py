@@ -52,6 +52,18 @@ def test_override_of_one_element_of_a_list_the_file_leaves_out(tmp_path, overrid
     ("--guard.early_stop_min_delta=nan", "config key 'guard.early_stop_min_delta' must be a finite number >= 0"),
     ("--data.mask_replace_prob=nan", "config keys 'data.mask_*' must satisfy"),
     ("--logging.peak_tflops=nan", "config key 'logging.peak_tflops' must be a finite number >= 0"),
+    # each was a traceback once the run started (an overflow in torch.manual_seed, timedelta, torch.empty or
+    # torch.arange), or a timer thread's (the rescale timeout, then off), or a MemoryError after the build
+    ("--seed=99999999999999999999", "config key 'seed' must be at most 9223372036854775807 (2**63 - 1)"),
+    ("--data.seed=9223372036854775808", "config key 'data.seed' must be at most 9223372036854775807"),
+    ("--guard.collective_timeout_s=1e308", "config key 'guard.collective_timeout_s' must be at most 31536000 (365 "
+                                           "days), got 1e+308"),
+    ("--checkpoint.rescale_timeout_minutes=1e308", "config key 'checkpoint.rescale_timeout_minutes' must be at most "
+                                                   "525600 (365 days)"),
+    ("--model.adapter_size=99999999999999999999", "config key 'model.adapter_size' must be at most 65536"),
+    ("--optim.micro_batch_size=99999999999999999999", "config key 'optim.micro_batch_size' must be at most 65536"),
+    ("--guard.inject_nan_steps=[-1, 0]", "config key 'guard.inject_nan_steps' holds steps below 1 (global steps "
+                                         "count from 1): [-1, 0]"),  # were ignored
 ])
 def test_values_no_run_can_use_are_refused(tmp_path, override, message):
     with pytest.raises(ConfigError) as info:
@@ -180,3 +192,16 @@ def test_every_engine_json_in_use_passes_deepspeeds_checks(tmp_path):
         cfg = TrainConfig(deepspeed=str(path))
         cfg.optim.torch_adam = "bf16" not in name
         check_with_deepspeed(build_ds_config(cfg, 1, load_universal=True), name)
+
+
+def test_a_span_longer_than_a_row_and_a_blank_phase_name_are_refused(tmp_path):
+    """data.span_max past a row's length was an allocation of that size (a traceback past 2**63), and a blank
+    phase name passed the 'name is required' check."""
+    with pytest.raises(ConfigError) as info:
+        load_config(_base(tmp_path), ["--data.masking=span", "--data.seq_len=64", "--data.span_max=65"])
+    assert str(info.value).startswith("config key 'data.span_max' must be at most data.seq_len=64 (a span is cut "
+                                      "from one row), got 65")
+    load_config(_base(tmp_path), ["--data.masking=span", "--data.seq_len=64", "--data.span_max=64"])
+    with pytest.raises(ConfigError) as info:
+        load_config(_base(tmp_path, phases=[{"name": "  ", "steps": 1, "lr": 1.0e-3}]))
+    assert "config key 'phases[0].name' is blank ('  '); give the phase a name" in str(info.value)

@@ -88,6 +88,39 @@ def _problems(cfg: TrainConfig) -> Iterator[str]:
     yield from _logging_problems(cfg)
     yield from _guard_problems(cfg)
     yield from _best_problems(cfg)
+    yield from _limit_problems(cfg)
+
+
+SEED_MAX = 2 ** 63 - 1  # torch.manual_seed's largest ("Overflow when unpacking long long" past it)
+SIZE_MAX = 2 ** 16  # an adapter's width, a LoRA rank, a micro-batch: far past any model's
+DAYS = 365  # the longest wait a timeout may set (a larger one overflowed timedelta or the timer's clock)
+
+
+def _limit_problems(cfg: TrainConfig) -> Iterator[str]:
+    """Upper bounds where a value past them was a traceback (an overflow in torch, timedelta or a timer) or an
+    allocation of that size after the model's build (2026-12-04), and the steps and names that were silently
+    ignored."""
+    for key, value in (("seed", cfg.seed), ("model.init_seed", cfg.model.init_seed), ("data.seed", cfg.data.seed)):
+        if value > SEED_MAX:
+            yield f"config key '{key}' must be at most {SEED_MAX} (2**63 - 1), got {value}"
+    for key, value in (("model.adapter_size", cfg.model.adapter_size), ("model.lora.rank", cfg.model.lora.rank),
+                       ("optim.micro_batch_size", cfg.optim.micro_batch_size)):
+        if value > SIZE_MAX:
+            yield f"config key '{key}' must be at most {SIZE_MAX}, got {value}"
+    if cfg.data.masking == "span" and cfg.data.span_max > cfg.data.seq_len:
+        yield (f"config key 'data.span_max' must be at most data.seq_len={cfg.data.seq_len} (a span is cut from one "
+               f"row), got {cfg.data.span_max}")
+    for key, value, unit in (("guard.collective_timeout_s", cfg.guard.collective_timeout_s, 86400),
+                             ("checkpoint.rescale_timeout_minutes", cfg.checkpoint.rescale_timeout_minutes, 1440),
+                             ("guard.max_train_minutes", cfg.guard.max_train_minutes, 1440)):
+        if math.isfinite(value) and value > DAYS * unit:
+            yield f"config key '{key}' must be at most {DAYS * unit} ({DAYS} days), got {value:g}"
+    bad = [s for s in cfg.guard.inject_nan_steps if s < 1]
+    if bad:
+        yield f"config key 'guard.inject_nan_steps' holds steps below 1 (global steps count from 1): {bad}"
+    for i, ph in enumerate(cfg.phases):
+        if ph.name and not ph.name.strip():
+            yield f"config key 'phases[{i}].name' is blank ({ph.name!r}); give the phase a name"
 
 
 def _model_problems(m: ModelConfig, method: Method | None) -> Iterator[str]:

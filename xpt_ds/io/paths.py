@@ -27,8 +27,8 @@ def check_output_file(path: Path, flag: str, inputs: dict[str, object] | None = 
     """Raise OSError naming ``flag`` and the path when ``path`` cannot be written; checked before the work
     whose result it will hold, so that no result is computed and then lost. ``inputs`` (a flag -> the paths it
     gave, a shard spec's ``:split`` dropped): an existing file that is one of them, or lies in one of their
-    directories (a manifest's: the corpus's), is not overwritten (until 2026-12-04 ``evaluate --out`` replaced a corpus's manifest.json or an
-    export's config.json with its scores, without a word)."""
+    directories (a manifest's: the corpus's), is not overwritten (until 2026-12-04 ``evaluate --out`` replaced a
+    corpus's manifest.json or an export's config.json with its scores, without a word)."""
     why = unwritable(path.parent)
     if why is None and path.is_dir():
         why = "is a directory"
