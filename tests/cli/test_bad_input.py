@@ -331,7 +331,11 @@ def _tool_cases(run: Path, corpus: Path, d: Path, no_tokenizer: Path) -> dict:
     text = write_synthetic_corpus(d / "docs.txt")
     (d / "ok.jsonl").write_text("".join(f'{{"text": "word {i}", "label": {i % 2}}}\n' for i in range(8)))
     valid = f"{corpus}/manifest.json:valid"
+    (d / "typeless").mkdir()
+    (d / "typeless" / "config.json").write_text('{"architectures": ["RobertaForMaskedLM"]}')  # was a traceback
     return {
+        "evaluate_config_without_model_type": (["xpt_ds.cli.evaluate", "--model", str(d / "typeless"), "--shards",
+                                                valid], [str(d / "typeless"), "config.json has no model_type"]),
         "export_out_unwritable": (["xpt_ds.cli.export", "--run", str(run), "--out", str(blocked)], [str(blocked)]),
         "export_missing_run": (["xpt_ds.cli.export", "--run", str(d / "no_run"), "--out", str(d / "x")],
                                ["no such run directory", str(d / "no_run")]),
@@ -381,7 +385,7 @@ TOOL_CASES = ["export_out_unwritable", "export_missing_run", "evaluate_out_unwri
               "probe_missing_source_text", "probe_out_unwritable", "finetune_missing_train_file",
               "finetune_out_unwritable", "sweep_broken_yaml", "prepare_missing_input", "prepare_out_unwritable",
               "prepare_hf_tokenizer_without_files", "finetune_model_without_tokenizer",
-              "probe_source_without_tokenizer"]
+              "probe_source_without_tokenizer", "evaluate_config_without_model_type"]
 
 
 @pytest.mark.parametrize("name", TOOL_CASES)

@@ -51,6 +51,9 @@ def load_export(model_dir: Path, trust_remote_code: bool = False):
         raise FileNotFoundError(f"--model {model_dir}: no such directory (an xpt_ds.cli.export output)")
     check_not_a_run(model_dir)
     config = read_config_dict(str(model_dir))
+    if not isinstance(config.get("model_type"), str):  # was transformers' ValueError, a traceback
+        raise ConfigError(f"--model {model_dir}: its config.json has no model_type, so no transformers class "
+                          "reads it (an xpt_ds.cli.export output names one)")
     method = method_of(config)
     if not (model_dir / "spm.model").is_file() and not (method is not None and method.vocab in ("source", "extend")):
         raise FileNotFoundError(f"--model {model_dir} has no spm.model (the SentencePiece model that made the "
