@@ -62,6 +62,9 @@ def test_override_of_one_element_of_a_list_the_file_leaves_out(tmp_path, overrid
                                                    "525600 (365 days)"),
     ("--model.adapter_size=99999999999999999999", "config key 'model.adapter_size' must be at most 65536"),
     ("--optim.micro_batch_size=99999999999999999999", "config key 'optim.micro_batch_size' must be at most 65536"),
+    ("--optim.eps=0", "config key 'optim.eps' must be a finite number > 0"),  # halted at step 1, eps unnamed
+    ("--data.train_tokens=1", "config key 'data.train_tokens' must be 0 (all) or at least data.seq_len=512"),
+    ("--data.mix.0.weight=inf", "config key 'data.mix[0].weight' must be between 0 and 1"),
     ("--guard.inject_nan_steps=[-1, 0]", "config key 'guard.inject_nan_steps' holds steps below 1 (global steps "
                                          "count from 1): [-1, 0]"),  # were ignored
 ])
@@ -69,6 +72,7 @@ def test_values_no_run_can_use_are_refused(tmp_path, override, message):
     with pytest.raises(ConfigError) as info:
         load_config(_base(tmp_path), ["--model.method=adapters", override])
     assert str(info.value).startswith(message), str(info.value)
+    assert "\n" not in str(info.value)  # one problem: a bad data.mix weight blamed each phase's mix too
 
 
 def test_yaml_key_given_twice_is_refused(tmp_path):

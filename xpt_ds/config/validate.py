@@ -221,6 +221,9 @@ def _data_problems(cfg: TrainConfig, method: Method | None) -> Iterator[str]:
         yield f"config key 'data.on_corrupt_shard' is '{d.on_corrupt_shard}'; valid: fail, skip"
     if d.train_tokens < 0:
         yield f"config key 'data.train_tokens' must be >= 0 (0 = all), got {d.train_tokens}"
+    elif 0 < d.train_tokens < d.seq_len:  # 1: every row was separators, loss 0.0000, 'finished' without a word
+        yield (f"config key 'data.train_tokens' must be 0 (all) or at least data.seq_len={d.seq_len} (each row "
+               f"would repeat the same few tokens), got {d.train_tokens}")
     if d.seed < 0:  # numpy's generators take no negative seed
         yield f"config key 'data.seed' must be >= 0, got {d.seed}"
     if d.num_workers < 0:
@@ -268,7 +271,9 @@ def _mix_problems(cfg: TrainConfig) -> Iterator[str]:
                 yield f"{key}' names {name!r}, which is no data.mix corpus ({', '.join(names) or 'data.mix is empty'})"
             elif isinstance(w, bool) or not isinstance(w, (int, float)) or not (w == 0 or 1 / MIX_PERIOD <= w < 1):
                 yield f"{key}.{name}' must be 0 or a weight from 1/{MIX_PERIOD} to below 1, got {w!r}"
-        if all(isinstance(w, (int, float)) for w in ph.mix.values()) and mix_weights(cfg, i)[0] < 1 / MIX_PERIOD:
+        weights_ok = all(0 < m.weight < 1 for m in d.mix)  # else the bad data.mix weight said it (not each phase)
+        if weights_ok and all(isinstance(w, (int, float)) for w in ph.mix.values()) and \
+                mix_weights(cfg, i)[0] < 1 / MIX_PERIOD:
             yield (f"{key}' leaves data.train_shards no share in that phase: its corpora's weights sum to "
                    f"{1 - mix_weights(cfg, i)[0]:g}")
 
@@ -284,8 +289,9 @@ def _optim_problems(cfg: TrainConfig) -> Iterator[str]:
         for i, b in enumerate(o.betas):
             if not 0 <= b < 1:
                 yield f"config key 'optim.betas[{i}]' must be in [0, 1), got {b}"
-    if not 0 <= o.eps < math.inf:
-        yield f"config key 'optim.eps' must be a finite number >= 0, got {o.eps}"
+    if not 0 < o.eps < math.inf:  # 0: Adam divides 0 by 0 wherever a gradient is 0 (a halt at step 1)
+        yield (f"config key 'optim.eps' must be a finite number > 0 (Adam divides by sqrt(v) + eps, and v is 0 "
+               f"where a gradient is), got {o.eps}")
     if not 0 <= o.weight_decay < math.inf:
         yield f"config key 'optim.weight_decay' must be a finite number >= 0, got {o.weight_decay}"
     if not 0 <= o.grad_clip < math.inf:
