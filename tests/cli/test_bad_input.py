@@ -477,5 +477,6 @@ def test_evaluate_out_never_overwrites_its_own_inputs(tmp_path, tiny_roberta, co
         assert out.read_bytes() == before
     from xpt_ds.io.paths import check_output_file
     (tmp_path / "scores.json").write_text("{}")
-    for out in (data / "scores.json", model / "scores.json", tmp_path / "scores.json"):
+    (model / "eval.json").write_text('{"model": "m", "seq_len": 32}')  # an earlier result: a sweep scores again
+    for out in (data / "scores.json", model / "scores.json", tmp_path / "scores.json", model / "eval.json"):
         check_output_file(out, "--out", {"--model": str(model), "--shards": [spec]})

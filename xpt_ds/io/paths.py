@@ -2,6 +2,7 @@
 writes that a reader never sees half done."""
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -27,14 +28,15 @@ def check_output_file(path: Path, flag: str, inputs: dict[str, object] | None = 
     """Raise OSError naming ``flag`` and the path when ``path`` cannot be written; checked before the work
     whose result it will hold, so that no result is computed and then lost. ``inputs`` (a flag -> the paths it
     gave, a shard spec's ``:split`` dropped): an existing file that is one of them, or lies in one of their
-    directories (a manifest's: the corpus's), is not overwritten (until 2026-12-04 ``evaluate --out`` replaced a
-    corpus's manifest.json or an export's config.json with its scores, without a word)."""
+    directories (a manifest's: the corpus's), is not overwritten, unless it is an earlier result (``_a_result``:
+    a sweep scores a run again into its directory). Until 2026-12-04 ``evaluate --out`` replaced a corpus's
+    manifest.json or an export's config.json with its scores, without a word."""
     why = unwritable(path.parent)
     if why is None and path.is_dir():
         why = "is a directory"
     if why is not None:
         raise OSError(f"{flag} {path}: cannot write there ({why})")
-    if path.exists():
+    if path.exists() and not _a_result(path):  # a result of an earlier call is written again (a sweep's rescoring)
         target = path.resolve()
         for given, values in (inputs or {}).items():
             for value in values if isinstance(values, (list, tuple)) else [values]:
@@ -46,6 +48,15 @@ def check_output_file(path: Path, flag: str, inputs: dict[str, object] | None = 
                 if target == own or folder.is_dir() and folder in target.parents:
                     raise OSError(f"{flag} {path}: would overwrite {'' if target == own else 'a file of '}the "
                                   f"input {given} {value}; give another path")
+
+
+def _a_result(path: Path) -> bool:
+    """Whether ``path`` holds what an earlier evaluate or probe wrote: a JSON object with their ``seq_len``."""
+    try:
+        found = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(found, dict) and "seq_len" in found
 
 
 def write_text_atomic(path: Path, text: str, fsync: bool = False) -> None:
