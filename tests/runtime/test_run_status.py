@@ -213,3 +213,28 @@ def test_the_exit_status_is_the_worst_runs_and_a_run_that_never_stepped_says_so(
     assert main([str(tmp_path)]) == 0
     assert capsys.readouterr().out == f"{tmp_path}: no status: not a run directory, but 3 below it are (done, " \
         f"failed, halted): xpt-ds status {tmp_path}/*\n"
+
+
+def test_a_status_file_the_trainer_did_not_write_is_an_error_and_a_file_for_a_run_is_named_as_one(tmp_path, capsys):
+    """A garbled status.json read as a run yet to start, and {"state": 5} printed "5; it stopped ...", both exit 0:
+    a requeue script took them for fine runs. A file given for RUN_DIR read "no such directory"."""
+    from xpt_ds.cli.status import main
+    cases = {"garbled": '{"state": "runn', "list": "[1]", "unknown": '{"state": 5}', "typo": '{"state": "finshed"}'}
+    for name, text in cases.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "status.json").write_text(text)
+    assert main([str(tmp_path / name) for name in cases]) == 3
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split(": error: ")[0] for line in out] == [str(tmp_path / name) for name in cases]
+    assert out[0].endswith("garbled/status.json is not JSON (Unterminated string starting at: line 1 column 11 "
+                           "(char 10))")
+    assert out[1].endswith("list/status.json holds a list, not a JSON object")
+    assert out[2].endswith("unknown/status.json has state 5, none of running, preempted, interrupted, halted, "
+                           "failed, finished")
+    assert "has state 'finshed'" in out[3]
+    (tmp_path / "a_file").write_text("")
+    assert main(["--json", str(tmp_path / "a_file"), str(tmp_path / "typo")]) == 2
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert rows[0] == {"run_dir": str(tmp_path / "a_file"), "error": "not a directory"}
+    assert rows[1]["error"].endswith("has state 'finshed', none of running, preempted, interrupted, halted, failed, "
+                                     "finished")

@@ -4,9 +4,10 @@
 status.json says running but whose rank 0 is gone, or how it stopped (``xpt_ds.runtime.status``). The exit
 status is the worst of the runs', for a script that requeues: 0 (running, finished, preempted, interrupted, not
 started), 1 when a run has died (the same command resumes it), 3 when a run failed or halted (an error a person
-must read: rerunning repeats it; until 2026-12-04 these exited 0), or 2 when a RUN_DIR is not a directory (a
-mistyped path: its line says so, and the others are still read), so that a script does not take a typo for a run
-that has not started.
+must read: rerunning repeats it; until 2026-12-04 these exited 0) or its status.json is none the trainer writes
+(not JSON, an unknown state: until 2026-12-04 read as a run yet to start, or printed as a state, exit 0), or 2
+when a RUN_DIR is not a directory (a mistyped path: its line says so, and the others are still read), so that a
+script does not take a typo for a run that has not started.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from xpt_ds.errors import cli_errors
 from xpt_ds.runtime.process_exit import exit_process
-from xpt_ds.runtime.status import STATUS_NAME, describe, read_status
+from xpt_ds.runtime.status import STATUS_NAME, describe, read_status, status_problem
 
 SEVERITY = {"died": 1, "failed": 3, "halted": 3}  # a state's exit status; any other state's is 0
 ORDER = [0, 1, 3, 2]  # a missing directory (2) outranks a failed run (3), which outranks a dead one (1)
@@ -34,15 +35,19 @@ def main(argv: list[str] | None = None) -> int:
     for run in a.run_dir:
         if not run.is_dir():
             worst = 2
-            print(json.dumps({"run_dir": str(run), "error": "no such directory"}) if a.json
-                  else f"{run}: error: no such directory")
+            why = "not a directory" if run.exists() else "no such directory"
+            print(json.dumps({"run_dir": str(run), "error": why}) if a.json else f"{run}: error: {why}")
+            continue
+        problem = status_problem(run)
+        if problem is not None:
+            worst = max(worst, 3, key=ORDER.index)
+            print(json.dumps({"run_dir": str(run), "error": problem}) if a.json else f"{run}: error: {problem}")
             continue
         status = read_status(run)
         worst = max(worst, SEVERITY.get(status.get("state"), 0), key=ORDER.index)
         line = describe(status) if status else _no_status(run)
         print(json.dumps({"run_dir": str(run), **status}) if a.json else f"{run}: {line}")
     return worst
-
 
 
 def _no_status(run: Path) -> str:

@@ -29,6 +29,7 @@ HEARTBEAT_S = 60.0  # the trainer's heartbeat period: one small file rewrite a m
 STALE_HEARTBEATS = 5  # a heartbeat thread can be late (a file system stall, a busy host): five missed beats, ...
 STALE_AFTER_S = 300.0  # ... and at least five minutes, before a writer on another host counts as dead
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%S%z"
+STATES = ("running", "preempted", "interrupted", "halted", "failed", "finished")  # what the trainer writes
 
 
 def _now() -> str:
@@ -187,6 +188,25 @@ def read_status(run_dir: Path, now: float | None = None) -> dict:
         if why is not None:
             return {**status, "state": "died", "died": why, "recorded_state": "running"}
     return status
+
+
+def status_problem(run_dir: Path) -> str | None:
+    """Why RUN_DIR's status.json, which exists, is no status the trainer writes (not JSON, not an object, an
+    unknown state), or None; ``read_status`` reads such a file as none, as a job on the run does (it rewrites it)."""
+    path = Path(run_dir) / STATUS_NAME
+    try:
+        status = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        return f"{path} cannot be read ({e.strerror})"
+    except ValueError as e:
+        return f"{path} is not JSON ({e})"
+    if not isinstance(status, dict):
+        return f"{path} holds a {type(status).__name__}, not a JSON object"
+    if status.get("state") not in STATES:
+        return f"{path} has state {status.get('state')!r}, none of {', '.join(STATES)}"
+    return None
 
 
 def describe(status: dict, now: float | None = None) -> str:
