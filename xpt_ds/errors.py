@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import sys
+from pathlib import Path
 from typing import Callable
 
 
@@ -26,6 +27,18 @@ def os_error_line(e: OSError) -> str:
     if e.filename2 is None:
         return f"{e.filename}: {e.strerror or e}"
     return f"{e.filename} -> {e.filename2}: {e.strerror or e}"
+
+
+def no_file(path: str | Path, what: str, spec: bool = False) -> str:
+    """The error for an input file ``what`` at ``path`` that ``is_file()`` says is not there: missing, or a
+    directory (its "not found" read as a typo); ``spec``: the path came from a shard spec, where a prepared
+    corpus's directory is given as its manifest and split."""
+    p = Path(path)
+    if not p.is_dir():
+        return f"{what} not found: {path}"
+    corpus = (f" (a prepared corpus: give {p / 'manifest.json'}:SPLIT)" if spec and (p / "manifest.json").is_file()
+              else "")
+    return f"{what} {path} is a directory, not a file{corpus}"
 
 
 def first_line(e: Exception, prefer: str = "") -> str:

@@ -184,6 +184,13 @@ def missing_shard(cfg, d, fx):
     return [], [str(shard)]
 
 
+def corpus_directory_as_shards(cfg, d, fx):
+    """Read "shard not found: DIR", as if the path were mistyped."""
+    cfg["model"]["source"] = str(fx.weightless)
+    cfg["data"]["train_shards"] = [str(fx.corpus)]
+    return [], [f"shard {fx.corpus} is a directory, not a file (a prepared corpus: give {fx.corpus}/manifest.json:"]
+
+
 def corrupt_shard(cfg, d, fx):
     cfg["model"]["source"] = str(fx.weightless)
     shutil.copytree(fx.corpus, d / "corpus")
@@ -238,6 +245,7 @@ CASES = {f.__name__: f for f in [
     trainable_pattern_matching_nothing, ds_json_sets_train_batch_size, ds_json_sets_optimizer_lr,
     ds_json_bf16_at_stage0, ds_json_fp16_at_stage0, ds_json_fp16_on_cpu,
     ds_json_nvme_offload_without_path, ds_json_round_robin_gradients, ds_json_section_not_an_object, missing_shard,
+    corpus_directory_as_shards,
     tokenizer_smaller_than_corpus_vocab, keep_vocab_on_a_decoder_without_tokenizer, span_masking_on_a_decoder,
     seq_len_past_the_source_positions]}
 

@@ -136,6 +136,16 @@ def test_a_constant_decay_with_the_default_min_lr_ratio_is_fine(tmp_path):
     assert cfg.phases[1].decay == "constant"
 
 
+def test_a_directory_given_for_a_file_is_named_as_one(tmp_path):
+    """Read "config file not found: DIR", as if the path were mistyped."""
+    with pytest.raises(ConfigError) as info:
+        read_config_file(tmp_path)
+    assert str(info.value) == f"config file {tmp_path} is a directory, not a file"
+    with pytest.raises(ConfigError) as info:
+        read_config_file(tmp_path / "nope.yaml")
+    assert str(info.value) == f"config file not found: {tmp_path / 'nope.yaml'}"
+
+
 def test_json_key_given_twice_is_refused(tmp_path):
     """The json module keeps the second value silently (a YAML file was refused so already): in a run config,
     and in the DeepSpeed JSON."""

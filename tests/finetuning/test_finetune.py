@@ -385,13 +385,16 @@ def test_bad_input_exits_2_with_one_line(tmp_path, capsys):
         assert capsys.readouterr().err.strip() == f"error: --model {model}: {why}"
 
 
-def test_cli_bad_input_has_no_traceback(tmp_path):
+def test_cli_bad_input_has_no_traceback(tmp_path, capsys):
     proc = subprocess.run([sys.executable, "-m", "xpt_ds.cli.finetune", "--model", str(tmp_path), "--train",
                            str(tmp_path / "nope.jsonl"), "--test", str(tmp_path / "nope.jsonl")],
                           cwd=REPO, capture_output=True, text=True, timeout=120,
                           env={**os.environ})
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [f"error: --train file not found: {tmp_path / 'nope.jsonl'}"]
+    from xpt_ds.cli.finetune import main
+    assert main(["--model", str(tmp_path), "--train", str(tmp_path), "--test", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == f"error: --train file {tmp_path} is a directory, not a file"
 
 
 def test_one_seed_is_reported_without_a_spread():

@@ -13,6 +13,7 @@ import yaml
 from xpt_ds.config.job import RENAMED_KEYS, ConfigError, TrainConfig, _element_type, _field_type
 from xpt_ds.config.validate import validate
 from xpt_ds.config.values import Override, coerce
+from xpt_ds.errors import no_file
 
 
 def from_dict(cls, data, prefix: str = ""):
@@ -157,7 +158,7 @@ def read_config_file(path: str | Path) -> dict:
     """A YAML or JSON config file as a dict; a missing, unreadable or unparsable file is a ConfigError."""
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(f"config file not found: {path}")
+        raise ConfigError(no_file(path, "config file"))
     try:
         text = p.read_text()
         if p.suffix == ".json":

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import braceexpand
 
 from xpt_ds.config import ConfigError
+from xpt_ds.errors import no_file
 
 if TYPE_CHECKING:
     from xpt_ds.data.tokenizer import TargetTokenizer
@@ -107,7 +108,7 @@ def expand_shards(specs: list[str], tok: TargetTokenizer | None = None) -> list[
             out += paths
     for s in out:
         if not Path(s).is_file():
-            raise ConfigError(f"shard not found: {s}")
+            raise ConfigError(no_file(s, "shard", spec=True))
     return out
 
 

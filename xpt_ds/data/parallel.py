@@ -32,6 +32,7 @@ import torch
 
 from xpt_ds.config import ConfigError, TrainConfig
 from xpt_ds.data.manifest import read_manifest
+from xpt_ds.errors import no_file
 from xpt_ds.data.shards import (
     DataError,
     DocReader,
@@ -88,7 +89,7 @@ def expand_parallel_shards(specs: list[str], tok: TargetTokenizer, source_tok: T
         out += [str(manifest.parent / s) for s in meta["splits"][split]["shards"]]
     for s in out:
         if not Path(s).is_file():
-            raise ConfigError(f"{KEY}: shard not found: {s}")
+            raise ConfigError(f"{KEY}: {no_file(s, 'shard', spec=True)}")
     if not out:
         raise ConfigError(f"{KEY}: {specs} name no shards")
     return out

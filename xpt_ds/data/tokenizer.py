@@ -14,7 +14,7 @@ from pathlib import Path
 import sentencepiece as spm
 
 from xpt_ds.config import ConfigError
-from xpt_ds.errors import first_line
+from xpt_ds.errors import first_line, no_file
 
 MASK_CANDIDATES = ("<mask>", "[MASK]")
 HF_TOKENIZER_DIR = "hf_tokenizer"  # in a checkpoint tag directory: the Hugging Face tokenizer of keep_vocab
@@ -263,7 +263,7 @@ def _load(path: str) -> spm.SentencePieceProcessor:
 def build_tokenizer(path: str, mask_token: str = "") -> TargetTokenizer:
     """Read special-token ids; a missing file or special piece is a one-line error."""
     if not Path(path).is_file():
-        raise ConfigError(f"config key 'model.tokenizer': SentencePiece model not found: {path}")
+        raise ConfigError(f"config key 'model.tokenizer': {no_file(path, 'SentencePiece model')}")
     try:
         sp = _load(path)
     except (RuntimeError, OSError) as e:

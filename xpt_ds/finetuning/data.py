@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from xpt_ds.errors import UserError
+from xpt_ds.errors import UserError, no_file
 
 if TYPE_CHECKING:
     import torch
@@ -47,7 +47,7 @@ def _read_rows(path: Path, role: str) -> tuple[list[str] | None, list[tuple[int,
     """(a CSV/TSV file's header, or None for JSON lines; (line number, row) pairs); a CSV/TSV row's number is
     the line where it ends."""
     if not path.is_file():
-        raise FinetuneError(f"{role} file not found: {path}")
+        raise FinetuneError(no_file(path, f"{role} file"))
     fmt = FORMATS.get(path.suffix.lower())
     if fmt is None:
         raise FinetuneError(f"{role} {path}: unknown format '{path.suffix}' (use {', '.join(FORMATS)})")

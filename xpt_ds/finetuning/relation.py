@@ -23,6 +23,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from xpt_ds.errors import no_file
 from xpt_ds.finetuning.data import FinetuneError
 
 log = logging.getLogger("xpt_ds.cli.finetune")
@@ -63,7 +64,7 @@ def marker_tokens(examples: list[RelationExample]) -> list[str]:
 def _records(path: Path, role: str) -> list[tuple[str, object]]:
     """(where, record) pairs of a JSON list (KLUE-RE's files) or of JSONL."""
     if not path.is_file():
-        raise FinetuneError(f"{role} file not found: {path}")
+        raise FinetuneError(no_file(path, f"{role} file"))
     if path.suffix.lower() not in (".json", ".jsonl"):
         raise FinetuneError(f"{role} {path}: unknown format '{path.suffix}' (relation reads .json or .jsonl)")
     try:
