@@ -72,6 +72,18 @@ def test_seeds_the_trainer_refuses_are_refused_before_the_first_run(tmp_path, sw
     assert not (tmp_path / "sweep/runs").exists() and not (tmp_path / "sweep/configs").exists()
 
 
+def test_an_out_that_cannot_be_written_is_refused_by_the_dry_run_too(tmp_path, sweep_config, capsys):
+    """A dry run under a file said "dry run: 1 of 1 runs would start", exit 0; it still makes nothing."""
+    config, test_shards = sweep_config
+    (tmp_path / "a_file").write_text("")
+    for out in (tmp_path / "a_file", tmp_path / "a_file/sweep"):
+        for extra in (["--dry-run"], []):
+            assert main(_args(config, test_shards, out, *extra)) == 2
+            assert capsys.readouterr().err == f"error: --out {out}: {tmp_path / 'a_file'} is a file, not a directory\n"
+    assert main(_args(config, test_shards, tmp_path / "new/sweep", "--dry-run")) == 0
+    assert not (tmp_path / "new").exists()
+
+
 ROW = {"method": "xpt", "size": 100, "seed": None, "ppl": 3.0}
 
 

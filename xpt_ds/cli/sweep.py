@@ -29,7 +29,8 @@ import sys
 import threading
 from pathlib import Path
 
-from xpt_ds.errors import INTERRUPTED_EXIT_CODE, cli_errors
+from xpt_ds.errors import INTERRUPTED_EXIT_CODE, UserError, cli_errors
+from xpt_ds.io.paths import unwritable, unwritable_unmade
 from xpt_ds.runtime.process_exit import exit_process
 
 
@@ -139,6 +140,9 @@ def _sigterm_interrupts():
 @cli_errors
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(sys.argv[1:] if argv is None else argv)  # before torch and DeepSpeed: --help is instant
+    problem = (unwritable_unmade if a.dry_run else unwritable)(a.out)  # a dry run said "would start" regardless
+    if problem is not None:
+        raise UserError(f"--out {a.out}: {problem}")
     if a.dry_run:
         return _dry_run(a)
     from xpt_ds.runtime.run_lock import hold

@@ -24,6 +24,21 @@ def unwritable(directory: Path, tag: str | int = 0) -> str | None:
     return None
 
 
+def unwritable_unmade(directory: Path) -> str | None:
+    """``unwritable`` without making ``directory``: for a dry run, which changes nothing. One that exists gets the
+    same probe (which leaves nothing behind); else a file in its path, or a nearest existing parent this user
+    cannot create in (no permission, a read-only mount), is the reason."""
+    if directory.is_dir():
+        return unwritable(directory)
+    file = next((p for p in [directory, *directory.parents] if p.exists() and not p.is_dir()), None)
+    if file is not None:
+        return f"{file} is a file, not a directory"
+    parent = next(p for p in directory.parents if p.is_dir())
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"cannot create a directory in {parent} (no permission, or a read-only file system)"
+    return None
+
+
 def check_output_file(path: Path, flag: str, inputs: dict[str, object] | None = None) -> None:
     """Raise OSError naming ``flag`` and the path when ``path`` cannot be written; checked before the work
     whose result it will hold, so that no result is computed and then lost. ``inputs`` (a flag -> the paths it
