@@ -126,7 +126,7 @@ def tokenize(out: Path, opts: PrepareOptions = DEFAULTS, workers: int = 1, force
     log("tokenize: " + ", ".join(f"{s} {v['documents']} docs / {v['sentences']} sentences / {v['tokens']} tokens "
                                  f"in {len(v['shards'])} shard(s)" for s, v in summary.items()))
     unk = {s: v["unk_tokens"] for s, v in summary.items() if v.get("unk_tokens")}
-    if unk:  # until 2026-12-04 text the vocabulary cannot spell went uncounted
+    if unk:  # text the vocabulary cannot spell: trained on as unk, said here
         log("tokenize: warning: " + ", ".join(f"{s} {n} ({n / summary[s]['tokens']:.2%})" for s, n in unk.items())
             + " tokens are unk: characters the vocabulary lacks (--character-coverage leaves the rarest out; a run "
             "of them is one unk), which the model cannot tell apart")

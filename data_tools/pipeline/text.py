@@ -124,7 +124,7 @@ def splitter_name(spec) -> str:
 
 # C0/C1 controls (tab and newline included) count as whitespace; BOM, zero-width space, soft hyphen and the
 # invisible direction marks (LRM, RLM, the Arabic letter mark) go: SentencePiece's nmt_nfkc made each of those
-# marks a space, which split a word of Arabic or Hebrew text in two (until 2026-12-04).
+# marks a space, which split a word of Arabic or Hebrew text in two.
 _WS = re.compile(r"[\s\x00-\x1f\x7f-\x9f]+")
 _INVISIBLE = re.compile("[\ufeff\u200b\u00ad\u200e\u200f\u061c]")
 

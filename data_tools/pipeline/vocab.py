@@ -101,7 +101,7 @@ def train_tokenizer(out: Path, opts: PrepareOptions = DEFAULTS, force: bool = Fa
                                            normalization_rule_name=rule)
         os.replace(trained.with_suffix(".vocab"), vocab)
         os.replace(trained, model)
-        if too_long:  # until 2026-12-04 they went unsaid, and the line above counted them as trained on
+        if too_long:  # the line above counts them as trained on
             log(f"spm: warning: {too_long} of the {sampled} sentences are longer than {MAX_SENTENCE_BYTES} bytes, "
                 "which SentencePiece leaves out of training (a character found only in them becomes <unk>): a "
                 "paragraph the splitter did not cut (text without sentence punctuation); give --splitter or "

@@ -58,7 +58,7 @@ def prune(ckpt_root: Path, keep_last: int, protected: str | None = None) -> list
     """Delete all but the newest ``keep_last`` complete checkpoints (rank 0), never ``protected`` (the run's best,
     checkpoint.keep_best). The marker goes first, so an interrupted delete leaves an incomplete directory, never a
     'complete' one with files missing. A tag that is a symbolic link (to another run's checkpoint, resumed from
-    without a copy) loses the link alone: until 2026-12-04 its target's marker was deleted through it."""
+    without a copy) loses the link alone, never its target's marker through it."""
     tags = complete_tags(ckpt_root)
     doomed = [t for t in tags[:-keep_last] if t != protected] if keep_last > 0 else []
     return [_remove(ckpt_root / tag, marker_first=True) for tag in doomed]

@@ -34,7 +34,7 @@ TEXT_DTYPES = ("float32", "bfloat16", "auto")
 
 def warn_trained_on(scored: list[str], train: list[str]) -> None:
     """A ``warning:`` line when shards ``--shards`` scores are among the run's ``data.train_shards``: the figures
-    are then not held out (until 2026-12-04 nothing said so). Silent where the training shards are not here."""
+    are then not held out. Silent where the training shards are not here."""
     from xpt_ds.config import ConfigError
     from xpt_ds.data.manifest import expand_shards
     try:

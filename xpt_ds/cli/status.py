@@ -4,10 +4,9 @@
 status.json says running but whose rank 0 is gone, or how it stopped (``xpt_ds.runtime.status``). The exit
 status is the worst of the runs', for a script that requeues: 0 (running, finished, preempted, interrupted, not
 started), 1 when a run has died (the same command resumes it), 3 when a run failed or halted (an error a person
-must read: rerunning repeats it; until 2026-12-04 these exited 0) or its status.json is none the trainer writes
-(not JSON, an unknown state: until 2026-12-04 read as a run yet to start, or printed as a state, exit 0), or 2
-when a RUN_DIR is not a directory (a mistyped path: its line says so, and the others are still read), so that a
-script does not take a typo for a run that has not started.
+must read: rerunning repeats it) or its status.json is none the trainer writes (not JSON, an unknown state), or
+2 when a RUN_DIR is not a directory (a mistyped path: its line says so, and the others are still read), so that a
+script takes neither a typo nor a damaged run for one that has not started.
 """
 from __future__ import annotations
 

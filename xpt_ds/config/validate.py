@@ -161,7 +161,7 @@ def _model_problems(m: ModelConfig, method: Method | None) -> Iterator[str]:
 def _phase1_extra_problems(cfg: TrainConfig, method: Method | None) -> Iterator[str]:
     """model.phase1_trains_position_and_head widens a two-phase preset's phase 1 (``xpt_ds.model.phases``). Where
     phase 1 does not train everything anyway and there is no such preset to widen (lora, extend; a phase 1 that
-    lists its own patterns), it did nothing, without a word (until 2026-12-04)."""
+    lists its own patterns), it would do nothing, without a word."""
     key = "config key 'model.phase1_trains_position_and_head' is true, but"
     if not cfg.model.phase1_trains_position_and_head or method is None or not cfg.phases:
         return

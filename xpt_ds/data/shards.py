@@ -279,8 +279,8 @@ MAX_OPEN = 64  # shard files one reader keeps open in one process, the least rec
 class DocReader:
     """Reads documents by (shard, doc), each shard's file opened lazily, per process. At most ``MAX_OPEN`` stay
     open: a stream reads a few shards at a time (an epoch goes shard by shard, through a shuffle buffer), and one
-    file per shard ever read (until 2026-12-04) put a corpus of thousands of shards past the usual limit of 1,024
-    open files in every DataLoader worker. A file opened again must be the one this process first read (device,
+    file per shard ever read would put a corpus of thousands of shards past the usual limit of 1,024 open files
+    in every DataLoader worker. A file opened again must be the one this process first read (device,
     inode, size, modification time): a shard replaced during the run is named, not read."""
 
     def __init__(self, indexes: list[ShardIndex]):

@@ -66,8 +66,8 @@ _FORKED_BY: int | None = None  # the pid of the rank that forks the workers (``W
 def die_with_parent() -> None:
     """SIGKILL to this process when its parent ends (Linux; elsewhere torch's own check of the parent remains). A
     parent that ended before the request (a worker scheduled late, under load) sends nothing: the worker ends at
-    once then. Its parent is the pid the rank recorded before forking it; until 2026-12-04 it was read here, after
-    the fork, where a parent already gone reads as its reaper's pid, and such a worker lived on up to 5 s."""
+    once then. Its parent is the pid the rank recorded before forking it, not ``getppid()`` here, after the fork,
+    where a parent already gone reads as its reaper's pid (such a worker would live on up to 5 s)."""
     parent = _FORKED_BY if _FORKED_BY is not None else os.getppid()
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG

@@ -60,8 +60,7 @@ def count_pieces(shards: list[str], tok: TargetTokenizer, on_corrupt: str = "fai
     """(int64 [vocab] occurrences of each id, the documents counted, the shards skipped as corrupt under
     ``on_corrupt='skip'``) over ``shards``. ``data`` (a run's DataConfig) with ``train_tokens``: over the documents
     of that subset only, the last one cut where the stream cuts it (``xpt_ds.data.mlm.TokenStream``): a sweep's
-    small sizes start their head bias and embeddings from the text they train on, not from the whole split
-    (until 2026-12-04 they counted the whole split)."""
+    small sizes start their head bias and embeddings from the text they train on, not from the whole split."""
     from xpt_ds.data.manifest import expand_shards
     from xpt_ds.data.shards import DataError, DocReader, scan_shards
     if data is not None and getattr(data, "train_tokens", 0):

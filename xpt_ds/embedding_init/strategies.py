@@ -37,6 +37,7 @@ import torch
 from torch import nn
 
 from xpt_ds.config import ConfigError
+from xpt_ds.config.embedding_args import EMBEDDING_INITS
 from xpt_ds.embedding_init.files import hf_tokenizer_sha256, read_matrix, target_identity
 
 if TYPE_CHECKING:
@@ -192,12 +193,16 @@ def softmax_top_k(sims: np.ndarray, k: int, tau: float) -> np.ndarray:
     return out
 
 
+FULL_COVARIANCE_MAX_DIM = EMBEDDING_INITS["source_mean"][0]["full_covariance_max_dim"]
+
+
 def sample_source_mean(ctx: InitContext, n: int) -> torch.Tensor:
     """float32 [n, hidden] draws of N(mean, covariance) of the source rows (see the module docstring)."""
     src = ctx.source_embeddings.double()
     mean = src.mean(0)
     z = torch.randn(n, src.shape[1], generator=ctx.generator, dtype=torch.float64)
-    if src.shape[1] <= ctx.args.get("full_covariance_max_dim", 2048) and src.shape[0] > src.shape[1]:
+    full_max = ctx.args.get("full_covariance_max_dim", FULL_COVARIANCE_MAX_DIM)  # another strategy's fallback
+    if src.shape[1] <= full_max and src.shape[0] > src.shape[1]:
         centered = src - mean
         chol, info = _cholesky(centered.T @ centered / (src.shape[0] - 1))
         if int(info) == 0:

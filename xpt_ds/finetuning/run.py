@@ -224,7 +224,7 @@ def save_finetuned(model, cfg: FinetuneConfig, prep: Prepared, out: Path) -> Non
     """The fine-tuned model and its tokenizer, for stock ``transformers`` (relation: ``relation_model``). The
     tokenizer pads on the right, as training's batches did (``collate``): a decoder export's pads on the left, for
     generation, and a model of learned absolute positions (GPT-2) reads a left-padded row at other positions, so
-    stock batched inference predicted otherwise than each row alone (until 2026-12-04)."""
+    stock batched inference would predict otherwise than each row alone."""
     prep.tokenizer.padding_side = "right"
     if cfg.task == "relation":
         save_relation_model(model, prep.tokenizer, prep.labels, list(prep.markers), out, cfg.no_relation_label,

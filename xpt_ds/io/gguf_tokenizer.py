@@ -34,8 +34,8 @@ def load_gguf_tokenizer(path: Path):
     from xpt_ds.io.trust import UntrustedError, files_naming_code
 
     path = Path(path)
-    # GGUF runs no code, but transformers also reads the configs beside it, and offered to run the code their
-    # auto_map names (an interactive prompt) until 2026-12-04; trust_remote_code=False as well
+    # GGUF runs no code, but transformers also reads the configs beside it, and offers to run the code their
+    # auto_map names (an interactive prompt): refused first; trust_remote_code=False as well
     named = files_naming_code(path.parent)
     if named:
         raise UntrustedError(f"{path}: {named[0]} beside it names code to run (auto_map), which xpt-ds does not run "

@@ -129,8 +129,8 @@ class LogWindow:
 
 def logging_problem(run_dir: Path, tensorboard: bool) -> str | None:
     """Why rank 0 could not write TensorBoard's events (``logging.tensorboard``), or None: checked before the
-    model is built, not when the logs open after it (until 2026-12-04 a missing tensorboard package was a
-    traceback, and a ``tb`` that was a file 'File exists', each after the build and the load)."""
+    model is built, not when the logs open after it (a missing tensorboard package, a ``tb`` that is a file: one
+    line now, not a traceback after minutes of building and loading)."""
     if not tensorboard:
         return None
     try:
@@ -185,8 +185,8 @@ class MetricsLogger:
             try:
                 row_step = json.loads(line)["step"]
             except (ValueError, KeyError, TypeError):  # not a row (a line cut by a crash mid-write, bytes that are
-                later.append(line)  # not UTF-8): set aside with the superseded rows, where it stopped every resume
-                continue  # with a traceback (bytes) or was dropped (until 2026-12-04)
+                later.append(line)  # not UTF-8): set aside with the superseded rows, neither dropped nor a
+                continue  # traceback that stops every resume
             (later if row_step > step else kept).append(line)
         if not later:
             return

@@ -57,8 +57,8 @@ def piece_chars(piece: str, style: str) -> int:
 
     - ``sentencepiece`` (SentencePiece, and HF Metaspace tokenizers): the piece's text, with its word-start
       marker ``▁`` counted as the one space character it replaces, i.e. ``len(piece)``; a byte-fallback piece
-      ``<0xAB>`` counts 1 if its byte starts a UTF-8 character, else 0 (until 2026-12-04 it counted 6, the
-      letters of its name, which made bits per character far too low where text falls back to bytes).
+      ``<0xAB>`` counts 1 if its byte starts a UTF-8 character, else 0 (not 6, the letters of its name, which
+      would make bits per character far too low where text falls back to bytes).
     - ``byte_level`` (GPT-2/RoBERTa byte-level BPE): the piece's characters are stand-ins for bytes (``Ġ`` is the
       space); it counts the UTF-8 characters that *start* in the piece, so a character whose bytes are split
       over two pieces counts once, on the piece holding its first byte.

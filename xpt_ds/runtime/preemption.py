@@ -19,8 +19,8 @@ a Ctrl-C is counted, not raised.
 
 A rank that a launcher started (torchrun's agent, DeepSpeed's per-node ``launch.py``: its parent, recorded by
 ``record_stops``) stops the same way once that parent is gone (``kill -9`` of the launcher, the out-of-memory
-killer): a launcher runs its ranks in sessions of their own (torchrun), so its death reached none of them, and they
-trained on with nobody to stop them, holding their GPUs and the run directory's lock (until 2026-12-04). A process
+killer): a launcher runs its ranks in sessions of their own (torchrun), so its death reaches none of them, which
+would train on with nobody to stop them, holding their GPUs and the run directory's lock. A process
 started otherwise (a shell, ``nohup``, one srun task a GPU) has no launcher to watch: its parent may end as it likes.
 """
 from __future__ import annotations

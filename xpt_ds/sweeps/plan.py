@@ -375,7 +375,7 @@ def _build_plan(a: argparse.Namespace, folder: Path, configs: Path | None) -> Pl
             mask_seed = cfg.data.seed if mask_seed is None else mask_seed
     if not test_shards:
         raise ConfigError("no test shards: give --test-shards or set data.valid_shards in the base config")
-    if not a.test_shards:  # until 2026-12-04 without a word
+    if not a.test_shards:
         print(f"warning: no --test-shards: every run is scored on the base config's data.valid_shards "
               f"({' '.join(test_shards)}), the split that validation, early stopping and checkpoint.keep_best choose "
               "on, so the figures are not held out; give --test-shards for those", file=sys.stderr)

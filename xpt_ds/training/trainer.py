@@ -95,14 +95,10 @@ class Trainer:
                 self.info(line)
             self.logger.advance()
             phase_done = self.state.phase_step == self.phase.steps or self.maybe_stop_for_time()
-            if self.state.global_step % self.cfg.logging.log_every == 0 or phase_done:
-                self.log(window)
-                window.reset()
+            self.maybe_log(window, self.state.global_step % self.cfg.logging.log_every == 0 or phase_done)
             with window.pause():
                 phase_done = self.maybe_eval(phase_done)  # or early stopping ends the phase here
-            if phase_done and window.steps:  # an early stop's last steps, which no log window showed yet
-                self.log(window)
-                window.reset()
+            self.maybe_log(window, phase_done)  # an early stop's last steps, which no log window showed yet
             with window.pause():
                 if phase_done:
                     self.engines.keep_end(self.phase.name, self.checkpointer.root, self.state, self.streams)
@@ -114,16 +110,14 @@ class Trainer:
     def end_phase_found_over(self) -> None:
         """The current phase is over: at its last step or an early stop, which ended it in the loop, or where a
         resume starts, which shortened it to the steps it had taken, or fewer (docs/cluster.md). What its end lacks
-        is done here: the log window's steps not logged yet (they belong to this phase: until 2026-12-04 they were
-        averaged with the next phase's first steps into one point), the phase-end validation pass unless one ran
-        at this step (``TrainerState.validated_at``; a rerun logged the step twice), and a kept end that a later
+        is done here: the log window's steps not logged yet (they belong to this phase, not averaged with the next
+        phase's first steps into one point), the phase-end validation pass unless one ran at this step
+        (``TrainerState.validated_at``; a rerun would log the step twice), and a kept end that a later
         phase reads but the run's state does not record. The checkpoint is not written again: the tag the run
         resumed from is there, and writing it would delete it first. The next checkpoint records the end; a
         restart before it keeps it again."""
-        name, window, state = self.phase.name, self.window, self.state
-        if window.steps:
-            self.log(window)
-            window.reset()
+        name, state = self.phase.name, self.state
+        self.maybe_log(self.window, True)
         unkept = name in self.engines.kept_ends and name not in state.phase_ends
         if unkept:
             self.info(f"phase '{name}' ends at its step {state.phase_step} (phases[{state.phase_index}].steps="
@@ -204,6 +198,12 @@ class Trainer:
     def objective_names(self) -> str:
         """What the current phase trains on, for the log: its objectives, or a decoder's next-token loss."""
         return "next_token" if self.causal else ", ".join(phase_objectives(self.cfg, self.state.phase_index))
+
+    def maybe_log(self, window: LogWindow, due: bool) -> None:
+        """Log the window's steps (one point a tag) and start a new window, when ``due`` and it holds any."""
+        if due and window.steps:
+            self.log(window)
+            window.reset()
 
     def log(self, window: LogWindow) -> None:
         """The window's steps that were not skipped are the same on every rank (the skip decision is global)."""
