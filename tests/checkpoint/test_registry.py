@@ -9,7 +9,8 @@ from conftest import base_config, launch, write_config
 from xpt_ds.checkpoint import migrate
 from xpt_ds.checkpoint.registry import StateRegistry
 from xpt_ds.checkpoint.store import read_client_state
-from xpt_ds.checkpoint.tags import tag_for
+from xpt_ds.checkpoint.tags import CheckpointError, tag_for
+from xpt_ds.training.state import TrainerState
 
 
 class Counter:
@@ -46,11 +47,20 @@ def test_older_client_states_are_read_in_todays_layout():
     new = migrate.client_state(old)
     assert new["data"] == {"seq_len": 64, "sequences": 10}
     # the schedule went on at every step then, skipped ones too
-    assert new["trainer"] == {"tokens_seen": 500, "target_tokens_seen": 500, "phase_step": 7, "phase_updates": 7}
+    # no phase end was kept then, and the last validation pass's step was not recorded
+    assert new["trainer"] == {"tokens_seen": 500, "target_tokens_seen": 500, "phase_step": 7, "phase_updates": 7,
+                              "phase_ends": {}, "validated_at": None}
     assert old["data"] == {"sequences": 10} and "phase_updates" not in old["trainer"]  # the caller's dict is kept
     today = {"config": {"data": {"seq_len": 64}}, "data": {"seq_len": 32, "sequences": 1},
-             "trainer": {"tokens_seen": 5, "target_tokens_seen": 4, "phase_step": 7, "phase_updates": 6}}
+             "trainer": {**TrainerState(tokens_seen=5, target_tokens_seen=4, phase_step=7, phase_updates=6,
+                                        validated_at=4).state_dict()}}
     assert migrate.client_state(today) == today
+    state = TrainerState()
+    state.load_state_dict(new["trainer"])
+    assert (state.phase_updates, state.validated_at, state.train_seconds) == (7, None, 0.0)
+    with pytest.raises(CheckpointError, match="^the checkpoint's trainer state holds later_field, which this xpt-ds "
+                       "does not know: it was written by a newer version; resume it with that one$"):
+        state.load_state_dict({**today["trainer"], "later_field": 1})
     assert migrate.saved_world_size({"world_size": 4}, {"dp_world_size": 2}) == 4
     assert migrate.saved_world_size({}, {"dp_world_size": 2}) == 2
 

@@ -40,7 +40,7 @@ import torch
 from torch import nn
 from transformers import AutoConfig
 
-from xpt_ds.checkpoint import llama_layout, store, tag_checks, tags
+from xpt_ds.checkpoint import llama_layout, migrate, store, tag_checks, tags
 from xpt_ds.checkpoint.model_card import CARD, build_card, write_card
 from xpt_ds.checkpoint.values import CheckpointValues
 from xpt_ds.config import MASKING_KEYS, read_checkpoint_config
@@ -296,7 +296,7 @@ def export(run_dir: Path, out: Path, tag: str | None = None, allow_pickle: bool 
         raise OSError(f"--out {out}: cannot write there ({why})")
     tag_dir, hf_config = checkpoint_config(run_dir, tag)
     tag_checks.check_files(tag_dir, allow_pickle, distributed=False)  # before the client state is read
-    client = store.read_client_state(tag_dir.parent, tag_dir.name, allow_pickle)
+    client = migrate.client_state(store.read_client_state(tag_dir.parent, tag_dir.name, allow_pickle))
     data = read_checkpoint_config(client["config"]).data
     hf_config.xpt_data = {k: getattr(data, k) for k in MASKING_KEYS}  # evaluate --model masks as the run did
     tok = saved_tokenizer(tag_dir)

@@ -38,6 +38,10 @@ def client_state(client: dict) -> dict:
         added = {new: trainer[old] for new, old in (("target_tokens_seen", "tokens_seen"),
                                                     ("phase_updates", "phase_step"))
                  if new not in trainer and old in trainer}
+        if "validated_at" not in trainer:  # before 2026-12-04: the last validation pass's step was not recorded
+            added["validated_at"] = None
+        if "phase_ends" not in trainer:  # before 2026-11-23: no phase end was kept
+            added["phase_ends"] = {}
         if added:
             client = {**client, "trainer": {**trainer, **added}}
     return client

@@ -156,7 +156,7 @@ def _training(cfg: TrainConfig, client: dict, tag_dir: Path, sizes: dict[str, in
     phase = cfg.phases[min(state["phase_index"], len(cfg.phases) - 1)]
     batch = cfg.optim.micro_batch_size * cfg.optim.grad_accum * world
     tokens = f"**Tokens seen**: {state['tokens_seen']:,}"
-    if state.get("target_tokens_seen", state["tokens_seen"]) != state["tokens_seen"]:
+    if state["target_tokens_seen"] != state["tokens_seen"]:  # the client state migrated (export.py)
         tokens += f" ({state['target_tokens_seen']:,} of them in rows of `data.train_shards`)"
     return "\n".join([
         "## Training", "",

@@ -79,7 +79,7 @@ def check_resumed_phase(tag_dir: Path, client: dict, cfg, frozen_in: Callable[[i
     traceback at another one (a layout or size mismatch, a missing tensor). The checkpoint's frozen-weights file
     names the set it froze."""
     state = client["trainer"]
-    index, step = state.get("phase_index", 0), state.get("phase_step", 0)
+    index, step = state["phase_index"], state["phase_step"]
     if index >= len(cfg.phases):
         saved = client.get("config", {}).get("phases") or []
         name = saved[index].get("name", "?") if index < len(saved) else "?"

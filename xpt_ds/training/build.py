@@ -178,7 +178,7 @@ def _start(t: Trainer, tag: str | None, client: dict | None, plan, ds_config: di
                         "ends here, with the steps it already took", tag, t.state.phase_step, t.phase.name, index,
                         t.phase.steps)
     if cfg.checkpoint.resume != "auto":  # a new branch: what the abandoned one wrote after tag moves aside, once
-        kept = set(client["trainer"].get("phase_ends", {})) if tag is not None else set()  # the start has loaded
+        kept = set(client["trainer"]["phase_ends"]) if tag is not None else set()  # the start has loaded
         branches.start_branch(ckpt.root, tag, kept, t.rank)  # (a refused or failed one leaves the run as it was)
     t.best.restore(Path(cfg.run_dir), complete_tags(ckpt.root), t.rank)
     if t.rank == 0:
