@@ -383,7 +383,7 @@ def test_a_trelm_graph_base_sweeps_every_method(tmp_path, tiny_roberta, corpus):
     from xpt_ds.sweeps.plan import build_plan
     from xpt_ds.cli.sweep import parse_args
     cfg = yaml.safe_load((REPO / "launch/configs/trelm_three_phase.yaml").read_text())
-    cfg["model"].update(source=str(tiny_roberta), tokenizer=str(corpus / "spm.model"))
+    cfg["model"].update(source=str(tiny_roberta), tokenizer=str(corpus / "spm.model"), adapter_size=16)
     path = write_config(tmp_path / "trelm.yaml", cfg)
     plan = build_plan(parse_args(["--config", str(path), "--methods", "trelm", "xpt", "scratch", "trelm_no_tri",
                                   "--sizes", "1M", "--out", str(tmp_path / "sweep"), "--test-shards",
@@ -398,8 +398,10 @@ def test_a_trelm_graph_base_sweeps_every_method(tmp_path, tiny_roberta, corpus):
     assert [(p.steps, p.lr, p.warmup_steps) for p in scratch.phases] == [(140000, 2e-5, 4000)]
     # the base's source_mean start is every method's but Scratch's, which takes nothing from the source (002 §4.2)
     assert (xpt.model.embedding_init, scratch.model.embedding_init) == ("source_mean", "random")
-    for c in (xpt, scratch):
+    for c in (xpt, scratch):  # nor the parallel batch or an adapter width, which the trainer refuses for them
         assert (c.data.parallel_shards, c.data.source_shards, c.data.parallel_valid_shards) == ([], [], [])
+        assert (c.data.parallel_micro_batch, c.model.adapter_size) == (0, 64)
+    assert trelm.data.parallel_micro_batch == 16
     assert trelm.data.parallel_valid_shards == ["data/en_uk/manifest.json:valid"]
     assert [p.reads() for p in no_tri.phases] == GRAPH and not no_tri.data.parallel_shards
     assert no_tri.data.source_shards and not no_tri.data.parallel_valid_shards

@@ -65,8 +65,9 @@ class ModelConfig:
     phase1_trains_position_and_head: bool = doc(
         False, "Phase 1 of a two-phase preset (xpt, xpt_no_itl, random_source) also trains position embeddings "
                "and the LM-head transform (000 §2).")
-    adapter_size: int = doc(64, "Bottleneck width of the Houlsby adapters (method=adapters).")
-    lora: LoraConfig = doc(None, "LoRA on the reused decoder layers (method=lora, decoder sources).")
+    adapter_size: int = doc(64, "Bottleneck width of the Houlsby adapters (method=adapters; refused with others).")
+    lora: LoraConfig = doc(None, "LoRA on the reused decoder layers (method=lora, decoder sources; refused with "
+                                "other methods).")
     mask_token: str = doc("", "Mask piece in the SentencePiece vocab; empty = '<mask>' or '[MASK]', whichever exists.")
     dropout: float = doc(-1.0, "Hidden and attention dropout; negative keeps the source model's values.")
     attention: str = doc("sdpa", "How a decoder source's attention keeps packed documents apart: 'sdpa' (a dense "
@@ -176,8 +177,8 @@ class DataConfig:
                                        "model.source's tokenizer (data_tools.cli.prepare --hf-tokenizer SOURCE): "
                                        "paths, brace patterns or a manifest.json:split. Packed and masked like "
                                        "data.train_shards, optim.micro_batch_size sequences per micro-batch.")
-    parallel_micro_batch: int = doc(0, "CdLM sentence pairs joined to each micro-batch of target MLM sequences "
-                                       "(data.parallel_shards); 0 = optim.micro_batch_size.")
+    parallel_micro_batch: int = doc(0, "model.method trelm: CdLM sentence pairs joined to each micro-batch of "
+                                       "target MLM sequences (data.parallel_shards); 0 = optim.micro_batch_size.")
     parallel_valid_shards: list[str] = doc([], "model.method trelm: validation pairs for CdLM, same forms as "
                                                "data.parallel_shards (the same data_tools.cli.parallel run's "
                                                "manifest.json:valid). Every validation pass also scores each CdLM "

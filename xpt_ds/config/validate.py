@@ -151,6 +151,11 @@ def _model_problems(m: ModelConfig, method: Method | None) -> Iterator[str]:
     if m.adapter_size < 1:
         yield f"config key 'model.adapter_size' must be >= 1, got {m.adapter_size}"
     yield from _lora_problems(m)
+    if method is not None:  # a setting the method never reads would look like part of the run's recipe
+        default = ModelConfig()
+        for key, reader, reads in (("adapter_size", "adapters", method.adapters), ("lora", "lora", method.lora)):
+            if not reads and getattr(m, key) != getattr(default, key):
+                yield (f"config key 'model.{key}' is set but model.method is '{m.method}' (only {reader} reads it)")
     if not m.tokenizer and method is not None and method.vocab == "target":
         yield "config key 'model.tokenizer' is required (SentencePiece .model file)"
     if not m.tokenizer and method is not None and method.vocab == "extend":
@@ -236,6 +241,9 @@ def _data_problems(cfg: TrainConfig, method: Method | None) -> Iterator[str]:
                "(only trelm does)")
     if d.parallel_micro_batch < 0:
         yield f"config key 'data.parallel_micro_batch' must be >= 0, got {d.parallel_micro_batch}"
+    elif d.parallel_micro_batch and method is not None and not method.trelm:
+        yield (f"config key 'data.parallel_micro_batch' is set but model.method '{cfg.model.method}' reads no "
+               "parallel data (only trelm does)")
     yield from _mix_problems(cfg)
 
 

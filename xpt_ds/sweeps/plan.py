@@ -50,7 +50,8 @@ def method_config(base: dict, method: str) -> dict:
     Every method trains the same number of (global) steps. The English and parallel data keys go when no phase
     of the method reads them (a non-trelm method on a TreLM base), and so does the base's ``embedding_init`` for a
     method that has no new rows to start from the source (Scratch takes nothing from it, keep_vocab keeps its
-    rows): ``--set ARM:model.embedding_init=...`` still reaches the method's own check."""
+    rows), and ``model.adapter_size`` / ``model.lora`` for a method other than adapters / lora: ``--set
+    ARM:model.embedding_init=...`` still reaches the method's own check."""
     cfg = copy.deepcopy(base)
     phases = cfg.get("phases") or []
     m, base_m = METHODS[method], METHODS.get((cfg.get("model") or {}).get("method") or "xpt")
@@ -69,6 +70,9 @@ def method_config(base: dict, method: str) -> dict:
     if m.source == "none" or m.vocab == "source":
         model.pop("embedding_init", None)
         model.pop("embedding_init_args", None)
+    for key, reads in (("adapter_size", m.adapters), ("lora", m.lora)):  # another arm's settings
+        if not reads:
+            model.pop(key, None)
     model["method"] = method
     return cfg
 
@@ -118,14 +122,16 @@ def preset_phases(m: Method, base: list[dict]) -> list[dict]:
 
 
 def _drop_unread_data(cfg: dict, m: Method) -> None:
-    """data.source_shards / parallel_shards / parallel_valid_shards that no phase's objectives read (written for
-    another method): left in, the trainer's checks would refuse them."""
+    """data.source_shards / parallel_shards / parallel_valid_shards that no phase's objectives read, and
+    parallel_micro_batch where the method is not trelm (written for another method): left in, the trainer's checks
+    would refuse them."""
     data, phases = cfg.get("data") or {}, cfg.get("phases") or []
     if m.trelm and not all(p.get("objectives") for p in phases):
         return  # a phase on the default objectives reads the parallel shards
     listed = {o for p in phases for o in p.get("objectives") or []}
     reads = {"source_shards": "mlm_source" in listed, "parallel_shards": bool(listed & {"cdlm_en_x", "cdlm_x_en"})}
     reads["parallel_valid_shards"] = reads["parallel_shards"]
+    reads["parallel_micro_batch"] = True  # trelm's checks take it with or without parallel shards
     for key, read in reads.items():
         if not read or not m.trelm:
             data.pop(key, None)
