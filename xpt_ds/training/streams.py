@@ -13,12 +13,14 @@ from xpt_ds.errors import UserError
 from xpt_ds.training.guards import check_streams_agree, shard_layouts, skipped_shards
 from xpt_ds.trelm.data import TreLMBatchStream, build_trelm_stream
 from xpt_ds.trelm.valid import build_cdlm_validation
+from xpt_ds.trelm.work import micro_batch_work
 
 
 class Streams:
     def __init__(self, train, valid, cdlm_valid, mix_valid: dict | None = None):
         self.train, self.valid, self.cdlm_valid = train, valid, cdlm_valid
         self.mix_valid = mix_valid or {}  # data.mix corpus name -> its validation stream
+        self.rows: list = []  # TreLM's row groups of the micro-batches since the last step_work
 
     @property
     def mlm(self):
@@ -44,10 +46,18 @@ class Streams:
         if self.mlm.mixture is not None:
             self.mlm.reweight(mix_weights(cfg, index))
 
-    def next_batch(self) -> tuple[dict[str, torch.Tensor], list]:
-        """The next micro-batch and, for TreLM, the rows it holds (``xpt_ds.trelm.work`` counts their FLOPs)."""
+    def next_batch(self) -> dict[str, torch.Tensor]:
+        """The next micro-batch; TreLM's rows in it are counted for ``step_work``."""
         batch = next(self.train)
-        return batch, (self.train.last_rows if self.trelm else [])
+        if self.trelm:
+            self.rows += self.train.last_rows
+        return batch
+
+    def step_work(self, hf_config) -> tuple[int, float] | None:
+        """(tokens, FLOPs) of every rank's micro-batches since the last call where they vary by step (TreLM's
+        pairs at their real lengths: ``xpt_ds.trelm.work``); None where each step's are the build's count."""
+        rows, self.rows = self.rows, []
+        return micro_batch_work(hf_config, rows) if rows else None
 
     def state_dict(self) -> dict:
         return self.train.state_dict()

@@ -28,7 +28,6 @@ from xpt_ds.training.state import TrainerState
 from xpt_ds.training.streams import Streams, to_device
 from xpt_ds.training.time_budget import TimeBudget
 from xpt_ds.training.validation import Validator
-from xpt_ds.trelm.work import micro_batch_work
 
 log = logging.getLogger(__name__)
 
@@ -141,12 +140,11 @@ class Trainer:
         total = torch.zeros((), device=self.device)
         skipped_before, self.data_wait = engine.skipped_steps, 0.0
         poison = self.state.global_step + 1 in self.guards.inject_nan
-        rows, target_rows = [], self.streams.target_rows()
+        target_rows = self.streams.target_rows()
         for micro in range(self.cfg.optim.grad_accum):
             waited = time.perf_counter()
-            batch, batch_rows = self.streams.next_batch()
+            batch = self.streams.next_batch()
             self.data_wait += time.perf_counter() - waited
-            rows += batch_rows
             loss = engine(**to_device(batch, self.device))
             if poison:
                 loss = loss * float("nan")
@@ -157,8 +155,7 @@ class Trainer:
             total += loss.detach()
         self.state.phase_step += 1
         self.state.global_step += 1
-        self.step_work = micro_batch_work(self.hf_config, rows) if rows else (self.tokens_per_step,
-                                                                              self.flops_per_step)
+        self.step_work = self.streams.step_work(self.hf_config) or (self.tokens_per_step, self.flops_per_step)
         self.state.tokens_seen += self.step_work[0]
         self.state.target_tokens_seen += (self.streams.target_rows() - target_rows) * self.cfg.data.seq_len
         skipped = engine.skipped_steps != skipped_before
