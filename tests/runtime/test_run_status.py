@@ -170,8 +170,14 @@ def test_liveness_from_the_writers_host_and_from_another(tmp_path):
     assert died["state"] == "died" and died["died"].startswith(f"no heartbeat since {old} (7 min; a live run "
                                                                "renews it every 60 s, taken as dead after 300 s)")
     assert state(elsewhere, old, heartbeat_every_s=600.0)["state"] == "running"  # 5 of its beats: 3000 s
-    (tmp_path / "status.json").write_text(json.dumps({"state": "running", "updated": old}))
+    (tmp_path / "status.json").write_text(json.dumps({"state": "running", "updated": old, "global_step": 16}))
     assert read_status(tmp_path, now=now)["state"] == "running"
+    # ... and said to be one: it printed "running; phase ..." for a run such a version left killed
+    assert describe(read_status(tmp_path, now=now)).startswith(f"running, as an xpt-ds of before 2026-11-29 "
+                                                               f"recorded it (last written {old}); phase 'None', "
+                                                               "global step 16 of None;")
+    assert describe(read_status(tmp_path, now=now)).endswith("whether it still runs cannot be told: if no job of "
+                                                             "this run is running, the same command resumes it")
 
 
 def test_a_run_directory_that_does_not_exist_is_an_error_not_a_run_yet_to_start(tmp_path, capsys):

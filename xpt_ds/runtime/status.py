@@ -223,6 +223,10 @@ def describe(status: dict, now: float | None = None) -> str:
         w, age = status["writer"], _age_s(status.get("heartbeat"), time.time() if now is None else now)
         beat = "" if age is None else f", heartbeat {max(age, 0):.0f} s ago"
         return f"running (pid {w.get('pid')} on {w.get('host')}{beat}); {where}"
+    if state == "running":  # written before heartbeats (2026-11-29): it names no process to look up
+        return (f"running, as an xpt-ds of before 2026-11-29 recorded it (last written {status.get('updated')}); "
+                f"{where}; that version wrote no heartbeat, so whether it still runs cannot be told: if no job of "
+                "this run is running, the same command resumes it")
     error = f": {status['error']}" if status.get("error") else ""
     return f"{state}{error}; {where}"
 
