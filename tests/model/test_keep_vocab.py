@@ -202,6 +202,7 @@ def test_keep_vocab_run_export_loads_with_stock_transformers(tmp_path, hf_corpus
     assert export_main(["--run", str(tmp_path / "run"), "--out", str(out)]) == 0
 
     tok = AutoTokenizer.from_pretrained(out)
+    assert json.loads((out / "tokenizer_config.json").read_text())["tokenizer_class"] == "BertTokenizer"  # the source's
     source_tok = AutoTokenizer.from_pretrained(bert_with_tokenizer)
     text = "The old house of music stood by the river zzqx."
     assert tok(text)["input_ids"] == source_tok(text)["input_ids"]

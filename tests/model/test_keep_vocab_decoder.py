@@ -158,6 +158,7 @@ def test_a_source_whose_tokenizer_has_no_bos_trains_on_eos_first_and_exports_so(
     assert AutoTokenizer.from_pretrained(source).bos_token is None and tok.cls_id == tok.sep_id == own.eos_token_id
     out = _train_and_export(tmp_path, source, chat_corpus, steps=2)
     exported, text = AutoTokenizer.from_pretrained(out), "the old house of music stood by the river"
+    assert json.loads((out / "tokenizer_config.json").read_text())["tokenizer_class"] == "PreTrainedTokenizerFast"
     assert exported(text)["input_ids"] == [own.eos_token_id, *own(text)["input_ids"]]
     lines = tmp_path / "text.txt"
     lines.write_text(f"{text}\n")

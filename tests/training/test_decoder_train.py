@@ -150,8 +150,10 @@ def test_gpt2_zero0_one_rank_resume_export_generate_evaluate(tmp_path, tiny_deco
     out = tmp_path / "exported"
     model = _check_export(run, out, "gpt2", True, corpus, metrics[4]["valid/loss"], rel=1e-6)
 
-    # The export's tokenizer: <s> text, no </s> (generate goes on); generate extends the prompt.
+    # The export's tokenizer: <s> text, no </s> (generate goes on); generate extends the prompt. Its class, as
+    # transformers 4 and 5 both know it (5 writes 'TokenizersBackend', which 4 refused).
     tok = AutoTokenizer.from_pretrained(out)
+    assert json.loads((out / "tokenizer_config.json").read_text())["tokenizer_class"] == "PreTrainedTokenizerFast"
     sp = spm.SentencePieceProcessor(model_file=str(corpus / "spm.model"))
     text = " ".join(sp.id_to_piece(i).lstrip("▁") for i in (40, 60, 80))
     enc = tok(text, return_tensors="pt")

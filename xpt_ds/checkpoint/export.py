@@ -45,8 +45,8 @@ from xpt_ds.checkpoint.model_card import CARD, build_card, write_card
 from xpt_ds.checkpoint.values import CheckpointValues
 from xpt_ds.config import MASKING_KEYS, read_checkpoint_config
 from xpt_ds.config.methods import method_of
-from xpt_ds.data.tokenizer import (copy_hf_tokenizer, export_causal_hf_tokenizer, rebuilt_by_auto,
-                                  save_hf_tokenizer, saved_tokenizer)
+from xpt_ds.data.tokenizer import (copy_hf_tokenizer, export_causal_hf_tokenizer, loadable_by_transformers_4,
+                                  rebuilt_by_auto, save_hf_tokenizer, saved_tokenizer)
 from xpt_ds.errors import first_line
 from xpt_ds.io.paths import unwritable
 from xpt_ds.io.safetensors_files import DEFAULT_MAX_SHARD_BYTES, ShardedWriter
@@ -316,6 +316,7 @@ def export(run_dir: Path, out: Path, tag: str | None = None, allow_pickle: bool 
                       f"{otherwise}", file=sys.stderr)
         elif tok.kind == "huggingface":  # an encoder's keep_vocab: the source's own tokenizer, as its checkpoint has it
             copy_hf_tokenizer(tok.path, staging)
+            loadable_by_transformers_4(staging)
         else:
             save_hf_tokenizer(tok, staging, model_max_length=hf_config.xpt_max_length, causal=is_decoder(hf_config),
                               token_types=getattr(hf_config, "type_vocab_size", 1))

@@ -221,6 +221,17 @@ def saved_tokenizer(directory: Path) -> TargetTokenizer:
     raise FileNotFoundError(f"{directory} has no spm.model and no Hugging Face tokenizer")
 
 
+def loadable_by_transformers_4(out_dir: Path) -> None:
+    """transformers 5 records a fast tokenizer's class as ``TokenizersBackend``, which transformers 4 lacks: its
+    ``AutoTokenizer`` refused every export. ``PreTrainedTokenizerFast`` is the same class in 5 (an alias) and
+    4's loader of a tokenizer.json."""
+    path = Path(out_dir) / "tokenizer_config.json"
+    cfg = json.loads(path.read_text())
+    if cfg.get("tokenizer_class") == "TokenizersBackend":
+        cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
+        path.write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n")
+
+
 def copy_hf_tokenizer(path: str, out_dir: Path) -> None:
     """Write the Hugging Face tokenizer at ``path`` (directory or hub id) to ``out_dir`` (``save_pretrained``:
     what stock ``AutoTokenizer.from_pretrained`` loads)."""
@@ -245,6 +256,7 @@ def export_causal_hf_tokenizer(tok: TargetTokenizer, out_dir: Path, model_max_le
     if hf("a")["input_ids"][:1] != [tok.cls_id] and hasattr(hf, "add_bos_token"):
         hf.add_bos_token = True  # transformers rewrites the post-processor, and records it
     hf.save_pretrained(str(out_dir))
+    loadable_by_transformers_4(out_dir)
     back = AutoTokenizer.from_pretrained(str(out_dir), trust_remote_code=False)
     ids, padded = back("a")["input_ids"], back(["a", "a a a"], padding=True)["input_ids"][0]
     if ids[:1] != [tok.cls_id] or ids[1:2] == [tok.cls_id]:
@@ -313,4 +325,5 @@ def save_hf_tokenizer(tok: TargetTokenizer, out_dir: Path, model_max_length: int
         model_input_names=["input_ids", "token_type_ids", "attention_mask"] if token_types > 1
         else ["input_ids", "attention_mask"])
     hf.save_pretrained(str(out_dir))
+    loadable_by_transformers_4(out_dir)
     (Path(out_dir) / "spm.model").write_bytes(Path(tok.path).read_bytes())
