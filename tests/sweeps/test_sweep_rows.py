@@ -326,6 +326,12 @@ def test_a_corpus_prepared_again_in_place_is_another_training_and_other_scoring(
     assert _Sweep(build_plan(parse_args([*base, "--test-shards", *test_shards]))).pending() == []
     assert "was trained on another preparation of its data" in capsys.readouterr().out
     assert _Sweep(build_plan(parse_args([*base, "--test-shards", *test_shards, "--rerun-changed"]))).pending() == [run]
+    capsys.readouterr()
+    # a row of before 2026-12-04 records no hash: skipped as before, and said once (it was skipped without a word)
+    (out / "results.jsonl").write_text(json.dumps({k: v for k, v in row.items() if k != "data_sha256"}) + "\n")
+    assert _Sweep(build_plan(parse_args([*base, "--test-shards", *test_shards]))).pending() == []
+    said = capsys.readouterr().out
+    assert said.count("note: 1 skipped row(s) of") == 1 and "record no hash of their data's manifests" in said
     # the hash follows the manifest's bytes, and a spec without a manifest has none
     manifest = Path(test_shards[0].rsplit(":", 1)[0])
     copy = tmp_path / "copy/manifest.json"

@@ -168,7 +168,7 @@ class _Sweep:
             print(text, file=self.stdout, flush=True)
 
     def pending(self) -> list[Run]:
-        todo = []
+        todo, unrecorded = [], 0
         for run in self.plan.runs():
             old = self.done.get((run.arm, run.size, run.seed))
             if old is None:
@@ -197,6 +197,7 @@ class _Sweep:
                 todo.append(run)
                 continue
             self.say(f"skip {run.label}: its row is in {self.results}")
+            unrecorded += "data_sha256" not in old
             if other_data:
                 self.say(f"warning: {run.label} in {self.results} was trained on another preparation of its data (a "
                          "manifest of data.train_shards or data.valid_shards changed since); --rerun-changed runs it "
@@ -207,6 +208,10 @@ class _Sweep:
             elif rescore:
                 self.say(f"warning: {run.label} in {self.results} was scored with other test shards, evaluation "
                          f"or fine-tuning ({rescore}); --rerun-changed scores it again, without training it again")
+        if unrecorded:
+            self.say(f"note: {unrecorded} skipped row(s) of {self.results} record no hash of their data's manifests "
+                     "(rows record it since 2026-12-04): a corpus prepared again in place since cannot be told from "
+                     "them; remove such a row's line to train it again")
         return todo
 
     def pending_without_row(self, run: Run) -> bool:
