@@ -49,6 +49,15 @@ def warn_trained_on(scored: list[str], train: list[str]) -> None:
 
 @cli_errors
 def main(argv: list[str] | None = None) -> int:
+    a, p = parse_args(argv)
+    if a.text:
+        return evaluate_text(a, p)
+    if a.dtype is not None:
+        p.error("--dtype is for --text; --shards scores an export or checkpoint in float32")
+    return evaluate_shards(a)
+
+
+def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, argparse.ArgumentParser]:
     p = argparse.ArgumentParser(prog="xpt-ds evaluate", description="\n\n".join(__doc__.split("\n\n")[1:3]))
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--run", type=Path, help="run directory: evaluate a checkpoint")
@@ -103,17 +112,15 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--tag picks a checkpoint of --run; an export (--model) has none")
     if a.card is not None and a.model is None:
         p.error("--card adds the scores of an export (--model) to its model card; export the run first")
-    if a.text:
-        return evaluate_text(a, p)
-    if a.dtype is not None:
-        p.error("--dtype is for --text; --shards scores an export or checkpoint in float32")
+    return a, p
+
+
+def evaluate_shards(a: argparse.Namespace) -> int:
+    """``--shards``: the model's (or a baseline's) intrinsic metrics on held-out shards, as JSON."""
     import torch
 
-    from xpt_ds.config import ConfigError
-    from xpt_ds.data.tokenizer import saved_tokenizer
-    from xpt_ds.evaluation.intrinsic import UnigramPredictor, evaluate, export_data_config, load_export
+    from xpt_ds.evaluation.intrinsic import UnigramPredictor, evaluate
     from xpt_ds.io.paths import check_output_file
-    from xpt_ds.model.decoder import is_decoder
     if a.out is not None:
         check_output_file(a.out, "--out", {"--model": a.model, "--run": a.run, "--shards": a.shards,
                                            "--unigram": a.unigram})
@@ -123,6 +130,34 @@ def main(argv: list[str] | None = None) -> int:
         from xpt_ds.evaluation.intrinsic import check_not_a_run
         check_not_a_run(a.model)
         card = card_file(Path(a.card) if a.card else a.model)
+    model, tok, data, source, causal = scored_model(a)
+    if a.unigram:
+        model = UnigramPredictor.from_shards(a.unigram, tok, data.on_corrupt_shard, causal)
+        source["unigram"] = a.unigram
+        if model.skipped:  # its counts leave these training shards out
+            source["unigram_skipped_shards"] = model.skipped
+    elif a.uniform:
+        model, source["uniform"] = UnigramPredictor.uniform(tok, causal), True
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    metrics = evaluate(model, tok, data, a.shards, a.batch_size, a.max_batches, device, causal)
+    masked = {"objective": "next_token"} if causal else {"seed": data.seed, "masking": data.masking}
+    if causal and a.samples > 0 and not (a.unigram or a.uniform):
+        from xpt_ds.evaluation.samples import held_out_prompts, sample_continuations
+        prompts = held_out_prompts(a.shards, tok, a.samples, prompt_pieces=8, on_corrupt=data.on_corrupt_shard)
+        metrics["samples"] = sample_continuations(model, tok, prompts, seed=data.seed, device=device)
+    emit({**source, "shards": a.shards, "seq_len": data.seq_len, **masked, **metrics}, a.out)
+    if card is not None:
+        add_to_card(card, a, data.seq_len, masked, metrics)
+    return 0
+
+
+def scored_model(a: argparse.Namespace):
+    """(model, tokenizer, data config with the flags applied, the JSON's source fields, whether it is a decoder)
+    of ``--run`` (a checkpoint) or ``--model`` (an export)."""
+    from xpt_ds.config import ConfigError
+    from xpt_ds.data.tokenizer import saved_tokenizer
+    from xpt_ds.evaluation.intrinsic import export_data_config, load_export
+    from xpt_ds.model.decoder import is_decoder
     if a.run is not None:
         from xpt_ds.checkpoint.export import load_model
         from xpt_ds.checkpoint.store import read_config
@@ -145,24 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     if causal and a.masking:
         raise ConfigError(f"--masking {a.masking}: {a.model or a.run} is a decoder, scored on every next token; "
                           "--masking is for masked LMs")
-    if a.unigram:
-        model = UnigramPredictor.from_shards(a.unigram, tok, data.on_corrupt_shard, causal)
-        source["unigram"] = a.unigram
-        if model.skipped:  # its counts leave these training shards out
-            source["unigram_skipped_shards"] = model.skipped
-    elif a.uniform:
-        model, source["uniform"] = UnigramPredictor.uniform(tok, causal), True
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    metrics = evaluate(model, tok, data, a.shards, a.batch_size, a.max_batches, device, causal)
-    masked = {"objective": "next_token"} if causal else {"seed": data.seed, "masking": data.masking}
-    if causal and a.samples > 0 and not (a.unigram or a.uniform):
-        from xpt_ds.evaluation.samples import held_out_prompts, sample_continuations
-        prompts = held_out_prompts(a.shards, tok, a.samples, prompt_pieces=8, on_corrupt=data.on_corrupt_shard)
-        metrics["samples"] = sample_continuations(model, tok, prompts, seed=data.seed, device=device)
-    emit({**source, "shards": a.shards, "seq_len": data.seq_len, **masked, **metrics}, a.out)
-    if card is not None:
-        add_to_card(card, a, data.seq_len, masked, metrics)
-    return 0
+    return model, tok, data, source, causal
 
 
 def evaluate_text(a: argparse.Namespace, p: argparse.ArgumentParser) -> int:
