@@ -44,6 +44,31 @@ def test_shuffle_buffer_is_a_seeded_permutation():
     assert np.array_equal(shuffle_buffer(ids, 1, np.random.default_rng(1)), ids)
 
 
+def _streaming_shuffle(ids, size, rng):
+    """The shuffle buffer's definition, one item at a time (xpt_ds's own until 2026-12-04)."""
+    if size <= 1 or len(ids) <= 1:
+        return ids
+    out, buf = np.empty_like(ids), ids[:size].copy()
+    draws = rng.random(max(0, len(ids) - size))
+    for j, x in enumerate(ids[size:]):
+        i = int(draws[j] * len(buf))
+        out[j], buf[i] = buf[i], x
+    out[len(ids) - len(buf):] = rng.permutation(buf)
+    return out
+
+
+@pytest.mark.parametrize("n, size", [(0, 5), (1, 5), (7, 2), (300, 7), (300, 299), (300, 300), (300, 1000),
+                                     (5000, 1), (5000, 64), (20000, 2), (90000, 70000)])
+def test_shuffle_buffer_is_the_streaming_shuffle_item_for_item(n, size):
+    """Without the Python loop, the same order from the same draws (a run's data order, so its resume, depends on
+    it), and the generator left where the loop leaves it; 70000 > 2**16: the slots are not uint16."""
+    ids = np.random.default_rng(n).permutation(n).astype(np.int64) + 3
+    for seed in range(3):
+        a, b = np.random.default_rng(seed), np.random.default_rng(seed)
+        assert np.array_equal(shuffle_buffer(ids, size, a), _streaming_shuffle(ids, size, b))
+        assert a.random() == b.random()
+
+
 def test_stream_is_documents_with_separators_in_epoch_order(unique_shards):
     shards, docs = unique_shards
     stream = build_stream(shards, data_config(shards), BIG_VOCAB)

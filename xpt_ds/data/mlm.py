@@ -42,16 +42,26 @@ log = logging.getLogger(__name__)
 
 
 def shuffle_buffer(ids: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
-    """Streaming shuffle: hold ``size`` items, emit a random one, put the next in its place."""
+    """Streaming shuffle: hold ``size`` items, emit a random one, put the next in its place; at the end, the
+    buffer in random order. Computed without the loop, with the same draws and so the same order: step j's slot is
+    ``floor(draw_j * size)``, and it emits what the last earlier step with that slot put there (that step's
+    incoming item), or the slot's first item. At 16M documents and a buffer of 10,000 the loop took 8.1 s (numpy
+    2.4, the 2-core VM), in every DataLoader worker at every epoch; this takes 3.2 s."""
     if size <= 1 or len(ids) <= 1:
         return ids
-    out = np.empty_like(ids)
     buf = ids[:size].copy()
-    draws = rng.random(max(0, len(ids) - size))
-    for j, x in enumerate(ids[size:]):
-        i = int(draws[j] * len(buf))
-        out[j], buf[i] = buf[i], x
-    out[len(ids) - len(buf):] = rng.permutation(buf)
+    incoming = ids[len(buf):]
+    slots = (rng.random(len(incoming)) * len(buf)).astype(np.uint16 if len(buf) <= 1 << 16 else np.int64)
+    order = np.argsort(slots, kind="stable")  # by slot, then step (a radix sort for uint16)
+    same = slots[order[1:]] == slots[order[:-1]]
+    earlier, later = order[:-1][same], order[1:][same]  # consecutive steps on the same slot
+    out = np.empty_like(ids)
+    out[:len(incoming)] = buf[slots]
+    out[later] = incoming[earlier]
+    last = np.ones(len(incoming), bool)
+    last[earlier] = False  # the last step on each slot leaves its item in the buffer
+    buf[slots[last]] = incoming[last]
+    out[len(incoming):] = rng.permutation(buf)
     return out
 
 
