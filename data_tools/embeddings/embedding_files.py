@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +26,7 @@ import numpy as np
 
 from data_tools.errors import PrepareError
 from data_tools.piece_tokenizers import sha256_file
+from data_tools.pipeline.shards import whole_file
 
 FORMAT = "xpt-static-embeddings"
 FORMAT_VERSION = 1
@@ -40,12 +40,8 @@ def output_prefix(out: Path | str) -> Path:
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
-    with open(tmp, "wb") as f:
+    with whole_file(path) as f:
         f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def _npy_bytes(array: np.ndarray) -> bytes:

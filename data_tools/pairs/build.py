@@ -165,8 +165,7 @@ def write_outputs(opts: ParallelOptions, corpus: AlignedCorpus, source: SourceTo
     """Shards, dictionary.tsv (train links only), the target model and, last, manifest.json."""
     out = Path(opts.out)
     out.mkdir(parents=True, exist_ok=True)
-    path = out / "manifest.json"
-    path.unlink(missing_ok=True)  # a run cut short leaves no manifest that disagrees with the shards
+    path = out / "manifest.json"  # an earlier run's stays while its files do (write_parallel_shard retires it)
     dtypes = corpus.dtypes(source.vocab_size, target.vocab_size)
     assignment = corpus.split(opts.shards)
     splits = {name: write_split(out, name, corpus, pairs, dtypes, opts.shards.shard_pairs)
@@ -174,6 +173,7 @@ def write_outputs(opts: ParallelOptions, corpus: AlignedCorpus, source: SourceTo
     train = assignment["train"]
     counts = count_links([corpus.src[k] for k in train], [corpus.tgt[k] for k in train],
                          [corpus.s2t[k] for k in train], [corpus.t2s[k] for k in train], source.vocab_size)
+    path.unlink(missing_ok=True)  # the shards are this run's: a run cut short leaves no manifest that disagrees
     dictionary = write_dictionary(out / DICTIONARY, counts, opts.dictionary_min_count, target.pieces, source.pieces)
     model = _copy_target_model(Path(opts.target_tokenizer), out)
     files = [name for s in splits.values() for name in s["shards"]] + [DICTIONARY, model.name]

@@ -4,14 +4,13 @@ split summaries for manifest.json."""
 from __future__ import annotations
 
 import io
-import os
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from data_tools.pipeline.shards import id_dtype, shard_name
+from data_tools.pipeline.shards import id_dtype, shard_name, whole_file
 from data_tools.pipeline.split import assign_documents, split_counts
 from data_tools.pipeline.state import SPLITS
 
@@ -78,17 +77,16 @@ def _add_member(tar: tarfile.TarFile, name: str, array: np.ndarray) -> None:
 
 def write_parallel_shard(path: Path, split: str, index: int, first_pair: int, corpus: AlignedCorpus,
                          pairs: np.ndarray, dtypes: dict[str, np.dtype]) -> None:
-    """Write ``{name}.tmpPID``, fsync, rename: a shard exists under its name only when complete."""
-    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
-    with open(tmp, "wb") as fh:
+    """Write ``{name}.tmpPID``, fsync, rename (``whole_file``): a shard exists under its name only when complete.
+    Replacing an earlier run's shard retires that run's manifest.json first: it no longer describes the folder."""
+    with whole_file(path) as fh:
         with tarfile.open(fileobj=fh, mode="w", format=tarfile.USTAR_FORMAT) as tar:
             for n, k in enumerate(pairs):
                 key = pair_key(split, index, first_pair + n)
                 for member in MEMBERS:
                     _add_member(tar, f"{key}.{member}.npy", getattr(corpus, member)[k].astype(dtypes[member]))
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+        if path.exists():
+            (path.parent / "manifest.json").unlink(missing_ok=True)
 
 
 def write_split(out_dir: Path, split: str, corpus: AlignedCorpus, pairs: np.ndarray, dtypes: dict[str, np.dtype],

@@ -15,6 +15,7 @@ Tokenization is planned first and executed second, so the output does not depend
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import itertools
@@ -177,14 +178,30 @@ def forget(task: ShardTask) -> None:
     _record_path(task).unlink(missing_ok=True)
 
 
+@contextlib.contextmanager
+def whole_file(path: Path, mode: str = "wb", **kw):
+    """``path``'s new content, written to ``PATH.tmpPID`` (per process: an orphan of a killed run may linger),
+    fsynced and renamed over it: a reader never sees it half written. A failure (a full disk, a file-size limit)
+    removes the temporary file, leaves ``path`` as it was, and names ``path`` in its OSError, whose write() or
+    fsync() names no file."""
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    try:
+        with open(tmp, mode, **kw) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as e:
+        tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError) and e.filename is None:
+            raise OSError(e.errno, e.strerror, str(path)) from None
+        raise
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
+    with whole_file(path, "w", encoding="utf-8") as f:
         f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 _PROCESSORS: dict[str, object] = {}
@@ -268,10 +285,9 @@ def write_shard_task(task: ShardTask) -> dict:
     specials_before = getattr(sp, "specials", 0)
     dtype = np.dtype(task.dtype)
     final = Path(task.out_dir) / task.name
-    tmp = final.with_name(f"{final.name}.tmp{os.getpid()}")  # per process: an orphan of a killed run may linger
     forget(task)
     n_sent = n_tok = n_unk = 0
-    with open(task.source, "rb") as src, open(tmp, "wb") as fh:
+    with open(task.source, "rb") as src, whole_file(final) as fh:
         src.seek(task.start)
         with tarfile.open(fileobj=fh, mode="w", format=tarfile.USTAR_FORMAT) as tar:
             for i in range(task.n_docs):
@@ -284,9 +300,6 @@ def write_shard_task(task: ShardTask) -> dict:
                 n_unk += int(np.count_nonzero(ids == sp.unk_id)) if sp.unk_id is not None else 0
         if src.tell() != task.end:
             raise RuntimeError(f"{task.source} changed while tokenizing (shard {task.name}); re-run")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, final)
     record = {"key": task.key, "shard": task.name, "documents": task.n_docs, "sentences": n_sent, "tokens": n_tok,
               "unk": n_unk, "bytes": final.stat().st_size, "sha256": sha256_file(final),
               "task": {k: v for k, v in asdict(task).items() if k != "out_dir"},

@@ -240,6 +240,27 @@ def test_a_second_run_writes_the_same_bytes(built, tmp_path, capsys):
         assert (tmp_path / name).read_bytes() == (out / name).read_bytes(), name
 
 
+def test_a_rerun_that_cannot_write_leaves_the_earlier_output_whole(built, tmp_path, capsys):
+    """A rerun deleted the earlier output's manifest.json before writing anything: on a full disk (here a
+    file-size limit) the corpus was left without one, and a shard's temporary file stayed, after a good rerun too."""
+    import resource
+    out, args = built
+    shutil.copytree(out, tmp_path / "out")
+    args = [*args[:args.index("--out") + 1], tmp_path / "out", *args[args.index("--out") + 2:]]
+    before = {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()}
+    limit = min(len(b) for n, b in before.items() if n.endswith(".tar")) // 2
+    old = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, old[1]))  # Python ignores SIGXFSZ: write() raises EFBIG
+    try:
+        code, _, err = run_cli(capsys, *args)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, old)
+    assert code == 2 and err.strip().splitlines()[-1] == f"error: File too large: {tmp_path / 'out/train-000000.tar'}"
+    assert {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()} == before  # nothing left, nothing lost
+    assert run_cli(capsys, *args)[0] == 0
+    assert {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()} == before
+
+
 def test_long_pairs_dropped_and_uint32_for_a_large_source_vocabulary(tmp_path, toy, toy_files, capsys):
     """--max-pieces drops (and counts) a pair that is too long on either side; a source vocabulary over 65,536
     entries gives uint32 source ids."""
