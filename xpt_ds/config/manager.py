@@ -14,6 +14,7 @@ from xpt_ds.config.job import RENAMED_KEYS, ConfigError, TrainConfig, _element_t
 from xpt_ds.config.validate import validate
 from xpt_ds.config.values import Override, coerce
 from xpt_ds.errors import no_file
+from xpt_ds.io.paths import write_text_atomic
 
 
 def from_dict(cls, data, prefix: str = ""):
@@ -207,7 +208,8 @@ def config_yaml(cfg: TrainConfig) -> str:
 
 
 def save_config(cfg: TrainConfig, path: Path) -> None:
-    path.write_text(config_yaml(cfg))
+    """Whole or not at all: a full disk or a file-size limit left a cut or empty config.yaml in the run."""
+    write_text_atomic(path, config_yaml(cfg))
 
 
 def _parse_error(e: Exception) -> str:

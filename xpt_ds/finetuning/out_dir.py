@@ -31,7 +31,22 @@ class OutDir:
         return self.model
 
     def finish(self, results_text: str) -> None:
-        """An earlier run's results aside (``keep_earlier``), the staged model to ``model/``, then ``results.json``."""
+        """``results.json`` written beside its place first: where it cannot be (a full disk), OUT stays as it was
+        and the results go to stdout, not lost with the seeds' training. Then an earlier run's results aside
+        (``keep_earlier``), the staged model to ``model/``, and ``results.json`` renamed into place."""
+        written = self.path / f".results-{os.getpid()}.json"
+        try:
+            write_text_atomic(written, results_text)
+        except OSError as e:
+            print(results_text, end="", flush=True)
+            raise OSError(e.errno, e.strerror, str(self.path / "results.json")) from None
+        try:
+            self._place(written)
+        except BaseException:
+            written.unlink(missing_ok=True)
+            raise
+
+    def _place(self, written: Path) -> None:
         keep_earlier(self.path)
         if self.model is not None and self.model.is_dir():
             target = self.path / "model"
@@ -41,7 +56,7 @@ class OutDir:
                 print(f"kept the earlier {target}, which no results.json describes, as model.{n}", file=sys.stderr)
             self.model.rename(target)
             self.model, self.placed = None, True
-        write_text_atomic(self.path / "results.json", results_text)
+        os.replace(written, self.path / "results.json")
         self.placed = False
 
     def failed(self) -> None:

@@ -77,7 +77,8 @@ def _a_result(path: Path) -> bool:
 def write_text_atomic(path: Path, text: str, fsync: bool = False) -> None:
     """``path`` holds its old text or ``text``, never part of either: written beside it, then renamed over it
     (``fsync``: on disk before the rename, for a file that must survive a crash). UTF-8 whatever the locale; the
-    file beside it is this process's own, and removed when the write fails."""
+    file beside it is this process's own, and removed when the write fails; an OSError names ``path`` (write()
+    and close() name no file: a full disk read "No space left on device" alone)."""
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "w", encoding="utf-8") as f:
@@ -86,6 +87,8 @@ def write_text_atomic(path: Path, text: str, fsync: bool = False) -> None:
                 f.flush()
                 os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError) and e.filename in (None, str(tmp)):
+            raise OSError(e.errno, e.strerror, str(path)) from None
         raise

@@ -1,0 +1,62 @@
+"""Files written whole or not at all when the disk is full or a file-size limit is hit (here RLIMIT_FSIZE:
+Python ignores SIGXFSZ, so write() raises EFBIG as it raises ENOSPC on a full disk): the earlier file stays as it
+was, no temporary file is left, and the error names the file (write() and close() name none)."""
+import contextlib
+import errno
+import json
+import resource
+
+import pytest
+
+from xpt_ds.config import TrainConfig, save_config
+from xpt_ds.finetuning.out_dir import OutDir
+from xpt_ds.io.paths import write_text_atomic
+
+
+@contextlib.contextmanager
+def file_size_limit(nbytes: int):
+    old = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (nbytes, old[1]))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, old)
+
+
+def test_a_text_file_keeps_its_old_text_and_the_error_names_it(tmp_path):
+    """status.json, best.json and the like: "error: No space left on device" named no file."""
+    path = tmp_path / "status.json"
+    path.write_text("the old status\n")
+    with file_size_limit(1000), pytest.raises(OSError) as info:
+        write_text_atomic(path, "x" * 5000)
+    assert (info.value.errno, info.value.filename) == (errno.EFBIG, str(path))
+    assert path.read_text() == "the old status\n" and [p.name for p in tmp_path.iterdir()] == ["status.json"]
+
+
+def test_a_run_s_config_yaml_is_never_left_cut(tmp_path):
+    """It was written in place: a 1,024-byte config.yaml cut mid-line, or an empty one, and a finished run's
+    rewritten by a rerun under the limit."""
+    path = tmp_path / "config.yaml"
+    save_config(TrainConfig(), path)
+    whole = path.read_text()
+    assert len(whole) > 1024
+    with file_size_limit(1024), pytest.raises(OSError) as info:
+        save_config(TrainConfig(seed=7), path)
+    assert info.value.filename == str(path) and path.read_text() == whole
+    assert [p.name for p in tmp_path.iterdir()] == ["config.yaml"]
+
+
+def test_fine_tuning_results_that_cannot_be_written_go_to_stdout_and_out_stays_as_it_was(tmp_path, capsys):
+    """The earlier results.json was moved to results.1.json first, then the write failed: OUT held no
+    results.json, and the seeds' scores were lost."""
+    (tmp_path / "results.json").write_text('{"seeds": [1]}\n')
+    results = json.dumps({"seeds": [2], "summary": {"accuracy": 0.5}, "pad": "x" * 4000}) + "\n"
+    with file_size_limit(1000), pytest.raises(OSError) as info:
+        OutDir(tmp_path).finish(results)
+    assert info.value.filename == str(tmp_path / "results.json") and info.value.errno == errno.EFBIG
+    assert capsys.readouterr().out == results
+    assert [p.name for p in tmp_path.iterdir()] == ["results.json"]
+    assert (tmp_path / "results.json").read_text() == '{"seeds": [1]}\n'
+    OutDir(tmp_path).finish(results)  # with room: the earlier one aside, as before
+    assert (tmp_path / "results.json").read_text() == results
+    assert (tmp_path / "results.1.json").read_text() == '{"seeds": [1]}\n'
