@@ -60,3 +60,42 @@ def test_fine_tuning_results_that_cannot_be_written_go_to_stdout_and_out_stays_a
     OutDir(tmp_path).finish(results)  # with room: the earlier one aside, as before
     assert (tmp_path / "results.json").read_text() == results
     assert (tmp_path / "results.1.json").read_text() == '{"seeds": [1]}\n'
+
+
+def test_a_write_probe_refused_its_byte_leaves_no_file(tmp_path):
+    """The probe was made, then its byte refused (a full disk): an empty .write_probe_* stayed in run, --out and
+    export directories."""
+    from xpt_ds.io.paths import unwritable
+    with file_size_limit(0):
+        assert unwritable(tmp_path) == "File too large"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_rust_library_s_write_error_is_an_os_error_naming_the_file(tmp_path):
+    """tokenizers and safetensors raise their write errors as other exceptions naming no file: an export onto a
+    full disk was a 29-line traceback ending "Exception: No space left on device (os error 28)"."""
+    from tokenizers import Tokenizer, models
+
+    from xpt_ds.io.paths import write_error
+    with file_size_limit(10), pytest.raises(Exception) as info:
+        Tokenizer(models.WordLevel({f"w{i}": i for i in range(500)}, unk_token="w0")).save(str(tmp_path / "t.json"))
+    error = write_error(info.value, tmp_path / "export")
+    assert isinstance(error, OSError) and (error.errno, error.filename) == (errno.EFBIG, str(tmp_path / "export"))
+    assert write_error(ValueError("no such thing"), tmp_path) is None
+    assert write_error(OSError(errno.ENOSPC, "No space left on device"), tmp_path).filename == str(tmp_path)
+    assert write_error(FileNotFoundError(errno.ENOENT, "No such file or directory", "x"), tmp_path) is None
+
+
+def test_an_export_that_cannot_be_written_is_one_line_naming_out_and_keeps_the_earlier_one(straight_runs, tmp_path,
+                                                                                          capsys):
+    """The weights' write named no file ("error: File too large"), and the tokenizer's was a 29-line traceback."""
+    from xpt_ds.cli.export import main
+    run, out = straight_runs(1) / "run", tmp_path / "export"
+    assert main(["--run", str(run), "--out", str(out)]) == 0
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    with file_size_limit(4096):
+        assert main(["--run", str(run), "--out", str(out)]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"error: {out}: File too large"
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert list(tmp_path.iterdir()) == [out]  # no staging folder left

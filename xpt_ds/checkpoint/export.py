@@ -48,7 +48,7 @@ from xpt_ds.config.methods import method_of
 from xpt_ds.data.tokenizer import (copy_hf_tokenizer, export_causal_hf_tokenizer, loadable_by_transformers_4,
                                   rebuilt_by_auto, save_hf_tokenizer, saved_tokenizer)
 from xpt_ds.errors import first_line
-from xpt_ds.io.paths import unwritable
+from xpt_ds.io.paths import write_error, unwritable
 from xpt_ds.io.safetensors_files import DEFAULT_MAX_SHARD_BYTES, ShardedWriter
 from xpt_ds.io.trust import OWN_CODE
 from xpt_ds.model import adapters, extend, lora
@@ -333,6 +333,8 @@ def export(run_dir: Path, out: Path, tag: str | None = None, allow_pickle: bool 
                   f"{'; so the export writes no model card (remove it for one)' if name == CARD else ''}",
                   file=sys.stderr)
         (_fill_in_place if in_place else _put_in_place)(staging, out)
+    except Exception as e:  # the tokenizer's and safetensors' write errors are no OSError and name no file
+        raise write_error(e, out) or e
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return out

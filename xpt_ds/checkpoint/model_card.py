@@ -337,5 +337,9 @@ def add_evaluation(card: Path, setting: dict, scores: dict, scorer: str = "The m
 def write_card(path: Path, text: str) -> None:
     """Beside it, then renamed over it: a card is whole, the old or the new (UTF-8: pieces are target text)."""
     tmp = path.with_name(f".{path.name}.writing-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as e:  # a full disk: neither a half card nor its temporary file stays; the card is named
+        tmp.unlink(missing_ok=True)
+        raise OSError(e.errno, e.strerror, str(path)) from None

@@ -141,7 +141,7 @@ def save(engine, ckpt_root: Path, tag: str, client_state: dict, frozen: FrozenWe
                                     "zero_stage": engine.zero_optimization_stage()})
         deepspeed.comm.barrier()
     except (OSError, RuntimeError) as e:  # torch.save reports a failed write as a RuntimeError
-        intact = f"the newest complete checkpoint ({newest or 'none'}) is intact"
+        intact = f"the newest complete checkpoint ({newest}) is intact" if newest else "no complete checkpoint yet"
         if _peer_failed(e):
             raise CheckpointError(f"stopped writing checkpoint {tag_dir} on rank {rank} because another rank "
                                   f"failed (its error names the cause); {intact}") from None

@@ -43,7 +43,7 @@ from xpt_ds.finetuning.relation_model import (
 )
 from xpt_ds.io.file_modes import as_umask
 from xpt_ds.io.model_source import check_model_source
-from xpt_ds.io.paths import unwritable
+from xpt_ds.io.paths import write_error, unwritable
 from xpt_ds.io.trust import UntrustedError, read_config_dict, reading_weights, remote_code_consent
 from xpt_ds.model.weight_decay import decays
 
@@ -232,8 +232,11 @@ def save_finetuned(model, cfg: FinetuneConfig, prep: Prepared, out: Path) -> Non
     else:
         # LoRA: merged on the host (the seed's last use of the model), so the device never holds fp32 sums of every
         # map
-        (without_lora(model.cpu()) if cfg.lora_rank else model).save_pretrained(out)
-        prep.tokenizer.save_pretrained(str(out))
+        try:
+            (without_lora(model.cpu()) if cfg.lora_rank else model).save_pretrained(out)
+            prep.tokenizer.save_pretrained(str(out))
+        except Exception as e:  # safetensors' and the tokenizer's write errors are no OSError and name no file
+            raise write_error(e, Path(cfg.out) / "model") or e
         as_umask(out)  # safetensors writes 0600 files: the group could not read the model
     keep_spm(Path(cfg.model), out)
 

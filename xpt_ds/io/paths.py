@@ -2,8 +2,10 @@
 writes that a reader never sees half done."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 from pathlib import Path
 
 
@@ -14,13 +16,15 @@ def unwritable(directory: Path, tag: str | int = 0) -> str | None:
     file = next((p for p in [directory, *directory.parents] if p.exists() and not p.is_dir()), None)
     if file is not None:  # mkdir would say "File exists" or "Not a directory" without naming it
         return f"{file} is a file, not a directory"
+    probe = directory / f".write_probe_{tag}_{os.getpid()}"
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        probe = directory / f".write_probe_{tag}_{os.getpid()}"
         probe.write_bytes(b"x")
-        probe.unlink()
     except OSError as e:
         return e.strerror or str(e)
+    finally:  # made, then its byte refused (a full disk): not left behind
+        with contextlib.suppress(OSError):
+            probe.unlink(missing_ok=True)
     return None
 
 
@@ -92,3 +96,19 @@ def write_text_atomic(path: Path, text: str, fsync: bool = False) -> None:
         if isinstance(e, OSError) and e.filename in (None, str(tmp)):
             raise OSError(e.errno, e.strerror, str(path)) from None
         raise
+
+
+_RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+
+
+def write_error(e: Exception, path: Path) -> OSError | None:
+    """``e`` as an OSError naming ``path``, for a failed write that names no file: an OSError of write() or close()
+    (a full disk), or a Rust library's (tokenizers, safetensors) other exception ending "... (os error 28)"; None
+    for any other exception, an OSError that names its file included."""
+    if isinstance(e, OSError):
+        return OSError(e.errno, e.strerror, str(path)) if e.filename is None else None
+    found = _RUST_OS_ERROR.search(str(e))
+    if found is None:
+        return None
+    code = int(found.group(1))
+    return OSError(code, os.strerror(code), str(path))

@@ -215,7 +215,7 @@ def describe(status: dict, now: float | None = None) -> str:
         return "no status (the run has not started, or its status.json cannot be read)"
     state = status.get("state", "?")
     where = (f"phase '{status.get('phase')}', global step {status.get('global_step')} of "
-             f"{status.get('total_steps')}; last complete checkpoint {status.get('last_complete_checkpoint')}"
+             f"{status.get('total_steps')}; last complete checkpoint {status.get('last_complete_checkpoint') or 'none'}"
              if status.get("global_step") is not None else "it stopped before its first step (no checkpoint)")
     if state == "died":
         return f"died ({status['died']}); {where}; the same command resumes from the newest complete checkpoint"
