@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import re
 import sys
 from pathlib import Path
 from typing import Iterator
@@ -29,4 +31,11 @@ def cli_errors(out: Path | None = None) -> Iterator[None]:
     except OSError as e:
         where = f": {e.filename}" if e.filename else (f" (writing under {out})" if out is not None else "")
         print(f"error: {e.strerror or e}{where}", file=sys.stderr)
+        sys.exit(2)
+    except Exception as e:  # tokenizers' and safetensors' failed writes: no OSError, "... (os error 28)"
+        found = re.search(r"\(os error (\d+)\)", str(e))
+        if found is None:
+            raise
+        where = f" (writing under {out})" if out is not None else ""
+        print(f"error: {os.strerror(int(found.group(1)))}{where}", file=sys.stderr)
         sys.exit(2)

@@ -131,3 +131,24 @@ def test_a_gguf_file_given_as_a_tokenizer_directory_is_named_as_such(tmp_path):
     with pytest.raises(PrepareError, match=r"model\.Q4_1\.gguf is a \.gguf file, not a Hugging Face tokenizer "
                                            r"directory or hub id: write it to a directory first"):
         HfTokenizer(str(gguf))
+
+
+def test_a_rust_library_s_failed_write_is_one_error_line(tmp_path, capsys):
+    """extend-vocab's tokenizer save onto a full disk was a traceback ending "Exception: No space left on device
+    (os error 28)": tokenizers raises no OSError. A real tokenizer's save under a file-size limit here."""
+    import resource
+
+    from tokenizers import Tokenizer, models
+
+    from data_tools.errors import cli_errors
+    old = resource.getrlimit(resource.RLIMIT_FSIZE)
+    with pytest.raises(SystemExit) as info, cli_errors(tmp_path):
+        resource.setrlimit(resource.RLIMIT_FSIZE, (10, old[1]))
+        try:
+            Tokenizer(models.WordLevel({f"w{i}": i for i in range(500)}, unk_token="w0")).save(str(tmp_path / "t"))
+        finally:
+            resource.setrlimit(resource.RLIMIT_FSIZE, old)
+    assert info.value.code == 2
+    assert capsys.readouterr().err == f"error: File too large (writing under {tmp_path})\n"
+    with pytest.raises(ValueError, match="^a bug$"), cli_errors(tmp_path):
+        raise ValueError("a bug")  # any other exception stays a traceback
