@@ -227,3 +227,21 @@ def test_a_resume_sets_aside_later_rows_and_lines_that_are_not_rows(tmp_path):
     logger.close()
     assert [json.loads(x)["step"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]
     assert (tmp_path / "metrics.superseded.jsonl").read_bytes() == garbage[0] + rows[2] + garbage[1]
+
+
+def test_a_row_that_cannot_be_written_names_metrics_jsonl(tmp_path):
+    """On a full disk the run ended with "error: No space left on device", naming no file (here a file-size limit:
+    Python ignores SIGXFSZ, so write() raises EFBIG as it raises ENOSPC)."""
+    import errno
+    import resource
+    logger = MetricsLogger(tmp_path, enabled=True, tensorboard=False, progress=False)
+    logger.start(0, 8)
+    old = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (100, old[1]))
+    try:
+        with pytest.raises(OSError) as info:
+            logger.log(1, {"train/loss": 1.0, "note": "x" * 200})
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, old)
+        logger.close()
+    assert (info.value.errno, info.value.filename) == (errno.EFBIG, str(tmp_path / "metrics.jsonl"))

@@ -197,11 +197,13 @@ class MetricsLogger:
     def log(self, step: int, scalars: dict[str, float]) -> None:
         if self.jsonl is None:
             return
-        for k, v in scalars.items():
-            if self.writer is not None and v is not None:
-                self.writer.add_scalar(k, v, step)
-        self.jsonl.write(json.dumps({"step": step, "time": time.time(), **scalars}) + "\n")
-        self.jsonl.flush()
+        with _named(self.run_dir / "tb"):
+            for k, v in scalars.items():
+                if self.writer is not None and v is not None:
+                    self.writer.add_scalar(k, v, step)
+        with _named(self.run_dir / "metrics.jsonl"):
+            self.jsonl.write(json.dumps({"step": step, "time": time.time(), **scalars}) + "\n")
+            self.jsonl.flush()
         if self.bar is not None:
             short = {k.split("/")[-1]: v for k, v in scalars.items() if k.startswith(("train/", "mem/"))
                      and v is not None}
@@ -261,3 +263,14 @@ def progress_line(step: int, total_steps: int, scalars: dict[str, float], eta_s:
         memory.append(f"GPU peak {get('mem/gpu_peak_allocated_gib'):.2f} GiB allocated, "
                       f"{get('mem/gpu_peak_reserved_gib'):.2f} reserved")
     return ", ".join(parts) + ("; " + ", ".join(memory) if memory else "")
+
+
+@contextlib.contextmanager
+def _named(path: Path):
+    """An OSError naming no file (write() on a full disk) names ``path``: "No space left on device" said nothing."""
+    try:
+        yield
+    except OSError as e:
+        if e.filename is not None:
+            raise
+        raise OSError(e.errno, e.strerror, str(path)) from None
