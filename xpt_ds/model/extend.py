@@ -46,7 +46,7 @@ class SplitEmbedding(nn.Module):
         self.old = old
         self.old_rows, self.new_rows = _parts(stock.weight, stock.num_embeddings, stock.embedding_dim, old)
         self.padding_idx = stock.padding_idx
-        scale = getattr(stock, "embed_scale", None)  # Gemma3's scaled embedding multiplies in its forward
+        scale = getattr(stock, "embed_scale", None)  # Gemma2's and Gemma3's scaled embeddings multiply in forward
         if scale is not None:
             self.register_buffer("embed_scale", scale.detach().clone(), persistent=False)
 
