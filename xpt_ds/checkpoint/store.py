@@ -282,7 +282,7 @@ def _own_step_counts(optimizer) -> None:
     DeepSpeedCPUAdam in an int they hand to their kernels; a checkpoint of the other (optim.torch_adam changed on a
     resume) holds the other kind. Every tensor count is a copy of its own: DeepSpeed's ZeRO-3 universal load gives
     every param group the same ``step`` tensor, which torch's AdamW would then advance once per group per step."""
-    as_tensor = type(optimizer).__module__.startswith("torch.optim")
+    as_tensor = isinstance(optimizer, torch.optim.Adam)  # torch's AdamW (and its slice-wise step) subclass it
     for state in optimizer.state.values():
         step = state.get("step")
         if step is None:

@@ -33,6 +33,7 @@ from xpt_ds.model.objective import build_objective
 from xpt_ds.model.skeleton import full_shape, materialize, skeleton
 from xpt_ds.model.weight_decay import decays
 from xpt_ds.runtime.op_builds import check_arch_list, check_build_lock, fused_adam_is_jit_built
+from xpt_ds.training.adamw import ChunkedAdamW
 from xpt_ds.model.recompute import checkpoint_layers
 from xpt_ds.training.compile import compile_blocks
 
@@ -300,7 +301,7 @@ def _param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 def build_optimizer(model: nn.Module, o: OptimConfig, ds: dict) -> torch.optim.Optimizer:
     groups = _param_groups(model, o.weight_decay)
     if o.torch_adam:
-        return torch.optim.AdamW(groups, lr=0.0, betas=tuple(o.betas), eps=o.eps, foreach=False)
+        return ChunkedAdamW(groups, lr=0.0, betas=tuple(o.betas), eps=o.eps, foreach=False)
     if ds.get("zero_optimization", {}).get("offload_optimizer", {}).get("device") == "cpu":
         from deepspeed.ops.adam import DeepSpeedCPUAdam  # ZeRO-Offload steps on the host
         check_build_lock("CPUAdamBuilder")
