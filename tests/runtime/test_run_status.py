@@ -215,7 +215,8 @@ def test_the_exit_status_is_the_worst_runs_and_a_run_that_never_stepped_says_so(
     assert capsys.readouterr().out.splitlines()[1] == f"{failed}: failed: config key 'logging.tensorboard': cannot " \
         "write ...; it stopped before its first step (no checkpoint)"
     assert main([halted]) == 3
-    assert capsys.readouterr().out == f"{halted}: halted; phase 'p1', global step 3 of 8; last complete checkpoint none\n"
+    assert capsys.readouterr().out == f"{halted}: halted; phase 'p1', global step 3 of 8; last complete checkpoint " \
+        "none\n"
     assert main([failed, str(tmp_path / "typo")]) == 2  # (the checkpoint read "None")
     capsys.readouterr()
     assert main([str(tmp_path)]) == 0
