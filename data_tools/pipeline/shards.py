@@ -193,7 +193,7 @@ def whole_file(path: Path, mode: str = "wb", **kw):
         os.replace(tmp, path)
     except BaseException as e:
         tmp.unlink(missing_ok=True)
-        if isinstance(e, OSError) and e.filename is None:
+        if isinstance(e, OSError) and e.filename is None and e.errno is not None:
             raise OSError(e.errno, e.strerror, str(path)) from None
         raise
 

@@ -84,6 +84,7 @@ def test_a_rust_library_s_write_error_is_an_os_error_naming_the_file(tmp_path):
     assert write_error(ValueError("no such thing"), tmp_path) is None
     assert write_error(OSError(errno.ENOSPC, "No space left on device"), tmp_path).filename == str(tmp_path)
     assert write_error(FileNotFoundError(errno.ENOENT, "No such file or directory", "x"), tmp_path) is None
+    assert write_error(OSError("--out x: cannot write there"), tmp_path) is None  # a message of our own stays
 
 
 def test_an_export_that_cannot_be_written_is_one_line_naming_out_and_keeps_the_earlier_one(straight_runs, tmp_path,

@@ -342,4 +342,4 @@ def write_card(path: Path, text: str) -> None:
         os.replace(tmp, path)
     except OSError as e:  # a full disk: neither a half card nor its temporary file stays; the card is named
         tmp.unlink(missing_ok=True)
-        raise OSError(e.errno, e.strerror, str(path)) from None
+        raise (OSError(e.errno, e.strerror, str(path)) if e.errno is not None else e) from None

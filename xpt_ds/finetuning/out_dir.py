@@ -39,7 +39,8 @@ class OutDir:
             write_text_atomic(written, results_text)
         except OSError as e:
             print(results_text, end="", flush=True)
-            raise OSError(e.errno, e.strerror, str(self.path / "results.json")) from None
+            raise (OSError(e.errno, e.strerror, str(self.path / "results.json")) if e.errno is not None else e) \
+                from None
         try:
             self._place(written)
         except BaseException:

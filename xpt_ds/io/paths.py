@@ -93,7 +93,7 @@ def write_text_atomic(path: Path, text: str, fsync: bool = False) -> None:
         os.replace(tmp, path)
     except BaseException as e:
         tmp.unlink(missing_ok=True)
-        if isinstance(e, OSError) and e.filename in (None, str(tmp)):
+        if isinstance(e, OSError) and e.errno is not None and e.filename in (None, str(tmp)):
             raise OSError(e.errno, e.strerror, str(path)) from None
         raise
 
@@ -105,8 +105,8 @@ def write_error(e: Exception, path: Path) -> OSError | None:
     """``e`` as an OSError naming ``path``, for a failed write that names no file: an OSError of write() or close()
     (a full disk), or a Rust library's (tokenizers, safetensors) other exception ending "... (os error 28)"; None
     for any other exception, an OSError that names its file included."""
-    if isinstance(e, OSError):
-        return OSError(e.errno, e.strerror, str(path)) if e.filename is None else None
+    if isinstance(e, OSError):  # one of errno's, not a message of its own
+        return OSError(e.errno, e.strerror, str(path)) if e.filename is None and e.errno is not None else None
     found = _RUST_OS_ERROR.search(str(e))
     if found is None:
         return None

@@ -271,6 +271,6 @@ def _named(path: Path):
     try:
         yield
     except OSError as e:
-        if e.filename is not None:
+        if e.filename is not None or e.errno is None:
             raise
         raise OSError(e.errno, e.strerror, str(path)) from None
