@@ -28,6 +28,7 @@ from xpt_ds.config.methods import METHODS
 from xpt_ds.config.phase_checks import phase_objectives
 from xpt_ds.embedding_init.context import summary
 from xpt_ds.errors import UserError, first_line
+from xpt_ds.io.paths import write_error
 from xpt_ds.model.phases import preset_patterns, select
 
 CARD = "README.md"
@@ -342,4 +343,4 @@ def write_card(path: Path, text: str) -> None:
         os.replace(tmp, path)
     except OSError as e:  # a full disk: neither a half card nor its temporary file stays; the card is named
         tmp.unlink(missing_ok=True)
-        raise (OSError(e.errno, e.strerror, str(path)) if e.errno is not None else e) from None
+        raise write_error(OSError(e.errno, e.strerror), path) or e from None

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from xpt_ds.io.paths import write_text_atomic
+from xpt_ds.io.paths import write_error, write_text_atomic
 
 
 class OutDir:
@@ -39,8 +39,7 @@ class OutDir:
             write_text_atomic(written, results_text)
         except OSError as e:
             print(results_text, end="", flush=True)
-            raise (OSError(e.errno, e.strerror, str(self.path / "results.json")) if e.errno is not None else e) \
-                from None
+            raise write_error(OSError(e.errno, e.strerror), self.path / "results.json") or e from None
         try:
             self._place(written)
         except BaseException:

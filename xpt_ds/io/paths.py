@@ -9,11 +9,16 @@ import re
 from pathlib import Path
 
 
+def _file_in_path(directory: Path) -> Path | None:
+    """``directory`` itself or a parent of it that exists as a file, not a directory."""
+    return next((p for p in [directory, *directory.parents] if p.exists() and not p.is_dir()), None)
+
+
 def unwritable(directory: Path, tag: str | int = 0) -> str | None:
     """Why files cannot be created in ``directory`` (made if missing), or None. Tries for real, because
     permission bits say nothing to root, and a read-only mount or an immutable directory says no to root too.
     ``tag`` keeps concurrent probes (one per rank) apart."""
-    file = next((p for p in [directory, *directory.parents] if p.exists() and not p.is_dir()), None)
+    file = _file_in_path(directory)
     if file is not None:  # mkdir would say "File exists" or "Not a directory" without naming it
         return f"{file} is a file, not a directory"
     probe = directory / f".write_probe_{tag}_{os.getpid()}"
@@ -34,7 +39,7 @@ def unwritable_unmade(directory: Path) -> str | None:
     cannot create in (no permission, a read-only mount), is the reason."""
     if directory.is_dir():
         return unwritable(directory)
-    file = next((p for p in [directory, *directory.parents] if p.exists() and not p.is_dir()), None)
+    file = _file_in_path(directory)
     if file is not None:
         return f"{file} is a file, not a directory"
     parent = next(p for p in directory.parents if p.is_dir())
@@ -93,8 +98,11 @@ def write_text_atomic(path: Path, text: str, fsync: bool = False) -> None:
         os.replace(tmp, path)
     except BaseException as e:
         tmp.unlink(missing_ok=True)
-        if isinstance(e, OSError) and e.errno is not None and e.filename in (None, str(tmp)):
-            raise OSError(e.errno, e.strerror, str(path)) from None
+        if isinstance(e, OSError) and e.filename == str(tmp):  # the file beside it: name the one asked for
+            e.filename = None
+        named = write_error(e, path) if isinstance(e, Exception) else None
+        if named is not None:
+            raise named from None
         raise
 
 

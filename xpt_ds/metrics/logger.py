@@ -15,7 +15,7 @@ import torch
 
 from xpt_ds.config import H100_PEAK_TFLOPS
 from xpt_ds.errors import first_line
-from xpt_ds.io.paths import unwritable, write_text_atomic
+from xpt_ds.io.paths import unwritable, write_error, write_text_atomic
 from xpt_ds.metrics.memory import memory_scalars
 
 log = logging.getLogger(__name__)
@@ -197,13 +197,17 @@ class MetricsLogger:
     def log(self, step: int, scalars: dict[str, float]) -> None:
         if self.jsonl is None:
             return
-        with _named(self.run_dir / "tb"):
+        try:
             for k, v in scalars.items():
                 if self.writer is not None and v is not None:
                     self.writer.add_scalar(k, v, step)
-        with _named(self.run_dir / "metrics.jsonl"):
+        except OSError as e:  # a full disk: write() names no file
+            raise write_error(e, self.run_dir / "tb") or e
+        try:
             self.jsonl.write(json.dumps({"step": step, "time": time.time(), **scalars}) + "\n")
             self.jsonl.flush()
+        except OSError as e:
+            raise write_error(e, self.run_dir / "metrics.jsonl") or e
         if self.bar is not None:
             short = {k.split("/")[-1]: v for k, v in scalars.items() if k.startswith(("train/", "mem/"))
                      and v is not None}
@@ -263,14 +267,3 @@ def progress_line(step: int, total_steps: int, scalars: dict[str, float], eta_s:
         memory.append(f"GPU peak {get('mem/gpu_peak_allocated_gib'):.2f} GiB allocated, "
                       f"{get('mem/gpu_peak_reserved_gib'):.2f} reserved")
     return ", ".join(parts) + ("; " + ", ".join(memory) if memory else "")
-
-
-@contextlib.contextmanager
-def _named(path: Path):
-    """An OSError naming no file (write() on a full disk) names ``path``: "No space left on device" said nothing."""
-    try:
-        yield
-    except OSError as e:
-        if e.filename is not None or e.errno is None:
-            raise
-        raise OSError(e.errno, e.strerror, str(path)) from None
