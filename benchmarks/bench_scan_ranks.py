@@ -9,6 +9,9 @@ Timed here, each in 1 process and in N processes started together (the ranks of 
 - ``sha256``: ``sha256_file`` of every shard alone;
 - ``scan + sha256 of 1/N``: ``scan`` of every shard and the sha256 of every N-th one, from the process's own
   offset: a rank's work when the N ranks of a node share the hashing.
+- ``records: first start``: ``scan + sha256`` with ``data.reuse_scans`` (``xpt_ds.data.scan_records``) and no
+  records yet: the N processes share the scanning and record each shard;
+- ``records: resume``: the same once every record is there (it must follow ``records: first start``).
 The passes take turns within each repeat (a busy machine's changing load falls on all alike), with the shards in
 the page cache (after a warm-up pass) and/or evicted from it before each pass (``posix_fadvise(DONTNEED)``, no
 root needed), so that the first reader reads the disk (``--cache``). Each line gives every
@@ -25,12 +28,14 @@ import argparse
 import multiprocessing as mp
 import os
 import platform
+import shutil
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 from bench_shard_scan import make_corpus
+from xpt_ds.data.scan_records import Records, kept
 from xpt_ds.data.shards import scan_shards
 from xpt_ds.io.digest import sha256_file
 
@@ -55,6 +60,23 @@ def scan_sha_slice(paths: list[str], expected: dict, rank: int = 0, ranks: int =
     scan_shards(paths, "fail", {p: e if p in mine else e[:2] for p, e in expected.items()}, VOCAB, FORBIDDEN)
 
 
+RECORDS = Path(tempfile.gettempdir()) / f"bench_scan_records_{os.getpid()}"  # set by main (--dir's sibling)
+
+
+def records_first(paths: list[str], expected: dict, rank: int = 0, ranks: int = 1) -> None:
+    """A run's first start with ``data.reuse_scans``: no records yet; the N processes share the scanning."""
+    with kept(Records(RECORDS, (rank, ranks))):
+        scan_shards(paths, "fail", expected, VOCAB, FORBIDDEN)
+
+
+def records_resume(paths: list[str], expected: dict, rank: int = 0, ranks: int = 1) -> None:
+    """A resume: every shard's record is there (the previous pass wrote them)."""
+    records = Records(RECORDS, (rank, ranks))
+    with kept(records):
+        scan_shards(paths, "fail", expected, VOCAB, FORBIDDEN)
+    assert records.counts["scanned"] == 0, records.counts
+
+
 def disk_read_bytes() -> int:
     with open("/proc/self/io") as f:
         return int(next(line for line in f if line.startswith("read_bytes:")).split()[1])
@@ -63,7 +85,7 @@ def disk_read_bytes() -> int:
 def _rank(work, paths, expected, rank, ranks, barrier, out) -> None:
     barrier.wait()
     t0, c0, r0 = time.perf_counter(), time.process_time(), disk_read_bytes()
-    if work is scan_sha_slice:
+    if work in (scan_sha_slice, records_first, records_resume):
         work(paths, expected, rank, ranks)
     else:
         work(paths, expected)
@@ -105,7 +127,8 @@ def resident(paths: list[str]) -> float:
     return sum(res) / max(1, sum(size))
 
 
-WORK = {"scan + sha256": scan_with_sha, "scan": scan_only, "sha256": sha_only, "scan + sha256 of 1/N": scan_sha_slice}
+WORK = {"scan + sha256": scan_with_sha, "scan": scan_only, "sha256": sha_only, "scan + sha256 of 1/N": scan_sha_slice,
+        "records: first start": records_first, "records: resume": records_resume}
 
 
 def table(paths: list[str], expected: dict, ranks: int, repeats: int, cold: bool, work: list[str]) -> None:
@@ -117,6 +140,8 @@ def table(paths: list[str], expected: dict, ranks: int, repeats: int, cold: bool
         scan_with_sha(paths, expected)  # warm-up: page cache, imports
     for _ in range(repeats):
         for name, n in passes:
+            if name == "records: first start":
+                shutil.rmtree(RECORDS, ignore_errors=True)
             if cold:
                 evict(paths)
             cached = resident(paths)
@@ -157,8 +182,11 @@ def main() -> None:
         print(f"{platform.machine()} {os.cpu_count()} CPUs, Python {platform.python_version()}; {args.docs:,} "
               f"documents in {args.shards} shards, {size / 2**30:.2f} GiB (ready in {time.perf_counter() - t0:.0f}"
               " s)")
-        for cold in {"warm": (False,), "cold": (True,), "both": (False, True)}[args.cache]:
-            table(paths, expected, args.ranks, args.repeats, cold, args.work)
+        try:
+            for cold in {"warm": (False,), "cold": (True,), "both": (False, True)}[args.cache]:
+                table(paths, expected, args.ranks, args.repeats, cold, args.work)
+        finally:
+            shutil.rmtree(RECORDS, ignore_errors=True)
 
 
 if __name__ == "__main__":

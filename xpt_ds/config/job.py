@@ -162,6 +162,10 @@ class DataConfig:
                               "English), forked once before training and kept for the run (0 = read in the "
                               "training process).")
     on_corrupt_shard: str = doc("fail", "A corrupt shard is 'fail' (stop, naming it) or 'skip' (logged and counted).")
+    reuse_scans: bool = doc(True, "Record each shard's start-up scan (index, largest id, checks) in RUN_DIR/scans, so "
+                                  "that a resume reads it instead of reading the shard again, unless the file or what "
+                                  "its manifest records changed; the ranks of a node share a first start's scans "
+                                  "(docs/shard_format.md). false: every rank scans every shard at every start.")
     train_tokens: int = doc(0, "Use only the first N tokens of the training corpus, in the fixed document order of "
                                "data.seed (pieces plus separators; the last document is cut), the same subset every "
                                "epoch; a smaller N's subset is a prefix of a larger one's. 0 = all.")

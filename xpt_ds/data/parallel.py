@@ -199,7 +199,8 @@ def scan_pair_shards(paths: list[str], on_corrupt: str, vocabs: tuple[int, int],
     """The readable parallel shards, and the skipped ones (``on_corrupt='skip'``, as ``shards.scan_shards``).
     ``digests``: ``parallel_digests``; ``forbidden``: as ``scan_pair_shard``'s."""
     return scan_each(paths, on_corrupt,
-                     lambda path: scan_pair_shard(path, vocabs, (digests or {}).get(path), forbidden))
+                     lambda path: scan_pair_shard(path, vocabs, (digests or {}).get(path), forbidden),
+                     lambda path: ("pairs", vocabs, (digests or {}).get(path), forbidden), lambda _, ix: PairShard(*ix))
 
 
 class PairCorpus:

@@ -21,6 +21,7 @@ from typing import BinaryIO, TypeVar
 
 import numpy as np
 
+from xpt_ds.data import scan_records
 from xpt_ds.data.tar_index import read_index
 from xpt_ds.errors import UserError
 from xpt_ds.io.digest import sha256_file
@@ -255,16 +256,27 @@ def scan_shards(paths: list[str], on_corrupt: str, expected: dict[str, tuple] | 
     ``expected``: path -> (documents, tokens[, sha256]) from the manifest, for the shards it lists. ``vocab``:
     (vocab size, tokenizer name): a shard holding an id >= the vocab size is corrupt too, and so is one holding an id of
     ``forbidden`` (``TargetTokenizer.not_in_shards``)."""
-    return scan_each(paths, on_corrupt, lambda path: scan_shard(path, (expected or {}).get(path), vocab, forbidden))
+    return scan_each(paths, on_corrupt, lambda path: scan_shard(path, (expected or {}).get(path), vocab, forbidden),
+                     lambda path: ("tokens", (expected or {}).get(path), vocab, forbidden), lambda _, ix: ix[0])
 
 
-def scan_each(paths: list[str], on_corrupt: str, scan: Callable[[str], T]) -> tuple[list[T], list[str]]:
+def scan_each(paths: list[str], on_corrupt: str, scan: Callable[[str], T], inputs: Callable[[str], tuple] | None = None,
+              rebuild: Callable[[str, list[ShardIndex]], T] | None = None) -> tuple[list[T], list[str]]:
     """``scan`` of every path, and the paths whose scan raised DataError: skipped with a warning under
-    ``on_corrupt='skip'``, else the error stands (target shards here, parallel shards in ``data.parallel``)."""
+    ``on_corrupt='skip'``, else the error stands (target shards here, parallel shards in ``data.parallel``).
+    Inside ``scan_records.kept`` (a run's start), each path's result comes from the run's record of it where one
+    matches ``inputs(path)`` (what the scan checks besides the file), ``rebuild`` making the result of the path and
+    its indexes; the first corrupt shard in ``paths``' order is the one named, whatever order the scans ran in."""
+    records = scan_records.active()
+    found = {} if records is None or inputs is None else scan_records.scan_all(
+        records, paths, scan, inputs, lambda path, parts: rebuild(path, [ShardIndex(path, *p) for p in parts]))
     good, skipped = [], []
     for path in paths:
         try:
-            good.append(scan(path))
+            result = found[path] if path in found else scan(path)
+            if isinstance(result, Exception):
+                raise result
+            good.append(result)
         except DataError as e:
             if on_corrupt != "skip":
                 raise

@@ -3,17 +3,23 @@ data.mix, a blend of corpora), validation, each data.mix corpus's validation, an
 their worker processes; its state, where the training stream is, is checkpointed as ``data``."""
 from __future__ import annotations
 
+import logging
+from pathlib import Path
+
 import torch
 
 from xpt_ds.config import TrainConfig
 from xpt_ds.config.phase_checks import mix_weights, phase_objectives
 from xpt_ds.data.mixture import MAIN
+from xpt_ds.data import scan_records
 from xpt_ds.data.mlm import build_mix_validation, build_streams
 from xpt_ds.errors import UserError
 from xpt_ds.training.guards import check_streams_agree, shard_layouts, skipped_shards
 from xpt_ds.trelm.data import TreLMBatchStream, build_trelm_stream
 from xpt_ds.trelm.valid import build_cdlm_validation
 from xpt_ds.trelm.work import micro_batch_work
+
+log = logging.getLogger(__name__)
 
 
 class Streams:
@@ -85,14 +91,18 @@ class Streams:
 
 def open_streams(cfg: TrainConfig, tok, hf_config, rank: int, world: int, causal: bool) -> Streams:
     """Every rank's streams; a problem on one rank stops them all (``check_streams_agree``), not it alone."""
+    records = scan_records.run_records(Path(cfg.run_dir), cfg.data.reuse_scans)
     try:
-        train, valid = build_streams(cfg.data, tok, cfg.optim.micro_batch_size, rank, world, causal=causal)
-        mixed = build_mix_validation(cfg.data, train)
-        if cfg.data.parallel_shards or cfg.data.source_shards:  # TreLM: the phase's other objectives join MLM
-            train = build_trelm_stream(train, cfg, tok, hf_config.xpt_trelm_source_vocab_size, rank, world)
-        cdlm = None if not isinstance(train, TreLMBatchStream) else build_cdlm_validation(
-            cfg, train.source_tok, tok, rank, world)  # data.parallel_valid_shards
+        with scan_records.kept(records):
+            train, valid = build_streams(cfg.data, tok, cfg.optim.micro_batch_size, rank, world, causal=causal)
+            mixed = build_mix_validation(cfg.data, train)
+            if cfg.data.parallel_shards or cfg.data.source_shards:  # TreLM: the phase's other objectives join MLM
+                train = build_trelm_stream(train, cfg, tok, hf_config.xpt_trelm_source_vocab_size, rank, world)
+            cdlm = None if not isinstance(train, TreLMBatchStream) else build_cdlm_validation(
+                cfg, train.source_tok, tok, rank, world)  # data.parallel_valid_shards
         streams, problem = Streams(train, valid, cdlm, mixed), None
+        if records is not None and rank == 0:
+            log.info(records.summary())
     except (UserError, OSError) as e:
         streams, problem = None, e
     check_streams_agree(problem, [] if problem else streams.skipped_shards(),

@@ -1,0 +1,153 @@
+"""A run's record of its shard scans (``xpt_ds.data.scan_records``): a later start reads it instead of scanning
+again, gets the same indexes, and scans again whatever changed (the file, what is checked, a torn record); a
+corrupt shard is never recorded, and the one named is the first in the paths' order whatever order the ranks of a
+node scanned them in."""
+from __future__ import annotations
+
+import logging
+import os
+
+import numpy as np
+import pytest
+
+from conftest import write_shard
+from trelm_builders import write_parallel
+from xpt_ds.data import parallel, scan_records, shards
+from xpt_ds.data.scan_records import Records, kept, work_order
+from xpt_ds.data.shards import DataError, scan_shards
+
+VOCAB, SPECIAL = (200, "spm"), (0, 1, 2, 4)
+
+
+@pytest.fixture
+def paths(tmp_path):
+    rng = np.random.default_rng(0)
+    return [write_shard(tmp_path / f"train-{s}.tar", [rng.integers(5, 200, int(rng.integers(1, 50)))
+                                                      for _ in range(int(rng.integers(2, 9)))]) for s in range(4)]
+
+
+@pytest.fixture
+def scans(monkeypatch):
+    """The paths scan_shard and scan_pair_shard read, in order."""
+    seen = []
+
+    def counted(real):
+        def scan(path, *args, **kwargs):
+            seen.append(path)
+            return real(path, *args, **kwargs)
+        return scan
+    monkeypatch.setattr(shards, "scan_shard", counted(shards.scan_shard))
+    monkeypatch.setattr(parallel, "scan_pair_shard", counted(parallel.scan_pair_shard))
+    return seen
+
+
+def same(a, b) -> bool:
+    return (a.path == b.path and a.dtype == b.dtype and a.max_id == b.max_id and a.offsets.dtype == np.int64
+            and np.array_equal(a.offsets, b.offsets) and np.array_equal(a.lengths, b.lengths))
+
+
+def test_a_later_start_reads_the_records_and_gets_the_same_indexes(tmp_path, paths, scans):
+    plain, _ = scan_shards(paths, "fail", None, VOCAB, SPECIAL)
+    records = Records(tmp_path / "scans")
+    with kept(records):
+        first, _ = scan_shards(paths, "fail", None, VOCAB, SPECIAL)
+    assert scans == paths * 2 and len(list(records.directory.glob("*.npz"))) == 4
+    again = Records(tmp_path / "scans")
+    with kept(again):
+        second, _ = scan_shards(paths, "fail", None, VOCAB, SPECIAL)
+    assert scans == paths * 2 and again.counts == {"read": 4, "scanned": 0}
+    assert all(same(a, b) and same(a, c) for a, b, c in zip(plain, first, second))
+    assert "4 read from" in again.summary() and "0 scanned" in again.summary()
+
+
+def test_what_the_scan_checks_is_part_of_the_record(tmp_path, paths, scans):
+    records = Records(tmp_path / "scans")
+    with kept(records):
+        scan_shards(paths, "fail", None, VOCAB, SPECIAL)
+        scan_shards(paths, "fail", None, (300, "other.model"), SPECIAL)  # another tokenizer
+        scan_shards(paths, "fail", None, VOCAB, (0, 1, 2, 3, 4))  # more special ids
+        scan_shards(paths, "fail", None, VOCAB, SPECIAL)
+    assert scans == paths * 3
+    with pytest.raises(DataError, match="the manifest records 1 / 1"), kept(records):
+        scan_shards(paths, "fail", {paths[2]: (1, 1)}, VOCAB, SPECIAL)  # another manifest record
+
+
+def test_a_shard_rewritten_with_its_own_bytes_and_mtime_is_scanned_again(tmp_path, paths, scans):
+    with kept(Records(tmp_path / "scans")):
+        scan_shards(paths, "fail", None, VOCAB, SPECIAL)
+    st = os.stat(paths[1])
+    data = open(paths[1], "rb").read()
+    with open(paths[1], "wb") as fh:
+        fh.write(data)
+    os.utime(paths[1], ns=(st.st_atime_ns, st.st_mtime_ns))  # its change time cannot be set back
+    assert os.stat(paths[1]).st_mtime_ns == st.st_mtime_ns
+    with kept(Records(tmp_path / "scans")):
+        scan_shards(paths, "fail", None, VOCAB, SPECIAL)
+    assert scans == paths + [paths[1]]
+
+
+def test_a_torn_or_foreign_record_is_scanned_again(tmp_path, paths, scans):
+    records = Records(tmp_path / "scans")
+    with kept(records):
+        want, _ = scan_shards(paths, "fail", None, VOCAB, SPECIAL)
+    files = sorted(records.directory.glob("*.npz"), key=os.path.getmtime)
+    files[0].write_bytes(files[0].read_bytes()[:100])
+    np.savez(files[1], meta=np.array("{}"))
+    with kept(Records(tmp_path / "scans")):
+        got, _ = scan_shards(paths, "fail", None, VOCAB, SPECIAL)
+    assert len(scans) == 6 and all(same(a, b) for a, b in zip(want, got))
+    with kept(Records(tmp_path / "scans")):  # written again, whole
+        scan_shards(paths, "fail", None, VOCAB, SPECIAL)
+    assert len(scans) == 6
+
+
+def test_a_corrupt_shard_is_named_in_order_and_never_recorded(tmp_path, paths, scans, caplog):
+    for bad in (paths[0], paths[2]):
+        open(bad, "r+b").truncate(700)
+    records = Records(tmp_path / "scans", share=(1, 2))  # scans paths 1 and 3, then 2, then 0
+    with pytest.raises(DataError, match=f"corrupt shard {paths[0]}: "), kept(records):
+        scan_shards(paths, "fail", None, VOCAB, SPECIAL)
+    assert scans == [paths[1], paths[3], paths[2], paths[0]]
+    with kept(records):
+        good, skipped = scan_shards(paths, "skip", None, VOCAB, SPECIAL)
+    assert skipped == [paths[0], paths[2]] and [ix.path for ix in good] == [paths[1], paths[3]]
+    assert scans[4:] == [paths[2], paths[0]] and len(list(records.directory.glob("*.npz"))) == 2
+
+
+def test_records_that_cannot_be_written_leave_the_scans_right(tmp_path, paths, caplog):
+    (tmp_path / "scans").write_text("a file")
+    with kept(Records(tmp_path / "scans")), caplog.at_level(logging.WARNING):
+        got, _ = scan_shards(paths, "fail", None, VOCAB, SPECIAL)
+    want, _ = scan_shards(paths, "fail", None, VOCAB, SPECIAL)
+    assert all(same(a, b) for a, b in zip(want, got))
+    said = [r.getMessage() for r in caplog.records if "cannot record shard scans" in r.getMessage()]
+    assert len(said) == 1 and str(tmp_path / "scans") in said[0]
+
+
+def test_a_rank_scans_its_share_then_the_others_from_their_far_end():
+    assert work_order(list("abcdefg"), (1, 3)) == list("begfdca")
+    assert work_order(list("abc"), (0, 1)) == list("abc")
+
+
+def test_the_share_comes_from_the_launchers_local_rank_and_size(monkeypatch):
+    for name in ("LOCAL_RANK", "LOCAL_WORLD_SIZE", "LOCAL_SIZE", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"):
+        monkeypatch.delenv(name, raising=False)
+    assert scan_records.node_share() == (0, 1)
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    monkeypatch.setenv("LOCAL_SIZE", "8")  # the deepspeed launcher's
+    assert scan_records.node_share() == (3, 8)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")  # torchrun's
+    assert scan_records.node_share() == (3, 4)
+    monkeypatch.setenv("LOCAL_RANK", "4")
+    assert scan_records.node_share() == (0, 1)
+
+
+def test_parallel_shards_are_recorded_too(tmp_path, corpus_bert, scans):
+    manifest, _ = write_parallel(tmp_path / "par", corpus_bert)
+    paths = [str(p) for p in sorted((tmp_path / "par").glob("*.tar"))]
+    want, _ = parallel.scan_pair_shards(paths, "fail", (1000, 200))
+    for _ in range(2):
+        with kept(Records(tmp_path / "scans")):
+            got, _ = parallel.scan_pair_shards(paths, "fail", (1000, 200))
+        assert all(same(getattr(a, f), getattr(b, f)) for a, b in zip(want, got) for f in ("src", "tgt", "t2s", "s2t"))
+    assert scans == paths * 2
