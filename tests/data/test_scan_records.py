@@ -124,6 +124,15 @@ def test_records_that_cannot_be_written_leave_the_scans_right(tmp_path, paths, c
     assert len(said) == 1 and str(tmp_path / "scans") in said[0]
 
 
+def test_a_failed_first_start_leaves_no_run_directory_for_its_records(tmp_path):
+    from xpt_ds.runtime.status import remove_unstarted
+    run = tmp_path / "run"
+    (run / scan_records.SUBDIR).mkdir(parents=True)
+    (run / scan_records.SUBDIR / "0123.npz").write_bytes(b"x")
+    (run / "checkpoints").mkdir()
+    assert remove_unstarted(run) and not run.exists()
+
+
 def test_a_rank_scans_its_share_then_the_others_from_their_far_end():
     assert work_order(list("abcdefg"), (1, 3)) == list("begfdca")
     assert work_order(list("abc"), (0, 1)) == list("abc")

@@ -245,3 +245,36 @@ def test_a_row_that_cannot_be_written_names_metrics_jsonl(tmp_path):
         resource.setrlimit(resource.RLIMIT_FSIZE, old)
         logger.close()
     assert (info.value.errno, info.value.filename) == (errno.EFBIG, str(tmp_path / "metrics.jsonl"))
+
+
+TB_FULL = """
+import resource, sys, time
+from pathlib import Path
+from xpt_ds.metrics.logger import MetricsLogger
+logger = MetricsLogger(Path(sys.argv[1]), enabled=True, tensorboard=True, progress=False)
+logger.start(0, 1000)
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+try:
+    for step in range(1, 2000):  # until the writer thread's failure reaches this thread
+        logger.log(step, {"train/loss": 1.0 / step, "train/lr": 0.1})
+        time.sleep(0.002)
+except OSError as e:
+    print("log:", e.filename)
+try:
+    logger.close()
+except OSError as e:
+    print("close:", e.filename)
+"""
+
+
+def test_a_tensorboard_write_that_fails_is_an_error_naming_tb_and_no_thread_traceback(tmp_path):
+    """TensorBoard writes in a thread of its own, which printed its traceback ("Exception in thread ...") before the
+    run's error line, and closing the writer raised the error again naming no file. In a process of its own:
+    pytest catches threads' exceptions itself."""
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-c", TB_FULL, str(tmp_path)], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [f"log: {tmp_path / 'tb'}", f"close: {tmp_path / 'tb'}"]
+    assert "Traceback" not in done.stderr and "Exception in thread" not in done.stderr, done.stderr

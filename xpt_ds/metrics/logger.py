@@ -7,6 +7,7 @@ import importlib
 import json
 import logging
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -145,6 +146,22 @@ def logging_problem(run_dir: Path, tensorboard: bool) -> str | None:
     return None
 
 
+def quiet_tensorboard_thread() -> None:
+    """Keep TensorBoard's writer thread from printing a traceback when a write fails (a full disk): the thread
+    stores its error and re-raises it, so Python prints it, and the logging thread gets the same error at its next
+    write, which ``MetricsLogger.log`` raises naming ``RUN_DIR/tb``. Other threads' errors print as before."""
+    previous = threading.excepthook
+    if getattr(previous, "xpt_ds_quiet_tensorboard", False):
+        return
+
+    def hook(args) -> None:
+        if type(args.thread).__name__ == "_AsyncWriterThread" and issubclass(args.exc_type, OSError):
+            return
+        previous(args)
+    hook.xpt_ds_quiet_tensorboard = True
+    threading.excepthook = hook
+
+
 class MetricsLogger:
     """Rank 0 only: TensorBoard, a JSON-lines log and the progress. Other ranks get a no-op instance. Files are
     opened and the bar shown by ``start`` (after a resume, at the step the run continues from). The bar is drawn
@@ -169,6 +186,7 @@ class MetricsLogger:
         self.jsonl = open(self.run_dir / "metrics.jsonl", "a")
         if self.tensorboard:
             from torch.utils.tensorboard import SummaryWriter
+            quiet_tensorboard_thread()
             self.writer = SummaryWriter(str(self.run_dir / "tb"), purge_step=initial_step + 1)
         stream = sys.stderr if self.stream is None else self.stream
         if self.progress and stream.isatty():
@@ -235,13 +253,20 @@ class MetricsLogger:
             self.bar.update(n)
 
     def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-        if self.writer is not None:
-            self.writer.close()
-        if self.jsonl is not None:
-            self.jsonl.close()
+        """Close the logs; a TensorBoard write that failed (a full disk), now or in its thread earlier, is an
+        OSError naming ``RUN_DIR/tb`` (metrics.jsonl is closed whatever happens)."""
+        bar, writer, jsonl = self.bar, self.writer, self.jsonl
         self.writer = self.bar = self.jsonl = None
+        try:
+            if bar is not None:
+                bar.close()
+            if writer is not None:
+                writer.close()
+        except OSError as e:
+            raise write_error(e, self.run_dir / "tb") or e
+        finally:
+            if jsonl is not None:
+                jsonl.close()
 
 
 def _duration(seconds: float) -> str:

@@ -271,15 +271,17 @@ def mark_stopped(run_dir: Path, state: str, error: str) -> None:
 
 
 UNSTARTED_FILES = {"embedding_init.json", ".run.lock"}  # what a run writes before its first checkpoint or log row
+UNSTARTED_DIRS = {"scans"}  # and the records of its shard scans (xpt_ds.data.scan_records.SUBDIR), a cache
 
 
 def remove_unstarted(run_dir: Path) -> bool:
     """Remove ``run_dir`` (made by this attempt, which failed before it was set up) when it holds nothing but
-    empty folders and the embedding-init report: a config or data error leaves no run directory behind. False,
-    and nothing removed, when it holds anything else."""
+    empty folders, the embedding-init report and the records of its shard scans: a config or data error leaves no
+    run directory behind. False, and nothing removed, when it holds anything else."""
     if not run_dir.is_dir():
         return True
-    if any(p.is_file() and p.name not in UNSTARTED_FILES or p.is_symlink() for p in run_dir.rglob("*")):
+    if any(p.is_symlink() or p.is_file() and p.name not in UNSTARTED_FILES
+           and p.relative_to(run_dir).parts[0] not in UNSTARTED_DIRS for p in run_dir.rglob("*")):
         return False
     shutil.rmtree(run_dir, ignore_errors=True)
     return True
