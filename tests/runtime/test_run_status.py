@@ -247,3 +247,32 @@ def test_a_status_file_the_trainer_did_not_write_is_an_error_and_a_file_for_a_ru
     assert rows[0] == {"run_dir": str(tmp_path / "a_file"), "error": "not a directory"}
     assert rows[1]["error"].endswith("has state 'finshed', none of running, preempted, interrupted, halted, failed, "
                                      "finished")
+
+
+def test_a_run_on_a_full_disk_still_says_it_failed(tmp_path):
+    """The status is written beside status.json and renamed over it, which a full disk refuses: a run that failed
+    because its disk filled up stayed 'running' until ``xpt-ds status`` called it dead. Now the last state is
+    written over the blocks status.json holds. A real small filesystem (tmpfs), filled."""
+    import errno
+    import shutil
+    from xpt_ds.runtime.status import StatusFile
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("needs root and `mount -t tmpfs` for a real small filesystem")
+    try:
+        status = StatusFile(disk, every=3600)
+        status.write(state="running", phase="phase1", global_step=3)
+        with open(disk / "filler", "wb") as f:
+            with pytest.raises(OSError) as full:
+                f.write(b"\0" * (2 << 20))
+                f.flush()
+        assert full.value.errno == errno.ENOSPC and shutil.disk_usage(disk).free < 4096
+        status.write(state="failed", phase="phase1", global_step=3, error=f"{disk}/checkpoints: No space left")
+        status.close()
+        found = json.loads((disk / "status.json").read_text())
+        assert (found["state"], found["error"]) == ("failed", f"{disk}/checkpoints: No space left")
+        assert sorted(p.name for p in disk.iterdir()) == ["filler", "status.json"]  # no file left beside it
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=True)

@@ -14,6 +14,7 @@ writer before it is gone, and says so as it takes over.
 from __future__ import annotations
 
 import datetime
+import errno
 import json
 import os
 import shutil
@@ -87,7 +88,41 @@ def _record(fields: dict, writer: dict, every: float | None) -> str:
 
 def write_status(run_dir: Path, **fields) -> None:
     """One write, no heartbeat: a process that records how a run stopped (``mark_stopped``)."""
-    write_text_atomic(run_dir / STATUS_NAME, _record({"updated": _now(), **fields}, writer_identity(), None))
+    _write(run_dir / STATUS_NAME, _record({"updated": _now(), **fields}, writer_identity(), None))
+
+
+def _write(path: Path, text: str) -> None:
+    """``write_text_atomic``, or on a full disk (or quota), where the file beside it cannot be made, ``text``
+    written over the blocks ``path`` already holds: a run that fails because its disk filled up then says so
+    (``failed``, with its error) instead of staying ``running`` until ``xpt-ds status`` calls it dead. A reader
+    may see that one write half done (``xpt-ds status`` says a file it cannot read is not a trainer's)."""
+    try:
+        write_text_atomic(path, text)
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT) or not _overwrite(path, text.encode("utf-8")):
+            raise
+
+
+def _overwrite(path: Path, data: bytes) -> bool:
+    """``data`` written over ``path`` in place, cut to its length, when it fits in the blocks the file holds (so
+    that no write needs a new one and none leaves the file half old, half new); False if it does not fit or the
+    write fails (a copy-on-write file system writes no block in place)."""
+    try:
+        fd = os.open(path, os.O_WRONLY)
+    except OSError:
+        return False
+    try:
+        if len(data) > os.fstat(fd).st_blocks * 512:
+            return False
+        done = 0
+        while done < len(data):
+            done += os.pwrite(fd, data[done:], done)
+        os.ftruncate(fd, len(data))
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 class StatusFile:
@@ -105,7 +140,7 @@ class StatusFile:
     def write(self, **fields) -> None:
         with self._lock:
             self._fields = {"updated": _now(), **fields}
-            write_text_atomic(self.path, _record(self._fields, self.writer, self.every))
+            _write(self.path, _record(self._fields, self.writer, self.every))
         if fields.get("state") == "running" and self._thread is None and not self._stop.is_set():
             self._thread = threading.Thread(target=self._beat, name="status-heartbeat", daemon=True)
             self._thread.start()
@@ -116,7 +151,7 @@ class StatusFile:
                 if self._fields.get("state") != "running":
                     continue
                 try:
-                    write_text_atomic(self.path, _record(self._fields, self.writer, self.every))
+                    _write(self.path, _record(self._fields, self.writer, self.every))
                 except OSError:  # a full or unreachable disk: the next beat tries again, readers see the age
                     pass
 
