@@ -163,7 +163,7 @@ def record_file(directory: Path, ident: tuple, inputs: tuple) -> Path:
 
 def flatten(result) -> list:
     """The ShardIndex values of a scan's result: itself, or each field of a dataclass of them (``PairShard``)."""
-    if any(f.name == "offsets" for f in dataclasses.fields(result)):
+    if hasattr(result, "offsets"):
         return [result]
     return [getattr(result, f.name) for f in dataclasses.fields(result)]
 

@@ -29,16 +29,29 @@ def matmul_params(hf_config, mask_prob: float) -> float:
     d, L, V = hf_config.hidden_size, hf_config.num_hidden_layers, hf_config.vocab_size
     ff = getattr(hf_config, "intermediate_size", None) or getattr(hf_config, "n_inner", None) or 4 * d  # GPT-2
     if hasattr(hf_config, "num_key_value_heads"):  # Llama family: grouped K/V, gated MLP, no head transform
-        kv = hf_config.num_key_value_heads * (getattr(hf_config, "head_dim", None) or d // hf_config.num_attention_heads)
-        return L * (2 * d * d + 2 * d * kv + 3 * d * ff) + mask_prob * V * d
+        q, kv = attention_width(hf_config), hf_config.num_key_value_heads * _head_dim(hf_config)
+        return L * (2 * d * q + 2 * d * kv + 3 * d * ff) + mask_prob * V * d
     head = 0 if hf_config.model_type == "gpt2" else d * d  # the MLM head transform; GPT-2 has none
     return L * (4 * d * d + 2 * d * ff) + head + mask_prob * V * d
 
 
+def _head_dim(hf_config) -> int:
+    return getattr(hf_config, "head_dim", None) or hf_config.hidden_size // hf_config.num_attention_heads
+
+
+def attention_width(hf_config) -> int:
+    """Heads × head size: the queries' width, which is the hidden size except where a config sets ``head_dim``
+    apart from it (Gemma: 8 heads of 256 in a 2,304-wide Gemma-2-2B)."""
+    if not hasattr(hf_config, "num_key_value_heads"):
+        return hf_config.hidden_size
+    return hf_config.num_attention_heads * _head_dim(hf_config)
+
+
 def flops_per_token(hf_config, seq_len: int, mask_prob: float) -> float:
-    """6·N_matmul + 12·L·d·T (PaLM appendix B convention, as the issue asks)."""
-    L, d = hf_config.num_hidden_layers, hf_config.hidden_size
-    return 6 * matmul_params(hf_config, mask_prob) + 12 * L * d * seq_len
+    """6·N_matmul + 12·L·d_attn·T (PaLM appendix B convention, as the issue asks; d_attn, ``attention_width``,
+    is the hidden size but for Gemma's wider or narrower heads)."""
+    attention = 12 * hf_config.num_hidden_layers * attention_width(hf_config) * seq_len
+    return 6 * matmul_params(hf_config, mask_prob) + attention
 
 
 def rows_flops(hf_config, lengths_in, lengths_out, layers_in: int, layers_out: int,
