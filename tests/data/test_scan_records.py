@@ -133,6 +133,19 @@ def test_a_failed_first_start_leaves_no_run_directory_for_its_records(tmp_path):
     assert remove_unstarted(run) and not run.exists()
 
 
+def test_a_record_s_temporary_file_left_by_a_killed_process_goes_after_an_hour(tmp_path):
+    scans = tmp_path / scan_records.SUBDIR
+    scans.mkdir()
+    old, young, record = scans / ".ab.npz.123", scans / ".cd.npz.456", scans / "ab.npz"
+    for f in (old, young, record):
+        f.write_bytes(b"x")
+    os.utime(old, (0, 0))
+    os.utime(record, (0, 0))
+    assert scan_records.run_records(tmp_path, True).directory == scans
+    assert sorted(p.name for p in scans.iterdir()) == [".cd.npz.456", "ab.npz"]
+    assert scan_records.run_records(tmp_path, False) is None
+
+
 def test_a_rank_scans_its_share_then_the_others_from_their_far_end():
     assert work_order(list("abcdefg"), (1, 3)) == list("begfdca")
     assert work_order(list("abc"), (0, 1)) == list("abc")

@@ -35,6 +35,7 @@ import hashlib
 import json
 import logging
 import os
+import time
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from pathlib import Path
@@ -98,9 +99,22 @@ def node_share() -> tuple[int, int]:
     return rank, size
 
 
+STALE_TEMP_S = 3600.0  # a record's temporary file this old was left by a process killed while writing it
+
+
 def run_records(run_dir: Path, reuse: bool) -> Records | None:
-    """The records of the run in ``run_dir`` (``data.reuse_scans``), this rank's share of the node's."""
-    return Records(Path(run_dir) / SUBDIR, node_share()) if reuse else None
+    """The records of the run in ``run_dir`` (``data.reuse_scans``), this rank's share of the node's. Temporary
+    files that processes killed mid-write left there (``save``) go once they are an hour old: younger ones may
+    be another rank's, being written now."""
+    if not reuse:
+        return None
+    directory = Path(run_dir) / SUBDIR
+    with contextlib.suppress(OSError):
+        for tmp in directory.glob(".*.npz.*"):
+            with contextlib.suppress(OSError):
+                if time.time() - tmp.stat().st_mtime > STALE_TEMP_S:
+                    tmp.unlink()
+    return Records(directory, node_share())
 
 
 def identity(path: str) -> tuple | None:
