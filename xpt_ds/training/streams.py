@@ -10,8 +10,8 @@ import torch
 
 from xpt_ds.config import TrainConfig
 from xpt_ds.config.phase_checks import mix_weights, phase_objectives
-from xpt_ds.data.mixture import MAIN
 from xpt_ds.data import scan_records
+from xpt_ds.data.mixture import MAIN
 from xpt_ds.data.mlm import build_mix_validation, build_streams
 from xpt_ds.errors import UserError
 from xpt_ds.training.guards import check_streams_agree, shard_layouts, skipped_shards
