@@ -1,8 +1,10 @@
 """Shared fixtures: tiny source models (2 layers, hidden 64), tiny SentencePiece models, tiny shards."""
 from __future__ import annotations
 
+import contextlib
 import io
 import os
+import subprocess
 import sys
 import tarfile
 from pathlib import Path
@@ -484,3 +486,17 @@ def _trained_export(root: Path, source: Path, corpus: Path) -> Path:
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert export_main(["--run", str(root / "run"), "--out", str(root / "model")]) == 0
     return root / "model"
+
+
+@contextlib.contextmanager
+def small_tmpfs(path: Path, size: str):
+    """A real small filesystem (tmpfs of ``size``, "1m") mounted at ``path`` (made here) for the block; the test is
+    skipped where that needs what this machine does not give (root, ``mount``)."""
+    path.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("needs root and `mount -t tmpfs` for a real small filesystem")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=True)

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from conftest import REPO, base_config, launch, write_config
+from conftest import REPO, base_config, launch, small_tmpfs, write_config
 from xpt_ds.checkpoint.export import load_checkpoint_fp32
 from xpt_ds.checkpoint.tags import complete_tags, tag_for
 
@@ -31,13 +31,8 @@ def _error(proc):
 @pytest.fixture
 def small_disk(tmp_path):
     """A 64 MiB tmpfs (the test fills it to the size it wants)."""
-    mnt = tmp_path / "disk"
-    mnt.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mnt)],
-                                           capture_output=True).returncode != 0:
-        pytest.skip("needs root and `mount -t tmpfs` for a real small filesystem")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], check=True)
+    with small_tmpfs(tmp_path / "disk", "64m") as mnt:
+        yield mnt
 
 
 def _fill(disk, leave: int):

@@ -173,3 +173,25 @@ def test_parallel_shards_are_recorded_too(tmp_path, corpus_bert, scans):
             got, _ = parallel.scan_pair_shards(paths, "fail", (1000, 200))
         assert all(same(getattr(a, f), getattr(b, f)) for a, b in zip(want, got) for f in ("src", "tgt", "t2s", "s2t"))
     assert scans == paths * 2
+
+
+def test_a_record_renamed_to_another_key_is_not_used(tmp_path, paths, scans):
+    """A record holds what it was made of: one copied under the name of other inputs (here a smaller vocabulary,
+    which the shard's ids exceed) is not taken for it."""
+    records = Records(tmp_path / "scans")
+    with kept(records):
+        scan_shards(paths[:1], "fail", None, VOCAB, SPECIAL)
+    made = next(records.directory.glob("*.npz"))
+    small = (100, "spm")
+    other = scan_records.record_file(records.directory, scan_records.record_of(
+        scan_records.identity(paths[0]), ("tokens", None, small, SPECIAL)))
+    made.rename(other)
+    with pytest.raises(DataError, match=">= vocab size 100"), kept(Records(tmp_path / "scans")):
+        scan_shards(paths[:1], "fail", None, small, SPECIAL)
+
+
+def test_records_that_cannot_be_read_are_said_once(tmp_path, paths, caplog):
+    (tmp_path / "scans").write_text("a file")
+    with kept(Records(tmp_path / "scans")), caplog.at_level(logging.INFO):
+        scan_shards(paths, "fail", None, VOCAB, SPECIAL)
+    assert len([r for r in caplog.records if "unreadable" in r.getMessage()]) == 1

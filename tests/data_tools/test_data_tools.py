@@ -4,9 +4,7 @@ help, usage lines and an empty input: test_data_cli.py."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 import tarfile
 from pathlib import Path
 
@@ -14,7 +12,7 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 
-from conftest import one_error_line_of, write_synthetic_corpus
+from conftest import one_error_line_of, small_tmpfs, write_synthetic_corpus
 from data_tools_builders import cli
 from data_tools.pipeline.options import DEFAULTS
 from data_tools.pipeline.readers import read_documents
@@ -325,20 +323,13 @@ def test_a_special_token_spelled_in_the_text_becomes_unk_not_its_id(tmp_path, sy
 def test_a_full_disk_is_one_line_naming_where_it_wrote(tmp_path, synthetic):
     """ENOSPC from a write to an open file names no file: the line says which --out it was writing (it said
     'No space left on device' alone). A real small tmpfs, filled to a few KiB."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)],
-                                           capture_output=True).returncode != 0:
-        pytest.skip("needs root and `mount -t tmpfs` for a real small filesystem")
-    try:
+    with small_tmpfs(tmp_path / "disk", "1m") as disk:
         (disk / "filler").write_bytes(b"\0" * (1024 * 1024 - 16 * 1024))
         out = disk / "out"
         proc = cli("--input", synthetic, "--out", out, "--vocab-size", 300, "--workers", 1)
         line = proc.stderr.strip().splitlines()[-1]
         assert proc.returncode == 2 and line.startswith("error: No space left on device") and str(out) in line, \
             proc.stderr[-2000:]
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=True)
 
 
 def test_sentences_sentencepiece_leaves_out_and_unk_tokens_are_said(tmp_path, synthetic, capsys):

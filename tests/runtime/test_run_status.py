@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, base_config, run_main, write_config
+from conftest import REPO, base_config, run_main, small_tmpfs, write_config
 from xpt_ds.checkpoint.tags import MARKER, tag_for
 from xpt_ds.runtime.status import describe, read_status, writer_identity
 
@@ -256,12 +256,7 @@ def test_a_run_on_a_full_disk_still_says_it_failed(tmp_path):
     import errno
     import shutil
     from xpt_ds.runtime.status import StatusFile
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)],
-                                           capture_output=True).returncode != 0:
-        pytest.skip("needs root and `mount -t tmpfs` for a real small filesystem")
-    try:
+    with small_tmpfs(tmp_path / "disk", "1m") as disk:
         status = StatusFile(disk, every=3600)
         status.write(state="running", phase="phase1", global_step=3)
         with open(disk / "filler", "wb") as f:
@@ -274,5 +269,3 @@ def test_a_run_on_a_full_disk_still_says_it_failed(tmp_path):
         found = json.loads((disk / "status.json").read_text())
         assert (found["state"], found["error"]) == ("failed", f"{disk}/checkpoints: No space left")
         assert sorted(p.name for p in disk.iterdir()) == ["filler", "status.json"]  # no file left beside it
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=True)

@@ -142,11 +142,18 @@ def scan_all(records: Records, paths: list[str], scan: Callable[[str], T], input
     (offsets, lengths, dtype, largest id)), else scanned and recorded; or the ValueError/OSError of a scan that
     failed (a corrupt shard: never recorded). In ``work_order``."""
     out: dict[str, T | Exception] = {}
-    warned = False
+    warned = unreadable = False
     for path in work_order(paths, records.share):
         ident = identity(path)
-        file = None if ident is None else record_file(records.directory, ident, inputs(path))
-        found = None if file is None else load(file, ident)
+        of = None if ident is None else record_of(ident, inputs(path))
+        file = None if of is None else record_file(records.directory, of)
+        try:
+            found = None if file is None else load(file, of)
+        except Exception as e:  # noqa: BLE001 - a torn or foreign file is a missing record: the shard is scanned again
+            found = None
+            if not unreadable:
+                log.info("scan record %s unreadable (%s): scanning again", file, e)
+                unreadable = True
         if found is not None:
             out[path] = rebuild(path, found)
             records.counts["read"] += 1
@@ -161,7 +168,7 @@ def scan_all(records: Records, paths: list[str], scan: Callable[[str], T], input
             continue
         try:
             records.directory.mkdir(parents=True, exist_ok=True)
-            save(file, ident, result)
+            save(file, of, result)
         except OSError as e:
             if not warned:
                 log.warning("cannot record shard scans in %s (%s): a later start scans them again",
@@ -170,9 +177,14 @@ def scan_all(records: Records, paths: list[str], scan: Callable[[str], T], input
     return out
 
 
-def record_file(directory: Path, ident: tuple, inputs: tuple) -> Path:
-    key = hashlib.blake2b(repr((RECORDS, ident, inputs)).encode(), digest_size=16).hexdigest()
-    return directory / f"{key}.npz"
+def record_of(ident: tuple, inputs: tuple) -> str:
+    """What a record is of: the form, the file's identity and the scan's inputs. Its file is named by a digest of
+    this and holds it too, so a record is used only for exactly what it was made of (not for a file renamed)."""
+    return repr((RECORDS, ident, inputs))
+
+
+def record_file(directory: Path, of: str) -> Path:
+    return directory / f"{hashlib.blake2b(of.encode(), digest_size=16).hexdigest()}.npz"
 
 
 def flatten(result) -> list:
@@ -182,13 +194,14 @@ def flatten(result) -> list:
     return [getattr(result, f.name) for f in dataclasses.fields(result)]
 
 
-def save(file: Path, ident: tuple, result) -> None:
-    """``result``'s indexes to ``file``, whole or not at all (a temporary file renamed over it)."""
+def save(file: Path, of: str, result) -> None:
+    """``result``'s indexes to ``file``, with what they are ``of`` (``record_of``), whole or not at all (a
+    temporary file renamed over it)."""
     indexes = flatten(result)
     arrays = {}
     for i, ix in enumerate(indexes):
         arrays[f"offsets{i}"], arrays[f"lengths{i}"] = ix.offsets, ix.lengths
-    meta = {"identity": list(ident), "dtypes": [ix.dtype.str for ix in indexes],
+    meta = {"of": of, "dtypes": [ix.dtype.str for ix in indexes],
             "max_ids": [int(ix.max_id) for ix in indexes]}
     arrays["meta"] = np.array(json.dumps(meta))
     tmp = file.with_name(f".{file.name}.{os.getpid()}")
@@ -201,24 +214,22 @@ def save(file: Path, ident: tuple, result) -> None:
             tmp.unlink(missing_ok=True)
 
 
-def load(file: Path, ident: tuple) -> list[tuple] | None:
-    """(offsets, lengths, dtype, largest id) of each index ``save`` wrote to ``file`` for the file ``ident``, or
-    None if there is no such record or it does not read back whole and consistent (the shard is scanned again)."""
+def load(file: Path, of: str) -> list[tuple] | None:
+    """(offsets, lengths, dtype, largest id) of each index ``save`` wrote to ``file`` for exactly ``of``, or None
+    if there is no such record. Raises when the file does not read back whole and consistent."""
     try:
-        with np.load(file, allow_pickle=False) as npz:
-            meta = json.loads(str(npz["meta"]))
-            if list(meta["identity"]) != list(ident):
-                return None
-            out = []
-            for i, (dtype, max_id) in enumerate(zip(meta["dtypes"], meta["max_ids"], strict=True)):
-                offsets, lengths = npz[f"offsets{i}"], npz[f"lengths{i}"]
-                if (offsets.dtype != np.int64 or lengths.dtype != np.int64 or offsets.ndim != 1
-                        or offsets.shape != lengths.shape):
-                    raise ValueError("arrays of another type or shape")
-                out.append((offsets, lengths, np.dtype(dtype), int(max_id)))
-            return out
+        npz = np.load(file, allow_pickle=False)
     except FileNotFoundError:
         return None
-    except Exception as e:  # noqa: BLE001 - a torn or foreign file is a missing record: the shard is scanned again
-        log.info("scan record %s unreadable (%s): scanning again", file, e)
-        return None
+    with npz:
+        meta = json.loads(str(npz["meta"]))
+        if meta["of"] != of:
+            return None
+        out = []
+        for i, (dtype, max_id) in enumerate(zip(meta["dtypes"], meta["max_ids"], strict=True)):
+            offsets, lengths = npz[f"offsets{i}"], npz[f"lengths{i}"]
+            if (offsets.dtype != np.int64 or lengths.dtype != np.int64 or offsets.ndim != 1
+                    or offsets.shape != lengths.shape):
+                raise ValueError("arrays of another type or shape")
+            out.append((offsets, lengths, np.dtype(dtype), int(max_id)))
+        return out
