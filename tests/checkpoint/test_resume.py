@@ -36,10 +36,14 @@ def test_resume_bit_identical(stage, cut, straight_runs, tmp_path):
     cfg["model"]["source"] = str(config_only(Path(cfg["model"]["source"]), tmp_path / "source"))
     shutil.copytree(straight / "run/checkpoints" / tag_for(cut), tmp_path / "run/checkpoints" / tag_for(cut))
     shutil.copytree(straight / "run/scans", tmp_path / "run/scans")  # the shards' records (data.reuse_scans)
+    records = sorted(p.name for p in (tmp_path / "run/scans").iterdir())
+    (tmp_path / "run/scans" / f"{'0' * 32}.npz").write_bytes(b"a record of a file that changed since")
     proc = launch(["--config", str(write_config(tmp_path / "cfg.yaml", cfg))], nproc=2)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"resumed from {tag_for(cut)}" in proc.stderr
     assert f"shard scans: 2 read from {tmp_path / 'run/scans'}, 0 scanned" in proc.stderr  # train and valid
+    assert "shard scans: 1 records that no rank used at this start removed" in proc.stderr
+    assert sorted(p.name for p in (tmp_path / "run/scans").iterdir()) == records
     assert f"engine state of {tag_for(cut)} loaded in " in proc.stderr  # with its seconds
 
     want, got = read_metrics(straight / "run"), read_metrics(tmp_path / "run")

@@ -114,6 +114,22 @@ def test_a_corrupt_shard_is_named_in_order_and_never_recorded(tmp_path, paths, s
     assert scans[4:] == [paths[2], paths[0]] and len(list(records.directory.glob("*.npz"))) == 2
 
 
+def test_a_start_that_a_corrupt_shard_stops_scans_no_shard_after_it(tmp_path, paths, scans):
+    """Under on_corrupt_shard: fail, only an earlier shard can be the one named: the shards after the corrupt one
+    are not scanned (a first start through a large corpus named its first corrupt shard only after scanning all)."""
+    open(paths[1], "r+b").truncate(700)
+    for share, want in (((0, 1), paths[:2]), ((1, 2), [paths[1], paths[0]])):
+        scans.clear()
+        with pytest.raises(DataError, match=f"corrupt shard {paths[1]}: "), kept(Records(tmp_path / f"s{share}", share)):
+            scan_shards(paths, "fail", None, VOCAB, SPECIAL)
+        assert scans == want
+    scans.clear()
+    with kept(Records(tmp_path / "s3", (1, 2))):  # skipped, not fatal: every shard is scanned
+        good, skipped = scan_shards(paths, "skip", None, VOCAB, SPECIAL)
+    assert skipped == [paths[1]] and sorted(scans) == sorted(paths) and len(good) == 3
+    assert len(list((tmp_path / "s3").glob("*.npz"))) == 3  # all three good shards recorded
+
+
 def test_records_that_cannot_be_written_leave_the_scans_right(tmp_path, paths, caplog):
     (tmp_path / "scans").write_text("a file")
     with kept(Records(tmp_path / "scans")), caplog.at_level(logging.WARNING):
@@ -195,3 +211,31 @@ def test_records_that_cannot_be_read_are_said_once(tmp_path, paths, caplog):
     with kept(Records(tmp_path / "scans")), caplog.at_level(logging.INFO):
         scan_shards(paths, "fail", None, VOCAB, SPECIAL)
     assert len([r for r in caplog.records if "unreadable" in r.getMessage()]) == 1
+
+
+def test_records_no_rank_used_go_once_the_start_s_scans_are_done(tmp_path, paths, scans, caplog):
+    """A corpus copied anew at each start (or a ``chmod -R``) is another set of files: without pruning, every start
+    added a full set of records."""
+    from xpt_ds.training.streams import prune_scans
+    first = Records(tmp_path / "scans")
+    with kept(first):
+        scan_shards(paths, "fail", None, VOCAB, SPECIAL)
+    prune_scans(first, 0, 1)
+    for path in paths:
+        os.chmod(path, 0o600)  # a new ctime: another file to the records
+    second = Records(tmp_path / "scans")
+    with kept(second):
+        scan_shards(paths, "fail", None, VOCAB, SPECIAL)
+    (second.directory / ".ab.npz.123").write_bytes(b"another rank's, being written")
+    assert second.counts == {"read": 0, "scanned": 4} and len(list(second.directory.glob("*.npz"))) == 8
+    with caplog.at_level(logging.INFO):
+        prune_scans(second, 0, 1)
+    assert sorted(p.name for p in second.directory.glob("*.npz")) == sorted(second.used)
+    assert (second.directory / ".ab.npz.123").exists()
+    assert f"4 records that no rank used at this start removed from {second.directory}" in caplog.text
+    third = Records(tmp_path / "scans")
+    with kept(third):
+        scan_shards(paths, "fail", None, VOCAB, SPECIAL)
+    assert third.counts == {"read": 4, "scanned": 0} and scans == paths * 2
+    prune_scans(Records(tmp_path / "scans", share=(1, 2)), 1, 1)  # not rank 0: removes nothing
+    assert len(list(second.directory.glob("*.npz"))) == 4

@@ -26,6 +26,10 @@ yet itself. A node's first start then scans most shards once, not once a rank, a
 The shares go by node because nodes may hold their own copies of a corpus (other devices and inodes, so other
 names); on a shared file system each node scans it once. ``data.reuse_scans: false`` turns all of this off: every
 rank scans every shard at every start.
+
+Once every rank's scans are done, rank 0 removes the records that no node used at that start (``prune``, through
+``xpt_ds.training.streams.prune_scans``): a corpus copied anew to node-local disk at every start would otherwise
+add a full set of records each time.
 """
 from __future__ import annotations
 
@@ -59,6 +63,7 @@ class Records:
     directory: Path
     share: tuple[int, int] = (0, 1)
     counts: dict[str, int] = dataclasses.field(default_factory=lambda: {"read": 0, "scanned": 0}, compare=False)
+    used: set[str] = dataclasses.field(default_factory=set, compare=False)  # the record files this start read or wrote
 
     def summary(self) -> str:
         """What this process's scans came from, for the start's log."""
@@ -117,6 +122,21 @@ def run_records(run_dir: Path, reuse: bool) -> Records | None:
     return Records(directory, node_share())
 
 
+def prune(directory: Path, keep: set[str]) -> int:
+    """Remove the records in ``directory`` that are not in ``keep`` (the names every node's start used): those of
+    files that changed or went (a corpus copied anew to node-local disk at each start, a ``chmod -R``, a new
+    manifest or tokenizer), which no later start can match. Called once every rank's scans are done. Returns how
+    many went."""
+    gone = 0
+    with contextlib.suppress(OSError):
+        for file in directory.glob("*.npz"):
+            if file.name not in keep:
+                with contextlib.suppress(OSError):
+                    file.unlink()
+                    gone += 1
+    return gone
+
+
 def identity(path: str) -> tuple | None:
     """(absolute path, device, inode, size, mtime, ctime) of ``path``; None when it cannot be read (the scan then
     names the problem)."""
@@ -137,13 +157,20 @@ def work_order(paths: list[str], share: tuple[int, int]) -> list[str]:
 
 
 def scan_all(records: Records, paths: list[str], scan: Callable[[str], T], inputs: Callable[[str], tuple],
-             rebuild: Callable[[str, list[tuple]], T]) -> dict[str, T | Exception]:
+             rebuild: Callable[[str, list[tuple]], T], fatal: Callable[[Exception], bool] = lambda e: True
+             ) -> dict[str, T | Exception]:
     """Path -> the scan's result, from its record where one matches (``rebuild`` of the path and its indexes'
     (offsets, lengths, dtype, largest id)), else scanned and recorded; or the ValueError/OSError of a scan that
-    failed (a corrupt shard: never recorded). In ``work_order``."""
+    failed (a corrupt shard: never recorded). In ``work_order``. Once a scan fails with an error that will stop the
+    start (``fatal``: not a shard that ``on_corrupt_shard: skip`` skips), the paths after it in ``paths``' order
+    are left out: only an earlier one can be the one named."""
     out: dict[str, T | Exception] = {}
     warned = unreadable = False
+    position = {path: i for i, path in enumerate(paths)}
+    stop = len(paths)  # the first path (in paths' order) known to stop the start
     for path in work_order(paths, records.share):
+        if position[path] > stop:
+            continue
         ident = identity(path)
         of = None if ident is None else record_of(ident, inputs(path))
         file = None if of is None else record_file(records.directory, of)
@@ -157,18 +184,22 @@ def scan_all(records: Records, paths: list[str], scan: Callable[[str], T], input
         if found is not None:
             out[path] = rebuild(path, found)
             records.counts["read"] += 1
+            records.used.add(file.name)
             continue
         records.counts["scanned"] += 1
         try:
             out[path] = result = scan(path)
         except (ValueError, OSError) as e:
             out[path] = e
+            if fatal(e):
+                stop = min(stop, position[path])
             continue
         if file is None or identity(path) != ident:  # changed while it was scanned: the next start scans it again
             continue
         try:
             records.directory.mkdir(parents=True, exist_ok=True)
             save(file, of, result)
+            records.used.add(file.name)
         except OSError as e:
             if not warned:
                 log.warning("cannot record shard scans in %s (%s): a later start scans them again",

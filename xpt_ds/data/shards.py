@@ -269,7 +269,8 @@ def scan_each(paths: list[str], on_corrupt: str, scan: Callable[[str], T], input
     its indexes; the first corrupt shard in ``paths``' order is the one named, whatever order the scans ran in."""
     records = scan_records.active()
     found = {} if records is None or inputs is None else scan_records.scan_all(
-        records, paths, scan, inputs, lambda path, parts: rebuild(path, [ShardIndex(path, *p) for p in parts]))
+        records, paths, scan, inputs, lambda path, parts: rebuild(path, [ShardIndex(path, *p) for p in parts]),
+        fatal=lambda e: on_corrupt != "skip" or not isinstance(e, DataError))
     good, skipped = [], []
     for path in paths:
         try:

@@ -107,7 +107,26 @@ def open_streams(cfg: TrainConfig, tok, hf_config, rank: int, world: int, causal
         streams, problem = None, e
     check_streams_agree(problem, [] if problem else streams.skipped_shards(),
                         {} if problem else shard_layouts(streams.train, streams.valid, *streams.mix_valid.values()))
+    if records is not None:
+        prune_scans(records, rank, world)
     return streams
+
+
+def prune_scans(records: scan_records.Records, rank: int, world: int) -> None:
+    """Once every rank's scans are done (``check_streams_agree`` passed): rank 0 removes the records that no node
+    used at this start (``scan_records.prune``), so records of files that changed do not pile up. Each node's local
+    rank 0 scanned or read every shard its node reads, so its names (16 bytes a shard) stand for its node's."""
+    mine = b"".join(bytes.fromhex(Path(name).stem) for name in sorted(records.used)) if records.share[0] == 0 else b""
+    every = [mine]
+    if world > 1 and torch.distributed.is_initialized():
+        every = [b""] * world
+        torch.distributed.all_gather_object(every, mine)
+    if rank != 0:
+        return
+    keep = {f"{blob[i:i + 16].hex()}.npz" for blob in every for i in range(0, len(blob), 16)}
+    gone = scan_records.prune(records.directory, keep)
+    if gone:
+        log.info("shard scans: %d records that no rank used at this start removed from %s", gone, records.directory)
 
 
 def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
