@@ -1,6 +1,7 @@
 """guard.max_train_minutes: the training loop's wall-clock budget, shared out among the phases by their planned steps
 (xpt_ds.training.time_budget), decided the same on every rank and kept over a resume."""
 import json
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -10,7 +11,7 @@ from xpt_ds.checkpoint.store import read_client_state
 from xpt_ds.checkpoint.tags import complete_tags, tag_for
 from xpt_ds.config import ConfigError, load_config
 from xpt_ds.training.state import TrainerState
-from xpt_ds.training.time_budget import phase_share, share_used
+from xpt_ds.training.time_budget import TimeBudget, phase_share, share_used
 
 
 def test_a_phase_gets_what_is_left_in_proportion_to_its_planned_steps():
@@ -27,6 +28,28 @@ def test_share_used_is_off_without_a_budget_and_counts_from_the_phase_start():
     assert share_used(600.0, state, [100, 300])
     state.train_seconds = 599.0  # 449 s into phase 1's 450
     assert not share_used(600.0, state, [100, 300])
+
+
+def test_a_phase_ends_while_its_share_still_holds_its_longest_step_with_a_save():
+    """The step that ends a phase validates and saves: ending once the share is used overran the budget by that
+    step. The longest step of the attempt so far stands for it."""
+    budget = TimeBudget(10.0, [SimpleNamespace(steps=100, name="phase1"), SimpleNamespace(steps=300, name="p2")])
+    state = TrainerState()
+    budget.start_loop(state)
+    budget.add(state, 57.0)  # a step with a validation pass and a save
+    for _ in range(3):
+        budget.add(state, 10.0)
+    assert not budget.up and state.train_seconds == 87.0  # phase 1's share: 150 s; 87 + 57 < 150
+    budget.add(state, 10.0)  # 97 s: 53 s left, which would not hold a 57 s step
+    assert budget.up
+    state.phase_step = 7
+    line = budget.stop_here(state)
+    assert line.startswith("time budget: phase 'phase1' ends at its step 7 of 100") and "phase 'p2' starts next" in line
+    assert "it trained 97.0 s of its 150.0 s share of guard.max_train_minutes=10 (the 53.0 s left would not hold "\
+           "its longest step, 57.0 s with validation and save)" in line
+    off = TimeBudget(0.0, [SimpleNamespace(steps=100, name="phase1")])
+    off.add(state, 1e9)
+    assert not off.up and off.longest == 0.0 and state.train_seconds == 97.0
 
 
 @pytest.fixture(scope="module")
