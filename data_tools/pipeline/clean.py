@@ -8,6 +8,7 @@ import contextlib
 import hashlib
 import json
 import multiprocessing as mp
+import os
 import pickle
 import time
 from pathlib import Path
@@ -21,8 +22,12 @@ from data_tools.pipeline.readers import (DOC_BOUNDARIES, FORMATS, check_encoding
 from data_tools.pipeline.state import (CORPUS, STAGE_VERSION, HashingWriter, drop_state, fingerprint, save_state,
                                        up_to_date)
 from data_tools.pipeline.text import NORMALIZE_FORMS, clean_document, load_splitter, splitter_name
+from data_tools.pipeline.workers import die_with_parent
 
 _CHUNK_DOCS, _CHUNK_CHARS = 256, 1 << 20
+def _init_worker(parent: int, initializer: Callable, initargs: tuple) -> None:
+    die_with_parent(parent)
+    initializer(*initargs)
 
 
 @contextlib.contextmanager
@@ -33,7 +38,7 @@ def _ordered_pool(workers: int, initializer: Callable, initargs: tuple):
         initializer(*initargs)
         yield map
         return
-    with mp.get_context("spawn").Pool(workers, initializer, initargs) as pool:
+    with mp.get_context("spawn").Pool(workers, _init_worker, (os.getpid(), initializer, initargs)) as pool:
         def imap(fn, items: Iterable) -> Iterator:
             pending: collections.deque = collections.deque()
             for item in items:

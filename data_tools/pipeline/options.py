@@ -20,8 +20,9 @@ class PrepareOptions:
     fmt: str = option("auto", "input format; auto detects it per file", FORMATS, flag="--format", group="clean")
     encoding: str = option("utf-8", "text encoding of every input file, decoded strictly (e.g. cp949 or euc-kr for "
                                      "older Korean text, cp1251 for Cyrillic)", metavar="NAME", group="clean")
-    doc_boundary: str = option("blank", "text format: a blank line ends a document, or each file is one document",
-                               DOC_BOUNDARIES, group="clean")
+    doc_boundary: str = option("blank", "text format: a blank line ends a document, each non-empty line is one "
+                                        "(sentence-per-line corpora), or each file is one", DOC_BOUNDARIES,
+                               group="clean")
     normalize: str = option("NFKC", "Unicode normalisation", NORMALIZE_FORMS, group="clean")
     splitter: str = option("default", "sentence splitter: 'default', 'none' (a line is a sentence) or "
                                       "MODULE:FUNCTION (str -> list[str])", group="clean")

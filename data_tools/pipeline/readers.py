@@ -2,8 +2,9 @@
 
 Formats (auto-detected per file from its first non-blank line, or forced with ``fmt``):
 
-* ``text``: one paragraph per line; a blank line ends a document (``doc_boundary='blank'``), or each file is
-  one document (``doc_boundary='file'``).
+* ``text``: one paragraph per line; a blank line ends a document (``doc_boundary='blank'``), each non-empty line
+  is one (``'line'``: sentence-per-line corpora), or each file is one (``'file'``). Under ``'blank'`` a document
+  past ``MAX_BLANK_DOC_CHARS`` stops the read with an error that suggests ``'line'``.
 * ``wikiextractor``: WikiExtractor's default output, ``<doc id=.. url=.. title=..>`` ... ``</doc>`` blocks; the
   title line WikiExtractor repeats under the header is dropped.
 * ``jsonl``: one JSON object per line with a ``"text"`` field (WikiExtractor ``--json``); paragraphs are the
@@ -12,7 +13,8 @@ Formats (auto-detected per file from its first non-blank line, or forced with ``
 Any of them may be gzip-, bzip2- or xz-compressed (detected from the magic bytes, whatever the suffix).
 Lines are decoded strictly, as UTF-8 or the ``encoding`` given (one for every file: ``--encoding cp949`` for older
 Korean text): an undecodable line raises ``PrepareError('FILE:LINE: invalid UTF-8 (...)')`` with the line number
-in the decompressed stream. Lines are split on the byte 0x0a and decoded one by one, so an encoding must write
+in the decompressed stream (a NUL byte or a known binary magic makes it
+``... looks like a binary file``). Lines are split on the byte 0x0a and decoded one by one, so an encoding must write
 ASCII as ASCII and hold no state from line to line (``check_encoding``; UTF-16, UTF-32, ISO-2022-*, HZ and UTF-7
 are refused).
 """
@@ -31,12 +33,21 @@ from typing import BinaryIO, Callable, Iterator
 from data_tools.errors import PrepareError
 
 FORMATS = ("auto", "text", "wikiextractor", "jsonl")
-DOC_BOUNDARIES = ("blank", "file")
+DOC_BOUNDARIES = ("blank", "line", "file")
+# No real document reaches it; a sentence-per-line file without blank lines does, and was read whole (856 MB RSS for
+# 100 MB) only for the split stage to fail with "too few documents: 1". Characters, counted as the lines are read.
+MAX_BLANK_DOC_CHARS = 64 << 20
 
 _MAGIC = {b"\x1f\x8b": gzip.open, b"BZh": bz2.open, b"\xfd7zXZ\x00": lzma.open}
 _DOC_OPEN = re.compile(r"<doc(?:\s[^>]*)?>\s*$")
 _TITLE = re.compile(r"""\btitle=(?:"([^"]*)"|'([^']*)')""")
 _BOM = "\ufeff"
+_BINARY_MAGIC = {b"PK\x03\x04": "a zip archive (or .docx/.xlsx/.epub)", b"%PDF": "a PDF",
+                 b"\x7fELF": "an ELF executable", b"\x89PNG": "a PNG image", b"\xff\xd8\xff": "a JPEG image",
+                 b"GIF8": "a GIF image", b"\xd0\xcf\x11\xe0": "an Office document (.doc/.xls)",
+                 b"7z\xbc\xaf": "a 7-Zip archive", b"Rar!": "a RAR archive",
+                 b"\x28\xb5\x2f\xfd": "a zstd-compressed file", b"PAR1": "a Parquet file",
+                 b"SQLite format 3\x00": "an SQLite database"}
 _STATEFUL = ("hz", "utf-7")  # and iso2022_*: a line's bytes mean nothing without the shifts before it
 _OUTPUT_DIRS = ("sentences", ".prepare")  # what prepare writes below --out besides its top-level files
 
@@ -138,18 +149,31 @@ def _label(encoding: str) -> str:
     return "UTF-8" if encoding == "utf-8" else encoding
 
 
+def _undecodable_hint(raw: bytes, head: bytes, encoding: str) -> str:
+    """What to say after ``invalid UTF-8 (...)``: a binary file (a NUL byte in the line, or ``head``, the file's first
+    bytes, a known magic) is no text in any encoding; otherwise, under UTF-8, another encoding may read it."""
+    kind = next((name for magic, name in _BINARY_MAGIC.items() if head.startswith(magic)), None)
+    if kind is not None:
+        return f": this looks like a binary file ({kind}), not text; give text files only"
+    if b"\x00" in raw:
+        return ": this looks like a binary file (it holds NUL bytes), not text; give text files only"
+    return " (text in another encoding: --encoding NAME)" if encoding == "utf-8" else ""
+
+
 def iter_lines(path: Path, encoding: str = "utf-8") -> Iterator[tuple[int, str]]:
     """(line number, decoded line without the newline); strict ``encoding`` (a ``check_encoding`` name), errors
     name the file and line."""
+    head = b""
     try:
         with open_binary(path) as f:
             for lineno, raw in enumerate(f, 1):
+                if lineno == 1:
+                    head = raw[:16]
                 try:
                     line = raw.decode(encoding)
                 except UnicodeDecodeError as e:
-                    hint = " (text in another encoding: --encoding NAME)" if encoding == "utf-8" else ""
                     raise PrepareError(f"{path}:{lineno}: invalid {_label(encoding)} (byte 0x{raw[e.start]:02x} at "
-                                       f"column {e.start + 1}){hint}") from None
+                                       f"column {e.start + 1}){_undecodable_hint(raw, head, encoding)}") from None
                 if lineno == 1 and line.startswith(_BOM):
                     line = line[1:]
                 line = line.rstrip("\r\n")
@@ -197,13 +221,23 @@ def _paragraphs(lines: list[str], title: str | None) -> list[str]:
 
 def _read_text(path: Path, doc_boundary: str, encoding: str) -> Iterator[list[str]]:
     current: list[str] = []
-    for _, line in iter_lines(path, encoding):
+    chars = 0
+    for lineno, line in iter_lines(path, encoding):
         line = line.strip()
-        if line:
+        if doc_boundary == "line":
+            if line:
+                yield [line]
+        elif line:
             current.append(line)
+            chars += len(line)
+            if doc_boundary == "blank" and chars > MAX_BLANK_DOC_CHARS:
+                raise PrepareError(f"{path}:{lineno}: no blank line for {len(current)} lines ({chars:,} characters), "
+                                   "one document so far (--doc-boundary blank): a sentence-per-line file? use "
+                                   "--doc-boundary line (each line a document), or --doc-boundary file for whole "
+                                   "files")
         elif doc_boundary == "blank" and current:
             yield current
-            current = []
+            current, chars = [], 0
     if current:
         yield current
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import multiprocessing as mp
+import os
 import re
 import time
 from pathlib import Path
@@ -18,6 +19,7 @@ from data_tools.pipeline.options import DEFAULTS, PrepareOptions
 from data_tools.pipeline.shards import (RECORDS, HfEncoder, ShardTask, completed, forget, hf_manifest_keys, plan_split,
                                         write_manifest, write_shard_task, writer_version)
 from data_tools.pipeline.state import SPLITS, load_state, split_path
+from data_tools.pipeline.workers import die_with_parent
 
 
 def _run_shards(tasks: list[ShardTask], workers: int, bar) -> Iterator[dict]:
@@ -27,7 +29,7 @@ def _run_shards(tasks: list[ShardTask], workers: int, bar) -> Iterator[dict]:
             bar.update(t.n_docs)
             yield rec
         return
-    with mp.get_context("spawn").Pool(min(workers, len(tasks))) as pool:
+    with mp.get_context("spawn").Pool(min(workers, len(tasks)), die_with_parent, (os.getpid(),)) as pool:
         for rec in pool.imap_unordered(write_shard_task, tasks):
             bar.update(rec["documents"])
             yield rec
