@@ -1,6 +1,7 @@
 """The one exception ``data_tools`` raises for bad input; the CLIs print it as one ``error:`` line, exit 2."""
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import re
@@ -11,6 +12,15 @@ from typing import Iterator
 
 class PrepareError(ValueError):
     """Unusable input or options (missing file, invalid UTF-8, empty corpus, impossible vocab or split size)."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose errors are one ``error:`` line naming the command and pointing at its ``--help``, exit status
+    2, instead of the whole usage (twenty lines for ``prepare``) above the line that says what was wrong."""
+
+    def error(self, message: str):
+        print(f"error: {self.prog}: {message} (`{self.prog} --help` lists the options)", file=sys.stderr)
+        self.exit(2)
 
 
 def first_line(e: BaseException) -> str:

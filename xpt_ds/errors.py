@@ -7,6 +7,7 @@ every command's ``main``) turns a UserError or an OSError (a file the checks did
 """
 from __future__ import annotations
 
+import argparse
 import functools
 import sys
 from pathlib import Path
@@ -63,6 +64,15 @@ def say(line: str) -> None:
     two ranks' lines must not interleave."""
     sys.stderr.write(line + "\n")
     sys.stderr.flush()
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose errors are one ``error:`` line naming the command and pointing at its ``--help``, exit status
+    2, instead of the whole usage (twenty lines for some commands) above the line that says what was wrong."""
+
+    def error(self, message: str):
+        say(f"error: {self.prog}: {message} (`{self.prog} --help` lists the options)")
+        self.exit(2)
 
 
 def cli_errors(main: Callable[..., int]) -> Callable[..., int]:

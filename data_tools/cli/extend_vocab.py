@@ -22,14 +22,14 @@ import sys
 import time
 from pathlib import Path
 
-from data_tools.errors import cli_errors
+from data_tools.errors import ArgumentParser, cli_errors
 from data_tools.typed_options import as_invoked, positive_int
 from data_tools.vocab_merge.extend import DEFAULT_ADD, extend_vocab
 from data_tools.vocab_merge.fertility import table
 
 
 def main(argv: list[str] | None = None, prog: str = "xpt-data extend-vocab") -> int:
-    p = argparse.ArgumentParser(prog=prog, description=as_invoked(__doc__, prog),
+    p = ArgumentParser(prog=prog, description=as_invoked(__doc__, prog),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--source", required=True, help="the source model: a directory, a hub id or a .gguf file")
     p.add_argument("--text", required=True, nargs="+", type=Path, metavar="FILE",

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from data_tools.typed_options import as_invoked, parse_size
-from data_tools.errors import cli_errors
+from data_tools.errors import ArgumentParser, cli_errors
 from data_tools.pairs.align import AlignerConfig
 from data_tools.pairs.build import ALIGNERS, ParallelOptions, build_parallel
 from data_tools.pairs.parallel_shards import ShardOptions
@@ -27,7 +27,7 @@ from data_tools.pipeline.log import set_quiet
 
 
 def build_parser(prog: str = "xpt-data parallel") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description=as_invoked(__doc__, prog),
+    p = ArgumentParser(prog=prog, description=as_invoked(__doc__, prog),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_argument_group("input (two line-aligned files, or one TSV)")
     g.add_argument("--source-file", type=Path, help="source (English) side, one sentence per line")

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 from data_tools.typed_options import add_options, as_invoked, options_from_args, positive_int
-from data_tools.errors import cli_errors
+from data_tools.errors import ArgumentParser, cli_errors
 from data_tools.pipeline.clean import clean
 from data_tools.pipeline.log import set_quiet
 from data_tools.pipeline.options import PrepareOptions
@@ -68,7 +68,7 @@ def build_parser(implicit_all: bool = False, prog: str = "xpt-data prepare") -> 
     doc = as_invoked(__doc__, prog)
     stages_line = (f"stages: {'|'.join(('all', *STAGES))} (default all); `{prog} STAGE --help` lists the flags of "
                    "one stage")
-    p = argparse.ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=stages_line)
     sub = p.add_subparsers(dest="stage", metavar="{all,clean,split,spm,tokenize}")
     for name, help_, workers, stages in [

@@ -16,11 +16,11 @@ from pathlib import Path
 from data_tools.embeddings.embedding_files import output_prefix, write_embeddings
 from data_tools.embeddings.source_model import input_embeddings
 from data_tools.typed_options import as_invoked
-from data_tools.errors import cli_errors
+from data_tools.errors import ArgumentParser, cli_errors
 
 
 def main(argv: list[str] | None = None, prog: str = "xpt-data source-embeddings") -> int:
-    p = argparse.ArgumentParser(prog=prog, description=as_invoked(__doc__, prog),
+    p = ArgumentParser(prog=prog, description=as_invoked(__doc__, prog),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="a Hugging Face model directory or hub id")
     p.add_argument("--out", required=True, type=Path, help="output prefix: writes OUT.npy and OUT.json")

@@ -13,14 +13,14 @@ import sys
 from pathlib import Path
 
 from data_tools.typed_options import as_invoked
-from data_tools.errors import cli_errors
+from data_tools.errors import ArgumentParser, cli_errors
 from data_tools.pipeline.options import DEFAULTS
 from data_tools.pipeline.spm_layouts import LAYOUTS, MODEL_TYPES
 from data_tools.pipeline.spm_trainer import train_spm
 
 
 def main(argv: list[str] | None = None, prog: str = "xpt-data spm-train") -> int:
-    p = argparse.ArgumentParser(prog=prog, description=as_invoked(__doc__, prog),
+    p = ArgumentParser(prog=prog, description=as_invoked(__doc__, prog),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--input", required=True, type=Path, help="one sentence per line")
     p.add_argument("--out", required=True, type=Path, help="output prefix (writes PREFIX.model/.vocab)")

@@ -32,14 +32,14 @@ from data_tools.typed_options import add_options, as_invoked, options_from_args
 from data_tools.embeddings.embedding_files import output_prefix, write_embeddings
 from data_tools.embeddings.fasttext_pieces import FastTextOptions, train_fasttext_embeddings
 from data_tools.embeddings.word2vec import TrainOptions, build_corpus, train_static_embeddings
-from data_tools.errors import cli_errors
+from data_tools.errors import ArgumentParser, cli_errors
 
 METHODS = {"word2vec": (TrainOptions, train_static_embeddings),
            "fasttext": (FastTextOptions, train_fasttext_embeddings)}
 
 
 def build_parser(method: str = "word2vec", prog: str = "xpt-data static-embeddings") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description=as_invoked(__doc__, prog),
+    p = ArgumentParser(prog=prog, description=as_invoked(__doc__, prog),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_argument_group("input")
     g.add_argument("--shards", metavar="MANIFEST[:SPLIT]",
@@ -57,7 +57,7 @@ def build_parser(method: str = "word2vec", prog: str = "xpt-data static-embeddin
 
 def main(argv: list[str] | None = None, prog: str = "xpt-data static-embeddings") -> int:
     # The training options and their defaults depend on --method, so it is read first.
-    pre = argparse.ArgumentParser(prog=prog, add_help=False)
+    pre = ArgumentParser(prog=prog, add_help=False)
     pre.add_argument("--method", choices=tuple(METHODS), default="word2vec")
     method = pre.parse_known_args(argv)[0].method
     a = build_parser(method, prog).parse_args(argv)

@@ -18,11 +18,11 @@ from pathlib import Path
 
 from data_tools.corpora.uagec import LAYERS, export
 from data_tools.typed_options import as_invoked
-from data_tools.errors import cli_errors
+from data_tools.errors import ArgumentParser, cli_errors
 
 
 def main(argv: list[str] | None = None, prog: str = "xpt-data uagec") -> int:
-    p = argparse.ArgumentParser(prog=prog, description=as_invoked(__doc__, prog),
+    p = ArgumentParser(prog=prog, description=as_invoked(__doc__, prog),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--layer", default="gec-fluency", choices=LAYERS,

@@ -453,7 +453,7 @@ def test_a_resume_with_other_lengths_says_what_it_does(finished_run, tmp_path):
     (["xpt_ds.cli.evaluate", "--model", "m", "--shards", "s", "--seed", "-5"], "--seed must be >= 0, got -5"),
     (["xpt_ds.cli.evaluate", "--model", "m", "--shards", "s", "--tag", "t"], "--tag picks a checkpoint of --run"),
     (["xpt_ds.cli.probe", "--run", "r", "--source-text", "t", "--batch-size", "0"], "--batch-size >= 1"),
-    (["data_tools.cli.prepare", "--input", "t", "--out", "o", "--workers", "x"], "\nxpt-data prepare: error: argument"),
+    (["data_tools.cli.prepare", "--input", "t", "--out", "o", "--workers", "x"], "error: xpt-data prepare: argument"),
     *[(["xpt_ds.cli.sweep", "--config", "c", "--methods", "xpt", "--sizes", "1", "--out", "o", *extra], culprit)
       for extra, culprit in [(["--eval-batch-size", "0"], "--eval-batch-size must be >= 1, got 0"),
                              (["--eval-max-batches", "-1"], "--eval-max-batches must be >= 0 (0 = all), got -1"),

@@ -57,7 +57,8 @@ def test_prepare_help_lists_every_flag_of_a_whole_run_and_the_stages(capsys):
     rc, out, err = run_main(capsys, cli.main, "prepare")
     assert rc == 2 and not out and "--vocab-size" in err
     rc, _, err = run_main(capsys, cli.main, "prepare", "--out", "o")
-    assert rc == 2 and "xpt-data prepare: error: the following arguments are required: --input" in err
+    assert rc == 2 and err == ("error: xpt-data prepare: the following arguments are required: --input (`xpt-data "
+                               "prepare --help` lists the options)\n")
 
 
 @pytest.mark.parametrize("form", FORMS)

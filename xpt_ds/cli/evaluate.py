@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 from xpt_ds.config.job import MASKINGS
-from xpt_ds.errors import cli_errors
+from xpt_ds.errors import ArgumentParser, cli_errors
 from xpt_ds.runtime.process_exit import exit_process
 
 # --text's --dtype: float32 by default, whatever the files store, so that a source (often bf16 on the hub) and an
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, argparse.ArgumentParser]:
-    p = argparse.ArgumentParser(prog="xpt-ds evaluate", description="\n\n".join(__doc__.split("\n\n")[1:3]))
+    p = ArgumentParser(prog="xpt-ds evaluate", description="\n\n".join(__doc__.split("\n\n")[1:3]))
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--run", type=Path, help="run directory: evaluate a checkpoint")
     src.add_argument("--model", type=Path, help="an xpt_ds.cli.export directory; with --text also a stock decoder: "

@@ -5,16 +5,15 @@ Works offline on one process from any ZeRO stage and any world size (``xpt_ds.ch
 """
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
-from xpt_ds.errors import cli_errors
+from xpt_ds.errors import ArgumentParser, cli_errors
 from xpt_ds.runtime.process_exit import exit_process
 
 
 @cli_errors
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="xpt-ds export", description=__doc__.split("\n\n")[0].split(": ", 1)[1])
+    p = ArgumentParser(prog="xpt-ds export", description=__doc__.split("\n\n")[0].split(": ", 1)[1])
     p.add_argument("--run", required=True, type=Path, help="run directory (the run config's run_dir)")
     p.add_argument("--tag", help="checkpoint tag, or 'best' (checkpoint.keep_best) (default: newest complete)")
     p.add_argument("--out", required=True, type=Path, help="output directory")

@@ -7,16 +7,15 @@ once without; with ``--target-shards`` also the post-trained model on target tex
 """
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
-from xpt_ds.errors import cli_errors
+from xpt_ds.errors import ArgumentParser, cli_errors
 from xpt_ds.runtime.process_exit import exit_process
 
 
 @cli_errors
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="xpt-ds probe", description=__doc__.split("\n\n")[1])
+    p = ArgumentParser(prog="xpt-ds probe", description=__doc__.split("\n\n")[1])
     p.add_argument("--run", type=Path, required=True, help="run directory of the post-training")
     p.add_argument("--tag", help="checkpoint tag (default: newest complete)")
     p.add_argument("--source-text", type=Path, required=True, help="source-language text, one passage per line")

@@ -10,12 +10,11 @@ script takes neither a typo nor a damaged run for one that has not started.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
-from xpt_ds.errors import cli_errors
+from xpt_ds.errors import ArgumentParser, cli_errors
 from xpt_ds.runtime.process_exit import exit_process
 from xpt_ds.runtime.status import STATUS_NAME, describe, read_status, status_problem
 
@@ -25,7 +24,7 @@ ORDER = [0, 1, 3, 2]  # a missing directory (2) outranks a failed run (3), which
 
 @cli_errors
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="xpt-ds status", description=__doc__.split("\n\n")[0].split(": ", 1)[1])
+    p = ArgumentParser(prog="xpt-ds status", description=__doc__.split("\n\n")[0].split(": ", 1)[1])
     p.add_argument("run_dir", nargs="+", type=Path, help="run directory (the run config's run_dir)")
     p.add_argument("--json", action="store_true", help="each run's status.json as read (a dead run's state "
                    "'died', with 'died' saying why), one JSON object a line")

@@ -29,7 +29,7 @@ import sys
 import threading
 from pathlib import Path
 
-from xpt_ds.errors import INTERRUPTED_EXIT_CODE, UserError, cli_errors
+from xpt_ds.errors import ArgumentParser, INTERRUPTED_EXIT_CODE, UserError, cli_errors
 from xpt_ds.io.paths import unwritable, unwritable_unmade
 from xpt_ds.runtime.process_exit import exit_process
 
@@ -39,7 +39,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     from xpt_ds.config.methods import METHODS
     from xpt_ds.finetuning.config import FinetuneConfig
     from xpt_ds.sweeps.plan import FINETUNE_SET_BY_SWEEP
-    p = argparse.ArgumentParser(prog="xpt-ds sweep", description=__doc__.split("\n\n")[1],
+    p = ArgumentParser(prog="xpt-ds sweep", description=__doc__.split("\n\n")[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", required=True, help="base run config (YAML/JSON), e.g. a two-phase xpt config or a "
                                                    "TreLM phase graph (each method gets its own phases where the "

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from xpt_ds.config import help_text, load_config
-from xpt_ds.errors import INTERRUPTED_EXIT_CODE, UserError, cli_errors, error_line, error_lines, say
+from xpt_ds.errors import ArgumentParser, INTERRUPTED_EXIT_CODE, UserError, cli_errors, error_line, error_lines, say
 from xpt_ds.metrics.run_log import finished_line, library_output_to_stderr, setup_logging
 from xpt_ds.runtime import collector, rank_say
 from xpt_ds.runtime.host_memory import hold_less_heap
@@ -23,7 +23,7 @@ from xpt_ds.runtime.rank_say import say_once
 
 
 def parse_args(argv: list[str]):
-    parser = argparse.ArgumentParser(prog="xpt-ds train", formatter_class=argparse.RawTextHelpFormatter,
+    parser = ArgumentParser(prog="xpt-ds train", formatter_class=argparse.RawTextHelpFormatter,
                                      epilog="overrides (defaults shown):\n" + help_text())
     parser.add_argument("--config", help="YAML or JSON run config")
     parser.add_argument("--resume", help="checkpoint tag to resume from, 'best' or 'none' (default: newest complete "

@@ -8,9 +8,10 @@ has learned no more than piece frequencies; the line says so rather than leaving
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
+
+from xpt_ds.errors import ArgumentParser
 
 NAMES = {"unigram": "the unigram predictor", "uniform": "the uniform guess"}
 UNITS = {"bits_per_char": "bits per character", "bits_per_byte": "bits per byte", "bits_per_word": "bits per word",
@@ -32,7 +33,7 @@ def versus_line(model: float, baselines: dict[str, float], key: str, split: str 
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m xpt_ds.evaluation.versus", description=__doc__.split("\n\n")[0])
+    p = ArgumentParser(prog="python -m xpt_ds.evaluation.versus", description=__doc__.split("\n\n")[0])
     p.add_argument("--key", default="bits_per_char", choices=sorted(UNITS), help="the score compared")
     p.add_argument("--model", required=True, help="the model's `xpt_ds.cli.evaluate --out` file")
     p.add_argument("baselines", nargs="+", metavar="NAME=FILE", help="a baseline's `--out` file (unigram, uniform)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xpt_ds.config import doc
+from xpt_ds.errors import ArgumentParser
 from xpt_ds.finetuning.data import TASKS, Columns, FinetuneError
 
 # 002 Table A2 ("Hyperparameters used for downstream evaluations"): batch size 32 and warmup proportion 0.06
@@ -138,10 +139,8 @@ def validate(cfg: FinetuneConfig) -> None:
 def parse_flags(argv: list[str], description: str | None = None) -> FinetuneConfig:
     """``xpt-ds finetune``'s flags as a config: defaults < ``--preset`` < flags given; every flag's help is its
     field's. Also how a sweep reads the fine-tuning flags it passes on (``sweeps.plan.check_finetune``)."""
-    import argparse
-
     from xpt_ds.config.flags import add_flags
-    parser = argparse.ArgumentParser(prog="xpt-ds finetune", description=description)
+    parser = ArgumentParser(prog="xpt-ds finetune", description=description)
     add_flags(parser, FinetuneConfig, required=REQUIRED)
     given = vars(parser.parse_args(argv))
     preset = given.get("preset", "")

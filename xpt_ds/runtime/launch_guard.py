@@ -17,6 +17,7 @@ import argparse
 import signal
 import sys
 
+from xpt_ds.errors import ArgumentParser
 from xpt_ds.runtime.tether import tethered
 
 RANKS = "xpt_ds.cli.train"  # the processes a stop goes to (they checkpoint on it); a sweep's stages' too
@@ -36,7 +37,7 @@ def run(cmd: list[str], grace_s: float) -> int:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m xpt_ds.runtime.launch_guard", description=__doc__.splitlines()[0])
+    p = ArgumentParser(prog="python -m xpt_ds.runtime.launch_guard", description=__doc__.splitlines()[0])
     p.add_argument("--grace", type=float, default=1800.0, metavar="S",
                    help="seconds from the first stop signal until what is left of the job is killed (default 1800)")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- LAUNCHER ARGS...")

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xpt_ds.config.methods import BASELINE
-from xpt_ds.errors import UserError, cli_errors
+from xpt_ds.errors import ArgumentParser, UserError, cli_errors
 from xpt_ds.io.paths import write_text_atomic
 from xpt_ds.sweeps.arms import baseline_arm, color, display_name, ordered
 from xpt_ds.sweeps.rows import PROBE_SUFFIX, read_json, read_rows
@@ -469,8 +469,7 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m xpt_ds.sweeps.report DIR...``: rewrite each sweep folder's report from the rows its
     results.jsonl holds now, for a sweep cut short or still running (a session packing what it has). Failures are
     not in results.jsonl, so the report lists none; ``--no-tensorboard`` leaves tb/ to the sweep's own report."""
-    import argparse
-    p = argparse.ArgumentParser(prog="python -m xpt_ds.sweeps.report", description=main.__doc__)
+    p = ArgumentParser(prog="python -m xpt_ds.sweeps.report", description=main.__doc__)
     p.add_argument("dirs", nargs="+", type=Path, metavar="DIR", help="a sweep folder (its results.jsonl)")
     p.add_argument("--no-tensorboard", action="store_true", help="write no TensorBoard scalars")
     a = p.parse_args(argv)
