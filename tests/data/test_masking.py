@@ -210,15 +210,26 @@ def test_config_errors_name_the_key(overrides, message):
     assert (cfg.data.masking, cfg.data.span_p, cfg.data.span_max) == ("span", 0.3, 4)
 
 
-def test_training_with_whole_word_masking(tmp_path, tiny_roberta, corpus):
+def test_training_with_whole_word_masking_and_another_mask_piece(tmp_path, tiny_roberta, corpus):
+    """evaluate --run, the export and evaluate --model mask as the run did: its masking and its model.mask_token
+    (until 2026-12-05 they masked with the default <mask>, and scored 5.2015 a run whose own pass said 5.1942)."""
     cfg = base_config(tmp_path / "run", tiny_roberta, corpus)
     cfg["data"]["masking"] = "whole_word"
+    cfg["model"]["mask_token"] = "</s>"
+    cfg["logging"]["eval_every"] = 4
     cfg["phases"] = [{"name": "phase1", "steps": 2, "lr": 1e-3}, {"name": "phase2", "steps": 2, "lr": 5e-4}]
     proc = launch(["--config", str(write_config(tmp_path / "cfg.yaml", cfg))])
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = read_metrics(tmp_path / "run")
     assert all(np.isfinite(rows[s]["train/loss"]) for s in (1, 2, 3, 4))
-    proc = run_main("xpt_ds.cli.evaluate", ["--run", str(tmp_path / "run"), "--shards", f"{corpus}/manifest.json:test",
-                                        "--max-batches", "2", "--batch-size", "4"])
+    flags = ["--shards", f"{corpus}/manifest.json:valid", "--max-batches", "2", "--batch-size", "2"]
+    proc = run_main("xpt_ds.cli.evaluate", ["--run", str(tmp_path / "run"), *flags])
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert json.loads(proc.stdout)["masking"] == "whole_word"  # the run's own masking by default
+    scored = json.loads(proc.stdout)
+    assert scored["masking"] == "whole_word"  # the run's own masking by default
+    assert scored["loss"] == pytest.approx(rows[4]["valid/loss"], rel=1e-6)  # the run's own validation pass
+    proc = run_main("xpt_ds.cli.export", ["--run", str(tmp_path / "run"), "--out", str(tmp_path / "export")])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads((tmp_path / "export/tokenizer_config.json").read_text())["mask_token"] == "</s>"
+    proc = run_main("xpt_ds.cli.evaluate", ["--model", str(tmp_path / "export"), *flags])
+    assert proc.returncode == 0 and json.loads(proc.stdout)["loss"] == pytest.approx(scored["loss"], rel=1e-6)

@@ -152,6 +152,17 @@ def test_tracker_patience_counts_per_phase():
     assert tracker.best is None and not math.isinf(tracker.phase_loss)
 
 
+def test_a_slow_descent_counts_once_it_passes_min_delta():
+    """The reference a pass must beat by min_delta moves only with a pass that did: each pass 0.3 below the last
+    (min_delta 0.5) improves on it every second pass, and the early-stop line names the loss it did not beat."""
+    tracker = BestTracker(keep=False, patience=2, min_delta=0.5)
+    stops = [tracker.update(x, i, tag_for(i), 0, "a")[1] for i, x in enumerate([4.0, 3.7, 3.4, 3.1, 2.8, 2.5], 1)]
+    assert stops == [False] * 6 and (tracker.phase_loss, tracker.stale) == (2.8, 1)
+    assert [tracker.update(x, i, tag_for(i), 0, "a")[1] for i, x in enumerate([2.2, 2.1, 2.0], 7)] == [
+        False, False, True]
+    assert (tracker.phase_loss, tracker.stale) == (2.2, 2)
+
+
 def test_best_tag_without_best_names_the_run(tmp_path):
     (tmp_path / "checkpoints").mkdir()
     with pytest.raises(NoBestError) as info:

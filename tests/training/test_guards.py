@@ -195,7 +195,8 @@ def test_spike_detector_compares_with_the_recent_median():
     d = SpikeDetector(ratio=1.5, window=4, min_history=3)
     assert [d.check(v) for v in (5.0, 4.0, 100.0)] == [None, None, None]  # too little history yet
     assert d.check(6.5) is None  # median(5, 4, 100) = 5: 6.5 < 7.5
-    assert d.check(20.0) == 5.75  # median(5, 4, 100, 6.5)
+    assert d.check(20.0) == 5.75 and d.counted == 4  # median(5, 4, 100, 6.5)
+    assert d.check(50.0) == 13.25 and d.counted == 4  # a full window: median(4, 100, 6.5, 20) of 4, not 3
     assert SpikeDetector(ratio=0, window=4, min_history=1).check(1.0) is None
 
 

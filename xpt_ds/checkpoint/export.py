@@ -297,9 +297,10 @@ def export(run_dir: Path, out: Path, tag: str | None = None, allow_pickle: bool 
     tag_dir, hf_config = checkpoint_config(run_dir, tag)
     tag_checks.check_files(tag_dir, allow_pickle, distributed=False)  # before the client state is read
     client = migrate.client_state(store.read_client_state(tag_dir.parent, tag_dir.name, allow_pickle))
-    data = read_checkpoint_config(client["config"]).data
+    run_cfg = read_checkpoint_config(client["config"])
+    data = run_cfg.data
     hf_config.xpt_data = {k: getattr(data, k) for k in MASKING_KEYS}  # evaluate --model masks as the run did
-    tok = saved_tokenizer(tag_dir)
+    tok = saved_tokenizer(tag_dir, run_cfg.model.mask_token)  # the mask piece the run trained with
     # hf_config copied with xpt_data: the export's config; a Qwen2 target of its own vocabulary in Llama's form
     exported = Exported(hf_config, None, dtype, llama_form=tok.kind != "huggingface")
     exported.values = described(CheckpointValues(tag_dir.parent, tag_dir.name, allow_pickle), exported.trained,

@@ -162,8 +162,8 @@ def scored_model(a: argparse.Namespace):
         from xpt_ds.checkpoint.export import load_model
         from xpt_ds.checkpoint.store import read_config
         model, tag_dir = load_model(a.run, a.tag, a.allow_pickle)
-        tok = saved_tokenizer(tag_dir)
-        data = read_config(tag_dir.parent, tag_dir.name, a.allow_pickle).data
+        run_cfg = read_config(tag_dir.parent, tag_dir.name, a.allow_pickle)
+        tok, data = saved_tokenizer(tag_dir, run_cfg.model.mask_token), run_cfg.data
         source = {"run": str(a.run), "tag": tag_dir.name}
         warn_trained_on(a.shards, data.train_shards)
     else:

@@ -255,17 +255,20 @@ class GuardConfig:
                                 "and halt. Each one is skipped (no update) and counted.")
     loss_spike_ratio: float = doc(1.5, "Warn when a logged loss exceeds this multiple of the median of the last "
                                        "guard.loss_spike_window logged losses; 0 = off.")
-    loss_spike_window: int = doc(20, "Logged losses whose median the spike check compares against.")
+    loss_spike_window: int = doc(20, "Logged losses whose median the spike check compares against; checks start "
+                                     "once a fifth of them (at least 5, at most all) are logged, anew at a resume.")
     slow_step_ratio: float = doc(3.0, "Multi-rank runs: log a 'slow step' line (with the rank that waited longest "
                                       "for data) when a step takes this multiple of the median of the last "
                                       "guard.slow_step_window steps, at most once per window; 0 = off.")
-    slow_step_window: int = doc(50, "Steps whose median step time the slow-step check compares against.")
+    slow_step_window: int = doc(50, "Steps whose median step time the slow-step check compares against; checks "
+                                    "start once a fifth of them (at least 5, at most all) are timed.")
     early_stop_patience: int = doc(0, "End the current phase early after this many validation passes in a row "
-                                      "that do not lower the phase's best valid/loss by more than "
+                                      "that do not lower the phase's reference valid/loss by more than "
                                       "guard.early_stop_min_delta (the next phase starts as usual, from step 0 of "
                                       "its schedule); 0 = off. Needs data.valid_shards and logging.eval_every > 0.")
     early_stop_min_delta: float = doc(0.0, "guard.early_stop_patience: the least decrease of valid/loss that counts "
-                                           "as an improvement.")
+                                           "as an improvement, below the phase's last pass that counted (a slow "
+                                           "descent counts once it adds up to more).")
     early_stop_rewind: bool = doc(False, "When early stopping, or the time budget (guard.max_train_minutes), ends a "
                                          "phase whose earlier steps hold the run's best checkpoint, the next phase "
                                          "starts from that checkpoint's exact fp32 weights, not from where the phase "

@@ -202,9 +202,12 @@ def tokenizer_for(model_cfg, causal: bool = False) -> TargetTokenizer:
     return build_tokenizer(model_cfg.tokenizer, model_cfg.mask_token)
 
 
-def saved_tokenizer(directory: Path) -> TargetTokenizer:
+def saved_tokenizer(directory: Path, mask_token: str = "") -> TargetTokenizer:
     """The tokenizer a checkpoint tag directory or an export holds: ``spm.model`` if present, else the Hugging
-    Face tokenizer in ``hf_tokenizer/`` (checkpoints of keep_vocab) or in the directory itself (its export)."""
+    Face tokenizer in ``hf_tokenizer/`` (checkpoints of keep_vocab) or in the directory itself (its export).
+    ``mask_token``: the run's ``model.mask_token`` (a checkpoint's caller reads it from the run's config); without
+    it, an export's own ``tokenizer_config.json`` names it. Until 2026-12-05 a run that set ``model.mask_token``
+    was evaluated and exported with the default mask piece, masking with another id than it trained with."""
     directory = Path(directory)
     spm_file = directory / "spm.model"
     if spm_file.is_file():
@@ -214,11 +217,22 @@ def saved_tokenizer(directory: Path) -> TargetTokenizer:
             raise ConfigError(f"{directory}: its {spm_file.name} is not a SentencePiece model ({first_line(e)}); "
                               "copy it from another checkpoint of the run or its export (they hold the same "
                               "file)") from None
-        return build_tokenizer(str(spm_file))
+        return build_tokenizer(str(spm_file), mask_token or _named_mask_token(directory))
     for d in (directory / HF_TOKENIZER_DIR, directory):
         if (d / "tokenizer_config.json").is_file():
             return build_hf_tokenizer(str(d), f"saved tokenizer {d}", causal=None)
     raise FileNotFoundError(f"{directory} has no spm.model and no Hugging Face tokenizer")
+
+
+def _named_mask_token(directory: Path) -> str:
+    """The mask piece an export's ``tokenizer_config.json`` names (a string, or an AddedToken's ``content``), or
+    "" (a checkpoint tag directory, or none named: the default candidates)."""
+    try:
+        named = json.loads((directory / "tokenizer_config.json").read_text()).get("mask_token")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    named = named.get("content") if isinstance(named, dict) else named
+    return named if isinstance(named, str) else ""
 
 
 def loadable_by_transformers_4(out_dir: Path) -> None:

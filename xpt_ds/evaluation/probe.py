@@ -146,6 +146,6 @@ def probe(run: Path, source_text: Path, tag: str | None = None, source_id: str |
     if target_shards:
         data.seq_len = min(data.seq_len, post.config.xpt_max_length)
         rows[f"post-trained, {'its own' if keeps_vocab else 'target'} vocabulary (target text)"] = evaluate(
-            post, saved_tokenizer(tag_dir), data, list(target_shards), batch_size)
+            post, saved_tokenizer(tag_dir, run_cfg.model.mask_token), data, list(target_shards), batch_size)
     return {"run": str(run), "tag": tag_dir.name, "source": source_id, "source_text": str(source_text),
             "seq_len": seq_len, **({"target_seq_len": data.seq_len} if target_shards else {}), "rows": rows}

@@ -42,7 +42,7 @@ class BestTracker:
     rewind: bool = False  # guard.early_stop_rewind
     best: dict | None = None  # {tag, step, valid_loss, phase}
     phase_index: int = -1  # the phase that phase_loss and stale count for
-    phase_loss: float = math.inf  # that phase's lowest validation loss
+    phase_loss: float = math.inf  # that phase's reference: its last valid loss that improved by more than min_delta
     stale: int = 0  # validation passes in a row that did not improve phase_loss by more than min_delta
     stopped: list[int] = field(default_factory=list)  # phases ended early
     save_step: int | None = field(default=None, repr=False)  # a new best's step, until its checkpoint is written
@@ -67,11 +67,10 @@ class BestTracker:
         no early stop, so ``stopped`` (which ``early_stop_rewind`` reads) lists only phases cut short."""
         if phase_index != self.phase_index:  # the first pass of a phase: patience counts afresh
             self.phase_index, self.phase_loss, self.stale = phase_index, math.inf, 0
-        if loss < self.phase_loss - self.min_delta:
-            self.stale = 0
-        else:
+        if loss < self.phase_loss - self.min_delta:  # the reference moves only with an improvement that counts: a
+            self.stale, self.phase_loss = 0, loss  # slow descent (each pass below the last by less than min_delta)
+        else:  # still counts once it is min_delta below it (until 2026-12-05 each small step moved it)
             self.stale += 1
-        self.phase_loss = min(self.phase_loss, loss)
         improved = self.keep and math.isfinite(loss) and (self.best is None or loss < self.best["valid_loss"])
         if improved:
             self.best = {"tag": tag, "step": step, "valid_loss": loss, "phase": phase}

@@ -150,10 +150,12 @@ class SpikeDetector:
         self.ratio = ratio
         self.min_history = min(window, max(5, window // 5)) if min_history is None else min_history
         self.history: deque[float] = deque(maxlen=window)
+        self.counted = 0  # how many values the last check's median was taken over
 
     def check(self, value: float) -> float | None:
         """The median ``value`` exceeds by more than ``ratio`` times, else None; then remembers ``value``."""
-        median = statistics.median(self.history) if len(self.history) >= self.min_history else None
+        self.counted = len(self.history)
+        median = statistics.median(self.history) if self.counted >= self.min_history else None
         self.history.append(value)
         if self.ratio and median and value > self.ratio * median:
             return median

@@ -217,7 +217,7 @@ class Trainer:
             median = g.loss_spikes.check(loss)
             if median is not None and self.rank == 0:
                 log.warning("loss spike at step %d: %.4f is %.1fx the median %.4f of the last %d logged losses",
-                            self.state.global_step, loss, loss / median, median, len(g.loss_spikes.history) - 1)
+                            self.state.global_step, loss, loss / median, median, g.loss_spikes.counted)
         grad_norm = self.engine.get_global_grad_norm()
         grad_norm = self.grad_norm if grad_norm is None else grad_norm
         self.report.log_step(self.state.global_step, self.total_steps, window, {
