@@ -269,6 +269,7 @@ def test_a_resume_with_other_optimizer_settings_applies_them_and_says_so(stage, 
     shutil.copytree(straight / "run/checkpoints" / tag_for(6), tmp_path / "run/checkpoints" / tag_for(6))
     cfg["optim"]["torch_adam"] = False
     if stage == 1:
+        cfg["model"].update(init_seed=99, itl_init="copy")  # only a fresh start's: kept as the checkpoint's
         cfg["optim"].update(betas=[0.5, 0.6], eps=1e-3)
         cfg["phases"][1]["lr"] = 2e-3
         engine = json.loads(Path(cfg["deepspeed"]).read_text())
@@ -291,6 +292,13 @@ def test_a_resume_with_other_optimizer_settings_applies_them_and_says_so(stage, 
     # phase 2: 1 warmup step, then linear to 0 over 3: its third update (index 2) at 2/3 of the peak
     assert ("the next step's learning rate is 0.00133 (0.000333 by the schedule it was trained with)" in said[0]) \
         == (stage == 1), said[0]
+    start_said = [line for line in proc.stderr.splitlines() if "with other start settings" in line]
+    assert len(start_said) == (stage == 1), start_said
+    if stage == 1:
+        assert (f"resuming {tag_for(6)} with other start settings than built its weights (model.init_seed 1234 -> 99; "
+                "model.itl_init 'random' -> 'copy'): they decide only") in start_said[0], start_said
+        recorded = yaml.safe_load((tmp_path / "run/config.yaml").read_text())["model"]
+        assert (recorded["init_seed"], recorded["itl_init"]) == (1234, "random")
     want, got = read_metrics(straight / "run"), read_metrics(tmp_path / "run")
     assert got[7]["train/loss"] == want[7]["train/loss"]  # the weights of step 6, before any new update
     groups, steps = _saved_adam(tmp_path / "run/checkpoints" / tag_for(8))

@@ -174,6 +174,13 @@ def span_masking_on_a_decoder(cfg, d, fx):
     return [], ["'data.masking' is 'span'", "decoder"]
 
 
+def mask_prob_on_a_decoder(cfg, d, fx):
+    """Was accepted, and trained bit for bit as without it (a review, 2026-12-05)."""
+    cfg["model"]["source"] = str(fx.gpt2)
+    cfg["data"]["mask_prob"] = 0.5
+    return [], ["'data.mask_prob' is 0.5", "decoder"]
+
+
 def missing_shard(cfg, d, fx):
     cfg["model"]["source"] = str(fx.weightless)  # the shards are checked before any source weight is read
     shutil.copytree(fx.corpus, d / "corpus")
@@ -247,6 +254,7 @@ CASES = {f.__name__: f for f in [
     ds_json_nvme_offload_without_path, ds_json_round_robin_gradients, ds_json_section_not_an_object, missing_shard,
     corpus_directory_as_shards,
     tokenizer_smaller_than_corpus_vocab, keep_vocab_on_a_decoder_without_tokenizer, span_masking_on_a_decoder,
+    mask_prob_on_a_decoder,
     seq_len_past_the_source_positions]}
 
 

@@ -21,6 +21,7 @@ from xpt_ds.config.schedule import lr_at
 from xpt_ds.errors import first_line
 from xpt_ds.io.trust import UntrustedError, check_plain
 from xpt_ds.model.build import build_plan
+from xpt_ds.model.decoder import is_decoder
 from xpt_ds.model.skeleton import skeleton
 
 
@@ -188,6 +189,7 @@ def resume_warnings(tag_dir: Path, client: dict, cfg, hf_config, has_validation:
     and the schedule's step it resumes at), other engine settings (``engine_changes``), other data settings
     (``data_changes``), a validation set scored otherwise (``validation_change``)."""
     lines = [line for line in [batch_change(tag_dir, client, cfg.optim, world),
+                               micro_batch_change(tag_dir, client, cfg.optim, is_decoder(hf_config)),
                                dropout_change(tag_dir, client, hf_config, world),
                                optim_change(tag_dir, client, cfg, *position)] if line]
     engine = engine_changes(client.get("ds_config") or {}, ds)
@@ -200,7 +202,61 @@ def resume_warnings(tag_dir: Path, client: dict, cfg, hf_config, has_validation:
                      f"({'; '.join(changed)}): training goes on at the same position of the stream these settings "
                      "make")
     moved = validation_change(tag_dir, client, cfg.logging, has_validation)
-    return lines + ([moved] if moved else [])
+    return lines + ([moved] if moved else []) + model_changes(tag_dir, client, cfg) + valid_set_change(
+        tag_dir, client, cfg, has_validation)
+
+
+# model.* keys that decide only a fresh start's weights, which a resume reads from its checkpoint instead
+START_KEYS = ("init_seed", "embedding_init", "embedding_init_args", "head_bias_init", "itl_init")
+# model.* keys a resume applies from its step on
+LIVE_MODEL_KEYS = ("dropout", "mask_token")
+
+
+def _changed(saved: dict, now, keys: tuple[str, ...], section: str) -> list[str]:
+    return [f"{section}.{k} {saved[k]!r} -> {getattr(now, k)!r}" for k in keys if k in saved
+            and saved[k] != getattr(now, k)]
+
+
+def model_changes(tag_dir: Path, client: dict, cfg) -> list[str]:
+    """Lines for model.* keys set otherwise than in the checkpoint's config: those that only build a fresh start
+    (``START_KEYS``: the run goes on with the weights they made; ``keep_start_settings`` puts the checkpoint's back
+    into the config, so config.yaml, later checkpoints and an export's model card say what built the weights), and
+    those a resume applies from its step on (``LIVE_MODEL_KEYS``). Until 2026-12-05 both went unsaid."""
+    saved = client.get("config", {}).get("model", {})
+    start, live = _changed(saved, cfg.model, START_KEYS, "model"), _changed(saved, cfg.model, LIVE_MODEL_KEYS, "model")
+    lines = []
+    if start:
+        lines.append(f"resuming {tag_dir.name} with other start settings than built its weights ({'; '.join(start)}): "
+                     "they decide only a fresh start's weights, and a resume reads the weights from the checkpoint; "
+                     "the run keeps the checkpoint's settings (config.yaml records those)")
+    if live:
+        lines.append(f"resuming {tag_dir.name} with other model settings than it was trained with "
+                     f"({'; '.join(live)}): they apply from this step on")
+    return lines
+
+
+def keep_start_settings(client: dict, cfg) -> None:
+    """The checkpoint's ``START_KEYS`` into ``cfg.model`` (every rank): they built the weights the run goes on
+    with, whatever the resumed config says."""
+    saved = client.get("config", {}).get("model", {})
+    for k in START_KEYS:
+        if k in saved:
+            setattr(cfg.model, k, saved[k])
+
+
+def valid_set_change(tag_dir: Path, client: dict, cfg, has_validation: bool) -> list[str]:
+    """A line when the validation passes will score another set than the checkpoint's did (data.valid_shards,
+    logging.eval_batches, data.seq_len): valid/*, best.json and early stopping then compare losses of two sets."""
+    if not has_validation:
+        return []
+    saved = client.get("config", {})
+    changed = (_changed(saved.get("data", {}), cfg.data, ("valid_shards", "seq_len"), "data")
+               + _changed(saved.get("logging", {}), cfg.logging, ("eval_batches",), "logging"))
+    if not changed:
+        return []
+    return [f"resuming {tag_dir.name} with another validation set than it was scored on ({'; '.join(changed)}): "
+            "valid/* from this step on are not comparable with its earlier passes, yet best.json and early stopping "
+            "compare them with those"]
 
 
 def batch_change(tag_dir: Path, client: dict, optim, world: int) -> str | None:
@@ -221,6 +277,19 @@ def batch_change(tag_dir: Path, client: dict, optim, world: int) -> str | None:
     return (f"resuming {tag_dir.name} at a global batch of {now} sequences per step (optim.micro_batch_size "
             f"{optim.micro_batch_size} x optim.grad_accum {optim.grad_accum} x {world} rank(s)), where it trained "
             f"with {before} ({saved_world} rank(s)): the learning rate schedule is not rescaled for it{hint}")
+
+
+def micro_batch_change(tag_dir: Path, client: dict, optim, causal: bool) -> str | None:
+    """A warning when an MLM run resumes at another micro-batch size: its step averages the micro-batches' mean
+    losses, each over the positions it masked (a count that varies), so the same global batch in other micro-batches
+    weighs the positions otherwise. A decoder's micro-batches each predict as many positions: nothing changes."""
+    saved = client.get("config", {}).get("optim", {}).get("micro_batch_size")
+    if causal or saved is None or saved == optim.micro_batch_size:
+        return None
+    return (f"resuming {tag_dir.name} at optim.micro_batch_size {optim.micro_batch_size}, where it trained at {saved}: "
+            "a step averages its micro-batches' mean MLM losses, each over the positions it masked, so other "
+            "micro-batches weigh them otherwise and the run leaves the trajectory it was on, even at the same global "
+            "batch")
 
 
 # The model config keys of the families' dropout (encoders; GPT-2; the Llama layout's attention dropout).

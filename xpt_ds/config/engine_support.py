@@ -12,6 +12,7 @@ from __future__ import annotations
 from xpt_ds.config.engine_json import precision, zero_stage
 
 QUANTIZED = ("zero_quantized_weights", "zero_quantized_gradients", "zero_quantized_nontrainable_weights")  # ZeRO++
+MONITORS = ("tensorboard", "csv_monitor", "wandb", "comet")  # DeepSpeed's own monitors (deepspeed.monitor)
 
 
 def unsupported(ds: dict, torch_adam: bool, device: str) -> str | None:
@@ -22,7 +23,19 @@ def unsupported(ds: dict, torch_adam: bool, device: str) -> str | None:
     offload = zero.get("offload_optimizer") or {}
     checkpoint = ds.get("checkpoint") or {}
     predivide, prescale = ds.get("gradient_predivide_factor", 1.0), ds.get("prescale_gradients", False)
+    monitor = next((k for k in MONITORS if isinstance(ds.get(k), dict) and ds[k].get("enabled")), None)
     checks = [
+        (zero.get("cpu_offload") and not torch_adam,  # with torch AdamW it trains as offload_optimizer does
+         "zero_optimization.cpu_offload is true with optim.torch_adam false; xpt-ds picks DeepSpeed's CPU Adam by "
+         "offload_optimizer.device only, and DeepSpeed stopped at FusedAdam with a ZeRORuntimeException after the "
+         "model was built: write zero_optimization.offload_optimizer: {device: cpu} instead (the same setting)"),
+        ("activation_checkpointing" in ds,
+         "activation_checkpointing is set; DeepSpeed's activation checkpointing is for models that call "
+         "deepspeed.checkpointing, which xpt-ds's do not (its settings changed nothing): remove it and set "
+         "activations.checkpoint_every, xpt-ds's own recompute"),
+        (monitor,
+         f"{monitor}.enabled is true; DeepSpeed's own monitor writes a second set of logs outside the run directory: "
+         "remove it (xpt-ds writes RUN_DIR/tb and RUN_DIR/metrics.jsonl itself; logging.tensorboard)"),
         (stage in (1, 2) and zero.get("round_robin_gradients"),
          "zero_optimization.round_robin_gradients is true; under it ZeRO-1/2 trains otherwise once a parameter's fp32 "
          "master is set through safe_set_full_fp32_param, which is how xpt-ds fills every engine (a loss of 5.22 at "

@@ -156,6 +156,10 @@ def _model_problems(m: ModelConfig, method: Method | None) -> Iterator[str]:
         for key, reader, reads in (("adapter_size", "adapters", method.adapters), ("lora", "lora", method.lora)):
             if not reads and getattr(m, key) != getattr(default, key):
                 yield (f"config key 'model.{key}' is set but model.method is '{m.method}' (only {reader} reads it)")
+        if m.mask_token and method.vocab != "target":  # build_hf_tokenizer takes the tokenizer's own (or none)
+            sp = ", ".join(k for k, v in METHODS.items() if v.vocab == "target")
+            yield (f"config key 'model.mask_token' is set but model.method is '{m.method}', which masks with the "
+                   f"Hugging Face tokenizer's own mask token, if any (only the SentencePiece methods read it: {sp})")
     if not m.tokenizer and method is not None and method.vocab == "target":
         yield "config key 'model.tokenizer' is required (SentencePiece .model file)"
     if not m.tokenizer and method is not None and method.vocab == "extend":
@@ -328,6 +332,10 @@ def _guard_problems(cfg: TrainConfig) -> Iterator[str]:
     for k in ("loss_spike_window", "slow_step_window"):
         if getattr(g, k) < 2:
             yield f"config key 'guard.{k}' must be >= 2, got {getattr(g, k)}"
+    default = type(g)()
+    for window, ratio in (("loss_spike_window", "loss_spike_ratio"), ("slow_step_window", "slow_step_ratio")):
+        if getattr(g, ratio) == 0 and getattr(g, window) != getattr(default, window):
+            yield f"config key 'guard.{window}' is set but guard.{ratio} is 0 (off; only its check reads it)"
     if not 0 <= g.max_train_minutes < math.inf:
         yield (f"config key 'guard.max_train_minutes' must be a finite number >= 0 (0 = off), got "
                f"{g.max_train_minutes}")
@@ -366,6 +374,9 @@ def _best_problems(cfg: TrainConfig) -> Iterator[str]:
                "guard.early_stop_patience > 0 (it rewinds to the best checkpoint when early stopping ends a phase)")
     if not 0 <= g.early_stop_min_delta < math.inf:
         yield f"config key 'guard.early_stop_min_delta' must be a finite number >= 0, got {g.early_stop_min_delta}"
+    elif g.early_stop_min_delta != type(g)().early_stop_min_delta and g.early_stop_patience == 0:
+        yield ("config key 'guard.early_stop_min_delta' is set but guard.early_stop_patience is 0 (off; only early "
+               "stopping reads it)")
     for key, on in (("checkpoint.keep_best", cfg.checkpoint.keep_best),
                     ("guard.early_stop_patience", g.early_stop_patience > 0)):
         if on and not cfg.data.valid_shards:
@@ -373,6 +384,21 @@ def _best_problems(cfg: TrainConfig) -> Iterator[str]:
     if g.early_stop_patience > 0 and cfg.logging.eval_every <= 0:
         yield ("config key 'guard.early_stop_patience' needs validation passes inside a phase, but "
                "logging.eval_every is 0 (phase ends only)")
+
+
+def decoder_problems(m: ModelConfig, d: DataConfig) -> list[str]:
+    """The masking keys set where ``model.source`` is a decoder, which trains on every next token: nothing reads
+    them (``xpt_ds.model.preflight.check_source`` knows the source's kind from its config.json; data.masking is
+    refused there)."""
+    default, lines = DataConfig(), []
+    for key in ("mask_prob", "mask_replace_prob", "random_replace_prob"):
+        if getattr(d, key) != getattr(default, key):
+            lines.append(f"config key 'data.{key}' is {getattr(d, key)}, but model.source is a decoder, which trains "
+                         f"on every next token (nothing is masked); leave it at {getattr(default, key)}")
+    if m.mask_token:
+        lines.append(f"config key 'model.mask_token' is {m.mask_token!r}, but model.source is a decoder, which "
+                     "trains on every next token (nothing is masked); leave it empty")
+    return lines
 
 
 def _masking_problems(d: DataConfig) -> Iterator[str]:

@@ -5,6 +5,7 @@ of weights are loaded."""
 from __future__ import annotations
 
 from xpt_ds.config import ConfigError, DataConfig, ModelConfig, TrainConfig
+from xpt_ds.config.validate import decoder_problems
 from xpt_ds.data.tokenizer import TargetTokenizer, tokenizer_for
 from xpt_ds.model.build import planned_tags, planned_target, source_config
 from xpt_ds.model.decoder import ATTENTION_DROPOUT_KEYS, check_decoder_method, is_decoder
@@ -37,6 +38,9 @@ def check_source(cfg: ModelConfig, data: DataConfig) -> None:
         if data.masking != "token":
             raise ConfigError(f"config key 'data.masking' is '{data.masking}', but model.source is a decoder, "
                               "which trains on every next token (nothing is masked); leave it at 'token'")
+        found = decoder_problems(cfg, data)  # the other masking keys, which nothing reads for a decoder either
+        if found:
+            raise ConfigError(found[0])
     if cfg.attention == "flex":
         _check_flex(cfg, src_cfg)
 

@@ -147,6 +147,7 @@ def _start(t: Trainer, tag: str | None, client: dict | None, plan, ds_config: di
         for line in tag_checks.resume_warnings(ckpt.root / tag, client, cfg, t.hf_config, t.streams.valid is not None,
                                                t.world, ds_config, position) if t.rank == 0 else []:
             log.warning(line)
+        tag_checks.keep_start_settings(client, cfg)  # what built the weights: config.yaml and the card say so
         rescale = prepare_rescale(ckpt.root, tag, client, t.world, ds_config, cfg.checkpoint.rescale_timeout_minutes,
                                   cfg.checkpoint.allow_pickle)
     index = t.state.phase_index
