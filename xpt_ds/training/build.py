@@ -192,3 +192,6 @@ def _start(t: Trainer, tag: str | None, client: dict | None, plan, ds_config: di
     if cfg.activations.checkpoint_every:
         recompute, layers = recomputed_layers(t.engine.module.hf)
         t.info(f"activation checkpointing: {recompute} of {layers} layers recompute in the backward")
+    if t.streams.valid is None:  # logging.eval_every and eval_batches then do nothing: said, not silent
+        t.info("validation: none (data.valid_shards is empty): no valid/* rows, and logging.eval_every and "
+               "logging.eval_batches do nothing")
