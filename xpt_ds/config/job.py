@@ -69,7 +69,8 @@ class ModelConfig:
     lora: LoraConfig = doc(None, "LoRA on the reused decoder layers (method=lora, decoder sources; refused with "
                                 "other methods).")
     mask_token: str = doc("", "Mask piece in the SentencePiece vocab; empty = '<mask>' or '[MASK]', whichever exists.")
-    dropout: float = doc(-1.0, "Hidden and attention dropout; negative keeps the source model's values.")
+    dropout: float = doc(-1.0, "Hidden and attention dropout (GPT-2: residual, embedding and attention; the Llama "
+                               "layout has attention dropout only); negative keeps the source model's values.")
     attention: str = doc("sdpa", "How a decoder source's attention keeps packed documents apart: 'sdpa' (a dense "
                                  "block-diagonal mask) or 'flex' (FlexAttention with a document BlockMask that "
                                  "skips the masked blocks; compiled, no attention dropout). docs/decoders.md.")
