@@ -173,9 +173,21 @@ def _run_in_child(module: str, argv: list[str], env: dict | None, cwd: Path, out
     import signal
     import traceback
 
+    import threading
+
     import torch
+    import tqdm
     _, full_env = _command(argv, 1, env)
     code = 1
+    # tqdm's write lock holds a semaphore shared with the process that forked this one: a child killed while it
+    # drew a bar (transformers draws one loading weights) left this test worker unable to draw any, and its next
+    # from_pretrained hung for good (seen 2026-12-05 with transformers 5.25). The child takes a lock of its own.
+    lock, classes = threading.RLock(), [tqdm.tqdm]
+    while classes:  # tqdm.auto's class too (transformers' bars), which may hold a lock of its own
+        cls = classes.pop()
+        if cls is tqdm.tqdm or "_lock" in vars(cls):
+            cls._lock = lock
+        classes += cls.__subclasses__()
     try:
         if new_session:  # its own process group, as a shell gives a foreground job
             os.setsid()
