@@ -267,6 +267,7 @@ def test_a_resume_with_other_optimizer_settings_applies_them_and_says_so(stage, 
     cfg["run_dir"] = str(tmp_path / "run")
     cfg["model"]["source"] = str(config_only(Path(cfg["model"]["source"]), tmp_path / "source"))
     shutil.copytree(straight / "run/checkpoints" / tag_for(6), tmp_path / "run/checkpoints" / tag_for(6))
+    shutil.copy(straight / "run/config.yaml", tmp_path / "run/config.yaml")  # what ran up to step 6
     cfg["optim"]["torch_adam"] = False
     if stage == 1:
         cfg["model"].update(init_seed=99, itl_init="copy")  # only a fresh start's: kept as the checkpoint's
@@ -299,6 +300,12 @@ def test_a_resume_with_other_optimizer_settings_applies_them_and_says_so(stage, 
                 "model.itl_init 'random' -> 'copy'): they decide only") in start_said[0], start_said
         recorded = yaml.safe_load((tmp_path / "run/config.yaml").read_text())["model"]
         assert (recorded["init_seed"], recorded["itl_init"]) == (1234, "random")
+    # config.yaml now holds this start's config; the one it replaced is kept, named by the step it ran up to
+    kept = tmp_path / "run/config_history/step_00000006.yaml"
+    assert kept.read_text() == (straight / "run/config.yaml").read_text()
+    assert yaml.safe_load((tmp_path / "run/config.yaml").read_text())["optim"]["torch_adam"] is False
+    assert ("config.yaml: changed since the last start; the one that ran up to here is kept as "
+            "config_history/step_00000006.yaml") in proc.stderr
     want, got = read_metrics(straight / "run"), read_metrics(tmp_path / "run")
     assert got[7]["train/loss"] == want[7]["train/loss"]  # the weights of step 6, before any new update
     groups, steps = _saved_adam(tmp_path / "run/checkpoints" / tag_for(8))

@@ -46,6 +46,23 @@ def test_a_run_s_config_yaml_is_never_left_cut(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["config.yaml"]
 
 
+def test_a_start_that_changes_config_yaml_keeps_the_one_it_replaces(tmp_path):
+    """A resume rewrote config.yaml and kept no copy of what ran before it (each checkpoint holds its config,
+    but old checkpoints are rotated away). Two starts at one step keep both of the configs they replaced."""
+    path = tmp_path / "config.yaml"
+    assert save_config(TrainConfig(), path, step=0) is None  # a first start: nothing to keep
+    first = path.read_text()
+    assert save_config(TrainConfig(), path, step=6) is None  # unchanged: nothing kept
+    assert [p.name for p in tmp_path.iterdir()] == ["config.yaml"]
+    kept = save_config(TrainConfig(seed=7), path, step=6)
+    assert kept == tmp_path / "config_history/step_00000006.yaml" and kept.read_text() == first
+    second = path.read_text()
+    assert "seed: 7" in second
+    again = save_config(TrainConfig(seed=8), path, step=6)  # that start failed before its next checkpoint
+    assert again == tmp_path / "config_history/step_00000006.1.yaml" and again.read_text() == second
+    assert kept.read_text() == first and "seed: 8" in path.read_text()
+
+
 def test_fine_tuning_results_that_cannot_be_written_go_to_stdout_and_out_stays_as_it_was(tmp_path, capsys):
     """The earlier results.json was moved to results.1.json first, then the write failed: OUT held no
     results.json, and the seeds' scores were lost."""

@@ -207,9 +207,27 @@ def config_yaml(cfg: TrainConfig) -> str:
     return yaml.safe_dump(to_dict(cfg), sort_keys=False)
 
 
-def save_config(cfg: TrainConfig, path: Path) -> None:
-    """Whole or not at all: a full disk or a file-size limit left a cut or empty config.yaml in the run."""
-    write_text_atomic(path, config_yaml(cfg))
+def save_config(cfg: TrainConfig, path: Path, step: int | None = None) -> Path | None:
+    """Whole or not at all: a full disk or a file-size limit left a cut or empty config.yaml in the run. With
+    ``step`` (a start at that global step), an existing ``path`` whose text differs is kept first, as
+    ``config_history/step_STEP.yaml`` beside it: what ran up to that start (returned; None when nothing moved)."""
+    text, kept = config_yaml(cfg), None
+    if step is not None:
+        try:
+            old = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            old = text
+        if old != text:
+            history = path.parent / "config_history"
+            history.mkdir(exist_ok=True)
+            kept = history / f"step_{step:08d}.yaml"
+            n = 0
+            while kept.exists():  # another start at the same step (one that failed before its next checkpoint)
+                n += 1
+                kept = history / f"step_{step:08d}.{n}.yaml"
+            write_text_atomic(kept, old)
+    write_text_atomic(path, text)
+    return kept
 
 
 def _parse_error(e: Exception) -> str:

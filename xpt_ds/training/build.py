@@ -182,8 +182,9 @@ def _start(t: Trainer, tag: str | None, client: dict | None, plan, ds_config: di
         kept = set(client["trainer"]["phase_ends"]) if tag is not None else set()  # the start has loaded
         branches.start_branch(ckpt.root, tag, kept, t.rank)  # (a refused or failed one leaves the run as it was)
     t.best.restore(Path(cfg.run_dir), complete_tags(ckpt.root), t.rank)
-    if t.rank == 0:
-        save_config(cfg, Path(cfg.run_dir) / "config.yaml")
+    if t.rank == 0 and (kept := save_config(cfg, Path(cfg.run_dir) / "config.yaml", t.state.global_step)):
+        t.info(f"config.yaml: changed since the last start; the one that ran up to here is kept as "
+               f"{kept.relative_to(cfg.run_dir)}")
     t.logger.start(t.state.global_step, t.total_steps)
     sizes = t.engines.sizes()
     t.info(f"model: {sum(sizes.values()):,} parameters; phase '{t.phase.name}' trains "
