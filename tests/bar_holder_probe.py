@@ -1,6 +1,5 @@
 """A run killed while it draws a progress bar (tests/test_processes.py): holds tqdm's write lock, as
 transformers' weight-loading bar does for each update, says so, and waits to be killed."""
-import sys
 import time
 
 from tqdm.auto import tqdm
