@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import base_config, run_main, write_config
+from conftest import base_config, one_error_line_of, run_main, write_config
 from xpt_ds.cli.train import _single_process_env
 from xpt_ds.runtime.preemption import PreemptionWatcher, interrupts_deferred, record_stops
 
@@ -165,3 +165,43 @@ def test_an_unexpected_error_leaves_status_failed_with_its_traceback(tmp_path, t
     assert status["state"] == "failed" and status["global_step"] == 1, status
     assert status["error"] == ("RuntimeError: [enforce fail at alloc_cpu.cpp:117] err == 0. DefaultCPUAllocator: "
                                "can't allocate memory: you tried to allocate 1024 bytes."), status
+
+
+def test_a_run_out_of_open_files_ends_in_one_line_and_a_low_soft_limit_is_raised(tmp_path, tiny_roberta, corpus):
+    """Under ``ulimit -n 64`` a run with DataLoader workers failed in its first step with torch's "Too many open
+    files" and a 49-line traceback, status.json 'failed' with that text (2026-12-05). Now: out of files (here: the
+    limit lowered to the files open as step 1 starts), one line naming the limit and what to change; under a low
+    soft limit alone, the run raises it at its start and trains."""
+    cfg = base_config(tmp_path / "run", tiny_roberta, corpus)
+    cfg["data"]["num_workers"] = 2
+    cfg["phases"] = [{**cfg["phases"][0], "steps": 2}]
+    args = ["--config", str(write_config(tmp_path / "c.yaml", cfg))]
+    proc = run_main("train_fault_probe", args, env={"NOFILE_AT_STEP": "1:+0:+0"}, timeout=300)
+    line = one_error_line_of(proc, "this process ran out of open files: the limit (`ulimit -n`) is ",
+                             "or set data.num_workers below 2")
+    limit = int(line.split(" is ", 1)[1].split(",", 1)[0])
+    assert f"its hard limit {limit}; start the job with a higher one" in line
+    status = _status(tmp_path / "run")
+    assert (status["state"], status["error"], status["global_step"]) == ("failed", line[len("error: "):], 0)
+    proc = run_main("train_fault_probe", args, env={"NOFILE": "+60:4096"}, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "open-file limit (ulimit -n) raised from " in proc.stderr and " to 4096, as its hard limit allows" \
+        in proc.stderr, proc.stderr[-3000:]
+
+
+def test_running_out_of_files_is_told_from_other_failures():
+    import errno
+
+    from xpt_ds.runtime.open_files import ran_out
+    torch_said = RuntimeError("Too many open files. Communication with the workers is no longer possible. Please "
+                              "increase the limit using `ulimit -n` in the shell ...")
+    assert ran_out(torch_said) and ran_out(OSError(errno.EMFILE, "Too many open files", "shard.tar"))
+    try:
+        try:
+            raise OSError(errno.EMFILE, "no text of its own")
+        except OSError as inner:
+            raise RuntimeError("Caught OSError in DataLoader worker process 0") from inner
+    except RuntimeError as outer:
+        assert ran_out(outer)
+    assert not ran_out(OSError(errno.ENOSPC, "No space left on device"))
+    assert not ran_out(RuntimeError("DefaultCPUAllocator: can't allocate memory"))

@@ -16,6 +16,7 @@ from xpt_ds.errors import ArgumentParser, INTERRUPTED_EXIT_CODE, UserError, cli_
 from xpt_ds.metrics.run_log import finished_line, library_output_to_stderr, setup_logging
 from xpt_ds.runtime import collector, rank_say
 from xpt_ds.runtime.host_memory import hold_less_heap
+from xpt_ds.runtime.open_files import exhausted_line, raise_soft_limit, ran_out, say_raised
 from xpt_ds.runtime.preemption import PREEMPTED_EXIT_CODE, Preempted, interrupts_deferred, record_stops, release_stops
 from xpt_ds.runtime.process_exit import exit_process
 from xpt_ds.runtime.ports import free_port
@@ -95,6 +96,7 @@ def _main(argv: list[str] | None) -> int:
 def _run(cfg) -> int:
     _single_process_env()
     hold_less_heap()  # before a tensor is made: glibc keeps freed heap pages below its mmap threshold
+    raised = raise_soft_limit()  # ulimit -n up to the hard limit, before any DataLoader worker forks
     with collector.importing():  # no collector passes over the imports, frozen after (xpt_ds.runtime.collector)
         import deepspeed
 
@@ -111,6 +113,8 @@ def _run(cfg) -> int:
     # guard.collective_timeout_s; and unlink DeepSpeed's CPU shared-memory buffer names (xpt_ds.runtime.distributed)
     init_distributed(cfg.guard.collective_timeout_s)
     setup_logging(deepspeed.comm.get_rank() == 0)
+    if deepspeed.comm.get_rank() == 0:
+        say_raised(raised)
     lock, problem = claim_run(cfg, fresh)  # lock: held until this process ends
     if problem is not None:  # another job's run directory, or other configs on other nodes: nothing touched
         say_once(f"error: {problem}")
@@ -125,15 +129,19 @@ def _run(cfg) -> int:
             if end is None:
                 trainer.train()
         except (UserError, OSError) as e:  # OSError: a file outside the checks
-            _failed(trainer, cfg, error_line(e), fresh)
-            end = f"error: {error_line(e)}", 2
+            line = exhausted_line(cfg.data.num_workers) if ran_out(e) else error_line(e)
+            _failed(trainer, cfg, line, fresh)
+            end = f"error: {line}", 2
         except Halted as e:
             end = f"error: {e}", HALTED_EXIT_CODE
         except RuntimeError as e:  # a collective whose peer is gone: one line and status.json, not a traceback
-            if not lost_peer(e):  # else (a host allocation that failed): status.json 'failed', and the traceback
+            if ran_out(e):  # out of file descriptors: torch's DataLoader says so in a RuntimeError of its own
+                line = exhausted_line(cfg.data.num_workers)
+            elif lost_peer(e):
+                line = lost_peer_line(e, trainer.last_saved if trainer is not None else None)
+            else:  # (a host allocation that failed, ...): status.json 'failed', and the traceback
                 _failed(trainer, cfg, _crash_line(e), fresh)
                 raise
-            line = lost_peer_line(e, trainer.last_saved if trainer is not None else None)
             _failed(trainer, cfg, line, fresh)
             end = f"error: {line}", 2
         except Preempted as e:
