@@ -18,13 +18,42 @@ from data_tools.errors import PrepareError
 from data_tools.pipeline.log import log, progress_bar
 from data_tools.pipeline.options import DEFAULTS, PrepareOptions
 from data_tools.pipeline.readers import (DOC_BOUNDARIES, FORMATS, check_encoding, detect_format, expand_inputs,
-                                        read_documents)
+                                        head_problem, read_documents)
 from data_tools.pipeline.state import (CORPUS, STAGE_VERSION, HashingWriter, drop_state, fingerprint, save_state,
                                        up_to_date)
 from data_tools.pipeline.text import NORMALIZE_FORMS, clean_document, load_splitter, splitter_name
 from data_tools.pipeline.workers import die_with_parent
 
 _CHUNK_DOCS, _CHUNK_CHARS = 256, 1 << 20
+SWEEP_SECONDS = 60.0  # after a file fails mid-read: how long the files after it are read for more problems
+_LISTED = 5  # problems an error line names in full
+
+
+def _problems_line(problems: list[str], files: int, unchecked: int = 0) -> str:
+    """One error line for the input files that cannot be read: one file's own message, or how many and the
+    first ``_LISTED`` of them, so that one run names every bad file (it named one a run)."""
+    rest = ("" if not unchecked else
+            f" ({unchecked} later file(s) not checked: the check stops after {SWEEP_SECONDS:.0f} s)")
+    if len(problems) == 1:
+        return problems[0] + rest
+    more = f"; and {len(problems) - _LISTED} more" if len(problems) > _LISTED else ""
+    return f"{len(problems)} of {files} input files cannot be read as text: " + "; ".join(problems[:_LISTED]) + \
+        more + rest
+
+
+def _later_problems(files: list[Path], formats: dict, doc_boundary: str, encoding: str) -> tuple[list[str], int]:
+    """The files after one that failed mid-read, read whole (no cleaning) for their own first problem, for at most
+    ``SWEEP_SECONDS``: (problems, files left unchecked)."""
+    problems, deadline = [], time.monotonic() + SWEEP_SECONDS
+    for i, f in enumerate(files):
+        if time.monotonic() > deadline:
+            return problems, len(files) - i
+        try:
+            for _ in read_documents(f, formats[f], doc_boundary, encoding):
+                pass
+        except PrepareError as e:
+            problems.append(str(e))
+    return problems, 0
 def _init_worker(parent: int, initializer: Callable, initargs: tuple) -> None:
     die_with_parent(parent)
     initializer(*initargs)
@@ -108,13 +137,20 @@ def clean(inputs: list[Path | str], out: Path, opts: PrepareOptions = DEFAULTS, 
         except (pickle.PicklingError, AttributeError, TypeError):
             log("clean: the splitter cannot be sent to worker processes; cleaning in this process")
             workers = 1
+    problems = [p for f in files if (p := head_problem(f, encoding)) is not None]  # every bad file, not the first
+    if problems:
+        raise PrepareError(_problems_line(problems, len(files)))
     formats = {f: (detect_format(f, encoding) if fmt == "auto" else fmt) for f in files}
     log(f"clean: {len(files)} file(s) (" + ", ".join(f"{k}: {v}" for k, v in
                                                      sorted(collections.Counter(formats.values()).items())) + ")")
 
     def raw_docs() -> Iterator[list[str]]:
-        for f in files:
-            yield from read_documents(f, formats[f], doc_boundary, encoding)
+        for i, f in enumerate(files):
+            try:
+                yield from read_documents(f, formats[f], doc_boundary, encoding)
+            except PrepareError as e:  # past its first bytes: the files after it may hold problems too
+                problems, unchecked = _later_problems(files[i + 1:], formats, doc_boundary, encoding)
+                raise PrepareError(_problems_line([str(e), *problems], len(files), unchecked)) from None
 
     drop_state(out, "clean")
     writer = HashingWriter(out / CORPUS)

@@ -37,6 +37,7 @@ DOC_BOUNDARIES = ("blank", "line", "file")
 # No real document reaches it; a sentence-per-line file without blank lines does, and was read whole (856 MB RSS for
 # 100 MB) only for the split stage to fail with "too few documents: 1". Characters, counted as the lines are read.
 MAX_BLANK_DOC_CHARS = 64 << 20
+HEAD_BYTES = 8192  # what ``head_problem`` reads of every input before the clean stage reads any whole
 
 _MAGIC = {b"\x1f\x8b": gzip.open, b"BZh": bz2.open, b"\xfd7zXZ\x00": lzma.open}
 _DOC_OPEN = re.compile(r"<doc(?:\s[^>]*)?>\s*$")
@@ -160,6 +161,38 @@ def _undecodable_hint(raw: bytes, head: bytes, encoding: str) -> str:
     return " (text in another encoding: --encoding NAME)" if encoding == "utf-8" else ""
 
 
+def _invalid(path: Path, lineno: int, raw: bytes, head: bytes, encoding: str, e: UnicodeDecodeError) -> str:
+    return (f"{path}:{lineno}: invalid {_label(encoding)} (byte 0x{raw[e.start]:02x} at column {e.start + 1})"
+            f"{_undecodable_hint(raw, head, encoding)}")
+
+
+def head_problem(path: Path, encoding: str = "utf-8") -> str | None:
+    """Why ``path`` is no text file, from its first ``HEAD_BYTES`` (decompressed): a known binary magic, a NUL byte
+    (valid UTF-8, but in no text), a line that does not decode, a compressed file that does not decompress. None
+    when its start reads as text. Cheap enough for every input before anything is cleaned."""
+    try:
+        with open_binary(path) as f:
+            head = f.read(HEAD_BYTES)
+    except (EOFError, zlib.error, gzip.BadGzipFile, lzma.LZMAError) as e:
+        return f"{path}: corrupt or truncated compressed file ({e})"
+    except OSError as e:  # bz2 reports bad data as OSError
+        return f"{path}: cannot read ({e})"
+    kind = next((name for magic, name in _BINARY_MAGIC.items() if head.startswith(magic)), None)
+    if kind is not None:
+        return f"{path}: this looks like a binary file ({kind}), not text; give text files only"
+    if b"\x00" in head:
+        lineno = head.count(b"\n", 0, head.index(b"\x00")) + 1
+        return f"{path}:{lineno}: this looks like a binary file (it holds NUL bytes), not text; give text files only"
+    lines = head.split(b"\n")
+    for lineno, raw in enumerate(lines, 1):
+        cut = lineno == len(lines) and len(head) == HEAD_BYTES  # may end inside a character
+        try:
+            codecs.getincrementaldecoder(encoding)().decode(raw, final=not cut)
+        except UnicodeDecodeError as e:
+            return _invalid(path, lineno, raw, head[:16], encoding, e)
+    return None
+
+
 def iter_lines(path: Path, encoding: str = "utf-8") -> Iterator[tuple[int, str]]:
     """(line number, decoded line without the newline); strict ``encoding`` (a ``check_encoding`` name), errors
     name the file and line."""
@@ -172,8 +205,7 @@ def iter_lines(path: Path, encoding: str = "utf-8") -> Iterator[tuple[int, str]]
                 try:
                     line = raw.decode(encoding)
                 except UnicodeDecodeError as e:
-                    raise PrepareError(f"{path}:{lineno}: invalid {_label(encoding)} (byte 0x{raw[e.start]:02x} at "
-                                       f"column {e.start + 1}){_undecodable_hint(raw, head, encoding)}") from None
+                    raise PrepareError(_invalid(path, lineno, raw, head, encoding, e)) from None
                 if lineno == 1 and line.startswith(_BOM):
                     line = line[1:]
                 line = line.rstrip("\r\n")

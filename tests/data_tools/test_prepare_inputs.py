@@ -78,6 +78,50 @@ def test_text_in_another_encoding_still_gets_the_encoding_hint(tmp_path):
     assert "binary" not in err
 
 
+def _good(path: Path, lines: int = 3) -> Path:
+    path.write_text("".join(f"{LINES[i % 3]} {i}\n" + ("\n" if i % 3 == 2 else "") for i in range(lines)),
+                    encoding="utf-8")
+    return path
+
+
+def test_every_bad_file_of_a_folder_is_named_in_one_run(tmp_path):
+    """A folder's binary and wrongly encoded files were found one run at a time: each run stopped at the first,
+    after cleaning every file before it. Their first bytes are read first now, and one line names all of them."""
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    for name in ("a.txt", "c.txt", "e.txt"):
+        _good(inputs / name)
+    (inputs / "b.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
+    (inputs / "d.txt").write_bytes("\n".join(LINES).encode("cp949"))
+    (inputs / "f.txt").write_bytes(b"text\nutf-16? \x00t\x00e\x00x\x00t\x00\n")
+    proc = cli("--input", inputs, "--out", tmp_path / "out", "--vocab-size", 50, "--workers", 1)
+    line = one_error_line_of(proc, "error: 3 of 6 input files cannot be read as text: ",
+                             f"{inputs / 'b.png'}: this looks like a binary file (a PNG image)",
+                             f"{inputs / 'd.txt'}:1: invalid UTF-8 (byte 0x", "--encoding NAME",
+                             f"{inputs / 'f.txt'}:2: this looks like a binary file (it holds NUL bytes)")
+    assert "a.txt" not in line and not (tmp_path / "out" / "sentences").exists()
+
+
+def test_files_that_fail_past_their_start_are_named_together(tmp_path, monkeypatch):
+    """Past the bytes read first (``readers.HEAD_BYTES``), a file fails only as the clean stage reads it: then the
+    files after it are read for their own problems (for at most ``SWEEP_SECONDS``) before the one error."""
+    from data_tools.pipeline import clean as clean_stage
+    from data_tools.pipeline.options import PrepareOptions
+    files = [_good(tmp_path / f"{i}.txt", 3000) for i in range(5)]
+    for bad in (files[1], files[3]):
+        bad.write_bytes(bad.read_bytes() + b"\xff late\n")
+    assert files[1].stat().st_size > readers.HEAD_BYTES
+    proc = cli("clean", "--input", *files, "--out", tmp_path / "out", "--workers", 1)
+    one_error_line_of(proc, "error: 2 of 5 input files cannot be read as text: ",
+                      f"{files[1]}:4001: invalid UTF-8 (byte 0xff at column 1)", f"{files[3]}:4001: invalid UTF-8")
+    assert not (tmp_path / "out" / "sentences" / "corpus.jsonl").exists()
+    monkeypatch.setattr(clean_stage, "SWEEP_SECONDS", 0.0)
+    with pytest.raises(PrepareError) as info:
+        clean_stage.clean(files, tmp_path / "out2", PrepareOptions())
+    assert str(info.value).startswith(f"{files[1]}:4001: invalid UTF-8") and str(info.value).endswith(
+        " (3 later file(s) not checked: the check stops after 0 s)")
+
+
 def _children(pid: int) -> list[int]:
     """Every process below ``pid`` (psutil if installed, else a /proc scan by parent pid)."""
     try:
