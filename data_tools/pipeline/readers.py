@@ -167,8 +167,8 @@ def _invalid(path: Path, lineno: int, raw: bytes, head: bytes, encoding: str, e:
 
 
 def head_problem(path: Path, encoding: str = "utf-8") -> str | None:
-    """Why ``path`` is no text file, from its first ``HEAD_BYTES`` (decompressed): a known binary magic, a NUL byte
-    (valid UTF-8, but in no text), a line that does not decode, a compressed file that does not decompress. None
+    """Why ``path`` is no text file, from its first ``HEAD_BYTES`` (decompressed): a known binary magic, NUL bytes
+    (valid UTF-8, but in no text: over 1 % of them, as UTF-16 has), a line that does not decode, a compressed file that does not decompress. None
     when its start reads as text. Cheap enough for every input before anything is cleaned."""
     try:
         with open_binary(path) as f:
@@ -180,7 +180,7 @@ def head_problem(path: Path, encoding: str = "utf-8") -> str | None:
     kind = next((name for magic, name in _BINARY_MAGIC.items() if head.startswith(magic)), None)
     if kind is not None:
         return f"{path}: this looks like a binary file ({kind}), not text; give text files only"
-    if b"\x00" in head:
+    if head.count(b"\x00") * 100 > len(head):  # a stray NUL in scraped text stays the clean stage's (as before)
         lineno = head.count(b"\n", 0, head.index(b"\x00")) + 1
         return f"{path}:{lineno}: this looks like a binary file (it holds NUL bytes), not text; give text files only"
     lines = head.split(b"\n")

@@ -94,12 +94,14 @@ def test_every_bad_file_of_a_folder_is_named_in_one_run(tmp_path):
     (inputs / "b.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
     (inputs / "d.txt").write_bytes("\n".join(LINES).encode("cp949"))
     (inputs / "f.txt").write_bytes(b"text\nutf-16? \x00t\x00e\x00x\x00t\x00\n")
+    stray = _good(inputs / "g.txt", 300)  # one stray NUL in scraped text: not called binary
+    stray.write_bytes(stray.read_bytes().replace(b"\n", b"\x00\n", 1))
     proc = cli("--input", inputs, "--out", tmp_path / "out", "--vocab-size", 50, "--workers", 1)
-    line = one_error_line_of(proc, "error: 3 of 6 input files cannot be read as text: ",
+    line = one_error_line_of(proc, "error: 3 of 7 input files cannot be read as text: ",
                              f"{inputs / 'b.png'}: this looks like a binary file (a PNG image)",
                              f"{inputs / 'd.txt'}:1: invalid UTF-8 (byte 0x", "--encoding NAME",
                              f"{inputs / 'f.txt'}:2: this looks like a binary file (it holds NUL bytes)")
-    assert "a.txt" not in line and not (tmp_path / "out" / "sentences").exists()
+    assert "a.txt" not in line and "g.txt" not in line and not (tmp_path / "out" / "sentences").exists()
 
 
 def test_files_that_fail_past_their_start_are_named_together(tmp_path, monkeypatch):
