@@ -35,7 +35,7 @@ import torch
 
 from xpt_ds.checkpoint.migrate import regrouped
 from xpt_ds.checkpoint.tags import CheckpointError, complete_tags
-from xpt_ds.checkpoint.universal_stages import fit_for
+from xpt_ds.checkpoint.universal_stages import disk_full, fit_for, free_bytes, out_of_space
 from xpt_ds.config import ConfigError
 from xpt_ds.config.engine_json import layout_changes, precision, zero_stage
 from xpt_ds.io.trust import load_plain
@@ -132,6 +132,8 @@ def _convert(out: Path, limit_minutes: float) -> None:
     tmp = out.with_name("universal.tmp")
     shutil.rmtree(tmp, ignore_errors=True)  # left by an interrupted conversion
     sizes = [p.stat().st_size for p in out.parent.glob("*optim_states.pt")]
+    if free_bytes(out.parent) < sum(sizes):  # the copy holds every trained value and Adam moment again, and more
+        raise disk_full(out, sum(sizes), before=True)
     workers = conversion_workers(sizes)
     log.info("converting checkpoint %s to a universal checkpoint (%.2f GB of optimizer state in %d files, %d worker "
              "process%s); the other ranks wait for it, at most %g minutes (checkpoint.rescale_timeout_minutes)",
@@ -142,7 +144,7 @@ def _convert(out: Path, limit_minutes: float) -> None:
            "--num_extract_workers", str(workers), "--num_merge_workers", str(workers)]
     started = time.monotonic()
     stopped = threading.Event()
-    last = "no output"
+    last, said = "no output", []  # said: its last lines, where a full disk shows
     # A session of its own: at the limit the whole group goes, ds_to_universal's worker processes with it. Tethered:
     # rank 0 interrupted (Ctrl-C, a signal) or killed, the conversion does not outlive it.
     with tethered(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
@@ -152,6 +154,7 @@ def _convert(out: Path, limit_minutes: float) -> None:
             for line in proc.stdout:  # text mode: tqdm's carriage returns end lines too
                 if line.strip():
                     last = line.strip()
+                    said = [*said[-19:], last]
                     if last.startswith("***"):  # its stages: "*** 1. Extracting ZeRO fragments", ...
                         log.info("universal conversion: %s", last.strip("*. "))
             proc.wait()
@@ -160,7 +163,10 @@ def _convert(out: Path, limit_minutes: float) -> None:
     # ds_to_universal names its output folder in TAG/latest_universal, for a load without a tag: xpt-ds names it
     (out.parent / "latest_universal").unlink(missing_ok=True)
     if proc.returncode != 0:
+        full = not stopped.is_set() and out_of_space(tmp, "\n".join(said))  # before its files are removed
         shutil.rmtree(tmp, ignore_errors=True)
+        if full:  # torch.save's 'unexpected pos ...' did not say so
+            raise disk_full(out, sum(sizes))
         if stopped.is_set():
             raise CheckpointError(f"converting checkpoint {out.parent} to a universal checkpoint did not finish "
                                   f"within {limit_minutes:g} minutes (checkpoint.rescale_timeout_minutes), and was "

@@ -21,6 +21,7 @@ interrupted is completed by the next one; a folder that already fits is left as 
 """
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 from pathlib import Path
@@ -30,6 +31,47 @@ import torch
 from xpt_ds.checkpoint.tags import CheckpointError
 from xpt_ds.errors import UserError, error_line, first_line
 from xpt_ds.io.trust import load_plain
+
+FULL_BELOW = 1 << 20  # bytes free under which a write that failed is taken for a full disk
+OUT_OF_SPACE = ("no space left on device", "disk quota exceeded", "unexpected pos")  # the last: torch.save's
+# zip writer reporting a short write ('[enforce fail at inline_container.cc] . unexpected pos N vs M'), no errno
+
+
+def out_of_space(folder: Path, said: str = "", e: BaseException | None = None) -> bool:
+    """Whether a write under ``folder`` that failed (its exception ``e``, or a process's output ``said``) ran out of
+    space: ENOSPC or EDQUOT, torch.save's words for a short write, or the filesystem with under ``FULL_BELOW`` free
+    (read before what the write left is removed)."""
+    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    text = f"{said}\n{e if e is not None else ''}".lower()
+    return any(k in text for k in OUT_OF_SPACE) or free_bytes(folder) < FULL_BELOW
+
+
+def free_bytes(folder: Path) -> int:
+    """Free bytes of the filesystem that holds ``folder`` (or its nearest existing parent)."""
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return 1 << 62  # unknown: not taken for full
+
+
+def disk_full(folder: Path, state_bytes: int = 0, fitting: bool = False, before: bool = False) -> CheckpointError:
+    """The error for the universal copy ``folder`` of checkpoint ``folder.parent`` that its disk has no room for:
+    the conversion found too little space ``before`` it started, or ran out while writing (``state_bytes``: the
+    checkpoint's optimizer state), or ``fitting`` it (the conversion was complete; the next fit finishes it)."""
+    free = f"{free_bytes(folder) / 2**20:,.1f} MiB free"
+    size = (f"; the copy takes about 1.5 times the checkpoint's {state_bytes / 2**20:,.1f} MiB of optimizer state"
+            if state_bytes else "")
+    if before:
+        what = f"has {free}, too little for its universal copy ({folder.name}/){size}"
+    else:
+        what = f"is full: writing its universal copy ({folder.name}/) ran out of space ({free} now){size}"
+    kept = "the copy is complete and the next resume finishes fitting it" if fitting else "nothing of it was kept"
+    return CheckpointError(f"the disk holding checkpoint {folder.parent} {what}; {kept}: free space there and run "
+                           "the same command, or resume at the world size and ZeRO stage the checkpoint was saved at")
+
 
 MODEL_STATES = {12: "mp_rank_00_model_states.pt", 3: "zero_pp_rank_0_mp_rank_00_model_states.pt"}
 STATES = ("fp32", "exp_avg", "exp_avg_sq")
@@ -113,8 +155,15 @@ def _model_states(folder: Path, family: int) -> Path:
         try:
             os.link(have, want)
         except OSError:  # a filesystem without hard links
-            shutil.copyfile(have, want.with_name(want.name + ".tmp"))
-            os.replace(want.with_name(want.name + ".tmp"), want)
+            tmp = want.with_name(want.name + ".tmp")
+            try:
+                shutil.copyfile(have, tmp)
+            except OSError as e:
+                tmp.unlink(missing_ok=True)
+                if out_of_space(folder, e=e):
+                    raise disk_full(folder, fitting=True) from None
+                raise
+            os.replace(tmp, want)
     return want
 
 
@@ -146,6 +195,20 @@ def _shapes(states: Path) -> dict:
 
 
 def _save(value, path: Path) -> None:
+    """``value`` written whole under a temporary name, then renamed to ``path``; a write the disk has no room
+    for leaves nothing behind and is named as such (``disk_full``: its folder is the universal checkpoint's)."""
     tmp = path.with_name(path.name + ".tmp")
-    torch.save(value, tmp)
+    try:
+        torch.save(value, tmp)
+    except (OSError, RuntimeError) as e:
+        full = out_of_space(path.parent, e=e)
+        tmp.unlink(missing_ok=True)
+        if full:
+            raise disk_full(_universal_folder(path), fitting=True) from None
+        raise
     os.replace(tmp, path)
+
+
+def _universal_folder(path: Path) -> Path:
+    """The universal checkpoint folder (``TAG/universal``) a file of it is in."""
+    return next((p for p in path.parents if p.name in ("universal", "universal.tmp")), path.parent)

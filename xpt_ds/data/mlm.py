@@ -21,8 +21,10 @@ from the corpus the mixture's schedule gives it, at that corpus's own row, and t
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
+import os
 from functools import partial
 
 import numpy as np
@@ -353,6 +355,9 @@ class MLMBatchStream:
                 batch = next(self._it)
                 break
             except RuntimeError as e:
+                if self.workers.ran_out_of_files:  # as an OSError, which the commands name as the limit
+                    raise OSError(errno.EMFILE, f"{os.strerror(errno.EMFILE)} (a DataLoader worker handing over a "
+                                  "batch)") from e
                 if not str(e).startswith("DataLoader timed out") or attempt == WORKER_RESTARTS:
                     raise
                 log.warning("rank %d: no batch from the DataLoader workers in %.0f s (a worker deadlocked at its "

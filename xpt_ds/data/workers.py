@@ -22,8 +22,11 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
+import multiprocessing.queues
 import os
 import signal
+import sys
 from itertools import count
 from typing import Callable, Iterator
 
@@ -34,6 +37,7 @@ from xpt_ds.data.shards import DataError
 from xpt_ds.errors import error_line
 
 UNSET = -1  # the start of workers forked before their first iteration: they produce nothing
+RAN_OUT = errno.EMFILE  # a worker's fault flag: it ran out of file descriptors handing a batch over
 
 
 class WorkerFailure:
@@ -75,18 +79,55 @@ def die_with_parent() -> None:
             os.kill(os.getpid(), signal.SIGKILL)
 
 
+def quiet_when_out_of_files(fault: torch.Tensor) -> None:
+    """In a DataLoader worker: running out of file descriptors while handing a batch over sets ``fault`` (shared
+    with the rank) and ends the worker at once, silently. torch shares each tensor through a descriptor
+    (``file_descriptor`` strategy): the queue's feeder thread (``reduce_storage`` -> ``DupFd``) and
+    ``multiprocessing.resource_sharer``'s thread fail with EMFILE, print their tracebacks (30 lines between
+    them) and drop the batch, which the rank then waits for. Now the rank, once torch notices the worker gone (at
+    its next check of its workers: the end of the DataLoader's timeout, a stream's ``worker_timeout_s``, unless
+    the rank ran out itself first), reads the flag and ends with one line (``MLMBatchStream``). ``os._exit``
+    also skips the exit-time clean-up (multiprocessing's temporary folder) that fails, and prints, for the same
+    want. Idempotent; installed before the worker's first batch, so before the feeder thread starts (it binds the
+    hook then)."""
+    if getattr(multiprocessing.queues.Queue._on_queue_feeder_error, "xpt_ds_fault", None) is fault:
+        return
+    default_feeder, default_hook = multiprocessing.queues.Queue._on_queue_feeder_error, sys.excepthook
+
+    def ran_out(e: BaseException) -> None:  # torch's shared-memory open says it in a RuntimeError, no errno
+        if isinstance(e, OSError) and e.errno == errno.EMFILE or "Too many open files" in str(e):
+            fault[0] = RAN_OUT
+            os._exit(0)  # 0: torch's SIGCHLD handler raises anywhere in the rank for another status
+
+    def on_feeder_error(e, obj):
+        ran_out(e)
+        default_feeder(e, obj)
+
+    def excepthook(kind, e, tb):  # resource_sharer's server thread reports through sys.excepthook
+        ran_out(e)
+        default_hook(kind, e, tb)
+
+    on_feeder_error.xpt_ds_fault = fault
+    multiprocessing.queues.Queue._on_queue_feeder_error = staticmethod(on_feeder_error)  # this worker process only
+    sys.excepthook = excepthook
+
+
 class BatchDataset(IterableDataset):
     """Batches ``plan(first, *rest).batch(b)`` for this worker's b (w, w + W, ...), ``first`` and ``rest`` read
-    from ``start`` when an iteration starts; ``plan(...).n_batches`` ends a single pass (None: never)."""
+    from ``start`` when an iteration starts; ``plan(...).n_batches`` ends a single pass (None: never). ``fault``:
+    set by a worker that ran out of file descriptors (``quiet_when_out_of_files``)."""
 
-    def __init__(self, plan: Callable[..., object], start: torch.Tensor):
+    def __init__(self, plan: Callable[..., object], start: torch.Tensor, fault: torch.Tensor | None = None):
         self.plan, self.start = plan, start
+        self.fault = torch.zeros(1, dtype=torch.int64) if fault is None else fault
 
     def __iter__(self):
+        info = get_worker_info()
+        if info is not None:
+            quiet_when_out_of_files(self.fault)
         first, *rest = self.start.tolist()
         if first == UNSET:
             return
-        info = get_worker_info()
         w, W = (info.id, info.num_workers) if info else (0, 1)
         plan = self.plan(first, *rest)
         stop = plan.n_batches
@@ -111,9 +152,11 @@ class Workers:
     def __init__(self, plan: Callable[..., object], num_workers: int, timeout: float,
                  worker_init_fn: Callable[[int], None] | None = None, width: int = 1):
         self.start = torch.full((width,), UNSET, dtype=torch.int64)
+        self.fault = torch.zeros(1, dtype=torch.int64)  # RAN_OUT: a worker ran out of file descriptors
         if num_workers:
             self.start.share_memory_()  # a forked worker reads what run() writes later
-        self.dataset = BatchDataset(plan, self.start)
+            self.fault.share_memory_()
+        self.dataset = BatchDataset(plan, self.start, self.fault)
         self.num_workers, self.timeout, self.worker_init_fn = num_workers, timeout, worker_init_fn
         self._loader: DataLoader | None = None
 
@@ -141,6 +184,11 @@ class Workers:
             self._loader = self._make_loader()
         _FORKED_BY = os.getpid()  # what a worker forked now compares its parent with (die_with_parent)
         return iter(self._loader)
+
+    @property
+    def ran_out_of_files(self) -> bool:
+        """Whether a worker ended for want of file descriptors (``quiet_when_out_of_files``)."""
+        return int(self.fault[0]) == RAN_OUT
 
     def close(self) -> None:
         """Shut the worker processes down (they ignore stop signals, so they wait to be told); a later ``run``
