@@ -16,7 +16,7 @@ from xpt_ds.errors import ArgumentParser, INTERRUPTED_EXIT_CODE, UserError, cli_
 from xpt_ds.metrics.run_log import finished_line, library_output_to_stderr, setup_logging
 from xpt_ds.runtime import collector, rank_say
 from xpt_ds.runtime.host_memory import hold_less_heap
-from xpt_ds.runtime.open_files import exhausted_line, raise_soft_limit, ran_out, say_raised
+from xpt_ds.runtime.open_files import exhausted_line, quiet_when_out, raise_soft_limit, ran_out, say_raised
 from xpt_ds.runtime.preemption import PREEMPTED_EXIT_CODE, Preempted, interrupts_deferred, record_stops, release_stops
 from xpt_ds.runtime.process_exit import exit_process
 from xpt_ds.runtime.ports import free_port
@@ -97,6 +97,7 @@ def _run(cfg) -> int:
     _single_process_env()
     hold_less_heap()  # before a tensor is made: glibc keeps freed heap pages below its mmap threshold
     raised = raise_soft_limit()  # ulimit -n up to the hard limit, before any DataLoader worker forks
+    quiet_when_out()
     with collector.importing():  # no collector passes over the imports, frozen after (xpt_ds.runtime.collector)
         import deepspeed
 

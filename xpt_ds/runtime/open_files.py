@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import logging
 import resource
+import sys
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,33 @@ def raise_soft_limit() -> tuple[int, int] | None:
             return None
         return soft, want
     return None
+
+
+def quiet_when_out() -> None:
+    """Out of descriptors, multiprocessing's ``resource_sharer`` thread (it hands tensors' descriptors between a
+    rank and its DataLoader workers) printed its own traceback through ``sys.excepthook`` before the rank's one
+    line: EMFILE, or a broken pipe to a worker that ended for want of descriptors itself (its rank then ends
+    with the line, or names the worker's end). This process's hook now drops exceptions that are the process
+    running out (``ran_out``) and a connection lost in that thread. Idempotent."""
+    if getattr(sys.excepthook, "quiet_when_out", False):
+        return
+    default = sys.excepthook
+
+    def excepthook(kind, e, tb):
+        if ran_out(e) or isinstance(e, ConnectionError) and _in_resource_sharer(tb):
+            return
+        default(kind, e, tb)
+
+    excepthook.quiet_when_out = True
+    sys.excepthook = excepthook
+
+
+def _in_resource_sharer(tb) -> bool:
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename.endswith("resource_sharer.py"):
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def say_raised(raised: tuple[int, int] | None) -> None:
