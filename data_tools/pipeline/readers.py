@@ -168,8 +168,9 @@ def _invalid(path: Path, lineno: int, raw: bytes, head: bytes, encoding: str, e:
 
 def head_problem(path: Path, encoding: str = "utf-8") -> str | None:
     """Why ``path`` is no text file, from its first ``HEAD_BYTES`` (decompressed): a known binary magic, NUL bytes
-    (valid UTF-8, but in no text: over 1 % of them, as UTF-16 has), a line that does not decode, a compressed file that does not decompress. None
-    when its start reads as text. Cheap enough for every input before anything is cleaned."""
+    (valid UTF-8, but in no text: over 1 % of them, as UTF-16 has), a line that does not decode, a compressed file
+    that does not decompress. None when its start reads as text. Cheap enough for every input before anything is
+    cleaned."""
     try:
         with open_binary(path) as f:
             head = f.read(HEAD_BYTES)
