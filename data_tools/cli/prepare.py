@@ -11,8 +11,9 @@
 Layout of DIR: ``sentences/corpus.jsonl`` (clean) and ``sentences/{train,valid,test}.jsonl`` (split), one
 document per line as a JSON list of sentences; ``spm.model``/``spm.vocab``; ``{split}-NNNNNN.tar`` shards and
 ``manifest.json`` (docs/shard_format.md); ``.prepare/`` holds each stage's completion record. A stage whose
-inputs and options are unchanged since its last complete run is skipped (``--force`` redoes it), and the
-tokenize stage resumes shard by shard, so re-running the same command after a crash finishes the job.
+inputs and options are unchanged since its last complete run is skipped (``--force`` redoes it), the clean stage
+resumes from its last checkpoint (``.prepare/clean.partial.json``) and the tokenize stage shard by shard, so
+re-running the same command after a crash finishes the job.
 Errors are one ``error:`` line on stderr and exit status 2.
 """
 from __future__ import annotations

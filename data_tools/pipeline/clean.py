@@ -1,11 +1,12 @@
 """Stage (a), clean: read every input, normalise, split into sentences, filter by length and drop exact
 duplicate sentences -> ``sentences/corpus.jsonl``. Documents are cleaned in chunks by worker processes and
-written in input order, so the output does not depend on the number of workers."""
+written in input order, so the output does not depend on the number of workers, and a stopped run resumes from its
+last checkpoint (``clean_resume``)."""
 from __future__ import annotations
 
 import collections
 import contextlib
-import hashlib
+import itertools
 import json
 import multiprocessing as mp
 import os
@@ -15,6 +16,8 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from data_tools.errors import PrepareError
+from data_tools.pipeline.clean_resume import (STATS, Checkpoints, Resume, drop_partial, partial_path,
+                                             resume_or_fresh, sentence_hash)
 from data_tools.pipeline.log import log, progress_bar
 from data_tools.pipeline.options import DEFAULTS, PrepareOptions
 from data_tools.pipeline.readers import (DOC_BOUNDARIES, FORMATS, check_encoding, detect_format, expand_inputs,
@@ -54,6 +57,16 @@ def _later_problems(files: list[Path], formats: dict, doc_boundary: str, encodin
         except PrepareError as e:
             problems.append(str(e))
     return problems, 0
+
+
+def _keep_or_abort(out: Path, writer: HashingWriter) -> None:
+    """A stopped run's temp corpus: kept while a resume record names part of it, else removed."""
+    if partial_path(out).exists():
+        writer.close()
+    else:
+        writer.abort()
+
+
 def _init_worker(parent: int, initializer: Callable, initargs: tuple) -> None:
     die_with_parent(parent)
     initializer(*initargs)
@@ -103,6 +116,46 @@ def _chunks(docs: Iterable[list[str]]) -> Iterator[list[list[str]]]:
         yield chunk
 
 
+class _Kept:
+    """The corpus as the main loop writes it, in input order: dedupe, the stats, and where in the inputs it stands
+    (``cur``, the file of the last document taken, and ``in_file``, how many of its documents), from which
+    ``here`` makes a resume point at any document boundary."""
+
+    def __init__(self, resume: Resume, dedupe: bool):
+        self.resume, self.writer, self.seen, self.dedupe = resume, resume.writer, resume.seen, dedupe
+        self.st = collections.Counter(resume.stats)
+        self.cur, self.in_file = resume.files_done, resume.skip
+        self.point = self.here(self.cur, self.in_file) if self.writer.bytes else None  # what a Ctrl-C keeps
+        self.entered = self.here(self.cur, 0) if not self.in_file else None  # file ``cur``'s start: a failure's
+
+    def here(self, files_done: int, skip: int) -> dict:
+        return {"bytes": self.writer.bytes, "sha256": self.writer.sha.hexdigest(), "files_done": files_done,
+                "skip": skip, "stats": {k: self.st[k] for k in STATS}}
+
+    def take(self, file_index: int, sentences: list[str], short: int, long: int) -> None:
+        if file_index != self.cur:
+            self.cur, self.in_file, self.entered = file_index, 0, self.here(file_index, 0)
+        self.in_file += 1
+        st = self.st
+        st["read_documents"] += 1
+        st["too_short"] += short
+        st["too_long"] += long
+        kept = []
+        for s in sentences:
+            if self.dedupe:
+                h = sentence_hash(s)
+                if h in self.seen:
+                    st["duplicates"] += 1
+                    continue
+                self.seen.add(h)
+            kept.append(s)
+        if kept:
+            self.writer.write((json.dumps(kept, ensure_ascii=False) + "\n").encode())
+            st["documents"] += 1
+            st["sentences"] += len(kept)
+        else:
+            st["empty_documents"] += 1
+
 
 def clean(inputs: list[Path | str], out: Path, opts: PrepareOptions = DEFAULTS, *, workers: int = 1,
           force: bool = False, progress: bool | None = None) -> dict:
@@ -123,10 +176,12 @@ def clean(inputs: list[Path | str], out: Path, opts: PrepareOptions = DEFAULTS, 
         raise PrepareError(f"bad length filter: --min-chars {min_chars} --max-chars {max_chars}")
     encoding = check_encoding(opts.encoding)
     files = expand_inputs(inputs, exclude=out, log=lambda line: log(f"clean: {line}"))
-    key = fingerprint({"stage": "clean", "v": STAGE_VERSION, "fmt": fmt, "doc_boundary": doc_boundary,
-                       "normalize": normalize, "splitter": splitter_name(splitter), "min": min_chars,
-                       "max": max_chars, "dedupe": dedupe, **({"encoding": encoding} if encoding != "utf-8" else {}),
-                       "files": [(str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files]})
+    settings = {"stage": "clean", "v": STAGE_VERSION, "fmt": fmt, "doc_boundary": doc_boundary,
+                "normalize": normalize, "splitter": splitter_name(splitter), "min": min_chars, "max": max_chars,
+                "dedupe": dedupe, **({"encoding": encoding} if encoding != "utf-8" else {})}
+    key = fingerprint({**settings, "files": [(str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns)
+                                             for f in files]})
+    options_key = fingerprint(settings)  # a resume record's: its files are checked one by one
     if not force and (state := up_to_date(out, "clean", key)):
         log(f"clean: up to date ({state['stats']['documents']} documents), skipped")
         return {**state["stats"], "seconds": time.perf_counter() - t0, "skipped": True}
@@ -144,60 +199,69 @@ def clean(inputs: list[Path | str], out: Path, opts: PrepareOptions = DEFAULTS, 
     log(f"clean: {len(files)} file(s) (" + ", ".join(f"{k}: {v}" for k, v in
                                                      sorted(collections.Counter(formats.values()).items())) + ")")
 
+    origins: collections.deque = collections.deque()  # the file index of each document read, in order
+    failed: dict = {}  # a file that failed mid-read: its index and the error that names it and the files after it
+
     def raw_docs() -> Iterator[list[str]]:
-        for i, f in enumerate(files):
+        for i in range(r.files_done, len(files)):
+            f = files[i]
             try:
-                yield from read_documents(f, formats[f], doc_boundary, encoding)
+                docs = read_documents(f, formats[f], doc_boundary, encoding)
+                for doc in itertools.islice(docs, r.skip, None) if i == r.files_done else docs:
+                    origins.append(i)
+                    yield doc
             except PrepareError as e:  # past its first bytes: the files after it may hold problems too
                 problems, unchecked = _later_problems(files[i + 1:], formats, doc_boundary, encoding)
-                raise PrepareError(_problems_line([str(e), *problems], len(files), unchecked)) from None
+                failed.update(index=i, error=PrepareError(_problems_line([str(e), *problems], len(files), unchecked)))
+                return  # the documents before it are still cleaned and kept for a rerun
 
+    if force:
+        drop_partial(out)
     drop_state(out, "clean")
-    writer = HashingWriter(out / CORPUS)
-    seen: set[bytes] = set()
-    st = collections.Counter()
+    kept = _Kept(resume_or_fresh(out, options_key, files, dedupe), dedupe)
+    r, writer, st = kept.resume, kept.writer, kept.st
+    ckpt = Checkpoints(out, options_key, files, writer)
     bar = progress_bar(progress, desc="clean", unit="doc")
     try:
         with _ordered_pool(workers, _init_clean, (splitter, normalize, min_chars, max_chars)) as imap:
             for results in imap(_clean_chunk, _chunks(raw_docs())):
                 for sentences, short, long in results:
-                    st["read_documents"] += 1
-                    st["too_short"] += short
-                    st["too_long"] += long
-                    kept = []
-                    for s in sentences:
-                        if dedupe:
-                            h = hashlib.blake2b(s.encode(), digest_size=16).digest()
-                            if h in seen:
-                                st["duplicates"] += 1
-                                continue
-                            seen.add(h)
-                        kept.append(s)
-                    if kept:
-                        writer.write((json.dumps(kept, ensure_ascii=False) + "\n").encode())
-                        st["documents"] += 1
-                        st["sentences"] += len(kept)
-                    else:
-                        st["empty_documents"] += 1
+                    kept.take(origins.popleft(), sentences, short, long)
+                kept.point = kept.here(kept.cur, kept.in_file)
+                if ckpt.due():
+                    ckpt.record(kept.point)
                 bar.update(len(results))
     except BaseException:
-        writer.abort()
+        with contextlib.suppress(Exception):
+            if kept.point is not None and kept.point["bytes"]:
+                ckpt.record(kept.point)
+        _keep_or_abort(out, writer)
         raise
     finally:
         bar.close()
+    if failed:  # keep what the files before the failed one gave: a rerun without it (or with it fixed) goes on
+        keep = kept.entered if kept.cur == failed["index"] else kept.here(failed["index"], 0)
+        if keep is not None and keep["bytes"]:
+            ckpt.record(keep)
+        elif keep is not None:  # it failed in the first file: nothing before it to keep
+            drop_partial(out)
+        _keep_or_abort(out, writer)
+        raise failed["error"]
     if not st["read_documents"]:
         writer.abort()
+        drop_partial(out)
         raise PrepareError(f"empty input: no text in {', '.join(map(str, files[:3]))}"
                            f"{f' and {len(files) - 3} more' if len(files) > 3 else ''}")
     if not st["documents"]:
         writer.abort()
+        drop_partial(out)
         raise PrepareError(f"no sentences left after cleaning {st['read_documents']} documents "
                            f"({st['too_short']} shorter than --min-chars {min_chars}, {st['too_long']} longer "
                            f"than --max-chars {max_chars}, {st['duplicates']} duplicates)")
     output = writer.commit()
-    stats = {k: st[k] for k in ("read_documents", "documents", "sentences", "duplicates", "too_short", "too_long",
-                                "empty_documents")}
+    stats = {k: st[k] for k in STATS}
     stats["files"] = len(files)
+    drop_partial(out)
     save_state(out, "clean", key, {str(CORPUS): output}, stats)
     log(f"clean: {stats['documents']} documents, {stats['sentences']} sentences; removed {stats['duplicates']} "
         f"duplicate sentences, {stats['too_short']} shorter than {min_chars} chars, {stats['too_long']} longer than "

@@ -18,7 +18,7 @@ from data_tools.pipeline.log import log, progress_bar
 from data_tools.pipeline.options import DEFAULTS, PrepareOptions
 from data_tools.pipeline.shards import (RECORDS, HfEncoder, ShardTask, completed, forget, hf_manifest_keys, plan_split,
                                         write_manifest, write_shard_task, writer_version)
-from data_tools.pipeline.state import SPLITS, load_state, split_path
+from data_tools.pipeline.state import SPLITS, STATE, load_state, split_path, up_to_date
 from data_tools.pipeline.workers import die_with_parent
 
 
@@ -65,11 +65,23 @@ def tokenize(out: Path, opts: PrepareOptions = DEFAULTS, workers: int = 1, force
         raise PrepareError("--shard-docs / --shard-tokens must be at least 1")
     model, sp, vocab_size, tok_sha, tok_record = _open_tokenizer(out, opts)
     plans: dict[str, list[ShardTask]] = {}
+    split_state = load_state(out, "split")
+    recorded = split_state and up_to_date(out, "split", split_state["key"]) and split_state["outputs"]
+    cached = []
     for s in SPLITS:
         src = split_path(out, s)
         if not src.is_file():
             raise PrepareError(f"{src} not found: run the split stage first")
-        plans[s], _ = plan_split(out, s, src, model, tok_sha, vocab_size, sp, shard_tokens, shard_docs)
+        sha = (recorded or {}).get(str(src.relative_to(out)), {}).get("sha256")
+        cache = out / STATE / "plans" / f"{s}.json"
+        if force:  # --force reads every split file again
+            cache.unlink(missing_ok=True)
+        plans[s], _, hit = plan_split(out, s, src, model, tok_sha, vocab_size, sp, shard_tokens, shard_docs,
+                                      cache=cache, recorded_sha256=sha)
+        cached += [src.name] if hit else []
+    if cached:
+        log(f"tokenize: {', '.join(cached)} unchanged since the last run's plan (size, mtime, ctime, inode): "
+            "not read again")
     tasks = [t for s in SPLITS for t in plans[s]]
     planned = {t.name for t in tasks}
     # Shards (and temp files) of an earlier plan that this one does not produce would confuse a glob reader.

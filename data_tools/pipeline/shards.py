@@ -129,13 +129,16 @@ def _bytes_per_token(source: Path, sp) -> float:
     return sum(len(ln) + 1 for _, ln in lines) / max(1, tokens)
 
 
-def plan_split(out_dir: Path, split: str, source: Path, tokenizer: Path, tokenizer_sha256: str, vocab_size: int,
-               sp, shard_tokens: int | None, shard_docs: int | None) -> tuple[list[ShardTask], str]:
-    """Cut ``source`` into shards (see module docstring); returns the tasks and the file's sha256."""
-    if shard_docs is not None and shard_docs < 1 or shard_docs is None and (shard_tokens or 0) < 1:
-        raise ValueError("shard_docs or shard_tokens must be >= 1")
+def _identity(path: Path) -> list[int]:
+    """What changes when a file is rewritten or replaced, short of reading it: ctime and inode too, which no
+    ``touch -m`` sets back."""
+    st = path.stat()
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+
+
+def _cut(source: Path, sp, shard_tokens: int | None, shard_docs: int | None) -> tuple[list, str]:
+    """(start, end, first_doc, n_docs) of each shard of ``source``, and the file's sha256: one read of it."""
     target_bytes = None if shard_docs else max(1.0, shard_tokens * _bytes_per_token(source, sp))
-    dtype = np.dtype(id_dtype(vocab_size)).name
     bounds: list[tuple[int, int, int, int]] = []  # (start, end, first_doc, n_docs)
     sha = hashlib.sha256()
     start = pos = doc = first = 0
@@ -151,13 +154,38 @@ def plan_split(out_dir: Path, split: str, source: Path, tokenizer: Path, tokeniz
             doc += 1
     if doc > first:
         bounds.append((start, pos, first, doc - first))
-    file_sha = sha.hexdigest()
+    return bounds, sha.hexdigest()
+
+
+def plan_split(out_dir: Path, split: str, source: Path, tokenizer: Path, tokenizer_sha256: str, vocab_size: int,
+               sp, shard_tokens: int | None, shard_docs: int | None, cache: Path | None = None,
+               recorded_sha256: str | None = None) -> tuple[list[ShardTask], str, bool]:
+    """Cut ``source`` into shards (see module docstring); returns the tasks, the file's sha256 and whether the cut
+    came from ``cache``. The cut depends on the file's bytes, the tokenizer and the shard size only: ``cache``
+    keeps it with the file's identity (size, mtime, ctime, inode), so a rerun on an unchanged file does not read
+    it again; a cut whose sha256 is not ``recorded_sha256`` (the split stage's record of the file) is not used."""
+    if shard_docs is not None and shard_docs < 1 or shard_docs is None and (shard_tokens or 0) < 1:
+        raise ValueError("shard_docs or shard_tokens must be >= 1")
+    dtype = np.dtype(id_dtype(vocab_size)).name
+    params = {"tokenizer": tokenizer_sha256, "shard_tokens": None if shard_docs else shard_tokens,
+              "shard_docs": shard_docs, "file": _identity(source)}
+    try:
+        kept = json.loads(cache.read_text()) if cache is not None else None
+    except (OSError, ValueError):
+        kept = None
+    if kept and kept.get("params") == params and recorded_sha256 in (None, kept.get("sha256")):
+        bounds, file_sha, cached = [tuple(b) for b in kept["bounds"]], kept["sha256"], True
+    else:
+        bounds, file_sha = _cut(source, sp, shard_tokens, shard_docs)
+        cached = False
+        if cache is not None and recorded_sha256 in (None, file_sha):
+            atomic_write_text(cache, json.dumps({"params": params, "sha256": file_sha, "bounds": bounds}) + "\n")
     tasks = []
     for index, (s, e, fd, n) in enumerate(bounds):
         key = _key(format_version=FORMAT_VERSION, writer=writer_version(sp), tokenizer=tokenizer_sha256,
                    source=file_sha, start=s, end=e, first_doc=fd, n_docs=n, dtype=dtype, name=shard_name(split, index))
         tasks.append(ShardTask(str(out_dir), split, index, str(source), s, e, fd, n, str(tokenizer), dtype, key))
-    return tasks, file_sha
+    return tasks, file_sha, cached
 
 
 def _record_path(task: ShardTask) -> Path:

@@ -71,14 +71,28 @@ class HashingWriter:
         self.f = open(self.tmp, "wb")
         self.sha, self.bytes = hashlib.sha256(), 0
 
+    @classmethod
+    def reopen(cls, path: Path, f, sha, nbytes: int) -> HashingWriter:
+        """A writer that continues ``path.tmp``, open as ``f`` at its byte ``nbytes``, whose sha256 so far is ``sha``
+        (the clean stage's resume)."""
+        self = cls.__new__(cls)
+        self.path, self.tmp, self.f, self.sha, self.bytes = path, path.with_name(path.name + ".tmp"), f, sha, nbytes
+        return self
+
     def write(self, data: bytes) -> None:
         self.f.write(data)
         self.sha.update(data)
         self.bytes += len(data)
 
-    def commit(self) -> dict:
+    def sync(self) -> None:
         self.f.flush()
         os.fsync(self.f.fileno())
+
+    def close(self) -> None:
+        self.f.close()
+
+    def commit(self) -> dict:
+        self.sync()
         self.f.close()
         os.replace(self.tmp, self.path)
         return {"bytes": self.bytes, "sha256": self.sha.hexdigest()}
