@@ -14,6 +14,10 @@ def die_with_parent(parent: int) -> None:
     for SIGTERM when ``parent``, the process that started the worker, dies, so a ``kill -9`` of prepare leaves no
     worker behind, blocked on its task queue for ever or printing BrokenPipe tracebacks. A no-op elsewhere. The
     signal follows the parent *thread*: pools are made in the thread that runs the stage."""
+    # A result written to the dead parent's pipe raised BrokenPipeError, and the worker began printing its traceback
+    # ("Process SpawnPoolWorker-1:") before the signal below ended it (1 kill in ~10, 2026-12-05): such a write ends
+    # the worker at once and silently, as in a shell pipeline. Its other writes are to regular files.
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     if not sys.platform.startswith("linux"):
         return
     try:
