@@ -140,7 +140,8 @@ def static_file(method: str, seed: int, text: Path, spm: Path, out: Path) -> Pat
     if not prefix.with_suffix(".npy").is_file():
         extra = ["--dim", "384"] if method == "word2vec" else []
         subprocess.run([sys.executable, "-m", "data_tools.cli.static_embeddings", "--text", str(text),
-                        "--spm", str(spm), "--out", str(prefix), "--method", method, "--seed", str(seed), *extra], check=True)
+                        "--spm", str(spm), "--out", str(prefix), "--method", method, "--seed", str(seed), *extra],
+                       check=True)
     return prefix.with_suffix(".npy")
 
 

@@ -104,7 +104,8 @@ def max_batch_markdown(report: dict) -> str:
     m = report["machine"]
     lines = [f"Machine: {m['device']}, torch {m['torch']}; {m['date']}. Largest micro-batch that ran 2 steps "
              f"({report['args']['precision']}, {engine_words(report['args'])}, optimizer {report['optimizer']}):", "",
-             "| seq len | phase | trainer | largest micro-batch | its peak GiB | next size |", "|---:|---:|---|---:|---:|---|"]
+             "| seq len | phase | trainer | largest micro-batch | its peak GiB | next size |",
+             "|---:|---:|---|---:|---:|---|"]
     name = {"hf": "HF Trainer + DeepSpeed", "xpt": "xpt_ds"}
     for r in report["results"]:
         trainer = name[r["side"]] + (f" + {r['variant']}" if r.get("variant") else "")

@@ -307,9 +307,10 @@ TABLE_NOTE = ("Bits per byte are each run's export on the same raw text in its o
               "`--probe-text en`), the run's post-trained layers with the source's own embeddings and head in the "
               "source's tokenizer, without the ITLs where it has them: what the layers kept of English, whatever the "
               "new vocabulary costs ('–' for a run scored without it). The test loss is per piece of each "
-              "sweep's own test shards and compares only within one sweep; the unigram rows are the unigram predictor on each sweep's test "
-              "shards (unigram.json), not the Ukrainian text of the uk column. Tokens/s: the run's training tokens "
-              "over its training process's seconds, start-up, validation and checkpoints included.")
+              "sweep's own test shards and compares only within one sweep; the unigram rows are the unigram "
+              "predictor on each sweep's test shards (unigram.json), not the Ukrainian text of the uk column. "
+              "Tokens/s: the run's training tokens over its training process's seconds, start-up, validation and "
+              "checkpoints included.")
 
 
 def verdict_lines(entry: dict, source: dict | None) -> list[str]:

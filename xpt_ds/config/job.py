@@ -61,7 +61,8 @@ class ModelConfig:
                                       "stock init, the papers') or 'unigram', each piece's log add-one frequency in "
                                       "data.train_shards: the head starts as the unigram predictor, so the steps go to "
                                       "context rather than to piece frequencies (encoder sources).")
-    itl_init: str = doc("random", "ITL_in/ITL_out start 'random' (paper) or as a 'copy' of the first/last encoder layer.")
+    itl_init: str = doc("random", "ITL_in/ITL_out start 'random' (paper) or as a 'copy' of the first/last encoder "
+                                  "layer.")
     phase1_trains_position_and_head: bool = doc(
         False, "Phase 1 of a two-phase preset (xpt, xpt_no_itl, random_source) also trains position embeddings "
                "and the LM-head transform (000 §2).")
@@ -219,7 +220,8 @@ class ActivationsConfig:
 
 @dataclass
 class CheckpointConfig:
-    every_steps: int = doc(1000, "Save every N global steps (and always at the end of each phase); 0 = phase ends only.")
+    every_steps: int = doc(1000, "Save every N global steps (and always at the end of each phase); 0 = phase ends "
+                                 "only.")
     resume: str = doc("auto", "'auto' = newest complete checkpoint in the run, 'none' = start fresh, 'best' = the "
                               "run's best (checkpoint.keep_best), else a tag.")
     keep_last: int = doc(0, "Keep the newest K complete checkpoints (0 = all); the newest complete one, and the best "

@@ -41,9 +41,9 @@ RAN_OUT = errno.EMFILE  # a worker's fault flag: it ran out of file descriptors 
 
 
 class WorkerFailure:
-    """A DataError (or OSError) in a DataLoader worker, passed on as an item: torch would re-raise it in the main process
-    with the worker's traceback in its message (torch.utils.data._utils.ExceptionWrapper), and the user would
-    see that instead of the one line that names the shard."""
+    """A DataError (or OSError) in a DataLoader worker, passed on as an item: torch would re-raise it in the main
+    process with the worker's traceback in its message (torch.utils.data._utils.ExceptionWrapper), and the user
+    would see that instead of the one line that names the shard."""
 
     def __init__(self, message: str):
         self.message = message

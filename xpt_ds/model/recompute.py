@@ -5,9 +5,9 @@ objective wraps: every Nth ``GradientCheckpointingLayer`` in module order (ITL_i
 TreLM's TRILayer, whose class is the encoder's) keeps only its input in the forward and runs again in the backward.
 The recomputation restores the forward's RNG state, so dropout draws the same masks and the gradients are the
 same bits (``tests/training/test_activations.py``). It changes no parameter, name or ``state_dict``:
-checkpoints, exports, phase patterns and resumes do not see it, and a run may resume with another setting. Validation runs in eval
-mode, where nothing is recomputed. ZeRO-3's parameter hooks run again in the recomputation, gathering the layer's
-weights a second time.
+checkpoints, exports, phase patterns and resumes do not see it, and a run may resume with another setting.
+Validation runs in eval mode, where nothing is recomputed. ZeRO-3's parameter hooks run again in the recomputation,
+gathering the layer's weights a second time.
 """
 from __future__ import annotations
 

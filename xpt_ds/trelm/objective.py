@@ -48,7 +48,8 @@ def _head_losses(hf: nn.Module, hidden: torch.Tensor, lang: int,
 
 
 class TreLMObjective(nn.Module):
-    """Wraps a stock *ForMaskedLM carrying ``trelm`` (``xpt_ds.trelm.model``); parameter names are ``hf.`` + HF names."""
+    """Wraps a stock *ForMaskedLM carrying ``trelm`` (``xpt_ds.trelm.model``); parameter names are ``hf.`` + HF
+    names."""
 
     def __init__(self, hf: nn.Module):
         super().__init__()
