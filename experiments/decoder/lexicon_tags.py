@@ -11,8 +11,8 @@ object, both of entity type ``W``; the label is ``num:col``, ``col:num`` or, for
 ``--pairs`` (``sentence1``, ``sentence2``, ``label``; ``--task classification --text-column sentence1
 --text-pair-column sentence2``): the first sentence ends with a number word and the second starts with one; the
 label says whether they are the same word. ``--split-colours``: the test rows' colour words are ones SmolLM2's
-tokenizer cuts into 2-3 pieces (``Ġm au ve``), and every training colour word is one piece. RESULTS.md ("Token classification reads words as running text",
-"Relations on a decoder") fine-tunes SmolLM2 on them.
+tokenizer cuts into 2-3 pieces (``Ġm au ve``), and every training colour word is one piece. RESULTS.md ("Token
+classification reads words as running text", "Relations on a decoder") fine-tunes SmolLM2 on them.
 """
 from __future__ import annotations
 
