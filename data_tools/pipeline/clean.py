@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from data_tools.errors import PrepareError
-from data_tools.pipeline.clean_resume import (STATS, Checkpoints, Resume, drop_partial, partial_path,
+from data_tools.pipeline.clean_resume import (STATS, Checkpoints, Resume, drop_partial, file_ids, partial_path,
                                              resume_or_fresh, sentence_hash)
 from data_tools.pipeline.log import log, progress_bar
 from data_tools.pipeline.options import DEFAULTS, PrepareOptions
@@ -52,8 +52,7 @@ def _later_problems(files: list[Path], formats: dict, doc_boundary: str, encodin
         if time.monotonic() > deadline:
             return problems, len(files) - i
         try:
-            for _ in read_documents(f, formats[f], doc_boundary, encoding):
-                pass
+            collections.deque(read_documents(f, formats[f], doc_boundary, encoding), maxlen=0)  # to its end
         except PrepareError as e:
             problems.append(str(e))
     return problems, 0
@@ -179,8 +178,7 @@ def clean(inputs: list[Path | str], out: Path, opts: PrepareOptions = DEFAULTS, 
     settings = {"stage": "clean", "v": STAGE_VERSION, "fmt": fmt, "doc_boundary": doc_boundary,
                 "normalize": normalize, "splitter": splitter_name(splitter), "min": min_chars, "max": max_chars,
                 "dedupe": dedupe, **({"encoding": encoding} if encoding != "utf-8" else {})}
-    key = fingerprint({**settings, "files": [(str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns)
-                                             for f in files]})
+    key = fingerprint({**settings, "files": file_ids(files)})
     options_key = fingerprint(settings)  # a resume record's: its files are checked one by one
     if not force and (state := up_to_date(out, "clean", key)):
         log(f"clean: up to date ({state['stats']['documents']} documents), skipped")

@@ -35,6 +35,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from xpt_ds.data.shards import DataError
 from xpt_ds.errors import error_line
+from xpt_ds.runtime import open_files
 
 UNSET = -1  # the start of workers forked before their first iteration: they produce nothing
 RAN_OUT = errno.EMFILE  # a worker's fault flag: it ran out of file descriptors handing a batch over
@@ -94,8 +95,8 @@ def quiet_when_out_of_files(fault: torch.Tensor) -> None:
         return
     default_feeder, default_hook = multiprocessing.queues.Queue._on_queue_feeder_error, sys.excepthook
 
-    def ran_out(e: BaseException) -> None:  # torch's shared-memory open says it in a RuntimeError, no errno
-        if isinstance(e, OSError) and e.errno == errno.EMFILE or "Too many open files" in str(e):
+    def ran_out(e: BaseException) -> None:
+        if open_files.ran_out(e):  # torch's shared-memory open says it in a RuntimeError, with no errno
             fault[0] = RAN_OUT
             os._exit(0)  # 0: torch's SIGCHLD handler raises anywhere in the rank for another status
 
