@@ -163,7 +163,9 @@ pack_study() {
 # dry_steps: a --dry-run's step runner: each step's output on stdout, labelled with its name; no budget, no log,
 # no steps.tsv. WORK (the script's own files) becomes a temporary folder, removed at exit, so OUT stays untouched.
 dry_steps() {
-  step() { local name=$1; shift; "$@" 2>&1 | sed -e "/Setting accelerator to CPU/d" -e "s/^/$name: /"; }
+  # sed -u: a line a write of its own. The study's sweeps run at once, each through its own sed into one stdout,
+  # and block-buffered seds cut each other's lines apart (the dry-run test failed twice so, 2026-12-05).
+  step() { local name=$1; shift; "$@" 2>&1 | sed -u -e "/Setting accelerator to CPU/d" -e "s/^/$name: /"; }
   budget_run() { "$@"; }
   BUDGET_S=
   WORK=$(mktemp -d)
