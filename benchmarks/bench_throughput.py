@@ -288,7 +288,7 @@ def run_xpt(spec: dict) -> dict:
 
         from xpt_ds.checkpoint.frozen import FrozenWeights
         from xpt_ds.config.schedule import lr_at
-        from xpt_ds.model.objective import build_objective
+        from xpt_ds.model.forward.objective import build_objective
         from xpt_ds.runtime.distributed import init_distributed
         from xpt_ds.training.engine import build_engine, set_lr
         from xpt_ds.training.fill import fill

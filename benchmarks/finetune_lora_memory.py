@@ -112,7 +112,7 @@ def measure_peer(model_dir: str, device: str, rank: int, rows: int, length: int,
     from transformers import AutoConfig, AutoModelForSequenceClassification, Trainer, TrainerCallback, \
         TrainingArguments
 
-    from xpt_ds.model.lora import targets_of
+    from xpt_ds.model.methods.lora import targets_of
     torch.manual_seed(0)
     config = AutoConfig.from_pretrained(model_dir)
     model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=2,

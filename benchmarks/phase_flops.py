@@ -53,7 +53,7 @@ def build(shape: str, sources: Path, seq_len: int):
     """The XPT target of ``shape``, its objective on eager attention, and the trainable HF names per phase."""
     from xpt_ds.config import DataConfig, ModelConfig, PhaseConfig, TrainConfig
     from xpt_ds.model.build import build_model
-    from xpt_ds.model.objective import build_objective
+    from xpt_ds.model.forward.objective import build_objective
     from xpt_ds.model.phases import build_phase_trainables
 
     source = write_decoder_source(sources / f"decoder_{shape}", shape)

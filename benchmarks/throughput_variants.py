@@ -46,11 +46,11 @@ VARIANTS = {
     # torch.autocast to bf16 inside the engine's forward instead of a bf16 module: fp32 parameters, fp32 ZeRO-2
     # (no overflow check: DeepSpeed runs it for fp16/bf16 modules only), bf16 matmuls.
     "autocast": {"ds": {"bf16": None, "torch_autocast": {"enabled": True, "dtype": "bfloat16"}}},
-    # activations.checkpoint_every: 1 (xpt_ds.model.recompute): every layer recomputed in the backward. The HF
+    # activations.checkpoint_every: 1 (xpt_ds.model.forward.recompute): every layer recomputed in the backward. The HF
     # row of this variant is TrainingArguments(gradient_checkpointing=True), non-reentrant like it.
     "recompute": {"activations": 1},
     # Decoders (--decoder): FlexAttention with a document BlockMask instead of SDPA on a dense block-diagonal mask
-    # (model.attention, xpt_ds.model.document_mask).
+    # (model.attention, xpt_ds.model.forward.document_mask).
     "flex": {"attention": "flex"},
     # flex with every layer and the head compiled (compile: true; xpt_ds.training.compile): the layer around the
     # attention kernel fused too, which issue 54 lists after the document mask.

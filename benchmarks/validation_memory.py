@@ -1,8 +1,8 @@
 """Host memory of scoring one decoder validation micro-batch: 4 rows of 2,048 positions, Llama 3's 128,256-piece
 vocabulary, a 2-layer Llama of SmolLM2's width (random weights, fp32, CPU). ``whole``: the objective's [M, V]
 logits into ``MLMStats`` at once, as validation and ``evaluate`` did before 2026-11-30; ``parts``: the
-objective's ``score`` path (``xpt_ds.model.causal_lm``), the loss's chunks one at a time. One process per way, as
-the peak RSS is the process's:
+objective's ``score`` path (``xpt_ds.model.forward.causal_lm``), the loss's chunks one at a time. One process per way,
+as the peak RSS is the process's:
 
     python benchmarks/validation_memory.py whole
     python benchmarks/validation_memory.py parts
@@ -12,7 +12,7 @@ import json, resource, sys, time
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 from xpt_ds.metrics.mlm import MLMStats
-from xpt_ds.model.causal_lm import CausalLMObjective
+from xpt_ds.model.forward.causal_lm import CausalLMObjective
 torch.manual_seed(0)
 V, T, B = 128256, 2048, 4
 model = LlamaForCausalLM(LlamaConfig(vocab_size=V, hidden_size=576, intermediate_size=1536, num_hidden_layers=2,

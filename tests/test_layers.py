@@ -21,6 +21,7 @@ LAYERS = [
     ["xpt_ds.trelm"],
     ["xpt_ds.model"],
     ["xpt_ds.checkpoint"],
+    ["xpt_ds.export"],
     ["xpt_ds.training"],
     ["xpt_ds.evaluation", "xpt_ds.finetuning"],
     ["xpt_ds.sweeps"],
@@ -188,8 +189,8 @@ def test_data_tools_imports_point_down_the_layers():
 
 
 def test_the_generic_model_code_knows_no_method_package():
-    """TreLM's parts reach the model code through the method table (``Method.extension``, xpt_ds.model.extensions),
-    so that nothing in ``xpt_ds.model`` imports ``xpt_ds.trelm``."""
+    """TreLM's parts reach the model code through the method table (``Method.extension``,
+    xpt_ds.model.methods.extensions), so that nothing in ``xpt_ds.model`` imports ``xpt_ds.trelm``."""
     graph = import_graph("xpt_ds")
     wrong = sorted(f"{m} -> {d}" for m, deps in graph.items() if m.startswith("xpt_ds.model")
                    for d in deps if d.startswith("xpt_ds.trelm"))
@@ -200,9 +201,9 @@ def test_readers_of_checkpoints_never_load_the_training_loop():
     """Export, evaluation, fine-tuning, the probe and sweeps read checkpoints through ``xpt_ds.checkpoint``; none of
     them imports ``xpt_ds.training``, directly or through another module."""
     graph = import_graph("xpt_ds")
-    readers = [m for m in graph if m.startswith(("xpt_ds.checkpoint", "xpt_ds.evaluation", "xpt_ds.finetuning",
-                                                  "xpt_ds.sweeps")) or m in ("xpt_ds.cli.export", "xpt_ds.cli.evaluate",
-                                                                             "xpt_ds.cli.probe", "xpt_ds.cli.status")]
+    packages = ("xpt_ds.checkpoint", "xpt_ds.export", "xpt_ds.evaluation", "xpt_ds.finetuning", "xpt_ds.sweeps")
+    commands = ("xpt_ds.cli.export", "xpt_ds.cli.evaluate", "xpt_ds.cli.probe", "xpt_ds.cli.status")
+    readers = [m for m in graph if m.startswith(packages) or m in commands]
     assert len(readers) > 20
     wrong = []
     for reader in readers:
@@ -220,7 +221,7 @@ def test_readers_of_checkpoints_never_load_the_training_loop():
 def test_commands_live_in_cli_and_the_top_level_is_folders(package):
     """Each command is a module of ``cli/`` that its dispatcher lists, and the package's top level holds folders
     and a few leaves, so that no command file sits beside a subpackage of a similar name (``export.py`` beside
-    ``checkpoint/export.py``, ``sweep.py`` beside ``sweeps/``)."""
+    ``export/``, ``sweep.py`` beside ``sweeps/``)."""
     import importlib
     root = REPO / package
     top = sorted(p.name for p in root.glob("*.py"))

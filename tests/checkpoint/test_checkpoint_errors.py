@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from conftest import REPO, base_config, launch, small_tmpfs, write_config
-from xpt_ds.checkpoint.export import load_checkpoint_fp32
+from xpt_ds.export.hf import load_checkpoint_fp32
 from xpt_ds.checkpoint.tags import complete_tags, tag_for
 
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from conftest import base_config, launch, logged_since, rank_pids, read_marker, read_metrics, start, write_config
-from xpt_ds.checkpoint.export import load_checkpoint_fp32
+from xpt_ds.export.hf import load_checkpoint_fp32
 from xpt_ds.checkpoint.store import read_client_state
 from xpt_ds.checkpoint.tags import MARKER, complete_tags, tag_for
 

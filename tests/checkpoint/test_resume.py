@@ -9,7 +9,7 @@ import torch
 import yaml
 
 from conftest import REPO, base_config, config_only, launch, one_error_line_of, read_metrics, write_config
-from xpt_ds.checkpoint.export import load_checkpoint_fp32
+from xpt_ds.export.hf import load_checkpoint_fp32
 from xpt_ds.checkpoint.tags import complete_tags, tag_for
 
 pytestmark = pytest.mark.multiproc

@@ -13,13 +13,13 @@ import yaml
 from transformers import RobertaConfig, RobertaForMaskedLM
 
 from conftest import REPO, TINY, base_config, launch, read_metrics, read_phase_end, write_config
-from xpt_ds.checkpoint.export import load_checkpoint_fp32
+from xpt_ds.export.hf import load_checkpoint_fp32
 from xpt_ds.checkpoint.phase_ends import PHASE_ENDS, load_phase_end
 from xpt_ds.checkpoint.store import read_client_state
 from xpt_ds.checkpoint.tags import CheckpointError, complete_tags, tag_for
 from xpt_ds.config import ConfigError, load_config
 from xpt_ds.model.build import FAMILIES, _tag_parameters
-from xpt_ds.model.objective import strip_prefix
+from xpt_ds.model.forward.objective import strip_prefix
 from xpt_ds.model.phases import build_phase_starts, build_phase_trainables, value_from_ends
 
 MERGE = {"take": {"@lower": "x_to_en", "@upper": "en_to_x"}, "average": ["en_to_x", "x_to_en"]}

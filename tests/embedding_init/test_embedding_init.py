@@ -242,7 +242,7 @@ def test_source_mean_draws_do_not_depend_on_the_thread_count():
 
 def test_random_draws_from_the_parameters_own_generator(bert_source, target_bert):
     """``random`` is nn.init.normal_(std) over the whole matrix from the context's generator (seeded with init_seed
-    and the parameter's name: xpt_ds.model.new_values), pad row zeroed; the global generator neither decides it
+    and the parameter's name: xpt_ds.model.values.stock_init), pad row zeroed; the global generator neither decides it
     nor moves."""
     ctx = _ctx(bert_source, target_bert)
     ctx.generator = torch.Generator().manual_seed(5)

@@ -281,7 +281,7 @@ def _adapters_model(xpt_model: Path, out: Path, auto_map: dict):
     """An Adapters-baseline directory as ``xpt_ds.cli.export`` writes it, with ``auto_map``; its masked LM."""
     from transformers import AutoConfig
 
-    from xpt_ds.model.adapters import XptAdapterRobertaForMaskedLM
+    from xpt_ds.model.methods.adapters import XptAdapterRobertaForMaskedLM
     config = AutoConfig.from_pretrained(xpt_model)
     config.xpt_adapter_size = 4
     config.auto_map = auto_map
@@ -290,7 +290,7 @@ def _adapters_model(xpt_model: Path, out: Path, auto_map: dict):
     with torch.no_grad():
         mlm.roberta.encoder.layer[1].output.adapter.up.weight.normal_()
     mlm.save_pretrained(out)
-    shutil.copy(REPO / "xpt_ds/model/adapters.py", out / "xpt_adapters.py")
+    shutil.copy(REPO / "xpt_ds/model/methods/adapters.py", out / "xpt_adapters.py")
     for f in xpt_model.iterdir():
         if "token" in f.name or f.name == "spm.model":
             shutil.copy(f, out / f.name)
@@ -299,7 +299,7 @@ def _adapters_model(xpt_model: Path, out: Path, auto_map: dict):
 
 def test_adapters_export_keeps_its_adapters(xpt_model, tmp_path):
     """The task model of an Adapters-baseline export carries the trained adapters, through its auto_map."""
-    from xpt_ds.model.adapters import auto_map
+    from xpt_ds.model.methods.adapters import auto_map
     out = tmp_path / "adapters_model"
     mlm = _adapters_model(xpt_model, out, auto_map("roberta"))
     (tmp_path / "t.jsonl").write_text('{"text": "a", "label": 0}\n{"text": "b", "label": 1}\n')

@@ -147,7 +147,7 @@ def test_a_decoder_tags_a_word_from_its_last_piece(xpt_decoder_model, corpus_tex
 def test_an_export_whose_stock_tokenizer_class_is_swapped_is_read_with_the_tokenizer_it_wrote(
         xpt_decoder_model, tmp_path, capsys):
     """transformers 5 loads a ``model_type: qwen2`` directory's tokenizer as its own Qwen2Tokenizer, rebuilt from
-    the vocabulary with other ids (xpt_ds.checkpoint.export warns of it); fine-tuning and ``evaluate --text`` read
+    the vocabulary with other ids (xpt_ds.export.hf warns of it); fine-tuning and ``evaluate --text`` read
     the tokenizer the export wrote, whose ids are its spm.model's, the ids the model was trained on."""
     import sentencepiece as spm
     from transformers import AutoTokenizer

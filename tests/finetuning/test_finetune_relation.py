@@ -121,7 +121,7 @@ def _export(method: str, source: Path, tokenizer: str, out: Path) -> Path:
     from xpt_ds.config import ModelConfig
     from xpt_ds.data.tokenizer import copy_hf_tokenizer, save_hf_tokenizer, tokenizer_for
     from xpt_ds.model.build import build_model as build_xpt
-    from xpt_ds.checkpoint.export import save_model
+    from xpt_ds.export.hf import save_model
     cfg = ModelConfig(source=str(source), tokenizer=tokenizer, method=method)
     tok = tokenizer_for(cfg)
     model = build_xpt(cfg, tok).model

@@ -23,9 +23,9 @@ import yaml
 from conftest import REPO, free_port, read_metrics
 from gpu_builders import ACCELERATOR, ON_CPU, STEPS, gpu_config, gpu_env, losses, report, train
 from trelm_builders import write_parallel
-from xpt_ds.checkpoint.export import load_checkpoint_fp32
+from xpt_ds.export.hf import load_checkpoint_fp32
 from xpt_ds.checkpoint.tags import tag_for
-from xpt_ds.model.objective import strip_prefix
+from xpt_ds.model.forward.objective import strip_prefix
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not (ON_CPU or torch.cuda.is_available()),
                                                   reason="needs CUDA (XPT_GPU_TESTS_ON_CPU=1 rehearses on CPU)")]

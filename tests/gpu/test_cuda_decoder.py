@@ -26,7 +26,7 @@ from gpu_builders import (
 )
 from decoder_builders import CLASSES, check_phase1, probe_ids, reused_of
 
-from xpt_ds.checkpoint.export import load_checkpoint_fp32
+from xpt_ds.export.hf import load_checkpoint_fp32
 from xpt_ds.checkpoint.tags import tag_for
 from xpt_ds.cli.export import main as export_main
 

@@ -1,6 +1,6 @@
-"""model.attention: flex on one GPU (xpt_ds.model.document_mask): FlexAttention with a document BlockMask, compiled,
-against SDPA on the dense block-diagonal mask, in bf16. In process: the logits, the loss and its gradients agree
-within bf16 rounding, and a document inside a packed row gets the logits it gets alone. Through the trainer: two
+"""model.attention: flex on one GPU (xpt_ds.model.forward.document_mask): FlexAttention with a document BlockMask,
+compiled, against SDPA on the dense block-diagonal mask, in bf16. In process: the logits, the loss and its gradients
+agree within bf16 rounding, and a document inside a packed row gets the logits it gets alone. Through the trainer: two
 phases under ZeRO-2 with FusedAdam train with the same losses as the SDPA run within bf16 rounding. Skipped without
 CUDA: FlexAttention has no backward on the CPU (tests/model/test_document_mask.py covers its forward there)."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 import torch
 from gpu_builders import gpu_config, losses, report, train
 
-from xpt_ds.model.causal_lm import CausalLMObjective
+from xpt_ds.model.forward.causal_lm import CausalLMObjective
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 

@@ -1,5 +1,5 @@
-"""One build path, each value filled once (xpt_ds.model.build.build_plan, xpt_ds.model.new_values,
-xpt_ds.model.source_files): only new parameters are drawn, every reused one is the source's tensor bit for bit,
+"""One build path, each value filled once (xpt_ds.model.build.build_plan, xpt_ds.model.values.stock_init,
+xpt_ds.model.values.source_files): only new parameters are drawn, every reused one is the source's tensor bit for bit,
 a new parameter's value depends on its name and the seed alone and has the stock class's distribution, and a
 source in the hub's layout (sharded safetensors, bf16 or fp32; pytorch_model.bin; legacy names) reads as stock
 transformers reads it."""
@@ -18,9 +18,9 @@ from xpt_ds.config import DataConfig, ModelConfig
 from xpt_ds.data.tokenizer import build_tokenizer
 from xpt_ds.model.build import build_model, build_plan, open_source, source_config, source_skeleton
 from xpt_ds.model.decoder import is_decoder
-from xpt_ds.model.new_values import StockInit, param_seed
+from xpt_ds.model.values.stock_init import StockInit, param_seed
 from xpt_ds.model.skeleton import assign, skeleton
-from xpt_ds.model.source_files import RandomSource
+from xpt_ds.model.values.source_files import RandomSource
 
 ENCODER_METHODS = ["xpt", "xpt_sp", "xpt_no_itl", "scratch", "random_source", "adapters", "trelm", "trelm_no_tri"]
 DECODER_METHODS = ["xpt", "xpt_sp", "xpt_no_itl", "scratch", "random_source", "lora"]
@@ -159,7 +159,7 @@ def test_xpt_ds_own_parameters_start_as_their_modules_do():
     (orthogonal language rows, zero placeholder)."""
     import math
 
-    from xpt_ds.model import lora
+    from xpt_ds.model.methods import lora
     fields = dict(STATS_CONFIGS["llama"])
     config = AutoConfig.for_model(fields.pop("model_type"), **fields)
     setattr(config, lora.CONFIG_KEY, {"rank": 8, "alpha": 16, "dropout": 0.0, "targets": list(lora.LLAMA_TARGETS),
@@ -242,7 +242,7 @@ def test_a_sharded_hub_layout_source_reads_as_stock_from_pretrained_reads_it(dty
     shards = sorted(p.name for p in (tmp_path / "sharded").glob("model-*.safetensors"))
     assert len(shards) > 2 and (tmp_path / "sharded" / "model.safetensors.index.json").is_file()
     cfg = _config(tmp_path / "sharded", corpus, "xpt")
-    with caplog.at_level(logging.INFO, logger="xpt_ds.model.source_files"):
+    with caplog.at_level(logging.INFO, logger="xpt_ds.model.values.source_files"):
         built = build_model(cfg, build_tokenizer(cfg.tokenizer))
     assert f"reading source shard 1 of {len(shards)}" in caplog.text
     want = dict(AutoModelForCausalLM.from_pretrained(tmp_path / "sharded", dtype=torch.float32).named_parameters())

@@ -1,5 +1,5 @@
-"""Decoder sources (xpt_ds.model.decoder, xpt_ds.model.causal_lm, xpt_ds.data.causal), in process: tiny GPT-2 and
-Llama built as stock L+2-layer models with the reused layers copied bit for bit, tied and untied heads, the
+"""Decoder sources (xpt_ds.model.decoder, xpt_ds.model.forward.causal_lm, xpt_ds.data.causal), in process: tiny
+GPT-2 and Llama built as stock L+2-layer models with the reused layers copied bit for bit, tied and untied heads, the
 method switch, one-line errors, next-token rows with position restarts and no attention across documents, and
 the chunked loss equal to the plain one in value and gradient."""
 from __future__ import annotations
@@ -21,8 +21,8 @@ from xpt_ds.data.tokenizer import build_tokenizer
 from conftest import twin_of
 from xpt_ds.model.build import build_model
 from xpt_ds.model.skeleton import assign, skeleton
-from xpt_ds.model.causal_lm import CausalLMObjective
-from xpt_ds.model.objective import build_objective
+from xpt_ds.model.forward.causal_lm import CausalLMObjective
+from xpt_ds.model.forward.objective import build_objective
 
 KINDS = [("gpt2", True), ("gpt2", False), ("llama", True), ("llama", False)]
 LAYERS = {"gpt2": lambda m: m.transformer.h, "llama": lambda m: m.model.layers}

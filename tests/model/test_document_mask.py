@@ -1,4 +1,4 @@
-"""model.attention (xpt_ds.model.document_mask): FlexAttention with a document BlockMask gives the logits SDPA's
+"""model.attention (xpt_ds.model.forward.document_mask): FlexAttention with a document BlockMask gives the logits SDPA's
 dense block-diagonal mask gives, keeps a packed row's documents apart, skips the blocks that are wholly masked,
 and is refused in one line where it cannot run. On the CPU FlexAttention runs forward only (torch has no backward
 for it there); tests/gpu/test_cuda_document_mask.py trains with it on CUDA."""
@@ -14,9 +14,9 @@ from xpt_ds.config import ConfigError, DataConfig, ModelConfig
 from xpt_ds.data.tokenizer import build_tokenizer
 from xpt_ds.model.build import build_model
 from xpt_ds.model.preflight import check_source
-from xpt_ds.model.causal_lm import CausalLMObjective
-from xpt_ds.model.document_mask import check_window, document_block_mask, document_ids
-from xpt_ds.model.objective import build_objective
+from xpt_ds.model.forward.causal_lm import CausalLMObjective
+from xpt_ds.model.forward.document_mask import check_window, document_block_mask, document_ids
+from xpt_ds.model.forward.objective import build_objective
 
 
 def _positions(lengths: list[list[int]]) -> torch.Tensor:

@@ -1,5 +1,5 @@
-"""``method: extend``'s split rows (xpt_ds.model.extend), in process: the split modules compute what the stock ones
-do, the row groups, EEVE's schedule as phases, and the one-line errors. The trained runs are test_extend_train."""
+"""``method: extend``'s split rows (xpt_ds.model.methods.extend), in process: the split modules compute what the stock
+ones do, the row groups, EEVE's schedule as phases, and the one-line errors. The trained runs are test_extend_train."""
 import json
 import re
 
@@ -11,7 +11,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausa
 from conftest import REPO
 from xpt_ds.config import ConfigError
 from xpt_ds.config.manager import load_unchecked
-from xpt_ds.model import extend
+from xpt_ds.model.methods import extend
 from xpt_ds.model.decoder import tag_parameters, DECODER_FAMILIES
 from xpt_ds.model.phases import build_phase_trainables
 

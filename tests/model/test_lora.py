@@ -1,4 +1,4 @@
-"""method: lora (xpt_ds.model.lora): LoRA through peft on a decoder source's reused layers beside the new
+"""method: lora (xpt_ds.model.methods.lora): LoRA through peft on a decoder source's reused layers beside the new
 vocabulary's rows. In process: the build (source weights bit for bit under ``base_layer``, the updates new and
 zero at the start, nothing else new), the one-line errors. A run under ZeRO-3 (one rank; the partitioned
 parameters and their hooks as on many): the source weights still the source's after training, a resume mid-run
@@ -29,13 +29,13 @@ from xpt_ds.config import (
     TrainConfig,
     validate,
 )
-from xpt_ds.checkpoint.export import load_checkpoint_fp32, load_model
+from xpt_ds.export.hf import load_checkpoint_fp32, load_model
 from xpt_ds.checkpoint.tags import tag_for
 from xpt_ds.config.manager import from_dict
 from xpt_ds.data.tokenizer import build_tokenizer
 from xpt_ds.cli.export import main as export_main
 from xpt_ds.model.build import build_model
-from xpt_ds.model.lora import base_name
+from xpt_ds.model.methods.lora import base_name
 from xpt_ds.model.phases import build_phase_trainables
 from xpt_ds.model.skeleton import skeleton
 
@@ -165,7 +165,7 @@ def test_zero3_resume_mid_run_and_merged_export(tmp_path, tiny_decoder, corpus):
 
 def test_a_qwen2_lora_run_exports_in_llamas_form_with_its_updates_merged(tmp_path, tiny_decoder, corpus):
     """LoRA on a Qwen2 source of full attention with the run's own vocabulary: the export is the Llama model of
-    the same function (xpt_ds.checkpoint.llama_layout), every base weight merged with its update; its only new
+    the same function (xpt_ds.export.llama_layout), every base weight merged with its update; its only new
     values are o_proj's zero biases (LoRA's names of the base weights are not new ones)."""
     source = tiny_decoder("qwen2_full", True, 0.0)
     cfg = base_config(tmp_path / "run", source, corpus)

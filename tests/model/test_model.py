@@ -50,8 +50,9 @@ def test_xpt_reuses_source_bit_exactly(family, tiny_roberta, tiny_bert, corpus, 
 
 
 def test_every_supported_family_has_adapter_classes():
-    """xpt_ds/model/adapters.py is copied into exports, so it keeps its own family table; it must cover model.py's."""
-    import xpt_ds.model.adapters as adapters
+    """xpt_ds/model/methods/adapters.py is copied into exports, so it keeps its own family table; it must cover
+    model.py's."""
+    import xpt_ds.model.methods.adapters as adapters
     from xpt_ds.model.build import FAMILIES
     assert set(adapters.FAMILIES) == set(FAMILIES)
     for family in FAMILIES:

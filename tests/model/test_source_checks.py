@@ -1,6 +1,6 @@
 """A source checkpoint whose tensors do not fit its own config.json, or hold NaN or inf, is one error line naming
-the file and the key (``xpt_ds.model.source_files``): shapes are read from the files' headers before any engine is
-built (a too-short position matrix was clipped and its missing rows trained from random; other shapes failed the
+the file and the key (``xpt_ds.model.values.source_files``): shapes are read from the files' headers before any engine
+is built (a too-short position matrix was clipped and its missing rows trained from random; other shapes failed the
 fill with a traceback); values are checked as each is read (a NaN weight stopped the first step with a false
 "bad step" report)."""
 import shutil

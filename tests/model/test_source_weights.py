@@ -74,7 +74,7 @@ def test_a_plain_checkpoint_missing_an_encoder_weight_is_refused(tiny_roberta, t
 
 def test_source_code_the_stock_class_loads_whole_trains_as_it_with_a_warning(tiny_bert, tmp_path, caplog):
     src = _copy(tiny_bert, tmp_path / "shipped", AUTO_MAP)
-    with caplog.at_level(logging.WARNING, logger="xpt_ds.model.source_weights"):
+    with caplog.at_level(logging.WARNING, logger="xpt_ds.model.values.source_weights"):
         model, missing = _load(src)
     assert missing == set() and type(model).__name__ == "BertForMaskedLM"
     assert [r.getMessage() for r in caplog.records] == [

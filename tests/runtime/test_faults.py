@@ -16,7 +16,7 @@ from conftest import (LONG_STEPS, REPO, _command, base_config, free_port, launch
                       read_metrics, start_main, write_config)
 from data_tools.pipeline.shards import write_shard
 from xpt_ds.checkpoint.branches import ABANDONED
-from xpt_ds.checkpoint.export import load_checkpoint_fp32
+from xpt_ds.export.hf import load_checkpoint_fp32
 from xpt_ds.checkpoint.tags import complete_tags, tag_for
 from xpt_ds.data.shards import DataError, scan_shard
 from xpt_ds.runtime.preemption import PREEMPTED_EXIT_CODE

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from conftest import LONG_STEPS, launch, long_config, rank_pids, read_metrics, start, write_config
-from xpt_ds.checkpoint.export import load_checkpoint_fp32
+from xpt_ds.export.hf import load_checkpoint_fp32
 from xpt_ds.checkpoint.tags import complete_tags, tag_for
 
 pytestmark = pytest.mark.multiproc

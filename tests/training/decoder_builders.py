@@ -14,14 +14,14 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
-from xpt_ds.model.objective import strip_prefix
+from xpt_ds.model.forward.objective import strip_prefix
 from xpt_ds.model.skeleton import skeleton
 
 
 CLASSES = {"gpt2": GPT2LMHeadModel, "llama": LlamaForCausalLM, "mistral": MistralForCausalLM,
            "qwen2": Qwen2ForCausalLM, "qwen2_full": Qwen2ForCausalLM, "gemma2": Gemma2ForCausalLM}
 # The class of an export, where it is not the source's: a Qwen2 target of full attention and its own vocabulary is
-# exported as the Llama model of the same function (xpt_ds.checkpoint.llama_layout)
+# exported as the Llama model of the same function (xpt_ds.export.llama_layout)
 EXPORTED = {**CLASSES, "qwen2_full": LlamaForCausalLM}
 
 

@@ -1,4 +1,4 @@
-"""``activations.checkpoint_every`` (xpt_ds.model.recompute): the layers it names recompute in the backward
+"""``activations.checkpoint_every`` (xpt_ds.model.forward.recompute): the layers it names recompute in the backward
 instead of keeping their activations, and the step computes the same bits. In one process on every model kind the
 trainer builds (XPT with frozen source layers, Adapters, TreLM's TRILayer, a Llama XPT, GPT-2 with LoRA), and
 through torchrun on 2 ranks at ZeRO-3, against the same run without it."""
@@ -9,13 +9,13 @@ import pytest
 import torch
 
 from conftest import REPO, base_config, launch, read_metrics, write_config
-from xpt_ds.checkpoint.export import load_checkpoint_fp32
+from xpt_ds.export.hf import load_checkpoint_fp32
 from xpt_ds.checkpoint.tags import tag_for
 from xpt_ds.config import ConfigError, ModelConfig, TrainConfig, from_dict, validate
 from xpt_ds.data.tokenizer import build_tokenizer
 from xpt_ds.model.build import build_model
-from xpt_ds.model.objective import build_objective
-from xpt_ds.model.recompute import checkpoint_layers, recomputed_layers
+from xpt_ds.model.forward.objective import build_objective
+from xpt_ds.model.forward.recompute import checkpoint_layers, recomputed_layers
 
 # model kind -> (source fixture and its arguments, corpus fixture, method, layers: stack + ITLs + TRILayer)
 KINDS = {

@@ -5,7 +5,7 @@ import pytest
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, RobertaConfig, RobertaForMaskedLM
 
 from xpt_ds.config import ConfigError
-from xpt_ds.model.objective import MaskedLMObjective
+from xpt_ds.model.forward.objective import MaskedLMObjective
 from xpt_ds.training.compile import compile_blocks
 
 

@@ -23,11 +23,11 @@ from conftest import REPO, _command, base_config, launch, read_metrics, write_co
 from decoder_builders import EXPORTED, check_phase1, probe_ids, reused_of
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from xpt_ds.checkpoint.export import load_checkpoint_fp32, load_model
+from xpt_ds.export.hf import load_checkpoint_fp32, load_model
 from xpt_ds.checkpoint.tags import complete_tags, tag_for
 from xpt_ds.cli.evaluate import main as evaluate_main
 from xpt_ds.cli.export import main as export_main
-from xpt_ds.model.causal_lm import CausalLMObjective
+from xpt_ds.model.forward.causal_lm import CausalLMObjective
 
 pytestmark = pytest.mark.multiproc
 
@@ -217,7 +217,7 @@ def _check_stock_tokenizer(out, corpus, overridden: bool) -> None:
     import sentencepiece as spm
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-    from xpt_ds.checkpoint.export import auto_tokenizer_override
+    from xpt_ds.export.hf import auto_tokenizer_override
     sp = spm.SentencePieceProcessor(model_file=str(corpus / "spm.model"))
     text = sp.decode(list(range(5, 60)))
     want = [sp.bos_id(), *sp.encode(text)]

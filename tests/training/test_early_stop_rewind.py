@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import REPO, base_config, launch, read_metrics, write_config
 
-from xpt_ds.checkpoint.export import load_checkpoint_fp32
+from xpt_ds.export.hf import load_checkpoint_fp32
 from xpt_ds.checkpoint.store import read_client_state
 from xpt_ds.checkpoint.tags import tag_for
 

@@ -12,9 +12,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from conftest import base_config, launch, read_frozen, write_config
-from xpt_ds.checkpoint.export import load_checkpoint_fp32
+from xpt_ds.export.hf import load_checkpoint_fp32
 from xpt_ds.checkpoint.tags import tag_for
-from xpt_ds.model.objective import strip_prefix
+from xpt_ds.model.forward.objective import strip_prefix
 
 pytestmark = pytest.mark.multiproc
 
@@ -143,7 +143,7 @@ def _start_rows(root, name: str) -> torch.Tensor:
 
 @pytest.mark.parametrize("family,tied,ds", CASES)
 def test_phase1_export_is_stock_and_keeps_the_source_on_english(family, tied, ds, extended_runs, tmp_path):
-    from xpt_ds.checkpoint.export import export
+    from xpt_ds.export.hf import export
     root, source, tokenizer, data = extended_runs(family, tied, ds)
     out = tmp_path / "export"
     export(root / "run", out, tag=tag_for(4))

@@ -11,9 +11,9 @@ import torch
 from transformers import AutoModelForMaskedLM
 
 from conftest import REPO, free_port, launch, read_frozen
-from xpt_ds.checkpoint.export import load_checkpoint_fp32
+from xpt_ds.export.hf import load_checkpoint_fp32
 from xpt_ds.checkpoint.tags import tag_for
-from xpt_ds.model.objective import strip_prefix
+from xpt_ds.model.forward.objective import strip_prefix
 
 pytestmark = pytest.mark.multiproc
 

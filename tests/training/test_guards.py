@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from conftest import REPO, base_config, launch, read_metrics, write_config
-from xpt_ds.checkpoint.export import load_checkpoint_fp32
+from xpt_ds.export.hf import load_checkpoint_fp32
 from xpt_ds.checkpoint.tags import complete_tags, tag_for
 from xpt_ds.training.guards import (HALTED_EXIT_CODE, BadStepCounter, SlowSteps, SpikeDetector, StepGuards,
                                    slow_step_line)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from conftest import read_metrics
-from xpt_ds.checkpoint.export import load_checkpoint_fp32
+from xpt_ds.export.hf import load_checkpoint_fp32
 from xpt_ds.checkpoint.tags import tag_for
 
 pytestmark = pytest.mark.multiproc

@@ -79,7 +79,7 @@ def test_phase2_masters_start_from_exact_fp32(run):
     lr * (1 + wd * |w|); starting from bf16(w) would add rounding errors far larger than that."""
     root, cfg, _ = run
     from transformers import AutoModelForMaskedLM
-    from xpt_ds.checkpoint.export import load_checkpoint_fp32
+    from xpt_ds.export.hf import load_checkpoint_fp32
     name = "roberta.encoder.layer.1.attention.self.query.weight"
     w = AutoModelForMaskedLM.from_pretrained(cfg["model"]["source"]).state_dict()[name.replace("layer.1", "layer.0")]
     assert torch.equal(load_checkpoint_fp32(root / "run/checkpoints", "global_step000000003")[name], w)

@@ -5,7 +5,7 @@ with "start (8534) + length (4267) exceeds dimension size (12800)", as a 2,048-w
 import pytest
 
 from conftest import REPO, base_config, launch, read_metrics, write_config
-from xpt_ds.checkpoint.export import load_checkpoint_fp32
+from xpt_ds.export.hf import load_checkpoint_fp32
 from xpt_ds.checkpoint.tags import tag_for
 
 pytestmark = pytest.mark.multiproc

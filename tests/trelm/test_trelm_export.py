@@ -11,7 +11,7 @@ from transformers import AutoModel, AutoModelForMaskedLM, AutoModelForSequenceCl
 
 from conftest import base_config, free_port, launch, read_metrics, write_config
 from trelm_builders import write_parallel
-from xpt_ds.checkpoint.export import save_model
+from xpt_ds.export.hf import save_model
 from xpt_ds.config import ModelConfig
 from xpt_ds.data.tokenizer import build_tokenizer
 from xpt_ds.cli.evaluate import main as evaluate_main

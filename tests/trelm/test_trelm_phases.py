@@ -16,14 +16,14 @@ from transformers import BertForMaskedLM
 from conftest import launch, read_metrics, read_phase_end, write_config
 from conftest import SOURCE_VOCAB
 from trelm_builders import SHIPPED, build_trelm, three_phase_config, trelm_train_config, write_pairs, write_parallel
-from xpt_ds.checkpoint.export import load_checkpoint_fp32
+from xpt_ds.export.hf import load_checkpoint_fp32
 from xpt_ds.checkpoint.phase_ends import PHASE_ENDS
 from xpt_ds.checkpoint.tags import tag_for
 from xpt_ds.config import ConfigError, OptimConfig, load_config
 from xpt_ds.config.phase_checks import phase_objectives
 from xpt_ds.data.mlm import build_streams
 from xpt_ds.data.tokenizer import build_tokenizer
-from xpt_ds.model.objective import strip_prefix
+from xpt_ds.model.forward.objective import strip_prefix
 from xpt_ds.trelm.data import build_trelm_stream
 from xpt_ds.trelm.model import ENGLISH, TARGET, encode, lm_logits
 from xpt_ds.trelm.objective import TreLMObjective

@@ -18,7 +18,7 @@ from xpt_ds.config import DataConfig, ModelConfig, OptimConfig, TrainConfig
 from xpt_ds.data.mlm import build_streams
 from xpt_ds.data.tokenizer import build_tokenizer
 from xpt_ds.model.build import build_model
-from xpt_ds.model.new_values import StockInit
+from xpt_ds.model.values.stock_init import StockInit
 from xpt_ds.model.skeleton import assign, skeleton
 from xpt_ds.trelm.data import build_trelm_stream
 
@@ -26,8 +26,8 @@ SHIPPED = REPO / "launch/configs/trelm_three_phase.yaml"  # the three-phase TreL
 
 
 def trelm_skeleton(family: str = "bert", layers: int = 2, seed: int = 0) -> nn.Module:
-    """A tiny stock model with ``trelm`` attached (xpt_ds.model.skeleton), random values everywhere (each parameter as
-    the builder draws a new one), no dropout."""
+    """A tiny stock model with ``trelm`` attached (xpt_ds.model.skeleton), random values everywhere (each
+    parameter as the builder draws a new one), no dropout."""
     torch.manual_seed(seed)
     if family == "bert":
         cfg = BertConfig(**{**TINY, "num_hidden_layers": layers}, pad_token_id=0)

@@ -3,6 +3,6 @@ what each holds), ``store`` (the files: save, load), ``tags`` (which tags count:
 torch-free), ``universal`` (a resume at another world size or ZeRO stage) with ``universal_stages`` (its copy as each
 stage reads it), ``migrate`` (every older layout, read as today's), ``rng``, ``frozen`` (the exact fp32 values beside
 an engine), ``values`` (a checkpoint's values one at a time), ``tag_checks`` (a tag checked before it is loaded),
-``branches``, ``phase_ends``, and ``export`` with ``model_card`` (a checkpoint -> a stock Hugging Face model
-directory, streamed). Evaluation, export and sweeps read checkpoints here, without the training loop.
+``branches`` and ``phase_ends``. Evaluation, export (``xpt_ds.export``) and sweeps read checkpoints here, without the
+training loop.
 """

@@ -126,7 +126,7 @@ def evaluate_shards(a: argparse.Namespace) -> int:
                                            "--unigram": a.unigram})
     card = None
     if a.card is not None:  # before the model is read and evaluated: the card will hold the result
-        from xpt_ds.checkpoint.model_card import card_file
+        from xpt_ds.export.model_card import card_file
         from xpt_ds.evaluation.intrinsic import check_not_a_run
         check_not_a_run(a.model)
         card = card_file(Path(a.card) if a.card else a.model)
@@ -159,7 +159,7 @@ def scored_model(a: argparse.Namespace):
     from xpt_ds.evaluation.intrinsic import export_data_config, load_export
     from xpt_ds.model.decoder import is_decoder
     if a.run is not None:
-        from xpt_ds.checkpoint.export import load_model
+        from xpt_ds.export.hf import load_model
         from xpt_ds.checkpoint.store import read_config
         model, tag_dir = load_model(a.run, a.tag, a.allow_pickle)
         run_cfg = read_config(tag_dir.parent, tag_dir.name, a.allow_pickle)
@@ -223,7 +223,7 @@ def emit(result: dict, out: Path | None) -> None:
 
 def add_to_card(card: Path, a: argparse.Namespace, seq_len: int, masked: dict, metrics: dict) -> None:
     """The scores into the card, keyed by what was scored: the same shards and settings replace their section."""
-    from xpt_ds.checkpoint.model_card import add_evaluation
+    from xpt_ds.export.model_card import add_evaluation
     scorer = {"scorer": {"unigram": a.unigram}} if a.unigram else {"scorer": "uniform"} if a.uniform else {}
     part = {"max_batches": a.max_batches, "batch_size": a.batch_size} if a.max_batches else {}
     setting = {"shards": a.shards, "seq_len": seq_len, **masked, **scorer, **part}

@@ -14,7 +14,7 @@ from xpt_ds.errors import UserError
 
 DECAYS = ("linear", "cosine", "constant")
 MASKINGS = ("token", "whole_word", "span")  # data.masking (xpt_ds.data.masking)
-ATTENTIONS = ("sdpa", "flex")  # model.attention (xpt_ds.model.document_mask)
+ATTENTIONS = ("sdpa", "flex")  # model.attention (xpt_ds.model.forward.document_mask)
 # What a phase trains on (phases[i].objectives); all but mlm_target need model.method trelm (xpt_ds.trelm.objective).
 OBJECTIVES = ("mlm_target", "mlm_source", "cdlm_en_x", "cdlm_x_en")
 OBJECTIVE_DATA = {"mlm_target": "train_shards", "mlm_source": "source_shards", "cdlm_en_x": "parallel_shards",

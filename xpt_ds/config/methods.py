@@ -45,21 +45,21 @@ class Method:
     source: str  # 'pretrained': copy the source's weights; 'random': copy a randomly initialised source of the
     # same shape (000 Table 3); 'none': nothing copied, every weight starts random (Scratch)
     presets: tuple[tuple[str, ...], ...]  # @groups that train in each phase when phases[i].trainable is empty
-    adapters: bool = False  # Houlsby adapters in every layer (xpt_ds.model.adapters)
-    lora: bool = False  # LoRA on the reused layers of a decoder source (xpt_ds.model.lora), merged at export
+    adapters: bool = False  # Houlsby adapters in every layer (xpt_ds.model.methods.adapters)
+    lora: bool = False  # LoRA on the reused layers of a decoder source (xpt_ds.model.methods.lora), merged at export
     export: str = "stock"  # 'stock': a plain save_pretrained directory; 'adapters': + xpt_adapters.py, auto_map;
     # 'trelm': + xpt_trelm.py, auto_map, the target language row folded, the English vocabulary dropped
     vocab: str = "target"  # 'target': a new SentencePiece vocabulary with new embeddings (model.tokenizer);
     # 'source': the source's own Hugging Face tokenizer, word embeddings and LM head, all copied (003);
     # 'extend': the source's tokenizer with target pieces appended (xpt-data extend-vocab), its rows copied and
-    # the new ones from model.embedding_init, the two held apart so either can be frozen (xpt_ds.model.extend)
+    # the new ones from model.embedding_init, the two held apart so either can be frozen (xpt_ds.model.methods.extend)
     trelm: bool = False  # TRILayer, language embeddings and the English vocabulary beside the target's (004,
     # xpt_ds.trelm.model); trains on the objectives each phase lists (config.OBJECTIVES, xpt_ds.trelm.objective)
     trilayer: bool = True  # trelm: the TRILayer between the encoder halves; without it (004 Table 7's "w/o
     # TRILayer") there is no reordering, so no CdLM, and the export is a stock model (the target row folded)
     phase1_extra: bool = True  # model.phase1_trains_position_and_head applies to the first of two presets
     extension: str = ""  # the module of the method's own model parts (tags, modules, objective), which the generic
-    # model code calls through xpt_ds.model.extensions without knowing the method
+    # model code calls through xpt_ds.model.methods.extensions without knowing the method
     graph: tuple[PresetPhase, ...] = ()  # the phase graph the method's recipe needs (start_from, merge,
     # objectives: 004 Alg. 1), which a sweep writes for it; empty: one phase per preset
 

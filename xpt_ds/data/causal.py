@@ -9,7 +9,7 @@ sharding over ranks and workers are the MLM stream's own. For a row ``x`` ([T]):
 - a document boundary is a ``sep`` inside the row: it is predicted (the document ends, like GPT-2's
   ``<|endoftext|>``), then fed in as ``cls`` (``<s>``) at position 0 of the next document, so every document the
   model reads starts as an exported model's input does (``<s>`` at position 0);
-- ``position_ids`` restart at 0 at the row start and at every boundary; ``xpt_ds.model.causal_lm`` relies on
+- ``position_ids`` restart at 0 at the row start and at every boundary; ``xpt_ds.model.forward.causal_lm`` relies on
   them for the block-diagonal causal mask (no attention across documents).
 
 No attention mask: trailing padding (validation only) comes after every position that predicts, and causal

@@ -5,7 +5,7 @@ A strategy (``model.embedding_init``, options in ``model.embedding_init_args``) 
 and what each row came from). ``InitContext`` offers, loaded only when a strategy asks for them: the target
 SentencePiece pieces and their counts in ``data.train_shards``, the source model's input-embedding matrix and
 its Hugging Face tokenizer (from ``model.source``, offline), and a ``torch.Generator`` seeded with
-``model.init_seed`` and the parameter's name (``xpt_ds.model.new_values.param_seed``). Strategies compute on the
+``model.init_seed`` and the parameter's name (``xpt_ds.model.values.stock_init.param_seed``). Strategies compute on the
 CPU in float32/float64, walk ids in order and draw only from that generator, so every rank and every rerun gets
 the same matrix bit for bit (``xpt_ds.training.fill`` checks).
 

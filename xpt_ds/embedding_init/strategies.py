@@ -52,7 +52,7 @@ CHUNK = 256  # target rows per similarity block: CHUNK x candidates float64 (100
 
 def init_random(ctx: InitContext, rows: Rows) -> None:
     """002 eq. 7: N(0, initializer_range), from the context's generator (seeded with init_seed and the
-    parameter's name, as every new parameter's draw is: ``xpt_ds.model.new_values``)."""
+    parameter's name, as every new parameter's draw is: ``xpt_ds.model.values.stock_init``)."""
     m = torch.empty_like(rows.matrix)
     nn.init.normal_(m, std=ctx.std, generator=ctx.generator)
     rows.matrix.copy_(m)

@@ -10,7 +10,7 @@ layers in it. A method that reads the source vocabulary (``keep_vocab``, ``exten
 with its own trained rows and its own tokenizer. Scores are ``xpt_ds.evaluation.text_bpb``'s: next-piece bits
 per byte of each line, in float32.
 
-The post-trained model is the checkpoint as its export would be (``xpt_ds.checkpoint.export.Exported``: LoRA
+The post-trained model is the checkpoint as its export would be (``xpt_ds.export.hf.Exported``: LoRA
 merged, ``extend``'s rows joined). At XPT's phase-1 boundary the reused layers, the final norm and GPT-2's
 positions are still the source's, so the model without ITLs is the source, bit for bit
 (``tests/evaluation/test_probe_decoder.py``).
@@ -111,7 +111,7 @@ def probe_decoder_run(run: Path, tag_dir: Path, hf_config, source_text: Path, so
     ``text_bpb``'s figures in its rows."""
     from transformers import AutoTokenizer
 
-    from xpt_ds.checkpoint.export import Exported, checkpoint_values
+    from xpt_ds.export.hf import Exported, checkpoint_values
     from xpt_ds.checkpoint.store import read_config
     from xpt_ds.data.tokenizer import saved_tokenizer
     from xpt_ds.evaluation.intrinsic import evaluate

@@ -39,7 +39,7 @@ from xpt_ds.embedding_init.context import count_pieces
 from xpt_ds.io.trust import read_config_dict, reading_weights, remote_code_consent
 from xpt_ds.metrics.mlm import MLMStats, piece_byte_lengths, piece_char_lengths, piece_word_starts
 from xpt_ds.model.decoder import is_decoder
-from xpt_ds.model.objective import build_objective
+from xpt_ds.model.forward.objective import build_objective
 
 
 def load_export(model_dir: Path, trust_remote_code: bool = False):
@@ -148,7 +148,7 @@ def evaluate(model, tok: TargetTokenizer, data: DataConfig, shards: list[str], b
         if max_batches and i >= max_batches:
             break
         batch = {k: v.to(device) for k, v in batch.items() if k != "seq_ids"}
-        objective(**batch, score=stats.update)  # a decoder's in parts (xpt_ds.model.causal_lm)
+        objective(**batch, score=stats.update)  # a decoder's in parts (xpt_ds.model.forward.causal_lm)
     skipped = list(inner.skipped)  # data.on_corrupt_shard: skip; the scores are of the other shards only
     return {**stats.result(), **({"skipped_shards": skipped} if skipped else {})}
 

@@ -24,7 +24,7 @@ from xpt_ds.data.tokenizer import build_hf_tokenizer, check_vocabulary
 from xpt_ds.metrics.mlm import MLMStats, piece_word_starts
 from xpt_ds.model.build import FAMILIES, load_source_model
 from xpt_ds.model.decoder import is_decoder
-from xpt_ds.model.objective import MaskedLMObjective
+from xpt_ds.model.forward.objective import MaskedLMObjective
 from xpt_ds.model.skeleton import assign, skeleton
 
 
@@ -107,7 +107,7 @@ def probe(run: Path, source_text: Path, tag: str | None = None, source_id: str |
 
     from transformers import AutoTokenizer
 
-    from xpt_ds.checkpoint.export import checkpoint_config, load_model
+    from xpt_ds.export.hf import checkpoint_config, load_model
     from xpt_ds.checkpoint.store import read_config
     from xpt_ds.data.tokenizer import saved_tokenizer
     from xpt_ds.evaluation.intrinsic import evaluate

@@ -1,5 +1,5 @@
-"""LoRA fine-tuning of a decoder (``--lora-rank``): the low-rank updates of ``xpt_ds.model.lora`` on every linear
-map of its layers, trained with the new task head while every weight the model's files hold stays frozen. It is
+"""LoRA fine-tuning of a decoder (``--lora-rank``): the low-rank updates of ``xpt_ds.model.methods.lora`` on every
+linear map of its layers, trained with the new task head while every weight the model's files hold stays frozen. It is
 how a 1-8B decoder is fine-tuned on one GPU: AdamW's state and the gradients cover the trainable part only."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from torch import nn
 
 from xpt_ds.finetuning.data import FinetuneError
 from xpt_ds.model.decoder import DECODER_FAMILIES
-from xpt_ds.model.lora import add_lora, is_lora, merged, targets_of
+from xpt_ds.model.methods.lora import add_lora, is_lora, merged, targets_of
 
 log = logging.getLogger("xpt_ds.cli.finetune")
 

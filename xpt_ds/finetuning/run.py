@@ -66,7 +66,7 @@ class Prepared:
     max_length: int
     config_dict: dict  # the model's config.json
     pad_id: int  # what batches are padded with; a decoder's config is given the same (build_model)
-    causal: bool  # a decoder (xpt_ds.model.decoder.is_causal_lm): its sequence head reads its last unpadded piece
+    causal: bool  # a decoder (model.source.decoder.is_causal_lm): its sequence head reads its last unpadded piece
     pair_sep: str = ""  # what a decoder's second sentence of a pair starts with (data.pair_separator)
     markers: dict[str, list[int]] = field(default_factory=dict)  # relation: marker -> pieces its row starts from
     dropped: dict[str, int] = field(default_factory=dict)  # relation: examples per split whose markers do not fit
@@ -206,10 +206,10 @@ def build_model(cfg: FinetuneConfig, prep: Prepared):
 
 
 def _recompute_layers(model, name: str) -> None:
-    """Activation checkpointing of every layer (``xpt_ds.model.recompute``, as the trainer's): the
+    """Activation checkpointing of every layer (``xpt_ds.model.forward.recompute``, as the trainer's): the
     recomputation restores the forward's RNG state, so dropout draws the same masks and the gradients are the
     same bits."""
-    from xpt_ds.model.recompute import checkpoint_layers
+    from xpt_ds.model.forward.recompute import checkpoint_layers
     try:
         recomputed, layers = checkpoint_layers(model, 1)
     except ValueError as e:  # a model class of its own code that does not support it
@@ -247,7 +247,7 @@ def keep_spm(model_dir: Path, out: Path) -> None:
     finetune or evaluate) knows to read the tokenizer written there, and the export's warning says so."""
     import shutil
 
-    from xpt_ds.checkpoint.export import warn_auto_tokenizer
+    from xpt_ds.export.hf import warn_auto_tokenizer
     if not (model_dir / "spm.model").is_file():
         return
     shutil.copyfile(model_dir / "spm.model", out / "spm.model")

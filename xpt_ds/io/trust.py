@@ -5,7 +5,7 @@ Two kinds of file can carry code:
 - **A model directory's Python** (``auto_map`` in ``config.json`` or ``tokenizer_config.json``), which
   ``transformers`` imports under ``trust_remote_code=True``. ``remote_code_consent`` allows it only when every
   file it names is byte-identical (sha256) to one this installed xpt-ds exports (``xpt_adapters.py`` is
-  ``model/adapters.py``, ``xpt_trelm.py`` is ``trelm/hf.py``), or when the user passed ``--trust-remote-code``.
+  ``model/methods/adapters.py``, ``xpt_trelm.py`` is ``trelm/hf.py``), or when the user passed ``--trust-remote-code``.
   ``read_config_dict`` reads ``config.json`` as JSON, never through ``AutoConfig`` (which imports the code).
 - **A checkpoint's pickles.** ``torch.load`` without ``weights_only`` runs whatever a pickle names.
   ``load_plain`` reads with ``weights_only=True``: tensors, numbers, strings, lists, dicts, plus
@@ -32,7 +32,7 @@ from xpt_ds.io.digest import sha256_file
 
 _PACKAGE = Path(__file__).resolve().parents[1]
 # export name -> the installed file it is a copy of (self-contained: torch and transformers only)
-OWN_CODE = {"xpt_adapters.py": _PACKAGE / "model/adapters.py", "xpt_trelm.py": _PACKAGE / "trelm/hf.py"}
+OWN_CODE = {"xpt_adapters.py": _PACKAGE / "model/methods/adapters.py", "xpt_trelm.py": _PACKAGE / "trelm/hf.py"}
 
 
 class UntrustedError(UserError, ValueError):

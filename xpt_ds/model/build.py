@@ -7,7 +7,7 @@ stock directory. Every parameter carries tags (``@new``, ``@source``, ``@embeddi
 
 One build for every start (``build_plan``): the target's config and tags come from the source's config.json and
 the tokenizer; the module tree is a skeleton without storage (``xpt_ds.model.skeleton``); each parameter then
-gets its value once, when it is filled, by its recipe (``xpt_ds.model.plan``): the source's tensor read from its
+gets its value once, when it is filled, by its recipe (``xpt_ds.model.values.plan``): the source's tensor read from its
 files, a draw from the parameter's own generator, or model.embedding_init's rows. A resume, a phase hand-over and
 an export fill the same skeleton from a checkpoint or the previous engine instead (``xpt_ds.training``).
 Decoder sources: ``xpt_ds.model.decoder``.
@@ -33,7 +33,7 @@ from xpt_ds.embedding_init.registry import init_embeddings
 from xpt_ds.io.model_source import check_model_source
 from xpt_ds.io.trust import reading_weights
 from xpt_ds.metrics.run_log import quiet_load_report
-from xpt_ds.model import extend, lora
+from xpt_ds.model.methods import extend, lora
 from xpt_ds.model.decoder import (
     DECODER_FAMILIES,
     attention_kernel,
@@ -45,12 +45,12 @@ from xpt_ds.model.decoder import (
 )
 from xpt_ds.model.decoder import tag_parameters as decoder_tag_parameters
 from xpt_ds.model.decoder import target_config as decoder_target_config
-from xpt_ds.model.extensions import extension_of
-from xpt_ds.model.new_values import StockInit, param_seed
-from xpt_ds.model.plan import CopyRule, PlanValues, Recipe, recipes_for
+from xpt_ds.model.methods.extensions import extension_of
+from xpt_ds.model.values.stock_init import StockInit, param_seed
+from xpt_ds.model.values.plan import CopyRule, PlanValues, Recipe, recipes_for
 from xpt_ds.model.skeleton import assign, no_init_weights, parameters_on_meta, skeleton
-from xpt_ds.model.source_files import RandomSource, SourceFiles, StateSource, local_snapshot
-from xpt_ds.model.source_weights import check_not_quantized, checked_missing
+from xpt_ds.model.values.source_files import RandomSource, SourceFiles, StateSource, local_snapshot
+from xpt_ds.model.values.source_weights import check_not_quantized, checked_missing
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ class BuiltModel:
 class BuildPlan:
     """The target of a run before any weight is read: its HF config, family and tags, each parameter's recipe,
     the embedding_init report, and ``values``, which gives each parameter's float32 value when asked
-    (``xpt_ds.model.plan.PlanValues``). ``close`` drops what ``values`` holds (the source's open files, the new
+    (``xpt_ds.model.values.plan.PlanValues``). ``close`` drops what ``values`` holds (the source's open files, the new
     rows)."""
     tcfg: object
     family: Family | object
@@ -180,11 +180,11 @@ def source_skeleton(src_cfg) -> nn.Module:
 
 
 def open_source(cfg: ModelConfig, src_cfg, meta_source: nn.Module):
-    """The source's weights, read a tensor at a time (``xpt_ds.model.source_files``); random ones for a method
+    """The source's weights, read a tensor at a time (``xpt_ds.model.values.source_files``); random ones for a method
     whose source is 'random'. A weight the source lacks (the MLM head of an encoder-only checkpoint) is drawn as
     the stock class draws it, from ``init_seed + 1`` and its name, and counts as @new; a source lacking others,
     or holding weights the stock class does not use while naming code of its own, is one error line
-    (``xpt_ds.model.source_weights``)."""
+    (``xpt_ds.model.values.source_weights``)."""
     what = f"config key 'model.source': {cfg.source}"
     decoder = is_decoder(src_cfg)
     if decoder:

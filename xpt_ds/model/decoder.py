@@ -13,9 +13,9 @@ the source's input and output matrices respectively); the ITLs.
 Tags as the encoder builder's (``xpt_ds.model.build``): ``@new``/``@source``, ``@itl``, ``@decoder`` (the reused
 layers, with ``@lower``/``@upper``), ``@embeddings`` (input rows), ``@output_embeddings`` (an untied head),
 ``@position`` (GPT-2's learned positions), ``@lm_head`` (the final norm, the decoder's head-side transform) and
-``@lora`` (``method: lora``'s low-rank updates, ``xpt_ds.model.lora``; new, inside the reused layers) and
+``@lora`` (``method: lora``'s low-rank updates, ``xpt_ds.model.methods.lora``; new, inside the reused layers) and
 ``method: extend``'s row groups ``@old_rows`` / ``@new_rows`` and ``@old_head_rows`` / ``@new_head_rows``
-(``xpt_ds.model.extend``).
+(``xpt_ds.model.methods.extend``).
 """
 from __future__ import annotations
 
@@ -31,8 +31,8 @@ from transformers import AutoModelForCausalLM
 from xpt_ds.config import ConfigError, ModelConfig
 from xpt_ds.config.methods import METHODS
 from xpt_ds.data.tokenizer import TargetTokenizer
-from xpt_ds.model import extend, lora
-from xpt_ds.model.plan import CopyRule
+from xpt_ds.model.methods import extend, lora
+from xpt_ds.model.values.plan import CopyRule
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +51,8 @@ ATTENTION_DROPOUT_KEYS = ("attn_pdrop", "attention_dropout")  # GPT-2's, the Lla
 # Llama's module layout: model.embed_tokens, model.layers, model.norm (each tested from a tiny config). What differs
 # inside a layer (Qwen3's, OLMo2's and Gemma3's q/k norms, Gemma2/3's extra norms, Phi-3's fused qkv and gate-up
 # maps, sliding-window layer_types) comes with the layer; Gemma's sqrt(hidden) embedding scale is in its model's
-# forward; Gemma2's final-logit softcap is applied by the objective (xpt_ds.model.causal_lm), its attention softcap
-# needs eager attention (_stock_skeleton).
+# forward; Gemma2's final-logit softcap is applied by the objective (xpt_ds.model.forward.causal_lm), its attention
+# softcap needs eager attention (_stock_skeleton).
 LLAMA_LAYOUT = ("llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma", "gemma2", "gemma3_text", "phi3")
 DECODER_FAMILIES = {"gpt2": DecoderFamily("transformer", "h", "wte", "ln_f", positions="wpe"),
                     **{model_type: _LLAMA for model_type in LLAMA_LAYOUT}}
@@ -127,14 +127,14 @@ def target_config(src_cfg, cfg: ModelConfig, tok: TargetTokenizer):
 def drop_source_code(tcfg) -> None:
     """The source's ``auto_map`` (code its directory ships, which xpt-ds never runs) names files the target's
     checkpoints and export do not carry: it is not the target's. An export that needs code of its own (adapters,
-    TreLM) writes its own map (``xpt_ds.checkpoint.export.save_model``)."""
+    TreLM) writes its own map (``xpt_ds.export.hf.save_model``)."""
     if hasattr(tcfg, "auto_map"):
         del tcfg.auto_map
 
 
 def decoder_skeleton(tcfg) -> nn.Module:
     """The target architecture from its HF config (fp32, SDPA), with the LoRA layers it records and the split rows
-    of ``method: extend`` (``xpt_ds.model.extend``)."""
+    of ``method: extend`` (``xpt_ds.model.methods.extend``)."""
     model = _stock_skeleton(tcfg)
     settings = getattr(tcfg, lora.CONFIG_KEY, None)
     if settings:
@@ -163,7 +163,7 @@ def _stock_skeleton(tcfg) -> nn.Module:
 
 
 def decoder_rules(cfg: ModelConfig, family: DecoderFamily, src_cfg) -> list[CopyRule]:
-    """Which target parameters are the source's (``xpt_ds.model.plan``): its L layers one index later (past
+    """Which target parameters are the source's (``xpt_ds.model.values.plan``): its L layers one index later (past
     ITL_in), its final norm and GPT-2's learned positions; with ``itl_init: copy`` the ITLs as its first and last
     layers (still new); for a method that keeps the source's vocabulary (keep_vocab: continued pretraining) its
     input embeddings and head too, so the target is the source. LoRA's base weights are the source's under their

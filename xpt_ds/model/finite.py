@@ -8,9 +8,9 @@ values near the dtype's maximum can overflow it), so those tensors are then chec
 taken in fp32 (bf16 and fp16 values exactly, where they cannot overflow before fp32 does).
 
 The trainer's check before each save (``xpt_ds.training.guards.weights_finite``: every weight and fp32 master,
-1.35B values at the 1B shape's phase 1) and the LoRA export's merged weights (``xpt_ds.model.lora.merged_value``)
-use it. ``tests/model/test_finite.py`` checks it against ``isfinite`` on NaN, both infinities, a pair of opposite
-infinities, overflowing finite sums, bf16, fp16 and empty tensors.
+1.35B values at the 1B shape's phase 1) and the LoRA export's merged weights
+(``xpt_ds.model.methods.lora.merged_value``) use it. ``tests/model/test_finite.py`` checks it against ``isfinite`` on
+NaN, both infinities, a pair of opposite infinities, overflowing finite sums, bf16, fp16 and empty tensors.
 """
 from __future__ import annotations
 

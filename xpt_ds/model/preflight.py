@@ -9,7 +9,7 @@ from xpt_ds.config.validate import decoder_problems
 from xpt_ds.data.tokenizer import TargetTokenizer, tokenizer_for
 from xpt_ds.model.build import planned_tags, planned_target, source_config
 from xpt_ds.model.decoder import ATTENTION_DROPOUT_KEYS, check_decoder_method, is_decoder
-from xpt_ds.model.document_mask import check_window
+from xpt_ds.model.forward.document_mask import check_window
 from xpt_ds.model.phases import check_patterns
 
 

@@ -66,9 +66,9 @@ def skeleton(tcfg, zero3: dict | None = None) -> nn.Module:
     """The model of HF config ``tcfg`` without values: parameters on the meta device, or with ``zero3`` (a DeepSpeed
     config dict at stage 3) partitioned over the ranks as ``deepspeed.zero.Init`` constructs them, in the dtype
     the config computes in."""
-    from xpt_ds.model.adapters import add_adapters
+    from xpt_ds.model.methods.adapters import add_adapters
     from xpt_ds.model.decoder import decoder_skeleton, is_decoder
-    from xpt_ds.model.extensions import all_extensions
+    from xpt_ds.model.methods.extensions import all_extensions
     if zero3 is not None:
         # dtype from the config: DeepSpeed 0.19.8's Init takes a dtype given to it for float16 wherever the
         # accelerator supports float16, and else for bfloat16 (an operator-precedence slip in Init._set_dtype)

@@ -25,7 +25,7 @@ from xpt_ds.model.preflight import plan_target
 from xpt_ds.model.decoder import is_decoder
 from xpt_ds.runtime.preemption import PreemptionWatcher
 from xpt_ds.runtime.status import StatusFile
-from xpt_ds.model.recompute import recomputed_layers
+from xpt_ds.model.forward.recompute import recomputed_layers
 from xpt_ds.training.best import BestTracker
 from xpt_ds.training.engine import engine_settings, loss_scale, no_skip_reason
 from xpt_ds.training.guards import RankExchange, StepGuards

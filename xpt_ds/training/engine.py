@@ -29,12 +29,12 @@ from xpt_ds.config.engine_json import precision, zero_stage
 from xpt_ds.config.engine_support import unsupported
 from xpt_ds.config.manager import parse_json
 from xpt_ds.config.template import CPU_ENGINE, CPU_SPEEDUP
-from xpt_ds.model.objective import build_objective
+from xpt_ds.model.forward.objective import build_objective
 from xpt_ds.model.skeleton import full_shape, materialize, skeleton
 from xpt_ds.model.weight_decay import decays
 from xpt_ds.runtime.op_builds import check_arch_list, check_build_lock, fused_adam_is_jit_built
 from xpt_ds.training.adamw import ChunkedAdamW
-from xpt_ds.model.recompute import checkpoint_layers
+from xpt_ds.model.forward.recompute import checkpoint_layers
 from xpt_ds.training.compile import compile_blocks
 
 log = logging.getLogger(__name__)

@@ -1,9 +1,9 @@
 """Filling an engine built on an empty skeleton: every parameter set once, from whatever holds its values.
 
-The trainer builds each phase's engine on a module without values (``xpt_ds.model.skeleton``: empty storage in the
-compute dtype at ZeRO 0-2, ``deepspeed.zero.Init`` partitions at ZeRO-3), then ``fill`` asks a values function
-for each parameter's exact fp32 value in turn (a fresh run's ``xpt_ds.model.plan.PlanValues``, a checkpoint's frozen
-file, the previous phase's ``hand_over``) and puts it where the engine keeps it: the module's copy in its dtype
+The trainer builds each phase's engine on a module without values (``xpt_ds.model.skeleton``: empty storage in
+the compute dtype at ZeRO 0-2, ``deepspeed.zero.Init`` partitions at ZeRO-3), then ``fill`` asks a values function
+for each parameter's exact fp32 value in turn (a fresh run's ``xpt_ds.model.values.plan.PlanValues``, a checkpoint's
+frozen file, the previous phase's ``hand_over``) and puts it where the engine keeps it: the module's copy in its dtype
 (at ZeRO-3 only this rank's partition), the fp32 master of a trainable parameter, and for a frozen one the
 ``FrozenWeights`` record. One value exists at a time, so no rank holds more than its share plus one tensor.
 

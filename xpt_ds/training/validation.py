@@ -46,7 +46,7 @@ class Validator:
             if scored is None:
                 break
             # the first eval_batches global micro-batches, on any number of ranks, are scored (a decoder's logits in
-            # parts, never [M, V] for the micro-batch: xpt_ds.model.causal_lm); the others run the same forward
+            # parts, never [M, V] for the micro-batch: xpt_ds.model.forward.causal_lm); the others run the same forward
             engine(**to_device(batch, self.device), score=stats.update if scored else _ignore)
         stats.all_reduce()
         return [(k, v) for k, v in stats.result().items() if k not in ("tokens", "chars", "words", "bytes")]

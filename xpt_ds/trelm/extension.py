@@ -1,4 +1,4 @@
-"""TreLM's model parts as a method extension (``xpt_ds.model.extensions``): the tags of its parameters, its
+"""TreLM's model parts as a method extension (``xpt_ds.model.methods.extensions``): the tags of its parameters, its
 modules on a skeleton whose config asks for them (a trained model's checkpoint; an export has them folded), and
 its objective for a model that carries them."""
 from __future__ import annotations

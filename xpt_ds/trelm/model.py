@@ -106,8 +106,8 @@ class TreLMParts(nn.Module):
 
     @torch.no_grad()
     def reset_xpt_parameters(self) -> None:
-        """004 §3.2's initialisation of what TreLM adds and does not copy (``xpt_ds.model.new_values`` calls it with
-        one parameter real at a time): orthogonal language rows (the authors' code left one row uninitialised),
+        """004 §3.2's initialisation of what TreLM adds and does not copy (``xpt_ds.model.values.stock_init`` calls it
+        with one parameter real at a time): orthogonal language rows (the authors' code left one row uninitialised),
         a zero placeholder. The TRILayer and the English vocabulary are copied from the source
         (``xpt_ds.model.build``); drawn here only where the source lacks them (stock-like values)."""
         real = lambda p: p is not None and p.device.type != "meta"  # noqa: E731 - the one being drawn

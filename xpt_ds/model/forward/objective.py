@@ -1,6 +1,6 @@
 """MLM loss with the LM head computed only on masked positions (~15% of tokens); ``build_objective`` picks it, a
 method extension's (TreLM's: ``xpt_ds.trelm.objective``) by the method that built the model, or the next-token loss
-of a decoder (``xpt_ds.model.causal_lm``)."""
+of a decoder (``xpt_ds.model.forward.causal_lm``)."""
 from __future__ import annotations
 
 from typing import Callable
@@ -10,9 +10,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from xpt_ds.config.methods import method_of
-from xpt_ds.model.causal_lm import CausalLMObjective
+from xpt_ds.model.forward.causal_lm import CausalLMObjective
 from xpt_ds.model.decoder import is_decoder
-from xpt_ds.model.extensions import extension_of
+from xpt_ds.model.methods.extensions import extension_of
 
 
 class MaskedLMObjective(nn.Module):
@@ -50,11 +50,11 @@ class MaskedLMObjective(nn.Module):
 
 def build_objective(hf: nn.Module, attention: str = "sdpa") -> nn.Module:
     """The causal LM loss for a decoder (GPT-2, Llama families), with ``attention`` over its packed documents
-    (``xpt_ds.model.document_mask``); a method extension's objective
-    (``xpt_ds.model.extensions``: TreLM's, for a model that carries its training parts, a checkpoint's skeleton);
-    else MLM: every other method, and a trelm export (``xpt_ds.trelm.hf``), whose base model runs the TRILayer
-    itself."""
-    if is_decoder(hf.config):  # next-token loss (xpt_ds.model.causal_lm)
+    (``xpt_ds.model.forward.document_mask``); a method extension's objective
+    (``xpt_ds.model.methods.extensions``: TreLM's, for a model that carries its training parts, a checkpoint's
+    skeleton); else MLM: every other method, and a trelm export (``xpt_ds.trelm.hf``), whose base model runs the
+    TRILayer itself."""
+    if is_decoder(hf.config):  # next-token loss (xpt_ds.model.forward.causal_lm)
         return CausalLMObjective(hf, attention=attention)
     extension = extension_of(method_of(hf.config))
     own = extension.objective(hf) if extension is not None else None

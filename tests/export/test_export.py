@@ -310,7 +310,7 @@ def _same_as_save_pretrained(model, tmp_path, max_shard_bytes):
     ``from_pretrained`` loads the sharded directory to the same logits."""
     from safetensors.torch import load_file
 
-    from xpt_ds.checkpoint.export import save_model
+    from xpt_ds.export.hf import save_model
     streamed, stock = tmp_path / "streamed", tmp_path / "stock"
     streamed.mkdir()
     save_model(model, streamed, max_shard_bytes=max_shard_bytes)
@@ -356,7 +356,7 @@ def test_a_streamed_sharded_export_is_what_save_pretrained_writes(source, method
     model = build_model(cfg, build_tokenizer(cfg.tokenizer)).model.eval()
     out = _same_as_save_pretrained(model, tmp_path, max_shard_bytes=40_000)
     if method == "adapters":  # its classes load with trust_remote_code (test_export_adapters_loads_with_remote_code)
-        from xpt_ds.model.adapters import auto_map
+        from xpt_ds.model.methods.adapters import auto_map
         assert json.loads((out / "config.json").read_text())["auto_map"] == auto_map(family)
         assert (out / "xpt_adapters.py").is_file()
         return
@@ -374,9 +374,9 @@ def test_a_lora_export_merges_each_update_as_peft_does(tiny_decoder, corpus, tmp
 
     from xpt_ds.config import ModelConfig
     from xpt_ds.data.tokenizer import build_tokenizer
-    from xpt_ds.model import lora
+    from xpt_ds.model.methods import lora
     from xpt_ds.model.build import build_model
-    from xpt_ds.checkpoint.export import save_model
+    from xpt_ds.export.hf import save_model
     for family in ("llama", "gpt2"):  # GPT-2's Conv1D: fan_in_fan_out
         cfg = ModelConfig(source=str(tiny_decoder(family, False)), tokenizer=str(corpus / "spm.model"), method="lora")
         model = build_model(cfg, build_tokenizer(cfg.tokenizer)).model
@@ -402,7 +402,7 @@ def test_export_fills_the_working_directory_in_place(straight_runs, tmp_path, mo
     directory is filled where it is (renamed away, the shell that ran the export would sit in the removed copy), a
     second export replaces the first's files and keeps the user's, and an export stopped while moving its files in
     leaves no config.json (no folder that loads as a complete model) and the next one replaces it whole."""
-    from xpt_ds.checkpoint import export as export_module
+    from xpt_ds.export import hf as export_module
     run, here = straight_runs(1) / "run", tmp_path / "here"
     here.mkdir()
     monkeypatch.chdir(here)

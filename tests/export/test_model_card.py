@@ -1,4 +1,4 @@
-"""The model card an export carries (README.md, xpt_ds.checkpoint.model_card): it loads with huggingface_hub, its
+"""The model card an export carries (README.md, xpt_ds.export.model_card): it loads with huggingface_hub, its
 metadata is what ModelCardData takes, its figures are the run's own records; ``evaluate --card`` adds a section
 and replaces it on a second evaluation of the same kind; ``evaluate --model RUN_DIR`` names --run."""
 import inspect
@@ -11,7 +11,7 @@ from huggingface_hub import ModelCard, ModelCardData
 from huggingface_hub.utils import validate_repo_id
 
 from conftest import run_main
-from xpt_ds.checkpoint.model_card import EVALUATIONS, card_metadata, hub_id
+from xpt_ds.export.model_card import EVALUATIONS, card_metadata, hub_id
 from xpt_ds.checkpoint.tags import tag_for
 from xpt_ds.embedding_init.context import summary
 from xpt_ds.cli.export import main as export_main
@@ -207,7 +207,7 @@ def test_a_marker_without_world_size_or_stage_gives_the_runs_ranks(straight_runs
 def test_a_damaged_metrics_line_is_passed_by(tmp_path):
     """A metrics.jsonl line with bytes that are no UTF-8, or a JSON value that is no row: the card reads the
     validations around it (export stopped with a UnicodeDecodeError traceback)."""
-    from xpt_ds.checkpoint.model_card import last_validation
+    from xpt_ds.export.model_card import last_validation
     rows = [{"step": 2, "valid/loss": 3.0}, {"step": 4, "valid/loss": 2.5}, {"step": 6, "train/loss": 2.0}]
     lines = [json.dumps(r).encode() for r in rows]
     (tmp_path / "metrics.jsonl").write_bytes(b"\n".join([lines[0], b'{"step": 3, "valid/loss": \xff}', b"[1, 2]",

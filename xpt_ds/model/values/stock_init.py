@@ -22,7 +22,7 @@ import sys
 import torch
 from torch import nn
 
-from xpt_ds.model.adapters import Adapter
+from xpt_ds.model.methods.adapters import Adapter
 
 
 def param_seed(init_seed: int, name: str) -> int:

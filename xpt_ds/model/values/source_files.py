@@ -234,10 +234,10 @@ class StateSource:
 
 class RandomSource:
     """A source of random weights of the source's shape (``method: random_source``): each tensor is what the stock
-    class's init gives it, from its own generator (``xpt_ds.model.new_values``)."""
+    class's init gives it, from its own generator (``xpt_ds.model.values.stock_init``)."""
 
     def __init__(self, meta_model: nn.Module, init_seed: int):
-        from xpt_ds.model.new_values import StockInit
+        from xpt_ds.model.values.stock_init import StockInit
         self.init = StockInit(meta_model, init_seed)
         self.names = {n for n, _ in meta_model.named_parameters()}
         self.missing, self.unexpected = set(), set()

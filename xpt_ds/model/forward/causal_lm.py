@@ -4,7 +4,7 @@ The batch names the positions that predict (``mlm_positions``, flat indices into
 (``mlm_targets``), as an MLM batch does, so validation, ``MLMStats`` and ``xpt_ds.cli.evaluate`` work unchanged.
 ``position_ids`` restart at every document, and no token attends across a document boundary: with
 ``attention="sdpa"`` transformers turns the restarts into a dense block-diagonal causal mask; with ``"flex"`` the
-objective passes a FlexAttention ``BlockMask`` built from them (``xpt_ds.model.document_mask``).
+objective passes a FlexAttention ``BlockMask`` built from them (``xpt_ds.model.forward.document_mask``).
 
 The head and the cross-entropy run on chunks of at most ``CE_CHUNK_ELEMENTS // V`` predicted positions, each
 under activation checkpointing: the forward keeps only the scalar loss per chunk, the backward recomputes one
@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from xpt_ds.model.document_mask import FLEX, document_block_mask
+from xpt_ds.model.forward.document_mask import FLEX, document_block_mask
 
 CE_CHUNK_ELEMENTS = 2 ** 24  # logits per chunk: 64 MiB in fp32 (V = 49,152: 341 positions per chunk)
 
@@ -53,7 +53,7 @@ def chunked_cross_entropy(head: nn.Module, hidden: torch.Tensor, targets: torch.
 
 class CausalLMObjective(nn.Module):
     """Wraps a stock *ForCausalLM; parameter names are the HF names prefixed with ``hf.``. ``attention``: how
-    documents are kept apart (``xpt_ds.config.job.ATTENTIONS``, ``xpt_ds.model.document_mask``); ``"flex"``
+    documents are kept apart (``xpt_ds.config.job.ATTENTIONS``, ``xpt_ds.model.forward.document_mask``); ``"flex"``
     switches ``hf`` to FlexAttention."""
 
     def __init__(self, hf: nn.Module, chunk_elements: int = CE_CHUNK_ELEMENTS, attention: str = "sdpa"):

@@ -15,10 +15,10 @@ Models of ``method: trelm`` carry ``xpt_trelm.py`` the same way: the TRILayer ru
 language row is folded into the token-type rows, and the English vocabulary is dropped (``xpt_ds.trelm.hf`` says
 what is kept and why). ``method: lora`` exports merge each low-rank update into its base weight (peft's own merge
 arithmetic, one layer at a time): a stock model; so are ``method: extend`` exports, their old and new rows joined
-(``xpt_ds.model.extend``). A Qwen2 target of full attention with a vocabulary of its own is written as the
+(``xpt_ds.model.methods.extend``). A Qwen2 target of full attention with a vocabulary of its own is written as the
 ``LlamaForCausalLM`` of the same function, whose tokenizer stock ``AutoTokenizer`` reads as written
-(``xpt_ds.checkpoint.llama_layout``). Every export carries a model card, ``README.md``
-(``xpt_ds.checkpoint.model_card``).
+(``xpt_ds.export.llama_layout``). Every export carries a model card, ``README.md``
+(``xpt_ds.export.model_card``).
 
 The weights are the checkpoint's fp32 values, bit for bit, unless ``--dtype bfloat16`` rounds each (to nearest,
 ties to even, as ``Tensor.to`` does) and the config says ``bfloat16``: the hub's form of a 1-8B decoder, half the
@@ -40,8 +40,9 @@ import torch
 from torch import nn
 from transformers import AutoConfig
 
-from xpt_ds.checkpoint import llama_layout, migrate, store, tag_checks, tags
-from xpt_ds.checkpoint.model_card import CARD, build_card, write_card
+from xpt_ds.export import llama_layout
+from xpt_ds.checkpoint import migrate, store, tag_checks, tags
+from xpt_ds.export.model_card import CARD, build_card, write_card
 from xpt_ds.checkpoint.values import CheckpointValues
 from xpt_ds.config import MASKING_KEYS, read_checkpoint_config
 from xpt_ds.config.methods import method_of
@@ -51,7 +52,7 @@ from xpt_ds.errors import first_line
 from xpt_ds.io.paths import write_error, unwritable
 from xpt_ds.io.safetensors_files import DEFAULT_MAX_SHARD_BYTES, ShardedWriter
 from xpt_ds.io.trust import OWN_CODE
-from xpt_ds.model import adapters, extend, lora
+from xpt_ds.model.methods import adapters, extend, lora
 from xpt_ds.model.decoder import is_decoder
 from xpt_ds.model.skeleton import assign, no_init_weights, parameters_on_meta, skeleton
 from xpt_ds.trelm import hf as trelm_hf
@@ -258,8 +259,8 @@ def write_model(exported: Exported, out: Path, max_shard_bytes: int = DEFAULT_MA
 
 def pin_attention(config_json: Path, config) -> None:
     """Name the attention the model trained with in ``config_json`` where a loader could pick another
-    (``xpt_ds.model.decoder.pinned_attention``); ``from_pretrained(..., attn_implementation=...)`` still overrides
-    it."""
+    (``xpt_ds.model.decoder.pinned_attention``); ``from_pretrained(..., attn_implementation=...)`` still
+    overrides it."""
     from xpt_ds.model.decoder import pinned_attention
     kernel = pinned_attention(config)
     if kernel is not None:
@@ -281,7 +282,7 @@ def export(run_dir: Path, out: Path, tag: str | None = None, allow_pickle: bool 
     such as a ``spm.model`` a keep_vocab export does not write, stays beside the new one). Files the earlier
     export did not write (its ``xpt_export.json`` lists those it did; a model card a user added) are kept. A
     non-empty ``out`` that is not an xpt-ds export is refused before the checkpoint is read. The export's model
-    card, ``README.md`` (``xpt_ds.checkpoint.model_card``), is written unless ``out`` holds one of the user's own.
+    card, ``README.md`` (``xpt_ds.export.model_card``), is written unless ``out`` holds one of the user's own.
     ``dtype``: what the weight files hold (``EXPORT_DTYPES``; ``Exported`` checks it).
 
     ``out`` is resolved first: ``--out .`` is the working directory, a symbolic link is its directory (the link

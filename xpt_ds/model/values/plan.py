@@ -3,7 +3,7 @@ produces any parameter's float32 value on demand, one at a time.
 
 A recipe says: copy the source's tensor KEY (``source``; ``shift`` moves RoBERTa's position rows when the pad
 ids differ), draw it as the stock class would from the parameter's own generator (``init``,
-``xpt_ds.model.new_values``), or take the rows ``model.embedding_init`` made (``rows``: ``input``, or an untied
+``xpt_ds.model.values.stock_init``), or take the rows ``model.embedding_init`` made (``rows``: ``input``, or an untied
 head's ``output``). The family builders (``xpt_ds.model.build`` for encoders, ``xpt_ds.model.decoder``) state
 which target parameters come from which source prefix (``CopyRule``); ``recipes_for`` applies the rules. Whoever
 fills the model (the trainer's engine, ``xpt_ds.model.skeleton.assign``) asks ``PlanValues`` for each value when
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from xpt_ds.model.new_values import StockInit
+from xpt_ds.model.values.stock_init import StockInit
 
 
 @dataclass(frozen=True)
@@ -64,8 +64,8 @@ def recipes_for(names: list[str], rules: list[CopyRule], source_names: set[str],
 @dataclass
 class PlanValues:
     """``values(name)``: the float32 value (CPU) of target parameter ``name`` by its recipe. ``source`` reads the
-    source's tensors (``xpt_ds.model.source_files``), ``init`` draws new ones, ``rows`` holds model.embedding_init's
-    matrices until ``close``. Calling it again for a name gives the same bits."""
+    source's tensors (``xpt_ds.model.values.source_files``), ``init`` draws new ones, ``rows`` holds
+    model.embedding_init's matrices until ``close``. Calling it again for a name gives the same bits."""
     recipes: dict[str, Recipe]
     source: object | None
     init: StockInit
