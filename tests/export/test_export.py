@@ -402,7 +402,7 @@ def test_export_fills_the_working_directory_in_place(straight_runs, tmp_path, mo
     directory is filled where it is (renamed away, the shell that ran the export would sit in the removed copy), a
     second export replaces the first's files and keeps the user's, and an export stopped while moving its files in
     leaves no config.json (no folder that loads as a complete model) and the next one replaces it whole."""
-    from xpt_ds.export import hf as export_module
+    from xpt_ds.export import out_dir
     run, here = straight_runs(1) / "run", tmp_path / "here"
     here.mkdir()
     monkeypatch.chdir(here)
@@ -415,16 +415,16 @@ def test_export_fills_the_working_directory_in_place(straight_runs, tmp_path, mo
     real_replace, moved = os.replace, []
 
     def stopped(src, dst):  # the third file moved in from the staging folder: the export stops there
-        if ".xpt-export.writing-" in str(src):
+        if ".xpt-export.writing-" in str(src) and ".xpt-export.writing-" not in str(dst):
             moved.append(dst)
             if len(moved) == 3:
                 raise OSError(28, "No space left on device")
         real_replace(src, dst)
-    monkeypatch.setattr(export_module.os, "replace", stopped)
+    monkeypatch.setattr(out_dir.os, "replace", stopped)
     assert export_main(["--run", str(run), "--tag", tag_for(8), "--out", "."]) == 2
     assert "No space left on device" in capfd.readouterr().err
     assert not (here / "config.json").exists() and (here / "notes.txt").read_text() == "mine"
-    monkeypatch.setattr(export_module.os, "replace", real_replace)
+    monkeypatch.setattr(out_dir.os, "replace", real_replace)
     assert export_main(["--run", str(run), "--tag", tag_for(8), "--out", "."]) == 0
     assert here.stat().st_ino == inode and (here / "model.safetensors").read_bytes() != first
     record = json.loads((here / "xpt_export.json").read_text())["files"]
