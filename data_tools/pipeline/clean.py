@@ -131,7 +131,16 @@ class _Kept:
         return {"bytes": self.writer.bytes, "sha256": self.writer.sha.hexdigest(), "files_done": files_done,
                 "skip": skip, "stats": {k: self.st[k] for k in STATS}}
 
-    def take(self, file_index: int, sentences: list[str], short: int, long: int) -> None:
+    def take(self, docs: list[tuple[int, list[str], int, int]]) -> None:
+        """A chunk's cleaned documents, in input order: (file index, sentences, too short, too long) each. Their
+        sentences are checked against the kept ones together (``SeenSentences.first_seen``)."""
+        digests = [sentence_hash(s) for _, sentences, _, _ in docs for s in sentences] if self.dedupe else []
+        new = iter(self.seen.first_seen(digests)) if self.dedupe else None
+        for file_index, sentences, short, long in docs:
+            kept = [s for s in sentences if next(new)] if self.dedupe else sentences
+            self._take_one(file_index, kept, len(sentences) - len(kept), short, long)
+
+    def _take_one(self, file_index: int, kept: list[str], duplicates: int, short: int, long: int) -> None:
         if file_index != self.cur:
             self.cur, self.in_file, self.entered = file_index, 0, self.here(file_index, 0)
         self.in_file += 1
@@ -139,15 +148,7 @@ class _Kept:
         st["read_documents"] += 1
         st["too_short"] += short
         st["too_long"] += long
-        kept = []
-        for s in sentences:
-            if self.dedupe:
-                h = sentence_hash(s)
-                if h in self.seen:
-                    st["duplicates"] += 1
-                    continue
-                self.seen.add(h)
-            kept.append(s)
+        st["duplicates"] += duplicates
         if kept:
             self.writer.write((json.dumps(kept, ensure_ascii=False) + "\n").encode())
             st["documents"] += 1
@@ -223,8 +224,7 @@ def clean(inputs: list[Path | str], out: Path, opts: PrepareOptions = DEFAULTS, 
     try:
         with _ordered_pool(workers, _init_clean, (splitter, normalize, min_chars, max_chars)) as imap:
             for results in imap(_clean_chunk, _chunks(raw_docs())):
-                for sentences, short, long in results:
-                    kept.take(origins.popleft(), sentences, short, long)
+                kept.take([(origins.popleft(), *result) for result in results])
                 kept.point = kept.here(kept.cur, kept.in_file)
                 if ckpt.due():
                     ckpt.record(kept.point)

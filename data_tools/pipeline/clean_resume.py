@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from data_tools.pipeline.log import log
+from data_tools.pipeline.seen import SeenSentences
 from data_tools.pipeline.shards import atomic_write_text
 from data_tools.pipeline.state import CORPUS, STATE, HashingWriter
 
@@ -46,18 +47,19 @@ class Resume:
     """Where a resumed run starts: ``files_done`` whole files, then ``skip`` documents of the next; the stats
     and dedupe set of the kept part; the writer, positioned at its end. ``fresh`` starts at the beginning."""
 
-    def __init__(self, writer: HashingWriter, stats: dict, seen: set, files_done: int = 0, skip: int = 0):
+    def __init__(self, writer: HashingWriter, stats: dict, seen: SeenSentences, files_done: int = 0,
+                 skip: int = 0):
         self.writer, self.stats, self.seen, self.files_done, self.skip = writer, stats, seen, files_done, skip
 
     @classmethod
     def fresh(cls, out: Path) -> Resume:
         drop_partial(out)
-        return cls(HashingWriter(out / CORPUS), dict.fromkeys(STATS, 0), set())
+        return cls(HashingWriter(out / CORPUS), dict.fromkeys(STATS, 0), SeenSentences())
 
 
 def _rebuild(tmp: Path, nbytes: int, dedupe: bool) -> tuple:
     """(sha256, dedupe set, documents) of ``tmp``'s first ``nbytes``."""
-    sha, seen, docs, pos = hashlib.sha256(), set(), 0, 0
+    sha, seen, docs, pos, digests = hashlib.sha256(), SeenSentences(), 0, 0, []
     with open(tmp, "rb") as f:
         while pos < nbytes:
             line = f.readline(nbytes - pos)
@@ -67,7 +69,11 @@ def _rebuild(tmp: Path, nbytes: int, dedupe: bool) -> tuple:
             sha.update(line)
             docs += 1
             if dedupe:
-                seen.update(map(sentence_hash, json.loads(line)))
+                digests += map(sentence_hash, json.loads(line))
+                if len(digests) >= 1 << 14:  # many lines a lookup: the set takes them a batch at a time
+                    seen.first_seen(digests)
+                    digests = []
+    seen.first_seen(digests)
     return sha, seen, docs
 
 

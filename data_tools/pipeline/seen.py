@@ -1,0 +1,134 @@
+"""The sentences the clean stage has kept so far, as 16-byte digests, for its corpus-wide exact dedupe.
+
+A Python set of ``bytes`` costs about 91 bytes a digest (the object, its hash slot, the set's spare room): 13.7 GB
+for 150M sentences. Here only the newest digests sit in such a set, ``RECENT`` of them at most (plus one batch).
+Older ones are in sorted numpy arrays, 16 bytes a digest, merged whenever the newer of two reaches half the older's
+size, as a log-structured merge does: about log2(n / RECENT) arrays, each digest copied O(log n) times in all.
+The largest merge briefly holds both inputs and half of its output, about 24 bytes a digest at that peak; the
+stage measured 31 bytes a sentence in all (``benchmarks/bench_dedupe.py``, BENCHMARKS.md).
+
+Each array is a pair, the digests' first and last 8 bytes as unsigned integers, sorted by the first, so a lookup
+compares integers. Digests that share their first 8 bytes (expected n^2 / 2^65 pairs: 6e-4 at 150M) sit side by
+side, and a lookup that matches the first half but not the second looks through all of them: the answer is exact.
+
+Lookups come a batch at a time (``first_seen``), and a bitmap over the first half's top bits (``Marks``, 1-4 bits
+a digest) turns most new digests away before any binary search. A batch keeps its own order: of two equal
+sentences in it, the first is new.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+RECENT = 1 << 19  # digests held in the set before they go into a sorted array: about 50 MB
+MARK_BITS = 23  # the smallest bitmap: 2**23 bits, 1 MiB
+
+Run = tuple[np.ndarray, np.ndarray]  # (first 8 bytes, last 8 bytes) of each digest, sorted by the first
+
+
+class SeenSentences:
+    """Digests added so far; ``first_seen`` answers and adds a batch in order."""
+
+    def __init__(self, recent: int | None = None):
+        self.recent_max = RECENT if recent is None else recent
+        self.recent: set[bytes] = set()
+        self.runs: list[Run] = []  # each at least twice the size of the next
+        self.marks = Marks()
+
+    def __len__(self) -> int:
+        return len(self.recent) + sum(len(first) for first, _ in self.runs)
+
+    def first_seen(self, digests: list[bytes]) -> list[bool]:
+        """For each digest of ``digests`` (16 bytes each), in order, whether it is new (neither added before nor
+        earlier in the list), adding the new ones."""
+        older = np.zeros(len(digests), dtype=bool)
+        if self.runs and digests:
+            first, last = _halves(digests)
+            maybe = np.flatnonzero(self.marks.holds(first))
+            for run in self.runs:
+                older[maybe] |= _holds(run, first[maybe], last[maybe])
+        new = []
+        for digest, old in zip(digests, older.tolist()):
+            fresh = not old and digest not in self.recent
+            if fresh:
+                self.recent.add(digest)
+            new.append(fresh)
+        if len(self.recent) >= self.recent_max:  # after the batch: its later digests were checked against the set
+            self._spill()
+        return new
+
+    def _spill(self) -> None:
+        first, last = _halves(self.recent)
+        order = np.argsort(first)
+        self.runs.append((first[order], last[order]))
+        self.recent = set()
+        self.marks.add(self.runs)
+        while len(self.runs) > 1 and 2 * len(self.runs[-1][0]) >= len(self.runs[-2][0]):
+            newer, older = list(self.runs.pop()), list(self.runs.pop())  # the lists alone hold the arrays now
+            self.runs.append(_merge(older, newer))
+
+
+class Marks:
+    """One bit per value of the top ``k`` bits of a digest's first half, set when some run holds such a digest: a
+    clear bit proves a digest new. It has 8-32 bits per digest held (``k`` grows with them), so at most one bit in
+    8 is set and about 7 new digests in 8 need no binary search."""
+
+    def __init__(self):
+        self.bits = np.zeros(0, dtype=np.uint8)
+        self.k = 0
+
+    def add(self, runs: list[Run]) -> None:
+        """Mark the newest run's digests; first make room (and mark every run again) when the count outgrew it."""
+        held = sum(len(first) for first, _ in runs)
+        if 8 * held > 8 * len(self.bits):  # more than one digest for each 8 bits: twice as many bits and more
+            self.k = max(MARK_BITS, (16 * held - 1).bit_length())  # 2**k >= 16 * held
+            self.bits = np.zeros(1 << (self.k - 3), dtype=np.uint8)
+            for first, _ in runs[:-1]:
+                self._mark(first)
+        self._mark(runs[-1][0])
+
+    def holds(self, first: np.ndarray) -> np.ndarray:
+        if not self.k:
+            return np.zeros(len(first), dtype=bool)
+        top = first >> np.uint64(64 - self.k)
+        return (self.bits[top >> np.uint64(3)] >> (top & np.uint64(7)).astype(np.uint8)) & 1 == 1
+
+    def _mark(self, first: np.ndarray) -> None:
+        top = first >> np.uint64(64 - self.k)
+        np.bitwise_or.at(self.bits, top >> np.uint64(3), np.left_shift(1, top & np.uint64(7)).astype(np.uint8))
+
+
+def _halves(digests) -> Run:
+    """The first and last 8 bytes of each 16-byte digest, as big-endian unsigned integers (so that integer order
+    is byte order), in native uint64 arrays."""
+    pairs = np.frombuffer(b"".join(digests), dtype=">u8").reshape(-1, 2)
+    return pairs[:, 0].astype(np.uint64), pairs[:, 1].astype(np.uint64)
+
+
+def _holds(run: Run, first: np.ndarray, last: np.ndarray) -> np.ndarray:
+    """Whether ``run`` holds each digest (``first``, ``last``): the first entry of equal first half decides, unless
+    the run has several of that first half (then all of them are compared)."""
+    run_first, run_last = run
+    at = np.minimum(np.searchsorted(run_first, first), len(run_first) - 1)
+    same_first = run_first[at] == first
+    held = same_first & (run_last[at] == last)
+    for i in np.flatnonzero(same_first & ~held):  # another digest of that first half may follow
+        end = np.searchsorted(run_first, first[i], side="right")
+        held[i] = bool((run_last[at[i]:end] == last[i]).any())
+    return held
+
+
+def _merge(a: list[np.ndarray], b: list[np.ndarray]) -> Run:
+    """Two runs of distinct digests, none in both, as one run sorted by the first half: each of ``b``'s entries
+    goes after the entries of ``a`` below it and the ones of ``b`` before it. ``a`` and ``b`` are emptied half by
+    half, so that a half's inputs are freed once it is merged: the peak is 24 bytes a digest, not 32."""
+    n = len(a[0]) + len(b[0])
+    at_b = np.searchsorted(a[0], b[0]) + np.arange(len(b[0]))
+    from_a = np.ones(n, dtype=bool)
+    from_a[at_b] = False
+    merged = []
+    while a:
+        out = np.empty(n, dtype=np.uint64)
+        out[at_b] = b.pop(0)
+        out[from_a] = a.pop(0)
+        merged.append(out)
+    return merged[0], merged[1]
