@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 RUN = """import resource, sys
-from data_tools.pipeline import seen
+from data_tools.pipeline.clean import seen
 seen.RECENT = {recent}
 from data_tools.cli.prepare import main
 code = main(sys.argv[1:])

@@ -26,14 +26,14 @@ from pathlib import Path
 
 from data_tools.typed_options import add_options, as_invoked, options_from_args, positive_int
 from data_tools.errors import ArgumentParser, cli_errors
-from data_tools.pipeline.clean import clean
+from data_tools.pipeline.clean.stage import clean
 from data_tools.pipeline.log import set_quiet
 from data_tools.pipeline.options import PrepareOptions
 from data_tools.pipeline.run import prepare, run_pipeline
 from data_tools.pipeline.shard_stage import tokenize
 from data_tools.pipeline.split import split
 from data_tools.pipeline.state import CORPUS, exclusive
-from data_tools.pipeline.vocab import train_tokenizer
+from data_tools.pipeline.spm.stage import train_tokenizer
 
 # ``prepare``/``run_pipeline``: the library's one-call entries, imported from here (tests, benchmarks/bench_prepare.py).
 __all__ = ["main", "prepare", "run_pipeline"]

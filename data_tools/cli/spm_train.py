@@ -15,8 +15,8 @@ from pathlib import Path
 from data_tools.typed_options import as_invoked
 from data_tools.errors import ArgumentParser, cli_errors
 from data_tools.pipeline.options import DEFAULTS
-from data_tools.pipeline.spm_layouts import LAYOUTS, MODEL_TYPES
-from data_tools.pipeline.spm_trainer import train_spm
+from data_tools.pipeline.spm.layouts import LAYOUTS, MODEL_TYPES
+from data_tools.pipeline.spm.trainer import train_spm
 
 
 def main(argv: list[str] | None = None, prog: str = "xpt-data spm-train") -> int:

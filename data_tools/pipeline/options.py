@@ -10,7 +10,7 @@ from pathlib import Path
 
 from data_tools.typed_options import option, parse_size, positive_int
 from data_tools.pipeline.readers import DOC_BOUNDARIES, FORMATS
-from data_tools.pipeline.spm_layouts import LAYOUTS, MODEL_TYPES
+from data_tools.pipeline.spm.layouts import LAYOUTS, MODEL_TYPES
 from data_tools.pipeline.text import NORMALIZE_FORMS
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from data_tools.pipeline.clean import clean
+from data_tools.pipeline.clean.stage import clean
 from data_tools.pipeline.options import DEFAULTS, PrepareOptions
 from data_tools.pipeline.shard_stage import tokenize
 from data_tools.pipeline.split import split
 from data_tools.pipeline.state import exclusive
-from data_tools.pipeline.vocab import train_tokenizer
+from data_tools.pipeline.spm.stage import train_tokenizer
 
 
 def run_pipeline(inputs: list[Path | str], out: Path, opts: PrepareOptions = DEFAULTS, *, workers: int = 1,

@@ -14,7 +14,7 @@ import yaml
 
 from conftest import base_config, config_only, free_port, launch, run_main, write_config, write_synthetic_corpus
 from data_tools.pipeline.shards import write_shard
-from data_tools.pipeline.spm_layouts import LAYOUTS
+from data_tools.pipeline.spm.layouts import LAYOUTS
 
 
 @dataclass

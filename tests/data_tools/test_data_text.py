@@ -12,7 +12,7 @@ import pytest
 
 from conftest import one_error_line_of, write_synthetic_corpus
 from data_tools.errors import PrepareError
-from data_tools.pipeline.clean import clean
+from data_tools.pipeline.clean.stage import clean
 from data_tools.pipeline.options import DEFAULTS
 from data_tools.pipeline.readers import detect_format, read_documents
 from data_tools.pipeline.split import split

@@ -357,7 +357,7 @@ def test_sentencepieces_advice_names_xpt_datas_own_flag(tmp_path):
     """More distinct characters than the vocabulary holds (Korean at a small --vocab-size): SentencePiece's error
     advises its own '--character_coverage'; the line says prepare's '--character-coverage'."""
     from data_tools.errors import PrepareError
-    from data_tools.pipeline.spm_trainer import train_spm_from_sentences
+    from data_tools.pipeline.spm.trainer import train_spm_from_sentences
     syllables = [chr(0xAC00 + i) for i in range(700)]
     sentences = [" ".join(syllables[i:i + 20]) for i in range(0, 700, 5)] * 3
     with pytest.raises(PrepareError, match=r"^SentencePiece training failed: Vocabulary size is smaller than "

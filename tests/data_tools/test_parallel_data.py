@@ -24,7 +24,7 @@ from data_tools.pairs.align import AlignerConfig, align_both
 from data_tools.pairs.dictionary import read_dictionary
 from data_tools.pairs.parallel_text import ParallelInput, read_parallel
 from data_tools.cli.parallel import main as parallel_main
-from data_tools.pipeline.spm_trainer import train_spm_from_sentences
+from data_tools.pipeline.spm.trainer import train_spm_from_sentences
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 PARTICLES = ["же", "бо", "ось"]

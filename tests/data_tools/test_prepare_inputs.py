@@ -107,7 +107,7 @@ def test_every_bad_file_of_a_folder_is_named_in_one_run(tmp_path):
 def test_files_that_fail_past_their_start_are_named_together(tmp_path, monkeypatch):
     """Past the bytes read first (``readers.HEAD_BYTES``), a file fails only as the clean stage reads it: then the
     files after it are read for their own problems (for at most ``SWEEP_SECONDS``) before the one error."""
-    from data_tools.pipeline import clean as clean_stage
+    from data_tools.pipeline.clean import stage as clean_stage
     from data_tools.pipeline.options import PrepareOptions
     files = [_good(tmp_path / f"{i}.txt", 3000) for i in range(5)]
     for bad in (files[1], files[3]):

@@ -15,8 +15,8 @@ import pytest
 
 from conftest import REPO
 from data_tools.errors import PrepareError
-from data_tools.pipeline import clean_resume
-from data_tools.pipeline.clean import clean
+from data_tools.pipeline.clean import resume as clean_resume
+from data_tools.pipeline.clean.stage import clean
 from data_tools.pipeline.options import PrepareOptions
 
 WORDS = "서울은 대한민국의 수도이다 부산은 항구 도시이다 해운대가 유명하다".split()
@@ -50,7 +50,7 @@ def test_a_kill_9_mid_clean_resumes_to_the_same_corpus(tmp_path):
     resumes, and its corpus.jsonl is byte-identical to an uninterrupted run's (with one worker, in this process)."""
     (tmp_path / "slowsplit.py").write_text(SLOW_SPLITTER)
     files, out = _corpus(tmp_path / "in", files=3, docs=100), tmp_path / "out"
-    code = ("import sys; from data_tools.pipeline import clean as k, clean_resume as c; c.CHECKPOINT_BYTES = 2048; "
+    code = ("import sys; from data_tools.pipeline.clean import stage as k, resume as c; c.CHECKPOINT_BYTES = 2048; "
             "k._CHUNK_DOCS = 16; from data_tools.cli.prepare import main; sys.exit(main(sys.argv[1:]))")
     args = ["clean", "--input", str(tmp_path / "in"), "--out", str(out), "--splitter", "slowsplit:split"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}

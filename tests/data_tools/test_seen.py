@@ -1,4 +1,4 @@
-"""The clean stage's dedupe set (data_tools.pipeline.seen): a Python set's answers, in batch order, through its
+"""The clean stage's dedupe set (data_tools.pipeline.clean.seen): a Python set's answers, in batch order, through its
 spills into sorted arrays, their merges and the bitmap's growth, also for digests that share their first 8 bytes;
 16 bytes a digest in the arrays and 1-4 in the bitmap; and a corpus cleaned through the arrays, interrupted and
 resumed, byte for byte the one the set alone gives."""
@@ -10,10 +10,10 @@ import random
 import numpy as np
 import pytest
 
-from data_tools.pipeline import clean_resume, seen
-from data_tools.pipeline.clean import clean
+from data_tools.pipeline.clean import resume as clean_resume, seen
+from data_tools.pipeline.clean.stage import clean
 from data_tools.pipeline.options import PrepareOptions
-from data_tools.pipeline.seen import SeenSentences
+from data_tools.pipeline.clean.seen import SeenSentences
 from test_prepare_resume import _corpus, _corpus_bytes, _Interrupt, _split
 
 

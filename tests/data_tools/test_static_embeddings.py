@@ -25,7 +25,7 @@ from data_tools.embeddings.word2vec import TrainOptions, train_static_embeddings
 from data_tools.piece_tokenizers import HfTokenizer, SpmTokenizer, sha256_file
 from data_tools.cli.static_embeddings import build_parser as build_static_parser
 from data_tools.pipeline.shards import write_manifest, write_shard
-from data_tools.pipeline.spm_trainer import train_spm_from_sentences
+from data_tools.pipeline.spm.trainer import train_spm_from_sentences
 
 pytest.importorskip("gensim", reason="pip install 'xpt-ds[embeddings]'")
 # sample=0: with 45 pieces each has a frequency of ~2 %, which gensim's default 1e-3 down-sampling would thin

@@ -17,8 +17,8 @@ from data_tools.pipeline.log import log
 from data_tools.pipeline.options import DEFAULTS, PrepareOptions
 from data_tools.pipeline.split import split_signature
 from data_tools.pipeline.shards import sentences_of
-from data_tools.pipeline.spm_layouts import LAYOUTS
-from data_tools.pipeline.spm_trainer import (MAX_SENTENCE_BYTES, normalization_rule, train_spm_from_sentences,
+from data_tools.pipeline.spm.layouts import LAYOUTS
+from data_tools.pipeline.spm.trainer import (MAX_SENTENCE_BYTES, normalization_rule, train_spm_from_sentences,
                                             write_vocab)
 from data_tools.pipeline.state import STAGE_VERSION, STATE, drop_state, fingerprint, save_state, split_path, up_to_date
 

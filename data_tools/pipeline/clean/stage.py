@@ -1,7 +1,7 @@
 """Stage (a), clean: read every input, normalise, split into sentences, filter by length and drop exact
 duplicate sentences -> ``sentences/corpus.jsonl``. Documents are cleaned in chunks by worker processes and
 written in input order, so the output does not depend on the number of workers, and a stopped run resumes from its
-last checkpoint (``clean_resume``)."""
+last checkpoint (``resume``)."""
 from __future__ import annotations
 
 import collections
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from data_tools.errors import PrepareError
-from data_tools.pipeline.clean_resume import (STATS, Checkpoints, Resume, drop_partial, file_ids, partial_path,
+from data_tools.pipeline.clean.resume import (STATS, Checkpoints, Resume, drop_partial, file_ids, partial_path,
                                              resume_or_fresh, sentence_hash)
 from data_tools.pipeline.log import log, progress_bar
 from data_tools.pipeline.options import DEFAULTS, PrepareOptions

@@ -1,4 +1,4 @@
-"""SentencePiece training with the special-token layout of the source model family (``spm_layouts``): from a
+"""SentencePiece training with the special-token layout of the source model family (``layouts``): from a
 text file (``xpt-data spm-train``) or from an iterable of sentences (the pipeline's spm stage).
 
 The trainer reads pad/bos(cls)/eos(sep)/unk ids from the model and looks up the mask piece, so either
@@ -19,7 +19,7 @@ import sentencepiece as spm
 
 from data_tools.errors import PrepareError
 from data_tools.pipeline.options import DEFAULTS
-from data_tools.pipeline.spm_layouts import LAYOUTS, MODEL_TYPES
+from data_tools.pipeline.spm.layouts import LAYOUTS, MODEL_TYPES
 
 MAX_SENTENCE_BYTES = 16384  # SentencePiece trains on no sentence longer (it leaves them out without a word)
 _TOO_HIGH = re.compile(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)")
