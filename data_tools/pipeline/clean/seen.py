@@ -11,7 +11,7 @@ Each array is a pair, the digests' first and last 8 bytes as unsigned integers, 
 compares integers. Digests that share their first 8 bytes (expected n^2 / 2^65 pairs: 6e-4 at 150M) sit side by
 side, and a lookup that matches the first half but not the second looks through all of them: the answer is exact.
 
-Lookups come a batch at a time (``first_seen``), and a bitmap over the first half's top bits (``Marks``, 1-4 bits
+Lookups come a batch at a time (``first_seen``), and a bitmap over the first half's top bits (``Marks``, 1-4 bytes
 a digest) turns most new digests away before any binary search. A batch keeps its own order: of two equal
 sentences in it, the first is new.
 """
@@ -79,7 +79,7 @@ class Marks:
     def add(self, runs: list[Run]) -> None:
         """Mark the newest run's digests; first make room (and mark every run again) when the count outgrew it."""
         held = sum(len(first) for first, _ in runs)
-        if 8 * held > 8 * len(self.bits):  # more than one digest for each 8 bits: twice as many bits and more
+        if 8 * held > 8 * len(self.bits):  # fewer than 8 bits a digest: 16-32 of them from here on
             self.k = max(MARK_BITS, (16 * held - 1).bit_length())  # 2**k >= 16 * held
             self.bits = np.zeros(1 << (self.k - 3), dtype=np.uint8)
             for first, _ in runs[:-1]:
