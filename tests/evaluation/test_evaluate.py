@@ -235,7 +235,7 @@ def test_the_json_shows_the_samples_text_as_itself(tmp_path, capsys):
     assert (tmp_path / "out.json").read_text(encoding="utf-8") == printed
 
 
-def test_out_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+def test_out_is_written_whole_or_not_at_all(tmp_path, monkeypatch, capsys):
     """--out is written beside and renamed over (``write_text_atomic``): a write that stops partway (a full disk)
     leaves the file an earlier evaluation wrote as it was, not cut off."""
     import builtins
@@ -275,6 +275,7 @@ def test_out_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
         m.setattr(builtins, "open", full_disk)
         m.setattr(io, "open", full_disk)  # pathlib's
         assert main(["--model", str(model), "--text", str(tmp_path / "text.txt"), "--out", str(out)]) != 0
+    assert "No space left on device" in capsys.readouterr().err  # it stopped at the write, not before
     assert out.read_text() == "an earlier evaluation\n"
     assert main(["--model", str(model), "--text", str(tmp_path / "text.txt"), "--out", str(out)]) == 0
     assert json.loads(out.read_text())["text"][str(tmp_path / "text.txt")]["tokens"] > 0
