@@ -77,8 +77,8 @@ def checkpoint_config(run_dir: Path, tag: str | None = None):
     config = tag_dir / "hf_config" / "config.json"  # the target model's config, which a save writes for this
     if not config.is_file():
         raise tags.CheckpointError(f"checkpoint {tag_dir} has no hf_config/config.json, the target model's "
-                                         "config the export and evaluate build from (copy it from another "
-                                         "checkpoint of the run: every one holds the same)")
+                                   "config the export and evaluate build from (copy it from another "
+                                   "checkpoint of the run: every one holds the same)")
     try:
         return tag_dir, AutoConfig.from_pretrained(config.parent, trust_remote_code=False)
     except (OSError, ValueError) as e:
