@@ -17,8 +17,8 @@ import json
 import time
 from pathlib import Path
 
-from data_tools.pipeline.log import log
 from data_tools.pipeline.clean.seen import SeenSentences
+from data_tools.pipeline.log import log
 from data_tools.pipeline.shards import atomic_write_text
 from data_tools.pipeline.state import CORPUS, STATE, HashingWriter
 

@@ -44,8 +44,10 @@ class SeenSentences:
         if self.runs and digests:
             first, last = _halves(digests)
             maybe = np.flatnonzero(self.marks.holds(first))
+            first, last, held = first[maybe], last[maybe], np.zeros(len(maybe), dtype=bool)
             for run in self.runs:
-                older[maybe] |= _holds(run, first[maybe], last[maybe])
+                held |= _holds(run, first, last)
+            older[maybe] = held
         new = []
         for digest, old in zip(digests, older.tolist()):
             fresh = not old and digest not in self.recent
@@ -74,14 +76,17 @@ class Marks:
 
     def __init__(self):
         self.bits = np.zeros(0, dtype=np.uint8)
-        self.k = 0
+
+    @property
+    def k(self) -> int:
+        return (8 * len(self.bits)).bit_length() - 1 if len(self.bits) else 0
 
     def add(self, runs: list[Run]) -> None:
         """Mark the newest run's digests; first make room (and mark every run again) when the count outgrew it."""
         held = sum(len(first) for first, _ in runs)
-        if 8 * held > 8 * len(self.bits):  # fewer than 8 bits a digest: 16-32 of them from here on
-            self.k = max(MARK_BITS, (16 * held - 1).bit_length())  # 2**k >= 16 * held
-            self.bits = np.zeros(1 << (self.k - 3), dtype=np.uint8)
+        if held > len(self.bits):  # fewer than 8 bits a digest: 16-32 of them from here on
+            k = max(MARK_BITS, (16 * held - 1).bit_length())  # 2**k >= 16 * held
+            self.bits = np.zeros(1 << (k - 3), dtype=np.uint8)
             for first, _ in runs[:-1]:
                 self._mark(first)
         self._mark(runs[-1][0])

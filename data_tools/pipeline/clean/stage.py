@@ -134,10 +134,12 @@ class _Kept:
     def take(self, docs: list[tuple[int, list[str], int, int]]) -> None:
         """A chunk's cleaned documents, in input order: (file index, sentences, too short, too long) each. Their
         sentences are checked against the kept ones together (``SeenSentences.first_seen``)."""
-        digests = [sentence_hash(s) for _, sentences, _, _ in docs for s in sentences] if self.dedupe else []
-        new = iter(self.seen.first_seen(digests)) if self.dedupe else None
+        if self.dedupe:
+            new = iter(self.seen.first_seen([sentence_hash(s) for _, sentences, _, _ in docs for s in sentences]))
+        else:
+            new = itertools.repeat(True)
         for file_index, sentences, short, long in docs:
-            kept = [s for s in sentences if next(new)] if self.dedupe else sentences
+            kept = [s for s in sentences if next(new)]
             self._take_one(file_index, kept, len(sentences) - len(kept), short, long)
 
     def _take_one(self, file_index: int, kept: list[str], duplicates: int, short: int, long: int) -> None:
