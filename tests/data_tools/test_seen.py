@@ -1,12 +1,13 @@
-"""The clean stage's dedupe set (data_tools.pipeline.clean.seen): a Python set's answers, in batch order, through its
-spills into sorted arrays, their merges and the bitmap's growth, also for digests that share their first 8 bytes;
+"""The clean stage's dedupe (data_tools.pipeline.clean.seen): a Python set's answers, in batch order (repeats inside
+a batch too), through the arrays' merges and the bitmap's growth, also for digests that share their first 8 bytes;
 16 bytes a digest in the arrays and 1-4 in the bitmap; and a corpus cleaned through the arrays, interrupted and
-resumed, byte for byte the one the set alone gives."""
+resumed on 2 workers, byte for byte the one a plain set of the digests gives."""
 from __future__ import annotations
 
 import hashlib
 import random
 
+import numpy as np
 import pytest
 
 from data_tools.pipeline.clean import resume as clean_resume, seen
@@ -22,47 +23,63 @@ def _digest(i: int) -> bytes:
     return b"\7" * 8 + d[8:] if i % 5 == 0 else d
 
 
-@pytest.mark.parametrize("recent", [1, 3, 64])
-def test_first_seen_answers_as_a_set_does(monkeypatch, recent):
+class _SetOfDigests:
+    """The reference: a Python set, one digest at a time."""
+
+    def __init__(self):
+        self.held: set[bytes] = set()
+
+    def first_seen(self, batch: bytes) -> np.ndarray:
+        answers = []
+        for i in range(0, len(batch), 16):
+            answers.append(batch[i:i + 16] not in self.held)
+            self.held.add(batch[i:i + 16])
+        return np.array(answers, dtype=bool)
+
+
+@pytest.mark.parametrize("largest", [3, 12, 200])
+def test_first_seen_answers_as_a_set_does(monkeypatch, largest):
     monkeypatch.setattr(seen, "MARK_BITS", 4)  # a bitmap small enough to grow several times here
-    rng, s, ref, sizes = random.Random(recent), SeenSentences(recent), set(), set()
+    monkeypatch.setattr(seen, "SLICE", 7)  # the merges and the marking go through a run in several slices
+    rng, s, ref, sizes = random.Random(largest), SeenSentences(), _SetOfDigests(), set()
     for _ in range(600):
-        batch = [_digest(rng.randint(0, 3000)) for _ in range(rng.randint(0, 12))]
-        expected = []
-        for d in batch:
-            expected.append(d not in ref)
-            ref.add(d)
-        assert s.first_seen(batch) == expected
-        assert len(s) == len(ref)
+        batch = b"".join(_digest(rng.randint(0, 3000)) for _ in range(rng.randint(0, largest)))
+        answers = s.first_seen(batch)
+        assert answers.dtype == bool and answers.tolist() == ref.first_seen(batch).tolist()
+        assert len(s) == len(ref.held)
         sizes.add(s.marks.k)
+        assert all(2 * len(newer) < len(older) for (older, _), (newer, _) in zip(s.runs, s.runs[1:]))
     assert len(s.runs) >= 2 and len(sizes) >= 4, (len(s.runs), sizes)  # merged and grown, not one array
     for first, last in s.runs:
         assert (first[1:] >= first[:-1]).all()
-    held = {f.to_bytes(8, "big") + l.to_bytes(8, "big") for first, last in s.runs
-            for f, l in zip(first.tolist(), last.tolist())}
-    assert held | s.recent == ref and not held & s.recent
+    held = [f.to_bytes(8, "big") + l.to_bytes(8, "big") for first, last in s.runs
+            for f, l in zip(first.tolist(), last.tolist())]
+    assert len(held) == len(set(held)) and set(held) == ref.held
+    with pytest.raises(ValueError, match="a batch of digests is 17 bytes, not a multiple of 16"):
+        s.first_seen(b"\0" * 17)
 
 
 def test_the_arrays_hold_16_bytes_a_digest_and_the_bitmap_1_to_4(monkeypatch):
     monkeypatch.setattr(seen, "MARK_BITS", 4)
-    s = SeenSentences(recent=1000)
+    s = SeenSentences()
     for start in range(0, 100_000, 5000):
-        assert all(s.first_seen([hashlib.blake2b(str(i).encode(), digest_size=16).digest()
-                                 for i in range(start, start + 5000)]))
+        assert s.first_seen(seen.digests(str(i) for i in range(start, start + 5000))).all()
     held = sum(len(first) for first, _ in s.runs)
-    assert held + len(s.recent) == 100_000 and len(s.recent) < 1000 + 5000
+    assert held == len(s) == 100_000 and len(s.runs) <= 5
     assert sum(part.nbytes for run in s.runs for part in run) == 16 * held
     assert 8 * held <= 8 * s.marks.bits.nbytes < 32 * held
 
 
 def test_a_corpus_cleaned_through_the_arrays_and_resumed_is_the_sets(tmp_path, monkeypatch, capsys):
-    """The test corpus repeats one sentence in four, across files too. With a set of 8 digests and a 16-bit
-    bitmap, nearly every lookup goes through the arrays, and an interrupted run's resume rebuilds them."""
+    """The test corpus repeats one sentence in four, across files too. With a 16-bit bitmap nearly every lookup
+    searches the arrays, and an interrupted run's resume rebuilds them."""
     files = _corpus(tmp_path / "in")
-    by_set = clean(files, tmp_path / "set", PrepareOptions(splitter=_split), workers=1)  # < RECENT: the set alone
-    monkeypatch.setattr(seen, "RECENT", 8)
+    with monkeypatch.context() as m:
+        m.setattr(clean_resume, "SeenSentences", _SetOfDigests)
+        by_set = clean(files, tmp_path / "set", PrepareOptions(splitter=_split), workers=1)
     monkeypatch.setattr(seen, "MARK_BITS", 4)
     monkeypatch.setattr(clean_resume, "CHECKPOINT_BYTES", 1 << 40)  # only the interrupt writes a record
+    monkeypatch.setattr(clean_resume, "REBUILD_LINES", 7)  # the resume rebuilds in batches and a remainder
     out = tmp_path / "arrays"
     with pytest.raises(KeyboardInterrupt):
         clean(files, out, PrepareOptions(splitter=_Interrupt(600)), workers=1)

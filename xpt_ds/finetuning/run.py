@@ -66,7 +66,7 @@ class Prepared:
     max_length: int
     config_dict: dict  # the model's config.json
     pad_id: int  # what batches are padded with; a decoder's config is given the same (build_model)
-    causal: bool  # a decoder (model.source.decoder.is_causal_lm): its sequence head reads its last unpadded piece
+    causal: bool  # a decoder (xpt_ds.model.decoder.is_causal_lm): its sequence head reads its last unpadded piece
     pair_sep: str = ""  # what a decoder's second sentence of a pair starts with (data.pair_separator)
     markers: dict[str, list[int]] = field(default_factory=dict)  # relation: marker -> pieces its row starts from
     dropped: dict[str, int] = field(default_factory=dict)  # relation: examples per split whose markers do not fit

@@ -3,7 +3,7 @@ ends, in ``OUT/.prepare/clean.partial.json``.
 
 The clean stage's output is a function of the sequence of input documents alone (each is cleaned on its own; dedupe
 keeps a sentence's first occurrence), so a run that stops at a document boundary can be continued by another that
-keeps the temp file's first ``bytes``, re-hashes their sentences into the dedupe set and reads on from the same
+keeps the temp file's first ``bytes``, re-hashes their sentences into the dedupe arrays and reads on from the same
 document. A record is written every ``CHECKPOINT_BYTES`` of output or ``CHECKPOINT_SECONDS``, after the temp file
 is fsynced (a ``kill -9`` loses at most that much work), and when the stage stops on an exception (Ctrl-C, or a
 file that fails mid-read: then at the start of that file, so a rerun after the file is fixed or removed keeps
@@ -17,13 +17,14 @@ import json
 import time
 from pathlib import Path
 
-from data_tools.pipeline.clean.seen import SeenSentences
+from data_tools.pipeline.clean.seen import SeenSentences, digests
 from data_tools.pipeline.log import log
 from data_tools.pipeline.shards import atomic_write_text
 from data_tools.pipeline.state import CORPUS, STATE, HashingWriter
 
 CHECKPOINT_BYTES = 32 << 20
 CHECKPOINT_SECONDS = 30.0
+REBUILD_LINES = 1 << 10  # lines of the kept part whose sentences the dedupe arrays take in one batch
 STATS = ("read_documents", "documents", "sentences", "duplicates", "too_short", "too_long", "empty_documents")
 
 
@@ -35,17 +36,13 @@ def drop_partial(out: Path) -> None:
     partial_path(out).unlink(missing_ok=True)
 
 
-def sentence_hash(s: str) -> bytes:
-    return hashlib.blake2b(s.encode(), digest_size=16).digest()
-
-
 def file_ids(files: list[Path]) -> list[list]:
     return [[str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns] for f in files]
 
 
 class Resume:
     """Where a resumed run starts: ``files_done`` whole files, then ``skip`` documents of the next; the stats
-    and dedupe set of the kept part; the writer, positioned at its end. ``fresh`` starts at the beginning."""
+    and dedupe arrays of the kept part; the writer, positioned at its end. ``fresh`` starts at the beginning."""
 
     def __init__(self, writer: HashingWriter, stats: dict, seen: SeenSentences, files_done: int = 0,
                  skip: int = 0):
@@ -58,8 +55,8 @@ class Resume:
 
 
 def _rebuild(tmp: Path, nbytes: int, dedupe: bool) -> tuple:
-    """(sha256, dedupe set, documents) of ``tmp``'s first ``nbytes``."""
-    sha, seen, docs, pos, digests = hashlib.sha256(), SeenSentences(), 0, 0, []
+    """(sha256, dedupe arrays, documents) of ``tmp``'s first ``nbytes``."""
+    sha, seen, docs, pos, batch = hashlib.sha256(), SeenSentences(), 0, 0, []
     with open(tmp, "rb") as f:
         while pos < nbytes:
             line = f.readline(nbytes - pos)
@@ -69,11 +66,11 @@ def _rebuild(tmp: Path, nbytes: int, dedupe: bool) -> tuple:
             sha.update(line)
             docs += 1
             if dedupe:
-                digests += map(sentence_hash, json.loads(line))
-                if len(digests) >= 1 << 14:  # many lines a lookup: the set takes them a batch at a time
-                    seen.first_seen(digests)
-                    digests = []
-    seen.first_seen(digests)
+                batch.append(digests(json.loads(line)))
+                if len(batch) >= REBUILD_LINES:
+                    seen.first_seen(b"".join(batch))
+                    batch = []
+    seen.first_seen(b"".join(batch))
     return sha, seen, docs
 
 

@@ -17,7 +17,8 @@ from typing import Callable, Iterable, Iterator
 
 from data_tools.errors import PrepareError
 from data_tools.pipeline.clean.resume import (STATS, Checkpoints, Resume, drop_partial, file_ids, partial_path,
-                                             resume_or_fresh, sentence_hash)
+                                             resume_or_fresh)
+from data_tools.pipeline.clean.seen import digests
 from data_tools.pipeline.log import log, progress_bar
 from data_tools.pipeline.options import DEFAULTS, PrepareOptions
 from data_tools.pipeline.readers import (DOC_BOUNDARIES, FORMATS, check_encoding, detect_format, expand_inputs,
@@ -94,13 +95,20 @@ def _ordered_pool(workers: int, initializer: Callable, initargs: tuple):
 _CLEAN: dict = {}
 
 
-def _init_clean(splitter, normalize: str, min_chars: int, max_chars: int) -> None:
-    _CLEAN.update(splitter=load_splitter(splitter), normalize=normalize, min_chars=min_chars, max_chars=max_chars)
+def _init_clean(splitter, normalize: str, min_chars: int, max_chars: int, dedupe: bool) -> None:
+    _CLEAN.update(splitter=load_splitter(splitter), normalize=normalize, min_chars=min_chars, max_chars=max_chars,
+                  dedupe=dedupe)
 
 
-def _clean_chunk(docs: list[list[str]]) -> list[tuple[list[str], int, int]]:
+def _clean_chunk(docs: list[list[str]]) -> tuple[list[tuple[list[bytes], int, int]], bytes]:
+    """A chunk of documents cleaned, each as (its sentences JSON-encoded, too short, too long), and the digests of
+    all their sentences (``b""`` without dedupe). The worker does every per-sentence step, so that the main
+    process, which must take the chunks one at a time, only looks the digests up and joins what is kept."""
     c = _CLEAN
-    return [clean_document(d, c["splitter"], c["normalize"], c["min_chars"], c["max_chars"]) for d in docs]
+    docs = [clean_document(d, c["splitter"], c["normalize"], c["min_chars"], c["max_chars"]) for d in docs]
+    encode = json.JSONEncoder(ensure_ascii=False).encode  # json.dumps(list) is these joined by ", "
+    batch = digests(s for sentences, _, _ in docs for s in sentences) if c["dedupe"] else b""
+    return [([encode(s).encode() for s in sentences], short, long) for sentences, short, long in docs], batch
 
 
 def _chunks(docs: Iterable[list[str]]) -> Iterator[list[list[str]]]:
@@ -131,32 +139,36 @@ class _Kept:
         return {"bytes": self.writer.bytes, "sha256": self.writer.sha.hexdigest(), "files_done": files_done,
                 "skip": skip, "stats": {k: self.st[k] for k in STATS}}
 
-    def take(self, docs: list[tuple[int, list[str], int, int]]) -> None:
-        """A chunk's cleaned documents, in input order: (file index, sentences, too short, too long) each. Their
-        sentences are checked against the kept ones together (``SeenSentences.first_seen``)."""
-        if self.dedupe:
-            new = iter(self.seen.first_seen([sentence_hash(s) for _, sentences, _, _ in docs for s in sentences]))
-        else:
-            new = itertools.repeat(True)
+    def take(self, docs: list[tuple[int, list[bytes], int, int]], batch: bytes) -> None:
+        """A chunk's cleaned documents, in input order: (file index, JSON-encoded sentences, too short, too long)
+        each, and the digests of their sentences, checked against the kept ones together
+        (``SeenSentences.first_seen``). Their lines are written together, and before a new file's start is taken."""
+        new = self.seen.first_seen(batch).tolist() if self.dedupe else None
+        lines: list[bytes] = []
+        at, st = 0, self.st
         for file_index, sentences, short, long in docs:
-            kept = [s for s in sentences if next(new)]
-            self._take_one(file_index, kept, len(sentences) - len(kept), short, long)
+            if file_index != self.cur:
+                self._write(lines)
+                self.cur, self.in_file, self.entered = file_index, 0, self.here(file_index, 0)
+            self.in_file += 1
+            kept = sentences if new is None else list(itertools.compress(sentences, new[at:at + len(sentences)]))
+            at += len(sentences)
+            st["read_documents"] += 1
+            st["too_short"] += short
+            st["too_long"] += long
+            st["duplicates"] += len(sentences) - len(kept)
+            if kept:
+                lines.append(b"[" + b", ".join(kept) + b"]\n")
+                st["documents"] += 1
+                st["sentences"] += len(kept)
+            else:
+                st["empty_documents"] += 1
+        self._write(lines)
 
-    def _take_one(self, file_index: int, kept: list[str], duplicates: int, short: int, long: int) -> None:
-        if file_index != self.cur:
-            self.cur, self.in_file, self.entered = file_index, 0, self.here(file_index, 0)
-        self.in_file += 1
-        st = self.st
-        st["read_documents"] += 1
-        st["too_short"] += short
-        st["too_long"] += long
-        st["duplicates"] += duplicates
-        if kept:
-            self.writer.write((json.dumps(kept, ensure_ascii=False) + "\n").encode())
-            st["documents"] += 1
-            st["sentences"] += len(kept)
-        else:
-            st["empty_documents"] += 1
+    def _write(self, lines: list[bytes]) -> None:
+        if lines:
+            self.writer.write(b"".join(lines))
+            lines.clear()
 
 
 def clean(inputs: list[Path | str], out: Path, opts: PrepareOptions = DEFAULTS, *, workers: int = 1,
@@ -224,9 +236,9 @@ def clean(inputs: list[Path | str], out: Path, opts: PrepareOptions = DEFAULTS, 
     ckpt = Checkpoints(out, options_key, files, writer)
     bar = progress_bar(progress, desc="clean", unit="doc")
     try:
-        with _ordered_pool(workers, _init_clean, (splitter, normalize, min_chars, max_chars)) as imap:
-            for results in imap(_clean_chunk, _chunks(raw_docs())):
-                kept.take([(origins.popleft(), *result) for result in results])
+        with _ordered_pool(workers, _init_clean, (splitter, normalize, min_chars, max_chars, dedupe)) as imap:
+            for results, batch in imap(_clean_chunk, _chunks(raw_docs())):
+                kept.take([(origins.popleft(), *result) for result in results], batch)
                 kept.point = kept.here(kept.cur, kept.in_file)
                 if ckpt.due():
                     ckpt.record(kept.point)
