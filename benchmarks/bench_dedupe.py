@@ -89,9 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     if any(r["sha256"] != rows["dedupe"]["sha256"] for way, r in rows.items() if way != "no dedupe"):
         raise SystemExit("error: the corpus --code wrote differs from this checkout's")
     flat = rows["no dedupe"]["peak"]
+    same = "; corpus.jsonl of both checkouts: the same" if args.code is not None else ""
     print(f"{platform.machine()}, {platform.python_version()}, {args.workers} workers, "
-          f"{corpus.stat().st_size / 1e9:.2f} GB corpus" + ("; corpus.jsonl of both checkouts: the same" * (
-              args.code is not None)) + "\n")
+          f"{corpus.stat().st_size / 1e9:.2f} GB corpus{same}\n")
     print("| way | sentences kept | wall s | main process CPU s | workers CPU s | peak RSS MB | "
           "bytes a sentence above no dedupe |")
     print("|---|---:|---:|---:|---:|---:|---:|")

@@ -3,7 +3,7 @@
 A Python set of ``bytes`` costs about 91 bytes a digest (the object, its hash slot, the set's spare room): 13.7 GB
 for 150M sentences, and a lookup or insert from Python for every sentence. Here the digests are sorted numpy arrays,
 16 bytes a digest: each batch's new digests become an array of their own, merged whenever the newer of two reaches
-half the older's size, as a log-structured merge does: about log2(n / batch) arrays, each digest copied O(log n)
+half the older's size, as a log-structured merge does: at most about log2(n / batch) arrays, each digest copied O(log n)
 times in all. The largest merge briefly holds both inputs and half of its output, about 24 bytes a digest at that
 peak. No step handles a digest from Python: a batch is one ``bytes`` of concatenated digests, which the workers hash
 (``digests``), and its answers one boolean array.
@@ -59,9 +59,9 @@ class SeenSentences:
         new[1:] = (first[1:] != first[:-1]) | (last[1:] != last[:-1])
         if self.runs:
             maybe = np.flatnonzero(new & self.marks.holds(first))
-            held = np.zeros(len(maybe), dtype=bool)
+            candidates, held = (first[maybe], last[maybe]), np.zeros(len(maybe), dtype=bool)
             for run in self.runs:
-                held |= _holds(run, first[maybe], last[maybe])
+                held |= _holds(run, *candidates)
             new[maybe[held]] = False
         if new.any():
             self.runs.append((first[new], last[new]))  # sorted by the first half, as a run is
