@@ -4,7 +4,7 @@ WebDataset shards + manifest.json (docs/shard_format.md).
 - ``run``: every stage in one call (``run_pipeline``, ``prepare``); ``options``: ``PrepareOptions``, every option
   with its one default, help and flag;
 - the stages: ``clean/`` (read, normalise, sentence-split, filter, dedupe: ``stage``, its resume points
-  ``resume`` and the dedupe set ``seen``), ``split`` (by document), ``spm/`` (train SentencePiece or copy a model:
+  ``resume`` and the dedupe arrays ``seen``), ``split`` (by document), ``spm/`` (train SentencePiece or copy a model:
   ``stage``, with ``trainer`` and the source family's special-token ``layouts``), ``shard_stage`` (tokenize into
   shards, resumable);
 - what they use: ``readers`` (text, WikiExtractor, JSON lines; gzip/bzip2/xz), ``text`` (normalisation,

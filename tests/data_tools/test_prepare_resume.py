@@ -25,8 +25,8 @@ SLOW_SPLITTER = ("def split(text):\n    import time\n    time.sleep(0.002)\n"
 
 
 def _corpus(folder: Path, files: int = 3, docs: int = 120) -> list[Path]:
-    """Documents of a few sentences, one in four of them repeated from earlier (across files too): the dedupe set
-    a resume rebuilds decides what is kept after the resume point."""
+    """Documents of a few sentences, one in four of them repeated from earlier (across files too): the dedupe arrays
+    a resume rebuilds decide what is kept after the resume point."""
     folder.mkdir(parents=True, exist_ok=True)
     paths, n = [], 0
     for k in range(files):

@@ -1,7 +1,7 @@
 """The clean stage's dedupe (data_tools.pipeline.clean.seen): a Python set's answers, in batch order (repeats inside
 a batch too), through the arrays' merges and the bitmap's growth, also for digests that share their first 8 bytes;
 16 bytes a digest in the arrays and 1-4 in the bitmap; and a corpus cleaned through the arrays, interrupted and
-resumed on 2 workers, byte for byte the one a plain set of the digests gives."""
+resumed on 2 workers, byte for byte the one a plain set of the digests gives; each corpus line is json.dumps's."""
 from __future__ import annotations
 
 import hashlib
@@ -89,3 +89,18 @@ def test_a_corpus_cleaned_through_the_arrays_and_resumed_is_the_sets(tmp_path, m
     assert {k: by_arrays[k] for k in ("documents", "sentences", "duplicates")} == \
         {k: by_set[k] for k in ("documents", "sentences", "duplicates")}
     assert _corpus_bytes(out) == _corpus_bytes(tmp_path / "set")
+
+
+def test_a_corpus_line_is_what_json_dumps_writes(tmp_path):
+    """The workers encode each sentence and the main process joins the kept ones: each line of corpus.jsonl is
+    ``json.dumps(sentences, ensure_ascii=False)``, quotes, backslashes and characters beyond the BMP included, also
+    where a duplicate was dropped from the middle of a document."""
+    import json
+    text = ('Він сказав "так". Шлях C:\\temp\\x є. Нота 𝄞 звучить. Тег </script> тут. Він сказав "так". Кінець.\n\n'
+            'Шлях C:\\temp\\x є. Другий документ тут.\n')
+    (tmp_path / "in.txt").write_text(text, encoding="utf-8")
+    stats = clean([tmp_path / "in.txt"], tmp_path / "out", PrepareOptions(splitter=_split), workers=2)
+    lines = (tmp_path / "out" / "sentences" / "corpus.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    docs = [json.loads(line) for line in lines]
+    assert stats["duplicates"] == 2 and docs[0][0] == 'Він сказав "так"' and "Нота 𝄞 звучить" in docs[0]
+    assert lines == [json.dumps(doc, ensure_ascii=False) + "\n" for doc in docs]

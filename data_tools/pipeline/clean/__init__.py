@@ -1,3 +1,3 @@
 """Stage (a), clean: ``stage`` reads every input, normalises, splits into sentences, filters and drops exact
 duplicates into ``sentences/corpus.jsonl``; ``resume`` keeps the resume points an interrupted run reads on from;
-``seen`` is the dedupe set of the sentences kept."""
+``seen`` holds the digests of the sentences kept, for the dedupe."""
