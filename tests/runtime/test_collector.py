@@ -13,6 +13,12 @@ from conftest import REPO, base_config, free_port, run_main, write_config
 from xpt_ds.runtime import collector
 
 
+def test_the_tests_run_with_the_collector_on_and_the_collected_modules_frozen():
+    """tests/conftest.py turns the collector off while a worker collects, and on again once it has frozen what the
+    collection imported: a test runs as a user's program does, with its garbage collected."""
+    assert gc.isenabled() and gc.get_freeze_count() > 10_000
+
+
 def in_child(check) -> None:
     """``check()`` in a forked child; its failure comes back as this test's."""
     read, write = os.pipe()
