@@ -475,6 +475,25 @@ def test_numeric_flags_out_of_range_are_usage_errors(argv, culprit):
     assert proc.returncode == 2 and culprit in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 
+def test_evaluate_names_a_missing_shard_or_split_before_it_loads_the_model(tmp_path, corpus, monkeypatch, capsys):
+    """A mistyped split or shard was said only once the model (or checkpoint) had loaded: minutes at 8B. Now it
+    is one line first, for --shards and --unigram alike; --text already read its files first."""
+    import xpt_ds.cli.evaluate as evaluate
+
+    def loaded(a):
+        raise AssertionError("the model was loaded")
+    monkeypatch.setattr(evaluate, "scored_model", loaded)
+    good = f"{corpus}/manifest.json:test"
+    for argv, line in [
+        (["--shards", f"{corpus}/manifest.json:tset"],
+         f"error: manifest {corpus}/manifest.json has no split 'tset' (has train, valid, test)"),
+        (["--shards", good, "--unigram", str(tmp_path / "train-{000000..000001}.tar")],
+         f"error: shard not found: {tmp_path}/train-000000.tar"),
+    ]:
+        assert evaluate.main(["--model", str(tmp_path), *argv]) == 2
+        assert capsys.readouterr().err.strip().splitlines()[-1].startswith(line)
+
+
 def test_evaluate_out_never_overwrites_its_own_inputs(tmp_path, tiny_roberta, corpus):
     """``--out`` replaced a corpus's manifest.json or a model's config.json with the scores, exit 0 (both then
     unusable). Now a file of --model, --shards' corpus or --text is refused in one line before any work, and

@@ -353,6 +353,15 @@ def test_sentences_sentencepiece_leaves_out_and_unk_tokens_are_said(tmp_path, sy
     assert split["unk_tokens"] >= 1 and f"tokenize: warning: train {split['unk_tokens']} (" in err
 
 
+def test_a_vocabulary_below_the_least_says_the_least(tmp_path):
+    """Checked before the train split is read: the line gives the bound, not only that the size is too small."""
+    from data_tools.errors import PrepareError
+    from data_tools.pipeline.options import PrepareOptions
+    from data_tools.pipeline.spm.stage import train_tokenizer
+    with pytest.raises(PrepareError, match=r"^--vocab-size 5 is too small: it must be at least 8$"):
+        train_tokenizer(tmp_path, PrepareOptions(vocab_size=5))
+
+
 def test_sentencepieces_advice_names_xpt_datas_own_flag(tmp_path):
     """More distinct characters than the vocabulary holds (Korean at a small --vocab-size): SentencePiece's error
     advises its own '--character_coverage'; the line says prepare's '--character-coverage'."""

@@ -130,6 +130,9 @@ def evaluate_shards(a: argparse.Namespace) -> int:
         from xpt_ds.evaluation.intrinsic import check_not_a_run
         check_not_a_run(a.model)
         card = card_file(Path(a.card) if a.card else a.model)
+    from xpt_ds.data.manifest import expand_shards
+    for specs in (a.shards, a.unigram or []):  # a missing shard, manifest or split: before the model loads
+        expand_shards(specs)  # (the tokenizer each manifest records is checked against the model's after it)
     model, tok, data, source, causal = scored_model(a)
     if a.unigram:
         model = UnigramPredictor.from_shards(a.unigram, tok, data.on_corrupt_shard, causal)

@@ -22,6 +22,8 @@ from data_tools.pipeline.spm.trainer import (MAX_SENTENCE_BYTES, normalization_r
                                             write_vocab)
 from data_tools.pipeline.state import STAGE_VERSION, STATE, drop_state, fingerprint, save_state, split_path, up_to_date
 
+MIN_VOCAB = 8  # a layout's special tokens (5 at most) and a few pieces; SentencePiece says what a corpus needs
+
 
 def _copy(src: Path, dest: Path) -> None:
     """``src`` to ``dest`` through a temp file; nothing when they are the same file (``--tokenizer OUT/spm.model``,
@@ -51,8 +53,8 @@ def train_tokenizer(out: Path, opts: PrepareOptions = DEFAULTS, force: bool = Fa
         SpmTokenizer(tokenizer)  # one line for a file that is not a model, before OUT/spm.model is replaced
         key = fingerprint({"stage": "spm", "copy": hashlib.sha256(tokenizer.read_bytes()).hexdigest()})
     else:
-        if vocab_size < 8:
-            raise PrepareError(f"--vocab-size {vocab_size} is too small")
+        if vocab_size < MIN_VOCAB:
+            raise PrepareError(f"--vocab-size {vocab_size} is too small: it must be at least {MIN_VOCAB}")
         train = split_signature(out, "train")
         rule = normalization_rule(opts.normalize)
         key = fingerprint({"stage": "spm", "v": STAGE_VERSION, "train": train["sha256"], "vocab": vocab_size,
