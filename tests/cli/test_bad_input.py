@@ -476,8 +476,8 @@ def test_numeric_flags_out_of_range_are_usage_errors(argv, culprit):
 
 
 def test_evaluate_names_a_missing_shard_or_split_before_it_loads_the_model(tmp_path, corpus, monkeypatch, capsys):
-    """A mistyped split or shard was said only once the model (or checkpoint) had loaded: minutes at 8B. Now it
-    is one line first, for --shards and --unigram alike; --text already read its files first."""
+    """A mistyped split or shard was said only once the model (or checkpoint) had loaded. Now it is one line
+    first, for --shards and --unigram alike, as --text's files already were."""
     import xpt_ds.cli.evaluate as evaluate
 
     def loaded(a):
