@@ -74,3 +74,19 @@ def test_probe_cli_scores_every_row(tmp_path, source, corpus):
     bad = run_main("xpt_ds.cli.probe", ["--run", str(run), "--source-text", str(tmp_path / "missing.txt")])
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1] == \
         f"error: --source-text {tmp_path / 'missing.txt'} not found"
+
+
+def test_probe_names_a_missing_target_split_before_it_reads_the_checkpoint(tmp_path, source, corpus, monkeypatch,
+                                                                           capsys):
+    """Was said after both models had loaded and the source text was scored three times."""
+    import xpt_ds.export.hf
+    from xpt_ds.cli.probe import main
+
+    def read(*args):
+        raise AssertionError("the checkpoint was read")
+    monkeypatch.setattr(xpt_ds.export.hf, "checkpoint_config", read)
+    argv = ["--run", str(tmp_path), "--source-text", str(source / "text.txt"),
+            "--target-shards", f"{corpus}/manifest.json:tset"]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == \
+        f"error: manifest {corpus}/manifest.json has no split 'tset' (has train, valid, test)"

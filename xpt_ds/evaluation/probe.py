@@ -19,6 +19,7 @@ from torch import nn
 
 from xpt_ds.config import ConfigError, DataConfig
 from xpt_ds.config.methods import has_itl, method_of
+from xpt_ds.data.manifest import expand_shards
 from xpt_ds.data.mlm import MLMMasker, sequence_seed
 from xpt_ds.data.tokenizer import build_hf_tokenizer, check_vocabulary
 from xpt_ds.metrics.mlm import MLMStats, piece_word_starts
@@ -113,6 +114,7 @@ def probe(run: Path, source_text: Path, tag: str | None = None, source_id: str |
     from xpt_ds.evaluation.intrinsic import evaluate
     if not source_text.is_file():
         raise ConfigError(f"--source-text {source_text} not found")
+    expand_shards(list(target_shards))  # a missing shard or split: before the models load and score the text
     tag_dir, hf_config = checkpoint_config(run, tag)
     if is_decoder(hf_config):  # next-piece bits per byte instead of masked-token scores
         from xpt_ds.evaluation.decoder_probe import probe_decoder_run
