@@ -27,7 +27,7 @@ from pathlib import Path
 from data_tools.typed_options import add_options, as_invoked, options_from_args
 from data_tools.embeddings.adversarial import AdversarialOptions
 from data_tools.embeddings.bilingual_dict import COLUMNS
-from data_tools.embeddings.embedding_files import output_prefix
+from data_tools.embeddings.embedding_files import writable_prefix
 from data_tools.embeddings.mapping import Inputs, ProcrustesOptions, map_adversarial, map_procrustes
 from data_tools.errors import ArgumentParser, cli_errors
 
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None, prog: str = "xpt-data align-embeddings")
     inputs = Inputs(a.target, a.source, a.target_first_row, a.source_first_row, a.target_tokenizer,
                     a.source_tokenizer)
     with cli_errors():
-        out = output_prefix(a.out)
+        out = writable_prefix(a.out)
         if a.method == "procrustes":
             sidecar = map_procrustes(inputs, a.dictionary, a.dictionary_columns,
                                      options_from_args(ProcrustesOptions, a), out, a.show_neighbours)

@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from data_tools.embeddings.embedding_files import output_prefix, write_embeddings
+from data_tools.embeddings.embedding_files import writable_prefix, write_embeddings
 from data_tools.embeddings.source_model import input_embeddings
 from data_tools.typed_options import as_invoked
 from data_tools.errors import ArgumentParser, cli_errors
@@ -26,8 +26,9 @@ def main(argv: list[str] | None = None, prog: str = "xpt-data source-embeddings"
     p.add_argument("--out", required=True, type=Path, help="output prefix: writes OUT.npy and OUT.json")
     a = p.parse_args(argv)
     with cli_errors():
+        out = writable_prefix(a.out)
         matrix, meta = input_embeddings(a.model)
-        print(write_embeddings(output_prefix(a.out), matrix, meta).with_suffix(".npy"))
+        print(write_embeddings(out, matrix, meta).with_suffix(".npy"))
     return 0
 
 

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from data_tools.typed_options import add_options, as_invoked, options_from_args
-from data_tools.embeddings.embedding_files import output_prefix, write_embeddings
+from data_tools.embeddings.embedding_files import writable_prefix, write_embeddings
 from data_tools.embeddings.fasttext_pieces import FastTextOptions, train_fasttext_embeddings
 from data_tools.embeddings.word2vec import TrainOptions, build_corpus, train_static_embeddings
 from data_tools.errors import ArgumentParser, cli_errors
@@ -64,9 +64,10 @@ def main(argv: list[str] | None = None, prog: str = "xpt-data static-embeddings"
     options_cls, train = METHODS[method]
     with cli_errors():
         t0 = time.perf_counter()
+        out = writable_prefix(a.out)
         corpus = build_corpus(a.shards, a.text, a.spm, a.hf_tokenizer)
         matrix, meta = train(corpus, options_from_args(options_cls, a))
-        sidecar = write_embeddings(output_prefix(a.out), matrix, meta)
+        sidecar = write_embeddings(out, matrix, meta)
         print(f"static_embeddings: {method}, {meta['corpus']['tokens']} tokens, {meta['seen_count']}/{len(matrix)} "
               f"pieces seen, dim {matrix.shape[1]}, {time.perf_counter() - t0:.1f} s", file=sys.stderr)
         print(sidecar.with_suffix(".npy"))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +37,22 @@ def output_prefix(out: Path | str) -> Path:
     """``--out`` names the prefix; ``NAME.npy`` or ``NAME.json`` are accepted for it too."""
     out = Path(out)
     return out.with_suffix("") if out.suffix in (".npy", ".json") else out
+
+
+def writable_prefix(out: Path | str) -> Path:
+    """``output_prefix(out)``, its folder made and a file of its own written and removed there: a ``--out`` that
+    cannot be written is one line naming it before the work (a fastText training, a model load), not a temp file's
+    name after it."""
+    prefix = output_prefix(out)
+    try:
+        prefix.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=prefix.parent, prefix=f".{prefix.name}.", suffix=".probe"):
+            pass
+    except OSError as e:
+        file = next((p for p in (prefix.parent, *prefix.parent.parents) if p.exists() and not p.is_dir()), None)
+        why = f"{file} is a file, not a folder" if file is not None else e.strerror or str(e)
+        raise PrepareError(f"--out {out}: cannot write there ({why})") from None
+    return prefix
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

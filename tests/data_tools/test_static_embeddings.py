@@ -313,6 +313,31 @@ def test_adversarial_cli_is_deterministic(tmp_path):
     assert read_embeddings(a.with_suffix(".npy")).meta["kind"] == "adversarial"
 
 
+def test_an_out_that_cannot_be_written_is_said_before_the_work(tmp_path, paired_corpus, monkeypatch, capsys):
+    """static-embeddings trained (minutes at scale) and source-embeddings loaded the model before finding that
+    --out could not be written, and the line named a temp file; align-embeddings now says it the same way."""
+    import data_tools.cli.source_embeddings as source_cli
+    import data_tools.cli.static_embeddings as static_cli
+
+    def work(*args, **kwargs):
+        raise AssertionError("the work began")
+    monkeypatch.setattr(static_cli, "build_corpus", work)
+    monkeypatch.setattr(source_cli, "input_embeddings", work)
+    (tmp_path / "file").write_text("")
+    out = tmp_path / "file" / "emb"  # under a file: not writable, even for root
+    for main, argv in [(static_cli.main, ["--shards", str(paired_corpus)]), (source_cli.main, ["--model", "m"]),
+                       (align_main, ["procrustes", "--target", "t.npy", "--source", "s.npy", "--dictionary", "d"])]:
+        with pytest.raises(SystemExit) as stop:
+            main([*argv, "--out", str(out)])
+        assert stop.value.code == 2
+        assert capsys.readouterr().err.strip().splitlines() == [f"error: --out {out}: cannot write there "
+                                                                f"({tmp_path / 'file'} is a file, not a folder)"]
+    monkeypatch.setattr(static_cli, "build_corpus", lambda *args: 1 / 0)  # the work begins once --out is good
+    with pytest.raises(ZeroDivisionError):
+        static_cli.main(["--shards", str(paired_corpus), "--out", str(tmp_path / "new" / "emb")])
+    assert list((tmp_path / "new").iterdir()) == []  # its folder made, the probe file gone
+
+
 def test_one_line_errors(tmp_path, paired_corpus, spm_model):
     se, al = "data_tools.cli.static_embeddings", "data_tools.cli.align_embeddings"
     one_error_line_of(cli(se, "--shards", tmp_path / "none/manifest.json", "--out", tmp_path / "o"),
