@@ -314,8 +314,8 @@ def test_adversarial_cli_is_deterministic(tmp_path):
 
 
 def test_an_out_that_cannot_be_written_is_said_before_the_work(tmp_path, paired_corpus, monkeypatch, capsys):
-    """static-embeddings trained (minutes at scale) and source-embeddings loaded the model before finding that
-    --out could not be written, and the line named a temp file; align-embeddings now says it the same way."""
+    """static-embeddings trained and source-embeddings loaded the model before finding that --out could not be
+    written, and the line named a temp file; align-embeddings now says it the same way."""
     import data_tools.cli.source_embeddings as source_cli
     import data_tools.cli.static_embeddings as static_cli
 
