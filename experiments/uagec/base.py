@@ -16,6 +16,7 @@ import yaml
 
 from xpt_ds.config import ConfigError, TrainConfig, from_dict, read_config_file
 from xpt_ds.errors import cli_errors
+from xpt_ds.io.paths import write_text_atomic
 
 CONFIG = Path(__file__).resolve().parents[2] / "launch" / "configs" / "uagec_gpu.yaml"
 
@@ -34,7 +35,11 @@ def base_config(steps: int, config: Path = CONFIG) -> dict:
 
 
 def write_base(steps: int, path: Path, config: Path = CONFIG) -> Path:
-    path.write_text(yaml.safe_dump(base_config(steps, config), sort_keys=False))
+    """Written beside ``path`` and renamed over it: ``launch/gpu_uagec.sh`` starts its five sweeps at once, and each
+    writes the same base for the same steps while the others may be reading it. Written in place, a reader could
+    find it empty or cut short: the likely cause of the dry-run test's one failure (2026-12-06, under the full
+    suite: "sweep_other_trelm: error: arm 'trelm' ..., size 600K: config key 'ph..."; it passed alone)."""
+    write_text_atomic(path, yaml.safe_dump(base_config(steps, config), sort_keys=False))
     return path
 
 

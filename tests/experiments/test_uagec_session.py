@@ -40,6 +40,24 @@ def test_the_base_file_is_the_partial_yaml_and_a_bad_key_names_itself(tmp_path, 
     assert capsys.readouterr().err == "error: steps per phase must be positive, got 0\n"
 
 
+def test_the_base_is_renamed_over_the_old_one_whole(tmp_path, monkeypatch):
+    """gpu_uagec.sh's five sweeps each write the same base at once while the others read it: until the new file
+    is renamed over it, a reader finds the old one whole (written in place, it could find it empty or cut short)."""
+    import os
+    path = tmp_path / "base_3000.yaml"
+    base.write_base(3000, path)
+    before = path.read_text()
+    seen = []
+    rename = os.replace
+
+    def replace(src, dst):
+        seen.append(open(dst).read())  # what a reader finds until the rename
+        rename(src, dst)
+    monkeypatch.setattr(os, "replace", replace)
+    base.write_base(3000, path)
+    assert seen == [before] and path.read_text() == before and list(tmp_path.iterdir()) == [path]
+
+
 @pytest.mark.parametrize("best, cap, steps", [
     ({"scratch": 1234, "xpt": 800}, 2000, 800),  # ceil(1.25 x 1234 / 100) x 100 / 2: the later best, in hundreds
     ({"scratch": 1234, "xpt": 800}, 500, 500),  # never past the pilot's cap
