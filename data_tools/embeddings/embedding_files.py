@@ -46,8 +46,8 @@ def writable_prefix(out: Path | str) -> Path:
     prefix = output_prefix(out)
     try:
         prefix.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=prefix.parent, prefix=f".{prefix.name}.", suffix=".probe"):
-            pass
+        probe = tempfile.NamedTemporaryFile(dir=prefix.parent, prefix=f".{prefix.name}.", suffix=".probe")
+        probe.close()  # which removes it
     except OSError as e:
         file = next((p for p in (prefix.parent, *prefix.parent.parents) if p.exists() and not p.is_dir()), None)
         why = f"{file} is a file, not a folder" if file is not None else e.strerror or str(e)
