@@ -44,7 +44,8 @@ class PrepareOptions:
     character_coverage: float = option(0.9995, "SentencePiece character coverage", group="spm")
     spm_threads: int = option(8, "SentencePiece trainer threads: the model depends on it, so it is a fixed option, "
                                  "not the machine's core count", type=positive_int, group="spm")
-    tokenizer: Path | None = option(None, "use this SentencePiece model instead of training one", type=Path,
+    tokenizer: Path | None = option(None, "use this SentencePiece model instead of training one (with pad, bos, "
+                                          "eos and unk ids; a mask piece for an encoder source)", type=Path,
                                     group="spm")
     # stages split and spm (after the spm fields, where ``prepare spm --help`` lists it)
     seed: int = option(0, "split and SentencePiece sampling seed", group=("split", "spm"))

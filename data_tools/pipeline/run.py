@@ -5,11 +5,13 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from data_tools.piece_tokenizers import HfTokenizer
 from data_tools.pipeline.clean.stage import clean
 from data_tools.pipeline.options import DEFAULTS, PrepareOptions
 from data_tools.pipeline.shard_stage import tokenize
 from data_tools.pipeline.split import split
 from data_tools.pipeline.state import exclusive
+from data_tools.pipeline.spm.given import given_tokenizer
 from data_tools.pipeline.spm.stage import train_tokenizer
 
 
@@ -19,6 +21,12 @@ def run_pipeline(inputs: list[Path | str], out: Path, opts: PrepareOptions = DEF
     ``PrepareOptions`` fields that override ``opts`` (``run_pipeline(inputs, out, vocab_size=8000)``)."""
     opts = opts.replace(**changes) if changes else opts
     out = Path(out)
+    # The tokenizer a later stage takes, checked before the clean stage reads the corpus (hours for a large one):
+    # a missing or unusable one was said after the clean and split stages had run.
+    if opts.tokenizer is not None:
+        given_tokenizer(opts.tokenizer)
+    if opts.hf_tokenizer is not None:
+        HfTokenizer(opts.hf_tokenizer)
     with exclusive(out):  # makes out; a failed run leaves no empty folder or lock behind
         return _run_all(inputs, out, opts, workers, force, progress)
 

@@ -199,7 +199,7 @@ def tokenizer_for(model_cfg, causal: bool = False) -> TargetTokenizer:
             raise ConfigError(f"config key 'model.tokenizer': {model_cfg.tokenizer!r} is not a directory; method "
                               "extend takes the directory `xpt-data extend-vocab --out DIR` writes")
         return build_hf_tokenizer(model_cfg.tokenizer, causal=True)
-    return build_tokenizer(model_cfg.tokenizer, model_cfg.mask_token)
+    return build_tokenizer(model_cfg.tokenizer, model_cfg.mask_token, causal=causal)
 
 
 def saved_tokenizer(directory: Path, mask_token: str = "") -> TargetTokenizer:
@@ -217,7 +217,7 @@ def saved_tokenizer(directory: Path, mask_token: str = "") -> TargetTokenizer:
             raise ConfigError(f"{directory}: its {spm_file.name} is not a SentencePiece model ({first_line(e)}); "
                               "copy it from another checkpoint of the run or its export (they hold the same "
                               "file)") from None
-        return build_tokenizer(str(spm_file), mask_token or _named_mask_token(directory))
+        return build_tokenizer(str(spm_file), mask_token or _named_mask_token(directory), causal=None)
     for d in (directory / HF_TOKENIZER_DIR, directory):
         if (d / "tokenizer_config.json").is_file():
             return build_hf_tokenizer(str(d), f"saved tokenizer {d}", causal=None)
@@ -286,23 +286,35 @@ def _load(path: str) -> spm.SentencePieceProcessor:
     return spm.SentencePieceProcessor(model_file=path)
 
 
-def build_tokenizer(path: str, mask_token: str = "") -> TargetTokenizer:
-    """Read special-token ids; a missing file or special piece is a one-line error."""
+def build_tokenizer(path: str, mask_token: str = "", causal: bool | None = False) -> TargetTokenizer:
+    """Read special-token ids; a missing file or special piece is a one-line error. ``causal`` (a decoder's rows,
+    ``xpt_ds.data.causal``): nothing is masked, so a model without a mask piece (SentencePiece's defaults, as
+    Llama-style tokenizers are trained) is taken, its mask id the pad's, an id the shards never hold, as
+    ``build_hf_tokenizer`` does; until 2026-12-06 a decoder run refused it, and ``model.mask_token`` is refused for
+    decoders. None: a saved tokenizer (a checkpoint's or an export's), which its run's checks passed.
+    ``data_tools.pipeline.spm.given`` checks a ``prepare --tokenizer`` model for the same ids."""
     if not Path(path).is_file():
         raise ConfigError(f"config key 'model.tokenizer': {no_file(path, 'SentencePiece model')}")
     try:
         sp = _load(path)
     except (RuntimeError, OSError) as e:
         raise ConfigError(f"config key 'model.tokenizer': {path} is not a SentencePiece model ({e})") from None
-    ids = {"pad": sp.pad_id(), "bos (cls)": sp.bos_id(), "eos (sep)": sp.eos_id(), "unk": sp.unk_id()}
+    ids = {"pad": sp.pad_id(), "bos": sp.bos_id(), "eos": sp.eos_id(), "unk": sp.unk_id()}
     missing = [k for k, v in ids.items() if v < 0]
     if missing:
-        raise ConfigError(f"tokenizer {path} lacks {', '.join(missing)} id(s); train it with data_tools.cli.prepare "
-                          "(pad_id/bos_id/eos_id/unk_id must be >= 0)")
+        named = ", ".join(f"{k}_id" for k in missing)
+        raise ConfigError(f"config key 'model.tokenizer': {path} has no {' or '.join(missing)} piece ({named} -1), "
+                          "which training needs (documents start with bos and end with eos, rows are padded with "
+                          f"pad): train it again with {named} set (spm_train --{missing[0]}_id=N ...), or let "
+                          "`python -m data_tools prepare` train one")
     candidates = (mask_token,) if mask_token else MASK_CANDIDATES
     mask_ids = [sp.piece_to_id(t) for t in candidates if sp.piece_to_id(t) != sp.unk_id()]
+    if not mask_ids and causal is not False and not mask_token:
+        mask_ids = [sp.pad_id()]  # nothing is masked
     if not mask_ids:
-        raise ConfigError(f"tokenizer {path} has no mask piece (looked for {', '.join(candidates)})")
+        raise ConfigError(f"config key 'model.tokenizer': {path} has no mask piece (looked for "
+                          f"{', '.join(candidates)}), which an encoder's masked LM needs (model.mask_token names "
+                          "another piece of it)")
     return TargetTokenizer(path=path, vocab_size=sp.get_piece_size(), pad_id=sp.pad_id(), cls_id=sp.bos_id(),
                            sep_id=sp.eos_id(), unk_id=sp.unk_id(), mask_id=mask_ids[0])
 
@@ -334,7 +346,8 @@ def save_hf_tokenizer(tok: TargetTokenizer, out_dir: Path, model_max_length: int
         single=single, pair=pair, special_tokens=[(cls, tok.cls_id), (sep, tok.sep_id)])
     hf = PreTrainedTokenizerFast(
         tokenizer_object=backend, bos_token=cls, eos_token=sep, cls_token=cls, sep_token=sep,
-        pad_token=tok.piece(tok.pad_id), unk_token=tok.piece(tok.unk_id), mask_token=tok.piece(tok.mask_id),
+        pad_token=tok.piece(tok.pad_id), unk_token=tok.piece(tok.unk_id),
+        mask_token=tok.piece(tok.mask_id) if tok.mask_id != tok.pad_id else None,  # a decoder's without one
         model_max_length=model_max_length, padding_side="left" if causal else "right",
         model_input_names=["input_ids", "token_type_ids", "attention_mask"] if token_types > 1
         else ["input_ids", "attention_mask"])

@@ -12,11 +12,11 @@ from typing import Iterator
 import numpy as np
 
 from data_tools.errors import PrepareError
-from data_tools.piece_tokenizers import SpmTokenizer
 from data_tools.pipeline.log import log
 from data_tools.pipeline.options import DEFAULTS, PrepareOptions
 from data_tools.pipeline.split import split_signature
 from data_tools.pipeline.shards import sentences_of
+from data_tools.pipeline.spm.given import MASK_PIECES, given_tokenizer, has_mask_piece
 from data_tools.pipeline.spm.layouts import LAYOUTS
 from data_tools.pipeline.spm.trainer import (MAX_SENTENCE_BYTES, normalization_rule, train_spm_from_sentences,
                                             write_vocab)
@@ -48,9 +48,7 @@ def train_tokenizer(out: Path, opts: PrepareOptions = DEFAULTS, force: bool = Fa
     model, vocab = out / "spm.model", out / "spm.vocab"
     if tokenizer is not None:
         tokenizer = Path(tokenizer)
-        if not tokenizer.is_file():
-            raise PrepareError(f"tokenizer not found: {tokenizer}")
-        SpmTokenizer(tokenizer)  # one line for a file that is not a model, before OUT/spm.model is replaced
+        given = given_tokenizer(tokenizer)  # one line for a file that is not a model, before OUT/spm.model is replaced
         key = fingerprint({"stage": "spm", "copy": hashlib.sha256(tokenizer.read_bytes()).hexdigest()})
     else:
         if vocab_size < MIN_VOCAB:
@@ -73,6 +71,9 @@ def train_tokenizer(out: Path, opts: PrepareOptions = DEFAULTS, force: bool = Fa
         else:
             write_vocab(model.read_bytes(), vocab)
         log(f"spm: copied {tokenizer}")
+        if not has_mask_piece(given):
+            log(f"spm: note: {tokenizer} has no {' or '.join(MASK_PIECES)} piece: a decoder source needs none; an "
+                "encoder source's masked LM needs one (a run's model.mask_token names another piece of it)")
         sampled = None
     else:
         if train["sentences"] == 0:
