@@ -19,9 +19,9 @@ from data_tools.pipeline.spm.given import given_tokenizer
 
 def own_spm(text: Path, prefix: Path, **options) -> Path:
     """A SentencePiece model trained on ``text`` with SentencePiece's own defaults (unk 0, bos 1, eos 2, no pad, no
-    mask piece: what a Llama-style tokenizer is) but for ``options``."""
-    spm.SentencePieceTrainer.train(input=str(text), model_prefix=str(prefix), vocab_size=200, minloglevel=2,
-                                   **options)
+    mask piece: what a Llama-style tokenizer is) but for ``options`` (and a vocabulary of 200 pieces)."""
+    spm.SentencePieceTrainer.train(input=str(text), model_prefix=str(prefix), minloglevel=2,
+                                   **{"vocab_size": 200, **options})
     return prefix.with_suffix(".model")
 
 
