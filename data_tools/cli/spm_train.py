@@ -32,9 +32,12 @@ def main(argv: list[str] | None = None, prog: str = "xpt-data spm-train") -> int
                    help="SentencePiece's algorithm (default %(default)s)")
     p.add_argument("--threads", type=int, default=DEFAULTS.spm_threads,
                    help="SentencePiece's threads: the model depends on them, so keep them fixed (default %(default)s)")
+    p.add_argument("--byte-fallback", action="store_true",
+                   help="spell a character the vocabulary lacks in UTF-8 byte pieces instead of <unk>")
     a = p.parse_args(argv)
     with cli_errors():
-        print(train_spm(a.input, a.out, a.vocab_size, a.family, a.model_type, num_threads=a.threads))
+        print(train_spm(a.input, a.out, a.vocab_size, a.family, a.model_type, num_threads=a.threads,
+                        byte_fallback=a.byte_fallback))
     return 0
 
 

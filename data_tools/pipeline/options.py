@@ -42,6 +42,9 @@ class PrepareOptions:
     spm_input_sentences: int = option(2_000_000, "train SentencePiece on a seeded sample of this many train "
                                                  "sentences (0: all)", group="spm")
     character_coverage: float = option(0.9995, "SentencePiece character coverage", group="spm")
+    byte_fallback: bool = option(False, "spell a character the vocabulary lacks in UTF-8 byte pieces <0x00>..<0xFF> "
+                                        "(256 of the vocabulary's pieces), as Llama-style tokenizers do, instead "
+                                        "of <unk>: a decoder can then write every character", group="spm")
     spm_threads: int = option(8, "SentencePiece trainer threads: the model depends on it, so it is a fixed option, "
                                  "not the machine's core count", type=positive_int, group="spm")
     tokenizer: Path | None = option(None, "use this SentencePiece model instead of training one (with pad, bos, "

@@ -147,3 +147,25 @@ def test_a_blank_line_in_a_sentences_file_is_one_line_naming_it(tmp_path):
     train.write_text('["a b c."]\n["d e."]\n\n', encoding="utf-8")
     with pytest.raises(PrepareError, match=r"train\.jsonl:3: a blank line"):
         shards.plan_split(out, "train", train, out / "spm.model", "0", 100, None, None, 1)
+
+
+def test_byte_fallback_spells_what_the_vocabulary_lacks_in_bytes(tmp_path, synthetic):
+    """`prepare --byte-fallback` (as Llama-style tokenizers are trained): a character left out of the vocabulary
+    (here by --character-coverage) is its UTF-8 bytes in the shards, not <unk>, so the text comes back whole; the
+    stage's key holds the option, so a re-run without it trains again (and here finds that the corpus, without the
+    256 byte pieces, supports fewer pieces)."""
+    lines = synthetic.read_text(encoding="utf-8").split("\n")
+    src = tmp_path / "rare.txt"
+    src.write_text("\n".join(ln.replace(".", " ✓.", 1) if ln else ln for ln in lines), encoding="utf-8")
+    out = tmp_path / "out"
+    stats = run_pipeline([src], out, vocab_size=450, valid=0, test=0, character_coverage=0.98, byte_fallback=True)
+    sp = spm.SentencePieceProcessor(model_file=str(out / "spm.model"))
+    docs, ids = _shard_docs(out)
+    flat = [i for doc in ids for i in doc]
+    assert sp.unk_id() not in flat and any(sp.is_byte(i) for i in flat)
+    assert sp.decode(ids[0]) == " ".join(docs[0]) and "✓" in sp.decode(flat)
+    assert not stats["spm"].get("skipped")
+    again = run_pipeline([src], out, vocab_size=450, valid=0, test=0, character_coverage=0.98, byte_fallback=True)
+    assert again["spm"].get("skipped")
+    with pytest.raises(PrepareError, match="--vocab-size 450 is more than this corpus supports"):
+        run_pipeline([src], out, vocab_size=450, valid=0, test=0, character_coverage=0.98)

@@ -58,7 +58,8 @@ def train_tokenizer(out: Path, opts: PrepareOptions = DEFAULTS, force: bool = Fa
         key = fingerprint({"stage": "spm", "v": STAGE_VERSION, "train": train["sha256"], "vocab": vocab_size,
                            "family": family, "type": model_type, "sample": input_sentences,
                            "coverage": character_coverage, "seed": seed, "threads": threads,
-                           **({"normalizer": rule} if rule else {})})  # NFKC's key as before: still up to date
+                           **({"normalizer": rule} if rule else {}),  # NFKC's key as before: still up to date
+                           **({"byte_fallback": True} if opts.byte_fallback else {})})
     if not force and (state := up_to_date(out, "spm", key)):
         log(f"spm: up to date (vocab {state['stats']['vocab_size']}), skipped")
         return {**state["stats"], "seconds": time.perf_counter() - t0, "skipped": True}
@@ -97,11 +98,12 @@ def train_tokenizer(out: Path, opts: PrepareOptions = DEFAULTS, force: bool = Fa
                             j += 1
                         i += 1
 
-        log(f"spm: training {model_type} vocab {vocab_size} ({family} layout) on {sampled} of "
-            f"{train['sentences']} train sentences")
+        log(f"spm: training {model_type} vocab {vocab_size} ({family} layout"
+            f"{', byte fallback' if opts.byte_fallback else ''}) on {sampled} of {train['sentences']} train "
+            "sentences")
         trained = train_spm_from_sentences(sample(), out / STATE / "spm" / "spm", vocab_size, family, model_type,
                                            seed=seed, num_threads=threads, character_coverage=character_coverage,
-                                           normalization_rule_name=rule)
+                                           normalization_rule_name=rule, byte_fallback=opts.byte_fallback)
         os.replace(trained.with_suffix(".vocab"), vocab)
         os.replace(trained, model)
         if too_long:  # the line above counts them as trained on

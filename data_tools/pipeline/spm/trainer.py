@@ -33,7 +33,8 @@ def normalization_rule(normalize: str) -> str | None:
 
 
 def _trainer_options(vocab_size: int, family: str, model_type: str, seed: int, num_threads: int,
-                     character_coverage: float, normalization_rule_name: str | None = None) -> dict:
+                     character_coverage: float, normalization_rule_name: str | None = None,
+                     byte_fallback: bool = False) -> dict:
     if family not in LAYOUTS:
         raise PrepareError(f"unknown family '{family}' (valid: {', '.join(LAYOUTS)})")
     if model_type not in MODEL_TYPES:
@@ -42,7 +43,8 @@ def _trainer_options(vocab_size: int, family: str, model_type: str, seed: int, n
     rule = {} if normalization_rule_name is None else {"normalization_rule_name": normalization_rule_name}
     return dict(vocab_size=vocab_size, model_type=model_type, character_coverage=character_coverage,
                 shuffle_input_sentence=True, seed_sentencepiece_size=1_000_000, num_threads=num_threads,
-                max_sentence_length=MAX_SENTENCE_BYTES, minloglevel=2, **rule, **LAYOUTS[family])
+                max_sentence_length=MAX_SENTENCE_BYTES, minloglevel=2, byte_fallback=byte_fallback, **rule,
+                **LAYOUTS[family])
 
 
 def _run_trainer(vocab_size: int, model_type: str, **kw) -> None:
@@ -63,12 +65,14 @@ def _run_trainer(vocab_size: int, model_type: str, **kw) -> None:
 def train_spm(text_file: Path, out_prefix: Path, vocab_size: int, family: str = DEFAULTS.family,
               model_type: str = DEFAULTS.model_type, input_sentence_size: int = DEFAULTS.spm_input_sentences,
               seed: int = DEFAULTS.seed, num_threads: int = DEFAULTS.spm_threads,
-              character_coverage: float = DEFAULTS.character_coverage) -> Path:
+              character_coverage: float = DEFAULTS.character_coverage,
+              byte_fallback: bool = DEFAULTS.byte_fallback) -> Path:
     """Train on ``text_file`` (one sentence per line); writes PREFIX.model and PREFIX.vocab.
 
     ``input_sentence_size``: SentencePiece samples this many lines when the file has more (0: use all).
     Raises PrepareError for a vocabulary size the corpus cannot support, naming SentencePiece's maximum."""
-    opts = _trainer_options(vocab_size, family, model_type, seed, num_threads, character_coverage)
+    opts = _trainer_options(vocab_size, family, model_type, seed, num_threads, character_coverage,
+                            byte_fallback=byte_fallback)
     out_prefix.parent.mkdir(parents=True, exist_ok=True)
     _run_trainer(input=str(text_file), model_prefix=str(out_prefix), input_sentence_size=input_sentence_size,
                  **opts)
@@ -86,12 +90,13 @@ def train_spm_from_sentences(sentences: Iterable[str], out_prefix: Path, vocab_s
                              family: str = DEFAULTS.family, model_type: str = DEFAULTS.model_type,
                              seed: int = DEFAULTS.seed, num_threads: int = DEFAULTS.spm_threads,
                              character_coverage: float = DEFAULTS.character_coverage,
-                             normalization_rule_name: str | None = None) -> Path:
+                             normalization_rule_name: str | None = None,
+                             byte_fallback: bool = DEFAULTS.byte_fallback) -> Path:
     """Train on every sentence of an iterable; writes PREFIX.model and PREFIX.vocab. Unlike ``train_spm`` the
     model records no file paths, so the same sentences give a byte-identical model in any directory.
     ``normalization_rule_name``: SentencePiece's (``normalization_rule``); None keeps its default."""
     opts = _trainer_options(vocab_size, family, model_type, seed, num_threads, character_coverage,
-                            normalization_rule_name)
+                            normalization_rule_name, byte_fallback)
     buf = io.BytesIO()
     _run_trainer(sentence_iterator=iter(sentences), model_writer=buf, input_sentence_size=0, **opts)
     out_prefix.parent.mkdir(parents=True, exist_ok=True)
