@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from data_tools.errors import PrepareError
 from data_tools.piece_tokenizers import HfTokenizer
 from data_tools.pipeline.clean.stage import clean
 from data_tools.pipeline.options import DEFAULTS, PrepareOptions
@@ -23,6 +24,9 @@ def run_pipeline(inputs: list[Path | str], out: Path, opts: PrepareOptions = DEF
     out = Path(out)
     # The tokenizer a later stage takes, checked before the clean stage reads the corpus (hours for a large one):
     # a missing or unusable one was said after the clean and split stages had run.
+    if opts.tokenizer is not None and opts.hf_tokenizer is not None:
+        raise PrepareError("--tokenizer and --hf-tokenizer are both given: --tokenizer is the SentencePiece model "
+                           "of the spm stage, which --hf-tokenizer skips; give one")
     if opts.tokenizer is not None:
         given_tokenizer(opts.tokenizer)
     if opts.hf_tokenizer is not None:

@@ -55,15 +55,24 @@ def _prepare(argv: list[str]) -> tuple[int, str]:
 def test_a_given_model_without_a_pad_is_one_line_before_the_corpus_is_read(text, models, tmp_path):
     """SentencePiece's defaults have no pad (pad_id -1): the model was copied and the corpus cleaned, split and
     tokenized with it, and only then did the trainer refuse it ("lacks pad id(s)"). Now prepare says so first, and
-    writes nothing; a file that is not a model, and a missing --hf-tokenizer, are said first too (they were said
-    after the clean and split stages)."""
+    writes nothing; a file that is not a model, and a missing --hf-tokenizer or one without tokenizer files, are
+    said first too (they were said after the clean and split stages), and so is the one of the two flags too many
+    (--tokenizer was ignored)."""
     bogus = tmp_path / "bogus.model"
     bogus.write_text("not a model\n")
-    for flags, needles in [(["--tokenizer", str(models["defaults"])],
-                            [f"--tokenizer {models['defaults']} has no pad piece (pad_id -1)", "spm_train --pad_id"]),
-                           (["--tokenizer", str(models["no_bos_eos"])], ["has no bos or eos piece (bos_id, eos_id -1)"]),
-                           (["--tokenizer", str(bogus)], [f"{bogus}: not a SentencePiece model ("]),
-                           (["--hf-tokenizer", str(tmp_path / "nowhere")], ["tokenizer directory not found"])]:
+    weights_only = tmp_path / "model"  # a model directory without its tokenizer: transformers' line named no file
+    weights_only.mkdir()
+    (weights_only / "config.json").write_text("{}")
+    cases = [(["--tokenizer", str(models["defaults"])],
+              [f"--tokenizer {models['defaults']} has no pad piece (pad_id -1)", "spm_train --pad_id"]),
+             (["--tokenizer", str(models["no_bos_eos"])], ["has no bos or eos piece (bos_id, eos_id -1)"]),
+             (["--tokenizer", str(bogus)], [f"{bogus}: not a SentencePiece model ("]),
+             (["--hf-tokenizer", str(tmp_path / "nowhere")], ["tokenizer directory not found"]),
+             (["--hf-tokenizer", str(weights_only)],
+              [f"{weights_only} holds no Hugging Face tokenizer files (none of tokenizer.json, "]),
+             (["--tokenizer", str(models["pad"]), "--hf-tokenizer", str(weights_only)],
+              ["--tokenizer and --hf-tokenizer are both given"])]
+    for flags, needles in cases:
         out = tmp_path / "out"
         code, err = _prepare(["--input", str(text), "--out", str(out), "--quiet", *flags])
         errors = [line for line in err.splitlines() if line.startswith("error:")]
