@@ -7,7 +7,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import types
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -199,7 +198,13 @@ def tokenizer_for(model_cfg, causal: bool = False) -> TargetTokenizer:
             raise ConfigError(f"config key 'model.tokenizer': {model_cfg.tokenizer!r} is not a directory; method "
                               "extend takes the directory `xpt-data extend-vocab --out DIR` writes")
         return build_hf_tokenizer(model_cfg.tokenizer, causal=True)
-    return build_tokenizer(model_cfg.tokenizer, model_cfg.mask_token, causal=causal)
+    tok = build_tokenizer(model_cfg.tokenizer, model_cfg.mask_token, causal=causal)
+    from xpt_ds.data.spm_backend import read_proto, unconvertible
+    why = unconvertible(read_proto(tok.path))  # said before training, not at the export
+    if why is not None:
+        raise ConfigError(f"config key 'model.tokenizer': {tok.path} cannot be written as an export's Hugging Face "
+                          f"tokenizer that encodes as it does: {why}")
+    return tok
 
 
 def saved_tokenizer(directory: Path, mask_token: str = "") -> TargetTokenizer:
@@ -319,52 +324,6 @@ def build_tokenizer(path: str, mask_token: str = "", causal: bool | None = False
                            sep_id=sp.eos_id(), unk_id=sp.unk_id(), mask_id=mask_ids[0])
 
 
-def _spm_backend(path: str):
-    """A SentencePiece model as a ``tokenizers`` backend (transformers' ``SpmConverter``, but for BPE models), its
-    byte fallback included: a model trained with ``byte_fallback`` (as Llama-style tokenizers are) spells a
-    character it lacks as ``<0xNN>`` byte pieces, which ``SpmConverter`` leaves out (it warns, and its backend
-    gives ``<unk>``): until 2026-12-06 an export's tokenizer gave ``<unk>`` for each such character, whose bytes the
-    model had trained on."""
-    import warnings
-
-    from tokenizers import decoders
-    from transformers.convert_slow_tokenizer import SpmConverter
-
-    class Converter(SpmConverter):
-        def tokenizer(self, proto):
-            return super().tokenizer(proto) if proto.trainer_spec.model_type != 2 else _spm_bpe(proto)
-
-    with warnings.catch_warnings():  # "... uses the byte fallback option which is not implemented": it is, below
-        warnings.filterwarnings("ignore", message=".*byte fallback option")
-        converter = Converter(types.SimpleNamespace(vocab_file=path))
-    converter.handle_byte_fallback = converter.proto.trainer_spec.byte_fallback
-    backend = converter.converted()
-    if converter.handle_byte_fallback:  # <0xE2><0x9C><0x93> decodes to its character, as SentencePiece's decode
-        backend.decoder = decoders.Sequence([decoders.ByteFallback(), backend.decoder])
-    return backend
-
-
-def _spm_bpe(proto):
-    """A SentencePiece BPE model's ``tokenizers`` BPE: SentencePiece merges the adjacent pair whose joined piece
-    scores highest, so every split of a normal piece into two normal pieces is a merge, ranked by that piece's score
-    (then its id). transformers' ``SpmConverter`` failed on BPE models (5.25: ``SentencePieceExtractor.extract``
-    takes a model class where the converter passes the vocabulary), so an export of `prepare --model-type bpe`'s
-    model stopped in an AttributeError (until 2026-12-06). Control and user-defined pieces are added tokens, whole,
-    as ``SpmConverter`` adds them for unigram models."""
-    from tokenizers import AddedToken, Tokenizer
-    from tokenizers.models import BPE
-
-    normal = {p.piece: (p.score, i) for i, p in enumerate(proto.pieces) if p.type == 1}
-    ranked = sorted((-score, i, piece[:k], piece[k:]) for piece, (score, i) in normal.items()
-                    for k in range(1, len(piece)) if piece[:k] in normal and piece[k:] in normal)
-    spec = proto.trainer_spec
-    backend = Tokenizer(BPE({p.piece: i for i, p in enumerate(proto.pieces)}, [(a, b) for *_, a, b in ranked],
-                            unk_token=spec.unk_piece, fuse_unk=True, byte_fallback=spec.byte_fallback, dropout=None))
-    backend.add_tokens([AddedToken(p.piece, normalized=False, special=p.type == 3)
-                        for p in proto.pieces if p.type in (3, 4)])
-    return backend
-
-
 def save_hf_tokenizer(tok: TargetTokenizer, out_dir: Path, model_max_length: int, token_types: int,
                       causal: bool = False) -> None:
     """Write tokenizer.json etc. that stock ``AutoTokenizer.from_pretrained`` loads, with the same ids as spm.
@@ -372,15 +331,11 @@ def save_hf_tokenizer(tok: TargetTokenizer, out_dir: Path, model_max_length: int
     otherwise RoBERTa's ``<s> A </s></s> B </s>`` all in segment 0 (its only token type). ``causal`` (a decoder):
     ``<s> A`` with no ``</s>``, as a document starts in training (``xpt_ds.data.causal``), so ``generate``
     continues the text; padding on the left, as batched generation needs."""
-    from tokenizers import pre_tokenizers, processors
+    from tokenizers import processors
     from transformers import PreTrainedTokenizerFast
 
-    backend = _spm_backend(tok.path)
-    # SpmConverter's Metaspace pre-tokenizer prepends "▁" to every piece of text, the text right after a special
-    # token included: "<mask>으로" gave <mask> ▁ 으로, a sequence training never shows the model (masking
-    # "▁국민" in "국민으로" gives <mask> 으로). "first" prepends it only at the start of a sequence, as
-    # SentencePiece does (transformers' own converters do the same for non-legacy tokenizers).
-    backend.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first", split=True)
+    from xpt_ds.data.spm_backend import spm_backend
+    backend = spm_backend(tok.path)
     cls, sep = tok.piece(tok.cls_id), tok.piece(tok.sep_id)
     if causal:
         single, pair = f"{cls} $A", f"{cls} $A {sep} $B"
