@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import io
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import sentencepiece as spm
@@ -32,11 +33,14 @@ def text(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def models(text, tmp_path_factory):
-    """name -> a model: SentencePiece's defaults; a pad id but no mask piece; neither bos nor eos; prepare's own."""
+    """name -> a model: SentencePiece's defaults; a pad id but no mask piece; neither bos nor eos; a pad and a mask;
+    the whitespace marker as a suffix (no export's tokenizer encodes alike); prepare's own."""
     d = tmp_path_factory.mktemp("models")
     made = {"defaults": own_spm(text, d / "defaults"), "pad": own_spm(text, d / "pad", pad_id=3),
             "no_bos_eos": own_spm(text, d / "no_bos_eos", pad_id=1, bos_id=-1, eos_id=-1),
-            "mask": own_spm(text, d / "mask", pad_id=3, user_defined_symbols=["<mask>"])}
+            "mask": own_spm(text, d / "mask", pad_id=3, user_defined_symbols=["<mask>"]),
+            "suffix": own_spm(text, d / "suffix", pad_id=3, user_defined_symbols=["<mask>"],
+                              treat_whitespace_as_suffix=True)}
     run_pipeline([text], d / "prepared", vocab_size=200, valid=0, test=0)
     made["prepared"] = d / "prepared/spm.model"
     return made
@@ -67,6 +71,7 @@ def test_a_given_model_without_a_pad_is_one_line_before_the_corpus_is_read(text,
               [f"--tokenizer {models['defaults']} has no pad piece (pad_id -1)", "spm_train --pad_id"]),
              (["--tokenizer", str(models["no_bos_eos"])], ["has no bos or eos piece (bos_id, eos_id -1)"]),
              (["--tokenizer", str(bogus)], [f"{bogus}: not a SentencePiece model ("]),
+             (["--tokenizer", str(models["suffix"])], ["export could not write it", "(treat_whitespace_as_suffix)"]),
              (["--hf-tokenizer", str(tmp_path / "nowhere")], ["tokenizer directory not found"]),
              (["--hf-tokenizer", str(weights_only)],
               [f"{weights_only} holds no Hugging Face tokenizer files (none of tokenizer.json, "]),
@@ -96,11 +101,11 @@ def test_prepare_and_the_trainer_take_and_refuse_the_same_models(models):
     decoder trains with; an encoder also needs a mask piece. (xpt_ds and data_tools never import each other: the
     two checks are written twice.)"""
     from xpt_ds.config import ConfigError
-    from xpt_ds.data.tokenizer import build_tokenizer
+    from xpt_ds.data.tokenizer import build_tokenizer, tokenizer_for
 
     def trainer_takes(model: Path, causal: bool) -> bool:
         try:
-            build_tokenizer(str(model), causal=causal)
+            tokenizer_for(SimpleNamespace(method="xpt", tokenizer=str(model), mask_token=""), causal=causal)
         except ConfigError as e:
             assert "\n" not in str(e) and str(model) in str(e)
             return False
@@ -116,6 +121,7 @@ def test_prepare_and_the_trainer_take_and_refuse_the_same_models(models):
     taken = {name: (prepare_takes(m), trainer_takes(m, causal=True), trainer_takes(m, causal=False))
              for name, m in models.items()}
     assert taken == {"defaults": (False, False, False), "no_bos_eos": (False, False, False),
-                     "pad": (True, True, False), "mask": (True, True, True), "prepared": (True, True, True)}
+                     "pad": (True, True, False), "mask": (True, True, True), "suffix": (False, False, False),
+                     "prepared": (True, True, True)}
     decoder = build_tokenizer(str(models["pad"]), causal=True)
     assert decoder.mask_id == decoder.pad_id == 3 and decoder.mask_id in decoder.not_in_shards

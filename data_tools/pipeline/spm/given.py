@@ -1,5 +1,5 @@
 """A SentencePiece model given with ``--tokenizer`` instead of trained: checked before any stage reads text, for
-what training with it needs. A model someone trained with SentencePiece's defaults (pad_id -1, no mask piece,
+what training with it and exporting the result need. A model someone trained with SentencePiece's defaults (pad_id -1, no mask piece,
 as Llama-style tokenizers are) was copied, the corpus cleaned, split and tokenized with it, and only then did
 the trainer refuse it. The trainer's own check is ``xpt_ds.data.tokenizer.build_tokenizer`` (the two packages
 never import each other; tests/data_tools/test_given_tokenizer.py holds them to the same answers)."""
@@ -23,6 +23,10 @@ def given_tokenizer(path: Path | str) -> SpmTokenizer:
     if not path.is_file():
         raise PrepareError(f"tokenizer not found: {path}")
     tok = SpmTokenizer(path)
+    why = _unconvertible(path)
+    if why is not None:
+        raise PrepareError(f"--tokenizer {path}: a run's export could not write it as a Hugging Face tokenizer that "
+                           f"encodes as it does: {why}")
     missing = [name for name in NEEDED if getattr(tok.sp, f"{name}_id")() < 0]
     if missing:
         ids = ", ".join(f"{name}_id" for name in missing)
@@ -36,3 +40,19 @@ def given_tokenizer(path: Path | str) -> SpmTokenizer:
 def has_mask_piece(tok: SpmTokenizer) -> bool:
     """Whether the model holds one of the trainer's default mask pieces."""
     return any(tok.sp.piece_to_id(piece) != tok.sp.unk_id() for piece in MASK_PIECES)
+
+
+def _unconvertible(path: Path) -> str | None:
+    """Why no ``tokenizers`` backend encodes as this model does (the trainer's ``xpt_ds.data.spm_backend.
+    unconvertible``, which refuses it when a run starts); None: one does."""
+    from sentencepiece import sentencepiece_model_pb2
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(path.read_bytes())
+    spec = proto.trainer_spec
+    if spec.model_type not in (1, 2):
+        return f"its model type is {spec.ModelType.Name(spec.model_type).lower()} (unigram and bpe convert)"
+    if spec.treat_whitespace_as_suffix:
+        return "it marks a word's end, not its start (treat_whitespace_as_suffix)"
+    if not proto.normalizer_spec.escape_whitespaces:
+        return "it keeps spaces unescaped (escape_whitespaces false)"
+    return None
