@@ -9,6 +9,8 @@ import sys
 COMMANDS = {  # name -> (module, one line)
     "prepare": ("data_tools.cli.prepare", "raw text -> clean sentences -> splits -> SentencePiece -> shards (resumes)"),
     "spm-train": ("data_tools.cli.spm_train", "a SentencePiece model with a source family's special tokens, from text"),
+    "spm-specials": ("data_tools.cli.spm_specials", "a pad and/or mask piece added to a SentencePiece model of your "
+                                                    "own (no id changes)"),
     "uagec": ("data_tools.cli.uagec", "the UA-GEC corpus -> text for prepare, its train/test partition, sentence "
                                       "labels"),
     "bible": ("data_tools.cli.bible", "English-Ukrainian Bible verse pairs (BSB, Ohienko) -> line-aligned files"),

@@ -125,3 +125,46 @@ def test_prepare_and_the_trainer_take_and_refuse_the_same_models(models):
                      "prepared": (True, True, True)}
     decoder = build_tokenizer(str(models["pad"]), causal=True)
     assert decoder.mask_id == decoder.pad_id == 3 and decoder.mask_id in decoder.not_in_shards
+
+
+def test_spm_specials_adds_a_pad_and_a_mask_and_every_id_stays(text, models, tmp_path):
+    """A model of SentencePiece's defaults (no pad, no mask piece) gets both after its last piece: the corpus encodes
+    to the same ids, the pad is the model's pad_id and never in encoded text, the mask a piece of its own; prepare
+    then takes the model, and so does the trainer, for a decoder and an encoder. Refusals are one line each."""
+    from xpt_ds.data.tokenizer import tokenizer_for
+    before = spm.SentencePieceProcessor(model_file=str(models["defaults"]))
+    out = tmp_path / "mine.model"
+    code, err = _cli(["spm-specials", "--tokenizer", str(models["defaults"]), "--out", str(out), "--pad", "<pad>",
+                      "--mask", "<mask>"])
+    assert code == 0, err
+    after = spm.SentencePieceProcessor(model_file=str(out))
+    size = before.get_piece_size()
+    assert (after.get_piece_size(), after.pad_id(), after.piece_to_id("<mask>")) == (size + 2, size, size + 1)
+    lines = text.read_text(encoding="utf-8").splitlines()
+    assert after.encode(lines) == before.encode(lines)
+    assert after.pad_id() not in after.encode("<pad> 가") and size + 1 in after.encode("가 <mask>")
+    given_tokenizer(out)
+    for causal in (True, False):
+        tok = tokenizer_for(SimpleNamespace(method="xpt", tokenizer=str(out), mask_token=""), causal=causal)
+        assert (tok.pad_id, tok.mask_id) == (size, size + 1)
+    for argv, needle in [(["--tokenizer", str(out), "--out", str(tmp_path / "x.model"), "--pad", "<p>"],
+                          "has a pad already: '<pad>' (id"),
+                         (["--tokenizer", str(models["pad"]), "--out", str(tmp_path / "x.model"), "--mask", "<s>"],
+                          "--mask '<s>': "),
+                         (["--tokenizer", str(models["pad"]), "--out", str(tmp_path / "x.model")], "nothing to add"),
+                         (["--tokenizer", str(out), "--out", str(out), "--mask", "<m>"], "--out is --tokenizer")]:
+        code, err = _cli(["spm-specials", *argv])
+        errors = [line for line in err.splitlines() if line.startswith("error:")]
+        assert code == 2 and len(errors) == 1 and needle in errors[0], err
+        assert not (tmp_path / "x.model").exists()
+
+
+def _cli(argv: list[str]) -> tuple[int, str]:
+    from data_tools.cli import main
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            code = main(argv)
+        except SystemExit as e:
+            code = e.code
+    return code, err.getvalue()

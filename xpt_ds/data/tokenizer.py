@@ -308,10 +308,12 @@ def build_tokenizer(path: str, mask_token: str = "", causal: bool | None = False
     missing = [k for k, v in ids.items() if v < 0]
     if missing:
         named = ", ".join(f"{k}_id" for k in missing)
+        add = (f"add one after its last piece, no id changing (xpt-data spm-specials --tokenizer {path} --out "
+               "NEW.model --pad '<pad>'; the shards need tokenizing with it), " if missing == ["pad"] else "")
         raise ConfigError(f"config key 'model.tokenizer': {path} has no {' or '.join(missing)} piece ({named} -1), "
                           "which training needs (documents start with bos and end with eos, rows are padded with "
-                          f"pad): train it again with {named} set (spm_train --{missing[0]}_id=N ...), or let "
-                          "`python -m data_tools prepare` train one")
+                          f"pad): {add}train it again with {named} set (spm_train --{missing[0]}_id=N ...), or "
+                          "let `python -m data_tools prepare` train one")
     candidates = (mask_token,) if mask_token else MASK_CANDIDATES
     mask_ids = [sp.piece_to_id(t) for t in candidates if sp.piece_to_id(t) != sp.unk_id()]
     if not mask_ids and causal is not False and not mask_token:
@@ -319,7 +321,8 @@ def build_tokenizer(path: str, mask_token: str = "", causal: bool | None = False
     if not mask_ids:
         raise ConfigError(f"config key 'model.tokenizer': {path} has no mask piece (looked for "
                           f"{', '.join(candidates)}), which an encoder's masked LM needs (model.mask_token names "
-                          "another piece of it)")
+                          f"another piece of it; xpt-data spm-specials --tokenizer {path} --out NEW.model --mask "
+                          "'<mask>' adds one, no id changing)")
     return TargetTokenizer(path=path, vocab_size=sp.get_piece_size(), pad_id=sp.pad_id(), cls_id=sp.bos_id(),
                            sep_id=sp.eos_id(), unk_id=sp.unk_id(), mask_id=mask_ids[0])
 

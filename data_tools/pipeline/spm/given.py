@@ -1,8 +1,9 @@
 """A SentencePiece model given with ``--tokenizer`` instead of trained: checked before any stage reads text, for
-what training with it and exporting the result need. A model someone trained with SentencePiece's defaults (pad_id -1, no mask piece,
-as Llama-style tokenizers are) was copied, the corpus cleaned, split and tokenized with it, and only then did
-the trainer refuse it. The trainer's own check is ``xpt_ds.data.tokenizer.build_tokenizer`` (the two packages
-never import each other; tests/data_tools/test_given_tokenizer.py holds them to the same answers)."""
+what training with it and exporting the result need. A model trained with SentencePiece's defaults (pad_id -1, no
+mask piece, as Llama-style tokenizers are) was copied, the corpus cleaned, split and tokenized with it, and only
+then did the trainer refuse it (``specials`` adds a pad to such a model). The trainer's own checks are
+``xpt_ds.data.tokenizer.build_tokenizer`` and ``xpt_ds.data.spm_backend.unconvertible`` (the two packages never
+import each other; tests/data_tools/test_given_tokenizer.py holds them to the same answers)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -31,9 +32,11 @@ def given_tokenizer(path: Path | str) -> SpmTokenizer:
     if missing:
         ids = ", ".join(f"{name}_id" for name in missing)
         raise PrepareError(f"--tokenizer {path} has no {' or '.join(missing)} piece ({ids} -1), which training "
-                           "needs (documents start with bos and end with eos, rows are padded with pad): train it "
-                           f"again with {ids} set (spm_train --{missing[0]}_id=N ...), or leave --tokenizer out "
-                           "and prepare trains one (--family)")
+                           "needs (documents start with bos and end with eos, rows are padded with pad): "
+                           + (f"add one after its last piece, no id changing (xpt-data spm-specials --tokenizer {path} "
+                              "--out NEW.model --pad '<pad>'), " if missing == ["pad"] else "")
+                           + f"train it again with {ids} set (spm_train --{missing[0]}_id=N ...), or leave "
+                           "--tokenizer out and prepare trains one (--family)")
     return tok
 
 
