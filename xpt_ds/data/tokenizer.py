@@ -13,6 +13,7 @@ from pathlib import Path
 import sentencepiece as spm
 
 from xpt_ds.config import ConfigError
+from xpt_ds.data.spm_backend import read_proto, spm_backend, unconvertible
 from xpt_ds.errors import first_line, no_file
 
 MASK_CANDIDATES = ("<mask>", "[MASK]")
@@ -199,7 +200,6 @@ def tokenizer_for(model_cfg, causal: bool = False) -> TargetTokenizer:
                               "extend takes the directory `xpt-data extend-vocab --out DIR` writes")
         return build_hf_tokenizer(model_cfg.tokenizer, causal=True)
     tok = build_tokenizer(model_cfg.tokenizer, model_cfg.mask_token, causal=causal)
-    from xpt_ds.data.spm_backend import read_proto, unconvertible
     why = unconvertible(read_proto(tok.path))  # said before training, not at the export
     if why is not None:
         raise ConfigError(f"config key 'model.tokenizer': {tok.path} cannot be written as an export's Hugging Face "
@@ -337,7 +337,6 @@ def save_hf_tokenizer(tok: TargetTokenizer, out_dir: Path, model_max_length: int
     from tokenizers import processors
     from transformers import PreTrainedTokenizerFast
 
-    from xpt_ds.data.spm_backend import spm_backend
     backend = spm_backend(tok.path)
     cls, sep = tok.piece(tok.cls_id), tok.piece(tok.sep_id)
     if causal:
