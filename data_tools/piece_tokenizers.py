@@ -97,7 +97,7 @@ class HfTokenizer:
         self.name = str(name_or_dir)
         self.path = _local_dir(self.name)
         if not any((self.path / name).is_file() for name in HF_TOKENIZER_FILES):  # a model's weights alone
-            raise PrepareError(f"{self.path} holds no Hugging Face tokenizer files (none of "
+            raise PrepareError(f"{self.path} holds no tokenizer files (no Hugging Face tokenizer: none of "
                                f"{', '.join(HF_TOKENIZER_FILES)})")
         import transformers
         transformers.logging.set_verbosity_error()  # "sequence longer than model_max_length": we never run the model

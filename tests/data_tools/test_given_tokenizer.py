@@ -74,7 +74,7 @@ def test_a_given_model_without_a_pad_is_one_line_before_the_corpus_is_read(text,
              (["--tokenizer", str(models["suffix"])], ["export could not write it", "(treat_whitespace_as_suffix)"]),
              (["--hf-tokenizer", str(tmp_path / "nowhere")], ["tokenizer directory not found"]),
              (["--hf-tokenizer", str(weights_only)],
-              [f"{weights_only} holds no Hugging Face tokenizer files (none of tokenizer.json, "]),
+              [f"{weights_only} holds no tokenizer files (no Hugging Face tokenizer: none of tokenizer.json, "]),
              (["--tokenizer", str(models["pad"]), "--hf-tokenizer", str(weights_only)],
               ["--tokenizer and --hf-tokenizer are both given"])]
     for flags, needles in cases:
