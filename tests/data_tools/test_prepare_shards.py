@@ -18,6 +18,7 @@ from data_tools.errors import PrepareError
 from data_tools.pipeline import shards
 from data_tools.pipeline.run import run_pipeline
 from data_tools.pipeline.split import split
+from data_tools.pipeline.spm.trainer import _trainer_options
 
 WORDS = ["the", "cat", "dog", "sat", "on", "mat", "a", "is", "and", "to", "big", "small"]
 
@@ -169,3 +170,6 @@ def test_byte_fallback_spells_what_the_vocabulary_lacks_in_bytes(tmp_path, synth
     assert again["spm"].get("skipped")
     with pytest.raises(PrepareError, match="--vocab-size 450 is more than this corpus supports"):
         run_pipeline([src], out, vocab_size=450, valid=0, test=0, character_coverage=0.98)
+    # Off, the flag is not passed at all: SentencePiece writes a flag passed as false into the model, whose bytes
+    # (and the sha256 manifests record) would differ from every earlier run's for the same corpus.
+    assert "byte_fallback" not in _trainer_options(300, "roberta", "unigram", 0, 1, 0.9995)

@@ -43,8 +43,9 @@ def _trainer_options(vocab_size: int, family: str, model_type: str, seed: int, n
     rule = {} if normalization_rule_name is None else {"normalization_rule_name": normalization_rule_name}
     return dict(vocab_size=vocab_size, model_type=model_type, character_coverage=character_coverage,
                 shuffle_input_sentence=True, seed_sentencepiece_size=1_000_000, num_threads=num_threads,
-                max_sentence_length=MAX_SENTENCE_BYTES, minloglevel=2, byte_fallback=byte_fallback, **rule,
-                **LAYOUTS[family])
+                max_sentence_length=MAX_SENTENCE_BYTES, minloglevel=2, **rule, **LAYOUTS[family],
+                # only when on: a flag passed at all is written into the model (its bytes, and sha256, change)
+                **({"byte_fallback": True} if byte_fallback else {}))
 
 
 def _run_trainer(vocab_size: int, model_type: str, **kw) -> None:
