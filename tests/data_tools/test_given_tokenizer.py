@@ -1,6 +1,7 @@
 """`prepare --tokenizer MODEL` (a SentencePiece model of the user's own) and `--hf-tokenizer`: checked before the
 clean stage reads the corpus, for what training with them needs, and held to the trainer's own answer
-(``xpt_ds.data.tokenizer.build_tokenizer``) on the same models."""
+(``xpt_ds.data.tokenizer.tokenizer_for``) on the same models; `xpt-data spm-specials`, which adds the pad or mask
+piece such a model lacks."""
 from __future__ import annotations
 
 import contextlib
