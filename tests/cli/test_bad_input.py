@@ -225,6 +225,11 @@ def seq_len_past_the_source_positions(cfg, d, fx):
     return [], ["'data.seq_len' is 4096", "at most 78"]
 
 
+def profile_rank_past_the_job(cfg, d, fx):
+    cfg["profile"] = {"start_step": 2, "ranks": [0, 1]}  # the job has one rank
+    return [], ["config key 'profile.ranks' names rank 1, but this job has 1 rank (0)"]
+
+
 def run_dir_under_a_file(cfg, d, fx):
     (d / "a_file").write_text("x")
     cfg["run_dir"] = str(d / "a_file" / "run")
@@ -255,7 +260,7 @@ CASES = {f.__name__: f for f in [
     corpus_directory_as_shards,
     tokenizer_smaller_than_corpus_vocab, keep_vocab_on_a_decoder_without_tokenizer, span_masking_on_a_decoder,
     mask_prob_on_a_decoder,
-    seq_len_past_the_source_positions]}
+    seq_len_past_the_source_positions, profile_rank_past_the_job]}
 
 
 NOT_BAD_HERE = {"ds_json_fp16_on_cpu": "this CPU has fp16 (oneDNN with AVX512-FP16): fp16 trains here"} \

@@ -29,6 +29,7 @@ from xpt_ds.config.job import (
                                ModelConfig,
                                OptimConfig,
                                PhaseConfig,
+                               ProfileConfig,
                                TrainConfig,
                                doc,
 )
@@ -46,6 +47,6 @@ from xpt_ds.config.values import Override, coerce
 
 __all__ = ["DECAYS", "H100_PEAK_TFLOPS", "MASKING_KEYS", "MASKINGS", "OBJECTIVE_DATA", "OBJECTIVES",
            "ActivationsConfig", "CheckpointConfig", "ConfigError", "DataConfig", "GuardConfig", "LoggingConfig",
-           "LoraConfig", "MergeConfig", "MixConfig", "ModelConfig",
-           "OptimConfig", "Override", "PhaseConfig", "TrainConfig", "coerce", "doc", "from_dict", "help_text",
+           "LoraConfig", "MergeConfig", "MixConfig", "ModelConfig", "OptimConfig", "Override", "PhaseConfig",
+           "ProfileConfig", "TrainConfig", "coerce", "doc", "from_dict", "help_text",
            "load_config", "read_checkpoint_config", "read_config_file", "save_config", "to_dict", "validate"]

@@ -299,6 +299,23 @@ class GuardConfig:
 
 
 @dataclass
+class ProfileConfig:
+    start_step: int = doc(0, "Profile the run with torch.profiler from this global step (1-based, as the logs count); "
+                             "0 = off. Each rank of profile.ranks writes RUN_DIR/profile/steps_S-E/rankR.pt.trace"
+                             ".json.gz (a Chrome trace: Perfetto, chrome://tracing) and rankR.txt (where a step's time "
+                             "goes: its parts and the operators by self time).")
+    steps: int = doc(3, "Steps each profile records.")
+    warmup: int = doc(1, "Steps before each profile that the profiler runs but does not record (its own start-up "
+                         "falls in them).")
+    every: int = doc(0, "Profile again every N steps after profile.start_step (0 = once); at least profile.warmup + "
+                        "profile.steps. A profile that would end past the phases' last step is not started.")
+    ranks: list[int] = doc([0], "Global ranks that profile, each writing its own files.")
+    record_shapes: bool = doc(False, "Record operators' input shapes (the table then groups by them).")
+    memory: bool = doc(False, "Record the memory each operator allocates and frees (torch.profiler profile_memory).")
+    with_stack: bool = doc(False, "Record the Python stack of each operator (in the trace; larger and slower).")
+
+
+@dataclass
 class TrainConfig:
     run_dir: str = doc("runs/default", "Output directory: config, checkpoints, TensorBoard, logs (not empty).")
     deepspeed: str = doc("ds_configs/zero2_bf16.json", "Engine-only DeepSpeed JSON (see ds_configs/), checked by "
@@ -316,6 +333,7 @@ class TrainConfig:
     checkpoint: CheckpointConfig = doc(None, "Saving and resuming.")
     logging: LoggingConfig = doc(None, "Logging, validation and TensorBoard.")
     guard: GuardConfig = doc(None, "Non-finite steps, loss spikes and slow steps.")
+    profile: ProfileConfig = doc(None, "torch.profiler traces of chosen steps and ranks.")
 
     def __post_init__(self):
         _fill_sections(self)

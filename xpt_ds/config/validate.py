@@ -88,6 +88,7 @@ def _problems(cfg: TrainConfig) -> Iterator[str]:
     yield from _logging_problems(cfg)
     yield from _guard_problems(cfg)
     yield from _best_problems(cfg)
+    yield from _profile_problems(cfg)
     yield from _limit_problems(cfg)
 
 
@@ -384,6 +385,38 @@ def _best_problems(cfg: TrainConfig) -> Iterator[str]:
     if g.early_stop_patience > 0 and cfg.logging.eval_every <= 0:
         yield ("config key 'guard.early_stop_patience' needs validation passes inside a phase, but "
                "logging.eval_every is 0 (phase ends only)")
+
+
+def _profile_problems(cfg: TrainConfig) -> Iterator[str]:
+    """profile.*: a window of steps that the run reaches, after warmup steps it has; nothing set while it is off.
+    The ranks against the job's world size are checked when the job starts (``xpt_ds.metrics.profiler``)."""
+    p, default = cfg.profile, type(cfg.profile)()
+    if p.start_step < 0:
+        yield f"config key 'profile.start_step' must be >= 0 (0 = off), got {p.start_step}"
+        return
+    if p.start_step == 0:
+        changed = [k for k in ("steps", "warmup", "every", "ranks", "record_shapes", "memory", "with_stack")
+                   if getattr(p, k) != getattr(default, k)]
+        if changed:
+            yield (f"config key 'profile.{changed[0]}' is set but profile.start_step is 0 (off; set the first step "
+                   "to profile)")
+        return
+    if p.steps < 1:
+        yield f"config key 'profile.steps' must be >= 1, got {p.steps}"
+    if p.warmup < 0:
+        yield f"config key 'profile.warmup' must be >= 0, got {p.warmup}"
+    elif p.start_step - p.warmup < 1:
+        yield (f"config key 'profile.start_step' is {p.start_step}, which leaves no room before it for its "
+               f"profile.warmup={p.warmup} (global steps count from 1): start at step {p.warmup + 1} or later")
+    if p.every and p.every < p.warmup + max(p.steps, 1):
+        yield (f"config key 'profile.every' must be 0 (once) or at least profile.warmup + profile.steps = "
+               f"{p.warmup + p.steps} (one profile at a time), got {p.every}")
+    last = sum(ph.steps for ph in cfg.phases)
+    if cfg.phases and p.steps >= 1 and p.start_step + p.steps - 1 > last:
+        yield (f"config key 'profile.start_step': its profile of steps {p.start_step}-{p.start_step + p.steps - 1} "
+               f"ends past the run's last step {last} (the phases' steps)")
+    if not p.ranks or min(p.ranks) < 0 or len(set(p.ranks)) < len(p.ranks):
+        yield f"config key 'profile.ranks' must list distinct global ranks >= 0, got {p.ranks}"
 
 
 def decoder_problems(m: ModelConfig, d: DataConfig) -> list[str]:

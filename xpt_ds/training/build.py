@@ -20,6 +20,7 @@ from xpt_ds.checkpoint.universal import prepare_rescale
 from xpt_ds.config import ConfigError, TrainConfig, save_config, to_dict
 from xpt_ds.embedding_init.context import log_report
 from xpt_ds.metrics.logger import LogWindow, MetricsLogger, flops_per_token, logging_problem, peak_flops
+from xpt_ds.metrics.profiler import StepProfiler, check_ranks
 from xpt_ds.model.build import build_plan, saved_tags
 from xpt_ds.model.preflight import plan_target
 from xpt_ds.model.decoder import is_decoder
@@ -73,6 +74,7 @@ def build_trainer(cfg: TrainConfig) -> Trainer:
     """Check, build, and (on a resume) restore every component; on a failure, nothing is left running. Each
     component's builder makes its own checks, in the order that fails fast."""
     rank, world = deepspeed.comm.get_rank(), deepspeed.comm.get_world_size()
+    check_ranks(cfg.profile, world)
     checkpointer = Checkpointer.open(Path(cfg.run_dir), cfg.checkpoint, rank)  # run_dir and checkpoints writable
     why = logging_problem(Path(cfg.run_dir), cfg.logging.tensorboard) if rank == 0 else None  # rank 0 logs
     if store.agree(why):
@@ -120,7 +122,7 @@ def _assemble(cfg, rank, world, ds_config, tok, hf_config, causal, streams, chec
         Reporter(MetricsLogger(Path(cfg.run_dir), rank == 0, cfg.logging.tensorboard, cfg.logging.progress_bar),
                  StatusFile(Path(cfg.run_dir)) if rank == 0 else None, world, device,
                  peak_flops(cfg.logging.peak_tflops)), PreemptionWatcher(rank=rank), (tokens_per_step, flops_per_step),
-        causal)
+        causal, StepProfiler(cfg.profile, Path(cfg.run_dir), rank, world, device, sum(p.steps for p in cfg.phases)))
     streams.fork_workers()  # before any engine thread (xpt_ds.data.workers)
     try:
         _start(trainer, tag, client, plan, ds_config)

@@ -17,6 +17,7 @@ from xpt_ds.config import TrainConfig
 from xpt_ds.config.phase_checks import phase_objectives
 from xpt_ds.config.schedule import lr_at
 from xpt_ds.metrics.logger import LogWindow
+from xpt_ds.metrics.profiler import StepProfiler, part
 from xpt_ds.runtime.preemption import Preempted, PreemptionWatcher
 from xpt_ds.runtime.status import planned_steps
 from xpt_ds.training.best import BestTracker
@@ -36,7 +37,7 @@ class Trainer:
     def __init__(self, cfg: TrainConfig, hf_config, rank: int, world: int, device: torch.device, streams: Streams,
                  validator: Validator, engines: PhaseEngine, checkpointer: Checkpointer, state: TrainerState,
                  window: LogWindow, guards: StepGuards, best: BestTracker, budget: TimeBudget, report: Reporter,
-                 preemption: PreemptionWatcher, work: tuple[int, float], causal: bool):
+                 preemption: PreemptionWatcher, work: tuple[int, float], causal: bool, profiler: StepProfiler):
         self.cfg, self.hf_config, self.rank, self.world, self.device = cfg, hf_config, rank, world, device
         self.causal = causal  # next-token loss on the same packed rows (docs/decoders.md)
         self.streams, self.validator, self.engines, self.checkpointer = streams, validator, engines, checkpointer
@@ -47,6 +48,7 @@ class Trainer:
         self.data_wait = 0.0  # seconds this rank waited for batches in the current step
         self.preemption, self.interrupted = preemption, False  # Ctrl-C on any rank (after_step)
         self.grad_norm = None  # the last step's, where the engine does not keep it (engine.unkept_grad_norm)
+        self.profiler = profiler  # profile.*: torch.profiler over chosen steps (xpt_ds.metrics.profiler)
 
     @property
     def engine(self):
@@ -79,12 +81,13 @@ class Trainer:
         self.budget.start_loop(self.state)
         while True:
             if self.state.phase_step >= self.phase.steps or self.phase_ended(self.state.phase_index):
-                with window.pause():
+                with window.pause(), part("phase_switch"):
                     self.end_phase_found_over()
                     self.logger.set_total(self.total_steps)  # less than planned after an early stop
                     if not self.maybe_switch_phase():
                         break
                 continue
+            self.profiler.begin(self.state.global_step + 1)
             started = time.perf_counter()
             loss, skipped, overflow = self.train_step()
             step_seconds = time.perf_counter() - started
@@ -94,15 +97,20 @@ class Trainer:
                 self.info(line)
             self.logger.advance()
             phase_done = self.state.phase_step == self.phase.steps or self.maybe_stop_for_time()
-            self.maybe_log(window, self.state.global_step % self.cfg.logging.log_every == 0 or phase_done)
-            with window.pause():
+            with part("log"):
+                self.maybe_log(window, self.state.global_step % self.cfg.logging.log_every == 0 or phase_done)
+            with window.pause(), part("validation"):
                 phase_done = self.maybe_eval(phase_done)  # or early stopping ends the phase here
-            self.maybe_log(window, phase_done)  # an early stop's last steps, which no log window showed yet
-            with window.pause():
+            with part("log"):
+                self.maybe_log(window, phase_done)  # an early stop's last steps, which no log window showed yet
+            with window.pause(), part("checkpoint"):
                 if phase_done:
                     self.engines.keep_end(self.phase.name, self.checkpointer.root, self.state, self.streams)
                 self.maybe_save(phase_done)
-            self.after_step(halt, step_seconds)
+            with part("exchange"):
+                self.after_step(halt, step_seconds)
+            with window.pause():
+                self.profiler.end(self.state.global_step)  # the last step of a profile writes it
         self.logger.close()
         self.write_status("finished")
 
@@ -143,15 +151,19 @@ class Trainer:
         target_rows = self.streams.target_rows()
         for micro in range(self.cfg.optim.grad_accum):
             waited = time.perf_counter()
-            batch = self.streams.next_batch()
+            with part("data"):
+                batch = self.streams.next_batch()
             self.data_wait += time.perf_counter() - waited
-            loss = engine(**to_device(batch, self.device))
+            with part("forward"):
+                loss = engine(**to_device(batch, self.device))
             if poison:
                 loss = loss * float("nan")
-            engine.backward(loss)
-            if micro == self.cfg.optim.grad_accum - 1:  # the boundary: the gradients the step clips
-                self.grad_norm = unkept_grad_norm(engine)
-            engine.step()
+            with part("backward"):
+                engine.backward(loss)
+            with part("optimizer"):
+                if micro == self.cfg.optim.grad_accum - 1:  # the boundary: the gradients the step clips
+                    self.grad_norm = unkept_grad_norm(engine)
+                engine.step()
             total += loss.detach()
         self.state.phase_step += 1
         self.state.global_step += 1
@@ -265,7 +277,8 @@ class Trainer:
 
     @torch.no_grad()
     def close(self) -> None:
-        """Stop the data loaders' worker processes (they ignore stop signals) and the logger."""
+        """Stop the data loaders' worker processes (they ignore stop signals), a profile under way, and the logger."""
+        self.profiler.close()
         self.streams.close()
         self.report.close()
 
