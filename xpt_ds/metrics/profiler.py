@@ -5,8 +5,8 @@ A profile records ``profile.steps`` global steps from ``profile.start_step`` (1-
 every ``profile.every`` steps (0: once). A profile that would end past the phases' last step is not started. Each
 rank of ``profile.ranks`` writes, when its profile ends, into ``RUN_DIR/profile/steps_S-E/``:
 
-- ``rankR.pt.trace.json.gz``: the Chrome trace (Perfetto or chrome://tracing open it; TensorBoard's profiler
-  plugin reads ``*.pt.trace.json.gz``). Its ``ProfilerStep#k`` spans are global steps S - warmup + k;
+- ``rankR.pt.trace.json.gz``: the Chrome trace (Perfetto or chrome://tracing open it). Its ``ProfilerStep#k``
+  spans are global steps S - warmup + k;
 - ``rankR.txt``: where a step's host time goes, by the parts the trainer marks with ``record_function``
   (``PARTS``: waiting for a batch, forward, backward, the optimizer step, logging, validation, the checkpoint,
   the ranks' exchange, a phase hand-over), then the operators by self time (device time on CUDA).
