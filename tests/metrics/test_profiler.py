@@ -12,7 +12,7 @@ import torch
 
 from xpt_ds.config import ConfigError, PhaseConfig, ProfileConfig, TrainConfig
 from xpt_ds.config.validate import problems
-from xpt_ds.metrics.profiler import StepProfiler, check_ranks, part
+from xpt_ds.metrics.profiler import StepProfiler, breakdown, check_ranks, format_breakdown, part
 
 CPU = torch.device("cpu")
 
@@ -142,3 +142,26 @@ def test_config_checks(settings, line):
     assert [p for p in problems(cfg) if "profile" in p] == [line]
     cfg.profile = ProfileConfig(start_step=2, steps=2, every=3, ranks=[0, 5])
     assert not [p for p in problems(cfg) if "profile" in p]
+
+
+def test_the_breakdown_counts_the_kernels_not_the_spans_on_the_device():
+    """On CUDA, kineto also gives each record_function span (ProfilerStep#k, xpt.*) a device-side twin whose self
+    time covers the kernels inside it: counted, the device would be busier than the step. Events as key_averages
+    gives them, in microseconds over 2 steps."""
+    from types import SimpleNamespace as E
+    CUDA = torch.autograd.DeviceType.CUDA
+    host = torch.autograd.DeviceType.CPU
+    averages = [E(key="ProfilerStep*", cpu_time_total=20000.0, device_type=host, self_device_time_total=0.0),
+                E(key="xpt.forward", cpu_time_total=6000.0, device_type=host, self_device_time_total=0.0),
+                E(key="xpt.backward", cpu_time_total=10000.0, device_type=host, self_device_time_total=0.0),
+                E(key="ProfilerStep*", cpu_time_total=0.0, device_type=CUDA, self_device_time_total=19000.0,
+                  is_user_annotation=True),
+                E(key="xpt.forward", cpu_time_total=0.0, device_type=CUDA, self_device_time_total=5000.0,
+                  is_user_annotation=True),
+                E(key="sm90_gemm", cpu_time_total=0.0, device_type=CUDA, self_device_time_total=12000.0,
+                  is_user_annotation=False),
+                E(key="aten::mm", cpu_time_total=3000.0, device_type=host, self_device_time_total=0.0)]
+    summary = breakdown(averages, 2)
+    assert summary == {"step": 10.0, "forward": 3.0, "backward": 5.0, "other": 2.0, "device_busy": 6.0}
+    assert format_breakdown(summary) == ("step 10.0 = forward 3.0 + backward 5.0 + other 2.0; the device ran "
+                                         "kernels 6.0 ms a step (60%)")

@@ -186,15 +186,26 @@ class StepProfiler:
 
 
 def breakdown(averages, steps: int) -> dict[str, float]:
-    """Host milliseconds a step: the whole step, each marked part, and 'other' (the step less its parts)."""
+    """Milliseconds a step: the whole step, each marked part and 'other' (the step less its parts) on the host; on
+    CUDA also 'device_busy', the kernels' own time, as the table's device total counts it (the spans of
+    ``record_function`` on the device are not kernels)."""
+    host = torch.autograd.DeviceType.CPU  # a span's device-side twin has the same key (key_averages keeps both)
     found = {e.key: e.cpu_time_total / 1000 / steps for e in averages
-             if e.key == STEP or e.key.startswith("xpt.")}
+             if e.device_type == host and (e.key == STEP or e.key.startswith("xpt."))}
     step = found.get(STEP, 0.0)
     parts = {p: found[f"xpt.{p}"] for p in PARTS if f"xpt.{p}" in found}
-    return {"step": step, **parts, "other": max(0.0, step - sum(parts.values()))}
+    device = sum(e.self_device_time_total for e in averages  # the table's "Self CUDA time total"
+                 if e.device_type != host and not getattr(e, "is_user_annotation", False))
+    busy = {"device_busy": device / 1000 / steps} if device else {}
+    return {"step": step, **parts, "other": max(0.0, step - sum(parts.values())), **busy}
 
 
 def format_breakdown(summary: dict[str, float]) -> str:
-    """'step T = part t + ...', the parts of 0.05 ms or more (a part with nothing to do at these steps left out)."""
-    parts = [f"{k} {v:.1f}" for k, v in summary.items() if k != "step" and v >= 0.05]
-    return f"step {summary['step']:.1f} = " + " + ".join(parts)
+    """'step T = part t + ...', the parts of 0.05 ms or more (a part with nothing to do at these steps left out), and
+    on CUDA the device's busy time."""
+    parts = [f"{k} {v:.1f}" for k, v in summary.items() if k not in ("step", "device_busy") and v >= 0.05]
+    line = f"step {summary['step']:.1f} = " + " + ".join(parts)
+    if "device_busy" in summary:
+        share = summary["device_busy"] / summary["step"] if summary["step"] else 0.0
+        line += f"; the device ran kernels {summary['device_busy']:.1f} ms a step ({share:.0%})"
+    return line
