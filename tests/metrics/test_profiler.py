@@ -46,6 +46,8 @@ def steps_in(trace) -> list[str]:
 def test_profiles_every_n_steps_and_writes_a_trace_and_a_table(tmp_path, caplog):
     cfg = ProfileConfig(start_step=3, steps=2, warmup=1, every=4)  # 3-4, 7-8; 11-12 ends past step 11: not started
     prof = StepProfiler(cfg, tmp_path, 0, 1, CPU, last_step=11)
+    assert prof.plan() == (f"profile: steps 3-4, then every 4 steps to step 11, after 1 warmup step, on rank 0 "
+                           f"(into {tmp_path / 'profile'})")
     with caplog.at_level(logging.INFO, logger="xpt_ds.metrics.profiler"):
         run_steps(prof, range(1, 12))
     files = ["rank0.pt.trace.json.gz", "rank0.txt"]

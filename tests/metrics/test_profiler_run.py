@@ -33,5 +33,7 @@ def test_a_profiled_run_trains_to_the_same_bits_and_each_rank_writes_its_profile
     table = (run / "profile/steps_5-6/rank1.txt").read_text()
     assert "global steps 5-6 (2 recorded after 1 warmup), rank 1 of 2, device cpu" in table
     assert " phase_switch " in table and "aten::" in table
-    said = [ln for ln in (run.parent / "stderr.txt").read_text().splitlines() if "profile of steps" in ln]
+    log = (run.parent / "stderr.txt").read_text()
+    assert "profile: steps 2-3, then every 3 steps to step 8, after 1 warmup step, on ranks 0, 1 (into " in log
+    said = [ln for ln in log.splitlines() if "profile of steps" in ln]
     assert len(said) == 2 and all("(ranks 0, 1); rank 0's step, host ms: step " in ln for ln in said), said

@@ -71,6 +71,16 @@ class StepProfiler:
         self.summary: dict[str, float] | None = None
         self.first_seen: int | None = None  # this attempt's first step (a resume starts past 1)
 
+    def plan(self) -> str | None:
+        """What the run will profile, for rank 0's start-up log; None when profiling is off."""
+        c = self.cfg
+        if not c.start_step:
+            return None
+        then = f", then every {c.every} steps to step {self.last_step}" if c.every else ""
+        return (f"profile: steps {c.start_step}-{c.start_step + c.steps - 1}{then}, after {c.warmup} warmup step"
+                f"{'s' if c.warmup != 1 else ''}, on rank{'s' if len(c.ranks) > 1 else ''} "
+                f"{', '.join(str(r) for r in c.ranks)} (into {self.root})")
+
     def _window_from(self, step: int) -> tuple[int, int] | None:
         """The profile whose warmup starts at ``step``, as (first, last) recorded step; None if none does."""
         c = self.cfg

@@ -192,6 +192,8 @@ def _start(t: Trainer, tag: str | None, client: dict | None, plan, ds_config: di
     t.info(f"model: {sum(sizes.values()):,} parameters; phase '{t.phase.name}' trains "
             f"{sum(sizes[n] for n in t.engines.trainables[index]):,} on {t.objective_names()}; "
             f"{t.engines.frozen.summary()}")
+    if (plan := t.profiler.plan()) is not None:
+        t.info(plan)
     if cfg.activations.checkpoint_every:
         recompute, layers = recomputed_layers(t.engine.module.hf)
         t.info(f"activation checkpointing: {recompute} of {layers} layers recompute in the backward")
