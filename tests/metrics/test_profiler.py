@@ -115,9 +115,9 @@ def test_a_rank_not_listed_records_nothing_and_rank_0_names_the_ones_that_do(tmp
 
 def test_a_trace_that_cannot_be_written_is_said_and_the_run_goes_on(tmp_path, caplog):
     (tmp_path / "profile").write_text("a file where the folder goes")
-    with caplog.at_level(logging.WARNING, logger="xpt_ds.metrics.profiler"):
+    with caplog.at_level(logging.INFO, logger="xpt_ds.metrics.profiler"):
         run_steps(StepProfiler(ProfileConfig(start_step=2, steps=1), tmp_path, 0, 1, CPU, last_step=3), range(1, 4))
-    assert len(caplog.records) == 1
+    assert len(caplog.records) == 1  # the warning alone: no line that says where the files went
     assert caplog.records[0].getMessage().startswith("profile of steps 2-2 not written on rank 0: ")
 
 

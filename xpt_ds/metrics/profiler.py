@@ -189,6 +189,8 @@ class StepProfiler:
         (first, last), ranks = self.window, self.cfg.ranks
         who = f"rank{'s' if len(ranks) > 1 else ''} {', '.join(str(r) for r in ranks)}"
         if self.summary is None:
+            if self.records:  # rank 0's own files were not written: its warning said so
+                return
             log.info(f"profile of steps {first}-{last}: {who} into {self.folder(self.window)}")
         else:
             log.info(f"profile of steps {first}-{last} written to {self.folder(self.window)} ({who}); rank 0's step, "
