@@ -271,7 +271,7 @@ def engine_runs(tmp_path_factory, tiny_roberta, corpus):
     ``get("zero2_bf16")`` is its run directory. test_frozen reads the phase-1 checkpoint, test_lean_engine the
     last (the plain bf16 runs are the same run for both). In zero2_fp32's run both ranks profile steps 2-3 and
     5-6 (``PROFILED``), which must change nothing: test_profiler_run compares it with ``straight_runs(2)``'s (the
-    other configs' runs do not profile: a profile's trace costs each rank about a second to write). The run's
+    other configs' runs do not profile: a profile cost each rank 1-2 s to write there). The run's
     stderr is ``get(ds).parent / "stderr.txt"``."""
     def get(ds: str) -> Path:
         def make(root: Path) -> None:
