@@ -59,7 +59,7 @@ def check_ranks(cfg: ProfileConfig, world: int) -> None:
 class StepProfiler:
     """One rank's profiles over the run: ``begin(step)`` before a global step, ``end(step)`` after it,
     ``close()`` when the run stops. A rank that is not in ``profile.ranks`` records nothing; rank 0 logs each
-    profile whether or not it records."""
+    profile whether or not it records (where its own files failed to write, its warning says so instead)."""
 
     def __init__(self, cfg: ProfileConfig, run_dir: Path, rank: int, world: int, device: torch.device,
                  last_step: int):
@@ -69,7 +69,7 @@ class StepProfiler:
         self.window: tuple[int, int] | None = None  # (first, last) recorded step of the profile under way
         self.prof = None
         self.summary: dict[str, float] | None = None
-        self.first_seen: int | None = None  # this attempt's first step (a resume starts past 1)
+        self.started = False  # whether this attempt ran a step yet (a resume starts past step 1)
 
     def plan(self) -> str | None:
         """What the run will profile, for rank 0's start-up log; None when profiling is off."""
@@ -103,8 +103,8 @@ class StepProfiler:
 
     def begin(self, step: int) -> None:
         """Before global step ``step`` runs."""
-        if self.first_seen is None:
-            self.first_seen = step
+        if not self.started:
+            self.started = True
             missed = self._skipped(step)
             if missed is not None and self.rank == 0:
                 log.info(f"profile of steps {missed[0]}-{missed[1]} not taken: this attempt starts at step {step}, "
