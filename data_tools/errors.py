@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import os
 import re
 import sys
@@ -28,6 +29,15 @@ def first_line(e: BaseException) -> str:
     return next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
 
 
+def _file_in_path(e: OSError) -> Path | None:
+    """The file that stands where a directory of ``e.filename`` should be (``--out a_file/x`` said only "Not a
+    directory: a_file/x/.prepare"), or None."""
+    if not e.filename:
+        return None
+    path = Path(os.fsdecode(e.filename))
+    return next((p for p in [path, *path.parents] if p.exists() and not p.is_dir()), None)
+
+
 @contextlib.contextmanager
 def cli_errors(out: Path | None = None) -> Iterator[None]:
     """For a CLI's ``main``: a PrepareError or OSError becomes one ``error:`` line on stderr and exit status 2.
@@ -39,8 +49,10 @@ def cli_errors(out: Path | None = None) -> Iterator[None]:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     except OSError as e:
+        file = _file_in_path(e) if e.errno == errno.ENOTDIR else None
         where = f": {e.filename}" if e.filename else (f" (writing under {out})" if out is not None else "")
-        print(f"error: {e.strerror or e}{where}", file=sys.stderr)
+        print(f"error: {file} is a file, not a directory{where}" if file is not None else
+              f"error: {e.strerror or e}{where}", file=sys.stderr)
         sys.exit(2)
     except Exception as e:  # tokenizers' and safetensors' failed writes: no OSError, "... (os error 28)"
         found = re.search(r"\(os error (\d+)\)", str(e))

@@ -153,3 +153,16 @@ def test_a_rust_library_s_failed_write_is_one_error_line(tmp_path, capsys):
     assert capsys.readouterr().err == f"error: File too large (writing under {tmp_path})\n"
     with pytest.raises(ValueError, match="^a bug$"), cli_errors(tmp_path):
         raise ValueError("a bug")  # any other exception stays a traceback
+
+
+def test_a_file_where_out_needs_a_directory_is_named(tmp_path, capsys):
+    """``prepare --out a_file/x`` said "error: Not a directory: a_file/x/.prepare", naming neither the file nor
+    what was wrong with it."""
+    text, file = tmp_path / "in.txt", tmp_path / "a_file"
+    text.write_text("hello world\n")
+    file.write_text("mine")
+    prepare = importlib.import_module("data_tools.cli.prepare").main
+    for out in (file, file / "x"):
+        rc, _, err = run_main(capsys, prepare, "--input", text, "--out", out, "--quiet")
+        assert rc == 2 and err == f"error: {file} is a file, not a directory: {out / '.prepare'}\n", err
+    assert file.read_text() == "mine" and sorted(tmp_path.iterdir()) == [file, text]
