@@ -295,6 +295,11 @@ class GuardConfig:
                                            "a hung job sooner; 0 = DeepSpeed's default (the DEEPSPEED_TIMEOUT "
                                            "environment variable, in minutes; 10 unless set). Rank 0's checkpoint "
                                            "conversion (checkpoint.rescale_timeout_minutes) is not bound by it.")
+    memory_check: bool = doc(True, "Refuse, before the first engine is built, a phase whose weights, gradients and "
+                                   "optimizer state alone (a lower bound: activations come on top) need more "
+                                   "memory than a rank has: its GPU's, or on a CPU its share of the node's "
+                                   "(docs/cluster.md, \"Memory plan\"). Rank 0 logs every phase's figures either "
+                                   "way; false: train anyway.")
     inject_nan_steps: list[int] = doc([], "Testing: rank 0's loss is made NaN at these global steps (1-based).")
 
 

@@ -18,6 +18,7 @@ from xpt_ds.checkpoint.rng import seed_everything
 from xpt_ds.checkpoint.tags import complete_tags
 from xpt_ds.checkpoint.universal import prepare_rescale
 from xpt_ds.config import ConfigError, TrainConfig, save_config, to_dict
+from xpt_ds.data.scan_records import node_share
 from xpt_ds.embedding_init.context import log_report
 from xpt_ds.metrics.logger import LogWindow, MetricsLogger, flops_per_token, logging_problem, peak_flops
 from xpt_ds.metrics.profiler import StepProfiler, check_ranks
@@ -30,6 +31,7 @@ from xpt_ds.model.forward.recompute import recomputed_layers
 from xpt_ds.training.best import BestTracker
 from xpt_ds.training.engine import engine_settings, loss_scale, no_skip_reason
 from xpt_ds.training.guards import RankExchange, StepGuards
+from xpt_ds.training.memory_plan import capacity, check_memory, plan_line, plan_phases, whole_sizes
 from xpt_ds.training.phase_engine import PhaseEngine
 from xpt_ds.training.reporting import Reporter
 from xpt_ds.training.state import TrainerState
@@ -153,6 +155,7 @@ def _start(t: Trainer, tag: str | None, client: dict | None, plan, ds_config: di
         rescale = prepare_rescale(ckpt.root, tag, client, t.world, ds_config, cfg.checkpoint.rescale_timeout_minutes,
                                   cfg.checkpoint.allow_pickle)
     index = t.state.phase_index
+    _memory_plan(t, index, ds_config)
     t.streams.use_phase(cfg, index)
     started = time.perf_counter()
     t.engines.build(index, universal=rescale == "universal")
@@ -200,3 +203,23 @@ def _start(t: Trainer, tag: str | None, client: dict | None, plan, ds_config: di
     if t.streams.valid is None:  # logging.eval_every and eval_batches then do nothing: said, not silent
         t.info("validation: none (data.valid_shards is empty): no valid/* rows, and logging.eval_every and "
                "logging.eval_batches do nothing")
+
+
+def _memory_plan(t: Trainer, index: int, ds_config: dict) -> None:
+    """Rank 0 logs the model states a rank holds in each phase still to run; a phase they cannot fit in is refused
+    (``guard.memory_check``) before the first engine is built, on every rank if on any (a node with less memory
+    than rank 0's)."""
+    sizes = {f"hf.{n}": k for n, k in whole_sizes(t.hf_config).items()}
+    phases = plan_phases([p.name for p in t.cfg.phases][index:], sizes, t.engines.trainables[index:], ds_config,
+                         t.world)
+    cap = capacity(t.device, node_share()[1])
+    t.info(plan_line(phases, ds_config, t.world, cap))
+    if not t.cfg.guard.memory_check:
+        return
+    try:
+        check_memory(phases, ds_config, t.world, cap, "deepspeed")
+        why = None
+    except ConfigError as e:
+        why = str(e)
+    if store.agree(why):
+        raise ConfigError(why or "another rank's memory cannot hold a phase's model states (see its error)")
