@@ -152,10 +152,11 @@ def _start(t: Trainer, tag: str | None, client: dict | None, plan, ds_config: di
                                                t.world, ds_config, position) if t.rank == 0 else []:
             log.warning(line)
         tag_checks.keep_start_settings(client, cfg)  # what built the weights: config.yaml and the card say so
+    index = t.state.phase_index
+    _memory_plan(t, index, ds_config)  # before a conversion of minutes to resume at another scale
+    if tag is not None:
         rescale = prepare_rescale(ckpt.root, tag, client, t.world, ds_config, cfg.checkpoint.rescale_timeout_minutes,
                                   cfg.checkpoint.allow_pickle)
-    index = t.state.phase_index
-    _memory_plan(t, index, ds_config)
     t.streams.use_phase(cfg, index)
     started = time.perf_counter()
     t.engines.build(index, universal=rescale == "universal")
