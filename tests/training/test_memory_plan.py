@@ -143,6 +143,23 @@ def test_the_start_up_line_counts_what_the_engine_optimizes(engine_runs):
     assert counts[0][1] == counts[1][1] and counts[0][0] < counts[1][0] == counts[1][1]  # phase 2 trains all
 
 
+def test_memory_plan_prints_the_start_up_line_for_any_rank_count_without_starting(engine_runs, capsys):
+    """``xpt-ds train --memory-plan 2 1``: for 2 ranks, the line the 2-rank run logged at its start (less what its
+    ranks had); for 1, the same parameters with the partitions whole; nothing written, no process group."""
+    from xpt_ds.cli.train import main
+    run = engine_runs("zero2_fp32")
+    logged = next(x for x in (run.parent / "stderr.txt").read_text().splitlines() if "memory plan, model" in x)
+    logged = logged[logged.index("memory plan"):logged.index("; this node has")]
+    before = sorted(p.relative_to(run) for p in run.rglob("*"))
+    assert main(["--config", str(run.parent / "cfg.yaml"), "--memory-plan", "2", "1"]) == 0
+    two, one = capsys.readouterr().out.splitlines()
+    assert two == logged and one.startswith("memory plan, model states a rank before activations (ZeRO-2, fp32, 1 ")
+    assert re.findall(r"([\d,]+) of [\d,]+ parameters trained", one) == re.findall(r"([\d,]+) of [\d,]+ param", two)
+    assert sorted(p.relative_to(run) for p in run.rglob("*")) == before
+    assert main(["--config", str(run.parent / "cfg.yaml"), "--memory-plan", "0"]) == 2
+    assert capsys.readouterr().err.strip() == "error: --memory-plan takes rank counts of 1 or more, got 0"
+
+
 def _sparse_source(out, tiny_roberta, hidden: int = 8192, layers: int = 24, shard_bytes: int = 4 << 30):
     """A RoBERTa of ``layers`` x ``hidden`` (19.4B parameters, 21B with the ITLs) in the hub's layout of bf16
     safetensors shards of at most ``shard_bytes`` and their index, each shard's every tensor in its header and its
@@ -181,9 +198,9 @@ def _sparse_source(out, tiny_roberta, hidden: int = 8192, layers: int = 24, shar
 
 
 def test_a_run_that_cannot_fit_is_refused_before_any_engine_is_built(tmp_path, tiny_roberta, corpus):
-    """ZeRO-0 in fp32 on one process: phase 2 trains all of the 21B parameters, 16 bytes each, which no machine
-    this runs on has; phase 1 (its weights alone are 84 GB) fits none either but the largest. One error line
-    naming the phase, before the first engine: no checkpoint, and the source's 42 GB file never read."""
+    """ZeRO-0 in fp32 on one process: phase 1 holds the 21B weights (78 GiB), phase 2 16 bytes for each parameter
+    (313 GiB), which no machine this runs on has. One error line naming the first phase that does not fit, before
+    the first engine: no checkpoint, and none of the source's 42 GB read (its shards are sparse)."""
     source = tmp_path / "big"
     _sparse_source(source, tiny_roberta)
     assert sum(f.stat().st_blocks for f in source.glob("*.safetensors")) * 512 < 1 << 20  # under 1 MiB on disk

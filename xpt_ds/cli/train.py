@@ -34,6 +34,10 @@ def parse_args(argv: list[str]):
                         "and exit. Without a runnable config (even without --config), a config to start from: the "
                         "required keys say what to write there, the method's phases are written out, and a line on "
                         "stderr names what to fill in")
+    parser.add_argument("--memory-plan", type=int, nargs="+", metavar="RANKS", help="print each phase's model states "
+                        "a rank (weights, gradients, optimizer state; before activations) on RANKS ranks, one line "
+                        "for each number given, and exit: the run's start-up check, from the config, the source's "
+                        "config.json and file headers, on a machine without GPUs (a login node)")
     parser.add_argument("--local_rank", "--local-rank", type=int, help=argparse.SUPPRESS)  # set by `deepspeed`
     args, overrides = parser.parse_known_args(argv)
     if args.resume:
@@ -70,6 +74,26 @@ def print_config(path: str | None, overrides: list[str]) -> int:
     return 0
 
 
+def memory_plan(cfg, worlds: list[int]) -> int:
+    """``--memory-plan``: the memory plan's line for each world size, from the parameters each phase trains (the
+    build plan's tags: the source's config and safetensors headers, no weights), on stdout."""
+    from xpt_ds.model.build import build_plan
+    from xpt_ds.model.phases import build_phase_trainables
+    from xpt_ds.model.preflight import plan_target
+    from xpt_ds.training.engine import load_ds_config
+    from xpt_ds.training.memory_plan import plan_line, plan_phases, whole_sizes
+    if min(worlds) < 1:
+        raise UserError(f"--memory-plan takes rank counts of 1 or more, got {min(worlds)}")
+    ds = load_ds_config(cfg.deepspeed)
+    tok, tcfg = plan_target(cfg)
+    plan = build_plan(cfg.model, tok, cfg.data, rows=False)
+    plan.close()
+    trainables, sizes = build_phase_trainables(cfg, plan.tags), whole_sizes(tcfg)
+    for world in worlds:
+        print(plan_line(plan_phases([p.name for p in cfg.phases], sizes, trainables, ds, world), ds, world, None))
+    return 0
+
+
 @cli_errors
 def main(argv: list[str] | None = None) -> int:
     record_stops()  # a SIGTERM or SIGUSR1 from here on is recorded until the trainer watches for it: not fatal
@@ -86,6 +110,8 @@ def _main(argv: list[str] | None) -> int:
         if args.print_config:
             return print_config(args.config, overrides)
         cfg = load_config(args.config, overrides)
+        if args.memory_plan:
+            return memory_plan(cfg, args.memory_plan)
     except UserError as e:  # every rank reads the same config: its lines once per machine
         say_once(error_lines(e))
         return 2

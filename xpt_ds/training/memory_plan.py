@@ -56,7 +56,12 @@ class PhaseStates:
         return sum(self.parts.values())
 
     def breakdown(self) -> str:
-        return " + ".join(f"{SHOWN[k]} {v / GIB:.1f}" for k, v in self.parts.items() if v)
+        return " + ".join(f"{SHOWN[k]} {gib(v)}" for k, v in self.parts.items() if v)
+
+
+def gib(n: float) -> str:
+    """Bytes in GiB, one decimal (two below 1 GiB, where one would show 0.0)."""
+    return f"{n / GIB:.2f}" if n < GIB else f"{n / GIB:.1f}"
 
 
 def phase_states(name: str, params: int, trainable: int, ds: dict, world: int) -> PhaseStates:
@@ -162,14 +167,14 @@ def capacity(device: torch.device, ranks_on_node: int) -> Capacity:
     return Capacity(share, share, host_where, host_where, on_host=True)
 
 
-def plan_line(phases: list[PhaseStates], ds: dict, world: int, cap: Capacity) -> str:
-    """Rank 0's start-up line: each phase's states a rank, and what a rank has."""
+def plan_line(phases: list[PhaseStates], ds: dict, world: int, cap: Capacity | None) -> str:
+    """Rank 0's start-up line: each phase's states a rank, and what a rank has (``cap``; None: not said)."""
     shown = [f"'{s.name}' {s.device / GIB:.1f} GiB ({s.breakdown()}; {s.trainable:,} of {s.params:,} parameters "
              f"trained)" + (f", {s.host / GIB:.1f} GiB offloaded to the host" if s.host else "") for s in phases]
-    where = cap.device_where if cap.on_host or not any(s.host for s in phases) else \
-        f"{cap.device_where}; {cap.host_where}"
+    where = "" if cap is None else f"; {cap.device_where}" if cap.on_host or not any(s.host for s in phases) else \
+        f"; {cap.device_where}; {cap.host_where}"
     return (f"memory plan, model states a rank before activations (ZeRO-{zero_stage(ds)}, {precision(ds)}, "
-            f"{world} rank(s)): {'; '.join(shown)}; {where}")
+            f"{world} rank(s)): {'; '.join(shown)}{where}")
 
 
 def too_big(s: PhaseStates, cap: Capacity) -> tuple[str, str] | None:
