@@ -56,7 +56,7 @@ class PhaseStates:
         return sum(self.parts.values())
 
     def breakdown(self) -> str:
-        return " + ".join(f"{SHOWN[k]} {gib(v)}" for k, v in self.parts.items() if v)
+        return " + ".join(f"{SHOWN[k]} {gib(v)}" for k, v in self.parts.items() if v) or "none on the accelerator"
 
 
 def gib(n: float) -> str:
@@ -169,8 +169,8 @@ def capacity(device: torch.device, ranks_on_node: int) -> Capacity:
 
 def plan_line(phases: list[PhaseStates], ds: dict, world: int, cap: Capacity | None) -> str:
     """Rank 0's start-up line: each phase's states a rank, and what a rank has (``cap``; None: not said)."""
-    shown = [f"'{s.name}' {s.device / GIB:.1f} GiB ({s.breakdown()}; {s.trainable:,} of {s.params:,} parameters "
-             f"trained)" + (f", {s.host / GIB:.1f} GiB offloaded to the host" if s.host else "") for s in phases]
+    shown = [f"'{s.name}' {gib(s.device)} GiB ({s.breakdown()}; {s.trainable:,} of {s.params:,} parameters "
+             f"trained)" + (f", {gib(s.host)} GiB offloaded to the host" if s.host else "") for s in phases]
     where = "" if cap is None else f"; {cap.device_where}" if cap.on_host or not any(s.host for s in phases) else \
         f"; {cap.device_where}; {cap.host_where}"
     return (f"memory plan, model states a rank before activations (ZeRO-{zero_stage(ds)}, {precision(ds)}, "
