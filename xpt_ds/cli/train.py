@@ -75,22 +75,11 @@ def print_config(path: str | None, overrides: list[str]) -> int:
 
 
 def memory_plan(cfg, worlds: list[int]) -> int:
-    """``--memory-plan``: the memory plan's line for each world size, from the parameters each phase trains (the
-    build plan's tags: the source's config and safetensors headers, no weights), on stdout."""
-    from xpt_ds.model.build import build_plan
-    from xpt_ds.model.phases import build_phase_trainables
-    from xpt_ds.model.preflight import plan_target
-    from xpt_ds.training.engine import load_ds_config
-    from xpt_ds.training.memory_plan import plan_line, plan_phases, whole_sizes
+    """``--memory-plan``: the memory plan's line for each world size, on stdout."""
+    from xpt_ds.training.memory_plan import config_plan_lines
     if min(worlds) < 1:
         raise UserError(f"--memory-plan takes rank counts of 1 or more, got {min(worlds)}")
-    ds = load_ds_config(cfg.deepspeed)
-    tok, tcfg = plan_target(cfg)
-    plan = build_plan(cfg.model, tok, cfg.data, rows=False)
-    plan.close()
-    trainables, sizes = build_phase_trainables(cfg, plan.tags), whole_sizes(tcfg)
-    for world in worlds:
-        print(plan_line(plan_phases([p.name for p in cfg.phases], sizes, trainables, ds, world), ds, world, None))
+    print("\n".join(config_plan_lines(cfg, worlds)))
     return 0
 
 

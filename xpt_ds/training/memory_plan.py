@@ -214,3 +214,19 @@ def whole_sizes(hf_config) -> dict[str, int]:
     """Parameter name -> element count of the model ``hf_config`` describes (a skeleton on the meta device)."""
     from xpt_ds.model.skeleton import skeleton
     return {name: math.prod(p.shape) for name, p in skeleton(hf_config).named_parameters()}
+
+
+def config_plan_lines(cfg, worlds: list[int]) -> list[str]:
+    """The plan's line of run config ``cfg`` for each world size, without a process group or a GPU: each phase's
+    trainable parameters from the build plan's tags (the source's config.json and safetensors headers, no
+    weights), the engine from ``cfg.deepspeed``."""
+    from xpt_ds.model.build import build_plan
+    from xpt_ds.model.phases import build_phase_trainables
+    from xpt_ds.model.preflight import plan_target
+    from xpt_ds.training.engine import load_ds_config
+    ds = load_ds_config(cfg.deepspeed)
+    tok, tcfg = plan_target(cfg)
+    plan = build_plan(cfg.model, tok, cfg.data, rows=False)
+    plan.close()
+    trainables, sizes, names = build_phase_trainables(cfg, plan.tags), whole_sizes(tcfg), [p.name for p in cfg.phases]
+    return [plan_line(plan_phases(names, sizes, trainables, ds, world), ds, world, None) for world in worlds]
