@@ -1,8 +1,8 @@
 """``build_trainer(cfg)``: the trainer assembled from its components, each from its own builder, which makes its own
 checks: the checkpointer (``Checkpointer.open``), the engine settings (``engine_settings``), the target model
-(``plan_target``), the data (``open_streams``), then the checkpoint to resume from. They run in the order that fails
-fast, before minutes of model building. Every piece of checkpointed state registers
-with the checkpointer here, once (``register_state``)."""
+(``plan_target``), the data (``open_streams``), the checkpoint to resume from, then whether each phase's model
+states fit a rank (``memory_plan``). They run in the order that fails fast, before minutes of model building. Every
+piece of checkpointed state registers with the checkpointer here, once (``register_state``)."""
 from __future__ import annotations
 
 import logging
