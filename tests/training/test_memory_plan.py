@@ -1,6 +1,7 @@
 """The memory plan (xpt_ds.training.memory_plan): each phase's model states a rank, against DeepSpeed's own estimate
 and against what a run's checkpoint holds; the start-up line; a phase that cannot fit refused before any engine is
-built, for a source of 21B parameters whose weights file is sparse (nothing is read or allocated)."""
+built, for a source of 21B parameters whose weight shards are sparse (nothing is read or allocated); and
+``xpt-ds train --memory-plan``, which prints the start-up line for any rank count."""
 from __future__ import annotations
 
 import json

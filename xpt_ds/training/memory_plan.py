@@ -189,8 +189,8 @@ def too_big(s: PhaseStates, cap: Capacity) -> tuple[str, str] | None:
 
 
 def check_memory(phases: list[PhaseStates], ds: dict, world: int, cap: Capacity, deepspeed_key: str) -> None:
-    """A ConfigError naming the first phase whose model states alone do not fit a rank, with what they would be at
-    ZeRO-3 on the same ranks; nothing when every phase fits."""
+    """A ConfigError naming the first phase whose model states alone do not fit a rank, with what they come to at
+    ZeRO-3 over all ranks and how many ranks of this size that takes; nothing when every phase fits."""
     for s in phases:
         found = too_big(s, cap)
         if found is None:
