@@ -31,7 +31,7 @@ from xpt_ds.model.forward.recompute import recomputed_layers
 from xpt_ds.training.best import BestTracker
 from xpt_ds.training.engine import engine_settings, loss_scale, no_skip_reason
 from xpt_ds.training.guards import RankExchange, StepGuards
-from xpt_ds.training.memory_plan import capacity, check_memory, plan_line, plan_phases, whole_sizes
+from xpt_ds.training.memory_plan import capacity, memory_problem, plan_line, plan_phases, whole_sizes
 from xpt_ds.training.phase_engine import PhaseEngine
 from xpt_ds.training.reporting import Reporter
 from xpt_ds.training.state import TrainerState
@@ -217,10 +217,6 @@ def _memory_plan(t: Trainer, index: int, ds_config: dict) -> None:
     t.info(plan_line(phases, ds_config, t.world, cap))
     if not t.cfg.guard.memory_check:
         return
-    try:
-        check_memory(phases, ds_config, t.world, cap, "deepspeed")
-        why = None
-    except ConfigError as e:
-        why = str(e)
+    why = memory_problem(phases, ds_config, t.world, cap)
     if store.agree(why):
         raise ConfigError(why or "another rank's memory cannot hold a phase's model states (see its error)")

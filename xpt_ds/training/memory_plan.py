@@ -22,8 +22,8 @@ trainable: the same sum plus the transient fp32 gradient partition of the step (
 out so that it stays a lower bound.
 
 A phase whose states alone exceed what a rank has (a GPU's memory; on a CPU, the node's memory, or its cgroup's
-limit, shared by the node's ranks) cannot train: ``check_memory`` refuses it before the first engine is built
-(``guard.memory_check``), and rank 0's log gives every phase's figures at the start.
+limit, shared by the node's ranks) cannot train: ``memory_problem`` says why, and the trainer refuses it before the
+first engine is built (``guard.memory_check``); rank 0's log gives every phase's figures at the start.
 """
 from __future__ import annotations
 
@@ -34,12 +34,10 @@ from pathlib import Path
 
 import torch
 
-from xpt_ds.config import ConfigError
 from xpt_ds.config.engine_json import precision, zero_stage
 
 GIB = float(1 << 30)
-PARTS = ("weights", "gradients", "master", "adam")
-SHOWN = {"weights": "weights", "gradients": "gradients", "master": "fp32 master", "adam": "Adam moments"}
+SHOWN = {"weights": "weights", "gradients": "gradients", "master": "fp32 master", "adam": "Adam moments"}  # parts
 
 
 @dataclass(frozen=True)
@@ -48,7 +46,7 @@ class PhaseStates:
     name: str
     params: int
     trainable: int
-    parts: dict[str, float]  # PARTS -> bytes on the device
+    parts: dict[str, float]  # SHOWN's keys -> bytes on the device
     host: float  # bytes offloaded to host memory (offload_optimizer, offload_param with device cpu)
 
     @property
@@ -89,7 +87,7 @@ def phase_states(name: str, params: int, trainable: int, ds: dict, world: int) -
     if params_to in ("cpu", "nvme"):
         host += weights if params_to == "cpu" else 0.0
         weights = 0.0
-    return PhaseStates(name, params, trainable, dict(zip(PARTS, (weights, gradients, master, adam))), host)
+    return PhaseStates(name, params, trainable, dict(zip(SHOWN, (weights, gradients, master, adam))), host)
 
 
 def _grad_accum(ds: dict) -> str:
@@ -188,9 +186,9 @@ def too_big(s: PhaseStates, cap: Capacity) -> tuple[str, str] | None:
     return None
 
 
-def check_memory(phases: list[PhaseStates], ds: dict, world: int, cap: Capacity, deepspeed_key: str) -> None:
-    """A ConfigError naming the first phase whose model states alone do not fit a rank, with what they come to at
-    ZeRO-3 over all ranks and how many ranks of this size that takes; nothing when every phase fits."""
+def memory_problem(phases: list[PhaseStates], ds: dict, world: int, cap: Capacity) -> str | None:
+    """The line naming the first phase whose model states alone do not fit a rank, with what they come to at ZeRO-3
+    over all ranks and how many ranks of this size that takes; None when every phase fits."""
     for s in phases:
         found = too_big(s, cap)
         if found is None:
@@ -201,13 +199,14 @@ def check_memory(phases: list[PhaseStates], ds: dict, world: int, cap: Capacity,
         ways = ["ZeRO-3 on more ranks"] + (["bf16"] if precision(ds) == "fp32" else []) + \
             ([] if s.host else ["the optimizer offloaded"])
         offloaded = f" + offloaded to the host {s.host / GIB:.1f}" if s.host else ""
-        raise ConfigError(
+        return (
             f"phase '{s.name}' needs at least {need} for its model states alone ({s.breakdown()}{offloaded} GiB; "
             f"ZeRO-{zero_stage(ds)}, {precision(ds)}, {world} rank(s); {s.trainable:,} of {s.params:,} parameters "
             f"trained), and {has}: it cannot train; at ZeRO-3 they come to {zero3 / GIB:.1f} GiB over all ranks, "
             f"at least {ranks} rank(s) of {cap.device / GIB:.1f} GiB: use {', '.join(ways)} (config key "
-            f"'{deepspeed_key}'), or train fewer parameters in that phase "
+            "'deepspeed'), or train fewer parameters in that phase "
             "(guard.memory_check: false trains anyway)")
+    return None
 
 
 def whole_sizes(hf_config) -> dict[str, int]:
